@@ -1,0 +1,49 @@
+# Every target installs what it needs into $(VENV) first, so each works on a fresh clone.
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-dev
+PYTEST_ARGS ?=
+
+.PHONY: help install run test test-unit test-integration lint format typecheck crd e2e bench clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP) ## Create the virtualenv with the operator and its test and dev tools
+
+run: $(STAMP) ## Run the operator against the current kube context (embedded SQLite)
+	$(BIN)/craft-operator run --standalone
+
+test: $(STAMP) ## Run the unit and integration tests (e2e skips without Docker)
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test-unit: $(STAMP) ## Run only the unit tests
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+test-integration: $(STAMP) ## Run only the integration tests (kopf against the KMock emulator)
+	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
+
+lint: $(STAMP) ## ruff (lint and format check) and mypy
+	$(BIN)/ruff check operator tests bench
+	$(BIN)/ruff format --check operator tests bench
+	$(BIN)/mypy
+
+format: $(STAMP) ## Apply ruff's fixes and formatting
+	$(BIN)/ruff check --fix operator tests bench
+	$(BIN)/ruff format operator tests bench
+
+crd: $(STAMP) ## Regenerate crds/ from the pydantic models
+	$(BIN)/craft-operator crd > crds/craftsandboxes.craft.onyx.app.yaml
+
+e2e: $(STAMP) ## End-to-end tests on kind (needs Docker)
+	$(BIN)/pytest tests/e2e -m e2e $(PYTEST_ARGS)
+
+clean: ## Remove the virtualenv and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""The CraftSandbox API: pydantic models, CRD generation and parsing."""

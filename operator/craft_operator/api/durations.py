@@ -1,0 +1,75 @@
+"""Kubernetes-style durations (``30m``, ``1h30m``, ``720h``) as a pydantic type.
+
+The same grammar as Go's ``time.ParseDuration`` minus negative values, so the strings that
+pass the CRD schema are exactly the ones CEL's ``duration()`` accepts at admission.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
+
+_UNIT_SECONDS: dict[str, float] = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+_PART = r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)"
+DURATION_PATTERN = rf"^(?:{_PART})+$"
+_PART_RE = re.compile(_PART)
+_WHOLE_RE = re.compile(DURATION_PATTERN)
+MAX_DURATION_LENGTH = 32
+
+
+def parse_duration(text: str) -> timedelta:
+    """Parse a Go-style duration string such as ``1h30m`` into a :class:`timedelta`."""
+    if not isinstance(text, str) or not _WHOLE_RE.match(text) or len(text) > MAX_DURATION_LENGTH:
+        raise ValueError(
+            f"{text!r} is not a duration; use a number and a unit, e.g. 30m, 1h or 720h "
+            "(units: ns, us, ms, s, m, h)"
+        )
+    seconds = sum(float(value) * _UNIT_SECONDS[unit] for value, unit in _PART_RE.findall(text))
+    return timedelta(seconds=seconds)
+
+
+def format_duration(value: timedelta) -> str:
+    """Render a :class:`timedelta` in the shortest Kubernetes-style form (``1h30m``, ``45s``)."""
+    total = value.total_seconds()
+    if total == 0:
+        return "0s"
+    hours, rest = divmod(total, 3600)
+    minutes, seconds = divmod(rest, 60)
+    text = ""
+    if hours:
+        text += f"{int(hours)}h"
+    if minutes:
+        text += f"{int(minutes)}m"
+    if seconds:
+        text += f"{int(seconds)}s" if float(seconds).is_integer() else f"{seconds:g}s"
+    return text
+
+
+def _coerce(value: Any) -> Any:
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return timedelta(seconds=value)
+    return parse_duration(value)
+
+
+Duration = Annotated[
+    timedelta,
+    BeforeValidator(_coerce),
+    PlainSerializer(format_duration, return_type=str),
+    WithJsonSchema(
+        {"type": "string", "pattern": DURATION_PATTERN, "maxLength": MAX_DURATION_LENGTH}
+    ),
+]
+"""A duration field: a string like ``30m`` on the wire, a :class:`timedelta` in Python."""

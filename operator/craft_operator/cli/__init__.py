@@ -1,0 +1,25 @@
+"""The ``craft-operator`` command line.
+
+Each command lives in its own module and is added to :data:`main` here.
+"""
+
+from __future__ import annotations
+
+import click
+
+from craft_operator import __version__
+from craft_operator.cli.crd import crd
+from craft_operator.cli.run import run
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="craft-operator")
+def main() -> None:
+    """Run and operate the Craft sandbox operator.
+
+    Settings come from CRAFT_* environment variables (see the README).
+    """
+
+
+main.add_command(run)
+main.add_command(crd)

@@ -1,0 +1,168 @@
+"""Operator settings, read from ``CRAFT_*`` environment variables.
+
+Every setting is documented in the README's settings table. A bad value stops the operator
+at start with a message naming the variable (:func:`load_settings`), never a traceback, and
+never echoing a secret's value.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import SettingsError as SourceParseError
+
+from craft_operator.api.models import DNS_LABEL_PATTERN, URL_PATTERN
+
+ENV_PREFIX = "CRAFT_"
+
+DEFAULT_SANDBOX_RESOURCES: dict[str, dict[str, str]] = {
+    "requests": {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "5Gi"},
+    "limits": {"cpu": "2", "memory": "10Gi", "ephemeral-storage": "20Gi"},
+}
+
+
+def default_state_dir() -> Path:
+    """Where the embedded database and development key ring live unless configured."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "craft-operator"
+
+
+class SettingsError(Exception):
+    """A setting has a bad value; the message names the environment variable."""
+
+
+class Settings(BaseSettings):
+    """All operator settings. Field ``foo_bar`` is read from ``CRAFT_FOO_BAR``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        extra="ignore",
+        frozen=True,
+        validate_default=True,
+    )
+
+    namespaces: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated namespaces to watch; empty watches all namespaces.",
+    )
+    sandbox_image: str = Field(
+        default="craft-sandbox:0.1.0",
+        description="Default sandbox image (with onyx-cli baked in) when spec.image is unset.",
+        min_length=1,
+    )
+    server_url: str | None = Field(
+        default=None,
+        description="Default Onyx server URL (ONYX_SERVER_URL) when spec.serverURL is unset.",
+        pattern=URL_PATTERN,
+    )
+    state_dir: Path = Field(
+        default_factory=default_state_dir,
+        description="Directory for the embedded SQLite database and the development key ring.",
+    )
+    database_url: SecretStr | None = Field(
+        default=None,
+        description=(
+            "SQLAlchemy URL of the credentials database; default "
+            "sqlite:///<CRAFT_STATE_DIR>/craft-operator.db. Use postgresql+psycopg://… "
+            "for Onyx's Postgres."
+        ),
+    )
+    encryption_keys: SecretStr | None = Field(
+        default=None,
+        description=(
+            "Key ring for PATs at rest: comma-separated id:base64key entries, newest first. "
+            "Unset: a development key ring is created in CRAFT_STATE_DIR."
+        ),
+    )
+    s3_bucket: str | None = Field(default=None, description="Default S3 bucket of user libraries.")
+    s3_endpoint_url: str | None = Field(
+        default=None,
+        description="S3 endpoint (MinIO, moto); unset uses AWS.",
+        pattern=URL_PATTERN,
+    )
+    s3_region: str | None = Field(default=None, description="S3 region.")
+    metrics_port: int = Field(
+        default=9090, ge=0, le=65535, description="Port of the Prometheus metrics; 0 disables."
+    )
+    sandbox_resources: dict[str, dict[str, str]] = Field(
+        default_factory=lambda: {
+            key: dict(value) for key, value in DEFAULT_SANDBOX_RESOURCES.items()
+        },
+        description="Default sandbox container resources, JSON: {requests: {...}, limits: {...}}.",
+    )
+    idle_check_interval: float = Field(
+        default=60.0, gt=0, description="Seconds between idle-timeout checks of each sandbox."
+    )
+    provisioning_timeout: float = Field(
+        default=180.0, gt=0, description="Seconds a pod may take to become ready."
+    )
+    operator_namespace: str = Field(
+        default="craft-system",
+        description="Namespace the operator runs in (for peering and its own Secrets).",
+        pattern=DNS_LABEL_PATTERN,
+    )
+
+    @field_validator("namespaces", mode="before")
+    @classmethod
+    def _split_namespaces(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("namespaces")
+    @classmethod
+    def _check_namespaces(cls, value: list[str]) -> list[str]:
+        for namespace in value:
+            if not re.match(DNS_LABEL_PATTERN, namespace) or len(namespace) > 63:
+                raise ValueError(f"{namespace!r} is not a valid namespace name")
+        return value
+
+    @field_validator("sandbox_resources")
+    @classmethod
+    def _check_resources(cls, value: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+        unknown = set(value) - {"requests", "limits"}
+        if unknown:
+            raise ValueError(f"only 'requests' and 'limits' are allowed, not {sorted(unknown)}")
+        return value
+
+    @model_validator(mode="after")
+    def _database_default(self) -> Settings:
+        if self.database_url is None:
+            url = f"sqlite:///{self.state_dir / 'craft-operator.db'}"
+            object.__setattr__(self, "database_url", SecretStr(url))
+        return self
+
+    @property
+    def database_url_value(self) -> str:
+        """The database URL in clear (it may hold a password: never log it)."""
+        assert self.database_url is not None
+        return self.database_url.get_secret_value()
+
+
+def _describe(error: ErrorDetails) -> str:
+    field = str(error["loc"][0]) if error.get("loc") else ""
+    variable = f"{ENV_PREFIX}{field.upper()}" if field else "settings"
+    # The error's own message, never its input: the input may be a key or a password.
+    message = str(error.get("msg", "invalid value"))
+    message = message.removeprefix("Value error, ")
+    return f"{variable}: {message}"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read the settings from the environment, raising :class:`SettingsError` on bad values."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = "; ".join(_describe(error) for error in exc.errors(include_input=False))
+        raise SettingsError(f"invalid operator settings: {problems}") from None
+    except SourceParseError as exc:
+        # pydantic-settings names the field, not the variable, and only for JSON values.
+        field = str(exc).split('"')[1] if '"' in str(exc) else ""
+        variable = f"{ENV_PREFIX}{field.upper()}" if field else "a CRAFT_* variable"
+        raise SettingsError(f"invalid operator settings: {variable}: not valid JSON") from None

@@ -1,0 +1,1 @@
+"""Talking to the Kubernetes API: connection, a small async client, exec."""

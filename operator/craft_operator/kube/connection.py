@@ -1,0 +1,92 @@
+"""Find the Kubernetes API server and check that it answers.
+
+The operator runs against the in-cluster service account or the current kubeconfig context,
+like kubectl. :func:`check_reachable` turns "no cluster" into one clear sentence before kopf
+starts, instead of a retry loop or a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from typing import Any
+
+import aiohttp
+import kopf
+
+logger = logging.getLogger(__name__)
+
+
+class ClusterUnreachableError(Exception):
+    """No Kubernetes API server can be found or reached; the message says why."""
+
+
+def discover_connection() -> kopf.ConnectionInfo:
+    """Credentials for the in-cluster service account, else the current kubeconfig context."""
+    try:
+        info = kopf.login_via_client(logger=logger, settings=kopf.OperatorSettings())
+    except kopf.LoginError:
+        info = None
+    except Exception as exc:  # the client raises many types for a broken kubeconfig
+        raise ClusterUnreachableError(f"cannot load Kubernetes credentials: {exc}") from None
+    if info is None:
+        raise ClusterUnreachableError(
+            "no Kubernetes credentials found: not running in a cluster and no kubeconfig "
+            "(set KUBECONFIG or run `kubectl config use-context`)"
+        )
+    return info
+
+
+def ssl_context(info: kopf.ConnectionInfo) -> ssl.SSLContext | bool:
+    """An SSL context that trusts the cluster's CA and presents its client certificate."""
+    if info.insecure:
+        return False
+    ca_data = info.ca_data.decode() if isinstance(info.ca_data, bytes) else info.ca_data
+    context = ssl.create_default_context(cafile=info.ca_path, cadata=ca_data)
+    if info.certificate_path and info.private_key_path:
+        context.load_cert_chain(info.certificate_path, info.private_key_path)
+    return context
+
+
+def auth_headers(info: kopf.ConnectionInfo) -> dict[str, str]:
+    """The Authorization header for the connection's token or basic credentials."""
+    if info.token:
+        return {"Authorization": f"{info.scheme or 'Bearer'} {info.token}"}
+    if info.username and info.password:
+        import base64
+
+        pair = base64.b64encode(f"{info.username}:{info.password}".encode()).decode()
+        return {"Authorization": f"Basic {pair}"}
+    return {}
+
+
+async def check_reachable(info: kopf.ConnectionInfo, limit: float = 10.0) -> dict[str, Any]:
+    """Ask the API server for its version; raise :class:`ClusterUnreachableError` if it fails."""
+    url = f"{info.server.rstrip('/')}/version"
+    try:
+        async with (
+            aiohttp.ClientSession(
+                headers=auth_headers(info),
+                timeout=aiohttp.ClientTimeout(total=limit),
+            ) as session,
+            session.get(url, ssl=ssl_context(info)) as response,
+        ):
+            if response.status in (401, 403):
+                raise ClusterUnreachableError(
+                    f"the Kubernetes API server at {info.server} refused our credentials "
+                    f"(HTTP {response.status})"
+                )
+            response.raise_for_status()
+            version: dict[str, Any] = await response.json()
+            return version
+    except ClusterUnreachableError:
+        raise
+    except aiohttp.ClientConnectorError as exc:
+        raise ClusterUnreachableError(
+            f"cannot reach the Kubernetes API server at {info.server}: {exc.os_error}"
+        ) from None
+    except (TimeoutError, aiohttp.ClientError, OSError, ssl.SSLError) as exc:
+        reason = str(exc) or type(exc).__name__
+        raise ClusterUnreachableError(
+            f"cannot reach the Kubernetes API server at {info.server}: {reason}"
+        ) from None
