@@ -60,12 +60,23 @@ async def run_operator(
     login: LoginFn | None = None,
     stop_flag: asyncio.Event | None = None,
     ready_flag: asyncio.Event | None = None,
+    foreign_tasks: set[asyncio.Task[Any]] | None = None,
 ) -> None:
-    """Run the operator until ``stop_flag`` is set (or forever)."""
+    """Run the operator until ``stop_flag`` is set (or forever).
+
+    On shutdown kopf cancels every task in the loop that it did not see before it started.
+    ``foreign_tasks`` names tasks that are not the operator's (e.g. a test harness waiting
+    for it to stop); the caller may add to the set while the operator runs.
+    """
     registry = build_registry(login=login)
     kopf_settings = kopf.OperatorSettings()
     configure_kopf(kopf_settings)
-    await kopf.operator(
+    ignored = set(foreign_tasks) if foreign_tasks is not None else set()
+    ignored.update(asyncio.all_tasks())
+    if foreign_tasks is not None:
+        foreign_tasks.update(ignored)
+        ignored = foreign_tasks
+    tasks = await kopf.spawn_tasks(
         registry=registry,
         settings=kopf_settings,
         memo=OperatorContext(settings=settings),
@@ -76,3 +87,4 @@ async def run_operator(
         stop_flag=stop_flag,
         ready_flag=ready_flag,
     )
+    await kopf.run_tasks(tasks, ignored=ignored)

@@ -1,0 +1,17 @@
+"""Suite-wide configuration: tier markers follow the folder a test lives in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+TIERS = {"unit", "integration", "e2e", "resilience"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with its tier (``unit``, ``integration``, ...) from its folder."""
+    for item in items:
+        parts = Path(str(item.fspath)).parts
+        for tier in TIERS & set(parts):
+            item.add_marker(getattr(pytest.mark, tier))

@@ -1,0 +1,57 @@
+"""Fixtures for the integration tier: the KMock emulator and the real kopf operator loop."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import kmock
+import pytest
+
+from craft_operator.api import crd, models
+from craft_operator.config import Settings
+from tests.support.emulator import KubeEmulator, declare_core_resources
+from tests.support.operator import running_operator
+from tests.support.schemas import core_schema_validator
+
+SANDBOXES = kmock.resource(models.GROUP, models.VERSION, models.PLURAL)
+
+
+def declare_craft_resources(emulator: KubeEmulator) -> None:
+    """Serve the CraftSandbox resource in discovery exactly as the generated CRD defines it."""
+    names = crd.build_crd()["spec"]["names"]
+    emulator.declare(
+        SANDBOXES,
+        kmock.ResourceInfo(
+            kind=names["kind"],
+            singular=names["singular"],
+            namespaced=True,
+            verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+            shortnames=set(names["shortNames"]),
+            categories=set(names["categories"]),
+            subresources={"status"},
+        ),
+    )
+
+
+@pytest.fixture
+async def emulator() -> AsyncIterator[KubeEmulator]:
+    """A running Kubernetes API emulator with the core resources and the CraftSandbox CRD."""
+    async with KubeEmulator() as handler, kmock.Server(handler):
+        declare_core_resources(handler)
+        declare_craft_resources(handler)
+        handler.validators.append(core_schema_validator)
+        yield handler
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    """Operator settings for a test: a private state dir and SQLite database."""
+    return Settings(state_dir=tmp_path / "state", server_url="http://onyx.invalid:8080")
+
+
+@pytest.fixture
+async def operator(emulator: KubeEmulator, settings: Settings) -> AsyncIterator[None]:
+    """The real operator loop, running against the emulator until the test ends."""
+    async with running_operator(str(emulator.url).rstrip("/"), settings):
+        yield

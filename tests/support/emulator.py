@@ -1,0 +1,558 @@
+"""KMock's Kubernetes emulator, extended with the API-server behaviour the operator relies on.
+
+``kmock.KubernetesEmulator`` stores objects and serves list/watch/get/create/patch/delete, but
+it merges every write blindly and scans every stored object on each request. A real API
+server does more, and kopf (and our operator) depend on it. This module adds, in one place:
+
+- ``metadata.uid``, ``resourceVersion`` (one global counter), ``generation`` (bumped only when
+  something outside ``metadata`` and ``status`` changes), ``creationTimestamp``,
+  ``metadata.namespace`` taken from the URL, and ``generateName``;
+- the ``status`` subresource: writes to the object ignore ``status``, writes to ``/status``
+  change nothing else;
+- JSON merge patches, JSON patches with ``test`` ops (kopf's finalizer updates rely on a
+  failed ``test`` answering 422), and ``PUT`` with optimistic concurrency (409 on a stale
+  ``resourceVersion``);
+- label selectors on list and watch, and watches that resume from a ``resourceVersion``
+  (410 Gone when it is too old) and end after ``timeoutSeconds``;
+- finalizers and ``deletionTimestamp``; garbage collection of dependents by
+  ``ownerReferences`` when their owner goes away;
+- pods' immutable spec (only the image may change), as the real API server enforces;
+- validation hooks (e.g. the Kubernetes OpenAPI schemas, the CRD schema and its CEL rules)
+  that reject a write with 422, so tests see what the real server would refuse;
+- an index by resource and namespace, so a request does not scan every stored object
+  (kmock's own lookups are linear, which dominates at thousands of objects);
+- ``before_request`` hooks, the place where fault injection plugs in.
+
+Objects still live in kmock's ``objects`` array, so kmock's assertions and per-object
+history (``emulator.objects[resource, ns, name].history``) keep working.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import copy
+import datetime
+import itertools
+import re
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+import aiohttp.web
+import jsonpatch
+import kmock
+from kmock._internal import apps, enums, k8s_dicts, rendering
+
+Resource = kmock.resource
+Key = tuple[Resource, str | None, str]
+Validator = Callable[[Resource, Mapping[str, Any], Mapping[str, Any] | None], list[str]]
+RequestHook = Callable[[rendering.Request], Awaitable[aiohttp.web.StreamResponse | None]]
+
+EVENT_LOG_SIZE = 20_000
+_METADATA_ONLY_KEYS = {"metadata", "status"}
+
+
+class Invalid(kmock.KubernetesError):
+    """422: the object does not pass validation."""
+
+
+def _error(status: int, reason: str, message: str) -> kmock.KubernetesError:
+    return kmock.KubernetesError(status=status, reason=reason, message=message, details={})
+
+
+def _now() -> str:
+    return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: dicts merge recursively, ``null`` removes, the rest replaces."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = _merge_patch(result.get(key), value)
+    return result
+
+
+def _content(obj: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in obj.items() if key not in _METADATA_ONLY_KEYS}
+
+
+_SELECTOR_TERM = re.compile(
+    r"^\s*(?P<key>[^\s!=,()]+)\s*"
+    r"(?:(?P<op>==|=|!=)\s*(?P<value>[^\s,()]*)|\s+(?P<setop>in|notin)\s*\((?P<values>[^)]*)\))?\s*$"
+)
+
+
+def parse_label_selector(text: str) -> Callable[[Mapping[str, str]], bool]:
+    """A predicate over labels for a Kubernetes label selector string."""
+    checks: list[Callable[[Mapping[str, str]], bool]] = []
+    for term in _split_selector(text):
+        if term.startswith("!"):
+            key = term[1:].strip()
+            checks.append(lambda labels, key=key: key not in labels)
+            continue
+        match = _SELECTOR_TERM.match(term)
+        if not match:
+            raise _error(400, "BadRequest", f"unable to parse label selector term {term!r}")
+        key, op, value, setop = match["key"], match["op"], match["value"], match["setop"]
+        if op in ("=", "=="):
+            checks.append(lambda labels, k=key, v=value: labels.get(k) == v)
+        elif op == "!=":
+            checks.append(lambda labels, k=key, v=value: labels.get(k) != v)
+        elif setop:
+            values = {item.strip() for item in match["values"].split(",") if item.strip()}
+            if setop == "in":
+                checks.append(lambda labels, k=key, vs=values: labels.get(k) in vs)
+            else:
+                checks.append(lambda labels, k=key, vs=values: labels.get(k) not in vs)
+        else:
+            checks.append(lambda labels, k=key: k in labels)
+    return lambda labels: all(check(labels) for check in checks)
+
+
+def _split_selector(text: str) -> list[str]:
+    terms, depth, current = [], 0, ""
+    for char in text:
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        if char == "," and depth == 0:
+            terms.append(current)
+            current = ""
+        else:
+            current += char
+    if current.strip():
+        terms.append(current)
+    return [term.strip() for term in terms if term.strip()]
+
+
+class _Watch:
+    def __init__(
+        self, namespace: str | None, selector: Callable[[Mapping[str, str]], bool] | None
+    ) -> None:
+        self.namespace = namespace
+        self.selector = selector
+        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+    def wants(self, obj: Mapping[str, Any]) -> bool:
+        meta = obj.get("metadata", {})
+        if self.namespace is not None and meta.get("namespace") != self.namespace:
+            return False
+        return self.selector is None or self.selector(meta.get("labels") or {})
+
+
+class KubeEmulator(kmock.KubernetesEmulator):
+    """A stateful Kubernetes API emulator with the server behaviour described in the module."""
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self._rv = itertools.count(1)
+        self._last_rv = 0
+        self._index: dict[Resource, dict[tuple[str | None, str], k8s_dicts.Object]] = (
+            collections.defaultdict(dict)
+        )
+        self._dependents: dict[str, set[Key]] = collections.defaultdict(set)
+        self._watches: dict[Resource, set[_Watch]] = collections.defaultdict(set)
+        self._events: dict[Resource, collections.deque[tuple[int, dict[str, Any]]]] = (
+            collections.defaultdict(lambda: collections.deque(maxlen=EVENT_LOG_SIZE))
+        )
+        self.validators: list[Validator] = []
+        self.before_request: list[RequestHook] = []
+        #: Keep every version of every object (kmock's history) or only the latest.
+        self.keep_history = True
+
+    # -- public helpers for tests -------------------------------------------------------------
+
+    def declare(self, resource: Resource | str, info: kmock.ResourceInfo) -> None:
+        """Serve ``resource`` in discovery with ``info`` (kind, namespaced, verbs, ...)."""
+        self.resources[resource if isinstance(resource, Resource) else Resource(resource)] = info
+
+    def get(self, resource: Resource | str, namespace: str | None, name: str) -> dict[str, Any]:
+        """The stored object, or raise ``KeyError``."""
+        obj = self._index[self._resource(resource)].get((namespace, name))
+        if obj is None or obj.deleted:
+            raise KeyError((str(resource), namespace, name))
+        return copy.deepcopy(obj.raw)
+
+    def find(
+        self, resource: Resource | str, namespace: str | None, name: str
+    ) -> dict[str, Any] | None:
+        """The stored object, or ``None``."""
+        try:
+            return self.get(resource, namespace, name)
+        except KeyError:
+            return None
+
+    def list(self, resource: Resource | str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """All stored objects of ``resource`` (in ``namespace``, if given)."""
+        return [copy.deepcopy(obj.raw) for obj in self._select(self._resource(resource), namespace)]
+
+    def history(self, resource: Resource | str, namespace: str | None, name: str) -> int:
+        """How many versions the object has had (creations and writes, incl. deletions)."""
+        obj = self._index[self._resource(resource)].get((namespace, name))
+        return 0 if obj is None else len(obj.history)
+
+    def create(self, resource: Resource | str, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create an object as a client would (validation, watch events and all)."""
+        namespace = obj.get("metadata", {}).get("namespace")
+        return self._create(self._resource(resource), namespace, obj)
+
+    def patch(
+        self,
+        resource: Resource | str,
+        namespace: str | None,
+        name: str,
+        patch: Mapping[str, Any],
+        *,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        """Merge-patch an object as a client would (``subresource='status'`` for status)."""
+        return self._update(self._resource(resource), namespace, name, patch, subresource, "merge")
+
+    def remove(self, resource: Resource | str, namespace: str | None, name: str) -> dict[str, Any]:
+        """Delete an object as a client would (finalizers are respected)."""
+        return self._delete(self._resource(resource), namespace, name)
+
+    # -- request handling ---------------------------------------------------------------------
+
+    def _resource(self, resource: Resource | str) -> Resource:
+        return resource if isinstance(resource, Resource) else Resource(resource)
+
+    async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        for hook in list(self.before_request):
+            response = await hook(request)
+            if response is not None:
+                return response
+        # Skip kmock's own state-keeping (KubernetesEmulator._handle); ours is in _serve_*.
+        return await apps.RawHandler._handle(self, request)
+
+    def _has_status(self, resource: Resource) -> bool:
+        info = self.resources.get(resource) if resource in self.resources else None
+        return bool(info is not None and "status" in info.subresources)
+
+    def _notify(self, resource: Resource, kind: str, obj: Mapping[str, Any]) -> None:
+        event = {"type": kind, "object": copy.deepcopy(dict(obj))}
+        rv = int(obj.get("metadata", {}).get("resourceVersion", "0") or 0)
+        self._events[resource].append((rv, event))
+        for watch in list(self._watches[resource]):
+            if watch.wants(obj):
+                watch.queue.put_nowait(event)
+
+    def _next_rv(self) -> str:
+        self._last_rv = next(self._rv)
+        return str(self._last_rv)
+
+    def _validate(
+        self, resource: Resource, obj: Mapping[str, Any], old: Mapping[str, Any] | None
+    ) -> None:
+        problems: list[str] = []
+        for validator in self.validators:
+            problems.extend(validator(resource, obj, old))
+        if problems:
+            kind = obj.get("kind", resource.plural)
+            name = obj.get("metadata", {}).get("name", "")
+            raise _error(422, "Invalid", f'{kind} "{name}" is invalid: ' + "; ".join(problems))
+
+    def _store(self, resource: Resource, key: Key, raw: dict[str, Any]) -> None:
+        existing = self._index[resource].get((key[1], key[2]))
+        if existing is None:
+            self.objects[key] = raw
+            self._index[resource][(key[1], key[2])] = self.objects[key]
+        else:
+            existing.create(raw)  # appends a new version: kmock keeps the history
+        if not self.keep_history:
+            obj = self._index[resource][(key[1], key[2])]
+            del obj.history[:-1]
+        for ref in raw.get("metadata", {}).get("ownerReferences") or []:
+            if ref.get("uid"):
+                self._dependents[ref["uid"]].add(key)
+
+    def _create(
+        self, resource: Resource, namespace: str | None, data: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        if not isinstance(data, Mapping):
+            raise _error(400, "BadRequest", "the request body must be a JSON object")
+        obj = copy.deepcopy(dict(data))
+        meta = obj.setdefault("metadata", {})
+        if namespace is not None:
+            if meta.get("namespace") not in (None, namespace):
+                raise _error(
+                    400, "BadRequest", "the namespace of the object does not match the URL"
+                )
+            meta["namespace"] = namespace
+        if not meta.get("name"):
+            if not meta.get("generateName"):
+                raise _error(422, "Invalid", "metadata.name or metadata.generateName is required")
+            meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+        key: Key = (resource, meta.get("namespace"), meta["name"])
+        existing = self._index[resource].get((key[1], key[2]))
+        if existing is not None and not existing.deleted:
+            raise _error(409, "AlreadyExists", f'{resource.plural} "{meta["name"]}" already exists')
+        if self._has_status(resource):
+            obj.pop("status", None)
+        meta["uid"] = str(uuid.uuid4())
+        meta["generation"] = 1
+        meta["creationTimestamp"] = _now()
+        meta.pop("deletionTimestamp", None)
+        self._validate(resource, obj, None)
+        meta["resourceVersion"] = self._next_rv()
+        self._store(resource, key, obj)
+        self._notify(resource, "ADDED", obj)
+        return obj
+
+    def _update(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        data: Any,
+        subresource: str | None,
+        style: str,
+    ) -> dict[str, Any]:
+        stored = self._index[resource].get((namespace, name))
+        if stored is None or stored.deleted:
+            raise _error(404, "NotFound", f'{resource.plural} "{name}" not found')
+        old = copy.deepcopy(stored.raw)
+        if style == "json":
+            try:
+                new = jsonpatch.apply_patch(old, data, in_place=False)
+            except jsonpatch.JsonPatchTestFailed as exc:
+                raise _error(422, "Invalid", f"the JSON patch test failed: {exc}") from None
+            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+                raise _error(422, "Invalid", f"the JSON patch cannot be applied: {exc}") from None
+        elif style == "replace":
+            expected = (data.get("metadata") or {}).get("resourceVersion")
+            if expected and expected != old["metadata"]["resourceVersion"]:
+                raise _error(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on {resource.plural} "{name}": the object '
+                    "has been modified; please apply your changes to the latest version",
+                )
+            new = copy.deepcopy(dict(data))
+        else:
+            expected = (data.get("metadata") or {}).get("resourceVersion")
+            if expected and expected != old["metadata"]["resourceVersion"]:
+                raise _error(409, "Conflict", f'{resource.plural} "{name}": stale resourceVersion')
+            new = _merge_patch(old, data)
+
+        if self._has_status(resource):
+            if subresource == "status":
+                new = {**old, "status": new.get("status")}
+                if new["status"] is None:
+                    new.pop("status")
+            else:
+                new.pop("status", None)
+                if "status" in old:
+                    new["status"] = old["status"]
+        meta = new.setdefault("metadata", {})
+        # The server owns these; a client cannot change them.
+        for field in ("uid", "creationTimestamp", "namespace", "name", "deletionTimestamp"):
+            if field in old["metadata"]:
+                meta[field] = old["metadata"][field]
+            else:
+                meta.pop(field, None)
+        meta["generation"] = old["metadata"].get("generation", 1)
+        if _content(new) != _content(old):
+            meta["generation"] += 1
+            if resource == Resource("v1/pods"):
+                _check_pod_update(old, new)
+        meta["resourceVersion"] = old["metadata"]["resourceVersion"]
+        if new == old:
+            return new  # a no-op write does not bump resourceVersion or notify, like the server
+        self._validate(resource, new, old)
+        meta["resourceVersion"] = self._next_rv()
+        key: Key = (resource, namespace, name)
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            self._store(resource, key, new)
+            self._finalize(resource, key)
+            return new
+        self._store(resource, key, new)
+        self._notify(resource, "MODIFIED", new)
+        return new
+
+    def _delete(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any]:
+        stored = self._index[resource].get((namespace, name))
+        if stored is None or stored.deleted:
+            raise _error(404, "NotFound", f'{resource.plural} "{name}" not found')
+        obj = copy.deepcopy(stored.raw)
+        key: Key = (resource, namespace, name)
+        meta = obj["metadata"]
+        if meta.get("finalizers"):
+            if not meta.get("deletionTimestamp"):
+                meta["deletionTimestamp"] = _now()
+                meta["resourceVersion"] = self._next_rv()
+                self._store(resource, key, obj)
+                self._notify(resource, "MODIFIED", obj)
+            return obj
+        self._finalize(resource, key)
+        return obj
+
+    def _finalize(self, resource: Resource, key: Key) -> None:
+        stored = self._index[resource][(key[1], key[2])]
+        raw = copy.deepcopy(stored.raw)
+        raw["metadata"]["resourceVersion"] = self._next_rv()
+        stored.delete()
+        if not self.keep_history:
+            del stored.history[:-1]
+        self._notify(resource, "DELETED", raw)
+        self._collect_dependents(raw["metadata"].get("uid"))
+
+    def _collect_dependents(self, owner_uid: str | None) -> None:
+        """Garbage-collect objects whose only owners are gone (background propagation)."""
+        if not owner_uid:
+            return
+        for key in sorted(self._dependents.pop(owner_uid, set()), key=str):
+            resource, namespace, name = key
+            stored = self._index[resource].get((namespace, name))
+            if stored is None or stored.deleted:
+                continue
+            refs = stored.raw.get("metadata", {}).get("ownerReferences") or []
+            if any(ref.get("uid") == owner_uid for ref in refs):
+                self._delete(resource, namespace, name)
+
+    def _select(self, resource: Resource, namespace: str | None) -> Iterable[k8s_dicts.Object]:
+        for (obj_namespace, _), obj in self._index[resource].items():
+            if obj.deleted:
+                continue
+            if namespace is None or obj_namespace == namespace:
+                yield obj
+
+    def _known(self, request: rendering.Request) -> Resource:
+        resource = request.resource
+        if resource is None or resource not in self.resources:
+            raise kmock.KubernetesResourceNotFoundError()
+        return resource
+
+    # -- kmock's fallback handlers, replaced ----------------------------------------------------
+
+    async def _serve_list(self, request: rendering.Request) -> rendering.Payload:
+        resource = self._known(request)
+        selector = request.params.get("labelSelector")
+        wants = parse_label_selector(selector) if selector else None
+        items = [
+            copy.deepcopy(obj.raw)
+            for obj in self._select(resource, request.namespace)
+            if wants is None or wants(obj.raw.get("metadata", {}).get("labels") or {})
+        ]
+        info = self.resources[resource]
+        return {
+            "apiVersion": resource.group + "/" + resource.version
+            if resource.group
+            else resource.version,
+            "kind": f"{info.kind}List" if info.kind else "List",
+            "metadata": {"resourceVersion": str(self._last_rv)},
+            "items": items,
+        }
+
+    async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[rendering.Payload]:
+        resource = self._known(request)
+        yield b""  # send the headers now: the stream is open even if nothing happens
+        selector = request.params.get("labelSelector")
+        watch = _Watch(request.namespace, parse_label_selector(selector) if selector else None)
+        since = request.params.get("resourceVersion")
+        timeout = float(request.params.get("timeoutSeconds") or 0) or None
+        backlog: list[dict[str, Any]]
+        if since and since != "0":
+            log = self._events[resource]
+            if log and int(since) < log[0][0] - 1 and len(log) == log.maxlen:
+                yield {
+                    "type": "ERROR",
+                    "object": {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "status": "Failure",
+                        "code": 410,
+                        "reason": "Expired",
+                        "message": f"too old resource version: {since}",
+                    },
+                }
+                return
+            backlog = [event for rv, event in log if rv > int(since)]
+            backlog = [event for event in backlog if watch.wants(event["object"])]
+        else:
+            backlog = [
+                {"type": "ADDED", "object": copy.deepcopy(obj.raw)}
+                for obj in self._select(resource, request.namespace)
+                if watch.wants(obj.raw)
+            ]
+        self._watches[resource].add(watch)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        try:
+            for event in backlog:
+                yield event
+            while True:
+                remaining = None if deadline is None else deadline - loop.time()
+                if remaining is not None and remaining <= 0:
+                    return
+                try:
+                    event = await asyncio.wait_for(watch.queue.get(), remaining)
+                except TimeoutError:
+                    return
+                yield event
+        finally:
+            self._watches[resource].discard(watch)
+
+    async def _serve_fetch(self, request: rendering.Request) -> rendering.Payload:
+        resource = self._known(request)
+        assert request.name is not None
+        stored = self._index[resource].get((request.namespace, request.name))
+        if stored is None or stored.deleted:
+            raise _error(404, "NotFound", f'{resource.plural} "{request.name}" not found')
+        return copy.deepcopy(stored.raw)
+
+    async def _serve_create(self, request: rendering.Request) -> rendering.Payload:
+        resource = self._known(request)
+        return self._create(resource, request.namespace, request.data)
+
+    async def _serve_update(self, request: rendering.Request) -> rendering.Payload:
+        resource = self._known(request)
+        assert request.name is not None
+        content_type = request.headers.get("Content-Type", "")
+        if request.method == enums.method.PUT:
+            style = "replace"
+        elif "json-patch" in content_type:
+            style = "json"
+        elif "merge-patch" in content_type or "strategic-merge-patch" in content_type:
+            style = "merge"
+        else:
+            raise _error(415, "UnsupportedMediaType", f"unsupported patch type {content_type!r}")
+        return self._update(
+            resource, request.namespace, request.name, request.data, request.subresource, style
+        )
+
+    async def _serve_delete(self, request: rendering.Request) -> rendering.Payload:
+        resource = self._known(request)
+        if request.name is None:
+            raise _error(405, "MethodNotAllowed", "collection deletion is not emulated")
+        return self._delete(resource, request.namespace, request.name)
+
+
+def _check_pod_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+    """The API server forbids changing a pod's spec except images (and a few more fields)."""
+    old_spec = copy.deepcopy(dict(old.get("spec") or {}))
+    new_spec = copy.deepcopy(dict(new.get("spec") or {}))
+    for spec in (old_spec, new_spec):
+        for container in spec.get("containers", []) + spec.get("initContainers", []):
+            container.pop("image", None)
+        spec.pop("activeDeadlineSeconds", None)
+        spec.pop("tolerations", None)
+    if old_spec != new_spec:
+        raise _error(
+            422,
+            "Invalid",
+            "Pod is invalid: spec: Forbidden: pod updates may not change fields other than "
+            "`spec.containers[*].image`, `spec.activeDeadlineSeconds` or `spec.tolerations`",
+        )
+
+
+def declare_core_resources(emulator: KubeEmulator) -> None:
+    """Serve the built-in Kubernetes resources in discovery (pods, secrets, jobs, ...)."""
+    emulator.resources.load_bundled()

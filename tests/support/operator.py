@@ -1,0 +1,87 @@
+"""Run the real kopf operator loop in-process against an emulated API server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import kopf
+
+from craft_operator.config import Settings
+from craft_operator.runtime import run_operator
+
+
+@contextlib.asynccontextmanager
+async def running_operator(
+    server_url: str, settings: Settings, *, startup_timeout: float = 20.0
+) -> AsyncIterator[asyncio.Task[None]]:
+    """Start the operator against ``server_url``; stop it cleanly on exit (or fail loudly)."""
+    stop_flag = asyncio.Event()
+    ready_flag = asyncio.Event()
+    foreign: set[asyncio.Task[Any]] = set()
+
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return kopf.ConnectionInfo(server=server_url, insecure=True)
+
+    task = asyncio.create_task(
+        run_operator(
+            settings,
+            standalone=True,
+            login=login,
+            stop_flag=stop_flag,
+            ready_flag=ready_flag,
+            foreign_tasks=foreign,
+        ),
+        name="craft-operator",
+    )
+    ready = asyncio.create_task(ready_flag.wait())
+    await asyncio.wait({task, ready}, timeout=startup_timeout, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        ready.cancel()
+        task.result()  # re-raise why the operator died
+        raise RuntimeError("the operator exited during start-up")
+    if not ready.done():
+        ready.cancel()
+        task.cancel()
+        raise TimeoutError("the operator did not become ready")
+    try:
+        yield task
+    finally:
+        # kopf cancels, on shutdown, every task it did not see start; this teardown task is
+        # not the operator's, so say so before asking it to stop.
+        current = asyncio.current_task()
+        if current is not None:
+            foreign.add(current)
+        stop_flag.set()
+        try:
+            await asyncio.wait_for(task, timeout=30)
+        except TimeoutError:
+            raise TimeoutError("the operator did not stop within 30 seconds") from None
+
+
+async def eventually(
+    check: Callable[[], Any], *, within: float = 10.0, interval: float = 0.02, what: str = ""
+) -> Any:
+    """Poll ``check`` until it returns something truthy (returned); fail after ``within`` s."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    last_error: Exception | None = None
+    while True:
+        try:
+            result = check()
+            if result:
+                return result
+        except (KeyError, AssertionError) as exc:
+            last_error = exc
+        if loop.time() > deadline:
+            detail = f": {last_error!r}" if last_error else ""
+            raise AssertionError(f"timed out waiting for {what or check!r}{detail}")
+        await asyncio.sleep(interval)
+
+
+def quiet_kopf_logs() -> None:
+    """Keep kopf's per-object debug chatter out of test output unless asked for."""
+    logging.getLogger("kopf").setLevel(logging.INFO)
