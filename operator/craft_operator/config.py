@@ -107,6 +107,13 @@ class Settings(BaseSettings):
         description="Namespace the operator runs in (for peering and its own Secrets).",
         pattern=DNS_LABEL_PATTERN,
     )
+    skill_template_configmap: str | None = Field(
+        default=None,
+        description=(
+            "ConfigMap with a custom company-search SKILL.md template, as namespace/name "
+            "(key SKILL.md.j2). Unset: the built-in template."
+        ),
+    )
 
     @field_validator("namespaces", mode="before")
     @classmethod
@@ -123,6 +130,21 @@ class Settings(BaseSettings):
                 raise ValueError(f"{namespace!r} is not a valid namespace name")
         return value
 
+    @field_validator("skill_template_configmap")
+    @classmethod
+    def _check_configmap_ref(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        namespace, _, name = value.partition("/")
+        if not (
+            re.match(DNS_LABEL_PATTERN, namespace)
+            and len(namespace) <= 63
+            and re.match(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", name)
+            and len(name) <= 253
+        ):
+            raise ValueError("must be namespace/name of a ConfigMap, e.g. craft-system/skill")
+        return value
+
     @field_validator("sandbox_resources")
     @classmethod
     def _check_resources(cls, value: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
@@ -137,6 +159,14 @@ class Settings(BaseSettings):
             url = f"sqlite:///{self.state_dir / 'craft-operator.db'}"
             object.__setattr__(self, "database_url", SecretStr(url))
         return self
+
+    @property
+    def skill_template_configmap_ref(self) -> tuple[str, str] | None:
+        """The custom SKILL.md template's ConfigMap as (namespace, name), or None."""
+        if self.skill_template_configmap is None:
+            return None
+        namespace, _, name = self.skill_template_configmap.partition("/")
+        return namespace, name
 
     @property
     def database_url_value(self) -> str:

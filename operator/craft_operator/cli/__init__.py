@@ -9,6 +9,7 @@ import click
 
 from craft_operator import __version__
 from craft_operator.cli.crd import crd
+from craft_operator.cli.render_skill import render_skill_command
 from craft_operator.cli.run import run
 
 
@@ -23,3 +24,4 @@ def main() -> None:
 
 main.add_command(run)
 main.add_command(crd)
+main.add_command(render_skill_command)

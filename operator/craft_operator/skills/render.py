@@ -1,0 +1,129 @@
+"""Render the company-search SKILL.md from a sandbox's ``spec.sources``.
+
+:func:`render_skill` is pure: the reconciler passes the sources (and, when the platform
+team configured one, the custom template text) and writes the result into the
+``<name>-skills`` ConfigMap only when :attr:`RenderedSkill.content_hash` changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from craft_operator.api.models import Source
+from craft_operator.skills.catalog import fallback_display_name, is_internal, lookup
+from craft_operator.skills.sanitize import (
+    ELLIPSIS,
+    MAX_DESCRIPTION_CHARS,
+    MAX_SCOPE_CHARS,
+    identifier_text,
+    inline_text,
+)
+from craft_operator.skills.template import builtin_template, run_template
+
+#: How many scope examples a source line shows before the ellipsis.
+MAX_SCOPE_EXAMPLES = 5
+
+
+@dataclass(frozen=True, slots=True)
+class SkillSource:
+    """One source as the template sees it; every text field is already sanitized."""
+
+    name: str
+    display_name: str
+    description: str
+    scopes: tuple[str, ...]
+    more_scopes: bool
+    known: bool
+
+    @property
+    def line(self) -> str:
+        """The source's list item: ``- `name` — description (for example: a, b, …)``."""
+        text = f"- `{self.name}` — {self.description}"
+        if self.scopes:
+            examples = ", ".join(self.scopes) + (f", {ELLIPSIS}" if self.more_scopes else "")
+            text = f"{text.removesuffix('.')} (for example: {examples})"
+        return text
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedSkill:
+    """A rendered SKILL.md and what the reconciler records about it."""
+
+    text: str
+    content_hash: str
+    source_count: int
+    unknown_sources: tuple[str, ...]
+
+
+def _scope_examples(scopes: Sequence[str] | None) -> tuple[tuple[str, ...], bool]:
+    cleaned: list[str] = []
+    for scope in scopes or ():
+        text = inline_text(scope, limit=MAX_SCOPE_CHARS)
+        if text and text not in cleaned:
+            cleaned.append(text)
+    return tuple(cleaned[:MAX_SCOPE_EXAMPLES]), len(cleaned) > MAX_SCOPE_EXAMPLES
+
+
+def skill_source(source: Source) -> SkillSource:
+    """Describe ``source`` for the template: spec description, else catalog, else its name."""
+    name = identifier_text(source.name)
+    entry = lookup(name)
+    display_name = entry.display_name if entry else fallback_display_name(name)
+    description = inline_text(source.description or "", limit=MAX_DESCRIPTION_CHARS)
+    if not description:
+        description = entry.description if entry else display_name
+    scopes, more_scopes = _scope_examples(source.scopes)
+    return SkillSource(
+        name=name,
+        display_name=display_name,
+        description=description,
+        scopes=scopes,
+        more_scopes=more_scopes,
+        known=entry is not None,
+    )
+
+
+def listed_sources(sources: Sequence[Source]) -> list[SkillSource]:
+    """The sources SKILL.md lists: first occurrence of each name, no internal ones, sorted."""
+    chosen: dict[str, SkillSource] = {}
+    for source in sources:
+        item = skill_source(source)
+        if item.name and not is_internal(item.name) and item.name not in chosen:
+            chosen[item.name] = item
+    return [chosen[name] for name in sorted(chosen)]
+
+
+def _unknown_names(sources: Sequence[Source]) -> tuple[str, ...]:
+    unknown: set[str] = set()
+    for source in sources:
+        name = identifier_text(source.name)
+        if name and (is_internal(name) or lookup(name) is not None):
+            continue
+        # Reported in events and logs: keep it printable and short whatever was sent.
+        unknown.add(inline_text(source.name, limit=64) or repr(source.name)[:64])
+    return tuple(sorted(unknown))
+
+
+def render_skill(sources: Sequence[Source], *, template: str | None = None) -> RenderedSkill:
+    """Render SKILL.md for ``sources`` with the built-in template or the given ``template``.
+
+    Unknown identifiers are rendered by name and reported in ``unknown_sources`` (so the
+    reconciler can emit a warning event). Raises
+    :class:`~craft_operator.skills.template.SkillTemplateError` when the template cannot
+    be compiled or rendered; the reconciler then keeps the last good rendering.
+    """
+    items = listed_sources(sources)
+    context = {
+        "sources": tuple(items),
+        "source_count": len(items),
+        "source_names": tuple(item.name for item in items),
+    }
+    text = run_template(builtin_template() if template is None else template, context)
+    return RenderedSkill(
+        text=text,
+        content_hash=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        source_count=len(items),
+        unknown_sources=_unknown_names(sources),
+    )

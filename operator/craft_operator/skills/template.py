@@ -1,0 +1,142 @@
+"""Load, compile and run the company-search SKILL.md template in a Jinja2 sandbox.
+
+The built-in template ships in the package (``company-search/SKILL.md.j2``). A platform
+team may replace it with a ConfigMap (setting ``CRAFT_SKILL_TEMPLATE_CONFIGMAP``, key
+:data:`TEMPLATE_CONFIGMAP_KEY`); the reconciler fetches the ConfigMap and passes its text in.
+Every template, built-in or custom, runs in an immutable sandbox with autoescaping off (the
+output is Markdown, and values are sanitized before they reach the template), undefined
+names are errors, and any failure becomes a :class:`SkillTemplateError`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any
+
+import jinja2
+import yaml
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+#: The ConfigMap key that holds a custom template.
+TEMPLATE_CONFIGMAP_KEY = "SKILL.md.j2"
+#: The skill's name, required in the front matter of every rendering.
+SKILL_NAME = "company-search"
+#: Largest rendering accepted (a ConfigMap holds at most 1 MiB).
+MAX_RENDERED_CHARS = 256 * 1024
+
+_BUILTIN_TEMPLATE = ("company-search", "SKILL.md.j2")
+
+
+class SkillTemplateError(Exception):
+    """The SKILL.md template cannot be compiled or rendered; the message says why."""
+
+
+@functools.cache
+def builtin_template() -> str:
+    """The text of the template shipped in the package."""
+    path = resources.files(__package__ or "craft_operator.skills").joinpath(*_BUILTIN_TEMPLATE)
+    return path.read_text(encoding="utf-8")
+
+
+def _environment() -> jinja2.Environment:
+    # Autoescape is off on purpose: the output is Markdown, where HTML entities would garble
+    # the text; untrusted values are made inert by craft_operator.skills.sanitize instead.
+    return ImmutableSandboxedEnvironment(
+        autoescape=False,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def compile_template(text: str) -> jinja2.Template:
+    """Compile template ``text`` in the sandbox; raise :class:`SkillTemplateError` if invalid."""
+    try:
+        return _environment().from_string(text)
+    except jinja2.TemplateSyntaxError as exc:
+        raise SkillTemplateError(
+            f"{SKILL_NAME} template has a syntax error on line {exc.lineno}: {exc.message}"
+        ) from None
+    except jinja2.TemplateError as exc:
+        raise SkillTemplateError(f"{SKILL_NAME} template is invalid: {exc}") from None
+
+
+def run_template(text: str, context: Mapping[str, Any]) -> str:
+    """Render template ``text`` with ``context`` and check the result is a usable SKILL.md.
+
+    Raises :class:`SkillTemplateError` when the template does not compile, fails while
+    rendering (undefined name, unsafe attribute, any runtime error), produces more than
+    :data:`MAX_RENDERED_CHARS`, or lacks front matter with ``name: company-search`` and a
+    description.
+    """
+    template = compile_template(text)
+    parts: list[str] = []
+    size = 0
+    try:
+        for chunk in template.generate(**context):
+            size += len(chunk)
+            if size > MAX_RENDERED_CHARS:
+                raise SkillTemplateError(
+                    f"{SKILL_NAME} template output exceeds {MAX_RENDERED_CHARS} characters"
+                )
+            parts.append(chunk)
+    except SkillTemplateError:
+        raise
+    except jinja2.TemplateError as exc:
+        raise SkillTemplateError(f"{SKILL_NAME} template failed to render: {exc}") from None
+    except Exception as exc:
+        # A custom template can fail in arbitrary ways (division by zero, bad filter
+        # arguments); every one of them must reach the reconciler as one typed error.
+        raise SkillTemplateError(
+            f"{SKILL_NAME} template failed to render: {type(exc).__name__}: {exc}"
+        ) from None
+    rendered = "".join(parts).rstrip("\n") + "\n"
+    check_front_matter(rendered)
+    return rendered
+
+
+def check_front_matter(text: str) -> None:
+    """Raise :class:`SkillTemplateError` unless ``text`` opens with the skill's front matter.
+
+    Agents discover skills by this block: it must be the first thing in the file, fenced by
+    ``---`` lines, and be a YAML mapping with ``name: company-search`` and a non-empty
+    one-line ``description``.
+    """
+    lines = text.split("\n")
+    if not lines or lines[0] != "---":
+        raise SkillTemplateError(f"{SKILL_NAME} template output must start with a '---' line")
+    try:
+        end = lines.index("---", 1)
+    except ValueError:
+        raise SkillTemplateError(
+            f"{SKILL_NAME} template output has no closing '---' after its front matter"
+        ) from None
+    try:
+        meta = yaml.safe_load("\n".join(lines[1:end]))
+    except yaml.YAMLError:
+        raise SkillTemplateError(f"{SKILL_NAME} template front matter is not valid YAML") from None
+    if not isinstance(meta, dict) or meta.get("name") != SKILL_NAME:
+        raise SkillTemplateError(f"{SKILL_NAME} template front matter must set name: {SKILL_NAME}")
+    description = meta.get("description")
+    if not isinstance(description, str) or not description.strip() or "\n" in description:
+        raise SkillTemplateError(
+            f"{SKILL_NAME} template front matter must set a one-line description"
+        )
+
+
+def template_from_configmap(data: Mapping[str, str] | None, *, reference: str) -> str:
+    """The custom template held in a ConfigMap's ``data`` (``reference`` is namespace/name).
+
+    Raises :class:`SkillTemplateError` when the key :data:`TEMPLATE_CONFIGMAP_KEY` is
+    missing or empty.
+    """
+    text = (data or {}).get(TEMPLATE_CONFIGMAP_KEY)
+    if text is None:
+        raise SkillTemplateError(f"ConfigMap {reference} has no key {TEMPLATE_CONFIGMAP_KEY}")
+    if not text.strip():
+        raise SkillTemplateError(f"ConfigMap {reference} key {TEMPLATE_CONFIGMAP_KEY} is empty")
+    return text
