@@ -68,8 +68,9 @@ Duration = Annotated[
     timedelta,
     BeforeValidator(_coerce),
     PlainSerializer(format_duration, return_type=str),
-    WithJsonSchema(
-        {"type": "string", "pattern": DURATION_PATTERN, "maxLength": MAX_DURATION_LENGTH}
-    ),
+    # No schema ``pattern``: a pattern failure does not stop the API server from running the
+    # field's CEL rules, whose duration() call would then fail with a second, cryptic error.
+    # Each duration field checks its format in CEL instead (models.duration_rules).
+    WithJsonSchema({"type": "string", "maxLength": MAX_DURATION_LENGTH}),
 ]
 """A duration field: a string like ``30m`` on the wire, a :class:`timedelta` in Python."""

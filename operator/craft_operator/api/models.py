@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 from pydantic.alias_generators import to_camel
 
-from craft_operator.api.durations import Duration
+from craft_operator.api.durations import DURATION_PATTERN, Duration
 
 GROUP = "craft.onyx.app"
 VERSION = "v1alpha1"
@@ -39,6 +39,7 @@ QUANTITY_PATTERN = (
     r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
 IMAGE_PATTERN = r"^[^\s]+$"
+QUANTITY_MAX_LENGTH = 64
 S3_BUCKET_PATTERN = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
 
 ANNOTATION_LIBRARY_REVISION = f"{GROUP}/user-library-revision"
@@ -60,6 +61,23 @@ def cel_rules(*rules: dict[str, str]) -> dict[str, Any]:
     return {"x-kubernetes-validations": list(rules)}
 
 
+def duration_rules(field: str, bound: str, message: str) -> dict[str, Any]:
+    """CEL rules for a duration field: its format, then ``bound`` on ``duration(self)``.
+
+    ``bound`` is skipped for a malformed value, so that value reports only the format
+    message and not also a failed ``duration()`` call.
+    """
+    pattern = f"self.matches({cel_string(DURATION_PATTERN)})"
+    return cel_rules(
+        cel(
+            pattern,
+            f"{field} must be a duration: a number and a unit, e.g. 30m, 1h or 720h "
+            "(units: ns, us, ms, s, m, h)",
+        ),
+        cel(f"!{pattern} || ({bound})", message),
+    )
+
+
 class ApiModel(BaseModel):
     """Base for API objects: camelCase on the wire, snake_case in Python.
 
@@ -79,13 +97,21 @@ class ApiModel(BaseModel):
 Quantity = Annotated[
     int | str,
     Field(union_mode="left_to_right"),
-    WithJsonSchema({"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN}),
+    WithJsonSchema(
+        {
+            "x-kubernetes-int-or-string": True,
+            "pattern": QUANTITY_PATTERN,
+            "maxLength": QUANTITY_MAX_LENGTH,
+        }
+    ),
 ]
 """A Kubernetes resource quantity such as ``500m``, ``2Gi`` or ``1``."""
 
 
 def _check_quantity(value: int | str) -> int | str:
-    if isinstance(value, str) and not re.match(QUANTITY_PATTERN, value):
+    if isinstance(value, str) and (
+        len(value) > QUANTITY_MAX_LENGTH or not re.match(QUANTITY_PATTERN, value)
+    ):
         raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 500m, 2, 4Gi)")
     return value
 
@@ -238,7 +264,13 @@ class UserLibrary(ApiModel):
         description="The S3 bucket; defaults to the operator's CRAFT_S3_BUCKET.",
         min_length=3,
         max_length=63,
-        pattern=S3_BUCKET_PATTERN,
+        json_schema_extra=cel_rules(
+            cel(
+                f"self.matches({cel_string(S3_BUCKET_PATTERN)})",
+                "userLibrary.bucket must be an S3 bucket name: 3 to 63 lowercase letters, "
+                "digits, '.' and '-', starting and ending with a letter or digit",
+            )
+        ),
     )
     prefix: str | None = Field(
         default=None,
@@ -282,6 +314,13 @@ class UserLibrary(ApiModel):
         max_length=253,
     )
 
+    @field_validator("bucket")
+    @classmethod
+    def _bucket(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(S3_BUCKET_PATTERN, value):
+            raise ValueError("userLibrary.bucket must be an S3 bucket name")
+        return value
+
     @field_validator("size")
     @classmethod
     def _size(cls, value: int | str | None) -> int | str | None:
@@ -297,11 +336,10 @@ class Credentials(ApiModel):
             "Lifetime of the sandbox's personal access token; it is renewed before it "
             "expires. Between 1h and 8760h."
         ),
-        json_schema_extra=cel_rules(
-            cel(
-                "duration(self) >= duration('1h') && duration(self) <= duration('8760h')",
-                "credentials.lifetime must be between 1h and 8760h (one year)",
-            ),
+        json_schema_extra=duration_rules(
+            "credentials.lifetime",
+            "duration(self) >= duration('1h') && duration(self) <= duration('8760h')",
+            "credentials.lifetime must be between 1h and 8760h (one year)",
         )
         | {"default": "720h"},
     )
@@ -361,8 +399,8 @@ class CraftSandboxSpec(ApiModel):
             "older than this (e.g. 1h); it wakes when the annotation moves past the moment it "
             "slept. At least 1m. Unset: never sleeps on idleness."
         ),
-        json_schema_extra=cel_rules(
-            cel("duration(self) >= duration('1m')", "idleTimeout must be at least 1m")
+        json_schema_extra=duration_rules(
+            "idleTimeout", "duration(self) >= duration('1m')", "idleTimeout must be at least 1m"
         ),
     )
     resources: Resources | None = Field(
