@@ -521,6 +521,32 @@ class CraftSandboxStatus(ApiModel):
         default=None, description="The spec generation the operator last acted on."
     )
     pod_name: str | None = Field(default=None, description="The sandbox pod's name.")
+    pod_uid: str | None = Field(default=None, description="The current sandbox pod's UID.")
+    pod_failures: int | None = Field(
+        default=None,
+        description=(
+            "Sandbox pods that failed or were evicted in a row; the operator stops replacing "
+            "them (phase Failed) after a limit, until the spec changes."
+        ),
+    )
+    validated_pod_uid: str | None = Field(
+        default=None,
+        description="The pod in which onyx-cli validate-config last ran.",
+    )
+    cli_auth_failures: int | None = Field(
+        default=None,
+        description=(
+            "onyx-cli validate-config auth failures in a row; after a fresh PAT also fails, "
+            "the operator stops retrying until the spec changes."
+        ),
+    )
+    sleeping_since: datetime | None = Field(
+        default=None,
+        description=(
+            "When the sandbox went to sleep for idleness; a craft.onyx.app/last-activity "
+            "annotation later than this wakes it."
+        ),
+    )
     conditions: list[Condition] = Field(
         default_factory=list,
         description=(
