@@ -80,6 +80,26 @@ class Settings(BaseSettings):
             "Unset: a development key ring is created in CRAFT_STATE_DIR."
         ),
     )
+    encryption_keys_file: Path | None = Field(
+        default=None,
+        description=(
+            "File holding the key ring in the CRAFT_ENCRYPTION_KEYS format (e.g. a mounted "
+            "Secret); read when CRAFT_ENCRYPTION_KEYS is unset."
+        ),
+    )
+    database_auto_migrate: bool = Field(
+        default=True,
+        description=(
+            "Migrate the operator's credentials table at start (on SQLite, also create the "
+            "PAT table); false: run 'craft-operator db upgrade' yourself."
+        ),
+    )
+    credential_renewal_fraction: float = Field(
+        default=0.2,
+        gt=0,
+        lt=1,
+        description="Mint a new PAT when less than this share of its lifetime is left.",
+    )
     s3_bucket: str | None = Field(default=None, description="Default S3 bucket of user libraries.")
     s3_endpoint_url: str | None = Field(
         default=None,
@@ -155,6 +175,19 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _database_default(self) -> Settings:
+    @field_validator("encryption_keys")
+    @classmethod
+    def _check_encryption_keys(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            from craft_operator.credentials.errors import KeyRingError
+            from craft_operator.credentials.keyring import KeyRing
+
+            try:
+                KeyRing.parse(value)
+            except KeyRingError as exc:  # the message names key ids, never key material
+                raise ValueError(str(exc)) from None
+        return value
+
         if self.database_url is None:
             url = f"sqlite:///{self.state_dir / 'craft-operator.db'}"
             object.__setattr__(self, "database_url", SecretStr(url))

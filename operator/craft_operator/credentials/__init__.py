@@ -1,0 +1,50 @@
+"""Onyx personal access tokens for sandboxes, minted in Onyx's format, encrypted at rest.
+
+The reconciler uses :class:`CredentialStore` (built by :func:`build_credential_store`):
+``ensure`` for the sandbox's live PAT, ``revoke`` in the finalizer. Everything it raises
+derives from :class:`CredentialsError` (see :mod:`craft_operator.credentials.errors`).
+"""
+
+from craft_operator.credentials.errors import (
+    CredentialNotFoundError,
+    CredentialsError,
+    DatabaseUnavailableError,
+    DecryptionError,
+    KeyRingError,
+    SchemaMissingError,
+    UserInactiveError,
+    UserNotFoundError,
+)
+from craft_operator.credentials.factory import build_credential_store, load_key_ring
+from craft_operator.credentials.keyring import KeyRing, generate_key_entry
+from craft_operator.credentials.store import (
+    DEFAULT_LIFETIME,
+    CredentialInfo,
+    CredentialStore,
+    IssuedCredential,
+    PatState,
+    RotationResult,
+    SandboxIdentity,
+)
+
+__all__ = [
+    "DEFAULT_LIFETIME",
+    "CredentialInfo",
+    "CredentialNotFoundError",
+    "CredentialStore",
+    "CredentialsError",
+    "DatabaseUnavailableError",
+    "DecryptionError",
+    "IssuedCredential",
+    "KeyRing",
+    "KeyRingError",
+    "PatState",
+    "RotationResult",
+    "SandboxIdentity",
+    "SchemaMissingError",
+    "UserInactiveError",
+    "UserNotFoundError",
+    "build_credential_store",
+    "generate_key_entry",
+    "load_key_ring",
+]

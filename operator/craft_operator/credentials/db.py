@@ -1,0 +1,270 @@
+"""Database plumbing of the credential store: engines, schema checks, migrations, errors.
+
+Two modes, chosen by the URL's backend:
+
+* embedded (SQLite): the operator creates ``personal_access_token`` itself (without the
+  foreign key to ``user``, which does not exist there) and migrates its own table;
+* Onyx (Postgres): Onyx owns ``personal_access_token`` and ``user``; the operator checks
+  they exist, never creates or alters them, and migrates only its own table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.exc import (
+    DBAPIError,
+    IntegrityError,
+    InterfaceError,
+    NoSuchTableError,
+    OperationalError,
+    SQLAlchemyError,
+)
+from sqlalchemy.pool import ConnectionPoolEntry
+from sqlalchemy.schema import CreateIndex, CreateTable
+
+from craft_operator.credentials.errors import (
+    CredentialsError,
+    DatabaseUnavailableError,
+    SchemaMissingError,
+    UserNotFoundError,
+)
+from craft_operator.credentials.tables import CREDENTIAL_TABLE, PAT_TABLE, USER_TABLE, OnyxBase
+
+log = logging.getLogger(__name__)
+
+#: Alembic's bookkeeping table for the operator's migrations; Onyx uses ``alembic_version``.
+VERSION_TABLE = "craft_operator_alembic_version"
+#: Execution option that makes a SQLite transaction take the write lock at BEGIN.
+WRITE_OPTION = "craft_write"
+_MIGRATIONS = "craft_operator:migrations"
+#: Key of the Postgres advisory lock that serialises migrations of several operators.
+_MIGRATION_LOCK_KEY = 0x6372616674  # "craft"
+_SQLITE_BUSY_TIMEOUT_S = 30.0
+
+
+def is_onyx_mode(engine: Engine | Connection) -> bool:
+    """True when the database is Onyx's Postgres (anything but the embedded SQLite)."""
+    return engine.dialect.name != "sqlite"
+
+
+def create_credentials_engine(url: str | URL, *, echo: bool = False) -> Engine:
+    """An engine for the credentials database.
+
+    Statement parameters are hidden from logs and errors (they include token hashes and
+    ciphertexts). On SQLite, transactions marked with ``craft_write`` start with
+    ``BEGIN IMMEDIATE`` so that writers queue on the database lock instead of failing, and
+    file databases use WAL so that readers do not wait for writers.
+    """
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(parsed, hide_parameters=True, echo=echo, pool_pre_ping=False)
+    if parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(
+        parsed,
+        hide_parameters=True,
+        echo=echo,
+        connect_args={"timeout": _SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False},
+    )
+    file_database = bool(parsed.database) and parsed.database != ":memory:"
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
+        # Take over transaction control from pysqlite (see the "begin" listener).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        if file_database:
+            cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={int(_SQLITE_BUSY_TIMEOUT_S * 1000)}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        write = connection.get_execution_options().get(WRITE_OPTION, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    return engine
+
+
+def _first_line(exc: BaseException) -> str:
+    original = getattr(exc, "orig", None) or exc
+    lines = str(original).strip().splitlines()
+    return lines[0] if lines else type(original).__name__
+
+
+def sqlstate(exc: DBAPIError) -> str | None:
+    """The SQLSTATE of a driver error, when the driver reports one (psycopg does)."""
+    return getattr(exc.orig, "sqlstate", None)
+
+
+def is_unique_violation(exc: IntegrityError) -> bool:
+    """True for a unique-constraint violation (a lost race that a retry resolves)."""
+    code = sqlstate(exc)
+    if code is not None:
+        return code == "23505"
+    return "UNIQUE constraint failed" in str(exc.orig)
+
+
+def is_retryable(exc: DBAPIError) -> bool:
+    """Serialization failures and deadlocks: the transaction may simply be run again."""
+    return sqlstate(exc) in {"40001", "40P01"}
+
+
+@contextlib.contextmanager
+def translated_errors(subject: str) -> Iterator[None]:
+    """Turn driver errors into the store's typed errors; ``subject`` says what was done.
+
+    Messages carry the driver's first line only: SQLAlchemy's own text would include the
+    statement, and parameters are hidden anyway.
+    """
+    try:
+        yield
+    except IntegrityError as exc:
+        if sqlstate(exc) == "23503" or "FOREIGN KEY constraint failed" in str(exc.orig):
+            raise UserNotFoundError(f"{subject}: the user does not exist in Onyx") from None
+        raise
+    except DBAPIError as exc:
+        if is_retryable(exc):
+            raise
+        message = _first_line(exc)
+        if sqlstate(exc) == "42P01" or "no such table" in message:
+            raise SchemaMissingError(
+                f"{subject}: a table is missing ({message}); run: craft-operator db upgrade"
+            ) from None
+        if exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError):
+            raise DatabaseUnavailableError(
+                f"{subject}: the credentials database is unavailable: {message}"
+            ) from None
+        raise CredentialsError(f"{subject}: database error: {message}") from None
+
+
+@dataclass(frozen=True)
+class UpgradeResult:
+    """What :func:`upgrade` did."""
+
+    onyx_mode: bool
+    created_pat_table: bool
+    revision_before: str | None
+    revision_after: str | None
+
+
+def alembic_config(connection: Connection) -> Config:
+    """An Alembic configuration that runs the packaged migrations on ``connection``."""
+    config = Config()
+    config.set_main_option("script_location", _MIGRATIONS)
+    config.attributes["connection"] = connection
+    return config
+
+
+def head_revision() -> str | None:
+    """The newest migration shipped with this operator."""
+    config = Config()
+    config.set_main_option("script_location", _MIGRATIONS)
+    return ScriptDirectory.from_config(config).get_current_head()
+
+
+def current_revision(connection: Connection) -> str | None:
+    """The operator's schema revision recorded in the database (None: never migrated)."""
+    context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+    return context.get_current_revision()
+
+
+def check_onyx_tables(connection: Connection) -> None:
+    """In Onyx mode, raise :class:`SchemaMissingError` unless Onyx's tables exist."""
+    inspector = inspect(connection)
+    missing = [table for table in (USER_TABLE, PAT_TABLE) if not inspector.has_table(table)]
+    if missing:
+        raise SchemaMissingError(
+            f"Onyx's table(s) {', '.join(repr(t) for t in missing)} are missing from the "
+            "database in CRAFT_DATABASE_URL: point it at Onyx's Postgres after Onyx's own "
+            "migrations have run (the operator never creates Onyx's tables)"
+        )
+    try:
+        columns = {column["name"] for column in inspector.get_columns(PAT_TABLE)}
+    except NoSuchTableError:  # pragma: no cover - raced with a DROP
+        columns = set()
+    lacking = {"pat_type", "scopes"} - columns
+    if lacking:
+        raise SchemaMissingError(
+            f"Onyx's personal_access_token table lacks {sorted(lacking)}: Onyx is too old for "
+            "Craft PATs; upgrade Onyx first"
+        )
+
+
+def _create_embedded_pat_table(connection: Connection) -> bool:
+    if inspect(connection).has_table(PAT_TABLE):
+        return False
+    table = OnyxBase.metadata.tables[PAT_TABLE]
+    # No foreign key: the embedded database has no ``user`` table.
+    connection.execute(CreateTable(table, include_foreign_key_constraints=[]))
+    for index in table.indexes:
+        connection.execute(CreateIndex(index))
+    return True
+
+
+def upgrade(engine: Engine) -> UpgradeResult:
+    """Bring the schema up to date: the operator's table, and in SQLite Onyx's PAT table.
+
+    Safe to run from several operator processes at once (Postgres: an advisory lock;
+    SQLite: the database write lock) and to run again.
+    """
+    onyx_mode = is_onyx_mode(engine)
+    with (
+        translated_errors("migrating the credentials database"),
+        engine.connect().execution_options(**{WRITE_OPTION: True}) as connection,
+        connection.begin(),
+    ):
+        if onyx_mode:
+            connection.execute(
+                text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY}
+            )
+            check_onyx_tables(connection)
+            created = False
+        else:
+            created = _create_embedded_pat_table(connection)
+        before = current_revision(connection)
+        command.upgrade(alembic_config(connection), "head")
+        after = current_revision(connection)
+    if created:
+        log.info("created the embedded %s table", PAT_TABLE)
+    if before != after:
+        log.info("migrated %s from revision %s to %s", CREDENTIAL_TABLE, before, after)
+    return UpgradeResult(onyx_mode, created, before, after)
+
+
+def check_schema(engine: Engine) -> None:
+    """Raise :class:`SchemaMissingError` unless every table the store needs is in place."""
+    with translated_errors("checking the credentials database"), engine.connect() as connection:
+        if is_onyx_mode(engine):
+            check_onyx_tables(connection)
+        elif not inspect(connection).has_table(PAT_TABLE):
+            raise SchemaMissingError(
+                f"the embedded database lacks {PAT_TABLE}; run: craft-operator db upgrade"
+            )
+        revision, head = current_revision(connection), head_revision()
+        if revision != head:
+            raise SchemaMissingError(
+                f"the {CREDENTIAL_TABLE} table is at revision {revision or 'none'}, "
+                f"this operator needs {head}; run: craft-operator db upgrade "
+                "(or leave CRAFT_DATABASE_AUTO_MIGRATE on)"
+            )
+
+
+def describe_url(url: str | URL) -> str:
+    """The database URL with any password masked, for messages."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (SQLAlchemyError, ValueError):
+        return "<unparseable database URL>"

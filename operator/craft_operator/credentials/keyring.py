@@ -1,0 +1,244 @@
+"""The encryption key ring and the AES-256-GCM envelope of stored tokens.
+
+Envelope layout (all of it is stored in one binary column)::
+
+    version (1 byte, 0x01) | key id length (1 byte) | key id (ASCII) | nonce (12 bytes)
+    | ciphertext and 16-byte GCM tag
+
+The associated data is the envelope header plus the sandbox's uid, so a ciphertext copied
+into another sandbox's row, or relabelled with another key id, fails authentication.
+Key ring text: ``id:base64key`` entries separated by commas or newlines; the first entry
+encrypts, every entry decrypts.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import logging
+import os
+import re
+import secrets
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from pydantic import SecretStr
+
+from craft_operator.credentials.errors import DecryptionError, KeyRingError
+
+log = logging.getLogger(__name__)
+
+ENVELOPE_VERSION = 1
+KEY_BYTES = 32
+NONCE_BYTES = 12
+TAG_BYTES = 16
+KEY_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+_KEY_ID_RE = re.compile(KEY_ID_PATTERN)
+_AAD_LABEL = b"craft-operator/pat/v1\x00"
+DEV_KEY_RING_FILE = "dev-encryption-keys"
+
+
+def check_key_id(key_id: str) -> str:
+    """Return ``key_id`` if it is a valid key id, else raise :class:`KeyRingError`."""
+    if not _KEY_ID_RE.match(key_id):
+        raise KeyRingError(
+            f"key id {key_id[:64]!r} is invalid: use 1-64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return key_id
+
+
+def _decode_key(key_id: str, encoded: str) -> bytes:
+    text = encoded.strip().replace("-", "+").replace("_", "/")
+    text += "=" * (-len(text) % 4)
+    try:
+        key = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise KeyRingError(f"key {key_id!r} is not valid base64") from None
+    if len(key) != KEY_BYTES:
+        raise KeyRingError(
+            f"key {key_id!r} is {len(key)} bytes long; AES-256 needs {KEY_BYTES} bytes "
+            "(generate one with: craft-operator keys generate)"
+        )
+    return key
+
+
+class KeyRing:
+    """Named AES-256 keys: the first encrypts, all decrypt. Its repr shows key ids only."""
+
+    def __init__(self, keys: Iterable[tuple[str, bytes]]) -> None:
+        self._ciphers: dict[str, AESGCM] = {}
+        for key_id, key in keys:
+            check_key_id(key_id)
+            if key_id in self._ciphers:
+                raise KeyRingError(f"key id {key_id!r} appears twice in the key ring")
+            if len(key) != KEY_BYTES:
+                raise KeyRingError(f"key {key_id!r} must be {KEY_BYTES} bytes long")
+            self._ciphers[key_id] = AESGCM(key)
+        if not self._ciphers:
+            raise KeyRingError("the key ring is empty: give at least one id:base64key entry")
+        self._current = next(iter(self._ciphers))
+
+    @classmethod
+    def parse(cls, text: str | SecretStr) -> KeyRing:
+        """Build a key ring from ``id:base64key`` entries (commas or newlines between)."""
+        raw = text.get_secret_value() if isinstance(text, SecretStr) else text
+        keys: list[tuple[str, bytes]] = []
+        for position, entry in enumerate(re.split(r"[,\n]", raw), start=1):
+            entry = entry.strip()
+            if not entry:
+                continue
+            key_id, separator, encoded = entry.partition(":")
+            if not separator:
+                raise KeyRingError(f"key ring entry {position} is not of the form id:base64key")
+            key_id = check_key_id(key_id.strip())
+            keys.append((key_id, _decode_key(key_id, encoded)))
+        return cls(keys)
+
+    @property
+    def current_key_id(self) -> str:
+        """The id of the key that encrypts."""
+        return self._current
+
+    @property
+    def key_ids(self) -> tuple[str, ...]:
+        """Every key id in the ring, the encrypting one first."""
+        return tuple(self._ciphers)
+
+    def __repr__(self) -> str:
+        return f"KeyRing(key_ids={list(self._ciphers)!r})"
+
+    __str__ = __repr__
+
+    def encrypt(self, plaintext: bytes, *, context: bytes) -> bytes:
+        """Encrypt under the current key with a fresh random nonce, bound to ``context``."""
+        header = _header(self._current)
+        nonce = os.urandom(NONCE_BYTES)
+        sealed = self._ciphers[self._current].encrypt(nonce, plaintext, _aad(header, context))
+        return header + nonce + sealed
+
+    def decrypt(self, envelope: bytes, *, context: bytes, subject: str) -> bytes:
+        """Open an envelope made by :meth:`encrypt` for the same ``context``.
+
+        ``subject`` names what the envelope belongs to (e.g. ``sandbox ns/name``) in errors.
+        """
+        key_id, header_length = parse_header(envelope, subject=subject)
+        cipher = self._ciphers.get(key_id)
+        if cipher is None:
+            raise KeyRingError(
+                f"the stored token of {subject} is encrypted with key {key_id!r}, which is not "
+                f"in the key ring (it has {list(self._ciphers)}); add that key to "
+                "CRAFT_ENCRYPTION_KEYS"
+            )
+        body = envelope[header_length:]
+        if len(body) < NONCE_BYTES + TAG_BYTES:
+            raise DecryptionError(
+                f"the stored token of {subject} (key {key_id!r}) is truncated: "
+                f"{len(envelope)} bytes"
+            )
+        nonce, sealed = body[:NONCE_BYTES], body[NONCE_BYTES:]
+        try:
+            return cipher.decrypt(nonce, sealed, _aad(envelope[:header_length], context))
+        except InvalidTag:
+            raise DecryptionError(
+                f"the stored token of {subject} failed authentication under key {key_id!r}: "
+                "it was altered, truncated or copied from another sandbox"
+            ) from None
+
+
+def _header(key_id: str) -> bytes:
+    encoded = key_id.encode("ascii")
+    return bytes([ENVELOPE_VERSION, len(encoded)]) + encoded
+
+
+def _aad(header: bytes, context: bytes) -> bytes:
+    return _AAD_LABEL + header + b"\x00" + context
+
+
+def parse_header(envelope: bytes, *, subject: str) -> tuple[str, int]:
+    """The key id an envelope names and the header's length; a malformed header raises."""
+    if len(envelope) < 2:
+        raise DecryptionError(f"the stored token of {subject} is truncated: no envelope header")
+    if envelope[0] != ENVELOPE_VERSION:
+        raise DecryptionError(
+            f"the stored token of {subject} has envelope version {envelope[0]}; "
+            f"this operator reads version {ENVELOPE_VERSION}"
+        )
+    length = envelope[1]
+    end = 2 + length
+    if length == 0 or len(envelope) < end:
+        raise DecryptionError(f"the stored token of {subject} is truncated inside its key id")
+    try:
+        key_id = envelope[2:end].decode("ascii")
+    except UnicodeDecodeError:
+        raise DecryptionError(f"the stored token of {subject} has a corrupt key id") from None
+    if not _KEY_ID_RE.match(key_id):
+        raise DecryptionError(f"the stored token of {subject} has a corrupt key id")
+    return key_id, end
+
+
+def seal_token(ring: KeyRing, token: SecretStr, *, sandbox_uid: str) -> bytes:
+    """Encrypt a PAT for the sandbox with this uid."""
+    return ring.encrypt(token.get_secret_value().encode("utf-8"), context=sandbox_uid.encode())
+
+
+def open_token(ring: KeyRing, envelope: bytes, *, sandbox_uid: str, subject: str) -> SecretStr:
+    """Decrypt a PAT stored for the sandbox with this uid."""
+    plaintext = ring.decrypt(envelope, context=sandbox_uid.encode(), subject=subject)
+    return SecretStr(plaintext.decode("utf-8"))
+
+
+def new_key_id(now: datetime | None = None) -> str:
+    """A key id from the current UTC time, e.g. ``k20260101T120000``."""
+    return (now or datetime.now(UTC)).strftime("k%Y%m%dT%H%M%S")
+
+
+def generate_key_entry(key_id: str | None = None) -> SecretStr:
+    """A new ``id:base64key`` entry with 32 random bytes."""
+    key_id = check_key_id(key_id or new_key_id())
+    encoded = base64.b64encode(secrets.token_bytes(KEY_BYTES)).decode("ascii")
+    return SecretStr(f"{key_id}:{encoded}")
+
+
+def development_key_ring(state_dir: Path) -> KeyRing:
+    """Read, or create on first use, the development key ring file in ``state_dir``.
+
+    The file is created with mode 0600 and never overwritten. It keeps the README's
+    quickstart working without settings; production mounts CRAFT_ENCRYPTION_KEYS instead.
+    """
+    path = state_dir / DEV_KEY_RING_FILE
+    log.warning(
+        "CRAFT_ENCRYPTION_KEYS is not set: using the development key ring %s; "
+        "for development only, set CRAFT_ENCRYPTION_KEYS from a Secret in production",
+        path,
+    )
+    state_dir.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        # Written aside and linked into place, so a concurrent reader never sees half a file
+        # and two processes starting at once agree on one key.
+        temporary = state_dir / f".{DEV_KEY_RING_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(descriptor, "w") as handle:
+                handle.write(generate_key_entry(new_key_id()).get_secret_value() + "\n")
+            with contextlib.suppress(FileExistsError):
+                os.link(temporary, path)
+        finally:
+            temporary.unlink(missing_ok=True)
+    return key_ring_from_file(path)
+
+
+def key_ring_from_file(path: Path) -> KeyRing:
+    """Read a key ring file (the same text as CRAFT_ENCRYPTION_KEYS)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise KeyRingError(f"cannot read the key ring file {path}: {exc.strerror}") from None
+    try:
+        return KeyRing.parse(text)
+    except KeyRingError as exc:
+        raise KeyRingError(f"key ring file {path}: {exc}") from None

@@ -1,0 +1,173 @@
+"""SQLAlchemy models of the two tables the credential store uses.
+
+* :class:`PersonalAccessToken` is Onyx's ``personal_access_token`` table, declared exactly as
+  Onyx declares it (REFERENCE.md). In Onyx mode (Postgres) Onyx owns it and the operator
+  never creates or alters it; in the embedded SQLite mode the operator creates it.
+* :class:`OnyxUser` is the slice of Onyx's ``user`` table the store reads (``id`` and
+  ``is_active``). It is never created by the operator.
+* :class:`SandboxCredential` is the operator's own table, migrated with Alembic.
+
+Every model's repr shows ids and times only, never a token, a hash or a ciphertext.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Dialect,
+    Enum,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    UniqueConstraint,
+    Uuid,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+from craft_operator.credentials.tokens import PatType
+
+PAT_TABLE = "personal_access_token"
+USER_TABLE = "user"
+CREDENTIAL_TABLE = "craft_sandbox_credential"
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """``DateTime(timezone=True)`` that always hands back aware UTC datetimes.
+
+    Postgres already does; SQLite stores no offset, so values are normalised to UTC on the
+    way in and marked UTC on the way out. The DDL is that of ``DateTime(timezone=True)``.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """Normalise to UTC (SQLite keeps no offset, so it gets the naive UTC time)."""
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetimes are not stored; pass an aware datetime")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """Return an aware UTC datetime."""
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+#: JSON on SQLite, JSONB on Postgres (as Onyx declares ``scopes``).
+ScopesType = JSON().with_variant(JSONB(), "postgresql")
+
+
+class OnyxBase(DeclarativeBase):
+    """Declarative base of the tables Onyx owns."""
+
+    metadata = MetaData()
+
+
+class OperatorBase(DeclarativeBase):
+    """Declarative base of the tables the operator owns (migrated by Alembic)."""
+
+    metadata = MetaData()
+
+
+class OnyxUser(OnyxBase):
+    """The columns of Onyx's ``user`` table that the store reads."""
+
+    __tablename__ = USER_TABLE
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    is_active: Mapped[bool] = mapped_column(Boolean, nullable=False)
+
+    def __repr__(self) -> str:
+        return f"OnyxUser(id={self.id!s}, is_active={self.is_active})"
+
+
+class PersonalAccessToken(OnyxBase):
+    """Onyx's ``personal_access_token`` table."""
+
+    __tablename__ = PAT_TABLE
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String, nullable=False)
+    hashed_token: Mapped[str] = mapped_column(String(64), unique=True, nullable=False)
+    token_display: Mapped[str] = mapped_column(String, nullable=False)
+    user_id: Mapped[uuid.UUID] = mapped_column(
+        Uuid, ForeignKey(f"{USER_TABLE}.id", ondelete="CASCADE"), nullable=False
+    )
+    expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True, index=True)
+    created_at: Mapped[datetime] = mapped_column(
+        UtcDateTime, server_default=func.now(), nullable=False
+    )
+    last_used_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    is_revoked: Mapped[bool] = mapped_column(Boolean, server_default=text("false"), nullable=False)
+    pat_type: Mapped[PatType] = mapped_column(
+        Enum(PatType, native_enum=False),
+        nullable=False,
+        server_default=PatType.USER.value,
+    )
+    scopes: Mapped[list[str] | None] = mapped_column(ScopesType, nullable=True, default=None)
+
+    __table_args__ = (Index("ix_pat_user_created", user_id, created_at.desc()),)
+
+    def __repr__(self) -> str:
+        return (
+            f"PersonalAccessToken(id={self.id}, pat_type={self.pat_type}, "
+            f"is_revoked={self.is_revoked}, expires_at={self.expires_at})"
+        )
+
+
+class SandboxCredential(OperatorBase):
+    """The operator's record of one sandbox's PAT: which PAT, and the token encrypted.
+
+    ``pat_id`` deliberately has no foreign key: ``personal_access_token`` belongs to Onyx,
+    and a constraint pointing into it would tie Onyx's own migrations to this table.
+    ``version`` increases on every change, for optimistic concurrency control.
+    """
+
+    __tablename__ = CREDENTIAL_TABLE
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    namespace: Mapped[str] = mapped_column(String(63), nullable=False)
+    name: Mapped[str] = mapped_column(String(253), nullable=False)
+    sandbox_uid: Mapped[str] = mapped_column(String(64), nullable=False)
+    user_id: Mapped[uuid.UUID] = mapped_column(Uuid, nullable=False)
+    tenant_id: Mapped[str] = mapped_column(String(63), nullable=False)
+    pat_id: Mapped[int] = mapped_column(Integer, nullable=False)
+    token_display: Mapped[str] = mapped_column(String(32), nullable=False)
+    encrypted_token: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    key_id: Mapped[str] = mapped_column(String(64), nullable=False, index=True)
+    version: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
+
+    __table_args__ = (
+        UniqueConstraint("namespace", "name", name="uq_craft_sandbox_credential_sandbox"),
+    )
+
+    def __repr__(self) -> str:
+        return (
+            f"SandboxCredential(namespace={self.namespace!r}, name={self.name!r}, "
+            f"pat_id={self.pat_id}, key_id={self.key_id!r}, expires_at={self.expires_at})"
+        )
+
+
+def column_names(model: type[Any]) -> list[str]:
+    """The column names of a mapped model, for tests and diagnostics."""
+    return [column.name for column in model.__table__.columns]

@@ -1,0 +1,74 @@
+"""Onyx's ``user`` and ``personal_access_token`` tables, as Onyx's migrations leave them.
+
+For tests, benchmarks and the kind setup only: in production these tables belong to Onyx
+and the operator never creates them. The DDL follows the facts in REFERENCE.md (Onyx's
+``user`` table is fastapi-users' table keyed by a UUID, with ``is_active``).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import Engine, text
+
+_ONYX_DDL = (
+    """
+    CREATE TABLE IF NOT EXISTS "user" (
+        id UUID PRIMARY KEY,
+        email VARCHAR(320) NOT NULL UNIQUE,
+        hashed_password VARCHAR(1024) NOT NULL DEFAULT '',
+        is_active BOOLEAN NOT NULL DEFAULT true,
+        is_superuser BOOLEAN NOT NULL DEFAULT false,
+        is_verified BOOLEAN NOT NULL DEFAULT false,
+        role VARCHAR NOT NULL DEFAULT 'BASIC'
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS personal_access_token (
+        id SERIAL PRIMARY KEY,
+        name VARCHAR NOT NULL,
+        hashed_token VARCHAR(64) NOT NULL UNIQUE,
+        token_display VARCHAR NOT NULL,
+        user_id UUID NOT NULL REFERENCES "user" (id) ON DELETE CASCADE,
+        expires_at TIMESTAMP WITH TIME ZONE,
+        created_at TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT now(),
+        last_used_at TIMESTAMP WITH TIME ZONE,
+        is_revoked BOOLEAN NOT NULL DEFAULT false,
+        pat_type VARCHAR NOT NULL DEFAULT 'USER',
+        scopes JSONB
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS ix_personal_access_token_expires_at"
+    " ON personal_access_token (expires_at)",
+    "CREATE INDEX IF NOT EXISTS ix_pat_user_created"
+    " ON personal_access_token (user_id, created_at DESC)",
+)
+
+
+def create_onyx_tables(engine: Engine) -> None:
+    """Create Onyx's ``user`` and ``personal_access_token`` tables on a Postgres database."""
+    if engine.dialect.name != "postgresql":
+        raise ValueError("Onyx's tables are created only on Postgres (Onyx mode)")
+    with engine.begin() as connection:
+        for statement in _ONYX_DDL:
+            connection.execute(text(statement))
+
+
+def add_user(engine: Engine, *, active: bool = True, email: str | None = None) -> uuid.UUID:
+    """Insert an Onyx user and return its id."""
+    user_id = uuid.uuid4()
+    with engine.begin() as connection:
+        connection.execute(
+            text('INSERT INTO "user" (id, email, is_active) VALUES (:id, :email, :active)'),
+            {"id": user_id, "email": email or f"{user_id}@example.com", "active": active},
+        )
+    return user_id
+
+
+def set_user_active(engine: Engine, user_id: uuid.UUID, active: bool) -> None:
+    """Activate or deactivate an Onyx user."""
+    with engine.begin() as connection:
+        connection.execute(
+            text('UPDATE "user" SET is_active = :active WHERE id = :id'),
+            {"id": user_id, "active": active},
+        )
