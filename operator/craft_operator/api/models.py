@@ -33,6 +33,7 @@ MAX_NAME_LENGTH = 45
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 URL_PATTERN = r"^https?://[^\s/?#]+(/[^\s]*)?$"
 SOURCE_NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
+TENANT_ID_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 QUANTITY_PATTERN = (
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
@@ -116,6 +117,20 @@ def _check_quantity(value: int | str) -> int | str:
     return value
 
 
+def _check_pattern(value: str | None, pattern: str, message: str) -> str | None:
+    """Python's side of a CEL ``self.matches(pattern)`` rule, so the model agrees with the CRD."""
+    if value is not None and not re.match(pattern, value):
+        raise ValueError(message)
+    return value
+
+
+def _check_duration(value: timedelta | None, low: timedelta, high: timedelta, message: str) -> Any:
+    """Python's side of a CEL duration range rule."""
+    if value is not None and not low <= value <= high:
+        raise ValueError(message)
+    return value
+
+
 class UserRef(ApiModel):
     """The Onyx user who owns the sandbox."""
 
@@ -141,7 +156,7 @@ class UserRef(ApiModel):
         max_length=63,
         json_schema_extra=cel_rules(
             cel(
-                "self.matches('^[A-Za-z0-9_][A-Za-z0-9_.-]*$')",
+                f"self.matches({cel_string(TENANT_ID_PATTERN)})",
                 "user.tenantId may contain only letters, digits, '_', '.' and '-'",
             )
         ),
@@ -158,6 +173,12 @@ class UserRef(ApiModel):
         if not re.match(UUID_PATTERN, value):
             raise ValueError("user.id must be an Onyx user UUID")
         return value.lower()
+
+    @field_validator("tenant_id")
+    @classmethod
+    def _tenant(cls, value: str) -> str | None:
+        message = "user.tenantId may contain only letters, digits, '_', '.' and '-'"
+        return _check_pattern(value, TENANT_ID_PATTERN, message)
 
 
 class Resources(ApiModel):
@@ -248,6 +269,12 @@ class Source(ApiModel):
         max_length=50,
     )
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str | None:
+        message = "a source name is an Onyx source identifier (e.g. google_drive)"
+        return _check_pattern(value, SOURCE_NAME_PATTERN, message)
+
 
 class LibraryMode(StrEnum):
     """How the user library reaches the sandbox."""
@@ -314,6 +341,13 @@ class UserLibrary(ApiModel):
         max_length=253,
     )
 
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, value: str | None) -> str | None:
+        if value is not None and (value.startswith("/") or ".." in value):
+            raise ValueError("userLibrary.prefix is an S3 key prefix: no leading '/', no '..'")
+        return value
+
     @field_validator("bucket")
     @classmethod
     def _bucket(cls, value: str | None) -> str | None:
@@ -343,6 +377,12 @@ class Credentials(ApiModel):
         )
         | {"default": "720h"},
     )
+
+    @field_validator("lifetime")
+    @classmethod
+    def _lifetime(cls, value: timedelta) -> Any:
+        message = "credentials.lifetime must be between 1h and 8760h (one year)"
+        return _check_duration(value, timedelta(hours=1), timedelta(hours=8760), message)
 
 
 class CraftSandboxSpec(ApiModel):
@@ -440,6 +480,22 @@ class CraftSandboxSpec(ApiModel):
         default_factory=Credentials,
         description="Settings for the sandbox's Onyx personal access token.",
     )
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        return _check_pattern(value, IMAGE_PATTERN, "image must not contain spaces")
+
+    @field_validator("server_url")
+    @classmethod
+    def _server_url(cls, value: str | None) -> str | None:
+        return _check_pattern(value, URL_PATTERN, "serverURL must be an http:// or https:// URL")
+
+    @field_validator("idle_timeout")
+    @classmethod
+    def _idle_timeout(cls, value: timedelta | None) -> Any:
+        message = "idleTimeout must be at least 1m"
+        return _check_duration(value, timedelta(minutes=1), timedelta.max, message)
 
 
 class Phase(StrEnum):
