@@ -9,6 +9,9 @@ import click
 
 from craft_operator import __version__
 from craft_operator.cli.crd import crd
+from craft_operator.cli.credentials import credentials
+from craft_operator.cli.db import db
+from craft_operator.cli.keys import keys
 from craft_operator.cli.render_skill import render_skill_command
 from craft_operator.cli.run import run
 
@@ -25,3 +28,6 @@ def main() -> None:
 main.add_command(run)
 main.add_command(crd)
 main.add_command(render_skill_command)
+main.add_command(keys)
+main.add_command(db)
+main.add_command(credentials)

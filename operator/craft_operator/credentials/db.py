@@ -71,7 +71,7 @@ def create_credentials_engine(url: str | URL, *, echo: bool = False) -> Engine:
     if parsed.get_backend_name() != "sqlite":
         return create_engine(parsed, hide_parameters=True, echo=echo, pool_pre_ping=False)
     if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     engine = create_engine(
         parsed,
         hide_parameters=True,

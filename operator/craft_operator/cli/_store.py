@@ -1,0 +1,56 @@
+"""What the credential commands share: one-line failures and opening the store."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from collections.abc import Iterator
+from typing import NoReturn
+
+import click
+
+from craft_operator.config import Settings, SettingsError, load_settings
+from craft_operator.credentials import CredentialsError, CredentialStore, build_credential_store
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """Print one line to stderr and exit non-zero."""
+    click.echo(f"craft-operator: {message}", err=True)
+    sys.exit(code)
+
+
+def settings_or_fail() -> Settings:
+    """The operator settings, or a one-line error naming the bad variable."""
+    try:
+        return load_settings()
+    except SettingsError as exc:
+        fail(str(exc), code=2)
+
+
+def quiet_logging() -> None:
+    """Warnings only on stderr (the development key ring warning must stay visible)."""
+    logging.basicConfig(level=logging.WARNING, format="craft-operator: %(levelname)s %(message)s")
+
+
+@contextlib.contextmanager
+def opened_store(settings: Settings) -> Iterator[CredentialStore]:
+    """The credential store for a command; credential errors become one line on stderr."""
+    try:
+        store = build_credential_store(settings)
+    except CredentialsError as exc:
+        fail(str(exc))
+    try:
+        yield store
+    except CredentialsError as exc:
+        fail(str(exc))
+    finally:
+        store.close()
+
+
+def split_sandbox(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, str]:
+    """Parse ``NAMESPACE/NAME``."""
+    namespace, slash, name = value.partition("/")
+    if not slash or not namespace or not name or "/" in name:
+        raise click.BadParameter("give the sandbox as NAMESPACE/NAME, e.g. team-a/alice")
+    return namespace, name
