@@ -351,6 +351,10 @@ def _json_type(value: Any) -> str:
 # --- decoding: unknown fields, nulls and defaults ---------------------------------------------
 
 
+#: Root fields the API server keeps whether or not the schema declares them.
+_ALWAYS_KEPT = frozenset({"apiVersion", "kind", "metadata"})
+
+
 def _prune(value: Any, schema: Mapping[str, Any], path: str, unknown: list[FieldError]) -> Any:
     """Drop undeclared fields (recording them) and nulls in non-nullable fields."""
     if isinstance(value, Mapping):
@@ -360,6 +364,9 @@ def _prune(value: Any, schema: Mapping[str, Any], path: str, unknown: list[Field
         extra = schema.get("additionalProperties")
         out: dict[str, Any] = {}
         for key, item in value.items():
+            if not path and key in _ALWAYS_KEPT and (properties is None or key not in properties):
+                out[key] = item
+                continue
             if properties is not None and key in properties:
                 child = properties[key]
             elif isinstance(extra, Mapping):
