@@ -1,0 +1,83 @@
+"""Every flag the skill tells the agent to use exists in the pinned onyx-cli."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from craft_operator.api.models import Source
+from craft_operator.skills import render_skill
+from tests.unit.skills.structure import documented_flags
+
+pytestmark = pytest.mark.unit
+
+PINNED_VERSION = "1.4.4"
+_HELP_FLAG = re.compile(r"^\s+(?:-\w, )?(--[a-z][a-z0-9-]*)", re.MULTILINE)
+
+
+def onyx_cli() -> str:
+    """The onyx-cli executable installed by the ``test`` extra, next to this Python."""
+    try:
+        version = metadata.version("onyx-cli")
+    except metadata.PackageNotFoundError:
+        pytest.fail("onyx-cli is not installed: pip install -e '.[test]' (pins onyx-cli==1.4.4)")
+    assert version == PINNED_VERSION, f"onyx-cli {version} installed, the skill targets 1.4.4"
+    beside = Path(sys.executable).with_name("onyx-cli")
+    found = str(beside) if beside.exists() else shutil.which("onyx-cli")
+    assert found, "the onyx-cli package is installed but its executable is not on PATH"
+    return found
+
+
+@pytest.fixture(scope="module")
+def search_help(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """``onyx-cli search --help`` of the pinned CLI, run without any Onyx configuration."""
+    home = tmp_path_factory.mktemp("home")
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home)}
+    result = subprocess.run(
+        [onyx_cli(), "search", "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def cli_flags(help_text: str) -> set[str]:
+    return set(_HELP_FLAG.findall(help_text))
+
+
+def test_the_help_text_is_parsed_into_flags(search_help: str) -> None:
+    # Guards the parser: if it found nothing, the real check below could not fail.
+    assert {"--source", "--days", "--no-query-expansion", "--help"} <= cli_flags(search_help)
+
+
+@pytest.mark.parametrize(
+    "sources",
+    [[], [Source(name="slack"), Source(name="confluence")]],
+    ids=["no sources", "two sources"],
+)
+def test_every_flag_the_skill_documents_exists_in_the_pinned_cli(
+    search_help: str, sources: list[Source]
+) -> None:
+    documented = documented_flags(render_skill(sources).text)
+    assert {"--source", "--days", "--no-query-expansion"} <= documented
+    missing = documented - cli_flags(search_help)
+    assert not missing, f"SKILL.md documents flags onyx-cli {PINNED_VERSION} lacks: {missing}"
+
+
+def test_the_skill_documents_the_output_fields_the_cli_prints(search_help: str) -> None:
+    text = render_skill([Source(name="slack")]).text
+    for field in re.findall(r"\{title, url, source_type, content, updated_at\}", search_help):
+        for name in field.strip("{}").split(", "):
+            assert f'"{name}"' in text
+    assert "{title, url, source_type, content, updated_at}" in search_help

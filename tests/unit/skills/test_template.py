@@ -1,0 +1,155 @@
+"""Custom templates: rendered in a sandbox, and every failure is one SkillTemplateError."""
+
+from __future__ import annotations
+
+import pytest
+
+from craft_operator.api.models import Source
+from craft_operator.config import SettingsError, load_settings
+from craft_operator.skills import (
+    TEMPLATE_CONFIGMAP_KEY,
+    SkillTemplateError,
+    builtin_template,
+    render_skill,
+    template_from_configmap,
+)
+from craft_operator.skills.template import MAX_RENDERED_CHARS
+from tests.unit.skills.structure import block_outline, headings, html_tokens
+
+pytestmark = pytest.mark.unit
+
+FRONT = "---\nname: company-search\ndescription: Company search.\n---\n"
+SOURCES = [Source(name="slack", scopes=["#eng"]), Source(name="acme")]
+
+
+def test_a_custom_template_replaces_the_builtin_one() -> None:
+    template = FRONT + "{% for s in sources %}* {{ s.name }}: {{ s.display_name }}\n{% endfor %}"
+    rendered = render_skill(SOURCES, template=template)
+    assert rendered.text == FRONT + "* acme: Acme\n* slack: Slack\n"
+    assert rendered.source_count == 2
+    assert rendered.unknown_sources == ("acme",)
+
+
+def test_a_custom_template_sees_the_documented_context() -> None:
+    template = FRONT + (
+        "{{ source_count }} {{ source_names | join(',') }}\n"
+        "{% for s in sources %}{{ s.line }} | {{ s.scopes | join(',') }} | {{ s.more_scopes }}"
+        " | {{ s.known }} | {{ s.description }}\n{% endfor %}"
+    )
+    text = render_skill(SOURCES, template=template).text
+    assert "2 acme,slack\n" in text
+    assert "- `acme` — Acme |  | False | False | Acme\n" in text
+    assert "| #eng | False | True |" in text
+
+
+def test_the_builtin_template_is_the_default() -> None:
+    assert render_skill(SOURCES).text == render_skill(SOURCES, template=builtin_template()).text
+
+
+def test_values_placed_at_the_start_of_a_line_cannot_open_blocks() -> None:
+    template = FRONT + "# Sources\n\n{% for s in sources %}{{ s.description }}\n\n{% endfor %}"
+    hostile = [
+        Source(name="a", description="# Heading"),
+        Source(name="b", description="> quote"),
+        Source(name="c", description="- item"),
+        Source(name="d", description="1. item"),
+        Source(name="e", description="<div>raw</div>"),
+        Source(name="f", description="```"),
+    ]
+    plain = [Source(name=source.name, description="text") for source in hostile]
+    text = render_skill(hostile, template=template).text
+    assert block_outline(text) == block_outline(render_skill(plain, template=template).text)
+    assert headings(text) == ["Sources"]
+    assert html_tokens(text) == []
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        (FRONT + "{% for s in sources %}", "syntax error on line 5"),
+        (FRONT + "{{ sources | no_such_filter }}", "syntax error on line 5: No filter named"),
+        (FRONT + "{{ no_such_variable }}", "'no_such_variable' is undefined"),
+        (FRONT + "{{ 1 / 0 }}", "ZeroDivisionError"),
+        (FRONT + "{{ sources.__class__.__mro__ }}", "unsafe"),
+        (FRONT + "{{ ''.__class__.__subclasses__() }}", "unsafe"),
+        (FRONT + "{% set xs = [1] %}{{ xs.append(2) }}", "unsafe"),
+    ],
+)
+def test_a_broken_or_unsafe_template_raises_a_clear_typed_error(
+    template: str, message: str
+) -> None:
+    with pytest.raises(SkillTemplateError) as caught:
+        render_skill(SOURCES, template=template)
+    assert message in str(caught.value)
+    assert str(caught.value).startswith("company-search template")
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        ("# no front matter\n", "must start with a '---' line"),
+        ("---\nname: company-search\ndescription: x\n", "no closing '---'"),
+        ("---\nname: other\ndescription: x\n---\n", "must set name: company-search"),
+        ("---\nname: company-search\n---\n", "one-line description"),
+        ("---\nname: company-search\ndescription: |\n  a\n  b\n---\n", "one-line description"),
+        ("---\nname: [unclosed\n---\n", "not valid YAML"),
+        ("---\n- a list\n---\n", "must set name: company-search"),
+    ],
+)
+def test_a_template_must_produce_the_skill_front_matter(template: str, message: str) -> None:
+    with pytest.raises(SkillTemplateError, match=message.replace("[", r"\[")):
+        render_skill([], template=template)
+
+
+def test_a_template_that_produces_too_much_text_is_stopped() -> None:
+    template = FRONT + "{% for i in range(100000) %}{{ 'x' * 100 }}{% endfor %}"
+    with pytest.raises(SkillTemplateError, match=f"exceeds {MAX_RENDERED_CHARS} characters"):
+        render_skill([], template=template)
+
+
+def test_a_custom_template_is_not_html_escaped() -> None:
+    template = FRONT + "{% for s in sources %}{{ s.description }}{% endfor %}\n"
+    text = render_skill([Source(name="x", description='Tom & Jerry\'s "notes"')], template=template)
+    assert text.text.endswith('Tom & Jerry\'s "notes"\n')
+
+
+def test_the_template_is_read_from_its_configmap_key() -> None:
+    data = {TEMPLATE_CONFIGMAP_KEY: FRONT, "other": "ignored"}
+    assert template_from_configmap(data, reference="craft-system/skill") == FRONT
+
+
+@pytest.mark.parametrize("data", [None, {}, {"SKILL.md": FRONT}])
+def test_a_configmap_without_the_key_is_an_error_naming_it(data: dict[str, str] | None) -> None:
+    with pytest.raises(
+        SkillTemplateError, match=r"ConfigMap craft-system/skill has no key SKILL\.md\.j2"
+    ):
+        template_from_configmap(data, reference="craft-system/skill")
+
+
+def test_a_configmap_with_an_empty_template_is_an_error() -> None:
+    with pytest.raises(SkillTemplateError, match=r"key SKILL\.md\.j2 is empty"):
+        template_from_configmap({TEMPLATE_CONFIGMAP_KEY: " \n"}, reference="ns/cm")
+
+
+def test_the_override_setting_names_a_configmap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CRAFT_SKILL_TEMPLATE_CONFIGMAP", "craft-system/company-search-skill")
+    settings = load_settings()
+    assert settings.skill_template_configmap_ref == ("craft-system", "company-search-skill")
+
+
+def test_without_the_setting_there_is_no_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CRAFT_SKILL_TEMPLATE_CONFIGMAP", raising=False)
+    assert load_settings().skill_template_configmap_ref is None
+
+
+@pytest.mark.parametrize(
+    "value", ["just-a-name", "ns/", "/name", "Bad_NS/name", "ns/name/extra", "ns/Name"]
+)
+def test_a_malformed_override_setting_stops_the_operator(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("CRAFT_SKILL_TEMPLATE_CONFIGMAP", value)
+    with pytest.raises(
+        SettingsError, match="CRAFT_SKILL_TEMPLATE_CONFIGMAP: must be namespace/name"
+    ):
+        load_settings()
