@@ -11,7 +11,7 @@ import yaml
 
 from craft_operator.api.models import KIND, SOURCE_NAME_PATTERN, Source
 from craft_operator.api.parse import InvalidSandboxError, parse_sandbox
-from craft_operator.skills import SkillTemplateError, render_skill
+from craft_operator.skills import SkillTemplateError, render_skill, validate_template
 
 
 class SourcesInputError(Exception):
@@ -99,6 +99,9 @@ def render_skill_command(
     except UnicodeDecodeError:
         _fail(f"--template {getattr(template, 'name', 'FILE')}: not UTF-8 text", code=2)
     try:
+        if text is not None:
+            # Also try the sources other sandboxes may have, not only these.
+            validate_template(text)
         rendered = render_skill(sources, template=text)
     except SkillTemplateError as exc:
         _fail(str(exc))

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from craft_operator.skills.render import RenderedSkill, SkillSource, render_skill
+from craft_operator.skills.render import (
+    RenderedSkill,
+    SkillSource,
+    render_skill,
+    validate_template,
+)
 from craft_operator.skills.template import (
     TEMPLATE_CONFIGMAP_KEY,
     SkillTemplateError,
@@ -18,4 +23,5 @@ __all__ = [
     "builtin_template",
     "render_skill",
     "template_from_configmap",
+    "validate_template",
 ]

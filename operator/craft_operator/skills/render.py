@@ -127,3 +127,25 @@ def render_skill(sources: Sequence[Source], *, template: str | None = None) -> R
         source_count=len(items),
         unknown_sources=_unknown_names(sources),
     )
+
+
+#: Sources a custom template is tried with before use: none, and a mix of known, unknown,
+#: described and scoped ones, so branches that only some users reach are exercised too.
+_TRIAL_SOURCES: tuple[tuple[Source, ...], ...] = (
+    (),
+    (
+        Source(name="slack", scopes=[f"#channel-{index}" for index in range(7)]),
+        Source(name="confluence", description="Engineering wiki"),
+        Source(name="unknown_source"),
+    ),
+)
+
+
+def validate_template(template: str) -> None:
+    """Check a custom template by rendering it for no sources and for several kinds of source.
+
+    Raises :class:`~craft_operator.skills.template.SkillTemplateError` on the first failure.
+    Use it when the override ConfigMap changes, before rendering for every sandbox.
+    """
+    for sources in _TRIAL_SOURCES:
+        render_skill(sources, template=template)

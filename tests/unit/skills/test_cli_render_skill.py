@@ -143,3 +143,14 @@ def test_a_broken_template_prints_the_template_error_and_fails(tmp_path: Path) -
     assert code == 1
     assert out == ""
     assert err == "craft-operator: company-search template failed to render: 'nope' is undefined\n"
+
+
+def test_a_template_that_breaks_for_other_sources_is_reported_in_the_preview(
+    tmp_path: Path,
+) -> None:
+    template = tmp_path / "SKILL.md.j2"
+    template.write_text("---\nname: company-search\ndescription: x\n---\n{{ source_names[0] }}\n")
+    code, out, err = invoke("--sources", "slack", "--template", str(template))
+    assert code == 1
+    assert out == ""
+    assert err.startswith("craft-operator: company-search template failed to render:")

@@ -12,6 +12,7 @@ from craft_operator.skills import (
     builtin_template,
     render_skill,
     template_from_configmap,
+    validate_template,
 )
 from craft_operator.skills.template import MAX_RENDERED_CHARS
 from tests.unit.skills.structure import block_outline, headings, html_tokens
@@ -153,3 +154,21 @@ def test_a_malformed_override_setting_stops_the_operator(
         SettingsError, match="CRAFT_SKILL_TEMPLATE_CONFIGMAP: must be namespace/name"
     ):
         load_settings()
+
+
+def test_validation_accepts_the_builtin_template() -> None:
+    validate_template(builtin_template())
+
+
+def test_validation_catches_a_template_that_fails_only_when_sources_exist() -> None:
+    template = FRONT + "{% for s in sources %}{{ s.no_such_field }}{% endfor %}"
+    render_skill([], template=template)
+    with pytest.raises(SkillTemplateError, match="no attribute 'no_such_field'"):
+        validate_template(template)
+
+
+def test_validation_catches_a_template_that_fails_only_without_sources() -> None:
+    template = FRONT + "{{ source_names[0] }}"
+    render_skill(SOURCES, template=template)
+    with pytest.raises(SkillTemplateError, match="failed to render"):
+        validate_template(template)
