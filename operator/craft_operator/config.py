@@ -107,6 +107,16 @@ class Settings(BaseSettings):
         pattern=URL_PATTERN,
     )
     s3_region: str | None = Field(default=None, description="S3 region.")
+    library_max_file_bytes: int = Field(
+        default=500_000_000,
+        gt=0,
+        description="Largest user-library file in bytes; a larger one fails the whole sync.",
+    )
+    library_max_total_bytes: int = Field(
+        default=10_000_000_000,
+        gt=0,
+        description="Largest user library in bytes (all files); over it, nothing is synced.",
+    )
     metrics_port: int = Field(
         default=9090, ge=0, le=65535, description="Port of the Prometheus metrics; 0 disables."
     )

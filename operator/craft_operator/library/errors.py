@@ -1,0 +1,94 @@
+"""Typed errors of the user-library sync.
+
+Every error says whether retrying later can help (:attr:`LibrarySyncError.retryable`), so
+the reconciler can back off and retry an outage but report a misconfiguration at once.
+Messages name the bucket, key or pod involved and never contain credentials.
+"""
+
+from __future__ import annotations
+
+
+class LibrarySyncError(Exception):
+    """Base of all user-library sync errors.
+
+    ``reason`` is a CamelCase word for the ``UserLibrarySynced`` condition; ``retryable``
+    says whether the same sync may succeed later without anyone changing anything.
+    """
+
+    reason: str = "SyncFailed"
+    retryable: bool = False
+
+    def __init__(self, message: str, *, retryable: bool | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if retryable is not None:
+            self.retryable = retryable
+
+
+class LibraryConfigError(LibrarySyncError):
+    """The library cannot be located: no bucket in the spec or in CRAFT_S3_BUCKET."""
+
+    reason = "LibraryMisconfigured"
+
+
+class LibraryCapExceededError(LibrarySyncError):
+    """The library is over a size cap; nothing was applied.
+
+    ``reason`` is ``FileTooLarge`` or ``LibraryTooLarge``; ``limit`` and ``actual`` are bytes.
+    """
+
+    reason = "LibraryTooLarge"
+
+    def __init__(
+        self, message: str, *, reason: str, limit: int, actual: int, key: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.limit = limit
+        self.actual = actual
+        self.key = key
+
+
+class S3Error(LibrarySyncError):
+    """S3 refused or failed a request."""
+
+    reason = "S3Error"
+
+
+class S3UnavailableError(S3Error):
+    """S3 could not be reached, timed out, throttled us or failed on its side (5xx)."""
+
+    reason = "S3Unavailable"
+    retryable = True
+
+
+class S3AccessDeniedError(S3Error):
+    """S3 rejected our credentials or the operator may not read the prefix."""
+
+    reason = "S3AccessDenied"
+
+
+class S3BucketNotFoundError(S3Error):
+    """The configured bucket does not exist."""
+
+    reason = "S3BucketNotFound"
+
+
+class S3ObjectChangedError(S3Error):
+    """An object changed or vanished between listing and download; the next sync sees it."""
+
+    reason = "LibraryChangedDuringSync"
+    retryable = True
+
+
+class DestinationError(LibrarySyncError):
+    """The destination (a pod or a local directory) could not be read or written."""
+
+    reason = "DestinationFailed"
+
+
+class ExecFailedError(DestinationError):
+    """A command run in the sandbox pod failed; the message carries its stderr (trimmed)."""
+
+    reason = "ExecFailed"
+    retryable = True

@@ -1,0 +1,52 @@
+"""Where a sandbox's user library lives in S3, and its caps, from spec and settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from craft_operator.api.models import UserLibrary, UserRef
+from craft_operator.config import Settings
+from craft_operator.library.errors import LibraryConfigError
+from craft_operator.library.paths import normalise_prefix
+from craft_operator.library.plan import SyncCaps
+
+
+@dataclass(frozen=True)
+class LibraryLocation:
+    """The bucket and prefix of one library, and how to reach S3."""
+
+    bucket: str
+    prefix: str
+    endpoint_url: str | None = None
+    region: str | None = None
+
+
+def default_prefix(tenant_id: str, user_id: str) -> str:
+    """Onyx's historic layout: ``<tenant>/knowledge/<user_id>/user_library/``."""
+    return f"{tenant_id}/knowledge/{user_id}/user_library/"
+
+
+def resolve_location(library: UserLibrary, user: UserRef, settings: Settings) -> LibraryLocation:
+    """The spec's bucket and prefix, else the settings' bucket and Onyx's default prefix."""
+    bucket = library.bucket or settings.s3_bucket
+    if not bucket:
+        raise LibraryConfigError(
+            "no S3 bucket for the user library: set spec.userLibrary.bucket or CRAFT_S3_BUCKET"
+        )
+    prefix = (
+        library.prefix if library.prefix is not None else default_prefix(user.tenant_id, user.id)
+    )
+    return LibraryLocation(
+        bucket=bucket,
+        prefix=normalise_prefix(prefix),
+        endpoint_url=settings.s3_endpoint_url,
+        region=settings.s3_region,
+    )
+
+
+def caps_from_settings(settings: Settings) -> SyncCaps:
+    """The size caps configured by CRAFT_LIBRARY_MAX_FILE_BYTES and _TOTAL_BYTES."""
+    return SyncCaps(
+        max_file_bytes=settings.library_max_file_bytes,
+        max_total_bytes=settings.library_max_total_bytes,
+    )

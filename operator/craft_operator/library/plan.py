@@ -1,0 +1,246 @@
+"""The sync planner: what to copy and delete, from an S3 listing and a manifest. Pure.
+
+:func:`plan_sync` never touches S3 or the destination. It validates every key
+(:mod:`craft_operator.library.paths`), drops excluded and disabled paths, resolves
+collisions, checks the size caps, and compares what remains with the manifest: new and
+changed files are copied, files that are gone from S3 (or now excluded or disabled) are
+deleted, everything else is left alone. Over a cap it returns a :class:`CapViolation`
+instead of a plan, so that nothing is applied.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from craft_operator.library.manifest import ManifestEntry, is_safe_etag
+from craft_operator.library.paths import (
+    SkipReason,
+    UnsafePathError,
+    ancestors,
+    is_disabled,
+    is_excluded,
+    normalise_disabled,
+    normalise_path,
+    normalise_prefix,
+)
+
+MB = 1000 * 1000
+GB = 1000 * MB
+DEFAULT_MAX_FILE_BYTES = 500 * MB
+DEFAULT_MAX_TOTAL_BYTES = 10 * GB
+
+
+@dataclass(frozen=True)
+class S3Object:
+    """One object of the S3 listing."""
+
+    key: str
+    size: int
+    etag: str
+    last_modified: datetime | None = None
+
+
+@dataclass(frozen=True)
+class SyncCaps:
+    """Size limits of one user library."""
+
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES
+
+
+@dataclass(frozen=True)
+class SkippedKey:
+    """A key that was not synced, with the reason (and, for collisions, the winner)."""
+
+    key: str
+    reason: SkipReason
+    detail: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        """The JSON form used by the CLI and in status messages."""
+        reason = self.reason.value + (f" ({self.detail})" if self.detail else "")
+        return {"key": self.key, "reason": reason}
+
+
+@dataclass(frozen=True)
+class PlannedCopy:
+    """A file to copy: its destination path and the S3 object it comes from."""
+
+    path: str
+    key: str
+    size: int
+    etag: str
+    last_modified: datetime | None = None
+
+    @property
+    def entry(self) -> ManifestEntry:
+        """The manifest entry the destination will hold once the copy is in place."""
+        return ManifestEntry(size=self.size, etag=self.etag)
+
+
+@dataclass(frozen=True)
+class SyncPlan:
+    """What one sync will do. ``library`` is the destination's content afterwards."""
+
+    copies: tuple[PlannedCopy, ...]
+    deletes: tuple[str, ...]
+    skipped: tuple[SkippedKey, ...]
+    excluded: tuple[str, ...]
+    library: Mapping[str, ManifestEntry] = field(default_factory=dict)
+
+    @property
+    def files(self) -> int:
+        """Files in the library once the plan is applied."""
+        return len(self.library)
+
+    @property
+    def bytes(self) -> int:
+        """Bytes in the library once the plan is applied."""
+        return sum(entry.size or 0 for entry in self.library.values())
+
+    @property
+    def bytes_to_copy(self) -> int:
+        """Payload bytes the plan copies (without any framing)."""
+        return sum(copy.size for copy in self.copies)
+
+    @property
+    def is_empty(self) -> bool:
+        """True if the destination already matches S3."""
+        return not self.copies and not self.deletes
+
+
+@dataclass(frozen=True)
+class CapViolation:
+    """The library is over a cap: the reason for ``UserLibrarySynced`` and the figures."""
+
+    reason: str
+    message: str
+    limit: int
+    actual: int
+    key: str | None = None
+
+
+def _validated(
+    listing: Iterable[S3Object], prefix: str
+) -> tuple[dict[str, list[S3Object]], list[SkippedKey]]:
+    """Normal path to the objects that map onto it, and the keys rejected outright."""
+    groups: dict[str, list[S3Object]] = defaultdict(list)
+    skipped: list[SkippedKey] = []
+    for obj in listing:
+        if obj.key.endswith("/"):
+            continue  # a folder marker, not a file
+        if not obj.key.startswith(prefix):
+            skipped.append(SkippedKey(obj.key, SkipReason.OUTSIDE_DESTINATION))
+            continue
+        try:
+            path = normalise_path(obj.key[len(prefix) :])
+        except UnsafePathError as exc:
+            skipped.append(SkippedKey(obj.key, exc.reason))
+            continue
+        if not is_safe_etag(obj.etag):
+            skipped.append(SkippedKey(obj.key, SkipReason.INVALID_ETAG))
+            continue
+        groups[path].append(obj)
+    return groups, skipped
+
+
+def _resolve_collisions(
+    groups: Mapping[str, list[S3Object]], prefix: str
+) -> tuple[dict[str, S3Object], list[SkippedKey]]:
+    """One object per path: the key already in normal form wins, else nobody does."""
+    chosen: dict[str, S3Object] = {}
+    skipped: list[SkippedKey] = []
+    for path, objects in groups.items():
+        if len(objects) == 1:
+            chosen[path] = objects[0]
+            continue
+        canonical = [obj for obj in objects if obj.key == prefix + path]
+        winner = canonical[0] if canonical else None
+        if winner is not None:
+            chosen[path] = winner
+        for obj in objects:
+            if obj is not winner:
+                detail = f"kept {winner.key!r}" if winner else f"all keys for {path!r} skipped"
+                skipped.append(SkippedKey(obj.key, SkipReason.COLLISION, detail))
+    files_needing_dirs = {
+        parent for path in chosen for parent in ancestors(path) if parent in chosen
+    }
+    for path in sorted(files_needing_dirs):
+        obj = chosen.pop(path)
+        skipped.append(SkippedKey(obj.key, SkipReason.FILE_DIRECTORY_CONFLICT))
+    return chosen, skipped
+
+
+def _check_caps(library: Mapping[str, S3Object], caps: SyncCaps) -> CapViolation | None:
+    for path in sorted(library):
+        obj = library[path]
+        if obj.size > caps.max_file_bytes:
+            return CapViolation(
+                reason="FileTooLarge",
+                message=(
+                    f"{obj.key!r} is {obj.size} bytes, over the per-file cap of "
+                    f"{caps.max_file_bytes} bytes; nothing was synced"
+                ),
+                limit=caps.max_file_bytes,
+                actual=obj.size,
+                key=obj.key,
+            )
+    total = sum(obj.size for obj in library.values())
+    if total > caps.max_total_bytes:
+        return CapViolation(
+            reason="LibraryTooLarge",
+            message=(
+                f"the library holds {total} bytes in {len(library)} files, over the cap of "
+                f"{caps.max_total_bytes} bytes; nothing was synced"
+            ),
+            limit=caps.max_total_bytes,
+            actual=total,
+        )
+    return None
+
+
+def plan_sync(
+    listing: Iterable[S3Object],
+    manifest: Mapping[str, ManifestEntry],
+    *,
+    prefix: str,
+    excludes: Sequence[str] = (),
+    disabled: Iterable[str] = (),
+    caps: SyncCaps | None = None,
+) -> SyncPlan | CapViolation:
+    """Plan a sync of ``listing`` (the objects under ``prefix``) onto a destination.
+
+    ``manifest`` is what the destination holds (see :mod:`craft_operator.library.manifest`);
+    entries with unknown size or ETag are copied again. Returns a :class:`CapViolation`
+    instead of a plan when the library is over a cap in ``caps``.
+    """
+    prefix = normalise_prefix(prefix)
+    caps = caps or SyncCaps()
+    disabled_paths = normalise_disabled(disabled)
+    groups, skipped = _validated(listing, prefix)
+    excluded = sorted(
+        path for path in groups if is_disabled(path, disabled_paths) or is_excluded(path, excludes)
+    )
+    for path in excluded:
+        del groups[path]
+    library, more_skipped = _resolve_collisions(groups, prefix)
+    skipped.extend(more_skipped)
+    violation = _check_caps(library, caps)
+    if violation is not None:
+        return violation
+    copies = tuple(
+        PlannedCopy(path, obj.key, obj.size, obj.etag, obj.last_modified)
+        for path, obj in sorted(library.items())
+        if manifest.get(path) != ManifestEntry(size=obj.size, etag=obj.etag)
+    )
+    deletes = tuple(sorted(path for path in manifest if path not in library))
+    return SyncPlan(
+        copies=copies,
+        deletes=deletes,
+        skipped=tuple(sorted(skipped, key=lambda item: item.key)),
+        excluded=tuple(excluded),
+        library={path: ManifestEntry(obj.size, obj.etag) for path, obj in library.items()},
+    )

@@ -1,0 +1,210 @@
+"""Listing and reading the user library in S3 (boto3), with errors classified for retries.
+
+boto3 is synchronous; the sync runs these calls in a worker thread. Retries with backoff
+belong to the caller (the reconciler): botocore itself is told to try only
+``max_attempts`` times, and every failure is turned into an :class:`S3Error` subclass whose
+``retryable`` flag says whether waiting can help (an outage) or not (a missing bucket,
+denied access).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Protocol
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    PartialCredentialsError,
+    ReadTimeoutError,
+)
+from botocore.exceptions import ConnectionError as BotoConnectionError
+
+from craft_operator.library.errors import (
+    S3AccessDeniedError,
+    S3BucketNotFoundError,
+    S3Error,
+    S3ObjectChangedError,
+    S3UnavailableError,
+)
+from craft_operator.library.plan import S3Object
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3.client import S3Client
+
+_DENIED = {
+    "AccessDenied",
+    "AllAccessDisabled",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
+    "InvalidToken",
+    "AccountProblem",
+    "InvalidObjectState",
+}
+_UNAVAILABLE = {
+    "SlowDown",
+    "ServiceUnavailable",
+    "InternalError",
+    "RequestTimeout",
+    "RequestTimeTooSkewed",
+    "Throttling",
+    "ThrottlingException",
+    "503",
+    "500",
+    "502",
+    "504",
+}
+_CHANGED = {"PreconditionFailed", "NoSuchKey", "412"}
+
+
+class ObjectBody(Protocol):
+    """A streamed object body: read it in pieces, then close it."""
+
+    def read(self, amt: int | None = ...) -> bytes:
+        """Up to ``amt`` bytes; empty at the end."""
+        ...
+
+    def close(self) -> None:
+        """Release the connection."""
+        ...
+
+
+class ObjectStore(Protocol):
+    """What the sync needs from S3. Blocking; errors are :class:`S3Error` subclasses."""
+
+    def list_objects(self, bucket: str, prefix: str) -> list[S3Object]:
+        """Every object under ``prefix``, all pages."""
+        ...
+
+    def open_object(self, bucket: str, key: str, etag: str) -> ObjectBody:
+        """Stream one object, failing with :class:`S3ObjectChangedError` if its ETag moved."""
+        ...
+
+
+def make_s3_client(
+    *,
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    max_attempts: int = 2,
+    connect_timeout: float = 5.0,
+    read_timeout: float = 30.0,
+) -> S3Client:
+    """A boto3 S3 client with short timeouts and few retries (the caller backs off).
+
+    Credentials come from boto3's usual chain (environment, web identity, instance role).
+    """
+    config = Config(
+        region_name=region,
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+        retries={"total_max_attempts": max_attempts, "mode": "standard"},
+        s3={"addressing_style": "path"} if endpoint_url else None,
+    )
+    client: S3Client = boto3.session.Session().client(
+        "s3", endpoint_url=endpoint_url, config=config
+    )
+    return client
+
+
+def classify_s3_error(exc: Exception, *, bucket: str, key: str | None = None) -> S3Error:
+    """Turn a boto3/botocore exception into the matching :class:`S3Error` subclass."""
+    where = f"s3://{bucket}/{key}" if key is not None else f"bucket {bucket!r}"
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        code = str(error.get("Code", ""))
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        detail = str(error.get("Message") or code or status)
+        if code == "NoSuchBucket":
+            return S3BucketNotFoundError(f"S3 bucket {bucket!r} does not exist")
+        if code in _DENIED or status == 403:
+            return S3AccessDeniedError(f"S3 denied access to {where}: {detail}")
+        if key is not None and (code in _CHANGED or status in (404, 412)):
+            return S3ObjectChangedError(
+                f"{where} changed or vanished during the sync; the next sync picks it up"
+            )
+        if code in _UNAVAILABLE or status >= 500 or status == 429:
+            return S3UnavailableError(f"S3 failed on {where}: {detail} (HTTP {status})")
+        return S3Error(f"S3 rejected a request for {where}: {detail} (HTTP {status})")
+    if isinstance(exc, NoCredentialsError | PartialCredentialsError):
+        return S3AccessDeniedError(f"no usable S3 credentials to read {where}")
+    if isinstance(
+        exc,
+        EndpointConnectionError
+        | BotoConnectionError
+        | ConnectTimeoutError
+        | ReadTimeoutError
+        | ConnectionClosedError
+        | TimeoutError
+        | ConnectionError,
+    ):
+        return S3UnavailableError(f"S3 is unreachable for {where}: {exc}")
+    if isinstance(exc, BotoCoreError | OSError):
+        # Broken streams (IncompleteRead, ResponseStreamingError) and socket errors.
+        return S3UnavailableError(f"S3 failed while reading {where}: {exc}")
+    return S3Error(f"S3 request for {where} failed: {type(exc).__name__}: {exc}")
+
+
+@contextmanager
+def _classified(bucket: str, key: str | None = None) -> Iterator[None]:
+    try:
+        yield
+    except S3Error:
+        raise
+    except (BotoCoreError, ClientError, OSError) as exc:
+        raise classify_s3_error(exc, bucket=bucket, key=key) from exc
+
+
+class _ClassifiedBody:
+    """A streamed body whose read errors are classified like every other S3 error."""
+
+    def __init__(self, body: Any, bucket: str, key: str) -> None:
+        self._body = body
+        self._bucket = bucket
+        self._key = key
+
+    def read(self, amt: int | None = None) -> bytes:
+        with _classified(self._bucket, self._key):
+            data: bytes = self._body.read(amt)
+            return data
+
+    def close(self) -> None:
+        with _classified(self._bucket, self._key):
+            self._body.close()
+
+
+class S3ObjectStore:
+    """:class:`ObjectStore` over a boto3 S3 client."""
+
+    def __init__(self, client: S3Client) -> None:
+        self._client = client
+
+    def list_objects(self, bucket: str, prefix: str) -> list[S3Object]:
+        """Every object under ``prefix`` (paginated ``ListObjectsV2``)."""
+        objects: list[S3Object] = []
+        with _classified(bucket):
+            paginator = self._client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
+                for item in page.get("Contents", []):
+                    objects.append(
+                        S3Object(
+                            key=item["Key"],
+                            size=int(item["Size"]),
+                            etag=str(item.get("ETag", "")),
+                            last_modified=item.get("LastModified"),
+                        )
+                    )
+        return objects
+
+    def open_object(self, bucket: str, key: str, etag: str) -> ObjectBody:
+        """Stream ``key``; S3 answers 412 (:class:`S3ObjectChangedError`) if the ETag moved."""
+        with _classified(bucket, key):
+            response = self._client.get_object(Bucket=bucket, Key=key, IfMatch=etag)
+        return _ClassifiedBody(response["Body"], bucket, key)

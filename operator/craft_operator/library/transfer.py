@@ -1,0 +1,193 @@
+"""Exec mode: applying a change set to ``/workspace/user_library`` inside the sandbox pod.
+
+The pod needs only ``sh`` and ``tar``; it never sees S3 credentials. Every command is an
+argv: fixed ``sh -c`` scripts below, with paths passed as positional arguments, so no data
+is ever parsed by a shell. One sync runs
+
+1. ``READ``: print the manifest;
+2. ``UPLOAD``: a tar stream on stdin (the new files, then the ``pending`` and ``final``
+   manifest pieces) is unpacked into ``.craft-sync/staging``; then ``pending`` is appended
+   to the manifest;
+3. ``APPLY`` (in batches that keep each exec request small): delete, rename staged files
+   into place, and in the last batch write the manifest and drop the staging directory.
+
+Paths reach the scripts already validated (:mod:`craft_operator.library.paths`): relative,
+no ``.``/``..`` segments, no control characters. Each is used only as ``"$r/$p"`` with an
+absolute ``$r``, so none can be read as an option. The agent in the pod runs as the same
+user as these commands, so it cannot use planted symlinks to gain anything it lacks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from urllib.parse import quote
+
+from craft_operator.kube.exec import ExecError, ExecResult, ExecTransport, Stdin
+from craft_operator.library.destination import ChangeSet
+from craft_operator.library.errors import ExecFailedError
+from craft_operator.library.paths import STATE_DIR
+from craft_operator.library.s3 import ObjectStore
+from craft_operator.library.tarstream import ByteCounter, TarMember, tar_stream
+
+LIBRARY_ROOT = "/workspace/user_library"
+
+READ_SCRIPT = """\
+m="$1/.craft-sync/manifest"
+if [ -f "$m" ]; then exec cat "$m"; fi
+"""
+
+UPLOAD_SCRIPT = """\
+set -eu
+s="$1/.craft-sync"
+mkdir -p "$s"
+rm -rf "$s/staging"
+mkdir "$s/staging"
+tar -x -o -f - -C "$s/staging"
+cat "$s/staging/pending" >> "$s/manifest"
+"""
+
+APPLY_SCRIPT = """\
+set -eu
+r="$1"; finish="$2"; n="$3"; shift 3
+s="$r/.craft-sync"
+while [ "$n" -gt 0 ]; do
+  rm -rf "$r/$1"
+  d=$(dirname "$r/$1")
+  while [ "$d" != "$r" ] && rmdir "$d" 2>/dev/null; do d=$(dirname "$d"); done
+  n=$((n - 1)); shift
+done
+for p do
+  mkdir -p "$(dirname "$r/$p")"
+  if [ -L "$r/$p" ] || [ -d "$r/$p" ]; then rm -rf "$r/$p"; fi
+  mv -f "$s/staging/files/$p" "$r/$p"
+done
+if [ "$finish" = 1 ]; then
+  if [ -f "$s/staging/manifest" ]; then
+    mv -f "$s/staging/manifest" "$s/manifest"
+  else
+    cat "$s/staging/final" >> "$s/manifest"
+  fi
+  rm -rf "$s/staging"
+fi
+"""
+
+assert STATE_DIR == ".craft-sync"  # the scripts spell it out
+
+
+@dataclass(frozen=True)
+class PodTarget:
+    """The container whose ``root`` receives the library."""
+
+    namespace: str
+    pod: str
+    container: str
+    root: str = LIBRARY_ROOT
+
+
+def apply_batches(
+    deletes: Sequence[str], moves: Sequence[str], budget: int
+) -> list[tuple[list[str], list[str]]]:
+    """Split deletions and moves into batches whose argv stays within ``budget`` bytes.
+
+    The budget counts URL-encoded bytes: the exec API carries argv in the request URL.
+    Deletions come first; every batch holds at least one path, so a huge path still goes.
+    """
+    batches: list[tuple[list[str], list[str]]] = [([], [])]
+    used = 0
+    for kind, paths in ((0, deletes), (1, moves)):
+        for path in paths:
+            cost = len(quote(path, safe="")) + len("&command=")
+            current = batches[-1]
+            if used + cost > budget and (current[0] or current[1]):
+                batches.append(([], []))
+                used = 0
+            batches[-1][kind].append(path)
+            used += cost
+    return batches
+
+
+class PodDestination:
+    """:class:`~craft_operator.library.destination.Destination` in a pod, over exec."""
+
+    def __init__(
+        self,
+        transport: ExecTransport,
+        target: PodTarget,
+        *,
+        timeout_seconds: float = 120.0,
+        min_bytes_per_second: float = 1_000_000.0,
+        argv_budget_bytes: int = 64 * 1024,
+    ) -> None:
+        """Run commands in ``target`` through ``transport``.
+
+        Each command may take ``timeout_seconds``; the upload gets one more second per
+        ``min_bytes_per_second`` bytes it carries.
+        """
+        self._transport = transport
+        self._target = target
+        self._timeout = timeout_seconds
+        self._rate = min_bytes_per_second
+        self._budget = argv_budget_bytes
+
+    async def _run(
+        self, what: str, argv: Sequence[str], stdin: Stdin = None, limit: float | None = None
+    ) -> ExecResult:
+        target = self._target
+        try:
+            result = await self._transport.run(
+                target.namespace,
+                target.pod,
+                target.container,
+                argv,
+                stdin=stdin,
+                timeout=limit or self._timeout,
+            )
+        except ExecError as exc:
+            raise ExecFailedError(
+                f"{what} in pod {target.namespace}/{target.pod}: {exc}", retryable=exc.retryable
+            ) from exc
+        if result.exit_code != 0:
+            raise ExecFailedError(
+                f"{what} in pod {target.namespace}/{target.pod} exited with "
+                f"{result.exit_code}: {result.stderr_excerpt() or 'no message'}"
+            )
+        return result
+
+    async def read_manifest(self) -> bytes | None:
+        """The manifest in the pod, or ``None`` if the library was never synced there."""
+        argv = ["sh", "-c", READ_SCRIPT, "sh", self._target.root]
+        result = await self._run("reading the library manifest", argv)
+        return result.stdout or None
+
+    async def apply(self, changes: ChangeSet, store: ObjectStore, bucket: str) -> int:
+        """Upload, delete, rename and record ``changes``; return the bytes sent on stdin."""
+        members = [
+            TarMember(
+                name=f"files/{copy.path}",
+                size=copy.size,
+                mtime=copy.last_modified.timestamp() if copy.last_modified else 0.0,
+                open=partial(store.open_object, bucket, copy.key, copy.etag),
+                label=f"s3://{bucket}/{copy.key}",
+            )
+            for copy in changes.copies
+        ]
+        members.append(TarMember("pending", len(changes.pending), data=changes.pending))
+        last = "manifest" if changes.replace_manifest else "final"
+        members.append(TarMember(last, len(changes.final), data=changes.final))
+        counter = ByteCounter()
+        payload = sum(copy.size for copy in changes.copies)
+        await self._run(
+            "unpacking the library upload",
+            ["sh", "-c", UPLOAD_SCRIPT, "sh", self._target.root],
+            stdin=tar_stream(members, counter),
+            limit=self._timeout + payload / self._rate,
+        )
+        moves = [copy.path for copy in changes.copies]
+        batches = apply_batches(changes.deletes, moves, self._budget)
+        for index, (deletes, moved) in enumerate(batches):
+            finish = "1" if index == len(batches) - 1 else "0"
+            argv = ["sh", "-c", APPLY_SCRIPT, "sh", self._target.root, finish, str(len(deletes))]
+            await self._run("applying the library changes", [*argv, *deletes, *moved])
+        return counter.value

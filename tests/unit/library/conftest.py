@@ -1,0 +1,98 @@
+"""Fixtures of the user-library tests: moto's S3 server over HTTP, buckets, a local pod."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from moto.server import ThreadedMotoServer
+
+from craft_operator.kube.exec_local import LocalExec
+from craft_operator.library.s3 import S3ObjectStore, make_s3_client
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class S3Server:
+    """A moto S3 server on 127.0.0.1 that a test may stop and start again."""
+
+    port: int
+    server: ThreadedMotoServer
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def start(self) -> None:
+        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        self.server.start()
+
+
+@pytest.fixture(autouse=True)
+def aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fake credentials for moto; never the developer's own."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def s3_server() -> Iterator[S3Server]:
+    """A fresh moto S3 server for one test."""
+    port = free_port()
+    server = S3Server(port, ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False))
+    server.server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@dataclass
+class Bucket:
+    """A bucket on the moto server with helpers to shape a user library in it."""
+
+    name: str
+    prefix: str
+    client: object
+    store: S3ObjectStore
+
+    def put(self, relative: str, data: bytes) -> None:
+        self.client.put_object(Bucket=self.name, Key=self.prefix + relative, Body=data)  # type: ignore[attr-defined]
+
+    def put_key(self, key: str, data: bytes) -> None:
+        self.client.put_object(Bucket=self.name, Key=key, Body=data)  # type: ignore[attr-defined]
+
+    def delete(self, relative: str) -> None:
+        self.client.delete_object(Bucket=self.name, Key=self.prefix + relative)  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def bucket(s3_server: S3Server) -> Bucket:
+    """An empty bucket; the library prefix is Onyx's default layout for a random user."""
+    client = make_s3_client(endpoint_url=s3_server.url, region="us-east-1", max_attempts=1)
+    name = f"lib-{uuid.uuid4().hex[:12]}"
+    client.create_bucket(Bucket=name)
+    prefix = f"public/knowledge/{uuid.uuid4()}/user_library/"
+    return Bucket(name=name, prefix=prefix, client=client, store=S3ObjectStore(client))
+
+
+@pytest.fixture
+def pods(tmp_path: Path) -> LocalExec:
+    """The local stand-in for pod exec, with pods' /workspace under tmp_path."""
+    return LocalExec(root=tmp_path / "pods")

@@ -1,0 +1,448 @@
+"""Exec-mode sync against moto's S3 server, through the local exec double with real tar."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterable, Sequence
+from pathlib import Path
+
+import pytest
+
+from craft_operator.kube.exec import ExecResult, ExecUnavailableError, Stdin
+from craft_operator.kube.exec_local import LocalExec
+from craft_operator.library import (
+    ExecFailedError,
+    LibraryCapExceededError,
+    S3ObjectChangedError,
+    S3UnavailableError,
+    SyncCaps,
+    SyncResult,
+    sync_user_library_exec,
+)
+from craft_operator.library.paths import MAX_PATH_BYTES
+from craft_operator.library.tarstream import BLOCK
+
+from .conftest import Bucket, S3Server
+
+pytestmark = [pytest.mark.s3]
+
+NAMESPACE = "craft"
+POD = "sandbox-a"
+CONTAINER = "sandbox"
+
+
+def library_dir(pods: LocalExec) -> Path:
+    return pods.workspace(NAMESPACE, POD) / "user_library"
+
+
+def files_in(root: Path) -> dict[str, bytes]:
+    """Every file under root except the operator's state directory."""
+    found: dict[str, bytes] = {}
+    for path in root.rglob("*"):
+        relative = path.relative_to(root).as_posix()
+        if path.is_file() and not relative.startswith(".craft-sync"):
+            found[relative] = path.read_bytes()
+    return found
+
+
+def all_paths(root: Path) -> set[Path]:
+    return set(root.rglob("*"))
+
+
+async def sync(
+    bucket: Bucket,
+    transport: object,
+    *,
+    excludes: Sequence[str] = (),
+    disabled: Sequence[str] = (),
+    caps: SyncCaps | None = None,
+) -> SyncResult:
+    return await sync_user_library_exec(
+        store=bucket.store,
+        bucket=bucket.name,
+        prefix=bucket.prefix,
+        exec_transport=transport,  # type: ignore[arg-type]
+        namespace=NAMESPACE,
+        pod=POD,
+        container=CONTAINER,
+        excludes=excludes,
+        disabled=disabled,
+        caps=caps,
+    )
+
+
+async def test_first_sync_copies_every_file_into_the_pod(bucket: Bucket, pods: LocalExec) -> None:
+    bucket.put("notes.md", b"# notes\n")
+    bucket.put("reports/2024/q1.csv", b"a,b\n1,2\n")
+    bucket.put("héllo wörld.txt", b"unicode name")
+
+    result = await sync(bucket, pods)
+
+    assert files_in(library_dir(pods)) == {
+        "notes.md": b"# notes\n",
+        "reports/2024/q1.csv": b"a,b\n1,2\n",
+        "héllo wörld.txt": b"unicode name",
+    }
+    assert (result.copied, result.deleted, result.files) == (3, 0, 3)
+    assert result.bytes == 8 + 8 + 12
+    assert not (library_dir(pods) / ".craft-sync" / "staging").exists()
+
+
+async def test_a_second_sync_without_changes_sends_nothing(bucket: Bucket, pods: LocalExec) -> None:
+    bucket.put("a.txt", b"a")
+    await sync(bucket, pods)
+    calls_before = len(pods.calls)
+
+    result = await sync(bucket, pods)
+
+    assert (result.copied, result.deleted, result.bytes_transferred) == (0, 0, 0)
+    assert len(pods.calls) == calls_before + 1  # only the manifest was read
+
+
+async def test_incremental_sync_sends_only_the_changed_file_plus_framing(
+    bucket: Bucket, pods: LocalExec
+) -> None:
+    for index in range(20):
+        bucket.put(f"docs/file-{index:02}.bin", bytes([index]) * 50_000)
+    first = await sync(bucket, pods)
+    bucket.put("docs/file-07.bin", b"x" * 30_000)
+
+    second = await sync(bucket, pods)
+
+    assert second.copied == 1
+    assert files_in(library_dir(pods))["docs/file-07.bin"] == b"x" * 30_000
+    # Besides the changed file: a header and padding for it, two one-line manifest
+    # members (a header and a block each) and the end-of-archive blocks; nothing else.
+    framing = second.bytes_transferred - 30_000
+    assert 0 < framing <= 8 * BLOCK
+    assert first.bytes_transferred > 20 * 50_000
+    assert pods.calls[-2].stdin_bytes == second.bytes_transferred
+
+
+async def test_files_removed_from_s3_are_deleted_with_their_empty_directories(
+    bucket: Bucket, pods: LocalExec
+) -> None:
+    bucket.put("keep.txt", b"k")
+    bucket.put("old/deep/gone.txt", b"g")
+    await sync(bucket, pods)
+    bucket.delete("old/deep/gone.txt")
+
+    result = await sync(bucket, pods)
+
+    assert result.deleted == 1
+    assert files_in(library_dir(pods)) == {"keep.txt": b"k"}
+    assert not (library_dir(pods) / "old").exists()
+
+
+async def test_deletions_are_passed_as_argv_never_inside_a_script(
+    bucket: Bucket, pods: LocalExec
+) -> None:
+    name = "$(touch pwned); rm -rf x `id`.txt"
+    bucket.put(name, b"1")
+    await sync(bucket, pods)
+    bucket.delete(name)
+
+    await sync(bucket, pods)
+
+    apply_call = pods.calls[-1]
+    assert name in apply_call.argv
+    assert all(name not in arg for arg in apply_call.argv[:3])  # not in the sh -c script
+    assert files_in(library_dir(pods)) == {}
+    assert not any(Path.cwd().glob("pwned"))
+
+
+async def test_excluded_and_disabled_files_are_removed_from_the_pod(
+    bucket: Bucket, pods: LocalExec
+) -> None:
+    bucket.put("keep/a.txt", b"a")
+    bucket.put("keep/b.tmp", b"b")
+    bucket.put("private/secret.txt", b"s")
+    bucket.put("private/deeper/more.txt", b"m")
+    bucket.put("drafts/x.md", b"x")
+    await sync(bucket, pods)
+    assert len(files_in(library_dir(pods))) == 5
+
+    result = await sync(bucket, pods, excludes=["*.tmp", "drafts/"], disabled=["private"])
+
+    assert files_in(library_dir(pods)) == {"keep/a.txt": b"a"}
+    assert (result.deleted, result.excluded, result.files) == (4, 4, 1)
+
+
+async def test_a_disabled_path_is_never_copied(bucket: Bucket, pods: LocalExec) -> None:
+    bucket.put("private/secret.txt", b"s")
+    bucket.put("public.txt", b"p")
+
+    await sync(bucket, pods, disabled=["private/"])
+
+    assert files_in(library_dir(pods)) == {"public.txt": b"p"}
+
+
+HOSTILE_KEYS = {
+    "../escape.txt": "'.' or '..' segment",
+    "a/../../escape2.txt": "'.' or '..' segment",
+    "/etc/cron.d/evil": "absolute path",
+    "./dot.txt": "'.' or '..' segment",
+    "ctrl\x01char.txt": "control character",
+    "nul\x00.txt": "control character",
+    "del\x7f.txt": "control character",
+    "c1\u0085.txt": "control character",
+    "back\\..\\slash.txt": "backslash in key",
+    ("n" * 256) + ".txt": "name longer than 255 bytes",
+    "/".join(["d" * 200] * 20) + "/long.txt": f"path longer than {MAX_PATH_BYTES} bytes",
+    ".craft-sync/manifest": "reserved name .craft-sync",
+    "dup//file.txt": "collides with another key after normalisation",
+    "cafe\u0301.txt": "collides with another key after normalisation",
+    "clash": "is a file where another key needs a directory",
+}
+
+
+async def test_hostile_keys_are_skipped_reported_and_never_written(
+    bucket: Bucket, pods: LocalExec, tmp_path: Path
+) -> None:
+    for key in HOSTILE_KEYS:
+        bucket.put(key, b"hostile")
+    bucket.put("dup/file.txt", b"canonical")
+    bucket.put("caf\u00e9.txt", b"nfc")
+    bucket.put("clash/inside.txt", b"dir wins")
+    bucket.put("fine.txt", b"ok")
+    before = all_paths(tmp_path)
+
+    result = await sync(bucket, pods)
+
+    reasons = {item.key[len(bucket.prefix) :]: item.reason.value for item in result.skipped}
+    assert reasons == HOSTILE_KEYS
+    assert files_in(library_dir(pods)) == {
+        "dup/file.txt": b"canonical",
+        "café.txt": b"nfc",
+        "clash/inside.txt": b"dir wins",
+        "fine.txt": b"ok",
+    }
+    written = all_paths(tmp_path) - before
+    library = library_dir(pods)
+    assert all(
+        path == library or library in path.parents or path in library.parents for path in written
+    )
+    assert not any(b"hostile" in path.read_bytes() for path in written if path.is_file())
+
+
+async def test_a_file_over_the_per_file_cap_fails_the_sync_and_applies_nothing(
+    bucket: Bucket, pods: LocalExec
+) -> None:
+    bucket.put("small.txt", b"s")
+    await sync(bucket, pods)
+    bucket.put("small.txt", b"changed")
+    bucket.put("huge.bin", b"h" * 2_000)
+
+    with pytest.raises(LibraryCapExceededError) as raised:
+        await sync(bucket, pods, caps=SyncCaps(max_file_bytes=1_000, max_total_bytes=10**9))
+
+    assert raised.value.reason == "FileTooLarge"
+    assert "huge.bin" in str(raised.value)
+    assert "1000" in str(raised.value)
+    assert not raised.value.retryable
+    assert files_in(library_dir(pods)) == {"small.txt": b"s"}
+
+
+async def test_a_library_over_the_total_cap_applies_nothing(
+    bucket: Bucket, pods: LocalExec
+) -> None:
+    for index in range(5):
+        bucket.put(f"f{index}", b"x" * 400)
+
+    with pytest.raises(LibraryCapExceededError) as raised:
+        await sync(bucket, pods, caps=SyncCaps(max_file_bytes=1_000, max_total_bytes=1_500))
+
+    assert raised.value.reason == "LibraryTooLarge"
+    assert raised.value.actual == 2_000
+    assert files_in(library_dir(pods)) == {}
+
+
+class FailingUpload:
+    """Wraps the local exec double; the upload's stdin breaks after ``after`` bytes."""
+
+    def __init__(self, inner: LocalExec, after: int) -> None:
+        self.inner = inner
+        self.after = after
+
+    async def run(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        argv: Sequence[str],
+        *,
+        stdin: Stdin = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> ExecResult:
+        if isinstance(stdin, AsyncIterable):
+            stdin = self._cut(stdin)
+        return await self.inner.run(namespace, pod, container, argv, stdin=stdin, timeout=timeout)
+
+    async def _cut(self, chunks: AsyncIterable[bytes]) -> AsyncIterable[bytes]:
+        sent = 0
+        async for chunk in chunks:
+            if sent + len(chunk) > self.after:
+                yield chunk[: self.after - sent]
+                raise ExecUnavailableError("connection to the API server lost")
+            sent += len(chunk)
+            yield chunk
+
+
+class FailingApply:
+    """Wraps the local exec double; the ``fail_at``-th apply batch never runs."""
+
+    def __init__(self, inner: LocalExec, fail_at: int) -> None:
+        self.inner = inner
+        self.fail_at = fail_at
+        self.applies = 0
+
+    async def run(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        argv: Sequence[str],
+        *,
+        stdin: Stdin = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> ExecResult:
+        if len(argv) > 5 and argv[5] in ("0", "1"):  # APPLY: sh -c SCRIPT sh ROOT FINISH N
+            self.applies += 1
+            if self.applies == self.fail_at:
+                raise ExecUnavailableError("pod stopped answering")
+        return await self.inner.run(namespace, pod, container, argv, stdin=stdin, timeout=timeout)
+
+
+async def test_an_upload_cut_midway_leaves_the_old_files_and_the_next_sync_repairs(
+    bucket: Bucket, pods: LocalExec
+) -> None:
+    bucket.put("a.txt", b"old a")
+    bucket.put("b.txt", b"old b")
+    await sync(bucket, pods)
+    bucket.put("a.txt", b"new a" * 10_000)
+    bucket.put("b.txt", b"new b" * 10_000)
+
+    with pytest.raises(ExecFailedError) as raised:
+        await sync(bucket, FailingUpload(pods, after=60_000))
+
+    assert raised.value.retryable
+    assert files_in(library_dir(pods)) == {"a.txt": b"old a", "b.txt": b"old b"}
+    await sync(bucket, pods)
+    assert files_in(library_dir(pods)) == {"a.txt": b"new a" * 10_000, "b.txt": b"new b" * 10_000}
+
+
+async def test_a_sync_stopped_between_renames_leaves_whole_files_and_is_repaired(
+    bucket: Bucket, pods: LocalExec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = [f"f{index:03}.txt" for index in range(30)]
+    for name in names:
+        bucket.put(name, b"v1 " + name.encode())
+    await sync(bucket, pods)
+    for name in names:
+        bucket.put(name, b"v2 " + name.encode())
+    bucket.put(names[0], b"v1 " + names[0].encode())  # back to its old content later
+    # Small argv batches: the 30 renames take several exec calls.
+    from craft_operator.library import transfer
+
+    original = transfer.PodDestination.__init__
+
+    def small_batches(self: transfer.PodDestination, *args: object, **kwargs: object) -> None:
+        original(self, *args, argv_budget_bytes=200, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(transfer.PodDestination, "__init__", small_batches)
+    bucket.put(names[0], b"v2 " + names[0].encode())
+
+    with pytest.raises(ExecFailedError):
+        await sync(bucket, FailingApply(pods, fail_at=2))
+
+    on_disk = files_in(library_dir(pods))
+    assert set(on_disk) == set(names)
+    assert all(
+        content in (b"v1 " + n.encode(), b"v2 " + n.encode()) for n, content in on_disk.items()
+    )
+    assert any(content.startswith(b"v1") for content in on_disk.values())
+    assert any(content.startswith(b"v2") for content in on_disk.values())
+
+    # Meanwhile a file is set back to its old content: the manifest must not trust it.
+    bucket.put(names[0], b"v1 " + names[0].encode())
+    repaired = await sync(bucket, pods)
+
+    expected = {name: b"v2 " + name.encode() for name in names}
+    expected[names[0]] = b"v1 " + names[0].encode()
+    assert files_in(library_dir(pods)) == expected
+    # Every path the stopped sync had announced is unknown, so all of them were re-sent.
+    assert repaired.copied == len(names)
+    assert (await sync(bucket, pods)).copied == 0
+
+
+async def test_an_s3_outage_is_retryable_and_the_next_sync_succeeds(
+    bucket: Bucket, pods: LocalExec, s3_server: S3Server
+) -> None:
+    bucket.put("a.txt", b"a")
+    s3_server.stop()
+
+    with pytest.raises(S3UnavailableError) as raised:
+        await sync(bucket, pods)
+
+    assert raised.value.retryable
+    assert bucket.name in str(raised.value)
+    assert files_in(library_dir(pods)) == {}
+    s3_server.start()
+    result = await sync(bucket, pods)
+    assert result.copied == 1
+    assert files_in(library_dir(pods)) == {"a.txt": b"a"}
+
+
+async def test_an_object_replaced_during_the_sync_is_retryable_and_applies_nothing(
+    bucket: Bucket, pods: LocalExec
+) -> None:
+    bucket.put("a.txt", b"first")
+    bucket.put("b.txt", b"first")
+
+    class ChangesDuringSync:
+        """Lists the bucket, then the user uploads a new b.txt before it is read."""
+
+        def __init__(self) -> None:
+            self.inner = bucket.store
+
+        def list_objects(self, name: str, prefix: str):  # type: ignore[no-untyped-def]
+            listing = self.inner.list_objects(name, prefix)
+            bucket.put("b.txt", b"second version")
+            return listing
+
+        def open_object(self, name: str, key: str, etag: str):  # type: ignore[no-untyped-def]
+            return self.inner.open_object(name, key, etag)
+
+    with pytest.raises(S3ObjectChangedError) as raised:
+        await sync_user_library_exec(
+            store=ChangesDuringSync(),
+            bucket=bucket.name,
+            prefix=bucket.prefix,
+            exec_transport=pods,
+            namespace=NAMESPACE,
+            pod=POD,
+            container=CONTAINER,
+        )
+
+    assert raised.value.retryable
+    assert files_in(library_dir(pods)) == {}
+    await sync(bucket, pods)
+    assert files_in(library_dir(pods)) == {"a.txt": b"first", "b.txt": b"second version"}
+
+
+async def test_a_missing_pod_is_a_retryable_exec_failure(bucket: Bucket, pods: LocalExec) -> None:
+    pods.missing_pods.add(f"{NAMESPACE}/{POD}")
+
+    with pytest.raises(ExecFailedError) as raised:
+        await sync(bucket, pods)
+
+    assert raised.value.retryable
+    assert f"{NAMESPACE}/{POD}" in str(raised.value)
+
+
+async def test_files_appear_readable_with_the_object_time(bucket: Bucket, pods: LocalExec) -> None:
+    bucket.put("a.txt", b"a")
+    await sync(bucket, pods)
+    status = os.stat(library_dir(pods) / "a.txt")
+    assert status.st_mode & 0o777 == 0o644
+    assert status.st_mtime > 0
