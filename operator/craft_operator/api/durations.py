@@ -36,7 +36,15 @@ def parse_duration(text: str) -> timedelta:
             "(units: ns, us, ms, s, m, h)"
         )
     seconds = sum(float(value) * _UNIT_SECONDS[unit] for value, unit in _PART_RE.findall(text))
-    return timedelta(seconds=seconds)
+    return _timedelta(seconds, text)
+
+
+def _timedelta(seconds: float, shown: object) -> timedelta:
+    # pydantic reports ValueError as a validation error; OverflowError would escape as a crash.
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise ValueError(f"{shown!r} is longer than any duration the operator handles") from None
 
 
 def format_duration(value: timedelta) -> str:
@@ -44,6 +52,8 @@ def format_duration(value: timedelta) -> str:
     total = value.total_seconds()
     if total == 0:
         return "0s"
+    if total < 0:
+        return "-" + format_duration(-value)
     hours, rest = divmod(total, 3600)
     minutes, seconds = divmod(rest, 60)
     text = ""
@@ -52,7 +62,8 @@ def format_duration(value: timedelta) -> str:
     if minutes:
         text += f"{int(minutes)}m"
     if seconds:
-        text += f"{int(seconds)}s" if float(seconds).is_integer() else f"{seconds:g}s"
+        # Fixed-point, not :g, which writes 1e-06 for a microsecond.
+        text += f"{seconds:.9f}".rstrip("0").rstrip(".") + "s"
     return text
 
 
@@ -60,7 +71,7 @@ def _coerce(value: Any) -> Any:
     if isinstance(value, timedelta):
         return value
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return timedelta(seconds=value)
+        return _timedelta(value, value)
     return parse_duration(value)
 
 

@@ -1,0 +1,149 @@
+"""Kubernetes-style durations: what the CRD accepts is what the operator parses, and what
+the operator writes back parses to the same value."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from pydantic import BaseModel, ValidationError
+
+from craft_operator.api.durations import (
+    DURATION_PATTERN,
+    MAX_DURATION_LENGTH,
+    Duration,
+    format_duration,
+    parse_duration,
+)
+from tests.support.crd_validation import parse_go_duration
+
+pytestmark = pytest.mark.unit
+
+
+class Holder(BaseModel):
+    """A model with one duration field."""
+
+    value: Duration
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("30m", timedelta(minutes=30)),
+        ("1h", timedelta(hours=1)),
+        ("720h", timedelta(days=30)),
+        ("1h30m", timedelta(minutes=90)),
+        ("1.5h", timedelta(minutes=90)),
+        ("90s", timedelta(seconds=90)),
+        ("250ms", timedelta(milliseconds=250)),
+        ("10us", timedelta(microseconds=10)),
+        ("10µs", timedelta(microseconds=10)),
+        ("0s", timedelta(0)),
+        ("1m30s500ms", timedelta(seconds=90.5)),
+    ],
+)
+def test_durations_parse_like_kubernetes(text: str, expected: timedelta) -> None:
+    assert parse_duration(text) == expected
+    assert parse_go_duration(text) == round(expected.total_seconds() * 1e9)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "30",
+        "h",
+        "1d",
+        "1w",
+        "-1h",
+        "+1h",
+        "1 h",
+        "1h 30m",
+        "30 minutes",
+        "1.h",
+        ".5h",
+    ],
+)
+def test_strings_outside_the_crd_grammar_are_rejected_with_an_example(text: str) -> None:
+    with pytest.raises(ValueError, match=r"e\.g\. 30m, 1h or 720h"):
+        parse_duration(text)
+
+
+def test_the_parser_and_the_crd_pattern_accept_the_same_strings() -> None:
+    samples = ["30m", "1h30m", "1.5h", "1d", "-1h", "1 h", "0s", "10µs", "1.h", "h1"]
+    for text in samples:
+        by_pattern = re.match(DURATION_PATTERN, text) is not None
+        try:
+            parse_duration(text)
+            by_parser = True
+        except ValueError:
+            by_parser = False
+        assert by_parser is by_pattern, text
+
+
+def test_every_string_the_crd_pattern_accepts_is_a_go_duration() -> None:
+    # So CEL's duration() never fails on a value the format rule let through.
+    for text in ["30m", "1h30m", "1.5h", "0s", "10µs", "1m30s500ms", "8760h", "0.000001s"]:
+        assert re.match(DURATION_PATTERN, text)
+        parse_go_duration(text)
+
+
+def test_the_length_limit_matches_the_crd() -> None:
+    assert parse_duration("0" * (MAX_DURATION_LENGTH - 2) + "1s") == timedelta(seconds=1)
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_duration("0" * (MAX_DURATION_LENGTH - 1) + "1s")
+
+
+@pytest.mark.parametrize("value", ["9" * 31 + "h", 10**20])
+def test_a_duration_too_long_for_python_is_a_value_error_not_a_crash(value: str | int) -> None:
+    with pytest.raises(ValidationError, match="longer than any duration"):
+        Holder(value=value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (timedelta(0), "0s"),
+        (timedelta(seconds=45), "45s"),
+        (timedelta(minutes=30), "30m"),
+        (timedelta(minutes=90), "1h30m"),
+        (timedelta(days=30), "720h"),
+        (timedelta(hours=1, seconds=5), "1h5s"),
+        (timedelta(seconds=1.5), "1.5s"),
+        (timedelta(milliseconds=250), "0.25s"),
+        (timedelta(microseconds=1), "0.000001s"),
+    ],
+)
+def test_durations_are_written_in_the_shortest_form_that_parses_back(
+    value: timedelta, text: str
+) -> None:
+    assert format_duration(value) == text
+    assert parse_duration(text) == value
+
+
+def test_a_negative_duration_is_written_in_go_syntax() -> None:
+    # The CRD never holds one; the operator may still log how overdue something is.
+    assert format_duration(timedelta(seconds=-90)) == "-1m30s"
+
+
+def test_the_pydantic_type_reads_strings_numbers_and_timedeltas() -> None:
+    assert Holder(value="1h").value == timedelta(hours=1)  # type: ignore[arg-type]
+    assert Holder(value=90).value == timedelta(seconds=90)  # type: ignore[arg-type]
+    assert Holder(value=timedelta(minutes=2)).value == timedelta(minutes=2)
+
+
+def test_the_pydantic_type_serializes_to_the_wire_form() -> None:
+    assert Holder(value=timedelta(hours=720)).model_dump(mode="json") == {"value": "720h"}
+    assert Holder.model_validate_json('{"value": "1h30m"}').model_dump_json() == '{"value":"1h30m"}'
+
+
+def test_a_bad_duration_is_a_validation_error_naming_the_value() -> None:
+    with pytest.raises(ValidationError, match="'30 minutes' is not a duration"):
+        Holder(value="30 minutes")  # type: ignore[arg-type]
+
+
+def test_the_json_schema_is_a_bounded_string() -> None:
+    schema = Holder.model_json_schema()["properties"]["value"]
+    schema.pop("title", None)
+    assert schema == {"type": "string", "maxLength": MAX_DURATION_LENGTH}

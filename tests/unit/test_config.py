@@ -1,0 +1,238 @@
+"""Operator settings: defaults, CRAFT_* parsing, and failures that name the variable
+without ever echoing a secret."""
+
+from __future__ import annotations
+
+import base64
+import os
+from pathlib import Path
+
+import pytest
+
+from craft_operator.config import (
+    DEFAULT_SANDBOX_RESOURCES,
+    Settings,
+    SettingsError,
+    default_state_dir,
+    load_settings,
+)
+
+pytestmark = pytest.mark.unit
+
+DB_PASSWORD = "hunter2-Sup3rSecret"
+DATABASE_URL = f"postgresql+psycopg://onyx:{DB_PASSWORD}@db.internal:5432/onyx"
+KEY_BYTES = bytes(range(32))
+KEY_B64 = base64.b64encode(KEY_BYTES).decode()
+KEY_RING = f"k2026:{KEY_B64}"
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No CRAFT_* variable from the calling shell; HOME and XDG_STATE_HOME in tmp_path."""
+    for name in list(os.environ):
+        if name.startswith("CRAFT_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    return tmp_path
+
+
+def settings_error(monkeypatch: pytest.MonkeyPatch, **variables: str) -> str:
+    """The message load_settings raises with ``variables`` set."""
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    return str(caught.value)
+
+
+def test_the_defaults_need_no_environment(clean_environment: Path) -> None:
+    settings = load_settings()
+    assert settings.namespaces == []
+    assert settings.sandbox_image == "craft-sandbox:0.1.0"
+    assert settings.server_url is None
+    assert settings.encryption_keys is None
+    assert settings.s3_bucket is None
+    assert settings.s3_endpoint_url is None
+    assert settings.metrics_port == 9090
+    assert settings.sandbox_resources == DEFAULT_SANDBOX_RESOURCES
+    assert settings.operator_namespace == "craft-system"
+    state = clean_environment / "state" / "craft-operator"
+    assert settings.state_dir == state
+    assert settings.database_url_value == f"sqlite:///{state / 'craft-operator.db'}"
+
+
+def test_the_default_resources_are_onyx_s_pod_defaults_and_not_shared() -> None:
+    first, second = load_settings(), load_settings()
+    assert first.sandbox_resources == {
+        "requests": {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "5Gi"},
+        "limits": {"cpu": "2", "memory": "10Gi", "ephemeral-storage": "20Gi"},
+    }
+    assert first.sandbox_resources is not second.sandbox_resources
+    assert first.sandbox_resources["limits"] is not DEFAULT_SANDBOX_RESOURCES["limits"]
+
+
+def test_without_xdg_state_home_the_state_lives_under_home(
+    monkeypatch: pytest.MonkeyPatch, clean_environment: Path
+) -> None:
+    monkeypatch.delenv("XDG_STATE_HOME")
+    assert default_state_dir() == clean_environment / "home" / ".local" / "state" / "craft-operator"
+
+
+def test_the_state_dir_moves_the_default_database(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("CRAFT_STATE_DIR", str(tmp_path / "elsewhere"))
+    assert (
+        load_settings().database_url_value
+        == f"sqlite:///{tmp_path / 'elsewhere'}/craft-operator.db"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "namespaces"),
+    [
+        ("", []),
+        ("craft", ["craft"]),
+        ("team-a,team-b", ["team-a", "team-b"]),
+        (" team-a , team-b ,, ", ["team-a", "team-b"]),
+    ],
+)
+def test_namespaces_are_comma_separated(
+    monkeypatch: pytest.MonkeyPatch, value: str, namespaces: list[str]
+) -> None:
+    monkeypatch.setenv("CRAFT_NAMESPACES", value)
+    assert load_settings().namespaces == namespaces
+
+
+def test_every_public_variable_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    variables = {
+        "CRAFT_SANDBOX_IMAGE": "registry.example.com/craft-sandbox:1.4.4",
+        "CRAFT_SERVER_URL": "https://onyx.example.com",
+        "CRAFT_DATABASE_URL": DATABASE_URL,
+        "CRAFT_ENCRYPTION_KEYS": KEY_RING,
+        "CRAFT_S3_BUCKET": "onyx-user-files",
+        "CRAFT_S3_ENDPOINT_URL": "http://minio.minio:9000",
+        "CRAFT_METRICS_PORT": "0",
+        "CRAFT_SANDBOX_RESOURCES": '{"requests": {"cpu": "500m"}, "limits": {"cpu": "1"}}',
+    }
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    settings = load_settings()
+    assert settings.sandbox_image == variables["CRAFT_SANDBOX_IMAGE"]
+    assert settings.server_url == "https://onyx.example.com"
+    assert settings.database_url_value == DATABASE_URL
+    assert settings.encryption_keys is not None
+    assert settings.encryption_keys.get_secret_value() == KEY_RING
+    assert settings.s3_bucket == "onyx-user-files"
+    assert settings.s3_endpoint_url == "http://minio.minio:9000"
+    assert settings.metrics_port == 0
+    assert settings.sandbox_resources == {"requests": {"cpu": "500m"}, "limits": {"cpu": "1"}}
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "reason"),
+    [
+        ("CRAFT_METRICS_PORT", "abc", "valid integer"),
+        ("CRAFT_METRICS_PORT", "70000", "less than or equal to 65535"),
+        ("CRAFT_NAMESPACES", "team-a,Team_B", "'Team_B' is not a valid namespace name"),
+        ("CRAFT_SANDBOX_RESOURCES", '{"requests": ', "not valid JSON"),
+        ("CRAFT_SANDBOX_RESOURCES", '{"limitz": {}}', "only 'requests' and 'limits'"),
+        ("CRAFT_SERVER_URL", "onyx.example.com", "should match pattern"),
+        ("CRAFT_S3_ENDPOINT_URL", "minio:9000", "should match pattern"),
+        ("CRAFT_SANDBOX_IMAGE", "", "at least 1 character"),
+        ("CRAFT_OPERATOR_NAMESPACE", "Craft System", "should match pattern"),
+        ("CRAFT_IDLE_CHECK_INTERVAL", "0", "greater than 0"),
+    ],
+)
+def test_a_bad_value_fails_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, reason: str
+) -> None:
+    message = settings_error(monkeypatch, **{variable: value})
+    assert message.startswith("invalid operator settings: ")
+    assert f"{variable}: " in message
+    assert reason in message
+    assert "\n" not in message
+
+
+def test_every_bad_value_is_reported_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    message = settings_error(
+        monkeypatch, CRAFT_METRICS_PORT="abc", CRAFT_SERVER_URL="onyx", CRAFT_NAMESPACES="A"
+    )
+    for variable in ("CRAFT_METRICS_PORT", "CRAFT_SERVER_URL", "CRAFT_NAMESPACES"):
+        assert variable in message
+
+
+def test_a_bad_value_is_a_settings_error_not_a_validation_traceback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CRAFT_METRICS_PORT", "abc")
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert caught.value.__cause__ is None
+    assert caught.value.__suppress_context__
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"CRAFT_METRICS_PORT": "abc"},
+        {"CRAFT_SANDBOX_RESOURCES": "{not json"},
+        {"CRAFT_NAMESPACES": "Bad_Namespace"},
+    ],
+    ids=lambda bad: next(iter(bad)),
+)
+def test_errors_never_contain_the_database_password_or_keys(
+    monkeypatch: pytest.MonkeyPatch, bad: dict[str, str]
+) -> None:
+    message = settings_error(
+        monkeypatch, CRAFT_DATABASE_URL=DATABASE_URL, CRAFT_ENCRYPTION_KEYS=KEY_RING, **bad
+    )
+    assert next(iter(bad)) in message
+    assert DB_PASSWORD not in message
+    assert KEY_B64 not in message
+
+
+@pytest.mark.parametrize(
+    "key_ring",
+    [
+        f"k2026:{base64.b64encode(b'sixteen-byte-key').decode()}",  # AES-128 is not enough
+        f"k2026:{KEY_B64[:-4]}!!!!",  # not base64
+        f"no-separator-{KEY_B64}",
+        f"k2026:{KEY_B64},k2026:{KEY_B64}",  # duplicate id
+    ],
+    ids=["short-key", "not-base64", "no-separator", "duplicate-id"],
+)
+def test_a_bad_key_ring_is_named_without_showing_any_key(
+    monkeypatch: pytest.MonkeyPatch, key_ring: str
+) -> None:
+    message = settings_error(monkeypatch, CRAFT_ENCRYPTION_KEYS=key_ring)
+    assert "CRAFT_ENCRYPTION_KEYS: " in message
+    secret = key_ring.partition(":")[2] or key_ring
+    assert secret not in message
+    assert KEY_B64[:16] not in message
+
+
+def test_secrets_stay_out_of_repr_and_str(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CRAFT_DATABASE_URL", DATABASE_URL)
+    monkeypatch.setenv("CRAFT_ENCRYPTION_KEYS", KEY_RING)
+    settings = load_settings()
+    for text in (repr(settings), str(settings), str(settings.model_dump())):
+        assert DB_PASSWORD not in text
+        assert KEY_B64 not in text
+
+
+def test_overrides_win_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CRAFT_METRICS_PORT", "9100")
+    assert load_settings(metrics_port=9200).metrics_port == 9200
+
+
+def test_settings_are_frozen() -> None:
+    settings = load_settings()
+    with pytest.raises(ValueError, match="frozen"):
+        settings.metrics_port = 1  # type: ignore[misc]
+
+
+def test_every_setting_is_documented() -> None:
+    undocumented = [name for name, field in Settings.model_fields.items() if not field.description]
+    assert undocumented == []
