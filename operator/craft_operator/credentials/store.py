@@ -251,6 +251,11 @@ class CredentialStore:
         self._writer = self._engine.execution_options(**{WRITE_OPTION: True})
         self._read_current = self._current_row_query(lock=False)
         self._lock_current = self._current_row_query(lock=True)
+        self._lock_version = (
+            select(_CRED.c.version)
+            .where(_CRED.c.namespace == bindparam("namespace"), _CRED.c.name == bindparam("name"))
+            .with_for_update()
+        )
 
     def __repr__(self) -> str:
         return (
@@ -369,14 +374,15 @@ class CredentialStore:
                         user_uuid,
                     )
                 self._check_user(row, identity)
-                if row is not None:
-                    reason = replacement_reason(row, policy, self._clock())
-                    if reason is None:
-                        issued = self._reuse(row, identity)
-                        if issued is not None:
-                            return issued
+                reason = replacement_reason(row, policy, self._clock())
+                if reason is None:
+                    assert row is not None
+                    issued = self._reuse(row, identity)
+                    if issued is not None:
+                        return issued
+                    reason = "the stored token does not match its PAT"
                 try:
-                    return self._mint(policy, tenant_id)
+                    return self._mint(policy, tenant_id, row, reason)
                 except _LostRaceError:
                     continue
                 except IntegrityError as exc:
@@ -416,24 +422,31 @@ class CredentialStore:
             minted=False,
         )
 
-    def _mint(self, policy: EnsurePolicy, tenant_id: str) -> IssuedCredential:
+    def _mint(
+        self, policy: EnsurePolicy, tenant_id: str, row: Row[Any] | None, reason: str
+    ) -> IssuedCredential:
+        """Replace the credential read as ``row`` (None: there was none) with a new PAT.
+
+        Raises :class:`_LostRaceError` (or a unique violation) when another writer changed
+        the credential since ``row`` was read; the caller reads again and decides again.
+        """
         identity, user_id = policy.identity, policy.user_id
         with self._writer.begin() as connection:
-            row = self._fetch(
-                connection, self._lock_current, identity.namespace, identity.name, user_id
-            )
-            self._check_user(row, identity)
+            if row is not None:
+                # Lock the row and check it is still the one we decided on. (Re-reading the
+                # joined PAT under the lock would not do: in READ COMMITTED the lock returns
+                # the row's newest version but joins it to rows of the statement's snapshot.)
+                locked = connection.execute(
+                    self._lock_version,
+                    {"namespace": identity.namespace, "name": identity.name},
+                ).scalar_one_or_none()
+                if locked != row.version:
+                    raise _LostRaceError
             now = self._clock()
-            reason = replacement_reason(row, policy, now)
-            if reason is None:
-                assert row is not None
-                issued = self._reuse(row, identity)
-                if issued is not None:
-                    return issued
-                reason = "the stored token does not match its PAT"
             token = generate_token(tenant_id)
             expires_at = now + policy.lifetime
-            superseded = None if row is None else row.pat_id
+            # Only a PAT that still exists can be superseded (and revoked).
+            superseded = None if row is None or row.pat_hash is None else row.pat_id
             pat_id = self._insert_pat(
                 connection, identity, user_id, token, now, expires_at, superseded
             )

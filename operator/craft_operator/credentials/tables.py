@@ -123,7 +123,12 @@ class PersonalAccessToken(OnyxBase):
     )
     scopes: Mapped[list[str] | None] = mapped_column(ScopesType, nullable=True, default=None)
 
-    __table_args__ = (Index("ix_pat_user_created", user_id, created_at.desc()),)
+    __table_args__ = (
+        Index("ix_pat_user_created", user_id, created_at.desc()),
+        # SQLite only (where the operator creates this table): never reuse the id of a
+        # deleted row, as Postgres sequences never do.
+        {"sqlite_autoincrement": True},
+    )
 
     def __repr__(self) -> str:
         return (

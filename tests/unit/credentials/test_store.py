@@ -1,0 +1,403 @@
+"""The credential store's behaviour, in the embedded SQLite mode and in Onyx mode."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import select, text, update
+
+from craft_operator.credentials import (
+    CredentialStore,
+    DecryptionError,
+    KeyRing,
+    KeyRingError,
+    PatState,
+    SandboxIdentity,
+    UserInactiveError,
+    UserNotFoundError,
+    generate_key_entry,
+)
+from craft_operator.credentials.db import upgrade
+from craft_operator.credentials.tables import PersonalAccessToken, SandboxCredential
+from craft_operator.credentials.tokens import PatType
+from craft_operator.devtools.onyx_schema import set_user_active
+
+from .conftest import Clock, Database
+
+SANDBOX = SandboxIdentity("team-a", "alice", "6c1f5a52-0000-4000-8000-000000000001")
+LIFETIME = timedelta(hours=720)
+
+
+def pat_row(database: Database, pat_id: int) -> Any:
+    with database.engine.connect() as connection:
+        return connection.execute(
+            select(PersonalAccessToken.__table__).where(PersonalAccessToken.id == pat_id)
+        ).one()
+
+
+def credential_row(database: Database) -> Any:
+    with database.engine.connect() as connection:
+        return connection.execute(select(SandboxCredential.__table__)).one()
+
+
+def test_mints_a_craft_pat_in_onyx_format_on_first_use(
+    store: CredentialStore, database: Database, clock: Clock
+) -> None:
+    user = database.new_user()
+
+    issued = store.ensure(SANDBOX, user_id=str(user), tenant_id="public", lifetime=LIFETIME)
+
+    token = issued.token.get_secret_value()
+    assert issued.minted
+    assert token.startswith("onyx_pat_")
+    assert len(token) == len("onyx_pat_") + 256
+    row = pat_row(database, issued.pat_id)
+    assert row.hashed_token == hashlib.sha256(token.encode()).hexdigest()
+    assert row.token_display == f"{token[:12]}****{token[-4:]}" == issued.token_display
+    assert row.pat_type is PatType.CRAFT
+    assert row.scopes == ["craft_sandbox"]
+    assert row.user_id == user
+    assert not row.is_revoked
+    assert row.expires_at == clock.now + LIFETIME == issued.expires_at
+    assert "team-a/alice" in row.name
+
+
+def test_pat_type_is_stored_by_name(store: CredentialStore, database: Database) -> None:
+    issued = store.ensure(SANDBOX, user_id=database.new_user(), tenant_id="public")
+
+    with database.engine.connect() as connection:
+        raw = connection.exec_driver_sql(
+            f"SELECT pat_type FROM personal_access_token WHERE id = {issued.pat_id}"
+        ).scalar_one()
+    assert raw == "CRAFT"
+
+
+def test_reuses_the_stored_token_while_the_pat_is_live(
+    store: CredentialStore, database: Database, clock: Clock
+) -> None:
+    user = database.new_user()
+    first = store.ensure(SANDBOX, user_id=user, tenant_id="public", lifetime=LIFETIME)
+    clock.advance(LIFETIME * 0.5)
+
+    again = store.ensure(SANDBOX, user_id=user, tenant_id="public", lifetime=LIFETIME)
+
+    assert not again.minted
+    assert again.pat_id == first.pat_id
+    assert again.token.get_secret_value() == first.token.get_secret_value()
+    assert database.live_pats(at=clock.now) == 1
+
+
+def test_mints_inside_the_renewal_window_and_revokes_the_old_pat(
+    store: CredentialStore, database: Database, clock: Clock
+) -> None:
+    user = database.new_user()
+    first = store.ensure(SANDBOX, user_id=user, tenant_id="public", lifetime=LIFETIME)
+    clock.advance(LIFETIME * 0.81)
+
+    renewed = store.ensure(SANDBOX, user_id=user, tenant_id="public", lifetime=LIFETIME)
+
+    assert renewed.minted
+    assert renewed.superseded_pat_id == first.pat_id
+    old = pat_row(database, first.pat_id)
+    assert old.is_revoked
+    assert old.expires_at == clock.now
+    assert database.live_pats(at=clock.now) == 1
+
+
+def test_the_renewal_share_is_configurable(
+    make_store: Callable[..., CredentialStore], database: Database, clock: Clock
+) -> None:
+    store = make_store(renewal_fraction=0.5)
+    user = database.new_user()
+    first = store.ensure(SANDBOX, user_id=user, tenant_id="public", lifetime=LIFETIME)
+    clock.advance(LIFETIME * 0.4)
+    assert not store.ensure(SANDBOX, user_id=user, tenant_id="public", lifetime=LIFETIME).minted
+    clock.advance(LIFETIME * 0.2)
+
+    assert store.ensure(SANDBOX, user_id=user, tenant_id="public", lifetime=LIFETIME).pat_id != (
+        first.pat_id
+    )
+
+
+def test_a_shortened_lifetime_replaces_the_pat(store: CredentialStore, database: Database) -> None:
+    user = database.new_user()
+    store.ensure(SANDBOX, user_id=user, tenant_id="public", lifetime=LIFETIME)
+
+    shorter = store.ensure(SANDBOX, user_id=user, tenant_id="public", lifetime=timedelta(hours=24))
+
+    assert shorter.minted
+    assert shorter.expires_at - shorter.created_at == timedelta(hours=24)
+
+
+@pytest.mark.parametrize("how", ["revoked", "expired", "deleted"])
+def test_mints_when_the_pat_is_no_longer_live(
+    store: CredentialStore, database: Database, how: str
+) -> None:
+    user = database.new_user()
+    first = store.ensure(SANDBOX, user_id=user, tenant_id="public")
+    pat = PersonalAccessToken.__table__
+    with database.engine.begin() as connection:
+        where = pat.c.id == first.pat_id
+        if how == "revoked":
+            connection.execute(update(pat).where(where).values(is_revoked=True))
+        elif how == "expired":
+            connection.execute(update(pat).where(where).values(expires_at=first.created_at))
+        else:
+            connection.execute(pat.delete().where(where))
+
+    again = store.ensure(SANDBOX, user_id=user, tenant_id="public")
+
+    assert again.minted
+    assert again.pat_id != first.pat_id
+    assert again.reason is not None
+    assert how[:6] in again.reason.replace("missing", "deleted")
+
+
+def test_mints_when_the_stored_hash_does_not_match(
+    store: CredentialStore, database: Database
+) -> None:
+    user = database.new_user()
+    first = store.ensure(SANDBOX, user_id=user, tenant_id="public")
+    with database.engine.begin() as connection:
+        connection.execute(
+            update(PersonalAccessToken.__table__)
+            .where(PersonalAccessToken.id == first.pat_id)
+            .values(hashed_token="0" * 64)
+        )
+
+    again = store.ensure(SANDBOX, user_id=user, tenant_id="public")
+
+    assert again.minted
+    assert again.token.get_secret_value() != first.token.get_secret_value()
+
+
+def test_a_recreated_sandbox_of_the_same_name_gets_a_new_pat(
+    store: CredentialStore, database: Database
+) -> None:
+    user = database.new_user()
+    first = store.ensure(SANDBOX, user_id=user, tenant_id="public")
+    reborn = SandboxIdentity(SANDBOX.namespace, SANDBOX.name, "another-uid")
+
+    again = store.ensure(reborn, user_id=user, tenant_id="public")
+
+    assert again.minted
+    assert again.superseded_pat_id == first.pat_id
+    assert pat_row(database, first.pat_id).is_revoked
+
+
+def test_force_new_replaces_a_live_pat(store: CredentialStore, database: Database) -> None:
+    user = database.new_user()
+    first = store.ensure(SANDBOX, user_id=user, tenant_id="public")
+
+    again = store.ensure(SANDBOX, user_id=user, tenant_id="public", force_new=True)
+
+    assert again.minted
+    assert again.superseded_pat_id == first.pat_id
+    assert pat_row(database, first.pat_id).is_revoked
+    assert database.live_pats() == 1
+
+
+def test_a_rejected_pat_is_replaced_only_once(store: CredentialStore, database: Database) -> None:
+    user = database.new_user()
+    first = store.ensure(SANDBOX, user_id=user, tenant_id="public")
+
+    replaced = store.ensure(SANDBOX, user_id=user, tenant_id="public", rejected_pat_id=first.pat_id)
+    again = store.ensure(SANDBOX, user_id=user, tenant_id="public", rejected_pat_id=first.pat_id)
+
+    assert replaced.minted
+    assert replaced.pat_id != first.pat_id
+    assert not again.minted
+    assert again.pat_id == replaced.pat_id
+
+
+def test_other_tenants_get_the_multi_tenant_token_form(
+    store: CredentialStore, database: Database
+) -> None:
+    issued = store.ensure(SANDBOX, user_id=database.new_user(), tenant_id="tenant_acme")
+
+    assert issued.token.get_secret_value().startswith("onyx_pat_tenant_acme.")
+
+
+def test_revoke_revokes_the_pat_and_is_idempotent(
+    store: CredentialStore, database: Database, clock: Clock
+) -> None:
+    issued = store.ensure(SANDBOX, user_id=database.new_user(), tenant_id="public")
+
+    assert store.revoke(SANDBOX) is True
+    assert store.revoke(SANDBOX) is False
+
+    row = pat_row(database, issued.pat_id)
+    assert row.is_revoked
+    assert row.expires_at == clock.now
+    assert store.show(SANDBOX.namespace, SANDBOX.name) is None
+    assert database.live_pats(at=clock.now) == 0
+
+
+def test_after_revocation_ensure_mints_a_fresh_pat(
+    store: CredentialStore, database: Database
+) -> None:
+    user = database.new_user()
+    first = store.ensure(SANDBOX, user_id=user, tenant_id="public")
+    store.revoke(SANDBOX)
+
+    fresh = store.ensure(SANDBOX, user_id=user, tenant_id="public")
+
+    assert fresh.minted
+    assert fresh.pat_id != first.pat_id
+    assert database.live_pats() == 1
+
+
+def test_show_describes_the_pat_without_the_token(
+    store: CredentialStore, database: Database, clock: Clock
+) -> None:
+    user = database.new_user()
+    issued = store.ensure(SANDBOX, user_id=user, tenant_id="public")
+
+    info = store.show(SANDBOX.namespace, SANDBOX.name)
+
+    assert info is not None
+    assert (info.pat_id, info.token_display, info.pat_state) == (
+        issued.pat_id,
+        issued.token_display,
+        PatState.LIVE,
+    )
+    assert info.user_id == str(user)
+    assert info.key_id == "k1"
+    assert issued.token.get_secret_value() not in repr(info)
+    clock.advance(LIFETIME * 2)
+    later = store.show(SANDBOX.namespace, SANDBOX.name)
+    assert later is not None
+    assert later.pat_state is PatState.EXPIRED
+
+
+def test_the_token_is_stored_only_encrypted(store: CredentialStore, database: Database) -> None:
+    issued = store.ensure(SANDBOX, user_id=database.new_user(), tenant_id="public")
+    token = issued.token.get_secret_value().encode()
+
+    row = credential_row(database)
+
+    assert token not in bytes(row.encrypted_token)
+    assert row.key_id == "k1"
+    dump = b"".join(str(value).encode() for value in row)
+    assert token not in dump
+
+
+def test_a_tampered_stored_token_fails_loudly_naming_key_and_sandbox(
+    store: CredentialStore, database: Database
+) -> None:
+    user = database.new_user()
+    store.ensure(SANDBOX, user_id=user, tenant_id="public")
+    envelope = bytearray(credential_row(database).encrypted_token)
+    envelope[-5] ^= 0x01
+    with database.engine.begin() as connection:
+        connection.execute(
+            update(SandboxCredential.__table__).values(encrypted_token=bytes(envelope))
+        )
+
+    with pytest.raises(DecryptionError) as caught:
+        store.ensure(SANDBOX, user_id=user, tenant_id="public")
+
+    assert "'k1'" in str(caught.value)
+    assert "team-a/alice" in str(caught.value)
+
+
+def test_ciphertexts_swapped_between_sandboxes_fail_to_decrypt(
+    store: CredentialStore, database: Database
+) -> None:
+    user = database.new_user()
+    bob = SandboxIdentity("team-a", "bob", "6c1f5a52-0000-4000-8000-000000000002")
+    store.ensure(SANDBOX, user_id=user, tenant_id="public")
+    store.ensure(bob, user_id=user, tenant_id="public")
+    table = SandboxCredential.__table__
+    with database.engine.begin() as connection:
+        rows = {r.name: r for r in connection.execute(select(table)).all()}
+        for mine, theirs in (("alice", "bob"), ("bob", "alice")):
+            connection.execute(
+                update(table)
+                .where(table.c.name == mine)
+                .values(encrypted_token=rows[theirs].encrypted_token)
+            )
+
+    for identity in (SANDBOX, bob):
+        with pytest.raises(DecryptionError, match=identity.name):
+            store.ensure(identity, user_id=user, tenant_id="public")
+
+
+def test_a_key_missing_from_the_ring_is_a_clear_error(
+    make_store: Callable[..., CredentialStore], database: Database
+) -> None:
+    user = database.new_user()
+    make_store().ensure(SANDBOX, user_id=user, tenant_id="public")
+    other = make_store(KeyRing.parse(generate_key_entry("k2").get_secret_value()))
+
+    with pytest.raises(KeyRingError) as caught:
+        other.ensure(SANDBOX, user_id=user, tenant_id="public")
+
+    assert "'k1'" in str(caught.value)
+    assert "team-a/alice" in str(caught.value)
+    assert not isinstance(caught.value, DecryptionError)
+
+
+def test_revoke_works_even_when_the_token_cannot_be_decrypted(
+    make_store: Callable[..., CredentialStore], database: Database
+) -> None:
+    issued = make_store().ensure(SANDBOX, user_id=database.new_user(), tenant_id="public")
+    stranger = make_store(KeyRing.parse(generate_key_entry("k9").get_secret_value()))
+
+    assert stranger.revoke(SANDBOX)
+    assert pat_row(database, issued.pat_id).is_revoked
+
+
+def test_a_user_id_that_is_not_a_uuid_is_a_user_error(store: CredentialStore) -> None:
+    with pytest.raises(UserNotFoundError, match="not a UUID"):
+        store.ensure(SANDBOX, user_id="alice", tenant_id="public")
+
+
+@pytest.fixture
+def onyx_store(onyx_database: Database, keyring: KeyRing) -> Iterator[CredentialStore]:
+    upgrade(onyx_database.engine)
+    store = CredentialStore(onyx_database.engine, keyring)
+    yield store
+    store.close()
+
+
+@pytest.mark.postgres
+def test_onyx_mode_rejects_an_unknown_user(
+    onyx_store: CredentialStore, onyx_database: Database
+) -> None:
+    with pytest.raises(UserNotFoundError, match="does not exist"):
+        onyx_store.ensure(SANDBOX, user_id=uuid.uuid4(), tenant_id="public")
+    assert onyx_database.live_pats() == 0
+
+
+@pytest.mark.postgres
+def test_onyx_mode_rejects_an_inactive_user(
+    onyx_store: CredentialStore, onyx_database: Database
+) -> None:
+    inactive = onyx_database.new_user(active=False)
+    with pytest.raises(UserInactiveError, match="inactive"):
+        onyx_store.ensure(SANDBOX, user_id=inactive, tenant_id="public")
+
+    user = onyx_database.new_user()
+    onyx_store.ensure(SANDBOX, user_id=user, tenant_id="public")
+    set_user_active(onyx_database.engine, user, False)
+    with pytest.raises(UserInactiveError):
+        onyx_store.ensure(SANDBOX, user_id=user, tenant_id="public")
+
+
+@pytest.mark.postgres
+def test_a_deleted_user_is_reported_as_not_found(
+    onyx_store: CredentialStore, onyx_database: Database
+) -> None:
+    user = onyx_database.new_user()
+    onyx_store.ensure(SANDBOX, user_id=user, tenant_id="public")
+    with onyx_database.engine.begin() as connection:
+        connection.execute(text('DELETE FROM "user" WHERE id = :id'), {"id": user})
+
+    with pytest.raises(UserNotFoundError):
+        onyx_store.ensure(SANDBOX, user_id=user, tenant_id="public")
