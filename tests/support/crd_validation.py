@@ -250,8 +250,7 @@ def to_json_schema(node: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _type_name(node: Mapping[str, Any]) -> str:
-    if node.get("x-kubernetes-int-or-string"):
-        return "int-or-string"
+    # An int-or-string node has no type, so the API server shows "" here.
     return str(node.get("type", ""))
 
 

@@ -190,12 +190,12 @@ INVALID: list[Case] = [
     Case(
         "cpu-in-words",
         spec(resources={"requests": {"cpu": "two"}}),
-        'spec.resources.requests.cpu: Invalid value: "two"',
+        'spec.resources.requests.cpu: Invalid value: "": must be a Kubernetes quantity',
     ),
     Case(
         "memory-with-space",
         spec(resources={"limits": {"memory": "10 GB"}}),
-        'spec.resources.limits.memory: Invalid value: "10 GB"',
+        'spec.resources.limits.memory: Invalid value: "": must be a Kubernetes quantity',
     ),
     Case(
         "quantity-a-list",
@@ -293,6 +293,6 @@ INVALID: list[Case] = [
     Case(
         "library-size-in-words",
         library(size="lots"),
-        'spec.userLibrary.size: Invalid value: "lots"',
+        'spec.userLibrary.size: Invalid value: "": must be a Kubernetes quantity',
     ),
 ]
