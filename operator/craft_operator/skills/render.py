@@ -24,6 +24,8 @@ from craft_operator.skills.template import builtin_template, run_template
 
 #: How many scope examples a source line shows before the ellipsis.
 MAX_SCOPE_EXAMPLES = 5
+#: How many scopes of one source are read at most while looking for the examples.
+MAX_SCOPES_EXAMINED = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +60,21 @@ class RenderedSkill:
 
 
 def _scope_examples(scopes: Sequence[str] | None) -> tuple[tuple[str, ...], bool]:
+    """The first distinct non-blank scopes (at most five), and whether there are more.
+
+    Only the first :data:`MAX_SCOPES_EXAMINED` scopes are read, which bounds the work a
+    spec full of blank or near-duplicate scopes can cause; unread ones count as "more".
+    """
+    distinct = list(dict.fromkeys(scopes or ()))
     cleaned: list[str] = []
-    for scope in scopes or ():
+    for scope in distinct[:MAX_SCOPES_EXAMINED]:
         text = inline_text(scope, limit=MAX_SCOPE_CHARS)
         if text and text not in cleaned:
             cleaned.append(text)
-    return tuple(cleaned[:MAX_SCOPE_EXAMPLES]), len(cleaned) > MAX_SCOPE_EXAMPLES
+            if len(cleaned) > MAX_SCOPE_EXAMPLES:
+                break
+    more = len(cleaned) > MAX_SCOPE_EXAMPLES or len(distinct) > MAX_SCOPES_EXAMINED
+    return tuple(cleaned[:MAX_SCOPE_EXAMPLES]), more
 
 
 def skill_source(source: Source) -> SkillSource:

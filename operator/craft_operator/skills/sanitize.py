@@ -10,7 +10,8 @@ must not be able to change the document's structure. The rules, applied in this 
    paragraph separators (U+2028, U+2029), becomes one space: a value is always one line.
 3. Runs of three or more of ``-``, ``=``, `````` ` `````` or ``~`` are cut to two, so no
    front-matter fence, thematic break or code fence survives.
-4. The text is capped at a length; a cut is marked with ``…``.
+4. The text is capped at a length; a cut is marked with ``…``. Only the first few times
+   that length of raw text is read at all, which bounds the work hostile input can cause.
 5. ``<`` is backslash-escaped, so no HTML tag or comment survives. This is the Markdown
    escape, which renders as a plain ``<``; HTML entities (``&lt;``) would garble the text
    for an agent that reads the file raw.
@@ -37,22 +38,54 @@ MAX_NAME_CHARS = 64
 
 ELLIPSIS = "…"
 
+# How much raw text per output character is read before the rest is ignored.
+_RAW_FACTOR = 4
+
 _DROPPED_CATEGORIES = frozenset({"Cf", "Cs", "Co", "Cn"})
-_FENCE_RUN = re.compile(r"([-=`~])\1{2,}")
+_NOT_PRINTABLE_ASCII = re.compile(r"[^\x20-\x7e]+")
+_COMMON_INVISIBLE: dict[int, str | None] = {
+    **dict.fromkeys([*range(0x00, 0x20), *range(0x7F, 0xA0), 0x2028, 0x2029], " "),
+    **dict.fromkeys(
+        [
+            *(0xAD, 0x061C, 0x180E, 0xFEFF),
+            *range(0x200B, 0x2010),
+            *range(0x202A, 0x202F),
+            *range(0x2060, 0x2070),
+        ],
+        None,
+    ),
+}
 _BACKSLASHES_BEFORE_LT = re.compile(r"\\+(?=<)")
 _BLOCK_START = re.compile(r"^(?:#{1,6}(?= |$)|>|[-+*](?= |$)|\d{1,9}(?=[.)]( |$))|[-=]+$)")
 _NOT_IDENTIFIER = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
-def _strip_invisible(text: str) -> str:
+def _replace_invisible(match: re.Match[str]) -> str:
     kept: list[str] = []
-    for char in text:
+    for char in match.group(0):
         category = unicodedata.category(char)
         if category == "Cc":
             kept.append(" ")
         elif category not in _DROPPED_CATEGORIES:
             kept.append(char)
     return "".join(kept)
+
+
+def _strip_invisible(text: str) -> str:
+    # The common cases go through one translate(); only text that still holds something
+    # non-printable is looked up character by character (outside printable ASCII).
+    text = text.translate(_COMMON_INVISIBLE)
+    if text.isprintable():
+        return text
+    return _NOT_PRINTABLE_ASCII.sub(_replace_invisible, text)
+
+
+def _cut_fence_runs(text: str) -> str:
+    for char in "-=`~":
+        triple, double = char * 3, char * 2
+        while triple in text:
+            text = text.replace(triple, double)
+    return text
 
 
 def _cap(text: str, limit: int) -> str:
@@ -78,8 +111,9 @@ def inline_text(value: str, *, limit: int) -> str:
     The result may be empty (for a value that was only whitespace or control characters).
     Escapes may add a few characters beyond ``limit``; the visible text never exceeds it.
     """
-    text = " ".join(_strip_invisible(value).split())
-    text = _FENCE_RUN.sub(lambda match: match.group(1) * 2, text)
+    # Only a bounded prefix can reach the output: whitespace runs shrink, but not forever.
+    text = " ".join(_strip_invisible(value[: limit * _RAW_FACTOR + 64]).split())
+    text = _cut_fence_runs(text)
     text = _cap(text, limit)
     text = _BACKSLASHES_BEFORE_LT.sub("", text)
     text = text.replace("<", "\\<")

@@ -180,3 +180,10 @@ def test_the_rendering_is_immutable() -> None:
     rendered = render_skill([])
     with pytest.raises(AttributeError):
         rendered.text = "changed"  # type: ignore[misc]
+
+
+def test_only_the_first_twenty_scopes_are_read_and_the_rest_count_as_more() -> None:
+    scopes = ["#a", *(" " * width for width in range(1, 19)), "#b", "#c"]
+    assert listed(Source(name="slack", description="Chat", scopes=scopes)) == [
+        "`slack` — Chat (for example: #a, #b, …)"
+    ]

@@ -109,3 +109,8 @@ def test_identifiers_keep_only_identifier_characters() -> None:
     assert identifier_text("google_drive") == "google_drive"
     assert identifier_text("sla`ck\n# x") == "slackx"
     assert identifier_text("x" * 100) == "x" * 64
+
+
+def test_text_far_beyond_the_limit_is_not_read() -> None:
+    # A huge whitespace run cannot pull text from far away into the output.
+    assert clean("start" + " " * 10_000 + "end", limit=50) == "start"
