@@ -1,0 +1,206 @@
+"""Schema management: what the operator creates, migrates, checks and never touches."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, inspect, text
+
+from craft_operator.config import load_settings
+from craft_operator.credentials import (
+    DatabaseUnavailableError,
+    KeyRing,
+    SandboxIdentity,
+    SchemaMissingError,
+    build_credential_store,
+    generate_key_entry,
+)
+from craft_operator.credentials.db import (
+    VERSION_TABLE,
+    check_schema,
+    create_credentials_engine,
+    upgrade,
+)
+from craft_operator.credentials.store import CredentialStore
+from craft_operator.credentials.tables import PersonalAccessToken
+
+from .conftest import Database
+
+PAT_COLUMNS = {
+    # name: (nullable, type name)
+    "id": (False, "INTEGER"),
+    "name": (False, "VARCHAR"),
+    "hashed_token": (False, "VARCHAR(64)"),
+    "token_display": (False, "VARCHAR"),
+    "user_id": (False, "UUID"),
+    "expires_at": (True, "TIMESTAMP"),
+    "created_at": (False, "TIMESTAMP"),
+    "last_used_at": (True, "TIMESTAMP"),
+    "is_revoked": (False, "BOOLEAN"),
+    "pat_type": (False, "VARCHAR"),
+    "scopes": (True, "JSON"),
+}
+
+
+def _snapshot(engine: Engine, tables: tuple[str, ...]) -> dict[str, Any]:
+    inspector = inspect(engine)
+    return {
+        table: {
+            "columns": [
+                (c["name"], str(c["type"]), c["nullable"], str(c.get("default")))
+                for c in inspector.get_columns(table)
+            ],
+            "indexes": sorted(str(i) for i in inspector.get_indexes(table)),
+            "unique": sorted(str(u) for u in inspector.get_unique_constraints(table)),
+            "foreign_keys": sorted(str(f) for f in inspector.get_foreign_keys(table)),
+        }
+        for table in tables
+    }
+
+
+def test_the_embedded_database_gets_onyx_pat_table_without_a_user_table(tmp_path: Path) -> None:
+    engine = create_credentials_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
+
+    result = upgrade(engine)
+
+    inspector = inspect(engine)
+    assert result.created_pat_table
+    assert result.revision_after == "0001"
+    assert set(inspector.get_table_names()) == {
+        "personal_access_token",
+        "craft_sandbox_credential",
+        VERSION_TABLE,
+    }
+    columns = {c["name"]: c for c in inspector.get_columns("personal_access_token")}
+    assert set(columns) == set(PAT_COLUMNS)
+    for name, (nullable, _type) in PAT_COLUMNS.items():
+        assert columns[name]["nullable"] is nullable, name
+    assert str(columns["hashed_token"]["type"]) == "VARCHAR(64)"
+    assert "USER" in str(columns["pat_type"]["default"])
+    assert "false" in str(columns["is_revoked"]["default"])
+    assert inspector.get_foreign_keys("personal_access_token") == []
+    indexes = {i["name"]: i["column_names"] for i in inspector.get_indexes("personal_access_token")}
+    assert indexes["ix_personal_access_token_expires_at"] == ["expires_at"]
+    assert indexes["ix_pat_user_created"][0] == "user_id"
+    engine.dispose()
+
+
+def test_upgrading_twice_changes_nothing(database: Database) -> None:
+    tables = ("personal_access_token", "craft_sandbox_credential")
+    before = _snapshot(database.engine, tables)
+
+    result = upgrade(database.engine)
+
+    assert result.revision_before == result.revision_after == "0001"
+    assert not result.created_pat_table
+    assert _snapshot(database.engine, tables) == before
+
+
+@pytest.mark.postgres
+def test_onyx_mode_never_touches_onyx_tables_or_its_alembic_version(
+    onyx_database: Database,
+) -> None:
+    engine = onyx_database.engine
+    with engine.begin() as connection:
+        connection.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32))"))
+        connection.execute(text("INSERT INTO alembic_version VALUES ('onyx-head')"))
+    before = _snapshot(engine, ("user", "personal_access_token", "alembic_version"))
+
+    upgrade(engine)
+
+    assert _snapshot(engine, ("user", "personal_access_token", "alembic_version")) == before
+    with engine.connect() as connection:
+        onyx_revision = connection.execute(text("SELECT version_num FROM alembic_version"))
+        assert onyx_revision.scalar_one() == "onyx-head"
+    assert inspect(engine).has_table("craft_sandbox_credential")
+
+
+@pytest.mark.postgres
+def test_the_model_matches_onyx_pat_table_column_for_column(onyx_database: Database) -> None:
+    reflected = {
+        c["name"]: c for c in inspect(onyx_database.engine).get_columns("personal_access_token")
+    }
+    declared = PersonalAccessToken.__table__.columns
+
+    assert set(reflected) == {column.name for column in declared}
+    for column in declared:
+        assert reflected[column.name]["nullable"] == column.nullable, column.name
+        dialect = onyx_database.engine.dialect
+        onyx_type = reflected[column.name]["type"].compile(dialect=dialect)
+        assert onyx_type.split("(")[0] == column.type.compile(dialect=dialect).split("(")[0]
+    assert str(reflected["hashed_token"]["type"]) == "VARCHAR(64)"
+    assert str(reflected["scopes"]["type"]) == "JSONB"
+
+
+@pytest.mark.postgres
+def test_onyx_mode_without_onyx_tables_fails_clearly_and_creates_nothing(
+    postgres_server: Any,
+) -> None:
+    engine = create_credentials_engine(postgres_server.create_database())
+
+    with pytest.raises(SchemaMissingError, match="'user', 'personal_access_token' are missing"):
+        upgrade(engine)
+
+    assert inspect(engine).get_table_names() == []
+    engine.dispose()
+
+
+@pytest.mark.postgres
+def test_concurrent_upgrades_from_several_operators_all_succeed(onyx_database: Database) -> None:
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            upgrade(onyx_database.engine)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert errors == []
+    check_schema(onyx_database.engine)
+
+
+def test_without_auto_migration_an_unmigrated_database_is_refused(tmp_path: Path) -> None:
+    settings = load_settings(
+        state_dir=tmp_path,
+        database_auto_migrate=False,
+        encryption_keys=generate_key_entry("k1"),
+    )
+
+    with pytest.raises(SchemaMissingError, match="craft-operator db upgrade"):
+        build_credential_store(settings)
+
+
+def test_the_factory_migrates_by_default_and_the_store_works(tmp_path: Path) -> None:
+    settings = load_settings(state_dir=tmp_path, encryption_keys=generate_key_entry("k1"))
+
+    store = build_credential_store(settings)
+    issued = store.ensure(
+        SandboxIdentity("ns", "a", "u"),
+        user_id="3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b",
+        tenant_id="public",
+    )
+    store.close()
+
+    assert issued.minted
+    assert (tmp_path / "craft-operator.db").exists()
+
+
+def test_an_unreachable_database_is_a_typed_error_without_the_password() -> None:
+    url = "postgresql+psycopg://craft:hunter2@127.0.0.1:1/onyx?connect_timeout=2"
+    store = CredentialStore(url, KeyRing.parse(generate_key_entry("k1")))
+
+    with pytest.raises(DatabaseUnavailableError, match="unavailable") as caught:
+        store.show("ns", "a")
+
+    assert "hunter2" not in str(caught.value)
+    assert "hunter2" not in repr(store)
+    store.close()
