@@ -52,6 +52,7 @@ import celpy
 import jsonschema
 import yaml
 from celpy import celtypes
+from celpy.adapter import json_to_cel
 from celpy.evaluation import CELEvalError
 
 CRD_PATH = Path(__file__).resolve().parents[2] / "crds" / "craftsandboxes.craft.onyx.app.yaml"
@@ -190,9 +191,9 @@ def _program(rule: str) -> celpy.Runner:
 
 def evaluate_rule(rule: str, self_value: Any, old_value: Any = None) -> Any:
     """Evaluate one CEL rule with ``self`` (and ``oldSelf``) bound to JSON values."""
-    activation: dict[str, Any] = {"self": celpy.json_to_cel(self_value)}
+    activation: dict[str, Any] = {"self": json_to_cel(self_value)}
     if old_value is not None:
-        activation["oldSelf"] = celpy.json_to_cel(old_value)
+        activation["oldSelf"] = json_to_cel(old_value)
     return _program(rule).evaluate(activation)
 
 
