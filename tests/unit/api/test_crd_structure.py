@@ -184,6 +184,11 @@ def test_the_structural_check_catches_a_violation(check: str, node: dict[str, An
     assert CHECKS[check](_spec_field(node)) != []
 
 
+def test_formats_are_cel_rules_with_messages_not_schema_patterns(schema: dict[str, Any]) -> None:
+    # A pattern failure shows only the regex, and does not stop the field's other CEL rules.
+    assert [path for path, node, _ in walk(schema) if "pattern" in node] == []
+
+
 def test_every_cel_rule_compiles_and_has_a_message(schema: dict[str, Any]) -> None:
     rules = [
         (path, rule)
