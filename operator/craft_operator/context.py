@@ -1,14 +1,33 @@
-"""What the handlers share: settings and the services built from them (kopf's ``memo``)."""
+"""What the handlers share (kopf's ``memo``): settings, the cache, the queue, the services."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from craft_operator.config import Settings
+from craft_operator.kube.cache import ObjectCache
+from craft_operator.kube.client import KubeClient
+from craft_operator.kube.events import EventRecorder
+from craft_operator.reconciler.queue import WorkQueue
+from craft_operator.reconciler.sandbox import RetryLaterError, SandboxReconciler
+
+SandboxKey = tuple[str, str]
 
 
 @dataclass
 class OperatorContext:
-    """Passed to every handler as ``memo``; kopf shallow-copies it per object."""
+    """Passed to every handler as ``memo``; kopf shallow-copies it, so all share these."""
 
     settings: Settings
+    kube: KubeClient
+    cache: ObjectCache
+    reconciler: SandboxReconciler
+    events: EventRecorder
+    queue: WorkQueue[SandboxKey] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.queue = WorkQueue(
+            self.reconciler.reconcile,
+            concurrency=self.settings.workers,
+            expected=(RetryLaterError,),
+        )

@@ -4,30 +4,37 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import kopf
 
 from craft_operator import handlers
 from craft_operator.api.models import GROUP
+from craft_operator.builders.naming import LABEL_MANAGED_BY, MANAGED_BY
 from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
+from craft_operator.credentials.factory import build_credential_store
+from craft_operator.kube.cache import ObjectCache
+from craft_operator.kube.client import KubeClient
 from craft_operator.kube.connection import discover_connection
+from craft_operator.kube.events import EventRecorder
+from craft_operator.kube.exec import ExecResult, ExecTransport, KubernetesExec, Stdin
+from craft_operator.reconciler.sandbox import SandboxReconciler, Services
+from craft_operator.reconciler.services import SkillRenderer, StoreCredentials
 
 LoginFn = Callable[..., kopf.ConnectionInfo | None]
-FINALIZER = f"{GROUP}/finalizer"
+CHILD_RESOURCES = (("v1", "pods"), ("v1", "secrets"), ("v1", "configmaps"))
 
 
 def configure_kopf(settings: kopf.OperatorSettings) -> None:
-    """Production kopf settings: bounded timeouts, our own annotation keys, no status.kopf."""
-    # Handler progress and the diff base live in our annotations: the CRD's status schema is
-    # structural, so kopf's default status.kopf field would be pruned by the API server.
+    """Production kopf settings: bounded timeouts, server-side filters, our annotation keys."""
+    # kopf keeps no state on our objects (the handlers only watch), but if it ever does,
+    # it goes to our annotations: the structural CRD schema would prune a status.kopf field.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration"
     )
-    settings.persistence.finalizer = FINALIZER
     # A watch that silently stalls is the worst failure of an operator: make the server end
     # each watch, and the client give up shortly after if it does not.
     settings.watching.server_timeout = 300
@@ -37,17 +44,78 @@ def configure_kopf(settings: kopf.OperatorSettings) -> None:
     settings.networking.connect_timeout = 10
     settings.posting.level = logging.INFO
     settings.batching.error_delays = [1, 2, 5, 10, 30, 60, 120]
+    # Only the operator's own pods, Secrets and ConfigMaps are streamed to it.
+    for resource in CHILD_RESOURCES:
+        settings.watching.label_selectors[resource] = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 
 
-def build_registry(login: LoginFn | None = None) -> kopf.OperatorRegistry:
-    """A fresh registry with all handlers, and a login handler (the real one by default)."""
+class _LazyExec:
+    """The real exec transport, created on first use (it reads the kubeconfig then)."""
+
+    def __init__(self) -> None:
+        self._transport: KubernetesExec | None = None
+
+    async def run(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        argv: Sequence[str],
+        *,
+        stdin: Stdin = None,
+        timeout: float | None = None,  # noqa: ASYNC109 -- part of the ExecTransport interface
+    ) -> ExecResult:
+        if self._transport is None:
+            self._transport = await asyncio.to_thread(KubernetesExec.from_environment)
+        return await self._transport.run(
+            namespace, pod, container, argv, stdin=stdin, timeout=timeout
+        )
+
+
+def build_context(
+    settings: Settings, *, exec_transport: ExecTransport | None = None
+) -> OperatorContext:
+    """The services and state shared by all handlers."""
+    kube = KubeClient(request_timeout=60)
+    cache = ObjectCache()
+    credentials = StoreCredentials(
+        lambda: build_credential_store(settings),
+        renewal_fraction=settings.credential_renewal_fraction,
+    )
+    events = EventRecorder(kube)
+    services = Services(
+        settings=settings,
+        kube=kube,
+        cache=cache,
+        credentials=credentials,
+        skills=SkillRenderer(kube, settings),
+        exec=exec_transport or _LazyExec(),
+        events=events,
+    )
+    return OperatorContext(
+        settings=settings,
+        kube=kube,
+        cache=cache,
+        reconciler=SandboxReconciler(services),
+        events=events,
+    )
+
+
+def build_registry(context: OperatorContext, login: LoginFn | None = None) -> kopf.OperatorRegistry:
+    """A fresh registry with all handlers and a login handler (the real one by default).
+
+    The login handler also hands the credentials to the operator's own API client.
+    """
     registry = kopf.OperatorRegistry()
     handlers.register(registry)
 
-    def _login(**_: Any) -> kopf.ConnectionInfo | None:
-        return discover_connection()
+    def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        info = login(**kwargs) if login is not None else discover_connection()
+        if info is not None:
+            context.kube.configure(info)
+        return info
 
-    kopf.on.login(registry=registry)(login or _login)
+    kopf.on.login(registry=registry)(_login)
     return registry
 
 
@@ -58,9 +126,11 @@ async def run_operator(
     standalone: bool = False,
     liveness_endpoint: str | None = None,
     login: LoginFn | None = None,
+    exec_transport: ExecTransport | None = None,
     stop_flag: asyncio.Event | None = None,
     ready_flag: asyncio.Event | None = None,
     foreign_tasks: set[asyncio.Task[Any]] | None = None,
+    context: OperatorContext | None = None,
 ) -> None:
     """Run the operator until ``stop_flag`` is set (or forever).
 
@@ -68,7 +138,8 @@ async def run_operator(
     ``foreign_tasks`` names tasks that are not the operator's (e.g. a test harness waiting
     for it to stop); the caller may add to the set while the operator runs.
     """
-    registry = build_registry(login=login)
+    context = context or build_context(settings, exec_transport=exec_transport)
+    registry = build_registry(context, login=login)
     kopf_settings = kopf.OperatorSettings()
     configure_kopf(kopf_settings)
     ignored = set(foreign_tasks) if foreign_tasks is not None else set()
@@ -79,7 +150,7 @@ async def run_operator(
     tasks = await kopf.spawn_tasks(
         registry=registry,
         settings=kopf_settings,
-        memo=OperatorContext(settings=settings),
+        memo=context,
         clusterwide=not namespaces,
         namespaces=list(namespaces),
         standalone=standalone,
@@ -87,4 +158,9 @@ async def run_operator(
         stop_flag=stop_flag,
         ready_flag=ready_flag,
     )
-    await kopf.run_tasks(tasks, ignored=ignored)
+    try:
+        await kopf.run_tasks(tasks, ignored=ignored)
+    finally:
+        credentials = context.reconciler.s.credentials
+        if isinstance(credentials, StoreCredentials):
+            credentials.close()

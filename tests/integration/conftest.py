@@ -10,8 +10,11 @@ import pytest
 
 from craft_operator.api import crd, models
 from craft_operator.config import Settings
+from craft_operator.context import OperatorContext
+from craft_operator.credentials.keyring import generate_key_entry
 from tests.support.emulator import KubeEmulator, declare_core_resources
 from tests.support.operator import running_operator
+from tests.support.pod_exec import EmulatedPodExec
 from tests.support.schemas import core_schema_validator
 
 SANDBOXES = kmock.resource(models.GROUP, models.VERSION, models.PLURAL)
@@ -47,11 +50,37 @@ async def emulator() -> AsyncIterator[KubeEmulator]:
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     """Operator settings for a test: a private state dir and SQLite database."""
-    return Settings(state_dir=tmp_path / "state", server_url="http://onyx.invalid:8080")
+    return Settings(
+        state_dir=tmp_path / "state",
+        server_url="http://onyx.invalid:8080",
+        encryption_keys=generate_key_entry("test"),
+    )
 
 
 @pytest.fixture
-async def operator(emulator: KubeEmulator, settings: Settings) -> AsyncIterator[None]:
+def cli_exit_codes() -> dict[str, int]:
+    """What the scripted onyx-cli answers per pod (``namespace/pod``); 0 by default."""
+    return {}
+
+
+@pytest.fixture
+def pod_exec(
+    emulator: KubeEmulator, tmp_path: Path, cli_exit_codes: dict[str, int]
+) -> EmulatedPodExec:
+    """Exec into the emulator's pods, with onyx-cli scripted by ``cli_exit_codes``."""
+    return EmulatedPodExec(
+        emulator,
+        tmp_path / "pods",
+        scripted_cli=lambda namespace, pod: cli_exit_codes.get(f"{namespace}/{pod}", 0),
+    )
+
+
+@pytest.fixture
+async def operator(
+    emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec
+) -> AsyncIterator[OperatorContext]:
     """The real operator loop, running against the emulator until the test ends."""
-    async with running_operator(str(emulator.url).rstrip("/"), settings):
-        yield
+    async with running_operator(
+        str(emulator.url).rstrip("/"), settings, exec_transport=pod_exec
+    ) as context:
+        yield context

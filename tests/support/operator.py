@@ -11,14 +11,21 @@ from typing import Any
 import kopf
 
 from craft_operator.config import Settings
-from craft_operator.runtime import run_operator
+from craft_operator.context import OperatorContext
+from craft_operator.kube.exec import ExecTransport
+from craft_operator.runtime import build_context, run_operator
 
 
 @contextlib.asynccontextmanager
 async def running_operator(
-    server_url: str, settings: Settings, *, startup_timeout: float = 20.0
-) -> AsyncIterator[asyncio.Task[None]]:
+    server_url: str,
+    settings: Settings,
+    *,
+    exec_transport: ExecTransport | None = None,
+    startup_timeout: float = 20.0,
+) -> AsyncIterator[OperatorContext]:
     """Start the operator against ``server_url``; stop it cleanly on exit (or fail loudly)."""
+    context = build_context(settings, exec_transport=exec_transport)
     stop_flag = asyncio.Event()
     ready_flag = asyncio.Event()
     foreign: set[asyncio.Task[Any]] = set()
@@ -34,6 +41,7 @@ async def running_operator(
             stop_flag=stop_flag,
             ready_flag=ready_flag,
             foreign_tasks=foreign,
+            context=context,
         ),
         name="craft-operator",
     )
@@ -48,7 +56,7 @@ async def running_operator(
         task.cancel()
         raise TimeoutError("the operator did not become ready")
     try:
-        yield task
+        yield context
     finally:
         # kopf cancels, on shutdown, every task it did not see start; this teardown task is
         # not the operator's, so say so before asking it to stop.

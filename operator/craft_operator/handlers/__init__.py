@@ -1,12 +1,14 @@
-"""kopf wiring only: each handler translates an event into calls on builders and services."""
+"""kopf wiring only: each handler translates an event into calls on the cache and the queue."""
 
 from __future__ import annotations
 
 import kopf
 
-from craft_operator.handlers import sandbox
+from craft_operator.handlers import children, lifecycle, sandbox
 
 
 def register(registry: kopf.OperatorRegistry) -> None:
     """Register every handler of the operator on ``registry``."""
+    lifecycle.register(registry)
     sandbox.register(registry)
+    children.register(registry)

@@ -1,4 +1,4 @@
-"""Handlers for CraftSandbox objects."""
+"""CraftSandbox events: keep the cache current and queue the sandbox for reconciliation."""
 
 from __future__ import annotations
 
@@ -7,26 +7,26 @@ from typing import Any
 import kopf
 
 from craft_operator.api import models
-from craft_operator.api.parse import InvalidSandboxError, parse_sandbox
+from craft_operator.context import OperatorContext
+from craft_operator.reconciler.sandbox import SANDBOX
 
 RESOURCE = (models.GROUP, models.VERSION, models.PLURAL)
 
 
-async def reconcile(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **_: Any) -> None:
-    """Bring one CraftSandbox towards its spec and record what was observed."""
-    try:
-        sandbox = parse_sandbox(body)
-    except InvalidSandboxError as exc:
-        patch.status["phase"] = models.Phase.FAILED.value
-        patch.status["observedGeneration"] = body.meta.get("generation")
-        raise kopf.PermanentError(f"invalid CraftSandbox: {exc}") from None
-    if sandbox.status.phase is None:
-        patch.status["phase"] = models.Phase.PENDING.value
-    patch.status["observedGeneration"] = sandbox.metadata.generation
-    logger.debug("observed generation %s", sandbox.metadata.generation)
+async def sandbox_event(event: kopf.RawEvent, memo: OperatorContext, **_: Any) -> None:
+    """Any change to a CraftSandbox (or the initial listing) queues it; deletion forgets it."""
+    obj = event["object"]
+    meta = obj.get("metadata", {})
+    key = (meta.get("namespace", ""), meta["name"])
+    if event["type"] == "DELETED":
+        memo.cache.remove(SANDBOX, obj)
+        memo.queue.forget(key)
+        memo.reconciler.forget(key)
+        return
+    memo.cache.put(SANDBOX, obj)
+    memo.queue.add(key)
 
 
 def register(registry: kopf.OperatorRegistry) -> None:
     """Register the CraftSandbox handlers."""
-    for decorator in (kopf.on.create, kopf.on.resume, kopf.on.update):
-        decorator(*RESOURCE, registry=registry, id="reconcile")(reconcile)
+    kopf.on.event(*RESOURCE, registry=registry, id="sandbox-event")(sandbox_event)

@@ -1,0 +1,176 @@
+"""The sandbox pod: the agent's container with credentials, skills and the user library."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from craft_operator.api.models import CraftSandbox, LibraryMode
+from craft_operator.builders.naming import (
+    ANNOTATION_PAT_ID,
+    ANNOTATION_TEMPLATE_HASH,
+    SANDBOX_CONTAINER,
+    SECRET_KEY_PAT,
+    SKILL_KEY,
+    child_metadata,
+    pod_name,
+    secret_name,
+    skills_configmap_name,
+)
+from craft_operator.builders.quantities import parse_quantity
+from craft_operator.config import Settings
+
+SKILLS_MOUNT = "/workspace/skills/company-search"
+LIBRARY_MOUNT = "/workspace/user_library"
+SANDBOX_UID = 1000
+
+
+class SandboxConfigError(ValueError):
+    """The spec and the settings together cannot make a valid pod; the message says why."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def server_url_for(sandbox: CraftSandbox, settings: Settings) -> str:
+    """``spec.serverURL``, else ``CRAFT_SERVER_URL``; a :class:`SandboxConfigError` if neither."""
+    url = sandbox.spec.server_url or settings.server_url
+    if not url:
+        raise SandboxConfigError(
+            "NoServerURL",
+            "no Onyx server URL: set spec.serverURL or the operator's CRAFT_SERVER_URL",
+        )
+    return url
+
+
+def resources_for(sandbox: CraftSandbox, settings: Settings) -> dict[str, dict[str, str]]:
+    """Settings' default resources overlaid with the spec's, checked so requests <= limits.
+
+    A request raised above the default limit lifts that limit with it (the user asked for
+    more, not for an invalid pod); a request above a limit the spec itself sets is an error.
+    """
+    requests = dict(settings.sandbox_resources.get("requests", {}))
+    limits = dict(settings.sandbox_resources.get("limits", {}))
+    spec = sandbox.spec.resources
+    spec_requests = (
+        {key: str(value) for key, value in (spec.requests or {}).items()} if spec else {}
+    )
+    spec_limits = {key: str(value) for key, value in (spec.limits or {}).items()} if spec else {}
+    requests.update(spec_requests)
+    limits.update(spec_limits)
+    for resource, request in requests.items():
+        limit = limits.get(resource)
+        if limit is None or parse_quantity(request) <= parse_quantity(limit):
+            continue
+        if resource in spec_limits:
+            raise SandboxConfigError(
+                "InvalidResources",
+                f"resources.requests.{resource} ({request}) is above "
+                f"resources.limits.{resource} ({limit})",
+            )
+        limits[resource] = request
+    result: dict[str, dict[str, str]] = {}
+    if requests:
+        result["requests"] = requests
+    if limits:
+        result["limits"] = limits
+    return result
+
+
+def library_volume(sandbox: CraftSandbox, claim_name: str | None) -> dict[str, Any]:
+    """An emptyDir in Exec mode; the library PVC in Job mode."""
+    if sandbox.spec.user_library.mode == LibraryMode.JOB:
+        if not claim_name:
+            raise SandboxConfigError("NoLibraryVolume", "Job mode needs the library volume claim")
+        return {"name": "user-library", "persistentVolumeClaim": {"claimName": claim_name}}
+    return {"name": "user-library", "emptyDir": {}}
+
+
+def template_hash(pod: dict[str, Any]) -> str:
+    """A short, stable hash of everything in the pod the operator decides."""
+    canonical = json.dumps(pod, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def build_pod(
+    sandbox: CraftSandbox,
+    settings: Settings,
+    *,
+    pat_id: int,
+    library_claim: str | None = None,
+) -> dict[str, Any]:
+    """The desired sandbox pod, annotated with the hash the reconciler compares."""
+    spec = sandbox.spec
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": SANDBOX_UID,
+            "runAsGroup": SANDBOX_UID,
+            "fsGroup": SANDBOX_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [
+            {
+                "name": SANDBOX_CONTAINER,
+                "image": spec.image or settings.sandbox_image,
+                "imagePullPolicy": "IfNotPresent",
+                "env": [
+                    {"name": "ONYX_SERVER_URL", "value": server_url_for(sandbox, settings)},
+                    {
+                        "name": "ONYX_PAT",
+                        "valueFrom": {
+                            "secretKeyRef": {"name": secret_name(sandbox), "key": SECRET_KEY_PAT}
+                        },
+                    },
+                ],
+                "resources": resources_for(sandbox, settings),
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "capabilities": {"drop": ["ALL"]},
+                    "runAsNonRoot": True,
+                    "runAsUser": SANDBOX_UID,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+                "volumeMounts": [
+                    {"name": "skills", "mountPath": SKILLS_MOUNT, "readOnly": True},
+                    {"name": "user-library", "mountPath": LIBRARY_MOUNT},
+                ],
+            }
+        ],
+        "volumes": [
+            {
+                "name": "skills",
+                "configMap": {
+                    "name": skills_configmap_name(sandbox),
+                    "items": [{"key": SKILL_KEY, "path": SKILL_KEY}],
+                },
+            },
+            library_volume(sandbox, library_claim),
+        ],
+    }
+    if spec.runtime_class_name:
+        pod_spec["runtimeClassName"] = spec.runtime_class_name
+    if spec.node_selector:
+        pod_spec["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        pod_spec["tolerations"] = [
+            toleration.model_dump(by_alias=True, exclude_none=True, mode="json")
+            for toleration in spec.tolerations
+        ]
+    if spec.priority_class_name:
+        pod_spec["priorityClassName"] = spec.priority_class_name
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": child_metadata(
+            sandbox, pod_name(sandbox), annotations={ANNOTATION_PAT_ID: str(pat_id)}
+        ),
+        "spec": pod_spec,
+    }
+    pod["metadata"]["annotations"][ANNOTATION_TEMPLATE_HASH] = template_hash(pod)
+    return pod

@@ -1,0 +1,50 @@
+"""Events of the operator's own pods, Secrets and ConfigMaps: update the cache, wake the owner.
+
+The watches are filtered on the API server by the managed-by label (see
+:func:`craft_operator.runtime.configure_kopf`), so only the operator's children stream in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from craft_operator.builders.naming import LABEL_SANDBOX, MANAGED_SELECTOR
+from craft_operator.context import OperatorContext
+from craft_operator.reconciler.sandbox import CONFIGMAP, POD, SECRET
+
+#: (kopf resource, cache kind) of each watched child kind.
+CHILD_KINDS: tuple[tuple[tuple[str, str], str], ...] = (
+    (("v1", "pods"), POD),
+    (("v1", "secrets"), SECRET),
+    (("v1", "configmaps"), CONFIGMAP),
+)
+
+
+def _child_handler(kind: str) -> Any:
+    async def child_event(event: kopf.RawEvent, memo: OperatorContext, **_: Any) -> None:
+        obj = event["object"]
+        meta = obj.get("metadata", {})
+        if event["type"] == "DELETED":
+            memo.cache.remove(kind, obj)
+        else:
+            memo.cache.put(kind, obj)
+        owner = (meta.get("labels") or {}).get(LABEL_SANDBOX)
+        if owner:
+            memo.queue.add((meta.get("namespace", ""), owner))
+
+    child_event.__name__ = f"{kind.lower()}_event"
+    child_event.__doc__ = f"A change to one of our {kind}s: cache it and queue its sandbox."
+    return child_event
+
+
+def register(registry: kopf.OperatorRegistry) -> None:
+    """Register the child-object handlers."""
+    for resource, kind in CHILD_KINDS:
+        kopf.on.event(
+            *resource,
+            labels=dict(MANAGED_SELECTOR),
+            registry=registry,
+            id=f"{kind.lower()}-event",
+        )(_child_handler(kind))

@@ -1,0 +1,1 @@
+"""Level-triggered reconciliation of CraftSandboxes: a work queue and the reconcile logic."""

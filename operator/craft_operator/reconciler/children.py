@@ -1,0 +1,105 @@
+"""Converge one child object (Secret, ConfigMap) to its desired form, writing only on drift."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from craft_operator.builders.naming import LABEL_MANAGED_BY, LABEL_SANDBOX
+from craft_operator.kube.cache import ObjectCache
+from craft_operator.kube.client import ConflictError, Kind, KubeClient
+from craft_operator.status import merge_patch
+
+Action = Literal["created", "updated", "unchanged"]
+IDENTITY_LABELS = (LABEL_MANAGED_BY, LABEL_SANDBOX)
+
+
+@dataclass(frozen=True)
+class Converged:
+    """The object as the API now has it, and what it took to get there."""
+
+    obj: dict[str, Any]
+    action: Action
+    fields: tuple[str, ...] = ()
+
+
+class ForeignObjectError(Exception):
+    """A child's name is taken by an object the operator does not manage; it is left alone."""
+
+    def __init__(self, kind: str, namespace: str | None, name: str) -> None:
+        super().__init__(
+            f"{kind} {namespace}/{name} exists but is not managed by this CraftSandbox; "
+            "rename or delete it"
+        )
+        self.kind, self.namespace, self.name = kind, namespace, name
+
+
+def is_ours(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+    """Whether ``actual`` belongs to the sandbox ``desired`` is built for (by its controller)."""
+    owner_uids = {ref.get("uid") for ref in desired.get("metadata", {}).get("ownerReferences", [])}
+    for ref in actual.get("metadata", {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref.get("uid") in owner_uids
+    # No controller (someone removed it): ours if it still carries our identifying labels.
+    have = actual.get("metadata", {}).get("labels") or {}
+    want = desired.get("metadata", {}).get("labels") or {}
+    return bool(want) and all(have.get(key) == want[key] for key in IDENTITY_LABELS if key in want)
+
+
+def drift_patch(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
+    """The merge patch that puts back what the operator owns in ``actual`` (empty: none).
+
+    Owned: the whole ``data`` (and ``type``), our labels and annotations, our owner
+    reference. Labels, annotations and owner references others added are left alone.
+    """
+    patch: dict[str, Any] = {}
+    if "data" in desired:
+        change = merge_patch(actual.get("data") or {}, desired["data"])
+        if change:
+            patch["data"] = change
+    if "type" in desired and actual.get("type") != desired["type"]:
+        patch["type"] = desired["type"]
+    actual_meta = actual.get("metadata", {})
+    desired_meta = desired.get("metadata", {})
+    meta_patch: dict[str, Any] = {}
+    for field in ("labels", "annotations"):
+        have = actual_meta.get(field) or {}
+        want = desired_meta.get(field) or {}
+        changed = {key: value for key, value in want.items() if have.get(key) != value}
+        if changed:
+            meta_patch[field] = changed
+    owners = actual_meta.get("ownerReferences") or []
+    for owner in desired_meta.get("ownerReferences") or []:
+        if not any(existing.get("uid") == owner.get("uid") for existing in owners):
+            meta_patch["ownerReferences"] = [*owners, owner]
+    if meta_patch:
+        patch["metadata"] = meta_patch
+    return patch
+
+
+async def converge(
+    kube: KubeClient, cache: ObjectCache, kind: Kind, cache_kind: str, desired: dict[str, Any]
+) -> Converged:
+    """Create ``desired`` if missing, patch it back if it drifted, else do nothing."""
+    meta = desired["metadata"]
+    namespace, name = meta.get("namespace"), meta["name"]
+    actual = cache.get(cache_kind, namespace, name)
+    if actual is None:
+        try:
+            created = await kube.create(kind, desired)
+        except ConflictError:
+            # It exists but our cache has not seen it yet (or we restarted mid-write).
+            actual = await kube.get(kind, namespace, name)
+            cache.put(cache_kind, actual)
+        else:
+            cache.put(cache_kind, created)
+            return Converged(created, "created")
+    if not is_ours(actual, desired):
+        raise ForeignObjectError(str(desired.get("kind")), namespace, name)
+    patch = drift_patch(actual, desired)
+    if not patch:
+        return Converged(actual, "unchanged")
+    updated = await kube.patch(kind, namespace, name, patch)
+    cache.put(cache_kind, updated)
+    return Converged(updated, "updated", tuple(sorted(patch)))

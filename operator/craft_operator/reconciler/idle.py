@@ -1,0 +1,58 @@
+"""When an idle sandbox sleeps and when it wakes: a pure decision from the annotation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+
+@dataclass(frozen=True)
+class IdleDecision:
+    """``asleep``: the pod should not run; ``sleep_now``: it just fell asleep; and why."""
+
+    asleep: bool
+    sleep_now: bool = False
+    wake_now: bool = False
+    recheck_after: float | None = None
+    problem: str | None = None
+
+
+def parse_activity(value: str | None) -> tuple[datetime | None, str | None]:
+    """The last-activity time, or a problem description if the annotation is unusable."""
+    if value is None or not value.strip():
+        return None, None
+    text = value.strip()
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        return None, f"the last-activity annotation {text[:64]!r} is not an RFC 3339 time"
+    if moment.tzinfo is None:
+        return None, f"the last-activity annotation {text[:64]!r} has no time zone"
+    return moment, None
+
+
+def decide_idle(
+    *,
+    idle_timeout: timedelta | None,
+    last_activity: str | None,
+    sleeping_since: datetime | None,
+    now: datetime,
+) -> IdleDecision:
+    """Whether the sandbox should sleep, keep sleeping, or wake.
+
+    A missing or unparseable annotation never puts a sandbox to sleep; while asleep, only a
+    parseable activity later than the moment it slept wakes it (or disabling the timeout).
+    """
+    activity, problem = parse_activity(last_activity)
+    if sleeping_since is not None:
+        if idle_timeout is None:
+            return IdleDecision(asleep=False, wake_now=True, problem=problem)
+        if activity is not None and activity > sleeping_since:
+            return IdleDecision(asleep=False, wake_now=True)
+        return IdleDecision(asleep=True, problem=problem)
+    if idle_timeout is None or activity is None:
+        return IdleDecision(asleep=False, problem=problem)
+    deadline = activity + idle_timeout
+    if now >= deadline:
+        return IdleDecision(asleep=True, sleep_now=True)
+    return IdleDecision(asleep=False, recheck_after=(deadline - now).total_seconds())

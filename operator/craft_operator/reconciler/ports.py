@@ -1,0 +1,88 @@
+"""What the reconciler needs from the outside world, as small interfaces.
+
+The real implementations live with their domains (credentials, skills, kube); tests plug in
+the same ones against SQLite, the emulator and a local exec double.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Protocol
+
+from pydantic import SecretStr
+
+from craft_operator.api.models import CraftSandbox
+from craft_operator.skills.render import RenderedSkill
+
+
+class IssuedCredential(Protocol):
+    """A live PAT for a sandbox (the token is a SecretStr: it never prints)."""
+
+    @property
+    def token(self) -> SecretStr:
+        """The raw token."""
+        ...
+
+    @property
+    def pat_id(self) -> int:
+        """The PAT's id in the database."""
+        ...
+
+    @property
+    def token_display(self) -> str:
+        """The display form (first 12 and last 4 characters)."""
+        ...
+
+    @property
+    def created_at(self) -> datetime:
+        """When the PAT was minted."""
+        ...
+
+    @property
+    def expires_at(self) -> datetime | None:
+        """When it expires."""
+        ...
+
+    @property
+    def minted(self) -> bool:
+        """Whether this call minted it (False: an existing PAT was reused)."""
+        ...
+
+
+class CredentialsPort(Protocol):
+    """Mints, reuses and revokes the PAT of a sandbox."""
+
+    async def ensure(
+        self, sandbox: CraftSandbox, *, rejected_pat_id: int | None = None
+    ) -> IssuedCredential:
+        """A live PAT for the sandbox, minting one when needed.
+
+        ``rejected_pat_id`` names a PAT the Onyx server refused: mint a replacement unless
+        the stored PAT is already another one.
+        """
+        ...
+
+    async def revoke(self, namespace: str, name: str, uid: str) -> bool:
+        """Revoke the sandbox's PAT; False if it had none."""
+        ...
+
+
+class SkillsPort(Protocol):
+    """Renders the company-search SKILL.md for a sandbox."""
+
+    async def render(self, sandbox: CraftSandbox, *, builtin: bool = False) -> RenderedSkill:
+        """The rendering with the configured template (``builtin``: the shipped one).
+
+        Raises :class:`~craft_operator.skills.template.SkillTemplateError` when a custom
+        template cannot be loaded or rendered.
+        """
+        ...
+
+
+class EventSink(Protocol):
+    """Posts Kubernetes events about an object."""
+
+    def post(self, body: Mapping[str, Any], *, type: str, reason: str, message: str) -> None:
+        """Post one event (``type`` is Normal or Warning)."""
+        ...

@@ -1,0 +1,154 @@
+"""A keyed work queue: each key is reconciled by one worker at a time, never twice at once.
+
+Like client-go's rate-limited queue: adding a key that is already waiting merges with it
+(the earliest due time wins); adding a key that is being processed runs it once more
+afterwards; a failure retries the key with exponential backoff and jitter; a success may
+ask for a later visit (``requeue_after``). Handlers therefore see the latest state, and a
+burst of events for one object costs one reconcile, not one per event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+import random
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+Handler = Callable[[K], Awaitable[float | None]]
+
+logger = logging.getLogger(__name__)
+
+
+class Backoff:
+    """Exponential delays with jitter: ``base * 2**n`` capped at ``cap``, n = failures so far."""
+
+    def __init__(self, base: float = 1.0, cap: float = 300.0, jitter: float = 0.1) -> None:
+        self.base, self.cap, self.jitter = base, cap, jitter
+
+    def delay(self, failures: int) -> float:
+        """The delay before attempt ``failures + 1``."""
+        raw = min(self.cap, self.base * 2.0 ** max(0, failures - 1))
+        return raw * (1 + random.uniform(-self.jitter, self.jitter))  # noqa: S311 -- not crypto
+
+
+class WorkQueue(Generic[K]):
+    """Run ``handler(key)`` for added keys with ``concurrency`` workers."""
+
+    def __init__(
+        self,
+        handler: Handler[K],
+        *,
+        concurrency: int = 8,
+        backoff: Backoff | None = None,
+        expected: tuple[type[Exception], ...] = (),
+    ) -> None:
+        self._handler = handler
+        self._expected = expected
+        self._concurrency = concurrency
+        self._backoff = backoff or Backoff()
+        self._heap: list[tuple[float, int, K]] = []
+        self._due: dict[K, float] = {}
+        self._processing: set[K] = set()
+        self._dirty: set[K] = set()
+        self._failures: dict[K, int] = {}
+        self._counter = itertools.count()
+        self._wakeup = asyncio.Event()
+        self._workers: list[asyncio.Task[None]] = []
+        self.processed = 0
+        self.failed = 0
+
+    def __len__(self) -> int:
+        return len(self._due)
+
+    def failures(self, key: K) -> int:
+        """Failures of ``key`` in a row (0 after a success)."""
+        return self._failures.get(key, 0)
+
+    def add(self, key: K, delay: float = 0.0) -> None:
+        """Schedule ``key`` in ``delay`` seconds (sooner if it is already due earlier)."""
+        due = asyncio.get_running_loop().time() + max(0.0, delay)
+        current = self._due.get(key)
+        if current is not None and current <= due:
+            return
+        self._due[key] = due
+        heapq.heappush(self._heap, (due, next(self._counter), key))
+        self._wakeup.set()
+
+    def forget(self, key: K) -> None:
+        """Drop ``key``: its backoff history and any pending visit."""
+        self._due.pop(key, None)
+        self._failures.pop(key, None)
+        self._dirty.discard(key)
+
+    def start(self) -> None:
+        """Start the workers in the running loop."""
+        for index in range(self._concurrency):
+            self._workers.append(asyncio.create_task(self._work(), name=f"reconcile-{index}"))
+
+    async def stop(self) -> None:
+        """Stop the workers (a reconcile in progress is cancelled)."""
+        for worker in self._workers:
+            worker.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        self._workers.clear()
+
+    async def _next(self) -> K:
+        loop = asyncio.get_running_loop()
+        while True:
+            self._wakeup.clear()
+            while self._heap:
+                due, _, key = self._heap[0]
+                if self._due.get(key) != due:
+                    heapq.heappop(self._heap)  # superseded by an earlier visit, or forgotten
+                    continue
+                wait = due - loop.time()
+                if wait > 0:
+                    break
+                heapq.heappop(self._heap)
+                del self._due[key]
+                if key in self._processing:
+                    self._dirty.add(key)
+                    continue
+                return key
+            timeout = (self._heap[0][0] - loop.time()) if self._heap else None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), timeout)
+
+    async def _work(self) -> None:
+        while True:
+            key = await self._next()
+            self._processing.add(key)
+            try:
+                requeue_after = await self._handler(key)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.failed += 1
+                failures = self._failures.get(key, 0) + 1
+                self._failures[key] = failures
+                delay = self._backoff.delay(failures)
+                if isinstance(exc, self._expected):
+                    logger.info("%s; retry %d in %.1fs", exc, failures, delay)
+                else:
+                    logger.exception(
+                        "reconcile of %s failed unexpectedly; retry %d in %.1fs",
+                        key,
+                        failures,
+                        delay,
+                    )
+                self.add(key, delay)
+            else:
+                self.processed += 1
+                self._failures.pop(key, None)
+                if requeue_after is not None:
+                    self.add(key, requeue_after)
+            finally:
+                self._processing.discard(key)
+                if key in self._dirty:
+                    self._dirty.discard(key)
+                    self.add(key)

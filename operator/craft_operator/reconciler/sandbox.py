@@ -1,0 +1,730 @@
+"""Reconcile one CraftSandbox: credentials, Secret, skill ConfigMap, pod, CLI check, status.
+
+Level-triggered: every pass reads the sandbox and its children from the watch cache,
+computes what should exist, changes only what differs, and writes the status only if it
+changed. A pass may run twice, be cut off halfway or see a changed world; the next pass
+converges from wherever the last one stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from craft_operator.api.models import (
+    ANNOTATION_LAST_ACTIVITY,
+    GROUP,
+    CraftSandbox,
+    Phase,
+)
+from craft_operator.api.parse import InvalidSandboxError, parse_sandbox
+from craft_operator.builders.configmap import build_skills_configmap
+from craft_operator.builders.naming import (
+    ANNOTATION_PAT_ID,
+    ANNOTATION_TEMPLATE_HASH,
+    SANDBOX_CONTAINER,
+    child_labels,
+    pod_name,
+    secret_name,
+    skills_configmap_name,
+)
+from craft_operator.builders.pod import SandboxConfigError, build_pod
+from craft_operator.builders.secret import build_credentials_secret
+from craft_operator.config import Settings
+from craft_operator.credentials.errors import (
+    CredentialsError,
+    DatabaseUnavailableError,
+    KeyRingError,
+    SchemaMissingError,
+    UserInactiveError,
+    UserNotFoundError,
+)
+from craft_operator.kube.cache import ObjectCache
+from craft_operator.kube.client import (
+    CONFIGMAPS,
+    PODS,
+    SANDBOXES,
+    SECRETS,
+    ApiError,
+    ConflictError,
+    KubeClient,
+    NotFoundError,
+)
+from craft_operator.kube.exec import ExecError, ExecTransport
+from craft_operator.reconciler import cli_validation
+from craft_operator.reconciler.children import ForeignObjectError, converge, is_ours
+from craft_operator.reconciler.idle import decide_idle
+from craft_operator.reconciler.ports import (
+    CredentialsPort,
+    EventSink,
+    IssuedCredential,
+    SkillsPort,
+)
+from craft_operator.reconciler.run import Run
+from craft_operator.skills.render import RenderedSkill
+from craft_operator.skills.template import SkillTemplateError
+from craft_operator.status import (
+    CLI_VALIDATED,
+    CREDENTIALS_READY,
+    POD_READY,
+    SKILL_RENDERED,
+    USER_LIBRARY_SYNCED,
+    ConditionState,
+)
+
+logger = logging.getLogger(__name__)
+
+FINALIZER = f"{GROUP}/finalizer"
+SANDBOX, POD, SECRET, CONFIGMAP = "CraftSandbox", "Pod", "Secret", "ConfigMap"
+NORMAL, WARNING = "Normal", "Warning"
+
+#: Pods that fail in a row before the operator stops replacing them (phase Failed).
+MAX_POD_FAILURES = 3
+#: How often a sandbox is revisited with nothing else happening (PAT revoked out of band).
+RESYNC_INTERVAL = 300.0
+CLI_TIMEOUT = 60.0
+
+
+class RetryLaterError(Exception):
+    """A step failed in a way that may pass; the status says which. Retried with backoff."""
+
+
+@dataclass
+class Services:
+    """Everything a reconcile pass talks to."""
+
+    settings: Settings
+    kube: KubeClient
+    cache: ObjectCache
+    credentials: CredentialsPort
+    skills: SkillsPort
+    exec: ExecTransport
+    events: EventSink
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+
+
+def _pod_backoff(failures: int) -> float:
+    return float(min(300, 10 * 2 ** max(0, failures - 1)))
+
+
+def _pod_ready(pod: Mapping[str, Any]) -> bool:
+    for condition in pod.get("status", {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return bool(condition.get("status") == "True")
+    return False
+
+
+def _pod_waiting_detail(pod: Mapping[str, Any]) -> str:
+    status = pod.get("status", {})
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting")
+        if waiting:
+            reason = waiting.get("reason", "Waiting")
+            message = waiting.get("message", "")
+            return f"{reason}: {message}".rstrip(": ")
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return f"{condition.get('reason', 'Unschedulable')}: {condition.get('message', '')}"
+    return f"pod phase {status.get('phase') or 'Pending'}"
+
+
+def _credentials_reason(exc: CredentialsError) -> str:
+    """The condition reason for a credentials failure, stable enough to alert on."""
+    reasons: tuple[tuple[type[CredentialsError], str], ...] = (
+        (UserNotFoundError, "UserNotFound"),
+        (UserInactiveError, "UserInactive"),
+        (DatabaseUnavailableError, "DatabaseUnavailable"),
+        (KeyRingError, "KeyRingError"),
+        (SchemaMissingError, "DatabaseSchemaMissing"),
+    )
+    return next((reason for kind, reason in reasons if isinstance(exc, kind)), "CredentialsError")
+
+
+def _parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+class SandboxReconciler:
+    """Reconciles CraftSandboxes by (namespace, name); see the module docstring."""
+
+    def __init__(self, services: Services) -> None:
+        self.s = services
+        self._reported: dict[tuple[str, str], str] = {}
+
+    def forget(self, key: tuple[str, str]) -> None:
+        """Drop what is remembered about a sandbox that is gone."""
+        self._reported.pop(key, None)
+
+    # -- entry point ---------------------------------------------------------------------------
+
+    async def reconcile(self, key: tuple[str, str]) -> float | None:
+        """One pass for the sandbox ``key``; returns when to revisit (seconds) or ``None``."""
+        namespace, name = key
+        body = self.s.cache.get(SANDBOX, namespace, name)
+        if body is None:
+            return None
+        if body.get("metadata", {}).get("deletionTimestamp"):
+            await self._finalize(body)
+            return None
+        body = await self._ensure_finalizer(body)
+        run = Run(body, self.s.clock())
+        try:
+            sandbox = parse_sandbox(body)
+        except InvalidSandboxError as exc:
+            self._fail_spec(run, "InvalidSpec", f"the CraftSandbox is invalid: {exc}")
+            await self._write_status(run)
+            return None
+        if run.spec_changed:
+            run.status.pop("podFailures", None)
+            run.status.pop("cliAuthFailures", None)
+        try:
+            await self._reconcile(sandbox, run)
+        finally:
+            await self._write_status(run)
+        if run.retry_reason:
+            raise RetryLaterError(f"{namespace}/{name}: {run.retry_reason}")
+        resync = RESYNC_INTERVAL
+        return min(resync, run.requeue_after) if run.requeue_after is not None else resync
+
+    async def _reconcile(self, sandbox: CraftSandbox, run: Run) -> None:
+        issued = await self._credentials(sandbox, run)
+        if issued is None:
+            self._waiting(run, (SKILL_RENDERED,), "WaitingForCredentials")
+            self._waiting(run, (POD_READY, CLI_VALIDATED), "WaitingForCredentials")
+            return
+        secret_ok = await self._secret(sandbox, issued, run)
+        skill_ok = await self._skill(sandbox, run)
+        if not (secret_ok and skill_ok):
+            self._waiting(run, (POD_READY, CLI_VALIDATED), "WaitingForChildren")
+            return
+        pod = await self._pod(sandbox, issued, run)
+        if pod is None:
+            return
+        await self._validate_cli(sandbox, pod, issued, run)
+        if run.condition(USER_LIBRARY_SYNCED) is None:
+            run.set(ConditionState.true(USER_LIBRARY_SYNCED, "NotConfigured", "no user library"))
+
+    # -- finalizer -----------------------------------------------------------------------------
+
+    async def _ensure_finalizer(self, body: dict[str, Any]) -> dict[str, Any]:
+        meta = body["metadata"]
+        finalizers = list(meta.get("finalizers") or [])
+        if FINALIZER in finalizers:
+            return body
+        patch = {
+            "metadata": {
+                "finalizers": [*finalizers, FINALIZER],
+                "resourceVersion": meta.get("resourceVersion"),
+            }
+        }
+        try:
+            updated = await self.s.kube.patch(SANDBOXES, meta.get("namespace"), meta["name"], patch)
+        except ConflictError:
+            raise RetryLaterError("the CraftSandbox changed while adding the finalizer") from None
+        self.s.cache.put(SANDBOX, updated)
+        return updated
+
+    async def _finalize(self, body: dict[str, Any]) -> None:
+        meta = body["metadata"]
+        namespace, name, uid = meta.get("namespace", ""), meta["name"], meta.get("uid", "")
+        if FINALIZER not in (meta.get("finalizers") or []):
+            return
+        try:
+            revoked = await self.s.credentials.revoke(namespace, name, uid)
+        except CredentialsError as exc:
+            self.s.events.post(body, type=WARNING, reason="RevokeFailed", message=str(exc))
+            run = Run(body, self.s.clock())
+            run.set(ConditionState.false(CREDENTIALS_READY, "RevokeFailed", str(exc)))
+            run.phase = Phase.TERMINATING
+            await self._write_status(run)
+            raise RetryLaterError(f"{namespace}/{name}: cannot revoke the PAT yet") from None
+        if revoked:
+            self.s.events.post(
+                body, type=NORMAL, reason="PATRevoked", message="the sandbox's PAT was revoked"
+            )
+        # Owner references make the garbage collector remove the children; deleting them
+        # here as well frees the pod at once and does not depend on the collector.
+        for kind, cache_kind, child in (
+            (PODS, POD, name),
+            (SECRETS, SECRET, f"{name}-credentials"),
+            (CONFIGMAPS, CONFIGMAP, f"{name}-skills"),
+        ):
+            existing = self.s.cache.get(cache_kind, namespace, child)
+            if existing is not None and not self._owned_by(existing, uid):
+                continue
+            try:
+                await self.s.kube.delete(kind, namespace, child)
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise RetryLaterError(f"cannot delete {cache_kind} {child}: {exc}") from None
+            self.s.cache.forget(cache_kind, namespace, child)
+        remaining = [item for item in meta.get("finalizers") or [] if item != FINALIZER]
+        patch = {
+            "metadata": {"finalizers": remaining, "resourceVersion": meta.get("resourceVersion")}
+        }
+        try:
+            updated = await self.s.kube.patch(SANDBOXES, namespace, name, patch)
+        except NotFoundError:
+            return
+        except ConflictError:
+            raise RetryLaterError("the CraftSandbox changed while removing the finalizer") from None
+        if updated.get("metadata", {}).get("deletionTimestamp") and remaining:
+            self.s.cache.put(SANDBOX, updated)
+
+    @staticmethod
+    def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
+        refs = obj.get("metadata", {}).get("ownerReferences") or []
+        return any(ref.get("uid") == uid for ref in refs)
+
+    # -- credentials ---------------------------------------------------------------------------
+
+    async def _credentials(self, sandbox: CraftSandbox, run: Run) -> IssuedCredential | None:
+        try:
+            issued = await self.s.credentials.ensure(sandbox)
+        except CredentialsError as exc:
+            self._credentials_failed(sandbox, run, _credentials_reason(exc), str(exc))
+            return None
+        run.set(
+            ConditionState.true(
+                CREDENTIALS_READY,
+                "PATMinted" if issued.minted else "PATValid",
+                f"PAT {issued.token_display} is valid until {issued.expires_at:%Y-%m-%dT%H:%M:%SZ}"
+                if issued.expires_at
+                else f"PAT {issued.token_display} does not expire",
+            )
+        )
+        run.status["credentials"] = {
+            "tokenDisplay": issued.token_display,
+            "patId": issued.pat_id,
+            "mintedAt": issued.created_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            **(
+                {"expiresAt": issued.expires_at.strftime("%Y-%m-%dT%H:%M:%SZ")}
+                if issued.expires_at
+                else {}
+            ),
+        }
+        if issued.minted:
+            self.s.events.post(
+                self._body(run),
+                type=NORMAL,
+                reason="PATMinted",
+                message=f"minted PAT {issued.token_display} (id {issued.pat_id})",
+            )
+        if issued.expires_at is not None:
+            lifetime = sandbox.spec.credentials.lifetime
+            renew_at = issued.expires_at - lifetime * self.s.settings.credential_renewal_fraction
+            run.requeue(max(60.0, (renew_at - run.now).total_seconds() + 1))
+        return issued
+
+    def _credentials_failed(
+        self, sandbox: CraftSandbox, run: Run, reason: str, message: str
+    ) -> None:
+        run.set(ConditionState.false(CREDENTIALS_READY, reason, message))
+        self.s.events.post(self._body(run), type=WARNING, reason=reason, message=message)
+        run.retry(reason)
+
+    # -- secret and skill ----------------------------------------------------------------------
+
+    async def _secret(self, sandbox: CraftSandbox, issued: IssuedCredential, run: Run) -> bool:
+        desired = build_credentials_secret(sandbox, token=issued.token, pat_id=issued.pat_id)
+        try:
+            result = await converge(self.s.kube, self.s.cache, SECRETS, SECRET, desired)
+        except ForeignObjectError as exc:
+            return self._child_failed(run, CREDENTIALS_READY, "SecretNameTaken", str(exc))
+        except ApiError as exc:
+            return self._child_failed(run, CREDENTIALS_READY, "SecretWriteFailed", str(exc))
+        if result.action != "unchanged":
+            self.s.events.post(
+                self._body(run),
+                type=NORMAL,
+                reason=f"Secret{result.action.capitalize()}",
+                message=f"{result.action} Secret {secret_name(sandbox)}",
+            )
+        return True
+
+    async def _skill(self, sandbox: CraftSandbox, run: Run) -> bool:
+        name = skills_configmap_name(sandbox)
+        existing = self.s.cache.get(CONFIGMAP, sandbox.metadata.namespace, name)
+        try:
+            rendered: RenderedSkill = await self.s.skills.render(sandbox)
+        except SkillTemplateError as exc:
+            run.set(ConditionState.false(SKILL_RENDERED, "TemplateError", str(exc)))
+            self.s.events.post(
+                self._body(run), type=WARNING, reason="SkillTemplateError", message=str(exc)
+            )
+            if existing is not None:
+                return True  # keep the last good rendering in place
+            rendered = await self.s.skills.render(sandbox, builtin=True)
+        else:
+            run.set(
+                ConditionState.true(
+                    SKILL_RENDERED,
+                    "Rendered",
+                    f"company-search skill lists {rendered.source_count} source(s)",
+                )
+            )
+        previous_hash = (run.old_status.get("skill") or {}).get("contentHash")
+        desired = build_skills_configmap(
+            sandbox, text=rendered.text, content_hash=rendered.content_hash
+        )
+        try:
+            result = await converge(self.s.kube, self.s.cache, CONFIGMAPS, CONFIGMAP, desired)
+        except ForeignObjectError as exc:
+            return self._child_failed(run, SKILL_RENDERED, "ConfigMapNameTaken", str(exc))
+        except ApiError as exc:
+            return self._child_failed(run, SKILL_RENDERED, "ConfigMapWriteFailed", str(exc))
+        run.status["skill"] = {
+            "sourceCount": rendered.source_count,
+            "contentHash": rendered.content_hash,
+        }
+        if result.action != "unchanged":
+            self.s.events.post(
+                self._body(run),
+                type=NORMAL,
+                reason=f"ConfigMap{result.action.capitalize()}",
+                message=f"{result.action} ConfigMap {name} (skill {rendered.content_hash[:12]})",
+            )
+        if rendered.unknown_sources and previous_hash != rendered.content_hash:
+            self.s.events.post(
+                self._body(run),
+                type=WARNING,
+                reason="UnknownSource",
+                message="not known to this operator, listed by name only: "
+                + ", ".join(rendered.unknown_sources),
+            )
+        return True
+
+    def _child_failed(self, run: Run, condition: str, reason: str, message: str) -> bool:
+        run.set(ConditionState.false(condition, reason, message))
+        self.s.events.post(self._body(run), type=WARNING, reason=reason, message=message)
+        run.retry(reason)
+        return False
+
+    # -- pod -----------------------------------------------------------------------------------
+
+    async def _pod(
+        self, sandbox: CraftSandbox, issued: IssuedCredential, run: Run
+    ) -> dict[str, Any] | None:
+        """Converge the pod; the pod if it is running and Ready, else ``None``."""
+        try:
+            desired = build_pod(sandbox, self.s.settings, pat_id=issued.pat_id)
+        except SandboxConfigError as exc:
+            self._fail_spec(run, exc.reason, str(exc))
+            return None
+        namespace, name = sandbox.metadata.namespace, pod_name(sandbox)
+        actual = self.s.cache.get(POD, namespace, name)
+        run.status["podName"] = name
+
+        if await self._sleeping(sandbox, actual, run):
+            return None
+        if actual is not None and not is_ours(actual, desired):
+            message = f"Pod {namespace}/{name} exists but is not managed by this CraftSandbox"
+            self._child_failed(run, POD_READY, "PodNameTaken", message)
+            return None
+        if actual is not None and actual["metadata"].get("deletionTimestamp"):
+            run.pod_exists = True
+            run.set(ConditionState.false(POD_READY, "PodTerminating", "the old pod is stopping"))
+            self._waiting(run, (CLI_VALIDATED,), "WaitingForPod")
+            run.requeue(5)
+            return None
+        if actual is None:
+            return await self._create_pod(sandbox, desired, run)
+        run.pod_exists = True
+        run.status["podUID"] = actual["metadata"].get("uid")
+        stale = self._pod_drift(actual, desired)
+        if stale:
+            await self._delete_pod(run, actual, reason="PodReplaced", message=stale)
+            return None
+        phase = actual.get("status", {}).get("phase")
+        if phase in ("Failed", "Succeeded"):
+            await self._pod_failed(sandbox, actual, run)
+            return None
+        labels = child_labels(sandbox)
+        have = actual["metadata"].get("labels") or {}
+        if any(have.get(key) != value for key, value in labels.items()):
+            patch = {"metadata": {"labels": labels}}
+            actual = await self.s.kube.patch(PODS, namespace, name, patch)
+            self.s.cache.put(POD, actual)
+        if not _pod_ready(actual):
+            detail = _pod_waiting_detail(actual)
+            created = _parse_time(actual["metadata"].get("creationTimestamp"))
+            timeout = self.s.settings.provisioning_timeout
+            if created and (run.now - created).total_seconds() > timeout:
+                if (run.condition(POD_READY) or {}).get("reason") != "ProvisioningTimedOut":
+                    self.s.events.post(
+                        self._body(run),
+                        type=WARNING,
+                        reason="ProvisioningTimedOut",
+                        message=f"the pod is not ready after {timeout:.0f}s: {detail}",
+                    )
+                run.set(ConditionState.false(POD_READY, "ProvisioningTimedOut", detail))
+            else:
+                run.set(ConditionState.false(POD_READY, "PodStarting", detail))
+                if created:
+                    run.requeue(timeout - (run.now - created).total_seconds() + 1)
+            self._waiting(run, (CLI_VALIDATED,), "WaitingForPod")
+            return None
+        run.set(ConditionState.true(POD_READY, "PodReady", f"pod {name} is ready"))
+        run.status.pop("podFailures", None)
+        return actual
+
+    def _pod_drift(self, actual: Mapping[str, Any], desired: Mapping[str, Any]) -> str | None:
+        want = desired["metadata"]["annotations"][ANNOTATION_TEMPLATE_HASH]
+        have = (actual["metadata"].get("annotations") or {}).get(ANNOTATION_TEMPLATE_HASH)
+        if have != want:
+            if (actual["metadata"].get("annotations") or {}).get(ANNOTATION_PAT_ID) != desired[
+                "metadata"
+            ]["annotations"][ANNOTATION_PAT_ID]:
+                return "the sandbox's PAT changed; replacing the pod so it reads the new one"
+            return "the pod spec changed; replacing the pod"
+        images = [c.get("image") for c in actual.get("spec", {}).get("containers", [])]
+        wanted = [c.get("image") for c in desired["spec"]["containers"]]
+        if images != wanted:
+            return "the pod's image was edited; replacing the pod"
+        return None
+
+    async def _create_pod(
+        self, sandbox: CraftSandbox, desired: dict[str, Any], run: Run
+    ) -> dict[str, Any] | None:
+        failures = int(run.status.get("podFailures") or 0)
+        previous = run.condition(POD_READY) or {}
+        if failures and previous.get("reason") == "PodFailed":
+            failed_at = _parse_time(previous.get("lastTransitionTime")) or run.now
+            wait = (failed_at - run.now).total_seconds() + _pod_backoff(failures)
+            if wait > 0:
+                run.requeue(wait)
+                self._waiting(run, (CLI_VALIDATED,), "WaitingForPod")
+                return None
+        try:
+            created = await self.s.kube.create(PODS, desired)
+        except ConflictError:
+            created = await self.s.kube.get(PODS, sandbox.metadata.namespace, pod_name(sandbox))
+            self.s.cache.put(POD, created)
+            run.requeue(0)
+            run.pod_exists = True
+            return None
+        except ApiError as exc:
+            if exc.status in (400, 422):
+                # The API server refuses this pod (e.g. an admission policy); retrying the
+                # same spec cannot help, so wait for the spec or the settings to change.
+                self._fail_spec(run, "PodRejected", str(exc))
+            else:
+                self._child_failed(run, POD_READY, "PodCreateFailed", str(exc))
+            return None
+        self.s.cache.put(POD, created)
+        run.pod_exists = True
+        run.status["podUID"] = created["metadata"].get("uid")
+        run.set(ConditionState.false(POD_READY, "PodStarting", "the pod was created"))
+        self._waiting(run, (CLI_VALIDATED,), "WaitingForPod")
+        self.s.events.post(
+            self._body(run),
+            type=NORMAL,
+            reason="PodCreated",
+            message=f"created pod {pod_name(sandbox)}",
+        )
+        return None
+
+    async def _delete_pod(
+        self, run: Run, pod: Mapping[str, Any], *, reason: str, message: str
+    ) -> None:
+        meta = pod["metadata"]
+        await self.s.kube.delete(PODS, meta.get("namespace"), meta["name"], uid=meta.get("uid"))
+        run.pod_exists = True
+        run.set(ConditionState.false(POD_READY, reason, message))
+        self._waiting(run, (CLI_VALIDATED,), "WaitingForPod")
+        self.s.events.post(self._body(run), type=NORMAL, reason=reason, message=message)
+
+    async def _pod_failed(self, sandbox: CraftSandbox, pod: dict[str, Any], run: Run) -> None:
+        status = pod.get("status", {})
+        why = status.get("reason") or status.get("phase")
+        detail = f"pod {pod['metadata']['name']} {status.get('phase', '').lower()}: {why}"
+        if status.get("message"):
+            detail += f" ({status['message']})"
+        failures = int(run.status.get("podFailures") or 0)
+        if failures >= MAX_POD_FAILURES:
+            run.phase = Phase.FAILED
+            run.set(ConditionState.false(POD_READY, "PodFailedRepeatedly", detail))
+            self._waiting(run, (CLI_VALIDATED,), "WaitingForPod")
+            return
+        failures += 1
+        run.status["podFailures"] = failures
+        if failures >= MAX_POD_FAILURES:
+            message = (
+                f"{detail}; {failures} pods failed in a row, not replacing it until the spec "
+                "changes (the failed pod is kept for its logs)"
+            )
+            run.phase = Phase.FAILED
+            run.set(ConditionState.false(POD_READY, "PodFailedRepeatedly", message))
+            self._waiting(run, (CLI_VALIDATED,), "WaitingForPod")
+            self.s.events.post(
+                self._body(run), type=WARNING, reason="PodFailedRepeatedly", message=message
+            )
+            return
+        await self._delete_pod(run, pod, reason="PodFailed", message=detail)
+        self.s.events.post(self._body(run), type=WARNING, reason="PodFailed", message=detail)
+        run.requeue(_pod_backoff(failures))
+
+    # -- sleep ---------------------------------------------------------------------------------
+
+    async def _sleeping(
+        self, sandbox: CraftSandbox, actual: dict[str, Any] | None, run: Run
+    ) -> bool:
+        """Handle suspend and idle sleep; True if the pod must not run now."""
+        annotations = sandbox.metadata.annotations
+        sleeping_since = _parse_time(run.status.get("sleepingSince"))
+        decision = decide_idle(
+            idle_timeout=sandbox.spec.idle_timeout,
+            last_activity=annotations.get(ANNOTATION_LAST_ACTIVITY),
+            sleeping_since=sleeping_since,
+            now=run.now,
+        )
+        if decision.problem and self._reported.get(run.key) != decision.problem:
+            self._reported[run.key] = decision.problem  # once per distinct problem, not per pass
+            self.s.events.post(
+                self._body(run),
+                type=WARNING,
+                reason="LastActivityInvalid",
+                message=decision.problem,
+            )
+        elif not decision.problem:
+            self._reported.pop(run.key, None)
+        if sandbox.spec.suspend:
+            await self._stop_pod(run, actual, "Suspended", "spec.suspend is true")
+            run.phase = Phase.SUSPENDED
+            return True
+        if decision.asleep:
+            if decision.sleep_now:
+                run.status["sleepingSince"] = run.timestamp()
+                timeout = sandbox.spec.idle_timeout or timedelta()
+                self.s.events.post(
+                    self._body(run),
+                    type=NORMAL,
+                    reason="SandboxSleeping",
+                    message=f"no activity for {timeout}; the pod is stopped until the next one",
+                )
+            await self._stop_pod(run, actual, "Sleeping", "the sandbox is asleep after being idle")
+            run.phase = Phase.SLEEPING
+            return True
+        if decision.wake_now:
+            run.status.pop("sleepingSince", None)
+            self.s.events.post(
+                self._body(run), type=NORMAL, reason="SandboxWaking", message="activity resumed"
+            )
+        if decision.recheck_after is not None:
+            run.requeue(decision.recheck_after + 1)
+        return False
+
+    async def _stop_pod(
+        self, run: Run, actual: dict[str, Any] | None, reason: str, message: str
+    ) -> None:
+        if actual is not None and not actual["metadata"].get("deletionTimestamp"):
+            await self.s.kube.delete(
+                PODS,
+                actual["metadata"].get("namespace"),
+                actual["metadata"]["name"],
+                uid=actual["metadata"].get("uid"),
+            )
+            self.s.events.post(self._body(run), type=NORMAL, reason=f"Pod{reason}", message=message)
+        run.set(ConditionState.false(POD_READY, reason, message))
+        run.status.pop("podUID", None)
+        self._waiting(run, (CLI_VALIDATED,), reason)
+
+    # -- onyx-cli validation -------------------------------------------------------------------
+
+    async def _validate_cli(
+        self, sandbox: CraftSandbox, pod: dict[str, Any], issued: IssuedCredential, run: Run
+    ) -> None:
+        uid = pod["metadata"].get("uid")
+        if run.status.get("validatedPodUID") == uid and run.condition(CLI_VALIDATED):
+            return
+        namespace, name = pod["metadata"].get("namespace", ""), pod["metadata"]["name"]
+        try:
+            result = await self.s.exec.run(
+                namespace,
+                name,
+                SANDBOX_CONTAINER,
+                list(cli_validation.VALIDATE_ARGV),
+                timeout=CLI_TIMEOUT,
+            )
+        except ExecError as exc:
+            run.set(ConditionState.unknown(CLI_VALIDATED, "ExecFailed", str(exc)))
+            if exc.retryable:
+                run.retry("ExecFailed")
+            return
+        reason, meaning = cli_validation.describe_exit(result.exit_code)
+        if result.exit_code == cli_validation.EXIT_OK:
+            run.status["validatedPodUID"] = uid
+            run.status.pop("cliAuthFailures", None)
+            run.set(ConditionState.true(CLI_VALIDATED, reason, meaning))
+            self.s.events.post(self._body(run), type=NORMAL, reason="CLIValidated", message=meaning)
+            return
+        detail = f"{meaning} (exit {result.exit_code})"
+        excerpt = result.stderr_excerpt(300)
+        if excerpt:
+            detail += f": {excerpt}"
+        if result.exit_code == cli_validation.EXIT_AUTH_FAILURE:
+            await self._auth_failed(sandbox, issued, run, uid, detail)
+            return
+        run.set(ConditionState.false(CLI_VALIDATED, reason, detail))
+        self.s.events.post(self._body(run), type=WARNING, reason=reason, message=detail)
+        run.retry(reason)
+
+    async def _auth_failed(
+        self, sandbox: CraftSandbox, issued: IssuedCredential, run: Run, uid: str, detail: str
+    ) -> None:
+        failures = int(run.status.get("cliAuthFailures") or 0) + 1
+        run.status["cliAuthFailures"] = failures
+        if failures > 1:
+            run.status["validatedPodUID"] = uid
+            message = f"{detail}; a freshly minted PAT was refused too, so the operator stops "
+            message += "retrying until the spec changes"
+            run.set(ConditionState.false(CLI_VALIDATED, "AuthFailed", message))
+            self.s.events.post(self._body(run), type=WARNING, reason="AuthFailed", message=message)
+            return
+        message = f"{detail}; minting a new PAT and replacing the pod"
+        run.set(ConditionState.false(CLI_VALIDATED, "AuthFailed", message))
+        self.s.events.post(self._body(run), type=WARNING, reason="AuthFailed", message=message)
+        try:
+            await self.s.credentials.ensure(sandbox, rejected_pat_id=issued.pat_id)
+        except CredentialsError as exc:
+            self._credentials_failed(sandbox, run, "CredentialsError", str(exc))
+            return
+        run.requeue(0)  # the next pass writes the new Secret and replaces the pod
+
+    # -- status --------------------------------------------------------------------------------
+
+    def _waiting(self, run: Run, types: tuple[str, ...], reason: str) -> None:
+        for type_ in types:
+            current = run.condition(type_)
+            if type_ == CLI_VALIDATED and current is not None and current.get("status") == "False":
+                continue  # keep why validation failed visible while the pod is replaced
+            run.set(ConditionState.unknown(type_, reason, "waiting for an earlier step"))
+
+    def _fail_spec(self, run: Run, reason: str, message: str) -> None:
+        run.phase = Phase.FAILED
+        run.set(ConditionState.false(POD_READY, reason, message))
+        self.s.events.post(self._body(run), type=WARNING, reason=reason, message=message)
+
+    def _body(self, run: Run) -> Mapping[str, Any]:
+        return run.body
+
+    async def _write_status(self, run: Run) -> None:
+        run.finish()
+        patch = run.status_patch()
+        if not patch:
+            return
+        try:
+            updated = await self.s.kube.patch(
+                SANDBOXES, run.namespace, run.name, {"status": patch}, subresource="status"
+            )
+        except NotFoundError:
+            return
+        self.s.cache.put(SANDBOX, updated)

@@ -1,0 +1,164 @@
+"""Adapters from the domain services to the reconciler's ports.
+
+- :class:`StoreCredentials`: the (blocking) credential store, off the event loop, with a
+  short memory so a resync does not query the database for every sandbox every time.
+- :class:`SkillRenderer`: renders SKILL.md with the built-in or the platform's template,
+  memoising renderings (the same sources and template give the same text).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from craft_operator.api.models import CraftSandbox, Source
+from craft_operator.config import Settings
+from craft_operator.credentials.store import CredentialStore, IssuedCredential, SandboxIdentity
+from craft_operator.kube.client import CONFIGMAPS, ApiError, KubeClient, NotFoundError
+from craft_operator.skills.render import RenderedSkill, render_skill
+from craft_operator.skills.template import SkillTemplateError, template_from_configmap
+
+
+def _identity(namespace: str, name: str, uid: str) -> SandboxIdentity:
+    return SandboxIdentity(namespace=namespace, name=name, uid=uid)
+
+
+class StoreCredentials:
+    """The credential store as the reconciler's ``CredentialsPort``.
+
+    A PAT checked less than ``recheck_interval`` seconds ago (and not yet inside its renewal
+    window) is reused without a database round trip. A revocation made out of band (e.g.
+    ``craft-operator credentials revoke``) is therefore noticed within that interval.
+    """
+
+    def __init__(
+        self,
+        store: CredentialStore | Callable[[], CredentialStore],
+        *,
+        renewal_fraction: float = 0.2,
+        recheck_interval: float = 60.0,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._store: CredentialStore | None = None
+        self._factory: Callable[[], CredentialStore] | None = None
+        if isinstance(store, CredentialStore):
+            self._store = store
+        else:
+            self._factory = store
+        self._opening = asyncio.Lock()
+        self._renewal_fraction = renewal_fraction
+        self._recheck = timedelta(seconds=recheck_interval)
+        self._clock = clock
+        self._known: dict[str, tuple[IssuedCredential, datetime, datetime | None]] = {}
+        self.database_calls = 0
+
+    async def _opened(self) -> CredentialStore:
+        """The store, opened on first use: a database that is down at start-up is then a
+        condition on each sandbox (retried), not an operator that fails to start."""
+        if self._store is not None:
+            return self._store
+        async with self._opening:
+            if self._store is None:
+                assert self._factory is not None
+                self._store = await asyncio.to_thread(self._factory)
+        return self._store
+
+    def close(self) -> None:
+        """Release the database connections."""
+        if self._store is not None:
+            self._store.close()
+
+    async def ensure(
+        self, sandbox: CraftSandbox, *, rejected_pat_id: int | None = None
+    ) -> IssuedCredential:
+        """A live PAT for ``sandbox`` (see :meth:`CredentialStore.ensure`)."""
+        uid = sandbox.metadata.uid or ""
+        now = self._clock()
+        known = self._known.get(uid)
+        if known is not None and rejected_pat_id is None:
+            issued, checked_at, renew_at = known
+            if now - checked_at < self._recheck and (renew_at is None or now < renew_at):
+                return dataclasses.replace(issued, minted=False)
+        identity = _identity(sandbox.metadata.namespace or "", sandbox.metadata.name, uid)
+        lifetime = sandbox.spec.credentials.lifetime
+        store = await self._opened()
+        self.database_calls += 1
+        issued = await asyncio.to_thread(
+            store.ensure,
+            identity,
+            user_id=sandbox.spec.user.id,
+            tenant_id=sandbox.spec.user.tenant_id,
+            lifetime=lifetime,
+            rejected_pat_id=rejected_pat_id,
+        )
+        renew_at = (
+            issued.expires_at - lifetime * self._renewal_fraction if issued.expires_at else None
+        )
+        self._known[uid] = (issued, now, renew_at)
+        return issued
+
+    async def revoke(self, namespace: str, name: str, uid: str) -> bool:
+        """Revoke the sandbox's PAT (idempotent)."""
+        self._known.pop(uid, None)
+        store = await self._opened()
+        self.database_calls += 1
+        return await asyncio.to_thread(store.revoke, _identity(namespace, name, uid))
+
+
+def _source_key(sources: tuple[Source, ...]) -> tuple[tuple[str, str | None, tuple[str, ...]], ...]:
+    return tuple(
+        (source.name, source.description, tuple(source.scopes or ())) for source in sources
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _render_cached(
+    key: tuple[tuple[str, str | None, tuple[str, ...]], ...], template: str | None
+) -> RenderedSkill:
+    sources = [
+        Source(name=name, description=description, scopes=list(scopes) or None)
+        for name, description, scopes in key
+    ]
+    return render_skill(sources, template=template)
+
+
+class SkillRenderer:
+    """Renders SKILL.md; reads the platform's template ConfigMap at most every ``ttl`` s."""
+
+    def __init__(self, kube: KubeClient, settings: Settings, *, ttl: float = 30.0) -> None:
+        self._kube = kube
+        self._ref = settings.skill_template_configmap_ref
+        self._ttl = ttl
+        self._template: tuple[float, str] | None = None
+        self._lock = asyncio.Lock()
+
+    async def render(self, sandbox: CraftSandbox, *, builtin: bool = False) -> RenderedSkill:
+        """The SKILL.md for ``sandbox``'s sources."""
+        template = None if builtin else await self._custom_template()
+        return _render_cached(_source_key(tuple(sandbox.spec.sources)), template)
+
+    async def _custom_template(self) -> str | None:
+        if self._ref is None:
+            return None
+        loop = asyncio.get_running_loop()
+        async with self._lock:
+            if self._template is not None and loop.time() - self._template[0] < self._ttl:
+                return self._template[1]
+            namespace, name = self._ref
+            reference = f"{namespace}/{name}"
+            try:
+                configmap = await self._kube.get(CONFIGMAPS, namespace, name)
+            except NotFoundError:
+                raise SkillTemplateError(
+                    f"the template ConfigMap {reference} does not exist"
+                ) from None
+            except ApiError as exc:
+                raise SkillTemplateError(
+                    f"cannot read the template ConfigMap {reference}: {exc}"
+                ) from None
+            text = template_from_configmap(configmap.get("data"), reference=reference)
+            self._template = (loop.time(), text)
+            return text

@@ -1,0 +1,126 @@
+"""Status of a CraftSandbox: conditions, the aggregate Ready condition, and minimal patches.
+
+Pure functions over plain dicts (the status as stored in the API), so the reconciler can
+compute the whole desired status and write only what changed, or nothing at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+CREDENTIALS_READY = "CredentialsReady"
+SKILL_RENDERED = "SkillRendered"
+POD_READY = "PodReady"
+CLI_VALIDATED = "CLIValidated"
+USER_LIBRARY_SYNCED = "UserLibrarySynced"
+READY = "Ready"
+
+#: The conditions that must all be True for the sandbox to be Ready, in reporting order.
+READY_REQUIRES = (CREDENTIALS_READY, SKILL_RENDERED, POD_READY, CLI_VALIDATED, USER_LIBRARY_SYNCED)
+CONDITION_ORDER = (*READY_REQUIRES, READY)
+
+
+@dataclass(frozen=True)
+class ConditionState:
+    """What a condition should say now: ``True``, ``False`` or ``Unknown``, why, and detail."""
+
+    type: str
+    status: str
+    reason: str
+    message: str = ""
+
+    @classmethod
+    def true(cls, type_: str, reason: str, message: str = "") -> ConditionState:
+        """A condition that holds."""
+        return cls(type_, "True", reason, message)
+
+    @classmethod
+    def false(cls, type_: str, reason: str, message: str = "") -> ConditionState:
+        """A condition that does not hold."""
+        return cls(type_, "False", reason, message)
+
+    @classmethod
+    def unknown(cls, type_: str, reason: str, message: str = "") -> ConditionState:
+        """A condition not yet known (e.g. waiting for an earlier step)."""
+        return cls(type_, "Unknown", reason, message)
+
+
+def format_time(moment: datetime) -> str:
+    """RFC 3339 in UTC with seconds, as Kubernetes writes times."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def set_condition(
+    conditions: Sequence[Mapping[str, Any]],
+    state: ConditionState,
+    *,
+    generation: int | None,
+    now: datetime,
+) -> list[dict[str, Any]]:
+    """Conditions with ``state`` applied; ``lastTransitionTime`` moves only when status does."""
+    result: list[dict[str, Any]] = []
+    found = False
+    for condition in conditions:
+        if condition.get("type") != state.type:
+            result.append(dict(condition))
+            continue
+        found = True
+        transition = condition.get("lastTransitionTime")
+        if condition.get("status") != state.status or not transition:
+            transition = format_time(now)
+        result.append(_condition(state, transition, generation))
+    if not found:
+        result.append(_condition(state, format_time(now), generation))
+    order = {name: index for index, name in enumerate(CONDITION_ORDER)}
+    return sorted(result, key=lambda item: order.get(str(item.get("type")), len(order)))
+
+
+def _condition(state: ConditionState, transition: str, generation: int | None) -> dict[str, Any]:
+    condition: dict[str, Any] = {
+        "type": state.type,
+        "status": state.status,
+        "reason": state.reason,
+        "message": state.message,
+        "lastTransitionTime": transition,
+    }
+    if generation is not None:
+        condition["observedGeneration"] = generation
+    return condition
+
+
+def find_condition(conditions: Sequence[Mapping[str, Any]], type_: str) -> Mapping[str, Any] | None:
+    """The condition of ``type_``, if present."""
+    return next((item for item in conditions if item.get("type") == type_), None)
+
+
+def aggregate_ready(conditions: Sequence[Mapping[str, Any]]) -> ConditionState:
+    """Ready is True when every required condition is; otherwise it names the first that is not."""
+    for type_ in READY_REQUIRES:
+        condition = find_condition(conditions, type_)
+        if condition is None:
+            return ConditionState.unknown(READY, "Reconciling", f"{type_} is not known yet")
+        if condition.get("status") != "True":
+            reason = str(condition.get("reason") or type_)
+            message = str(condition.get("message") or "")
+            return ConditionState.false(READY, reason, f"{type_}: {message}".rstrip(": "))
+    return ConditionState.true(READY, "SandboxReady", "the sandbox is ready for its agent")
+
+
+def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The smallest RFC 7386 merge patch that turns ``old`` into ``new`` (empty if equal)."""
+    patch: dict[str, Any] = {}
+    for key in old:
+        if key not in new:
+            patch[key] = None
+    for key, value in new.items():
+        previous = old.get(key)
+        if isinstance(value, Mapping) and isinstance(previous, Mapping):
+            nested = merge_patch(previous, value)
+            if nested:
+                patch[key] = nested
+        elif key not in old or previous != value:
+            patch[key] = value
+    return patch

@@ -1,0 +1,137 @@
+"""Exec doubles for the integration tier: commands "in the pod" run on this machine.
+
+:class:`EmulatedPodExec` answers like the real exec API would for the pods stored in the
+emulator (a missing or not-running pod cannot be exec'd into), and runs the argv locally:
+``onyx-cli`` with the environment the pod would have (``ONYX_PAT`` resolved from the
+Secret the pod references), everything else through the package's ``LocalExec`` with
+``/workspace`` mapped to a temporary directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import shutil
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from craft_operator.kube.exec import ExecResult, ExecUnavailableError, Stdin
+from craft_operator.kube.exec_local import LocalExec
+from tests.support.emulator import KubeEmulator
+
+ScriptedCli = Callable[[str, str], int]
+
+
+@dataclass
+class EmulatedPodExec:
+    """Exec into the emulator's pods; ``scripted_cli`` replaces onyx-cli with an exit code."""
+
+    emulator: KubeEmulator
+    root: Path
+    scripted_cli: ScriptedCli | None = None
+    calls: list[tuple[str, str, tuple[str, ...]]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.local = LocalExec(self.root)
+
+    def pod_env(self, namespace: str, pod: str) -> dict[str, str]:
+        """The environment of the pod's sandbox container, Secrets resolved."""
+        manifest = self.emulator.get("v1/pods", namespace, pod)
+        env: dict[str, str] = {}
+        for item in manifest["spec"]["containers"][0].get("env", []):
+            if "value" in item:
+                env[item["name"]] = item["value"]
+                continue
+            ref = item.get("valueFrom", {}).get("secretKeyRef")
+            if ref:
+                secret = self.emulator.get("v1/secrets", namespace, ref["name"])
+                env[item["name"]] = base64.b64decode(secret["data"][ref["key"]]).decode()
+        return env
+
+    async def run(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        argv: Sequence[str],
+        *,
+        stdin: Stdin = None,
+        timeout: float | None = None,  # noqa: ASYNC109 -- the ExecTransport interface
+    ) -> ExecResult:
+        """Run ``argv`` as if inside ``namespace/pod``."""
+        manifest = self.emulator.find("v1/pods", namespace, pod)
+        if manifest is None or manifest.get("status", {}).get("phase") != "Running":
+            raise ExecUnavailableError(f"pod {namespace}/{pod} is not running")
+        self.calls.append((namespace, pod, tuple(argv)))
+        if argv and argv[0] == "onyx-cli":
+            if self.scripted_cli is not None:
+                return ExecResult(self.scripted_cli(namespace, pod), b"", b"")
+            return await self._onyx_cli(namespace, pod, argv, limit=timeout)
+        return await self.local.run(namespace, pod, container, argv, stdin=stdin, timeout=timeout)
+
+    async def _onyx_cli(
+        self, namespace: str, pod: str, argv: Sequence[str], *, limit: float | None
+    ) -> ExecResult:
+        binary = shutil.which("onyx-cli") or str(Path(sys.executable).parent / "onyx-cli")
+        env = {
+            "PATH": os.environ.get("PATH", ""),
+            "HOME": str(self.root),
+            **self.pod_env(namespace, pod),
+        }
+        process = await asyncio.create_subprocess_exec(
+            binary,
+            *argv[1:],
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(process.communicate(), limit)
+        assert process.returncode is not None
+        return ExecResult(process.returncode, out, err)
+
+
+def mark_pod_running(
+    emulator: KubeEmulator, namespace: str, name: str, *, ready: bool = True
+) -> None:
+    """Play the kubelet: the pod is running and (by default) Ready."""
+    emulator.patch(
+        "v1/pods",
+        namespace,
+        name,
+        {
+            "status": {
+                "phase": "Running",
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True"},
+                    {"type": "Ready", "status": "True" if ready else "False"},
+                ],
+                "containerStatuses": [
+                    {
+                        "name": "sandbox",
+                        "ready": ready,
+                        "restartCount": 0,
+                        "image": "craft-sandbox",
+                        "imageID": "",
+                        "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+                    }
+                ],
+            }
+        },
+        subresource="status",
+    )
+
+
+def mark_pod_failed(
+    emulator: KubeEmulator, namespace: str, name: str, *, reason: str = "Error"
+) -> None:
+    """Play the kubelet: the pod's container exited (or it was evicted, with reason Evicted)."""
+    emulator.patch(
+        "v1/pods",
+        namespace,
+        name,
+        {"status": {"phase": "Failed", "reason": reason, "message": f"the pod {reason.lower()}"}},
+        subresource="status",
+    )
