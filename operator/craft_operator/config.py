@@ -129,6 +129,7 @@ class Settings(BaseSettings):
     idle_check_interval: float = Field(
         default=60.0, gt=0, description="Seconds between idle-timeout checks of each sandbox."
     )
+    workers: int = Field(default=16, ge=1, le=256, description="Sandboxes reconciled concurrently.")
     provisioning_timeout: float = Field(
         default=180.0, gt=0, description="Seconds a pod may take to become ready."
     )
@@ -175,16 +176,6 @@ class Settings(BaseSettings):
             raise ValueError("must be namespace/name of a ConfigMap, e.g. craft-system/skill")
         return value
 
-    @field_validator("sandbox_resources")
-    @classmethod
-    def _check_resources(cls, value: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
-        unknown = set(value) - {"requests", "limits"}
-        if unknown:
-            raise ValueError(f"only 'requests' and 'limits' are allowed, not {sorted(unknown)}")
-        return value
-
-    @model_validator(mode="after")
-    def _database_default(self) -> Settings:
     @field_validator("encryption_keys")
     @classmethod
     def _check_encryption_keys(cls, value: SecretStr | None) -> SecretStr | None:
@@ -198,6 +189,16 @@ class Settings(BaseSettings):
                 raise ValueError(str(exc)) from None
         return value
 
+    @field_validator("sandbox_resources")
+    @classmethod
+    def _check_resources(cls, value: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+        unknown = set(value) - {"requests", "limits"}
+        if unknown:
+            raise ValueError(f"only 'requests' and 'limits' are allowed, not {sorted(unknown)}")
+        return value
+
+    @model_validator(mode="after")
+    def _database_default(self) -> Settings:
         if self.database_url is None:
             url = f"sqlite:///{self.state_dir / 'craft-operator.db'}"
             object.__setattr__(self, "database_url", SecretStr(url))
