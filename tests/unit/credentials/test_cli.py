@@ -1,0 +1,141 @@
+"""The keys, db and credentials commands, run through the real CLI on an embedded database."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from craft_operator.cli import main
+from craft_operator.config import load_settings
+from craft_operator.credentials import (
+    IssuedCredential,
+    KeyRing,
+    SandboxIdentity,
+    build_credential_store,
+    generate_key_entry,
+)
+
+USER = "3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b"
+SANDBOX = SandboxIdentity("team-a", "alice", "uid-alice")
+
+
+@pytest.fixture
+def env(tmp_path: Path, key_entry: str) -> dict[str, str]:
+    return {"CRAFT_STATE_DIR": str(tmp_path), "CRAFT_ENCRYPTION_KEYS": key_entry}
+
+
+def run(env: dict[str, str], *args: str) -> Result:
+    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+
+
+def mint(env: dict[str, str]) -> IssuedCredential:
+    store = build_credential_store(
+        load_settings(
+            state_dir=Path(env["CRAFT_STATE_DIR"]), encryption_keys=env["CRAFT_ENCRYPTION_KEYS"]
+        )
+    )
+    try:
+        return store.ensure(SANDBOX, user_id=USER, tenant_id="public")
+    finally:
+        store.close()
+
+
+def test_keys_generate_prints_one_usable_entry() -> None:
+    result = CliRunner().invoke(main, ["keys", "generate", "--id", "prod-2026"])
+
+    assert result.exit_code == 0
+    entry = result.output.strip()
+    assert KeyRing.parse(entry).key_ids == ("prod-2026",)
+
+
+def test_keys_generate_refuses_a_bad_id_in_one_line() -> None:
+    result = CliRunner().invoke(main, ["keys", "generate", "--id", "no spaces"])
+
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1
+    assert "is invalid" in result.output
+
+
+def test_db_upgrade_migrates_then_reports_nothing_to_do(env: dict[str, str]) -> None:
+    first = run(env, "db", "upgrade")
+    second = run(env, "db", "upgrade")
+
+    assert first.exit_code == 0
+    assert "embedded SQLite" in first.output
+    assert "created table personal_access_token" in first.output
+    assert "migrated from revision none to 0001" in first.output
+    assert "already at revision 0001" in second.output
+
+
+def test_credentials_show_prints_the_display_form_never_the_token(env: dict[str, str]) -> None:
+    issued = mint(env)
+
+    text_output = run(env, "credentials", "show", "team-a/alice")
+    json_output = run(env, "credentials", "show", "team-a/alice", "-o", "json")
+
+    assert text_output.exit_code == 0
+    assert issued.token_display in text_output.output
+    assert f"patID:        {issued.pat_id}" in text_output.output
+    assert issued.token.get_secret_value() not in text_output.output + json_output.output
+    fields = json.loads(json_output.output)
+    assert fields["patState"] == "live"
+    assert fields["expiresAt"] == issued.expires_at.isoformat()
+
+
+def test_credentials_show_of_an_unknown_sandbox_fails_in_one_line(env: dict[str, str]) -> None:
+    run(env, "db", "upgrade")
+
+    result = run(env, "credentials", "show", "team-a/nobody")
+
+    assert result.exit_code == 1
+    assert result.output == "craft-operator: no credential is stored for sandbox team-a/nobody\n"
+
+
+def test_credentials_revoke_revokes_and_a_second_revoke_finds_nothing(env: dict[str, str]) -> None:
+    issued = mint(env)
+
+    first = run(env, "credentials", "revoke", "team-a/alice")
+    second = run(env, "credentials", "revoke", "team-a/alice")
+
+    assert first.exit_code == 0
+    assert f"revoked PAT {issued.pat_id} ({issued.token_display})" in first.output
+    assert second.exit_code == 1
+    assert "nothing was revoked" in second.output
+    assert mint(env).pat_id != issued.pat_id
+
+
+def test_a_sandbox_argument_without_a_slash_is_a_usage_error(env: dict[str, str]) -> None:
+    result = run(env, "credentials", "revoke", "alice")
+
+    assert result.exit_code == 2
+    assert "NAMESPACE/NAME" in result.output
+
+
+def test_keys_rotate_re_encrypts_under_the_new_first_key(env: dict[str, str]) -> None:
+    issued = mint(env)
+    new_entry = generate_key_entry("k2").get_secret_value()
+    env = {**env, "CRAFT_ENCRYPTION_KEYS": f"{new_entry},{env['CRAFT_ENCRYPTION_KEYS']}"}
+
+    result = run(env, "keys", "rotate")
+
+    assert result.exit_code == 0
+    assert "re-encrypted 1 stored token(s) under key 'k2'" in result.output
+    assert "stored tokens by key: k2: 1" in result.output
+    env_new_only = {**env, "CRAFT_ENCRYPTION_KEYS": new_entry}
+    assert mint(env_new_only).token.get_secret_value() == issued.token.get_secret_value()
+
+
+def test_a_malformed_key_ring_stops_a_command_without_echoing_the_key(
+    env: dict[str, str],
+) -> None:
+    secretish = "A" * 20
+    bad = {**env, "CRAFT_ENCRYPTION_KEYS": f"k1:{secretish}"}
+
+    result = run(bad, "credentials", "show", "team-a/alice")
+
+    assert result.exit_code == 2
+    assert "CRAFT_ENCRYPTION_KEYS" in result.output
+    assert secretish not in result.output
