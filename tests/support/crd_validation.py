@@ -351,7 +351,7 @@ def _json_type(value: Any) -> str:
 # --- decoding: unknown fields, nulls and defaults ---------------------------------------------
 
 
-#: Root fields the API server keeps whether or not the schema declares them.
+#: Root fields the API server keeps as sent (metadata is validated as ObjectMeta instead).
 _ALWAYS_KEPT = frozenset({"apiVersion", "kind", "metadata"})
 
 
@@ -364,17 +364,14 @@ def _prune(value: Any, schema: Mapping[str, Any], path: str, unknown: list[Field
         extra = schema.get("additionalProperties")
         out: dict[str, Any] = {}
         for key, item in value.items():
-            if not path and key in _ALWAYS_KEPT and (properties is None or key not in properties):
+            if not path and key in _ALWAYS_KEPT:
                 out[key] = item
                 continue
             if properties is not None and key in properties:
                 child = properties[key]
             elif isinstance(extra, Mapping):
                 child = extra
-            elif properties is None and not isinstance(extra, Mapping):
-                out[key] = item  # e.g. metadata, validated by the API server elsewhere
-                continue
-            else:
+            else:  # also every field of an object schema that declares none
                 unknown.append(FieldError(_join(path, key), UNKNOWN_FIELD))
                 continue
             if item is None and not child.get("nullable"):

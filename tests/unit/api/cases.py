@@ -214,7 +214,7 @@ INVALID: list[Case] = [
     ),
     Case(
         "tolerations-not-a-list",
-        spec(tolerations={"key": "k"}),
+        spec(tolerations="dedicated=craft:NoSchedule"),
         "spec.tolerations in body must be of type array",
     ),
     Case(

@@ -143,6 +143,22 @@ def test_unknown_fields_fail_strict_validation_and_are_pruned_otherwise() -> Non
     assert "zz" not in lenient.object["spec"]
 
 
+def test_an_object_schema_without_properties_keeps_no_fields() -> None:
+    manifest = thing({"anything": 1})
+    assert CrdValidator(crd({"type": "object"})).admit_create(manifest).messages == [
+        'unknown field "spec.anything"'
+    ]
+    lenient = CrdValidator(crd({"type": "object"}), strict=False).admit_create(manifest)
+    assert lenient.object["spec"] == {}
+
+
+def test_an_object_where_a_list_belongs_fails_as_unknown_fields_like_strict_kubectl() -> None:
+    # The API server prunes by schema first, so the object's keys are "unknown fields".
+    schema = {"type": "object", "properties": {"l": {"type": "array", "items": {"type": "string"}}}}
+    messages = CrdValidator(crd(schema)).admit_create(thing({"l": {"k": "v"}})).messages
+    assert messages == ['unknown field "spec.l.k"']
+
+
 def test_int_or_string_accepts_both_and_applies_the_pattern_to_strings_only() -> None:
     schema = {"x-kubernetes-int-or-string": True, "pattern": "^[0-9]+m$"}
     assert to_json_schema(schema)["type"] == ["integer", "string"]
