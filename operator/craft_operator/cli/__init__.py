@@ -14,6 +14,7 @@ from craft_operator.cli.db import db
 from craft_operator.cli.keys import keys
 from craft_operator.cli.render_skill import render_skill_command
 from craft_operator.cli.run import run
+from craft_operator.cli.sync_user_library import sync_user_library
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -31,3 +32,4 @@ main.add_command(render_skill_command)
 main.add_command(keys)
 main.add_command(db)
 main.add_command(credentials)
+main.add_command(sync_user_library)

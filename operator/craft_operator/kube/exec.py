@@ -262,8 +262,14 @@ class KubernetesExec:
                 binary=True,
                 _preload_content=False,
             )
-        except ApiException as exc:
-            raise classify_open_error(str(exc.reason), namespace=namespace, pod=pod) from None
+        except Exception as exc:
+            # kubernetes 36 turns a failed handshake into ApiException(status=0) and then, in
+            # ApiClient, trips over its empty body (AttributeError): look for it in the chain.
+            cause: BaseException | None = exc
+            while cause is not None and not isinstance(cause, ApiException):
+                cause = cause.__context__
+            text = str(cause.reason) if isinstance(cause, ApiException) else str(exc)
+            raise classify_open_error(text, namespace=namespace, pod=pod) from None
 
     def _run_blocking(
         self,

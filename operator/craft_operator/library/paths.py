@@ -117,7 +117,7 @@ def _glob_regex(pattern: str) -> tuple[re.Pattern[str], bool, bool]:
     """Compile one exclude glob: (regex, anchored at the root, matches directories only)."""
     directory_only = pattern.endswith("/")
     body = unicodedata.normalize("NFC", pattern.strip("/"))
-    anchored = "/" in body
+    anchored = pattern.startswith("/") or "/" in body
     out: list[str] = []
     index = 0
     while index < len(body):
@@ -172,11 +172,11 @@ def glob_matches(pattern: str, path: str) -> bool:
 
 
 def normalise_disabled(paths: Iterable[str]) -> frozenset[str]:
-    """Disabled paths in normal form; entries that are not safe paths cannot match anything."""
+    """Disabled paths in normal form (``/a/b/`` is ``a/b``); unsafe entries match nothing."""
     result: set[str] = set()
     for path in paths:
         try:
-            result.add(normalise_path(path))
+            result.add(normalise_path(path.strip("/")))
         except UnsafePathError:
             continue
     return frozenset(result)

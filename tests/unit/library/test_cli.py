@@ -1,0 +1,187 @@
+"""``craft-operator sync-user-library`` into a local directory, against moto over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from craft_operator.cli import main
+
+from .conftest import Bucket, S3Server
+
+pytestmark = [pytest.mark.s3]
+
+
+@pytest.fixture(autouse=True)
+def clean_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in list(os.environ):
+        if name.startswith("CRAFT_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("CRAFT_STATE_DIR", str(tmp_path / "state"))
+
+
+def run(bucket: Bucket, server: S3Server, dest: Path, *extra: str) -> Result:
+    args = [
+        "sync-user-library",
+        "--bucket",
+        bucket.name,
+        "--prefix",
+        bucket.prefix,
+        "--dest",
+        str(dest),
+        "--endpoint-url",
+        server.url,
+        *extra,
+    ]
+    return CliRunner().invoke(main, args, catch_exceptions=False)
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {
+        path.relative_to(root).as_posix(): path.read_bytes()
+        for path in root.rglob("*")
+        if path.is_file() and ".craft-sync" not in path.relative_to(root).parts
+    }
+
+
+def test_syncs_into_a_directory_and_prints_one_summary_line(
+    bucket: Bucket, s3_server: S3Server, tmp_path: Path
+) -> None:
+    bucket.put("a.txt", b"alpha")
+    bucket.put("dir/b.txt", b"beta")
+
+    result = run(bucket, s3_server, tmp_path / "lib")
+
+    assert result.exit_code == 0
+    assert result.stdout.count("\n") == 1
+    assert "copied 2, deleted 0, skipped 0 files; transferred 9 bytes" in result.stdout
+    assert tree(tmp_path / "lib") == {"a.txt": b"alpha", "dir/b.txt": b"beta"}
+
+
+def test_a_second_run_downloads_only_the_changed_file_and_deletes_removed_ones(
+    bucket: Bucket, s3_server: S3Server, tmp_path: Path
+) -> None:
+    bucket.put("same.txt", b"s" * 1000)
+    bucket.put("changes.txt", b"old")
+    bucket.put("goes.txt", b"g")
+    run(bucket, s3_server, tmp_path / "lib")
+    bucket.put("changes.txt", b"new content")
+    bucket.delete("goes.txt")
+
+    result = run(bucket, s3_server, tmp_path / "lib", "--json")
+
+    summary = json.loads(result.stdout)
+    assert (summary["copied"], summary["deleted"], summary["bytesTransferred"]) == (1, 1, 11)
+    assert tree(tmp_path / "lib") == {"same.txt": b"s" * 1000, "changes.txt": b"new content"}
+
+
+def test_json_lists_skipped_keys_with_reasons_and_excludes_apply(
+    bucket: Bucket, s3_server: S3Server, tmp_path: Path
+) -> None:
+    bucket.put("../../outside.txt", b"x")
+    bucket.put("ok.txt", b"ok")
+    bucket.put("scratch.tmp", b"t")
+    bucket.put("off/deep/file.txt", b"d")
+
+    result = run(
+        bucket, s3_server, tmp_path / "lib", "--json", "--exclude", "*.tmp", "--disabled", "off"
+    )
+
+    summary = json.loads(result.stdout)
+    assert summary["skippedKeys"] == [
+        {"key": bucket.prefix + "../../outside.txt", "reason": "'.' or '..' segment"}
+    ]
+    assert (summary["copied"], summary["skipped"], summary["excluded"]) == (1, 1, 2)
+    assert tree(tmp_path / "lib") == {"ok.txt": b"ok"}
+    assert not (tmp_path / "outside.txt").exists()
+
+
+def test_never_follows_a_symlink_planted_in_the_destination(
+    bucket: Bucket, s3_server: S3Server, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "victim.txt").write_bytes(b"precious")
+    lib = tmp_path / "lib"
+    bucket.put("docs/victim.txt", b"v1")
+    run(bucket, s3_server, lib)
+    # The sandbox (which shares the volume in Job mode) swaps a directory for a symlink.
+    (lib / "docs" / "victim.txt").unlink()
+    (lib / "docs").rmdir()
+    (lib / "docs").symlink_to(elsewhere)
+    bucket.put("docs/victim.txt", b"v2")
+    bucket.put("docs/new.txt", b"n")
+
+    result = run(bucket, s3_server, lib)
+
+    assert result.exit_code == 0
+    assert (elsewhere / "victim.txt").read_bytes() == b"precious"
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["victim.txt"]
+    assert not (lib / "docs").is_symlink()
+    assert tree(lib) == {"docs/victim.txt": b"v2", "docs/new.txt": b"n"}
+
+
+def test_a_missing_bucket_is_a_permanent_failure_with_one_line(
+    bucket: Bucket, s3_server: S3Server, tmp_path: Path
+) -> None:
+    bucket.name = "no-such-bucket"
+
+    result = run(bucket, s3_server, tmp_path / "lib")
+
+    assert result.exit_code == 3
+    assert result.stderr.strip() == (
+        "craft-operator sync-user-library: S3 bucket 'no-such-bucket' does not exist"
+    )
+
+
+def test_an_unreachable_s3_is_a_retryable_failure_and_writes_the_result_file(
+    bucket: Bucket, s3_server: S3Server, tmp_path: Path
+) -> None:
+    s3_server.stop()
+    result_file = tmp_path / "termination-log"
+
+    result = run(bucket, s3_server, tmp_path / "lib", "--result-file", str(result_file))
+
+    s3_server.start()
+    assert result.exit_code == 1
+    assert "S3 is unreachable" in result.stderr
+    assert "Traceback" not in result.output + result.stderr
+    written = json.loads(result_file.read_text())
+    assert (written["ok"], written["reason"], written["retryable"]) == (
+        False,
+        "S3Unavailable",
+        True,
+    )
+
+
+def test_over_a_cap_nothing_is_written_and_the_exit_code_is_permanent(
+    bucket: Bucket, s3_server: S3Server, tmp_path: Path
+) -> None:
+    bucket.put("big.bin", b"b" * 100)
+    bucket.put("small.txt", b"s")
+
+    result = run(bucket, s3_server, tmp_path / "lib", "--max-file-bytes", "50")
+
+    assert result.exit_code == 3
+    assert "over the per-file cap of 50 bytes" in result.stderr
+    assert not (tmp_path / "lib").exists()
+
+
+def test_the_result_file_stays_within_a_termination_message(
+    bucket: Bucket, s3_server: S3Server, tmp_path: Path
+) -> None:
+    for index in range(120):
+        bucket.put(f"../evil-{index:03}-{'x' * 40}", b"x")
+    result_file = tmp_path / "termination-log"
+
+    result = run(bucket, s3_server, tmp_path / "lib", "--result-file", str(result_file))
+
+    assert result.exit_code == 0
+    written = json.loads(result_file.read_text())
+    assert len(result_file.read_bytes()) <= 4096
+    assert written["skipped"] == 120
+    assert written["skippedKeysTruncated"] is True

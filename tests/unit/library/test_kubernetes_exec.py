@@ -1,0 +1,270 @@
+"""KubernetesExec against a small stand-in for the API server's exec endpoint.
+
+The stand-in speaks the websocket channel protocol the way the API server does (one byte of
+channel, then data; ``v5`` adds the close-channel message 255) and runs the argv locally,
+so the real ``kubernetes`` client code path is exercised: the handshake, stdin frames,
+closing stdin, stdout and stderr, and the status message on the error channel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from aiohttp import WSMsgType, web
+
+from craft_operator.kube.exec import (
+    ExecError,
+    ExecForbiddenError,
+    ExecProtocolError,
+    ExecTimeoutError,
+    ExecUnavailableError,
+    KubernetesExec,
+    classify_open_error,
+    parse_exec_status,
+)
+from craft_operator.library import sync_user_library_exec
+
+from .conftest import Bucket, free_port
+
+pytestmark = [pytest.mark.unit]
+
+
+@dataclass
+class FakeApiServer:
+    """The exec subresource of a fake API server, on 127.0.0.1."""
+
+    port: int
+    protocols: tuple[str, ...] = ("v5.channel.k8s.io", "v4.channel.k8s.io")
+    requests: list[list[str]] = field(default_factory=list)
+    frames: list[int] = field(default_factory=list)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        pod = request.match_info["pod"]
+        if pod == "missing":
+            raise web.HTTPNotFound(
+                text='{"kind":"Status","message":"pods \\"missing\\" not found"}'
+            )
+        if pod == "forbidden":
+            raise web.HTTPForbidden(text='{"kind":"Status","reason":"Forbidden"}')
+        argv = request.query.getall("command")
+        self.requests.append(argv)
+        wants_stdin = request.query.get("stdin", "").lower() == "true"
+        ws = web.WebSocketResponse(protocols=self.protocols)
+        await ws.prepare(request)
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE if wants_stdin else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+
+        async def receive() -> None:
+            async for message in ws:
+                if message.type != WSMsgType.BINARY or process.stdin is None:
+                    continue
+                channel, data = message.data[0], message.data[1:]
+                if channel == 0:
+                    self.frames.append(len(data))
+                    process.stdin.write(data)
+                    await process.stdin.drain()
+                elif channel == 255 and data[:1] == b"\x00":
+                    process.stdin.close()
+            # The client went away: like the kubelet, end the command.
+            if process.returncode is None:
+                process.kill()
+
+        async def pump(stream: asyncio.StreamReader | None, channel: int) -> None:
+            assert stream is not None
+            while data := await stream.read(65536):
+                await ws.send_bytes(bytes([channel]) + data)
+
+        receiver = asyncio.create_task(receive())
+        await asyncio.gather(pump(process.stdout, 1), pump(process.stderr, 2))
+        code = await process.wait()
+        if code == 0:
+            status: dict[str, object] = {"metadata": {}, "status": "Success"}
+        else:
+            status = {
+                "metadata": {},
+                "status": "Failure",
+                "message": f"command terminated with non-zero exit code: {code}",
+                "reason": "NonZeroExitCode",
+                "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
+            }
+        await ws.send_bytes(b"\x03" + json.dumps(status).encode())
+        await ws.close()
+        receiver.cancel()
+        return ws
+
+
+@pytest.fixture
+async def api_server() -> AsyncIterator[FakeApiServer]:
+    server = FakeApiServer(port=free_port())
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/{namespace}/pods/{pod}/exec", server.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", server.port)
+    await site.start()
+    try:
+        yield server
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+def transport(api_server: FakeApiServer) -> Iterator[KubernetesExec]:
+    from kubernetes import client
+
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{api_server.port}"
+    api_client = client.ApiClient(configuration)
+    yield KubernetesExec(api_client, frame_bytes=16 * 1024)
+    api_client.close()
+
+
+async def test_runs_the_argv_and_returns_exit_code_stdout_and_stderr(
+    transport: KubernetesExec, api_server: FakeApiServer
+) -> None:
+    script = 'echo "out:$1"; echo "err:$2" >&2; exit 3'
+    argv = ["sh", "-c", script, "sh", "a b; $(x)", "c"]
+
+    result = await transport.run("ns", "pod", "main", argv, timeout=30)
+
+    assert (result.exit_code, result.stdout, result.stderr) == (3, b"out:a b; $(x)\n", b"err:c\n")
+    assert api_server.requests == [argv]
+
+
+async def test_stdin_is_streamed_in_frames_and_closed_so_the_command_ends(
+    transport: KubernetesExec, api_server: FakeApiServer
+) -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        for index in range(5):
+            yield bytes([index]) * 100_000
+
+    result = await transport.run("ns", "pod", "main", ["wc", "-c"], stdin=chunks(), timeout=30)
+
+    assert result.exit_code == 0
+    assert int(result.stdout) == 500_000
+    assert max(api_server.frames) <= 16 * 1024
+
+
+async def test_bytes_stdin_reaches_the_command(transport: KubernetesExec) -> None:
+    result = await transport.run("ns", "pod", "main", ["cat"], stdin=b"hello\x00\xff", timeout=30)
+
+    assert result.stdout == b"hello\x00\xff"
+
+
+async def test_without_the_v5_protocol_stdin_is_refused_clearly(
+    transport: KubernetesExec, api_server: FakeApiServer
+) -> None:
+    api_server.protocols = ("v4.channel.k8s.io",)
+
+    with pytest.raises(ExecProtocolError, match=r"v5\.channel\.k8s\.io"):
+        await transport.run("ns", "pod", "main", ["cat"], stdin=b"x", timeout=30)
+
+
+async def test_a_missing_pod_is_retryable_and_a_forbidden_exec_is_not(
+    transport: KubernetesExec,
+) -> None:
+    with pytest.raises(ExecUnavailableError, match="ns/missing was not found") as missing:
+        await transport.run("ns", "missing", "main", ["true"], timeout=30)
+    with pytest.raises(ExecForbiddenError, match="pods/exec") as forbidden:
+        await transport.run("ns", "forbidden", "main", ["true"], timeout=30)
+
+    assert missing.value.retryable
+    assert not forbidden.value.retryable
+
+
+async def test_a_command_that_outlives_its_timeout_is_abandoned(transport: KubernetesExec) -> None:
+    with pytest.raises(ExecTimeoutError):
+        await transport.run("ns", "pod", "main", ["sleep", "5"], timeout=0.5)
+
+
+async def test_a_failing_stdin_source_aborts_with_its_own_error(transport: KubernetesExec) -> None:
+    class SourceBrokeError(Exception):
+        pass
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"some"
+        raise SourceBrokeError("S3 went away")
+
+    with pytest.raises(SourceBrokeError):
+        await transport.run("ns", "pod", "main", ["cat"], stdin=chunks(), timeout=30)
+
+
+def test_the_exit_status_message_gives_the_exit_code() -> None:
+    assert parse_exec_status(b'{"metadata":{},"status":"Success"}') == 0
+    failure = {
+        "status": "Failure",
+        "reason": "NonZeroExitCode",
+        "details": {"causes": [{"reason": "ExitCode", "message": "42"}]},
+    }
+    assert parse_exec_status(json.dumps(failure).encode()) == 42
+
+
+def test_a_command_that_cannot_start_is_a_permanent_error() -> None:
+    status = {
+        "status": "Failure",
+        "reason": "InternalError",
+        "message": 'exec: "tar": executable file not found in $PATH',
+    }
+    with pytest.raises(ExecError, match="executable file not found") as raised:
+        parse_exec_status(json.dumps(status).encode())
+    assert not raised.value.retryable
+
+
+def test_a_stream_without_status_is_retryable() -> None:
+    with pytest.raises(ExecUnavailableError):
+        parse_exec_status(b"")
+
+
+def test_handshake_failures_are_named() -> None:
+    error = classify_open_error(
+        "Handshake status 400 Bad Request -+-+- container not running", namespace="n", pod="p"
+    )
+    assert isinstance(error, ExecUnavailableError)
+    assert "n/p" in str(error)
+    other = classify_open_error("Connection refused", namespace="n", pod="p")
+    assert "Connection refused" in str(other)
+
+
+@pytest.mark.s3
+async def test_an_exec_mode_sync_over_the_websocket_lands_whole_files(
+    transport: KubernetesExec, bucket: Bucket, tmp_path: Path
+) -> None:
+    bucket.put("a.txt", b"a" * 70_000)
+    bucket.put("dir/b.txt", b"b")
+    root = tmp_path / "user_library"
+
+    first = await sync_user_library_exec(
+        store=bucket.store,
+        bucket=bucket.name,
+        prefix=bucket.prefix,
+        exec_transport=transport,
+        namespace="ns",
+        pod="pod",
+        container="main",
+        root=str(root),
+    )
+    bucket.put("dir/b.txt", b"changed")
+    second = await sync_user_library_exec(
+        store=bucket.store,
+        bucket=bucket.name,
+        prefix=bucket.prefix,
+        exec_transport=transport,
+        namespace="ns",
+        pod="pod",
+        container="main",
+        root=str(root),
+    )
+
+    assert (first.copied, second.copied) == (2, 1)
+    assert (root / "a.txt").read_bytes() == b"a" * 70_000
+    assert (root / "dir" / "b.txt").read_bytes() == b"changed"
+    assert second.bytes_transferred < 5_000

@@ -1,0 +1,275 @@
+"""The sync planner and its path rules, as pure functions."""
+
+from __future__ import annotations
+
+import pytest
+
+from craft_operator.library.manifest import UNKNOWN, ManifestEntry
+from craft_operator.library.paths import (
+    MAX_PATH_BYTES,
+    SkipReason,
+    UnsafePathError,
+    glob_matches,
+    normalise_path,
+    normalise_prefix,
+)
+from craft_operator.library.plan import CapViolation, S3Object, SyncCaps, SyncPlan, plan_sync
+
+pytestmark = [pytest.mark.unit]
+
+PREFIX = "public/knowledge/u1/user_library/"
+
+
+def obj(relative: str, size: int = 10, etag: str = '"e1"') -> S3Object:
+    return S3Object(key=PREFIX + relative, size=size, etag=etag)
+
+
+def plan(
+    listing: list[S3Object], manifest: dict[str, ManifestEntry] | None = None, **kw: object
+) -> SyncPlan:
+    result = plan_sync(listing, manifest or {}, prefix=PREFIX, **kw)  # type: ignore[arg-type]
+    assert isinstance(result, SyncPlan)
+    return result
+
+
+def test_new_files_are_copied_and_unchanged_ones_are_not() -> None:
+    manifest = {"same.txt": ManifestEntry(10, '"e1"')}
+
+    result = plan([obj("same.txt"), obj("new.txt")], manifest)
+
+    assert [copy.path for copy in result.copies] == ["new.txt"]
+    assert result.deletes == ()
+    assert (result.files, result.bytes, result.bytes_to_copy) == (2, 20, 10)
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [ManifestEntry(10, '"other"'), ManifestEntry(11, '"e1"'), UNKNOWN],
+    ids=["etag changed", "size changed", "left unknown by an interrupted sync"],
+)
+def test_a_file_is_copied_again_when_the_manifest_does_not_vouch_for_it(
+    entry: ManifestEntry,
+) -> None:
+    result = plan([obj("a.txt")], {"a.txt": entry})
+
+    assert [copy.path for copy in result.copies] == ["a.txt"]
+
+
+def test_files_gone_from_s3_are_deleted_even_when_unknown() -> None:
+    manifest = {"gone.txt": ManifestEntry(1, '"x"'), "half.txt": UNKNOWN}
+
+    result = plan([], manifest)
+
+    assert result.deletes == ("gone.txt", "half.txt")
+    assert result.is_empty is False
+
+
+def test_excluded_and_disabled_files_already_in_the_destination_are_deleted() -> None:
+    listing = [obj("a.tmp"), obj("keep.md"), obj("private/x/y.txt"), obj("drafts/z.md")]
+    manifest = {path: ManifestEntry(10, '"e1"') for path in ("a.tmp", "keep.md", "private/x/y.txt")}
+
+    result = plan(listing, manifest, excludes=["*.tmp", "drafts/**"], disabled=["private"])
+
+    assert result.copies == ()
+    assert result.deletes == ("a.tmp", "private/x/y.txt")
+    assert result.excluded == ("a.tmp", "drafts/z.md", "private/x/y.txt")
+    assert list(result.library) == ["keep.md"]
+
+
+def test_a_disabled_path_disables_only_whole_segments() -> None:
+    result = plan([obj("priv/a"), obj("private/b")], disabled=["/priv/"])
+
+    assert list(result.library) == ["private/b"]
+
+
+@pytest.mark.parametrize(
+    ("relative", "reason"),
+    [
+        ("/etc/passwd", SkipReason.ABSOLUTE),
+        ("../x", SkipReason.DOT_SEGMENT),
+        ("a/../../x", SkipReason.DOT_SEGMENT),
+        ("a/./b", SkipReason.DOT_SEGMENT),
+        ("..", SkipReason.DOT_SEGMENT),
+        ("nul\x00byte", SkipReason.CONTROL_CHARACTER),
+        ("new\nline", SkipReason.CONTROL_CHARACTER),
+        ("tab\tname", SkipReason.CONTROL_CHARACTER),
+        ("esc\x1b[31m", SkipReason.CONTROL_CHARACTER),
+        ("del\x7f", SkipReason.CONTROL_CHARACTER),
+        ("c1\x85", SkipReason.CONTROL_CHARACTER),
+        ("a\\..\\b", SkipReason.BACKSLASH),
+        ("bad\udcffsurrogate", SkipReason.INVALID_UNICODE),
+        ("x" * 256, SkipReason.SEGMENT_TOO_LONG),
+        ("é" * 128, SkipReason.SEGMENT_TOO_LONG),
+        ("/".join(["d" * 250] * 16), SkipReason.PATH_TOO_LONG),
+        (".craft-sync/manifest", SkipReason.RESERVED),
+    ],
+)
+def test_hostile_keys_are_skipped_with_their_reason(relative: str, reason: SkipReason) -> None:
+    result = plan([obj(relative), obj("fine.txt")])
+
+    assert [(item.key, item.reason) for item in result.skipped] == [(PREFIX + relative, reason)]
+    assert list(result.library) == ["fine.txt"]
+
+
+def test_the_longest_allowed_path_is_accepted() -> None:
+    segment = "d" * 200
+    path = "/".join([segment] * (MAX_PATH_BYTES // 201)) + "/f"
+    assert len(path.encode()) <= MAX_PATH_BYTES
+
+    assert normalise_path(path) == path
+
+
+def test_a_key_outside_the_prefix_is_reported_not_written() -> None:
+    stray = S3Object(key="public/knowledge/u1/user_library_evil/x", size=1, etag='"e"')
+
+    result = plan([stray])
+
+    assert [(item.key, item.reason) for item in result.skipped] == [
+        (stray.key, SkipReason.OUTSIDE_DESTINATION)
+    ]
+
+
+def test_folder_markers_are_ignored_silently() -> None:
+    result = plan([obj("folder/", size=0), obj("folder/a")])
+
+    assert result.skipped == ()
+    assert list(result.library) == ["folder/a"]
+
+
+def test_keys_that_collide_after_normalisation_keep_the_normal_one() -> None:
+    listing = [obj("a//b.txt", etag='"1"'), obj("a/b.txt", etag='"2"'), obj("a///b.txt")]
+
+    result = plan(listing)
+
+    assert result.library == {"a/b.txt": ManifestEntry(10, '"2"')}
+    assert sorted(item.key for item in result.skipped) == [
+        PREFIX + "a///b.txt",
+        PREFIX + "a//b.txt",
+    ]
+    assert all(item.reason is SkipReason.COLLISION for item in result.skipped)
+
+
+def test_unicode_forms_of_one_name_collide_and_none_wins_if_none_is_normal() -> None:
+    decomposed = "cafe\u0301.txt"  # NFD: e + combining acute
+    listing = [obj(decomposed), obj("caf\u00e9.txt"), obj("d/" + decomposed), obj("d//café.txt")]
+
+    result = plan(listing)
+
+    assert sorted(item.key for item in result.skipped) == sorted(
+        [PREFIX + decomposed, PREFIX + "d/" + decomposed, PREFIX + "d//café.txt"]
+    )
+    assert {item.reason for item in result.skipped} == {SkipReason.COLLISION}
+    assert list(result.library) == ["café.txt"]
+
+
+def test_keys_differing_only_in_case_are_two_files() -> None:
+    result = plan([obj("Readme.md"), obj("README.md")])
+
+    assert sorted(result.library) == ["README.md", "Readme.md"]
+    assert result.skipped == ()
+
+
+def test_a_file_where_a_directory_is_needed_is_skipped() -> None:
+    result = plan([obj("a"), obj("a/b")])
+
+    assert [(item.key, item.reason) for item in result.skipped] == [
+        (PREFIX + "a", SkipReason.FILE_DIRECTORY_CONFLICT)
+    ]
+    assert list(result.library) == ["a/b"]
+
+
+def test_over_the_per_file_cap_the_result_is_a_violation_not_a_plan() -> None:
+    result = plan_sync(
+        [obj("big", size=501), obj("small", size=1)],
+        {"old": ManifestEntry(1, '"x"')},
+        prefix=PREFIX,
+        caps=SyncCaps(max_file_bytes=500, max_total_bytes=10_000),
+    )
+
+    assert isinstance(result, CapViolation)
+    assert (result.reason, result.limit, result.actual, result.key) == (
+        "FileTooLarge",
+        500,
+        501,
+        PREFIX + "big",
+    )
+
+
+def test_over_the_total_cap_the_result_is_a_violation() -> None:
+    result = plan_sync(
+        [obj(f"f{i}", size=300) for i in range(4)],
+        {},
+        prefix=PREFIX,
+        caps=SyncCaps(max_file_bytes=500, max_total_bytes=1_000),
+    )
+
+    assert isinstance(result, CapViolation)
+    assert (result.reason, result.actual) == ("LibraryTooLarge", 1_200)
+
+
+def test_excluded_and_hostile_keys_do_not_count_against_the_caps() -> None:
+    listing = [obj("big.iso", size=5_000), obj("../evil", size=5_000), obj("ok", size=10)]
+
+    result = plan(
+        listing, excludes=["*.iso"], caps=SyncCaps(max_file_bytes=100, max_total_bytes=100)
+    )
+
+    assert list(result.library) == ["ok"]
+
+
+def test_default_caps_are_500_mb_per_file_and_10_gb_in_total() -> None:
+    assert SyncCaps() == SyncCaps(max_file_bytes=500_000_000, max_total_bytes=10_000_000_000)
+
+
+@pytest.mark.parametrize(
+    ("prefix", "expected"),
+    [("a/b", "a/b/"), ("a/b/", "a/b/"), ("/a/b//", "a/b/"), ("", "")],
+)
+def test_prefixes_end_in_exactly_one_slash(prefix: str, expected: str) -> None:
+    assert normalise_prefix(prefix) == expected
+
+
+def test_the_prefix_is_normalised_before_matching_keys() -> None:
+    result = plan_sync([obj("x")], {}, prefix=PREFIX.rstrip("/"))
+
+    assert isinstance(result, SyncPlan)
+    assert list(result.library) == ["x"]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "path", "expected"),
+    [
+        ("*.tmp", "a.tmp", True),
+        ("*.tmp", "deep/dir/a.tmp", True),
+        ("*.tmp", "a.tmp.txt", False),
+        ("drafts", "drafts/x/y.md", True),
+        ("drafts/", "drafts/x.md", True),
+        ("drafts/", "drafts", False),
+        ("docs/*.md", "docs/a.md", True),
+        ("docs/*.md", "docs/sub/a.md", False),
+        ("docs/*.md", "other/docs/a.md", False),
+        ("docs/**/*.md", "docs/a/b/c.md", True),
+        ("docs/**/*.md", "docs/c.md", True),
+        ("**/cache", "x/y/cache/z", True),
+        ("/top.txt", "top.txt", True),
+        ("/top.txt", "sub/top.txt", False),
+        ("file?.txt", "file1.txt", True),
+        ("file?.txt", "file/.txt", False),
+        ("[ab].txt", "a.txt", True),
+        ("[!ab].txt", "a.txt", False),
+        ("[!ab].txt", "c.txt", True),
+        ("a+b(c).txt", "a+b(c).txt", True),
+        ("[unclosed", "[unclosed", True),
+    ],
+)
+def test_exclude_globs_follow_gitignore_conventions(
+    pattern: str, path: str, expected: bool
+) -> None:
+    assert glob_matches(pattern, path) is expected
+
+
+def test_normalise_path_collapses_slashes_and_composes_unicode() -> None:
+    assert normalise_path("a//b///cafe\u0301") == "a/b/café"
+    with pytest.raises(UnsafePathError) as raised:
+        normalise_path("")
+    assert raised.value.reason is SkipReason.DOT_SEGMENT
