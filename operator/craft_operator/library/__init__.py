@@ -16,6 +16,13 @@ from craft_operator.library.errors import (
     S3ObjectChangedError,
     S3UnavailableError,
 )
+from craft_operator.library.job import (
+    S3CredentialsSecret,
+    build_library_pvc,
+    build_sync_job,
+    library_claim_name,
+    sync_job_name,
+)
 from craft_operator.library.location import (
     LibraryLocation,
     caps_from_settings,
@@ -42,6 +49,7 @@ __all__ = [
     "ObjectStore",
     "S3AccessDeniedError",
     "S3BucketNotFoundError",
+    "S3CredentialsSecret",
     "S3Error",
     "S3ObjectChangedError",
     "S3ObjectStore",
@@ -50,11 +58,15 @@ __all__ = [
     "SyncCaps",
     "SyncPlan",
     "SyncResult",
+    "build_library_pvc",
+    "build_sync_job",
     "caps_from_settings",
     "default_prefix",
+    "library_claim_name",
     "make_s3_client",
     "plan_sync",
     "resolve_location",
+    "sync_job_name",
     "sync_library",
     "sync_user_library_exec",
     "sync_user_library_local",

@@ -1,0 +1,262 @@
+"""Job mode: the sync Job and the library volume it writes into. Pure builders.
+
+The Job runs the operator image with ``craft-operator sync-user-library``, reads S3 with
+credentials from a Secret (the sandbox pod never gets them), and writes into a PVC that
+the sandbox pod mounts at ``/workspace/user_library``. It writes a compact JSON result to
+its termination message, so the reconciler can read the outcome from the Job's pod status.
+Exit codes 2 and 3 (bad usage, over a cap, no bucket, access denied) fail the Job at once
+through a pod failure policy; other failures are retried up to ``backoff_limit``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from craft_operator.api.models import ANNOTATION_LIBRARY_REVISION, CraftSandbox
+from craft_operator.builders.naming import (
+    LABEL_COMPONENT,
+    LABEL_ONYX_SANDBOX_ID,
+    LABEL_ONYX_TENANT_ID,
+    LABEL_SANDBOX,
+    child_labels,
+    child_metadata,
+)
+from craft_operator.library.errors import LibraryConfigError
+from craft_operator.library.location import LibraryLocation
+from craft_operator.library.plan import SyncCaps
+from craft_operator.library.transfer import LIBRARY_ROOT
+
+SYNC_CONTAINER = "sync"
+SYNC_COMPONENT = "library-sync"
+SANDBOX_UID = 1000
+DEFAULT_VOLUME_SIZE = "20Gi"
+#: Exit codes of ``sync-user-library`` that retrying cannot fix.
+PERMANENT_EXIT_CODES = (2, 3)
+#: Upper bound on the Job's argv (excludes and disabled paths): objects must stay small.
+MAX_ARGS_BYTES = 256 * 1024
+#: A private emptyDir: the root filesystem is read-only.
+SCRATCH_DIR = "/tmp"  # noqa: S108
+
+
+@dataclass(frozen=True)
+class S3CredentialsSecret:
+    """The Secret (in the sandbox's namespace) with the S3 credentials for sync Jobs."""
+
+    name: str
+    access_key_id_key: str = "AWS_ACCESS_KEY_ID"
+    secret_access_key_key: str = "AWS_SECRET_ACCESS_KEY"  # noqa: S105 -- a key name
+    session_token_key: str = "AWS_SESSION_TOKEN"  # noqa: S105 -- a key name, optional
+
+
+def library_claim_name(sandbox: CraftSandbox) -> str:
+    """``<name>-library``: the PVC holding the library in Job mode."""
+    return f"{sandbox.metadata.name}-library"
+
+
+def sync_job_name(sandbox: CraftSandbox, sequence: int) -> str:
+    """``<name>-library-<n>``: the n-th sync Job of a sandbox."""
+    return f"{sandbox.metadata.name}-library-{sequence}"
+
+
+def build_library_pvc(
+    sandbox: CraftSandbox,
+    *,
+    default_size: str = DEFAULT_VOLUME_SIZE,
+    access_modes: tuple[str, ...] = ("ReadWriteOnce",),
+) -> dict[str, Any]:
+    """The library PVC: size and storage class from ``spec.userLibrary``, else defaults.
+
+    The volume must hold the library and, during a sync, the changed files staged beside
+    it; the default leaves room for a full 10 GB library.
+    """
+    library = sandbox.spec.user_library
+    spec: dict[str, Any] = {
+        "accessModes": list(access_modes),
+        "resources": {"requests": {"storage": str(library.size or default_size)}},
+    }
+    if library.storage_class_name:
+        spec["storageClassName"] = library.storage_class_name
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": child_metadata(sandbox, library_claim_name(sandbox)),
+        "spec": spec,
+    }
+
+
+def sync_args(
+    location: LibraryLocation,
+    *,
+    excludes: tuple[str, ...] | list[str],
+    disabled: tuple[str, ...] | list[str],
+    caps: SyncCaps,
+) -> list[str]:
+    """The ``craft-operator`` argv of the sync container."""
+    args = [
+        "sync-user-library",
+        "--bucket",
+        location.bucket,
+        "--prefix",
+        location.prefix,
+        "--dest",
+        LIBRARY_ROOT,
+        "--max-file-bytes",
+        str(caps.max_file_bytes),
+        "--max-total-bytes",
+        str(caps.max_total_bytes),
+        "--result-file",
+        "/dev/termination-log",
+    ]
+    if location.endpoint_url:
+        args += ["--endpoint-url", location.endpoint_url]
+    if location.region:
+        args += ["--region", location.region]
+    for pattern in excludes:
+        args += ["--exclude", pattern]
+    for path in disabled:
+        args += ["--disabled", path]
+    if sum(len(arg.encode()) for arg in args) > MAX_ARGS_BYTES:
+        raise LibraryConfigError(
+            f"the excludes and disabled paths of sandbox take more than {MAX_ARGS_BYTES} bytes"
+        )
+    return args
+
+
+def _pod_labels(sandbox: CraftSandbox) -> dict[str, str]:
+    # Not a sandbox: without Onyx's egress-proxy labels and with its own component, so
+    # policies aimed at sandbox pods (and the proxy's pod-to-sandbox map) leave it alone.
+    labels = {
+        key: value
+        for key, value in child_labels(sandbox).items()
+        if key not in (LABEL_ONYX_SANDBOX_ID, LABEL_ONYX_TENANT_ID)
+    }
+    labels[LABEL_COMPONENT] = SYNC_COMPONENT
+    return labels
+
+
+def _secret_env(secret: S3CredentialsSecret) -> list[dict[str, Any]]:
+    def ref(variable: str, key: str, optional: bool) -> dict[str, Any]:
+        selector: dict[str, Any] = {"name": secret.name, "key": key}
+        if optional:
+            selector["optional"] = True
+        return {"name": variable, "valueFrom": {"secretKeyRef": selector}}
+
+    return [
+        ref("AWS_ACCESS_KEY_ID", secret.access_key_id_key, False),
+        ref("AWS_SECRET_ACCESS_KEY", secret.secret_access_key_key, False),
+        ref("AWS_SESSION_TOKEN", secret.session_token_key, True),
+    ]
+
+
+def build_sync_job(
+    sandbox: CraftSandbox,
+    *,
+    image: str,
+    location: LibraryLocation,
+    credentials: S3CredentialsSecret,
+    sequence: int,
+    caps: SyncCaps,
+    revision: str | None = None,
+    claim_name: str | None = None,
+    ttl_seconds_after_finished: int = 3600,
+    backoff_limit: int = 3,
+    active_deadline_seconds: int = 3600,
+    resources: Mapping[str, Mapping[str, str]] | None = None,
+) -> dict[str, Any]:
+    """The n-th (``sequence``) sync Job of ``sandbox``, syncing ``location`` into its PVC.
+
+    ``revision`` (the ``user-library-revision`` it syncs) is recorded as an annotation so
+    the reconciler can tell which revision a finished Job delivered.
+    """
+    library = sandbox.spec.user_library
+    annotations = {ANNOTATION_LIBRARY_REVISION: revision} if revision is not None else None
+    metadata = child_metadata(sandbox, sync_job_name(sandbox, sequence), annotations)
+    metadata["labels"][LABEL_COMPONENT] = SYNC_COMPONENT
+    restricted = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "runAsUser": SANDBOX_UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    container: dict[str, Any] = {
+        "name": SYNC_CONTAINER,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["craft-operator"],
+        "args": sync_args(
+            location, excludes=library.exclude, disabled=library.disabled_paths, caps=caps
+        ),
+        "env": [*_secret_env(credentials), {"name": "HOME", "value": SCRATCH_DIR}],
+        "resources": {key: dict(value) for key, value in (resources or {}).items()}
+        or {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
+        "securityContext": restricted,
+        "terminationMessagePolicy": "File",
+        "volumeMounts": [
+            {"name": "user-library", "mountPath": LIBRARY_ROOT},
+            {"name": "tmp", "mountPath": SCRATCH_DIR},
+        ],
+    }
+    sandbox_affinity = {
+        "weight": 100,
+        "podAffinityTerm": {
+            "labelSelector": {
+                "matchLabels": {LABEL_SANDBOX: sandbox.metadata.name, LABEL_COMPONENT: "sandbox"}
+            },
+            "topologyKey": "kubernetes.io/hostname",
+        },
+    }
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": SANDBOX_UID,
+            "runAsGroup": SANDBOX_UID,
+            "fsGroup": SANDBOX_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        # A ReadWriteOnce volume is usable only on one node: prefer the sandbox's.
+        "affinity": {
+            "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [sandbox_affinity]}
+        },
+        "containers": [container],
+        "volumes": [
+            {
+                "name": "user-library",
+                "persistentVolumeClaim": {"claimName": claim_name or library_claim_name(sandbox)},
+            },
+            {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+        ],
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata,
+        "spec": {
+            "backoffLimit": backoff_limit,
+            "activeDeadlineSeconds": active_deadline_seconds,
+            "ttlSecondsAfterFinished": ttl_seconds_after_finished,
+            "podFailurePolicy": {
+                "rules": [
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {
+                            "containerName": SYNC_CONTAINER,
+                            "operator": "In",
+                            "values": list(PERMANENT_EXIT_CODES),
+                        },
+                    },
+                    {
+                        "action": "Ignore",
+                        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                    },
+                ]
+            },
+            "template": {"metadata": {"labels": _pod_labels(sandbox)}, "spec": pod_spec},
+        },
+    }
