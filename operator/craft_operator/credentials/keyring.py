@@ -216,7 +216,7 @@ def development_key_ring(state_dir: Path) -> KeyRing:
         "for development only, set CRAFT_ENCRYPTION_KEYS from a Secret in production",
         path,
     )
-    state_dir.mkdir(parents=True, exist_ok=True)
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     if not path.exists():
         # Written aside and linked into place, so a concurrent reader never sees half a file
         # and two processes starting at once agree on one key.
