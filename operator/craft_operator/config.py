@@ -130,6 +130,22 @@ class Settings(BaseSettings):
         default=60.0, gt=0, description="Seconds between idle-timeout checks of each sandbox."
     )
     workers: int = Field(default=16, ge=1, le=256, description="Sandboxes reconciled concurrently.")
+    resync_interval: float = Field(
+        default=300.0,
+        gt=0,
+        description="Seconds between revisits of a sandbox when nothing changes (catches PATs "
+        "revoked out of band).",
+    )
+    pod_restart_backoff: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds before replacing a failed pod; doubles per failure, up to 300.",
+    )
+    max_pod_failures: int = Field(
+        default=3,
+        ge=1,
+        description="Failed pods in a row before the sandbox is Failed and no longer replaced.",
+    )
     provisioning_timeout: float = Field(
         default=180.0, gt=0, description="Seconds a pod may take to become ready."
     )

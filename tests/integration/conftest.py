@@ -12,10 +12,10 @@ from craft_operator.api import crd, models
 from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
 from craft_operator.credentials.keyring import generate_key_entry
+from tests.support.admission import admit, default_craftsandbox
 from tests.support.emulator import KubeEmulator, declare_core_resources
 from tests.support.operator import running_operator
 from tests.support.pod_exec import EmulatedPodExec
-from tests.support.schemas import core_schema_validator
 
 SANDBOXES = kmock.resource(models.GROUP, models.VERSION, models.PLURAL)
 
@@ -43,7 +43,8 @@ async def emulator() -> AsyncIterator[KubeEmulator]:
     async with KubeEmulator() as handler, kmock.Server(handler):
         declare_core_resources(handler)
         declare_craft_resources(handler)
-        handler.validators.append(core_schema_validator)
+        handler.mutators.append(default_craftsandbox)
+        handler.validators.append(admit)
         yield handler
 
 

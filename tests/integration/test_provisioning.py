@@ -2,47 +2,38 @@
 
 from __future__ import annotations
 
-import base64
+import asyncio
 
+from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
 from tests.integration.conftest import SANDBOXES
-from tests.integration.test_operator_loop import sandbox
+from tests.integration.helpers import (
+    NAMESPACE,
+    USER_ID,
+    event_reasons,
+    live_pats,
+    phase,
+    pod,
+    sandbox,
+    token_in_secret,
+)
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually
 from tests.support.pod_exec import mark_pod_running
 
 
-def condition(emulator: KubeEmulator, name: str, type_: str) -> dict | None:
-    status = emulator.get(SANDBOXES, "team-a", name).get("status", {})
-    return next((c for c in status.get("conditions", []) if c["type"] == type_), None)
-
-
 async def test_a_sandbox_becomes_ready_once_its_pod_is_ready(
-    emulator: KubeEmulator, operator: OperatorContext
+    emulator: KubeEmulator, operator: OperatorContext, settings: Settings
 ) -> None:
     emulator.create(SANDBOXES, sandbox("alice", sources=[{"name": "slack"}]))
 
-    pod = await eventually(lambda: emulator.find("v1/pods", "team-a", "alice"), what="the pod")
-    secret = emulator.get("v1/secrets", "team-a", "alice-credentials")
-    configmap = emulator.get("v1/configmaps", "team-a", "alice-skills")
-    token = base64.b64decode(secret["data"]["ONYX_PAT"]).decode()
+    created = await eventually(lambda: pod(emulator, "alice"), what="the pod")
+    mark_pod_running(emulator, NAMESPACE, "alice")
+    status = await phase(emulator, "alice", "Ready")
+
+    token = token_in_secret(emulator, "alice")
     assert token.startswith("onyx_pat_")
-    assert "`slack`" in configmap["data"]["SKILL.md"]
-    assert pod["spec"]["containers"][0]["env"][1]["valueFrom"]["secretKeyRef"] == {
-        "name": "alice-credentials",
-        "key": "ONYX_PAT",
-    }
-
-    mark_pod_running(emulator, "team-a", "alice")
-
-    status = await eventually(
-        lambda: (
-            (s := emulator.get(SANDBOXES, "team-a", "alice")["status"])["phase"] == "Ready" and s
-        ),
-        what="phase Ready",
-    )
-    types = {c["type"]: c["status"] for c in status["conditions"]}
-    assert types == {
+    assert {c["type"]: c["status"] for c in status["conditions"]} == {
         "CredentialsReady": "True",
         "SkillRendered": "True",
         "PodReady": "True",
@@ -50,5 +41,109 @@ async def test_a_sandbox_becomes_ready_once_its_pod_is_ready(
         "UserLibrarySynced": "True",
         "Ready": "True",
     }
-    assert status["credentials"]["tokenDisplay"].startswith(token[:12])
-    assert status["skill"]["sourceCount"] == 1
+    assert status["credentials"]["tokenDisplay"] == f"{token[:12]}****{token[-4:]}"
+    assert status["skill"] == {"sourceCount": 1, "contentHash": status["skill"]["contentHash"]}
+    assert status["podName"] == "alice"
+    assert status["podUID"] == created["metadata"]["uid"]
+    assert len(live_pats(settings)) == 1
+
+
+async def test_the_pod_reads_the_pat_from_the_secret_and_mounts_the_skill(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    emulator.create(SANDBOXES, sandbox("alice", serverURL="https://onyx.example.com"))
+
+    created = await eventually(lambda: pod(emulator, "alice"), what="the pod")
+
+    container = created["spec"]["containers"][0]
+    env = {item["name"]: item for item in container["env"]}
+    assert env["ONYX_SERVER_URL"]["value"] == "https://onyx.example.com"
+    assert env["ONYX_PAT"]["valueFrom"]["secretKeyRef"] == {
+        "name": "alice-credentials",
+        "key": "ONYX_PAT",
+    }
+    mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
+    assert mounts == {
+        "/workspace/skills/company-search": "skills",
+        "/workspace/user_library": "user-library",
+    }
+    skill = emulator.get("v1/configmaps", NAMESPACE, "alice-skills")["data"]["SKILL.md"]
+    assert skill.startswith("---\nname: company-search\n")
+
+
+async def test_every_child_carries_the_labels_and_an_owner_reference(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    emulator.create(SANDBOXES, sandbox("alice"))
+    await eventually(lambda: pod(emulator, "alice"), what="the pod")
+    uid = emulator.get(SANDBOXES, NAMESPACE, "alice")["metadata"]["uid"]
+
+    for resource, name in (
+        ("v1/pods", "alice"),
+        ("v1/secrets", "alice-credentials"),
+        ("v1/configmaps", "alice-skills"),
+    ):
+        meta = emulator.get(resource, NAMESPACE, name)["metadata"]
+        assert meta["labels"] == {
+            "app.kubernetes.io/name": "craft-sandbox",
+            "app.kubernetes.io/managed-by": "craft-operator",
+            "app.kubernetes.io/component": "sandbox",
+            "craft.onyx.app/sandbox": "alice",
+            "craft.onyx.app/user-id": USER_ID,
+            "onyx.app/sandbox-id": uid,
+            "onyx.app/tenant-id": "public",
+        }, resource
+        assert meta["ownerReferences"] == [
+            {
+                "apiVersion": "craft.onyx.app/v1alpha1",
+                "kind": "CraftSandbox",
+                "name": "alice",
+                "uid": uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ], resource
+
+
+async def test_each_step_that_changes_something_posts_an_event(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    emulator.create(SANDBOXES, sandbox("alice"))
+    await eventually(lambda: pod(emulator, "alice"), what="the pod")
+    mark_pod_running(emulator, NAMESPACE, "alice")
+    await phase(emulator, "alice", "Ready")
+
+    reasons = await eventually(
+        lambda: "CLIValidated" in (found := event_reasons(emulator, "alice")) and found,
+        what="the CLIValidated event",
+    )
+    assert reasons[:4] == ["PATMinted", "SecretCreated", "ConfigMapCreated", "PodCreated"]
+
+
+async def test_provisioning_takes_five_writes_and_a_resync_takes_none(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    before = len(emulator.served)
+    emulator.create(SANDBOXES, sandbox("alice"))
+    await eventually(lambda: pod(emulator, "alice"), what="the pod")
+    await eventually(lambda: emulator.find(SANDBOXES, NAMESPACE, "alice").get("status"))
+    await asyncio.sleep(0.3)  # let any follow-up pass finish
+
+    provisioning = [w for w in emulator.writes(before) if "/events" not in w]
+    sandbox_path = f"/apis/craft.onyx.app/v1alpha1/namespaces/{NAMESPACE}/craftsandboxes/alice"
+    assert sorted(provisioning) == sorted(
+        [
+            f"PATCH {sandbox_path}",  # the finalizer
+            f"POST /api/v1/namespaces/{NAMESPACE}/secrets",
+            f"POST /api/v1/namespaces/{NAMESPACE}/configmaps",
+            f"POST /api/v1/namespaces/{NAMESPACE}/pods",
+            f"PATCH {sandbox_path}/status",
+        ]
+    )
+
+    settled = len(emulator.served)
+    for _ in range(3):
+        operator.queue.add((NAMESPACE, "alice"))
+        await asyncio.sleep(0.1)
+    assert emulator.writes(settled) == []
+    assert len(emulator.served) == settled  # not even a read: children come from the cache

@@ -47,6 +47,7 @@ from kmock._internal import apps, enums, k8s_dicts, rendering
 Resource = kmock.resource
 Key = tuple[Resource, str | None, str]
 Validator = Callable[[Resource, Mapping[str, Any], Mapping[str, Any] | None], list[str]]
+Mutator = Callable[[Resource, dict[str, Any]], dict[str, Any]]
 RequestHook = Callable[[rendering.Request], Awaitable[aiohttp.web.StreamResponse | None]]
 
 EVENT_LOG_SIZE = 20_000
@@ -163,11 +164,26 @@ class KubeEmulator(kmock.KubernetesEmulator):
             collections.defaultdict(lambda: collections.deque(maxlen=EVENT_LOG_SIZE))
         )
         self.validators: list[Validator] = []
+        #: Admission mutations (e.g. CRD defaulting), applied before validation.
+        self.mutators: list[Mutator] = []
         self.before_request: list[RequestHook] = []
         #: Keep every version of every object (kmock's history) or only the latest.
         self.keep_history = True
 
     # -- public helpers for tests -------------------------------------------------------------
+
+    @property
+    def served(self) -> list[rendering.Request]:
+        """Every request served so far, oldest first."""
+        return list(self._requests)
+
+    def writes(self, since: int = 0) -> list[str]:
+        """Write requests (``METHOD path``) served after the first ``since`` requests."""
+        return [
+            f"{request.method.value.upper()} {request.url.path}"
+            for request in self.served[since:]
+            if request.method.value.upper() in ("POST", "PUT", "PATCH", "DELETE")
+        ]
 
     def declare(self, resource: Resource | str, info: kmock.ResourceInfo) -> None:
         """Serve ``resource`` in discovery with ``info`` (kind, namespaced, verbs, ...)."""
@@ -300,6 +316,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
         meta["generation"] = 1
         meta["creationTimestamp"] = _now()
         meta.pop("deletionTimestamp", None)
+        for mutate in self.mutators:
+            obj = mutate(resource, obj)
+        meta = obj["metadata"]
         self._validate(resource, obj, None)
         meta["resourceVersion"] = self._next_rv()
         self._store(resource, key, obj)
@@ -364,6 +383,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
             if resource == Resource("v1/pods"):
                 _check_pod_update(old, new)
         meta["resourceVersion"] = old["metadata"]["resourceVersion"]
+        for mutate in self.mutators:
+            new = mutate(resource, new)
+        meta = new["metadata"]
         if new == old:
             return new  # a no-op write does not bump resourceVersion or notify, like the server
         self._validate(resource, new, old)

@@ -584,7 +584,9 @@ class CraftSandboxStatus(ApiModel):
         default=None, description="The spec generation the operator last acted on."
     )
     pod_name: str | None = Field(default=None, description="The sandbox pod's name.")
-    pod_uid: str | None = Field(default=None, description="The current sandbox pod's UID.")
+    pod_uid: str | None = Field(
+        default=None, alias="podUID", description="The current sandbox pod's UID."
+    )
     pod_failures: int | None = Field(
         default=None,
         description=(
@@ -594,6 +596,7 @@ class CraftSandboxStatus(ApiModel):
     )
     validated_pod_uid: str | None = Field(
         default=None,
+        alias="validatedPodUID",
         description="The pod in which onyx-cli validate-config last ran.",
     )
     cli_auth_failures: int | None = Field(

@@ -81,10 +81,6 @@ FINALIZER = f"{GROUP}/finalizer"
 SANDBOX, POD, SECRET, CONFIGMAP = "CraftSandbox", "Pod", "Secret", "ConfigMap"
 NORMAL, WARNING = "Normal", "Warning"
 
-#: Pods that fail in a row before the operator stops replacing them (phase Failed).
-MAX_POD_FAILURES = 3
-#: How often a sandbox is revisited with nothing else happening (PAT revoked out of band).
-RESYNC_INTERVAL = 300.0
 CLI_TIMEOUT = 60.0
 
 
@@ -106,8 +102,8 @@ class Services:
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
 
 
-def _pod_backoff(failures: int) -> float:
-    return float(min(300, 10 * 2 ** max(0, failures - 1)))
+def _pod_backoff(base: float, failures: int) -> float:
+    return float(min(300.0, base * 2 ** max(0, failures - 1)))
 
 
 def _pod_ready(pod: Mapping[str, Any]) -> bool:
@@ -191,7 +187,7 @@ class SandboxReconciler:
             await self._write_status(run)
         if run.retry_reason:
             raise RetryLaterError(f"{namespace}/{name}: {run.retry_reason}")
-        resync = RESYNC_INTERVAL
+        resync = self.s.settings.resync_interval
         return min(resync, run.requeue_after) if run.requeue_after is not None else resync
 
     async def _reconcile(self, sandbox: CraftSandbox, run: Run) -> None:
@@ -295,7 +291,7 @@ class SandboxReconciler:
         run.set(
             ConditionState.true(
                 CREDENTIALS_READY,
-                "PATMinted" if issued.minted else "PATValid",
+                "PATValid",
                 f"PAT {issued.token_display} is valid until {issued.expires_at:%Y-%m-%dT%H:%M:%SZ}"
                 if issued.expires_at
                 else f"PAT {issued.token_display} does not expire",
@@ -498,7 +494,8 @@ class SandboxReconciler:
         previous = run.condition(POD_READY) or {}
         if failures and previous.get("reason") == "PodFailed":
             failed_at = _parse_time(previous.get("lastTransitionTime")) or run.now
-            wait = (failed_at - run.now).total_seconds() + _pod_backoff(failures)
+            backoff = _pod_backoff(self.s.settings.pod_restart_backoff, failures)
+            wait = (failed_at - run.now).total_seconds() + backoff
             if wait > 0:
                 run.requeue(wait)
                 self._waiting(run, (CLI_VALIDATED,), "WaitingForPod")
@@ -522,7 +519,7 @@ class SandboxReconciler:
         self.s.cache.put(POD, created)
         run.pod_exists = True
         run.status["podUID"] = created["metadata"].get("uid")
-        run.set(ConditionState.false(POD_READY, "PodStarting", "the pod was created"))
+        run.set(ConditionState.false(POD_READY, "PodStarting", _pod_waiting_detail(created)))
         self._waiting(run, (CLI_VALIDATED,), "WaitingForPod")
         self.s.events.post(
             self._body(run),
@@ -549,14 +546,15 @@ class SandboxReconciler:
         if status.get("message"):
             detail += f" ({status['message']})"
         failures = int(run.status.get("podFailures") or 0)
-        if failures >= MAX_POD_FAILURES:
+        limit = self.s.settings.max_pod_failures
+        if failures >= limit:
             run.phase = Phase.FAILED
             run.set(ConditionState.false(POD_READY, "PodFailedRepeatedly", detail))
             self._waiting(run, (CLI_VALIDATED,), "WaitingForPod")
             return
         failures += 1
         run.status["podFailures"] = failures
-        if failures >= MAX_POD_FAILURES:
+        if failures >= limit:
             message = (
                 f"{detail}; {failures} pods failed in a row, not replacing it until the spec "
                 "changes (the failed pod is kept for its logs)"
@@ -570,7 +568,7 @@ class SandboxReconciler:
             return
         await self._delete_pod(run, pod, reason="PodFailed", message=detail)
         self.s.events.post(self._body(run), type=WARNING, reason="PodFailed", message=detail)
-        run.requeue(_pod_backoff(failures))
+        run.requeue(_pod_backoff(self.s.settings.pod_restart_backoff, failures))
 
     # -- sleep ---------------------------------------------------------------------------------
 
@@ -721,6 +719,7 @@ class SandboxReconciler:
         patch = run.status_patch()
         if not patch:
             return
+        logger.debug("%s/%s: status patch %s", run.namespace, run.name, patch)
         try:
             updated = await self.s.kube.patch(
                 SANDBOXES, run.namespace, run.name, {"status": patch}, subresource="status"

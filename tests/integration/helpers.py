@@ -1,0 +1,78 @@
+"""Small helpers the integration tests share: manifests, status reads, PAT counts."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import sqlalchemy as sa
+
+from craft_operator.config import Settings
+from tests.integration.conftest import SANDBOXES
+from tests.support.emulator import KubeEmulator
+from tests.support.operator import eventually
+
+NAMESPACE = "team-a"
+USER_ID = "3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b"
+
+
+def sandbox(name: str, **spec: Any) -> dict[str, Any]:
+    """A CraftSandbox manifest in the test namespace."""
+    return {
+        "apiVersion": "craft.onyx.app/v1alpha1",
+        "kind": "CraftSandbox",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"user": {"id": USER_ID}, **spec},
+    }
+
+
+def status(emulator: KubeEmulator, name: str) -> dict[str, Any]:
+    """The sandbox's status (empty if none yet)."""
+    return dict(emulator.get(SANDBOXES, NAMESPACE, name).get("status") or {})
+
+
+def condition(emulator: KubeEmulator, name: str, type_: str) -> dict[str, Any]:
+    """One condition of the sandbox (empty if absent)."""
+    for item in status(emulator, name).get("conditions", []):
+        if item["type"] == type_:
+            return dict(item)
+    return {}
+
+
+async def phase(emulator: KubeEmulator, name: str, expected: str, *, within: float = 10) -> dict:
+    """Wait until the sandbox reaches ``expected`` phase; return its status."""
+    return await eventually(
+        lambda: (found := status(emulator, name)).get("phase") == expected and found,
+        within=within,
+        what=f"phase {expected} of {name}",
+    )
+
+
+def pod(emulator: KubeEmulator, name: str) -> dict[str, Any] | None:
+    """The sandbox's pod, if it exists."""
+    return emulator.find("v1/pods", NAMESPACE, name)
+
+
+def token_in_secret(emulator: KubeEmulator, name: str) -> str:
+    """The PAT the operator put in the sandbox's Secret."""
+    secret = emulator.get("v1/secrets", NAMESPACE, f"{name}-credentials")
+    return base64.b64decode(secret["data"]["ONYX_PAT"]).decode()
+
+
+def event_reasons(emulator: KubeEmulator, name: str) -> list[str]:
+    """Reasons of the events posted about the sandbox, oldest first."""
+    events = emulator.list("v1/events", NAMESPACE)
+    return [e["reason"] for e in events if e["involvedObject"].get("name") == name]
+
+
+def live_pats(settings: Settings) -> list[int]:
+    """Ids of PATs in the database that are not revoked."""
+    engine = sa.create_engine(settings.database_url_value)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(
+                sa.text("SELECT id FROM personal_access_token WHERE is_revoked = 0 ORDER BY id")
+            )
+            return [row[0] for row in rows]
+    finally:
+        engine.dispose()

@@ -1,0 +1,47 @@
+"""Admission for the integration emulator: what the real API server would accept or refuse.
+
+Built-in kinds are checked against the Kubernetes OpenAPI schemas, pods also against the
+"restricted" Pod Security Standard (the namespace label a production cluster would set),
+and CraftSandboxes are decoded (pruned, defaulted) and validated with the CRD's schema and
+CEL rules by :mod:`tests.support.crd_validation`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import kmock
+
+from craft_operator.api import models
+from tests.support.crd_validation import apply_defaults, craftsandbox_validator
+from tests.support.pss import restricted_violations
+from tests.support.schemas import core_schema_validator
+
+
+def admit(
+    resource: kmock.resource, obj: Mapping[str, Any], old: Mapping[str, Any] | None
+) -> list[str]:
+    """Emulator validation hook: every problem the API server would report."""
+    if resource.group == models.GROUP:
+        validator = craftsandbox_validator()
+        result = validator.admit_create(obj) if old is None else validator.admit_update(old, obj)
+        return result.messages
+    problems = core_schema_validator(resource, obj, old)
+    if resource.plural == "pods" and resource.group == "":
+        problems += [f"violates PodSecurity restricted: {p}" for p in restricted_violations(obj)]
+    return problems
+
+
+def default_craftsandbox(resource: kmock.resource, obj: dict[str, Any]) -> dict[str, Any]:
+    """Emulator mutation hook: apply the CRD's defaults, as the API server does on write.
+
+    Unknown fields are not pruned here: validation is strict, so a field the operator
+    writes that the CRD does not declare fails the test instead of vanishing silently.
+    """
+    if resource.group != models.GROUP:
+        return obj
+    defaulted = copy.deepcopy(obj)
+    apply_defaults(defaulted, craftsandbox_validator().schema)
+    return defaulted
