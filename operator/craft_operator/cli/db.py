@@ -24,7 +24,10 @@ def upgrade_command() -> None:
     """
     quiet_logging()
     settings = settings_or_fail()
-    engine = create_credentials_engine(settings.database_url_value)
+    try:
+        engine = create_credentials_engine(settings.database_url_value)
+    except CredentialsError as exc:
+        fail(str(exc), code=2)
     try:
         result = upgrade(engine)
     except CredentialsError as exc:

@@ -24,6 +24,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import (
+    ArgumentError,
     DBAPIError,
     IntegrityError,
     InterfaceError,
@@ -67,9 +68,30 @@ def create_credentials_engine(url: str | URL, *, echo: bool = False) -> Engine:
     ``BEGIN IMMEDIATE`` so that writers queue on the database lock instead of failing, and
     file databases use WAL so that readers do not wait for writers.
     """
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite":
-        return create_engine(parsed, hide_parameters=True, echo=echo, pool_pre_ping=False)
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise CredentialsError(
+            "CRAFT_DATABASE_URL is not a database URL; use sqlite:///path or "
+            "postgresql+psycopg://user:password@host/db"
+        ) from None
+    backend = parsed.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):
+        raise CredentialsError(
+            f"CRAFT_DATABASE_URL names a {backend!r} database; the operator supports SQLite "
+            "(embedded) and PostgreSQL (Onyx mode)"
+        )
+    if parsed.drivername == "postgresql":
+        # The operator ships psycopg 3; SQLAlchemy's default driver would be psycopg2.
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    if backend == "postgresql":
+        try:
+            return create_engine(parsed, hide_parameters=True, echo=echo, pool_pre_ping=False)
+        except ImportError as exc:
+            raise CredentialsError(
+                f"the PostgreSQL driver is not installed ({exc.name}); install "
+                "craft-operator[postgres]"
+            ) from None
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     engine = create_engine(

@@ -32,9 +32,9 @@ def build_credential_store(settings: Settings, *, migrate: bool | None = None) -
     ``migrate`` overrides CRAFT_DATABASE_AUTO_MIGRATE. Raises :class:`KeyRingError`,
     :class:`SchemaMissingError` or :class:`DatabaseUnavailableError` with a clear message.
     """
-    keyring = load_key_ring(settings)
     engine = create_credentials_engine(settings.database_url_value)
     try:
+        keyring = load_key_ring(settings)
         if settings.database_auto_migrate if migrate is None else migrate:
             upgrade(engine)
         else:

@@ -11,6 +11,7 @@ from sqlalchemy import Engine, inspect, text
 
 from craft_operator.config import load_settings
 from craft_operator.credentials import (
+    CredentialsError,
     DatabaseUnavailableError,
     KeyRing,
     SandboxIdentity,
@@ -204,3 +205,22 @@ def test_an_unreachable_database_is_a_typed_error_without_the_password() -> None
     assert "hunter2" not in str(caught.value)
     assert "hunter2" not in repr(store)
     store.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "complaint"),
+    [
+        ("mysql://u:p@h/db", "names a 'mysql' database"),
+        ("::not-a-url", "is not a database URL"),
+    ],
+)
+def test_an_unsupported_database_url_is_a_clear_error(url: str, complaint: str) -> None:
+    with pytest.raises(CredentialsError, match=complaint):
+        create_credentials_engine(url)
+
+
+def test_a_plain_postgresql_url_uses_the_psycopg_driver() -> None:
+    engine = create_credentials_engine("postgresql://u@127.0.0.1/db")
+
+    assert engine.dialect.driver == "psycopg"
+    engine.dispose()
