@@ -51,6 +51,12 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def _traversable_by_others(path: Path) -> bool:
+    """True when every directory down to ``path`` lets other users through (o+x)."""
+    resolved = path.resolve()
+    return all(directory.stat().st_mode & 0o001 for directory in (resolved, *resolved.parents))
+
+
 def _service_account() -> pwd.struct_passwd:
     try:
         return pwd.getpwnam(SERVICE_USER)
@@ -133,7 +139,10 @@ class ThrowawayPostgres:
 
     def start(self) -> ThrowawayPostgres:
         """Create a fresh cluster in a temporary directory and start the server."""
-        self.datadir = Path(tempfile.mkdtemp(prefix="craft-pg-"))
+        parent = None
+        if os.geteuid() == 0 and not _traversable_by_others(Path(tempfile.gettempdir())):
+            parent = "/tmp"  # noqa: S108 - the service user must reach the data directory
+        self.datadir = Path(tempfile.mkdtemp(prefix="craft-pg-", dir=parent))
         if os.geteuid() == 0:
             account = _service_account()
             self._prefix = _as_service_user(account)

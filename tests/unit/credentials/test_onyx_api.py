@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -40,7 +40,7 @@ def _onyx_cli() -> str:
 
 
 @pytest.fixture
-async def client(database: Database) -> Iterator[TestClient]:  # type: ignore[misc]
+async def client(database: Database) -> AsyncIterator[TestClient]:
     async with TestClient(TestServer(create_app(database.engine))) as test_client:
         yield test_client
 
