@@ -183,6 +183,7 @@ class EnsurePolicy:
 
     identity: SandboxIdentity
     user_id: uuid.UUID
+    tenant_id: str
     lifetime: timedelta
     renewal_fraction: float = DEFAULT_RENEWAL_FRACTION
     force_new: bool = False
@@ -201,6 +202,8 @@ def replacement_reason(row: Row[Any] | None, policy: EnsurePolicy, now: datetime
         return "the credential belongs to an earlier sandbox of that name"
     if row.user_id != policy.user_id:
         return "the sandbox's user changed"
+    if row.tenant_id != policy.tenant_id:
+        return "the sandbox's tenant changed"
     state = _pat_state(row, now)
     if state is not PatState.LIVE:
         return f"the PAT is {state.value}"
@@ -358,6 +361,7 @@ class CredentialStore:
         policy = EnsurePolicy(
             identity=identity,
             user_id=user_uuid,
+            tenant_id=tenant_id,
             lifetime=lifetime,
             renewal_fraction=self._renewal_fraction,
             force_new=force_new,
@@ -382,7 +386,7 @@ class CredentialStore:
                         return issued
                     reason = "the stored token does not match its PAT"
                 try:
-                    return self._mint(policy, tenant_id, row, reason)
+                    return self._mint(policy, row, reason)
                 except _LostRaceError:
                     continue
                 except IntegrityError as exc:
@@ -422,9 +426,7 @@ class CredentialStore:
             minted=False,
         )
 
-    def _mint(
-        self, policy: EnsurePolicy, tenant_id: str, row: Row[Any] | None, reason: str
-    ) -> IssuedCredential:
+    def _mint(self, policy: EnsurePolicy, row: Row[Any] | None, reason: str) -> IssuedCredential:
         """Replace the credential read as ``row`` (None: there was none) with a new PAT.
 
         Raises :class:`_LostRaceError` (or a unique violation) when another writer changed
@@ -443,7 +445,7 @@ class CredentialStore:
                 if locked != row.version:
                     raise _LostRaceError
             now = self._clock()
-            token = generate_token(tenant_id)
+            token = generate_token(policy.tenant_id)
             expires_at = now + policy.lifetime
             # Only a PAT that still exists can be superseded (and revoked).
             superseded = None if row is None or row.pat_hash is None else row.pat_id
@@ -454,7 +456,7 @@ class CredentialStore:
             values: dict[str, Any] = {
                 "sandbox_uid": identity.uid,
                 "user_id": user_id,
-                "tenant_id": tenant_id,
+                "tenant_id": policy.tenant_id,
                 "pat_id": pat_id,
                 "token_display": display_form(token),
                 "encrypted_token": envelope,

@@ -190,6 +190,18 @@ def test_a_recreated_sandbox_of_the_same_name_gets_a_new_pat(
     assert pat_row(database, first.pat_id).is_revoked
 
 
+def test_a_changed_tenant_gets_a_new_pat_in_its_own_form(
+    store: CredentialStore, database: Database
+) -> None:
+    user = database.new_user()
+    first = store.ensure(SANDBOX, user_id=user, tenant_id="public")
+
+    again = store.ensure(SANDBOX, user_id=user, tenant_id="acme")
+
+    assert again.superseded_pat_id == first.pat_id
+    assert again.token.get_secret_value().startswith("onyx_pat_acme.")
+
+
 def test_force_new_replaces_a_live_pat(store: CredentialStore, database: Database) -> None:
     user = database.new_user()
     first = store.ensure(SANDBOX, user_id=user, tenant_id="public")
