@@ -13,6 +13,8 @@ import asyncio
 import os
 import shutil
 import stat
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 from craft_operator.library.destination import ChangeSet
@@ -22,6 +24,8 @@ from craft_operator.library.plan import PlannedCopy
 from craft_operator.library.s3 import ObjectStore
 
 CHUNK_BYTES = 1024 * 1024
+#: Parallel downloads: for small files the latency of each GET sets the pace.
+DOWNLOAD_THREADS = 8
 
 
 def _remove(path: Path) -> None:
@@ -102,7 +106,10 @@ class LocalDestination:
         _parent_inside(self.root, f"{STATE_DIR}/x", create=True)
         _remove(self._staging)
         (self._staging / "files").mkdir(parents=True)
-        received = sum(self._download(copy, store, bucket) for copy in changes.copies)
+        with ThreadPoolExecutor(DOWNLOAD_THREADS, thread_name_prefix="library-download") as pool:
+            received = sum(
+                pool.map(partial(self._download, store=store, bucket=bucket), changes.copies)
+            )
         self._append(changes.pending)
         for path in changes.deletes:
             parent = _parent_inside(self.root, path, create=False)
@@ -131,7 +138,7 @@ class LocalDestination:
             manifest.flush()
             os.fsync(manifest.fileno())
 
-    def _download(self, copy: PlannedCopy, store: ObjectStore, bucket: str) -> int:
+    def _download(self, copy: PlannedCopy, *, store: ObjectStore, bucket: str) -> int:
         staged = self._staging / "files" / copy.path
         staged.parent.mkdir(parents=True, exist_ok=True)
         body = store.open_object(bucket, copy.key, copy.etag)

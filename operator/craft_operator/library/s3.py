@@ -96,8 +96,11 @@ def make_s3_client(
     max_attempts: int = 2,
     connect_timeout: float = 5.0,
     read_timeout: float = 30.0,
+    max_pool_connections: int = 16,
 ) -> S3Client:
     """A boto3 S3 client with short timeouts and few retries (the caller backs off).
+
+    The connection pool is large enough for the sync's parallel downloads.
 
     Credentials come from boto3's usual chain (environment, web identity, instance role).
     """
@@ -106,6 +109,7 @@ def make_s3_client(
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
         retries={"total_max_attempts": max_attempts, "mode": "standard"},
+        max_pool_connections=max_pool_connections,
         s3={"addressing_style": "path"} if endpoint_url else None,
     )
     client: S3Client = boto3.session.Session().client(

@@ -1,10 +1,13 @@
 """A tar archive produced as a stream, with file bodies read from S3 as it goes.
 
-Only one chunk of one file is in memory at a time, so a 500 MB file costs a megabyte of
-memory, not 500. Headers are POSIX pax (long and non-ASCII names survive GNU tar and
-BusyBox tar in any locale). A body that is shorter or longer than its listed size stops
-the stream with :class:`~craft_operator.library.errors.S3ObjectChangedError`; the receiving
-``tar`` then sees a truncated archive and fails before anything is moved into place.
+Large files are streamed a chunk at a time, so a 500 MB file costs a megabyte of memory,
+not 500. Small files (up to ``prefetch_bytes``) are fetched ahead, ``prefetch`` at a time,
+because for them the latency of each GET, not bandwidth, sets the pace; the memory this
+takes is bounded by ``prefetch * prefetch_bytes``. Headers are POSIX pax (long and
+non-ASCII names survive GNU tar and BusyBox tar in any locale). A body that is shorter or
+longer than its listed size stops the stream with
+:class:`~craft_operator.library.errors.S3ObjectChangedError`; the receiving ``tar`` then
+sees a truncated archive and fails before anything is moved into place.
 """
 
 from __future__ import annotations
@@ -66,9 +69,29 @@ def archive_size(members: Sequence[TarMember]) -> int:
     return total
 
 
-async def _body(member: TarMember, chunk_bytes: int) -> AsyncIterator[bytes]:
+def _read_whole(member: TarMember) -> bytes:
+    """Fetch a small member's body in one go (blocking); at most one byte past its size."""
+    assert member.open is not None
+    body = member.open()
+    try:
+        parts: list[bytes] = []
+        received = 0
+        while received <= member.size and (chunk := body.read(CHUNK_BYTES)):
+            parts.append(chunk)
+            received += len(chunk)
+        return b"".join(parts)
+    finally:
+        body.close()
+
+
+async def _body(
+    member: TarMember, chunk_bytes: int, prefetched: asyncio.Future[bytes] | None
+) -> AsyncIterator[bytes]:
     if member.data is not None:
         yield member.data
+        return
+    if prefetched is not None:
+        yield await prefetched
         return
     assert member.open is not None
     body = await asyncio.to_thread(member.open)
@@ -79,20 +102,72 @@ async def _body(member: TarMember, chunk_bytes: int) -> AsyncIterator[bytes]:
         await asyncio.to_thread(body.close)
 
 
+class _Prefetcher:
+    """Starts fetching the next small members while earlier ones are being sent."""
+
+    def __init__(self, members: Sequence[TarMember], window: int, max_bytes: int) -> None:
+        self._members = members
+        self._window = window
+        self._max_bytes = max_bytes
+        self._started: dict[int, asyncio.Future[bytes]] = {}
+        self._next = 0
+
+    def _eligible(self, member: TarMember) -> bool:
+        return member.data is None and member.open is not None and member.size <= self._max_bytes
+
+    def take(self, index: int) -> asyncio.Future[bytes] | None:
+        """The fetch of member ``index`` (if prefetched), after topping up the window."""
+        if self._window <= 0:
+            return None
+        self._next = max(self._next, index)
+        while self._next < len(self._members) and len(self._started) < self._window + 1:
+            member = self._members[self._next]
+            if self._eligible(member):
+                task = asyncio.ensure_future(asyncio.to_thread(_read_whole, member))
+                self._started[self._next] = task
+            self._next += 1
+        return self._started.pop(index, None)
+
+    async def close(self) -> None:
+        """Abandon fetches nobody will send; wait for them so no error goes unretrieved."""
+        pending = list(self._started.values())
+        self._started.clear()
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+
 async def tar_stream(
     members: Sequence[TarMember],
     counter: ByteCounter | None = None,
     *,
     chunk_bytes: int = CHUNK_BYTES,
+    prefetch: int = 8,
+    prefetch_bytes: int = 8 * 1024 * 1024,
 ) -> AsyncIterator[bytes]:
     """Yield the archive of ``members`` in chunks, adding their length to ``counter``."""
     counter = counter if counter is not None else ByteCounter()
-    for member in members:
+    prefetcher = _Prefetcher(members, prefetch, prefetch_bytes)
+    try:
+        async for chunk in _archive(members, counter, chunk_bytes, prefetcher):
+            yield chunk
+    finally:
+        await prefetcher.close()
+
+
+async def _archive(
+    members: Sequence[TarMember],
+    counter: ByteCounter,
+    chunk_bytes: int,
+    prefetcher: _Prefetcher,
+) -> AsyncIterator[bytes]:
+    for index, member in enumerate(members):
+        prefetched = prefetcher.take(index)
         head = header(member)
         counter.value += len(head)
         yield head
         sent = 0
-        async for chunk in _body(member, chunk_bytes):
+        async for chunk in _body(member, chunk_bytes, prefetched):
             sent += len(chunk)
             if sent > member.size:
                 break
