@@ -55,6 +55,7 @@ def settings(tmp_path: Path) -> Settings:
         state_dir=tmp_path / "state",
         server_url="http://onyx.invalid:8080",
         encryption_keys=generate_key_entry("test"),
+        pod_restart_backoff=0.2,
     )
 
 

@@ -76,3 +76,11 @@ def live_pats(settings: Settings) -> list[int]:
             return [row[0] for row in rows]
     finally:
         engine.dispose()
+
+
+async def event_posted(emulator: KubeEmulator, name: str, reason: str) -> list[str]:
+    """Wait until an event with ``reason`` about the sandbox is posted; all reasons so far."""
+    return await eventually(
+        lambda: reason in (found := event_reasons(emulator, name)) and found,
+        what=f"a {reason} event about {name}",
+    )

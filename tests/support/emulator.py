@@ -170,6 +170,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
         #: Keep every version of every object (kmock's history) or only the latest.
         self.keep_history = True
 
+    def __repr__(self) -> str:
+        return f"<KubeEmulator: {len(self.objects)} objects, {len(self._requests)} requests>"
+
     # -- public helpers for tests -------------------------------------------------------------
 
     @property

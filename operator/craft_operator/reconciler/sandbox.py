@@ -530,14 +530,14 @@ class SandboxReconciler:
         return None
 
     async def _delete_pod(
-        self, run: Run, pod: Mapping[str, Any], *, reason: str, message: str
+        self, run: Run, pod: Mapping[str, Any], *, reason: str, message: str, type: str = NORMAL
     ) -> None:
         meta = pod["metadata"]
         await self.s.kube.delete(PODS, meta.get("namespace"), meta["name"], uid=meta.get("uid"))
         run.pod_exists = True
         run.set(ConditionState.false(POD_READY, reason, message))
         self._waiting(run, (CLI_VALIDATED,), "WaitingForPod")
-        self.s.events.post(self._body(run), type=NORMAL, reason=reason, message=message)
+        self.s.events.post(self._body(run), type=type, reason=reason, message=message)
 
     async def _pod_failed(self, sandbox: CraftSandbox, pod: dict[str, Any], run: Run) -> None:
         status = pod.get("status", {})
@@ -566,8 +566,7 @@ class SandboxReconciler:
                 self._body(run), type=WARNING, reason="PodFailedRepeatedly", message=message
             )
             return
-        await self._delete_pod(run, pod, reason="PodFailed", message=detail)
-        self.s.events.post(self._body(run), type=WARNING, reason="PodFailed", message=detail)
+        await self._delete_pod(run, pod, reason="PodFailed", message=detail, type=WARNING)
         run.requeue(_pod_backoff(self.s.settings.pod_restart_backoff, failures))
 
     # -- sleep ---------------------------------------------------------------------------------

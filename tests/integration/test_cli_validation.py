@@ -1,0 +1,94 @@
+"""onyx-cli validate-config inside the pod: what each outcome does to the sandbox."""
+
+from __future__ import annotations
+
+from craft_operator.config import Settings
+from craft_operator.context import OperatorContext
+from tests.integration.conftest import SANDBOXES
+from tests.integration.helpers import (
+    NAMESPACE,
+    condition,
+    event_posted,
+    live_pats,
+    phase,
+    pod,
+    sandbox,
+    status,
+    token_in_secret,
+)
+from tests.support.emulator import KubeEmulator
+from tests.support.operator import eventually
+from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
+
+
+async def test_validation_runs_once_per_pod_with_argv_only(
+    emulator: KubeEmulator, operator: OperatorContext, pod_exec: EmulatedPodExec
+) -> None:
+    emulator.create(SANDBOXES, sandbox("alice"))
+    await eventually(lambda: pod(emulator, "alice"), what="the pod")
+    mark_pod_running(emulator, NAMESPACE, "alice")
+    await phase(emulator, "alice", "Ready")
+
+    done = operator.queue.processed
+    operator.queue.add((NAMESPACE, "alice"))
+    await eventually(lambda: operator.queue.processed > done, what="another pass")
+
+    assert pod_exec.calls == [(NAMESPACE, "alice", ("onyx-cli", "validate-config"))]
+    assert condition(emulator, "alice", "CLIValidated")["reason"] == "Validated"
+
+
+async def test_an_auth_failure_mints_a_new_pat_and_replaces_the_pod_once(
+    emulator: KubeEmulator,
+    operator: OperatorContext,
+    cli_exit_codes: dict[str, int],
+    settings: Settings,
+) -> None:
+    cli_exit_codes[f"{NAMESPACE}/alice"] = 4
+    emulator.create(SANDBOXES, sandbox("alice"))
+    first = await eventually(lambda: pod(emulator, "alice"), what="the pod")
+    first_token = token_in_secret(emulator, "alice")
+    mark_pod_running(emulator, NAMESPACE, "alice")
+
+    second = await eventually(
+        lambda: (
+            (p := pod(emulator, "alice")) and p["metadata"]["uid"] != first["metadata"]["uid"] and p
+        ),
+        what="a pod with a fresh PAT",
+    )
+    assert token_in_secret(emulator, "alice") != first_token
+    assert len(live_pats(settings)) == 1
+    assert (
+        second["metadata"]["annotations"]["craft.onyx.app/pat-id"]
+        != first["metadata"]["annotations"]["craft.onyx.app/pat-id"]
+    )
+
+    mark_pod_running(emulator, NAMESPACE, "alice")  # the fresh PAT is refused too
+
+    await eventually(
+        lambda: "stops retrying" in condition(emulator, "alice", "CLIValidated").get("message", ""),
+        what="the operator giving up",
+    )
+    assert status(emulator, "alice")["cliAuthFailures"] == 2
+    assert pod(emulator, "alice")["metadata"]["uid"] == second["metadata"]["uid"]  # type: ignore[index]
+    assert len(live_pats(settings)) == 1
+    await event_posted(emulator, "alice", "AuthFailed")
+
+
+async def test_an_unreachable_server_is_reported_with_the_exit_codes_meaning(
+    emulator: KubeEmulator, operator: OperatorContext, cli_exit_codes: dict[str, int]
+) -> None:
+    cli_exit_codes[f"{NAMESPACE}/alice"] = 5
+    emulator.create(SANDBOXES, sandbox("alice"))
+    await eventually(lambda: pod(emulator, "alice"), what="the pod")
+    mark_pod_running(emulator, NAMESPACE, "alice")
+
+    validated = await eventually(
+        lambda: (c := condition(emulator, "alice", "CLIValidated")).get("status") == "False" and c,
+        what="CLIValidated False",
+    )
+    assert validated["reason"] == "ServerUnreachable"
+    assert status(emulator, "alice")["phase"] == "Provisioning"
+    assert condition(emulator, "alice", "Ready")["reason"] == "ServerUnreachable"
+
+    cli_exit_codes[f"{NAMESPACE}/alice"] = 0  # the server comes back; the retry succeeds
+    await phase(emulator, "alice", "Ready", within=15)

@@ -1,0 +1,177 @@
+"""Drift repair: whatever happens to a child, the operator puts it back."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from craft_operator.config import Settings
+from craft_operator.context import OperatorContext
+from tests.integration.conftest import SANDBOXES
+from tests.integration.helpers import (
+    NAMESPACE,
+    condition,
+    event_posted,
+    live_pats,
+    phase,
+    pod,
+    sandbox,
+    token_in_secret,
+)
+from tests.support.emulator import KubeEmulator
+from tests.support.operator import eventually
+from tests.support.pod_exec import mark_pod_failed, mark_pod_running
+
+
+async def ready_sandbox(emulator: KubeEmulator, name: str = "alice") -> dict:
+    emulator.create(SANDBOXES, sandbox(name, sources=[{"name": "slack"}]))
+    await eventually(lambda: pod(emulator, name), what="the pod")
+    mark_pod_running(emulator, NAMESPACE, name)
+    return await phase(emulator, name, "Ready")
+
+
+@pytest.mark.parametrize(
+    ("resource", "name"),
+    [("v1/secrets", "alice-credentials"), ("v1/configmaps", "alice-skills")],
+)
+async def test_a_deleted_secret_or_configmap_is_recreated(
+    emulator: KubeEmulator, operator: OperatorContext, resource: str, name: str
+) -> None:
+    await ready_sandbox(emulator)
+    original = emulator.get(resource, NAMESPACE, name)
+
+    emulator.remove(resource, NAMESPACE, name)
+
+    again = await eventually(lambda: emulator.find(resource, NAMESPACE, name), what=name)
+    assert again["data"] == original["data"]
+    assert again["metadata"]["uid"] != original["metadata"]["uid"]
+
+
+async def test_an_edited_secret_is_put_back_without_touching_the_pat(
+    emulator: KubeEmulator, operator: OperatorContext, settings: Settings
+) -> None:
+    await ready_sandbox(emulator)
+    token = token_in_secret(emulator, "alice")
+    forged = base64.b64encode(b"onyx_pat_forged").decode()
+
+    emulator.patch(
+        "v1/secrets",
+        NAMESPACE,
+        "alice-credentials",
+        {"data": {"ONYX_PAT": forged, "EXTRA": forged}},
+    )
+
+    await eventually(
+        lambda: (
+            emulator.get("v1/secrets", NAMESPACE, "alice-credentials")["data"]
+            == {"ONYX_PAT": base64.b64encode(token.encode()).decode()}
+        ),
+        what="the Secret put back",
+    )
+    assert len(live_pats(settings)) == 1
+    await event_posted(emulator, "alice", "SecretUpdated")
+
+
+async def test_an_edited_configmap_is_put_back(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    await ready_sandbox(emulator)
+    original = emulator.get("v1/configmaps", NAMESPACE, "alice-skills")["data"]
+
+    emulator.patch("v1/configmaps", NAMESPACE, "alice-skills", {"data": {"SKILL.md": "# hijacked"}})
+
+    await eventually(
+        lambda: emulator.get("v1/configmaps", NAMESPACE, "alice-skills")["data"] == original,
+        what="the ConfigMap put back",
+    )
+
+
+async def test_a_deleted_pod_is_recreated(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    await ready_sandbox(emulator)
+    first = pod(emulator, "alice")
+    assert first is not None
+
+    emulator.remove("v1/pods", NAMESPACE, "alice")
+
+    second = await eventually(lambda: pod(emulator, "alice"), what="a new pod")
+    assert second["metadata"]["uid"] != first["metadata"]["uid"]
+    await eventually(
+        lambda: condition(emulator, "alice", "PodReady").get("reason") == "PodStarting"
+    )
+    mark_pod_running(emulator, NAMESPACE, "alice")
+    await phase(emulator, "alice", "Ready")
+
+
+async def test_a_pod_whose_image_was_edited_is_replaced(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    await ready_sandbox(emulator)
+    first = pod(emulator, "alice")
+    assert first is not None
+    containers = first["spec"]["containers"]
+    containers[0]["image"] = "attacker/image:latest"
+
+    emulator.patch("v1/pods", NAMESPACE, "alice", {"spec": {"containers": containers}})
+
+    replaced = await eventually(
+        lambda: (
+            (p := pod(emulator, "alice")) and p["metadata"]["uid"] != first["metadata"]["uid"] and p
+        ),
+        what="a replacement pod",
+    )
+    assert replaced["spec"]["containers"][0]["image"] == "craft-sandbox:0.1.0"
+    await event_posted(emulator, "alice", "PodReplaced")
+
+
+async def test_a_failed_pod_is_replaced_and_repeated_failures_end_in_failed(
+    emulator: KubeEmulator, operator: OperatorContext, settings: Settings
+) -> None:
+    await ready_sandbox(emulator)
+    seen: set[str] = set()
+
+    for attempt in range(1, settings.max_pod_failures + 1):
+        current = await eventually(
+            lambda: (p := pod(emulator, "alice")) and p["metadata"]["uid"] not in seen and p,
+            what=f"pod {attempt}",
+        )
+        seen.add(current["metadata"]["uid"])
+        mark_pod_failed(emulator, NAMESPACE, "alice", reason="Evicted" if attempt == 1 else "Error")
+
+    status = await phase(emulator, "alice", "Failed")
+    assert status["podFailures"] == settings.max_pod_failures
+    ready = condition(emulator, "alice", "PodReady")
+    assert ready["reason"] == "PodFailedRepeatedly"
+    assert "3 pods failed in a row" in ready["message"]
+    kept = pod(emulator, "alice")
+    assert kept is not None
+    assert kept["status"]["phase"] == "Failed"
+    reasons = await event_posted(emulator, "alice", "PodFailedRepeatedly")
+    assert reasons.count("PodFailed") == settings.max_pod_failures - 1
+
+
+async def test_a_spec_change_after_failed_gives_the_pod_another_chance(
+    emulator: KubeEmulator, operator: OperatorContext, settings: Settings
+) -> None:
+    await test_a_failed_pod_is_replaced_and_repeated_failures_end_in_failed(
+        emulator, operator, settings
+    )
+    failed = pod(emulator, "alice")
+    assert failed is not None
+
+    emulator.patch(SANDBOXES, NAMESPACE, "alice", {"spec": {"image": "craft-sandbox:0.1.1"}})
+
+    fresh = await eventually(
+        lambda: (
+            (p := pod(emulator, "alice"))
+            and p["metadata"]["uid"] != failed["metadata"]["uid"]
+            and p
+        ),
+        what="a fresh pod",
+    )
+    assert fresh["spec"]["containers"][0]["image"] == "craft-sandbox:0.1.1"
+    mark_pod_running(emulator, NAMESPACE, "alice")
+    status = await phase(emulator, "alice", "Ready")
+    assert "podFailures" not in status

@@ -1,0 +1,115 @@
+"""Sleep: suspend, and idle sleep driven by the last-activity annotation."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from craft_operator.config import Settings
+from craft_operator.context import OperatorContext
+from tests.integration.conftest import SANDBOXES
+from tests.integration.helpers import (
+    NAMESPACE,
+    condition,
+    event_posted,
+    live_pats,
+    phase,
+    pod,
+    sandbox,
+    status,
+    token_in_secret,
+)
+from tests.integration.test_drift import ready_sandbox
+from tests.support.emulator import KubeEmulator
+from tests.support.operator import eventually
+from tests.support.pod_exec import mark_pod_running
+
+ACTIVITY = "craft.onyx.app/last-activity"
+
+
+def stamp(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def test_suspend_deletes_the_pod_and_keeps_credentials_and_resume_brings_it_back(
+    emulator: KubeEmulator, operator: OperatorContext, settings: Settings
+) -> None:
+    await ready_sandbox(emulator)
+    token = token_in_secret(emulator, "alice")
+
+    emulator.patch(SANDBOXES, NAMESPACE, "alice", {"spec": {"suspend": True}})
+
+    suspended = await phase(emulator, "alice", "Suspended")
+    assert pod(emulator, "alice") is None
+    assert token_in_secret(emulator, "alice") == token
+    assert suspended["credentials"]["tokenDisplay"].startswith(token[:12])
+    assert condition(emulator, "alice", "PodReady")["reason"] == "Suspended"
+    assert live_pats(settings) != []
+
+    emulator.patch(SANDBOXES, NAMESPACE, "alice", {"spec": {"suspend": False}})
+
+    await eventually(lambda: pod(emulator, "alice"), what="the pod back")
+    mark_pod_running(emulator, NAMESPACE, "alice")
+    await phase(emulator, "alice", "Ready")
+    assert token_in_secret(emulator, "alice") == token
+    assert len(live_pats(settings)) == 1
+
+
+async def test_an_idle_sandbox_sleeps_and_newer_activity_wakes_it(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    long_ago = datetime.now(UTC) - timedelta(hours=2)
+    manifest = sandbox("alice", idleTimeout="1h")
+    manifest["metadata"]["annotations"] = {ACTIVITY: stamp(long_ago)}
+
+    emulator.create(SANDBOXES, manifest)
+
+    slept = await phase(emulator, "alice", "Sleeping")
+    assert pod(emulator, "alice") is None
+    assert slept["sleepingSince"]
+    await event_posted(emulator, "alice", "SandboxSleeping")
+
+    emulator.patch(
+        SANDBOXES,
+        NAMESPACE,
+        "alice",
+        {"metadata": {"annotations": {ACTIVITY: stamp(datetime.now(UTC) + timedelta(seconds=5))}}},
+    )
+
+    await eventually(lambda: pod(emulator, "alice"), what="the pod after waking")
+    mark_pod_running(emulator, NAMESPACE, "alice")
+    awake = await phase(emulator, "alice", "Ready")
+    assert "sleepingSince" not in awake
+    await event_posted(emulator, "alice", "SandboxWaking")
+
+
+async def test_a_running_sandbox_falls_asleep_when_its_activity_ages_past_the_timeout(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    almost = datetime.now(UTC) - timedelta(minutes=1, seconds=-2)  # idle for 58s of 1m
+    manifest = sandbox("alice", idleTimeout="1m")
+    manifest["metadata"]["annotations"] = {ACTIVITY: stamp(almost)}
+    emulator.create(SANDBOXES, manifest)
+    await eventually(lambda: pod(emulator, "alice"), what="the pod")
+
+    await phase(emulator, "alice", "Sleeping", within=15)  # no event needed: a timed revisit
+
+    assert pod(emulator, "alice") is None
+
+
+@pytest.mark.parametrize("activity", ["yesterday", "2026-13-45T99:00:00Z", "1700000000"])
+async def test_an_unparseable_activity_never_deletes_the_pod_and_is_reported(
+    emulator: KubeEmulator, operator: OperatorContext, activity: str
+) -> None:
+    manifest = sandbox("alice", idleTimeout="1m")
+    manifest["metadata"]["annotations"] = {ACTIVITY: activity}
+
+    emulator.create(SANDBOXES, manifest)
+    await eventually(lambda: pod(emulator, "alice"), what="the pod")
+    mark_pod_running(emulator, NAMESPACE, "alice")
+
+    await phase(emulator, "alice", "Ready")
+    await event_posted(emulator, "alice", "LastActivityInvalid")
+    assert pod(emulator, "alice") is not None
+    assert "sleepingSince" not in status(emulator, "alice")

@@ -1,0 +1,83 @@
+"""Spec updates: what lives in the pod replaces the pod; what lives in SKILL.md does not."""
+
+from __future__ import annotations
+
+import asyncio
+
+from craft_operator.context import OperatorContext
+from tests.integration.conftest import SANDBOXES
+from tests.integration.helpers import NAMESPACE, phase, pod, status
+from tests.integration.test_drift import ready_sandbox
+from tests.support.emulator import KubeEmulator
+from tests.support.operator import eventually
+from tests.support.pod_exec import mark_pod_running
+
+
+async def test_changing_a_field_that_lives_in_the_pod_replaces_the_pod(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    await ready_sandbox(emulator)
+    first = pod(emulator, "alice")
+    assert first is not None
+
+    emulator.patch(
+        SANDBOXES, NAMESPACE, "alice", {"spec": {"resources": {"limits": {"memory": "12Gi"}}}}
+    )
+
+    second = await eventually(
+        lambda: (
+            (p := pod(emulator, "alice")) and p["metadata"]["uid"] != first["metadata"]["uid"] and p
+        ),
+        what="the replacement pod",
+    )
+    assert second["spec"]["containers"][0]["resources"]["limits"]["memory"] == "12Gi"
+    mark_pod_running(emulator, NAMESPACE, "alice")
+    assert (await phase(emulator, "alice", "Ready"))["observedGeneration"] == 2
+
+
+async def test_changing_the_sources_updates_the_skill_and_leaves_the_pod_alone(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    await ready_sandbox(emulator)
+    first = pod(emulator, "alice")
+    assert first is not None
+    old_hash = status(emulator, "alice")["skill"]["contentHash"]
+
+    emulator.patch(
+        SANDBOXES,
+        NAMESPACE,
+        "alice",
+        {"spec": {"sources": [{"name": "slack"}, {"name": "github", "scopes": ["onyx/craft"]}]}},
+    )
+
+    await eventually(
+        lambda: status(emulator, "alice").get("observedGeneration") == 2, what="generation 2"
+    )
+    skill = emulator.get("v1/configmaps", NAMESPACE, "alice-skills")["data"]["SKILL.md"]
+    assert "`github`" in skill
+    assert "onyx/craft" in skill
+    current = status(emulator, "alice")
+    assert current["skill"]["sourceCount"] == 2
+    assert current["skill"]["contentHash"] != old_hash
+    assert current["phase"] == "Ready"
+    same = pod(emulator, "alice")
+    assert same is not None
+    assert same["metadata"]["uid"] == first["metadata"]["uid"]
+
+
+async def test_an_update_that_changes_nothing_the_operator_owns_writes_only_the_status(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    await ready_sandbox(emulator)
+    settled = len(emulator.served)
+
+    emulator.patch(
+        SANDBOXES, NAMESPACE, "alice", {"spec": {"user": {"email": "alice@example.com"}}}
+    )
+    await eventually(
+        lambda: status(emulator, "alice").get("observedGeneration") == 2, what="generation 2"
+    )
+    await asyncio.sleep(0.2)
+
+    sandbox_path = f"/apis/craft.onyx.app/v1alpha1/namespaces/{NAMESPACE}/craftsandboxes/alice"
+    assert emulator.writes(settled) == [f"PATCH {sandbox_path}/status"]  # observedGeneration
