@@ -11,7 +11,9 @@ validate-config`` asks for, against the same database as the credential store:
 * ``GET /api/version`` answers ``{"backend_version": ...}`` without authentication.
 
 Run it with ``python -m craft_operator.devtools.onyx_api --port 8080``; it prints
-``listening on http://HOST:PORT`` once it accepts connections.
+``listening on http://HOST:PORT`` once it accepts connections. For a kind cluster, point
+it at the operator's database: the same SQLite file (a sidecar sharing the state volume)
+or a Postgres bootstrapped with ``--create-onyx-tables --user <uuid>``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import argparse
 import asyncio
 import logging
 import sys
+import uuid
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, cast
@@ -31,6 +34,7 @@ from craft_operator.credentials.db import create_credentials_engine, is_onyx_mod
 from craft_operator.credentials.store import utc_now
 from craft_operator.credentials.tables import OnyxUser, PersonalAccessToken
 from craft_operator.credentials.tokens import PAT_PREFIX, hash_token
+from craft_operator.devtools.onyx_schema import add_user, create_onyx_tables
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +155,20 @@ def main(argv: list[str] | None = None) -> int:
         help="SQLAlchemy URL of the credentials database (default: CRAFT_DATABASE_URL)",
     )
     parser.add_argument("--backend-version", default=DEFAULT_BACKEND_VERSION)
+    parser.add_argument(
+        "--create-onyx-tables",
+        action="store_true",
+        help="Postgres only: create Onyx's user and personal_access_token tables if missing",
+    )
+    parser.add_argument(
+        "--user",
+        dest="users",
+        action="append",
+        default=[],
+        type=uuid.UUID,
+        metavar="UUID",
+        help="Postgres only: make sure this active Onyx user exists (repeatable)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     url = args.database_url
@@ -163,7 +181,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"onyx_api: {exc}", file=sys.stderr)
             return 2
     engine = create_credentials_engine(url)
+    if (args.create_onyx_tables or args.users) and not is_onyx_mode(engine):
+        print("onyx_api: --create-onyx-tables and --user need a Postgres URL", file=sys.stderr)
+        return 2
     try:
+        if args.create_onyx_tables:
+            create_onyx_tables(engine)
+        for user in args.users:
+            add_user(engine, user_id=user)
         asyncio.run(serve(engine, args.host, args.port, args.backend_version))
     except KeyboardInterrupt:
         pass

@@ -54,12 +54,21 @@ def create_onyx_tables(engine: Engine) -> None:
             connection.execute(text(statement))
 
 
-def add_user(engine: Engine, *, active: bool = True, email: str | None = None) -> uuid.UUID:
-    """Insert an Onyx user and return its id."""
-    user_id = uuid.uuid4()
+def add_user(
+    engine: Engine,
+    *,
+    active: bool = True,
+    email: str | None = None,
+    user_id: uuid.UUID | None = None,
+) -> uuid.UUID:
+    """Insert an Onyx user (a new id unless given; kept as it is if it exists)."""
+    user_id = user_id or uuid.uuid4()
     with engine.begin() as connection:
         connection.execute(
-            text('INSERT INTO "user" (id, email, is_active) VALUES (:id, :email, :active)'),
+            text(
+                'INSERT INTO "user" (id, email, is_active) VALUES (:id, :email, :active) '
+                "ON CONFLICT (id) DO NOTHING"
+            ),
             {"id": user_id, "email": email or f"{user_id}@example.com", "active": active},
         )
     return user_id

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import sys
@@ -19,10 +20,11 @@ from craft_operator.credentials import (
     KeyRing,
     SandboxIdentity,
 )
-from craft_operator.credentials.db import upgrade
+from craft_operator.credentials.db import create_credentials_engine, upgrade
 from craft_operator.credentials.tables import PersonalAccessToken
 from craft_operator.devtools.onyx_api import create_app
 from craft_operator.devtools.onyx_schema import set_user_active
+from craft_operator.devtools.postgres import ThrowawayPostgres
 
 from .conftest import Clock, Database
 
@@ -124,6 +126,13 @@ async def test_an_inactive_users_pat_is_refused(onyx_database: Database, keyring
 
 @pytest.fixture
 def server_url(database: Database) -> Iterator[str]:
+    with _serve(database.url) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _serve(database_url: str, *extra: str) -> Iterator[str]:
+    """Run the stand-in API as a module on a free port; yields its base URL."""
     process = subprocess.Popen(
         [
             sys.executable,
@@ -132,7 +141,8 @@ def server_url(database: Database) -> Iterator[str]:
             "--port",
             "0",
             "--database-url",
-            database.url,
+            database_url,
+            *extra,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -200,3 +210,19 @@ def test_onyx_cli_reports_auth_failure_for_a_tampered_token(
 
     assert validate_config(server_url, tampered).returncode == 4
     assert validate_config(server_url, token).returncode == 0
+
+
+@pytest.mark.postgres
+def test_the_module_can_bootstrap_onyx_tables_and_users_for_kind(
+    postgres_server: ThrowawayPostgres, keyring: KeyRing
+) -> None:
+    url = postgres_server.create_database()
+    user = "3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b"
+    with _serve(url, "--create-onyx-tables", "--user", user) as served:
+        engine = create_credentials_engine(url)
+        upgrade(engine)
+        store = CredentialStore(engine, keyring)
+        issued = store.ensure(SANDBOX, user_id=user, tenant_id="public")
+
+        assert validate_config(served, issued.token.get_secret_value()).returncode == 0
+        engine.dispose()
