@@ -6,7 +6,6 @@ derives from :class:`CredentialsError` (see :mod:`craft_operator.credentials.err
 """
 
 from craft_operator.credentials.errors import (
-    CredentialNotFoundError,
     CredentialsError,
     DatabaseUnavailableError,
     DecryptionError,
@@ -30,7 +29,6 @@ from craft_operator.credentials.store import (
 __all__ = [
     "DEFAULT_LIFETIME",
     "CredentialInfo",
-    "CredentialNotFoundError",
     "CredentialStore",
     "CredentialsError",
     "DatabaseUnavailableError",

@@ -34,7 +34,3 @@ class KeyRingError(CredentialsError):
 
 class DecryptionError(KeyRingError):
     """A stored token failed to decrypt: tampered, truncated, or bound to another sandbox."""
-
-
-class CredentialNotFoundError(CredentialsError):
-    """No credential is stored for the named sandbox."""
