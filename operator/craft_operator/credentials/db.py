@@ -21,6 +21,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError as AlembicCommandError
 from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import (
@@ -257,7 +258,13 @@ def upgrade(engine: Engine) -> UpgradeResult:
         else:
             created = _create_embedded_pat_table(connection)
         before = current_revision(connection)
-        command.upgrade(alembic_config(connection), "head")
+        try:
+            command.upgrade(alembic_config(connection), "head")
+        except AlembicCommandError as exc:
+            raise SchemaMissingError(
+                f"cannot migrate {CREDENTIAL_TABLE} from revision {before}: {exc} "
+                "(was it migrated by a newer operator?)"
+            ) from None
         after = current_revision(connection)
     if created:
         log.info("created the embedded %s table", PAT_TABLE)

@@ -25,7 +25,8 @@ class DatabaseUnavailableError(CredentialsError):
 
 
 class SchemaMissingError(CredentialsError):
-    """A table the store needs is missing, or the operator's table is not migrated."""
+    """A table the store needs is missing, or the operator's table is not at this
+    operator's schema revision (not migrated yet, or migrated by a newer operator)."""
 
 
 class KeyRingError(CredentialsError):

@@ -224,3 +224,13 @@ def test_a_plain_postgresql_url_uses_the_psycopg_driver() -> None:
 
     assert engine.dialect.driver == "psycopg"
     engine.dispose()
+
+
+def test_a_schema_from_a_newer_operator_is_a_clear_error(database: Database) -> None:
+    with database.engine.begin() as connection:
+        connection.execute(text(f"UPDATE {VERSION_TABLE} SET version_num = '9999'"))
+
+    with pytest.raises(SchemaMissingError, match="from revision 9999"):
+        upgrade(database.engine)
+    with pytest.raises(SchemaMissingError, match="revision 9999"):
+        check_schema(database.engine)
