@@ -3,14 +3,16 @@
 :meth:`CredentialStore.ensure` is what the reconciler calls (from a worker thread, through
 ``asyncio.to_thread``). It reads the sandbox's row with one query and reuses the stored
 token while its PAT is live, its hash matches, and it is outside the renewal window.
-Otherwise it mints in one write transaction: lock the row, insert the new PAT, point the
-row at it and revoke the superseded PAT, so the switch is atomic.
+Otherwise it mints in one write transaction: lock the row and check it is the version
+the decision was made on, insert the new PAT and revoke the superseded one (one statement
+on Postgres), and point the row at the new PAT, so the switch is atomic. On Postgres a
+reuse is one statement in autocommit; a mint is four statements and one commit.
 
 Concurrency: on Postgres the row is locked with ``SELECT ... FOR UPDATE``; on SQLite the
-write transaction holds the database write lock (``BEGIN IMMEDIATE``). In both, the row
-update is guarded by a version number and a new row by the ``(namespace, name)`` unique
-constraint; a lost race rolls back (the new PAT with it) and the loser retries, so any
-number of threads or processes leave exactly one live PAT.
+write transaction holds the database write lock (``BEGIN IMMEDIATE``). A row that changed
+since it was read, or a new row that lost the ``(namespace, name)`` unique constraint to
+another writer, rolls back (the new PAT with it) and the caller reads and decides again,
+so any number of threads or processes leave exactly one live PAT.
 """
 
 from __future__ import annotations
