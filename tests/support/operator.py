@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
@@ -16,15 +16,46 @@ from craft_operator.kube.exec import ExecTransport
 from craft_operator.runtime import build_context, run_operator
 
 
-@contextlib.asynccontextmanager
-async def running_operator(
+@dataclass
+class RunningOperator:
+    """One operator process, as far as a test is concerned: stop it, or kill it."""
+
+    task: asyncio.Task[None]
+    context: OperatorContext
+    stop_flag: asyncio.Event
+    foreign: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    async def stop(self, timeout: float = 30.0) -> None:  # noqa: ASYNC109
+        """Graceful shutdown, as on SIGTERM; the operator must exit cleanly."""
+        # kopf cancels, on shutdown, every task it did not see start; this caller's task is
+        # not the operator's, so say so before asking it to stop.
+        current = asyncio.current_task()
+        if current is not None:
+            self.foreign.add(current)
+        self.stop_flag.set()
+        try:
+            await asyncio.wait_for(self.task, timeout=timeout)
+        except TimeoutError:
+            raise TimeoutError("the operator did not stop within 30 seconds") from None
+
+    async def kill(self) -> None:
+        """Abrupt end, as on SIGKILL: no clean-up, in-flight work is abandoned."""
+        current = asyncio.current_task()
+        if current is not None:
+            self.foreign.add(current)
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+
+async def start_operator(
     server_url: str,
     settings: Settings,
     *,
     exec_transport: ExecTransport | None = None,
     startup_timeout: float = 20.0,
-) -> AsyncIterator[OperatorContext]:
-    """Start the operator against ``server_url``; stop it cleanly on exit (or fail loudly)."""
+) -> RunningOperator:
+    """Start the operator against ``server_url`` and wait until it is ready."""
     context = build_context(settings, exec_transport=exec_transport)
     stop_flag = asyncio.Event()
     ready_flag = asyncio.Event()
@@ -55,19 +86,23 @@ async def running_operator(
         ready.cancel()
         task.cancel()
         raise TimeoutError("the operator did not become ready")
+    return RunningOperator(task, context, stop_flag, foreign)
+
+
+@contextlib.asynccontextmanager
+async def running_operator(
+    server_url: str,
+    settings: Settings,
+    *,
+    exec_transport: ExecTransport | None = None,
+) -> AsyncIterator[OperatorContext]:
+    """The operator for the duration of a ``with`` block; stopped cleanly (or fail loudly)."""
+    running = await start_operator(server_url, settings, exec_transport=exec_transport)
     try:
-        yield context
+        yield running.context
     finally:
-        # kopf cancels, on shutdown, every task it did not see start; this teardown task is
-        # not the operator's, so say so before asking it to stop.
-        current = asyncio.current_task()
-        if current is not None:
-            foreign.add(current)
-        stop_flag.set()
-        try:
-            await asyncio.wait_for(task, timeout=30)
-        except TimeoutError:
-            raise TimeoutError("the operator did not stop within 30 seconds") from None
+        if not running.task.done():
+            await running.stop()
 
 
 async def eventually(
@@ -88,8 +123,3 @@ async def eventually(
             detail = f": {last_error!r}" if last_error else ""
             raise AssertionError(f"timed out waiting for {what or check!r}{detail}")
         await asyncio.sleep(interval)
-
-
-def quiet_kopf_logs() -> None:
-    """Keep kopf's per-object debug chatter out of test output unless asked for."""
-    logging.getLogger("kopf").setLevel(logging.INFO)

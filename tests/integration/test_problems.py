@@ -1,0 +1,194 @@
+"""Problems the schema cannot catch end in a condition, a reason and an event; never a hot loop."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from craft_operator.config import Settings
+from craft_operator.context import OperatorContext
+from craft_operator.credentials.keyring import generate_key_entry
+from tests.integration.conftest import SANDBOXES
+from tests.integration.helpers import (
+    NAMESPACE,
+    condition,
+    event_posted,
+    phase,
+    pod,
+    sandbox,
+    status,
+)
+from tests.support.emulator import KubeEmulator
+from tests.support.operator import eventually, running_operator
+from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
+
+
+async def passes_in(operator: OperatorContext, seconds: float) -> int:
+    """How many reconcile passes run in ``seconds`` (a hot loop would run hundreds)."""
+    before = operator.queue.processed + operator.queue.failed
+    await asyncio.sleep(seconds)
+    return operator.queue.processed + operator.queue.failed - before
+
+
+async def test_no_server_url_anywhere_fails_the_sandbox_with_a_clear_reason(
+    emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec
+) -> None:
+    without_url = settings.model_copy(update={"server_url": None})
+    async with running_operator(
+        str(emulator.url).rstrip("/"), without_url, exec_transport=pod_exec
+    ) as operator:
+        emulator.create(SANDBOXES, sandbox("alice"))
+
+        await phase(emulator, "alice", "Failed")
+        ready = condition(emulator, "alice", "PodReady")
+        assert ready["reason"] == "NoServerURL"
+        assert "set spec.serverURL or the operator's CRAFT_SERVER_URL" in ready["message"]
+        await event_posted(emulator, "alice", "NoServerURL")
+        assert pod(emulator, "alice") is None
+        assert await passes_in(operator, 1.0) <= 1
+
+        emulator.patch(
+            SANDBOXES, NAMESPACE, "alice", {"spec": {"serverURL": "https://onyx.example.com"}}
+        )
+        await eventually(lambda: pod(emulator, "alice"), what="the pod once the URL is set")
+
+
+async def test_requests_above_the_limits_the_spec_sets_fail_the_sandbox(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    emulator.create(
+        SANDBOXES,
+        sandbox("alice", resources={"requests": {"memory": "20Gi"}, "limits": {"memory": "8Gi"}}),
+    )
+
+    await phase(emulator, "alice", "Failed")
+    message = condition(emulator, "alice", "PodReady")["message"]
+    assert message == "resources.requests.memory (20Gi) is above resources.limits.memory (8Gi)"
+    assert pod(emulator, "alice") is None
+
+
+async def test_a_database_outage_keeps_the_sandbox_pending_and_is_retried_with_backoff(
+    emulator: KubeEmulator, tmp_path: Path, pod_exec: EmulatedPodExec
+) -> None:
+    unreachable = Settings(
+        state_dir=tmp_path / "state",
+        server_url="http://onyx.invalid:8080",
+        encryption_keys=generate_key_entry("test"),
+        database_url="postgresql+psycopg://craft:secret-password@127.0.0.1:9/onyx",
+    )
+    async with running_operator(
+        str(emulator.url).rstrip("/"), unreachable, exec_transport=pod_exec
+    ) as operator:
+        emulator.create(SANDBOXES, sandbox("alice"))
+
+        pending = await phase(emulator, "alice", "Pending", within=20)
+        credentials = condition(emulator, "alice", "CredentialsReady")
+        assert credentials["reason"] == "DatabaseUnavailable"
+        assert "secret-password" not in str(pending)
+        await event_posted(emulator, "alice", "DatabaseUnavailable")
+        assert await passes_in(operator, 2.0) <= 3
+        assert pod(emulator, "alice") is None
+
+
+async def test_a_name_taken_by_someone_elses_pod_is_reported_and_left_alone(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    emulator.create(
+        "v1/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "alice", "namespace": NAMESPACE},
+            "spec": {
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+                "containers": [
+                    {
+                        "name": "app",
+                        "image": "nginx",
+                        "securityContext": {
+                            "allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]},
+                        },
+                    }
+                ],
+            },
+        },
+    )
+
+    emulator.create(SANDBOXES, sandbox("alice"))
+
+    ready = await eventually(
+        lambda: (
+            (c := condition(emulator, "alice", "PodReady")).get("reason") == "PodNameTaken" and c
+        ),
+        what="PodNameTaken",
+    )
+    assert "not managed by this CraftSandbox" in ready["message"]
+    foreign = pod(emulator, "alice")
+    assert foreign is not None
+    assert foreign["spec"]["containers"][0]["image"] == "nginx"
+
+
+async def test_an_unknown_source_renders_by_name_with_a_warning_event(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    emulator.create(SANDBOXES, sandbox("alice", sources=[{"name": "slack"}, {"name": "telepathy"}]))
+    await eventually(lambda: pod(emulator, "alice"), what="the pod")
+    mark_pod_running(emulator, NAMESPACE, "alice")
+    await phase(emulator, "alice", "Ready")
+
+    skill = emulator.get("v1/configmaps", NAMESPACE, "alice-skills")["data"]["SKILL.md"]
+    assert "`telepathy`" in skill
+    await event_posted(emulator, "alice", "UnknownSource")
+    assert status(emulator, "alice")["skill"]["sourceCount"] == 2
+
+
+async def test_a_broken_custom_template_is_reported_and_the_built_in_one_is_used_meanwhile(
+    emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec
+) -> None:
+    emulator.create(
+        "v1/configmaps",
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "skill-template", "namespace": "craft-system"},
+            "data": {"SKILL.md.j2": "---\nname: company-search\n{{ undefined_thing.attr }}"},
+        },
+    )
+    custom = settings.model_copy(update={"skill_template_configmap": "craft-system/skill-template"})
+    async with running_operator(str(emulator.url).rstrip("/"), custom, exec_transport=pod_exec):
+        emulator.create(SANDBOXES, sandbox("alice"))
+
+        rendered = await eventually(
+            lambda: (
+                (c := condition(emulator, "alice", "SkillRendered")).get("status") == "False" and c
+            ),
+            what="SkillRendered False",
+        )
+        assert rendered["reason"] == "TemplateError"
+        await event_posted(emulator, "alice", "SkillTemplateError")
+        skill = emulator.get("v1/configmaps", NAMESPACE, "alice-skills")["data"]["SKILL.md"]
+        assert skill.startswith("---\nname: company-search\n")  # the built-in rendering
+
+
+@pytest.mark.admission_rejections
+async def test_the_emulated_api_server_rejects_an_invalid_sandbox_at_admission(
+    emulator: KubeEmulator,
+) -> None:
+    manifest = sandbox("alice")
+    manifest["spec"]["user"]["id"] = "not-a-uuid"
+    server = str(emulator.url).rstrip("/")
+    url = f"{server}/apis/craft.onyx.app/v1alpha1/namespaces/{NAMESPACE}/craftsandboxes"
+
+    async with aiohttp.ClientSession() as session, session.post(url, json=manifest) as response:
+        body = await response.json()
+
+    assert response.status == 422
+    assert "user.id must be an Onyx user UUID" in body["message"]
+    assert emulator.find(SANDBOXES, NAMESPACE, "alice") is None
