@@ -187,15 +187,20 @@ class _ClassifiedBody:
 class S3ObjectStore:
     """:class:`ObjectStore` over a boto3 S3 client."""
 
-    def __init__(self, client: S3Client) -> None:
+    def __init__(self, client: S3Client, *, page_size: int | None = None) -> None:
+        """List and read through ``client``; ``page_size`` keys per listing request."""
         self._client = client
+        self._pagination = {"PageSize": page_size} if page_size else {}
 
     def list_objects(self, bucket: str, prefix: str) -> list[S3Object]:
         """Every object under ``prefix`` (paginated ``ListObjectsV2``)."""
         objects: list[S3Object] = []
         with _classified(bucket):
             paginator = self._client.get_paginator("list_objects_v2")
-            for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
+            pages = paginator.paginate(
+                Bucket=bucket, Prefix=prefix, PaginationConfig=self._pagination
+            )
+            for page in pages:
                 for item in page.get("Contents", []):
                     objects.append(
                         S3Object(

@@ -185,3 +185,20 @@ def test_the_result_file_stays_within_a_termination_message(
     assert len(result_file.read_bytes()) <= 4096
     assert written["skipped"] == 120
     assert written["skippedKeysTruncated"] is True
+
+
+def test_a_file_can_become_a_directory_and_back(
+    bucket: Bucket, s3_server: S3Server, tmp_path: Path
+) -> None:
+    bucket.put("a", b"file a")
+    bucket.put("x/y/z", b"deep")
+    run(bucket, s3_server, tmp_path / "lib")
+    bucket.delete("a")
+    bucket.put("a/b", b"now a directory")
+    bucket.delete("x/y/z")
+    bucket.put("x", b"now a file")
+
+    result = run(bucket, s3_server, tmp_path / "lib")
+
+    assert result.exit_code == 0
+    assert tree(tmp_path / "lib") == {"a/b": b"now a directory", "x": b"now a file"}

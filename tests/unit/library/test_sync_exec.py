@@ -446,3 +446,17 @@ async def test_files_appear_readable_with_the_object_time(bucket: Bucket, pods: 
     status = os.stat(library_dir(pods) / "a.txt")
     assert status.st_mode & 0o777 == 0o644
     assert status.st_mtime > 0
+
+
+async def test_a_file_can_become_a_directory_and_back(bucket: Bucket, pods: LocalExec) -> None:
+    bucket.put("a", b"file a")
+    bucket.put("x/y/z", b"deep")
+    await sync(bucket, pods)
+    bucket.delete("a")
+    bucket.put("a/b", b"now a directory")
+    bucket.delete("x/y/z")
+    bucket.put("x", b"now a file")
+
+    await sync(bucket, pods)
+
+    assert files_in(library_dir(pods)) == {"a/b": b"now a directory", "x": b"now a file"}

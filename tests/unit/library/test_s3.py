@@ -1,0 +1,93 @@
+"""S3 listing against moto over HTTP, and how S3 failures are classified for retries."""
+
+from __future__ import annotations
+
+import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
+
+from craft_operator.library.errors import (
+    S3AccessDeniedError,
+    S3BucketNotFoundError,
+    S3Error,
+    S3ObjectChangedError,
+    S3UnavailableError,
+)
+from craft_operator.library.s3 import S3ObjectStore, classify_s3_error
+
+from .conftest import Bucket
+
+S3 = pytest.mark.s3
+UNIT = pytest.mark.unit
+
+
+@S3
+def test_listing_follows_every_page(bucket: Bucket) -> None:
+    for index in range(7):
+        bucket.put(f"f{index}", b"x" * index)
+    bucket.put_key("elsewhere/f", b"not in the prefix")
+    store = S3ObjectStore(bucket.client, page_size=2)  # type: ignore[arg-type]
+
+    listing = store.list_objects(bucket.name, bucket.prefix)
+
+    assert sorted(obj.key for obj in listing) == [f"{bucket.prefix}f{i}" for i in range(7)]
+    assert {obj.size for obj in listing} == set(range(7))
+    assert all(obj.etag.startswith('"') and obj.last_modified for obj in listing)
+
+
+@S3
+def test_a_missing_bucket_is_permanent(bucket: Bucket) -> None:
+    with pytest.raises(S3BucketNotFoundError, match="no-such-bucket") as raised:
+        bucket.store.list_objects("no-such-bucket", "x/")
+    assert not raised.value.retryable
+
+
+@S3
+def test_reading_an_object_whose_etag_moved_is_retryable(bucket: Bucket) -> None:
+    bucket.put("a", b"one")
+    (listed,) = bucket.store.list_objects(bucket.name, bucket.prefix)
+    bucket.put("a", b"two")
+
+    with pytest.raises(S3ObjectChangedError) as raised:
+        bucket.store.open_object(bucket.name, listed.key, listed.etag)
+    assert raised.value.retryable
+
+
+def client_error(code: str, status: int) -> ClientError:
+    return ClientError(
+        {"Error": {"Code": code, "Message": f"{code} happened"},
+         "ResponseMetadata": {"HTTPStatusCode": status}},
+        "ListObjectsV2",
+    )  # fmt: skip
+
+
+@UNIT
+@pytest.mark.parametrize(
+    ("error", "kind", "retryable"),
+    [
+        (client_error("NoSuchBucket", 404), S3BucketNotFoundError, False),
+        (client_error("AccessDenied", 403), S3AccessDeniedError, False),
+        (client_error("InvalidAccessKeyId", 403), S3AccessDeniedError, False),
+        (client_error("SlowDown", 503), S3UnavailableError, True),
+        (client_error("InternalError", 500), S3UnavailableError, True),
+        (client_error("InvalidArgument", 400), S3Error, False),
+        (EndpointConnectionError(endpoint_url="http://s3"), S3UnavailableError, True),
+        (NoCredentialsError(), S3AccessDeniedError, False),
+        (ConnectionResetError("reset by peer"), S3UnavailableError, True),
+    ],
+)
+def test_failures_are_classified_for_the_caller_s_retries(
+    error: Exception, kind: type[S3Error], retryable: bool
+) -> None:
+    classified = classify_s3_error(error, bucket="files")
+
+    assert type(classified) is kind
+    assert classified.retryable is retryable
+    assert "files" in str(classified)
+
+
+@UNIT
+def test_a_vanished_object_counts_as_changed_only_when_reading_it() -> None:
+    gone = client_error("NoSuchKey", 404)
+
+    assert isinstance(classify_s3_error(gone, bucket="b", key="k"), S3ObjectChangedError)
+    assert not isinstance(classify_s3_error(gone, bucket="b"), S3ObjectChangedError)
