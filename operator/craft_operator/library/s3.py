@@ -38,6 +38,7 @@ from craft_operator.library.plan import S3Object
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client
+    from mypy_boto3_s3.type_defs import PaginatorConfigTypeDef
 
 _DENIED = {
     "AccessDenied",
@@ -190,7 +191,7 @@ class S3ObjectStore:
     def __init__(self, client: S3Client, *, page_size: int | None = None) -> None:
         """List and read through ``client``; ``page_size`` keys per listing request."""
         self._client = client
-        self._pagination = {"PageSize": page_size} if page_size else {}
+        self._pagination: PaginatorConfigTypeDef = {"PageSize": page_size} if page_size else {}
 
     def list_objects(self, bucket: str, prefix: str) -> list[S3Object]:
         """Every object under ``prefix`` (paginated ``ListObjectsV2``)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import tarfile
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 from craft_operator.library.errors import S3ObjectChangedError
@@ -144,7 +144,7 @@ async def tar_stream(
     chunk_bytes: int = CHUNK_BYTES,
     prefetch: int = 8,
     prefetch_bytes: int = 8 * 1024 * 1024,
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """Yield the archive of ``members`` in chunks, adding their length to ``counter``."""
     counter = counter if counter is not None else ByteCounter()
     prefetcher = _Prefetcher(members, prefetch, prefetch_bytes)

@@ -49,7 +49,8 @@ def job(box: CraftSandbox | None = None, **overrides: Any) -> dict[str, Any]:
 def container(manifest: dict[str, Any]) -> dict[str, Any]:
     containers = manifest["spec"]["template"]["spec"]["containers"]
     assert len(containers) == 1
-    return containers[0]
+    first: dict[str, Any] = containers[0]
+    return first
 
 
 def test_the_job_and_pvc_are_valid_kubernetes_objects() -> None:

@@ -55,7 +55,7 @@ def test_reading_an_object_whose_etag_moved_is_retryable(bucket: Bucket) -> None
 def client_error(code: str, status: int) -> ClientError:
     return ClientError(
         {"Error": {"Code": code, "Message": f"{code} happened"},
-         "ResponseMetadata": {"HTTPStatusCode": status}},
+         "ResponseMetadata": {"HTTPStatusCode": status}},  # type: ignore[typeddict-item]
         "ListObjectsV2",
     )  # fmt: skip
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import tarfile
+from functools import partial
 
 import pytest
 
@@ -44,7 +45,7 @@ async def test_tar_reads_back_every_member_with_its_name_and_content(prefetch: i
     }
     bodies = {name: Body(data) for name, data in contents.items()}
     members = [
-        TarMember(name, len(data), mtime=1_700_000_000, open=lambda b=bodies[name]: b)
+        TarMember(name, len(data), mtime=1_700_000_000, open=partial(bodies.__getitem__, name))
         for name, data in contents.items()
     ]
     members.append(TarMember("pending", 3, data=b"abc"))
@@ -76,7 +77,7 @@ async def test_prefetching_stays_within_its_window() -> None:
         opened.append(name)
         return Body(b"y" * 10)
 
-    members = [TarMember(f"files/{i}", 10, open=lambda i=i: opener(str(i))) for i in range(50)]
+    members = [TarMember(f"files/{i}", 10, open=partial(opener, str(i))) for i in range(50)]
     stream = tar_stream(members, prefetch=4, prefetch_bytes=100)
 
     await anext(stream)  # the first header: member 0 is being sent
