@@ -71,7 +71,7 @@ def test_no_secret_reaches_logs_errors_or_reprs(
     )
     errors: list[BaseException] = []
     for attempt in (
-        lambda: stranger.ensure(alice, user_id=USER, tenant_id="public"),
+        lambda: stranger.ensure(alice, user_id=USER, tenant_id="acme"),
         lambda: stranger.ensure(alice, user_id="not-a-uuid", tenant_id="public"),
         lambda: KeyRing.parse(f"broken:{old_entry.split(':')[1][:-4]}"),
         lambda: load_settings(encryption_keys=f"k:{old_entry.split(':')[1][:-4]}"),
