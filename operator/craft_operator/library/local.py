@@ -10,6 +10,7 @@ found inside it: a symlink where a directory is needed is replaced by a director
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import shutil
 import stat
@@ -85,13 +86,20 @@ class LocalDestination:
         self._manifest = self._state / "manifest"
 
     async def read_manifest(self) -> bytes | None:
-        """The manifest, or ``None`` if this directory was never synced."""
+        """The manifest, or ``None`` if this directory was never synced (or it is a symlink)."""
         try:
-            return await asyncio.to_thread(self._manifest.read_bytes)
-        except FileNotFoundError:
+            return await asyncio.to_thread(self._read_manifest)
+        except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return None
             raise DestinationError(f"cannot read {self._manifest}: {exc.strerror}") from None
+
+    def _read_manifest(self) -> bytes:
+        descriptor = os.open(self._manifest, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(descriptor, "rb") as manifest:
+            return manifest.read()
 
     async def apply(self, changes: ChangeSet, store: ObjectStore, bucket: str) -> int:
         """Download, delete, rename and record ``changes``; return the bytes downloaded."""
@@ -133,7 +141,10 @@ class LocalDestination:
         return received
 
     def _append(self, data: bytes) -> None:
-        with self._manifest.open("ab") as manifest:
+        if self._manifest.is_symlink():
+            self._manifest.unlink()
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+        with os.fdopen(os.open(self._manifest, flags, 0o644), "ab") as manifest:
             manifest.write(data)
             manifest.flush()
             os.fsync(manifest.fileno())

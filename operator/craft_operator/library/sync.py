@@ -29,6 +29,9 @@ from craft_operator.library.transfer import LIBRARY_ROOT, PodDestination, PodTar
 
 logger = logging.getLogger(__name__)
 
+#: Skipped keys logged one by one per sync; the rest are counted (all are in the result).
+LOGGED_SKIPS = 20
+
 
 @dataclass(frozen=True)
 class SyncResult:
@@ -107,8 +110,10 @@ async def sync_library(
     if isinstance(plan, CapViolation):
         _raise_cap(plan)
         raise AssertionError("unreachable")
-    for item in plan.skipped:
+    for item in plan.skipped[:LOGGED_SKIPS]:
         logger.warning("skipping library key %r: %s", item.key, item.reason.value)
+    if len(plan.skipped) > LOGGED_SKIPS:
+        logger.warning("skipping %d more library keys", len(plan.skipped) - LOGGED_SKIPS)
     transferred = 0
     if not plan.is_empty:
         transferred = await destination.apply(change_set(plan, manifest), store, bucket)

@@ -202,3 +202,24 @@ def test_a_file_can_become_a_directory_and_back(
 
     assert result.exit_code == 0
     assert tree(tmp_path / "lib") == {"a/b": b"now a directory", "x": b"now a file"}
+
+
+def test_a_manifest_replaced_by_a_symlink_is_neither_read_nor_written_through(
+    bucket: Bucket, s3_server: S3Server, tmp_path: Path
+) -> None:
+    lib = tmp_path / "lib"
+    bucket.put("a.txt", b"a")
+    run(bucket, s3_server, lib)
+    target = tmp_path / "target"
+    target.write_bytes(b"untouched")
+    manifest = lib / ".craft-sync" / "manifest"
+    manifest.unlink()
+    manifest.symlink_to(target)
+    bucket.put("b.txt", b"b")
+
+    result = run(bucket, s3_server, lib, "--json")
+
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["copied"] == 2  # no trusted manifest: everything again
+    assert target.read_bytes() == b"untouched"
+    assert not manifest.is_symlink()

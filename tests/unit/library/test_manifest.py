@@ -104,3 +104,21 @@ def test_the_first_pending_lines_carry_the_header() -> None:
 
     assert changes.pending == f"{HEADER}\n?\t\t\ta\n".encode()
     assert changes.replace_manifest
+
+
+def test_apply_batches_keep_deletions_first_and_each_argv_within_budget() -> None:
+    from craft_operator.library.transfer import apply_batches
+
+    deletes = [f"old-{index}" for index in range(5)]
+    moves = [f"new-{index}" for index in range(5)]
+
+    batches = apply_batches(deletes, moves, budget=60)
+
+    assert [path for batch in batches for path in batch[0]] == deletes
+    assert [path for batch in batches for path in batch[1]] == moves
+    assert len(batches) > 1
+    kinds = ["d" * bool(batch[0]) + "m" * bool(batch[1]) for batch in batches]
+    assert "".join(kinds) == "".join(sorted("".join(kinds)))  # never a deletion after a move
+    assert all(len("".join(d + m)) + 9 * len(d + m) <= 60 for d, m in batches)
+    huge = apply_batches([], ["x" * 1000], budget=60)
+    assert huge == [([], ["x" * 1000])]
