@@ -19,8 +19,9 @@ user as these commands, so it cannot use planted symlinks to gain anything it la
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from urllib.parse import quote
 
@@ -59,7 +60,16 @@ while [ "$n" -gt 0 ]; do
   n=$((n - 1)); shift
 done
 for p do
-  mkdir -p "$(dirname "$r/$p")"
+  d=$(dirname "$r/$p")
+  if ! mkdir -p "$d" 2>/dev/null; then
+    # Something that is not a directory stands where S3 needs one: S3 wins.
+    a="$d"
+    while [ "$a" != "$r" ]; do
+      if [ ! -d "$a" ] && { [ -e "$a" ] || [ -L "$a" ]; }; then rm -f "$a"; fi
+      a=$(dirname "$a")
+    done
+    mkdir -p "$d"
+  fi
   if [ -L "$r/$p" ] || [ -d "$r/$p" ]; then rm -rf "$r/$p"; fi
   mv -f "$s/staging/files/$p" "$r/$p"
 done
@@ -125,8 +135,11 @@ class PodDestination:
         Each command may take ``timeout_seconds``; the upload gets one more second per
         ``min_bytes_per_second`` bytes it carries.
         """
+        root = posixpath.normpath(target.root)
+        if not root.startswith("/") or root == "/":
+            raise ValueError(f"the library root must be an absolute directory, not {target.root!r}")
         self._transport = transport
-        self._target = target
+        self._target = replace(target, root=root)
         self._timeout = timeout_seconds
         self._rate = min_bytes_per_second
         self._budget = argv_budget_bytes

@@ -460,3 +460,15 @@ async def test_a_file_can_become_a_directory_and_back(bucket: Bucket, pods: Loca
     await sync(bucket, pods)
 
     assert files_in(library_dir(pods)) == {"a/b": b"now a directory", "x": b"now a file"}
+
+
+async def test_a_stray_file_where_the_library_needs_a_directory_gives_way(
+    bucket: Bucket, pods: LocalExec
+) -> None:
+    library_dir(pods).mkdir(parents=True)
+    (library_dir(pods) / "docs").write_bytes(b"left by the agent")
+    bucket.put("docs/guide.md", b"guide")
+
+    await sync(bucket, pods)
+
+    assert files_in(library_dir(pods)) == {"docs/guide.md": b"guide"}
