@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -40,12 +41,14 @@ class LocalExec:
     """:class:`~craft_operator.kube.exec.ExecTransport` that runs commands locally.
 
     ``missing_pods`` lists ``namespace/pod`` names that answer like a pod that is gone
-    (:class:`ExecUnavailableError`), for tests of the error paths.
+    (:class:`ExecUnavailableError`), for tests of the error paths. ``path`` is the ``PATH``
+    commands run with (e.g. a directory of BusyBox links, to stand for a minimal image).
     """
 
     root: Path
     calls: list[ExecCall] = field(default_factory=list)
     missing_pods: set[str] = field(default_factory=set)
+    path: str = field(default_factory=lambda: os.environ.get("PATH", "/usr/bin:/bin"))
 
     def workspace(self, namespace: str, pod: str) -> Path:
         """The local directory that stands for ``/workspace`` in that pod."""
@@ -73,12 +76,13 @@ class LocalExec:
             raise ValueError("argv must not be empty")
         self.workspace(namespace, pod).mkdir(parents=True, exist_ok=True)
         local = [self._map(namespace, pod, arg) for arg in argv]
+        local[0] = shutil.which(local[0], path=self.path) or local[0]
         process = await asyncio.create_subprocess_exec(
             *local,
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8"},
+            env={"PATH": self.path, "LC_ALL": "C.UTF-8"},
             start_new_session=True,
         )
         sent = 0
