@@ -223,3 +223,46 @@ def test_a_manifest_replaced_by_a_symlink_is_neither_read_nor_written_through(
     assert json.loads(result.stdout)["copied"] == 2  # no trusted manifest: everything again
     assert target.read_bytes() == b"untouched"
     assert not manifest.is_symlink()
+
+
+def test_the_sync_job_s_arguments_run_the_cli(
+    bucket: Bucket, s3_server: S3Server, tmp_path: Path
+) -> None:
+    from craft_operator.api.models import CraftSandbox
+    from craft_operator.library import (
+        LibraryLocation,
+        S3CredentialsSecret,
+        SyncCaps,
+        build_sync_job,
+    )
+
+    box = CraftSandbox.model_validate(
+        {
+            "metadata": {"name": "alice", "namespace": "craft", "uid": "u"},
+            "spec": {
+                "user": {"id": "3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b"},
+                "userLibrary": {"mode": "Job", "exclude": ["*.tmp"], "disabledPaths": ["off"]},
+            },
+        }
+    )
+    bucket.put("keep.txt", b"k")
+    bucket.put("x.tmp", b"t")
+    bucket.put("off/y", b"o")
+    job = build_sync_job(
+        box,
+        image="operator:test",
+        location=LibraryLocation(bucket.name, bucket.prefix, endpoint_url=s3_server.url),
+        credentials=S3CredentialsSecret("s3"),
+        sequence=1,
+        caps=SyncCaps(),
+    )
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    dest, result_file = tmp_path / "volume", tmp_path / "termination-log"
+    args[args.index("--dest") + 1] = str(dest)
+    args[args.index("--result-file") + 1] = str(result_file)
+
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+
+    assert result.exit_code == 0
+    assert tree(dest) == {"keep.txt": b"k"}
+    assert json.loads(result_file.read_text())["ok"] is True
