@@ -16,8 +16,21 @@ from tests.support.admission import admit, default_craftsandbox
 from tests.support.emulator import KubeEmulator, declare_core_resources
 from tests.support.operator import running_operator
 from tests.support.pod_exec import EmulatedPodExec
+from tests.support.rbac import Access, access_of, cluster_role_rules, grants
 
 SANDBOXES = kmock.resource(models.GROUP, models.VERSION, models.PLURAL)
+OPERATOR_AGENTS = ("kopf/", "craft-operator/")  # kopf's own client, and the operator's
+
+
+def observed_access(emulator: KubeEmulator) -> set[Access]:
+    """The RBAC access the operator's requests to ``emulator`` needed (not the test's own)."""
+    used = {
+        access
+        for request in emulator.served
+        if request.headers.get("User-Agent", "").startswith(OPERATOR_AGENTS)
+        if (access := access_of(request)) is not None
+    }
+    return used | set(emulator.side_access)
 
 
 def declare_craft_resources(emulator: KubeEmulator) -> None:
@@ -38,14 +51,24 @@ def declare_craft_resources(emulator: KubeEmulator) -> None:
 
 
 @pytest.fixture
-async def emulator() -> AsyncIterator[KubeEmulator]:
-    """A running Kubernetes API emulator with the core resources and the CraftSandbox CRD."""
+async def emulator(request: pytest.FixtureRequest) -> AsyncIterator[KubeEmulator]:
+    """A running Kubernetes API emulator with the core resources and the CraftSandbox CRD.
+
+    Every write is admitted as a real API server would (schemas, CEL, Pod Security). At the
+    end, the test fails if anything was refused that it did not expect (expected refusals
+    are marked ``@pytest.mark.admission_rejections``), or if the operator used API access
+    its ClusterRole does not grant.
+    """
     async with KubeEmulator() as handler, kmock.Server(handler):
         declare_core_resources(handler)
         declare_craft_resources(handler)
         handler.mutators.append(default_craftsandbox)
         handler.validators.append(admit)
         yield handler
+    if not request.node.get_closest_marker("admission_rejections"):
+        assert handler.rejections == [], "the API server would have refused these writes"
+    ungranted = observed_access(handler) - grants(cluster_role_rules())
+    assert not ungranted, f"the operator used access its ClusterRole does not grant: {ungranted}"
 
 
 @pytest.fixture

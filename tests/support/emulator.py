@@ -166,6 +166,10 @@ class KubeEmulator(kmock.KubernetesEmulator):
         self.validators: list[Validator] = []
         #: Admission mutations (e.g. CRD defaulting), applied before validation.
         self.mutators: list[Mutator] = []
+        #: Every write refused by validation (tests assert none they did not expect).
+        self.rejections: list[str] = []
+        #: API access made outside this emulator's HTTP (an exec double): (verb, group, res).
+        self.side_access: list[tuple[str, str, str]] = []
         self.before_request: list[RequestHook] = []
         #: Keep every version of every object (kmock's history) or only the latest.
         self.keep_history = True
@@ -276,7 +280,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
         if problems:
             kind = obj.get("kind", resource.plural)
             name = obj.get("metadata", {}).get("name", "")
-            raise _error(422, "Invalid", f'{kind} "{name}" is invalid: ' + "; ".join(problems))
+            message = f'{kind} "{name}" is invalid: ' + "; ".join(problems)
+            self.rejections.append(message)
+            raise _error(422, "Invalid", message)
 
     def _store(self, resource: Resource, key: Key, raw: dict[str, Any]) -> None:
         existing = self._index[resource].get((key[1], key[2]))

@@ -66,6 +66,7 @@ class EmulatedPodExec:
         if manifest is None or manifest.get("status", {}).get("phase") != "Running":
             raise ExecUnavailableError(f"pod {namespace}/{pod} is not running")
         self.calls.append((namespace, pod, tuple(argv)))
+        self.emulator.side_access.append(("create", "", "pods/exec"))
         if argv and argv[0] == "onyx-cli":
             if self.scripted_cli is not None:
                 return ExecResult(self.scripted_cli(namespace, pod), b"", b"")

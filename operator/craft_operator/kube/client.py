@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 import kopf
 
+from craft_operator import __version__
 from craft_operator.api import models
 from craft_operator.kube.connection import auth_headers, ssl_context
 
@@ -47,6 +48,7 @@ PVCS = Kind("v1", "persistentvolumeclaims")
 JOBS = Kind("batch/v1", "jobs")
 SANDBOXES = Kind(models.API_VERSION, models.PLURAL)
 
+USER_AGENT = f"craft-operator/{__version__}"
 KINDS_BY_NAME = {"Pod": PODS, "Secret": SECRETS, "ConfigMap": CONFIGMAPS, "Job": JOBS}
 
 
@@ -111,7 +113,11 @@ class KubeClient:
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 base_url=self._info.server.rstrip("/") + "/",
-                headers={**auth_headers(self._info), "Accept": "application/json"},
+                headers={
+                    **auth_headers(self._info),
+                    "Accept": "application/json",
+                    "User-Agent": USER_AGENT,
+                },
                 timeout=self._timeout,
                 connector=aiohttp.TCPConnector(ssl=ssl_context(self._info), limit=64),
             )
