@@ -6,10 +6,12 @@ The watches are filtered on the API server by the managed-by label (see
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
+from craft_operator.api.models import KIND
 from craft_operator.builders.naming import LABEL_SANDBOX, MANAGED_SELECTOR
 from craft_operator.context import OperatorContext
 from craft_operator.reconciler.sandbox import CONFIGMAP, POD, SECRET
@@ -22,6 +24,19 @@ CHILD_KINDS: tuple[tuple[tuple[str, str], str], ...] = (
 )
 
 
+def owning_sandbox(meta: Mapping[str, Any]) -> str | None:
+    """The CraftSandbox a child belongs to: its controller reference, else its label.
+
+    The owner reference comes first: labels can be edited by anyone, and an edited label
+    must still wake the sandbox that will put it back.
+    """
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == KIND and ref.get("name"):
+            return str(ref["name"])
+    label = (meta.get("labels") or {}).get(LABEL_SANDBOX)
+    return str(label) if label else None
+
+
 def _child_handler(kind: str) -> Any:
     async def child_event(event: kopf.RawEvent, memo: OperatorContext, **_: Any) -> None:
         obj = event["object"]
@@ -30,7 +45,7 @@ def _child_handler(kind: str) -> Any:
             memo.cache.remove(kind, obj)
         else:
             memo.cache.put(kind, obj)
-        owner = (meta.get("labels") or {}).get(LABEL_SANDBOX)
+        owner = owning_sandbox(meta)
         if owner:
             memo.queue.add((meta.get("namespace", ""), owner))
 
