@@ -66,7 +66,9 @@ class EmulatedPodExec:
         if manifest is None or manifest.get("status", {}).get("phase") != "Running":
             raise ExecUnavailableError(f"pod {namespace}/{pod} is not running")
         self.calls.append((namespace, pod, tuple(argv)))
-        self.emulator.side_access.append(("create", "", "pods/exec"))
+        # The real transport opens a websocket with a GET upgrade, authorized as create on
+        # Kubernetes 1.30+ and as get before: the operator needs both verbs.
+        self.emulator.side_access += [("create", "", "pods/exec"), ("get", "", "pods/exec")]
         if argv and argv[0] == "onyx-cli":
             if self.scripted_cli is not None:
                 return ExecResult(self.scripted_cli(namespace, pod), b"", b"")

@@ -1,0 +1,73 @@
+"""A PAT lives in its Secret and nowhere else the operator writes or logs."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+
+import pytest
+
+from craft_operator.config import Settings
+from craft_operator.context import OperatorContext
+from tests.integration.conftest import SANDBOXES
+from tests.integration.helpers import (
+    NAMESPACE,
+    event_posted,
+    phase,
+    pod,
+    sandbox,
+    token_in_secret,
+)
+from tests.support.emulator import KubeEmulator
+from tests.support.operator import eventually
+from tests.support.pod_exec import mark_pod_running
+
+
+def forms_of(token: str) -> set[str]:
+    """Ways a token could leak: as is, base64-encoded, or its secret middle alone."""
+    return {token, base64.b64encode(token.encode()).decode(), token[12:-4]}
+
+
+@pytest.mark.parametrize("cli_exit_codes", [{f"{NAMESPACE}/alice": 4}], indirect=False)
+async def test_the_pat_appears_in_no_object_event_or_log_line_but_its_secret(
+    emulator: KubeEmulator,
+    operator: OperatorContext,
+    settings: Settings,
+    caplog: pytest.LogCaptureFixture,
+    cli_exit_codes: dict[str, int],
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    emulator.create(SANDBOXES, sandbox("alice", sources=[{"name": "slack"}]))
+    first = await eventually(lambda: pod(emulator, "alice"), what="the pod")
+    tokens = {token_in_secret(emulator, "alice")}
+    mark_pod_running(emulator, NAMESPACE, "alice")  # refused: a second PAT is minted
+    await eventually(
+        lambda: (p := pod(emulator, "alice")) and p["metadata"]["uid"] != first["metadata"]["uid"],
+        what="the pod with the second PAT",
+    )
+    tokens.add(token_in_secret(emulator, "alice"))
+    cli_exit_codes.clear()
+    mark_pod_running(emulator, NAMESPACE, "alice")
+    await phase(emulator, "alice", "Ready")
+    await event_posted(emulator, "alice", "CLIValidated")
+    assert len(tokens) == 2
+    canaries = set().union(*(forms_of(token) for token in tokens))
+
+    for (resource, namespace, name), obj in emulator.objects.items():
+        if resource.plural == "secrets" and name == "alice-credentials":
+            continue
+        for version in obj.history:
+            text = json.dumps(version.raw) if version is not None else ""
+            leaked = [c for c in canaries if c in text]
+            assert not leaked, f"a PAT leaked into {resource.plural} {namespace}/{name}"
+
+    operator_records = [
+        r for r in caplog.records if not r.name.startswith(("kmock", "aiohttp.server"))
+    ]
+    assert operator_records, "the operator's logs were not captured"
+    for record in operator_records:
+        line = record.getMessage() + (record.exc_text or "")
+        assert not [c for c in canaries if c in line], (
+            f"a PAT leaked into a log line: {record.name}"
+        )
