@@ -1,0 +1,80 @@
+"""Specification of Kubernetes quantity parsing (enough to compare requests with limits)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from craft_operator.builders.quantities import parse_quantity
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("1", Decimal(1)),
+        ("0", Decimal(0)),
+        ("250n", Decimal("250e-9")),
+        ("250u", Decimal("250e-6")),
+        ("500m", Decimal("0.5")),
+        ("2k", Decimal(2000)),
+        ("2M", Decimal(2_000_000)),
+        ("2G", Decimal(2 * 10**9)),
+        ("2T", Decimal(2 * 10**12)),
+        ("2P", Decimal(2 * 10**15)),
+        ("2E", Decimal(2 * 10**18)),
+        ("2Ki", Decimal(2 * 2**10)),
+        ("2Mi", Decimal(2 * 2**20)),
+        ("2Gi", Decimal(2 * 2**30)),
+        ("2Ti", Decimal(2 * 2**40)),
+        ("2Pi", Decimal(2 * 2**50)),
+        ("2Ei", Decimal(2 * 2**60)),
+    ],
+)
+def test_every_suffix_scales_the_number(text: str, value: Decimal) -> None:
+    assert parse_quantity(text) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("0.5", Decimal("0.5")),
+        ("1.5Gi", Decimal("1.5") * 2**30),
+        (".5", Decimal("0.5")),
+        ("+2", Decimal(2)),
+        ("-2", Decimal(-2)),
+        (" 2Gi ", Decimal(2 * 2**30)),
+    ],
+)
+def test_decimals_signs_and_surrounding_space_are_accepted(text: str, value: Decimal) -> None:
+    assert parse_quantity(text) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("1e3", Decimal(1000)), ("1E3", Decimal(1000)), ("5e-3", Decimal("0.005")), ("2e+2", 200)],
+)
+def test_decimal_exponents_are_accepted(text: str, value: Decimal) -> None:
+    assert parse_quantity(text) == value
+
+
+def test_a_bare_capital_e_is_the_exa_suffix_not_an_exponent() -> None:
+    assert parse_quantity("1E") == Decimal(10**18)
+
+
+def test_an_integer_is_taken_as_is() -> None:
+    assert parse_quantity(3) == Decimal(3)
+
+
+def test_quantities_compare_across_suffixes() -> None:
+    assert parse_quantity("1Gi") > parse_quantity("1G")
+    assert parse_quantity("1000m") == parse_quantity("1")
+    assert parse_quantity("1024Mi") == parse_quantity("1Gi")
+
+
+@pytest.mark.parametrize(
+    "text", ["", " ", "Gi", "2 Gi", "2gi", "2KI", "2Xi", "two", "1.2.3", ".", "2i", "--1", "1e"]
+)
+def test_anything_else_is_a_value_error_naming_the_input(text: str) -> None:
+    with pytest.raises(ValueError, match="is not a Kubernetes quantity"):
+        parse_quantity(text)
