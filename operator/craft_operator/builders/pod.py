@@ -49,7 +49,9 @@ def resources_for(sandbox: CraftSandbox, settings: Settings) -> dict[str, dict[s
     """Settings' default resources overlaid with the spec's, checked so requests <= limits.
 
     A request raised above the default limit lifts that limit with it (the user asked for
-    more, not for an invalid pod); a request above a limit the spec itself sets is an error.
+    more, not for an invalid pod); a default request above a limit the spec sets follows
+    that limit down (as Kubernetes defaults a missing request to the limit); a request the
+    spec sets above a limit the spec sets is an error.
     """
     requests = dict(settings.sandbox_resources.get("requests", {}))
     limits = dict(settings.sandbox_resources.get("limits", {}))
@@ -65,6 +67,9 @@ def resources_for(sandbox: CraftSandbox, settings: Settings) -> dict[str, dict[s
         if limit is None or parse_quantity(request) <= parse_quantity(limit):
             continue
         if resource in spec_limits:
+            if resource not in spec_requests:
+                requests[resource] = limit
+                continue
             raise SandboxConfigError(
                 "InvalidResources",
                 f"resources.requests.{resource} ({request}) is above "

@@ -398,3 +398,14 @@ def test_the_template_hash_covers_everything_but_itself(
     pod = build_pod(make_sandbox(), settings, pat_id=1)
     recorded = pod["metadata"]["annotations"].pop("craft.onyx.app/pod-template-hash")
     assert template_hash(pod) == recorded
+
+
+def test_a_spec_limit_below_the_default_request_lowers_that_request(
+    make_sandbox: MakeSandbox, settings: Settings
+) -> None:
+    """The user set only a limit: like Kubernetes, the request follows it down (no error
+    about a request the user never wrote)."""
+    sandbox = make_sandbox(resources={"limits": {"memory": "1Gi"}})
+    result = resources_for(sandbox, settings)
+    assert result["requests"]["memory"] == result["limits"]["memory"] == "1Gi"
+    assert result["requests"]["cpu"] == "1"
