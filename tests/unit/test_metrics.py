@@ -1,0 +1,394 @@
+"""Prometheus metrics: what a scrape of the served endpoint shows, and that every label
+value stays in a fixed set (never a user, a name or a token)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import aiohttp
+import kmock
+import kopf
+import pytest
+from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from craft_operator.api.models import KIND, Phase
+from craft_operator.config import Settings
+from craft_operator.kube.cache import ObjectCache
+from craft_operator.kube.client import PODS, KubeClient
+from craft_operator.metrics import (
+    Metrics,
+    MetricsServer,
+    MintReason,
+    ProvisioningPhase,
+    count_sandboxes,
+    mint_reason,
+    start_from_settings,
+    start_metrics_server,
+    time_to_ready,
+)
+from craft_operator.reconciler.queue import Backoff, WorkQueue
+from tests.support.emulator import KubeEmulator, declare_core_resources
+from tests.support.operator import eventually
+
+pytestmark = pytest.mark.unit
+
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def stamp(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def sandbox(
+    name: str,
+    phase: str | None,
+    *,
+    created: datetime = NOW,
+    ready: tuple[str, datetime] | None = None,
+    deleting: bool = False,
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": "team-a",
+        "creationTimestamp": stamp(created),
+        "resourceVersion": "1",
+    }
+    if deleting:
+        metadata["deletionTimestamp"] = stamp(NOW)
+    body: dict[str, Any] = {"kind": KIND, "metadata": metadata}
+    if phase is not None:
+        body["status"] = {"phase": phase}
+    if ready is not None:
+        status, since = ready
+        body.setdefault("status", {})["conditions"] = [
+            {"type": "Ready", "status": status, "lastTransitionTime": stamp(since)}
+        ]
+    return body
+
+
+@pytest.fixture
+def metrics() -> Metrics:
+    return Metrics(CollectorRegistry())
+
+
+@pytest.fixture
+async def server(metrics: Metrics) -> AsyncIterator[MetricsServer]:
+    running = await start_metrics_server(metrics.registry, 0, host="127.0.0.1")
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+async def fetch(url: str, accept: str | None = None) -> tuple[int, str, str]:
+    headers = {"Accept": accept} if accept else {}
+    async with aiohttp.ClientSession() as session, session.get(url, headers=headers) as response:
+        return response.status, response.headers["Content-Type"], await response.text()
+
+
+async def scrape(server: MetricsServer) -> Samples:
+    status, _, text = await fetch(server.url)
+    assert status == 200
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples[(name, tuple(sorted(labels.items())))]
+
+
+def label_values(samples: Samples, name: str, label: str) -> set[str]:
+    return {dict(key)[label] for metric, key in samples if metric == name and label in dict(key)}
+
+
+# -- the endpoint ------------------------------------------------------------------------------
+
+
+async def test_the_endpoint_serves_the_text_exposition_until_stopped(
+    metrics: Metrics,
+) -> None:
+    server = await start_metrics_server(metrics.registry, 0, host="127.0.0.1")
+    assert server.port != 0
+    status, content_type, text = await fetch(server.url)
+    assert status == 200
+    assert content_type.startswith("text/plain; version=0.0.4")
+    assert "# TYPE craft_sandbox_time_to_ready_seconds histogram" in text
+    await server.stop()
+    with pytest.raises(aiohttp.ClientConnectionError):
+        await fetch(server.url)
+
+
+async def test_openmetrics_is_served_to_a_scraper_that_asks_for_it(server: MetricsServer) -> None:
+    _, content_type, text = await fetch(server.url, accept="application/openmetrics-text")
+    assert content_type.startswith("application/openmetrics-text")
+    assert text.rstrip().endswith("# EOF")
+
+
+async def test_a_port_in_use_is_an_error_not_a_silent_second_server(
+    metrics: Metrics, server: MetricsServer
+) -> None:
+    with pytest.raises(OSError, match=r"(?i)in use"):
+        await start_metrics_server(metrics.registry, server.port, host="127.0.0.1")
+
+
+async def test_metrics_port_zero_disables_the_endpoint(metrics: Metrics, tmp_path: Any) -> None:
+    settings = Settings(metrics_port=0, state_dir=tmp_path)
+    assert await start_from_settings(metrics, settings) is None
+
+
+async def test_each_metrics_object_has_its_own_registry_not_the_global_one(
+    server: MetricsServer,
+) -> None:
+    other = Metrics()
+    other.pat_reused()
+    samples = await scrape(server)
+    assert value(samples, "craft_pat_reuses_total") == 0
+    assert not [name for name in REGISTRY._names_to_collectors if name.startswith("craft_")]
+
+
+# -- events the reconciler reports -------------------------------------------------------------
+
+
+async def test_time_to_ready_lands_in_the_bucket_of_its_duration(
+    metrics: Metrics, server: MetricsServer
+) -> None:
+    metrics.observe_ready(42.0)
+    metrics.observe_ready(400.0)
+    samples = await scrape(server)
+    name = "craft_sandbox_time_to_ready_seconds_bucket"
+    assert value(samples, name, le="30.0") == 0
+    assert value(samples, name, le="45.0") == 1
+    assert value(samples, name, le="420.0") == 2
+    assert value(samples, "craft_sandbox_time_to_ready_seconds_count") == 2
+    assert value(samples, "craft_sandbox_time_to_ready_seconds_sum") == 442.0
+
+
+async def test_phase_durations_are_labelled_by_phase(
+    metrics: Metrics, server: MetricsServer
+) -> None:
+    metrics.observe_phase(ProvisioningPhase.POD_READY, 12.5)
+    metrics.observe_phase("credentials", 0.02)
+    samples = await scrape(server)
+    name = "craft_provisioning_phase_duration_seconds_count"
+    assert value(samples, name, phase="pod_ready") == 1
+    assert value(samples, name, phase="credentials") == 1
+    assert value(samples, name, phase="cli_validation") == 0
+    assert label_values(samples, name, "phase") == {phase.value for phase in ProvisioningPhase}
+
+
+def test_an_unknown_phase_is_a_programming_error(metrics: Metrics) -> None:
+    with pytest.raises(ValueError, match="team-a/alice"):
+        metrics.observe_phase("team-a/alice", 1.0)
+
+
+async def test_pat_mints_are_counted_by_a_bounded_reason_and_reuses_separately(
+    metrics: Metrics, server: MetricsServer
+) -> None:
+    metrics.pat_minted("no credential stored")
+    metrics.pat_minted("PAT 81723 was rejected")
+    metrics.pat_minted(MintReason.RENEWAL)
+    metrics.pat_minted("something new in a later operator for user 3f1c-alice")
+    metrics.pat_reused()
+    metrics.pat_reused()
+    samples = await scrape(server)
+    name = "craft_pat_mints_total"
+    assert value(samples, name, reason="new") == 1
+    assert value(samples, name, reason="rejected") == 1
+    assert value(samples, name, reason="renewal") == 1
+    assert value(samples, name, reason="other") == 1
+    assert value(samples, "craft_pat_reuses_total") == 2
+    assert label_values(samples, name, "reason") == {reason.value for reason in MintReason}
+
+
+@pytest.mark.parametrize(
+    ("explanation", "reason"),
+    [
+        ("no credential stored", MintReason.NEW),
+        ("a new PAT was requested", MintReason.REQUESTED),
+        ("PAT 12 was rejected", MintReason.REJECTED),
+        ("the credential belongs to an earlier sandbox of that name", MintReason.RECREATED),
+        ("the sandbox's user changed", MintReason.USER_CHANGED),
+        ("the sandbox's tenant changed", MintReason.TENANT_CHANGED),
+        ("the PAT is revoked", MintReason.REVOKED),
+        ("the PAT is expired", MintReason.EXPIRED),
+        ("the PAT is missing", MintReason.MISSING),
+        ("the PAT never expires", MintReason.LIFETIME),
+        ("the PAT is inside its renewal window", MintReason.RENEWAL),
+        ("the PAT outlives the sandbox's credential lifetime", MintReason.LIFETIME),
+        ("the stored token does not match its PAT", MintReason.TOKEN_MISMATCH),
+        (None, MintReason.OTHER),
+    ],
+)
+def test_every_explanation_of_the_credential_store_has_its_own_mint_reason(
+    explanation: str | None, reason: MintReason
+) -> None:
+    assert mint_reason(explanation) is reason
+
+
+async def test_failure_reasons_outside_the_known_set_are_counted_as_other(
+    metrics: Metrics, server: MetricsServer
+) -> None:
+    metrics.sync_failed("S3AccessDenied")
+    metrics.sync_failed("bucket alice-private is gone")
+    metrics.pat_failed("DatabaseUnavailable")
+    metrics.pat_failed("user 0b7c… is odd")
+    samples = await scrape(server)
+    assert value(samples, "craft_user_library_sync_errors_total", reason="S3AccessDenied") == 1
+    assert value(samples, "craft_user_library_sync_errors_total", reason="Other") == 1
+    assert value(samples, "craft_pat_errors_total", reason="DatabaseUnavailable") == 1
+    assert value(samples, "craft_pat_errors_total", reason="Other") == 1
+    _, _, text = await fetch(server.url)
+    assert "alice" not in text
+    assert "0b7c" not in text
+
+
+async def test_a_successful_sync_adds_its_bytes_and_duration(
+    metrics: Metrics, server: MetricsServer
+) -> None:
+    metrics.sync_finished(52_311, 1.5)
+    metrics.sync_finished(0, 0.04)
+    samples = await scrape(server)
+    assert value(samples, "craft_user_library_sync_bytes_total") == 52_311
+    assert value(samples, "craft_user_library_sync_duration_seconds_count") == 2
+    assert value(samples, "craft_user_library_sync_duration_seconds_bucket", le="0.05") == 1
+
+
+# -- state read at scrape time -----------------------------------------------------------------
+
+
+async def test_sandboxes_by_phase_follow_the_cache_at_every_scrape(
+    metrics: Metrics, server: MetricsServer
+) -> None:
+    cache = ObjectCache()
+    metrics.track(cache=cache, clock=lambda: NOW)
+    cache.put(KIND, sandbox("alice", "Ready"))
+    cache.put(KIND, sandbox("bob", "Ready"))
+    cache.put(KIND, sandbox("carol", None))
+    cache.put(KIND, sandbox("dave", "Ready", deleting=True))
+    cache.put("Pod", {"metadata": {"name": "alice", "namespace": "team-a"}})
+    samples = await scrape(server)
+    assert value(samples, "craft_sandboxes", phase="Ready") == 2
+    assert value(samples, "craft_sandboxes", phase="Pending") == 1
+    assert value(samples, "craft_sandboxes", phase="Terminating") == 1
+    assert label_values(samples, "craft_sandboxes", "phase") == {phase.value for phase in Phase}
+
+    cache.put(KIND, sandbox("bob", "Sleeping"))
+    cache.forget(KIND, "team-a", "dave")
+    samples = await scrape(server)
+    assert value(samples, "craft_sandboxes", phase="Ready") == 1
+    assert value(samples, "craft_sandboxes", phase="Sleeping") == 1
+    assert value(samples, "craft_sandboxes", phase="Terminating") == 0
+
+
+def test_the_oldest_waiting_sandbox_counts_from_when_it_lost_ready() -> None:
+    bodies = [
+        sandbox("new", None, created=NOW - timedelta(seconds=30)),
+        sandbox(
+            "replaced",
+            "Provisioning",
+            created=NOW - timedelta(days=3),
+            ready=("False", NOW - timedelta(seconds=400)),
+        ),
+        sandbox("failed", "Failed", created=NOW - timedelta(days=1)),
+        sandbox("fine", "Ready", created=NOW - timedelta(days=2), ready=("True", NOW)),
+    ]
+    counts = count_sandboxes(bodies, NOW)
+    assert counts.oldest_not_ready_seconds == 400
+    assert count_sandboxes([], NOW).oldest_not_ready_seconds == 0
+
+
+async def test_the_oldest_waiting_sandbox_is_a_gauge(
+    metrics: Metrics, server: MetricsServer
+) -> None:
+    cache = ObjectCache()
+    cache.put(KIND, sandbox("slow", "Provisioning", created=NOW - timedelta(minutes=20)))
+    metrics.track(cache=cache, clock=lambda: NOW)
+    samples = await scrape(server)
+    assert value(samples, "craft_sandbox_oldest_not_ready_seconds") == 1200
+
+
+def test_time_to_ready_is_measured_only_on_the_pass_that_makes_a_sandbox_ready() -> None:
+    created = sandbox("alice", "Provisioning", created=NOW - timedelta(seconds=95))
+    assert time_to_ready(created, {"phase": "Ready"}, NOW) == 95
+    assert time_to_ready(created, {"phase": "Provisioning"}, NOW) is None
+    ready = sandbox("alice", "Ready", ready=("True", NOW - timedelta(hours=1)))
+    assert time_to_ready(ready, {"phase": "Ready"}, NOW) is None
+    woken = sandbox(
+        "alice",
+        "Provisioning",
+        created=NOW - timedelta(days=5),
+        ready=("False", NOW - timedelta(seconds=12)),
+    )
+    assert time_to_ready(woken, {"phase": "Ready"}, NOW) == 12
+
+
+async def test_queue_depth_passes_and_failures_come_from_the_work_queue(
+    metrics: Metrics, server: MetricsServer
+) -> None:
+    async def handler(key: str) -> float | None:
+        if key == "broken":
+            raise RuntimeError("boom")
+        return None
+
+    queue: WorkQueue[str] = WorkQueue(handler, concurrency=1, backoff=Backoff(base=3600))
+    metrics.track(queue=queue, queue_backlog=lambda: 7)
+    queue.add("fine")
+    queue.add("later", delay=3600)
+    queue.add("broken")
+    queue.start()
+    try:
+        await eventually(lambda: queue.processed + queue.failed == 2, what="both passes")
+        samples = await scrape(server)
+    finally:
+        await queue.stop()
+    assert value(samples, "craft_reconcile_passes_total") == 2
+    assert value(samples, "craft_reconcile_failures_total") == 1
+    assert value(samples, "craft_workqueue_depth") == 2  # "later", and "broken" backing off
+    assert value(samples, "craft_workqueue_backlog") == 7
+
+
+async def test_api_requests_are_counted_by_verb_from_the_client(
+    metrics: Metrics, server: MetricsServer
+) -> None:
+    kube = KubeClient(request_timeout=10)
+    metrics.track(api_requests=kube.requests)
+    async with KubeEmulator() as emulator, kmock.Server(emulator):
+        declare_core_resources(emulator)
+        kube.configure(kopf.ConnectionInfo(server=str(emulator.url).rstrip("/"), insecure=True))
+        try:
+            await kube.list(PODS, "team-a")
+            await kube.list(PODS, "team-b")
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "x"}}
+            await kube.create(PODS, {**pod, "spec": {"containers": [{"name": "c"}]}})
+        finally:
+            await kube.close()
+    samples = await scrape(server)
+    assert value(samples, "craft_api_requests_total", verb="GET") == 2
+    assert value(samples, "craft_api_requests_total", verb="POST") == 1
+    assert value(samples, "craft_api_requests_total", verb="DELETE") == 0
+    assert value(samples, "craft_api_requests_total", verb="other") == 0
+
+
+async def test_nothing_but_state_and_counts_reach_the_exposition(
+    metrics: Metrics, server: MetricsServer
+) -> None:
+    token = "onyx_pat_" + "s3cr3t" * 6
+    metrics.pat_minted(f"the stored token {token} does not match its PAT")
+    metrics.sync_failed(f"token {token}")
+    metrics.pat_failed(token)
+    cache = ObjectCache()
+    body = sandbox("alice", "Ready")
+    body["status"]["credentials"] = {"tokenDisplay": token[:12]}
+    cache.put(KIND, body)
+    metrics.track(cache=cache)
+    _, _, text = await fetch(server.url)
+    assert "s3cr3t" not in text
+    assert "onyx_pat" not in text
+    assert "alice" not in text
