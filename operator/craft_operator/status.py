@@ -117,7 +117,11 @@ def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any
             patch[key] = None
     for key, value in new.items():
         previous = old.get(key)
-        if isinstance(value, Mapping) and isinstance(previous, Mapping):
+        if value is None:
+            # The API stores no nulls: None in ``new`` means absent, not "send null again".
+            if previous is not None:
+                patch[key] = None
+        elif isinstance(value, Mapping) and isinstance(previous, Mapping):
             nested = merge_patch(previous, value)
             if nested:
                 patch[key] = nested
