@@ -141,6 +141,11 @@ class Settings(BaseSettings):
         gt=0,
         description="Seconds before replacing a failed pod; doubles per failure, up to 300.",
     )
+    library_sync_timeout: float = Field(
+        default=1800.0,
+        gt=0,
+        description="Seconds one user-library sync may take before it is abandoned and retried.",
+    )
     max_pod_failures: int = Field(
         default=3,
         ge=1,

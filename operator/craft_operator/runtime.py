@@ -21,7 +21,7 @@ from craft_operator.kube.connection import discover_connection
 from craft_operator.kube.events import EventRecorder
 from craft_operator.kube.exec import ExecResult, ExecTransport, KubernetesExec, Stdin
 from craft_operator.reconciler.sandbox import SandboxReconciler, Services
-from craft_operator.reconciler.services import SkillRenderer, StoreCredentials
+from craft_operator.reconciler.services import LibrarySyncer, SkillRenderer, StoreCredentials
 
 LoginFn = Callable[..., kopf.ConnectionInfo | None]
 CHILD_RESOURCES = (("v1", "pods"), ("v1", "secrets"), ("v1", "configmaps"))
@@ -83,14 +83,16 @@ def build_context(
         renewal_fraction=settings.credential_renewal_fraction,
     )
     events = EventRecorder(kube)
+    exec_transport = exec_transport or _LazyExec()
     services = Services(
         settings=settings,
         kube=kube,
         cache=cache,
         credentials=credentials,
         skills=SkillRenderer(kube, settings),
-        exec=exec_transport or _LazyExec(),
+        exec=exec_transport,
         events=events,
+        library=LibrarySyncer(settings, exec_transport),
     )
     return OperatorContext(
         settings=settings,

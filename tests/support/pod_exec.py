@@ -36,6 +36,13 @@ class EmulatedPodExec:
 
     def __post_init__(self) -> None:
         self.local = LocalExec(self.root)
+        self._uids: dict[tuple[str, str], str] = {}
+
+    def _fresh_volumes(self, namespace: str, pod: str, uid: str) -> None:
+        """A new pod of the same name starts with empty volumes, like an emptyDir."""
+        if self._uids.get((namespace, pod)) not in (None, uid):
+            shutil.rmtree(self.local.workspace(namespace, pod), ignore_errors=True)
+        self._uids[(namespace, pod)] = uid
 
     def pod_env(self, namespace: str, pod: str) -> dict[str, str]:
         """The environment of the pod's sandbox container, Secrets resolved."""
@@ -65,6 +72,7 @@ class EmulatedPodExec:
         manifest = self.emulator.find("v1/pods", namespace, pod)
         if manifest is None or manifest.get("status", {}).get("phase") != "Running":
             raise ExecUnavailableError(f"pod {namespace}/{pod} is not running")
+        self._fresh_volumes(namespace, pod, manifest["metadata"]["uid"])
         self.calls.append((namespace, pod, tuple(argv)))
         # The real transport opens a websocket with a GET upgrade, authorized as create on
         # Kubernetes 1.30+ and as get before: the operator needs both verbs.

@@ -574,6 +574,24 @@ class UserLibraryStatus(ApiModel):
         default=None, description="How long the last sync took, in seconds."
     )
     last_error: str | None = Field(default=None, description="Why the last sync failed, if it did.")
+    skipped: int | None = Field(
+        default=None,
+        description="S3 keys the last sync skipped as unsafe (absolute, '..', too long, ...).",
+    )
+    pod_uid: str | None = Field(
+        default=None, alias="podUID", description="The pod the library was last synced into."
+    )
+    config_hash: str | None = Field(
+        default=None,
+        description="Hash of the bucket, prefix, excludes and disabled paths the last sync used.",
+    )
+    failed_attempt: str | None = Field(
+        default=None,
+        description=(
+            "The revision, pod and configuration of a sync that failed in a way retrying "
+            "cannot fix; it is retried only when one of them changes."
+        ),
+    )
 
 
 class CraftSandboxStatus(ApiModel):

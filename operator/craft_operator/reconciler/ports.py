@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from pydantic import SecretStr
 
 from craft_operator.api.models import CraftSandbox
+from craft_operator.library import LibraryLocation, SyncResult
 from craft_operator.skills.render import RenderedSkill
 
 
@@ -77,6 +78,16 @@ class SkillsPort(Protocol):
         Raises :class:`~craft_operator.skills.template.SkillTemplateError` when a custom
         template cannot be loaded or rendered.
         """
+        ...
+
+
+class LibraryPort(Protocol):
+    """Syncs a user library from S3 into a running sandbox pod."""
+
+    async def sync(
+        self, sandbox: CraftSandbox, location: LibraryLocation, *, namespace: str, pod: str
+    ) -> SyncResult:
+        """Sync; raises :class:`~craft_operator.library.errors.LibrarySyncError` subclasses."""
         ...
 
 

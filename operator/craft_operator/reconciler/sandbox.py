@@ -8,6 +8,8 @@ converges from wherever the last one stopped.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -16,6 +18,7 @@ from typing import Any
 
 from craft_operator.api.models import (
     ANNOTATION_LAST_ACTIVITY,
+    ANNOTATION_LIBRARY_REVISION,
     GROUP,
     CraftSandbox,
     Phase,
@@ -54,6 +57,8 @@ from craft_operator.kube.client import (
     NotFoundError,
 )
 from craft_operator.kube.exec import ExecError, ExecTransport
+from craft_operator.library import LibraryConfigError, LibraryLocation, LibrarySyncError
+from craft_operator.library import resolve_location as resolve_library_location
 from craft_operator.reconciler import cli_validation
 from craft_operator.reconciler.children import ForeignObjectError, converge, is_ours
 from craft_operator.reconciler.idle import decide_idle
@@ -61,6 +66,7 @@ from craft_operator.reconciler.ports import (
     CredentialsPort,
     EventSink,
     IssuedCredential,
+    LibraryPort,
     SkillsPort,
 )
 from craft_operator.reconciler.run import Run
@@ -80,6 +86,8 @@ logger = logging.getLogger(__name__)
 FINALIZER = f"{GROUP}/finalizer"
 SANDBOX, POD, SECRET, CONFIGMAP = "CraftSandbox", "Pod", "Secret", "ConfigMap"
 NORMAL, WARNING = "Normal", "Warning"
+#: Conditions that can only be known once the pod is ready.
+POD_DEPENDENT = (CLI_VALIDATED, USER_LIBRARY_SYNCED)
 
 CLI_TIMEOUT = 60.0
 
@@ -99,6 +107,7 @@ class Services:
     skills: SkillsPort
     exec: ExecTransport
     events: EventSink
+    library: LibraryPort
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
 
 
@@ -137,6 +146,21 @@ def _credentials_reason(exc: CredentialsError) -> str:
         (SchemaMissingError, "DatabaseSchemaMissing"),
     )
     return next((reason for kind, reason in reasons if isinstance(exc, kind)), "CredentialsError")
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _library_config_hash(sandbox: CraftSandbox, location: LibraryLocation) -> str:
+    """What, besides the revision and the pod, decides the library's content."""
+    library = sandbox.spec.user_library
+    return _short_hash(
+        json.dumps(
+            [location.bucket, location.prefix, library.exclude, library.disabled_paths],
+            separators=(",", ":"),
+        )
+    )
 
 
 def _parse_time(text: str | None) -> datetime | None:
@@ -194,19 +218,18 @@ class SandboxReconciler:
         issued = await self._credentials(sandbox, run)
         if issued is None:
             self._waiting(run, (SKILL_RENDERED,), "WaitingForCredentials")
-            self._waiting(run, (POD_READY, CLI_VALIDATED), "WaitingForCredentials")
+            self._waiting(run, (POD_READY, *POD_DEPENDENT), "WaitingForCredentials")
             return
         secret_ok = await self._secret(sandbox, issued, run)
         skill_ok = await self._skill(sandbox, run)
         if not (secret_ok and skill_ok):
-            self._waiting(run, (POD_READY, CLI_VALIDATED), "WaitingForChildren")
+            self._waiting(run, (POD_READY, *POD_DEPENDENT), "WaitingForChildren")
             return
         pod = await self._pod(sandbox, issued, run)
         if pod is None:
             return
         await self._validate_cli(sandbox, pod, issued, run)
-        if run.condition(USER_LIBRARY_SYNCED) is None:
-            run.set(ConditionState.true(USER_LIBRARY_SYNCED, "NotConfigured", "no user library"))
+        await self._sync_library(sandbox, pod, run)
 
     # -- finalizer -----------------------------------------------------------------------------
 
@@ -428,7 +451,7 @@ class SandboxReconciler:
         if actual is not None and actual["metadata"].get("deletionTimestamp"):
             run.pod_exists = True
             run.set(ConditionState.false(POD_READY, "PodTerminating", "the old pod is stopping"))
-            self._waiting(run, (CLI_VALIDATED,), "WaitingForPod")
+            self._waiting(run, POD_DEPENDENT, "WaitingForPod")
             run.requeue(5)
             return None
         if actual is None:
@@ -466,7 +489,7 @@ class SandboxReconciler:
                 run.set(ConditionState.false(POD_READY, "PodStarting", detail))
                 if created:
                     run.requeue(timeout - (run.now - created).total_seconds() + 1)
-            self._waiting(run, (CLI_VALIDATED,), "WaitingForPod")
+            self._waiting(run, POD_DEPENDENT, "WaitingForPod")
             return None
         run.set(ConditionState.true(POD_READY, "PodReady", f"pod {name} is ready"))
         run.status.pop("podFailures", None)
@@ -498,7 +521,7 @@ class SandboxReconciler:
             wait = (failed_at - run.now).total_seconds() + backoff
             if wait > 0:
                 run.requeue(wait)
-                self._waiting(run, (CLI_VALIDATED,), "WaitingForPod")
+                self._waiting(run, POD_DEPENDENT, "WaitingForPod")
                 return None
         try:
             created = await self.s.kube.create(PODS, desired)
@@ -520,7 +543,7 @@ class SandboxReconciler:
         run.pod_exists = True
         run.status["podUID"] = created["metadata"].get("uid")
         run.set(ConditionState.false(POD_READY, "PodStarting", _pod_waiting_detail(created)))
-        self._waiting(run, (CLI_VALIDATED,), "WaitingForPod")
+        self._waiting(run, POD_DEPENDENT, "WaitingForPod")
         self.s.events.post(
             self._body(run),
             type=NORMAL,
@@ -536,7 +559,7 @@ class SandboxReconciler:
         await self.s.kube.delete(PODS, meta.get("namespace"), meta["name"], uid=meta.get("uid"))
         run.pod_exists = True
         run.set(ConditionState.false(POD_READY, reason, message))
-        self._waiting(run, (CLI_VALIDATED,), "WaitingForPod")
+        self._waiting(run, POD_DEPENDENT, "WaitingForPod")
         self.s.events.post(self._body(run), type=type, reason=reason, message=message)
 
     async def _pod_failed(self, sandbox: CraftSandbox, pod: dict[str, Any], run: Run) -> None:
@@ -550,7 +573,7 @@ class SandboxReconciler:
         if failures >= limit:
             run.phase = Phase.FAILED
             run.set(ConditionState.false(POD_READY, "PodFailedRepeatedly", detail))
-            self._waiting(run, (CLI_VALIDATED,), "WaitingForPod")
+            self._waiting(run, POD_DEPENDENT, "WaitingForPod")
             return
         failures += 1
         run.status["podFailures"] = failures
@@ -561,7 +584,7 @@ class SandboxReconciler:
             )
             run.phase = Phase.FAILED
             run.set(ConditionState.false(POD_READY, "PodFailedRepeatedly", message))
-            self._waiting(run, (CLI_VALIDATED,), "WaitingForPod")
+            self._waiting(run, POD_DEPENDENT, "WaitingForPod")
             self.s.events.post(
                 self._body(run), type=WARNING, reason="PodFailedRepeatedly", message=message
             )
@@ -632,7 +655,7 @@ class SandboxReconciler:
             self.s.events.post(self._body(run), type=NORMAL, reason=f"Pod{reason}", message=message)
         run.set(ConditionState.false(POD_READY, reason, message))
         run.status.pop("podUID", None)
-        self._waiting(run, (CLI_VALIDATED,), reason)
+        self._waiting(run, POD_DEPENDENT, reason)
 
     # -- onyx-cli validation -------------------------------------------------------------------
 
@@ -695,6 +718,88 @@ class SandboxReconciler:
             self._credentials_failed(sandbox, run, "CredentialsError", str(exc))
             return
         run.requeue(0)  # the next pass writes the new Secret and replaces the pod
+
+    # -- user library --------------------------------------------------------------------------
+
+    async def _sync_library(self, sandbox: CraftSandbox, pod: dict[str, Any], run: Run) -> None:
+        """Sync the user library into the ready pod when the revision, pod or config moved.
+
+        One sandbox's syncs never overlap (the queue runs one pass per sandbox at a time);
+        a revision annotated while a sync runs queues another pass, which syncs again.
+        """
+        try:
+            location = resolve_library_location(
+                sandbox.spec.user_library, sandbox.spec.user, self.s.settings
+            )
+        except LibraryConfigError:
+            run.status.pop("userLibrary", None)
+            run.set(
+                ConditionState.true(
+                    USER_LIBRARY_SYNCED,
+                    "NotConfigured",
+                    "no S3 bucket in spec.userLibrary.bucket or CRAFT_S3_BUCKET: the library "
+                    "is empty",
+                )
+            )
+            return
+        revision = sandbox.metadata.annotations.get(ANNOTATION_LIBRARY_REVISION, "")
+        pod_uid = str(pod["metadata"].get("uid", ""))
+        config = _library_config_hash(sandbox, location)
+        attempt = _short_hash(f"{revision}|{pod_uid}|{config}")
+        current = dict(run.status.get("userLibrary") or {})
+        synced = run.condition(USER_LIBRARY_SYNCED) or {}
+        if (
+            synced.get("status") == "True"
+            and current.get("observedRevision", "") == revision
+            and current.get("podUID") == pod_uid
+            and current.get("configHash") == config
+        ):
+            return
+        if current.get("failedAttempt") == attempt:
+            return  # reported already; retrying cannot help until something changes
+        namespace, name = pod["metadata"].get("namespace", ""), pod["metadata"]["name"]
+        try:
+            result = await self.s.library.sync(sandbox, location, namespace=namespace, pod=name)
+        except LibrarySyncError as exc:
+            current["lastError"] = exc.message[:1000]
+            if exc.retryable:
+                current.pop("failedAttempt", None)
+                run.retry(exc.reason)
+            else:
+                current["failedAttempt"] = attempt
+            run.status["userLibrary"] = current
+            run.set(ConditionState.false(USER_LIBRARY_SYNCED, exc.reason, exc.message))
+            self.s.events.post(
+                self._body(run), type=WARNING, reason=f"Library{exc.reason}", message=exc.message
+            )
+            return
+        run.status["userLibrary"] = {
+            **({"observedRevision": revision} if revision else {}),
+            "lastSyncTime": run.timestamp(),
+            "files": result.files,
+            "bytes": result.bytes,
+            "bytesTransferred": result.bytes_transferred,
+            "durationSeconds": round(result.duration_seconds, 3),
+            "skipped": len(result.skipped),
+            "podUID": pod_uid,
+            "configHash": config,
+        }
+        message = f"{result.files} files, {result.bytes} bytes"
+        if result.skipped:
+            message += f"; {len(result.skipped)} unsafe keys skipped"
+        run.set(ConditionState.true(USER_LIBRARY_SYNCED, "Synced", message))
+        if result.copied or result.deleted:
+            self.s.events.post(
+                self._body(run), type=NORMAL, reason="LibrarySynced", message=result.summary()
+            )
+        if result.skipped:
+            shown = ", ".join(repr(item.key[:80]) for item in result.skipped[:5])
+            self.s.events.post(
+                self._body(run),
+                type=WARNING,
+                reason="LibraryKeysSkipped",
+                message=f"{len(result.skipped)} S3 keys skipped as unsafe, e.g. {shown}",
+            )
 
     # -- status --------------------------------------------------------------------------------
 

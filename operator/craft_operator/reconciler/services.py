@@ -4,6 +4,8 @@
   short memory so a resync does not query the database for every sandbox every time.
 - :class:`SkillRenderer`: renders SKILL.md with the built-in or the platform's template,
   memoising renderings (the same sources and template give the same text).
+- :class:`LibrarySyncer`: syncs a user library from S3 into a pod over exec, with one S3
+  client per endpoint.
 """
 
 from __future__ import annotations
@@ -15,9 +17,19 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from craft_operator.api.models import CraftSandbox, Source
+from craft_operator.builders.naming import SANDBOX_CONTAINER
 from craft_operator.config import Settings
 from craft_operator.credentials.store import CredentialStore, IssuedCredential, SandboxIdentity
 from craft_operator.kube.client import CONFIGMAPS, ApiError, KubeClient, NotFoundError
+from craft_operator.kube.exec import ExecTransport
+from craft_operator.library import (
+    LibraryLocation,
+    S3ObjectStore,
+    SyncResult,
+    caps_from_settings,
+    make_s3_client,
+    sync_user_library_exec,
+)
 from craft_operator.skills.render import RenderedSkill, render_skill
 from craft_operator.skills.template import SkillTemplateError, template_from_configmap
 
@@ -162,3 +174,38 @@ class SkillRenderer:
             text = template_from_configmap(configmap.get("data"), reference=reference)
             self._template = (loop.time(), text)
             return text
+
+
+class LibrarySyncer:
+    """Syncs user libraries into pods over exec (the reconciler's ``LibraryPort``)."""
+
+    def __init__(self, settings: Settings, exec_transport: ExecTransport) -> None:
+        self._settings = settings
+        self._exec = exec_transport
+        self._stores: dict[tuple[str | None, str | None], S3ObjectStore] = {}
+
+    def _store(self, location: LibraryLocation) -> S3ObjectStore:
+        key = (location.endpoint_url, location.region)
+        if key not in self._stores:
+            client = make_s3_client(endpoint_url=location.endpoint_url, region=location.region)
+            self._stores[key] = S3ObjectStore(client)
+        return self._stores[key]
+
+    async def sync(
+        self, sandbox: CraftSandbox, location: LibraryLocation, *, namespace: str, pod: str
+    ) -> SyncResult:
+        """Make ``/workspace/user_library`` in the pod match the library in S3."""
+        library = sandbox.spec.user_library
+        return await sync_user_library_exec(
+            store=self._store(location),
+            bucket=location.bucket,
+            prefix=location.prefix,
+            exec_transport=self._exec,
+            namespace=namespace,
+            pod=pod,
+            container=SANDBOX_CONTAINER,
+            excludes=library.exclude,
+            disabled=library.disabled_paths,
+            caps=caps_from_settings(self._settings),
+            timeout_seconds=self._settings.library_sync_timeout,
+        )

@@ -2,65 +2,28 @@
 
 from __future__ import annotations
 
-import socket
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from moto.server import ThreadedMotoServer
 
 from craft_operator.kube.exec_local import LocalExec
 from craft_operator.library.s3 import S3ObjectStore, make_s3_client
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class S3Server:
-    """A moto S3 server on 127.0.0.1 that a test may stop and start again."""
-
-    port: int
-    server: ThreadedMotoServer
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        self.server.stop()
-
-    def start(self) -> None:
-        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
-        self.server.start()
+from tests.support.s3 import S3Server, running_s3_server, use_fake_aws_credentials
 
 
 @pytest.fixture(autouse=True)
 def aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fake credentials for moto; never the developer's own."""
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
-        monkeypatch.delenv(name, raising=False)
+    use_fake_aws_credentials(monkeypatch)
 
 
 @pytest.fixture
 def s3_server() -> Iterator[S3Server]:
     """A fresh moto S3 server for one test."""
-    port = free_port()
-    server = S3Server(port, ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False))
-    server.server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from running_s3_server()
 
 
 @dataclass

@@ -10,8 +10,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from craft_operator.cli import main
+from tests.support.s3 import S3Server
 
-from .conftest import Bucket, S3Server
+from .conftest import Bucket
 
 pytestmark = [pytest.mark.s3]
 

@@ -28,8 +28,9 @@ from craft_operator.kube.exec import (
     parse_exec_status,
 )
 from craft_operator.library import sync_user_library_exec
+from tests.support.s3 import free_port
 
-from .conftest import Bucket, free_port
+from .conftest import Bucket
 
 pytestmark = [pytest.mark.unit]
 

@@ -21,8 +21,9 @@ from craft_operator.library import (
 )
 from craft_operator.library.paths import MAX_PATH_BYTES
 from craft_operator.library.tarstream import BLOCK
+from tests.support.s3 import S3Server
 
-from .conftest import Bucket, S3Server
+from .conftest import Bucket
 
 pytestmark = [pytest.mark.s3]
 
