@@ -55,7 +55,7 @@ def running_s3_server() -> Iterator[S3Server]:
     server = S3Server(port, ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False))
     server.server.start()
     # moto keeps its state per process, not per server: start every test from nothing.
-    urllib.request.urlopen(  # noqa: S310 -- a loopback URL we just built
+    urllib.request.urlopen(
         urllib.request.Request(f"{server.url}/moto-api/reset", method="POST"), timeout=10
     ).close()
     try:
