@@ -1,0 +1,358 @@
+"""Specification of the keyed work queue: dedup, no concurrent runs of a key, backoff,
+revisits, forgetting, the concurrency limit and stopping. Asserts counts and order only."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from craft_operator.reconciler.queue import Backoff, WorkQueue
+
+FAST = Backoff(base=0.01, cap=0.02, jitter=0.0)
+
+
+class Recorder:
+    """A handler that records its calls and can be held open or made to fail."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.running: Counter[str] = Counter()
+        self.max_running: Counter[str] = Counter()
+        self.max_total = 0
+        self.gates: dict[str, asyncio.Event] = {}
+        self.fail: dict[str, int] = {}
+        self.requeue: dict[str, float] = {}
+        self.started: dict[str, asyncio.Event] = {}
+
+    def gate(self, key: str) -> asyncio.Event:
+        """Hold ``key``'s runs until the returned event is set."""
+        return self.gates.setdefault(key, asyncio.Event())
+
+    def started_event(self, key: str) -> asyncio.Event:
+        """Set when a run of ``key`` has started."""
+        return self.started.setdefault(key, asyncio.Event())
+
+    async def __call__(self, key: str) -> float | None:
+        self.calls.append(key)
+        self.running[key] += 1
+        self.max_running[key] = max(self.max_running[key], self.running[key])
+        self.max_total = max(self.max_total, sum(self.running.values()))
+        self.started_event(key).set()
+        try:
+            if key in self.gates:
+                await self.gates[key].wait()
+            else:
+                await asyncio.sleep(0)
+            if self.fail.get(key, 0) > 0:
+                self.fail[key] -= 1
+                raise RuntimeError(f"{key} failed")
+            return self.requeue.pop(key, None)
+        finally:
+            self.running[key] -= 1
+
+
+async def eventually(condition: Callable[[], bool], *, within: float = 5.0) -> None:
+    """Wait until ``condition`` holds (a bound against hangs, not a timing assertion)."""
+    async with asyncio.timeout(within):
+        while not condition():  # noqa: ASYNC110 -- polls counters the code under test owns
+            await asyncio.sleep(0.005)
+
+
+async def settle() -> None:
+    """Let the workers run everything that is due now."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    """A fresh recording handler."""
+    return Recorder()
+
+
+@pytest.fixture
+async def make_queue(recorder: Recorder) -> AsyncIterator[Callable[..., WorkQueue[str]]]:
+    """Build started queues around ``recorder``; they are stopped after the test."""
+    queues: list[WorkQueue[str]] = []
+
+    def make(**options: object) -> WorkQueue[str]:
+        options.setdefault("backoff", FAST)
+        queue: WorkQueue[str] = WorkQueue(recorder, **options)  # type: ignore[arg-type]
+        queue.start()
+        queues.append(queue)
+        return queue
+
+    yield make
+    for queue in queues:
+        await queue.stop()
+
+
+async def test_a_key_added_many_times_before_it_runs_runs_once(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    queue = make_queue(concurrency=2)
+    for _ in range(50):
+        queue.add("a")
+    queue.add("b")
+    assert len(queue) == 2
+    await eventually(lambda: queue.processed == 2)
+    await settle()
+    assert sorted(recorder.calls) == ["a", "b"]
+    assert len(queue) == 0
+
+
+async def test_adding_sooner_moves_a_waiting_key_earlier_and_later_does_not_delay_it(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    queue = make_queue(concurrency=1)
+    queue.add("a", delay=3600)
+    queue.add("a", delay=0)
+    await eventually(lambda: recorder.calls == ["a"])
+    queue.add("b", delay=0)
+    queue.add("b", delay=3600)
+    await eventually(lambda: recorder.calls == ["a", "b"])
+    assert len(queue) == 0
+
+
+async def test_a_key_added_while_it_runs_runs_once_more_afterwards_never_concurrently(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    queue = make_queue(concurrency=4)
+    gate = recorder.gate("a")
+    queue.add("a")
+    await eventually(lambda: recorder.started_event("a").is_set())
+    for _ in range(10):
+        queue.add("a")
+        await settle()
+    assert recorder.calls == ["a"]
+    gate.set()
+    await eventually(lambda: queue.processed == 2)
+    await settle()
+    assert recorder.calls == ["a", "a"]
+    assert recorder.max_running["a"] == 1
+
+
+async def test_failures_back_off_per_key_and_a_success_resets_the_count(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    queue = make_queue(concurrency=2)
+    recorder.fail["a"] = 3
+    queue.add("a")
+    queue.add("b")
+    await eventually(lambda: queue.processed == 2)
+    assert queue.failed == 3
+    assert queue.failures("a") == 0
+    assert recorder.calls.count("a") == 4
+    assert recorder.calls.count("b") == 1
+
+
+async def test_failures_are_counted_per_key(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    queue = make_queue(concurrency=3, backoff=Backoff(base=3600, jitter=0))
+    recorder.fail.update({"a": 5, "b": 5})
+    for key in ["a", "b", "c"]:
+        queue.add(key)
+    await eventually(lambda: queue.failed == 2 and queue.processed == 1)
+    queue.add("a")  # brought forward: its second failure in a row
+    await eventually(lambda: queue.failed == 3)
+    assert (queue.failures("a"), queue.failures("b"), queue.failures("c")) == (2, 1, 0)
+
+
+async def test_each_failure_in_a_row_asks_the_backoff_for_the_next_delay(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    asked: list[int] = []
+
+    class Recording(Backoff):
+        def delay(self, failures: int) -> float:
+            asked.append(failures)
+            return 0.0
+
+    queue = make_queue(concurrency=1, backoff=Recording())
+    recorder.fail["a"] = 3
+    queue.add("a")
+    await eventually(lambda: queue.processed == 1)
+    recorder.fail["a"] = 1
+    queue.add("a")
+    await eventually(lambda: queue.processed == 2)
+    assert asked == [1, 2, 3, 1]
+
+
+async def test_a_failing_key_is_retried_after_its_backoff_not_at_once(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    queue = make_queue(concurrency=1, backoff=Backoff(base=3600, jitter=0))
+    recorder.fail["a"] = 1
+    queue.add("a")
+    await eventually(lambda: queue.failed == 1)
+    await settle()
+    assert recorder.calls == ["a"]
+    assert len(queue) == 1  # waiting for its retry
+    queue.add("a")  # an event about the object brings it forward
+    await eventually(lambda: queue.processed == 1)
+    assert queue.failures("a") == 0
+
+
+async def test_expected_failures_are_retried_like_others(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    queue = make_queue(concurrency=1, expected=(RuntimeError,))
+    recorder.fail["a"] = 2
+    queue.add("a")
+    await eventually(lambda: queue.processed == 1)
+    assert queue.failed == 2
+
+
+async def test_a_success_may_ask_for_a_later_visit(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    queue = make_queue(concurrency=1)
+    recorder.requeue["a"] = 0.01
+    queue.add("a")
+    await eventually(lambda: recorder.calls == ["a", "a"])
+    await settle()
+    assert queue.processed == 2
+
+
+async def test_a_far_requeue_waits_in_the_queue(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    queue = make_queue(concurrency=1)
+    recorder.requeue["a"] = 3600
+    queue.add("a")
+    await eventually(lambda: queue.processed == 1)
+    await settle()
+    assert recorder.calls == ["a"]
+    assert len(queue) == 1
+
+
+async def test_forget_drops_a_pending_visit_and_the_backoff_history(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    queue = make_queue(concurrency=1, backoff=Backoff(base=3600, jitter=0))
+    recorder.fail["a"] = 1
+    queue.add("a")
+    await eventually(lambda: queue.failed == 1)
+    assert queue.failures("a") == 1
+    queue.forget("a")
+    assert queue.failures("a") == 0
+    assert len(queue) == 0
+    queue.add("b")
+    await eventually(lambda: queue.processed == 1)
+    assert recorder.calls == ["a", "b"]
+
+
+async def test_forget_while_running_cancels_the_rerun(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    queue = make_queue(concurrency=2)
+    gate = recorder.gate("a")
+    queue.add("a")
+    await eventually(lambda: recorder.started_event("a").is_set())
+    queue.add("a")
+    await settle()
+    queue.forget("a")
+    gate.set()
+    await eventually(lambda: queue.processed == 1)
+    await settle()
+    assert recorder.calls == ["a"]
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+async def test_no_more_keys_run_at_once_than_the_concurrency_allows(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]], concurrency: int
+) -> None:
+    queue = make_queue(concurrency=concurrency)
+    keys = [f"k{index}" for index in range(10)]
+    gates = [recorder.gate(key) for key in keys]
+    for key in keys:
+        queue.add(key)
+    await eventually(lambda: len(recorder.calls) == concurrency)
+    await settle()
+    assert len(recorder.calls) == concurrency
+    for gate in gates:
+        gate.set()
+    await eventually(lambda: queue.processed == 10)
+    assert recorder.max_total == concurrency
+    assert sorted(recorder.calls) == sorted(keys)
+
+
+async def test_due_keys_run_in_the_order_they_were_added(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    queue = make_queue(concurrency=1)
+    gate = recorder.gate("first")
+    queue.add("first")
+    await eventually(lambda: recorder.started_event("first").is_set())
+    for key in ["c", "a", "b"]:
+        queue.add(key)
+    gate.set()
+    await eventually(lambda: queue.processed == 4)
+    assert recorder.calls == ["first", "c", "a", "b"]
+
+
+async def test_stop_cancels_a_running_reconcile_and_the_workers(
+    recorder: Recorder,
+) -> None:
+    cancelled = asyncio.Event()
+
+    async def handler(key: str) -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    queue: WorkQueue[str] = WorkQueue(handler, concurrency=2, backoff=FAST)
+    queue.start()
+    queue.add("a")
+    await settle()
+    await queue.stop()
+    assert cancelled.is_set()
+    assert queue.processed == 0
+    assert queue.failed == 0
+    queue.add("b")
+    await settle()
+    assert len(queue) >= 1  # nothing takes work any more
+
+
+async def test_a_queue_that_was_stopped_can_be_started_again(recorder: Recorder) -> None:
+    queue: WorkQueue[str] = WorkQueue(recorder, concurrency=1, backoff=FAST)
+    queue.start()
+    await queue.stop()
+    queue.add("a")
+    queue.start()
+    await eventually(lambda: queue.processed == 1)
+    await queue.stop()
+
+
+# -- Backoff -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("failures", "expected"),
+    [(0, 1.0), (1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (9, 256.0), (10, 300.0), (50, 300.0)],
+)
+def test_backoff_doubles_from_the_base_up_to_the_cap(failures: int, expected: float) -> None:
+    assert Backoff(base=1.0, cap=300.0, jitter=0.0).delay(failures) == expected
+
+
+@pytest.mark.parametrize("failures", [1, 2, 5, 20])
+def test_backoff_jitter_stays_within_its_fraction(failures: int) -> None:
+    backoff = Backoff(base=1.0, cap=60.0, jitter=0.1)
+    raw = Backoff(base=1.0, cap=60.0, jitter=0.0).delay(failures)
+    delays = [backoff.delay(failures) for _ in range(500)]
+    assert all(raw * 0.9 <= delay <= raw * 1.1 for delay in delays)
+    assert len(set(delays)) > 1
+
+
+def test_backoff_grows_monotonically_without_jitter() -> None:
+    backoff = Backoff(base=0.5, cap=100.0, jitter=0.0)
+    delays = [backoff.delay(failures) for failures in range(1, 15)]
+    assert delays == sorted(delays)
+    assert all(later <= 2 * earlier for earlier, later in itertools.pairwise(delays))
