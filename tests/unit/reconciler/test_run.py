@@ -1,0 +1,136 @@
+"""Specification of one reconcile pass's status: phase, patch and revisit time."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from craft_operator.api.models import Phase
+from craft_operator.reconciler.run import Run
+from craft_operator.status import READY_REQUIRES, ConditionState
+
+NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def body(status: dict[str, Any] | None = None, generation: int | None = 2) -> dict[str, Any]:
+    """A CraftSandbox body as the API hands it over."""
+    metadata: dict[str, Any] = {"name": "alice", "namespace": "ns"}
+    if generation is not None:
+        metadata["generation"] = generation
+    result: dict[str, Any] = {"metadata": metadata}
+    if status is not None:
+        result["status"] = status
+    return result
+
+
+def all_required_true(run: Run) -> None:
+    """Set every condition Ready needs to True."""
+    for type_ in READY_REQUIRES:
+        run.set(ConditionState.true(type_, "OK"))
+
+
+def test_a_run_knows_its_key_and_generation() -> None:
+    run = Run(body(), NOW)
+    assert run.key == ("ns", "alice")
+    assert run.generation == 2
+
+
+def test_the_spec_changed_when_the_observed_generation_differs() -> None:
+    assert Run(body({"observedGeneration": 1}), NOW).spec_changed
+    assert not Run(body({"observedGeneration": 2}), NOW).spec_changed
+    assert Run(body(), NOW).spec_changed
+
+
+def test_with_everything_true_the_phase_is_ready() -> None:
+    run = Run(body(), NOW)
+    all_required_true(run)
+    status = run.finish()
+    assert status["phase"] == "Ready"
+    assert run.condition("Ready") is not None
+    assert status["observedGeneration"] == 2
+
+
+def test_with_a_pod_but_not_ready_the_phase_is_provisioning() -> None:
+    run = Run(body(), NOW)
+    run.set(ConditionState.true("CredentialsReady", "OK"))
+    run.pod_exists = True
+    assert run.finish()["phase"] == "Provisioning"
+
+
+def test_without_a_pod_and_not_ready_the_phase_is_pending() -> None:
+    run = Run(body(), NOW)
+    assert run.finish()["phase"] == "Pending"
+    ready = run.condition("Ready")
+    assert ready is not None
+    assert ready["status"] == "Unknown"
+
+
+@pytest.mark.parametrize("phase", [Phase.SLEEPING, Phase.SUSPENDED, Phase.FAILED])
+def test_an_explicit_phase_wins_over_the_derived_one(phase: Phase) -> None:
+    run = Run(body(), NOW)
+    all_required_true(run)
+    run.phase = phase
+    assert run.finish()["phase"] == phase.value
+
+
+def test_without_a_generation_no_observed_generation_is_written() -> None:
+    run = Run(body(generation=None), NOW)
+    assert "observedGeneration" not in run.finish()
+
+
+def test_a_pass_that_changes_nothing_has_an_empty_status_patch() -> None:
+    first = Run(body(), NOW)
+    all_required_true(first)
+    stored = first.finish()
+    later = datetime(2026, 3, 1, 13, 0, 0, tzinfo=UTC)
+    second = Run(body(stored), later)
+    all_required_true(second)
+    second.finish()
+    assert second.status_patch() == {}
+
+
+def test_the_status_patch_holds_only_what_changed() -> None:
+    first = Run(body(), NOW)
+    all_required_true(first)
+    stored = first.finish()
+    second = Run(body(stored), NOW)
+    all_required_true(second)
+    second.set(ConditionState.false("PodReady", "Evicted", "node pressure"))
+    second.pod_exists = True
+    second.finish()
+    patch = second.status_patch()
+    assert set(patch) == {"phase", "conditions"}
+    assert patch["phase"] == "Provisioning"
+
+
+def test_the_run_does_not_modify_the_body_it_was_given() -> None:
+    stored = {"phase": "Pending", "conditions": [], "credentials": {"patId": 1}}
+    original = body(stored)
+    run = Run(original, NOW)
+    run.status["credentials"]["patId"] = 2
+    all_required_true(run)
+    run.finish()
+    assert original["status"] == {"phase": "Pending", "conditions": [], "credentials": {"patId": 1}}
+
+
+def test_the_earliest_requeue_wins_and_negative_means_now() -> None:
+    run = Run(body(), NOW)
+    assert run.requeue_after is None
+    run.requeue(30)
+    run.requeue(60)
+    assert run.requeue_after == 30
+    run.requeue(-5)
+    assert run.requeue_after == 0
+
+
+def test_the_first_retry_reason_is_kept() -> None:
+    run = Run(body(), NOW)
+    run.retry("DatabaseUnavailable")
+    run.retry("Other")
+    assert run.retry_reason == "DatabaseUnavailable"
+
+
+def test_the_timestamp_is_now_in_kubernetes_form() -> None:
+    assert Run(body(), NOW).timestamp() == "2026-03-01T12:00:00Z"
