@@ -1,0 +1,291 @@
+"""Specification of the operator's Kubernetes client, against the KMock emulator over HTTP."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import aiohttp.web
+import kopf
+import pytest
+from kmock._internal import rendering
+
+from craft_operator import __version__
+from craft_operator.kube.client import (
+    CONFIGMAPS,
+    JOBS,
+    PODS,
+    SANDBOXES,
+    SECRETS,
+    ApiError,
+    ConflictError,
+    InvalidError,
+    KubeClient,
+    NotFoundError,
+)
+from tests.support.emulator import KubeEmulator
+from tests.unit.reconciler.conftest import NAMESPACE
+
+
+def configmap(name: str, labels: dict[str, str] | None = None, **data: str) -> dict[str, Any]:
+    """A ConfigMap body."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels or {}},
+        "data": data,
+    }
+
+
+def agents(emulator: KubeEmulator) -> set[str]:
+    """The User-Agent headers of every request the emulator served."""
+    return {request.headers.get("User-Agent", "") for request in emulator.served}
+
+
+# -- paths ---------------------------------------------------------------------------------
+
+
+def test_core_kinds_live_under_api_v1_and_others_under_apis() -> None:
+    assert PODS.path("ns", "p") == "/api/v1/namespaces/ns/pods/p"
+    assert SECRETS.path(None) == "/api/v1/secrets"
+    assert JOBS.path("ns") == "/apis/batch/v1/namespaces/ns/jobs"
+    assert SANDBOXES.path("ns", "a", "status") == (
+        "/apis/craft.onyx.app/v1alpha1/namespaces/ns/craftsandboxes/a/status"
+    )
+
+
+# -- reads and writes ----------------------------------------------------------------------
+
+
+async def test_create_then_get_returns_the_stored_object(
+    kube: KubeClient, emulator: KubeEmulator
+) -> None:
+    created = await kube.create(CONFIGMAPS, configmap("a", x="1"))
+    assert created["metadata"]["uid"]
+    assert created["metadata"]["resourceVersion"]
+    fetched = await kube.get(CONFIGMAPS, NAMESPACE, "a")
+    assert fetched == created
+    assert emulator.get("v1/configmaps", NAMESPACE, "a")["data"] == {"x": "1"}
+
+
+async def test_list_filters_by_label_selector(kube: KubeClient) -> None:
+    await kube.create(CONFIGMAPS, configmap("a", {"team": "x"}))
+    await kube.create(CONFIGMAPS, configmap("b", {"team": "y"}))
+    await kube.create(CONFIGMAPS, configmap("c", {}))
+    everything = await kube.list(CONFIGMAPS, NAMESPACE)
+    selected = await kube.list(CONFIGMAPS, NAMESPACE, label_selector="team=x")
+    assert {item["metadata"]["name"] for item in everything} >= {"a", "b", "c"}
+    assert [item["metadata"]["name"] for item in selected] == ["a"]
+
+
+async def test_a_merge_patch_changes_only_what_it_names(kube: KubeClient) -> None:
+    await kube.create(CONFIGMAPS, configmap("a", x="1", y="2"))
+    patched = await kube.patch(CONFIGMAPS, NAMESPACE, "a", {"data": {"x": "9", "y": None}})
+    assert patched["data"] == {"x": "9"}
+
+
+async def test_a_patch_with_the_current_resource_version_applies(kube: KubeClient) -> None:
+    created = await kube.create(CONFIGMAPS, configmap("a", x="1"))
+    version = created["metadata"]["resourceVersion"]
+    patch = {"metadata": {"resourceVersion": version}, "data": {"x": "2"}}
+    patched = await kube.patch(CONFIGMAPS, NAMESPACE, "a", patch)
+    assert patched["data"] == {"x": "2"}
+    assert patched["metadata"]["resourceVersion"] != version
+
+
+async def test_a_patch_with_a_stale_resource_version_is_a_conflict(kube: KubeClient) -> None:
+    created = await kube.create(CONFIGMAPS, configmap("a", x="1"))
+    await kube.patch(CONFIGMAPS, NAMESPACE, "a", {"data": {"x": "2"}})
+    stale = {"metadata": {"resourceVersion": created["metadata"]["resourceVersion"]}}
+    with pytest.raises(ConflictError) as caught:
+        await kube.patch(CONFIGMAPS, NAMESPACE, "a", {**stale, "data": {"x": "3"}})
+    assert caught.value.status == 409
+    assert caught.value.retryable
+
+
+async def test_creating_an_existing_object_is_a_conflict(kube: KubeClient) -> None:
+    await kube.create(CONFIGMAPS, configmap("a"))
+    with pytest.raises(ConflictError) as caught:
+        await kube.create(CONFIGMAPS, configmap("a"))
+    assert caught.value.reason == "AlreadyExists"
+
+
+async def test_reading_a_missing_object_is_not_found(kube: KubeClient) -> None:
+    with pytest.raises(NotFoundError) as caught:
+        await kube.get(CONFIGMAPS, NAMESPACE, "missing")
+    assert caught.value.status == 404
+    assert not caught.value.retryable
+
+
+async def test_patching_a_missing_object_is_not_found(kube: KubeClient) -> None:
+    with pytest.raises(NotFoundError):
+        await kube.patch(CONFIGMAPS, NAMESPACE, "missing", {"data": {"x": "1"}})
+
+
+async def test_an_object_the_schema_refuses_is_invalid_and_not_retryable(
+    kube: KubeClient,
+) -> None:
+    bad = configmap("a")
+    bad["data"] = {"x": 1}  # ConfigMap data values are strings
+    with pytest.raises(InvalidError) as caught:
+        await kube.create(CONFIGMAPS, bad)
+    assert caught.value.status == 422
+    assert caught.value.reason == "Invalid"
+    assert "data" in caught.value.message
+    assert not caught.value.retryable
+
+
+async def test_delete_removes_the_object_and_a_second_delete_returns_none(
+    kube: KubeClient, emulator: KubeEmulator
+) -> None:
+    await kube.create(CONFIGMAPS, configmap("a"))
+    assert await kube.delete(CONFIGMAPS, NAMESPACE, "a") is not None
+    assert emulator.find("v1/configmaps", NAMESPACE, "a") is None
+    assert await kube.delete(CONFIGMAPS, NAMESPACE, "a") is None
+
+
+async def test_delete_with_the_current_uid_deletes(
+    kube: KubeClient, emulator: KubeEmulator
+) -> None:
+    created = await kube.create(CONFIGMAPS, configmap("a"))
+    await kube.delete(CONFIGMAPS, NAMESPACE, "a", uid=created["metadata"]["uid"])
+    assert emulator.find("v1/configmaps", NAMESPACE, "a") is None
+
+
+async def test_delete_with_another_uid_is_a_conflict_and_keeps_the_object(
+    kube: KubeClient, emulator: KubeEmulator
+) -> None:
+    await kube.create(CONFIGMAPS, configmap("a"))
+    with pytest.raises(ConflictError):
+        await kube.delete(CONFIGMAPS, NAMESPACE, "a", uid="an-older-incarnation")
+    assert emulator.find("v1/configmaps", NAMESPACE, "a") is not None
+
+
+async def test_delete_sends_background_propagation_and_the_uid_precondition(
+    kube: KubeClient, emulator: KubeEmulator
+) -> None:
+    created = await kube.create(CONFIGMAPS, configmap("a"))
+    await kube.delete(CONFIGMAPS, NAMESPACE, "a", uid=created["metadata"]["uid"])
+    [request] = [r for r in emulator.served if r.method.value.upper() == "DELETE"]
+    assert request.data == {
+        "kind": "DeleteOptions",
+        "apiVersion": "v1",
+        "propagationPolicy": "Background",
+        "preconditions": {"uid": created["metadata"]["uid"]},
+    }
+
+
+# -- errors from the server ----------------------------------------------------------------
+
+
+@pytest.fixture
+def answer_with(emulator: KubeEmulator) -> Any:
+    """Make the emulator answer every request with ``status`` and ``body`` (text or JSON)."""
+
+    def install(status: int, body: Any) -> None:
+        async def hook(request: rendering.Request) -> aiohttp.web.StreamResponse:
+            if isinstance(body, str):
+                return aiohttp.web.Response(status=status, text=body)
+            return aiohttp.web.json_response(body, status=status)
+
+        emulator.before_request.insert(0, hook)
+
+    return install
+
+
+@pytest.mark.parametrize(
+    ("status", "retryable"),
+    [(400, False), (403, False), (408, True), (429, True), (500, True), (503, True)],
+)
+async def test_other_errors_are_api_errors_retryable_when_trying_later_may_help(
+    kube: KubeClient, answer_with: Any, status: int, retryable: bool
+) -> None:
+    answer_with(status, {"kind": "Status", "reason": "Something", "message": "it broke"})
+    with pytest.raises(ApiError) as caught:
+        await kube.get(CONFIGMAPS, NAMESPACE, "a")
+    error = caught.value
+    assert type(error) is ApiError
+    assert (error.status, error.reason, error.message) == (status, "Something", "it broke")
+    assert error.retryable is retryable
+    assert str(error) == f"{status} Something: it broke"
+
+
+async def test_a_non_json_error_body_becomes_the_message(
+    kube: KubeClient, answer_with: Any
+) -> None:
+    answer_with(502, "<html>bad gateway</html>")
+    with pytest.raises(ApiError) as caught:
+        await kube.get(CONFIGMAPS, NAMESPACE, "a")
+    assert (caught.value.reason, caught.value.message) == ("Error", "<html>bad gateway</html>")
+
+
+async def test_a_long_error_message_is_cut(kube: KubeClient, answer_with: Any) -> None:
+    answer_with(500, {"reason": "InternalError", "message": "x" * 5000})
+    with pytest.raises(ApiError) as caught:
+        await kube.get(CONFIGMAPS, NAMESPACE, "a")
+    assert len(caught.value.message) == 1000
+
+
+async def test_an_unreachable_server_is_a_retryable_api_error_with_status_0() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    client = KubeClient(request_timeout=5)
+    client.configure(kopf.ConnectionInfo(server=f"http://127.0.0.1:{port}", insecure=True))
+    try:
+        with pytest.raises(ApiError) as caught:
+            await client.get(CONFIGMAPS, NAMESPACE, "a")
+    finally:
+        await client.close()
+    assert caught.value.status == 0
+    assert caught.value.reason == "Unreachable"
+    assert caught.value.retryable
+    assert "GET /api/v1/namespaces/craft-sandboxes/configmaps/a" in caught.value.message
+
+
+async def test_an_unconfigured_client_says_it_has_no_credentials() -> None:
+    with pytest.raises(ApiError, match="no credentials") as caught:
+        await KubeClient().get(CONFIGMAPS, NAMESPACE, "a")
+    assert caught.value.status == 0
+
+
+# -- identity and accounting ---------------------------------------------------------------
+
+
+async def test_every_request_says_it_is_the_craft_operator(
+    kube: KubeClient, emulator: KubeEmulator
+) -> None:
+    await kube.create(CONFIGMAPS, configmap("a"))
+    await kube.get(CONFIGMAPS, NAMESPACE, "a")
+    assert agents(emulator) == {f"craft-operator/{__version__}"}
+
+
+async def test_requests_are_counted_by_verb(kube: KubeClient) -> None:
+    await kube.create(CONFIGMAPS, configmap("a"))
+    await kube.get(CONFIGMAPS, NAMESPACE, "a")
+    await kube.list(CONFIGMAPS, NAMESPACE)
+    await kube.patch(CONFIGMAPS, NAMESPACE, "a", {"data": {"x": "1"}})
+    await kube.delete(CONFIGMAPS, NAMESPACE, "a")
+    with pytest.raises(NotFoundError):
+        await kube.get(CONFIGMAPS, NAMESPACE, "a")
+    assert kube.requests == {"POST": 1, "GET": 3, "PATCH": 1, "DELETE": 1}
+
+
+async def test_reconfiguring_switches_server_and_keeps_working(
+    kube: KubeClient, emulator: KubeEmulator
+) -> None:
+    await kube.create(CONFIGMAPS, configmap("a"))
+    kube.configure(kopf.ConnectionInfo(server=str(emulator.url), insecure=True))
+    assert (await kube.get(CONFIGMAPS, NAMESPACE, "a"))["metadata"]["name"] == "a"
+
+
+async def test_a_bearer_token_is_sent_when_configured(emulator: KubeEmulator) -> None:
+    client = KubeClient()
+    client.configure(
+        kopf.ConnectionInfo(server=str(emulator.url), insecure=True, token="sa-token-123")
+    )
+    try:
+        await client.list(CONFIGMAPS, NAMESPACE)
+    finally:
+        await client.close()
+    assert emulator.served[-1].headers.get("Authorization") == "Bearer sa-token-123"
