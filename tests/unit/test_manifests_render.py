@@ -1,0 +1,487 @@
+"""The kustomize manifests, as the API server and the operator would take them.
+
+Two layers: every YAML file under ``manifests/`` is checked against the Kubernetes 1.33
+schemas in strict mode (pure Python, runs everywhere), and every kustomization is rendered
+with ``kubectl kustomize`` and its output checked the same way (skipped where kubectl is
+not installed). On top, the pieces must fit each other: the Deployment's arguments are
+ones the CLI accepts, its probe hits the endpoint it serves, its mounts are where its
+settings point, the settings are real settings, and the sandbox NetworkPolicy selects the
+pods the operator builds. The CraftSandbox examples in ``manifests/examples`` are checked by
+``tests/unit/api/test_manifests.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from craft_operator.api.parse import parse_sandbox
+from craft_operator.builders.pod import build_pod
+from craft_operator.cli import main
+from craft_operator.config import Settings, load_settings
+from craft_operator.credentials.keyring import KeyRing
+from craft_operator.devtools import onyx_api
+from craft_operator.library.job import S3CredentialsSecret, build_sync_job
+from craft_operator.library.location import LibraryLocation
+from craft_operator.library.plan import SyncCaps
+from tests.support.crd_validation import validate_create
+from tests.support.pss import restricted_violations
+from tests.support.schemas import KUBERNETES_VERSION, kubernetes_schema_problems
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+MANIFESTS = REPO / "manifests"
+BASE = MANIFESTS / "base"
+DEV = MANIFESTS / "overlays" / "dev"
+SANDBOX_NAMESPACE = MANIFESTS / "sandbox-namespace"
+EXAMPLES = MANIFESTS / "examples"
+KUSTOMIZATIONS = sorted(
+    path.parent
+    for path in [*MANIFESTS.rglob("kustomization.yaml"), REPO / "crds" / "kustomization.yaml"]
+)
+MANIFEST_FILES = sorted(
+    path
+    for path in MANIFESTS.rglob("*.yaml")
+    if EXAMPLES not in path.parents and path.name != "kustomization.yaml"
+)
+KUBECTL = shutil.which("kubectl")
+needs_kubectl = pytest.mark.skipif(
+    KUBECTL is None,
+    reason="kubectl is not installed: `kubectl kustomize` output is checked where it is "
+    "(the per-file schema checks below still run)",
+)
+POD_TEMPLATE_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job", "ReplicaSet"}
+DNS_PORT = 53
+
+
+def relative(path: Path) -> str:
+    return str(path.relative_to(REPO))
+
+
+def documents(path: Path) -> list[dict[str, Any]]:
+    """The non-empty YAML documents of a file."""
+    with path.open(encoding="utf-8") as stream:
+        return [doc for doc in yaml.safe_load_all(stream) if doc]
+
+
+def render(directory: Path) -> list[dict[str, Any]]:
+    """``kubectl kustomize <directory>``, parsed."""
+    assert KUBECTL is not None
+    result = subprocess.run(
+        [KUBECTL, "kustomize", str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, f"kubectl kustomize {relative(directory)}: {result.stderr}"
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def admission_problems(obj: Mapping[str, Any]) -> list[str]:
+    """What the API server would refuse: CraftSandboxes by the CRD, the rest by Kubernetes."""
+    if obj.get("kind") == "CraftSandbox":
+        return validate_create(obj)
+    return kubernetes_schema_problems(obj)
+
+
+def pod_of(obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The pod an object runs (its template as a Pod), or None for objects without pods."""
+    if obj.get("kind") == "Pod":
+        return dict(obj)
+    if obj.get("kind") in POD_TEMPLATE_KINDS:
+        template = obj["spec"]["template"]
+        return {"apiVersion": "v1", "kind": "Pod", **template}
+    return None
+
+
+def find(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    matches = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(matches) == 1, f"expected one {kind} {name}, found {len(matches)}"
+    return matches[0]
+
+
+def all_files_objects(*directories: Path) -> list[dict[str, Any]]:
+    return [
+        doc
+        for directory in directories
+        for path in sorted(directory.glob("*.yaml"))
+        if path.name != "kustomization.yaml"
+        for doc in documents(path)
+    ]
+
+
+def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """A label selector with matchLabels only (what our manifests use) against labels."""
+    assert set(selector) <= {"matchLabels"}, "only matchLabels selectors are evaluated here"
+    return all(labels.get(key) == value for key, value in selector["matchLabels"].items())
+
+
+def settings_env(configmap: Mapping[str, Any]) -> dict[str, str]:
+    return {key: str(value) for key, value in (configmap.get("data") or {}).items()}
+
+
+def dev_settings_patch() -> dict[str, str]:
+    """The data the dev overlay merges into the settings ConfigMap."""
+    kustomization = documents(DEV / "kustomization.yaml")[0]
+    for patch in kustomization["patches"]:
+        if patch["target"] == {"kind": "ConfigMap", "name": "craft-operator-settings"}:
+            return settings_env(yaml.safe_load(patch["patch"]))
+    raise AssertionError("the dev overlay does not patch the settings ConfigMap")
+
+
+@pytest.fixture(scope="module")
+def deployment() -> dict[str, Any]:
+    return find(documents(BASE / "deployment.yaml"), "Deployment", "craft-operator")
+
+
+@pytest.fixture(scope="module")
+def container(deployment: dict[str, Any]) -> dict[str, Any]:
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return dict(containers[0])
+
+
+@pytest.fixture(scope="module")
+def base_settings() -> dict[str, str]:
+    configmap = find(documents(BASE / "configmap.yaml"), "ConfigMap", "craft-operator-settings")
+    return settings_env(configmap)
+
+
+@pytest.fixture(scope="module")
+def policy() -> dict[str, Any]:
+    return find(
+        documents(SANDBOX_NAMESPACE / "networkpolicy.yaml"), "NetworkPolicy", "craft-sandbox-egress"
+    )
+
+
+def iter_pods() -> Iterator[Any]:
+    for path in MANIFEST_FILES:
+        for obj in documents(path):
+            pod = pod_of(obj)
+            if pod is not None:
+                yield pytest.param(pod, id=f"{relative(path)}:{obj['metadata']['name']}")
+
+
+# Every file, every rendered kustomization.
+
+
+def test_there_is_a_base_a_dev_overlay_and_a_sandbox_namespace_kustomization() -> None:
+    assert {BASE, DEV, SANDBOX_NAMESPACE, REPO / "crds"} <= set(KUSTOMIZATIONS)
+
+
+@pytest.mark.parametrize("path", MANIFEST_FILES, ids=relative)
+def test_every_manifest_file_is_accepted_by_the_api_server_schemas(path: Path) -> None:
+    problems = {
+        f"{obj.get('kind')}/{obj.get('metadata', {}).get('name')}": admission_problems(obj)
+        for obj in documents(path)
+    }
+    assert problems
+    assert {name: found for name, found in problems.items() if found} == {}, KUBERNETES_VERSION
+
+
+@needs_kubectl
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=relative)
+def test_every_kustomization_renders_to_objects_the_api_server_accepts(directory: Path) -> None:
+    objects = render(directory)
+    assert objects
+    problems = {
+        f"{obj['kind']}/{obj['metadata']['name']}": admission_problems(obj) for obj in objects
+    }
+    assert {name: found for name, found in problems.items() if found} == {}
+    keys = [
+        (obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"]) for obj in objects
+    ]
+    assert len(keys) == len(set(keys)), "an object is defined twice"
+
+
+@pytest.mark.parametrize("pod", list(iter_pods()))
+def test_every_pod_in_the_manifests_meets_the_restricted_pod_security_profile(
+    pod: dict[str, Any],
+) -> None:
+    # craft-system and the sandbox namespaces enforce `restricted`: anything less is refused.
+    assert restricted_violations(pod) == []
+
+
+@needs_kubectl
+def test_the_base_installs_namespace_crd_rbac_settings_and_operator_without_secrets() -> None:
+    objects = render(BASE)
+    kinds = {(obj["kind"], obj["metadata"]["name"]) for obj in objects}
+    assert kinds == {
+        ("Namespace", "craft-system"),
+        ("CustomResourceDefinition", "craftsandboxes.craft.onyx.app"),
+        ("ServiceAccount", "craft-operator"),
+        ("ClusterRole", "craft-operator"),
+        ("ClusterRoleBinding", "craft-operator"),
+        ("ConfigMap", "craft-operator-settings"),
+        ("Deployment", "craft-operator"),
+    }
+    namespaced = [obj for obj in objects if "namespace" in obj["metadata"]]
+    assert {obj["metadata"]["namespace"] for obj in namespaced} == {"craft-system"}
+    crd = find(objects, "CustomResourceDefinition", "craftsandboxes.craft.onyx.app")
+    committed = documents(REPO / "crds" / "craftsandboxes.craft.onyx.app.yaml")[0]
+    assert crd == committed, "the base must include the generated CRD unchanged"
+
+
+def test_the_crd_is_referenced_not_copied() -> None:
+    base = documents(BASE / "kustomization.yaml")[0]
+    assert "../../crds" in base["resources"]
+    copies = [
+        relative(path)
+        for path in MANIFESTS.rglob("*.yaml")
+        for doc in documents(path)
+        if doc.get("kind") == "CustomResourceDefinition"
+    ]
+    assert copies == []
+
+
+# The operator Deployment.
+
+
+def test_the_operator_runs_one_replica_replaced_not_rolled(deployment: dict[str, Any]) -> None:
+    # It runs --standalone (no peering): two operators at once would both reconcile.
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+
+
+def test_the_operator_arguments_are_accepted_by_the_cli(container: dict[str, Any]) -> None:
+    result = CliRunner().invoke(main, [*container["args"], "--help"])
+    assert result.exit_code == 0, result.output
+    assert container["args"][:2] == ["run", "--standalone"]
+
+
+def test_the_liveness_probe_asks_the_endpoint_the_operator_serves(
+    container: dict[str, Any],
+) -> None:
+    args = container["args"]
+    served = urlsplit(args[args.index("--liveness") + 1])
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    for probe in (container["livenessProbe"], container["startupProbe"]):
+        get = probe["httpGet"]
+        assert get["path"] == served.path
+        assert ports[get["port"]] == served.port
+    assert served.hostname == "0.0.0.0"
+
+
+def test_the_metrics_port_is_the_configured_one(
+    container: dict[str, Any], base_settings: dict[str, str]
+) -> None:
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports["metrics"] == int(base_settings["CRAFT_METRICS_PORT"]) == 9090
+
+
+def test_the_operator_container_is_locked_down_with_writable_state_only_where_settings_say(
+    deployment: dict[str, Any], container: dict[str, Any], base_settings: dict[str, str]
+) -> None:
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert container["resources"]["requests"]
+    assert container["resources"]["limits"]
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert "emptyDir" in volumes[mounts[base_settings["CRAFT_STATE_DIR"]]]
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+
+
+def test_the_key_ring_file_is_the_mounted_secret(
+    deployment: dict[str, Any], container: dict[str, Any]
+) -> None:
+    env = {item["name"]: item for item in container["env"]}
+    keys_file = Path(env["CRAFT_ENCRYPTION_KEYS_FILE"]["value"])
+    mount = next(m for m in container["volumeMounts"] if Path(m["mountPath"]) == keys_file.parent)
+    assert mount["readOnly"] is True
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    secret = volumes[mount["name"]]["secret"]
+    assert secret["secretName"] == "craft-operator-keys"
+    assert "optional" not in secret, "no key ring must stop the operator, not fall back"
+    # Readable by the operator's group (fsGroup), by nobody else.
+    assert secret["defaultMode"] == 0o440
+    assert deployment["spec"]["template"]["spec"]["securityContext"]["fsGroup"] == 1000
+
+
+def test_the_database_url_comes_from_a_secret(container: dict[str, Any]) -> None:
+    env = {item["name"]: item for item in container["env"]}
+    ref = env["CRAFT_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+    assert ref["name"] == "craft-operator-database"
+
+
+def test_the_operator_reads_the_settings_configmap_and_uses_the_rbac_service_account(
+    deployment: dict[str, Any], container: dict[str, Any]
+) -> None:
+    refs = [
+        source["configMapRef"]["name"]
+        for source in container["envFrom"]
+        if "configMapRef" in source
+    ]
+    assert refs == ["craft-operator-settings"]
+    accounts = [doc for doc in documents(BASE / "rbac.yaml") if doc["kind"] == "ServiceAccount"]
+    assert (
+        deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        == accounts[0]["metadata"]["name"]
+    )
+
+
+# Settings.
+
+
+def test_the_settings_configmap_names_only_real_settings(base_settings: dict[str, str]) -> None:
+    known = {f"CRAFT_{name.upper()}" for name in Settings.model_fields}
+    commented = {
+        line.strip().lstrip("# ").split(":", 1)[0]
+        for line in (BASE / "configmap.yaml").read_text(encoding="utf-8").splitlines()
+        if line.strip().startswith("# CRAFT_")
+    }
+    assert commented, "the ConfigMap documents the other settings in comments"
+    assert (set(base_settings) | commented) - known == set()
+    assert set(dev_settings_patch()) - known == set()
+
+
+@pytest.mark.parametrize("overlay", ["base", "dev"])
+def test_the_settings_configmap_loads_as_operator_settings(
+    overlay: str, base_settings: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = {**base_settings, **(dev_settings_patch() if overlay == "dev" else {})}
+    for key in [key for key in os.environ if key.startswith("CRAFT_")]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    settings = load_settings()
+    assert str(settings.state_dir) == "/var/lib/craft-operator"
+    if overlay == "dev":
+        assert settings.namespaces == ["craft-sandboxes"]
+        assert settings.sandbox_image == "craft-sandbox:dev"
+
+
+# The sandbox NetworkPolicy.
+
+
+def sample_sandbox() -> Any:
+    body = documents(DEV / "sample-sandbox.yaml")[0]
+    body["metadata"]["uid"] = "0b5e3c7a-4d1f-4a8e-9c2b-7e6f5d4c3b2a"
+    return parse_sandbox(body)
+
+
+def test_the_sandbox_policy_selects_sandbox_pods_but_not_library_sync_jobs(
+    policy: dict[str, Any],
+) -> None:
+    sandbox = sample_sandbox()
+    settings = Settings(server_url="http://onyx.test:8080", state_dir=Path("/nonexistent"))
+    pod = build_pod(sandbox, settings, pat_id=1)
+    job = build_sync_job(
+        sandbox,
+        image="craft-operator:dev",
+        location=LibraryLocation(bucket="b", prefix="p/"),
+        credentials=S3CredentialsSecret(name="s3"),
+        sequence=1,
+        caps=SyncCaps(),
+    )
+    selector = policy["spec"]["podSelector"]
+    assert selector_matches(selector, pod["metadata"]["labels"])
+    # Sync Jobs must reach S3, which the sandbox policy would block.
+    assert not selector_matches(selector, job["spec"]["template"]["metadata"]["labels"])
+
+
+def test_the_sandbox_policy_denies_ingress_and_lets_out_only_dns_and_the_onyx_api(
+    policy: dict[str, Any],
+) -> None:
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    assert spec.get("ingress", []) == []
+    dns, onyx = spec["egress"]
+    assert {(p["protocol"], p["port"]) for p in dns["ports"]} == {
+        ("UDP", DNS_PORT),
+        ("TCP", DNS_PORT),
+    }
+    assert dns["to"][0]["podSelector"]["matchLabels"] == {"k8s-app": "kube-dns"}
+    # Until an overlay points it at the Onyx API, the second rule allows only an address
+    # reserved for documentation (RFC 5737), i.e. nothing.
+    assert onyx["to"] == [{"ipBlock": {"cidr": "192.0.2.10/32"}}]
+
+
+@needs_kubectl
+def test_the_dev_overlay_points_the_sandbox_policy_at_the_stand_in_api() -> None:
+    objects = render(DEV)
+    policy = find(objects, "NetworkPolicy", "craft-sandbox-egress")
+    api = find(objects, "Deployment", "onyx-api")
+    assert policy["metadata"]["namespace"] == "craft-sandboxes"
+    rule = policy["spec"]["egress"][1]
+    peer = rule["to"][0]
+    assert peer["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": api["metadata"]["namespace"]
+    }
+    assert selector_matches(peer["podSelector"], api["spec"]["template"]["metadata"]["labels"])
+    api_port = api["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": api_port}]
+    namespace = find(objects, "Namespace", "craft-sandboxes")
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+# The dev overlay.
+
+
+def service_for(objects: list[dict[str, Any]], url: str) -> dict[str, Any]:
+    """The Service a cluster-local URL (``<svc>.<ns>.svc.cluster.local:<port>``) reaches."""
+    parts = urlsplit(url)
+    assert parts.hostname is not None
+    name, namespace, *_ = parts.hostname.split(".")
+    service = find(objects, "Service", name)
+    assert service["metadata"]["namespace"] == namespace
+    assert parts.port in {port["port"] for port in service["spec"]["ports"]}
+    return service
+
+
+def test_the_dev_settings_and_database_url_reach_services_the_overlay_defines() -> None:
+    objects = all_files_objects(DEV)
+    settings = dev_settings_patch()
+    service_for(objects, settings["CRAFT_SERVER_URL"])
+    service_for(objects, settings["CRAFT_S3_ENDPOINT_URL"])
+    database = find(objects, "Secret", "craft-operator-database")["stringData"]["url"]
+    postgres = find(objects, "Secret", "craft-dev-postgres")["stringData"]
+    parts = urlsplit(database)
+    service_for(objects, database)
+    assert (parts.username, parts.password, parts.path) == (
+        postgres["POSTGRES_USER"],
+        postgres["POSTGRES_PASSWORD"],
+        f"/{postgres['POSTGRES_DB']}",
+    )
+
+
+def test_the_dev_key_ring_is_a_valid_key_ring() -> None:
+    secret = find(all_files_objects(DEV), "Secret", "craft-operator-keys")
+    assert KeyRing.parse(secret["stringData"]["keys"])
+
+
+def test_the_stand_in_api_arguments_parse_and_name_the_sample_user(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    api = find(all_files_objects(DEV), "Deployment", "onyx-api")
+    container = api["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["python", "-m", "craft_operator.devtools.onyx_api"]
+    # The arguments parse (argparse would exit on an unknown one); the module then refuses
+    # to create Onyx tables in SQLite, which shows it got past parsing without serving.
+    assert onyx_api.main([*container["args"], "--database-url", "sqlite://"]) == 2
+    assert "need a Postgres URL" in capsys.readouterr().err
+    args = container["args"]
+    users = {args[i + 1] for i, arg in enumerate(args) if arg == "--user"}
+    assert sample_sandbox().spec.user.id in users
+
+
+def test_the_dev_images_are_the_locally_built_ones() -> None:
+    kustomization = documents(DEV / "kustomization.yaml")[0]
+    assert {"name": "craft-operator", "newTag": "dev"} in kustomization["images"]
+    assert dev_settings_patch()["CRAFT_SANDBOX_IMAGE"] == "craft-sandbox:dev"
+
+
+def test_the_dev_sample_sandbox_is_accepted_by_the_crd() -> None:
+    assert validate_create(documents(DEV / "sample-sandbox.yaml")[0]) == []
