@@ -1,0 +1,170 @@
+"""Specification of the object cache: newest wins, deletions leave tombstones."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from craft_operator.kube.cache import ObjectCache
+
+
+def obj(
+    name: str, version: str | None, namespace: str | None = "ns", **extra: Any
+) -> dict[str, Any]:
+    """An object with a resourceVersion (or none)."""
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if version is not None:
+        metadata["resourceVersion"] = version
+    return {"metadata": metadata, **extra}
+
+
+def test_an_unknown_object_is_none() -> None:
+    assert ObjectCache().get("Pod", "ns", "a") is None
+
+
+def test_a_put_object_can_be_read_back_by_kind_namespace_and_name() -> None:
+    cache = ObjectCache()
+    cache.put("Pod", obj("a", "1", data="x"))
+    assert cache.get("Pod", "ns", "a") == obj("a", "1", data="x")
+    assert cache.get("Secret", "ns", "a") is None
+    assert cache.get("Pod", "other", "a") is None
+    assert len(cache) == 1
+
+
+def test_cluster_scoped_objects_have_no_namespace() -> None:
+    cache = ObjectCache()
+    cache.put("Node", obj("n1", "1", namespace=None))
+    assert cache.get("Node", None, "n1") is not None
+
+
+def test_a_newer_version_replaces_an_older_one() -> None:
+    cache = ObjectCache()
+    cache.put("Pod", obj("a", "5", v="old"))
+    cache.put("Pod", obj("a", "6", v="new"))
+    assert cache.get("Pod", "ns", "a") == obj("a", "6", v="new")
+
+
+def test_an_older_version_never_overwrites_a_newer_one() -> None:
+    cache = ObjectCache()
+    cache.put("Pod", obj("a", "10", v="new"))
+    cache.put("Pod", obj("a", "9", v="old"))
+    assert cache.get("Pod", "ns", "a") == obj("a", "10", v="new")
+
+
+def test_versions_compare_as_numbers_not_strings() -> None:
+    cache = ObjectCache()
+    cache.put("Pod", obj("a", "9", v="old"))
+    cache.put("Pod", obj("a", "10", v="new"))
+    assert cache.get("Pod", "ns", "a") == obj("a", "10", v="new")
+
+
+def test_the_same_version_is_accepted_again() -> None:
+    cache = ObjectCache()
+    cache.put("Pod", obj("a", "3", v="first"))
+    cache.put("Pod", obj("a", "3", v="second"))
+    assert cache.get("Pod", "ns", "a") == obj("a", "3", v="second")
+
+
+def test_non_numeric_versions_are_opaque_and_the_latest_put_wins() -> None:
+    cache = ObjectCache()
+    cache.put("Pod", obj("a", "10", v="numeric"))
+    cache.put("Pod", obj("a", "abc", v="opaque"))
+    assert cache.get("Pod", "ns", "a") == obj("a", "abc", v="opaque")
+    cache.put("Pod", obj("a", "2", v="numeric-again"))
+    assert cache.get("Pod", "ns", "a") == obj("a", "2", v="numeric-again")
+
+
+def test_objects_without_a_version_always_replace() -> None:
+    cache = ObjectCache()
+    cache.put("Pod", obj("a", "10"))
+    cache.put("Pod", obj("a", None, v="unversioned"))
+    assert cache.get("Pod", "ns", "a") == obj("a", None, v="unversioned")
+
+
+def test_the_cache_keeps_its_own_copy_of_the_top_level() -> None:
+    cache = ObjectCache()
+    source = obj("a", "1")
+    cache.put("Pod", source)
+    source["spec"] = "added later"
+    cached = cache.get("Pod", "ns", "a")
+    assert cached is not None
+    assert "spec" not in cached
+
+
+def test_remove_forgets_the_object() -> None:
+    cache = ObjectCache()
+    cache.put("Pod", obj("a", "5"))
+    cache.remove("Pod", obj("a", "6"))
+    assert cache.get("Pod", "ns", "a") is None
+    assert len(cache) == 0
+
+
+def test_an_event_older_than_the_deletion_does_not_bring_the_object_back() -> None:
+    cache = ObjectCache()
+    cache.put("Pod", obj("a", "5"))
+    cache.remove("Pod", obj("a", "7"))
+    cache.put("Pod", obj("a", "6"))
+    assert cache.get("Pod", "ns", "a") is None
+
+
+def test_a_tombstone_is_left_even_for_an_object_never_seen() -> None:
+    cache = ObjectCache()
+    cache.remove("Pod", obj("a", "7"))
+    cache.put("Pod", obj("a", "3"))
+    assert cache.get("Pod", "ns", "a") is None
+
+
+def test_a_recreated_object_with_a_newer_version_is_accepted_after_a_deletion() -> None:
+    cache = ObjectCache()
+    cache.put("Pod", obj("a", "5"))
+    cache.remove("Pod", obj("a", "7"))
+    cache.put("Pod", obj("a", "8", v="recreated"))
+    assert cache.get("Pod", "ns", "a") == obj("a", "8", v="recreated")
+    cache.put("Pod", obj("a", "6", v="stale"))
+    assert cache.get("Pod", "ns", "a") == obj("a", "8", v="recreated")
+
+
+def test_a_stale_deletion_does_not_remove_a_newer_object() -> None:
+    cache = ObjectCache()
+    cache.put("Pod", obj("a", "9", v="recreated"))
+    cache.remove("Pod", obj("a", "7"))
+    assert cache.get("Pod", "ns", "a") == obj("a", "9", v="recreated")
+
+
+def test_a_deletion_without_a_version_removes_and_leaves_no_tombstone() -> None:
+    cache = ObjectCache()
+    cache.put("Pod", obj("a", "9"))
+    cache.remove("Pod", obj("a", None))
+    assert cache.get("Pod", "ns", "a") is None
+    cache.put("Pod", obj("a", "1"))
+    assert cache.get("Pod", "ns", "a") is not None
+
+
+def test_forget_drops_the_object_and_its_tombstone() -> None:
+    cache = ObjectCache()
+    cache.put("Pod", obj("a", "5"))
+    cache.forget("Pod", "ns", "a")
+    assert cache.get("Pod", "ns", "a") is None
+    cache.remove("Pod", obj("a", "9"))
+    cache.forget("Pod", "ns", "a")
+    cache.put("Pod", obj("a", "2"))
+    assert cache.get("Pod", "ns", "a") == obj("a", "2")
+
+
+def test_items_lists_one_kind() -> None:
+    cache = ObjectCache()
+    cache.put("Pod", obj("a", "1"))
+    cache.put("Pod", obj("b", "1", namespace="other"))
+    cache.put("Secret", obj("a", "1"))
+    assert sorted(key for key, _ in cache.items("Pod")) == [
+        ("Pod", "ns", "a"),
+        ("Pod", "other", "b"),
+    ]
+
+
+def test_items_may_be_iterated_while_the_cache_changes() -> None:
+    cache = ObjectCache()
+    for name in "abc":
+        cache.put("Pod", obj(name, "1"))
+    for (_, namespace, name), _ in cache.items("Pod"):
+        cache.forget("Pod", namespace, name)
+    assert len(cache) == 0
