@@ -1,0 +1,157 @@
+"""Specification of Kubernetes events: their shape, and posting them in the background."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp.web
+import kopf
+import pytest
+
+from craft_operator.kube.client import KubeClient
+from craft_operator.kube.events import MAX_MESSAGE, EventRecorder, build_event
+from tests.support.emulator import KubeEmulator
+from tests.support.schemas import kubernetes_schema_problems
+from tests.unit.reconciler.conftest import NAMESPACE
+
+NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+SANDBOX = {
+    "apiVersion": "craft.onyx.app/v1alpha1",
+    "kind": "CraftSandbox",
+    "metadata": {"name": "alice", "namespace": NAMESPACE, "uid": "u-1"},
+}
+
+
+def events(emulator: KubeEmulator) -> list[dict[str, Any]]:
+    """The events stored in the emulator."""
+    return emulator.list("v1/events", NAMESPACE)
+
+
+def test_an_event_is_a_valid_core_v1_event_about_the_object() -> None:
+    event = build_event(SANDBOX, type="Normal", reason="PodCreated", message="created", now=NOW)
+    assert kubernetes_schema_problems(event) == []
+    assert event["involvedObject"] == {
+        "apiVersion": "craft.onyx.app/v1alpha1",
+        "kind": "CraftSandbox",
+        "name": "alice",
+        "namespace": NAMESPACE,
+        "uid": "u-1",
+    }
+    assert event["metadata"] == {"generateName": "alice.", "namespace": NAMESPACE}
+    assert (event["type"], event["reason"], event["message"]) == ("Normal", "PodCreated", "created")
+    assert event["source"] == {"component": "craft-operator"}
+    assert event["reportingComponent"] == "craft-operator"
+    assert event["firstTimestamp"] == event["lastTimestamp"] == "2026-03-01T12:00:00Z"
+    assert event["count"] == 1
+
+
+def test_the_reporting_instance_fits_the_api_limit() -> None:
+    event = build_event(SANDBOX, type="Normal", reason="R", message="m", now=NOW)
+    assert 0 < len(event["reportingInstance"]) <= 128
+
+
+def test_a_message_at_the_limit_is_kept_whole() -> None:
+    message = "m" * MAX_MESSAGE
+    assert (
+        build_event(SANDBOX, type="Warning", reason="R", message=message, now=NOW)["message"]
+        == message
+    )
+
+
+def test_a_longer_message_is_cut_to_the_limit_with_an_ellipsis() -> None:
+    event = build_event(SANDBOX, type="Warning", reason="R", message="m" * 5000, now=NOW)
+    assert len(event["message"]) == MAX_MESSAGE == 1024
+    assert event["message"].endswith("m…")
+    assert kubernetes_schema_problems(event) == []
+
+
+# -- EventRecorder -------------------------------------------------------------------------
+
+
+async def test_posted_events_reach_the_api_server(kube: KubeClient, emulator: KubeEmulator) -> None:
+    recorder = EventRecorder(kube)
+    recorder.start()
+    recorder.post(SANDBOX, type="Normal", reason="SecretCreated", message="one")
+    recorder.post(SANDBOX, type="Warning", reason="NoServerURL", message="two")
+    await recorder.stop()
+    stored = events(emulator)
+    assert sorted(event["reason"] for event in stored) == ["NoServerURL", "SecretCreated"]
+    assert all(event["metadata"]["name"].startswith("alice.") for event in stored)
+    assert recorder.posted == 2
+    assert recorder.dropped == 0
+
+
+async def test_post_never_blocks_and_drops_what_does_not_fit(
+    kube: KubeClient, emulator: KubeEmulator
+) -> None:
+    recorder = EventRecorder(kube, capacity=2)
+    for index in range(5):
+        recorder.post(SANDBOX, type="Normal", reason=f"R{index}", message="m")
+    assert recorder.dropped == 3
+    recorder.start()
+    await recorder.stop()
+    assert sorted(event["reason"] for event in events(emulator)) == ["R0", "R1"]
+    assert recorder.posted == 2
+
+
+async def test_stop_drains_what_is_queued(kube: KubeClient, emulator: KubeEmulator) -> None:
+    recorder = EventRecorder(kube)
+    for index in range(20):
+        recorder.post(SANDBOX, type="Normal", reason=f"R{index}", message="m")
+    recorder.start()
+    await recorder.stop()
+    assert recorder.posted == 20
+    assert len(events(emulator)) == 20
+
+
+async def test_an_event_the_server_refuses_is_counted_dropped_and_the_rest_still_go(
+    kube: KubeClient, emulator: KubeEmulator
+) -> None:
+    async def forbid_bad(request: Any) -> aiohttp.web.StreamResponse | None:
+        if isinstance(request.data, dict) and request.data.get("reason") == "Bad":
+            return aiohttp.web.json_response({"reason": "Forbidden", "message": "no"}, status=403)
+        return None
+
+    emulator.before_request.insert(0, forbid_bad)
+    recorder = EventRecorder(kube)
+    recorder.start()
+    recorder.post(SANDBOX, type="Normal", reason="Bad", message="m")
+    recorder.post(SANDBOX, type="Normal", reason="Good", message="m")
+    await recorder.stop()
+    assert recorder.dropped == 1
+    assert recorder.posted == 1
+    assert [event["reason"] for event in events(emulator)] == ["Good"]
+
+
+async def test_stop_gives_up_draining_after_its_timeout(emulator: KubeEmulator) -> None:
+    hang = asyncio.Event()
+
+    async def never_answer(request: Any) -> None:
+        await hang.wait()
+
+    emulator.before_request.insert(0, never_answer)
+    client = KubeClient(request_timeout=30)
+    client.configure(kopf.ConnectionInfo(server=str(emulator.url), insecure=True))
+    recorder = EventRecorder(client)
+    recorder.start()
+    recorder.post(SANDBOX, type="Normal", reason="Stuck", message="m")
+    await recorder.stop(drain_timeout=0.2)
+    hang.set()
+    await client.close()
+    assert recorder.posted == 0
+
+
+async def test_stop_without_start_and_start_twice_are_harmless(kube: KubeClient) -> None:
+    recorder = EventRecorder(kube)
+    await recorder.stop()
+    recorder.start()
+    recorder.start()
+    await recorder.stop()
+
+
+@pytest.mark.parametrize("event_type", ["Normal", "Warning"])
+def test_both_event_types_validate(event_type: str) -> None:
+    event = build_event(SANDBOX, type=event_type, reason="R", message="m", now=NOW)
+    assert kubernetes_schema_problems(event) == []
