@@ -5,10 +5,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 
-.PHONY: help install run test test-unit test-integration lint format typecheck crd e2e bench clean
+.PHONY: help install run test test-unit test-integration lint format typecheck crd e2e dev dev-down bench clean
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,12 @@ crd: $(STAMP) ## Regenerate crds/ from the pydantic models
 
 e2e: $(STAMP) ## End-to-end tests on kind (needs Docker)
 	$(BIN)/pytest tests/e2e -m e2e $(PYTEST_ARGS)
+
+dev: ## kind cluster with the dev overlay and a sample sandbox (needs Docker, kind, kubectl)
+	hack/dev-up.sh
+
+dev-down: ## Delete the kind development cluster
+	hack/dev-up.sh down
 
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
