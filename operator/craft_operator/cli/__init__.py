@@ -11,6 +11,7 @@ from craft_operator import __version__
 from craft_operator.cli.crd import crd
 from craft_operator.cli.credentials import credentials
 from craft_operator.cli.db import db
+from craft_operator.cli.doctor import doctor
 from craft_operator.cli.keys import keys
 from craft_operator.cli.render_skill import render_skill_command
 from craft_operator.cli.run import run
@@ -33,3 +34,4 @@ main.add_command(keys)
 main.add_command(db)
 main.add_command(credentials)
 main.add_command(sync_user_library)
+main.add_command(doctor)

@@ -1,0 +1,428 @@
+"""``craft-operator doctor`` against real parts: an SQLite database, a generated key ring,
+moto's S3 server over HTTP and the KMock Kubernetes emulator (answering
+SelfSubjectAccessReviews from a set of denied grants). Each failure names the fix and
+makes the command exit non-zero; warnings do not."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp.web
+import kmock
+import pytest
+import yaml
+from click.testing import CliRunner, Result
+from kmock._internal import rendering
+from kubernetes.config import kube_config
+from moto.server import ThreadedMotoServer
+
+from craft_operator.api import crd, models
+from craft_operator.cli import main
+from craft_operator.config import load_settings
+from craft_operator.credentials import SandboxIdentity, build_credential_store, generate_key_entry
+from craft_operator.credentials.db import create_credentials_engine
+from craft_operator.doctor import SSAR_PATH, access_requests
+from craft_operator.library.s3 import make_s3_client
+from craft_operator.permissions import REQUIRED_PERMISSIONS
+from tests.support.emulator import KubeEmulator, declare_core_resources
+
+pytestmark = [pytest.mark.unit, pytest.mark.s3]
+
+KEYS = generate_key_entry("doctor-test").get_secret_value()
+USER = "3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b"
+DB_PASSWORD = "hunter2-Sup3rSecret"
+Grant = tuple[str, str, str]  # (verb, group, resource[/subresource])
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def s3_url() -> Iterator[str]:
+    """One moto S3 server for the module; each test makes its own bucket."""
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, s3_url: str) -> dict[str, str]:
+    """A clean environment: a migrated SQLite database, a key ring and an existing bucket."""
+    for name in list(os.environ):
+        if name.startswith(("CRAFT_", "AWS_", "KUBERNETES_")) or name == "KUBECONFIG":
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    bucket = f"lib-{uuid.uuid4().hex[:12]}"
+    make_s3_client(endpoint_url=s3_url, region="us-east-1").create_bucket(Bucket=bucket)
+    values = {
+        "CRAFT_STATE_DIR": str(tmp_path / "state"),
+        "CRAFT_ENCRYPTION_KEYS": KEYS,
+        "CRAFT_SERVER_URL": "http://onyx.internal:8080",
+        "CRAFT_S3_BUCKET": bucket,
+        "CRAFT_S3_ENDPOINT_URL": s3_url,
+        "CRAFT_S3_REGION": "us-east-1",
+        "KUBECONFIG": str(tmp_path / "kubeconfig"),
+    }
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    # The Kubernetes client reads KUBECONFIG once, when it is imported.
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", values["KUBECONFIG"])
+    build_credential_store(load_settings()).close()  # migrates the embedded database
+    return values
+
+
+@dataclass
+class Cluster:
+    """The emulated API server and what its SelfSubjectAccessReviews say."""
+
+    emulator: KubeEmulator
+    denied: set[Grant] = field(default_factory=set)
+    reviews: list[dict[str, Any]] = field(default_factory=list)
+
+
+def declare_craft_resources(emulator: KubeEmulator) -> None:
+    names = crd.build_crd()["spec"]["names"]
+    emulator.declare(
+        kmock.resource(models.GROUP, models.VERSION, models.PLURAL),
+        kmock.ResourceInfo(
+            kind=names["kind"],
+            singular=names["singular"],
+            namespaced=True,
+            verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+            subresources={"status"},
+        ),
+    )
+
+
+def write_kubeconfig(path: Path, server: str) -> None:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "emulated", "cluster": {"server": server}}],
+        "users": [{"name": "someone", "user": {"token": "not-a-real-token"}}],
+        "contexts": [{"name": "emulated", "context": {"cluster": "emulated", "user": "someone"}}],
+        "current-context": "emulated",
+    }
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+
+
+@pytest.fixture
+async def cluster(env: dict[str, str]) -> AsyncIterator[Cluster]:
+    """The KMock emulator with the CRD served, the kubeconfig pointing at it."""
+    async with KubeEmulator() as emulator, kmock.Server(emulator):
+        declare_core_resources(emulator)
+        declare_craft_resources(emulator)
+        state = Cluster(emulator)
+
+        async def review(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
+            if request.method.value.upper() != "POST" or request.url.path != SSAR_PATH:
+                return None
+            attributes = request.data["spec"]["resourceAttributes"]
+            state.reviews.append(attributes)
+            resource = attributes["resource"] + (
+                f"/{attributes['subresource']}" if attributes.get("subresource") else ""
+            )
+            grant = (attributes["verb"], attributes["group"], resource)
+            allowed = grant not in state.denied
+            return aiohttp.web.json_response(
+                {**request.data, "status": {"allowed": allowed, "reason": ""}}, status=201
+            )
+
+        emulator.before_request.append(review)
+        write_kubeconfig(Path(env["KUBECONFIG"]), str(emulator.url).rstrip("/"))
+        yield state
+
+
+def run_doctor(*args: str, charset: str = "utf-8") -> Result:
+    return CliRunner(charset=charset).invoke(main, ["doctor", *args], catch_exceptions=False)
+
+
+async def doctor(*args: str, charset: str = "utf-8") -> Result:
+    """Run the CLI in a thread: it runs its own event loop, the emulator runs in ours."""
+    return await asyncio.to_thread(run_doctor, *args, charset=charset)
+
+
+def line(result: Result, name: str) -> str:
+    found = [text for text in result.output.splitlines() if f" {name}: " in text]
+    assert len(found) == 1, result.output
+    return found[0]
+
+
+# -- everything in place -----------------------------------------------------------------------
+
+
+async def test_every_check_passes_when_everything_is_in_place(cluster: Cluster) -> None:
+    result = await doctor()
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert [text.split(":")[0] for text in lines] == [
+        "✔ settings",
+        "✔ database",
+        "✔ database schema",
+        "✔ key ring",
+        "✔ S3",
+        "✔ Kubernetes API",
+        "✔ CraftSandbox API",
+        "✔ API permissions",
+    ]
+    assert "(embedded SQLite)" in line(result, "database")
+    assert f"all {len(REQUIRED_PERMISSIONS)} grants" in line(result, "API permissions")
+    assert len(cluster.reviews) == len(REQUIRED_PERMISSIONS)
+
+
+async def test_json_output_lists_every_check_with_its_status(cluster: Cluster) -> None:
+    cluster.denied.add(("create", "", "events"))
+    result = await doctor("--json")
+    assert result.exit_code == 1
+    payload = json.loads(result.output)
+    assert payload["ok"] is False
+    statuses = {check["name"]: check["status"] for check in payload["checks"]}
+    assert statuses["S3"] == "ok"
+    assert statuses["API permissions"] == "fail"
+    failed = next(check for check in payload["checks"] if check["status"] == "fail")
+    assert "create events" in failed["detail"]
+    assert "kubectl apply -k manifests/base" in failed["fix"]
+
+
+async def test_without_utf8_the_marks_are_ascii(cluster: Cluster) -> None:
+    result = await doctor(charset="ascii")
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("[ok] settings: ")
+    assert result.output.isascii()
+
+
+# -- Kubernetes --------------------------------------------------------------------------------
+
+
+async def test_a_missing_permission_is_named_with_the_rbac_fix(cluster: Cluster) -> None:
+    cluster.denied |= {("patch", models.GROUP, "craftsandboxes/status"), ("create", "", "pods")}
+    result = await doctor()
+    assert result.exit_code == 1
+    text = line(result, "API permissions")
+    assert text.startswith("✘ API permissions: 2 missing: ")
+    assert "patch craftsandboxes/status.craft.onyx.app" in text
+    assert "create pods" in text
+    assert "— apply the operator's RBAC (kubectl apply -k manifests/base)" in text
+    assert line(result, "S3").startswith("✔")
+
+
+async def test_a_scoped_operator_is_checked_in_each_watched_namespace(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CRAFT_NAMESPACES", "team-a,team-b")
+    cluster.denied.add(("watch", "", "secrets"))
+    result = await doctor()
+    assert result.exit_code == 1
+    assert "watch secrets in team-a, watch secrets in team-b" in line(result, "API permissions")
+    crd_reviews = [r for r in cluster.reviews if r["resource"] == "customresourcedefinitions"]
+    assert len(crd_reviews) == 2  # list and watch, once each: CRDs are cluster-scoped
+    assert all("namespace" not in review for review in crd_reviews)
+    pod_namespaces = {r.get("namespace") for r in cluster.reviews if r["resource"] == "pods"}
+    assert pod_namespaces == {"team-a", "team-b"}
+    assert len(cluster.reviews) == len(access_requests(REQUIRED_PERMISSIONS, ["a", "b"]))
+
+
+async def test_a_cluster_without_the_crd_says_how_to_install_it(env: dict[str, str]) -> None:
+    async with KubeEmulator() as emulator, kmock.Server(emulator):
+        declare_core_resources(emulator)
+        write_kubeconfig(Path(env["KUBECONFIG"]), str(emulator.url).rstrip("/"))
+        emulator.before_request.append(_allow_everything)
+        result = await doctor()
+    assert result.exit_code == 1
+    text = line(result, "CraftSandbox API")
+    assert text.startswith("✘ CraftSandbox API: the API server does not serve craft.onyx.app/")
+    assert "— install the CRD: kubectl apply -f crds/" in text
+
+
+async def _allow_everything(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
+    if request.url.path == SSAR_PATH:
+        return aiohttp.web.json_response({"status": {"allowed": True}}, status=201)
+    return None
+
+
+async def test_an_unreachable_api_server_fails_with_one_line(env: dict[str, str]) -> None:
+    write_kubeconfig(Path(env["KUBECONFIG"]), f"http://127.0.0.1:{free_port()}")
+    result = await doctor()
+    assert result.exit_code == 1
+    text = line(result, "Kubernetes API")
+    assert text.startswith("✘ Kubernetes API: cannot reach the Kubernetes API server at http://")
+    assert "point KUBECONFIG" in text
+    assert "CraftSandbox API" not in result.output
+
+
+def test_no_kubernetes_credentials_fail_the_api_check(env: dict[str, str]) -> None:
+    result = run_doctor()
+    assert result.exit_code == 1
+    assert line(result, "Kubernetes API").startswith("✘ Kubernetes API: no Kubernetes credentials")
+
+
+# -- settings, database and key ring (without the API server) ---------------------------------
+
+
+def test_bad_settings_stop_doctor_at_the_first_line(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CRAFT_METRICS_PORT", "99999")
+    monkeypatch.setenv("CRAFT_DATABASE_URL", f"postgresql://onyx:{DB_PASSWORD}@[bad")
+    result = run_doctor("--skip-kubernetes")
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1
+    assert result.output.startswith("✘ settings: invalid operator settings: CRAFT_METRICS_PORT")
+    assert "— correct the CRAFT_* variable" in result.output
+    assert DB_PASSWORD not in result.output
+
+
+def test_an_unmigrated_database_needs_db_upgrade_when_auto_migrate_is_off(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    empty = tmp_path / "empty.db"
+    create_credentials_engine(f"sqlite:///{empty}").connect().close()
+    monkeypatch.setenv("CRAFT_DATABASE_URL", f"sqlite:///{empty}")
+    monkeypatch.setenv("CRAFT_DATABASE_AUTO_MIGRATE", "false")
+    result = run_doctor("--skip-kubernetes")
+    assert result.exit_code == 1
+    text = line(result, "database schema")
+    assert text.startswith("✘ database schema: the embedded database has no personal_access_token")
+    assert "at revision none" in text
+    assert text.endswith("— run: craft-operator db upgrade (CRAFT_DATABASE_AUTO_MIGRATE is off)")
+
+
+def test_an_unmigrated_database_is_a_warning_when_the_operator_migrates_it(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    empty = tmp_path / "empty.db"
+    create_credentials_engine(f"sqlite:///{empty}").connect().close()
+    monkeypatch.setenv("CRAFT_DATABASE_URL", f"sqlite:///{empty}")
+    result = run_doctor("--skip-kubernetes")
+    assert result.exit_code == 0, result.output
+    assert line(result, "database schema").startswith("⚠ database schema: ")
+    assert "the operator migrates it at start" in result.output
+
+
+def test_an_unreachable_database_is_shown_without_its_password(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"postgresql+psycopg://onyx:{DB_PASSWORD}@127.0.0.1:{free_port()}/onyx"
+    monkeypatch.setenv("CRAFT_DATABASE_URL", url)
+    result = run_doctor("--skip-kubernetes")
+    assert result.exit_code == 1
+    text = line(result, "database")
+    assert text.startswith("✘ database: postgresql+psycopg://onyx:***@127.0.0.1:")
+    assert "— check host, port, database name, user and password in CRAFT_DATABASE_URL" in text
+    assert DB_PASSWORD not in result.output
+    assert "database schema" not in result.output
+
+
+def test_stored_tokens_under_a_key_missing_from_the_ring_fail_the_key_ring(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = build_credential_store(load_settings())
+    try:
+        store.ensure(SandboxIdentity("team-a", "alice", "uid-alice"), user_id=USER, tenant_id="t")
+    finally:
+        store.close()
+    monkeypatch.setenv("CRAFT_ENCRYPTION_KEYS", generate_key_entry("new-key").get_secret_value())
+    result = run_doctor("--skip-kubernetes")
+    assert result.exit_code == 1
+    text = line(result, "key ring")
+    assert "1 stored token(s) are encrypted under key(s) doctor-test" in text
+    assert "— add those keys back to CRAFT_ENCRYPTION_KEYS" in text
+    assert KEYS.split(":")[1] not in result.output
+
+
+def test_an_older_key_still_in_use_suggests_a_rotation(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = build_credential_store(load_settings())
+    try:
+        store.ensure(SandboxIdentity("team-a", "alice", "uid-alice"), user_id=USER, tenant_id="t")
+    finally:
+        store.close()
+    newer = generate_key_entry("newer").get_secret_value()
+    monkeypatch.setenv("CRAFT_ENCRYPTION_KEYS", f"{newer},{KEYS}")
+    result = run_doctor("--skip-kubernetes")
+    assert result.exit_code == 0, result.output
+    text = line(result, "key ring")
+    assert text.startswith("✔ key ring: 2 key(s), encrypting with 'newer'")
+    assert "1 stored token(s) under older key(s) doctor-test" in text
+
+
+def test_an_unreadable_key_ring_file_fails_with_how_to_make_one(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("CRAFT_ENCRYPTION_KEYS")
+    broken = tmp_path / "keys"
+    broken.write_text("k1:not-base64!\n", encoding="utf-8")
+    monkeypatch.setenv("CRAFT_ENCRYPTION_KEYS_FILE", str(broken))
+    result = run_doctor("--skip-kubernetes")
+    assert result.exit_code == 1
+    text = line(result, "key ring")
+    assert text.startswith(f"✘ key ring: key ring file {broken}: key 'k1' is not valid base64")
+    assert text.endswith("make one with: craft-operator keys generate")
+
+
+def test_the_development_key_ring_is_a_warning_and_is_not_created(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CRAFT_ENCRYPTION_KEYS")
+    monkeypatch.setenv("CRAFT_STATE_DIR", str(Path(env["CRAFT_STATE_DIR"]) / "fresh"))
+    result = run_doctor("--skip-kubernetes")
+    assert result.exit_code == 0, result.output
+    assert line(result, "key ring").startswith(
+        "⚠ key ring: no CRAFT_ENCRYPTION_KEYS: the operator creates a development key ring"
+    )
+    assert "the operator creates it at start" in line(result, "database")
+    assert not (Path(env["CRAFT_STATE_DIR"]) / "fresh").exists()
+
+
+# -- S3 ----------------------------------------------------------------------------------------
+
+
+def test_a_missing_bucket_fails_with_how_to_fix_it(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CRAFT_S3_BUCKET", "no-such-bucket")
+    result = run_doctor("--skip-kubernetes")
+    assert result.exit_code == 1
+    text = line(result, "S3")
+    assert text.startswith("✘ S3: S3 bucket 'no-such-bucket' does not exist")
+    assert text.endswith("— create the bucket, or correct CRAFT_S3_BUCKET")
+
+
+def test_an_unreachable_s3_endpoint_fails(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CRAFT_S3_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
+    result = run_doctor("--skip-kubernetes")
+    assert result.exit_code == 1
+    assert "— check CRAFT_S3_ENDPOINT_URL" in line(result, "S3")
+
+
+def test_no_default_bucket_is_only_a_warning(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CRAFT_S3_BUCKET")
+    result = run_doctor("--skip-kubernetes")
+    assert result.exit_code == 0, result.output
+    assert line(result, "S3") == (
+        "⚠ S3: no CRAFT_S3_BUCKET: user libraries need spec.userLibrary.bucket"
+        " — set CRAFT_S3_BUCKET to the bucket of Onyx's user files"
+    )
