@@ -19,6 +19,8 @@ from pydantic_settings import SettingsError as SourceParseError
 
 from craft_operator.api.models import DNS_LABEL_PATTERN, URL_PATTERN
 
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+
 ENV_PREFIX = "CRAFT_"
 
 DEFAULT_SANDBOX_RESOURCES: dict[str, dict[str, str]] = {
@@ -140,6 +142,24 @@ class Settings(BaseSettings):
         default=10.0,
         gt=0,
         description="Seconds before replacing a failed pod; doubles per failure, up to 300.",
+    )
+    operator_image: str = Field(
+        default="craft-operator:0.1.0",
+        description="Image of the operator, run by user-library sync Jobs (Job mode).",
+        min_length=1,
+    )
+    library_s3_secret: str | None = Field(
+        default=None,
+        description=(
+            "Job mode: name of the Secret, in each sandbox namespace, with the S3 credentials "
+            "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) for sync Jobs."
+        ),
+        pattern=DNS_SUBDOMAIN_PATTERN,
+    )
+    library_volume_size: str = Field(
+        default="20Gi",
+        description="Job mode: size of a library volume when spec.userLibrary.size is unset.",
+        pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$",
     )
     library_sync_timeout: float = Field(
         default=1800.0,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Collection, Sequence
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
@@ -15,6 +15,7 @@ from craft_operator.builders.naming import LABEL_MANAGED_BY, MANAGED_BY
 from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
 from craft_operator.credentials.factory import build_credential_store
+from craft_operator.handlers import children
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import KubeClient
 from craft_operator.kube.connection import discover_connection
@@ -24,7 +25,9 @@ from craft_operator.reconciler.sandbox import SandboxReconciler, Services
 from craft_operator.reconciler.services import LibrarySyncer, SkillRenderer, StoreCredentials
 
 LoginFn = Callable[..., kopf.ConnectionInfo | None]
-CHILD_RESOURCES = (("v1", "pods"), ("v1", "secrets"), ("v1", "configmaps"))
+CHILD_RESOURCES: tuple[tuple[str, ...], ...] = tuple(
+    resource for resource, _ in children.CHILD_KINDS
+)
 
 
 def configure_kopf(settings: kopf.OperatorSettings) -> None:
@@ -46,7 +49,8 @@ def configure_kopf(settings: kopf.OperatorSettings) -> None:
     settings.batching.error_delays = [1, 2, 5, 10, 30, 60, 120]
     # Only the operator's own pods, Secrets and ConfigMaps are streamed to it.
     for resource in CHILD_RESOURCES:
-        settings.watching.label_selectors[resource] = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+        key = cast("tuple[str, str] | tuple[str, str, str]", resource)
+        settings.watching.label_selectors[key] = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 
 
 class _LazyExec:

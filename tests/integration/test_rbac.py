@@ -2,13 +2,15 @@
 
 Every integration test already fails when the operator uses access the ClusterRole lacks
 (see ``conftest.emulator``). This scenario walks every path that talks to the API
-(provisioning, CLI validation, drift repair, a create conflict, a custom template, deletion)
+(provisioning, CLI validation, Job-mode library sync, drift repair, create conflicts, a custom
+template, deletion)
 and checks the other direction: each grant in ``manifests/base/rbac.yaml`` is used.
 """
 
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 
 from kmock._internal import rendering
 
@@ -16,6 +18,7 @@ from craft_operator.builders.naming import LABEL_SANDBOX
 from craft_operator.config import Settings
 from tests.integration.conftest import SANDBOXES, observed_access
 from tests.integration.helpers import NAMESPACE, phase, pod, sandbox
+from tests.integration.test_library_jobs import JOBS, finish_job
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually, running_operator
 from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
@@ -38,7 +41,7 @@ async def test_every_grant_in_the_cluster_role_is_used(
         },
     )
 
-    conflicts = {"secrets", "pods"}
+    conflicts = {"secrets", "pods", "persistentvolumeclaims", "jobs"}
 
     async def exists_already(request: rendering.Request) -> None:
         # As if a previous operator wrote the object and died before its cache saw it: the
@@ -46,37 +49,47 @@ async def test_every_grant_in_the_cluster_role_is_used(
         plural = request.url.path.rsplit("/", 1)[-1]
         if request.method.value.upper() == "POST" and plural in conflicts:
             conflicts.discard(plural)
-            emulator.create(f"v1/{plural}", {**request.data})
+            api = "batch/v1" if plural == "jobs" else "v1"
+            emulator.create(f"{api}/{plural}", {**request.data})
+
+    def put_back(resource: str, name: str, check: Callable[[dict], bool]) -> Callable[[], bool]:
+        return lambda: check(emulator.get(resource, NAMESPACE, name))
 
     emulator.before_request.append(exists_already)  # type: ignore[arg-type]
-    custom = settings.model_copy(update={"skill_template_configmap": "craft-system/skill-template"})
+    custom = settings.model_copy(
+        update={
+            "skill_template_configmap": "craft-system/skill-template",
+            "s3_bucket": "craft-libraries",
+            "library_s3_secret": "library-s3",
+        }
+    )
     async with running_operator(str(emulator.url).rstrip("/"), custom, exec_transport=pod_exec):
-        emulator.create(SANDBOXES, sandbox("alice"))
+        emulator.create(SANDBOXES, sandbox("alice", userLibrary={"mode": "Job"}))
         await eventually(lambda: pod(emulator, "alice"), what="the pod")
         mark_pod_running(emulator, NAMESPACE, "alice")
+        await eventually(lambda: emulator.find(JOBS, NAMESPACE, "alice-library-1"), what="a Job")
+        finish_job(emulator, "alice-library-1", result={"ok": True, "files": 0, "bytes": 0})
         await phase(emulator, "alice", "Ready")
+        await eventually(lambda: emulator.find(JOBS, NAMESPACE, "alice-library-1") is None)
+
         forged = base64.b64encode(b"forged").decode()
         emulator.patch("v1/secrets", NAMESPACE, "alice-credentials", {"data": {"ONYX_PAT": forged}})
-        await eventually(
-            lambda: (
-                emulator.get("v1/secrets", NAMESPACE, "alice-credentials")["data"]["ONYX_PAT"]
-                != forged
-            ),
-            what="the Secret put back",
-        )
         emulator.patch("v1/configmaps", NAMESPACE, "alice-skills", {"data": {"SKILL.md": "x"}})
-        emulator.patch(
-            "v1/pods", NAMESPACE, "alice", {"metadata": {"labels": {LABEL_SANDBOX: "x"}}}
-        )
-        await eventually(
-            lambda: (
-                emulator.get("v1/pods", NAMESPACE, "alice")["metadata"]["labels"][LABEL_SANDBOX]
-                == "alice"
-                and emulator.get("v1/configmaps", NAMESPACE, "alice-skills")["data"]["SKILL.md"]
-                != "x"
+        relabel = {"metadata": {"labels": {LABEL_SANDBOX: "x"}}}
+        emulator.patch("v1/pods", NAMESPACE, "alice", relabel)
+        emulator.patch("v1/persistentvolumeclaims", NAMESPACE, "alice-library", relabel)
+        for resource, name, check in (
+            ("v1/secrets", "alice-credentials", lambda o: o["data"]["ONYX_PAT"] != forged),
+            ("v1/configmaps", "alice-skills", lambda o: o["data"]["SKILL.md"] != "x"),
+            ("v1/pods", "alice", lambda o: o["metadata"]["labels"][LABEL_SANDBOX] == "alice"),
+            (
+                "v1/persistentvolumeclaims",
+                "alice-library",
+                lambda o: o["metadata"]["labels"][LABEL_SANDBOX] == "alice",
             ),
-            what="the ConfigMap and the pod's labels put back",
-        )
+        ):
+            await eventually(put_back(resource, name, check), what=f"{name} put back")
+
         emulator.remove(SANDBOXES, NAMESPACE, "alice")
         await eventually(lambda: emulator.find(SANDBOXES, NAMESPACE, "alice") is None)
 

@@ -14,13 +14,16 @@ import kopf
 from craft_operator.api.models import KIND
 from craft_operator.builders.naming import LABEL_SANDBOX, MANAGED_SELECTOR
 from craft_operator.context import OperatorContext
-from craft_operator.reconciler.sandbox import CONFIGMAP, POD, SECRET
+from craft_operator.reconciler.library_job import JOB
+from craft_operator.reconciler.sandbox import CONFIGMAP, POD, PVC, SECRET
 
 #: (kopf resource, cache kind) of each watched child kind.
-CHILD_KINDS: tuple[tuple[tuple[str, str], str], ...] = (
+CHILD_KINDS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("v1", "pods"), POD),
     (("v1", "secrets"), SECRET),
     (("v1", "configmaps"), CONFIGMAP),
+    (("v1", "persistentvolumeclaims"), PVC),
+    (("batch", "v1", "jobs"), JOB),
 )
 
 

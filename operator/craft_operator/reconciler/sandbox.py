@@ -21,6 +21,7 @@ from craft_operator.api.models import (
     ANNOTATION_LIBRARY_REVISION,
     GROUP,
     CraftSandbox,
+    LibraryMode,
     Phase,
 )
 from craft_operator.api.parse import InvalidSandboxError, parse_sandbox
@@ -48,7 +49,9 @@ from craft_operator.credentials.errors import (
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import (
     CONFIGMAPS,
+    JOBS,
     PODS,
+    PVCS,
     SANDBOXES,
     SECRETS,
     ApiError,
@@ -57,9 +60,15 @@ from craft_operator.kube.client import (
     NotFoundError,
 )
 from craft_operator.kube.exec import ExecError, ExecTransport
-from craft_operator.library import LibraryConfigError, LibraryLocation, LibrarySyncError
+from craft_operator.library import (
+    LibraryConfigError,
+    LibraryLocation,
+    LibrarySyncError,
+    build_library_pvc,
+    library_claim_name,
+)
 from craft_operator.library import resolve_location as resolve_library_location
-from craft_operator.reconciler import cli_validation
+from craft_operator.reconciler import cli_validation, library_job
 from craft_operator.reconciler.children import ForeignObjectError, converge, is_ours
 from craft_operator.reconciler.idle import decide_idle
 from craft_operator.reconciler.ports import (
@@ -84,7 +93,7 @@ from craft_operator.status import (
 logger = logging.getLogger(__name__)
 
 FINALIZER = f"{GROUP}/finalizer"
-SANDBOX, POD, SECRET, CONFIGMAP = "CraftSandbox", "Pod", "Secret", "ConfigMap"
+SANDBOX, POD, SECRET, CONFIGMAP, PVC = "CraftSandbox", "Pod", "Secret", "ConfigMap", "PVC"
 NORMAL, WARNING = "Normal", "Warning"
 #: Conditions that can only be known once the pod is ready.
 POD_DEPENDENT = (CLI_VALIDATED, USER_LIBRARY_SYNCED)
@@ -150,6 +159,20 @@ def _credentials_reason(exc: CredentialsError) -> str:
 
 def _short_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _library_current(
+    run: Run, current: Mapping[str, Any], revision: str, pod_uid: str, config: str
+) -> bool:
+    """Whether the last successful sync delivered this revision, into this pod, with this config."""
+    synced = run.condition(USER_LIBRARY_SYNCED) or {}
+    return (
+        synced.get("status") == "True"
+        and synced.get("reason") == "Synced"
+        and current.get("observedRevision", "") == revision
+        and current.get("podUID") == pod_uid
+        and current.get("configHash") == config
+    )
 
 
 def _library_config_hash(sandbox: CraftSandbox, location: LibraryLocation) -> str:
@@ -222,7 +245,8 @@ class SandboxReconciler:
             return
         secret_ok = await self._secret(sandbox, issued, run)
         skill_ok = await self._skill(sandbox, run)
-        if not (secret_ok and skill_ok):
+        volume_ok = await self._library_volume(sandbox, run)
+        if not (secret_ok and skill_ok and volume_ok):
             self._waiting(run, (POD_READY, *POD_DEPENDENT), "WaitingForChildren")
             return
         pod = await self._pod(sandbox, issued, run)
@@ -271,11 +295,18 @@ class SandboxReconciler:
             )
         # Owner references make the garbage collector remove the children; deleting them
         # here as well frees the pod at once and does not depend on the collector.
-        for kind, cache_kind, child in (
+        children = [
             (PODS, POD, name),
             (SECRETS, SECRET, f"{name}-credentials"),
             (CONFIGMAPS, CONFIGMAP, f"{name}-skills"),
-        ):
+            (PVCS, PVC, f"{name}-library"),
+        ]
+        children += [
+            (JOBS, library_job.JOB, key[2])
+            for key, job in self.s.cache.items(library_job.JOB)
+            if key[1] == namespace and self._owned_by(job, uid)
+        ]
+        for kind, cache_kind, child in children:
             existing = self.s.cache.get(cache_kind, namespace, child)
             if existing is not None and not self._owned_by(existing, uid):
                 continue
@@ -421,6 +452,26 @@ class SandboxReconciler:
             )
         return True
 
+    async def _library_volume(self, sandbox: CraftSandbox, run: Run) -> bool:
+        """Job mode keeps the library on a PVC the pod mounts; Exec mode needs none."""
+        if sandbox.spec.user_library.mode != LibraryMode.JOB:
+            return True
+        desired = build_library_pvc(sandbox, default_size=self.s.settings.library_volume_size)
+        try:
+            result = await converge(self.s.kube, self.s.cache, PVCS, PVC, desired)
+        except ForeignObjectError as exc:
+            return self._child_failed(run, USER_LIBRARY_SYNCED, "VolumeNameTaken", str(exc))
+        except ApiError as exc:
+            return self._child_failed(run, USER_LIBRARY_SYNCED, "VolumeWriteFailed", str(exc))
+        if result.action == "created":
+            self.s.events.post(
+                self._body(run),
+                type=NORMAL,
+                reason="VolumeCreated",
+                message=f"created PersistentVolumeClaim {desired['metadata']['name']}",
+            )
+        return True
+
     def _child_failed(self, run: Run, condition: str, reason: str, message: str) -> bool:
         run.set(ConditionState.false(condition, reason, message))
         self.s.events.post(self._body(run), type=WARNING, reason=reason, message=message)
@@ -433,8 +484,13 @@ class SandboxReconciler:
         self, sandbox: CraftSandbox, issued: IssuedCredential, run: Run
     ) -> dict[str, Any] | None:
         """Converge the pod; the pod if it is running and Ready, else ``None``."""
+        claim = (
+            library_claim_name(sandbox)
+            if sandbox.spec.user_library.mode == LibraryMode.JOB
+            else None
+        )
         try:
-            desired = build_pod(sandbox, self.s.settings, pat_id=issued.pat_id)
+            desired = build_pod(sandbox, self.s.settings, pat_id=issued.pat_id, library_claim=claim)
         except SandboxConfigError as exc:
             self._fail_spec(run, exc.reason, str(exc))
             return None
@@ -747,16 +803,14 @@ class SandboxReconciler:
         config = _library_config_hash(sandbox, location)
         attempt = _short_hash(f"{revision}|{pod_uid}|{config}")
         current = dict(run.status.get("userLibrary") or {})
-        synced = run.condition(USER_LIBRARY_SYNCED) or {}
-        if (
-            synced.get("status") == "True"
-            and current.get("observedRevision", "") == revision
-            and current.get("podUID") == pod_uid
-            and current.get("configHash") == config
+        if sandbox.spec.user_library.mode != LibraryMode.JOB and (
+            _library_current(run, current, revision, pod_uid, config)
+            or current.get("failedAttempt") == attempt  # reported; retrying cannot help
         ):
             return
-        if current.get("failedAttempt") == attempt:
-            return  # reported already; retrying cannot help until something changes
+        if sandbox.spec.user_library.mode == LibraryMode.JOB:
+            await self._sync_library_job(sandbox, run, location, revision, pod_uid, config)
+            return
         namespace, name = pod["metadata"].get("namespace", ""), pod["metadata"]["name"]
         try:
             result = await self.s.library.sync(sandbox, location, namespace=namespace, pod=name)
@@ -800,6 +854,120 @@ class SandboxReconciler:
                 reason="LibraryKeysSkipped",
                 message=f"{len(result.skipped)} S3 keys skipped as unsafe, e.g. {shown}",
             )
+
+    async def _sync_library_job(
+        self,
+        sandbox: CraftSandbox,
+        run: Run,
+        location: LibraryLocation,
+        revision: str,
+        pod_uid: str,
+        config: str,
+    ) -> None:
+        """Job mode: collect a finished sync Job's outcome, then start the next if needed."""
+        namespace = sandbox.metadata.namespace or ""
+        current = dict(run.status.get("userLibrary") or {})
+        running = current.get("job")
+        if running:
+            job = self.s.cache.get(library_job.JOB, namespace, running)
+            outcome = library_job.read_outcome(self.s.cache, job) if job is not None else None
+            if job is not None and outcome is not None and not outcome.result:
+                # The Job's end can arrive before its pod's: read the pods once, directly.
+                selector = f"{library_job.JOB_NAME_LABEL}={running}"
+                for job_pod in await self.s.kube.list(PODS, namespace, label_selector=selector):
+                    self.s.cache.put(POD, job_pod)
+                outcome = library_job.read_outcome(self.s.cache, job)
+            if job is not None and outcome is None:
+                if (run.condition(USER_LIBRARY_SYNCED) or {}).get("status") != "True":
+                    run.set(
+                        ConditionState.unknown(
+                            USER_LIBRARY_SYNCED, "Syncing", f"sync Job {running} is running"
+                        )
+                    )
+                return  # the Job's watch events bring us back when it ends
+            current.pop("job")
+            if job is not None and outcome is not None:
+                await library_job.remove_job(self.s.kube, self.s.cache, job)
+                current = self._job_outcome(run, current, outcome)
+            run.status["userLibrary"] = current
+        attempt = _short_hash(f"{revision}|{pod_uid}|{config}")
+        if _library_current(run, current, revision, pod_uid, config):
+            return
+        if current.get("failedAttempt") == attempt:
+            return
+        sequence = int(current.get("jobSequence") or 0) + 1
+        try:
+            job = library_job.desired_job(
+                sandbox,
+                self.s.settings,
+                location,
+                sequence=sequence,
+                revision=revision,
+                pod_uid=pod_uid,
+                config=config,
+            )
+        except LibrarySyncError as exc:
+            current["lastError"] = exc.message
+            current["failedAttempt"] = attempt
+            run.status["userLibrary"] = current
+            run.set(ConditionState.false(USER_LIBRARY_SYNCED, exc.reason, exc.message))
+            self.s.events.post(
+                self._body(run), type=WARNING, reason=f"Library{exc.reason}", message=exc.message
+            )
+            return
+        await library_job.start_job(self.s.kube, self.s.cache, job)
+        current.update({"job": job["metadata"]["name"], "jobSequence": sequence})
+        run.status["userLibrary"] = current
+        if (run.condition(USER_LIBRARY_SYNCED) or {}).get("status") != "True":
+            run.set(
+                ConditionState.unknown(
+                    USER_LIBRARY_SYNCED, "Syncing", f"sync Job {job['metadata']['name']} started"
+                )
+            )
+        self.s.events.post(
+            self._body(run),
+            type=NORMAL,
+            reason="LibrarySyncJobCreated",
+            message=f"created sync Job {job['metadata']['name']}",
+        )
+
+    def _job_outcome(
+        self, run: Run, current: dict[str, Any], outcome: library_job.JobOutcome
+    ) -> dict[str, Any]:
+        """Record a finished Job's outcome in ``status.userLibrary`` and the condition."""
+        result = outcome.result
+        if outcome.succeeded:
+            synced: dict[str, Any] = {
+                "observedRevision": outcome.revision or None,
+                "lastSyncTime": run.timestamp(),
+                "files": result.get("files"),
+                "bytes": result.get("bytes"),
+                "bytesTransferred": result.get("bytesTransferred"),
+                "durationSeconds": result.get("durationSeconds"),
+                "skipped": result.get("skipped"),
+                "podUID": outcome.pod_uid,
+                "configHash": outcome.config,
+                "jobSequence": current.get("jobSequence"),
+            }
+            message = f"{result.get('files', '?')} files, {result.get('bytes', '?')} bytes"
+            run.set(ConditionState.true(USER_LIBRARY_SYNCED, "Synced", message))
+            self.s.events.post(
+                self._body(run), type=NORMAL, reason="LibrarySynced", message=message
+            )
+            return {key: value for key, value in synced.items() if value is not None}
+        reason = str(result.get("reason") or "SyncJobFailed")
+        failed = {**current, "lastError": outcome.message[:1000]}
+        if outcome.retryable:
+            run.retry(reason)
+        else:
+            failed["failedAttempt"] = _short_hash(
+                f"{outcome.revision}|{outcome.pod_uid}|{outcome.config}"
+            )
+        run.set(ConditionState.false(USER_LIBRARY_SYNCED, reason, outcome.message))
+        self.s.events.post(
+            self._body(run), type=WARNING, reason=f"Library{reason}", message=outcome.message
+        )
+        return failed
 
     # -- status --------------------------------------------------------------------------------
 

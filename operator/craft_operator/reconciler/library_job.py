@@ -1,0 +1,170 @@
+"""Job mode of the user-library sync: one Job at a time per sandbox, its outcome in status.
+
+A sync Job (``<name>-library-<n>``) runs ``craft-operator sync-user-library`` with S3
+credentials from a Secret and writes into the sandbox's library PVC. The Job records which
+revision, pod and configuration it syncs (annotations); its pod's termination message
+carries the result. When the Job ends, the outcome goes into ``status.userLibrary`` and
+the Job is deleted (with its pods). A change while a Job runs is picked up by the next Job.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from craft_operator.api.models import GROUP, CraftSandbox
+from craft_operator.config import Settings
+from craft_operator.kube.cache import ObjectCache
+from craft_operator.kube.client import JOBS, ApiError, ConflictError, KubeClient
+from craft_operator.library import (
+    LibraryConfigError,
+    LibraryLocation,
+    S3CredentialsSecret,
+    build_sync_job,
+    caps_from_settings,
+    sync_job_name,
+)
+
+JOB, POD = "Job", "Pod"
+ANNOTATION_POD_UID = f"{GROUP}/library-pod-uid"
+ANNOTATION_CONFIG = f"{GROUP}/library-config"
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+#: Exit codes of sync-user-library that retrying cannot fix (usage, cap, no bucket, access).
+PERMANENT_EXIT_CODES = (2, 3)
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """How a finished sync Job ended, read from the Job and its pod's termination message."""
+
+    succeeded: bool
+    revision: str
+    pod_uid: str
+    config: str
+    result: Mapping[str, Any]
+    retryable: bool
+    message: str
+
+
+def job_finished(job: Mapping[str, Any]) -> bool | None:
+    """True if the Job succeeded, False if it failed, None while it runs."""
+    for condition in job.get("status", {}).get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        if condition.get("type") == "Complete":
+            return True
+        if condition.get("type") == "Failed":
+            return False
+    return None
+
+
+def _termination(
+    cache: ObjectCache, namespace: str, job_name: str
+) -> tuple[dict[str, Any], int | None]:
+    """The JSON result and exit code of the Job's last pod (from the watch cache)."""
+    found: tuple[dict[str, Any], int | None] = ({}, None)
+    newest = ""
+    for (_, pod_namespace, _), pod in cache.items(POD):
+        meta = pod.get("metadata", {})
+        if pod_namespace != namespace:
+            continue
+        labels = meta.get("labels") or {}
+        if job_name not in (labels.get(JOB_NAME_LABEL), labels.get("job-name")):
+            continue
+        created = str(meta.get("creationTimestamp") or "")
+        for status in pod.get("status", {}).get("containerStatuses") or []:
+            terminated = (status.get("state") or {}).get("terminated")
+            if not terminated or created < newest:
+                continue
+            newest = created
+            try:
+                payload = json.loads(terminated.get("message") or "{}")
+            except ValueError:
+                payload = {}
+            found = (payload if isinstance(payload, dict) else {}, terminated.get("exitCode"))
+    return found
+
+
+def read_outcome(cache: ObjectCache, job: Mapping[str, Any]) -> JobOutcome | None:
+    """The outcome of a finished Job; ``None`` while it runs."""
+    finished = job_finished(job)
+    if finished is None:
+        return None
+    meta = job["metadata"]
+    annotations = meta.get("annotations") or {}
+    result, exit_code = _termination(cache, meta.get("namespace", ""), meta["name"])
+    if finished:
+        message = "the sync Job succeeded"
+    else:
+        conditions = job.get("status", {}).get("conditions") or []
+        failed: Mapping[str, Any] = next((c for c in conditions if c.get("type") == "Failed"), {})
+        message = str(result.get("error") or failed.get("message") or "the sync Job failed")
+    return JobOutcome(
+        succeeded=finished,
+        revision=str(annotations.get(f"{GROUP}/user-library-revision", "")),
+        pod_uid=str(annotations.get(ANNOTATION_POD_UID, "")),
+        config=str(annotations.get(ANNOTATION_CONFIG, "")),
+        result=result,
+        retryable=exit_code not in PERMANENT_EXIT_CODES,
+        message=message,
+    )
+
+
+def desired_job(
+    sandbox: CraftSandbox,
+    settings: Settings,
+    location: LibraryLocation,
+    *,
+    sequence: int,
+    revision: str,
+    pod_uid: str,
+    config: str,
+) -> dict[str, Any]:
+    """The next sync Job, annotated with what it syncs."""
+    if not settings.library_s3_secret:
+        raise LibraryConfigError(
+            "Job mode needs the operator setting CRAFT_LIBRARY_S3_SECRET: the Secret with the "
+            "S3 credentials for sync Jobs"
+        )
+    job = build_sync_job(
+        sandbox,
+        image=settings.operator_image,
+        location=location,
+        credentials=S3CredentialsSecret(name=settings.library_s3_secret),
+        sequence=sequence,
+        caps=caps_from_settings(settings),
+        revision=revision,
+        active_deadline_seconds=int(settings.library_sync_timeout),
+    )
+    job["metadata"].setdefault("annotations", {}).update(
+        {ANNOTATION_POD_UID: pod_uid, ANNOTATION_CONFIG: config}
+    )
+    return job
+
+
+async def start_job(kube: KubeClient, cache: ObjectCache, job: dict[str, Any]) -> dict[str, Any]:
+    """Create the Job (a leftover of the same name from before a restart is adopted)."""
+    try:
+        created = await kube.create(JOBS, job)
+    except ConflictError:
+        created = await kube.get(JOBS, job["metadata"]["namespace"], job["metadata"]["name"])
+    cache.put(JOB, created)
+    return created
+
+
+async def remove_job(kube: KubeClient, cache: ObjectCache, job: Mapping[str, Any]) -> None:
+    """Delete a finished Job and its pods (the outcome is already in the status)."""
+    meta = job["metadata"]
+    try:
+        await kube.delete(JOBS, meta.get("namespace"), meta["name"], uid=meta.get("uid"))
+    except ApiError as exc:
+        if exc.status not in (404, 409):
+            raise
+    cache.forget(JOB, meta.get("namespace"), meta["name"])
+
+
+def job_name(sandbox: CraftSandbox, sequence: int) -> str:
+    """The name of the n-th sync Job."""
+    return sync_job_name(sandbox, sequence)

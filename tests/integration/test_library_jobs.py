@@ -1,0 +1,233 @@
+"""Job mode: a sync Job writes the library into a volume the pod mounts; its outcome is status."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from craft_operator.config import Settings
+from tests.integration.conftest import SANDBOXES
+from tests.integration.helpers import (
+    NAMESPACE,
+    condition,
+    event_posted,
+    phase,
+    pod,
+    sandbox,
+    status,
+)
+from tests.support.emulator import KubeEmulator
+from tests.support.operator import eventually, running_operator
+from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
+
+REVISION = "craft.onyx.app/user-library-revision"
+JOBS = "batch/v1/jobs"
+
+
+@pytest.fixture
+async def job_mode_operator(
+    emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec
+) -> AsyncIterator[None]:
+    job_mode = settings.model_copy(
+        update={
+            "s3_bucket": "craft-libraries",
+            "library_s3_secret": "library-s3",
+            "operator_image": "craft-operator:test",
+        }
+    )
+    async with running_operator(str(emulator.url).rstrip("/"), job_mode, exec_transport=pod_exec):
+        yield
+
+
+def job_mode_sandbox(**library: Any) -> dict[str, Any]:
+    return sandbox("alice", userLibrary={"mode": "Job", **library})
+
+
+def finish_job(
+    emulator: KubeEmulator,
+    name: str,
+    *,
+    ok: bool = True,
+    result: dict | None = None,
+    exit_code: int = 0,
+) -> None:
+    """Play the Job controller and kubelet: the Job's pod ends with a result, then the Job."""
+    job = emulator.get(JOBS, NAMESPACE, name)
+    template = job["spec"]["template"]
+    labels = {**template["metadata"]["labels"], "batch.kubernetes.io/job-name": name}
+    emulator.create(
+        "v1/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"{name}-abcde", "namespace": NAMESPACE, "labels": labels},
+            "spec": template["spec"],
+        },
+    )
+    message = json.dumps(result or {"ok": ok})
+    emulator.patch(
+        "v1/pods",
+        NAMESPACE,
+        f"{name}-abcde",
+        {
+            "status": {
+                "phase": "Succeeded" if ok else "Failed",
+                "containerStatuses": [
+                    {
+                        "name": "sync",
+                        "ready": False,
+                        "restartCount": 0,
+                        "image": "craft-operator:test",
+                        "imageID": "",
+                        "state": {
+                            "terminated": {
+                                "exitCode": exit_code,
+                                "message": message,
+                                "reason": "Completed" if ok else "Error",
+                            }
+                        },
+                    }
+                ],
+            }
+        },
+        subresource="status",
+    )
+    emulator.patch(
+        JOBS,
+        NAMESPACE,
+        name,
+        {"status": {"conditions": [{"type": "Complete" if ok else "Failed", "status": "True"}]}},
+        subresource="status",
+    )
+
+
+async def test_job_mode_mounts_a_volume_and_runs_a_sync_job_whose_outcome_lands_in_status(
+    emulator: KubeEmulator, job_mode_operator: None
+) -> None:
+    emulator.create(SANDBOXES, job_mode_sandbox(size="5Gi"))
+
+    created = await eventually(lambda: pod(emulator, "alice"), what="the pod")
+    claim = emulator.get("v1/persistentvolumeclaims", NAMESPACE, "alice-library")
+    assert claim["spec"]["resources"]["requests"]["storage"] == "5Gi"
+    volumes = {v["name"]: v for v in created["spec"]["volumes"]}
+    assert volumes["user-library"]["persistentVolumeClaim"] == {"claimName": "alice-library"}
+    mark_pod_running(emulator, NAMESPACE, "alice")
+
+    job = await eventually(lambda: emulator.find(JOBS, NAMESPACE, "alice-library-1"), what="Job 1")
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "craft-operator:test"
+    assert container["args"][:3] == ["sync-user-library", "--bucket", "craft-libraries"]
+    env = {item["name"]: item for item in container["env"]}
+    assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"]["name"] == "library-s3"
+    assert "AWS_ACCESS_KEY_ID" not in str(created["spec"])  # the sandbox never gets S3 keys
+    await eventually(
+        lambda: condition(emulator, "alice", "UserLibrarySynced")["reason"] == "Syncing",
+        what="UserLibrarySynced Syncing",
+    )
+
+    finish_job(
+        emulator,
+        "alice-library-1",
+        result={
+            "ok": True,
+            "files": 3,
+            "bytes": 1200,
+            "bytesTransferred": 5000,
+            "durationSeconds": 1.5,
+        },
+    )
+
+    ready = await phase(emulator, "alice", "Ready")
+    assert ready["userLibrary"]["files"] == 3
+    assert ready["userLibrary"]["bytesTransferred"] == 5000
+    await eventually(
+        lambda: emulator.find(JOBS, NAMESPACE, "alice-library-1") is None, what="cleanup"
+    )
+    await event_posted(emulator, "alice", "LibrarySynced")
+
+
+async def test_a_revision_annotated_while_a_job_runs_gets_a_job_of_its_own(
+    emulator: KubeEmulator, job_mode_operator: None
+) -> None:
+    emulator.create(SANDBOXES, job_mode_sandbox())
+    await eventually(lambda: pod(emulator, "alice"), what="the pod")
+    mark_pod_running(emulator, NAMESPACE, "alice")
+    await eventually(lambda: emulator.find(JOBS, NAMESPACE, "alice-library-1"), what="Job 1")
+
+    emulator.patch(SANDBOXES, NAMESPACE, "alice", {"metadata": {"annotations": {REVISION: "r2"}}})
+    finish_job(emulator, "alice-library-1", result={"ok": True, "files": 1, "bytes": 1})
+
+    second = await eventually(
+        lambda: emulator.find(JOBS, NAMESPACE, "alice-library-2"), what="Job 2"
+    )
+    assert second["metadata"]["annotations"][REVISION] == "r2"
+    finish_job(emulator, "alice-library-2", result={"ok": True, "files": 2, "bytes": 2})
+    await eventually(
+        lambda: status(emulator, "alice").get("userLibrary", {}).get("observedRevision") == "r2",
+        what="r2 synced",
+    )
+
+
+async def test_a_job_that_fails_for_good_is_reported_and_not_rerun(
+    emulator: KubeEmulator, job_mode_operator: None
+) -> None:
+    emulator.create(SANDBOXES, job_mode_sandbox())
+    await eventually(lambda: pod(emulator, "alice"), what="the pod")
+    mark_pod_running(emulator, NAMESPACE, "alice")
+    await eventually(lambda: emulator.find(JOBS, NAMESPACE, "alice-library-1"), what="Job 1")
+
+    finish_job(
+        emulator,
+        "alice-library-1",
+        ok=False,
+        exit_code=3,
+        result={"ok": False, "error": "huge.bin is over the 500 MB cap", "reason": "FileTooLarge"},
+    )
+
+    synced = await eventually(
+        lambda: (
+            (c := condition(emulator, "alice", "UserLibrarySynced")).get("status") == "False" and c
+        ),
+        what="the failure reported",
+    )
+    assert synced["reason"] == "FileTooLarge"
+    assert "huge.bin" in synced["message"]
+    await event_posted(emulator, "alice", "LibraryFileTooLarge")
+    assert emulator.find(JOBS, NAMESPACE, "alice-library-2") is None
+
+
+async def test_job_mode_without_an_s3_secret_says_which_setting_is_missing(
+    emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec
+) -> None:
+    no_secret = settings.model_copy(update={"s3_bucket": "craft-libraries"})
+    async with running_operator(str(emulator.url).rstrip("/"), no_secret, exec_transport=pod_exec):
+        emulator.create(SANDBOXES, job_mode_sandbox())
+        await eventually(lambda: pod(emulator, "alice"), what="the pod")
+        mark_pod_running(emulator, NAMESPACE, "alice")
+
+        synced = await eventually(
+            lambda: (
+                (c := condition(emulator, "alice", "UserLibrarySynced")).get("status") == "False"
+                and c
+            ),
+            what="the misconfiguration reported",
+        )
+        assert "CRAFT_LIBRARY_S3_SECRET" in synced["message"]
+
+
+async def test_deleting_a_job_mode_sandbox_removes_its_volume_and_jobs(
+    emulator: KubeEmulator, job_mode_operator: None
+) -> None:
+    emulator.create(SANDBOXES, job_mode_sandbox())
+    await eventually(lambda: pod(emulator, "alice"), what="the pod")
+    mark_pod_running(emulator, NAMESPACE, "alice")
+    await eventually(lambda: emulator.find(JOBS, NAMESPACE, "alice-library-1"), what="Job 1")
+
+    emulator.remove(SANDBOXES, NAMESPACE, "alice")
+
+    await eventually(lambda: emulator.find(SANDBOXES, NAMESPACE, "alice") is None, what="gone")
+    assert emulator.find("v1/persistentvolumeclaims", NAMESPACE, "alice-library") is None
+    assert emulator.find(JOBS, NAMESPACE, "alice-library-1") is None
