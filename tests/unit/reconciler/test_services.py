@@ -1,0 +1,363 @@
+"""Specification of the reconciler's adapters: the credential store with a short memory
+(real SQLite store), and the SKILL.md renderer with its template ConfigMap (emulator)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import kopf
+import pytest
+
+from craft_operator.api.models import CraftSandbox
+from craft_operator.api.parse import parse_sandbox
+from craft_operator.config import Settings
+from craft_operator.credentials.factory import build_credential_store
+from craft_operator.credentials.keyring import generate_key_entry
+from craft_operator.credentials.store import CredentialStore
+from craft_operator.kube.client import KubeClient
+from craft_operator.reconciler.services import SkillRenderer, StoreCredentials
+from craft_operator.skills.template import TEMPLATE_CONFIGMAP_KEY, SkillTemplateError
+from tests.support.emulator import KubeEmulator
+from tests.unit.reconciler.conftest import NAMESPACE
+
+USER_ID = "3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b"
+LIFETIME = timedelta(hours=100)
+
+
+def make_sandbox(
+    name: str = "alice", uid: str = "uid-alice", sources: list[dict[str, Any]] | None = None
+) -> CraftSandbox:
+    """A parsed CraftSandbox with a 100h credential lifetime."""
+    return parse_sandbox(
+        {
+            "apiVersion": "craft.onyx.app/v1alpha1",
+            "kind": "CraftSandbox",
+            "metadata": {"name": name, "namespace": NAMESPACE, "uid": uid, "generation": 1},
+            "spec": {
+                "user": {"id": USER_ID},
+                "credentials": {"lifetime": "100h"},
+                "sources": sources or [],
+            },
+        }
+    )
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, delta: timedelta) -> None:
+        """Move time forward."""
+        self.now += delta
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[CredentialStore]:
+    """A real credential store on SQLite."""
+    settings = Settings(state_dir=tmp_path, encryption_keys=generate_key_entry("t"))
+    built = build_credential_store(settings)
+    yield built
+    built.close()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    """The adapter's clock."""
+    return Clock()
+
+
+@pytest.fixture
+def credentials(store: CredentialStore, clock: Clock) -> StoreCredentials:
+    """The adapter, remembering checks for 60 s."""
+    return StoreCredentials(store, recheck_interval=60, renewal_fraction=0.2, clock=clock)
+
+
+# -- StoreCredentials ----------------------------------------------------------------------
+
+
+async def test_the_first_ensure_mints_through_the_database(credentials: StoreCredentials) -> None:
+    issued = await credentials.ensure(make_sandbox())
+    assert issued.minted
+    assert issued.token.get_secret_value().startswith("onyx_pat_")
+    assert credentials.database_calls == 1
+
+
+async def test_a_second_ensure_within_the_recheck_interval_makes_no_database_call(
+    credentials: StoreCredentials, clock: Clock
+) -> None:
+    first = await credentials.ensure(make_sandbox())
+    clock.advance(timedelta(seconds=59))
+    second = await credentials.ensure(make_sandbox())
+    assert credentials.database_calls == 1
+    assert not second.minted
+    assert second.pat_id == first.pat_id
+    assert second.token.get_secret_value() == first.token.get_secret_value()
+
+
+async def test_a_remembered_pat_reads_as_reused_not_as_just_minted(
+    credentials: StoreCredentials,
+) -> None:
+    """The store documents ``reason`` and ``superseded_pat_id`` as set only by a mint."""
+    first = await credentials.ensure(make_sandbox())
+    assert first.minted
+    assert first.reason is not None
+    again = await credentials.ensure(make_sandbox())
+    assert credentials.database_calls == 1
+    assert (again.minted, again.reason, again.superseded_pat_id) == (False, None, None)
+
+
+async def test_after_the_recheck_interval_the_database_is_asked_again(
+    credentials: StoreCredentials, clock: Clock
+) -> None:
+    first = await credentials.ensure(make_sandbox())
+    clock.advance(timedelta(seconds=60))
+    second = await credentials.ensure(make_sandbox())
+    assert credentials.database_calls == 2
+    assert not second.minted
+    assert second.pat_id == first.pat_id
+
+
+async def test_the_memory_is_per_sandbox(credentials: StoreCredentials) -> None:
+    alice = await credentials.ensure(make_sandbox("alice", "uid-alice"))
+    bob = await credentials.ensure(make_sandbox("bob", "uid-bob"))
+    assert credentials.database_calls == 2
+    assert alice.pat_id != bob.pat_id
+
+
+async def test_inside_the_renewal_window_the_database_is_asked_every_time(
+    store: CredentialStore, clock: Clock
+) -> None:
+    credentials = StoreCredentials(store, recheck_interval=10**9, clock=clock)
+    issued = await credentials.ensure(make_sandbox())
+    renew_at = issued.expires_at - LIFETIME * 0.2
+    clock.now = renew_at - timedelta(seconds=1)
+    await credentials.ensure(make_sandbox())
+    assert credentials.database_calls == 1
+    clock.now = renew_at + timedelta(seconds=1)
+    await credentials.ensure(make_sandbox())
+    await credentials.ensure(make_sandbox())
+    assert credentials.database_calls == 3
+
+
+async def test_a_rejected_pat_bypasses_the_memory_and_is_replaced(
+    credentials: StoreCredentials,
+) -> None:
+    first = await credentials.ensure(make_sandbox())
+    replaced = await credentials.ensure(make_sandbox(), rejected_pat_id=first.pat_id)
+    assert credentials.database_calls == 2
+    assert replaced.minted
+    assert replaced.pat_id != first.pat_id
+    again = await credentials.ensure(make_sandbox())
+    assert credentials.database_calls == 2
+    assert again.pat_id == replaced.pat_id
+
+
+async def test_revoke_forgets_the_remembered_pat(
+    credentials: StoreCredentials, store: CredentialStore
+) -> None:
+    first = await credentials.ensure(make_sandbox())
+    assert await credentials.revoke(NAMESPACE, "alice", "uid-alice")
+    assert credentials.database_calls == 2
+    assert store.show(NAMESPACE, "alice") is None  # the token is forgotten with the PAT
+    again = await credentials.ensure(make_sandbox())
+    assert credentials.database_calls == 3
+    assert again.minted
+    assert again.pat_id != first.pat_id
+
+
+async def test_revoking_a_sandbox_without_credentials_is_false(
+    credentials: StoreCredentials,
+) -> None:
+    assert not await credentials.revoke(NAMESPACE, "nobody", "uid-nobody")
+
+
+async def test_a_store_factory_is_opened_once_on_first_use(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path, encryption_keys=generate_key_entry("t"))
+    opened: list[CredentialStore] = []
+
+    def factory() -> CredentialStore:
+        opened.append(build_credential_store(settings))
+        return opened[-1]
+
+    credentials = StoreCredentials(factory)
+    assert opened == []
+    await asyncio.gather(
+        credentials.ensure(make_sandbox("a", "uid-a")),
+        credentials.ensure(make_sandbox("b", "uid-b")),
+        credentials.ensure(make_sandbox("c", "uid-c")),
+    )
+    assert len(opened) == 1
+    credentials.close()
+
+
+async def test_a_failing_factory_is_retried_on_the_next_call(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path, encryption_keys=generate_key_entry("t"))
+    attempts: list[int] = []
+
+    def factory() -> CredentialStore:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ConnectionError("database down")
+        return build_credential_store(settings)
+
+    credentials = StoreCredentials(factory)
+    with pytest.raises(ConnectionError):
+        await credentials.ensure(make_sandbox())
+    issued = await credentials.ensure(make_sandbox())
+    assert issued.minted
+    credentials.close()
+
+
+# -- SkillRenderer -------------------------------------------------------------------------
+
+TEMPLATE = (
+    "---\nname: company-search\ndescription: Custom company search.\n---\n"
+    "{% for source in sources %}* {{ source.name }}\n{% endfor %}"
+)
+
+
+def template_configmap(text: str = TEMPLATE) -> dict[str, Any]:
+    """The platform team's template ConfigMap."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "skill-template", "namespace": "craft-system"},
+        "data": {TEMPLATE_CONFIGMAP_KEY: text},
+    }
+
+
+def configmap_reads(emulator: KubeEmulator) -> int:
+    """GET requests for the template ConfigMap."""
+    return sum(
+        1
+        for request in emulator.served
+        if request.method.value.upper() == "GET" and request.url.path.endswith("/skill-template")
+    )
+
+
+@pytest.fixture
+def custom_settings(tmp_path: Path) -> Settings:
+    """Settings naming a custom template ConfigMap."""
+    return Settings(state_dir=tmp_path, skill_template_configmap="craft-system/skill-template")
+
+
+SOURCES: list[dict[str, Any]] = [{"name": "slack", "scopes": ["#general"]}, {"name": "confluence"}]
+
+
+async def test_the_builtin_template_renders_without_any_api_call(
+    kube: KubeClient, emulator: KubeEmulator, tmp_path: Path
+) -> None:
+    renderer = SkillRenderer(kube, Settings(state_dir=tmp_path))
+    rendered = await renderer.render(make_sandbox(sources=SOURCES))
+    assert rendered.text.startswith("---\nname: company-search\n")
+    assert rendered.source_count == 2
+    assert emulator.served == []
+
+
+async def test_the_same_sources_give_the_memoised_rendering(
+    kube: KubeClient, tmp_path: Path
+) -> None:
+    renderer = SkillRenderer(kube, Settings(state_dir=tmp_path))
+    first = await renderer.render(make_sandbox("a", "uid-a", sources=SOURCES))
+    second = await renderer.render(make_sandbox("b", "uid-b", sources=SOURCES))
+    assert second is first
+    other = await renderer.render(make_sandbox(sources=[{"name": "jira"}]))
+    assert other.content_hash != first.content_hash
+
+
+async def test_a_custom_template_is_read_from_its_configmap_once_per_ttl(
+    kube: KubeClient, emulator: KubeEmulator, custom_settings: Settings
+) -> None:
+    emulator.create("v1/configmaps", template_configmap())
+    renderer = SkillRenderer(kube, custom_settings, ttl=3600)
+    for uid in ["a", "b", "c"]:
+        rendered = await renderer.render(make_sandbox(uid, uid, sources=SOURCES))
+        assert "* slack\n" in rendered.text
+        assert "* confluence\n" in rendered.text
+        assert "Custom company search." in rendered.text
+    assert configmap_reads(emulator) == 1
+
+
+async def test_a_custom_template_is_read_again_after_its_ttl(
+    kube: KubeClient, emulator: KubeEmulator, custom_settings: Settings
+) -> None:
+    emulator.create("v1/configmaps", template_configmap())
+    renderer = SkillRenderer(kube, custom_settings, ttl=0)
+    await renderer.render(make_sandbox(sources=SOURCES))
+    emulator.patch(
+        "v1/configmaps",
+        "craft-system",
+        "skill-template",
+        {"data": {TEMPLATE_CONFIGMAP_KEY: TEMPLATE.replace("Custom", "Revised")}},
+    )
+    rendered = await renderer.render(make_sandbox(sources=SOURCES))
+    assert configmap_reads(emulator) == 2
+    assert "Revised company search." in rendered.text
+
+
+async def test_concurrent_renders_read_the_template_once(
+    kube: KubeClient, emulator: KubeEmulator, custom_settings: Settings
+) -> None:
+    emulator.create("v1/configmaps", template_configmap())
+    renderer = SkillRenderer(kube, custom_settings, ttl=3600)
+    await asyncio.gather(
+        *(renderer.render(make_sandbox(str(i), str(i), sources=SOURCES)) for i in range(5))
+    )
+    assert configmap_reads(emulator) == 1
+
+
+async def test_builtin_skips_the_custom_template(
+    kube: KubeClient, emulator: KubeEmulator, custom_settings: Settings
+) -> None:
+    renderer = SkillRenderer(kube, custom_settings)
+    rendered = await renderer.render(make_sandbox(sources=SOURCES), builtin=True)
+    assert "Custom company search." not in rendered.text
+    assert emulator.served == []
+
+
+async def test_a_missing_template_configmap_is_a_skill_template_error_naming_it(
+    kube: KubeClient, custom_settings: Settings
+) -> None:
+    renderer = SkillRenderer(kube, custom_settings)
+    with pytest.raises(SkillTemplateError, match="craft-system/skill-template does not exist"):
+        await renderer.render(make_sandbox())
+
+
+async def test_a_template_configmap_without_the_key_is_a_skill_template_error(
+    kube: KubeClient, emulator: KubeEmulator, custom_settings: Settings
+) -> None:
+    emulator.create("v1/configmaps", {**template_configmap(), "data": {"other": "x"}})
+    renderer = SkillRenderer(kube, custom_settings)
+    with pytest.raises(SkillTemplateError, match=f"has no key {TEMPLATE_CONFIGMAP_KEY}"):
+        await renderer.render(make_sandbox())
+
+
+async def test_an_unreadable_template_configmap_is_a_skill_template_error(
+    emulator: KubeEmulator, custom_settings: Settings
+) -> None:
+    client = KubeClient(request_timeout=5)
+    client.configure(kopf.ConnectionInfo(server="http://127.0.0.1:9", insecure=True))
+    renderer = SkillRenderer(client, custom_settings)
+    try:
+        with pytest.raises(SkillTemplateError, match="cannot read the template ConfigMap"):
+            await renderer.render(make_sandbox())
+    finally:
+        await client.close()
+
+
+async def test_a_broken_custom_template_is_a_skill_template_error(
+    kube: KubeClient, emulator: KubeEmulator, custom_settings: Settings
+) -> None:
+    emulator.create("v1/configmaps", template_configmap("{% for x in %}"))
+    renderer = SkillRenderer(kube, custom_settings)
+    with pytest.raises(SkillTemplateError, match="syntax error"):
+        await renderer.render(make_sandbox())
