@@ -93,7 +93,9 @@ class StoreCredentials:
         if known is not None and rejected_pat_id is None:
             issued, checked_at, renew_at = known
             if now - checked_at < self._recheck and (renew_at is None or now < renew_at):
-                return dataclasses.replace(issued, minted=False)
+                return dataclasses.replace(
+                    issued, minted=False, superseded_pat_id=None, reason=None
+                )
         identity = _identity(sandbox.metadata.namespace or "", sandbox.metadata.name, uid)
         lifetime = sandbox.spec.credentials.lifetime
         store = await self._opened()
