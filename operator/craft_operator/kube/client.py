@@ -147,6 +147,11 @@ class KubeClient:
                 return json.loads(text) if text else {}
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise ApiError(0, "Unreachable", f"{method} {path}: {type(exc).__name__}") from None
+        except ValueError:
+            # E.g. a proxy in the way answering with HTML; status 0 like other transport trouble.
+            raise ApiError(
+                0, "InvalidResponse", f"{method} {path}: the answer is not JSON"
+            ) from None
 
     async def get(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any]:
         """Read one object."""

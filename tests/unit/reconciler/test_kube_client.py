@@ -226,6 +226,18 @@ async def test_a_long_error_message_is_cut(kube: KubeClient, answer_with: Any) -
     assert len(caught.value.message) == 1000
 
 
+async def test_a_success_answer_that_is_not_json_is_a_retryable_api_error(
+    kube: KubeClient, answer_with: Any
+) -> None:
+    """E.g. a proxy's login page with 200: a typed error, not a JSONDecodeError."""
+    answer_with(200, "<html>proxy login</html>")
+    with pytest.raises(ApiError) as caught:
+        await kube.get(CONFIGMAPS, NAMESPACE, "a")
+    assert caught.value.reason == "InvalidResponse"
+    assert caught.value.retryable
+    assert "GET /api/v1/namespaces/craft-sandboxes/configmaps/a" in caught.value.message
+
+
 async def test_an_unreachable_server_is_a_retryable_api_error_with_status_0() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
