@@ -179,7 +179,7 @@ def check_database(settings: Settings) -> tuple[list[CheckResult], Engine | None
                 "and that the database accepts connections from here",
             )
         ], None
-    mode = "Onyx mode (PostgreSQL)" if is_onyx_mode(engine) else "embedded SQLite"
+    mode = "Onyx mode, PostgreSQL" if is_onyx_mode(engine) else "embedded SQLite"
     results = [ok("database", f"{shown} ({mode})")]
     schema = _check_schema(engine, settings)
     results.append(schema)

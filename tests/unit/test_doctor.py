@@ -28,7 +28,9 @@ from craft_operator.api import crd, models
 from craft_operator.cli import main
 from craft_operator.config import load_settings
 from craft_operator.credentials import SandboxIdentity, build_credential_store, generate_key_entry
-from craft_operator.credentials.db import create_credentials_engine
+from craft_operator.credentials.db import create_credentials_engine, upgrade
+from craft_operator.devtools.onyx_schema import create_onyx_tables
+from craft_operator.devtools.postgres import ThrowawayPostgres, find_bindir
 from craft_operator.doctor import SSAR_PATH, access_requests
 from craft_operator.library.s3 import make_s3_client
 from craft_operator.permissions import REQUIRED_PERMISSIONS
@@ -426,3 +428,47 @@ def test_no_default_bucket_is_only_a_warning(
         "⚠ S3: no CRAFT_S3_BUCKET: user libraries need spec.userLibrary.bucket"
         " — set CRAFT_S3_BUCKET to the bucket of Onyx's user files"
     )
+
+
+# -- Onyx mode (PostgreSQL) --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[ThrowawayPostgres]:
+    if find_bindir() is None:
+        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
+    with ThrowawayPostgres() as server:
+        yield server
+
+
+@pytest.mark.postgres
+def test_onyx_mode_needs_onyx_tables_then_the_operator_migration(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, postgres: ThrowawayPostgres
+) -> None:
+    url = postgres.create_database()
+    monkeypatch.setenv("CRAFT_DATABASE_URL", url)
+    monkeypatch.setenv("CRAFT_DATABASE_AUTO_MIGRATE", "false")
+    engine = create_credentials_engine(url)
+    try:
+        result = run_doctor("--skip-kubernetes")
+        assert result.exit_code == 1
+        assert "(Onyx mode, PostgreSQL)" in line(result, "database")
+        text = line(result, "database schema")
+        assert text.startswith("✘ database schema: Onyx's table(s) 'user', 'personal_access_token'")
+        assert text.endswith(
+            "— point CRAFT_DATABASE_URL at Onyx's database once Onyx's migrations ran"
+        )
+
+        create_onyx_tables(engine)
+        result = run_doctor("--skip-kubernetes")
+        assert result.exit_code == 1
+        assert line(result, "database schema").endswith(
+            "— run: craft-operator db upgrade (CRAFT_DATABASE_AUTO_MIGRATE is off)"
+        )
+
+        upgrade(engine)
+        result = run_doctor("--skip-kubernetes")
+        assert result.exit_code == 0, result.output
+        assert line(result, "database schema").startswith("✔ database schema: ")
+    finally:
+        engine.dispose()
