@@ -409,3 +409,16 @@ def test_a_spec_limit_below_the_default_request_lowers_that_request(
     result = resources_for(sandbox, settings)
     assert result["requests"]["memory"] == result["limits"]["memory"] == "1Gi"
     assert result["requests"]["cpu"] == "1"
+
+
+def test_the_schema_and_profile_checks_would_catch_a_weakened_pod(
+    make_sandbox: MakeSandbox, settings: Settings
+) -> None:
+    """Guard: the checks used on every example are not vacuous."""
+    pod = build_pod(make_sandbox(), settings, pat_id=1)
+    del pod["spec"]["securityContext"]["seccompProfile"]
+    del container(pod)["securityContext"]["seccompProfile"]
+    container(pod)["securityContext"]["capabilities"] = {"add": ["NET_ADMIN"]}
+    assert restricted_violations(pod)
+    container(pod)["imagePullPolicy"] = 3
+    assert kubernetes_schema_problems(pod)
