@@ -51,7 +51,6 @@ class ProvisioningPhase(StrEnum):
     POD_CREATE = "pod_create"
     POD_READY = "pod_ready"
     CLI_VALIDATION = "cli_validation"
-    USER_LIBRARY = "user_library"
 
 
 class MintReason(StrEnum):
@@ -102,7 +101,8 @@ CREDENTIAL_ERROR_REASONS = frozenset(
         "RevokeFailed",
     }
 )
-#: ``LibrarySyncError.reason`` values (see ``craft_operator.library.errors``).
+#: ``LibrarySyncError.reason`` values (see ``craft_operator.library.errors``), and the
+#: reconciler's reason for a Job-mode sync that failed without one.
 SYNC_ERROR_REASONS = frozenset(
     {
         "SyncFailed",
@@ -116,6 +116,7 @@ SYNC_ERROR_REASONS = frozenset(
         "LibraryChangedDuringSync",
         "DestinationFailed",
         "ExecFailed",
+        "SyncJobFailed",
     }
 )
 OTHER = "Other"
