@@ -32,7 +32,8 @@ class Backoff:
 
     def delay(self, failures: int) -> float:
         """The delay before attempt ``failures + 1``."""
-        raw = min(self.cap, self.base * 2.0 ** max(0, failures - 1))
+        # Clamp the exponent: 2.0 ** 1024 raises OverflowError (and would end the worker).
+        raw = min(self.cap, self.base * 2.0 ** min(max(0, failures - 1), 1000))
         return raw * (1 + random.uniform(-self.jitter, self.jitter))  # noqa: S311 -- not crypto
 
 

@@ -163,6 +163,18 @@ async def test_failures_are_counted_per_key(
     assert (queue.failures("a"), queue.failures("b"), queue.failures("c")) == (2, 1, 0)
 
 
+async def test_a_key_that_fails_for_very_long_is_still_retried_by_a_live_worker(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    queue = make_queue(concurrency=1, backoff=Backoff(base=0.0, cap=0.0, jitter=0.0))
+    recorder.fail["a"] = 1100
+    queue.add("a")
+    await eventually(lambda: queue.processed == 1, within=30)
+    assert queue.failed == 1100
+    queue.add("b")
+    await eventually(lambda: queue.processed == 2)
+
+
 async def test_each_failure_in_a_row_asks_the_backoff_for_the_next_delay(
     recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
 ) -> None:
@@ -340,6 +352,14 @@ async def test_a_queue_that_was_stopped_can_be_started_again(recorder: Recorder)
 )
 def test_backoff_doubles_from_the_base_up_to_the_cap(failures: int, expected: float) -> None:
     assert Backoff(base=1.0, cap=300.0, jitter=0.0).delay(failures) == expected
+
+
+@pytest.mark.parametrize("failures", [1025, 1100, 10**6])
+def test_backoff_stays_at_the_cap_however_long_a_key_keeps_failing(failures: int) -> None:
+    """At 300 s a retry, 1025 failures is 3.5 days: a sandbox whose user was deleted in
+    Onyx gets there. An OverflowError here would end the worker task (and drop the key)."""
+    assert Backoff(base=1.0, cap=300.0, jitter=0.0).delay(failures) == 300.0
+    assert 270.0 <= Backoff(base=1.0, cap=300.0, jitter=0.1).delay(failures) <= 330.0
 
 
 @pytest.mark.parametrize("failures", [1, 2, 5, 20])
