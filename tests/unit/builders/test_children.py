@@ -4,17 +4,20 @@ credentials Secret and the skills ConfigMap."""
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from pydantic import SecretStr
 
 from craft_operator.api.models import CraftSandbox
+from craft_operator.api.parse import parse_sandbox
 from craft_operator.builders import naming
 from craft_operator.builders.configmap import build_skills_configmap
 from craft_operator.builders.secret import build_credentials_secret, encode_secret_value
 from tests.support.schemas import kubernetes_schema_problems
-from tests.unit.builders.conftest import NAMESPACE, UID, USER_ID
+from tests.unit.builders.conftest import NAMESPACE, UID, USER_ID, example_bodies
 
 MakeSandbox = Callable[..., CraftSandbox]
 TOKEN = SecretStr("onyx_pat_" + "x" * 256)
@@ -127,3 +130,19 @@ def test_children_are_valid_kubernetes_objects_owned_by_the_sandbox(
     assert isinstance(metadata, dict)
     assert metadata["labels"] == naming.child_labels(sandbox)
     assert metadata["ownerReferences"] == [naming.owner_reference(sandbox)]
+
+
+#: Kubernetes label values: empty, or at most 63 characters starting and ending with an
+#: alphanumeric character (the API server checks this; the OpenAPI schema does not).
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+@pytest.mark.parametrize("body", example_bodies())
+def test_every_example_gives_label_values_the_api_server_accepts(body: dict[str, Any]) -> None:
+    labels = naming.child_labels(parse_sandbox(body))
+    bad = {
+        key: value
+        for key, value in labels.items()
+        if len(value) > 63 or not LABEL_VALUE.match(value)
+    }
+    assert bad == {}
