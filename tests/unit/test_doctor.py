@@ -188,6 +188,8 @@ async def test_every_check_passes_when_everything_is_in_place(cluster: Cluster) 
     assert "(embedded SQLite)" in line(result, "database")
     assert f"all {len(REQUIRED_PERMISSIONS)} grants" in line(result, "API permissions")
     assert len(cluster.reviews) == len(REQUIRED_PERMISSIONS)
+    assert "not-a-real-token" not in result.output
+    assert KEYS.split(":")[1] not in result.output
 
 
 async def test_json_output_lists_every_check_with_its_status(cluster: Cluster) -> None:
@@ -240,6 +242,22 @@ async def test_a_scoped_operator_is_checked_in_each_watched_namespace(
     pod_namespaces = {r.get("namespace") for r in cluster.reviews if r["resource"] == "pods"}
     assert pod_namespaces == {"team-a", "team-b"}
     assert len(cluster.reviews) == len(access_requests(REQUIRED_PERMISSIONS, ["a", "b"]))
+
+
+async def test_a_refused_access_review_is_a_failure_not_a_pass(cluster: Cluster) -> None:
+    async def refuse(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
+        if request.url.path == SSAR_PATH:
+            body = {"kind": "Status", "reason": "Forbidden", "message": "no reviews for you"}
+            return aiohttp.web.json_response(body, status=403)
+        return None
+
+    cluster.emulator.before_request.insert(0, refuse)
+    result = await doctor()
+    assert result.exit_code == 1
+    text = line(result, "API permissions")
+    assert text.startswith("✘ API permissions: cannot ask the API server what is allowed")
+    assert "403 Forbidden: no reviews for you" in text
+    assert "— allow creating selfsubjectaccessreviews" in text
 
 
 async def test_a_cluster_without_the_crd_says_how_to_install_it(env: dict[str, str]) -> None:
