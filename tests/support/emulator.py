@@ -34,6 +34,7 @@ import collections
 import copy
 import datetime
 import itertools
+import json
 import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
@@ -173,6 +174,20 @@ class KubeEmulator(kmock.KubernetesEmulator):
         self.before_request: list[RequestHook] = []
         #: Keep every version of every object (kmock's history) or only the latest.
         self.keep_history = True
+        #: Namespaces that exist even with no object in them (served at /api/v1/namespaces).
+        self.namespaces: set[str] = {"default"}
+        self._namespace_watches: set[asyncio.Queue[str]] = set()
+        # kmock's DSL matches every request against every reaction, which costs ~0.1 s per
+        # request once the bundled resources are declared. Requests for declared resources
+        # go straight to the handlers below unless a test added reactions of its own.
+        self._builtin_payloads = len(self._payloads)
+        self._routes: dict[Any, Callable[[rendering.Request], Awaitable[Any]]] = {
+            enums.action.LIST: self._serve_list,
+            enums.action.FETCH: self._serve_fetch,
+            enums.action.CREATE: self._serve_create,
+            enums.action.UPDATE: self._serve_update,
+            enums.action.DELETE: self._serve_delete,
+        }
 
     def __repr__(self) -> str:
         return f"<KubeEmulator: {len(self.objects)} objects, {len(self._requests)} requests>"
@@ -252,8 +267,47 @@ class KubeEmulator(kmock.KubernetesEmulator):
             response = await hook(request)
             if response is not None:
                 return response
+        if (
+            request.resource is not None
+            and request.resource in self.resources
+            and len(self._payloads) == self._builtin_payloads
+            and request._raw_request is not None
+        ):
+            return await self._route(request, request._raw_request)
         # Skip kmock's own state-keeping (KubernetesEmulator._handle); ours is in _serve_*.
         return await apps.RawHandler._handle(self, request)
+
+    async def _route(
+        self, request: rendering.Request, raw: aiohttp.web.BaseRequest
+    ) -> aiohttp.web.StreamResponse:
+        """Serve a request for a declared resource directly (see ``_builtin_payloads``)."""
+        try:
+            if request.action == enums.action.WATCH:
+                return await self._stream(raw, self._serve_watch(request))
+            route = self._routes.get(request.action)
+            if route is None:
+                raise _error(405, "MethodNotAllowed", f"{request.method} is not emulated here")
+            return aiohttp.web.json_response(await route(request))
+        except kmock.KubernetesError as exc:
+            return await self._render_error(exc)
+
+    @staticmethod
+    async def _stream(
+        raw: aiohttp.web.BaseRequest, items: AsyncIterator[Any]
+    ) -> aiohttp.web.StreamResponse:
+        response = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(raw)
+        try:
+            async for item in items:
+                if isinstance(item, bytes):
+                    if item:
+                        await response.write(item)
+                    continue
+                await response.write(json.dumps(item).encode() + b"\n")
+        except (ConnectionResetError, asyncio.CancelledError):
+            return response
+        await response.write_eof()
+        return response
 
     def _has_status(self, resource: Resource) -> bool:
         info = self.resources.get(resource) if resource in self.resources else None
@@ -316,6 +370,10 @@ class KubeEmulator(kmock.KubernetesEmulator):
                 raise _error(422, "Invalid", "metadata.name or metadata.generateName is required")
             meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
         key: Key = (resource, meta.get("namespace"), meta["name"])
+        if key[1] and key[1] not in self._known_namespaces():
+            self.namespaces.add(key[1])  # as if created with it, like kubectl create -n
+            for queue in self._namespace_watches:
+                queue.put_nowait(key[1])
         existing = self._index[resource].get((key[1], key[2]))
         if existing is not None and not existing.deleted:
             raise _error(409, "AlreadyExists", f'{resource.plural} "{meta["name"]}" already exists')
@@ -461,6 +519,55 @@ class KubeEmulator(kmock.KubernetesEmulator):
             raise kmock.KubernetesResourceNotFoundError()
         return resource
 
+    async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        if raw_request.path.rstrip("/") == "/api/v1/namespaces":
+            await raw_request.read()
+            return await self._serve_namespaces(raw_request)
+        return await super().__call__(raw_request)
+
+    async def _serve_namespaces(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        """List or watch namespaces (those any stored object lives in, plus declared ones).
+
+        kmock cannot route ``/api/v1/namespaces`` (it reads "namespaces" as the namespace
+        segment of a path), and kopf lists and watches namespaces when it serves only some.
+        """
+        items = [_namespace(name) for name in sorted(self._known_namespaces())]
+        if raw.query.get("watch") not in ("true", "1"):
+            return aiohttp.web.json_response(
+                {
+                    "apiVersion": "v1",
+                    "kind": "NamespaceList",
+                    "metadata": {"resourceVersion": str(self._last_rv)},
+                    "items": items,
+                }
+            )
+        queue: asyncio.Queue[str] = asyncio.Queue()
+        self._namespace_watches.add(queue)
+        try:
+            events = [{"type": "ADDED", "object": item} for item in items]
+
+            async def stream() -> AsyncIterator[dict[str, Any]]:
+                for event in events:
+                    yield event
+                limit = float(raw.query.get("timeoutSeconds") or 300)
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + limit
+                while (remaining := deadline - loop.time()) > 0:
+                    try:
+                        name = await asyncio.wait_for(queue.get(), remaining)
+                    except TimeoutError:
+                        return
+                    yield {"type": "ADDED", "object": _namespace(name)}
+
+            return await self._stream(raw, stream())
+        finally:
+            self._namespace_watches.discard(queue)
+
+    def _known_namespaces(self) -> set[str]:
+        return self.namespaces | {
+            ns for objects in self._index.values() for (ns, _) in objects if ns
+        }
+
     # -- kmock's fallback handlers, replaced ----------------------------------------------------
 
     async def _serve_list(self, request: rendering.Request) -> rendering.Payload:
@@ -582,6 +689,10 @@ def _check_pod_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
             "Pod is invalid: spec: Forbidden: pod updates may not change fields other than "
             "`spec.containers[*].image`, `spec.activeDeadlineSeconds` or `spec.tolerations`",
         )
+
+
+def _namespace(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "uid": name}}
 
 
 def declare_core_resources(emulator: KubeEmulator) -> None:

@@ -585,9 +585,7 @@ class UserLibraryStatus(ApiModel):
         default=None,
         description="Hash of the bucket, prefix, excludes and disabled paths the last sync used.",
     )
-    job: str | None = Field(
-        default=None, description="Job mode: the sync Job running now, if any."
-    )
+    job: str | None = Field(default=None, description="Job mode: the sync Job running now, if any.")
     job_sequence: int | None = Field(
         default=None, description="Job mode: the number of the last sync Job created."
     )

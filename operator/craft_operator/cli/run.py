@@ -59,6 +59,10 @@ def run(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not verbose:
+        # kopf logs every watch event its handlers see at INFO; ours only feed a queue, and
+        # the reconciler logs and posts events for whatever it changes.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     if namespaces and all_namespaces:
         fail("use either --namespace or --all-namespaces, not both", code=2)
     try:

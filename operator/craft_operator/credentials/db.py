@@ -110,6 +110,10 @@ def create_credentials_engine(url: str | URL, *, echo: bool = False) -> Engine:
         cursor = dbapi_connection.cursor()
         if file_database:
             cursor.execute("PRAGMA journal_mode=WAL")
+            # In WAL mode NORMAL syncs at checkpoints, not at every commit: a commit survives
+            # an operator crash, only a power cut can lose the last ones, and a PAT lost that
+            # way is simply minted again (the Secret's token then fails, and is replaced).
+            cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute(f"PRAGMA busy_timeout={int(_SQLITE_BUSY_TIMEOUT_S * 1000)}")
         cursor.close()
 

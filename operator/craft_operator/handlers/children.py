@@ -46,8 +46,8 @@ def _child_handler(kind: str) -> Any:
         meta = obj.get("metadata", {})
         if event["type"] == "DELETED":
             memo.cache.remove(kind, obj)
-        else:
-            memo.cache.put(kind, obj)
+        elif not memo.cache.put(kind, obj):
+            return  # the echo of our own write, or an old version: nothing new to act on
         owner = owning_sandbox(meta)
         if owner:
             memo.queue.add((meta.get("namespace", ""), owner))

@@ -23,8 +23,9 @@ async def sandbox_event(event: kopf.RawEvent, memo: OperatorContext, **_: Any) -
         memo.queue.forget(key)
         memo.reconciler.forget(key)
         return
-    memo.cache.put(SANDBOX, obj)
-    memo.queue.add(key)
+    if memo.cache.put(SANDBOX, obj) or event["type"] is None:
+        # New to us (not the echo of our own write); the initial listing is always visited.
+        memo.queue.add(key)
 
 
 def register(registry: kopf.OperatorRegistry) -> None:

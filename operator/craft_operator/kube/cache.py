@@ -22,6 +22,16 @@ def _version(obj: Mapping[str, Any]) -> int | None:
         return None  # resourceVersions are opaque; only compare those that are numbers
 
 
+def _trimmed(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The object without its managed fields, which the operator never reads (and which
+    are often bigger than the rest of the object)."""
+    trimmed = dict(obj)
+    meta = trimmed.get("metadata")
+    if isinstance(meta, Mapping) and "managedFields" in meta:
+        trimmed["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    return trimmed
+
+
 class ObjectCache:
     """Latest known object per (kind, namespace, name)."""
 
@@ -36,17 +46,22 @@ class ObjectCache:
         """The cached object, or ``None`` if it is not known to exist."""
         return self._objects.get((kind, namespace, name))
 
-    def put(self, kind: str, obj: Mapping[str, Any]) -> None:
-        """Record an object seen in a watch event or returned by a write."""
+    def put(self, kind: str, obj: Mapping[str, Any]) -> bool:
+        """Record an object seen in a watch event or returned by a write.
+
+        Returns whether it is news: False for an older version, or for the same version
+        (the echo of the operator's own write, which it has already acted on).
+        """
         meta = obj.get("metadata", {})
         key = (kind, meta.get("namespace"), meta["name"])
         incoming = _version(obj)
         current = self._objects.get(key)
         known = _version(current) if current is not None else self._tombstones.get(key)
-        if incoming is not None and known is not None and incoming < known:
-            return
+        if incoming is not None and known is not None and incoming <= known:
+            return False
         self._tombstones.pop(key, None)
-        self._objects[key] = dict(obj)
+        self._objects[key] = _trimmed(obj)
+        return True
 
     def remove(self, kind: str, obj: Mapping[str, Any]) -> None:
         """Forget an object that was deleted (a later, older event cannot bring it back)."""

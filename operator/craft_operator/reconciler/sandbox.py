@@ -161,6 +161,20 @@ def _short_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _content_changed(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
+    """Whether anything but the status (and bookkeeping metadata) differs."""
+
+    def content(body: Mapping[str, Any]) -> dict[str, Any]:
+        meta = {
+            key: value
+            for key, value in (body.get("metadata") or {}).items()
+            if key not in ("resourceVersion", "managedFields")
+        }
+        return {**{k: v for k, v in body.items() if k != "status"}, "metadata": meta}
+
+    return content(before) != content(after)
+
+
 def _library_current(
     run: Run, current: Mapping[str, Any], revision: str, pod_uid: str, config: str
 ) -> bool:
@@ -999,3 +1013,7 @@ class SandboxReconciler:
         except NotFoundError:
             return
         self.s.cache.put(SANDBOX, updated)
+        if _content_changed(run.body, updated):
+            # The sandbox changed while this pass ran (e.g. it is being deleted). Its watch
+            # event is older than what the cache now holds and wakes nobody: go again.
+            run.requeue(0)

@@ -61,6 +61,7 @@ class StoreCredentials:
         else:
             self._factory = store
         self._opening = asyncio.Lock()
+        self._calls: asyncio.Semaphore | None = None
         self._renewal_fraction = renewal_fraction
         self._recheck = timedelta(seconds=recheck_interval)
         self._clock = clock
@@ -77,6 +78,13 @@ class StoreCredentials:
                 assert self._factory is not None
                 self._store = await asyncio.to_thread(self._factory)
         return self._store
+
+    def _slots(self, store: CredentialStore) -> asyncio.Semaphore:
+        # SQLite has one writer at a time: threads racing for its lock spend their time in
+        # its busy handler's sleeps. Queue them here instead; Postgres takes several.
+        if self._calls is None:
+            self._calls = asyncio.Semaphore(8 if store.onyx_mode else 1)
+        return self._calls
 
     def close(self) -> None:
         """Release the database connections."""
@@ -100,14 +108,15 @@ class StoreCredentials:
         lifetime = sandbox.spec.credentials.lifetime
         store = await self._opened()
         self.database_calls += 1
-        issued = await asyncio.to_thread(
-            store.ensure,
-            identity,
-            user_id=sandbox.spec.user.id,
-            tenant_id=sandbox.spec.user.tenant_id,
-            lifetime=lifetime,
-            rejected_pat_id=rejected_pat_id,
-        )
+        async with self._slots(store):
+            issued = await asyncio.to_thread(
+                store.ensure,
+                identity,
+                user_id=sandbox.spec.user.id,
+                tenant_id=sandbox.spec.user.tenant_id,
+                lifetime=lifetime,
+                rejected_pat_id=rejected_pat_id,
+            )
         renew_at = (
             issued.expires_at - lifetime * self._renewal_fraction if issued.expires_at else None
         )
@@ -119,7 +128,8 @@ class StoreCredentials:
         self._known.pop(uid, None)
         store = await self._opened()
         self.database_calls += 1
-        return await asyncio.to_thread(store.revoke, _identity(namespace, name, uid))
+        async with self._slots(store):
+            return await asyncio.to_thread(store.revoke, _identity(namespace, name, uid))
 
 
 def _source_key(sources: tuple[Source, ...]) -> tuple[tuple[str, str | None, tuple[str, ...]], ...]:
