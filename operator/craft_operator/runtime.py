@@ -21,6 +21,7 @@ from craft_operator.kube.client import KubeClient
 from craft_operator.kube.connection import discover_connection
 from craft_operator.kube.events import EventRecorder
 from craft_operator.kube.exec import ExecResult, ExecTransport, KubernetesExec, Stdin
+from craft_operator.metrics import Metrics, start_from_settings
 from craft_operator.reconciler.sandbox import SandboxReconciler, Services
 from craft_operator.reconciler.services import LibrarySyncer, SkillRenderer, StoreCredentials
 
@@ -87,6 +88,7 @@ def build_context(
         renewal_fraction=settings.credential_renewal_fraction,
     )
     events = EventRecorder(kube)
+    metrics = Metrics()
     exec_transport = exec_transport or _LazyExec()
     services = Services(
         settings=settings,
@@ -97,14 +99,22 @@ def build_context(
         exec=exec_transport,
         events=events,
         library=LibrarySyncer(settings, exec_transport),
+        metrics=metrics,
     )
-    return OperatorContext(
+    context = OperatorContext(
         settings=settings,
         kube=kube,
         cache=cache,
         reconciler=SandboxReconciler(services),
         events=events,
     )
+    metrics.track(
+        cache=cache,
+        queue=context.queue,
+        queue_backlog=context.queue.backlog,
+        api_requests=kube.requests,
+    )
+    return context
 
 
 def build_registry(context: OperatorContext, login: LoginFn | None = None) -> kopf.OperatorRegistry:
@@ -164,9 +174,12 @@ async def run_operator(
         stop_flag=stop_flag,
         ready_flag=ready_flag,
     )
+    metrics_server = await start_from_settings(context.reconciler.s.metrics, settings)
     try:
         await kopf.run_tasks(tasks, ignored=ignored)
     finally:
+        if metrics_server is not None:
+            await metrics_server.stop()
         credentials = context.reconciler.s.credentials
         if isinstance(credentials, StoreCredentials):
             credentials.close()

@@ -79,6 +79,7 @@ def settings(tmp_path: Path) -> Settings:
         server_url="http://onyx.invalid:8080",
         encryption_keys=generate_key_entry("test"),
         pod_restart_backoff=0.2,
+        metrics_port=0,  # tests read the registry; a fixed port would collide between runs
     )
 
 

@@ -3,6 +3,7 @@ value stays in a fixed set (never a user, a name or a token)."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -43,6 +44,9 @@ def stamp(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+_VERSIONS = itertools.count(1)  # every body is a newer version, as the API server's would be
+
+
 def sandbox(
     name: str,
     phase: str | None,
@@ -55,7 +59,7 @@ def sandbox(
         "name": name,
         "namespace": "team-a",
         "creationTimestamp": stamp(created),
-        "resourceVersion": "1",
+        "resourceVersion": str(next(_VERSIONS)),
     }
     if deleting:
         metadata["deletionTimestamp"] = stamp(NOW)

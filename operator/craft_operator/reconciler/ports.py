@@ -50,6 +50,11 @@ class IssuedCredential(Protocol):
         """Whether this call minted it (False: an existing PAT was reused)."""
         ...
 
+    @property
+    def reason(self) -> str | None:
+        """Why it was minted (``None`` when reused)."""
+        ...
+
 
 class CredentialsPort(Protocol):
     """Mints, reuses and revokes the PAT of a sandbox."""

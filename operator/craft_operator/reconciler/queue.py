@@ -66,6 +66,11 @@ class WorkQueue(Generic[K]):
     def __len__(self) -> int:
         return len(self._due)
 
+    def backlog(self) -> int:
+        """Keys that are due now but that no worker has started yet."""
+        now = asyncio.get_running_loop().time()
+        return sum(1 for due in self._due.values() if due <= now)
+
     def failures(self, key: K) -> int:
         """Failures of ``key`` in a row (0 after a success)."""
         return self._failures.get(key, 0)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -68,6 +69,7 @@ from craft_operator.library import (
     library_claim_name,
 )
 from craft_operator.library import resolve_location as resolve_library_location
+from craft_operator.metrics import Metrics, ProvisioningPhase, time_to_ready
 from craft_operator.reconciler import cli_validation, library_job
 from craft_operator.reconciler.children import ForeignObjectError, converge, is_ours
 from craft_operator.reconciler.idle import decide_idle
@@ -118,6 +120,7 @@ class Services:
     events: EventSink
     library: LibraryPort
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    metrics: Metrics = field(default_factory=Metrics)
 
 
 def _pod_backoff(base: float, failures: int) -> float:
@@ -298,6 +301,7 @@ class SandboxReconciler:
             revoked = await self.s.credentials.revoke(namespace, name, uid)
         except CredentialsError as exc:
             self.s.events.post(body, type=WARNING, reason="RevokeFailed", message=str(exc))
+            self.s.metrics.pat_failed("RevokeFailed")
             run = Run(body, self.s.clock())
             run.set(ConditionState.false(CREDENTIALS_READY, "RevokeFailed", str(exc)))
             run.phase = Phase.TERMINATING
@@ -351,11 +355,17 @@ class SandboxReconciler:
     # -- credentials ---------------------------------------------------------------------------
 
     async def _credentials(self, sandbox: CraftSandbox, run: Run) -> IssuedCredential | None:
+        started = time.monotonic()
         try:
             issued = await self.s.credentials.ensure(sandbox)
         except CredentialsError as exc:
             self._credentials_failed(sandbox, run, _credentials_reason(exc), str(exc))
             return None
+        if issued.minted:
+            self.s.metrics.pat_minted(issued.reason)
+            self.s.metrics.observe_phase(ProvisioningPhase.CREDENTIALS, time.monotonic() - started)
+        else:
+            self.s.metrics.pat_reused()
         run.set(
             ConditionState.true(
                 CREDENTIALS_READY,
@@ -392,6 +402,7 @@ class SandboxReconciler:
         self, sandbox: CraftSandbox, run: Run, reason: str, message: str
     ) -> None:
         run.set(ConditionState.false(CREDENTIALS_READY, reason, message))
+        self.s.metrics.pat_failed(reason)
         self.s.events.post(self._body(run), type=WARNING, reason=reason, message=message)
         run.retry(reason)
 
@@ -399,12 +410,15 @@ class SandboxReconciler:
 
     async def _secret(self, sandbox: CraftSandbox, issued: IssuedCredential, run: Run) -> bool:
         desired = build_credentials_secret(sandbox, token=issued.token, pat_id=issued.pat_id)
+        started = time.monotonic()
         try:
             result = await converge(self.s.kube, self.s.cache, SECRETS, SECRET, desired)
         except ForeignObjectError as exc:
             return self._child_failed(run, CREDENTIALS_READY, "SecretNameTaken", str(exc))
         except ApiError as exc:
             return self._child_failed(run, CREDENTIALS_READY, "SecretWriteFailed", str(exc))
+        if result.action != "unchanged":
+            self.s.metrics.observe_phase(ProvisioningPhase.SECRET, time.monotonic() - started)
         if result.action != "unchanged":
             self.s.events.post(
                 self._body(run),
@@ -439,12 +453,15 @@ class SandboxReconciler:
         desired = build_skills_configmap(
             sandbox, text=rendered.text, content_hash=rendered.content_hash
         )
+        started = time.monotonic()
         try:
             result = await converge(self.s.kube, self.s.cache, CONFIGMAPS, CONFIGMAP, desired)
         except ForeignObjectError as exc:
             return self._child_failed(run, SKILL_RENDERED, "ConfigMapNameTaken", str(exc))
         except ApiError as exc:
             return self._child_failed(run, SKILL_RENDERED, "ConfigMapWriteFailed", str(exc))
+        if result.action != "unchanged":
+            self.s.metrics.observe_phase(ProvisioningPhase.SKILL, time.monotonic() - started)
         run.status["skill"] = {
             "sourceCount": rendered.source_count,
             "contentHash": rendered.content_hash,
@@ -561,6 +578,11 @@ class SandboxReconciler:
                     run.requeue(timeout - (run.now - created).total_seconds() + 1)
             self._waiting(run, POD_DEPENDENT, "WaitingForPod")
             return None
+        if (run.condition(POD_READY) or {}).get("status") != "True":
+            started_at = _parse_time(actual["metadata"].get("creationTimestamp"))
+            if started_at is not None:
+                seconds = (run.now - started_at).total_seconds()
+                self.s.metrics.observe_phase(ProvisioningPhase.POD_READY, seconds)
         run.set(ConditionState.true(POD_READY, "PodReady", f"pod {name} is ready"))
         run.status.pop("podFailures", None)
         return actual
@@ -593,6 +615,7 @@ class SandboxReconciler:
                 run.requeue(wait)
                 self._waiting(run, POD_DEPENDENT, "WaitingForPod")
                 return None
+        started = time.monotonic()
         try:
             created = await self.s.kube.create(PODS, desired)
         except ConflictError:
@@ -609,6 +632,7 @@ class SandboxReconciler:
             else:
                 self._child_failed(run, POD_READY, "PodCreateFailed", str(exc))
             return None
+        self.s.metrics.observe_phase(ProvisioningPhase.POD_CREATE, time.monotonic() - started)
         self.s.cache.put(POD, created)
         run.pod_exists = True
         run.status["podUID"] = created["metadata"].get("uid")
@@ -736,6 +760,7 @@ class SandboxReconciler:
         if run.status.get("validatedPodUID") == uid and run.condition(CLI_VALIDATED):
             return
         namespace, name = pod["metadata"].get("namespace", ""), pod["metadata"]["name"]
+        started = time.monotonic()
         try:
             result = await self.s.exec.run(
                 namespace,
@@ -749,6 +774,7 @@ class SandboxReconciler:
             if exc.retryable:
                 run.retry("ExecFailed")
             return
+        self.s.metrics.observe_phase(ProvisioningPhase.CLI_VALIDATION, time.monotonic() - started)
         reason, meaning = cli_validation.describe_exit(result.exit_code)
         if result.exit_code == cli_validation.EXIT_OK:
             run.status["validatedPodUID"] = uid
@@ -829,6 +855,7 @@ class SandboxReconciler:
         try:
             result = await self.s.library.sync(sandbox, location, namespace=namespace, pod=name)
         except LibrarySyncError as exc:
+            self.s.metrics.sync_failed(exc.reason)
             current["lastError"] = exc.message[:1000]
             if exc.retryable:
                 current.pop("failedAttempt", None)
@@ -856,6 +883,7 @@ class SandboxReconciler:
         if result.skipped:
             message += f"; {len(result.skipped)} unsafe keys skipped"
         run.set(ConditionState.true(USER_LIBRARY_SYNCED, "Synced", message))
+        self.s.metrics.sync_finished(result.bytes_transferred, result.duration_seconds)
         if result.copied or result.deleted:
             self.s.events.post(
                 self._body(run), type=NORMAL, reason="LibrarySynced", message=result.summary()
@@ -921,6 +949,7 @@ class SandboxReconciler:
                 config=config,
             )
         except LibrarySyncError as exc:
+            self.s.metrics.sync_failed(exc.reason)
             current["lastError"] = exc.message
             current["failedAttempt"] = attempt
             run.status["userLibrary"] = current
@@ -965,11 +994,15 @@ class SandboxReconciler:
             }
             message = f"{result.get('files', '?')} files, {result.get('bytes', '?')} bytes"
             run.set(ConditionState.true(USER_LIBRARY_SYNCED, "Synced", message))
+            self.s.metrics.sync_finished(
+                int(result.get("bytesTransferred") or 0), float(result.get("durationSeconds") or 0)
+            )
             self.s.events.post(
                 self._body(run), type=NORMAL, reason="LibrarySynced", message=message
             )
             return {key: value for key, value in synced.items() if value is not None}
         reason = str(result.get("reason") or "SyncJobFailed")
+        self.s.metrics.sync_failed(reason)
         failed = {**current, "lastError": outcome.message[:1000]}
         if outcome.retryable:
             run.retry(reason)
@@ -1017,3 +1050,6 @@ class SandboxReconciler:
             # The sandbox changed while this pass ran (e.g. it is being deleted). Its watch
             # event is older than what the cache now holds and wakes nobody: go again.
             run.requeue(0)
+        seconds = time_to_ready(run.body, run.status, run.now)
+        if seconds is not None:
+            self.s.metrics.observe_ready(seconds)
