@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## Create the virtualenv with the operator and its test and dev tools
 
-run: $(STAMP) ## Run the operator against the current kube context (embedded SQLite)
+run: $(STAMP) ## Apply the CRD and run the operator on the current kube context (embedded SQLite)
+	$(BIN)/craft-operator crd | kubectl apply -f -
 	$(BIN)/craft-operator run --standalone
 
 test: $(STAMP) ## Run the unit and integration tests (e2e skips without Docker)

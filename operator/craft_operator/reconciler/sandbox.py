@@ -733,7 +733,8 @@ class SandboxReconciler:
                 self._body(run), type=NORMAL, reason="SandboxWaking", message="activity resumed"
             )
         if decision.recheck_after is not None:
-            run.requeue(decision.recheck_after + 1)
+            # Precise, but never longer than the check interval (robust to clock jumps).
+            run.requeue(min(decision.recheck_after + 1, self.s.settings.idle_check_interval))
         return False
 
     async def _stop_pod(

@@ -1,0 +1,40 @@
+"""The README tells the truth: every setting is documented, the quickstart targets exist."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from craft_operator.config import ENV_PREFIX, Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def settings_table() -> set[str]:
+    section = README.split("## Settings", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\| `(CRAFT_[A-Z0-9_]+)` \|", section, flags=re.MULTILINE))
+
+
+def test_the_settings_table_lists_every_setting_and_nothing_else() -> None:
+    documented = settings_table()
+    actual = {f"{ENV_PREFIX}{name.upper()}" for name in Settings.model_fields}
+    assert documented == actual
+
+
+def test_the_quickstart_make_targets_exist() -> None:
+    quickstart = README.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    targets = set(re.findall(r"^make ([a-z-]+)", quickstart, flags=re.MULTILINE))
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert targets == {"run", "test"}
+    for target in targets:
+        assert re.search(rf"^{target}:", makefile, flags=re.MULTILINE), target
+
+
+def test_every_cli_command_in_the_readme_exists() -> None:
+    from craft_operator.cli import main
+
+    section = README.split("## Commands", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"^craft-operator ([a-z-]+)", section, flags=re.MULTILINE))
+    assert named <= set(main.commands), named - set(main.commands)
+    assert set(main.commands) <= named, set(main.commands) - named
