@@ -33,7 +33,12 @@ MAX_NAME_LENGTH = 45
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 URL_PATTERN = r"^https?://[^\s/?#]+(/[^\s]*)?$"
 SOURCE_NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
-TENANT_ID_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+#: A label value (children carry the tenant in the onyx.app/tenant-id label).
+TENANT_ID_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$"
+TENANT_ID_MESSAGE = (
+    "user.tenantId may contain only letters, digits, '_', '.' and '-', and starts and ends "
+    "with a letter or digit"
+)
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 QUANTITY_PATTERN = (
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
@@ -164,7 +169,7 @@ class UserRef(ApiModel):
         json_schema_extra=cel_rules(
             cel(
                 f"self.matches({cel_string(TENANT_ID_PATTERN)})",
-                "user.tenantId may contain only letters, digits, '_', '.' and '-'",
+                TENANT_ID_MESSAGE,
             )
         ),
     )
@@ -184,8 +189,7 @@ class UserRef(ApiModel):
     @field_validator("tenant_id")
     @classmethod
     def _tenant(cls, value: str) -> str | None:
-        message = "user.tenantId may contain only letters, digits, '_', '.' and '-'"
-        return _check_pattern(value, TENANT_ID_PATTERN, message)
+        return _check_pattern(value, TENANT_ID_PATTERN, TENANT_ID_MESSAGE)
 
 
 class Resources(ApiModel):
@@ -633,6 +637,13 @@ class CraftSandboxStatus(ApiModel):
         description=(
             "When the sandbox went to sleep for idleness; a craft.onyx.app/last-activity "
             "annotation later than this wakes it."
+        ),
+    )
+    woke_at: datetime | None = Field(
+        default=None,
+        description=(
+            "When the sandbox last woke from idle sleep; it does not fall asleep again "
+            "within idleTimeout of that moment."
         ),
     )
     conditions: list[Condition] = Field(

@@ -37,11 +37,14 @@ def decide_idle(
     last_activity: str | None,
     sleeping_since: datetime | None,
     now: datetime,
+    woke_at: datetime | None = None,
 ) -> IdleDecision:
     """Whether the sandbox should sleep, keep sleeping, or wake.
 
     A missing or unparseable annotation never puts a sandbox to sleep; while asleep, only a
     parseable activity later than the moment it slept wakes it (or disabling the timeout).
+    A sandbox that woke does not fall asleep again within the timeout of waking, even when
+    the activity that woke it was already old when it was seen (e.g. after an outage).
     """
     activity, problem = parse_activity(last_activity)
     if sleeping_since is not None:
@@ -52,7 +55,7 @@ def decide_idle(
         return IdleDecision(asleep=True, problem=problem)
     if idle_timeout is None or activity is None:
         return IdleDecision(asleep=False, problem=problem)
-    deadline = activity + idle_timeout
+    deadline = max(activity, woke_at or activity) + idle_timeout
     if now >= deadline:
         return IdleDecision(asleep=True, sleep_now=True)
     return IdleDecision(asleep=False, recheck_after=(deadline - now).total_seconds())

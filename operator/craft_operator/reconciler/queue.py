@@ -34,7 +34,8 @@ class Backoff:
         """The delay before attempt ``failures + 1``."""
         # Clamp the exponent: 2.0 ** 1024 raises OverflowError (and would end the worker).
         raw = min(self.cap, self.base * 2.0 ** min(max(0, failures - 1), 1000))
-        return raw * (1 + random.uniform(-self.jitter, self.jitter))  # noqa: S311 -- not crypto
+        jittered = raw * (1 + random.uniform(-self.jitter, self.jitter))  # noqa: S311 -- not crypto
+        return min(self.cap, jittered)
 
 
 class WorkQueue(Generic[K]):
@@ -56,6 +57,7 @@ class WorkQueue(Generic[K]):
         self._due: dict[K, float] = {}
         self._processing: set[K] = set()
         self._dirty: set[K] = set()
+        self._forgotten: set[K] = set()
         self._failures: dict[K, int] = {}
         self._counter = itertools.count()
         self._wakeup = asyncio.Event()
@@ -86,10 +88,13 @@ class WorkQueue(Generic[K]):
         self._wakeup.set()
 
     def forget(self, key: K) -> None:
-        """Drop ``key``: its backoff history and any pending visit."""
+        """Drop ``key``: its backoff history and any pending visit, also one its running
+        pass would ask for (the object is gone: a later ``add`` starts afresh)."""
         self._due.pop(key, None)
         self._failures.pop(key, None)
         self._dirty.discard(key)
+        if key in self._processing:
+            self._forgotten.add(key)
 
     def start(self) -> None:
         """Start the workers in the running loop."""
@@ -129,6 +134,7 @@ class WorkQueue(Generic[K]):
         while True:
             key = await self._next()
             self._processing.add(key)
+            self._forgotten.discard(key)
             try:
                 requeue_after = await self._handler(key)
             except asyncio.CancelledError:
@@ -147,14 +153,16 @@ class WorkQueue(Generic[K]):
                         failures,
                         delay,
                     )
-                self.add(key, delay)
+                if key not in self._forgotten:
+                    self.add(key, delay)
             else:
                 self.processed += 1
                 self._failures.pop(key, None)
-                if requeue_after is not None:
+                if requeue_after is not None and key not in self._forgotten:
                     self.add(key, requeue_after)
             finally:
                 self._processing.discard(key)
                 if key in self._dirty:
                     self._dirty.discard(key)
                     self.add(key)
+                self._forgotten.discard(key)

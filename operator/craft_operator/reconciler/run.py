@@ -33,7 +33,7 @@ class Run:
         self.status: dict[str, Any] = copy.deepcopy(self.old_status)
         self.phase: Phase | None = None
         self.pod_exists = False
-        #: Seconds until a step that failed in a way that may pass should be retried (backoff).
+        #: Why a step failed in a way that may pass: the pass is retried with backoff.
         self.retry_reason: str | None = None
         self._requeue: float | None = None
 

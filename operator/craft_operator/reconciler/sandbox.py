@@ -699,6 +699,7 @@ class SandboxReconciler:
             last_activity=annotations.get(ANNOTATION_LAST_ACTIVITY),
             sleeping_since=sleeping_since,
             now=run.now,
+            woke_at=_parse_time(run.status.get("wokeAt")),
         )
         if decision.problem and self._reported.get(run.key) != decision.problem:
             self._reported[run.key] = decision.problem  # once per distinct problem, not per pass
@@ -729,6 +730,7 @@ class SandboxReconciler:
             return True
         if decision.wake_now:
             run.status.pop("sleepingSince", None)
+            run.status["wokeAt"] = run.timestamp()
             self.s.events.post(
                 self._body(run), type=NORMAL, reason="SandboxWaking", message="activity resumed"
             )

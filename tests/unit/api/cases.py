@@ -125,6 +125,11 @@ INVALID: list[Case] = [
         "user.tenantId may contain only letters, digits",
     ),
     Case(
+        "tenant-id-not-a-label-value",
+        user(tenantId="acme-"),
+        "starts and ends with a letter or digit",
+    ),
+    Case(
         "email-too-long",
         user(email="a" * 250 + "@x.io"),
         "spec.user.email: Too long: may not be more than 254 bytes",

@@ -57,11 +57,20 @@ def test_versions_compare_as_numbers_not_strings() -> None:
     assert cache.get("Pod", "ns", "a") == obj("a", "10", v="new")
 
 
-def test_the_same_version_is_accepted_again() -> None:
+def test_the_same_version_again_is_an_echo_and_not_news() -> None:
+    # The operator puts what its writes return; the watch event of that write carries the
+    # same resourceVersion and must not queue another pass.
     cache = ObjectCache()
-    cache.put("Pod", obj("a", "3", v="first"))
-    cache.put("Pod", obj("a", "3", v="second"))
-    assert cache.get("Pod", "ns", "a") == obj("a", "3", v="second")
+    assert cache.put("Pod", obj("a", "3", v="first")) is True
+    assert cache.put("Pod", obj("a", "3", v="first")) is False
+    assert cache.get("Pod", "ns", "a") == obj("a", "3", v="first")
+
+
+def test_a_newer_version_is_news_and_an_older_one_is_not() -> None:
+    cache = ObjectCache()
+    cache.put("Pod", obj("a", "3"))
+    assert cache.put("Pod", obj("a", "4")) is True
+    assert cache.put("Pod", obj("a", "2")) is False
 
 
 def test_non_numeric_versions_are_opaque_and_the_latest_put_wins() -> None:

@@ -171,3 +171,26 @@ def test_disabling_the_timeout_wakes_it_even_with_an_unusable_annotation() -> No
     assert decision.wake_now
     assert not decision.asleep
     assert decision.problem is not None
+
+
+def test_a_sandbox_woken_by_late_news_of_old_activity_stays_awake_for_the_timeout() -> None:
+    # Slept at 10:00; activity at 10:30 is only seen at 12:00 (the operator was down).
+    slept = datetime(2026, 1, 1, 10, 0, tzinfo=UTC)
+    activity = "2026-01-01T10:30:00Z"
+    woke = decide_idle(
+        idle_timeout=timedelta(hours=1),
+        last_activity=activity,
+        sleeping_since=slept,
+        now=datetime(2026, 1, 1, 12, 0, tzinfo=UTC),
+    )
+    assert woke.wake_now
+
+    after = decide_idle(
+        idle_timeout=timedelta(hours=1),
+        last_activity=activity,
+        sleeping_since=None,
+        now=datetime(2026, 1, 1, 12, 0, 5, tzinfo=UTC),
+        woke_at=datetime(2026, 1, 1, 12, 0, tzinfo=UTC),
+    )
+    assert not after.asleep
+    assert after.recheck_after == pytest.approx(3600 - 5)
