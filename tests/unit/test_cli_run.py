@@ -96,10 +96,6 @@ def test_no_kubeconfig_and_no_in_cluster_service_is_one_line_and_exit_1(tmp_path
     assert "KUBECONFIG" in line
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kube/connection.py passes the YAML parser's multi-line message through",
-)
 def test_an_unreadable_kubeconfig_is_one_line(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text("clusters: [\n", encoding="utf-8")

@@ -28,7 +28,9 @@ def discover_connection() -> kopf.ConnectionInfo:
     except kopf.LoginError:
         info = None
     except Exception as exc:  # the client raises many types for a broken kubeconfig
-        raise ClusterUnreachableError(f"cannot load Kubernetes credentials: {exc}") from None
+        # Parsers explain over several lines (with a caret diagram): keep it to one.
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise ClusterUnreachableError(f"cannot load Kubernetes credentials: {reason}") from None
     if info is None:
         raise ClusterUnreachableError(
             "no Kubernetes credentials found: not running in a cluster and no kubeconfig "
