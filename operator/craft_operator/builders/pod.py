@@ -19,11 +19,14 @@ from craft_operator.builders.naming import (
     skills_configmap_name,
 )
 from craft_operator.builders.quantities import parse_quantity
+from craft_operator.builders.security import (
+    container_security_context,
+    pod_security_context,
+)
 from craft_operator.config import Settings
 
 SKILLS_MOUNT = "/workspace/skills/company-search"
 LIBRARY_MOUNT = "/workspace/user_library"
-SANDBOX_UID = 1000
 
 
 class SandboxConfigError(ValueError):
@@ -112,13 +115,7 @@ def build_pod(
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": SANDBOX_UID,
-            "runAsGroup": SANDBOX_UID,
-            "fsGroup": SANDBOX_UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_security_context(),
         "containers": [
             {
                 "name": SANDBOX_CONTAINER,
@@ -134,13 +131,7 @@ def build_pod(
                     },
                 ],
                 "resources": resources_for(sandbox, settings),
-                "securityContext": {
-                    "allowPrivilegeEscalation": False,
-                    "capabilities": {"drop": ["ALL"]},
-                    "runAsNonRoot": True,
-                    "runAsUser": SANDBOX_UID,
-                    "seccompProfile": {"type": "RuntimeDefault"},
-                },
+                "securityContext": container_security_context(),
                 "volumeMounts": [
                     {"name": "skills", "mountPath": SKILLS_MOUNT, "readOnly": True},
                     {"name": "user-library", "mountPath": LIBRARY_MOUNT},

@@ -23,6 +23,11 @@ from craft_operator.builders.naming import (
     child_labels,
     child_metadata,
 )
+from craft_operator.builders.security import (
+    SANDBOX_UID,
+    container_security_context,
+    pod_security_context,
+)
 from craft_operator.library.errors import LibraryConfigError
 from craft_operator.library.location import LibraryLocation
 from craft_operator.library.plan import SyncCaps
@@ -30,7 +35,6 @@ from craft_operator.library.transfer import LIBRARY_ROOT
 
 SYNC_CONTAINER = "sync"
 SYNC_COMPONENT = "library-sync"
-SANDBOX_UID = 1000
 DEFAULT_VOLUME_SIZE = "20Gi"
 #: Exit codes of ``sync-user-library`` that retrying cannot fix.
 PERMANENT_EXIT_CODES = (2, 3)
@@ -174,14 +178,7 @@ def build_sync_job(
     annotations = {ANNOTATION_LIBRARY_REVISION: revision} if revision is not None else None
     metadata = child_metadata(sandbox, sync_job_name(sandbox, sequence), annotations)
     metadata["labels"][LABEL_COMPONENT] = SYNC_COMPONENT
-    restricted = {
-        "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
-        "readOnlyRootFilesystem": True,
-        "runAsNonRoot": True,
-        "runAsUser": SANDBOX_UID,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+    restricted = container_security_context(SANDBOX_UID, read_only_root=True)
     container: dict[str, Any] = {
         "name": SYNC_CONTAINER,
         "image": image,
@@ -213,13 +210,7 @@ def build_sync_job(
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": SANDBOX_UID,
-            "runAsGroup": SANDBOX_UID,
-            "fsGroup": SANDBOX_UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_security_context(SANDBOX_UID),
         # A ReadWriteOnce volume is usable only on one node: prefer the sandbox's.
         "affinity": {
             "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [sandbox_affinity]}

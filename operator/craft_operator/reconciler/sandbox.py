@@ -33,7 +33,6 @@ from craft_operator.builders.naming import (
     SANDBOX_CONTAINER,
     child_labels,
     pod_name,
-    secret_name,
     skills_configmap_name,
 )
 from craft_operator.builders.pod import SandboxConfigError, build_pod
@@ -57,6 +56,7 @@ from craft_operator.kube.client import (
     SECRETS,
     ApiError,
     ConflictError,
+    Kind,
     KubeClient,
     NotFoundError,
 )
@@ -71,7 +71,7 @@ from craft_operator.library import (
 from craft_operator.library import resolve_location as resolve_library_location
 from craft_operator.metrics import Metrics, ProvisioningPhase, time_to_ready
 from craft_operator.reconciler import cli_validation, library_job
-from craft_operator.reconciler.children import ForeignObjectError, converge, is_ours
+from craft_operator.reconciler.children import Converged, ForeignObjectError, converge, is_ours
 from craft_operator.reconciler.idle import decide_idle
 from craft_operator.reconciler.ports import (
     CredentialsPort,
@@ -410,23 +410,10 @@ class SandboxReconciler:
 
     async def _secret(self, sandbox: CraftSandbox, issued: IssuedCredential, run: Run) -> bool:
         desired = build_credentials_secret(sandbox, token=issued.token, pat_id=issued.pat_id)
-        started = time.monotonic()
-        try:
-            result = await converge(self.s.kube, self.s.cache, SECRETS, SECRET, desired)
-        except ForeignObjectError as exc:
-            return self._child_failed(run, CREDENTIALS_READY, "SecretNameTaken", str(exc))
-        except ApiError as exc:
-            return self._child_failed(run, CREDENTIALS_READY, "SecretWriteFailed", str(exc))
-        if result.action != "unchanged":
-            self.s.metrics.observe_phase(ProvisioningPhase.SECRET, time.monotonic() - started)
-        if result.action != "unchanged":
-            self.s.events.post(
-                self._body(run),
-                type=NORMAL,
-                reason=f"Secret{result.action.capitalize()}",
-                message=f"{result.action} Secret {secret_name(sandbox)}",
-            )
-        return True
+        result = await self._apply_child(
+            run, desired, SECRETS, SECRET, "Secret", CREDENTIALS_READY, ProvisioningPhase.SECRET
+        )
+        return result is not None
 
     async def _skill(self, sandbox: CraftSandbox, run: Run) -> bool:
         name = skills_configmap_name(sandbox)
@@ -453,26 +440,22 @@ class SandboxReconciler:
         desired = build_skills_configmap(
             sandbox, text=rendered.text, content_hash=rendered.content_hash
         )
-        started = time.monotonic()
-        try:
-            result = await converge(self.s.kube, self.s.cache, CONFIGMAPS, CONFIGMAP, desired)
-        except ForeignObjectError as exc:
-            return self._child_failed(run, SKILL_RENDERED, "ConfigMapNameTaken", str(exc))
-        except ApiError as exc:
-            return self._child_failed(run, SKILL_RENDERED, "ConfigMapWriteFailed", str(exc))
-        if result.action != "unchanged":
-            self.s.metrics.observe_phase(ProvisioningPhase.SKILL, time.monotonic() - started)
+        result = await self._apply_child(
+            run,
+            desired,
+            CONFIGMAPS,
+            CONFIGMAP,
+            "ConfigMap",
+            SKILL_RENDERED,
+            ProvisioningPhase.SKILL,
+            detail=f" (skill {rendered.content_hash[:12]})",
+        )
+        if result is None:
+            return False
         run.status["skill"] = {
             "sourceCount": rendered.source_count,
             "contentHash": rendered.content_hash,
         }
-        if result.action != "unchanged":
-            self.s.events.post(
-                self._body(run),
-                type=NORMAL,
-                reason=f"ConfigMap{result.action.capitalize()}",
-                message=f"{result.action} ConfigMap {name} (skill {rendered.content_hash[:12]})",
-            )
         if rendered.unknown_sources and previous_hash != rendered.content_hash:
             self.s.events.post(
                 self._body(run),
@@ -488,20 +471,43 @@ class SandboxReconciler:
         if sandbox.spec.user_library.mode != LibraryMode.JOB:
             return True
         desired = build_library_pvc(sandbox, default_size=self.s.settings.library_volume_size)
+        result = await self._apply_child(run, desired, PVCS, PVC, "Volume", USER_LIBRARY_SYNCED)
+        return result is not None
+
+    async def _apply_child(
+        self,
+        run: Run,
+        desired: dict[str, Any],
+        kind: Kind,
+        cache_kind: str,
+        label: str,
+        condition: str,
+        phase: ProvisioningPhase | None = None,
+        detail: str = "",
+    ) -> Converged | None:
+        """Converge one child; an event when it changed; a failure reported on ``condition``.
+
+        ``label`` names the child in reasons: ``<label>Created``, ``<label>NameTaken``, ...
+        """
+        started = time.monotonic()
         try:
-            result = await converge(self.s.kube, self.s.cache, PVCS, PVC, desired)
+            result = await converge(self.s.kube, self.s.cache, kind, cache_kind, desired)
         except ForeignObjectError as exc:
-            return self._child_failed(run, USER_LIBRARY_SYNCED, "VolumeNameTaken", str(exc))
+            self._child_failed(run, condition, f"{label}NameTaken", str(exc))
+            return None
         except ApiError as exc:
-            return self._child_failed(run, USER_LIBRARY_SYNCED, "VolumeWriteFailed", str(exc))
-        if result.action == "created":
+            self._child_failed(run, condition, f"{label}WriteFailed", str(exc))
+            return None
+        if result.action != "unchanged":
+            if phase is not None:
+                self.s.metrics.observe_phase(phase, time.monotonic() - started)
             self.s.events.post(
                 self._body(run),
                 type=NORMAL,
-                reason="VolumeCreated",
-                message=f"created PersistentVolumeClaim {desired['metadata']['name']}",
+                reason=f"{label}{result.action.capitalize()}",
+                message=f"{result.action} {desired['kind']} {desired['metadata']['name']}{detail}",
             )
-        return True
+        return result
 
     def _child_failed(self, run: Run, condition: str, reason: str, message: str) -> bool:
         run.set(ConditionState.false(condition, reason, message))
