@@ -29,14 +29,20 @@ SANDBOX_CONTAINER = "sandbox"
 MANAGED_SELECTOR = {LABEL_MANAGED_BY: MANAGED_BY}
 
 
+#: Suffixes of the children named after their CraftSandbox (``<name><suffix>``).
+SECRET_SUFFIX = "-credentials"  # noqa: S105 -- a name suffix, not a secret
+SKILLS_SUFFIX = "-skills"
+LIBRARY_SUFFIX = "-library"
+
+
 def secret_name(sandbox: CraftSandbox) -> str:
     """``<name>-credentials``: the Secret holding the sandbox's PAT."""
-    return f"{sandbox.metadata.name}-credentials"
+    return sandbox.metadata.name + SECRET_SUFFIX
 
 
 def skills_configmap_name(sandbox: CraftSandbox) -> str:
     """``<name>-skills``: the ConfigMap holding the rendered SKILL.md."""
-    return f"{sandbox.metadata.name}-skills"
+    return sandbox.metadata.name + SKILLS_SUFFIX
 
 
 def pod_name(sandbox: CraftSandbox) -> str:

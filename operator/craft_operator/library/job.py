@@ -20,6 +20,7 @@ from craft_operator.builders.naming import (
     LABEL_ONYX_SANDBOX_ID,
     LABEL_ONYX_TENANT_ID,
     LABEL_SANDBOX,
+    LIBRARY_SUFFIX,
     child_labels,
     child_metadata,
 )
@@ -56,7 +57,7 @@ class S3CredentialsSecret:
 
 def library_claim_name(sandbox: CraftSandbox) -> str:
     """``<name>-library``: the PVC holding the library in Job mode."""
-    return f"{sandbox.metadata.name}-library"
+    return sandbox.metadata.name + LIBRARY_SUFFIX
 
 
 def sync_job_name(sandbox: CraftSandbox, sequence: int) -> str:

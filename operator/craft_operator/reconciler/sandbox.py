@@ -30,7 +30,10 @@ from craft_operator.builders.configmap import build_skills_configmap
 from craft_operator.builders.naming import (
     ANNOTATION_PAT_ID,
     ANNOTATION_TEMPLATE_HASH,
+    LIBRARY_SUFFIX,
     SANDBOX_CONTAINER,
+    SECRET_SUFFIX,
+    SKILLS_SUFFIX,
     child_labels,
     pod_name,
     skills_configmap_name,
@@ -315,9 +318,10 @@ class SandboxReconciler:
         # here as well frees the pod at once and does not depend on the collector.
         children = [
             (PODS, POD, name),
-            (SECRETS, SECRET, f"{name}-credentials"),
-            (CONFIGMAPS, CONFIGMAP, f"{name}-skills"),
-            (PVCS, PVC, f"{name}-library"),
+            # By name: a sandbox whose spec no longer parses must still be cleaned up.
+            (SECRETS, SECRET, name + SECRET_SUFFIX),
+            (CONFIGMAPS, CONFIGMAP, name + SKILLS_SUFFIX),
+            (PVCS, PVC, name + LIBRARY_SUFFIX),
         ]
         children += [
             (JOBS, library_job.JOB, key[2])
@@ -652,11 +656,15 @@ class SandboxReconciler:
         )
         return None
 
+    async def _remove_pod(self, pod: Mapping[str, Any]) -> None:
+        """Delete this very pod (its uid), not a successor that took its name meanwhile."""
+        meta = pod["metadata"]
+        await self.s.kube.delete(PODS, meta.get("namespace"), meta["name"], uid=meta.get("uid"))
+
     async def _delete_pod(
         self, run: Run, pod: Mapping[str, Any], *, reason: str, message: str, type: str = NORMAL
     ) -> None:
-        meta = pod["metadata"]
-        await self.s.kube.delete(PODS, meta.get("namespace"), meta["name"], uid=meta.get("uid"))
+        await self._remove_pod(pod)
         run.pod_exists = True
         run.set(ConditionState.false(POD_READY, reason, message))
         self._waiting(run, POD_DEPENDENT, "WaitingForPod")
@@ -749,12 +757,7 @@ class SandboxReconciler:
         self, run: Run, actual: dict[str, Any] | None, reason: str, message: str
     ) -> None:
         if actual is not None and not actual["metadata"].get("deletionTimestamp"):
-            await self.s.kube.delete(
-                PODS,
-                actual["metadata"].get("namespace"),
-                actual["metadata"]["name"],
-                uid=actual["metadata"].get("uid"),
-            )
+            await self._remove_pod(actual)
             self.s.events.post(self._body(run), type=NORMAL, reason=f"Pod{reason}", message=message)
         run.set(ConditionState.false(POD_READY, reason, message))
         run.status.pop("podUID", None)
