@@ -37,15 +37,13 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.integration.conftest import SANDBOXES, declare_craft_resources
-from tests.support.emulator import KubeEmulator, declare_core_resources
+from tests.integration.conftest import OPERATOR_AGENTS, SANDBOXES, declare_craft_resources
+from tests.support.emulator import WRITE_METHODS, KubeEmulator, declare_core_resources
 
 from craft_operator.credentials.keyring import generate_key_entry
 
 NAMESPACE = "load"
 USER_ID = "3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b"
-OPERATOR_AGENTS = ("kopf/", "craft-operator/")
-WRITE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 
 
 @dataclass

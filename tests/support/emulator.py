@@ -52,6 +52,7 @@ Mutator = Callable[[Resource, dict[str, Any]], dict[str, Any]]
 RequestHook = Callable[[rendering.Request], Awaitable[aiohttp.web.StreamResponse | None]]
 
 EVENT_LOG_SIZE = 20_000
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _METADATA_ONLY_KEYS = {"metadata", "status"}
 
 
@@ -204,7 +205,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
         return [
             f"{request.method.value.upper()} {request.url.path}"
             for request in self.served[since:]
-            if request.method.value.upper() in ("POST", "PUT", "PATCH", "DELETE")
+            if request.method.value.upper() in WRITE_METHODS
         ]
 
     def declare(self, resource: Resource | str, info: kmock.ResourceInfo) -> None:
