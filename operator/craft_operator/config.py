@@ -179,6 +179,31 @@ class Settings(BaseSettings):
         description="Namespace the operator runs in (for peering and its own Secrets).",
         pattern=DNS_LABEL_PATTERN,
     )
+    peering_name: str | None = Field(
+        default=None,
+        description=(
+            "kopf peering object (ClusterKopfPeering; KopfPeering per namespace when "
+            "CRAFT_NAMESPACES is set) for an active/standby pair; unset: standalone."
+        ),
+        max_length=253,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+    )
+    peering_priority: int = Field(
+        default=0,
+        description=(
+            "Priority in the peering: the highest live replica works; with "
+            "--priority-from-ordinal, the base the pod's ordinal is subtracted from."
+        ),
+    )
+    peering_lifetime: int = Field(
+        default=60,
+        ge=1,
+        le=3600,
+        description=(
+            "Seconds a replica's peering keep-alive stays valid: how long a replica that "
+            "died without a goodbye keeps its standby waiting."
+        ),
+    )
     skill_template_configmap: str | None = Field(
         default=None,
         description=(

@@ -8,6 +8,7 @@ from craft_operator.config import Settings
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import KubeClient
 from craft_operator.kube.events import EventRecorder
+from craft_operator.peering.gate import ActivityGate
 from craft_operator.reconciler.queue import WorkQueue
 from craft_operator.reconciler.sandbox import RetryLaterError, SandboxReconciler
 
@@ -24,6 +25,8 @@ class OperatorContext:
     reconciler: SandboxReconciler
     events: EventRecorder
     queue: WorkQueue[SandboxKey] = field(init=False)
+    #: Whether this replica acts (always, unless it is a standby in an active/standby pair).
+    gate: ActivityGate = field(init=False)
 
     def __post_init__(self) -> None:
         self.queue = WorkQueue(
@@ -31,3 +34,4 @@ class OperatorContext:
             concurrency=self.settings.workers,
             expected=(RetryLaterError,),
         )
+        self.gate = ActivityGate(kube=self.kube, cache=self.cache, queue=self.queue)

@@ -58,4 +58,8 @@ REQUIRED_PERMISSIONS: tuple[Permission, ...] = (
     *_grants("batch", ("jobs",), ("get", "list", "watch", "create", "delete")),
     *_grants("", ("pods/exec",), ("get", "create")),
     *_grants("", ("events",), ("create",)),
+    # Active/standby peering: kopf's keep-alives, and the operator's reads of them.
+    *_grants(
+        "kopf.dev", ("clusterkopfpeerings",), ("get", "list", "watch", "patch"), namespaced=False
+    ),
 )

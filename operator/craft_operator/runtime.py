@@ -16,12 +16,15 @@ from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
 from craft_operator.credentials.factory import build_credential_store
 from craft_operator.handlers import children
+from craft_operator.handlers import peering as peering_handlers
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import KubeClient
 from craft_operator.kube.connection import discover_connection
 from craft_operator.kube.events import EventRecorder
 from craft_operator.kube.exec import ExecResult, ExecTransport, KubernetesExec, Stdin
 from craft_operator.metrics import Metrics, start_from_settings
+from craft_operator.peering.monitor import PeeringMonitor, default_identity, peering_kind
+from craft_operator.peering.options import PeeringOptions
 from craft_operator.reconciler.sandbox import SandboxReconciler, Services
 from craft_operator.reconciler.services import LibrarySyncer, SkillRenderer, StoreCredentials
 
@@ -48,6 +51,9 @@ def configure_kopf(settings: kopf.OperatorSettings) -> None:
     settings.networking.connect_timeout = 10
     settings.posting.level = logging.INFO
     settings.batching.error_delays = [1, 2, 5, 10, 30, 60, 120]
+    # Peering is either mandatory (--peering) or off; never kopf's auto-detection, which
+    # could pause kopf on finding some other "default" peering while our queue works on.
+    settings.peering.standalone = True
     # Only the operator's own pods, Secrets and ConfigMaps are streamed to it.
     for resource in CHILD_RESOURCES:
         key = cast("tuple[str, str] | tuple[str, str, str]", resource)
@@ -140,6 +146,7 @@ async def run_operator(
     *,
     namespaces: Collection[str] = (),
     standalone: bool = False,
+    peering: PeeringOptions | None = None,
     liveness_endpoint: str | None = None,
     login: LoginFn | None = None,
     exec_transport: ExecTransport | None = None,
@@ -150,14 +157,37 @@ async def run_operator(
 ) -> None:
     """Run the operator until ``stop_flag`` is set (or forever).
 
+    Without ``peering`` (or with a standalone one) the operator runs alone, ``standalone`` or
+    not. With a peering name it is one of an active/standby pair: kopf keeps its record in
+    the peering object and pauses its watches on a standby, and a
+    :class:`~craft_operator.peering.monitor.PeeringMonitor` pauses the operator's own work
+    queue by the same rule (see :mod:`craft_operator.peering.gate`).
+
     On shutdown kopf cancels every task in the loop that it did not see before it started.
     ``foreign_tasks`` names tasks that are not the operator's (e.g. a test harness waiting
     for it to stop); the caller may add to the set while the operator runs.
     """
+    peering = peering or PeeringOptions()
+    if standalone and not peering.standalone:
+        raise TypeError("standalone=True contradicts peering through a peering object")
     context = context or build_context(settings, exec_transport=exec_transport)
+    context.gate.namespaces = tuple(namespaces)
     registry = build_registry(context, login=login)
     kopf_settings = kopf.OperatorSettings()
     configure_kopf(kopf_settings)
+    identity = peering.identity or default_identity()
+    if not peering.standalone:
+        kopf_settings.peering.lifetime = peering.lifetime
+        monitor = PeeringMonitor(
+            kube=context.kube,
+            gate=context.gate,
+            options=peering,
+            identity=identity,
+            namespaces=list(namespaces),
+        )
+        peering_handlers.register(registry, monitor, peering_kind(list(namespaces)).plural)
+        # A standby until the peering object says otherwise, as kopf's mandatory peering is.
+        await context.gate.deactivate("the peering object is not read yet")
     ignored = set(foreign_tasks) if foreign_tasks is not None else set()
     ignored.update(asyncio.all_tasks())
     if foreign_tasks is not None:
@@ -169,7 +199,11 @@ async def run_operator(
         memo=context,
         clusterwide=not namespaces,
         namespaces=list(namespaces),
-        standalone=standalone,
+        standalone=peering.standalone,
+        peering_name=peering.name,
+        priority=peering.priority,
+        # kopf's Identity is a NewType of str that kopf does not export.
+        identity=cast("Any", identity),
         liveness_endpoint=liveness_endpoint,
         stop_flag=stop_flag,
         ready_flag=ready_flag,

@@ -13,7 +13,11 @@ from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
 from craft_operator.credentials.keyring import generate_key_entry
 from tests.support.admission import admit, default_craftsandbox
-from tests.support.emulator import KubeEmulator, declare_core_resources
+from tests.support.emulator import (
+    KubeEmulator,
+    declare_core_resources,
+    declare_peering_resources,
+)
 from tests.support.operator import running_operator
 from tests.support.pod_exec import EmulatedPodExec
 from tests.support.rbac import Access, access_of, cluster_role_rules, grants
@@ -52,7 +56,7 @@ def declare_craft_resources(emulator: KubeEmulator) -> None:
 
 @pytest.fixture
 async def emulator(request: pytest.FixtureRequest) -> AsyncIterator[KubeEmulator]:
-    """A running Kubernetes API emulator with the core resources and the CraftSandbox CRD.
+    """A running Kubernetes API emulator with the core resources and the CRDs in ``crds/``.
 
     Every write is admitted as a real API server would (schemas, CEL, Pod Security). At the
     end, the test fails if anything was refused that it did not expect (expected refusals
@@ -62,6 +66,7 @@ async def emulator(request: pytest.FixtureRequest) -> AsyncIterator[KubeEmulator
     async with KubeEmulator() as handler, kmock.Server(handler):
         declare_core_resources(handler)
         declare_craft_resources(handler)
+        declare_peering_resources(handler)
         handler.mutators.append(default_craftsandbox)
         handler.validators.append(admit)
         yield handler

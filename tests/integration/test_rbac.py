@@ -3,8 +3,8 @@
 Every integration test already fails when the operator uses access the ClusterRole lacks
 (see ``conftest.emulator``). This scenario walks every path that talks to the API
 (provisioning, CLI validation, Job-mode library sync, drift repair, create conflicts, a custom
-template, deletion)
-and checks the other direction: each grant in ``manifests/base/rbac.yaml`` is used.
+template, deletion), as one replica of an active/standby pair (peering), and checks the other
+direction: each grant in ``manifests/base/rbac.yaml`` is used.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from kmock._internal import rendering
 
 from craft_operator.builders.naming import LABEL_SANDBOX
 from craft_operator.config import Settings
+from craft_operator.peering.options import PeeringOptions
 from tests.integration.conftest import SANDBOXES, observed_access
+from tests.integration.test_peering import PEERING, PEERINGS, peering_object
 from tests.integration.helpers import NAMESPACE, phase, pod, sandbox
 from tests.integration.test_library_jobs import JOBS, finish_job
 from tests.support.emulator import KubeEmulator
@@ -63,7 +65,11 @@ async def test_every_grant_in_the_cluster_role_is_used(
             "library_s3_secret": "library-s3",
         }
     )
-    async with running_operator(str(emulator.url).rstrip("/"), custom, exec_transport=pod_exec):
+    emulator.create(PEERINGS, peering_object())
+    peering = PeeringOptions(name=PEERING, priority=100, identity="craft-operator-0", lifetime=5)
+    async with running_operator(
+        str(emulator.url).rstrip("/"), custom, exec_transport=pod_exec, peering=peering
+    ):
         emulator.create(SANDBOXES, sandbox("alice", userLibrary={"mode": "Job"}))
         await eventually(lambda: pod(emulator, "alice"), what="the pod")
         mark_pod_running(emulator, NAMESPACE, "alice")

@@ -16,6 +16,7 @@ import kmock
 
 from craft_operator.api import models
 from tests.support.crd_validation import apply_defaults, craftsandbox_validator
+from tests.support.peering_crd import PEERING_GROUP, peering_problems
 from tests.support.pss import restricted_violations
 from tests.support.schemas import core_schema_validator
 
@@ -28,6 +29,8 @@ def admit(
         validator = craftsandbox_validator()
         result = validator.admit_create(obj) if old is None else validator.admit_update(old, obj)
         return result.messages
+    if resource.group == PEERING_GROUP:
+        return peering_problems(obj)
     problems = core_schema_validator(resource, obj, old)
     if resource.plural == "pods" and resource.group == "":
         problems += [f"violates PodSecurity restricted: {p}" for p in restricted_violations(obj)]

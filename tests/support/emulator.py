@@ -699,3 +699,18 @@ def _namespace(name: str) -> dict[str, Any]:
 def declare_core_resources(emulator: KubeEmulator) -> None:
     """Serve the built-in Kubernetes resources in discovery (pods, secrets, jobs, ...)."""
     emulator.resources.load_bundled()
+
+
+def declare_peering_resources(emulator: KubeEmulator) -> None:
+    """Serve kopf's peering resources (``crds/kopfpeerings.kopf.dev.yaml``) in discovery."""
+    verbs = {"get", "list", "watch", "create", "update", "patch", "delete"}
+    for plural, kind, namespaced in (
+        ("clusterkopfpeerings", "ClusterKopfPeering", False),
+        ("kopfpeerings", "KopfPeering", True),
+    ):
+        emulator.declare(
+            Resource("kopf.dev", "v1", plural),
+            kmock.ResourceInfo(
+                kind=kind, singular=kind.lower(), namespaced=namespaced, verbs=verbs
+            ),
+        )

@@ -13,6 +13,7 @@ import kopf
 from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
 from craft_operator.kube.exec import ExecTransport
+from craft_operator.peering.options import PeeringOptions
 from craft_operator.runtime import build_context, run_operator
 
 
@@ -54,8 +55,12 @@ async def start_operator(
     *,
     exec_transport: ExecTransport | None = None,
     startup_timeout: float = 20.0,
+    peering: PeeringOptions | None = None,
 ) -> RunningOperator:
-    """Start the operator against ``server_url`` and wait until it is ready."""
+    """Start the operator against ``server_url`` and wait until it is ready.
+
+    Standalone unless ``peering`` names a peering object (then it starts as a standby).
+    """
     context = build_context(settings, exec_transport=exec_transport)
     stop_flag = asyncio.Event()
     ready_flag = asyncio.Event()
@@ -67,7 +72,8 @@ async def start_operator(
     task = asyncio.create_task(
         run_operator(
             settings,
-            standalone=True,
+            standalone=peering is None,
+            peering=peering,
             login=login,
             stop_flag=stop_flag,
             ready_flag=ready_flag,
@@ -95,9 +101,12 @@ async def running_operator(
     settings: Settings,
     *,
     exec_transport: ExecTransport | None = None,
+    peering: PeeringOptions | None = None,
 ) -> AsyncIterator[OperatorContext]:
     """The operator for the duration of a ``with`` block; stopped cleanly (or fail loudly)."""
-    running = await start_operator(server_url, settings, exec_transport=exec_transport)
+    running = await start_operator(
+        server_url, settings, exec_transport=exec_transport, peering=peering
+    )
     try:
         yield running.context
     finally:

@@ -5,15 +5,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sys
 
 import click
 
-from craft_operator.config import SettingsError, load_settings
+from craft_operator.config import Settings, SettingsError, load_settings
 from craft_operator.kube.connection import (
     ClusterUnreachableError,
     check_reachable,
     discover_connection,
+)
+from craft_operator.peering.options import (
+    POD_NAME_VARIABLE,
+    PeeringError,
+    PeeringOptions,
+    resolve_peering,
 )
 from craft_operator.runtime import run_operator
 
@@ -38,7 +45,26 @@ def fail(message: str, code: int = 1) -> None:
 @click.option(
     "--standalone",
     is_flag=True,
-    help="Do not coordinate with other operator replicas (no peering).",
+    help="Run alone, without peering (also the default when no peering name is set).",
+)
+@click.option(
+    "--peering",
+    "peering_name",
+    metavar="NAME",
+    help="Peer through this kopf peering object (active/standby). Default: CRAFT_PEERING_NAME.",
+)
+@click.option(
+    "--priority",
+    type=int,
+    metavar="N",
+    help="Priority in the peering; the highest live replica works. Default: "
+    "CRAFT_PEERING_PRIORITY.",
+)
+@click.option(
+    "--priority-from-ordinal",
+    is_flag=True,
+    help=f"Subtract the StatefulSet ordinal at the end of ${POD_NAME_VARIABLE} from the "
+    "priority, so that the replicas' priorities differ (pod -0 is preferred).",
 )
 @click.option(
     "--liveness",
@@ -51,6 +77,9 @@ def run(
     namespaces: tuple[str, ...],
     all_namespaces: bool,
     standalone: bool,
+    peering_name: str | None,
+    priority: int | None,
+    priority_from_ordinal: bool,
     liveness_endpoint: str | None,
     verbose: bool,
 ) -> None:
@@ -72,6 +101,17 @@ def run(
         return
     watched: list[str] = [] if all_namespaces else list(namespaces or settings.namespaces)
     try:
+        peering = peering_options(
+            settings,
+            name=peering_name,
+            priority=priority,
+            from_ordinal=priority_from_ordinal,
+            standalone=standalone,
+        )
+    except PeeringError as exc:
+        fail(str(exc), code=2)
+        return
+    try:
         info = discover_connection()
         asyncio.run(check_reachable(info))
     except ClusterUnreachableError as exc:
@@ -82,7 +122,29 @@ def run(
             run_operator(
                 settings,
                 namespaces=watched,
-                standalone=standalone,
+                peering=peering,
                 liveness_endpoint=liveness_endpoint,
             )
         )
+
+
+def peering_options(
+    settings: Settings,
+    *,
+    name: str | None,
+    priority: int | None,
+    from_ordinal: bool,
+    standalone: bool,
+) -> PeeringOptions:
+    """The replica's peering from the options, falling back to the settings and $POD_NAME."""
+    options = resolve_peering(
+        name=name if name is not None else settings.peering_name,
+        priority=priority if priority is not None else settings.peering_priority,
+        from_ordinal=from_ordinal,
+        standalone=standalone,
+        pod_name=os.environ.get(POD_NAME_VARIABLE),
+        lifetime=settings.peering_lifetime,
+    )
+    if options.standalone and priority is not None:
+        raise PeeringError("--priority needs a peering name (--peering or CRAFT_PEERING_NAME)")
+    return options

@@ -42,6 +42,8 @@ def owning_sandbox(meta: Mapping[str, Any]) -> str | None:
 
 def _child_handler(kind: str) -> Any:
     async def child_event(event: kopf.RawEvent, memo: OperatorContext, **_: Any) -> None:
+        if not memo.gate.active:
+            return  # a standby keeps no state (see craft_operator.peering.gate)
         obj = event["object"]
         meta = obj.get("metadata", {})
         if event["type"] == "DELETED":

@@ -14,7 +14,12 @@ RESOURCE = (models.GROUP, models.VERSION, models.PLURAL)
 
 
 async def sandbox_event(event: kopf.RawEvent, memo: OperatorContext, **_: Any) -> None:
-    """Any change to a CraftSandbox (or the initial listing) queues it; deletion forgets it."""
+    """Any change to a CraftSandbox (or the initial listing) queues it; deletion forgets it.
+
+    A standby ignores it: it keeps no state, and relists when it becomes active.
+    """
+    if not memo.gate.active:
+        return
     obj = event["object"]
     meta = obj.get("metadata", {})
     key = (meta.get("namespace", ""), meta["name"])

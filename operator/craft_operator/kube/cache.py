@@ -82,6 +82,11 @@ class ObjectCache:
         self._objects.pop((kind, namespace, name), None)
         self._tombstones.pop((kind, namespace, name), None)
 
+    def clear(self) -> None:
+        """Forget everything (a standby's view goes stale: it is relisted on activation)."""
+        self._objects.clear()
+        self._tombstones.clear()
+
     def items(self, kind: str) -> Iterator[tuple[Key, dict[str, Any]]]:
         """All cached objects of ``kind``."""
         for key, obj in list(self._objects.items()):

@@ -5,6 +5,9 @@ Like client-go's rate-limited queue: adding a key that is already waiting merges
 afterwards; a failure retries the key with exponential backoff and jitter; a success may
 ask for a later visit (``requeue_after``). Handlers therefore see the latest state, and a
 burst of events for one object costs one reconcile, not one per event.
+
+A standby replica pauses the queue (:meth:`WorkQueue.pause`): no pass runs, and none that was
+running goes on, until :meth:`WorkQueue.resume`.
 """
 
 from __future__ import annotations
@@ -62,6 +65,8 @@ class WorkQueue(Generic[K]):
         self._counter = itertools.count()
         self._wakeup = asyncio.Event()
         self._workers: list[asyncio.Task[None]] = []
+        self._started = False
+        self._paused = False
         self.processed = 0
         self.failed = 0
 
@@ -96,17 +101,55 @@ class WorkQueue(Generic[K]):
         if key in self._processing:
             self._forgotten.add(key)
 
+    @property
+    def paused(self) -> bool:
+        """Whether the queue is paused (keys are recorded, but no worker runs)."""
+        return self._paused
+
     def start(self) -> None:
-        """Start the workers in the running loop."""
-        for index in range(self._concurrency):
-            self._workers.append(asyncio.create_task(self._work(), name=f"reconcile-{index}"))
+        """Start the workers in the running loop (if paused: once it resumes)."""
+        self._started = True
+        if not self._paused:
+            self._spawn_workers()
 
     async def stop(self) -> None:
         """Stop the workers (a reconcile in progress is cancelled)."""
-        for worker in self._workers:
+        self._started = False
+        await self._cancel_workers()
+
+    async def pause(self) -> None:
+        """Stop acting until :meth:`resume`: passes in progress are cancelled, as if the
+        process had died there (the reconciler converges from any such point), and are
+        visited again after the pause unless :meth:`clear` drops them."""
+        self._paused = True
+        interrupted = self._processing - self._forgotten
+        await self._cancel_workers()
+        for key in interrupted:
+            self.add(key)
+
+    def resume(self) -> None:
+        """Work again after :meth:`pause` (the workers start if the queue was started)."""
+        self._paused = False
+        if self._started and not self._workers:
+            self._spawn_workers()
+
+    def clear(self) -> None:
+        """Drop every pending visit and all backoff history (the keys' state is unknown)."""
+        self._heap.clear()
+        self._due.clear()
+        self._failures.clear()
+        self._dirty.clear()
+        self._forgotten |= self._processing
+
+    def _spawn_workers(self) -> None:
+        for index in range(self._concurrency):
+            self._workers.append(asyncio.create_task(self._work(), name=f"reconcile-{index}"))
+
+    async def _cancel_workers(self) -> None:
+        workers, self._workers = self._workers, []
+        for worker in workers:
             worker.cancel()
-        await asyncio.gather(*self._workers, return_exceptions=True)
-        self._workers.clear()
+        await asyncio.gather(*workers, return_exceptions=True)
 
     async def _next(self) -> K:
         loop = asyncio.get_running_loop()

@@ -1,0 +1,32 @@
+"""Peering wiring: run the peering monitor, and feed it the peering object kopf streams."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from craft_operator.peering.monitor import PEERING_GROUP, PEERING_VERSION, PeeringMonitor
+
+
+def register(registry: kopf.OperatorRegistry, monitor: PeeringMonitor, plural: str) -> None:
+    """Register the monitor's start, stop and watch handlers (only for a peered replica)."""
+
+    async def start_peering_monitor(**_: Any) -> None:
+        monitor.start()
+
+    async def stop_peering_monitor(**_: Any) -> None:
+        await monitor.stop()
+
+    async def peering_event(event: kopf.RawEvent, **_: Any) -> None:
+        if event["type"] != "DELETED":
+            await monitor.observe(event["object"])
+
+    def ours(name: str, **_: Any) -> bool:
+        return monitor.wants(name)
+
+    kopf.on.startup(registry=registry, id="start-peering-monitor")(start_peering_monitor)
+    kopf.on.cleanup(registry=registry, id="stop-peering-monitor")(stop_peering_monitor)
+    kopf.on.event(
+        PEERING_GROUP, PEERING_VERSION, plural, registry=registry, id="peering-event", when=ours
+    )(peering_event)

@@ -1,0 +1,1 @@
+"""Active/standby replicas: kopf peering options, the peering rule, and the activity gate."""

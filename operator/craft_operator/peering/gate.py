@@ -1,0 +1,120 @@
+"""Whether this replica acts: the switch between active and standby for the operator's own work.
+
+kopf's peering pauses kopf's watch streams, but this operator's work happens in its own
+queue (timers, backoff, idle checks), which would go on reconciling from a stale cache. The
+gate stops all of it on a standby and rebuilds it on activation:
+
+- standby: the workers stop (a pass in progress is cancelled, as if the process had died
+  there), every pending visit is dropped, and the cache is emptied; the handlers drop watch
+  events (:attr:`ActivityGate.active` is false), so nothing stale builds up;
+- activation: the sandboxes and the operator's children are listed afresh into the cache
+  (watch events are taken again from that moment; the cache keeps the newest version of
+  each object), every sandbox is queued, and the workers start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from craft_operator.builders.naming import LABEL_MANAGED_BY, MANAGED_BY
+from craft_operator.kube.cache import ObjectCache
+from craft_operator.kube.client import (
+    CONFIGMAPS,
+    JOBS,
+    PODS,
+    PVCS,
+    SANDBOXES,
+    SECRETS,
+    Kind,
+    KubeClient,
+)
+from craft_operator.reconciler.library_job import JOB
+from craft_operator.reconciler.queue import WorkQueue
+from craft_operator.reconciler.sandbox import CONFIGMAP, POD, PVC, SANDBOX, SECRET
+
+logger = logging.getLogger(__name__)
+
+SandboxKey = tuple[str, str]
+_MANAGED = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+
+#: What an activated replica lists, as the watches see it: (API kind, cache kind, selector).
+RELISTED: tuple[tuple[Kind, str, str | None], ...] = (
+    (SANDBOXES, SANDBOX, None),
+    (PODS, POD, _MANAGED),
+    (SECRETS, SECRET, _MANAGED),
+    (CONFIGMAPS, CONFIGMAP, _MANAGED),
+    (PVCS, PVC, _MANAGED),
+    (JOBS, JOB, _MANAGED),
+)
+
+
+class ActivityGate:
+    """Active (the default, and always in standalone mode) or standby; see the module."""
+
+    def __init__(
+        self,
+        *,
+        kube: KubeClient,
+        cache: ObjectCache,
+        queue: WorkQueue[SandboxKey],
+        namespaces: Sequence[str] = (),
+    ) -> None:
+        self._kube = kube
+        self._cache = cache
+        self._queue = queue
+        #: Watched namespaces; empty: all.
+        self.namespaces: tuple[str, ...] = tuple(namespaces)
+        self._active = True
+        self._lock = asyncio.Lock()
+        self.activations = 0
+
+    @property
+    def active(self) -> bool:
+        """Whether the replica acts on what it sees (the handlers check this)."""
+        return self._active
+
+    async def deactivate(self, reason: str) -> None:
+        """Become a standby: stop the work and forget the state (no-op if standby already)."""
+        async with self._lock:
+            if not self._active:
+                return
+            self._active = False
+            await self._queue.pause()
+            self._queue.clear()
+            self._cache.clear()
+            logger.info("standby: no reconciling while %s", reason)
+
+    async def activate(self, reason: str) -> None:
+        """Become active: relist, queue every sandbox, start the work (no-op if active).
+
+        An API error while listing leaves the replica in standby and is raised.
+        """
+        async with self._lock:
+            if self._active:
+                return
+            self._active = True  # watch events count again from here, during the listing too
+            try:
+                keys = await self._relist()
+            except BaseException:
+                self._active = False
+                self._cache.clear()
+                raise
+            for key in keys:
+                self._queue.add(key)
+            self._queue.resume()
+            self.activations += 1
+            logger.info("active: reconciling %d sandboxes (%s)", len(keys), reason)
+
+    async def _relist(self) -> list[SandboxKey]:
+        scopes: Sequence[str | None] = self.namespaces or (None,)
+        keys: list[SandboxKey] = []
+        for kind, cache_kind, selector in RELISTED:
+            for namespace in scopes:
+                for obj in await self._kube.list(kind, namespace, label_selector=selector):
+                    self._cache.put(cache_kind, obj)
+                    if cache_kind == SANDBOX:
+                        meta = obj.get("metadata", {})
+                        keys.append((meta.get("namespace", ""), meta["name"]))
+        return keys

@@ -1,0 +1,184 @@
+"""Watch the peering object and switch the :class:`ActivityGate` as kopf's rule says.
+
+kopf keeps its pause state to itself (a local toggle in ``kopf.spawn_tasks``). Rather than
+reach into kopf's internals, the operator reads the same peering object with its own client
+and applies the same rule (:mod:`craft_operator.peering.rule`):
+
+- a poll every :attr:`PeeringOptions.check_interval` seconds finds out when to resume (a
+  paused kopf streams nothing, so only a read can tell that the blocking peer is gone);
+- while active, kopf streams the peering object to :meth:`PeeringMonitor.observe` too, so a
+  returning higher-priority replica stops this one at once, not at the next poll.
+
+Until the first successful read the replica stays a standby (as kopf does with mandatory
+peering). If the object cannot be read for longer than the peers' record lifetime, the
+replica steps down: its peers may already have taken over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from craft_operator.kube.client import ApiError, Kind, KubeClient, NotFoundError
+from craft_operator.peering.gate import ActivityGate
+from craft_operator.peering.options import PeeringOptions
+from craft_operator.peering.rule import Verdict, evaluate
+
+logger = logging.getLogger(__name__)
+
+PEERING_GROUP, PEERING_VERSION = "kopf.dev", "v1"
+CLUSTER_PEERINGS = Kind(f"{PEERING_GROUP}/{PEERING_VERSION}", "clusterkopfpeerings")
+NAMESPACED_PEERINGS = Kind(f"{PEERING_GROUP}/{PEERING_VERSION}", "kopfpeerings")
+
+Clock = Callable[[], datetime]
+
+
+def default_identity() -> str:
+    """This replica's identity in the peering object: ``POD_ID`` (the pod's name in the
+    manifests), else ``craft-operator@<host>/<random>`` (unique per process)."""
+    pod = os.environ.get("POD_ID")
+    if pod:
+        return pod
+    return f"craft-operator@{socket.gethostname()}/{secrets.token_hex(3)}"
+
+
+def peering_kind(namespaces: Sequence[str]) -> Kind:
+    """kopf's choice: a ClusterKopfPeering for a cluster-wide operator, else a KopfPeering
+    in each watched namespace."""
+    return NAMESPACED_PEERINGS if namespaces else CLUSTER_PEERINGS
+
+
+def check_interval(lifetime: int) -> float:
+    """Seconds between reads of the peering object: a tenth of the lifetime, 0.2 to 5 s."""
+    return min(5.0, max(0.2, lifetime / 10))
+
+
+class PeeringMonitor:
+    """Keeps the gate in line with the peering object (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        kube: KubeClient,
+        gate: ActivityGate,
+        options: PeeringOptions,
+        identity: str,
+        namespaces: Sequence[str] = (),
+        clock: Clock = lambda: datetime.now(UTC),
+    ) -> None:
+        assert options.name is not None, "a standalone replica has no peering to monitor"
+        self._kube = kube
+        self._gate = gate
+        self._name = options.name
+        self._priority = options.priority
+        self._lifetime = options.lifetime
+        self._identity = identity
+        self._scopes: tuple[str | None, ...] = tuple(namespaces) or (None,)
+        self._kind = peering_kind(namespaces)
+        self._clock = clock
+        self._statuses: dict[str | None, Mapping[str, Any] | None] = {}
+        self._last_read: datetime | None = None
+        self._missing_reported = False
+        self._task: asyncio.Task[None] | None = None
+        self.interval = check_interval(options.lifetime)
+
+    def wants(self, name: str) -> bool:
+        """Whether a peering object is the one this replica peers through."""
+        return name == self._name
+
+    def start(self) -> None:
+        """Start polling in the running loop."""
+        self._task = asyncio.create_task(self._run(), name="peering-monitor")
+
+    async def stop(self) -> None:
+        """Stop polling."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def observe(self, body: Mapping[str, Any]) -> None:
+        """A version of the peering object seen in a watch event (kopf streams it while active)."""
+        namespace = body.get("metadata", {}).get("namespace")
+        if namespace not in self._scopes:
+            return
+        self._statuses[namespace] = body.get("status") or {}
+        await self._apply(self.verdict())
+
+    def verdict(self) -> Verdict:
+        """kopf's rule over every peering object read so far (all must let this one work),
+        and only once this replica's own record is there (its peers can see it)."""
+        if not all(self._identity in (self._statuses.get(scope) or {}) for scope in self._scopes):
+            return Verdict(active=False, reason="its own keep-alive is not in the peering yet")
+        now = self._clock()
+        blockers = tuple(
+            peer
+            for scope in self._scopes
+            for peer in evaluate(
+                self._statuses.get(scope),
+                identity=self._identity,
+                priority=self._priority,
+                now=now,
+            ).blockers
+        )
+        return Verdict(active=not blockers, blockers=blockers)
+
+    async def check(self) -> None:
+        """Read the peering object(s) once and switch the gate accordingly."""
+        try:
+            for scope in self._scopes:
+                body = await self._kube.get(self._kind, scope, self._name)
+                self._statuses[scope] = body.get("status") or {}
+        except NotFoundError:
+            where = f" in namespace {scope}" if scope else ""
+            if not self._missing_reported:
+                logger.warning(
+                    "peering object %s %r%s does not exist: this replica does nothing until "
+                    "it is created (manifests/base/peering.yaml)",
+                    self._kind.plural,
+                    self._name,
+                    where,
+                )
+                self._missing_reported = True
+            await self._gate.deactivate(f"peering object {self._name!r} is missing")
+            return
+        except ApiError as exc:
+            await self._unreadable(exc)
+            return
+        self._missing_reported = False
+        self._last_read = self._clock()
+        await self._apply(self.verdict())
+
+    async def _unreadable(self, exc: ApiError) -> None:
+        stale = self._last_read is None or (
+            (self._clock() - self._last_read).total_seconds() > self._lifetime
+        )
+        logger.warning("cannot read peering object %r: %s", self._name, exc)
+        if stale:
+            await self._gate.deactivate(f"peering object {self._name!r} cannot be read")
+
+    async def _apply(self, verdict: Verdict) -> None:
+        if verdict.active:
+            try:
+                await self._gate.activate(f"{verdict.describe()} in peering {self._name!r}")
+            except ApiError as exc:
+                logger.warning("cannot take over yet, listing failed: %s", exc)
+        else:
+            await self._gate.deactivate(f"peering {self._name!r} prefers {verdict.describe()}")
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.check()
+            except Exception:
+                # Stay in the loop: a monitor that died would leave the gate as it is.
+                logger.exception("peering check failed unexpectedly")
+            await asyncio.sleep(self.interval)

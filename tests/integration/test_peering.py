@@ -1,0 +1,131 @@
+"""Two replicas peer through one ClusterKopfPeering: one works, the other stands by.
+
+Each replica runs in its own thread and event loop (``tests.support.replica``), against the
+same emulated API server and the same credentials database, as two pods would. A replica's
+writes are counted by its own API client, so the test can tell who wrote what.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import aiohttp.web
+import kmock
+import pytest
+from kmock._internal import rendering
+
+from craft_operator.config import Settings
+from craft_operator.peering.options import PeeringOptions
+from tests.integration.conftest import SANDBOXES
+from tests.integration.helpers import NAMESPACE, phase, pod, sandbox
+from tests.support.emulator import KubeEmulator
+from tests.support.operator import eventually
+from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
+from tests.support.replica import Replica
+
+pytestmark = pytest.mark.integration
+
+PEERINGS = kmock.resource("kopf.dev", "v1", "clusterkopfpeerings")
+PEERING = "craft-operator"
+PREFERRED, STANDBY = "craft-operator-0", "craft-operator-1"
+#: Short keep-alives, so that a replica that died without a goodbye expires quickly.
+LIFETIME = 3
+#: Enough for the standby to outwait a dead peer's record (LIFETIME) with room to spare.
+TAKEOVER = 20.0
+
+
+def peering_object() -> dict[str, Any]:
+    return {
+        "apiVersion": "kopf.dev/v1",
+        "kind": "ClusterKopfPeering",
+        "metadata": {"name": PEERING},
+    }
+
+
+def peering_options(identity: str, priority: int) -> PeeringOptions:
+    return PeeringOptions(name=PEERING, priority=priority, identity=identity, lifetime=LIFETIME)
+
+
+def make_replica(
+    emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec, identity: str
+) -> Replica:
+    priority = 100 if identity == PREFERRED else 99
+    return Replica(
+        str(emulator.url).rstrip("/"),
+        settings,
+        peering=peering_options(identity, priority),
+        exec_transport=pod_exec,
+    )
+
+
+async def provision(emulator: KubeEmulator, name: str) -> None:
+    """Create a sandbox and walk it to Ready (the test plays the kubelet)."""
+    emulator.create(SANDBOXES, sandbox(name))
+    await eventually(lambda: pod(emulator, name), within=TAKEOVER, what=f"the pod of {name}")
+    mark_pod_running(emulator, NAMESPACE, name)
+    await phase(emulator, name, "Ready", within=TAKEOVER)
+
+
+def no_goodbye_from(identity: str) -> Any:
+    """Refuse the last keep-alive that removes a replica's record, as if it died first."""
+
+    async def hook(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
+        if request.method.value.upper() == "PATCH" and request.url.path.endswith(
+            f"/clusterkopfpeerings/{PEERING}"
+        ):
+            status = (request.data or {}).get("status") or {}
+            if identity in status and status[identity] is None:
+                # 404 ends kopf's attempt at once (a 5xx it would retry for a minute).
+                return aiohttp.web.json_response(
+                    {"kind": "Status", "code": 404, "reason": "NotFound"}, status=404
+                )
+        return None
+
+    return hook
+
+
+async def test_the_preferred_replica_works_the_standby_takes_over_and_hands_back(
+    emulator: KubeEmulator, settings: Settings, tmp_path: Path
+) -> None:
+    emulator.create(PEERINGS, peering_object())
+    pod_exec = EmulatedPodExec(emulator, tmp_path / "pods", scripted_cli=lambda *_: 0)
+    preferred = await make_replica(emulator, settings, pod_exec, PREFERRED).start()
+    standby = await make_replica(emulator, settings, pod_exec, STANDBY).start()
+    started = [preferred, standby]
+    try:
+        # Both keep their record in the peering object; only the preferred one works.
+        await eventually(
+            lambda: {PREFERRED, STANDBY} <= set(emulator.get(PEERINGS, None, PEERING)["status"]),
+            what="both replicas in the peering object",
+        )
+        await eventually(
+            lambda: preferred.active and not standby.active, what="one active, one standby"
+        )
+        await provision(emulator, "alice")
+        assert standby.writes() == 0
+        assert standby.context.queue.processed == 0
+
+        # The preferred replica dies without a goodbye: once its record expires, the
+        # standby takes over and converges a new sandbox.
+        goodbye_refused = no_goodbye_from(PREFERRED)
+        emulator.before_request.append(goodbye_refused)
+        await preferred.kill()
+        started.remove(preferred)
+        emulator.before_request.remove(goodbye_refused)  # the standby's clean-up goes through
+        await eventually(lambda: standby.active, within=TAKEOVER, what="the standby taking over")
+        await provision(emulator, "bob")
+        assert standby.writes() > 0
+
+        # The preferred replica comes back: the standby steps down and writes nothing more.
+        returned = await make_replica(emulator, settings, pod_exec, PREFERRED).start()
+        started.append(returned)
+        await eventually(lambda: not standby.active, within=TAKEOVER, what="the standby back")
+        await eventually(lambda: returned.active, within=TAKEOVER, what="the preferred again")
+        writes, processed = standby.writes(), standby.context.queue.processed
+        await provision(emulator, "carol")
+        assert (standby.writes(), standby.context.queue.processed) == (writes, processed)
+        assert returned.writes() > 0
+    finally:
+        for replica in started:
+            await replica.stop()
