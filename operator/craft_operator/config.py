@@ -182,8 +182,8 @@ class Settings(BaseSettings):
     peering_name: str | None = Field(
         default=None,
         description=(
-            "kopf peering object (ClusterKopfPeering; KopfPeering per namespace when "
-            "CRAFT_NAMESPACES is set) for an active/standby pair; unset: standalone."
+            "Name of the ClusterKopfPeering through which two replicas form an "
+            "active/standby pair; unset: standalone."
         ),
         max_length=253,
         pattern=DNS_SUBDOMAIN_PATTERN,

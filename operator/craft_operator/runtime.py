@@ -23,7 +23,7 @@ from craft_operator.kube.connection import discover_connection
 from craft_operator.kube.events import EventRecorder
 from craft_operator.kube.exec import ExecResult, ExecTransport, KubernetesExec, Stdin
 from craft_operator.metrics import Metrics, start_from_settings
-from craft_operator.peering.monitor import PeeringMonitor, default_identity, peering_kind
+from craft_operator.peering.monitor import PeeringMonitor, default_identity
 from craft_operator.peering.options import PeeringOptions
 from craft_operator.reconciler.sandbox import SandboxReconciler, Services
 from craft_operator.reconciler.services import LibrarySyncer, SkillRenderer, StoreCredentials
@@ -183,9 +183,8 @@ async def run_operator(
             gate=context.gate,
             options=peering,
             identity=identity,
-            namespaces=list(namespaces),
         )
-        peering_handlers.register(registry, monitor, peering_kind(list(namespaces)).plural)
+        peering_handlers.register(registry, monitor)
         # A standby until the peering object says otherwise, as kopf's mandatory peering is.
         await context.gate.deactivate("the peering object is not read yet")
     ignored = set(foreign_tasks) if foreign_tasks is not None else set()

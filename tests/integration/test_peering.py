@@ -129,3 +129,27 @@ async def test_the_preferred_replica_works_the_standby_takes_over_and_hands_back
     finally:
         for replica in started:
             await replica.stop()
+
+
+async def test_a_replica_watching_some_namespaces_peers_through_the_cluster_wide_object(
+    emulator: KubeEmulator, settings: Settings, tmp_path: Path
+) -> None:
+    emulator.create(PEERINGS, peering_object())
+    emulator.namespaces.add(NAMESPACE)
+    pod_exec = EmulatedPodExec(emulator, tmp_path / "pods", scripted_cli=lambda *_: 0)
+    replica = Replica(
+        str(emulator.url).rstrip("/"),
+        settings,
+        peering=peering_options(PREFERRED, 100),
+        exec_transport=pod_exec,
+        namespaces=(NAMESPACE,),
+    )
+    await replica.start()
+    try:
+        await eventually(lambda: replica.active, within=TAKEOVER, what="the replica active")
+        await provision(emulator, "alice")
+        assert PREFERRED in emulator.get(PEERINGS, None, PEERING)["status"]
+    finally:
+        await replica.stop()
+    # A graceful stop takes the replica out of the peering at once.
+    assert PREFERRED not in (emulator.get(PEERINGS, None, PEERING).get("status") or {})

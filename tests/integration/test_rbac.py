@@ -18,9 +18,9 @@ from craft_operator.builders.naming import LABEL_SANDBOX
 from craft_operator.config import Settings
 from craft_operator.peering.options import PeeringOptions
 from tests.integration.conftest import SANDBOXES, observed_access
-from tests.integration.test_peering import PEERING, PEERINGS, peering_object
 from tests.integration.helpers import NAMESPACE, phase, pod, sandbox
 from tests.integration.test_library_jobs import JOBS, finish_job
+from tests.integration.test_peering import PEERING, PEERINGS, peering_object
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually, running_operator
 from tests.support.pod_exec import EmulatedPodExec, mark_pod_running

@@ -702,15 +702,13 @@ def declare_core_resources(emulator: KubeEmulator) -> None:
 
 
 def declare_peering_resources(emulator: KubeEmulator) -> None:
-    """Serve kopf's peering resources (``crds/kopfpeerings.kopf.dev.yaml``) in discovery."""
-    verbs = {"get", "list", "watch", "create", "update", "patch", "delete"}
-    for plural, kind, namespaced in (
-        ("clusterkopfpeerings", "ClusterKopfPeering", False),
-        ("kopfpeerings", "KopfPeering", True),
-    ):
-        emulator.declare(
-            Resource("kopf.dev", "v1", plural),
-            kmock.ResourceInfo(
-                kind=kind, singular=kind.lower(), namespaced=namespaced, verbs=verbs
-            ),
-        )
+    """Serve kopf's ClusterKopfPeering (``crds/clusterkopfpeerings.kopf.dev.yaml``)."""
+    emulator.declare(
+        Resource("kopf.dev", "v1", "clusterkopfpeerings"),
+        kmock.ResourceInfo(
+            kind="ClusterKopfPeering",
+            singular="clusterkopfpeering",
+            namespaced=False,
+            verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+        ),
+    )

@@ -56,10 +56,12 @@ async def start_operator(
     exec_transport: ExecTransport | None = None,
     startup_timeout: float = 20.0,
     peering: PeeringOptions | None = None,
+    namespaces: tuple[str, ...] = (),
 ) -> RunningOperator:
     """Start the operator against ``server_url`` and wait until it is ready.
 
-    Standalone unless ``peering`` names a peering object (then it starts as a standby).
+    Standalone unless ``peering`` names a peering object (then it starts as a standby);
+    cluster-wide unless given ``namespaces``.
     """
     context = build_context(settings, exec_transport=exec_transport)
     stop_flag = asyncio.Event()
@@ -72,6 +74,7 @@ async def start_operator(
     task = asyncio.create_task(
         run_operator(
             settings,
+            namespaces=namespaces,
             standalone=peering is None,
             peering=peering,
             login=login,

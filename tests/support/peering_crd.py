@@ -1,4 +1,4 @@
-"""kopf's peering objects, checked as the API server would (``crds/kopfpeerings.kopf.dev.yaml``)."""
+"""kopf's ClusterKopfPeering, checked as the API server would with its CRD in crds/."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import jsonschema
 import yaml
 
 PEERING_GROUP = "kopf.dev"
-CRD_PATH = Path(__file__).resolve().parents[2] / "crds" / "kopfpeerings.kopf.dev.yaml"
+CRD_PATH = Path(__file__).resolve().parents[2] / "crds" / "clusterkopfpeerings.kopf.dev.yaml"
 
 
 @functools.cache
@@ -22,7 +22,7 @@ def peering_crds() -> dict[str, dict[str, Any]]:
 
 
 def peering_problems(obj: Mapping[str, Any]) -> list[str]:
-    """What the API server would refuse in a ClusterKopfPeering or KopfPeering."""
+    """What the API server would refuse in a ClusterKopfPeering."""
     crd = peering_crds().get(str(obj.get("kind")))
     if crd is None:
         return [f"no peering CRD for kind {obj.get('kind')!r}"]

@@ -33,8 +33,10 @@ class Replica:
         *,
         peering: PeeringOptions,
         exec_transport: ExecTransport | None = None,
+        namespaces: tuple[str, ...] = (),
     ) -> None:
         self.server_url = server_url
+        self.namespaces = namespaces
         self.settings = settings
         self.peering = peering
         self.exec_transport = exec_transport
@@ -72,6 +74,7 @@ class Replica:
                 self.settings,
                 exec_transport=self.exec_transport,
                 peering=self.peering,
+                namespaces=self.namespaces,
             )
         )
         return self

@@ -1,4 +1,4 @@
-"""Peering wiring: run the peering monitor, and feed it the peering object kopf streams."""
+"""Peering wiring: one cluster-wide peering object, the monitor, and the object kopf streams."""
 
 from __future__ import annotations
 
@@ -6,13 +6,22 @@ from typing import Any
 
 import kopf
 
-from craft_operator.peering.monitor import PEERING_GROUP, PEERING_VERSION, PeeringMonitor
+from craft_operator.peering.monitor import (
+    CLUSTER_PEERINGS,
+    PEERING_GROUP,
+    PEERING_VERSION,
+    PeeringMonitor,
+)
 
 
-def register(registry: kopf.OperatorRegistry, monitor: PeeringMonitor, plural: str) -> None:
+def register(registry: kopf.OperatorRegistry, monitor: PeeringMonitor) -> None:
     """Register the monitor's start, stop and watch handlers (only for a peered replica)."""
 
-    async def start_peering_monitor(**_: Any) -> None:
+    async def start_peering_monitor(settings: kopf.OperatorSettings, **_: Any) -> None:
+        # kopf would peer through a KopfPeering per namespace when the operator watches only
+        # some; one ClusterKopfPeering serves every scope (kopf reads this setting when its
+        # peering starts, after the start-up handlers).
+        settings.peering.clusterwide = True
         monitor.start()
 
     async def stop_peering_monitor(**_: Any) -> None:
@@ -28,5 +37,10 @@ def register(registry: kopf.OperatorRegistry, monitor: PeeringMonitor, plural: s
     kopf.on.startup(registry=registry, id="start-peering-monitor")(start_peering_monitor)
     kopf.on.cleanup(registry=registry, id="stop-peering-monitor")(stop_peering_monitor)
     kopf.on.event(
-        PEERING_GROUP, PEERING_VERSION, plural, registry=registry, id="peering-event", when=ours
+        PEERING_GROUP,
+        PEERING_VERSION,
+        CLUSTER_PEERINGS.plural,
+        registry=registry,
+        id="peering-event",
+        when=ours,
     )(peering_event)

@@ -9,9 +9,13 @@ and applies the same rule (:mod:`craft_operator.peering.rule`):
 - while active, kopf streams the peering object to :meth:`PeeringMonitor.observe` too, so a
   returning higher-priority replica stops this one at once, not at the next poll.
 
-Until the first successful read the replica stays a standby (as kopf does with mandatory
-peering). If the object cannot be read for longer than the peers' record lifetime, the
-replica steps down: its peers may already have taken over.
+The peering object is always one ClusterKopfPeering, also for an operator restricted to
+some namespaces (kopf would use a KopfPeering per namespace; :mod:`.handlers.peering` makes
+it use the cluster-wide one): one object to create and to look at, one RBAC grant.
+
+Until the first successful read that shows its own keep-alive the replica stays a standby
+(kopf, with mandatory peering, starts paused too). If the object cannot be read for longer
+than the keep-alive lifetime, the replica steps down: its peers may have taken over.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,7 +39,6 @@ logger = logging.getLogger(__name__)
 
 PEERING_GROUP, PEERING_VERSION = "kopf.dev", "v1"
 CLUSTER_PEERINGS = Kind(f"{PEERING_GROUP}/{PEERING_VERSION}", "clusterkopfpeerings")
-NAMESPACED_PEERINGS = Kind(f"{PEERING_GROUP}/{PEERING_VERSION}", "kopfpeerings")
 
 Clock = Callable[[], datetime]
 
@@ -47,12 +50,6 @@ def default_identity() -> str:
     if pod:
         return pod
     return f"craft-operator@{socket.gethostname()}/{secrets.token_hex(3)}"
-
-
-def peering_kind(namespaces: Sequence[str]) -> Kind:
-    """kopf's choice: a ClusterKopfPeering for a cluster-wide operator, else a KopfPeering
-    in each watched namespace."""
-    return NAMESPACED_PEERINGS if namespaces else CLUSTER_PEERINGS
 
 
 def check_interval(lifetime: int) -> float:
@@ -70,7 +67,6 @@ class PeeringMonitor:
         gate: ActivityGate,
         options: PeeringOptions,
         identity: str,
-        namespaces: Sequence[str] = (),
         clock: Clock = lambda: datetime.now(UTC),
     ) -> None:
         assert options.name is not None, "a standalone replica has no peering to monitor"
@@ -80,10 +76,8 @@ class PeeringMonitor:
         self._priority = options.priority
         self._lifetime = options.lifetime
         self._identity = identity
-        self._scopes: tuple[str | None, ...] = tuple(namespaces) or (None,)
-        self._kind = peering_kind(namespaces)
         self._clock = clock
-        self._statuses: dict[str | None, Mapping[str, Any] | None] = {}
+        self._status: Mapping[str, Any] | None = None
         self._last_read: datetime | None = None
         self._missing_reported = False
         self._task: asyncio.Task[None] | None = None
@@ -107,45 +101,28 @@ class PeeringMonitor:
 
     async def observe(self, body: Mapping[str, Any]) -> None:
         """A version of the peering object seen in a watch event (kopf streams it while active)."""
-        namespace = body.get("metadata", {}).get("namespace")
-        if namespace not in self._scopes:
-            return
-        self._statuses[namespace] = body.get("status") or {}
+        self._status = body.get("status") or {}
         await self._apply(self.verdict())
 
     def verdict(self) -> Verdict:
-        """kopf's rule over every peering object read so far (all must let this one work),
-        and only once this replica's own record is there (its peers can see it)."""
-        if not all(self._identity in (self._statuses.get(scope) or {}) for scope in self._scopes):
+        """kopf's rule over the peering object as last seen, once this replica's own record
+        is in it (so that its peers can see it too)."""
+        if self._identity not in (self._status or {}):
             return Verdict(active=False, reason="its own keep-alive is not in the peering yet")
-        now = self._clock()
-        blockers = tuple(
-            peer
-            for scope in self._scopes
-            for peer in evaluate(
-                self._statuses.get(scope),
-                identity=self._identity,
-                priority=self._priority,
-                now=now,
-            ).blockers
+        return evaluate(
+            self._status, identity=self._identity, priority=self._priority, now=self._clock()
         )
-        return Verdict(active=not blockers, blockers=blockers)
 
     async def check(self) -> None:
-        """Read the peering object(s) once and switch the gate accordingly."""
+        """Read the peering object once and switch the gate accordingly."""
         try:
-            for scope in self._scopes:
-                body = await self._kube.get(self._kind, scope, self._name)
-                self._statuses[scope] = body.get("status") or {}
+            body = await self._kube.get(CLUSTER_PEERINGS, None, self._name)
         except NotFoundError:
-            where = f" in namespace {scope}" if scope else ""
             if not self._missing_reported:
                 logger.warning(
-                    "peering object %s %r%s does not exist: this replica does nothing until "
-                    "it is created (manifests/base/peering.yaml)",
-                    self._kind.plural,
+                    "ClusterKopfPeering %r does not exist: this replica does nothing until it "
+                    "is created (manifests/base/peering.yaml)",
                     self._name,
-                    where,
                 )
                 self._missing_reported = True
             await self._gate.deactivate(f"peering object {self._name!r} is missing")
@@ -153,6 +130,7 @@ class PeeringMonitor:
         except ApiError as exc:
             await self._unreadable(exc)
             return
+        self._status = body.get("status") or {}
         self._missing_reported = False
         self._last_read = self._clock()
         await self._apply(self.verdict())
