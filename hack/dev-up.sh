@@ -47,10 +47,10 @@ kind load docker-image "$OPERATOR_IMAGE" "$SANDBOX_IMAGE" --name "$CLUSTER"
 step "applying manifests/overlays/dev"
 k apply -k manifests/overlays/dev
 k wait --for=condition=Established crd/craftsandboxes.craft.onyx.app --timeout=60s
-k -n "$SYSTEM" rollout restart deployment/craft-operator deployment/onyx-api
-for deployment in postgres minio onyx-api craft-operator; do
-    k -n "$SYSTEM" rollout status "deployment/$deployment" --timeout=300s \
-        || die "deployment $deployment is not available; see: kubectl --context $CONTEXT -n $SYSTEM describe deployment/$deployment"
+k -n "$SYSTEM" rollout restart statefulset/craft-operator deployment/onyx-api
+for workload in deployment/postgres deployment/minio deployment/onyx-api statefulset/craft-operator; do
+    k -n "$SYSTEM" rollout status "$workload" --timeout=300s \
+        || die "$workload is not available; see: kubectl --context $CONTEXT -n $SYSTEM describe $workload"
 done
 k -n "$SYSTEM" wait --for=condition=Complete job/craft-dev-bucket --timeout=300s \
     || die "the bucket Job did not complete; see: kubectl --context $CONTEXT -n $SYSTEM logs job/craft-dev-bucket"
@@ -65,9 +65,9 @@ cat <<DONE
 The development environment is up (context $CONTEXT).
   kubectl --context $CONTEXT -n $SANDBOXES get csb
   kubectl --context $CONTEXT -n $SANDBOXES exec alice -- onyx-cli validate-config
-  kubectl --context $CONTEXT -n $SYSTEM logs deployment/craft-operator -f
+  kubectl --context $CONTEXT -n $SYSTEM logs craft-operator-0 -f
 Put a file into the user library and sync it:
-  printf 'hello\n' | kubectl --context $CONTEXT -n $SYSTEM exec -i deployment/craft-operator -- \\
+  printf 'hello\n' | kubectl --context $CONTEXT -n $SYSTEM exec -i craft-operator-0 -- \\
     python -c 'import os,sys,boto3; boto3.client("s3", endpoint_url=os.environ["CRAFT_S3_ENDPOINT_URL"]).put_object(Bucket=os.environ["CRAFT_S3_BUCKET"], Key=sys.argv[1], Body=sys.stdin.buffer.read())' \\
     public/knowledge/3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b/user_library/hello.txt
   kubectl --context $CONTEXT -n $SANDBOXES annotate csb alice craft.onyx.app/user-library-revision=\$(date +%s) --overwrite

@@ -38,7 +38,12 @@ SANDBOX = "alice"
 USER_ID = "3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b"
 DEV_OVERLAY = "manifests/overlays/dev"
 SAMPLE = "manifests/overlays/dev/sample-sandbox.yaml"
-DEPLOYMENTS = ("postgres", "minio", "onyx-api", "craft-operator")
+WORKLOADS = (
+    "deployment/postgres",
+    "deployment/minio",
+    "deployment/onyx-api",
+    "statefulset/craft-operator",
+)
 LIBRARY_PREFIX = f"public/knowledge/{USER_ID}/user_library/"
 REVISION_ANNOTATION = "craft.onyx.app/user-library-revision"
 
@@ -71,7 +76,7 @@ def diagnose(kind: Kind) -> str:
         ("pods", ["get", "pods", "-A", "-o", "wide"]),
         ("sandbox", ["-n", SANDBOXES, "describe", "csb", SANDBOX]),
         ("events", ["-n", SANDBOXES, "get", "events", "--sort-by=.lastTimestamp"]),
-        ("operator log", ["-n", SYSTEM, "logs", "deployment/craft-operator", "--tail=80"]),
+        ("operator log", ["-n", SYSTEM, "logs", "craft-operator-0", "--tail=80"]),
     ]
     out = []
     for title, args in sections:
@@ -111,15 +116,15 @@ def dev_environment(kind: Kind) -> Kind:
             timeout=90,
         )
         # A reused cluster may run older images under the same tags.
-        kind.kubectl("-n", SYSTEM, "rollout", "restart", "deployment/craft-operator")
+        kind.kubectl("-n", SYSTEM, "rollout", "restart", "statefulset/craft-operator")
         kind.kubectl("-n", SYSTEM, "rollout", "restart", "deployment/onyx-api")
-        for name in DEPLOYMENTS:
+        for workload in WORKLOADS:
             kind.kubectl(
                 "-n",
                 SYSTEM,
                 "rollout",
                 "status",
-                f"deployment/{name}",
+                workload,
                 "--timeout=300s",
                 timeout=330,
             )
@@ -203,7 +208,7 @@ def test_a_file_put_into_s3_appears_in_the_sandbox_after_the_revision_moves(read
         SYSTEM,
         "exec",
         "-i",
-        "deployment/craft-operator",
+        "craft-operator-0",
         "--",
         "python",
         "-c",

@@ -3,7 +3,7 @@
 Two layers: every YAML file under ``manifests/`` is checked against the Kubernetes 1.33
 schemas in strict mode (pure Python, runs everywhere), and every kustomization is rendered
 with ``kubectl kustomize`` and its output checked the same way (skipped where kubectl is
-not installed). On top, the pieces must fit each other: the Deployment's arguments are
+not installed). On top, the pieces must fit each other: the StatefulSet's arguments are
 ones the CLI accepts, its probe hits the endpoint it serves, its mounts are where its
 settings point, the settings are real settings, and the sandbox NetworkPolicy selects the
 pods the operator builds. The CraftSandbox examples in ``manifests/examples`` are checked by
@@ -34,7 +34,9 @@ from craft_operator.devtools import onyx_api
 from craft_operator.library.job import S3CredentialsSecret, build_sync_job
 from craft_operator.library.location import LibraryLocation
 from craft_operator.library.plan import SyncCaps
+from craft_operator.peering.options import POD_NAME_VARIABLE, resolve_peering
 from tests.support.crd_validation import validate_create
+from tests.support.peering_crd import PEERING_GROUP, peering_problems
 from tests.support.pss import restricted_violations
 from tests.support.schemas import KUBERNETES_VERSION, kubernetes_schema_problems
 
@@ -96,6 +98,8 @@ def admission_problems(obj: Mapping[str, Any]) -> list[str]:
     """What the API server would refuse: CraftSandboxes by the CRD, the rest by Kubernetes."""
     if obj.get("kind") == "CraftSandbox":
         return validate_create(obj)
+    if str(obj.get("apiVersion", "")).split("/")[0] == PEERING_GROUP:
+        return peering_problems(obj)
     if str(obj.get("apiVersion", "")).split("/")[0] in THIRD_PARTY_GROUPS:
         has_shape = obj.get("kind") and obj.get("metadata", {}).get("name") and obj.get("spec")
         return [] if has_shape else ["kind, metadata.name and spec are required"]
@@ -149,7 +153,8 @@ def dev_settings_patch() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def deployment() -> dict[str, Any]:
-    return find(documents(BASE / "deployment.yaml"), "Deployment", "craft-operator")
+    """The operator's workload (a StatefulSet: an active/standby pair)."""
+    return find(documents(BASE / "statefulset.yaml"), "StatefulSet", "craft-operator")
 
 
 @pytest.fixture(scope="module")
@@ -227,11 +232,13 @@ def test_the_base_installs_namespace_crd_rbac_settings_and_operator_without_secr
     assert kinds == {
         ("Namespace", "craft-system"),
         ("CustomResourceDefinition", "craftsandboxes.craft.onyx.app"),
+        ("CustomResourceDefinition", "clusterkopfpeerings.kopf.dev"),
         ("ServiceAccount", "craft-operator"),
         ("ClusterRole", "craft-operator"),
         ("ClusterRoleBinding", "craft-operator"),
         ("ConfigMap", "craft-operator-settings"),
-        ("Deployment", "craft-operator"),
+        ("ClusterKopfPeering", "craft-operator"),
+        ("StatefulSet", "craft-operator"),
     }
     namespaced = [obj for obj in objects if "namespace" in obj["metadata"]]
     assert {obj["metadata"]["namespace"] for obj in namespaced} == {"craft-system"}
@@ -252,19 +259,52 @@ def test_the_crd_is_referenced_not_copied() -> None:
     assert copies == []
 
 
-# The operator Deployment.
+# The operator StatefulSet: an active/standby pair.
 
 
-def test_the_operator_runs_one_replica_replaced_not_rolled(deployment: dict[str, Any]) -> None:
-    # It runs --standalone (no peering): two operators at once would both reconcile.
-    assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+def argument(args: list[str], option: str) -> str:
+    return args[args.index(option) + 1]
+
+
+def test_the_operator_runs_two_replicas_started_in_parallel(deployment: dict[str, Any]) -> None:
+    spec = deployment["spec"]
+    assert spec["replicas"] == 2
+    # Ordered start would keep the standby from starting while the first pod cannot.
+    assert spec["podManagementPolicy"] == "Parallel"
+    anti = spec["template"]["spec"]["affinity"]["podAntiAffinity"]
+    term = anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert selector_matches(term["labelSelector"], spec["template"]["metadata"]["labels"])
 
 
 def test_the_operator_arguments_are_accepted_by_the_cli(container: dict[str, Any]) -> None:
     result = CliRunner().invoke(main, [*container["args"], "--help"])
     assert result.exit_code == 0, result.output
-    assert container["args"][:2] == ["run", "--standalone"]
+    assert container["args"][0] == "run"
+    assert "--standalone" not in container["args"]
+
+
+def test_the_replicas_peer_through_the_base_peering_object_with_distinct_priorities(
+    deployment: dict[str, Any], container: dict[str, Any]
+) -> None:
+    args = container["args"]
+    peering = find(documents(BASE / "peering.yaml"), "ClusterKopfPeering", "craft-operator")
+    assert argument(args, "--peering") == peering["metadata"]["name"]
+    assert "--priority-from-ordinal" in args
+    name = deployment["metadata"]["name"]
+    priorities = [
+        resolve_peering(
+            name=argument(args, "--peering"),
+            priority=int(argument(args, "--priority")),
+            from_ordinal=True,
+            pod_name=f"{name}-{ordinal}",
+        ).priority
+        for ordinal in range(deployment["spec"]["replicas"])
+    ]
+    assert priorities == sorted(set(priorities), reverse=True), "pod -0 first, none equal"
+    env = {item["name"]: item for item in container["env"]}
+    for variable in (POD_NAME_VARIABLE, "POD_ID"):  # POD_ID: kopf's identity of the replica
+        assert env[variable]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
 
 
 def test_the_liveness_probe_asks_the_endpoint_the_operator_serves(
