@@ -1,0 +1,191 @@
+"""The activity gate: a standby does no work and keeps no state; activation rebuilds both.
+
+Real parts throughout: the operator's work queue, its cache, its API client against the
+emulator, and its event handlers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp.web
+import pytest
+from kmock._internal import rendering
+
+from craft_operator.builders.naming import MANAGED_SELECTOR
+from craft_operator.config import Settings
+from craft_operator.handlers.sandbox import sandbox_event
+from craft_operator.kube.cache import ObjectCache
+from craft_operator.kube.client import ApiError, KubeClient
+from craft_operator.peering.gate import ActivityGate
+from craft_operator.reconciler.queue import Backoff, WorkQueue
+from craft_operator.reconciler.sandbox import POD, SANDBOX
+from craft_operator.runtime import build_context
+from tests.integration.conftest import SANDBOXES, declare_craft_resources
+from tests.support.emulator import KubeEmulator
+
+pytestmark = pytest.mark.unit
+
+Key = tuple[str, str]
+
+
+class Handler:
+    """A reconcile stand-in: records the keys it is called with; ``hold`` keeps one running."""
+
+    def __init__(self) -> None:
+        self.calls: list[Key] = []
+        self.cancelled: list[Key] = []
+        self.hold: set[Key] = set()
+        self.started = asyncio.Event()
+
+    async def __call__(self, key: Key) -> float | None:
+        self.calls.append(key)
+        self.started.set()
+        try:
+            if key in self.hold:
+                await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(key)
+            raise
+        return None
+
+
+async def until(condition: Any, within: float = 5.0) -> None:
+    """Wait until ``condition()`` holds (a bound against hangs, not a timing assertion)."""
+    async with asyncio.timeout(within):
+        while not condition():  # noqa: ASYNC110 -- polls state the code under test owns
+            await asyncio.sleep(0.005)
+
+
+def sandbox(namespace: str, name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "craft.onyx.app/v1alpha1",
+        "kind": "CraftSandbox",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"user": {"id": "u"}},
+    }
+
+
+def pod(namespace: str, name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {"containers": [{"name": "c", "image": "i"}]},
+    }
+
+
+@pytest.fixture
+async def parts(
+    emulator: KubeEmulator, kube: KubeClient
+) -> AsyncIterator[tuple[ActivityGate, WorkQueue[Key], ObjectCache, Handler]]:
+    """A started queue around a recording handler, a cache, and the gate over them."""
+    declare_craft_resources(emulator)
+    handler = Handler()
+    queue: WorkQueue[Key] = WorkQueue(handler, concurrency=2, backoff=Backoff(0.01, 0.02, 0))
+    cache = ObjectCache()
+    gate = ActivityGate(kube=kube, cache=cache, queue=queue)
+    queue.start()
+    yield gate, queue, cache, handler
+    await queue.stop()
+
+
+async def test_a_standby_cancels_the_pass_in_progress_and_drops_all_pending_work(
+    parts: tuple[ActivityGate, WorkQueue[Key], ObjectCache, Handler],
+) -> None:
+    gate, queue, cache, handler = parts
+    busy, later = ("team-a", "busy"), ("team-a", "later")
+    handler.hold.add(busy)
+    cache.put(SANDBOX, sandbox(*busy))
+    queue.add(busy)
+    queue.add(later, delay=0.05)  # a timer: a requeue, a backoff or an idle check
+    await asyncio.wait_for(handler.started.wait(), 5)
+
+    await gate.deactivate("a peer with a higher priority")
+
+    assert not gate.active
+    assert queue.paused
+    assert handler.cancelled == [busy]
+    assert len(queue) == 0
+    assert len(cache) == 0
+    queue.add(("team-a", "new"))
+    await asyncio.sleep(0.1)  # past the timer that was dropped; nothing may run meanwhile
+    assert handler.calls == [busy]
+
+
+async def test_activation_relists_the_sandboxes_and_our_children_and_queues_every_sandbox(
+    parts: tuple[ActivityGate, WorkQueue[Key], ObjectCache, Handler], emulator: KubeEmulator
+) -> None:
+    gate, queue, cache, handler = parts
+    emulator.create(SANDBOXES, sandbox("team-a", "alice"))
+    emulator.create(SANDBOXES, sandbox("team-b", "bob"))
+    emulator.create("v1/pods", pod("team-a", "alice", dict(MANAGED_SELECTOR)))
+    emulator.create("v1/pods", pod("team-a", "stranger", {"app": "other"}))
+    await gate.deactivate("starting")
+
+    await gate.activate("no live peer with a higher or equal priority")
+
+    assert gate.active
+    assert not queue.paused
+    await until(lambda: len(handler.calls) == 2)
+    assert sorted(handler.calls) == [("team-a", "alice"), ("team-b", "bob")]
+    assert cache.get(SANDBOX, "team-b", "bob") is not None
+    assert cache.get(POD, "team-a", "alice") is not None
+    assert cache.get(POD, "team-a", "stranger") is None  # the watches see only ours
+    assert gate.activations == 1
+
+
+async def test_a_gate_for_some_namespaces_relists_only_those(
+    parts: tuple[ActivityGate, WorkQueue[Key], ObjectCache, Handler], emulator: KubeEmulator
+) -> None:
+    gate, _, cache, handler = parts
+    gate.namespaces = ("team-a",)
+    emulator.create(SANDBOXES, sandbox("team-a", "alice"))
+    emulator.create(SANDBOXES, sandbox("team-b", "bob"))
+    await gate.deactivate("starting")
+    await gate.activate("test")
+    await until(lambda: handler.calls == [("team-a", "alice")])
+    assert cache.get(SANDBOX, "team-b", "bob") is None
+
+
+async def test_a_failed_relist_leaves_the_replica_a_standby(
+    parts: tuple[ActivityGate, WorkQueue[Key], ObjectCache, Handler], emulator: KubeEmulator
+) -> None:
+    gate, queue, cache, handler = parts
+    emulator.create(SANDBOXES, sandbox("team-a", "alice"))
+
+    async def pods_unavailable(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
+        if request.url.path.endswith("/pods"):
+            return aiohttp.web.json_response({"kind": "Status", "code": 503}, status=503)
+        return None
+
+    emulator.before_request.append(pods_unavailable)
+    await gate.deactivate("starting")
+    with pytest.raises(ApiError):
+        await gate.activate("test")
+    assert not gate.active
+    assert queue.paused
+    assert len(cache) == 0  # the sandboxes listed before the failure are dropped again
+
+    emulator.before_request.remove(pods_unavailable)
+    await gate.activate("test")
+    await until(lambda: handler.calls == [("team-a", "alice")])
+
+
+def versioned(version: int) -> dict[str, Any]:
+    meta = {"name": "alice", "namespace": "team-a", "resourceVersion": str(version)}
+    return sandbox("team-a", "alice") | {"metadata": meta}
+
+
+async def test_the_handlers_ignore_events_on_a_standby(tmp_path: Path) -> None:
+    context = build_context(Settings(state_dir=tmp_path, server_url="http://onyx.test:8080"))
+    await sandbox_event(event={"type": "ADDED", "object": versioned(5)}, memo=context)
+    assert (len(context.cache), len(context.queue)) == (1, 1)
+
+    await context.gate.deactivate("a peer with a higher priority")
+    await sandbox_event(event={"type": "MODIFIED", "object": versioned(6)}, memo=context)
+
+    assert (len(context.cache), len(context.queue)) == (0, 0)

@@ -1,0 +1,168 @@
+"""The peering monitor switches the gate as the ClusterKopfPeering's records say.
+
+The records are written into the emulated API server as kopf writes them; the monitor's
+clock is a test clock, so that records expire without waiting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import aiohttp.web
+import kmock
+import pytest
+from kmock._internal import rendering
+
+from craft_operator.kube.cache import ObjectCache
+from craft_operator.kube.client import KubeClient
+from craft_operator.peering.gate import ActivityGate
+from craft_operator.peering.monitor import PeeringMonitor, check_interval
+from craft_operator.peering.options import PeeringOptions
+from craft_operator.reconciler.queue import WorkQueue
+from tests.integration.conftest import declare_craft_resources
+from tests.support.emulator import KubeEmulator
+
+pytestmark = pytest.mark.unit
+
+PEERINGS = kmock.resource("kopf.dev", "v1", "clusterkopfpeerings")
+NAME, ME, PREFERRED = "craft-operator", "craft-operator-1", "craft-operator-0"
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class Clock:
+    """A clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def keepalive(priority: int, seen: datetime, lifetime: int = 60) -> dict[str, Any]:
+    return {"priority": priority, "lifetime": lifetime, "lastseen": seen.isoformat()}
+
+
+def write_status(emulator: KubeEmulator, status: dict[str, Any]) -> None:
+    emulator.patch(PEERINGS, None, NAME, {"status": status})
+
+
+@pytest.fixture
+async def monitor(
+    emulator: KubeEmulator, kube: KubeClient
+) -> AsyncIterator[tuple[PeeringMonitor, ActivityGate, Clock]]:
+    """A monitor for replica ME (priority 99) over a standby gate, with a test clock."""
+    declare_craft_resources(emulator)
+
+    async def nothing(_: tuple[str, str]) -> None:
+        return None
+
+    queue: WorkQueue[tuple[str, str]] = WorkQueue(nothing, concurrency=1)
+    gate = ActivityGate(kube=kube, cache=ObjectCache(), queue=queue)
+    await gate.deactivate("starting")
+    clock = Clock()
+    options = PeeringOptions(name=NAME, priority=99, identity=ME, lifetime=60)
+    yield (
+        PeeringMonitor(kube=kube, gate=gate, options=options, identity=ME, clock=clock),
+        gate,
+        clock,
+    )
+    await queue.stop()
+
+
+@pytest.fixture
+def peering(emulator: KubeEmulator) -> None:
+    emulator.create(
+        PEERINGS,
+        {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": NAME}},
+    )
+
+
+@pytest.mark.usefixtures("peering")
+async def test_a_replica_waits_until_its_own_keepalive_is_in_the_peering(
+    emulator: KubeEmulator, monitor: tuple[PeeringMonitor, ActivityGate, Clock]
+) -> None:
+    watcher, gate, _ = monitor
+    await watcher.check()
+    assert not gate.active
+    write_status(emulator, {ME: keepalive(99, START)})
+    await watcher.check()
+    assert gate.active
+
+
+@pytest.mark.usefixtures("peering")
+async def test_a_live_higher_peer_keeps_it_standby_until_its_keepalive_expires(
+    emulator: KubeEmulator, monitor: tuple[PeeringMonitor, ActivityGate, Clock]
+) -> None:
+    watcher, gate, clock = monitor
+    write_status(emulator, {ME: keepalive(99, START), PREFERRED: keepalive(100, START)})
+    await watcher.check()
+    assert not gate.active
+    assert PREFERRED in watcher.verdict().describe()
+
+    clock.now = START + timedelta(seconds=59)
+    await watcher.check()
+    assert not gate.active
+    clock.now = START + timedelta(seconds=61)
+    await watcher.check()
+    assert gate.active
+
+
+@pytest.mark.usefixtures("peering")
+async def test_a_higher_peer_seen_in_a_watch_event_stops_it_at_once(
+    emulator: KubeEmulator, monitor: tuple[PeeringMonitor, ActivityGate, Clock]
+) -> None:
+    watcher, gate, _ = monitor
+    write_status(emulator, {ME: keepalive(99, START)})
+    await watcher.check()
+    assert gate.active
+    body = emulator.get(PEERINGS, None, NAME)
+    body["status"][PREFERRED] = keepalive(100, START)
+    await watcher.observe(body)
+    assert not gate.active
+
+
+async def test_without_the_peering_object_it_does_nothing_and_says_so(
+    monitor: tuple[PeeringMonitor, ActivityGate, Clock], caplog: pytest.LogCaptureFixture
+) -> None:
+    watcher, gate, _ = monitor
+    await watcher.check()
+    await watcher.check()
+    assert not gate.active
+    warnings = [r.getMessage() for r in caplog.records if "does not exist" in r.getMessage()]
+    assert warnings == [
+        "ClusterKopfPeering 'craft-operator' does not exist: this replica does nothing until "
+        "it is created (manifests/base/peering.yaml)"
+    ]
+
+
+@pytest.mark.usefixtures("peering")
+async def test_it_steps_down_when_the_peering_is_unreadable_for_longer_than_the_lifetime(
+    emulator: KubeEmulator, monitor: tuple[PeeringMonitor, ActivityGate, Clock]
+) -> None:
+    watcher, gate, clock = monitor
+    write_status(emulator, {ME: keepalive(99, START)})
+    await watcher.check()
+    assert gate.active
+
+    async def unavailable(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
+        if "clusterkopfpeerings" in request.url.path:
+            return aiohttp.web.json_response({"kind": "Status", "code": 503}, status=503)
+        return None
+
+    emulator.before_request.append(unavailable)
+    clock.now = START + timedelta(seconds=30)
+    await watcher.check()
+    assert gate.active  # a blip: its peers still see its keep-alive
+    clock.now = START + timedelta(seconds=61)
+    await watcher.check()
+    assert not gate.active
+
+
+@pytest.mark.parametrize(("lifetime", "interval"), [(60, 5.0), (20, 2.0), (3, 0.3), (1, 0.2)])
+def test_the_peering_is_read_a_tenth_of_the_lifetime_apart_within_bounds(
+    lifetime: int, interval: float
+) -> None:
+    assert check_interval(lifetime) == pytest.approx(interval)

@@ -1,0 +1,102 @@
+"""The peering rule pauses and resumes exactly when kopf's own peering does.
+
+The operator cannot see kopf's pause state, so it applies kopf's rule itself. Each case is
+fed to kopf's ``process_peering_event`` (with a real toggle, in both starting states) and to
+:func:`craft_operator.peering.rule.evaluate`; they must agree. If kopf changes its rule,
+these tests fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import kopf
+import pytest
+from kopf._cogs.aiokits import aiotoggles
+from kopf._core.engines import peering as kopf_peering
+
+from craft_operator.peering.rule import evaluate, records
+
+pytestmark = pytest.mark.unit
+
+ME, PRIORITY, NAME = "craft-operator-1", 10, "craft-operator"
+NOW = datetime.now(UTC)
+
+
+def record(priority: int, *, seen_ago: float | None = 0, lifetime: int | None = 60) -> dict:
+    """A keep-alive record as kopf writes it (fields left out where ``None``)."""
+    found: dict[str, Any] = {"priority": priority}
+    if seen_ago is not None:
+        found["lastseen"] = (NOW - timedelta(seconds=seen_ago)).isoformat()
+    if lifetime is not None:
+        found["lifetime"] = lifetime
+    return found
+
+
+CASES: dict[str, dict[str, Any]] = {
+    "nobody": {},
+    "only itself": {ME: record(PRIORITY)},
+    "a live higher peer": {ME: record(PRIORITY), "craft-operator-0": record(20)},
+    "a live peer of the same priority": {ME: record(PRIORITY), "other": record(PRIORITY)},
+    "a live lower peer": {ME: record(PRIORITY), "craft-operator-2": record(5)},
+    "a dead higher peer": {"craft-operator-0": record(20, seen_ago=7200)},
+    "a higher peer that left (lifetime 0)": {"craft-operator-0": record(20, lifetime=0)},
+    "a higher peer without lastseen": {"craft-operator-0": record(20, seen_ago=None)},
+    "a higher peer without lifetime, seen 30 s ago": {
+        "craft-operator-0": record(20, seen_ago=30, lifetime=None)
+    },
+    "a higher peer without lifetime, seen 90 s ago": {
+        "craft-operator-0": record(20, seen_ago=90, lifetime=None)
+    },
+    "itself with a stale record": {ME: record(PRIORITY, seen_ago=7200)},
+}
+
+
+async def kopf_pauses(status: dict[str, Any], *, initially_paused: bool) -> bool:
+    """Whether kopf's peering leaves the operator paused after seeing ``status``."""
+    settings = kopf.OperatorSettings()
+    settings.peering.name = NAME
+    settings.peering.priority = PRIORITY
+    conflicts = aiotoggles.Toggle(initially_paused)
+    pressure = asyncio.Event()
+    pressure.set()  # return at once instead of sleeping until a blocking peer expires
+    await kopf_peering.process_peering_event(
+        raw_event={"type": "MODIFIED", "object": {"metadata": {"name": NAME}, "status": status}},
+        namespace=None,
+        resource=kopf.Resource("kopf.dev", "v1", "clusterkopfpeerings", namespaced=False),
+        identity=kopf_peering.Identity(ME),
+        settings=settings,
+        autoclean=False,
+        stream_pressure=pressure,
+        conflicts_found=conflicts,
+    )
+    return conflicts.is_on()
+
+
+@pytest.mark.parametrize("initially_paused", [True, False], ids=["from paused", "from active"])
+@pytest.mark.parametrize("case", list(CASES))
+async def test_the_rule_agrees_with_kopf(case: str, initially_paused: bool) -> None:
+    status = CASES[case]
+    verdict = evaluate(status, identity=ME, priority=PRIORITY, now=datetime.now(UTC))
+    assert verdict.active is not await kopf_pauses(status, initially_paused=initially_paused)
+
+
+def test_the_blockers_are_the_live_peers_with_a_higher_or_equal_priority() -> None:
+    status = {
+        ME: record(PRIORITY),
+        "higher": record(20),
+        "same": record(PRIORITY),
+        "lower": record(5),
+        "dead": record(30, seen_ago=7200),
+    }
+    verdict = evaluate(status, identity=ME, priority=PRIORITY, now=NOW)
+    assert not verdict.active
+    assert sorted(peer.identity for peer in verdict.blockers) == ["higher", "same"]
+    assert "higher (priority 20)" in verdict.describe()
+
+
+def test_malformed_records_are_skipped() -> None:
+    status = {"a": "not a record", "b": {"priority": "high"}, "c": record(1)}
+    assert [peer.identity for peer in records(status, NOW)] == ["c"]
