@@ -8,9 +8,13 @@ its own and not the server's. Prints, per N:
 - API reads and writes per sandbox (the operator's requests, counted by the server);
 - the operator's CPU seconds per sandbox and its RSS;
 - for a no-op resync of all of them (the operator restarted: it lists everything and
-  reconciles each sandbox), write calls, and CPU per sandbox.
+  reconciles each sandbox), write calls, and CPU per sandbox;
+- with ``--steady-cycles``, the restarted operator's RSS once per resync interval while it
+  keeps revisiting every sandbox (the interval is shortened so that a cycle of N sandboxes
+  just fits; 6 cycles stand for 30 minutes at the default 300 s).
 
-    .venv/bin/python bench/operator_load.py [--sizes 100,1000] [--workers 16]
+    .venv/bin/python bench/operator_load.py [--sizes 100,1000] [--workers 16] [--steady-cycles 6]
+    .venv/bin/python bench/operator_load.py --sizes 1000,10000 --steady-cycles 6   # issue 8
     BENCH_PROFILE=/tmp/profile.txt ...   # also record the operator with py-spy (raw format)
     BENCH_LOG=1 ...                      # print the end of the operator's log
 
@@ -65,7 +69,9 @@ def kubeconfig(path: Path, url: str) -> Path:
     return path
 
 
-def start_operator(url: str, state: Path, workers: int, keys: str) -> subprocess.Popen[bytes]:
+def start_operator(
+    url: str, state: Path, workers: int, keys: str, *, resync_interval: float = 300.0
+) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
         "KUBECONFIG": str(kubeconfig(state / "kubeconfig", url)),
@@ -74,6 +80,7 @@ def start_operator(url: str, state: Path, workers: int, keys: str) -> subprocess
         "CRAFT_ENCRYPTION_KEYS": keys,
         "CRAFT_WORKERS": str(workers),
         "CRAFT_METRICS_PORT": "0",
+        "CRAFT_RESYNC_INTERVAL": str(resync_interval),
     }
     binary = Path(sys.executable).parent / "craft-operator"
     return subprocess.Popen(
@@ -84,31 +91,49 @@ def start_operator(url: str, state: Path, workers: int, keys: str) -> subprocess
     )
 
 
-def operator_requests(emulator: KubeEmulator, since: int = 0) -> list[Any]:
-    return [
-        request
-        for request in emulator.served[since:]
-        if request.headers.get("User-Agent", "").startswith(OPERATOR_AGENTS)
-    ]
+@dataclass
+class Traffic:
+    """Requests counted as they arrive: at 10,000 sandboxes, keeping them all costs gigabytes."""
+
+    total: int = 0
+    reads: int = 0
+    writes: int = 0
+    events: int = 0
+    watches: int = 0
+
+    async def count(self, request: Any) -> None:
+        self.total += 1
+        if not request.headers.get("User-Agent", "").startswith(OPERATOR_AGENTS):
+            return
+        if request.method.value.upper() not in WRITE_METHODS:
+            self.reads += 1
+            self.watches += request.params.get("watch") == "true"
+        elif request.url.path.endswith("/events"):
+            self.events += 1
+        else:
+            self.writes += 1
+
+    def snapshot(self) -> Traffic:
+        return Traffic(self.total, self.reads, self.writes, self.events, self.watches)
 
 
 async def settle(
-    emulator: KubeEmulator, quiet: float = 1.5, limit: float = 600, since: int | None = None
+    traffic: Traffic, quiet: float = 1.5, limit: float = 900, since: Traffic | None = None
 ) -> None:
-    """Wait until the operator watches (after ``since`` requests), then is quiet for a while."""
+    """Wait until the operator watches (after ``since``), then is quiet for a while."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limit
     if since is not None:
-        while not any(r.params.get("watch") == "true" for r in operator_requests(emulator, since)):
+        while traffic.watches == since.watches:
             if loop.time() > deadline:
                 raise TimeoutError("the operator never started watching")
             await asyncio.sleep(0.1)
-    seen, since = len(emulator.served), loop.time()
+    seen, since_time = traffic.total, loop.time()
     while loop.time() < deadline:
         await asyncio.sleep(0.2)
-        if len(emulator.served) != seen:
-            seen, since = len(emulator.served), loop.time()
-        elif loop.time() - since > quiet:
+        if traffic.total != seen:
+            seen, since_time = traffic.total, loop.time()
+        elif loop.time() - since_time > quiet:
             return
     raise TimeoutError("the operator did not settle")
 
@@ -138,14 +163,30 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
-async def run_size(n: int, workers: int) -> dict[str, Any]:
+async def sample_rss(process: psutil.Process, seconds: float, every: float) -> list[float]:
+    """The operator's RSS in MiB every ``every`` seconds for ``seconds``."""
+    samples = []
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    while loop.time() < end:
+        await asyncio.sleep(every)
+        samples.append(process.memory_info().rss / 2**20)
+    return samples
+
+
+async def run_size(n: int, workers: int, steady_cycles: int) -> dict[str, Any]:
     timeline = Timeline(expected=n)
+    traffic = Traffic()
+    # One resync cycle must fit its interval: ~5 ms of operator CPU per sandbox, doubled.
+    resync_interval = max(20.0, n * 0.01)
     async with KubeEmulator() as emulator, kmock.Server(emulator):
         declare_core_resources(emulator)
         declare_craft_resources(emulator)
         emulator.keep_history = False
+        emulator.keep_requests = os.environ.get("BENCH_KEEP") == "1"
 
         async def record_pod(request: Any) -> None:
+            await traffic.count(request)
             if request.method.value.upper() == "POST" and request.url.path.endswith("/pods"):
                 name = (request.data or {}).get("metadata", {}).get("name")
                 if name and name not in timeline.pods:
@@ -158,7 +199,7 @@ async def run_size(n: int, workers: int) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="craft-bench-") as tmp:
             state = Path(tmp)
             keys = generate_key_entry("bench").get_secret_value()  # one ring across restarts
-            started = len(emulator.served)
+            started = traffic.snapshot()
             child = start_operator(url, state, workers, keys)
             process = psutil.Process(child.pid)
             profiler = None
@@ -180,9 +221,9 @@ async def run_size(n: int, workers: int) -> dict[str, Any]:
                     stderr=subprocess.DEVNULL,
                 )
             try:
-                await settle(emulator, quiet=1.0, since=started)
+                await settle(traffic, quiet=1.0, since=started)
                 idle_cpu = cpu_seconds(process)
-                before = len(emulator.served)
+                before = traffic.snapshot()
                 for index in range(n):
                     name = f"sandbox-{index:05d}"
                     timeline.created[name] = time.perf_counter()
@@ -205,14 +246,12 @@ async def run_size(n: int, workers: int) -> dict[str, Any]:
                         f"only {len(timeline.pods)} of {n} pods after the timeout; operator log:\n"
                         + log
                     ) from None
-                await settle(emulator)
+                await settle(traffic)
                 provision_cpu = cpu_seconds(process) - idle_cpu
                 if os.environ.get("BENCH_LOG"):
                     print((state / "operator.log").read_text(errors="replace")[-6000:])
                 rss = process.memory_info().rss
-                requests = operator_requests(emulator, before)
-                writes = [r for r in requests if r.method.value.upper() in WRITE_METHODS]
-                events = [w for w in writes if w.url.path.endswith("/events")]
+                provisioning = traffic.snapshot()
             finally:
                 if profiler is not None:
                     profiler.send_signal(signal.SIGINT)
@@ -220,33 +259,42 @@ async def run_size(n: int, workers: int) -> dict[str, Any]:
                 await stop(child, state)
 
             # A no-op resync: a fresh operator lists everything and reconciles every sandbox.
-            before = len(emulator.served)
-            child = start_operator(url, state, workers, keys)
+            # It then stays up for the steady state: every sandbox revisited each interval.
+            before_resync = traffic.snapshot()
+            child = start_operator(url, state, workers, keys, resync_interval=resync_interval)
             process = psutil.Process(child.pid)
             try:
-                await settle(emulator, quiet=2.0, since=before)
+                await settle(traffic, quiet=2.0, since=before_resync)
                 resync_cpu = cpu_seconds(process)
                 resync_rss = process.memory_info().rss
-                resync = operator_requests(emulator, before)
-                resync_writes = [r for r in resync if r.method.value.upper() in WRITE_METHODS]
+                resync_writes = traffic.writes - before_resync.writes
+                steady: list[float] = []
+                if steady_cycles:
+                    steady = await sample_rss(
+                        process, steady_cycles * resync_interval, resync_interval
+                    )
             finally:
                 await stop(child, state)
 
     latencies = [timeline.pods[name] - timeline.created[name] for name in timeline.pods]
     span = max(timeline.pods.values()) - min(timeline.created.values())
+    reads = provisioning.reads - before.reads
     return {
         "n": n,
         "throughput": n / span,
         "p50_ms": percentile(latencies, 0.50) * 1000,
         "p99_ms": percentile(latencies, 0.99) * 1000,
-        "reads": (len(requests) - len(writes)) / n,
-        "writes": (len(writes) - len(events)) / n,
-        "events": len(events) / n,
+        "reads": reads / n,
+        "writes": (provisioning.writes - before.writes) / n,
+        "events": (provisioning.events - before.events) / n,
         "cpu_ms": provision_cpu / n * 1000,
+        "cpu_s": provision_cpu,
         "rss_mib": rss / 2**20,
-        "resync_writes": len(resync_writes),
+        "resync_writes": resync_writes,
         "resync_cpu_ms": resync_cpu / n * 1000,
         "resync_rss_mib": resync_rss / 2**20,
+        "resync_interval": resync_interval,
+        "steady": steady,
     }
 
 
@@ -254,25 +302,45 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100,1000", help="comma-separated N values")
     parser.add_argument("--workers", type=int, default=16, help="CRAFT_WORKERS")
+    parser.add_argument(
+        "--steady-cycles",
+        type=int,
+        default=0,
+        help="after the resync, keep the operator up this many resync intervals and sample "
+        "its RSS once per interval (6 cycles = 30 minutes at the default 300 s interval)",
+    )
     args = parser.parse_args()
     sizes = [int(part) for part in args.sizes.split(",") if part]
     print(
         f"{'N':>6} {'sandbox/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'reads':>6} {'writes':>7} "
-        f"{'events':>7} {'CPU ms':>7} {'RSS MiB':>8} | {'resync writes':>13} {'CPU ms':>7} "
-        f"{'RSS MiB':>8}"
+        f"{'events':>7} {'CPU ms':>7} {'CPU s':>7} {'RSS MiB':>8} | {'resync writes':>13} "
+        f"{'CPU ms':>7} {'RSS MiB':>8}",
+        flush=True,
     )
+    steady_lines = []
     for n in sizes:
-        r = asyncio.run(run_size(n, args.workers))
+        r = asyncio.run(run_size(n, args.workers, args.steady_cycles))
         print(
             f"{r['n']:>6} {r['throughput']:>10.1f} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} "
             f"{r['reads']:>6.2f} {r['writes']:>7.2f} {r['events']:>7.2f} {r['cpu_ms']:>7.2f} "
-            f"{r['rss_mib']:>8.1f} | {r['resync_writes']:>13} {r['resync_cpu_ms']:>7.2f} "
-            f"{r['resync_rss_mib']:>8.1f}",
+            f"{r['cpu_s']:>7.1f} {r['rss_mib']:>8.1f} | {r['resync_writes']:>13} "
+            f"{r['resync_cpu_ms']:>7.2f} {r['resync_rss_mib']:>8.1f}",
             flush=True,
         )
+        if r["steady"]:
+            first, last = r["steady"][0], r["steady"][-1]
+            samples = " ".join(f"{value:.0f}" for value in r["steady"])
+            growth = 100 * (last - first) / first
+            steady_lines.append(
+                f"steady state N={n}: resync every {r['resync_interval']:.0f} s, RSS MiB per "
+                f"cycle {samples}; growth after the first cycle {growth:+.1f}%"
+            )
+    for line in steady_lines:
+        print(line)
     print(
         "reads/writes/events are per sandbox, by the operator; CPU is the operator process's "
-        "own (user+system) per sandbox; the resync is a restarted operator reconciling all."
+        "own (user+system) per sandbox and in total; the resync is a restarted operator "
+        "reconciling all."
     )
 
 

@@ -175,6 +175,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
         self.before_request: list[RequestHook] = []
         #: Keep every version of every object (kmock's history) or only the latest.
         self.keep_history = True
+        #: Keep every served request (``served``); a long benchmark counts in a hook instead.
+        self.keep_requests = True
         #: Namespaces that exist even with no object in them (served at /api/v1/namespaces).
         self.namespaces: set[str] = {"default"}
         self._namespace_watches: set[asyncio.Queue[str]] = set()
@@ -264,6 +266,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
         return resource if isinstance(resource, Resource) else Resource(resource)
 
     async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        if not self.keep_requests:
+            del self._requests[:-1]  # kmock's own handlers still look for the current one
         for hook in list(self.before_request):
             response = await hook(request)
             if response is not None:
