@@ -229,6 +229,7 @@ class _StateCollector(Collector):
         self.queue: QueueStats | None = None
         self.queue_backlog: Callable[[], int] | None = None
         self.api_requests: Mapping[str, int] | None = None
+        self.active: Callable[[], bool] | None = None
         self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
 
     def describe(self) -> Iterable[Metric]:
@@ -295,6 +296,14 @@ class _StateCollector(Collector):
                 requests.add_metric([verb], snapshot.pop(verb, 0))
             requests.add_metric(["other"], sum(snapshot.values()))
         yield requests
+
+        active = GaugeMetricFamily(
+            _name("replica_active"),
+            "1 while this replica reconciles, 0 while it is the standby of an active/standby pair.",
+        )
+        if with_samples and self.active is not None:
+            active.add_metric([], 1.0 if self.active() else 0.0)
+        yield active
 
 
 class Metrics:
@@ -368,16 +377,19 @@ class Metrics:
         queue: QueueStats | None = None,
         queue_backlog: Callable[[], int] | None = None,
         api_requests: Mapping[str, int] | None = None,
+        active: Callable[[], bool] | None = None,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
         """Read these at each scrape: the watch cache (sandboxes by phase), the work queue
-        (depth, passes, failures), a backlog callback and the API client's request counts
-        (``KubeClient.requests``). Call again to replace one; ``None`` keeps the current."""
+        (depth, passes, failures), a backlog callback, the API client's request counts
+        (``KubeClient.requests``) and whether the replica is active. Call again to replace
+        one; ``None`` keeps the current."""
         state = self._state
         state.cache = cache if cache is not None else state.cache
         state.queue = queue if queue is not None else state.queue
         state.queue_backlog = queue_backlog if queue_backlog is not None else state.queue_backlog
         state.api_requests = api_requests if api_requests is not None else state.api_requests
+        state.active = active if active is not None else state.active
         state.clock = clock if clock is not None else state.clock
 
     # -- events the reconciler reports ----------------------------------------------------------

@@ -119,6 +119,7 @@ def build_context(
         queue=context.queue,
         queue_backlog=context.queue.backlog,
         api_requests=kube.requests,
+        active=lambda: context.gate.active,
     )
     return context
 
