@@ -21,7 +21,10 @@ server does more, and kopf (and our operator) depend on it. This module adds, in
   that reject a write with 422, so tests see what the real server would refuse;
 - an index by resource and namespace, so a request does not scan every stored object
   (kmock's own lookups are linear, which dominates at thousands of objects);
-- ``before_request`` hooks, the place where fault injection plugs in.
+- ``before_request`` hooks, the place where fault injection plugs in (see
+  :mod:`tests.support.faults`);
+- the pod exec API over websockets (channel protocol ``v5.channel.k8s.io``), answered by an
+  ``exec_handler`` a test installs, so an operator in another process can exec too.
 
 Objects still live in kmock's ``objects`` array, so kmock's assertions and per-object
 history (``emulator.objects[resource, ns, name].history``) keep working.
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import copy
 import datetime
 import itertools
@@ -50,6 +54,12 @@ Key = tuple[Resource, str | None, str]
 Validator = Callable[[Resource, Mapping[str, Any], Mapping[str, Any] | None], list[str]]
 Mutator = Callable[[Resource, dict[str, Any]], dict[str, Any]]
 RequestHook = Callable[[rendering.Request], Awaitable[aiohttp.web.StreamResponse | None]]
+#: Runs a command "in a pod": (namespace, pod, container, argv, stdin) -> (code, out, err).
+ExecHandler = Callable[
+    [str, str, str, list[str], bytes | None], Awaitable[tuple[int, bytes, bytes]]
+]
+_EXEC_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/exec$")
+_EXEC_FRAME = 32 * 1024
 
 EVENT_LOG_SIZE = 20_000
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -173,6 +183,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
         #: API access made outside this emulator's HTTP (an exec double): (verb, group, res).
         self.side_access: list[tuple[str, str, str]] = []
         self.before_request: list[RequestHook] = []
+        #: Answers ``pods/exec``; without one, exec requests are not served.
+        self.exec_handler: ExecHandler | None = None
         #: Keep every version of every object (kmock's history) or only the latest.
         self.keep_history = True
         #: Keep every served request (``served``); a long benchmark counts in a hook instead.
@@ -528,7 +540,60 @@ class KubeEmulator(kmock.KubernetesEmulator):
         if raw_request.path.rstrip("/") == "/api/v1/namespaces":
             await raw_request.read()
             return await self._serve_namespaces(raw_request)
+        exec_path = _EXEC_PATH.match(raw_request.path)
+        if exec_path and self.exec_handler is not None:
+            return await self._serve_exec(raw_request, exec_path[1], exec_path[2])
         return await super().__call__(raw_request)
+
+    async def _serve_exec(
+        self, raw: aiohttp.web.BaseRequest, namespace: str, pod: str
+    ) -> aiohttp.web.StreamResponse:
+        """The exec API: refuse like the API server, else stream the command over channels.
+
+        Channel 0 is stdin (closed by the v5 close frame ``255 0``), 1 and 2 stdout and
+        stderr, 3 the final status, in the shape ``kubectl exec`` and the Python client read.
+        """
+        assert self.exec_handler is not None
+        stored = self._index[Resource("v1/pods")].get((namespace, pod))
+        if stored is None or stored.deleted:
+            return aiohttp.web.Response(status=404, text=f'pods "{pod}" not found')
+        if (stored.raw.get("status") or {}).get("phase") != "Running":
+            return aiohttp.web.Response(status=400, text="container not found or not running")
+        ws = aiohttp.web.WebSocketResponse(protocols=("v5.channel.k8s.io", "v4.channel.k8s.io"))
+        await ws.prepare(raw)
+        stdin: bytearray | None = None
+        if raw.query.get("stdin", "").lower() in ("true", "1"):
+            stdin = bytearray()
+            async for message in ws:
+                if message.type != aiohttp.WSMsgType.BINARY or message.data[:2] == b"\xff\x00":
+                    break
+                if message.data[:1] == b"\x00":
+                    stdin.extend(message.data[1:])
+        argv = raw.query.getall("command", [])
+        container = raw.query.get("container", "")
+        try:
+            code, out, err = await self.exec_handler(
+                namespace, pod, container, argv, None if stdin is None else bytes(stdin)
+            )
+        except Exception as exc:  # what the handler could not run becomes a failure status
+            status: dict[str, Any] = {"status": "Failure", "message": str(exc)}
+        else:
+            status = {"status": "Success"}
+            if code:
+                status = {
+                    "status": "Failure",
+                    "reason": "NonZeroExitCode",
+                    "message": f"command terminated with non-zero exit code: {code}",
+                    "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
+                }
+            with contextlib.suppress(ConnectionResetError):
+                for channel, data in ((1, out), (2, err)):
+                    for start in range(0, len(data), _EXEC_FRAME):
+                        await ws.send_bytes(bytes([channel]) + data[start : start + _EXEC_FRAME])
+        with contextlib.suppress(ConnectionResetError):
+            await ws.send_bytes(b"\x03" + json.dumps({"metadata": {}, **status}).encode())
+            await ws.close()
+        return ws
 
     async def _serve_namespaces(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         """List or watch namespaces (those any stored object lives in, plus declared ones).

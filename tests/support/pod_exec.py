@@ -83,6 +83,17 @@ class EmulatedPodExec:
             return await self._onyx_cli(namespace, pod, argv, limit=timeout)
         return await self.local.run(namespace, pod, container, argv, stdin=stdin, timeout=timeout)
 
+    def serve_exec_api(self) -> None:
+        """Answer the emulator's exec API with this double (for an operator in a process)."""
+
+        async def handle(
+            namespace: str, pod: str, container: str, argv: list[str], stdin: bytes | None
+        ) -> tuple[int, bytes, bytes]:
+            result = await self.run(namespace, pod, container, argv, stdin=stdin)
+            return result.exit_code, result.stdout, result.stderr
+
+        self.emulator.exec_handler = handle
+
     async def _onyx_cli(
         self, namespace: str, pod: str, argv: Sequence[str], *, limit: float | None
     ) -> ExecResult:

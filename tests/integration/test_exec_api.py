@@ -1,0 +1,111 @@
+"""The emulator's exec API speaks the real protocol: the operator's real transport works on it.
+
+An operator in another process (the resilience suite, the load benchmark) can only reach
+pods through the API server's exec endpoint, so the endpoint must behave like the real one
+for :class:`KubernetesExec`: refuse pods that are gone or not running, carry stdin until
+the v5 close frame, and report the exit code in the status channel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from craft_operator.kube.exec import ExecUnavailableError, KubernetesExec
+from tests.support.emulator import KubeEmulator
+from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
+
+NAMESPACE = "team"
+
+
+def pod_manifest(name: str) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [
+                {
+                    "name": "sandbox",
+                    "image": "craft-sandbox",
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+        },
+    }
+
+
+@pytest.fixture
+def transport(emulator: KubeEmulator) -> KubernetesExec:
+    configuration = client.Configuration()
+    configuration.host = str(emulator.url).rstrip("/")
+    return KubernetesExec(client.ApiClient(configuration), frame_bytes=1024)
+
+
+@pytest.fixture
+def pods(emulator: KubeEmulator, tmp_path: Path) -> EmulatedPodExec:
+    double = EmulatedPodExec(emulator, tmp_path / "pods", scripted_cli=lambda *_: 4)
+    double.serve_exec_api()
+    return double
+
+
+async def test_a_command_runs_with_its_exit_code_and_output(
+    emulator: KubeEmulator, transport: KubernetesExec, pods: EmulatedPodExec
+) -> None:
+    emulator.create("v1/pods", pod_manifest("alice"))
+    mark_pod_running(emulator, NAMESPACE, "alice")
+
+    listing = await transport.run(NAMESPACE, "alice", "sandbox", ["sh", "-c", "echo hi; exit 3"])
+    cli = await transport.run(NAMESPACE, "alice", "sandbox", ["onyx-cli", "validate-config"])
+
+    assert (listing.exit_code, listing.stdout) == (3, b"hi\n")
+    assert cli.exit_code == 4
+    assert pods.calls[-1] == (NAMESPACE, "alice", ("onyx-cli", "validate-config"))
+
+
+async def test_stdin_larger_than_a_frame_arrives_whole_before_the_command_ends(
+    emulator: KubeEmulator, transport: KubernetesExec, pods: EmulatedPodExec
+) -> None:
+    emulator.create("v1/pods", pod_manifest("alice"))
+    mark_pod_running(emulator, NAMESPACE, "alice")
+    payload = bytes(range(256)) * 200  # 51,200 bytes: fifty 1 KiB frames
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as tar:
+        info = tarfile.TarInfo("notes.bin")
+        info.size = len(payload)
+        tar.addfile(info, io.BytesIO(payload))
+
+    result = await transport.run(
+        NAMESPACE,
+        "alice",
+        "sandbox",
+        ["tar", "-x", "-C", "/workspace"],
+        stdin=archive.getvalue(),
+    )
+
+    assert result.exit_code == 0, result.stderr
+    written = pods.local.workspace(NAMESPACE, "alice") / "notes.bin"
+    assert written.read_bytes() == payload
+
+
+@pytest.mark.parametrize("state", ["missing", "pending"])
+async def test_a_pod_that_cannot_run_commands_is_refused_before_the_upgrade(
+    emulator: KubeEmulator, transport: KubernetesExec, pods: EmulatedPodExec, state: str
+) -> None:
+    if state == "pending":
+        emulator.create("v1/pods", pod_manifest("alice"))
+
+    with pytest.raises(ExecUnavailableError, match="alice"):
+        await asyncio.wait_for(
+            transport.run(NAMESPACE, "alice", "sandbox", ["true"], timeout=10), 20
+        )
+    assert pods.calls == []
