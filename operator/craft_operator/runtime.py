@@ -124,12 +124,21 @@ def build_context(
     return context
 
 
-def build_registry(context: OperatorContext, login: LoginFn | None = None) -> kopf.OperatorRegistry:
+def build_registry(
+    context: OperatorContext,
+    login: LoginFn | None = None,
+    *,
+    monitor: PeeringMonitor | None = None,
+) -> kopf.OperatorRegistry:
     """A fresh registry with all handlers and a login handler (the real one by default).
 
-    The login handler also hands the credentials to the operator's own API client.
+    The login handler also hands the credentials to the operator's own API client. A peered
+    replica's ``monitor`` is registered first, so that it stops before the API client is
+    closed (kopf runs the clean-up handlers in order).
     """
     registry = kopf.OperatorRegistry()
+    if monitor is not None:
+        peering_handlers.register(registry, monitor)
     handlers.register(registry)
 
     def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -173,21 +182,18 @@ async def run_operator(
         raise TypeError("standalone=True contradicts peering through a peering object")
     context = context or build_context(settings, exec_transport=exec_transport)
     context.gate.namespaces = tuple(namespaces)
-    registry = build_registry(context, login=login)
     kopf_settings = kopf.OperatorSettings()
     configure_kopf(kopf_settings)
     identity = peering.identity or default_identity()
+    monitor = None
     if not peering.standalone:
         kopf_settings.peering.lifetime = peering.lifetime
         monitor = PeeringMonitor(
-            kube=context.kube,
-            gate=context.gate,
-            options=peering,
-            identity=identity,
+            kube=context.kube, gate=context.gate, options=peering, identity=identity
         )
-        peering_handlers.register(registry, monitor)
         # A standby until the peering object says otherwise, as kopf's mandatory peering is.
         await context.gate.deactivate("the peering object is not read yet")
+    registry = build_registry(context, login=login, monitor=monitor)
     ignored = set(foreign_tasks) if foreign_tasks is not None else set()
     ignored.update(asyncio.all_tasks())
     if foreign_tasks is not None:
