@@ -19,7 +19,7 @@ from craft_operator.config import Settings
 from craft_operator.peering.options import PeeringOptions
 from tests.integration.conftest import SANDBOXES
 from tests.integration.helpers import NAMESPACE, phase, pod, sandbox
-from tests.support.emulator import KubeEmulator
+from tests.support.emulator import KubeEmulator, RequestHook
 from tests.support.operator import eventually
 from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
 from tests.support.replica import Replica
@@ -67,7 +67,7 @@ async def provision(emulator: KubeEmulator, name: str) -> None:
     await phase(emulator, name, "Ready", within=TAKEOVER)
 
 
-def no_goodbye_from(identity: str) -> Any:
+def no_goodbye_from(identity: str) -> RequestHook:
     """Refuse the last keep-alive that removes a replica's record, as if it died first."""
 
     async def hook(request: rendering.Request) -> aiohttp.web.StreamResponse | None:

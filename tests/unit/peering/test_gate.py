@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp.web
+import kopf
 import pytest
 from kmock._internal import rendering
 
@@ -175,18 +176,20 @@ async def test_a_failed_relist_leaves_the_replica_a_standby(
     await until(lambda: handler.calls == [("team-a", "alice")])
 
 
-def versioned(version: int) -> dict[str, Any]:
+def event(kind: str, version: int) -> kopf.RawEvent:
+    """A watch event about sandbox team-a/alice at ``version``."""
     meta = {"name": "alice", "namespace": "team-a", "resourceVersion": str(version)}
-    return sandbox("team-a", "alice") | {"metadata": meta}
+    body = sandbox("team-a", "alice") | {"metadata": meta}
+    return cast("kopf.RawEvent", {"type": kind, "object": body})
 
 
 async def test_the_handlers_ignore_events_on_a_standby(tmp_path: Path) -> None:
     context = build_context(Settings(state_dir=tmp_path, server_url="http://onyx.test:8080"))
-    await sandbox_event(event={"type": "ADDED", "object": versioned(5)}, memo=context)
+    await sandbox_event(event=event("ADDED", 5), memo=context)
     assert (len(context.cache), len(context.queue)) == (1, 1)
 
     await context.gate.deactivate("a peer with a higher priority")
-    await sandbox_event(event={"type": "MODIFIED", "object": versioned(6)}, memo=context)
+    await sandbox_event(event=event("MODIFIED", 6), memo=context)
 
     assert (len(context.cache), len(context.queue)) == (0, 0)
 

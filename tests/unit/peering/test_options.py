@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -66,7 +67,7 @@ def test_a_peering_carries_its_name_priority_identity_and_lifetime() -> None:
         ({"name": None, "standalone": True, "from_ordinal": True}, "needs peering"),
     ],
 )
-def test_contradicting_or_bad_options_are_refused(kwargs: dict, message: str) -> None:
+def test_contradicting_or_bad_options_are_refused(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(PeeringError, match=message):
         resolve_peering(priority=0, **kwargs)
 

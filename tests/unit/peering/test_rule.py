@@ -25,7 +25,9 @@ ME, PRIORITY, NAME = "craft-operator-1", 10, "craft-operator"
 NOW = datetime.now(UTC)
 
 
-def record(priority: int, *, seen_ago: float | None = 0, lifetime: int | None = 60) -> dict:
+def record(
+    priority: int, *, seen_ago: float | None = 0, lifetime: int | None = 60
+) -> dict[str, Any]:
     """A keep-alive record as kopf writes it (fields left out where ``None``)."""
     found: dict[str, Any] = {"priority": priority}
     if seen_ago is not None:
