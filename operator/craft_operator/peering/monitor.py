@@ -33,7 +33,7 @@ from typing import Any
 from craft_operator.kube.client import ApiError, Kind, KubeClient, NotFoundError
 from craft_operator.peering.gate import ActivityGate
 from craft_operator.peering.options import PeeringOptions
-from craft_operator.peering.rule import Verdict, evaluate
+from craft_operator.peering.rule import Verdict, evaluate, records
 
 logger = logging.getLogger(__name__)
 
@@ -105,13 +105,16 @@ class PeeringMonitor:
         await self._apply(self.verdict())
 
     def verdict(self) -> Verdict:
-        """kopf's rule over the peering object as last seen, once this replica's own record
-        is in it (so that its peers can see it too)."""
-        if self._identity not in (self._status or {}):
+        """kopf's rule over the peering object as last seen, provided this replica's own
+        record is in it and live: its peers must see it, or they take over (kopf would go on
+        working with an expired record; this replica does not)."""
+        now = self._clock()
+        own = [peer for peer in records(self._status, now) if peer.identity == self._identity]
+        if not own:
             return Verdict(active=False, reason="its own keep-alive is not in the peering yet")
-        return evaluate(
-            self._status, identity=self._identity, priority=self._priority, now=self._clock()
-        )
+        if not own[0].alive(now):
+            return Verdict(active=False, reason="its own keep-alive has expired")
+        return evaluate(self._status, identity=self._identity, priority=self._priority, now=now)
 
     async def check(self) -> None:
         """Read the peering object once and switch the gate accordingly."""
