@@ -50,7 +50,7 @@ def doctor(as_json: bool, skip_kubernetes: bool) -> None:
     Every check prints one line; a failure says how to fix it. Exits 1 if any check
     fails (warnings do not fail). The API permissions checked are those of the identity
     doctor runs as: run it in the operator's pod to check the operator's own, e.g.
-    kubectl -n craft-system exec deploy/craft-operator -- craft-operator doctor
+    kubectl -n craft-system exec craft-operator-0 -- craft-operator doctor
     """
     quiet_logging()
     results = run_checks(kubernetes=not skip_kubernetes)
