@@ -239,6 +239,7 @@ def test_the_base_installs_namespace_crd_rbac_settings_and_operator_without_secr
         ("ConfigMap", "craft-operator-settings"),
         ("ClusterKopfPeering", "craft-operator"),
         ("StatefulSet", "craft-operator"),
+        ("PodDisruptionBudget", "craft-operator"),
     }
     namespaced = [obj for obj in objects if "namespace" in obj["metadata"]]
     assert {obj["metadata"]["namespace"] for obj in namespaced} == {"craft-system"}
@@ -266,7 +267,9 @@ def argument(args: list[str], option: str) -> str:
     return args[args.index(option) + 1]
 
 
-def test_the_operator_runs_two_replicas_started_in_parallel(deployment: dict[str, Any]) -> None:
+def test_the_operator_runs_two_replicas_started_in_parallel_and_evicted_one_by_one(
+    deployment: dict[str, Any],
+) -> None:
     spec = deployment["spec"]
     assert spec["replicas"] == 2
     # Ordered start would keep the standby from starting while the first pod cannot.
@@ -275,6 +278,11 @@ def test_the_operator_runs_two_replicas_started_in_parallel(deployment: dict[str
     term = anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
     assert term["topologyKey"] == "kubernetes.io/hostname"
     assert selector_matches(term["labelSelector"], spec["template"]["metadata"]["labels"])
+    budget = find(
+        documents(BASE / "poddisruptionbudget.yaml"), "PodDisruptionBudget", "craft-operator"
+    )
+    assert budget["spec"]["maxUnavailable"] == 1  # a drain takes one replica at a time
+    assert selector_matches(budget["spec"]["selector"], spec["template"]["metadata"]["labels"])
 
 
 def test_the_operator_arguments_are_accepted_by_the_cli(container: dict[str, Any]) -> None:
