@@ -151,7 +151,8 @@ class _Watch:
     ) -> None:
         self.namespace = namespace
         self.selector = selector
-        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        #: Watch events; ``None`` cuts the stream (the connection drops, as on a network fault).
+        self.queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
 
     def wants(self, obj: Mapping[str, Any]) -> bool:
         meta = obj.get("metadata", {})
@@ -284,6 +285,10 @@ class KubeEmulator(kmock.KubernetesEmulator):
             response = await hook(request)
             if response is not None:
                 return response
+        return await self.serve_unhooked(request)
+
+    async def serve_unhooked(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        """Serve ``request`` past the ``before_request`` hooks (a hook may wrap the serving)."""
         if (
             request.resource is not None
             and request.resource in self.resources
@@ -325,6 +330,15 @@ class KubeEmulator(kmock.KubernetesEmulator):
             return response
         await response.write_eof()
         return response
+
+    def cut_watches(self) -> int:
+        """Drop the connection of every open watch, as a flaky network would; how many."""
+        cut = 0
+        for watches in self._watches.values():
+            for watch in watches:
+                watch.queue.put_nowait(None)
+                cut += 1
+        return cut
 
     def _has_status(self, resource: Resource) -> bool:
         info = self.resources.get(resource) if resource in self.resources else None
@@ -703,6 +717,10 @@ class KubeEmulator(kmock.KubernetesEmulator):
                 try:
                     event = await asyncio.wait_for(watch.queue.get(), remaining)
                 except TimeoutError:
+                    return
+                if event is None:
+                    if request._raw_request is not None and request._raw_request.transport:
+                        request._raw_request.transport.abort()
                     return
                 yield event
         finally:
