@@ -1,0 +1,114 @@
+"""Fixtures of the resilience suite: a seed, a size, the emulator, the operator process.
+
+Every random choice in a resilience test comes from ``rng``, seeded from
+``RESILIENCE_SEED`` (or a fresh seed, printed). A failing test's report names its seed, so
+``RESILIENCE_SEED=<seed> pytest tests/resilience -k <test>`` replays it. The suite runs at a
+reduced size by default (CI); ``RESILIENCE_SCALE=full`` runs the sizes the issue names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from craft_operator.credentials.keyring import generate_key_entry
+from tests.integration.conftest import emulator  # noqa: F401 -- the same admitting emulator
+from tests.resilience.harness import key_forms
+from tests.support.emulator import KubeEmulator
+from tests.support.pod_exec import EmulatedPodExec
+
+SEED_KEY = pytest.StashKey[int]()
+
+
+@dataclasses.dataclass(frozen=True)
+class Scale:
+    """How big a run is."""
+
+    name: str
+    sandboxes: int
+    kills: int
+    outage_seconds: float
+    hostile_copies: int
+
+
+SCALES = {
+    "ci": Scale("ci", sandboxes=40, kills=10, outage_seconds=8.0, hostile_copies=1),
+    "full": Scale("full", sandboxes=200, kills=20, outage_seconds=30.0, hostile_copies=3),
+}
+
+
+@pytest.fixture(scope="session")
+def scale() -> Scale:
+    """The size of this run: ``RESILIENCE_SCALE`` (``ci`` by default, or ``full``)."""
+    name = os.environ.get("RESILIENCE_SCALE", "ci")
+    if name not in SCALES:
+        raise pytest.UsageError(f"RESILIENCE_SCALE must be one of {sorted(SCALES)}, not {name!r}")
+    return SCALES[name]
+
+
+@pytest.fixture
+def seed(request: pytest.FixtureRequest) -> int:
+    """This test's seed: ``RESILIENCE_SEED`` if set, else a fresh one (reported on failure)."""
+    value = int(os.environ.get("RESILIENCE_SEED") or secrets.randbelow(2**32))
+    request.node.stash[SEED_KEY] = value
+    print(f"resilience seed: {value}")
+    return value
+
+
+@pytest.fixture
+def rng(seed: int) -> random.Random:
+    """The test's only source of randomness."""
+    return random.Random(seed)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Iterator[None] | pytest.TestReport:
+    """Name the seed in a failed test's report, with the command that replays it."""
+    report: pytest.TestReport = yield
+    seed = item.stash.get(SEED_KEY, None)
+    if report.failed and seed is not None:
+        report.sections.append(
+            (
+                "resilience seed",
+                f"seed {seed}; replay with: RESILIENCE_SEED={seed} "
+                f"RESILIENCE_SCALE={os.environ.get('RESILIENCE_SCALE', 'ci')} "
+                f".venv/bin/pytest '{item.nodeid}'",
+            )
+        )
+    return report
+
+
+@pytest.fixture(scope="session")
+def canary_key() -> str:
+    """The encryption key every operator process in the suite uses; it must never show."""
+    return generate_key_entry("canary").get_secret_value()
+
+
+@pytest.fixture
+def key_canaries(canary_key: str) -> set[str]:
+    """The forms of the canary key the leak search looks for."""
+    return key_forms(canary_key)
+
+
+@pytest.fixture
+def pods(emulator: KubeEmulator, tmp_path: Path) -> EmulatedPodExec:  # noqa: F811
+    """The pods' side of exec, served on the emulator's exec API; onyx-cli always passes."""
+    double = EmulatedPodExec(emulator, tmp_path / "pods", scripted_cli=lambda *_: 0)
+    double.serve_exec_api()
+    return double
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Path:
+    """The operator's state directory (its SQLite database and the logs)."""
+    path = tmp_path / "operator"
+    path.mkdir()
+    return path

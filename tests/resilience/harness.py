@@ -1,0 +1,334 @@
+"""The resilience suite's harness: the operator as a real process, a kubelet, and the checks.
+
+The operator runs exactly as in production, ``craft-operator run``, in its own process, so
+a crash is a real ``SIGKILL`` (nothing in flight finishes, no ``finally`` runs) and its
+logs, metrics and exceptions are its own. It talks to the emulator in the test's process
+over HTTP, execs into pods through the emulator's exec API, and uses a real database and
+moto's S3 server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from craft_operator.credentials.tables import PersonalAccessToken, SandboxCredential
+from craft_operator.credentials.tokens import hash_token
+from tests.support.emulator import KubeEmulator
+from tests.support.pod_exec import mark_pod_running
+
+CRAFT = "craft.onyx.app/v1alpha1/craftsandboxes"
+SECRET_SUFFIX = "-credentials"
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def kubeconfig(path: Path, url: str) -> Path:
+    """A kubeconfig that points at the emulator."""
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters: [{{name: emulator, cluster: {{server: '{url}'}}}}]\n"
+        "contexts: [{name: emulator, context: {cluster: emulator, user: operator}}]\n"
+        "current-context: emulator\n"
+        "users: [{name: operator, user: {token: operator}}]\n"
+    )
+    return path
+
+
+@dataclasses.dataclass
+class OperatorProcess:
+    """``craft-operator run`` in its own process, started again after every kill."""
+
+    url: str
+    state: Path
+    namespace: str
+    env: Mapping[str, str]
+    generation: int = 0
+    child: subprocess.Popen[bytes] | None = None
+    metrics: list[str] = dataclasses.field(default_factory=list)
+    exits: list[int] = dataclasses.field(default_factory=list)
+    _metrics_port: int = 0
+
+    @property
+    def logs(self) -> list[Path]:
+        """Every log file written so far, one per process started."""
+        return sorted((self.state / "logs").glob("operator-*.log"))
+
+    def start(self) -> None:
+        """Start a new operator process (the previous one must be gone)."""
+        assert self.child is None or self.child.poll() is not None, "still running"
+        self.generation += 1
+        self._metrics_port = free_port()
+        (self.state / "logs").mkdir(parents=True, exist_ok=True)
+        log = self.state / "logs" / f"operator-{self.generation:03d}.log"
+        environment = {
+            "PATH": os.environ.get("PATH", ""),
+            "HOME": str(self.state),
+            "KUBECONFIG": str(kubeconfig(self.state / "kubeconfig", self.url)),
+            "CRAFT_STATE_DIR": str(self.state),
+            "CRAFT_METRICS_PORT": str(self._metrics_port),
+            **self.env,
+        }
+        binary = Path(sys.executable).parent / "craft-operator"
+        with log.open("ab") as output:
+            self.child = subprocess.Popen(
+                [str(binary), "run", "--standalone", "-n", self.namespace],
+                env=environment,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+            )
+
+    @property
+    def alive(self) -> bool:
+        """Whether the current process is running."""
+        return self.child is not None and self.child.poll() is None
+
+    def kill(self) -> None:
+        """``SIGKILL``: the process ends wherever it is."""
+        if self.child is None:
+            return
+        self.scrape_metrics()
+        self.child.kill()
+        self.exits.append(self.child.wait())
+
+    async def stop(self) -> int:
+        """``SIGTERM`` as Kubernetes sends it; the exit code (0 for a clean shutdown)."""
+        assert self.child is not None
+        self.scrape_metrics()
+        self.child.send_signal(signal.SIGTERM)
+        try:
+            code = await asyncio.to_thread(self.child.wait, 60)
+        except subprocess.TimeoutExpired:
+            self.child.kill()
+            code = await asyncio.to_thread(self.child.wait)
+        self.exits.append(code)
+        return code
+
+    def scrape_metrics(self) -> None:
+        """Keep what the process's metrics endpoint serves now (if it answers)."""
+        if not self.alive:
+            return
+        with contextlib.suppress(OSError):
+            url = f"http://127.0.0.1:{self._metrics_port}/metrics"
+            with urllib.request.urlopen(url, timeout=5) as response:
+                self.metrics.append(response.read().decode("utf-8", errors="replace"))
+
+    def log_tail(self, lines: int = 60) -> str:
+        """The end of the latest log, for a failure message."""
+        if not self.logs:
+            return "(no log)"
+        text = self.logs[-1].read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+
+async def kubelet(emulator: KubeEmulator, namespace: str, *, interval: float = 0.05) -> None:
+    """Play the kubelet until cancelled: every new pod starts running and becomes Ready."""
+    while True:
+        for pod in emulator.list("v1/pods", namespace):
+            meta = pod["metadata"]
+            if not (pod.get("status") or {}).get("phase") and not meta.get("deletionTimestamp"):
+                with contextlib.suppress(KeyError):
+                    mark_pod_running(emulator, namespace, meta["name"])
+        await asyncio.sleep(interval)
+
+
+# -- the guarantees -------------------------------------------------------------------------
+
+
+def secret_tokens(emulator: KubeEmulator) -> set[str]:
+    """Every PAT any credentials Secret has ever held (all versions of all of them)."""
+    tokens: set[str] = set()
+    for (resource, _namespace, name), obj in emulator.objects.items():
+        if resource.plural != "secrets" or not name.endswith(SECRET_SUFFIX):
+            continue
+        for version in obj.history:
+            for value in ((version.raw if version else None) or {}).get("data", {}).values():
+                tokens.add(base64.b64decode(value).decode())
+    return tokens
+
+
+def check_converged(
+    emulator: KubeEmulator, database_url: str, namespace: str, expected: Iterable[str]
+) -> None:
+    """Every expected sandbox Ready with exactly one of each child and one live PAT; no more.
+
+    Raises ``AssertionError`` naming what is wrong.
+    """
+    expected = sorted(expected)
+    sandboxes = {s["metadata"]["name"]: s for s in emulator.list(CRAFT, namespace)}
+    assert sorted(sandboxes) == expected, "sandboxes left over or missing"
+    not_ready = {
+        name: (s.get("status") or {}).get("phase")
+        for name, s in sandboxes.items()
+        if (s.get("status") or {}).get("phase") != "Ready"
+    }
+    assert not not_ready, f"not Ready: {not_ready}"
+    children = {
+        "v1/pods": "",
+        "v1/secrets": SECRET_SUFFIX,
+        "v1/configmaps": "-skills",
+    }
+    for resource, suffix in children.items():
+        names = sorted(o["metadata"]["name"] for o in emulator.list(resource, namespace))
+        assert names == sorted(name + suffix for name in expected), f"{resource}: {names}"
+        for obj in emulator.list(resource, namespace):
+            owners = obj["metadata"].get("ownerReferences") or []
+            uid = sandboxes[obj["metadata"]["name"].removesuffix(suffix)]["metadata"]["uid"]
+            assert [o["uid"] for o in owners] == [uid], f"{obj['metadata']['name']}: {owners}"
+
+    engine = sa.create_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            live = connection.execute(
+                sa.select(PersonalAccessToken.id, PersonalAccessToken.hashed_token).where(
+                    PersonalAccessToken.is_revoked.is_(False)
+                )
+            ).all()
+            rows = connection.execute(
+                sa.select(
+                    SandboxCredential.name, SandboxCredential.sandbox_uid, SandboxCredential.pat_id
+                ).where(SandboxCredential.namespace == namespace)
+            ).all()
+    finally:
+        engine.dispose()
+    by_name = {row.name: row for row in rows}
+    assert len(by_name) == len(rows), "two credential rows for one sandbox"
+    assert sorted(by_name) == expected, f"credential rows: {sorted(by_name)}"
+    live_by_id = {row.id: row.hashed_token for row in live}
+    assert sorted(live_by_id) == sorted(row.pat_id for row in rows), (
+        f"{len(live_by_id)} live PATs for {len(rows)} sandboxes (orphans or missing)"
+    )
+    for name, row in by_name.items():
+        assert row.sandbox_uid == sandboxes[name]["metadata"]["uid"], f"{name}: stale uid"
+        secret = emulator.get("v1/secrets", namespace, name + SECRET_SUFFIX)
+        token = base64.b64decode(secret["data"]["ONYX_PAT"]).decode()
+        assert hash_token(token) == live_by_id[row.pat_id], f"{name}: Secret holds a dead PAT"
+
+
+# -- leaks ----------------------------------------------------------------------------------
+
+
+def secret_forms(secret: str) -> set[str]:
+    """Ways a secret could leak: as is, base64 (both alphabets), and its random middle."""
+    raw = secret.encode()
+    forms = {
+        secret,
+        base64.b64encode(raw).decode(),
+        base64.urlsafe_b64encode(raw).decode(),
+    }
+    if len(secret) > 24:
+        forms.add(secret[12:-4])
+    return forms
+
+
+def key_forms(entry: str) -> set[str]:
+    """Ways an ``id:base64key`` encryption key could leak (the id alone is not secret)."""
+    _, _, encoded = entry.partition(":")
+    material = base64.b64decode(encoded)
+    return {
+        encoded,
+        encoded.rstrip("="),
+        base64.urlsafe_b64encode(material).decode().rstrip("="),
+        binascii.hexlify(material).decode(),
+    }
+
+
+@dataclasses.dataclass
+class LeakReport:
+    """Where the canaries were searched, and what was found."""
+
+    searched: dict[str, int] = dataclasses.field(default_factory=dict)
+    hits: list[str] = dataclasses.field(default_factory=list)
+
+    def search(self, where: str, text: str, canaries: set[str]) -> None:
+        """Search ``text`` (from ``where``) for every canary."""
+        self.searched[where.split(":")[0]] = self.searched.get(where.split(":")[0], 0) + 1
+        for canary in canaries:
+            if canary in text:
+                self.hits.append(f"{where} ({len(canary)}-character form)")
+
+
+def search_for_leaks(
+    emulator: KubeEmulator,
+    canaries: set[str],
+    *,
+    logs: Iterable[Path] = (),
+    metrics: Iterable[str] = (),
+    texts: Mapping[str, str] | None = None,
+) -> LeakReport:
+    """Search every stored object version but the credentials Secrets, every event, status,
+    log line (tracebacks included), metrics page and extra text for any canary."""
+    report = LeakReport()
+    for (resource, namespace, name), obj in emulator.objects.items():
+        if resource.plural == "secrets" and name.endswith(SECRET_SUFFIX):
+            continue
+        for version in obj.history:
+            text = json.dumps(version.raw) if version is not None else ""
+            report.search(f"{resource.plural}:{namespace}/{name}", text, canaries)
+    for request in emulator.served:  # what the operator sent, including refused writes
+        path = str(request.url.path)
+        if request.data is not None and "/secrets" not in path:  # a Secret write carries a PAT
+            report.search(f"requests:{path}", json.dumps(request.data), canaries)
+    for path in logs:
+        report.search(f"logs:{path.name}", path.read_text(errors="replace"), canaries)
+    for index, page in enumerate(metrics):
+        report.search(f"metrics:page {index}", page, canaries)
+    for where, text in (texts or {}).items():
+        report.search(where, text, canaries)
+    return report
+
+
+async def until_converged(
+    operator: OperatorProcess,
+    emulator: KubeEmulator,
+    database_url: str,
+    namespace: str,
+    expected: Iterable[str],
+    *,
+    within: float,
+) -> None:
+    """Wait for :func:`check_converged` to pass; fail with what is still wrong and the log."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    expected = list(expected)
+    while True:
+        try:
+            check_converged(emulator, database_url, namespace, expected)
+            return
+        except AssertionError as exc:
+            if loop.time() > deadline:
+                raise AssertionError(
+                    f"not converged after {within:.0f} s: {exc}\n"
+                    f"operator alive: {operator.alive}; its log ends:\n{operator.log_tail()}"
+                ) from None
+        await asyncio.sleep(0.5)
+
+
+def sandbox_manifest(name: str, namespace: str, user_id: str, **spec: Any) -> dict[str, Any]:
+    """A CraftSandbox for ``user_id``."""
+    return {
+        "apiVersion": "craft.onyx.app/v1alpha1",
+        "kind": "CraftSandbox",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"user": {"id": user_id}, **spec},
+    }
