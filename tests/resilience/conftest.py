@@ -17,11 +17,15 @@ from pathlib import Path
 
 import pytest
 
+from craft_operator.credentials.db import create_credentials_engine
 from craft_operator.credentials.keyring import generate_key_entry
+from craft_operator.devtools.onyx_schema import create_onyx_tables
+from craft_operator.devtools.postgres import ThrowawayPostgres, find_bindir
 from tests.integration.conftest import emulator  # noqa: F401 -- the same admitting emulator
 from tests.resilience.harness import key_forms
 from tests.support.emulator import KubeEmulator
 from tests.support.pod_exec import EmulatedPodExec
+from tests.support.s3 import S3Server, running_s3_server, use_fake_aws_credentials
 
 SEED_KEY = pytest.StashKey[int]()
 
@@ -112,3 +116,31 @@ def state(tmp_path: Path) -> Path:
     path = tmp_path / "operator"
     path.mkdir()
     return path
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[ThrowawayPostgres]:
+    """A throwaway PostgreSQL server for the suite (as root, it runs as ``postgres``)."""
+    if find_bindir() is None:
+        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
+    with ThrowawayPostgres() as server:
+        yield server
+
+
+@pytest.fixture
+def onyx_database(postgres_server: ThrowawayPostgres) -> str:
+    """A fresh database with Onyx's ``user`` and ``personal_access_token`` tables; its URL."""
+    url = postgres_server.create_database()
+    engine = create_credentials_engine(url)
+    try:
+        create_onyx_tables(engine)
+    finally:
+        engine.dispose()
+    return url
+
+
+@pytest.fixture
+def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
+    """moto's S3 server, with fake credentials in this process's environment."""
+    use_fake_aws_credentials(monkeypatch)
+    yield from running_s3_server()

@@ -10,9 +10,11 @@ Two small parts plug into :class:`~tests.support.emulator.KubeEmulator`:
   the case that tests idempotence the hardest).
 - :func:`cut_watches_periodically` drops every open watch connection every few seconds.
 
-Both draw from a ``random.Random`` the test seeds, so a failing run replays. Requests from
-clients other than the operator (the test's own, which go through the emulator's Python
-API anyway) are never touched::
+Both draw from a ``random.Random`` the test seeds, so a failing run replays. Only the
+operator's requests for resources are failed: not other clients' (the test's own go through
+the emulator's Python API anyway), and not ``/version`` or API discovery, which kopf and
+``craft-operator run`` read once at start-up (a failure there is a restart, which the
+crash tests cover)::
 
     faults = ApiFaults(emulator, random.Random(seed), rate=0.1)
     emulator.before_request.append(faults)
@@ -73,6 +75,8 @@ class ApiFaults:
         if not self.enabled:
             return None
         if not request.headers.get("User-Agent", "").startswith(OPERATOR_AGENTS):
+            return None
+        if request.resource is None:  # /version and discovery
             return None
         if self.rng.random() >= self.rate:
             return None

@@ -1,0 +1,117 @@
+"""A flaky API server: a tenth of requests fail and watches drop, yet everything converges.
+
+Every operator request for a resource has a 10% chance to be answered with 409, 429 (with
+``Retry-After``), 500, or a dropped connection, before or after the write was applied, and
+every open watch is cut every 1-4 seconds. The credentials live in Onyx's Postgres. The
+same guarantees as after crashes must hold: every sandbox Ready, one of each child, one
+live PAT each, nothing left of deleted sandboxes, and the operator process never died.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+from craft_operator.credentials.db import create_credentials_engine
+from craft_operator.devtools.onyx_schema import add_user
+from tests.resilience.conftest import Scale
+from tests.resilience.harness import (
+    CRAFT,
+    OperatorProcess,
+    kubelet,
+    sandbox_manifest,
+    search_for_leaks,
+    secret_forms,
+    secret_tokens,
+    until_converged,
+)
+from tests.support.emulator import KubeEmulator
+from tests.support.faults import WRITE_FAULTS, ApiFaults, cut_watches_periodically
+from tests.support.pod_exec import EmulatedPodExec
+
+NAMESPACE = "flaky"
+
+
+async def test_sandboxes_converge_exactly_once_on_a_flaky_api_server(
+    emulator: KubeEmulator,
+    pods: EmulatedPodExec,
+    state: Path,
+    rng: random.Random,
+    scale: Scale,
+    canary_key: str,
+    key_canaries: set[str],
+    onyx_database: str,
+) -> None:
+    names = [f"user-{index:03d}" for index in range(scale.sandboxes)]
+    doomed = set(rng.sample(names, k=max(2, len(names) // 10)))
+    engine = create_credentials_engine(onyx_database)
+    try:
+        users = {name: str(add_user(engine)) for name in names}
+    finally:
+        engine.dispose()
+    operator = OperatorProcess(
+        str(emulator.url).rstrip("/"),
+        state,
+        NAMESPACE,
+        {
+            "CRAFT_SERVER_URL": "http://onyx.invalid:8080",
+            "CRAFT_ENCRYPTION_KEYS": canary_key,
+            "CRAFT_DATABASE_URL": onyx_database,
+            "CRAFT_POD_RESTART_BACKOFF": "0.5",
+        },
+    )
+    faults = ApiFaults(emulator, random.Random(rng.getrandbits(64)), rate=0.1)
+    emulator.before_request.append(faults)
+    cuts: list[int] = []
+    background = [
+        asyncio.create_task(kubelet(emulator, NAMESPACE)),
+        asyncio.create_task(
+            cut_watches_periodically(emulator, random.Random(rng.getrandbits(64)), cuts=cuts)
+        ),
+    ]
+    operator.start()
+    try:
+        for name in names:
+            emulator.create(CRAFT, sandbox_manifest(name, NAMESPACE, users[name]))
+            await asyncio.sleep(rng.uniform(0, 0.2))
+        for name in sorted(doomed):
+            await asyncio.sleep(rng.uniform(0, 0.3))
+            emulator.remove(CRAFT, NAMESPACE, name)
+        await until_converged(
+            operator,
+            emulator,
+            onyx_database,
+            NAMESPACE,
+            [name for name in names if name not in doomed],
+            within=90 + scale.sandboxes,
+        )
+        assert operator.alive, "the operator process died"
+        operator.scrape_metrics()
+        faults.enabled = False
+        assert await operator.stop() == 0, "the operator did not shut down cleanly"
+    finally:
+        for task in background:
+            task.cancel()
+        if operator.alive:
+            operator.kill()
+
+    assert operator.generation == 1, "the operator had to be restarted"
+    assert set(faults.injected) == set(WRITE_FAULTS), (
+        f"not every fault was tried: {faults.injected}"
+    )
+    assert len(cuts) >= 3
+    assert sum(cuts) > 0, "no watch was open when the streams were cut"
+    canaries = key_canaries.union(*(secret_forms(token) for token in secret_tokens(emulator)))
+    report = search_for_leaks(
+        emulator,
+        canaries,
+        logs=operator.logs,
+        metrics=operator.metrics,
+        texts={"exec:argv": repr(pods.calls)},
+    )
+    assert not report.hits, f"secrets leaked: {report.hits}"
+    print(
+        f"faults injected: {dict(faults.injected)}; watch cuts: {len(cuts)} "
+        f"({sum(cuts)} streams); {len(secret_tokens(emulator))} PATs minted"
+    )
