@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import io
 import tarfile
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -109,3 +111,30 @@ async def test_a_pod_that_cannot_run_commands_is_refused_before_the_upgrade(
             transport.run(NAMESPACE, "alice", "sandbox", ["true"], timeout=10), 20
         )
     assert pods.calls == []
+
+
+async def test_calls_waiting_for_stdin_do_not_starve_the_loops_own_threads(
+    emulator: KubeEmulator, transport: KubernetesExec, pods: EmulatedPodExec
+) -> None:
+    # The library sync's stdin is produced with the default pool (S3 reads). If exec calls
+    # ran there too, calls waiting for stdin would hold every thread and deadlock.
+    emulator.create("v1/pods", pod_manifest("alice"))
+    mark_pod_running(emulator, NAMESPACE, "alice")
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=1))
+
+    async def produced_in_a_thread(index: int) -> AsyncIterator[bytes]:
+        yield await asyncio.to_thread(lambda: f"part {index}\n".encode())
+
+    results = await asyncio.wait_for(
+        asyncio.gather(
+            *(
+                transport.run(
+                    NAMESPACE, "alice", "sandbox", ["cat"], stdin=produced_in_a_thread(index)
+                )
+                for index in range(3)
+            )
+        ),
+        30,
+    )
+
+    assert [r.stdout for r in results] == [f"part {index}\n".encode() for index in range(3)]

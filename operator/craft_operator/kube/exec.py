@@ -18,6 +18,7 @@ import re
 import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -180,9 +181,18 @@ class KubernetesExec:
         *,
         frame_bytes: int = 32 * 1024,
         max_output_bytes: int = 64 * 1024 * 1024,
+        max_concurrent_calls: int = 64,
     ) -> None:
-        """Use ``api_client`` (a ``kubernetes.client.ApiClient``) for every call."""
+        """Use ``api_client`` (a ``kubernetes.client.ApiClient``) for every call.
+
+        Calls block a thread each for as long as they run, in a pool of their own: in the
+        event loop's default pool they could take every thread while they wait for stdin
+        that is produced with that same pool (S3 reads, database calls), and deadlock.
+        """
         self._api_client = api_client
+        self._executor = ThreadPoolExecutor(
+            max_workers=max_concurrent_calls, thread_name_prefix="craft-exec"
+        )
         self._frame_bytes = frame_bytes
         self._max_output_bytes = max_output_bytes
 
@@ -228,7 +238,8 @@ class KubernetesExec:
                 ) from None
 
         try:
-            return await asyncio.to_thread(
+            return await loop.run_in_executor(
+                self._executor,
                 self._run_blocking,
                 namespace,
                 pod,
