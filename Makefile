@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 
-.PHONY: help install run test test-unit test-integration lint format typecheck crd e2e dev dev-down bench clean
+.PHONY: help install run test test-unit test-integration resilience lint format typecheck crd e2e dev dev-down bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -22,7 +22,7 @@ run: $(STAMP) ## Apply the CRD and run the operator on the current kube context 
 	$(BIN)/craft-operator crd | kubectl apply -f -
 	$(BIN)/craft-operator run --standalone
 
-test: $(STAMP) ## Run the unit and integration tests (e2e skips without Docker)
+test: $(STAMP) ## Run every tier: unit, integration, resilience at CI size (e2e skips without Docker)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## Run only the unit tests
@@ -42,6 +42,9 @@ format: $(STAMP) ## Apply ruff's fixes and formatting
 
 crd: $(STAMP) ## Regenerate crds/ from the pydantic models
 	$(BIN)/craft-operator crd > crds/craftsandboxes.craft.onyx.app.yaml
+
+resilience: $(STAMP) ## The resilience suite at full size (200 sandboxes, 20 kills, 30 s outages)
+	RESILIENCE_SCALE=full $(BIN)/pytest tests/resilience -m resilience -s --timeout 1200 $(PYTEST_ARGS)
 
 e2e: $(STAMP) ## End-to-end tests on kind (needs Docker)
 	$(BIN)/pytest tests/e2e -m e2e $(PYTEST_ARGS)

@@ -138,6 +138,27 @@ async def settle(
     raise TimeoutError("the operator did not settle")
 
 
+async def cpu_quiet(
+    process: psutil.Process, *, share: float = 0.05, quiet: float = 3.0, limit: float = 900
+) -> None:
+    """Wait until the operator uses under ``share`` of a core for ``quiet`` seconds.
+
+    A no-op resync sends no request at all, so only the operator's CPU shows it working.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    last, since = cpu_seconds(process), loop.time()
+    while loop.time() < deadline:
+        await asyncio.sleep(0.5)
+        now = cpu_seconds(process)
+        if now - last > share * 0.5:
+            since = loop.time()
+        elif loop.time() - since > quiet:
+            return
+        last = now
+    raise TimeoutError("the operator never went quiet")
+
+
 async def stop(child: subprocess.Popen[bytes], state: Path) -> None:
     """SIGTERM, as Kubernetes does; the operator must exit within its grace period.
 
@@ -264,8 +285,12 @@ async def run_size(n: int, workers: int, steady_cycles: int) -> dict[str, Any]:
             child = start_operator(url, state, workers, keys, resync_interval=resync_interval)
             process = psutil.Process(child.pid)
             try:
+                while traffic.watches == before_resync.watches:  # noqa: ASYNC110 -- a counter
+                    await asyncio.sleep(0.05)
+                started_cpu = cpu_seconds(process)  # start-up (imports, kopf) is not the resync
                 await settle(traffic, quiet=2.0, since=before_resync)
-                resync_cpu = cpu_seconds(process)
+                await cpu_quiet(process)
+                resync_cpu = cpu_seconds(process) - started_cpu
                 resync_rss = process.memory_info().rss
                 resync_writes = traffic.writes - before_resync.writes
                 steady: list[float] = []
