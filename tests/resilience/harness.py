@@ -332,3 +332,18 @@ def sandbox_manifest(name: str, namespace: str, user_id: str, **spec: Any) -> di
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"user": {"id": user_id}, **spec},
     }
+
+
+def pats_minted_per_sandbox(database_url: str) -> dict[str, int]:
+    """How many PATs were ever minted for each sandbox (revoked ones included), by PAT name."""
+    engine = sa.create_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(
+                sa.select(PersonalAccessToken.name, sa.func.count()).group_by(
+                    PersonalAccessToken.name
+                )
+            ).all()
+    finally:
+        engine.dispose()
+    return {str(name): int(count) for name, count in rows}

@@ -20,6 +20,7 @@ from tests.resilience.harness import (
     CRAFT,
     OperatorProcess,
     kubelet,
+    pats_minted_per_sandbox,
     sandbox_manifest,
     search_for_leaks,
     secret_forms,
@@ -102,6 +103,9 @@ async def test_sandboxes_converge_exactly_once_on_a_flaky_api_server(
     )
     assert len(cuts) >= 3
     assert sum(cuts) > 0, "no watch was open when the streams were cut"
+    minted = pats_minted_per_sandbox(onyx_database)
+    assert len(minted) >= len(names) - len(doomed)
+    assert set(minted.values()) == {1}, f"a sandbox got a second PAT: {minted}"
     canaries = key_canaries.union(*(secret_forms(token) for token in secret_tokens(emulator)))
     report = search_for_leaks(
         emulator,

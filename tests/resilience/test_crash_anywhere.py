@@ -19,6 +19,7 @@ from tests.resilience.harness import (
     CRAFT,
     OperatorProcess,
     kubelet,
+    pats_minted_per_sandbox,
     sandbox_manifest,
     search_for_leaks,
     secret_forms,
@@ -124,6 +125,9 @@ async def test_sandboxes_converge_exactly_once_while_the_operator_is_killed_at_r
             operator.kill()
 
     assert operator.exits.count(-9) == scale.kills
+    minted = pats_minted_per_sandbox(f"sqlite:///{state / 'craft-operator.db'}")
+    assert len(minted) >= len(names) - len(doomed)
+    assert set(minted.values()) == {1}, f"a sandbox got a second PAT: {minted}"
     canaries = key_canaries.union(*(secret_forms(token) for token in secret_tokens(emulator)))
     report = search_for_leaks(
         emulator,

@@ -69,6 +69,15 @@ class ApiFaults:
     enabled: bool = True
     #: How many faults of each kind were injected (``409``, ``drop-after``, ...).
     injected: collections.Counter[str] = field(default_factory=collections.Counter)
+    _decks: dict[bool, list[str]] = field(default_factory=lambda: {True: [], False: []})
+
+    def _next_kind(self, is_write: bool) -> str:
+        """Kinds come from a shuffled deck, so every kind is tried as often as the others."""
+        deck = self._decks[is_write]
+        if not deck:
+            deck.extend(WRITE_FAULTS if is_write else READ_FAULTS)
+            self.rng.shuffle(deck)
+        return deck.pop()
 
     async def __call__(self, request: rendering.Request) -> aiohttp.web.StreamResponse | None:
         """Maybe answer ``request`` with a fault; ``None`` lets it through."""
@@ -81,7 +90,7 @@ class ApiFaults:
         if self.rng.random() >= self.rate:
             return None
         is_write = request.method.value.upper() in WRITE_METHODS
-        kind = self.rng.choice(WRITE_FAULTS if is_write else READ_FAULTS)
+        kind = self._next_kind(is_write)
         if request.params.get("watch") in ("true", "1") and kind == "drop-before":
             kind = "500"  # a watch that never starts is a 500 to the client either way
         self.injected[kind] += 1
