@@ -401,7 +401,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
                 raise _error(422, "Invalid", "metadata.name or metadata.generateName is required")
             meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
         key: Key = (resource, meta.get("namespace"), meta["name"])
-        if key[1] and key[1] not in self._known_namespaces():
+        # Every object is created here, so ``namespaces`` already holds every namespace an
+        # object lives in (scanning the objects instead made each create O(n)).
+        if key[1] and key[1] not in self.namespaces:
             self.namespaces.add(key[1])  # as if created with it, like kubectl create -n
             for queue in self._namespace_watches:
                 queue.put_nowait(key[1])
