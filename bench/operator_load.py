@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import os
 import signal
 import subprocess
@@ -100,6 +101,8 @@ class Traffic:
     writes: int = 0
     events: int = 0
     watches: int = 0
+    #: The last writes (method and path), for BENCH_WRITES=1.
+    recent: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=50))
 
     async def count(self, request: Any) -> None:
         self.total += 1
@@ -112,6 +115,7 @@ class Traffic:
             self.events += 1
         else:
             self.writes += 1
+            self.recent.append(f"{request.method.value.upper()} {request.url.path}")
 
     def snapshot(self) -> Traffic:
         return Traffic(self.total, self.reads, self.writes, self.events, self.watches)
@@ -293,6 +297,8 @@ async def run_size(n: int, workers: int, steady_cycles: int) -> dict[str, Any]:
                 resync_cpu = cpu_seconds(process) - started_cpu
                 resync_rss = process.memory_info().rss
                 resync_writes = traffic.writes - before_resync.writes
+                if os.environ.get("BENCH_WRITES") and resync_writes:
+                    print("resync writes:", *list(traffic.recent)[-resync_writes:], sep="\n  ")
                 steady: list[float] = []
                 if steady_cycles:
                     steady = await sample_rss(

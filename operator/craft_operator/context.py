@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from craft_operator.config import Settings
@@ -27,6 +28,8 @@ class OperatorContext:
     queue: WorkQueue[SandboxKey] = field(init=False)
     #: Whether this replica acts (always, unless it is a standby in an active/standby pair).
     gate: ActivityGate = field(init=False)
+    #: Tasks the start-up handler started, cancelled by the clean-up handler.
+    background: set[asyncio.Task[None]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.queue = WorkQueue(

@@ -193,6 +193,8 @@ async def run_operator(
         )
         # A standby until the peering object says otherwise, as kopf's mandatory peering is.
         await context.gate.deactivate("the peering object is not read yet")
+    else:
+        await context.gate.hold_until_primed()
     registry = build_registry(context, login=login, monitor=monitor)
     ignored = set(foreign_tasks) if foreign_tasks is not None else set()
     ignored.update(asyncio.all_tasks())

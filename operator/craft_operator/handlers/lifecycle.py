@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import kopf
@@ -10,14 +11,23 @@ from craft_operator.context import OperatorContext
 
 
 async def start_workers(memo: OperatorContext, logger: kopf.Logger, **_: Any) -> None:
-    """Start the reconcile workers (they post events, so they need kopf's context)."""
+    """Start the reconcile workers (they post events, so they need kopf's context).
+
+    A standalone operator's workers wait until the first listing is in the cache.
+    """
     memo.events.start()
     memo.queue.start()
+    if memo.gate.priming:
+        memo.background.add(asyncio.create_task(memo.gate.prime(), name="prime-cache"))
     logger.info("started %d reconcile workers", memo.settings.workers)
 
 
 async def stop_workers(memo: OperatorContext, **_: Any) -> None:
     """Stop the workers and close the API client."""
+    for task in memo.background:
+        task.cancel()
+    await asyncio.gather(*memo.background, return_exceptions=True)
+    memo.background.clear()
     await memo.queue.stop()
     await memo.events.stop()
     await memo.kube.close()

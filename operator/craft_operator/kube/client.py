@@ -7,6 +7,7 @@ benchmarks), and maps API errors to a few typed exceptions the reconciler acts o
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import json
 from collections.abc import Mapping
@@ -91,10 +92,13 @@ class KubeClient:
         self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=10)
         self._retired: list[aiohttp.ClientSession] = []
         self.requests: collections.Counter[str] = collections.Counter()
+        #: Set once the login handler has handed over the credentials.
+        self.connected = asyncio.Event()
 
     def configure(self, info: kopf.ConnectionInfo) -> None:
         """Use these credentials from now on (called by the login handler, also on re-login)."""
         self._info = info
+        self.connected.set()
         if self._session is not None:
             # In-flight requests may still use the old session; close it with the client.
             self._retired.append(self._session)

@@ -27,6 +27,7 @@ from craft_operator.kube.client import (
     PVCS,
     SANDBOXES,
     SECRETS,
+    ApiError,
     Kind,
     KubeClient,
 )
@@ -69,11 +70,42 @@ class ActivityGate:
         self._active = True
         self._lock = asyncio.Lock()
         self.activations = 0
+        #: Held until the first listing is in the cache (see :meth:`hold_until_primed`).
+        self.priming = False
 
     @property
     def active(self) -> bool:
         """Whether the replica acts on what it sees (the handlers check this)."""
         return self._active
+
+    async def hold_until_primed(self) -> None:
+        """Start inactive: no reconcile until :meth:`prime` has listed everything.
+
+        kopf lists each watched kind in its own stream, in no set order: a sandbox could be
+        reconciled before its pod's listing arrived, look podless, and have a pod created
+        (refused as a duplicate). Controllers wait for their caches to sync; this is that.
+        """
+        self._active = False
+        self.priming = True
+        await self._queue.pause()
+
+    async def prime(self, *, max_delay: float = 30.0) -> None:
+        """Once the API client is connected, list everything and become active.
+
+        A failed listing is logged and retried with backoff until it succeeds.
+        """
+        await self._kube.connected.wait()
+        delay = min(1.0, max_delay)
+        while True:
+            try:
+                await self.activate("the first listing is in the cache")
+            except ApiError as exc:
+                logger.warning("cannot list the sandboxes yet (%s); retrying in %.0fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(max_delay, delay * 2)
+            else:
+                self.priming = False
+                return
 
     async def deactivate(self, reason: str) -> None:
         """Become a standby: stop the work and forget the state (no-op if standby already)."""

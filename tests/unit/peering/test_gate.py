@@ -200,3 +200,34 @@ async def test_the_metrics_say_whether_the_replica_is_active(tmp_path: Path) -> 
     assert registry.get_sample_value("craft_replica_active") == 1.0
     await context.gate.deactivate("a peer with a higher priority")
     assert registry.get_sample_value("craft_replica_active") == 0.0
+
+
+async def test_a_primed_start_waits_for_the_first_listing_and_retries_it_until_it_works(
+    parts: tuple[ActivityGate, WorkQueue[Key], ObjectCache, Handler], emulator: KubeEmulator
+) -> None:
+    gate, queue, cache, handler = parts
+    emulator.create(SANDBOXES, sandbox("team-a", "alice"))
+    emulator.create("v1/pods", pod("team-a", "alice", dict(MANAGED_SELECTOR)))
+    refusals = []
+
+    async def pods_unavailable_once(
+        request: rendering.Request,
+    ) -> aiohttp.web.StreamResponse | None:
+        if request.url.path.endswith("/pods") and not refusals:
+            refusals.append(request.url.path)
+            return aiohttp.web.json_response({"kind": "Status", "code": 503}, status=503)
+        return None
+
+    emulator.before_request.append(pods_unavailable_once)
+    await gate.hold_until_primed()
+    queue.add(("team-a", "alice"))  # as kopf's own listing would, before ours is complete
+    await asyncio.sleep(0.05)
+    assert handler.calls == []
+
+    await asyncio.wait_for(gate.prime(max_delay=0.05), 10)
+
+    assert refusals  # the first listing failed and was retried
+    assert gate.active
+    assert not gate.priming
+    assert cache.get(POD, "team-a", "alice") is not None
+    await until(lambda: handler.calls == [("team-a", "alice")])
