@@ -82,6 +82,9 @@ def start_operator(
         "CRAFT_WORKERS": str(workers),
         "CRAFT_METRICS_PORT": "0",
         "CRAFT_RESYNC_INTERVAL": str(resync_interval),
+        # No kubelet runs the pods here: without this, a large N outlasts the default
+        # 180 s and the resync would report every sandbox ProvisioningTimedOut.
+        "CRAFT_PROVISIONING_TIMEOUT": "86400",
     }
     binary = Path(sys.executable).parent / "craft-operator"
     return subprocess.Popen(
