@@ -12,7 +12,7 @@ import dataclasses
 import os
 import random
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,14 @@ from craft_operator.credentials.keyring import generate_key_entry
 from craft_operator.devtools.onyx_schema import create_onyx_tables
 from craft_operator.devtools.postgres import ThrowawayPostgres, find_bindir
 from tests.integration.conftest import emulator  # noqa: F401 -- the same admitting emulator
-from tests.resilience.harness import key_forms
+from tests.resilience.harness import (
+    LeakReport,
+    OperatorProcess,
+    key_forms,
+    search_for_leaks,
+    secret_forms,
+    secret_tokens,
+)
 from tests.support.emulator import KubeEmulator
 from tests.support.pod_exec import EmulatedPodExec
 from tests.support.s3 import S3Server, running_s3_server, use_fake_aws_credentials
@@ -144,3 +151,59 @@ def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
     """moto's S3 server, with fake credentials in this process's environment."""
     use_fake_aws_credentials(monkeypatch)
     yield from running_s3_server()
+
+
+Launch = Callable[..., OperatorProcess]
+LeakCheck = Callable[..., LeakReport]
+
+
+@pytest.fixture
+def launch(emulator: KubeEmulator, state: Path, canary_key: str) -> Launch:  # noqa: F811
+    """Make (not start) the operator process for a namespace, with the canary key ring.
+
+    ``launch(namespace, CRAFT_X="...")`` adds settings (environment variables).
+    """
+
+    def make(namespace: str, **env: str) -> OperatorProcess:
+        return OperatorProcess(
+            str(emulator.url).rstrip("/"),
+            state,
+            namespace,
+            {
+                "CRAFT_SERVER_URL": "http://onyx.invalid:8080",
+                "CRAFT_ENCRYPTION_KEYS": canary_key,
+                **env,
+            },
+        )
+
+    return make
+
+
+@pytest.fixture
+def assert_no_leaks(emulator: KubeEmulator, key_canaries: set[str]) -> LeakCheck:  # noqa: F811
+    """Search everything the run left for the canary key and every PAT ever minted.
+
+    ``assert_no_leaks(operator, texts={...})`` fails on any hit; returns the report.
+    """
+
+    def check(operator: OperatorProcess, texts: dict[str, str] | None = None) -> LeakReport:
+        tokens = secret_tokens(emulator)
+        canaries = key_canaries.union(*(secret_forms(token) for token in tokens))
+        report = search_for_leaks(
+            emulator, canaries, logs=operator.logs, metrics=operator.metrics, texts=texts
+        )
+        assert not report.hits, f"secrets leaked: {report.hits}"
+        return report
+
+    return check
+
+
+def s3_settings(endpoint: str, bucket: str) -> dict[str, str]:
+    """The operator's S3 settings for moto (fake credentials, never the developer's)."""
+    return {
+        "CRAFT_S3_BUCKET": bucket,
+        "CRAFT_S3_ENDPOINT_URL": endpoint,
+        "CRAFT_S3_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+    }

@@ -124,6 +124,20 @@ class OperatorProcess:
         self.exits.append(code)
         return code
 
+    async def stop_cleanly(self, *, within: float = 60.0) -> None:
+        """Once the process serves (a ``SIGTERM`` during its imports just kills it), scrape
+        the metrics one last time, ``SIGTERM``, and fail unless it exits with 0."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        pages = len(self.metrics)
+        while self.alive and len(self.metrics) == pages and loop.time() < deadline:
+            await asyncio.to_thread(self.scrape_metrics)
+            await asyncio.sleep(0.2)
+        code = await self.stop()
+        assert code == 0, f"the operator exited with {code} on SIGTERM; its log ends:\n" + (
+            self.log_tail()
+        )
+
     def scrape_metrics(self) -> None:
         """Keep what the process's metrics endpoint serves now (if it answers)."""
         if not self.alive:

@@ -11,19 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import random
-from pathlib import Path
 
 from craft_operator.credentials.db import create_credentials_engine
 from craft_operator.devtools.onyx_schema import add_user
-from tests.resilience.conftest import Scale
+from tests.resilience.conftest import Launch, LeakCheck, Scale
 from tests.resilience.harness import (
     CRAFT,
-    OperatorProcess,
     kubelet,
     pats_minted_per_sandbox,
     sandbox_manifest,
-    search_for_leaks,
-    secret_forms,
     secret_tokens,
     until_converged,
 )
@@ -37,11 +33,10 @@ NAMESPACE = "flaky"
 async def test_sandboxes_converge_exactly_once_on_a_flaky_api_server(
     emulator: KubeEmulator,
     pods: EmulatedPodExec,
-    state: Path,
     rng: random.Random,
     scale: Scale,
-    canary_key: str,
-    key_canaries: set[str],
+    launch: Launch,
+    assert_no_leaks: LeakCheck,
     onyx_database: str,
 ) -> None:
     names = [f"user-{index:03d}" for index in range(scale.sandboxes)]
@@ -51,17 +46,7 @@ async def test_sandboxes_converge_exactly_once_on_a_flaky_api_server(
         users = {name: str(add_user(engine)) for name in names}
     finally:
         engine.dispose()
-    operator = OperatorProcess(
-        str(emulator.url).rstrip("/"),
-        state,
-        NAMESPACE,
-        {
-            "CRAFT_SERVER_URL": "http://onyx.invalid:8080",
-            "CRAFT_ENCRYPTION_KEYS": canary_key,
-            "CRAFT_DATABASE_URL": onyx_database,
-            "CRAFT_POD_RESTART_BACKOFF": "0.5",
-        },
-    )
+    operator = launch(NAMESPACE, CRAFT_DATABASE_URL=onyx_database, CRAFT_POD_RESTART_BACKOFF="0.5")
     faults = ApiFaults(emulator, random.Random(rng.getrandbits(64)), rate=0.1)
     emulator.before_request.append(faults)
     cuts: list[int] = []
@@ -90,7 +75,7 @@ async def test_sandboxes_converge_exactly_once_on_a_flaky_api_server(
         assert operator.alive, "the operator process died"
         operator.scrape_metrics()
         faults.enabled = False
-        assert await operator.stop() == 0, "the operator did not shut down cleanly"
+        await operator.stop_cleanly()
     finally:
         for task in background:
             task.cancel()
@@ -106,15 +91,7 @@ async def test_sandboxes_converge_exactly_once_on_a_flaky_api_server(
     minted = pats_minted_per_sandbox(onyx_database)
     assert len(minted) >= len(names) - len(doomed)
     assert set(minted.values()) == {1}, f"a sandbox got a second PAT: {minted}"
-    canaries = key_canaries.union(*(secret_forms(token) for token in secret_tokens(emulator)))
-    report = search_for_leaks(
-        emulator,
-        canaries,
-        logs=operator.logs,
-        metrics=operator.metrics,
-        texts={"exec:argv": repr(pods.calls)},
-    )
-    assert not report.hits, f"secrets leaked: {report.hits}"
+    assert_no_leaks(operator, texts={"exec:argv": repr(pods.calls)})
     print(
         f"faults injected: {dict(faults.injected)}; watch cuts: {len(cuts)} "
         f"({sum(cuts)} streams); {len(secret_tokens(emulator))} PATs minted"

@@ -14,15 +14,13 @@ import random
 import uuid
 from pathlib import Path
 
-from tests.resilience.conftest import Scale
+from tests.resilience.conftest import Launch, LeakCheck, Scale
 from tests.resilience.harness import (
     CRAFT,
     OperatorProcess,
     kubelet,
     pats_minted_per_sandbox,
     sandbox_manifest,
-    search_for_leaks,
-    secret_forms,
     secret_tokens,
     until_converged,
 )
@@ -87,19 +85,10 @@ async def test_sandboxes_converge_exactly_once_while_the_operator_is_killed_at_r
     state: Path,
     rng: random.Random,
     scale: Scale,
-    canary_key: str,
-    key_canaries: set[str],
+    launch: Launch,
+    assert_no_leaks: LeakCheck,
 ) -> None:
-    operator = OperatorProcess(
-        str(emulator.url).rstrip("/"),
-        state,
-        NAMESPACE,
-        {
-            "CRAFT_SERVER_URL": "http://onyx.invalid:8080",
-            "CRAFT_ENCRYPTION_KEYS": canary_key,
-            "CRAFT_POD_RESTART_BACKOFF": "0.5",
-        },
-    )
+    operator = launch(NAMESPACE, CRAFT_POD_RESTART_BACKOFF="0.5")
     names = [f"user-{index:03d}" for index in range(scale.sandboxes)]
     doomed = set(rng.sample(names, k=max(2, len(names) // 10)))
     kubelet_task = asyncio.create_task(kubelet(emulator, NAMESPACE))
@@ -117,8 +106,7 @@ async def test_sandboxes_converge_exactly_once_while_the_operator_is_killed_at_r
             [name for name in names if name not in doomed],
             within=60 + scale.sandboxes,
         )
-        operator.scrape_metrics()
-        assert await operator.stop() == 0, "the operator did not shut down cleanly"
+        await operator.stop_cleanly()
     finally:
         kubelet_task.cancel()
         if operator.alive:
@@ -128,18 +116,13 @@ async def test_sandboxes_converge_exactly_once_while_the_operator_is_killed_at_r
     minted = pats_minted_per_sandbox(f"sqlite:///{state / 'craft-operator.db'}")
     assert len(minted) >= len(names) - len(doomed)
     assert set(minted.values()) == {1}, f"a sandbox got a second PAT: {minted}"
-    canaries = key_canaries.union(*(secret_forms(token) for token in secret_tokens(emulator)))
-    report = search_for_leaks(
-        emulator,
-        canaries,
-        logs=operator.logs,
-        metrics=operator.metrics,
+    report = assert_no_leaks(
+        operator,
         texts={
             "exec:argv": repr(pods.calls),
             "database:file": (state / "craft-operator.db").read_bytes().decode("latin-1"),
         },
     )
-    assert not report.hits, f"secrets leaked: {report.hits}"
     assert len(operator.logs) == scale.kills + 1
     assert operator.metrics, "no metrics page was read"
     print(

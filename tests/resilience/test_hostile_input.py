@@ -34,14 +34,10 @@ from botocore.exceptions import ClientError
 from craft_operator.credentials.db import create_credentials_engine
 from craft_operator.devtools.onyx_schema import add_user
 from craft_operator.library import make_s3_client
-from tests.resilience.conftest import Scale
+from tests.resilience.conftest import Launch, LeakCheck, Scale, s3_settings
 from tests.resilience.harness import (
     CRAFT,
-    OperatorProcess,
     sandbox_manifest,
-    search_for_leaks,
-    secret_forms,
-    secret_tokens,
 )
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually
@@ -225,8 +221,8 @@ async def test_bad_sandboxes_are_refused_or_explained_and_no_key_escapes_the_lib
     state: Path,
     rng: random.Random,
     scale: Scale,
-    canary_key: str,
-    key_canaries: set[str],
+    launch: Launch,
+    assert_no_leaks: LeakCheck,
     onyx_database: str,
     s3: S3Server,
 ) -> None:
@@ -323,21 +319,11 @@ async def test_bad_sandboxes_are_refused_or_explained_and_no_key_escapes_the_lib
             kubelet_step()
             await asyncio.sleep(0.05)
 
-    operator = OperatorProcess(
-        url,
-        state,
+    operator = launch(
         NAMESPACE,
-        {
-            "CRAFT_SERVER_URL": "http://onyx.invalid:8080",
-            "CRAFT_ENCRYPTION_KEYS": canary_key,
-            "CRAFT_DATABASE_URL": onyx_database,
-            "CRAFT_S3_BUCKET": BUCKET,
-            "CRAFT_S3_ENDPOINT_URL": s3.url,
-            "CRAFT_S3_REGION": "us-east-1",
-            "CRAFT_PROVISIONING_TIMEOUT": "5",
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-        },
+        CRAFT_DATABASE_URL=onyx_database,
+        CRAFT_PROVISIONING_TIMEOUT="5",
+        **s3_settings(s3.url, BUCKET),
     )
     kubelet_task = asyncio.create_task(kubelet())
     operator.start()
@@ -367,8 +353,7 @@ async def test_bad_sandboxes_are_refused_or_explained_and_no_key_escapes_the_lib
             and r.params.get("watch") != "true"
         ]
         assert operator.alive, f"the operator died:\n{operator.log_tail()}"
-        operator.scrape_metrics()
-        assert await operator.stop() == 0, "the operator did not shut down cleanly"
+        await operator.stop_cleanly()
     finally:
         kubelet_task.cancel()
         if operator.alive:
@@ -391,9 +376,7 @@ async def test_bad_sandboxes_are_refused_or_explained_and_no_key_escapes_the_lib
     for escaped in ("escape.txt", "absolute.txt", "planted.txt", "passwd"):
         assert not list(state.parent.rglob(escaped)), f"{escaped} was written somewhere"
 
-    canaries = key_canaries.union(*(secret_forms(token) for token in secret_tokens(emulator)))
-    report = search_for_leaks(emulator, canaries, logs=operator.logs, metrics=operator.metrics)
-    assert not report.hits, f"secrets leaked: {report.hits}"
+    assert_no_leaks(operator, texts={"exec:argv": repr(pods.calls)})
     print(
         f"refused at admission: {len(refused)}; accepted but wrong: {sandboxes}; "
         f"hostile keys: {len(stored)}; settled operator: {len(requests)} requests in "

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy.engine import make_url
@@ -20,15 +19,11 @@ from sqlalchemy.engine import make_url
 from craft_operator.credentials.db import create_credentials_engine
 from craft_operator.devtools.onyx_schema import add_user
 from craft_operator.library import make_s3_client
-from tests.resilience.conftest import Scale
+from tests.resilience.conftest import Launch, LeakCheck, Scale, s3_settings
 from tests.resilience.harness import (
     CRAFT,
-    OperatorProcess,
     kubelet,
     sandbox_manifest,
-    search_for_leaks,
-    secret_forms,
-    secret_tokens,
     until_converged,
 )
 from tests.support.emulator import KubeEmulator
@@ -82,11 +77,10 @@ def library_current(emulator: KubeEmulator, name: str, expected: str) -> bool:
 async def test_database_and_s3_outages_are_reported_and_recovered_from_losing_nothing(
     emulator: KubeEmulator,
     pods: EmulatedPodExec,
-    state: Path,
     rng: random.Random,
     scale: Scale,
-    canary_key: str,
-    key_canaries: set[str],
+    launch: Launch,
+    assert_no_leaks: LeakCheck,
     onyx_database: str,
     s3: S3Server,
 ) -> None:
@@ -116,20 +110,10 @@ async def test_database_and_s3_outages_are_reported_and_recovered_from_losing_no
     await db_proxy.up()
     await s3_proxy.up()
     proxied = database.set(host="127.0.0.1", port=db_proxy.port)
-    operator = OperatorProcess(
-        str(emulator.url).rstrip("/"),
-        state,
+    operator = launch(
         NAMESPACE,
-        {
-            "CRAFT_SERVER_URL": "http://onyx.invalid:8080",
-            "CRAFT_ENCRYPTION_KEYS": canary_key,
-            "CRAFT_DATABASE_URL": proxied.render_as_string(hide_password=False),
-            "CRAFT_S3_BUCKET": BUCKET,
-            "CRAFT_S3_ENDPOINT_URL": f"http://127.0.0.1:{s3_proxy.port}",
-            "CRAFT_S3_REGION": "us-east-1",
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-        },
+        CRAFT_DATABASE_URL=proxied.render_as_string(hide_password=False),
+        **s3_settings(f"http://127.0.0.1:{s3_proxy.port}", BUCKET),
     )
     kubelet_task = asyncio.create_task(kubelet(emulator, NAMESPACE))
     operator.start()
@@ -168,8 +152,7 @@ async def test_database_and_s3_outages_are_reported_and_recovered_from_losing_no
                 what=f"{name}: revision {asked[name]} synced",
             )
         assert operator.alive, "the operator process died"
-        operator.scrape_metrics()
-        assert await operator.stop() == 0, "the operator did not shut down cleanly"
+        await operator.stop_cleanly()
     finally:
         kubelet_task.cancel()
         if operator.alive:
@@ -183,9 +166,7 @@ async def test_database_and_s3_outages_are_reported_and_recovered_from_losing_no
         library = pods.local.workspace(NAMESPACE, name) / "user_library"
         assert (library / f"{asked[name]}.txt").read_text() == f"{name} {asked[name]}"
     assert operator.generation == 1, "the operator had to be restarted"
-    canaries = key_canaries.union(*(secret_forms(token) for token in secret_tokens(emulator)))
-    report = search_for_leaks(emulator, canaries, logs=operator.logs, metrics=operator.metrics)
-    assert not report.hits, f"secrets leaked: {report.hits}"
+    assert_no_leaks(operator, texts={"exec:argv": repr(pods.calls)})
     print(
         f"database outage: {scale.outage_seconds:.0f} s, reasons seen {sorted(database_reasons)}; "
         f"S3 outage: {scale.outage_seconds:.0f} s, reasons seen {sorted(s3_reasons)}"

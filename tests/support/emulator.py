@@ -576,7 +576,10 @@ class KubeEmulator(kmock.KubernetesEmulator):
         if (stored.raw.get("status") or {}).get("phase") != "Running":
             return aiohttp.web.Response(status=400, text="container not found or not running")
         ws = aiohttp.web.WebSocketResponse(protocols=("v5.channel.k8s.io", "v4.channel.k8s.io"))
-        await ws.prepare(raw)
+        try:
+            await ws.prepare(raw)
+        except ConnectionResetError:  # the client is gone (e.g. a killed operator)
+            return ws
         stdin: bytearray | None = None
         if raw.query.get("stdin", "").lower() in ("true", "1"):
             stdin = bytearray()
