@@ -17,10 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from craft_operator.credentials.db import create_credentials_engine
 from craft_operator.credentials.keyring import generate_key_entry
-from craft_operator.devtools.onyx_schema import create_onyx_tables
-from craft_operator.devtools.postgres import ThrowawayPostgres, find_bindir
+from craft_operator.devtools.postgres import ThrowawayPostgres
 from tests.integration.conftest import emulator  # noqa: F401 -- the same admitting emulator
 from tests.resilience.harness import (
     LeakReport,
@@ -32,6 +30,7 @@ from tests.resilience.harness import (
 )
 from tests.support.emulator import KubeEmulator
 from tests.support.pod_exec import EmulatedPodExec
+from tests.support.postgres import onyx_database as onyx_database_url
 from tests.support.s3 import S3Server, running_s3_server, use_fake_aws_credentials
 
 SEED_KEY = pytest.StashKey[int]()
@@ -125,25 +124,10 @@ def state(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[ThrowawayPostgres]:
-    """A throwaway PostgreSQL server for the suite (as root, it runs as ``postgres``)."""
-    if find_bindir() is None:
-        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
-    with ThrowawayPostgres() as server:
-        yield server
-
-
 @pytest.fixture
 def onyx_database(postgres_server: ThrowawayPostgres) -> str:
     """A fresh database with Onyx's ``user`` and ``personal_access_token`` tables; its URL."""
-    url = postgres_server.create_database()
-    engine = create_credentials_engine(url)
-    try:
-        create_onyx_tables(engine)
-    finally:
-        engine.dispose()
-    return url
+    return onyx_database_url(postgres_server)
 
 
 @pytest.fixture

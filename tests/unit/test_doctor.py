@@ -30,7 +30,7 @@ from craft_operator.config import load_settings
 from craft_operator.credentials import SandboxIdentity, build_credential_store, generate_key_entry
 from craft_operator.credentials.db import create_credentials_engine, upgrade
 from craft_operator.devtools.onyx_schema import create_onyx_tables
-from craft_operator.devtools.postgres import ThrowawayPostgres, find_bindir
+from craft_operator.devtools.postgres import ThrowawayPostgres
 from craft_operator.doctor import SSAR_PATH, access_requests
 from craft_operator.library.s3 import make_s3_client
 from craft_operator.permissions import REQUIRED_PERMISSIONS
@@ -451,19 +451,11 @@ def test_no_default_bucket_is_only_a_warning(
 # -- Onyx mode (PostgreSQL) --------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[ThrowawayPostgres]:
-    if find_bindir() is None:
-        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
-    with ThrowawayPostgres() as server:
-        yield server
-
-
 @pytest.mark.postgres
 def test_onyx_mode_needs_onyx_tables_then_the_operator_migration(
-    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, postgres: ThrowawayPostgres
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, postgres_server: ThrowawayPostgres
 ) -> None:
-    url = postgres.create_database()
+    url = postgres_server.create_database()
     monkeypatch.setenv("CRAFT_DATABASE_URL", url)
     monkeypatch.setenv("CRAFT_DATABASE_AUTO_MIGRATE", "false")
     engine = create_credentials_engine(url)

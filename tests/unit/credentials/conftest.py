@@ -20,8 +20,9 @@ from sqlalchemy import Engine, func, select
 from craft_operator.credentials import CredentialStore, KeyRing, generate_key_entry
 from craft_operator.credentials.db import create_credentials_engine, upgrade
 from craft_operator.credentials.tables import PersonalAccessToken
-from craft_operator.devtools.onyx_schema import add_user, create_onyx_tables
-from craft_operator.devtools.postgres import ThrowawayPostgres, find_bindir
+from craft_operator.devtools.onyx_schema import add_user
+from craft_operator.devtools.postgres import ThrowawayPostgres
+from tests.support.postgres import onyx_database as onyx_database_url
 
 
 class Clock:
@@ -70,23 +71,8 @@ class Database:
             return int(connection.execute(query).scalar_one())
 
 
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[ThrowawayPostgres]:
-    """A throwaway PostgreSQL server for the whole session (as root: runs as postgres)."""
-    if find_bindir() is None:
-        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
-    with ThrowawayPostgres() as server:
-        yield server
-
-
 def _postgres_database(server: ThrowawayPostgres) -> str:
-    url = server.create_database()
-    engine = create_credentials_engine(url)
-    try:
-        create_onyx_tables(engine)
-    finally:
-        engine.dispose()
-    return url
+    return onyx_database_url(server)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
