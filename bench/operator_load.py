@@ -42,8 +42,14 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.integration.conftest import OPERATOR_AGENTS, SANDBOXES, declare_craft_resources
-from tests.support.emulator import WRITE_METHODS, KubeEmulator, declare_core_resources
+from tests.integration.conftest import SANDBOXES, declare_craft_resources
+from tests.resilience.harness import kubeconfig
+from tests.support.emulator import (
+    OPERATOR_AGENTS,
+    WRITE_METHODS,
+    KubeEmulator,
+    declare_core_resources,
+)
 
 from craft_operator.credentials.keyring import generate_key_entry
 
@@ -57,17 +63,6 @@ class Timeline:
     pods: dict[str, float] = field(default_factory=dict)
     done: asyncio.Event = field(default_factory=asyncio.Event)
     expected: int = 0
-
-
-def kubeconfig(path: Path, url: str) -> Path:
-    path.write_text(
-        "apiVersion: v1\nkind: Config\n"
-        f"clusters: [{{name: bench, cluster: {{server: '{url}'}}}}]\n"
-        "contexts: [{name: bench, context: {cluster: bench, user: bench}}]\n"
-        "current-context: bench\n"
-        "users: [{name: bench, user: {token: bench}}]\n"
-    )
-    return path
 
 
 def start_operator(

@@ -14,6 +14,7 @@ from craft_operator.context import OperatorContext
 from craft_operator.credentials.keyring import generate_key_entry
 from tests.support.admission import admit, default_craftsandbox
 from tests.support.emulator import (
+    OPERATOR_AGENTS,
     KubeEmulator,
     declare_core_resources,
     declare_peering_resources,
@@ -23,7 +24,6 @@ from tests.support.pod_exec import EmulatedPodExec
 from tests.support.rbac import Access, access_of, cluster_role_rules, grants
 
 SANDBOXES = kmock.resource(models.GROUP, models.VERSION, models.PLURAL)
-OPERATOR_AGENTS = ("kopf/", "craft-operator/")  # kopf's own client, and the operator's
 
 
 def observed_access(emulator: KubeEmulator) -> set[Access]:

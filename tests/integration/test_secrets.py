@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 
@@ -20,13 +19,9 @@ from tests.integration.helpers import (
     token_in_secret,
 )
 from tests.support.emulator import KubeEmulator
+from tests.support.leaks import secret_forms
 from tests.support.operator import eventually
 from tests.support.pod_exec import mark_pod_running
-
-
-def forms_of(token: str) -> set[str]:
-    """Ways a token could leak: as is, base64-encoded, or its secret middle alone."""
-    return {token, base64.b64encode(token.encode()).decode(), token[12:-4]}
 
 
 @pytest.mark.parametrize("cli_exit_codes", [{f"{NAMESPACE}/alice": 4}], indirect=False)
@@ -52,7 +47,7 @@ async def test_the_pat_appears_in_no_object_event_or_log_line_but_its_secret(
     await phase(emulator, "alice", "Ready")
     await event_posted(emulator, "alice", "CLIValidated")
     assert len(tokens) == 2
-    canaries = set().union(*(forms_of(token) for token in tokens))
+    canaries = set().union(*(secret_forms(token) for token in tokens))
 
     for (resource, namespace, name), obj in emulator.objects.items():
         if resource.plural == "secrets" and name == "alice-credentials":

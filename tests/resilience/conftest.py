@@ -20,15 +20,15 @@ import pytest
 from craft_operator.credentials.keyring import generate_key_entry
 from craft_operator.devtools.postgres import ThrowawayPostgres
 from tests.integration.conftest import emulator  # noqa: F401 -- the same admitting emulator
-from tests.resilience.harness import (
+from tests.resilience.harness import OperatorProcess
+from tests.support.emulator import KubeEmulator
+from tests.support.leaks import (
     LeakReport,
-    OperatorProcess,
     key_forms,
     search_for_leaks,
     secret_forms,
     secret_tokens,
 )
-from tests.support.emulator import KubeEmulator
 from tests.support.pod_exec import EmulatedPodExec
 from tests.support.postgres import onyx_database as onyx_database_url
 from tests.support.s3 import S3Server, running_s3_server, use_fake_aws_credentials

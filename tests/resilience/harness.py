@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import contextlib
 import dataclasses
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -27,20 +24,15 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from craft_operator.builders.naming import SECRET_SUFFIX
 from craft_operator.credentials.tables import PersonalAccessToken, SandboxCredential
 from craft_operator.credentials.tokens import hash_token
 from tests.support.emulator import KubeEmulator
+from tests.support.operator import eventually
 from tests.support.pod_exec import mark_pod_running
+from tests.support.s3 import free_port
 
 CRAFT = "craft.onyx.app/v1alpha1/craftsandboxes"
-SECRET_SUFFIX = "-credentials"
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def kubeconfig(path: Path, url: str) -> Path:
@@ -169,18 +161,6 @@ async def kubelet(emulator: KubeEmulator, namespace: str, *, interval: float = 0
 # -- the guarantees -------------------------------------------------------------------------
 
 
-def secret_tokens(emulator: KubeEmulator) -> set[str]:
-    """Every PAT any credentials Secret has ever held (all versions of all of them)."""
-    tokens: set[str] = set()
-    for (resource, _namespace, name), obj in emulator.objects.items():
-        if resource.plural != "secrets" or not name.endswith(SECRET_SUFFIX):
-            continue
-        for version in obj.history:
-            for value in ((version.raw if version else None) or {}).get("data", {}).values():
-                tokens.add(base64.b64decode(value).decode())
-    return tokens
-
-
 def check_converged(
     emulator: KubeEmulator, database_url: str, namespace: str, expected: Iterable[str]
 ) -> None:
@@ -239,79 +219,6 @@ def check_converged(
         assert hash_token(token) == live_by_id[row.pat_id], f"{name}: Secret holds a dead PAT"
 
 
-# -- leaks ----------------------------------------------------------------------------------
-
-
-def secret_forms(secret: str) -> set[str]:
-    """Ways a secret could leak: as is, base64 (both alphabets), and its random middle."""
-    raw = secret.encode()
-    forms = {
-        secret,
-        base64.b64encode(raw).decode(),
-        base64.urlsafe_b64encode(raw).decode(),
-    }
-    if len(secret) > 24:
-        forms.add(secret[12:-4])
-    return forms
-
-
-def key_forms(entry: str) -> set[str]:
-    """Ways an ``id:base64key`` encryption key could leak (the id alone is not secret)."""
-    _, _, encoded = entry.partition(":")
-    material = base64.b64decode(encoded)
-    return {
-        encoded,
-        encoded.rstrip("="),
-        base64.urlsafe_b64encode(material).decode().rstrip("="),
-        binascii.hexlify(material).decode(),
-    }
-
-
-@dataclasses.dataclass
-class LeakReport:
-    """Where the canaries were searched, and what was found."""
-
-    searched: dict[str, int] = dataclasses.field(default_factory=dict)
-    hits: list[str] = dataclasses.field(default_factory=list)
-
-    def search(self, where: str, text: str, canaries: set[str]) -> None:
-        """Search ``text`` (from ``where``) for every canary."""
-        self.searched[where.split(":")[0]] = self.searched.get(where.split(":")[0], 0) + 1
-        for canary in canaries:
-            if canary in text:
-                self.hits.append(f"{where} ({len(canary)}-character form)")
-
-
-def search_for_leaks(
-    emulator: KubeEmulator,
-    canaries: set[str],
-    *,
-    logs: Iterable[Path] = (),
-    metrics: Iterable[str] = (),
-    texts: Mapping[str, str] | None = None,
-) -> LeakReport:
-    """Search every stored object version but the credentials Secrets, every event, status,
-    log line (tracebacks included), metrics page and extra text for any canary."""
-    report = LeakReport()
-    for (resource, namespace, name), obj in emulator.objects.items():
-        if resource.plural == "secrets" and name.endswith(SECRET_SUFFIX):
-            continue
-        for version in obj.history:
-            text = json.dumps(version.raw) if version is not None else ""
-            report.search(f"{resource.plural}:{namespace}/{name}", text, canaries)
-    for request in emulator.served:  # what the operator sent, including refused writes
-        path = str(request.url.path)
-        if request.data is not None and "/secrets" not in path:  # a Secret write carries a PAT
-            report.search(f"requests:{path}", json.dumps(request.data), canaries)
-    for path in logs:
-        report.search(f"logs:{path.name}", path.read_text(errors="replace"), canaries)
-    for index, page in enumerate(metrics):
-        report.search(f"metrics:page {index}", page, canaries)
-    for where, text in (texts or {}).items():
-        report.search(where, text, canaries)
-    return report
-
-
 async def until_converged(
     operator: OperatorProcess,
     emulator: KubeEmulator,
@@ -322,20 +229,18 @@ async def until_converged(
     within: float,
 ) -> None:
     """Wait for :func:`check_converged` to pass; fail with what is still wrong and the log."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
     expected = list(expected)
-    while True:
-        try:
-            check_converged(emulator, database_url, namespace, expected)
-            return
-        except AssertionError as exc:
-            if loop.time() > deadline:
-                raise AssertionError(
-                    f"not converged after {within:.0f} s: {exc}\n"
-                    f"operator alive: {operator.alive}; its log ends:\n{operator.log_tail()}"
-                ) from None
-        await asyncio.sleep(0.5)
+    try:
+        await eventually(
+            lambda: check_converged(emulator, database_url, namespace, expected) is None,
+            within=within,
+            interval=0.5,
+            what="convergence",
+        )
+    except AssertionError as exc:
+        raise AssertionError(
+            f"{exc}\noperator alive: {operator.alive}; its log ends:\n{operator.log_tail()}"
+        ) from None
 
 
 def sandbox_manifest(name: str, namespace: str, user_id: str, **spec: Any) -> dict[str, Any]:

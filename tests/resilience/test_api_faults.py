@@ -20,11 +20,11 @@ from tests.resilience.harness import (
     kubelet,
     pats_minted_per_sandbox,
     sandbox_manifest,
-    secret_tokens,
     until_converged,
 )
 from tests.support.emulator import KubeEmulator
 from tests.support.faults import WRITE_FAULTS, ApiFaults, cut_watches_periodically
+from tests.support.leaks import secret_tokens
 from tests.support.pod_exec import EmulatedPodExec
 
 NAMESPACE = "flaky"

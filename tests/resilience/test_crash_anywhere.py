@@ -21,10 +21,10 @@ from tests.resilience.harness import (
     kubelet,
     pats_minted_per_sandbox,
     sandbox_manifest,
-    secret_tokens,
     until_converged,
 )
 from tests.support.emulator import KubeEmulator
+from tests.support.leaks import secret_tokens
 from tests.support.pod_exec import EmulatedPodExec
 
 NAMESPACE = "chaos"

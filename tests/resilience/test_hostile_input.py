@@ -39,15 +39,14 @@ from tests.resilience.harness import (
     CRAFT,
     sandbox_manifest,
 )
-from tests.support.emulator import KubeEmulator
+from tests.support.emulator import OPERATOR_AGENTS, KubeEmulator
 from tests.support.operator import eventually
-from tests.support.pod_exec import EmulatedPodExec
+from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
 from tests.support.s3 import S3Server
 from tests.unit.api.cases import INVALID
 
 NAMESPACE = "hostile"
 BUCKET = "craft-libraries"
-OPERATOR_AGENTS = ("kopf/", "craft-operator/")
 
 HOSTILE_KEYS = [
     "../escape.txt",
@@ -90,7 +89,7 @@ HOSTILE_KEYS = [
 def kubelet_for_hostile_pods(emulator: KubeEmulator) -> Callable[[], None]:
     """One pass of a kubelet that knows some pods cannot run (what a real cluster says)."""
 
-    def status_for(pod: dict[str, Any]) -> dict[str, Any]:
+    def status_for(pod: dict[str, Any]) -> dict[str, Any] | None:
         container = pod["spec"]["containers"][0]
         requests = (container.get("resources") or {}).get("requests") or {}
         selector = pod["spec"].get("nodeSelector") or {}
@@ -127,35 +126,18 @@ def kubelet_for_hostile_pods(emulator: KubeEmulator) -> Callable[[], None]:
                     }
                 ],
             }
-        return {
-            "phase": "Running",
-            "conditions": [
-                {"type": "PodScheduled", "status": "True"},
-                {"type": "Ready", "status": "True"},
-            ],
-            "containerStatuses": [
-                {
-                    "name": container["name"],
-                    "ready": True,
-                    "restartCount": 0,
-                    "image": container["image"],
-                    "imageID": "",
-                    "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
-                }
-            ],
-        }
+        return None  # it runs
 
     def step() -> None:
         for pod in emulator.list("v1/pods", NAMESPACE):
             if (pod.get("status") or {}).get("phase") or pod["metadata"].get("deletionTimestamp"):
                 continue
-            emulator.patch(
-                "v1/pods",
-                NAMESPACE,
-                pod["metadata"]["name"],
-                {"status": status_for(pod)},
-                subresource="status",
-            )
+            name = pod["metadata"]["name"]
+            status = status_for(pod)
+            if status is None:
+                mark_pod_running(emulator, NAMESPACE, name)
+            else:
+                emulator.patch("v1/pods", NAMESPACE, name, {"status": status}, subresource="status")
 
     return step
 

@@ -63,6 +63,9 @@ _EXEC_FRAME = 32 * 1024
 
 EVENT_LOG_SIZE = 20_000
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+#: User-Agent prefixes of the operator's two clients (kopf's and its own), which tell the
+#: operator's requests from those of a test or of kubectl.
+OPERATOR_AGENTS = ("kopf/", "craft-operator/")
 _METADATA_ONLY_KEYS = {"metadata", "status"}
 
 

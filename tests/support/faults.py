@@ -32,9 +32,8 @@ from dataclasses import dataclass, field
 import aiohttp.web
 from kmock._internal import rendering
 
-from tests.support.emulator import WRITE_METHODS, KubeEmulator
+from tests.support.emulator import OPERATOR_AGENTS, WRITE_METHODS, KubeEmulator
 
-OPERATOR_AGENTS = ("kopf/", "craft-operator/")
 WRITE_FAULTS = ("409", "429", "500", "drop-before", "drop-after")
 READ_FAULTS = ("429", "500", "drop-before")
 

@@ -10,13 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.support.s3 import free_port
 
 
 class TcpProxy:
@@ -25,7 +20,7 @@ class TcpProxy:
     def __init__(self, target_host: str, target_port: int) -> None:
         """Prepare the proxy on a free port; call :meth:`up` to serve."""
         self.target = (target_host, target_port)
-        self.port = _free_port()
+        self.port = free_port()
         self.outages = 0
         self._server: asyncio.Server | None = None
         self._open: set[asyncio.StreamWriter] = set()

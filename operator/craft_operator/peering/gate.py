@@ -32,7 +32,7 @@ from craft_operator.kube.client import (
     KubeClient,
 )
 from craft_operator.reconciler.library_job import JOB
-from craft_operator.reconciler.queue import WorkQueue
+from craft_operator.reconciler.queue import Backoff, WorkQueue
 from craft_operator.reconciler.sandbox import CONFIGMAP, POD, PVC, SANDBOX, SECRET
 
 logger = logging.getLogger(__name__)
@@ -95,14 +95,16 @@ class ActivityGate:
         A failed listing is logged and retried with backoff until it succeeds.
         """
         await self._kube.connected.wait()
-        delay = min(1.0, max_delay)
+        backoff = Backoff(base=min(1.0, max_delay), cap=max_delay, jitter=0.0)
+        failures = 0
         while True:
             try:
                 await self.activate("the first listing is in the cache")
             except ApiError as exc:
+                failures += 1
+                delay = backoff.delay(failures)
                 logger.warning("cannot list the sandboxes yet (%s); retrying in %.0fs", exc, delay)
                 await asyncio.sleep(delay)
-                delay = min(max_delay, delay * 2)
             else:
                 self.priming = False
                 return
