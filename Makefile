@@ -4,8 +4,11 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
+# The local control plane of `make controlplane-up` keeps its state (etcd's data, keys,
+# kubeconfig, logs) here.
+CONTROLPLANE_STATE ?= $(CURDIR)/.controlplane
 
-.PHONY: help install run test test-unit test-integration resilience lint format typecheck crd e2e dev dev-down bench clean
+.PHONY: controlplane-build controlplane-up controlplane-down help install run test test-unit test-integration resilience lint format typecheck crd e2e dev dev-down bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -21,6 +24,16 @@ install: $(STAMP) ## Create the virtualenv with the operator and its test and de
 run: $(STAMP) ## Apply the CRD and run the operator on the current kube context (embedded SQLite)
 	$(BIN)/craft-operator crd | kubectl apply -f -
 	$(BIN)/craft-operator run --standalone
+
+controlplane-build: ## Build the local control plane's binaries from Kubernetes' Go modules (cached)
+	@hack/controlplane/build.sh
+
+controlplane-up: $(STAMP) ## Start a local control plane (etcd, kube-apiserver, controllers, kwok); prints KUBECONFIG=...
+	@bin="$$(hack/controlplane/build.sh)" && \
+	$(BIN)/python -m craft_operator.devtools.controlplane up --bin-dir "$$bin" --state "$(CONTROLPLANE_STATE)"
+
+controlplane-down: $(STAMP) ## Stop every process of the local control plane
+	@$(BIN)/python -m craft_operator.devtools.controlplane down --state "$(CONTROLPLANE_STATE)"
 
 test: $(STAMP) ## Run every tier: unit, integration, resilience at CI size (e2e skips without Docker)
 	$(BIN)/pytest $(PYTEST_ARGS)

@@ -1,0 +1,96 @@
+"""Background processes that outlive the command that started them, stopped by pid.
+
+Each process gets a log file and a pid file in a state directory. The pid file also holds
+the executable's path, so that a pid the kernel has since given to another program is
+never signalled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A process named in a pid file."""
+
+    name: str
+    pid: int
+    executable: str
+
+
+def _pid_dir(state: Path) -> Path:
+    return state / "pids"
+
+
+def start(
+    state: Path,
+    name: str,
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a session of its own, logging to ``state/logs/<name>.log``."""
+    (state / "logs").mkdir(parents=True, exist_ok=True)
+    _pid_dir(state).mkdir(parents=True, exist_ok=True)
+    with (state / "logs" / f"{name}.log").open("ab") as log:
+        child = subprocess.Popen(  # noqa: S603 (argv is built by the caller, no shell)
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    executable = os.path.realpath(argv[0])
+    (_pid_dir(state) / f"{name}.pid").write_text(f"{child.pid}\n{executable}\n")
+    return child
+
+
+def recorded(state: Path) -> list[Recorded]:
+    """Every process the state directory has a pid file for."""
+    found: list[Recorded] = []
+    for path in sorted(_pid_dir(state).glob("*.pid")):
+        lines = path.read_text().splitlines()
+        if len(lines) >= 2 and lines[0].isdigit():
+            found.append(Recorded(path.stem, int(lines[0]), lines[1]))
+    return found
+
+
+def is_running(process: Recorded) -> bool:
+    """True while the recorded pid is alive and still runs the recorded executable."""
+    try:
+        executable = os.readlink(f"/proc/{process.pid}/exe")
+    except OSError:
+        return False
+    # A binary replaced on disk since it started reads as "<path> (deleted)".
+    return executable.removesuffix(" (deleted)") == process.executable
+
+
+def stop_all(state: Path, *, grace: float = 10.0) -> list[str]:
+    """Stop every recorded process (SIGTERM, then SIGKILL after ``grace`` s); their names."""
+    processes = [process for process in recorded(state) if is_running(process)]
+    for process in processes:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while any(is_running(process) for process in processes) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for process in processes:
+        if is_running(process):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+    while any(is_running(process) for process in processes):
+        time.sleep(0.05)
+    for path in _pid_dir(state).glob("*.pid"):
+        path.unlink()
+    return [process.name for process in processes]
