@@ -43,7 +43,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.integration.conftest import SANDBOXES, declare_craft_resources
-from tests.resilience.harness import kubeconfig
+from tests.support.operator_process import kubeconfig
 from tests.support.emulator import (
     OPERATOR_AGENTS,
     WRITE_METHODS,

@@ -10,7 +10,7 @@ import pytest
 from craft_operator.devtools.postgres import ThrowawayPostgres
 from tests.support.postgres import throwaway_postgres
 
-TIERS = {"unit", "integration", "e2e", "resilience"}
+TIERS = {"unit", "integration", "cluster", "e2e", "resilience"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

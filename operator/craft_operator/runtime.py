@@ -184,6 +184,12 @@ async def run_operator(
     context.gate.namespaces = tuple(namespaces)
     kopf_settings = kopf.OperatorSettings()
     configure_kopf(kopf_settings)
+    if namespaces:
+        # The namespaces are exact names. kopf's scanning would list and watch every
+        # namespace in the cluster (a cluster-wide grant the operator does not otherwise
+        # need) and wait a minute before falling back when refused. Without it kopf treats
+        # the names as given and finds the CRD by one discovery at start.
+        kopf_settings.scanning.disabled = True
     identity = peering.identity or default_identity()
     monitor = None
     if not peering.standalone:

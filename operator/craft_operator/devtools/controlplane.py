@@ -246,7 +246,12 @@ class ControlPlane:
     # -- the API ------------------------------------------------------------------------
 
     def request(
-        self, method: str, path: str, body: dict[str, Any] | None = None
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        content_type: str = "application/json",
     ) -> tuple[int, dict[str, Any] | None]:
         """One request as admin; the status code and the decoded JSON answer, if any."""
         data = json.dumps(body).encode() if body is not None else None
@@ -254,7 +259,7 @@ class ControlPlane:
             f"{self.server}{path}", data=data, method=method
         )
         request.add_header("Authorization", f"Bearer {self.admin_token()}")
-        request.add_header("Content-Type", "application/json")
+        request.add_header("Content-Type", content_type)
         try:
             with urllib.request.urlopen(  # noqa: S310
                 request, context=self.ssl_context(), timeout=10
