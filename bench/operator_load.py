@@ -43,13 +43,13 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.integration.conftest import SANDBOXES, declare_craft_resources
-from tests.support.operator_process import kubeconfig
 from tests.support.emulator import (
     OPERATOR_AGENTS,
     WRITE_METHODS,
     KubeEmulator,
     declare_core_resources,
 )
+from tests.support.operator_process import kubeconfig
 
 from craft_operator.credentials.keyring import generate_key_entry
 
