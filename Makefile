@@ -21,9 +21,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## Create the virtualenv with the operator and its test and dev tools
 
-run: $(STAMP) ## Apply the CRD and run the operator on the current kube context (embedded SQLite)
-	$(BIN)/craft-operator crd | kubectl apply -f -
-	$(BIN)/craft-operator run --standalone
+run: $(STAMP) ## Run the operator on the current kube context; with none, on a local control plane
+	@$(BIN)/python -m craft_operator.devtools.local --state "$(CONTROLPLANE_STATE)" \
+		--build-script hack/controlplane/build.sh
 
 controlplane-build: ## Build the local control plane's binaries from Kubernetes' Go modules (cached)
 	@hack/controlplane/build.sh

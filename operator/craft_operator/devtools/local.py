@@ -1,0 +1,190 @@
+"""``make run``: the operator on the current kube context, or on a local control plane.
+
+With a kube context (``$KUBECONFIG`` or ``~/.kube/config`` naming a current context) it
+applies the CRD there and runs the operator, as before. Without one (a fresh laptop, CI)
+it starts the local control plane of :mod:`craft_operator.devtools.controlplane`, the
+stand-in Onyx API on the operator's database, applies the CRDs and
+``manifests/examples/minimal.yaml`` in namespace ``craft-sandboxes``, and runs the operator
+against them in the foreground, so that ``kubectl get csb -A -w`` shows a sandbox going to
+Ready with no cluster at all.
+
+    python -m craft_operator.devtools.local --state .controlplane \
+        --build-script hack/controlplane/build.sh
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from craft_operator.devtools import processes
+from craft_operator.devtools.controlplane import (
+    ControlPlane,
+    ControlPlaneError,
+    Ports,
+    default_onyx_cli,
+    load,
+)
+
+SANDBOX_NAMESPACE = "craft-sandboxes"
+ONYX_API_PORT = 18080
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
+
+
+def current_context(environ: dict[str, str] | None = None) -> str | None:
+    """The current context named by ``$KUBECONFIG`` (its files) or ``~/.kube/config``."""
+    environ = dict(os.environ) if environ is None else environ
+    if environ.get("KUBERNETES_SERVICE_HOST"):
+        return "in-cluster"
+    configured = environ.get("KUBECONFIG")
+    paths = (
+        [Path(p) for p in configured.split(os.pathsep) if p]
+        if configured
+        else [Path(environ.get("HOME", str(Path.home()))) / ".kube" / "config"]
+    )
+    for path in paths:
+        try:
+            document = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(document, dict) and document.get("current-context"):
+            return str(document["current-context"])
+    return None
+
+
+def operator_command() -> list[str]:
+    """``craft-operator`` from this environment."""
+    return [str(Path(sys.executable).parent / "craft-operator")]
+
+
+def run_on_context(context: str) -> int:
+    """Apply the CRD on the current context and run the operator there (foreground)."""
+    print(f"make run: kube context {context!r}; applying the CRD and running the operator")
+    crd = subprocess.run(  # noqa: S603
+        [*operator_command(), "crd"], capture_output=True, text=True, check=True
+    ).stdout
+    subprocess.run(["kubectl", "apply", "-f", "-"], input=crd, text=True, check=True)  # noqa: S607
+    os.execv(operator_command()[0], [*operator_command(), "run", "--standalone"])  # noqa: S606
+    return 0  # not reached
+
+
+def build_binaries(script: Path) -> Path:
+    """The control plane's binaries, built by ``script`` if not cached."""
+    result = subprocess.run(  # noqa: S603
+        [str(script)], stdout=subprocess.PIPE, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise ControlPlaneError(f"{script} failed (see above)")
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+def start_onyx_api(plane: ControlPlane, database_url: str) -> str:
+    """The stand-in Onyx API on the operator's database, stopped with the control plane."""
+    url = f"http://127.0.0.1:{ONYX_API_PORT}"
+    running = {p.name for p in processes.recorded(plane.state) if processes.is_running(p)}
+    if "onyx-api" not in running:
+        processes.start(
+            plane.state,
+            "onyx-api",
+            [
+                sys.executable,
+                "-m",
+                "craft_operator.devtools.onyx_api",
+                "--port",
+                str(ONYX_API_PORT),
+                "--database-url",
+                database_url,
+            ],
+        )
+    return url
+
+
+def apply_example(plane: ControlPlane, repo: Path) -> None:
+    """The CRDs, the sandbox namespace (restricted) and ``minimal.yaml`` in it."""
+    for args in (
+        ("apply", "--server-side", "-k", str(repo / "crds")),
+        ("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"),
+    ):
+        checked(plane, *args)
+    labels = ",".join(f"{key}={value}" for key, value in RESTRICTED.items())
+    if plane.get_json(f"/api/v1/namespaces/{SANDBOX_NAMESPACE}") is None:
+        checked(plane, "create", "namespace", SANDBOX_NAMESPACE)
+        checked(plane, "label", "namespace", SANDBOX_NAMESPACE, *labels.split(","))
+    deadline = time.monotonic() + 30
+    while plane.get_json(f"/api/v1/namespaces/{SANDBOX_NAMESPACE}/serviceaccounts/default") is None:
+        if time.monotonic() > deadline:
+            raise ControlPlaneError(f"namespace {SANDBOX_NAMESPACE} got no default ServiceAccount")
+        time.sleep(0.2)
+    example = repo / "manifests" / "examples" / "minimal.yaml"
+    checked(plane, "apply", "-n", SANDBOX_NAMESPACE, "-f", str(example))
+
+
+def checked(plane: ControlPlane, *args: str) -> None:
+    """kubectl against the control plane; a failure stops ``make run`` with its message."""
+    result = plane.kubectl(*args)
+    if result.returncode != 0:
+        raise ControlPlaneError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
+
+
+def run_locally(state: Path, build_script: Path, repo: Path) -> int:
+    """Start the local control plane, the Onyx API and the example; run the operator."""
+    previous = load(state)
+    ports = previous.ports if previous.running() else Ports()
+    plane = ControlPlane(state, build_binaries(build_script), ports, default_onyx_cli())
+    plane.up()
+    operator_state = state / "operator"
+    operator_state.mkdir(parents=True, exist_ok=True)
+    database_url = f"sqlite:///{operator_state / 'craft-operator.db'}"
+    onyx_api = start_onyx_api(plane, database_url)
+    apply_example(plane, repo)
+    print(
+        f"make run: no kube context, so started a local control plane ({plane.server}), the "
+        f"stand-in Onyx API ({onyx_api}) and sandbox {SANDBOX_NAMESPACE}/alice; watch it with "
+        f"`KUBECONFIG={plane.kubeconfig} {plane.binary('kubectl')} get csb -A -w`; Ctrl-C "
+        "stops the operator, `make controlplane-down` the rest",
+        flush=True,
+    )
+    environment = {
+        **os.environ,
+        "KUBECONFIG": str(plane.kubeconfig),
+        "CRAFT_STATE_DIR": str(operator_state),
+        "CRAFT_DATABASE_URL": database_url,
+        "CRAFT_SERVER_URL": os.environ.get("CRAFT_SERVER_URL", onyx_api),
+    }
+    os.execve(  # noqa: S606
+        operator_command()[0],
+        [*operator_command(), "run", "--standalone"],
+        environment,
+    )
+    return 0  # not reached
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``make run``."""
+    parser = argparse.ArgumentParser(prog="python -m craft_operator.devtools.local")
+    parser.add_argument("--state", type=Path, required=True, help="the control plane's state")
+    parser.add_argument("--build-script", type=Path, required=True)
+    args = parser.parse_args(argv)
+    context = current_context()
+    if context is not None:
+        return run_on_context(context)
+    repo = args.build_script.resolve().parents[2]
+    try:
+        return run_locally(args.state.resolve(), args.build_script.resolve(), repo)
+    except ControlPlaneError as error:
+        print(f"make run: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""Background processes are stopped by pid, and only while the pid is still theirs."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+from craft_operator.devtools import processes
+
+SLEEP = shutil.which("sleep") or "/bin/sleep"
+
+
+def test_a_started_process_is_recorded_running_and_stopped(tmp_path: Path) -> None:
+    child = processes.start(tmp_path, "sleeper", [SLEEP, "60"])
+    [record] = processes.recorded(tmp_path)
+    assert (record.name, record.pid) == ("sleeper", child.pid)
+    assert processes.is_running(record)
+
+    assert processes.stop_all(tmp_path) == ["sleeper"]
+    child.wait(5)
+    assert not processes.is_running(record)
+    assert processes.recorded(tmp_path) == []
+
+
+def test_output_goes_to_the_processes_log(tmp_path: Path) -> None:
+    child = processes.start(tmp_path, "talker", [shutil.which("sh") or "/bin/sh", "-c", "echo hi"])
+    child.wait(5)
+    assert (tmp_path / "logs" / "talker.log").read_text() == "hi\n"
+
+
+def test_a_pid_now_running_another_program_is_left_alone(tmp_path: Path) -> None:
+    child = processes.start(tmp_path, "sleeper", [SLEEP, "60"])
+    try:
+        # The record claims the pid runs some other executable: it is not ours any more.
+        (tmp_path / "pids" / "sleeper.pid").write_text(f"{child.pid}\n/usr/bin/not-sleep\n")
+        assert processes.stop_all(tmp_path) == []
+        time.sleep(0.1)
+        assert child.poll() is None
+    finally:
+        child.kill()
+        child.wait(5)
+
+
+def test_a_process_that_ignores_sigterm_is_killed_after_the_grace(tmp_path: Path) -> None:
+    sh = shutil.which("sh") or "/bin/sh"
+    child = processes.start(tmp_path, "stubborn", [sh, "-c", "trap '' TERM; sleep 60"])
+    time.sleep(0.2)  # let the shell install its trap
+    assert processes.stop_all(tmp_path, grace=0.5) == ["stubborn"]
+    assert child.wait(5) != 0
