@@ -33,7 +33,10 @@ def test_a_sandbox_becomes_ready_with_onyx_cli_validated_through_the_real_exec_p
     wait_for(
         lambda: phase(cluster, namespace, "alice") == "Ready",
         within=90,
-        what=f"alice Ready; operator log:\n{operator.log_tail()}",
+        what=lambda: (
+            f"alice Ready; its status: {cluster.sandbox(namespace, 'alice')}; "
+            f"operator log:\n{operator.log_tail()}"
+        ),
     )
     validated = cluster.condition(namespace, "alice", "CLIValidated")
     assert validated["status"] == "True", validated

@@ -12,7 +12,7 @@ import os
 import subprocess
 import time
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -218,8 +218,18 @@ class Cluster:
         ]
 
 
-def wait_for(check: Any, *, within: float = 60.0, interval: float = 0.2, what: str = "") -> Any:
-    """Poll ``check`` until it returns something truthy (returned); fail after ``within`` s."""
+def wait_for(
+    check: Callable[[], Any],
+    *,
+    within: float = 60.0,
+    interval: float = 0.2,
+    what: str | Callable[[], str] = "",
+) -> Any:
+    """Poll ``check`` until it returns something truthy (returned); fail after ``within`` s.
+
+    ``what`` names what is awaited; a callable is asked at the failure, so that it can
+    describe the state then (an operator's log, a status).
+    """
     deadline = time.monotonic() + within
     last: object = None
     while True:
@@ -231,7 +241,10 @@ def wait_for(check: Any, *, within: float = 60.0, interval: float = 0.2, what: s
             if last:
                 return last
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within:.0f} s waiting for {what}: {last!r}")
+            described = what() if callable(what) else what
+            raise AssertionError(
+                f"timed out after {within:.0f} s waiting for {described}: {last!r}"
+            )
         time.sleep(interval)
 
 

@@ -46,6 +46,8 @@ BINARIES = (
     "kubectl",
 )
 NODE_NAME = "kwok-node"
+#: Requests by the service accounts of these namespaces are audited (the operator's).
+AUDITED_NAMESPACES = ("craft-system",)
 SERVICE_CIDR = "10.96.0.0/16"
 #: The controllers this project relies on (garbage collection above all); the others are
 #: left out because they have nothing to act on here and only cost CPU.
@@ -164,6 +166,12 @@ class ControlPlane:
     def server(self) -> str:
         """The API server's URL."""
         return f"https://127.0.0.1:{self.ports.apiserver}"
+
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log: every request of a service account in
+        ``AUDITED_NAMESPACES`` (the operator's), one JSON line each, once complete."""
+        return self.state / "audit.log"
 
     @property
     def pods_dir(self) -> Path:
@@ -338,6 +346,19 @@ class ControlPlane:
             "--log-level=warn",
         )
 
+    def _write_audit_policy(self) -> Path:
+        groups = ", ".join(f'"system:serviceaccounts:{ns}"' for ns in AUDITED_NAMESPACES)
+        policy = self.state / "audit-policy.yaml"
+        policy.write_text(
+            "apiVersion: audit.k8s.io/v1\n"
+            "kind: Policy\n"
+            "omitStages: [RequestReceived, ResponseStarted]\n"
+            "rules:\n"
+            f"  - level: Metadata\n    userGroups: [{groups}]\n"
+            "  - level: None\n"
+        )
+        return policy
+
     def _start_apiserver(self) -> None:
         pki = self.pki
         self._start(
@@ -357,6 +378,12 @@ class ControlPlane:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--authorization-mode=RBAC",
+            f"--audit-policy-file={self._write_audit_policy()}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-mode=batch",
+            "--audit-log-batch-max-wait=1s",
+            "--audit-log-maxsize=0",
             "--kubelet-preferred-address-types=InternalIP",
             f"--kubelet-certificate-authority={pki.ca_cert}",
             f"--kubelet-client-certificate={pki.kubelet_client_cert}",
