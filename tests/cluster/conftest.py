@@ -5,7 +5,8 @@ One control plane serves the whole run (built from Kubernetes' own Go modules, c
 RBAC from ``manifests/base``, applied with kubectl. Each test gets a namespace with Pod
 Security ``restricted`` enforced, and its own ``craft-operator run`` process that
 authenticates as the ``craft-operator`` ServiceAccount with a TokenRequest token: the real
-authorizer judges every request against exactly the RBAC that ``manifests/`` installs.
+authorizer judges every request against exactly the RBAC that ``manifests/`` installs, and
+a test fails when any request of its operator was refused (the API server's audit log).
 Exec goes through the real API server to the simulated kubelet, which runs the real
 ``onyx-cli`` and BusyBox in the pod's own ``/workspace``.
 """
@@ -32,7 +33,12 @@ from craft_operator.devtools.controlplane import (
     Ports,
     default_onyx_cli,
 )
-from tests.support.cluster import BuildError, Cluster, controlplane_binaries
+from tests.support.cluster import (
+    BuildError,
+    Cluster,
+    controlplane_binaries,
+    forbidden_requests,
+)
 from tests.support.operator_process import OperatorProcess
 from tests.support.s3 import S3Server, free_port, running_s3_server
 
@@ -200,6 +206,10 @@ def launch(
         if operator.alive and operator.terminate() != 0:
             failures.append(operator.log_tail())
     assert not failures, "an operator did not exit cleanly on SIGTERM:\n" + "\n".join(failures)
+    # The real authorizer is the judge of least privilege: the ClusterRole of
+    # manifests/base must grant every request the operator made in this test.
+    refused = forbidden_requests(cluster.plane, namespace)
+    assert not refused, f"the API server refused the operator (RBAC lacks a grant): {refused}"
 
 
 @pytest.fixture

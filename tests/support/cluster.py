@@ -218,6 +218,32 @@ class Cluster:
         ]
 
 
+OPERATOR_USER = f"system:serviceaccount:{OPERATOR_ACCOUNT[0]}:{OPERATOR_ACCOUNT[1]}"
+
+
+def audited_requests(plane: ControlPlane, user: str = OPERATOR_USER) -> list[dict[str, Any]]:
+    """The audit events of ``user``'s completed requests (see ``ControlPlane.audit_log``)."""
+    if not plane.audit_log.exists():
+        return []
+    events = []
+    for line in plane.audit_log.read_text().splitlines():
+        event = json.loads(line)
+        if event.get("user", {}).get("username") == user:
+            events.append(event)
+    return events
+
+
+def forbidden_requests(plane: ControlPlane, namespace: str, user: str = OPERATOR_USER) -> list[str]:
+    """``user``'s requests in ``namespace`` (or cluster-scoped) that the authorizer refused."""
+    refused = []
+    for event in audited_requests(plane, user):
+        where = event.get("objectRef", {}).get("namespace")
+        decision = event.get("annotations", {}).get("authorization.k8s.io/decision")
+        if decision == "forbid" and where in (None, namespace):
+            refused.append(f"{event['verb']} {event['requestURI']}")
+    return refused
+
+
 def wait_for(
     check: Callable[[], Any],
     *,
