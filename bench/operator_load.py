@@ -1,8 +1,10 @@
-"""Load benchmark: N CraftSandboxes created at once against the (indexed) emulator.
+"""Load benchmark: N CraftSandboxes created at once, on the emulator or the real server.
 
-The emulator runs in this process (with the driver); the operator runs as it does in
-production, ``craft-operator run``, in its own process, so its CPU time and memory are
-its own and not the server's. Prints, per N:
+``--server emulator`` (the default): KMock's indexed emulator runs in this process (with
+the driver). ``--server real``: the control plane built from Kubernetes' Go modules, with
+kwok's pods and the real exec path (see ``bench/real_cluster.py``). Either way the operator
+runs as it does in production, ``craft-operator run``, in its own process, so its CPU time
+and memory are its own and not the server's. Prints, per N and server:
 
 - sandboxes provisioned per second (CR created -> its pod created) and p50/p99 latency;
 - API reads and writes per sandbox (the operator's requests, counted by the server);
@@ -14,6 +16,7 @@ its own and not the server's. Prints, per N:
   just fits; 6 cycles stand for 30 minutes at the default 300 s).
 
     .venv/bin/python bench/operator_load.py [--sizes 100,1000] [--workers 16] [--steady-cycles 6]
+    .venv/bin/python bench/operator_load.py --server real,emulator --sizes 100,1000
     .venv/bin/python bench/operator_load.py --sizes 1000,10000 --steady-cycles 6   # issue 8
     BENCH_PROFILE=/tmp/profile.txt ...   # also record the operator with py-spy (raw format)
     BENCH_LOG=1 ...                      # print the end of the operator's log
@@ -332,44 +335,71 @@ def main() -> None:
     parser.add_argument("--sizes", default="100,1000", help="comma-separated N values")
     parser.add_argument("--workers", type=int, default=16, help="CRAFT_WORKERS")
     parser.add_argument(
+        "--server",
+        default="emulator",
+        help="comma-separated: emulator (KMock's, in this process) and/or real (the control "
+        "plane built from Kubernetes' Go modules, with kwok pods and real exec)",
+    )
+    parser.add_argument(
         "--steady-cycles",
         type=int,
         default=0,
-        help="after the resync, keep the operator up this many resync intervals and sample "
-        "its RSS once per interval (6 cycles = 30 minutes at the default 300 s interval)",
+        help="emulator only: after the resync, keep the operator up this many resync "
+        "intervals and sample its RSS once per interval (6 cycles = 30 minutes at 300 s)",
     )
     args = parser.parse_args()
     sizes = [int(part) for part in args.sizes.split(",") if part]
+    servers = [part for part in args.server.split(",") if part]
+    unknown = set(servers) - {"emulator", "real"}
+    if unknown:
+        parser.error(f"unknown --server {sorted(unknown)}")
     print(
-        f"{'N':>6} {'sandbox/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'reads':>6} {'writes':>7} "
-        f"{'events':>7} {'CPU ms':>7} {'CPU s':>7} {'RSS MiB':>8} | {'resync writes':>13} "
+        f"{'server':>8} {'N':>6} {'sandbox/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'Ready p50':>9} {'Ready p99':>9} {'reads':>6} {'writes':>7} {'events':>7} "
+        f"{'execs':>6} {'CPU ms':>7} {'CPU s':>7} {'RSS MiB':>8} | {'resync writes':>13} "
         f"{'CPU ms':>7} {'RSS MiB':>8}",
         flush=True,
     )
     steady_lines = []
     for n in sizes:
-        r = asyncio.run(run_size(n, args.workers, args.steady_cycles))
-        print(
-            f"{r['n']:>6} {r['throughput']:>10.1f} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} "
-            f"{r['reads']:>6.2f} {r['writes']:>7.2f} {r['events']:>7.2f} {r['cpu_ms']:>7.2f} "
-            f"{r['cpu_s']:>7.1f} {r['rss_mib']:>8.1f} | {r['resync_writes']:>13} "
-            f"{r['resync_cpu_ms']:>7.2f} {r['resync_rss_mib']:>8.1f}",
-            flush=True,
-        )
-        if r["steady"]:
-            first, last = r["steady"][0], r["steady"][-1]
-            samples = " ".join(f"{value:.0f}" for value in r["steady"])
-            growth = 100 * (last - first) / first
-            steady_lines.append(
-                f"steady state N={n}: resync every {r['resync_interval']:.0f} s, RSS MiB per "
-                f"cycle {samples}; growth after the first cycle {growth:+.1f}%"
+        for server in servers:
+            if server == "real":
+                from bench.real_cluster import run_size_real
+
+                r = run_size_real(n, args.workers)
+            else:
+                r = asyncio.run(run_size(n, args.workers, args.steady_cycles))
+            ready = (
+                f"{r['ready_p50_ms']:>9.0f} {r['ready_p99_ms']:>9.0f}"
+                if "ready_p50_ms" in r
+                else f"{'-':>9} {'-':>9}"
             )
+            execs = f"{r['execs']:>6.2f}" if "execs" in r else f"{'-':>6}"
+            print(
+                f"{server:>8} {r['n']:>6} {r['throughput']:>10.1f} {r['p50_ms']:>8.1f} "
+                f"{r['p99_ms']:>8.1f} {ready} {r['reads']:>6.2f} {r['writes']:>7.2f} "
+                f"{r['events']:>7.2f} {execs} {r['cpu_ms']:>7.2f} {r['cpu_s']:>7.1f} "
+                f"{r['rss_mib']:>8.1f} | {r['resync_writes']:>13} {r['resync_cpu_ms']:>7.2f} "
+                f"{r['resync_rss_mib']:>8.1f}",
+                flush=True,
+            )
+            if r.get("steady"):
+                first, last = r["steady"][0], r["steady"][-1]
+                samples = " ".join(f"{value:.0f}" for value in r["steady"])
+                growth = 100 * (last - first) / first
+                steady_lines.append(
+                    f"steady state N={n}: resync every {r['resync_interval']:.0f} s, RSS MiB "
+                    f"per cycle {samples}; growth after the first cycle {growth:+.1f}%"
+                )
     for line in steady_lines:
         print(line)
     print(
-        "reads/writes/events are per sandbox, by the operator; CPU is the operator process's "
-        "own (user+system) per sandbox and in total; the resync is a restarted operator "
-        "reconciling all."
+        "p50/p99: CR created -> its pod created; Ready p50/p99 (real server only): CR created "
+        "-> phase Ready (kwok pod Running, onyx-cli validated through exec, empty library). "
+        "reads/writes/events/execs are per sandbox, by the operator (emulator: counted by "
+        "the server; real: the API server's audit log). CPU is the operator process's own "
+        "(user+system) per sandbox and in total: to pod created on the emulator, to Ready on "
+        "the real server. The resync is a restarted operator reconciling all."
     )
 
 

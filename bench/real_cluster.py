@@ -1,0 +1,339 @@
+"""The load benchmark's run on the real control plane (``operator_load.py --server real``).
+
+A control plane of its own (kube-apiserver, etcd, controllers, scheduler, kwok, built from
+Kubernetes' Go modules), the CRDs and ``manifests/base`` applied, a restricted namespace,
+the stand-in Onyx API on the operator's database, and ``craft-operator run`` as the
+``craft-operator`` ServiceAccount. N CraftSandboxes are created at once; the driver
+watches pods and sandboxes and takes the time each pod appears and each sandbox turns
+Ready (onyx-cli validated through the real exec path, empty library). The operator's
+requests are counted from the API server's audit log (every request of its
+ServiceAccount), its CPU and memory from its own process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+from tests.support.cluster import CRAFT, Cluster, audited_requests, controlplane_binaries
+from tests.support.s3 import free_port
+
+from craft_operator.credentials.keyring import generate_key_entry
+from craft_operator.devtools.controlplane import ControlPlane, Ports, default_onyx_cli
+
+NAMESPACE = "load"
+USER_ID = "3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b"
+READ_VERBS = {"get", "list", "watch"}
+
+
+@dataclass
+class Arrivals:
+    """When each object was first seen in a state, by the driver's clock."""
+
+    seen: dict[str, float] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def mark(self, name: str) -> None:
+        with self.lock:
+            self.seen.setdefault(name, time.perf_counter())
+
+
+def watch(
+    plane: ControlPlane, path: str, arrivals: Arrivals, wanted: Any, stop: threading.Event
+) -> threading.Thread:
+    """Stream ``path``'s watch events in a thread; mark the objects ``wanted(event)`` picks."""
+
+    def run() -> None:
+        context = plane.ssl_context()
+        while not stop.is_set():
+            request = urllib.request.Request(
+                f"{plane.server}{path}?watch=true&allowWatchBookmarks=false&timeoutSeconds=60"
+            )
+            request.add_header("Authorization", f"Bearer {plane.admin_token()}")
+            try:
+                with urllib.request.urlopen(request, context=context, timeout=90) as stream:
+                    for line in stream:
+                        if stop.is_set():
+                            return
+                        event = json.loads(line)
+                        if wanted(event):
+                            arrivals.mark(event["object"]["metadata"]["name"])
+            except OSError:
+                time.sleep(0.2)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def ready(event: dict[str, Any]) -> bool:
+    """A CraftSandbox event showing phase Ready."""
+    return ((event.get("object") or {}).get("status") or {}).get("phase") == "Ready"
+
+
+@dataclass
+class Requests:
+    """The operator's requests, from the audit log."""
+
+    reads: int = 0
+    writes: int = 0
+    events: int = 0
+    execs: int = 0
+
+    @classmethod
+    def of(cls, plane: ControlPlane) -> Requests:
+        counted = cls()
+        for event in audited_requests(plane):
+            reference = event.get("objectRef", {})
+            if reference.get("subresource") == "exec":
+                counted.execs += 1
+            elif event["verb"] in READ_VERBS:
+                counted.reads += 1
+            elif reference.get("resource") == "events":
+                counted.events += 1
+            else:
+                counted.writes += 1
+        return counted
+
+    def minus(self, other: Requests) -> Requests:
+        return Requests(
+            self.reads - other.reads,
+            self.writes - other.writes,
+            self.events - other.events,
+            self.execs - other.execs,
+        )
+
+
+def cpu_seconds(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def wait_cpu_quiet(process: psutil.Process, *, share: float = 0.05, quiet: float = 3.0) -> None:
+    """Until the process uses under ``share`` of a core for ``quiet`` seconds."""
+    last, since = cpu_seconds(process), time.monotonic()
+    deadline = time.monotonic() + 1800
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = cpu_seconds(process)
+        if now - last > share * 0.5:
+            since = time.monotonic()
+        elif time.monotonic() - since > quiet:
+            return
+        last = now
+    raise TimeoutError("the operator never went quiet")
+
+
+class Stack:
+    """The control plane, the Onyx API and the operator for one benchmark size."""
+
+    def __init__(self, state: Path, workers: int) -> None:
+        self.state = state
+        self.workers = workers
+        onyx_cli = default_onyx_cli()
+        self.plane = ControlPlane(
+            state / "controlplane", controlplane_binaries(), Ports.free(), onyx_cli
+        )
+        self.cluster = Cluster(self.plane)
+        self.keys = generate_key_entry("bench").get_secret_value()
+        self.operator_state = state / "operator"
+        self.operator_state.mkdir(parents=True)
+        self.onyx_api: subprocess.Popen[bytes] | None = None
+        self.onyx_url = ""
+
+    def __enter__(self) -> Stack:
+        self.plane.up(timeout=120)
+        self.cluster.install()
+        self.cluster.sandbox_namespace(NAMESPACE)
+        port = free_port()
+        self.onyx_url = f"http://127.0.0.1:{port}"
+        self.onyx_api = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "craft_operator.devtools.onyx_api",
+                "--port",
+                str(port),
+                "--database-url",
+                f"sqlite:///{self.operator_state / 'craft-operator.db'}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.kubeconfig = self.cluster.service_account_kubeconfig(
+            self.state / "operator.kubeconfig"
+        )
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.onyx_api is not None:
+            self.onyx_api.terminate()
+            self.onyx_api.wait(10)
+        self.plane.down()
+
+    def start_operator(self, *, resync_interval: float = 300.0) -> subprocess.Popen[bytes]:
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.kubeconfig),
+            "CRAFT_STATE_DIR": str(self.operator_state),
+            "CRAFT_SERVER_URL": self.onyx_url,
+            "CRAFT_ENCRYPTION_KEYS": self.keys,
+            "CRAFT_WORKERS": str(self.workers),
+            "CRAFT_METRICS_PORT": "0",
+            "CRAFT_RESYNC_INTERVAL": str(resync_interval),
+            "CRAFT_PROVISIONING_TIMEOUT": "86400",
+        }
+        binary = Path(sys.executable).parent / "craft-operator"
+        with (self.state / "operator.log").open("ab") as log:
+            return subprocess.Popen(
+                [str(binary), "run", "--standalone", "-n", NAMESPACE],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
+
+    def stop_operator(self, child: subprocess.Popen[bytes]) -> None:
+        child.send_signal(signal.SIGTERM)
+        try:
+            child.wait(60)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            raise SystemExit("the operator ignored SIGTERM for 60 s") from None
+
+    def log_tail(self) -> str:
+        return (self.state / "operator.log").read_text(errors="replace")[-3000:]
+
+
+def wait_for_operator(stack: Stack, process: psutil.Process) -> None:
+    """Until the operator has listed the sandboxes (a watch is audited only when it ends)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if any(
+            event["verb"] == "list"
+            and event.get("objectRef", {}).get("resource") == "craftsandboxes"
+            for event in audited_requests(stack.plane)
+        ):
+            return
+        if not process.is_running():
+            raise SystemExit(f"the operator exited; its log:\n{stack.log_tail()}")
+        time.sleep(0.2)
+    raise SystemExit(f"the operator never listed the sandboxes; its log:\n{stack.log_tail()}")
+
+
+def create_sandboxes(cluster: Cluster, n: int) -> dict[str, float]:
+    """N CraftSandboxes, created as fast as 8 clients can; when each create returned."""
+
+    def create(index: int) -> tuple[str, float]:
+        name = f"sandbox-{index:05d}"
+        cluster.create(
+            f"{CRAFT}/craftsandboxes",
+            NAMESPACE,
+            {
+                "apiVersion": "craft.onyx.app/v1alpha1",
+                "kind": "CraftSandbox",
+                "metadata": {"name": name},
+                "spec": {"user": {"id": USER_ID}},
+            },
+        )
+        return name, time.perf_counter()
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return dict(pool.map(create, range(n)))
+
+
+def run_size_real(n: int, workers: int) -> dict[str, Any]:
+    """One size on the real control plane; the same figures as the emulator's run."""
+    with (
+        tempfile.TemporaryDirectory(prefix="craft-bench-real-") as tmp,
+        Stack(Path(tmp), workers) as stack,
+    ):
+        pods, sandboxes = Arrivals(), Arrivals()
+        stop = threading.Event()
+        watch(
+            stack.plane,
+            f"/api/v1/namespaces/{NAMESPACE}/pods",
+            pods,
+            lambda event: event["type"] == "ADDED",
+            stop,
+        )
+        watch(stack.plane, f"{CRAFT}/namespaces/{NAMESPACE}/craftsandboxes", sandboxes, ready, stop)
+        child = stack.start_operator()
+        process = psutil.Process(child.pid)
+        try:
+            wait_for_operator(stack, process)
+            wait_cpu_quiet(process, quiet=1.5)
+            idle_cpu = cpu_seconds(process)
+            before = Requests.of(stack.plane)
+            created = create_sandboxes(stack.cluster, n)
+            deadline = time.monotonic() + max(300, n * 0.5)
+            while len(sandboxes.seen) < n:
+                if time.monotonic() > deadline:
+                    raise SystemExit(
+                        f"{len(pods.seen)} pods, {len(sandboxes.seen)} of {n} Ready after the "
+                        f"timeout; operator log:\n{stack.log_tail()}"
+                    )
+                time.sleep(0.2)
+            wait_cpu_quiet(process)
+            provision_cpu = cpu_seconds(process) - idle_cpu
+            rss = process.memory_info().rss
+            provisioning = Requests.of(stack.plane).minus(before)
+        finally:
+            stack.stop_operator(child)
+
+        # A no-op resync: a fresh operator lists everything and reconciles every sandbox.
+        before_resync = Requests.of(stack.plane)
+        child = stack.start_operator()
+        process = psutil.Process(child.pid)
+        try:
+            started = time.monotonic()
+            while Requests.of(stack.plane).minus(before_resync).reads < 3:
+                if time.monotonic() - started > 120:
+                    raise SystemExit("the restarted operator never listed")
+                time.sleep(0.1)
+            resync_started_cpu = cpu_seconds(process)
+            wait_cpu_quiet(process)
+            resync_cpu = cpu_seconds(process) - resync_started_cpu
+            resync_rss = process.memory_info().rss
+            resync = Requests.of(stack.plane).minus(before_resync)
+        finally:
+            stack.stop_operator(child)
+            stop.set()
+
+    to_pod = [pods.seen[name] - created[name] for name in created if name in pods.seen]
+    to_ready = [sandboxes.seen[name] - created[name] for name in created]
+    span = max(pods.seen.values()) - min(created.values())
+    return {
+        "n": n,
+        "throughput": n / span,
+        "p50_ms": percentile(to_pod, 0.50) * 1000,
+        "p99_ms": percentile(to_pod, 0.99) * 1000,
+        "ready_p50_ms": percentile(to_ready, 0.50) * 1000,
+        "ready_p99_ms": percentile(to_ready, 0.99) * 1000,
+        "reads": provisioning.reads / n,
+        "writes": provisioning.writes / n,
+        "events": provisioning.events / n,
+        "execs": provisioning.execs / n,
+        "cpu_ms": provision_cpu / n * 1000,
+        "cpu_s": provision_cpu,
+        "rss_mib": rss / 2**20,
+        "resync_writes": resync.writes,
+        "resync_cpu_ms": resync_cpu / n * 1000,
+        "resync_rss_mib": resync_rss / 2**20,
+    }
