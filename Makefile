@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # kubeconfig, logs) here.
 CONTROLPLANE_STATE ?= $(CURDIR)/.controlplane
 
-.PHONY: controlplane-build controlplane-up controlplane-down help install run test test-unit test-integration resilience lint format typecheck crd e2e dev dev-down bench clean
+.PHONY: controlplane-build controlplane-up controlplane-down help install run test test-unit test-integration test-cluster resilience lint format typecheck crd e2e dev dev-down bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -35,7 +35,7 @@ controlplane-up: $(STAMP) ## Start a local control plane (etcd, kube-apiserver, 
 controlplane-down: $(STAMP) ## Stop every process of the local control plane
 	@$(BIN)/python -m craft_operator.devtools.controlplane down --state "$(CONTROLPLANE_STATE)"
 
-test: $(STAMP) ## Run every tier: unit, integration, resilience at CI size (e2e skips without Docker)
+test: $(STAMP) ## Run every tier: unit, integration, cluster, resilience at CI size (e2e skips without Docker)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## Run only the unit tests
@@ -43,6 +43,9 @@ test-unit: $(STAMP) ## Run only the unit tests
 
 test-integration: $(STAMP) ## Run only the integration tests (kopf against the KMock emulator)
 	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
+
+test-cluster: $(STAMP) ## Run only the cluster tier (the operator on the local control plane)
+	$(BIN)/pytest tests/cluster $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff (lint and format check) and mypy
 	$(BIN)/ruff check operator tests bench
