@@ -76,9 +76,23 @@ def is_running(process: Recorded) -> bool:
     return executable.removesuffix(" (deleted)") == process.executable
 
 
-def stop_all(state: Path, *, grace: float = 10.0) -> list[str]:
-    """Stop every recorded process (SIGTERM, then SIGKILL after ``grace`` s); their names."""
-    processes = [process for process in recorded(state) if is_running(process)]
+def stop_all(state: Path, *, grace: float = 10.0, first: Sequence[Sequence[str]] = ()) -> list[str]:
+    """Stop every recorded process (SIGTERM, then SIGKILL after ``grace`` s); their names.
+
+    ``first`` lists groups of names to stop, group after group, before all the rest (a
+    server's clients before the server, so that it has nothing left to drain).
+    """
+    stopped: list[str] = []
+    for group in first:
+        stopped += _stop([p for p in recorded(state) if p.name in group], grace)
+    stopped += _stop(recorded(state), grace)
+    for path in _pid_dir(state).glob("*.pid"):
+        path.unlink()
+    return stopped
+
+
+def _stop(candidates: list[Recorded], grace: float) -> list[str]:
+    processes = [process for process in candidates if is_running(process)]
     for process in processes:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
@@ -91,6 +105,4 @@ def stop_all(state: Path, *, grace: float = 10.0) -> list[str]:
                 os.killpg(process.pid, signal.SIGKILL)
     while any(is_running(process) for process in processes):
         time.sleep(0.05)
-    for path in _pid_dir(state).glob("*.pid"):
-        path.unlink()
     return [process.name for process in processes]

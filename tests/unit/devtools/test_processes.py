@@ -48,3 +48,10 @@ def test_a_process_that_ignores_sigterm_is_killed_after_the_grace(tmp_path: Path
     time.sleep(0.2)  # let the shell install its trap
     assert processes.stop_all(tmp_path, grace=0.5) == ["stubborn"]
     assert child.wait(5) != 0
+
+
+def test_groups_named_first_are_stopped_first_in_order(tmp_path: Path) -> None:
+    for name in ("server", "client", "storage"):
+        processes.start(tmp_path, name, [SLEEP, "60"])
+    stopped = processes.stop_all(tmp_path, first=(["client"], ["server"]))
+    assert stopped == ["client", "server", "storage"]
