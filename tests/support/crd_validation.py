@@ -4,8 +4,14 @@ The API server handles a create or update of a custom resource in this order, an
 :class:`CrdValidator`:
 
 1. *Decode*: fields the schema does not declare are an error under strict field validation
-   (kubectl's default since 1.25: ``unknown field "spec.foo"``) and are pruned otherwise;
-   ``null`` in a non-nullable field is dropped.
+   (kubectl's default since 1.25) and are pruned otherwise; ``null`` in a non-nullable field
+   is dropped. A decoding error refuses the whole request (400 Bad Request) before any
+   validation, in one message: ``CraftSandbox in version "v1alpha1" cannot be handled as a
+   CraftSandbox: strict decoding error: unknown field "spec.foo"``. So does an ``apiVersion``
+   other than the endpoint's (``the API version in the data (…) does not match the expected
+   API version (…)``); under strict validation, a version of the CRD's group that the CRD
+   does not define has no schema, so every field but ``apiVersion``, ``kind`` and
+   ``metadata`` is "unknown" first.
 2. *Default*: every ``default`` in the schema is applied, top-down, so a defaulted object gets
    its own nested defaults. On update the old (stored) object is defaulted too, as the API
    server does when it reads from etcd.
@@ -13,6 +19,9 @@ The API server handles a create or update of a custom resource in this order, an
    the Kubernetes extensions (``x-kubernetes-int-or-string`` becomes integer-or-string,
    ``nullable`` adds ``null``, other ``x-kubernetes-*`` keys are ignored). Errors carry the
    API server's error types and wording (``spec.user.id: Required value``).
+   Before the schema: ``kind`` must be the CRD's (if not, that is the only error before the
+   CEL rules), and on create ``metadata.name`` must be a DNS subdomain (RFC 1123), as for
+   every custom resource.
 4. *CEL*: unless step 3 found a "blocking" error (wrong type, missing required field, enum,
    too long, too many -- the same list as the apiextensions strategy's ``hasBlockingErr``), the
    ``x-kubernetes-validations`` rules at every level of the schema are evaluated with
@@ -20,7 +29,13 @@ The API server handles a create or update of a custom resource in this order, an
    (transition rules) run only on update and only where the old value exists; old values
    are correlated through object properties and map keys, never through list items (lists
    here are atomic), as in Kubernetes. A failed rule reports its ``message`` (or
-   ``failed rule: <rule>``); a rule that cannot be evaluated reports the CEL error.
+   ``failed rule: <rule>``) with the offending value (omitted for objects and lists); a
+   rule that cannot be evaluated reports the CEL error with the value's type.
+
+Errors render like Go's ``field.Error``: the path of a root-level error is ``<nil>`` (Go's
+nil ``*field.Path``), and CEL errors address map entries as ``[key]`` where the schema
+validator writes ``.key``. An update (PUT) is addressed to the stored object's name, so a
+new name is refused as not matching the URL, before validation.
 
 With the status subresource on, the main resource ignores ``status``: it is dropped on
 create and carried over from the old object on update.
@@ -28,6 +43,7 @@ create and carried over from the old object on update.
 Not emulated: CEL cost estimation and budgets (the structure tests bound every string and
 list instead), validation ratcheting of unchanged invalid fields, ``messageExpression``,
 ``optionalOldSelf``, ``format`` checks, and ObjectMeta validation beyond the name.
+These rules were checked against a real kube-apiserver (v1.37) by ``tests/cluster``.
 
 cel-python differs from the Kubernetes CEL environment in one function this CRD uses:
 its ``duration()`` rejects the ``µs`` unit that Go's ``time.ParseDuration`` accepts (and
@@ -63,7 +79,8 @@ NOT_SUPPORTED = "Unsupported value"
 TOO_LONG = "Too long"
 TOO_MANY = "Too many"
 TYPE_INVALID = "Invalid type"
-UNKNOWN_FIELD = "Unknown field"
+#: Not a field error: the request is refused before validation (400 Bad Request).
+BAD_REQUEST = "Bad request"
 
 #: Schema errors after which the API server does not evaluate CEL rules.
 BLOCKING = frozenset({REQUIRED, NOT_SUPPORTED, TOO_LONG, TOO_MANY, TYPE_INVALID})
@@ -71,6 +88,17 @@ NOT_CHECKED = (
     "some validation rules were not checked because the object was invalid; "
     "correct the existing errors to complete validation"
 )
+#: A ``FieldError`` value that is not shown (Go's ``field.OmitValueType``).
+OMIT = object()
+#: The path Go prints for a nil ``*field.Path``: errors about the object as a whole.
+ROOT = "<nil>"
+_DNS1123_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+_DNS1123_SUBDOMAIN_MESSAGE = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
+    "'-' or '.', and must start and end with an alphanumeric character "
+    f"(e.g. 'example.com', regex used for validation is '{_DNS1123_SUBDOMAIN}')"
+)
+_DNS1123_SUBDOMAIN_MAX = 253
 
 
 @dataclass(frozen=True)
@@ -83,20 +111,22 @@ class FieldError:
     value: Any = None
 
     def __str__(self) -> str:
-        if not self.path and self.value is None:
+        if self.type == BAD_REQUEST:
             return self.detail
-        prefix = f"{self.path}: " if self.path else ""
-        if self.type == REQUIRED:
-            body = REQUIRED + (f": {self.detail}" if self.detail else "")
-        elif self.type == UNKNOWN_FIELD:
-            return f'unknown field "{self.path}"'
-        elif self.type in (TOO_LONG, TOO_MANY):
-            body = f"{self.type}: {self.detail}"
+        return f"{self.path or ROOT}: {self.body}"
+
+    @property
+    def body(self) -> str:
+        """What follows the path (the ``message`` of the Status object's ``causes``)."""
+        if self.type in (REQUIRED, TOO_LONG, TOO_MANY):
+            body = self.type
         elif self.type == NOT_SUPPORTED:
-            body = f"{NOT_SUPPORTED}: {_show(self.value)}: {self.detail}"
+            body = f"{NOT_SUPPORTED}: {_show(self.value)}"
+        elif self.value is OMIT:
+            body = INVALID
         else:
-            body = f"{INVALID}: {_show(self.value)}: {self.detail}"
-        return prefix + body
+            body = f"{INVALID}: {_show(self.value)}"
+        return f"{body}: {self.detail}" if self.detail else body
 
 
 @dataclass(frozen=True)
@@ -112,14 +142,21 @@ class AdmissionResult:
         return not self.errors
 
     @property
+    def status(self) -> int:
+        """The HTTP status: 400 when the request cannot be decoded, 422 when the object is
+        invalid, 200 when it is accepted."""
+        if any(error.type == BAD_REQUEST for error in self.errors):
+            return 400
+        return 422 if self.errors else 200
+
+    @property
     def messages(self) -> list[str]:
         """The errors as the lines ``kubectl`` prints after ``is invalid:``."""
         return [str(error) for error in self.errors]
 
 
-def _show(value: Any, limit: int = 80) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _show(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 def _join(path: str, part: str | int) -> str:
@@ -276,7 +313,9 @@ def _schema_errors(
                     yield FieldError(_join(path, name), REQUIRED)
         elif keyword in ("type", "anyOf"):
             wanted = error.validator_value
-            if keyword == "anyOf" or wanted == ["integer", "string"]:
+            if wanted == ["integer", "string"]:  # x-kubernetes-int-or-string
+                wanted = "integer,string"
+            elif keyword == "anyOf":
                 wanted = "integer-or-string"
             elif isinstance(wanted, list):
                 wanted = " or ".join(str(item) for item in wanted if item != "null")
@@ -355,8 +394,8 @@ def _json_type(value: Any) -> str:
 _ALWAYS_KEPT = frozenset({"apiVersion", "kind", "metadata"})
 
 
-def _prune(value: Any, schema: Mapping[str, Any], path: str, unknown: list[FieldError]) -> Any:
-    """Drop undeclared fields (recording them) and nulls in non-nullable fields."""
+def _prune(value: Any, schema: Mapping[str, Any], path: str, unknown: list[str]) -> Any:
+    """Drop undeclared fields (recording their paths) and nulls in non-nullable fields."""
     if isinstance(value, Mapping):
         if schema.get("x-kubernetes-preserve-unknown-fields") and "properties" not in schema:
             return dict(value)
@@ -372,7 +411,7 @@ def _prune(value: Any, schema: Mapping[str, Any], path: str, unknown: list[Field
             elif isinstance(extra, Mapping):
                 child = extra
             else:  # also every field of an object schema that declares none
-                unknown.append(FieldError(_join(path, key), UNKNOWN_FIELD))
+                unknown.append(_join(path, key))
                 continue
             if item is None and not child.get("nullable"):
                 continue
@@ -418,7 +457,8 @@ def _cel_errors(
         expression = rule["rule"]
         if is_transition_rule(expression) and old is _MISSING:
             continue
-        target = path + rule.get("fieldPath", "") if rule.get("fieldPath") else path
+        field_path = rule.get("fieldPath", "")
+        target = path + field_path if path else field_path.lstrip(".")
         try:
             result = evaluate_rule(expression, self_value, None if old is _MISSING else old_value)
         except CELEvalError as exc:
@@ -439,16 +479,20 @@ def _cel_errors(
             )
         elif not result:
             message = rule.get("message") or f"failed rule: {expression}"
-            yield FieldError(target, INVALID, message, _type_name(schema))
+            shown = OMIT if _type_name(schema) in ("object", "array") else value
+            yield FieldError(target, INVALID, message, shown)
     if isinstance(value, Mapping):
         properties = schema.get("properties", {})
         extra = schema.get("additionalProperties")
         for key, item in value.items():
-            child = properties.get(key) or (extra if isinstance(extra, Mapping) else None)
-            if child is None:
+            if key in properties:
+                child, child_path = properties[key], _join(path, key)
+            elif isinstance(extra, Mapping):  # a map entry: Go's field.Path.Key
+                child, child_path = extra, f"{path}[{key}]"
+            else:
                 continue
             old_item = old.get(key, _MISSING) if isinstance(old, Mapping) else _MISSING
-            yield from _cel_errors(item, child, _join(path, key), old_item)
+            yield from _cel_errors(item, child, child_path, old_item)
     elif isinstance(value, list) and isinstance(schema.get("items"), Mapping):
         for index, item in enumerate(value):
             yield from _cel_errors(item, schema["items"], _join(path, index), _MISSING)
@@ -491,7 +535,9 @@ class CrdValidator:
         )
         if chosen is None:
             raise ValueError(f"the CRD has no version {version!r}")
-        self.api_version = f"{spec['group']}/{chosen['name']}"
+        self.group: str = spec["group"]
+        self.version: str = chosen["name"]
+        self.api_version = f"{self.group}/{self.version}"
         self.kind = spec["names"]["kind"]
         self.schema: dict[str, Any] = chosen["schema"]["openAPIV3Schema"]
         self.status_subresource = "status" in (chosen.get("subresources") or {})
@@ -504,49 +550,69 @@ class CrdValidator:
         return cls(yaml.safe_load(path.read_text(encoding="utf-8")), strict=strict)
 
     def decode(self, manifest: Mapping[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
-        """Prune and default ``manifest`` as the API server decodes a request or stored object."""
-        unknown: list[FieldError] = []
+        """Prune and default ``manifest`` as the API server decodes a request or stored object;
+        the request's decoding error (400), if the API server could not decode it."""
+        unknown: list[str] = []
         obj = _prune(copy.deepcopy(dict(manifest)), self.schema, "", unknown)
         apply_defaults(obj, self.schema)
-        return obj, unknown if self.strict else []
+        return obj, self._decoding_errors(manifest, unknown)
+
+    def _decoding_errors(self, manifest: Mapping[str, Any], unknown: list[str]) -> list[FieldError]:
+        sent = str(manifest.get("apiVersion", ""))
+        group, _, version = sent.rpartition("/")
+        if group != self.group:
+            unknown = []  # another group's object is not decoded with this schema
+        elif version != self.version:  # a version without a schema: nothing is known
+            unknown = [key for key in manifest if key not in _ALWAYS_KEPT]
+        if unknown and self.strict:
+            fields = ", ".join(f'unknown field "{path}"' for path in sorted(unknown))
+            return [
+                FieldError(
+                    "",
+                    BAD_REQUEST,
+                    f'{manifest.get("kind", "")} in version "{version}" cannot be handled as a '
+                    f"{self.kind}: strict decoding error: {fields}",
+                )
+            ]
+        if sent != self.api_version:
+            return [
+                FieldError(
+                    "",
+                    BAD_REQUEST,
+                    f"the API version in the data ({sent}) does not match the expected API "
+                    f"version ({self.api_version})",
+                )
+            ]
+        return []
 
     def admit_create(self, manifest: Mapping[str, Any]) -> AdmissionResult:
         """What a ``create`` of ``manifest`` returns."""
         obj, errors = self.decode(manifest)
-        if errors:  # strict decoding fails the request before any validation
+        if errors:  # a request that cannot be decoded is refused before any validation
             return AdmissionResult(tuple(errors), obj)
         if self.status_subresource:
             obj.pop("status", None)
-        errors += self._identity_errors(obj)
-        return self._validate(obj, _MISSING, errors)
+        return self._validate(obj, _MISSING, creating=True)
 
     def admit_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> AdmissionResult:
-        """What an ``update`` from the stored ``old`` object to ``new`` returns."""
+        """What an ``update`` (a PUT to the stored ``old`` object's URL) to ``new`` returns."""
         stored, _ = self.decode(old)
         obj, errors = self.decode(new)
         if errors:
             return AdmissionResult(tuple(errors), obj)
+        old_name = (stored.get("metadata") or {}).get("name")
+        new_name = (obj.get("metadata") or {}).get("name")
+        if old_name != new_name:
+            message = f"the name of the object ({new_name}) does not match the name on the URL"
+            return AdmissionResult((FieldError("", BAD_REQUEST, f"{message} ({old_name})"),), obj)
         if self.status_subresource:
             obj.pop("status", None)
             if "status" in stored:
                 obj["status"] = copy.deepcopy(stored["status"])
-        errors += self._identity_errors(obj)
-        old_name = (stored.get("metadata") or {}).get("name")
-        new_name = (obj.get("metadata") or {}).get("name")
-        if old_name != new_name:
-            errors.append(FieldError("metadata.name", INVALID, "field is immutable", new_name))
-        return self._validate(obj, stored, errors)
+        return self._validate(obj, stored, creating=False)
 
-    def _identity_errors(self, obj: dict[str, Any]) -> list[FieldError]:
+    def _metadata_errors(self, obj: dict[str, Any], *, creating: bool) -> list[FieldError]:
         errors = []
-        if obj.get("apiVersion") != self.api_version:
-            errors.append(
-                FieldError(
-                    "apiVersion", INVALID, f"must be {self.api_version}", obj.get("apiVersion")
-                )
-            )
-        if obj.get("kind") != self.kind:
-            errors.append(FieldError("kind", INVALID, f"must be {self.kind}", obj.get("kind")))
         metadata = obj.setdefault("metadata", {})
         if not isinstance(metadata, dict):
             errors.append(FieldError("metadata", TYPE_INVALID, "must be an object", metadata))
@@ -558,15 +624,34 @@ class CrdValidator:
                 errors.append(
                     FieldError("metadata.name", REQUIRED, "name or generateName is required")
                 )
+        if creating and isinstance(metadata, dict) and metadata.get("name"):
+            errors += [
+                FieldError("metadata.name", INVALID, problem, metadata["name"])
+                for problem in _dns1123_subdomain_problems(str(metadata["name"]))
+            ]
         return errors
 
-    def _validate(self, obj: dict[str, Any], old: Any, errors: list[FieldError]) -> AdmissionResult:
-        errors += _schema_errors(obj, self.schema, self._validator)
+    def _validate(self, obj: dict[str, Any], old: Any, *, creating: bool) -> AdmissionResult:
+        if obj.get("kind") != self.kind:  # the only error before the CEL rules
+            errors = [FieldError("kind", INVALID, f"must be {self.kind}", obj.get("kind"))]
+        else:
+            errors = self._metadata_errors(obj, creating=creating)
+            errors += _schema_errors(obj, self.schema, self._validator)
         if any(error.type in BLOCKING for error in errors):
             errors.append(FieldError("", INVALID, NOT_CHECKED, None))
         else:
             errors += _cel_errors(obj, self.schema, "", old, root=True)
         return AdmissionResult(tuple(errors), obj)
+
+
+def _dns1123_subdomain_problems(name: str) -> list[str]:
+    """Why ``name`` is not a DNS subdomain, in the words of Go's ``IsDNS1123Subdomain``."""
+    problems = []
+    if len(name) > _DNS1123_SUBDOMAIN_MAX:
+        problems.append(f"must be no more than {_DNS1123_SUBDOMAIN_MAX} characters")
+    if not re.fullmatch(_DNS1123_SUBDOMAIN, name):
+        problems.append(_DNS1123_SUBDOMAIN_MESSAGE)
+    return problems
 
 
 @functools.lru_cache(maxsize=1)

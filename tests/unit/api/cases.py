@@ -1,11 +1,15 @@
 """Invalid CraftSandbox manifests, each with the message a platform engineer should see.
 
 Each case changes one thing in a minimal valid manifest. ``expect`` is a fragment of the
-API server's error; ``model`` says whether the operator's pydantic model rejects the same
-object (it does for every spec constraint; it is deliberately lenient about what only the
-API server enforces: object names, unknown fields, and lax scalar coercion). ``also`` lists
-the other errors the API server reports for the same object (its schema checks and CEL rules
-run independently, so e.g. an empty string can fail both ``minLength`` and a CEL pattern).
+API server's error, as a real kube-apiserver words it (``tests/cluster/test_admission.py``
+sends every case to one); ``status`` is its HTTP status: 422 for an invalid object, 400 for
+a request it cannot even decode (an unknown field under strict field validation, an
+``apiVersion`` it does not serve). ``model`` says whether the operator's pydantic model
+rejects the same object (it does for every spec constraint; it is deliberately lenient
+about what only the API server enforces: object names, unknown fields, and lax scalar
+coercion). ``also`` lists the other errors the API server reports for the same object (its
+schema checks and CEL rules run independently, so e.g. an empty string can fail both
+``minLength`` and a CEL pattern).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ class Case:
     expect: str
     model: bool = True
     also: tuple[str, ...] = ()
+    status: int = 422
 
     def manifest(self) -> Manifest:
         """The minimal valid manifest with this case's change applied."""
@@ -69,7 +74,17 @@ def drop(*path: str) -> Callable[[Manifest], None]:
 
 
 SOURCE = {"name": "slack"}
-NOT_CHECKED = "some validation rules were not checked"
+
+# Updates (tests/unit/api/test_updates.py). spec.user is an object, so its value is not shown.
+USER_ID_IMMUTABLE = (
+    "spec.user: Invalid value: user.id is immutable; delete this CraftSandbox and create a new one"
+)
+TENANT_IMMUTABLE = (
+    "spec.user: Invalid value: user.tenantId is immutable; "
+    "delete this CraftSandbox and create a new one"
+)
+#: An update is a PUT to the stored object's URL (alice's, from sandbox()), named bob here.
+RENAMED = "the name of the object (bob) does not match the name on the URL (alice)"
 
 INVALID: list[Case] = [
     # the object and its name
@@ -80,9 +95,14 @@ INVALID: list[Case] = [
         'spec: Invalid value: "string": spec in body must be of type object',
     ),
     Case(
+        # v1 has no schema, so under strict field validation everything in it is unknown
+        # (kubectl refuses it earlier still: no matches for kind "CraftSandbox" in version
+        # "craft.onyx.app/v1").
         "wrong-api-version",
         lambda m: m.update(apiVersion="craft.onyx.app/v1"),
-        'apiVersion: Invalid value: "craft.onyx.app/v1": must be craft.onyx.app/v1alpha1',
+        'CraftSandbox in version "v1" cannot be handled as a CraftSandbox: '
+        'strict decoding error: unknown field "spec"',
+        status=400,
     ),
     Case(
         "name-too-long", name("a" * 46), "a CraftSandbox name is at most 45 characters", model=False
@@ -92,12 +112,15 @@ INVALID: list[Case] = [
         name("Alice_Sandbox"),
         "a CraftSandbox name must be a DNS label",
         model=False,
+        also=('metadata.name: Invalid value: "Alice_Sandbox": a lowercase RFC 1123 subdomain',),
     ),
     Case(
         "misspelt-field",
         spec(userLibary={"mode": "Job"}),
-        'unknown field "spec.userLibary"',
+        'CraftSandbox in version "v1alpha1" cannot be handled as a CraftSandbox: '
+        'strict decoding error: unknown field "spec.userLibary"',
         model=False,
+        status=400,
     ),
     # user
     Case("missing-user", drop("spec", "user"), "spec.user: Required value"),
@@ -105,7 +128,7 @@ INVALID: list[Case] = [
     Case(
         "user-id-not-a-uuid",
         user(id="alice"),
-        'spec.user.id: Invalid value: "string": user.id must be an Onyx user UUID',
+        'spec.user.id: Invalid value: "alice": user.id must be an Onyx user UUID',
     ),
     Case(
         "user-id-without-dashes",
@@ -195,17 +218,17 @@ INVALID: list[Case] = [
     Case(
         "cpu-in-words",
         spec(resources={"requests": {"cpu": "two"}}),
-        'spec.resources.requests.cpu: Invalid value: "": must be a Kubernetes quantity',
+        'spec.resources.requests[cpu]: Invalid value: "two": must be a Kubernetes quantity',
     ),
     Case(
         "memory-with-space",
         spec(resources={"limits": {"memory": "10 GB"}}),
-        'spec.resources.limits.memory: Invalid value: "": must be a Kubernetes quantity',
+        'spec.resources.limits[memory]: Invalid value: "10 GB": must be a Kubernetes quantity',
     ),
     Case(
         "quantity-a-list",
         spec(resources={"limits": {"cpu": [1]}}),
-        "spec.resources.limits.cpu in body must be of type integer-or-string",
+        "spec.resources.limits.cpu in body must be of type integer,string",
     ),
     Case(
         "negative-toleration-seconds",
@@ -231,12 +254,13 @@ INVALID: list[Case] = [
     Case(
         "source-name-with-spaces",
         spec(sources=[{"name": "Google Drive"}]),
-        'spec.sources[0].name: Invalid value: "string": a source name is an Onyx source identifier',
+        'spec.sources[0].name: Invalid value: "Google Drive": a source name is an Onyx source '
+        "identifier",
     ),
     Case(
         "source-name-starting-with-digit",
         spec(sources=[SOURCE, {"name": "1drive"}]),
-        'spec.sources[1].name: Invalid value: "string": a source name is an Onyx source identifier',
+        'spec.sources[1].name: Invalid value: "1drive": a source name is an Onyx source identifier',
     ),
     Case(
         "source-without-name",
@@ -298,6 +322,6 @@ INVALID: list[Case] = [
     Case(
         "library-size-in-words",
         library(size="lots"),
-        'spec.userLibrary.size: Invalid value: "": must be a Kubernetes quantity',
+        'spec.userLibrary.size: Invalid value: "lots": must be a Kubernetes quantity',
     ),
 ]

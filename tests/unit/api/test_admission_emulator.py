@@ -133,20 +133,36 @@ def test_null_in_a_non_nullable_field_is_dropped_and_then_defaulted() -> None:
     assert result.object["spec"]["a"] == "x"
 
 
-def test_unknown_fields_fail_strict_validation_and_are_pruned_otherwise() -> None:
+STRICT_DECODING = 'Thing in version "v1" cannot be handled as a Thing: strict decoding error: '
+
+
+def test_unknown_fields_fail_strict_decoding_as_a_bad_request_and_are_pruned_otherwise() -> None:
     manifest = thing({"a": "y", "zz": 1})
-    assert CrdValidator(crd(OBJECT_WITH_DEFAULTS)).admit_create(manifest).messages == [
-        'unknown field "spec.zz"'
-    ]
+    refused = CrdValidator(crd(OBJECT_WITH_DEFAULTS)).admit_create(manifest)
+    assert refused.messages == [STRICT_DECODING + 'unknown field "spec.zz"']
+    assert refused.status == 400
     lenient = CrdValidator(crd(OBJECT_WITH_DEFAULTS), strict=False).admit_create(manifest)
     assert lenient.accepted
     assert "zz" not in lenient.object["spec"]
 
 
+def test_every_unknown_field_is_named_in_one_message_in_sorted_order() -> None:
+    manifest = thing({"zz": 1, "a": "y", "b": {"c": 1, "q": 2}})
+    assert CrdValidator(crd(OBJECT_WITH_DEFAULTS)).admit_create(manifest).messages == [
+        STRICT_DECODING + 'unknown field "spec.b.q", unknown field "spec.zz"'
+    ]
+
+
+def test_a_decoding_error_is_the_only_error_even_where_the_object_is_invalid_too() -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    messages = CrdValidator(crd(schema)).admit_create(thing({"n": "one", "x": 1})).messages
+    assert messages == [STRICT_DECODING + 'unknown field "spec.x"']
+
+
 def test_an_object_schema_without_properties_keeps_no_fields() -> None:
     manifest = thing({"anything": 1})
     assert CrdValidator(crd({"type": "object"})).admit_create(manifest).messages == [
-        'unknown field "spec.anything"'
+        STRICT_DECODING + 'unknown field "spec.anything"'
     ]
     lenient = CrdValidator(crd({"type": "object"}), strict=False).admit_create(manifest)
     assert lenient.object["spec"] == {}
@@ -156,7 +172,52 @@ def test_an_object_where_a_list_belongs_fails_as_unknown_fields_like_strict_kube
     # The API server prunes by schema first, so the object's keys are "unknown fields".
     schema = {"type": "object", "properties": {"l": {"type": "array", "items": {"type": "string"}}}}
     messages = CrdValidator(crd(schema)).admit_create(thing({"l": {"k": "v"}})).messages
-    assert messages == ['unknown field "spec.l.k"']
+    assert messages == [STRICT_DECODING + 'unknown field "spec.l.k"']
+
+
+def test_a_version_the_crd_does_not_define_has_no_schema_so_every_field_is_unknown() -> None:
+    manifest = {**thing({}), "apiVersion": "example.com/v2"}
+    refused = CrdValidator(crd({"type": "object"})).admit_create(manifest)
+    assert refused.messages == [
+        'Thing in version "v2" cannot be handled as a Thing: strict decoding error: '
+        'unknown field "spec"'
+    ]
+    assert refused.status == 400
+    lenient = CrdValidator(crd({"type": "object"}), strict=False).admit_create(manifest)
+    assert lenient.messages == [
+        "the API version in the data (example.com/v2) does not match the expected API "
+        "version (example.com/v1)"
+    ]
+
+
+def test_another_group_is_refused_as_the_wrong_api_version() -> None:
+    manifest = {**thing({"anything": 1}), "apiVersion": "other.example.com/v1"}
+    assert CrdValidator(crd({"type": "object"})).admit_create(manifest).messages == [
+        "the API version in the data (other.example.com/v1) does not match the expected API "
+        "version (example.com/v1)"
+    ]
+
+
+def test_the_wrong_kind_is_the_only_error_before_the_cel_rules() -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 5}}}
+    manifest = {**thing({"n": 1}), "kind": "Other"}
+    refused = CrdValidator(crd(schema)).admit_create(manifest)
+    assert refused.messages == ['kind: Invalid value: "Other": must be Thing']
+    assert refused.status == 422
+
+
+def test_the_name_of_a_new_object_must_be_a_dns_subdomain() -> None:
+    manifest = thing({})
+    manifest["metadata"]["name"] = "Not_A_Name"
+    (message,) = CrdValidator(crd({"type": "object"})).admit_create(manifest).messages
+    assert message.startswith(
+        'metadata.name: Invalid value: "Not_A_Name": a lowercase RFC 1123 subdomain must '
+    )
+    manifest["metadata"]["name"] = "a." * 127
+    problems = CrdValidator(crd({"type": "object"})).admit_create(manifest).messages
+    assert problems[0] == (
+        f'metadata.name: Invalid value: "{"a." * 127}": must be no more than 253 characters'
+    )
 
 
 def test_int_or_string_accepts_both_and_applies_the_pattern_to_strings_only() -> None:
@@ -187,7 +248,7 @@ def test_blocking_schema_errors_skip_the_cel_rules_with_a_note() -> None:
     messages = CrdValidator(crd(schema)).admit_create(thing({"n": "one"})).messages
     assert messages == [
         'spec.n: Invalid value: "string": spec.n in body must be of type integer: "string"',
-        NOT_CHECKED,
+        f"<nil>: Invalid value: null: {NOT_CHECKED}",
     ]
 
 
@@ -200,11 +261,11 @@ def test_non_blocking_schema_errors_still_run_the_cel_rules() -> None:
     messages = CrdValidator(crd(schema)).admit_create(thing({"s": "b"})).messages
     assert messages == [
         "spec.s: Invalid value: \"b\": spec.s in body should match '^a$'",
-        'spec: Invalid value: "object": never',
+        "spec: Invalid value: never",  # the value of an object is not shown
     ]
 
 
-def test_rules_run_on_list_items_and_map_values_with_their_paths() -> None:
+def test_rules_run_on_list_items_and_map_values_with_their_paths_and_values() -> None:
     item = {"type": "string", "x-kubernetes-validations": [{"rule": "self != 'bad'"}]}
     schema = {
         "type": "object",
@@ -215,8 +276,30 @@ def test_rules_run_on_list_items_and_map_values_with_their_paths() -> None:
     }
     manifest = thing({"list": ["ok", "bad"], "map": {"k": "bad"}})
     assert CrdValidator(crd(schema)).admit_create(manifest).messages == [
-        "spec.list[1]: Invalid value: \"string\": failed rule: self != 'bad'",
-        "spec.map.k: Invalid value: \"string\": failed rule: self != 'bad'",
+        "spec.list[1]: Invalid value: \"bad\": failed rule: self != 'bad'",
+        "spec.map[k]: Invalid value: \"bad\": failed rule: self != 'bad'",
+    ]
+
+
+def test_rules_at_the_root_report_the_nil_path_without_a_value() -> None:
+    rules = [{"rule": "self.metadata.name == 'u'", "message": "only u"}]
+    messages = CrdValidator(crd({"type": "object"}, rules=rules)).admit_create(thing({})).messages
+    assert messages == ["<nil>: Invalid value: only u"]
+
+
+def test_a_failing_rule_shows_numbers_as_numbers_and_keeps_long_values_whole() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "n": {"type": "integer", "x-kubernetes-validations": [{"rule": "self < 3"}]},
+            "s": {"type": "string", "x-kubernetes-validations": [{"rule": "self.size() < 3"}]},
+        },
+    }
+    long = "x" * 120
+    messages = CrdValidator(crd(schema)).admit_create(thing({"n": 7, "s": long})).messages
+    assert messages == [
+        "spec.n: Invalid value: 7: failed rule: self < 3",
+        f'spec.s: Invalid value: "{long}": failed rule: self.size() < 3',
     ]
 
 

@@ -12,18 +12,10 @@ from typing import Any
 import pytest
 
 from tests.support.crd_validation import craftsandbox_validator, validate_create, validate_update
+from tests.unit.api.cases import RENAMED, TENANT_IMMUTABLE, USER_ID_IMMUTABLE
 from tests.unit.api.samples import EXAMPLES_DIR, OTHER_USER_ID, USER_ID, load_yaml, sandbox
 
 pytestmark = pytest.mark.unit
-
-USER_ID_IMMUTABLE = (
-    'spec.user: Invalid value: "object": user.id is immutable; '
-    "delete this CraftSandbox and create a new one"
-)
-TENANT_IMMUTABLE = (
-    'spec.user: Invalid value: "object": user.tenantId is immutable; '
-    "delete this CraftSandbox and create a new one"
-)
 
 
 def updated(old: dict[str, Any], **spec: Any) -> dict[str, Any]:
@@ -106,7 +98,7 @@ def test_an_update_must_still_satisfy_the_other_rules() -> None:
     old = sandbox()
     new = updated(old, idleTimeout="10s")
     assert validate_update(old, new) == [
-        'spec.idleTimeout: Invalid value: "string": idleTimeout must be at least 1m'
+        'spec.idleTimeout: Invalid value: "10s": idleTimeout must be at least 1m'
     ]
 
 
@@ -116,10 +108,13 @@ def test_the_transition_rules_do_not_run_on_create() -> None:
 
 
 def test_the_object_cannot_be_renamed() -> None:
+    # An update is a PUT to the stored object's URL: another name there is a bad request.
     old = sandbox()
     new = copy.deepcopy(old)
     new["metadata"]["name"] = "bob"
-    assert validate_update(old, new) == ['metadata.name: Invalid value: "bob": field is immutable']
+    result = craftsandbox_validator().admit_update(old, new)
+    assert result.messages == [RENAMED]
+    assert result.status == 400
 
 
 def test_status_sent_to_the_main_resource_is_ignored() -> None:
