@@ -1,0 +1,163 @@
+"""The kustomizations in ``manifests/`` as a real API server takes them.
+
+``kubectl apply --dry-run=server`` sends every object through the real server's decoding
+(strict field validation), defaulting, validation and admission (Pod Security included)
+without storing it. "Cleanly" means every object of the kustomization is admitted and the
+server warns about nothing: a pod template that breaks the namespace's ``restricted`` Pod
+Security profile, a deprecated API or an unknown field would each come back as a warning.
+
+The session's cluster has the CRDs and ``manifests/base`` applied already (server-side, by
+``tests/cluster/conftest.py``), so a client-side apply of the base is a re-apply here, and
+kubectl notes on each object that the ``last-applied-configuration`` annotation it uses is
+missing; that note alone is not a finding.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.cluster import CRAFT, REPO, Cluster
+
+MANIFESTS = REPO / "manifests"
+BASE = MANIFESTS / "base"
+DEV = MANIFESTS / "overlays" / "dev"
+SANDBOX_NAMESPACE = MANIFESTS / "sandbox-namespace"
+#: kubectl's note when it client-side applies an object that was applied server-side.
+RE_APPLY_NOTE = "is missing the kubectl.kubernetes.io/last-applied-configuration annotation"
+DRY_RUN = "(server dry run)"
+
+
+def rendered(cluster: Cluster, directory: Path) -> list[dict[str, Any]]:
+    """``kubectl kustomize <directory>``, parsed."""
+    output = cluster.kubectl("kustomize", str(directory)).stdout
+    return [doc for doc in yaml.safe_load_all(output) if doc]
+
+
+def apply_dry_run(cluster: Cluster, *args: str, stdin: str | None = None) -> list[str]:
+    """``kubectl apply --dry-run=server ARGS``: the names of the objects admitted; fails on
+    any refusal or warning (but kubectl's re-apply note)."""
+    result = cluster.kubectl("apply", "--dry-run=server", *args, stdin=stdin)
+    warnings = [
+        line for line in result.stderr.splitlines() if line.strip() and RE_APPLY_NOTE not in line
+    ]
+    assert warnings == [], "\n".join(warnings)
+    lines = result.stdout.splitlines()
+    assert all(line.endswith(DRY_RUN) for line in lines), result.stdout
+    # "kind.group/name verb (server dry run)"
+    return sorted(line.split()[0].split("/", 1)[1] for line in lines)
+
+
+def names(objects: list[dict[str, Any]]) -> list[str]:
+    """The sorted names of ``objects``."""
+    return sorted(obj["metadata"]["name"] for obj in objects)
+
+
+def plain_namespace(cluster: Cluster) -> str:
+    """A new namespace with restricted Pod Security and nothing in it."""
+    name = f"team-{uuid.uuid4().hex[:6]}"
+    cluster.create(
+        "/api/v1/namespaces",
+        None,
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": name,
+                "labels": {"pod-security.kubernetes.io/enforce": "restricted"},
+            },
+        },
+    )
+    return name
+
+
+def test_the_base_is_admitted_cleanly(cluster: Cluster) -> None:
+    objects = rendered(cluster, BASE)
+    assert {"Namespace", "CustomResourceDefinition", "StatefulSet", "ClusterRole"} <= {
+        obj["kind"] for obj in objects
+    }
+
+    assert apply_dry_run(cluster, "-k", str(BASE)) == names(objects)
+
+
+def test_the_dev_overlay_is_admitted_cleanly(cluster: Cluster) -> None:
+    objects = rendered(cluster, DEV)
+    # A dry run cannot put objects in a namespace the same dry run only pretends to create,
+    # so the overlay's namespaces are created for real first (as `kubectl apply` would).
+    namespaces = [obj for obj in objects if obj["kind"] == "Namespace"]
+    cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(namespaces))
+
+    assert apply_dry_run(cluster, "-k", str(DEV)) == names(objects)
+
+
+def test_the_dev_sample_sandbox_is_admitted_in_the_dev_sandbox_namespace(
+    cluster: Cluster,
+) -> None:
+    sample = DEV / "sample-sandbox.yaml"
+    namespace = yaml.safe_load(sample.read_text())["metadata"]["namespace"]
+    namespaces = [obj for obj in rendered(cluster, DEV) if obj["kind"] == "Namespace"]
+    assert namespace in names(namespaces)
+    cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(namespaces))
+
+    assert apply_dry_run(cluster, "-f", str(sample)) == ["alice"]
+    assert cluster.get(f"{CRAFT}/craftsandboxes", namespace, "alice") is None
+
+
+def test_the_sandbox_namespace_kustomization_is_admitted_in_a_namespace(
+    cluster: Cluster,
+) -> None:
+    namespace = plain_namespace(cluster)
+
+    admitted = apply_dry_run(cluster, "-n", namespace, "-k", str(SANDBOX_NAMESPACE))
+
+    assert admitted == names(rendered(cluster, SANDBOX_NAMESPACE))
+    assert cluster.list("/apis/networking.k8s.io/v1/networkpolicies", namespace) == []
+
+
+def test_the_overlay_documented_for_sandbox_namespaces_is_admitted(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # The example overlay in the kustomization's leading comment, as a team would copy it.
+    comment = (SANDBOX_NAMESPACE / "kustomization.yaml").read_text().splitlines()
+    start = comment.index("#   # overlays/team-a/kustomization.yaml") + 1
+    end = comment.index("#", start)
+    overlay = "\n".join(line.removeprefix("#   ") for line in comment[start:end])
+    namespace = plain_namespace(cluster)
+    base = Path(os.path.relpath(SANDBOX_NAMESPACE, tmp_path))
+    (tmp_path / "kustomization.yaml").write_text(
+        overlay.replace("namespace: team-a", f"namespace: {namespace}").replace(
+            "../../manifests/sandbox-namespace", str(base)
+        )
+    )
+    (policy,) = rendered(cluster, tmp_path)
+    assert policy["metadata"]["namespace"] == namespace
+    assert policy["spec"]["egress"][1]["ports"] == [{"protocol": "TCP", "port": 8080}]
+
+    assert apply_dry_run(cluster, "-k", str(tmp_path)) == [policy["metadata"]["name"]]
+
+
+def test_a_pod_template_that_breaks_restricted_pod_security_is_not_admitted_cleanly(
+    cluster: Cluster,
+) -> None:
+    # What "cleanly" catches: the server admits the Deployment, with a warning.
+    namespace = plain_namespace(cluster)
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "root", "namespace": namespace},
+        "spec": {
+            "selector": {"matchLabels": {"app": "root"}},
+            "template": {
+                "metadata": {"labels": {"app": "root"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            },
+        },
+    }
+
+    with pytest.raises(AssertionError, match=r'would violate PodSecurity "restricted:latest"'):
+        apply_dry_run(cluster, "-f", "-", stdin=yaml.safe_dump(deployment))
