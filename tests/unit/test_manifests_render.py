@@ -2,12 +2,13 @@
 
 Two layers: every YAML file under ``manifests/`` is checked against the Kubernetes 1.33
 schemas in strict mode (pure Python, runs everywhere), and every kustomization is rendered
-with ``kubectl kustomize`` and its output checked the same way (skipped where kubectl is
-not installed). On top, the pieces must fit each other: the StatefulSet's arguments are
-ones the CLI accepts, its probe hits the endpoint it serves, its mounts are where its
-settings point, the settings are real settings, and the sandbox NetworkPolicy selects the
-pods the operator builds. The CraftSandbox examples in ``manifests/examples`` are checked by
-``tests/unit/api/test_manifests.py``.
+with ``kubectl kustomize`` and its output checked the same way (with the kubectl built with
+the control plane in ``$CRAFT_CONTROLPLANE_BIN`` where that is set, else the one on PATH;
+skipped where there is neither). On top, the pieces must fit each other: the StatefulSet's
+arguments are ones the CLI accepts, its probe hits the endpoint it serves, its mounts are
+where its settings point, the settings are real settings, and the sandbox NetworkPolicy
+selects the pods the operator builds. The CraftSandbox examples in ``manifests/examples``
+are checked by ``tests/unit/api/test_manifests.py``.
 """
 
 from __future__ import annotations
@@ -57,10 +58,20 @@ MANIFEST_FILES = sorted(
     for path in MANIFESTS.rglob("*.yaml")
     if EXAMPLES not in path.parents and path.name != "kustomization.yaml"
 )
-KUBECTL = shutil.which("kubectl")
+
+
+def find_kubectl() -> str | None:
+    """The kubectl built with the control plane (``$CRAFT_CONTROLPLANE_BIN``, as CI sets
+    it), else the one on PATH; None where there is neither."""
+    built = os.environ.get("CRAFT_CONTROLPLANE_BIN")
+    return (shutil.which("kubectl", path=built) if built else None) or shutil.which("kubectl")
+
+
+KUBECTL = find_kubectl()
 needs_kubectl = pytest.mark.skipif(
     KUBECTL is None,
-    reason="kubectl is not installed: `kubectl kustomize` output is checked where it is "
+    reason="kubectl is neither in $CRAFT_CONTROLPLANE_BIN (hack/controlplane/build.sh builds "
+    "one) nor on PATH: `kubectl kustomize` output is checked where it is "
     "(the per-file schema checks below still run)",
 )
 #: API groups of third-party CRDs (Prometheus Operator) for which no schema is bundled:
