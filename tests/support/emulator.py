@@ -621,10 +621,14 @@ class KubeEmulator(kmock.KubernetesEmulator):
         """List or watch namespaces (those any stored object lives in, plus declared ones).
 
         kmock cannot route ``/api/v1/namespaces`` (it reads "namespaces" as the namespace
-        segment of a path), and kopf lists and watches namespaces when it serves only some.
+        segment of a path). The operator's own requests count against its RBAC, as a real
+        API server's authorizer would judge them.
         """
+        watching = raw.query.get("watch") in ("true", "1")
+        if raw.headers.get("User-Agent", "").startswith(OPERATOR_AGENTS):
+            self.side_access.append(("watch" if watching else "list", "", "namespaces"))
         items = [_namespace(name) for name in sorted(self._known_namespaces())]
-        if raw.query.get("watch") not in ("true", "1"):
+        if not watching:
             return aiohttp.web.json_response(
                 {
                     "apiVersion": "v1",
