@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import aiohttp.web
+from kmock._internal import rendering
+
 from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
 from tests.integration.conftest import SANDBOXES
@@ -51,3 +54,33 @@ async def test_a_sandbox_deleted_while_provisioning_leaves_nothing_behind(
     await eventually(lambda: pod(emulator, "bob") is None, what="no pod")
     assert live_pats(settings) == []
     assert emulator.list("v1/secrets", NAMESPACE) == []
+
+
+async def test_a_sandbox_deleted_before_it_has_the_finalizer_is_let_go_without_a_failure(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    # Seen in tests/cluster/test_crash.py: deleted right after its creation, the sandbox is
+    # gone when the finalizer is added; the 404 means there is nothing to do, not a failure.
+    from tests.integration.helpers import sandbox
+
+    gone: list[int] = []
+
+    async def delete_first(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
+        if request.method.value.upper() == "PATCH" and request.url.path.endswith(
+            "/craftsandboxes/carol"
+        ):
+            emulator.remove(SANDBOXES, NAMESPACE, "carol")
+            gone.append(operator.queue.processed + operator.queue.failed)
+        return None
+
+    emulator.before_request.append(delete_first)
+    emulator.create(SANDBOXES, sandbox("carol"))
+
+    await eventually(lambda: gone, what="the finalizer's patch")
+    await eventually(
+        lambda: operator.queue.processed + operator.queue.failed > gone[0], what="the pass ended"
+    )
+    assert operator.queue.failed == 0
+    assert emulator.find(SANDBOXES, NAMESPACE, "carol") is None
+    assert emulator.list("v1/secrets", NAMESPACE) == []
+    assert pod(emulator, "carol") is None

@@ -238,6 +238,8 @@ class SandboxReconciler:
             await self._finalize(body)
             return None
         body = await self._ensure_finalizer(body)
+        if body is None:
+            return None
         run = Run(body, self.s.clock())
         try:
             sandbox = parse_sandbox(body)
@@ -277,7 +279,9 @@ class SandboxReconciler:
 
     # -- finalizer -----------------------------------------------------------------------------
 
-    async def _ensure_finalizer(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def _ensure_finalizer(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The sandbox with the finalizer added; None if it is gone (deleted before it had
+        one: nothing was made for it, and its watch event clears the cache)."""
         meta = body["metadata"]
         finalizers = list(meta.get("finalizers") or [])
         if FINALIZER in finalizers:
@@ -290,6 +294,8 @@ class SandboxReconciler:
         }
         try:
             updated = await self.s.kube.patch(SANDBOXES, meta.get("namespace"), meta["name"], patch)
+        except NotFoundError:
+            return None
         except ConflictError:
             raise RetryLaterError("the CraftSandbox changed while adding the finalizer") from None
         self.s.cache.put(SANDBOX, updated)
