@@ -200,16 +200,18 @@ def test_errors_never_contain_the_database_password_or_keys(
         f"k2026:{KEY_B64[:-4]}!!!!",  # not base64
         f"no-separator-{KEY_B64}",
         f"k2026:{KEY_B64},k2026:{KEY_B64}",  # duplicate id
+        f"{KEY_B64}:k2026",  # written the wrong way round: the key where the id belongs
     ],
-    ids=["short-key", "not-base64", "no-separator", "duplicate-id"],
+    ids=["short-key", "not-base64", "no-separator", "duplicate-id", "key-colon-id"],
 )
 def test_a_bad_key_ring_is_named_without_showing_any_key(
     monkeypatch: pytest.MonkeyPatch, key_ring: str
 ) -> None:
     message = settings_error(monkeypatch, CRAFT_ENCRYPTION_KEYS=key_ring)
     assert "CRAFT_ENCRYPTION_KEYS: " in message
-    secret = key_ring.partition(":")[2] or key_ring
-    assert secret not in message
+    for secret in key_ring.split(":"):
+        if len(secret) > 8:
+            assert secret not in message
     assert KEY_B64[:16] not in message
 
 

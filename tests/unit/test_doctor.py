@@ -6,6 +6,7 @@ makes the command exit non-zero; warnings do not."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import socket
@@ -395,8 +396,23 @@ def test_an_unreadable_key_ring_file_fails_with_how_to_make_one(
     result = run_doctor("--skip-kubernetes")
     assert result.exit_code == 1
     text = line(result, "key ring")
-    assert text.startswith(f"✘ key ring: key ring file {broken}: key 'k1' is not valid base64")
+    assert text.startswith(
+        f"✘ key ring: key ring file {broken}: key ring entry 1 (id 'k1'): the key is not valid "
+        "base64"
+    )
     assert text.endswith("make one with: craft-operator keys generate")
+
+
+def test_a_key_ring_entry_written_the_wrong_way_round_is_named_by_position_only(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = base64.b64encode(b"doctor-canary-key-material-32by").decode()
+    monkeypatch.setenv("CRAFT_ENCRYPTION_KEYS", f"{key}:k1")
+    result = run_doctor("--skip-kubernetes")
+    assert result.exit_code != 0
+    assert "key ring entry 1: the key id is invalid" in result.output
+    for form in (key, key.rstrip("="), key[:16], key[-16:]):
+        assert form not in result.output
 
 
 def test_the_development_key_ring_is_a_warning_and_is_not_created(

@@ -42,26 +42,30 @@ _AAD_LABEL = b"craft-operator/pat/v1\x00"
 DEV_KEY_RING_FILE = "dev-encryption-keys"
 
 
+_KEY_ID_RULE = "1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+
+
 def check_key_id(key_id: str) -> str:
-    """Return ``key_id`` if it is a valid key id, else raise :class:`KeyRingError`."""
+    """Return ``key_id`` if it is a valid key id, else raise :class:`KeyRingError`.
+
+    The message never repeats the text: an entry written the wrong way round puts the key
+    itself where the id belongs.
+    """
     if not _KEY_ID_RE.match(key_id):
-        raise KeyRingError(
-            f"key id {key_id[:64]!r} is invalid: use 1-64 letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit"
-        )
+        raise KeyRingError(f"the key id is invalid: use {_KEY_ID_RULE}")
     return key_id
 
 
-def _decode_key(key_id: str, encoded: str) -> bytes:
+def _decode_key(where: str, encoded: str) -> bytes:
     text = encoded.strip().replace("-", "+").replace("_", "/")
     text += "=" * (-len(text) % 4)
     try:
         key = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
-        raise KeyRingError(f"key {key_id!r} is not valid base64") from None
+        raise KeyRingError(f"{where}: the key is not valid base64") from None
     if len(key) != KEY_BYTES:
         raise KeyRingError(
-            f"key {key_id!r} is {len(key)} bytes long; AES-256 needs {KEY_BYTES} bytes "
+            f"{where}: the key is {len(key)} bytes long; AES-256 needs {KEY_BYTES} bytes "
             "(generate one with: craft-operator keys generate)"
         )
     return key
@@ -88,15 +92,27 @@ class KeyRing:
         """Build a key ring from ``id:base64key`` entries (commas or newlines between)."""
         raw = text.get_secret_value() if isinstance(text, SecretStr) else text
         keys: list[tuple[str, bytes]] = []
+        seen: set[str] = set()
         for position, entry in enumerate(re.split(r"[,\n]", raw), start=1):
             entry = entry.strip()
             if not entry:
                 continue
+            # Errors name the entry by its position, and by its id only once the id is known
+            # to be well formed: nothing else of the text may be key material.
             key_id, separator, encoded = entry.partition(":")
+            key_id = key_id.strip()
             if not separator:
                 raise KeyRingError(f"key ring entry {position} is not of the form id:base64key")
-            key_id = check_key_id(key_id.strip())
-            keys.append((key_id, _decode_key(key_id, encoded)))
+            if not _KEY_ID_RE.match(key_id):
+                raise KeyRingError(
+                    f"key ring entry {position}: the key id is invalid (use {_KEY_ID_RULE}); "
+                    "entries are written id:base64key"
+                )
+            where = f"key ring entry {position} (id {key_id!r})"
+            if key_id in seen:
+                raise KeyRingError(f"{where}: the key id appears twice in the key ring")
+            seen.add(key_id)
+            keys.append((key_id, _decode_key(where, encoded)))
         return cls(keys)
 
     @property
