@@ -10,7 +10,6 @@ what each operator process served on its metrics endpoint.
 from __future__ import annotations
 
 import base64
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -20,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from craft_operator.builders.naming import SECRET_SUFFIX, SKILLS_SUFFIX
 from craft_operator.credentials.tables import PersonalAccessToken, SandboxCredential
 from craft_operator.credentials.tokens import hash_token
-from tests.support.cluster import CRAFT, ApiError, Cluster
+from tests.support.cluster import CRAFT, Cluster
 from tests.support.operator_process import OperatorProcess
 
 SANDBOXES = f"{CRAFT}/craftsandboxes"
@@ -32,37 +31,6 @@ CHILDREN = {
 }
 #: What the control plane itself puts in every namespace (root-ca-certificate-publisher).
 CLUSTER_OWN = {"kube-root-ca.crt"}
-
-
-class PatientCluster(Cluster):
-    """An admin's client that waits out the API server's 429s, as client-go does.
-
-    A real API server answers 429 ``storage is (re)initializing`` (with ``Retry-After``)
-    while the watch cache of a resource is (re)built, e.g. for a CRD just established.
-    """
-
-    def call(
-        self,
-        method: str,
-        path: str,
-        body: dict[str, Any] | None = None,
-        *,
-        content_type: str = "application/json",
-    ) -> dict[str, Any]:
-        """One request, again after ``Retry-After`` on a 429 (up to 10 times)."""
-        for attempt in range(10):
-            try:
-                return super().call(method, path, body, content_type=content_type)
-            except ApiError as error:
-                if error.status != 429 or attempt == 9:
-                    raise
-                time.sleep(float((error.body.get("details") or {}).get("retryAfterSeconds", 1)))
-        raise AssertionError("unreachable")
-
-
-def patient(cluster: Cluster) -> Cluster:
-    """The same control plane through a :class:`PatientCluster`."""
-    return PatientCluster(cluster.plane)
 
 
 def sandbox_manifest(name: str, user_id: str, **spec: Any) -> dict[str, Any]:

@@ -34,7 +34,6 @@ from tests.cluster.convergence import (
     converged,
     describe,
     log_text,
-    patient,
     sandbox_manifest,
 )
 from tests.resilience.harness import pats_minted_per_sandbox
@@ -153,7 +152,6 @@ def test_sandboxes_converge_and_get_one_pat_each_while_the_operator_is_killed_at
     seed: int,
     request: pytest.FixtureRequest,
 ) -> None:
-    cluster = patient(cluster)
     rng = random.Random(seed)
     database = f"sqlite:///{state / 'craft-operator.db'}"
     names = [f"user-{index:03d}" for index in range(size.sandboxes)]

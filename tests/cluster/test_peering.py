@@ -27,7 +27,6 @@ from tests.cluster.convergence import (
     describe,
     log_text,
     metrics_now,
-    patient,
     phase,
     sandbox_manifest,
     writes,
@@ -107,7 +106,6 @@ def ready(cluster: Cluster, namespace: str, name: str, *replicas: OperatorProces
 def test_the_preferred_replica_works_the_standby_takes_over_when_it_dies_and_hands_back(
     cluster: Cluster, namespace: str, state: Path, launch: Launch
 ) -> None:
-    cluster = patient(cluster)
     peering = f"craft-operator-test-{uuid.uuid4().hex[:6]}"
     cluster.create(PEERINGS, None, peering_object(peering))
     database = f"sqlite:///{state / 'craft-operator.db'}"

@@ -80,8 +80,17 @@ class Cluster:
         *,
         content_type: str = "application/json",
     ) -> dict[str, Any]:
-        """One request; the answer, or :class:`ApiError`."""
-        status, answer = self.plane.request(method, path, body, content_type=content_type)
+        """One request; the answer, or :class:`ApiError`.
+
+        A 429 is waited out (its ``Retry-After``, up to 10 times), as client-go does: the
+        API server answers 429 "storage is (re)initializing" while the watch cache of a
+        resource is built, e.g. right after its CRD is established.
+        """
+        for _ in range(10):
+            status, answer = self.plane.request(method, path, body, content_type=content_type)
+            if status != 429:
+                break
+            time.sleep(float(((answer or {}).get("details") or {}).get("retryAfterSeconds", 1)))
         if status >= 300:
             raise ApiError(status, answer)
         return answer or {}
