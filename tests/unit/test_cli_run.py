@@ -139,3 +139,36 @@ def test_every_command_has_help(command: list[str]) -> None:
     result = CliRunner().invoke(main, [*command, "--help"])
     assert result.exit_code == 0
     assert result.output.startswith("Usage: ")
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "why"),
+    [
+        ({"KUBERNETES_SERVICE_HOST": "10.96.0.1"}, (), "it runs in a pod"),
+        (
+            {"CRAFT_DATABASE_URL": "postgresql+psycopg://onyx@127.0.0.1:1/onyx"},
+            (),
+            "CRAFT_DATABASE_URL is a Postgres database",
+        ),
+        ({}, ("--peering", "craft-operator", "--priority", "100"), "it peers"),
+    ],
+    ids=["in-cluster", "postgres", "peering"],
+)
+def test_production_without_a_key_ring_stops_at_start_naming_the_setting(
+    tmp_path: Path, env: dict[str, str], args: tuple[str, ...], why: str
+) -> None:
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", f"https://127.0.0.1:{closed_port()}")
+    completed = run_operator(tmp_path, "run", *args, KUBECONFIG=str(kubeconfig), **env)
+    assert completed.returncode == 2
+    line = only_line(completed)
+    assert "CRAFT_ENCRYPTION_KEYS (or CRAFT_ENCRYPTION_KEYS_FILE) must be set" in line
+    assert why in line
+    assert not list((tmp_path / "home").rglob("dev-encryption-keys")), "no ring was made"
+
+
+def test_a_developer_without_a_key_ring_gets_the_development_one(tmp_path: Path) -> None:
+    # Nothing says production: the run goes on to the cluster (unreachable here).
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", f"https://127.0.0.1:{closed_port()}")
+    completed = run_operator(tmp_path, "run", KUBECONFIG=str(kubeconfig))
+    assert completed.returncode == 1
+    assert "CRAFT_ENCRYPTION_KEYS" not in only_line(completed)

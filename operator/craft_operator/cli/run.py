@@ -11,6 +11,8 @@ import sys
 import click
 
 from craft_operator.config import Settings, SettingsError, load_settings
+from craft_operator.credentials.errors import KeyRingError
+from craft_operator.credentials.factory import check_key_ring_setting
 from craft_operator.kube.connection import (
     ClusterUnreachableError,
     check_reachable,
@@ -109,6 +111,11 @@ def run(
             standalone=standalone,
         )
     except PeeringError as exc:
+        fail(str(exc), code=2)
+        return
+    try:
+        check_key_ring_setting(settings, peering=not peering.standalone)
+    except KeyRingError as exc:
         fail(str(exc), code=2)
         return
     try:

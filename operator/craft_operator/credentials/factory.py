@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Mapping
 
 from craft_operator.config import Settings
 from craft_operator.credentials.db import (
@@ -11,18 +13,53 @@ from craft_operator.credentials.db import (
     describe_url,
     upgrade,
 )
+from craft_operator.credentials.errors import KeyRingError
 from craft_operator.credentials.keyring import KeyRing, development_key_ring, key_ring_from_file
 from craft_operator.credentials.store import CredentialStore
 
 log = logging.getLogger(__name__)
 
 
-def load_key_ring(settings: Settings) -> KeyRing:
-    """The key ring from CRAFT_ENCRYPTION_KEYS, else its file, else the development ring."""
+def production_signs(
+    settings: Settings, *, peering: bool = False, environ: Mapping[str, str] | None = None
+) -> list[str]:
+    """Why this operator is not a developer's: each rules out the development key ring.
+
+    Tokens sealed with a key ring made on the spot are lost with the pod that made it (and
+    another replica cannot open them), so production must bring its own.
+    """
+    environ = os.environ if environ is None else environ
+    signs = []
+    if environ.get("KUBERNETES_SERVICE_HOST"):
+        signs.append("it runs in a pod")
+    if settings.database_url_value.startswith("postgresql"):
+        signs.append("CRAFT_DATABASE_URL is a Postgres database")
+    if peering:
+        signs.append("it peers with other replicas")
+    return signs
+
+
+def check_key_ring_setting(settings: Settings, *, peering: bool = False) -> None:
+    """Raise :class:`KeyRingError` if no key ring is set where the development one is unfit."""
+    if settings.encryption_keys is not None or settings.encryption_keys_file is not None:
+        return
+    signs = production_signs(settings, peering=peering)
+    if signs:
+        raise KeyRingError(
+            "CRAFT_ENCRYPTION_KEYS (or CRAFT_ENCRYPTION_KEYS_FILE) must be set: "
+            f"{' and '.join(signs)}, and the development key ring is for development only "
+            "(make one with: craft-operator keys generate)"
+        )
+
+
+def load_key_ring(settings: Settings, *, peering: bool = False) -> KeyRing:
+    """The key ring from CRAFT_ENCRYPTION_KEYS, else its file, else the development ring
+    (only where nothing says this is production: see :func:`production_signs`)."""
     if settings.encryption_keys is not None:
         return KeyRing.parse(settings.encryption_keys)
     if settings.encryption_keys_file is not None:
         return key_ring_from_file(settings.encryption_keys_file)
+    check_key_ring_setting(settings, peering=peering)
     return development_key_ring(settings.state_dir)
 
 
