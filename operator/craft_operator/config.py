@@ -79,7 +79,8 @@ class Settings(BaseSettings):
         default=None,
         description=(
             "Key ring for PATs at rest: comma-separated id:base64key entries, newest first. "
-            "Unset: a development key ring is created in CRAFT_STATE_DIR."
+            "Unset: a development key ring is created in CRAFT_STATE_DIR, except in a pod, "
+            "with Postgres or when peering, where the operator refuses to start."
         ),
     )
     encryption_keys_file: Path | None = Field(
