@@ -476,6 +476,12 @@ class ControlPlane:
         if busybox:
             for applet in IMAGE_APPLETS:
                 (image_bin / applet).symlink_to(busybox)
+        else:
+            print(
+                "controlplane: busybox is not installed, so the simulated sandbox image runs "
+                "this machine's sh and tar instead (apt-get install busybox)",
+                file=sys.stderr,
+            )
         if self.onyx_cli is not None:
             shutil.copy2(self.onyx_cli, image_bin / "onyx-cli")
         for path in (image_bin.parent, image_bin):
