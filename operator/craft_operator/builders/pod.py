@@ -65,6 +65,14 @@ def resources_for(sandbox: CraftSandbox, settings: Settings) -> dict[str, dict[s
     spec_limits = {key: str(value) for key, value in (spec.limits or {}).items()} if spec else {}
     requests.update(spec_requests)
     limits.update(spec_limits)
+    for kind, quantities in (("requests", requests), ("limits", limits)):
+        for resource, quantity in quantities.items():
+            try:
+                parse_quantity(quantity)
+            except ValueError as exc:
+                raise SandboxConfigError(
+                    "InvalidResources", f"resources.{kind}.{resource}: {exc}"
+                ) from None
     for resource, request in requests.items():
         limit = limits.get(resource)
         if limit is None or parse_quantity(request) <= parse_quantity(limit):

@@ -26,15 +26,30 @@ _SUFFIXES: dict[str, Decimal] = {
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$")
 
 
+#: Kubernetes refuses any quantity whose magnitude is above 2^63-1.
+LARGEST = Decimal(2**63 - 1)
+
+
 def parse_quantity(value: int | str) -> Decimal:
-    """The numeric value of a quantity (``500m`` -> 0.5, ``2Gi`` -> 2147483648)."""
+    """The numeric value of a quantity (``500m`` -> 0.5, ``2Gi`` -> 2147483648).
+
+    Raises ``ValueError`` for text that is no quantity, and for one larger than Kubernetes
+    allows (``1e999999999`` would otherwise overflow the arithmetic itself).
+    """
     if isinstance(value, int):
-        return Decimal(value)
-    match = _QUANTITY.match(value.strip())
-    if not match:
-        raise ValueError(f"{value!r} is not a Kubernetes quantity")
-    number, suffix = match.groups()
-    try:
-        return Decimal(number) * _SUFFIXES[suffix or ""]
-    except InvalidOperation:
-        raise ValueError(f"{value!r} is not a Kubernetes quantity") from None
+        parsed = Decimal(value)
+    else:
+        match = _QUANTITY.match(value.strip())
+        if not match:
+            raise ValueError(f"{value!r} is not a Kubernetes quantity")
+        number, suffix = match.groups()
+        try:
+            parsed = Decimal(number)
+            if parsed.adjusted() > LARGEST.adjusted() + 1:
+                raise ValueError(f"{value!r} is larger than Kubernetes allows (2^63-1)")
+            parsed *= _SUFFIXES[suffix or ""]
+        except InvalidOperation:
+            raise ValueError(f"{value!r} is not a Kubernetes quantity") from None
+    if abs(parsed) > LARGEST:
+        raise ValueError(f"{value!r} is larger than Kubernetes allows (2^63-1)")
+    return parsed

@@ -137,6 +137,23 @@ def test_a_request_above_a_limit_the_spec_sets_is_invalid_resources(
     assert caught.value.reason == "InvalidResources"
 
 
+@pytest.mark.parametrize(
+    ("resources", "where"),
+    [
+        ({"requests": {"cpu": "1e999999999"}}, "requests.cpu"),
+        ({"limits": {"memory": "10E"}}, "limits.memory"),
+        ({"requests": {"ephemeral-storage": "1e19"}, "limits": {}}, "requests.ephemeral-storage"),
+    ],
+)
+def test_a_quantity_kubernetes_cannot_hold_is_invalid_resources_naming_the_field(
+    make_sandbox: MakeSandbox, settings: Settings, resources: dict[str, Any], where: str
+) -> None:
+    sandbox = make_sandbox(resources=resources)
+    with pytest.raises(SandboxConfigError, match=rf"resources\.{where}: .*2\^63-1") as caught:
+        build_pod(sandbox, settings, pat_id=1)
+    assert caught.value.reason == "InvalidResources"
+
+
 def test_the_invalid_resources_error_escapes_build_pod_too(
     make_sandbox: MakeSandbox, settings: Settings
 ) -> None:

@@ -78,3 +78,19 @@ def test_quantities_compare_across_suffixes() -> None:
 def test_anything_else_is_a_value_error_naming_the_input(text: str) -> None:
     with pytest.raises(ValueError, match="is not a Kubernetes quantity"):
         parse_quantity(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["1e999999999", "9223372036854775808", "10E", "8Ei", "-1e30", "1e19", 2**63],
+)
+def test_a_quantity_larger_than_kubernetes_allows_is_refused_not_overflowed(
+    text: str | int,
+) -> None:
+    with pytest.raises(ValueError, match=r"larger than Kubernetes allows \(2\^63-1\)"):
+        parse_quantity(text)
+
+
+@pytest.mark.parametrize("text", ["9223372036854775807", "7Ei", "9e18"])
+def test_the_largest_quantities_kubernetes_allows_parse(text: str) -> None:
+    assert parse_quantity(text) <= 2**63 - 1
