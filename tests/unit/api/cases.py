@@ -273,6 +273,16 @@ INVALID: list[Case] = [
         "spec.sources: Too many: 101: must have at most 100 items",
     ),
     Case(
+        "thousands-of-sources",
+        spec(sources=[SOURCE] * 5000),
+        "spec.sources: Too many: 5000: must have at most 100 items",
+    ),
+    Case(
+        "a-megabyte-of-description",
+        spec(sources=[{"name": "slack", "description": "d" * 2**20}]),
+        "spec.sources[0].description: Too long: may not be more than 500 bytes",
+    ),
+    Case(
         "too-many-scopes",
         spec(sources=[{"name": "slack", "scopes": ["#c"] * 51}]),
         "spec.sources[0].scopes: Too many: 51: must have at most 50 items",
