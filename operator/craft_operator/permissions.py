@@ -51,6 +51,8 @@ REQUIRED_PERMISSIONS: tuple[Permission, ...] = (
     ),
     *_grants("craft.onyx.app", ("craftsandboxes",), ("list", "watch", "patch")),
     *_grants("craft.onyx.app", ("craftsandboxes/status",), ("patch",)),
+    # blockOwnerDeletion on the children (OwnerReferencesPermissionEnforcement).
+    *_grants("craft.onyx.app", ("craftsandboxes/finalizers",), ("update",)),
     *_grants("", ("pods", "secrets"), _CHILD_VERBS),
     *_grants("", ("configmaps",), _CHILD_VERBS),
     # Job mode of the user library: the library volume and the sync Jobs.

@@ -66,6 +66,8 @@ WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 #: User-Agent prefixes of the operator's two clients (kopf's and its own), which tell the
 #: operator's requests from those of a test or of kubectl.
 OPERATOR_AGENTS = ("kopf/", "craft-operator/")
+#: The plural of each kind the operator's objects name as their owner.
+_OWNER_PLURALS = {"CraftSandbox": "craftsandboxes", "CraftSandboxPool": "craftsandboxpools"}
 _METADATA_ONLY_KEYS = {"metadata", "status"}
 
 
@@ -288,7 +290,23 @@ class KubeEmulator(kmock.KubernetesEmulator):
             response = await hook(request)
             if response is not None:
                 return response
+        self._check_owner_deletion_block(request)
         return await self.serve_unhooked(request)
+
+    def _check_owner_deletion_block(self, request: rendering.Request) -> None:
+        """As the OwnerReferencesPermissionEnforcement admission plugin does (OpenShift and
+        the local control plane enable it): an operator write that sets
+        ``blockOwnerDeletion`` needs ``update`` on its owner's ``finalizers`` subresource."""
+        if request.method.value.upper() not in ("POST", "PUT", "PATCH"):
+            return
+        if not request.headers.get("User-Agent", "").startswith(OPERATOR_AGENTS):
+            return
+        data = request.data if isinstance(request.data, dict) else {}
+        for owner in (data.get("metadata") or {}).get("ownerReferences") or []:
+            if owner.get("blockOwnerDeletion"):
+                group = owner.get("apiVersion", "").rpartition("/")[0]
+                plural = _OWNER_PLURALS.get(owner.get("kind", ""), owner.get("kind", "").lower())
+                self.side_access.append(("update", group, f"{plural}/finalizers"))
 
     async def serve_unhooked(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
         """Serve ``request`` past the ``before_request`` hooks (a hook may wrap the serving)."""

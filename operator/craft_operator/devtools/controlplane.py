@@ -383,6 +383,9 @@ class ControlPlane:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--authorization-mode=RBAC",
+            # As OpenShift does: setting blockOwnerDeletion needs update on the owner's
+            # finalizers, so RBAC that misses it fails here and not first in production.
+            "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
             f"--audit-policy-file={self._write_audit_policy()}",
             f"--audit-log-path={self.audit_log}",
             "--audit-log-format=json",
