@@ -37,6 +37,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/creack/pty"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -136,10 +137,7 @@ func (p *podRunner) serveExec(w http.ResponseWriter, req *http.Request) {
 // ExecInContainer runs cmd in the pod's mount namespace; see the package comment.
 func (p *podRunner) ExecInContainer(ctx context.Context, name string, _ string, containerName string,
 	cmd []string, in io.Reader, out, errOut io.WriteCloser, tty bool,
-	_ <-chan remotecommand.TerminalSize, _ time.Duration) error {
-	if tty {
-		return errors.New("this simulated kubelet runs commands without a TTY (leave out -t)")
-	}
+	resize <-chan remotecommand.TerminalSize, _ time.Duration) error {
 	if len(cmd) == 0 {
 		return errors.New("no command given")
 	}
@@ -172,8 +170,11 @@ func (p *podRunner) ExecInContainer(ctx context.Context, name string, _ string, 
 	args = append(args, "--")
 	args = append(args, cmd...)
 	child := exec.Command("/proc/self/exe", args...)
-	child.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Setpgid: true}
 	child.Env = env
+	if tty {
+		return runWithTerminal(ctx, child, in, out, resize)
+	}
+	child.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Setpgid: true}
 	child.Stdout, child.Stderr = out, errOut
 	var stdin io.WriteCloser
 	if in != nil {
@@ -197,12 +198,56 @@ func (p *podRunner) ExecInContainer(ctx context.Context, name string, _ string, 
 			_ = syscall.Kill(-child.Process.Pid, syscall.SIGKILL)
 		}
 	}()
-	err = child.Wait()
+	return exitStatus(child.Wait())
+}
+
+// exitStatus reports a command's non-zero exit as the kubelet does, with its code.
+func exitStatus(err error) error {
 	var exitError *exec.ExitError
 	if errors.As(err, &exitError) && exitError.Exited() {
 		return utilexec.CodeExitError{Err: err, Code: exitError.ExitCode()}
 	}
 	return err
+}
+
+// runWithTerminal runs child on a new pseudo-terminal (kubectl exec -it): its own session
+// with the terminal as controlling terminal; stdout and stderr both arrive on out.
+func runWithTerminal(ctx context.Context, child *exec.Cmd, in io.Reader, out io.Writer,
+	resize <-chan remotecommand.TerminalSize) error {
+	terminal, err := pty.StartWithAttrs(child, nil, &syscall.SysProcAttr{
+		Unshareflags: syscall.CLONE_NEWNS, Setsid: true, Setctty: true,
+	})
+	if err != nil {
+		return fmt.Errorf("starting on a terminal: %w", err)
+	}
+	defer terminal.Close()
+	if resize != nil {
+		go func() {
+			for size := range resize {
+				_ = pty.Setsize(terminal, &pty.Winsize{Rows: size.Height, Cols: size.Width})
+			}
+		}()
+	}
+	if in != nil {
+		go func() { _, _ = io.Copy(terminal, in) }()
+	}
+	copied := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(out, terminal) // ends with EIO once the session's last process exits
+		close(copied)
+	}()
+	go func() {
+		<-ctx.Done()
+		if child.Process != nil {
+			_ = syscall.Kill(-child.Process.Pid, syscall.SIGKILL)
+		}
+	}()
+	err = child.Wait()
+	select {
+	case <-copied:
+	case <-time.After(2 * time.Second):
+	}
+	return exitStatus(err)
 }
 
 func findContainer(pod *corev1.Pod, name string) *corev1.Container {
