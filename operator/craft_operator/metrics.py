@@ -68,6 +68,7 @@ class MintReason(StrEnum):
     RENEWAL = "renewal"
     LIFETIME = "lifetime"
     TOKEN_MISMATCH = "token_mismatch"  # noqa: S105 -- a label value, not a token
+    UNDECRYPTABLE = "undecryptable"
     OTHER = "other"
 
 
@@ -87,6 +88,7 @@ _MINT_PHRASES: tuple[tuple[str, MintReason], ...] = (
     ("never expires", MintReason.LIFETIME),
     ("outlives", MintReason.LIFETIME),
     ("does not match", MintReason.TOKEN_MISMATCH),
+    ("cannot be decrypted", MintReason.UNDECRYPTABLE),
 )
 
 #: Condition reasons of credential failures (see the reconciler's ``_credentials_reason``).

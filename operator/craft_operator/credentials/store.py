@@ -53,6 +53,7 @@ from craft_operator.credentials.db import (
 )
 from craft_operator.credentials.errors import (
     CredentialsError,
+    KeyRingError,
     UserInactiveError,
     UserNotFoundError,
 )
@@ -119,6 +120,10 @@ class IssuedCredential:
     superseded_pat_id: int | None = None
     #: Why a new PAT was minted (``None`` when the stored one was reused).
     reason: str | None = None
+
+
+#: How a mint's reason starts when the stored token could not be decrypted.
+UNDECRYPTABLE = "the stored token cannot be decrypted with the key ring"
 
 
 class PatState(StrEnum):
@@ -383,10 +388,16 @@ class CredentialStore:
                 reason = replacement_reason(row, policy, self._clock())
                 if reason is None:
                     assert row is not None
-                    issued = self._reuse(row, identity)
+                    try:
+                        issued = self._reuse(row, identity)
+                    except KeyRingError as exc:
+                        # Its key left the ring, or the envelope was altered: the token is
+                        # lost to us, so its PAT is revoked and replaced now, not at renewal.
+                        log.warning("%s; revoking PAT %s and minting a new one", exc, row.pat_id)
+                        issued, reason = None, f"{UNDECRYPTABLE}: {exc}"
                     if issued is not None:
                         return issued
-                    reason = "the stored token does not match its PAT"
+                    reason = reason or "the stored token does not match its PAT"
                 try:
                     return self._mint(policy, row, reason)
                 except _LostRaceError:

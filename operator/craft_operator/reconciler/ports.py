@@ -55,6 +55,11 @@ class IssuedCredential(Protocol):
         """Why it was minted (``None`` when reused)."""
         ...
 
+    @property
+    def superseded_pat_id(self) -> int | None:
+        """The PAT this one replaced (and revoked), if any."""
+        ...
+
 
 class CredentialsPort(Protocol):
     """Mints, reuses and revokes the PAT of a sandbox."""

@@ -376,13 +376,19 @@ class SandboxReconciler:
             self.s.metrics.observe_phase(ProvisioningPhase.CREDENTIALS, time.monotonic() - started)
         else:
             self.s.metrics.pat_reused()
+        validity = (
+            f"PAT {issued.token_display} is valid until {issued.expires_at:%Y-%m-%dT%H:%M:%SZ}"
+            if issued.expires_at
+            else f"PAT {issued.token_display} does not expire"
+        )
+        replaced = issued.minted and issued.superseded_pat_id is not None and issued.reason
         run.set(
             ConditionState.true(
                 CREDENTIALS_READY,
                 "PATValid",
-                f"PAT {issued.token_display} is valid until {issued.expires_at:%Y-%m-%dT%H:%M:%SZ}"
-                if issued.expires_at
-                else f"PAT {issued.token_display} does not expire",
+                f"{validity}; it replaced PAT {issued.superseded_pat_id}: {issued.reason}"
+                if replaced
+                else validity,
             )
         )
         run.status["credentials"] = {
@@ -400,7 +406,8 @@ class SandboxReconciler:
                 self._body(run),
                 type=NORMAL,
                 reason="PATMinted",
-                message=f"minted PAT {issued.token_display} (id {issued.pat_id})",
+                message=f"minted PAT {issued.token_display} (id {issued.pat_id})"
+                + (f": {issued.reason}" if issued.reason else ""),
             )
         if issued.expires_at is not None:
             lifetime = sandbox.spec.credentials.lifetime

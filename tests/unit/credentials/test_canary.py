@@ -69,9 +69,13 @@ def test_no_secret_reaches_logs_errors_or_reprs(
             state_dir=tmp_path, encryption_keys=generate_key_entry("x").get_secret_value()
         )
     )
+    # The stranger cannot open alice's token: it revokes it and mints another (and logs why).
+    replaced = stranger.ensure(alice, user_id=USER, tenant_id="acme")
+    assert replaced.minted and replaced.reason
+    secrets.append(replaced.token.get_secret_value())
+    seen += [repr(replaced), replaced.reason]
     errors: list[BaseException] = []
     for attempt in (
-        lambda: stranger.ensure(alice, user_id=USER, tenant_id="acme"),
         lambda: stranger.ensure(alice, user_id="not-a-uuid", tenant_id="public"),
         lambda: KeyRing.parse(f"broken:{old_entry.split(':')[1][:-4]}"),
         lambda: load_settings(encryption_keys=f"k:{old_entry.split(':')[1][:-4]}"),
@@ -81,7 +85,7 @@ def test_no_secret_reaches_logs_errors_or_reprs(
             attempt()
         except Exception as exc:
             errors.append(exc)
-    assert len(errors) == 5
+    assert len(errors) == 4
     assert any(isinstance(error, CredentialsError) for error in errors)
     for error in errors:
         seen += [str(error), repr(error), "".join(traceback.format_exception_only(error))]

@@ -13,9 +13,7 @@ from sqlalchemy import select, text, update
 
 from craft_operator.credentials import (
     CredentialStore,
-    DecryptionError,
     KeyRing,
-    KeyRingError,
     PatState,
     SandboxIdentity,
     UserInactiveError,
@@ -23,6 +21,7 @@ from craft_operator.credentials import (
     generate_key_entry,
 )
 from craft_operator.credentials.db import upgrade
+from craft_operator.credentials.store import UNDECRYPTABLE
 from craft_operator.credentials.tables import PersonalAccessToken, SandboxCredential
 from craft_operator.credentials.tokens import PatType
 from craft_operator.devtools.onyx_schema import set_user_active
@@ -299,11 +298,25 @@ def test_the_token_is_stored_only_encrypted(store: CredentialStore, database: Da
     assert token not in dump
 
 
-def test_a_tampered_stored_token_fails_loudly_naming_key_and_sandbox(
+def assert_replaced_as_undecryptable(
+    issued: Any, old: Any, database: Database, *, naming: tuple[str, ...]
+) -> None:
+    """A new PAT replaced ``old`` because the stored token could not be decrypted."""
+    assert issued.minted
+    assert issued.superseded_pat_id == old.pat_id
+    assert issued.reason.startswith(UNDECRYPTABLE)
+    for fragment in naming:
+        assert fragment in issued.reason
+    assert pat_row(database, old.pat_id).is_revoked
+    assert not pat_row(database, issued.pat_id).is_revoked
+    assert database.live_pats() == 1
+
+
+def test_a_tampered_stored_token_is_revoked_and_replaced_naming_key_and_sandbox(
     store: CredentialStore, database: Database
 ) -> None:
     user = database.new_user()
-    store.ensure(SANDBOX, user_id=user, tenant_id="public")
+    old = store.ensure(SANDBOX, user_id=user, tenant_id="public")
     envelope = bytearray(credential_row(database).encrypted_token)
     envelope[-5] ^= 0x01
     with database.engine.begin() as connection:
@@ -311,20 +324,21 @@ def test_a_tampered_stored_token_fails_loudly_naming_key_and_sandbox(
             update(SandboxCredential.__table__).values(encrypted_token=bytes(envelope))
         )
 
-    with pytest.raises(DecryptionError) as caught:
-        store.ensure(SANDBOX, user_id=user, tenant_id="public")
+    issued = store.ensure(SANDBOX, user_id=user, tenant_id="public")
 
-    assert "'k1'" in str(caught.value)
-    assert "team-a/alice" in str(caught.value)
+    assert_replaced_as_undecryptable(issued, old, database, naming=("'k1'", "team-a/alice"))
+    assert store.ensure(SANDBOX, user_id=user, tenant_id="public").pat_id == issued.pat_id
 
 
-def test_ciphertexts_swapped_between_sandboxes_fail_to_decrypt(
+def test_ciphertexts_swapped_between_sandboxes_are_revoked_and_replaced(
     store: CredentialStore, database: Database
 ) -> None:
     user = database.new_user()
     bob = SandboxIdentity("team-a", "bob", "6c1f5a52-0000-4000-8000-000000000002")
-    store.ensure(SANDBOX, user_id=user, tenant_id="public")
-    store.ensure(bob, user_id=user, tenant_id="public")
+    old = {
+        identity.name: store.ensure(identity, user_id=user, tenant_id="public")
+        for identity in (SANDBOX, bob)
+    }
     table = SandboxCredential.__table__
     with database.engine.begin() as connection:
         rows = {r.name: r for r in connection.execute(select(table)).all()}
@@ -336,23 +350,29 @@ def test_ciphertexts_swapped_between_sandboxes_fail_to_decrypt(
             )
 
     for identity in (SANDBOX, bob):
-        with pytest.raises(DecryptionError, match=identity.name):
-            store.ensure(identity, user_id=user, tenant_id="public")
+        issued = store.ensure(identity, user_id=user, tenant_id="public")
+        assert issued.minted
+        assert issued.superseded_pat_id == old[identity.name].pat_id
+        assert identity.name in (issued.reason or "")
+        # Neither sandbox ever receives the other's token.
+        other = old["bob" if identity is SANDBOX else "alice"]
+        assert issued.token.get_secret_value() != other.token.get_secret_value()
+    assert database.live_pats() == 2
 
 
-def test_a_key_missing_from_the_ring_is_a_clear_error(
+def test_a_key_missing_from_the_ring_gets_the_token_revoked_and_replaced(
     make_store: Callable[..., CredentialStore], database: Database
 ) -> None:
     user = database.new_user()
-    make_store().ensure(SANDBOX, user_id=user, tenant_id="public")
+    old = make_store().ensure(SANDBOX, user_id=user, tenant_id="public")
     other = make_store(KeyRing.parse(generate_key_entry("k2").get_secret_value()))
 
-    with pytest.raises(KeyRingError) as caught:
-        other.ensure(SANDBOX, user_id=user, tenant_id="public")
+    issued = other.ensure(SANDBOX, user_id=user, tenant_id="public")
 
-    assert "'k1'" in str(caught.value)
-    assert "team-a/alice" in str(caught.value)
-    assert not isinstance(caught.value, DecryptionError)
+    assert_replaced_as_undecryptable(
+        issued, old, database, naming=("'k1'", "team-a/alice", "not in the key ring")
+    )
+    assert credential_row(database).key_id == "k2"
 
 
 def test_revoke_works_even_when_the_token_cannot_be_decrypted(
