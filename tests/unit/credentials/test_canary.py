@@ -71,7 +71,8 @@ def test_no_secret_reaches_logs_errors_or_reprs(
     )
     # The stranger cannot open alice's token: it revokes it and mints another (and logs why).
     replaced = stranger.ensure(alice, user_id=USER, tenant_id="acme")
-    assert replaced.minted and replaced.reason
+    assert replaced.minted
+    assert replaced.reason
     secrets.append(replaced.token.get_secret_value())
     seen += [repr(replaced), replaced.reason]
     errors: list[BaseException] = []
