@@ -164,19 +164,20 @@ class Stack:
         self.cluster.sandbox_namespace(NAMESPACE)
         port = free_port()
         self.onyx_url = f"http://127.0.0.1:{port}"
-        self.onyx_api = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "craft_operator.devtools.onyx_api",
-                "--port",
-                str(port),
-                "--database-url",
-                f"sqlite:///{self.operator_state / 'craft-operator.db'}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        with (self.state / "onyx-api.log").open("ab") as log:
+            self.onyx_api = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "craft_operator.devtools.onyx_api",
+                    "--port",
+                    str(port),
+                    "--database-url",
+                    f"sqlite:///{self.operator_state / 'craft-operator.db'}",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         self.kubeconfig = self.cluster.service_account_kubeconfig(
             self.state / "operator.kubeconfig"
         )
@@ -292,6 +293,10 @@ def run_size_real(n: int, workers: int) -> dict[str, Any]:
                 time.sleep(0.2)
             wait_cpu_quiet(process)
             provision_cpu = cpu_seconds(process) - idle_cpu
+            if os.environ.get("BENCH_LOG"):
+                for name in ("operator.log", "onyx-api.log"):
+                    text = (stack.state / name).read_text(errors="replace")
+                    print(f"--- the end of {name}:\n{text[-6000:]}")
             rss = process.memory_info().rss
             provisioning = Requests.of(stack.plane).minus(before)
         finally:

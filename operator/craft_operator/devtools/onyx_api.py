@@ -30,7 +30,7 @@ from typing import Any, cast
 from aiohttp import web
 from sqlalchemy import Engine, Table, and_, or_, select, update
 
-from craft_operator.credentials.db import create_credentials_engine, is_onyx_mode
+from craft_operator.credentials.db import WRITE_OPTION, create_credentials_engine, is_onyx_mode
 from craft_operator.credentials.store import utc_now
 from craft_operator.credentials.tables import OnyxUser, PersonalAccessToken
 from craft_operator.credentials.tokens import PAT_PREFIX, hash_token
@@ -73,12 +73,16 @@ def authenticate(engine: Engine, hashed: str, now: datetime) -> dict[str, Any] |
     if is_onyx_mode(engine):
         query = query.join(_USER, _USER.c.id == _PAT.c.user_id)
         conditions.append(_USER.c.is_active.is_(True))
-    with engine.begin() as connection:
+    with engine.connect() as connection:
         row = connection.execute(query.where(and_(*conditions))).one_or_none()
-        if row is None:
-            return None
-        last_used = row.last_used_at
-        if last_used is None or (now - last_used).total_seconds() > _LAST_USED_GRANULARITY_S:
+    if row is None:
+        return None
+    last_used = row.last_used_at
+    if last_used is None or (now - last_used).total_seconds() > _LAST_USED_GRANULARITY_S:
+        # A write transaction of its own: on SQLite, a read transaction that turns into a
+        # write while another connection writes fails at once ("database is locked").
+        writer = engine.execution_options(**{WRITE_OPTION: True})
+        with writer.begin() as connection:
             connection.execute(update(_PAT).where(_PAT.c.id == row.id).values(last_used_at=now))
     return {
         "id": str(row.user_id),
