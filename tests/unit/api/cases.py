@@ -278,8 +278,8 @@ INVALID: list[Case] = [
         "spec.sources: Too many: 5000: must have at most 100 items",
     ),
     Case(
-        "a-megabyte-of-description",
-        spec(sources=[{"name": "slack", "description": "d" * 2**20}]),
+        "half-a-megabyte-of-description",
+        spec(sources=[{"name": "slack", "description": "d" * 2**19}]),
         "spec.sources[0].description: Too long: may not be more than 500 bytes",
     ),
     Case(
