@@ -12,6 +12,7 @@ ServiceAccount), its CPU and memory from its own process.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -28,7 +29,7 @@ from typing import Any
 
 import psutil
 from tests.support.cluster import CRAFT, Cluster, audited_requests, controlplane_binaries
-from tests.support.s3 import free_port
+from tests.support.onyx_api import stand_in_onyx_api
 
 from craft_operator.credentials.keyring import generate_key_entry
 from craft_operator.devtools.controlplane import ControlPlane, Ports, default_onyx_cli
@@ -155,38 +156,26 @@ class Stack:
         self.keys = generate_key_entry("bench").get_secret_value()
         self.operator_state = state / "operator"
         self.operator_state.mkdir(parents=True)
-        self.onyx_api: subprocess.Popen[bytes] | None = None
+        self.onyx_api = contextlib.ExitStack()
         self.onyx_url = ""
 
     def __enter__(self) -> Stack:
         self.plane.up(timeout=120)
         self.cluster.install()
         self.cluster.sandbox_namespace(NAMESPACE)
-        port = free_port()
-        self.onyx_url = f"http://127.0.0.1:{port}"
-        with (self.state / "onyx-api.log").open("ab") as log:
-            self.onyx_api = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "craft_operator.devtools.onyx_api",
-                    "--port",
-                    str(port),
-                    "--database-url",
-                    f"sqlite:///{self.operator_state / 'craft-operator.db'}",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
+        self.onyx_url = self.onyx_api.enter_context(
+            stand_in_onyx_api(
+                f"sqlite:///{self.operator_state / 'craft-operator.db'}",
+                self.state / "onyx-api.log",
             )
+        )
         self.kubeconfig = self.cluster.service_account_kubeconfig(
             self.state / "operator.kubeconfig"
         )
         return self
 
     def __exit__(self, *_: object) -> None:
-        if self.onyx_api is not None:
-            self.onyx_api.terminate()
-            self.onyx_api.wait(10)
+        self.onyx_api.close()
         self.plane.down()
 
     def start_operator(self, *, resync_interval: float = 300.0) -> subprocess.Popen[bytes]:

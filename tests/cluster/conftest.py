@@ -14,10 +14,6 @@ Exec goes through the real API server to the simulated kubelet, which runs the r
 from __future__ import annotations
 
 import re
-import socket
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -39,8 +35,9 @@ from tests.support.cluster import (
     controlplane_binaries,
     forbidden_requests,
 )
+from tests.support.onyx_api import stand_in_onyx_api
 from tests.support.operator_process import OperatorProcess
-from tests.support.s3 import S3Server, free_port, running_s3_server
+from tests.support.s3 import S3Server, running_s3_server
 
 Launch = Callable[..., OperatorProcess]
 
@@ -123,42 +120,10 @@ def state(tmp_path: Path) -> Path:
 @pytest.fixture
 def onyx_api(state: Path) -> Iterator[str]:
     """The stand-in Onyx API on the operator's database, so PATs it mints authenticate."""
-    port = free_port()
-    log = (state / "onyx-api.log").open("wb")
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "craft_operator.devtools.onyx_api",
-            "--port",
-            str(port),
-            "--database-url",
-            f"sqlite:///{state / 'craft-operator.db'}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_listening(port, child)
+    with stand_in_onyx_api(
+        f"sqlite:///{state / 'craft-operator.db'}", state / "onyx-api.log"
+    ) as url:
         yield url
-    finally:
-        child.terminate()
-        child.wait(10)
-        log.close()
-
-
-def wait_until_listening(port: int, child: subprocess.Popen[bytes]) -> None:
-    """Wait until something accepts connections on ``port`` (fail if ``child`` exits)."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if child.poll() is not None:
-            raise AssertionError(f"the stand-in Onyx API exited with {child.returncode}")
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise AssertionError("the stand-in Onyx API did not start listening")
 
 
 @pytest.fixture

@@ -13,13 +13,12 @@ import base64
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
 from craft_operator.builders.naming import SECRET_SUFFIX, SKILLS_SUFFIX
-from craft_operator.credentials.tables import PersonalAccessToken, SandboxCredential
 from craft_operator.credentials.tokens import hash_token
 from tests.support.cluster import CRAFT, Cluster
+from tests.support.credentials_db import live_pats_and_rows
 from tests.support.operator_process import OperatorProcess
 
 SANDBOXES = f"{CRAFT}/craftsandboxes"
@@ -77,7 +76,7 @@ def check_converged(
             uid = sandboxes[obj["metadata"]["name"].removesuffix(suffix)]["metadata"]["uid"]
             assert [o["uid"] for o in owners] == [uid], f"{obj['metadata']['name']}: {owners}"
 
-    live, rows = _credentials(database_url, namespace)
+    live, rows = live_pats_and_rows(database_url, namespace)
     by_name = {row.name: row for row in rows}
     assert len(by_name) == len(rows), "two credential rows for one sandbox"
     assert sorted(by_name) == expected, f"credential rows: {sorted(by_name)}"
@@ -90,26 +89,6 @@ def check_converged(
         assert secret is not None, f"{name}: no Secret"
         token = base64.b64decode(secret["data"]["ONYX_PAT"]).decode()
         assert hash_token(token) == live[row.pat_id], f"{name}: its Secret holds a dead PAT"
-
-
-def _credentials(database_url: str, namespace: str) -> tuple[dict[int, str], list[Any]]:
-    """The live PATs (id: hash) and the namespace's credential rows."""
-    engine = sa.create_engine(database_url)
-    try:
-        with engine.connect() as connection:
-            live = connection.execute(
-                sa.select(PersonalAccessToken.id, PersonalAccessToken.hashed_token).where(
-                    PersonalAccessToken.is_revoked.is_(False)
-                )
-            ).all()
-            rows = connection.execute(
-                sa.select(
-                    SandboxCredential.name, SandboxCredential.sandbox_uid, SandboxCredential.pat_id
-                ).where(SandboxCredential.namespace == namespace)
-            ).all()
-    finally:
-        engine.dispose()
-    return {row.id: row.hashed_token for row in live}, list(rows)
 
 
 def describe(what: str, *operators: OperatorProcess) -> Callable[[], str]:

@@ -21,7 +21,14 @@ import pytest
 
 from tests.support.cluster import CRAFT, ApiError, Cluster, path_of
 from tests.support.crd_validation import NOT_CHECKED, craftsandbox_validator
-from tests.unit.api.cases import INVALID, RENAMED, TENANT_IMMUTABLE, USER_ID_IMMUTABLE, Case
+from tests.unit.api.cases import (
+    ALLOWED_CHANGES,
+    INVALID,
+    RENAMED,
+    TENANT_IMMUTABLE,
+    USER_ID_IMMUTABLE,
+    Case,
+)
 from tests.unit.api.samples import EXAMPLES_DIR, OTHER_USER_ID, USER_ID, load_yaml, sandbox
 
 SANDBOXES = f"{CRAFT}/craftsandboxes"
@@ -213,18 +220,7 @@ def test_a_defaulted_tenant_cannot_be_replaced(cluster: Cluster, minimal: dict[s
 
 @pytest.mark.parametrize(
     "change",
-    [
-        {"user": {"id": USER_ID, "tenantId": "acme", "email": "new@example.com"}},
-        {"suspend": True},
-        {"image": "craft-sandbox:2.0.0"},
-        {"serverURL": "https://onyx-2.example.com"},
-        {"idleTimeout": "45m"},
-        {"sources": [{"name": "slack", "scopes": ["#general"]}, {"name": "notion"}]},
-        {"userLibrary": {"mode": "Job", "exclude": ["*.tmp"]}},
-        {"credentials": {"lifetime": "24h"}},
-        {"resources": {"limits": {"cpu": 4, "memory": "16Gi"}}},
-        {"tolerations": [{"key": "dedicated", "operator": "Exists"}]},
-    ],
+    [{"user": {"id": USER_ID, "tenantId": "acme", "email": "new@example.com"}}, *ALLOWED_CHANGES],
     ids=lambda change: "email" if "user" in change else next(iter(change)),
 )
 def test_changing_any_other_field_is_admitted(

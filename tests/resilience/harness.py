@@ -18,8 +18,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from craft_operator.builders.naming import SECRET_SUFFIX
-from craft_operator.credentials.tables import PersonalAccessToken, SandboxCredential
+from craft_operator.credentials.tables import PersonalAccessToken
 from craft_operator.credentials.tokens import hash_token
+from tests.support.credentials_db import live_pats_and_rows
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually
 from tests.support.operator_process import OperatorProcess
@@ -71,25 +72,10 @@ def check_converged(
             uid = sandboxes[obj["metadata"]["name"].removesuffix(suffix)]["metadata"]["uid"]
             assert [o["uid"] for o in owners] == [uid], f"{obj['metadata']['name']}: {owners}"
 
-    engine = sa.create_engine(database_url)
-    try:
-        with engine.connect() as connection:
-            live = connection.execute(
-                sa.select(PersonalAccessToken.id, PersonalAccessToken.hashed_token).where(
-                    PersonalAccessToken.is_revoked.is_(False)
-                )
-            ).all()
-            rows = connection.execute(
-                sa.select(
-                    SandboxCredential.name, SandboxCredential.sandbox_uid, SandboxCredential.pat_id
-                ).where(SandboxCredential.namespace == namespace)
-            ).all()
-    finally:
-        engine.dispose()
+    live_by_id, rows = live_pats_and_rows(database_url, namespace)
     by_name = {row.name: row for row in rows}
     assert len(by_name) == len(rows), "two credential rows for one sandbox"
     assert sorted(by_name) == expected, f"credential rows: {sorted(by_name)}"
-    live_by_id = {row.id: row.hashed_token for row in live}
     assert sorted(live_by_id) == sorted(row.pat_id for row in rows), (
         f"{len(live_by_id)} live PATs for {len(rows)} sandboxes (orphans or missing)"
     )

@@ -335,3 +335,17 @@ INVALID: list[Case] = [
         'spec.userLibrary.size: Invalid value: "lots": must be a Kubernetes quantity',
     ),
 ]
+
+
+#: Changes of a stored CraftSandbox that are allowed (only who it belongs to is immutable).
+ALLOWED_CHANGES: list[dict[str, Any]] = [
+    {"suspend": True},
+    {"image": "craft-sandbox:2.0.0"},
+    {"serverURL": "https://onyx-2.example.com"},
+    {"idleTimeout": "45m"},
+    {"sources": [{"name": "slack", "scopes": ["#general"]}, {"name": "notion"}]},
+    {"userLibrary": {"mode": "Job", "exclude": ["*.tmp"]}},
+    {"credentials": {"lifetime": "24h"}},
+    {"resources": {"limits": {"cpu": 4, "memory": "16Gi"}}},
+    {"tolerations": [{"key": "dedicated", "operator": "Exists"}]},
+]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.support.crd_validation import craftsandbox_validator, validate_create, validate_update
-from tests.unit.api.cases import RENAMED, TENANT_IMMUTABLE, USER_ID_IMMUTABLE
+from tests.unit.api.cases import ALLOWED_CHANGES, RENAMED, TENANT_IMMUTABLE, USER_ID_IMMUTABLE
 from tests.unit.api.samples import EXAMPLES_DIR, OTHER_USER_ID, USER_ID, load_yaml, sandbox
 
 pytestmark = pytest.mark.unit
@@ -74,21 +74,7 @@ def test_the_same_spec_with_only_a_new_email_is_accepted() -> None:
     assert validate_update(old, new) == []
 
 
-@pytest.mark.parametrize(
-    "change",
-    [
-        {"suspend": True},
-        {"image": "craft-sandbox:2.0.0"},
-        {"serverURL": "https://onyx-2.example.com"},
-        {"idleTimeout": "45m"},
-        {"sources": [{"name": "slack", "scopes": ["#general"]}, {"name": "notion"}]},
-        {"userLibrary": {"mode": "Job", "exclude": ["*.tmp"]}},
-        {"credentials": {"lifetime": "24h"}},
-        {"resources": {"limits": {"cpu": 4, "memory": "16Gi"}}},
-        {"tolerations": [{"key": "dedicated", "operator": "Exists"}]},
-    ],
-    ids=lambda change: next(iter(change)),
-)
+@pytest.mark.parametrize("change", ALLOWED_CHANGES, ids=lambda change: next(iter(change)))
 def test_changing_any_other_field_is_accepted(change: dict[str, Any]) -> None:
     old = load_yaml(EXAMPLES_DIR / "full.yaml")
     assert validate_update(old, updated(old, **change)) == []
