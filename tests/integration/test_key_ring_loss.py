@@ -29,6 +29,8 @@ async def test_a_token_sealed_with_a_key_that_left_the_ring_is_revoked_and_repla
         mark_pod_running(emulator, NAMESPACE, "alice")
         await phase(emulator, "alice", "Ready")
     [first_pat] = live_pats(settings)
+    first_pod = pod(emulator, "alice")
+    assert first_pod is not None
     first_token = token_in_secret(emulator, "alice")
 
     # The old key is gone from the ring (a rotation done wrong, a lost Secret).
@@ -45,6 +47,17 @@ async def test_a_token_sealed_with_a_key_that_left_the_ring_is_revoked_and_repla
         await eventually(
             lambda: token_in_secret(emulator, "alice") != first_token, what="the new token"
         )
+        await eventually(
+            lambda: (
+                (p := pod(emulator, "alice")) is not None
+                and p["metadata"]["uid"] != first_pod["metadata"]["uid"]
+            ),
+            what="the pod with the new token",
+        )
+        mark_pod_running(emulator, NAMESPACE, "alice")
+        await phase(emulator, "alice", "Ready")
+        # Said for as long as that PAT is the sandbox's, not only in the pass that minted it.
+        assert condition(emulator, "alice", "CredentialsReady")["message"] == replaced["message"]
 
     assert replaced["status"] == "True"
     assert f"replaced PAT {first_pat}" in replaced["message"]

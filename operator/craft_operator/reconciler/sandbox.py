@@ -381,16 +381,15 @@ class SandboxReconciler:
             if issued.expires_at
             else f"PAT {issued.token_display} does not expire"
         )
-        replaced = issued.minted and issued.superseded_pat_id is not None and issued.reason
-        run.set(
-            ConditionState.true(
-                CREDENTIALS_READY,
-                "PATValid",
-                f"{validity}; it replaced PAT {issued.superseded_pat_id}: {issued.reason}"
-                if replaced
-                else validity,
-            )
-        )
+        message = validity
+        if issued.minted and issued.superseded_pat_id is not None and issued.reason:
+            message = f"{validity}; it replaced PAT {issued.superseded_pat_id}: {issued.reason}"
+        else:
+            # Why this PAT replaced the last one stays said while the PAT is the same.
+            current = str((run.condition(CREDENTIALS_READY) or {}).get("message", ""))
+            if current.startswith(f"{validity}; it replaced PAT "):
+                message = current
+        run.set(ConditionState.true(CREDENTIALS_READY, "PATValid", message))
         run.status["credentials"] = {
             "tokenDisplay": issued.token_display,
             "patId": issued.pat_id,
