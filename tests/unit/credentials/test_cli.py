@@ -128,6 +128,18 @@ def test_keys_rotate_re_encrypts_under_the_new_first_key(env: dict[str, str]) ->
     assert mint(env_new_only).token.get_secret_value() == issued.token.get_secret_value()
 
 
+def test_keys_rotate_fails_while_any_token_was_skipped(env: dict[str, str]) -> None:
+    mint(env)  # sealed with the ring of ``env``, which the command below no longer has
+    stranger = {**env, "CRAFT_ENCRYPTION_KEYS": generate_key_entry("k9").get_secret_value()}
+
+    result = run(stranger, "keys", "rotate")
+
+    assert result.exit_code == 1
+    assert "skipped:" in result.output
+    assert "1 token(s) could not be decrypted and were left as they are" in result.output
+    assert "stored tokens by key: k1: 1" in result.output
+
+
 def test_a_malformed_key_ring_stops_a_command_without_echoing_the_key(
     env: dict[str, str],
 ) -> None:
