@@ -40,9 +40,23 @@ class ExecResult:
     stderr: bytes
 
     def stderr_excerpt(self, limit: int = 500) -> str:
-        """The end of stderr as one line of text, for error messages."""
-        text = self.stderr.decode("utf-8", errors="replace").strip().replace("\n", "; ")
-        return text if len(text) <= limit else "…" + text[-limit:]
+        """The end of stderr as one line of plain text, for conditions and events."""
+        return one_line(self.stderr.decode("utf-8", errors="replace"), limit=limit)
+
+
+_TERMINAL_SEQUENCE = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|.)")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def one_line(text: str, *, limit: int = 500) -> str:
+    """``text`` from a sandbox pod made fit for a status message: terminal escape sequences
+    and control characters removed, lines joined with "; ", and at most ``limit``
+    characters (its end, where a failure usually says what went wrong)."""
+    lines = _TERMINAL_SEQUENCE.sub("", text).splitlines()
+    joined = "; ".join(
+        cleaned for line in lines if (cleaned := " ".join(_CONTROL.sub(" ", line).split()))
+    )
+    return joined if len(joined) <= limit else "…" + joined[-limit:]
 
 
 class ExecError(Exception):
@@ -151,8 +165,17 @@ def classify_open_error(text: str, *, namespace: str, pod: str) -> ExecError:
         return ExecUnavailableError(f"{where} was not found")
     if status == 400:
         return ExecUnavailableError(f"{where} cannot run commands now (not running?)")
-    first_line = text.strip().splitlines()[0] if text.strip() else "connection failed"
-    return ExecUnavailableError(f"cannot exec into {where}: {first_line[:300]}")
+    # websocket-client's text is "Handshake status N Reason -+-+- {headers} -+-+- body": the
+    # headers carry the date, so a message built from them would change on every retry.
+    parts = text.split(" -+-+- ")
+    detail = parts[0]
+    body = parts[-1] if len(parts) > 2 else ""
+    said = re.search(r'"message"\s*:\s*"((?:[^"\\]|\\.)*)"', body)
+    if said:
+        detail += f": {said.group(1)}"
+    return ExecUnavailableError(
+        f"cannot exec into {where}: {one_line(detail, limit=300) or 'connection failed'}"
+    )
 
 
 class _Output:

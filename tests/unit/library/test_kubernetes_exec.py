@@ -21,6 +21,7 @@ from craft_operator.kube.exec import (
     ExecError,
     ExecForbiddenError,
     ExecProtocolError,
+    ExecResult,
     ExecTimeoutError,
     ExecUnavailableError,
     KubernetesExec,
@@ -223,6 +224,42 @@ def test_a_command_that_cannot_start_is_a_permanent_error() -> None:
 def test_a_stream_without_status_is_retryable() -> None:
     with pytest.raises(ExecUnavailableError):
         parse_exec_status(b"")
+
+
+def test_a_handshake_failure_reads_the_same_on_every_retry() -> None:
+    def refused(date: str) -> str:
+        return (
+            "Handshake status 500 Internal Server Error -+-+- "
+            f"{{'date': '{date}', 'content-length': '120'}} -+-+- "
+            'b\'{"kind":"Status","message":"error dialing backend: EOF","code":500}\''
+        )
+
+    first = classify_open_error(refused("Mon, 23 Nov 2026 12:00:00 GMT"), namespace="n", pod="p")
+    again = classify_open_error(refused("Mon, 23 Nov 2026 12:00:05 GMT"), namespace="n", pod="p")
+
+    assert str(first) == str(again)
+    assert str(first) == (
+        "cannot exec into pod n/p: Handshake status 500 Internal Server Error: "
+        "error dialing backend: EOF"
+    )
+
+
+def test_what_a_pod_writes_reaches_a_status_as_one_plain_line() -> None:
+    hostile = (
+        b"\x1b[31mred\x1b[0m alert\r\n\x1b]0;title\x07next\x00line\tend\n\n"
+        b"\x1b[2J\x1b[Hcleared \x7f\xc2\x9b screen"
+    )
+    excerpt = ExecResult(1, b"", hostile).stderr_excerpt()
+
+    assert excerpt == "red alert; next line end; cleared screen"
+    assert all(ord(character) >= 0x20 for character in excerpt)
+
+
+def test_a_long_stderr_keeps_its_end_within_the_limit() -> None:
+    excerpt = ExecResult(1, b"", b"x" * 1000 + b"\nthe real error").stderr_excerpt(100)
+
+    assert len(excerpt) == 101
+    assert excerpt.endswith("; the real error")
 
 
 def test_handshake_failures_are_named() -> None:
