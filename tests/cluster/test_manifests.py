@@ -60,20 +60,7 @@ def names(objects: list[dict[str, Any]]) -> list[str]:
 
 def plain_namespace(cluster: Cluster) -> str:
     """A new namespace with restricted Pod Security and nothing in it."""
-    name = f"team-{uuid.uuid4().hex[:6]}"
-    cluster.create(
-        "/api/v1/namespaces",
-        None,
-        {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {
-                "name": name,
-                "labels": {"pod-security.kubernetes.io/enforce": "restricted"},
-            },
-        },
-    )
-    return name
+    return cluster.restricted_namespace(f"team-{uuid.uuid4().hex[:6]}")
 
 
 def test_the_base_is_admitted_cleanly(cluster: Cluster) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from craft_operator.devtools.controlplane import ControlPlane
+from craft_operator.devtools.local import RESTRICTED
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "hack" / "controlplane" / "build.sh"
@@ -150,24 +151,23 @@ class Cluster:
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
         self.kubectl("apply", "--server-side", "-k", str(REPO / "manifests" / "base"))
 
-    def sandbox_namespace(self, name: str) -> str:
-        """A namespace like a platform engineer makes one for sandboxes: Pod Security
-        ``restricted`` enforced, and ``manifests/sandbox-namespace`` applied in it."""
+    def restricted_namespace(self, name: str) -> str:
+        """A new, empty namespace with Pod Security ``restricted`` enforced."""
         self.create(
             "/api/v1/namespaces",
             None,
             {
                 "apiVersion": "v1",
                 "kind": "Namespace",
-                "metadata": {
-                    "name": name,
-                    "labels": {
-                        "pod-security.kubernetes.io/enforce": "restricted",
-                        "pod-security.kubernetes.io/enforce-version": "latest",
-                    },
-                },
+                "metadata": {"name": name, "labels": dict(RESTRICTED)},
             },
         )
+        return name
+
+    def sandbox_namespace(self, name: str) -> str:
+        """A namespace like a platform engineer makes one for sandboxes: Pod Security
+        ``restricted`` enforced, and ``manifests/sandbox-namespace`` applied in it."""
+        self.restricted_namespace(name)
         self.kubectl("apply", "-n", name, "-k", str(REPO / "manifests" / "sandbox-namespace"))
         # Pods are refused until the namespace's default ServiceAccount exists.
         wait_for(
