@@ -141,6 +141,7 @@ async def test_provisioning_takes_five_writes_and_a_resync_takes_none(
         ]
     )
 
+    await asyncio.wait_for(operator.events.drained(), 10)  # provisioning's events posted
     settled = len(emulator.served)
     for _ in range(3):
         operator.queue.add((NAMESPACE, "alice"))

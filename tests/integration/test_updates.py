@@ -69,6 +69,9 @@ async def test_an_update_that_changes_nothing_the_operator_owns_writes_only_the_
     emulator: KubeEmulator, operator: OperatorContext
 ) -> None:
     await ready_sandbox(emulator)
+    # Events are posted after the pass that queued them: the last ones of provisioning
+    # may still be on their way when the sandbox reads Ready.
+    await asyncio.wait_for(operator.events.drained(), 10)
     settled = len(emulator.served)
 
     emulator.patch(

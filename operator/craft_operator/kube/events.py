@@ -79,12 +79,16 @@ class EventRecorder:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="event-poster")
 
+    async def drained(self) -> None:
+        """Return once every event queued so far is posted (or given up on)."""
+        await self._queue.join()
+
     async def stop(self, drain_timeout: float = 5.0) -> None:
         """Post what is queued (for up to ``drain_timeout`` seconds), then stop."""
         if self._task is None:
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._queue.join(), drain_timeout)
+            await asyncio.wait_for(self.drained(), drain_timeout)
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
