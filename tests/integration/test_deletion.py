@@ -84,3 +84,54 @@ async def test_a_sandbox_deleted_before_it_has_the_finalizer_is_let_go_without_a
     assert emulator.find(SANDBOXES, NAMESPACE, "carol") is None
     assert emulator.list("v1/secrets", NAMESPACE) == []
     assert pod(emulator, "carol") is None
+
+
+async def test_deleting_a_sandbox_leaves_foreign_objects_that_took_its_childrens_names(
+    emulator: KubeEmulator, operator: OperatorContext, settings: Settings
+) -> None:
+    """The operator's watches see only its labelled children, so the finalizer reads a name
+    it has not seen before deleting: here the Secret's name is taken, so the sandbox never got
+    as far as its pod, and the unlabelled pod by its name is someone else's too."""
+    from tests.integration.helpers import condition, sandbox
+
+    theirs = {"namespace": NAMESPACE, "labels": {"team": "theirs"}}
+    emulator.create(
+        "v1/secrets",
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "dave-credentials", **theirs}},
+    )
+    emulator.create(
+        "v1/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "dave", **theirs},
+            "spec": {
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+                "containers": [
+                    {
+                        "name": "app",
+                        "image": "registry.example/theirs:1",
+                        "securityContext": {
+                            "allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]},
+                        },
+                    }
+                ],
+            },
+        },
+    )
+    emulator.create(SANDBOXES, sandbox("dave"))
+    await eventually(
+        lambda: condition(emulator, "dave", "CredentialsReady").get("reason") == "SecretNameTaken",
+        what="SecretNameTaken",
+    )
+
+    emulator.remove(SANDBOXES, NAMESPACE, "dave")
+
+    await eventually(lambda: emulator.find(SANDBOXES, NAMESPACE, "dave") is None, what="dave gone")
+    assert live_pats(settings) == []
+    assert emulator.find("v1/secrets", NAMESPACE, "dave-credentials") is not None
+    assert emulator.find("v1/pods", NAMESPACE, "dave") is not None

@@ -6,13 +6,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from craft_operator.builders.naming import LABEL_MANAGED_BY, LABEL_SANDBOX
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import ConflictError, Kind, KubeClient
 from craft_operator.status import merge_patch
 
 Action = Literal["created", "updated", "unchanged"]
-IDENTITY_LABELS = (LABEL_MANAGED_BY, LABEL_SANDBOX)
 
 
 @dataclass(frozen=True)
@@ -29,22 +27,25 @@ class ForeignObjectError(Exception):
 
     def __init__(self, kind: str, namespace: str | None, name: str) -> None:
         super().__init__(
-            f"{kind} {namespace}/{name} exists but is not managed by this CraftSandbox; "
-            "rename or delete it"
+            f"{kind} {namespace}/{name} exists but is not managed by this CraftSandbox "
+            "(it has no owner reference to it) and is left alone; rename or delete it"
         )
         self.kind, self.namespace, self.name = kind, namespace, name
 
 
 def is_ours(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
-    """Whether ``actual`` belongs to the sandbox ``desired`` is built for (by its controller)."""
+    """Whether ``actual`` belongs to the sandbox ``desired`` is built for.
+
+    Only an owner reference to the sandbox's uid makes an object ours, and only if no other
+    owner controls it. Labels never do: anyone who can create a Pod or a Secret can copy
+    them, and adopting such an object would hand it the sandbox's token or delete it with
+    the sandbox.
+    """
     owner_uids = {ref.get("uid") for ref in desired.get("metadata", {}).get("ownerReferences", [])}
-    for ref in actual.get("metadata", {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return ref.get("uid") in owner_uids
-    # No controller (someone removed it): ours if it still carries our identifying labels.
-    have = actual.get("metadata", {}).get("labels") or {}
-    want = desired.get("metadata", {}).get("labels") or {}
-    return bool(want) and all(have.get(key) == want[key] for key in IDENTITY_LABELS if key in want)
+    refs = actual.get("metadata", {}).get("ownerReferences") or []
+    if any(ref.get("controller") and ref.get("uid") not in owner_uids for ref in refs):
+        return False
+    return any(ref.get("uid") in owner_uids for ref in refs)
 
 
 def drift_patch(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
@@ -89,8 +90,11 @@ async def converge(
         try:
             created = await kube.create(kind, desired)
         except ConflictError:
-            # It exists but our cache has not seen it yet (or we restarted mid-write).
+            # It exists but our cache has not seen it yet (or we restarted mid-write), or
+            # it is someone else's: only ours goes into the cache.
             actual = await kube.get(kind, namespace, name)
+            if not is_ours(actual, desired):
+                raise ForeignObjectError(str(desired.get("kind")), namespace, name) from None
             cache.put(cache_kind, actual)
         else:
             cache.put(cache_kind, created)

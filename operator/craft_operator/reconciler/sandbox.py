@@ -269,7 +269,9 @@ class SandboxReconciler:
         skill_ok = await self._skill(sandbox, run)
         volume_ok = await self._library_volume(sandbox, run)
         if not (secret_ok and skill_ok and volume_ok):
-            self._waiting(run, (POD_READY, *POD_DEPENDENT), "WaitingForChildren")
+            # The volume's own failure (a name clash, say) stays on UserLibrarySynced.
+            waiting = (POD_READY, *POD_DEPENDENT) if volume_ok else (POD_READY, CLI_VALIDATED)
+            self._waiting(run, waiting, "WaitingForChildren")
             return
         pod = await self._pod(sandbox, issued, run)
         if pod is None:
@@ -335,15 +337,7 @@ class SandboxReconciler:
             if key[1] == namespace and self._owned_by(job, uid)
         ]
         for kind, cache_kind, child in children:
-            existing = self.s.cache.get(cache_kind, namespace, child)
-            if existing is not None and not self._owned_by(existing, uid):
-                continue
-            try:
-                await self.s.kube.delete(kind, namespace, child)
-            except ApiError as exc:
-                if exc.status != 404:
-                    raise RetryLaterError(f"cannot delete {cache_kind} {child}: {exc}") from None
-            self.s.cache.forget(cache_kind, namespace, child)
+            await self._delete_owned_child(kind, cache_kind, namespace, child, uid)
         remaining = [item for item in meta.get("finalizers") or [] if item != FINALIZER]
         patch = {
             "metadata": {"finalizers": remaining, "resourceVersion": meta.get("resourceVersion")}
@@ -356,6 +350,35 @@ class SandboxReconciler:
             raise RetryLaterError("the CraftSandbox changed while removing the finalizer") from None
         if updated.get("metadata", {}).get("deletionTimestamp") and remaining:
             self.s.cache.put(SANDBOX, updated)
+
+    async def _delete_owned_child(
+        self, kind: Kind, cache_kind: str, namespace: str, name: str, uid: str
+    ) -> None:
+        """Delete the child ``name`` only if it is the sandbox's, and only that very object.
+
+        The watches see only labelled objects, so a name the cache does not hold is read
+        once: an unlabelled object of someone else's by that name must survive. The uid
+        precondition keeps a successor that took the name meanwhile.
+        """
+        existing = self.s.cache.get(cache_kind, namespace, name)
+        if existing is None:
+            try:
+                existing = await self.s.kube.get(kind, namespace, name)
+            except NotFoundError:
+                return
+            except ApiError as exc:
+                raise RetryLaterError(f"cannot read {cache_kind} {name}: {exc}") from None
+        if not self._owned_by(existing, uid):
+            return
+        try:
+            await self.s.kube.delete(
+                kind, namespace, name, uid=existing.get("metadata", {}).get("uid")
+            )
+        except ConflictError:
+            pass  # the uid precondition failed: the object by that name is another one now
+        except ApiError as exc:
+            raise RetryLaterError(f"cannot delete {cache_kind} {name}: {exc}") from None
+        self.s.cache.forget(cache_kind, namespace, name)
 
     @staticmethod
     def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
@@ -554,7 +577,7 @@ class SandboxReconciler:
         if await self._sleeping(sandbox, actual, run):
             return None
         if actual is not None and not is_ours(actual, desired):
-            message = f"Pod {namespace}/{name} exists but is not managed by this CraftSandbox"
+            message = str(ForeignObjectError("Pod", namespace, name))
             self._child_failed(run, POD_READY, "PodNameTaken", message)
             return None
         if actual is not None and actual["metadata"].get("deletionTimestamp"):
@@ -642,6 +665,11 @@ class SandboxReconciler:
             created = await self.s.kube.create(PODS, desired)
         except ConflictError:
             created = await self.s.kube.get(PODS, sandbox.metadata.namespace, pod_name(sandbox))
+            if not is_ours(created, desired):
+                namespace, name = sandbox.metadata.namespace, pod_name(sandbox)
+                message = str(ForeignObjectError("Pod", namespace, name))
+                self._child_failed(run, POD_READY, "PodNameTaken", message)
+                return None
             self.s.cache.put(POD, created)
             run.requeue(0)
             run.pod_exists = True

@@ -150,19 +150,28 @@ def test_an_object_controlled_by_another_owner_is_not_ours_despite_our_labels() 
     assert not is_ours(actual, desired_configmap())
 
 
-def test_without_a_controller_our_identity_labels_make_it_ours() -> None:
+def test_our_labels_without_an_owner_reference_do_not_make_it_ours() -> None:
+    """Anyone who can create a ConfigMap can copy labels; only the owner reference counts."""
     actual = desired_configmap()
     actual["metadata"]["ownerReferences"] = []
-    assert is_ours(actual, desired_configmap())
+    assert not is_ours(actual, desired_configmap())
 
 
-def test_a_non_controller_owner_does_not_decide_ownership() -> None:
+def test_a_non_controller_owner_reference_to_this_sandbox_makes_it_ours() -> None:
     actual = desired_configmap()
     actual["metadata"]["ownerReferences"] = [
         {**owner_reference(make_sandbox()), "controller": False}
     ]
-    assert is_ours(actual, desired_configmap())
     actual["metadata"]["labels"] = {}
+    assert is_ours(actual, desired_configmap())
+
+
+def test_another_controller_makes_it_not_ours_even_with_our_owner_reference() -> None:
+    actual = desired_configmap()
+    actual["metadata"]["ownerReferences"] = [
+        {**owner_reference(make_sandbox()), "controller": False},
+        {**owner_reference(make_sandbox(uid=OTHER_UID)), "controller": True},
+    ]
     assert not is_ours(actual, desired_configmap())
 
 
@@ -171,11 +180,11 @@ def test_a_non_controller_owner_does_not_decide_ownership() -> None:
     [
         {},
         {"app.kubernetes.io/managed-by": "helm", "craft.onyx.app/sandbox": "alice"},
-        {"app.kubernetes.io/managed-by": "craft-operator", "craft.onyx.app/sandbox": "bob"},
+        {"app.kubernetes.io/managed-by": "craft-operator", "craft.onyx.app/sandbox": "alice"},
         {"app.kubernetes.io/managed-by": "craft-operator"},
     ],
 )
-def test_without_a_controller_and_our_identity_labels_it_is_not_ours(
+def test_without_an_owner_reference_it_is_not_ours_whatever_its_labels(
     labels: dict[str, str],
 ) -> None:
     actual = {"metadata": {"name": "alice-skills", "labels": labels}}
@@ -259,17 +268,23 @@ async def test_an_existing_child_the_cache_has_not_seen_is_adopted_after_a_confl
     assert cache.get("ConfigMap", NAMESPACE, "alice-skills") is not None
 
 
-async def test_an_existing_child_that_drifted_is_adopted_and_repaired(
+async def test_a_labelled_object_without_our_owner_reference_is_not_adopted(
     kube: KubeClient, emulator: KubeEmulator
 ) -> None:
-    orphan = desired_configmap("old\n")
-    orphan["metadata"]["ownerReferences"] = []
-    emulator.create("v1/configmaps", orphan)
-    result = await converge(kube, ObjectCache(), CONFIGMAPS, "ConfigMap", desired_configmap())
-    assert result.action == "updated"
-    stored = emulator.get("v1/configmaps", NAMESPACE, "alice-skills")
-    assert stored["data"] == {"SKILL.md": "# skill\n"}
-    assert stored["metadata"]["ownerReferences"] == [owner_reference(make_sandbox())]
+    """Someone copied our labels onto their own ConfigMap: it is reported, never rewritten,
+    and never cached as ours."""
+    impostor = desired_configmap("theirs\n")
+    impostor["metadata"]["ownerReferences"] = []
+    emulator.create("v1/configmaps", impostor)
+    cache = ObjectCache()
+    served = len(emulator.served)
+    with pytest.raises(ForeignObjectError):
+        await converge(kube, cache, CONFIGMAPS, "ConfigMap", desired_configmap())
+    assert writes(emulator, served) == [f"POST /api/v1/namespaces/{NAMESPACE}/configmaps"]
+    assert emulator.get("v1/configmaps", NAMESPACE, "alice-skills")["data"] == {
+        "SKILL.md": "theirs\n"
+    }
+    assert cache.get("ConfigMap", NAMESPACE, "alice-skills") is None
 
 
 async def test_a_foreign_object_with_the_childs_name_is_left_alone(
