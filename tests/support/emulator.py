@@ -197,6 +197,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
         self.keep_requests = True
         #: Namespaces that exist even with no object in them (served at /api/v1/namespaces).
         self.namespaces: set[str] = {"default"}
+        #: Objects put in every namespace as it first appears (:meth:`add_namespace`), as a
+        #: platform's namespace provisioning would: (resource, object without namespace).
+        self.namespace_defaults: list[tuple[str, dict[str, Any]]] = []
         self._namespace_watches: set[asyncio.Queue[str]] = set()
         # kmock's DSL matches every request against every reaction, which costs ~0.1 s per
         # request once the bundled resources are declared. Requests for declared resources
@@ -277,6 +280,16 @@ class KubeEmulator(kmock.KubernetesEmulator):
     def remove(self, resource: Resource | str, namespace: str | None, name: str) -> dict[str, Any]:
         """Delete an object as a client would (finalizers are respected)."""
         return self._delete(self._resource(resource), namespace, name)
+
+    def add_namespace(self, name: str) -> None:
+        """Make namespace ``name`` exist, with the :attr:`namespace_defaults` in it."""
+        if name in self.namespaces:
+            return
+        self.namespaces.add(name)
+        for queue in self._namespace_watches:
+            queue.put_nowait(name)
+        for resource, default in self.namespace_defaults:
+            self._create(self._resource(resource), name, default)
 
     # -- request handling ---------------------------------------------------------------------
 
@@ -425,9 +438,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
         # Every object is created here, so ``namespaces`` already holds every namespace an
         # object lives in (scanning the objects instead made each create O(n)).
         if key[1] and key[1] not in self.namespaces:
-            self.namespaces.add(key[1])  # as if created with it, like kubectl create -n
-            for queue in self._namespace_watches:
-                queue.put_nowait(key[1])
+            self.add_namespace(key[1])  # as if created with it, like kubectl create -n
         existing = self._index[resource].get((key[1], key[2]))
         if existing is not None and not existing.deleted:
             raise _error(409, "AlreadyExists", f'{resource.plural} "{meta["name"]}" already exists')
