@@ -35,10 +35,13 @@ class Install(StrEnum):
 
 
 def access_of(request: rendering.Request) -> Access | None:
-    """The RBAC access a request needs; ``None`` for discovery (granted to everyone)."""
+    """The RBAC access a request needs; ``None`` for what everyone is granted (discovery,
+    access reviews of oneself)."""
     resource = request.resource
     if resource is None or resource.plural is None:
         return None
+    if resource.group == "authorization.k8s.io" and resource.plural.startswith("selfsubject"):
+        return None  # everyone may ask what they may do (system:basic-user)
     name = resource.plural + (f"/{request.subresource}" if request.subresource else "")
     method = request.method.value.upper()
     if method == "GET":
