@@ -53,6 +53,7 @@ from tests.support.emulator import (
     declare_core_resources,
 )
 from tests.support.operator_process import kubeconfig
+from tests.support.sandbox_namespace import provision_sandbox_namespaces
 
 from craft_operator.credentials.keyring import generate_key_entry
 
@@ -208,6 +209,7 @@ async def run_size(n: int, workers: int, steady_cycles: int) -> dict[str, Any]:
     async with KubeEmulator() as emulator, kmock.Server(emulator):
         declare_core_resources(emulator)
         declare_craft_resources(emulator)
+        provision_sandbox_namespaces(emulator)
         emulator.keep_history = False
         emulator.keep_requests = os.environ.get("BENCH_KEEP") == "1"
 

@@ -175,6 +175,13 @@ class Settings(BaseSettings):
     provisioning_timeout: float = Field(
         default=180.0, gt=0, description="Seconds a pod may take to become ready."
     )
+    allow_unrestricted_egress: bool = Field(
+        default=False,
+        description=(
+            "Start sandbox pods in a namespace where no NetworkPolicy restricts their egress "
+            "(false: they wait for one, e.g. from manifests/sandbox-namespace)."
+        ),
+    )
     operator_namespace: str = Field(
         default="craft-system",
         description="Namespace the operator runs in (for peering and its own Secrets).",

@@ -9,11 +9,10 @@ with the password masked, key rings by key id, S3 and Kubernetes by endpoint onl
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
 import kopf
 from alembic.script import ScriptDirectory
@@ -41,6 +40,7 @@ from craft_operator.credentials.factory import load_key_ring
 from craft_operator.credentials.keyring import DEV_KEY_RING_FILE, KeyRing, key_ring_from_file
 from craft_operator.credentials.store import CredentialStore
 from craft_operator.credentials.tables import CREDENTIAL_TABLE, PAT_TABLE
+from craft_operator.kube.access import access_fix, denied_access, describe_denied
 from craft_operator.kube.client import ApiError, KubeClient
 from craft_operator.kube.connection import (
     ClusterUnreachableError,
@@ -49,15 +49,10 @@ from craft_operator.kube.connection import (
 )
 from craft_operator.library.errors import S3BucketNotFoundError, S3Error
 from craft_operator.library.s3 import classify_s3_error, make_s3_client
-from craft_operator.permissions import REQUIRED_PERMISSIONS, Permission
+from craft_operator.permissions import access_requests
 
 DB_CONNECT_TIMEOUT_S = 10
 KUBE_TIMEOUT_S = 10.0
-SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
-RBAC_FIX = (
-    "apply the operator's RBAC (kubectl apply -k manifests/base) and bind the craft-operator "
-    "ClusterRole to the identity the operator runs as"
-)
 
 
 class Status(StrEnum):
@@ -393,7 +388,7 @@ async def check_kubernetes(
     kube.configure(info)
     try:
         results.append(await _check_crd(kube))
-        results.append(await _check_permissions(kube, settings.namespaces))
+        results.append(await _check_permissions(kube, settings))
     finally:
         await kube.close()
     return results
@@ -416,59 +411,26 @@ async def _check_crd(kube: KubeClient) -> CheckResult:
     return ok(name, f"{models.PLURAL}.{models.GROUP} is served at {models.API_VERSION}")
 
 
-def _review(permission: Permission, namespace: str | None) -> dict[str, Any]:
-    attributes = {
-        "group": permission.group,
-        "resource": permission.plural,
-        "verb": permission.verb,
-    }
-    if permission.subresource:
-        attributes["subresource"] = permission.subresource
-    if namespace is not None:
-        attributes["namespace"] = namespace
-    return {
-        "apiVersion": "authorization.k8s.io/v1",
-        "kind": "SelfSubjectAccessReview",
-        "spec": {"resourceAttributes": attributes},
-    }
-
-
-def access_requests(
-    permissions: Iterable[Permission], namespaces: Sequence[str]
-) -> list[tuple[Permission, str | None]]:
-    """What to ask about: cluster-scoped grants once; namespaced ones cluster-wide, or in
-    each watched namespace when the operator is scoped to some (pure)."""
-    scopes: Sequence[str | None] = list(namespaces) or [None]
-    return [
-        (permission, scope)
-        for permission in permissions
-        for scope in (scopes if permission.namespaced else [None])
-    ]
-
-
-async def _check_permissions(kube: KubeClient, namespaces: Sequence[str]) -> CheckResult:
+async def _check_permissions(kube: KubeClient, settings: Settings) -> CheckResult:
     name = "API permissions"
-    requests = access_requests(REQUIRED_PERMISSIONS, namespaces)
-
-    async def allowed(permission: Permission, namespace: str | None) -> bool:
-        answer = await kube.request("POST", SSAR_PATH, body=_review(permission, namespace))
-        return bool((answer.get("status") or {}).get("allowed"))
-
+    namespaces = settings.namespaces
+    template = settings.skill_template_configmap_ref
+    requests = access_requests(
+        namespaces, template_namespace=template[0] if template is not None else None
+    )
     try:
-        verdicts = await asyncio.gather(*(allowed(*request) for request in requests))
+        denied = await denied_access(kube, requests)
     except ApiError as exc:
         return fail(
             name,
             f"cannot ask the API server what is allowed (SelfSubjectAccessReview): {exc}",
             "allow creating selfsubjectaccessreviews (system:basic-user grants it by default)",
         )
-    denied = [
-        permission.describe() + (f" in {namespace}" if namespace else "")
-        for (permission, namespace), verdict in zip(requests, verdicts, strict=True)
-        if not verdict
-    ]
     if denied:
-        return fail(name, f"{len(denied)} missing: {', '.join(denied)}", RBAC_FIX)
+        missing = describe_denied(denied, limit=len(denied))
+        return fail(
+            name, f"{len(denied)} missing: {missing}", access_fix(denied, served=namespaces)
+        )
     scope = f"in {', '.join(namespaces)}" if namespaces else "cluster-wide"
     return ok(name, f"all {len(requests)} grants the operator needs are allowed ({scope})")
 

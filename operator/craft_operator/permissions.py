@@ -1,11 +1,22 @@
-"""The Kubernetes API access the operator needs: its ClusterRole, as data.
+"""The Kubernetes API access the operator needs, as data, and where each grant lives.
 
-``manifests/base/rbac.yaml`` is not part of the Python package, so ``craft-operator doctor``
-checks this copy; a unit test keeps the two equal (change both together).
+The manifests are not part of the Python package, so ``craft-operator doctor`` and the
+start-up check of ``craft-operator run`` use this copy; unit tests keep the two equal
+(change both together):
+
+- :data:`CLUSTER_PERMISSIONS`: the ClusterRole ``craft-operator`` of ``manifests/base``;
+  only what is cluster-scoped (the peering object).
+- :data:`OPERATOR_NAMESPACE_PERMISSIONS`: the Role ``craft-operator`` of
+  ``manifests/base`` in the operator's own namespace (the SKILL.md template).
+- :data:`SANDBOX_NAMESPACE_PERMISSIONS`: the Role ``craft-operator`` that
+  ``manifests/sandbox-namespace`` puts in every sandbox namespace the operator serves.
+- :data:`ALL_NAMESPACES_PERMISSIONS`: the ClusterRole of
+  ``manifests/overlays/all-namespaces``, for an operator that serves every namespace.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -34,6 +45,11 @@ class Permission:
         return f"{self.verb} {self.resource}" + (f".{self.group}" if self.group else "")
 
 
+#: Where an access is asked for: a namespace, or ``None`` for cluster-wide.
+Scope = str | None
+AccessRequest = tuple[Permission, Scope]
+
+
 def _grants(
     group: str, resources: tuple[str, ...], verbs: tuple[str, ...], *, namespaced: bool = True
 ) -> tuple[Permission, ...]:
@@ -44,11 +60,22 @@ def _grants(
 
 _CHILD_VERBS = ("get", "list", "watch", "create", "patch", "delete")
 
-#: Every grant of the ``craft-operator`` ClusterRole in ``manifests/base/rbac.yaml``.
-REQUIRED_PERMISSIONS: tuple[Permission, ...] = (
+#: The ClusterRole ``craft-operator`` in ``manifests/base/rbac.yaml``.
+CLUSTER_PERMISSIONS: tuple[Permission, ...] = (
+    # Active/standby peering: kopf's keep-alives, and the operator's reads of them.
     *_grants(
-        "apiextensions.k8s.io", ("customresourcedefinitions",), ("list", "watch"), namespaced=False
+        "kopf.dev", ("clusterkopfpeerings",), ("get", "list", "watch", "patch"), namespaced=False
     ),
+)
+
+#: The Role ``craft-operator`` in craft-system, in ``manifests/base/rbac.yaml``.
+OPERATOR_NAMESPACE_PERMISSIONS: tuple[Permission, ...] = (
+    # The platform's SKILL.md template (CRAFT_SKILL_TEMPLATE_CONFIGMAP).
+    Permission("", "configmaps", "get"),
+)
+
+#: The Role ``craft-operator`` in ``manifests/sandbox-namespace/rbac.yaml``.
+SANDBOX_NAMESPACE_PERMISSIONS: tuple[Permission, ...] = (
     *_grants("craft.onyx.app", ("craftsandboxes",), ("list", "watch", "patch")),
     *_grants("craft.onyx.app", ("craftsandboxes/status",), ("patch",)),
     # blockOwnerDeletion on the children (OwnerReferencesPermissionEnforcement).
@@ -60,8 +87,46 @@ REQUIRED_PERMISSIONS: tuple[Permission, ...] = (
     *_grants("batch", ("jobs",), ("get", "list", "watch", "create", "delete")),
     *_grants("", ("pods/exec",), ("get", "create")),
     *_grants("", ("events",), ("create",)),
-    # Active/standby peering: kopf's keep-alives, and the operator's reads of them.
-    *_grants(
-        "kopf.dev", ("clusterkopfpeerings",), ("get", "list", "watch", "patch"), namespaced=False
-    ),
+    # No sandbox pod starts without a NetworkPolicy restricting its egress.
+    *_grants("networking.k8s.io", ("networkpolicies",), ("list", "watch")),
 )
+
+#: The ClusterRole ``craft-operator-all-namespaces`` of ``manifests/overlays/all-namespaces``.
+ALL_NAMESPACES_PERMISSIONS: tuple[Permission, ...] = (
+    # A cluster-wide kopf discovers the custom resources and notices CRDs being added.
+    *_grants(
+        "apiextensions.k8s.io", ("customresourcedefinitions",), ("list", "watch"), namespaced=False
+    ),
+    *SANDBOX_NAMESPACE_PERMISSIONS,
+)
+
+
+def access_requests(
+    namespaces: Sequence[str],
+    *,
+    peering: bool = True,
+    template_namespace: str | None = None,
+) -> list[AccessRequest]:
+    """Every access the operator needs, and where (pure).
+
+    Scoped to ``namespaces``: the sandbox namespace Role's grants in each of them; serving
+    all namespaces (``namespaces`` empty): the all-namespaces grants, cluster-wide. The
+    peering object's grants when ``peering``, and reading the SKILL.md template's ConfigMap
+    where it lives (unless a served namespace's Role grants that already).
+    """
+    requests: list[AccessRequest] = []
+    if peering:
+        requests += [(permission, None) for permission in CLUSTER_PERMISSIONS]
+    if namespaces:
+        requests += [
+            (permission, namespace)
+            for permission in SANDBOX_NAMESPACE_PERMISSIONS
+            for namespace in namespaces
+        ]
+    else:
+        requests += [(permission, None) for permission in ALL_NAMESPACES_PERMISSIONS]
+    if template_namespace is not None and namespaces and template_namespace not in namespaces:
+        requests += [
+            (permission, template_namespace) for permission in OPERATOR_NAMESPACE_PERMISSIONS
+        ]
+    return requests

@@ -2,11 +2,13 @@
 
 One control plane serves the whole run (built from Kubernetes' own Go modules, cached; see
 ``hack/controlplane``). The CRDs come from ``crds/`` and the namespace, ServiceAccount and
-RBAC from ``manifests/base``, applied with kubectl. Each test gets a namespace with Pod
-Security ``restricted`` enforced, and its own ``craft-operator run`` process that
-authenticates as the ``craft-operator`` ServiceAccount with a TokenRequest token: the real
-authorizer judges every request against exactly the RBAC that ``manifests/`` installs, and
-a test fails when any request of its operator was refused (the API server's audit log).
+RBAC from ``manifests/base``, applied with kubectl. Each test gets a sandbox namespace with
+Pod Security ``restricted`` enforced and ``manifests/sandbox-namespace`` applied (the
+operator's Role there, the NetworkPolicies), and its own ``craft-operator run -n
+<namespace>`` process that authenticates as the ``craft-operator`` ServiceAccount with a
+TokenRequest token: the real authorizer judges every request against exactly the namespaced
+RBAC that ``manifests/`` installs by default, and a test fails when any request of its
+operator was refused (the API server's audit log).
 Exec goes through the real API server to the simulated kubelet, which runs the real
 ``onyx-cli`` and BusyBox in the pod's own ``/workspace``.
 """
@@ -72,7 +74,7 @@ def cluster(control_plane: ControlPlane) -> Cluster:
 
 @pytest.fixture
 def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> str:
-    """A fresh sandbox namespace (restricted Pod Security, the sandbox NetworkPolicy)."""
+    """A fresh sandbox namespace (restricted Pod Security, ``manifests/sandbox-namespace``)."""
     stem = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
     return cluster.sandbox_namespace(f"{stem}-{uuid.uuid4().hex[:5]}")
 
@@ -171,8 +173,9 @@ def launch(
         if operator.alive and operator.terminate() != 0:
             failures.append(operator.log_tail())
     assert not failures, "an operator did not exit cleanly on SIGTERM:\n" + "\n".join(failures)
-    # The real authorizer is the judge of least privilege: the ClusterRole of
-    # manifests/base must grant every request the operator made in this test.
+    # The real authorizer is the judge of least privilege: the namespaced RBAC of
+    # manifests/base and manifests/sandbox-namespace must grant every request the operator
+    # made in this test.
     refused = forbidden_requests(cluster.plane, namespace)
     assert not refused, f"the API server refused the operator (RBAC lacks a grant): {refused}"
 

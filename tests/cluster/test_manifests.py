@@ -27,6 +27,7 @@ from tests.support.cluster import CRAFT, REPO, Cluster
 MANIFESTS = REPO / "manifests"
 BASE = MANIFESTS / "base"
 DEV = MANIFESTS / "overlays" / "dev"
+ALL_NAMESPACES = MANIFESTS / "overlays" / "all-namespaces"
 SANDBOX_NAMESPACE = MANIFESTS / "sandbox-namespace"
 #: kubectl's note when it client-side applies an object that was applied server-side.
 RE_APPLY_NOTE = "is missing the kubectl.kubernetes.io/last-applied-configuration annotation"
@@ -70,6 +71,15 @@ def test_the_base_is_admitted_cleanly(cluster: Cluster) -> None:
     }
 
     assert apply_dry_run(cluster, "-k", str(BASE)) == names(objects)
+
+
+def test_the_all_namespaces_overlay_is_admitted_cleanly(cluster: Cluster) -> None:
+    objects = rendered(cluster, ALL_NAMESPACES)
+    assert ("ClusterRole", "craft-operator-all-namespaces") in {
+        (obj["kind"], obj["metadata"]["name"]) for obj in objects
+    }
+
+    assert apply_dry_run(cluster, "-k", str(ALL_NAMESPACES)) == names(objects)
 
 
 def test_the_dev_overlay_is_admitted_cleanly(cluster: Cluster) -> None:
@@ -121,11 +131,15 @@ def test_the_overlay_documented_for_sandbox_namespaces_is_admitted(
             "../../manifests/sandbox-namespace", str(base)
         )
     )
-    (policy,) = rendered(cluster, tmp_path)
-    assert policy["metadata"]["namespace"] == namespace
-    assert policy["spec"]["egress"][1]["ports"] == [{"protocol": "TCP", "port": 8080}]
+    objects = rendered(cluster, tmp_path)
+    assert {obj["metadata"]["namespace"] for obj in objects} == {namespace}
+    policies = {obj["metadata"]["name"]: obj for obj in objects if obj["kind"] == "NetworkPolicy"}
+    sandbox_rule = policies["craft-sandbox-egress"]["spec"]["egress"][1]
+    assert sandbox_rule["ports"] == [{"protocol": "TCP", "port": 8080}]
+    s3_rule = policies["craft-library-sync-egress"]["spec"]["egress"][1]
+    assert "169.254.0.0/16" in s3_rule["to"][0]["ipBlock"]["except"]
 
-    assert apply_dry_run(cluster, "-k", str(tmp_path)) == [policy["metadata"]["name"]]
+    assert apply_dry_run(cluster, "-k", str(tmp_path)) == names(objects)
 
 
 def test_a_pod_template_that_breaks_restricted_pod_security_is_not_admitted_cleanly(

@@ -1,9 +1,13 @@
 """Least privilege, judged by the real authorizer.
 
 Every test of this tier runs the operator as the ``craft-operator`` ServiceAccount with the
-RBAC of ``manifests/base`` and fails when any of its requests was refused. This module
-shows the other side: a rule taken out of that ClusterRole is refused by the API server,
-and the operator says so in the sandbox's status instead of failing silently.
+default, namespaced RBAC: the ClusterRole and Role of ``manifests/base``, and the Role that
+``manifests/sandbox-namespace`` puts in the test's namespace. It fails when any of its
+requests was refused. This module shows the rest: a rule taken out of that Role is refused
+by the API server and the operator says so in the sandbox's status; a served namespace
+without the Role stops the operator at start with one line that says what to apply; and the
+all-namespaces overlay grants what a cluster-wide operator uses, where the default install
+would not.
 """
 
 from __future__ import annotations
@@ -18,23 +22,52 @@ import pytest
 
 from tests.cluster.conftest import Launch
 from tests.cluster.test_provisioning import sandbox
-from tests.support.cluster import CRAFT, Cluster, audited_requests, wait_for
-from tests.support.rbac import cluster_role_rules
+from tests.support.cluster import CRAFT, OPERATOR_USER, Cluster, audited_requests, wait_for
+from tests.support.operator_process import OperatorProcess
+from tests.support.rbac import Access, Install, grants, install_rules, sandbox_role_rules
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
+RBAC_VERSION = "rbac.authorization.k8s.io/v1"
+#: Access everyone has (system:basic-user): the start-up check's SelfSubjectAccessReviews.
+EVERYONE = "authorization.k8s.io"
+#: The grants only the all-namespaces install holds: what a cluster-wide kopf needs.
+CLUSTER_WIDE_ONLY = {("list", "apiextensions.k8s.io", "customresourcedefinitions"),
+                     ("watch", "apiextensions.k8s.io", "customresourcedefinitions")}  # fmt: skip
 
 
 def without_rule(resource: str) -> list[dict[str, Any]]:
-    """The ClusterRole's rules of ``manifests/base`` less the one for ``resource``."""
-    rules = [copy.deepcopy(dict(rule)) for rule in cluster_role_rules()]
+    """The sandbox namespace Role's rules less the one for ``resource``."""
+    rules = [copy.deepcopy(dict(rule)) for rule in sandbox_role_rules()]
     kept = [rule for rule in rules if resource not in rule["resources"]]
     assert len(kept) == len(rules) - 1, f"no single rule for {resource}"
     return kept
 
 
-def reduced_account(cluster: Cluster, rules: list[dict[str, Any]]) -> tuple[str, str]:
-    """A ServiceAccount in craft-system bound to a ClusterRole of ``rules``; its name."""
-    name = f"craft-operator-less-{uuid.uuid4().hex[:6]}"
+def used_access(cluster: Cluster, user: str) -> set[Access]:
+    """What ``user``'s requests needed, as (verb, group, resource[/subresource])."""
+    used = set()
+    for event in audited_requests(cluster.plane, user):
+        ref = event.get("objectRef") or {}
+        if not ref.get("resource") or ref.get("apiGroup") == EVERYONE:
+            continue
+        resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+        used.add((event["verb"], ref.get("apiGroup", ""), resource))
+    return used
+
+
+def refused(cluster: Cluster, user: str) -> list[dict[str, Any]]:
+    """``user``'s requests the authorizer refused."""
+    return [
+        event
+        for event in audited_requests(cluster.plane, user)
+        if event["annotations"].get("authorization.k8s.io/decision") == "forbid"
+    ]
+
+
+def account_with_cluster_roles(cluster: Cluster, rules: list[Any]) -> tuple[str, str, str]:
+    """A ServiceAccount in craft-system bound to a ClusterRole of ``rules``: (namespace,
+    name, user name)."""
+    name = f"craft-operator-{uuid.uuid4().hex[:6]}"
     meta = {"name": name}
     cluster.create(
         "/api/v1/serviceaccounts",
@@ -44,41 +77,91 @@ def reduced_account(cluster: Cluster, rules: list[dict[str, Any]]) -> tuple[str,
     cluster.create(
         f"{RBAC}/clusterroles",
         None,
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta,
-         "rules": rules},
-    )  # fmt: skip
+        {"apiVersion": RBAC_VERSION, "kind": "ClusterRole", "metadata": meta, "rules": rules},
+    )
     cluster.create(
         f"{RBAC}/clusterrolebindings",
         None,
         {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "apiVersion": RBAC_VERSION,
             "kind": "ClusterRoleBinding",
             "metadata": meta,
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": name,
-            },
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": "craft-system"}],
+        },
+    )  # fmt: skip
+    return "craft-system", name, f"system:serviceaccount:craft-system:{name}"
+
+
+def wait_until_ready(cluster: Cluster, namespace: str, name: str, process: OperatorProcess) -> None:
+    """Wait for phase Ready (the operator's log tail on failure)."""
+    wait_for(
+        lambda: (
+            ((cluster.sandbox(namespace, name) or {}).get("status") or {}).get("phase") == "Ready"
+        ),
+        within=90,
+        what=lambda: (
+            f"{name} Ready; status {cluster.sandbox(namespace, name)}\n" + process.log_tail()
+        ),
+    )
+
+
+def account_with_role(cluster: Cluster, namespace: str) -> tuple[str, str, str]:
+    """A ServiceAccount in craft-system with a copy of the sandbox Role in ``namespace``:
+    (namespace, name, user name). The Role is named like the account."""
+    name = f"craft-operator-{uuid.uuid4().hex[:6]}"
+    meta = {"name": name}
+    cluster.create(
+        "/api/v1/serviceaccounts",
+        "craft-system",
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
+    )
+    rules = [dict(rule) for rule in sandbox_role_rules()]
+    cluster.create(
+        f"{RBAC}/roles",
+        namespace,
+        {"apiVersion": RBAC_VERSION, "kind": "Role", "metadata": meta, "rules": rules},
+    )
+    cluster.create(
+        f"{RBAC}/rolebindings",
+        namespace,
+        {
+            "apiVersion": RBAC_VERSION,
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": "craft-system"}],
         },
     )
-    return "craft-system", name
+    return "craft-system", name, f"system:serviceaccount:craft-system:{name}"
 
 
 @pytest.fixture
-def operator_without_exec(cluster: Cluster, launch: Launch, state: Path) -> str:
-    """An operator whose ClusterRole lacks ``pods/exec``; the ServiceAccount's user name."""
-    account = reduced_account(cluster, without_rule("pods/exec"))
+def operator_losing_exec(cluster: Cluster, namespace: str, launch: Launch, state: Path) -> str:
+    """An operator that started with its Role complete (it checks at start), whose Role then
+    loses ``pods/exec``; the ServiceAccount's user name."""
+    account = account_with_role(cluster, namespace)
     process = launch()
     process.kubeconfig_path = cluster.service_account_kubeconfig(
-        state / "reduced.kubeconfig", account
+        state / "reduced.kubeconfig", account[:2]
     )
     process.start()
-    return f"system:serviceaccount:{account[0]}:{account[1]}"
+    wait_for(
+        lambda: "active: reconciling" in process.log_tail(),
+        what=lambda: "the operator's first listing\n" + process.log_tail(),
+    )
+    cluster.call(
+        "PATCH",
+        f"{RBAC}/namespaces/{namespace}/roles/{account[1]}",
+        {"rules": without_rule("pods/exec")},
+        content_type="application/merge-patch+json",
+    )
+    return account[2]
 
 
 def test_without_pods_exec_the_real_authorizer_refuses_validation_and_the_status_says_so(
-    cluster: Cluster, namespace: str, operator_without_exec: str
+    cluster: Cluster, namespace: str, operator_losing_exec: str
 ) -> None:
     cluster.create(f"{CRAFT}/craftsandboxes", namespace, sandbox("alice"))
 
@@ -96,11 +179,79 @@ def test_without_pods_exec_the_real_authorizer_refuses_validation_and_the_status
     assert cluster.condition(namespace, "alice", "Ready")["status"] != "True"
     # The pod itself was created: only the missing rule is refused.
     assert cluster.get("/api/v1/pods", namespace, "alice") is not None
-    refused = [
-        event
-        for event in audited_requests(cluster.plane, operator_without_exec)
-        if event["annotations"].get("authorization.k8s.io/decision") == "forbid"
-    ]
-    assert refused, "the API server never refused the reduced operator"
-    assert {event["objectRef"].get("subresource") for event in refused} == {"exec"}
-    assert json.dumps(refused).count(namespace) >= len(refused)
+    denied = refused(cluster, operator_losing_exec)
+    assert denied, "the API server never refused the reduced operator"
+    assert {event["objectRef"].get("subresource") for event in denied} == {"exec"}
+    assert json.dumps(denied).count(namespace) >= len(denied)
+
+
+@pytest.mark.usefixtures("namespace")
+def test_a_served_namespace_without_the_operators_role_stops_it_at_start_saying_what_to_apply(
+    cluster: Cluster, launch: Launch
+) -> None:
+    bare = cluster.restricted_namespace(f"no-role-{uuid.uuid4().hex[:6]}")
+    process = launch()
+    process.namespace = bare
+    process.start()
+    assert process.child is not None
+    code = process.child.wait(60)
+
+    log = process.log_tail()
+    assert code != 0
+    lines = [line for line in log.splitlines() if line.startswith("craft-operator: ")]
+    assert len(lines) == 1, log
+    assert f"the operator's Role is missing or incomplete in namespace(s) {bare}" in lines[0]
+    assert f"apply manifests/sandbox-namespace in {bare}" in lines[0]
+    assert "list craftsandboxes.craft.onyx.app" in lines[0]
+    # It asked before it watched: not one request of its own was refused.
+    assert [e for e in refused(cluster, OPERATOR_USER) if bare in json.dumps(e)] == []
+
+
+@pytest.mark.usefixtures("namespace")
+def test_serving_all_namespaces_with_the_default_install_stops_the_operator_at_start(
+    cluster: Cluster, launch: Launch
+) -> None:
+    process = launch()
+    process.namespace = None
+    process.start()
+    assert process.child is not None
+    assert process.child.wait(60) != 0
+    assert "manifests/overlays/all-namespaces" in process.log_tail()
+
+
+def test_the_all_namespaces_overlay_grants_what_a_cluster_wide_operator_uses(
+    cluster: Cluster, namespace: str, launch: Launch, state: Path
+) -> None:
+    rules = install_rules(Install.ALL_NAMESPACES)
+    account = account_with_cluster_roles(cluster, [dict(rule) for rule in rules])
+    process = launch()
+    process.namespace = None
+    process.kubeconfig_path = cluster.service_account_kubeconfig(
+        state / "all-namespaces.kubeconfig", account[:2]
+    )
+    process.start()
+    cluster.create(f"{CRAFT}/craftsandboxes", namespace, sandbox("alice"))
+    wait_until_ready(cluster, namespace, "alice", process)
+    cluster.delete(f"{CRAFT}/craftsandboxes", namespace, "alice")
+    wait_for(lambda: cluster.sandbox(namespace, "alice") is None, within=60, what="alice deleted")
+
+    assert process.terminate() == 0
+    user = account[2]
+    # A watch is audited when it ends: the operator's, when it stopped.
+    used = wait_for(
+        lambda: (found := used_access(cluster, user)) >= CLUSTER_WIDE_ONLY and found,
+        what=lambda: f"the CRD watch in the audit log: {used_access(cluster, user)}",
+    )
+    assert refused(cluster, user) == []
+    granted = grants(rules)
+    assert used <= granted
+    # What only this install grants, a cluster-wide operator uses (awaited above); the
+    # namespaced default does not grant it (and its operators never ask for it).
+    assert CLUSTER_WIDE_ONLY.isdisjoint(grants(install_rules(Install.NAMESPACED)))
+    # The namespaced kinds are asked for cluster-wide, which only the overlay grants.
+    cluster_wide = {
+        event["objectRef"]["resource"]
+        for event in audited_requests(cluster.plane, user)
+        if event["verb"] in ("list", "watch") and not event["objectRef"].get("namespace")
+    }
+    assert {"craftsandboxes", "pods", "secrets", "networkpolicies"} <= cluster_wide

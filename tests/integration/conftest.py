@@ -21,7 +21,8 @@ from tests.support.emulator import (
 )
 from tests.support.operator import running_operator
 from tests.support.pod_exec import EmulatedPodExec
-from tests.support.rbac import Access, access_of, cluster_role_rules, grants
+from tests.support.rbac import Access, Install, access_of, grants, install_rules
+from tests.support.sandbox_namespace import provision_sandbox_namespaces
 
 SANDBOXES = kmock.resource(models.GROUP, models.VERSION, models.PLURAL)
 
@@ -58,10 +59,12 @@ def declare_craft_resources(emulator: KubeEmulator) -> None:
 async def emulator(request: pytest.FixtureRequest) -> AsyncIterator[KubeEmulator]:
     """A running Kubernetes API emulator with the core resources and the CRDs in ``crds/``.
 
-    Every write is admitted as a real API server would (schemas, CEL, Pod Security). At the
-    end, the test fails if anything was refused that it did not expect (expected refusals
-    are marked ``@pytest.mark.admission_rejections``), or if the operator used API access
-    its ClusterRole does not grant.
+    Every write is admitted as a real API server would (schemas, CEL, Pod Security). Every
+    namespace gets the NetworkPolicies of ``manifests/sandbox-namespace`` as it appears
+    (clear ``namespace_defaults`` first for one without). At the end, the test fails if
+    anything was refused that it did not expect (expected refusals are marked
+    ``@pytest.mark.admission_rejections``), or if the operator used API access its RBAC
+    does not grant (the all-namespaces install, which grants the most).
     """
     async with KubeEmulator() as handler, kmock.Server(handler):
         declare_core_resources(handler)
@@ -69,11 +72,12 @@ async def emulator(request: pytest.FixtureRequest) -> AsyncIterator[KubeEmulator
         declare_peering_resources(handler)
         handler.mutators.append(default_craftsandbox)
         handler.validators.append(admit)
+        provision_sandbox_namespaces(handler)
         yield handler
     if not request.node.get_closest_marker("admission_rejections"):
         assert handler.rejections == [], "the API server would have refused these writes"
-    ungranted = observed_access(handler) - grants(cluster_role_rules())
-    assert not ungranted, f"the operator used access its ClusterRole does not grant: {ungranted}"
+    ungranted = observed_access(handler) - grants(install_rules(Install.ALL_NAMESPACES))
+    assert not ungranted, f"the operator used access its RBAC does not grant: {ungranted}"
 
 
 @pytest.fixture

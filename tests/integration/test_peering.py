@@ -135,7 +135,7 @@ async def test_a_replica_watching_some_namespaces_peers_through_the_cluster_wide
     emulator: KubeEmulator, settings: Settings, tmp_path: Path
 ) -> None:
     emulator.create(PEERINGS, peering_object())
-    emulator.namespaces.add(NAMESPACE)
+    emulator.add_namespace(NAMESPACE)
     pod_exec = EmulatedPodExec(emulator, tmp_path / "pods", scripted_cli=lambda *_: 0)
     replica = Replica(
         str(emulator.url).rstrip("/"),

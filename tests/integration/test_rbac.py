@@ -1,10 +1,12 @@
-"""The ClusterRole grants nothing the operator does not use.
+"""The operator's RBAC grants nothing it does not use, in either install.
 
-Every integration test already fails when the operator uses access the ClusterRole lacks
-(see ``conftest.emulator``). This scenario walks every path that talks to the API
-(provisioning, CLI validation, Job-mode library sync, drift repair, create conflicts, a custom
-template, deletion), as one replica of an active/standby pair (peering), and checks the other
-direction: each grant in ``manifests/base/rbac.yaml`` is used.
+Every integration test already fails when the operator uses access its RBAC lacks (see
+``conftest.emulator``). This scenario walks every path that talks to the API (provisioning,
+CLI validation, Job-mode library sync, drift repair, create conflicts, a custom template,
+deletion), as one replica of an active/standby pair (peering), and checks both directions
+for each install: the namespaced default (``manifests/base`` plus the Role of
+``manifests/sandbox-namespace``), where the operator serves one namespace and never asks
+for a namespaced kind cluster-wide, and ``manifests/overlays/all-namespaces``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable
 
+import pytest
 from kmock._internal import rendering
 
 from craft_operator.builders.naming import LABEL_SANDBOX
@@ -21,14 +24,18 @@ from tests.integration.conftest import SANDBOXES, observed_access
 from tests.integration.helpers import NAMESPACE, phase, pod, sandbox
 from tests.integration.test_library_jobs import JOBS, finish_job
 from tests.integration.test_peering import PEERING, PEERINGS, peering_object
-from tests.support.emulator import KubeEmulator
+from tests.support.emulator import OPERATOR_AGENTS, KubeEmulator
 from tests.support.operator import eventually, running_operator
 from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
-from tests.support.rbac import cluster_role_rules, grants
+from tests.support.rbac import Install, access_of, grants, install_rules
+
+#: Cluster-scoped kinds, and the access reviews everyone may create.
+CLUSTER_SCOPED = {"clusterkopfpeerings", "customresourcedefinitions", "namespaces"}
 
 
-async def test_every_grant_in_the_cluster_role_is_used(
-    emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec
+@pytest.mark.parametrize("install", list(Install))
+async def test_every_grant_of_the_install_is_used_and_nothing_else(
+    emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec, install: Install
 ) -> None:
     emulator.create(
         "v1/configmaps",
@@ -67,8 +74,13 @@ async def test_every_grant_in_the_cluster_role_is_used(
     )
     emulator.create(PEERINGS, peering_object())
     peering = PeeringOptions(name=PEERING, priority=100, identity="craft-operator-0", lifetime=5)
+    served = (NAMESPACE,) if install is Install.NAMESPACED else ()
     async with running_operator(
-        str(emulator.url).rstrip("/"), custom, exec_transport=pod_exec, peering=peering
+        str(emulator.url).rstrip("/"),
+        custom,
+        exec_transport=pod_exec,
+        peering=peering,
+        namespaces=served,
     ):
         emulator.create(SANDBOXES, sandbox("alice", userLibrary={"mode": "Job"}))
         await eventually(lambda: pod(emulator, "alice"), what="the pod")
@@ -99,5 +111,16 @@ async def test_every_grant_in_the_cluster_role_is_used(
         emulator.remove(SANDBOXES, NAMESPACE, "alice")
         await eventually(lambda: emulator.find(SANDBOXES, NAMESPACE, "alice") is None)
 
-    unused = grants(cluster_role_rules()) - observed_access(emulator)
-    assert not unused, f"the ClusterRole grants access the operator never used: {sorted(unused)}"
+    granted, used = grants(install_rules(install)), observed_access(emulator)
+    assert not granted - used, f"granted, never used: {sorted(granted - used)}"
+    assert not used - granted, f"used, not granted: {sorted(used - granted)}"
+    if install is Install.NAMESPACED:
+        cluster_wide = {
+            f"{request.method.value.upper()} {request.url.path}"
+            for request in emulator.served
+            if request.headers.get("User-Agent", "").startswith(OPERATOR_AGENTS)
+            and (access := access_of(request)) is not None
+            and access[2].partition("/")[0] not in CLUSTER_SCOPED
+            and "/namespaces/" not in request.url.path
+        }
+        assert cluster_wide == set(), "a namespaced operator asked cluster-wide"

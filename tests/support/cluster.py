@@ -166,7 +166,8 @@ class Cluster:
 
     def sandbox_namespace(self, name: str) -> str:
         """A namespace like a platform engineer makes one for sandboxes: Pod Security
-        ``restricted`` enforced, and ``manifests/sandbox-namespace`` applied in it."""
+        ``restricted`` enforced, and ``manifests/sandbox-namespace`` applied in it (the
+        operator's Role there, and the sandbox and library-sync NetworkPolicies)."""
         self.restricted_namespace(name)
         self.kubectl("apply", "-n", name, "-k", str(REPO / "manifests" / "sandbox-namespace"))
         # Pods are refused until the namespace's default ServiceAccount exists.

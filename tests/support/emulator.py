@@ -60,6 +60,7 @@ ExecHandler = Callable[
 ]
 _EXEC_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/exec$")
 _EXEC_FRAME = 32 * 1024
+_SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 
 EVENT_LOG_SIZE = 20_000
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -197,6 +198,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
         self.keep_requests = True
         #: Namespaces that exist even with no object in them (served at /api/v1/namespaces).
         self.namespaces: set[str] = {"default"}
+        #: Objects put in every namespace as it first appears (:meth:`add_namespace`), as a
+        #: platform's namespace provisioning would: (resource, object without namespace).
+        self.namespace_defaults: list[tuple[str, dict[str, Any]]] = []
         self._namespace_watches: set[asyncio.Queue[str]] = set()
         # kmock's DSL matches every request against every reaction, which costs ~0.1 s per
         # request once the bundled resources are declared. Requests for declared resources
@@ -278,6 +282,16 @@ class KubeEmulator(kmock.KubernetesEmulator):
         """Delete an object as a client would (finalizers are respected)."""
         return self._delete(self._resource(resource), namespace, name)
 
+    def add_namespace(self, name: str) -> None:
+        """Make namespace ``name`` exist, with the :attr:`namespace_defaults` in it."""
+        if name in self.namespaces:
+            return
+        self.namespaces.add(name)
+        for queue in self._namespace_watches:
+            queue.put_nowait(name)
+        for resource, default in self.namespace_defaults:
+            self._create(self._resource(resource), name, default)
+
     # -- request handling ---------------------------------------------------------------------
 
     def _resource(self, resource: Resource | str) -> Resource:
@@ -290,6 +304,11 @@ class KubeEmulator(kmock.KubernetesEmulator):
             response = await hook(request)
             if response is not None:
                 return response
+        if request.url.path == _SSAR_PATH and request.method.value.upper() == "POST":
+            # No authorizer here (the operator's access is judged after each test instead):
+            # whatever the operator asks about at start, it may do.
+            review = {**request.data, "status": {"allowed": True, "reason": "emulated"}}
+            return aiohttp.web.json_response(review, status=201)
         self._check_owner_deletion_block(request)
         return await self.serve_unhooked(request)
 
@@ -425,9 +444,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
         # Every object is created here, so ``namespaces`` already holds every namespace an
         # object lives in (scanning the objects instead made each create O(n)).
         if key[1] and key[1] not in self.namespaces:
-            self.namespaces.add(key[1])  # as if created with it, like kubectl create -n
-            for queue in self._namespace_watches:
-                queue.put_nowait(key[1])
+            self.add_namespace(key[1])  # as if created with it, like kubectl create -n
         existing = self._index[resource].get((key[1], key[2]))
         if existing is not None and not existing.deleted:
             raise _error(409, "AlreadyExists", f'{resource.plural} "{meta["name"]}" already exists')

@@ -105,10 +105,11 @@ async def running_operator(
     *,
     exec_transport: ExecTransport | None = None,
     peering: PeeringOptions | None = None,
+    namespaces: tuple[str, ...] = (),
 ) -> AsyncIterator[OperatorContext]:
     """The operator for the duration of a ``with`` block; stopped cleanly (or fail loudly)."""
     running = await start_operator(
-        server_url, settings, exec_transport=exec_transport, peering=peering
+        server_url, settings, exec_transport=exec_transport, peering=peering, namespaces=namespaces
     )
     try:
         yield running.context

@@ -39,7 +39,8 @@ class OperatorProcess:
 
     url: str
     state: Path
-    namespace: str
+    #: The namespace it serves (``-n``); ``None``: all namespaces (``-A``).
+    namespace: str | None
     env: Mapping[str, str]
     #: A kubeconfig to use instead of one with a fixed token for ``url`` (the emulator's).
     kubeconfig_path: Path | None = None
@@ -76,7 +77,12 @@ class OperatorProcess:
         binary = Path(sys.executable).parent / "craft-operator"
         with log.open("ab") as output:
             self.child = subprocess.Popen(
-                [str(binary), "run", *self.run_args, "-n", self.namespace],
+                [
+                    str(binary),
+                    "run",
+                    *self.run_args,
+                    *(("-n", self.namespace) if self.namespace is not None else ("-A",)),
+                ],
                 env=environment,
                 stdout=output,
                 stderr=subprocess.STDOUT,

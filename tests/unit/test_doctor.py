@@ -32,9 +32,9 @@ from craft_operator.credentials import SandboxIdentity, build_credential_store, 
 from craft_operator.credentials.db import create_credentials_engine, upgrade
 from craft_operator.devtools.onyx_schema import create_onyx_tables
 from craft_operator.devtools.postgres import ThrowawayPostgres
-from craft_operator.doctor import SSAR_PATH, access_requests
+from craft_operator.kube.access import SSAR_PATH
 from craft_operator.library.s3 import make_s3_client
-from craft_operator.permissions import REQUIRED_PERMISSIONS
+from craft_operator.permissions import access_requests
 from tests.support.emulator import KubeEmulator, declare_core_resources
 
 pytestmark = [pytest.mark.unit, pytest.mark.s3]
@@ -187,8 +187,10 @@ async def test_every_check_passes_when_everything_is_in_place(cluster: Cluster) 
         "✔ API permissions",
     ]
     assert "(embedded SQLite)" in line(result, "database")
-    assert f"all {len(REQUIRED_PERMISSIONS)} grants" in line(result, "API permissions")
-    assert len(cluster.reviews) == len(REQUIRED_PERMISSIONS)
+    # Serving all namespaces (no CRAFT_NAMESPACES): every grant, cluster-wide.
+    everything = len(access_requests([]))
+    assert f"all {everything} grants" in line(result, "API permissions")
+    assert len(cluster.reviews) == everything
     assert "not-a-real-token" not in result.output
     assert KEYS.split(":")[1] not in result.output
 
@@ -204,7 +206,7 @@ async def test_json_output_lists_every_check_with_its_status(cluster: Cluster) -
     assert statuses["API permissions"] == "fail"
     failed = next(check for check in payload["checks"] if check["status"] == "fail")
     assert "create events" in failed["detail"]
-    assert "kubectl apply -k manifests/base" in failed["fix"]
+    assert "manifests/overlays/all-namespaces" in failed["fix"]
 
 
 async def test_without_utf8_the_marks_are_ascii(cluster: Cluster) -> None:
@@ -225,8 +227,19 @@ async def test_a_missing_permission_is_named_with_the_rbac_fix(cluster: Cluster)
     assert text.startswith("✘ API permissions: 2 missing: ")
     assert "patch craftsandboxes/status.craft.onyx.app" in text
     assert "create pods" in text
-    assert "— apply the operator's RBAC (kubectl apply -k manifests/base)" in text
+    assert "— serving all namespaces needs the cluster-wide grants of " in text
     assert line(result, "S3").startswith("✔")
+
+
+async def test_a_missing_peering_grant_points_at_the_base(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CRAFT_NAMESPACES", "team-a")
+    cluster.denied.add(("patch", "kopf.dev", "clusterkopfpeerings"))
+    result = await doctor()
+    text = line(result, "API permissions")
+    assert "1 missing: patch clusterkopfpeerings.kopf.dev" in text
+    assert "— apply the operator's RBAC (kubectl apply -k manifests/base)" in text
 
 
 async def test_a_scoped_operator_is_checked_in_each_watched_namespace(
@@ -236,13 +249,17 @@ async def test_a_scoped_operator_is_checked_in_each_watched_namespace(
     cluster.denied.add(("watch", "", "secrets"))
     result = await doctor()
     assert result.exit_code == 1
-    assert "watch secrets in team-a, watch secrets in team-b" in line(result, "API permissions")
-    crd_reviews = [r for r in cluster.reviews if r["resource"] == "customresourcedefinitions"]
-    assert len(crd_reviews) == 2  # list and watch, once each: CRDs are cluster-scoped
-    assert all("namespace" not in review for review in crd_reviews)
+    text = line(result, "API permissions")
+    assert "watch secrets in team-a, watch secrets in team-b" in text
+    assert "— apply manifests/sandbox-namespace in team-a, team-b (kubectl apply -n" in text
+    # Namespaced operators need no CRD access; the peering object is asked for once.
+    assert [r for r in cluster.reviews if r["resource"] == "customresourcedefinitions"] == []
+    peering = [r for r in cluster.reviews if r["resource"] == "clusterkopfpeerings"]
+    assert len(peering) == 4
+    assert all("namespace" not in review for review in peering)
     pod_namespaces = {r.get("namespace") for r in cluster.reviews if r["resource"] == "pods"}
     assert pod_namespaces == {"team-a", "team-b"}
-    assert len(cluster.reviews) == len(access_requests(REQUIRED_PERMISSIONS, ["a", "b"]))
+    assert len(cluster.reviews) == len(access_requests(["a", "b"]))
 
 
 async def test_a_refused_access_review_is_a_failure_not_a_pass(cluster: Cluster) -> None:

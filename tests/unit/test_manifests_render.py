@@ -13,6 +13,7 @@ are checked by ``tests/unit/api/test_manifests.py``.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import shutil
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import jsonpatch
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -36,6 +38,7 @@ from craft_operator.library.job import S3CredentialsSecret, build_sync_job
 from craft_operator.library.location import LibraryLocation
 from craft_operator.library.plan import SyncCaps
 from craft_operator.peering.options import POD_NAME_VARIABLE, resolve_peering
+from craft_operator.reconciler.egress import restricts_egress
 from tests.support.crd_validation import validate_create
 from tests.support.peering_crd import PEERING_GROUP, peering_problems
 from tests.support.pss import restricted_violations
@@ -47,6 +50,7 @@ REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
 BASE = MANIFESTS / "base"
 DEV = MANIFESTS / "overlays" / "dev"
+ALL_NAMESPACES = MANIFESTS / "overlays" / "all-namespaces"
 SANDBOX_NAMESPACE = MANIFESTS / "sandbox-namespace"
 EXAMPLES = MANIFESTS / "examples"
 KUSTOMIZATIONS = sorted(
@@ -182,6 +186,15 @@ def base_settings() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
+def library_policy() -> dict[str, Any]:
+    return find(
+        documents(SANDBOX_NAMESPACE / "library-sync-networkpolicy.yaml"),
+        "NetworkPolicy",
+        "craft-library-sync-egress",
+    )
+
+
+@pytest.fixture(scope="module")
 def policy() -> dict[str, Any]:
     return find(
         documents(SANDBOX_NAMESPACE / "networkpolicy.yaml"), "NetworkPolicy", "craft-sandbox-egress"
@@ -199,8 +212,8 @@ def iter_pods() -> Iterator[Any]:
 # Every file, every rendered kustomization.
 
 
-def test_there_is_a_base_a_dev_overlay_and_a_sandbox_namespace_kustomization() -> None:
-    assert {BASE, DEV, SANDBOX_NAMESPACE, REPO / "crds"} <= set(KUSTOMIZATIONS)
+def test_there_is_a_base_overlays_for_dev_and_all_namespaces_and_a_sandbox_namespace() -> None:
+    assert {BASE, DEV, ALL_NAMESPACES, SANDBOX_NAMESPACE, REPO / "crds"} <= set(KUSTOMIZATIONS)
 
 
 @pytest.mark.parametrize("path", MANIFEST_FILES, ids=relative)
@@ -247,6 +260,8 @@ def test_the_base_installs_namespace_crd_rbac_settings_and_operator_without_secr
         ("ServiceAccount", "craft-operator"),
         ("ClusterRole", "craft-operator"),
         ("ClusterRoleBinding", "craft-operator"),
+        ("Role", "craft-operator"),
+        ("RoleBinding", "craft-operator"),
         ("ConfigMap", "craft-operator-settings"),
         ("ClusterKopfPeering", "craft-operator"),
         ("StatefulSet", "craft-operator"),
@@ -257,6 +272,79 @@ def test_the_base_installs_namespace_crd_rbac_settings_and_operator_without_secr
     crd = find(objects, "CustomResourceDefinition", "craftsandboxes.craft.onyx.app")
     committed = documents(REPO / "crds" / "craftsandboxes.craft.onyx.app.yaml")[0]
     assert crd == committed, "the base must include the generated CRD unchanged"
+
+
+#: Namespaced kinds the default install must not grant cluster-wide: the sandboxes' secrets,
+#: pods and a shell in them, and every other child kind.
+NAMESPACED_CHILDREN = {
+    ("", "secrets"),
+    ("", "pods"),
+    ("", "pods/exec"),
+    ("", "configmaps"),
+    ("", "persistentvolumeclaims"),
+    ("", "events"),
+    ("batch", "jobs"),
+    ("craft.onyx.app", "craftsandboxes"),
+    ("networking.k8s.io", "networkpolicies"),
+}
+
+
+def cluster_wide_grants(objects: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """(group, resource) of every rule a ClusterRole bound by a ClusterRoleBinding grants."""
+    bound = {obj["roleRef"]["name"] for obj in objects if obj["kind"] == "ClusterRoleBinding"}
+    return {
+        (group, resource)
+        for obj in objects
+        if obj["kind"] == "ClusterRole" and obj["metadata"]["name"] in bound
+        for rule in obj["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+
+
+@needs_kubectl
+def test_the_default_install_grants_nothing_cluster_wide_on_secrets_pods_or_exec() -> None:
+    objects = render(BASE)
+    assert cluster_wide_grants(objects) == {("kopf.dev", "clusterkopfpeerings")}
+    bindings = [obj for obj in objects if obj["kind"] == "RoleBinding"]
+    assert [binding["roleRef"]["kind"] for binding in bindings] == ["Role"]
+    # Its Role in craft-system reads the SKILL.md template, nothing else.
+    role = find(objects, "Role", "craft-operator")
+    assert role["metadata"]["namespace"] == "craft-system"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]
+
+
+@needs_kubectl
+def test_the_sandbox_namespace_binds_its_role_to_the_operator_of_the_base() -> None:
+    objects = render(SANDBOX_NAMESPACE)
+    binding = find(objects, "RoleBinding", "craft-operator")
+    account = find(render(BASE), "ServiceAccount", "craft-operator")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": find(objects, "Role", "craft-operator")["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "craft-operator", "namespace": "craft-system"}
+    ]
+    assert account["metadata"]["namespace"] == "craft-system"
+    # The dev overlay puts it in its sandbox namespace, still bound to craft-system's account.
+    dev = [o for o in render(DEV) if o["kind"] == "RoleBinding" and
+           o["metadata"]["namespace"] == "craft-sandboxes"]  # fmt: skip
+    assert [b["subjects"] for b in dev] == [binding["subjects"]]
+
+
+@needs_kubectl
+def test_the_all_namespaces_overlay_grants_the_sandbox_role_cluster_wide_and_serves_all() -> None:
+    objects = render(ALL_NAMESPACES)
+    sandbox_role = find(render(SANDBOX_NAMESPACE), "Role", "craft-operator")
+    wide = find(objects, "ClusterRole", "craft-operator-all-namespaces")
+    crds = {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+            "verbs": ["list", "watch"]}  # fmt: skip
+    assert wide["rules"] == [crds, *sandbox_role["rules"]]
+    assert cluster_wide_grants(objects) >= NAMESPACED_CHILDREN
+    settings = find(objects, "ConfigMap", "craft-operator-settings")
+    assert settings["data"]["CRAFT_NAMESPACES"] == ""
 
 
 def test_the_crd_is_referenced_not_copied() -> None:
@@ -424,6 +512,8 @@ def test_the_settings_configmap_loads_as_operator_settings(
         monkeypatch.setenv(key, value)
     settings = load_settings()
     assert str(settings.state_dir) == "/var/lib/craft-operator"
+    # Namespaced by default: the base serves one sandbox namespace, as does dev.
+    assert settings.namespaces == ["craft-sandboxes"]
     if overlay == "dev":
         assert settings.namespaces == ["craft-sandboxes"]
         assert settings.sandbox_image == "craft-sandbox:dev"
@@ -438,9 +528,8 @@ def sample_sandbox() -> Any:
     return parse_sandbox(body)
 
 
-def test_the_sandbox_policy_selects_sandbox_pods_but_not_library_sync_jobs(
-    policy: dict[str, Any],
-) -> None:
+def sandbox_and_job_labels() -> tuple[dict[str, str], dict[str, str]]:
+    """The labels of a sandbox pod and of a library-sync Job's pod, as the operator builds them."""
     sandbox = sample_sandbox()
     settings = Settings(server_url="http://onyx.test:8080", state_dir=Path("/nonexistent"))
     pod = build_pod(sandbox, settings, pat_id=1)
@@ -452,10 +541,89 @@ def test_the_sandbox_policy_selects_sandbox_pods_but_not_library_sync_jobs(
         sequence=1,
         caps=SyncCaps(),
     )
-    selector = policy["spec"]["podSelector"]
-    assert selector_matches(selector, pod["metadata"]["labels"])
-    # Sync Jobs must reach S3, which the sandbox policy would block.
-    assert not selector_matches(selector, job["spec"]["template"]["metadata"]["labels"])
+    return pod["metadata"]["labels"], job["spec"]["template"]["metadata"]["labels"]
+
+
+def test_the_sandbox_policy_selects_sandbox_pods_but_not_library_sync_jobs(
+    policy: dict[str, Any],
+) -> None:
+    pod, job = sandbox_and_job_labels()
+    # As the operator reads it before it starts a sandbox pod.
+    assert restricts_egress(policy, pod)
+    assert not restricts_egress(policy, job)
+
+
+def test_library_sync_job_pods_are_selected_by_their_own_egress_policy(
+    library_policy: dict[str, Any],
+) -> None:
+    pod, job = sandbox_and_job_labels()
+    assert restricts_egress(library_policy, job)
+    assert not restricts_egress(library_policy, pod)
+
+
+def documented_overlay_patches() -> dict[str, list[dict[str, Any]]]:
+    """The JSON patches of the example overlay in the sandbox-namespace kustomization's
+    comment, by the name of the NetworkPolicy they patch."""
+    lines = (SANDBOX_NAMESPACE / "kustomization.yaml").read_text().splitlines()
+    start = lines.index("#   # overlays/team-a/kustomization.yaml") + 1
+    end = lines.index("#", start)
+    overlay = yaml.safe_load("\n".join(line.removeprefix("#   ") for line in lines[start:end]))
+    return {patch["target"]["name"]: yaml.safe_load(patch["patch"]) for patch in overlay["patches"]}
+
+
+def never_reaches(rule: Mapping[str, Any], address: str) -> bool:
+    """Whether an egress rule's peers exclude ``address`` (no peers: every address)."""
+    peers = rule.get("to") or []
+    if not peers:
+        return False
+    for peer in peers:
+        block = peer.get("ipBlock")
+        if block is None:
+            continue  # pod and namespace selectors reach pods, not node or metadata addresses
+        ip = ipaddress.ip_address(address)
+        if ip in ipaddress.ip_network(block["cidr"]) and not any(
+            ip in ipaddress.ip_network(excepted) for excepted in block.get("except") or []
+        ):
+            return False
+    return True
+
+
+#: The cloud metadata address, and typical API server addresses (a service IP, a node's).
+FORBIDDEN_DESTINATIONS = ("169.254.169.254", "10.96.0.1", "172.18.0.2", "192.168.1.10")
+
+
+def test_the_library_sync_policy_lets_out_dns_and_s3_only_never_metadata_or_the_api_server(
+    library_policy: dict[str, Any], policy: dict[str, Any]
+) -> None:
+    spec = library_policy["spec"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    assert spec.get("ingress", []) == []
+    dns, s3 = spec["egress"]
+    assert dns == policy["spec"]["egress"][0]
+    # Until an overlay points it at S3, the S3 rule allows a documentation address only.
+    assert s3["to"] == [{"ipBlock": {"cidr": "192.0.2.20/32"}}]
+    # The documented patch for AWS S3 lets out public addresses only.
+    patched = jsonpatch.apply_patch(
+        library_policy, documented_overlay_patches()["craft-library-sync-egress"]
+    )
+    dns, s3 = patched["spec"]["egress"]
+    assert s3["ports"] == [{"protocol": "TCP", "port": 443}]
+    for address in FORBIDDEN_DESTINATIONS:
+        assert never_reaches(s3, address), address
+        assert never_reaches(dns, address), address
+    assert not never_reaches(s3, "52.216.0.1")  # an S3 address
+
+
+@needs_kubectl
+def test_the_dev_overlay_points_the_library_sync_policy_at_minio() -> None:
+    objects = render(DEV)
+    library = find(objects, "NetworkPolicy", "craft-library-sync-egress")
+    minio = find(objects, "Deployment", "minio")
+    peer = library["spec"]["egress"][1]["to"][0]
+    assert peer["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": minio["metadata"]["namespace"]
+    }
+    assert selector_matches(peer["podSelector"], minio["spec"]["template"]["metadata"]["labels"])
 
 
 def test_the_sandbox_policy_denies_ingress_and_lets_out_only_dns_and_the_onyx_api(

@@ -13,6 +13,7 @@ import click
 from craft_operator.config import Settings, SettingsError, load_settings
 from craft_operator.credentials.errors import KeyRingError
 from craft_operator.credentials.factory import check_key_ring_setting
+from craft_operator.kube.access import check_operator_access
 from craft_operator.kube.connection import (
     ClusterUnreachableError,
     check_reachable,
@@ -123,6 +124,20 @@ def run(
         asyncio.run(check_reachable(info))
     except ClusterUnreachableError as exc:
         fail(str(exc))
+        return
+    # A served namespace without the operator's Role would show only as failing watches and
+    # a first listing that never completes, for every namespace: refuse to start instead.
+    template = settings.skill_template_configmap_ref
+    problem = asyncio.run(
+        check_operator_access(
+            info,
+            watched,
+            peering=not peering.standalone,
+            template_namespace=template[0] if template is not None else None,
+        )
+    )
+    if problem is not None:
+        fail(problem)
         return
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(

@@ -110,7 +110,8 @@ def start_onyx_api(plane: ControlPlane, database_url: str) -> str:
 
 
 def apply_example(plane: ControlPlane, repo: Path) -> None:
-    """The CRDs, the sandbox namespace (restricted) and ``minimal.yaml`` in it."""
+    """The CRDs, the sandbox namespace (restricted, ``manifests/sandbox-namespace``) and
+    ``minimal.yaml`` in it."""
     for args in (
         ("apply", "--server-side", "-k", str(repo / "crds")),
         ("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"),
@@ -125,6 +126,9 @@ def apply_example(plane: ControlPlane, repo: Path) -> None:
         if time.monotonic() > deadline:
             raise ControlPlaneError(f"namespace {SANDBOX_NAMESPACE} got no default ServiceAccount")
         time.sleep(0.2)
+    # Its NetworkPolicies: without one restricting their egress no sandbox pod starts.
+    sandbox_namespace = repo / "manifests" / "sandbox-namespace"
+    checked(plane, "apply", "-n", SANDBOX_NAMESPACE, "-k", str(sandbox_namespace))
     example = repo / "manifests" / "examples" / "minimal.yaml"
     checked(plane, "apply", "-n", SANDBOX_NAMESPACE, "-f", str(example))
 

@@ -38,6 +38,8 @@ class ObjectCache:
     def __init__(self) -> None:
         self._objects: dict[Key, dict[str, Any]] = {}
         self._tombstones: dict[Key, int] = {}
+        #: The names of the cached objects per (kind, namespace).
+        self._names: dict[tuple[str, str | None], set[str]] = {}
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -61,6 +63,7 @@ class ObjectCache:
             return False
         self._tombstones.pop(key, None)
         self._objects[key] = _trimmed(obj)
+        self._names.setdefault(key[:2], set()).add(key[2])
         return True
 
     def remove(self, kind: str, obj: Mapping[str, Any]) -> None:
@@ -73,22 +76,36 @@ class ObjectCache:
             known = _version(current)
             if known is not None and incoming < known:
                 return  # a newer object of the same name exists already
-        self._objects.pop(key, None)
+        self._drop(key)
         if incoming is not None:
             self._tombstones[key] = incoming
 
     def forget(self, kind: str, namespace: str | None, name: str) -> None:
         """Drop everything known about an object, tombstone included."""
-        self._objects.pop((kind, namespace, name), None)
+        self._drop((kind, namespace, name))
         self._tombstones.pop((kind, namespace, name), None)
+
+    def _drop(self, key: Key) -> None:
+        self._objects.pop(key, None)
+        names = self._names.get(key[:2])
+        if names is not None:
+            names.discard(key[2])
+            if not names:
+                del self._names[key[:2]]
 
     def clear(self) -> None:
         """Forget everything (a standby's view goes stale: it is relisted on activation)."""
         self._objects.clear()
         self._tombstones.clear()
+        self._names.clear()
 
     def items(self, kind: str) -> Iterator[tuple[Key, dict[str, Any]]]:
         """All cached objects of ``kind``."""
         for key, obj in list(self._objects.items()):
             if key[0] == kind:
                 yield key, obj
+
+    def in_namespace(self, kind: str, namespace: str | None) -> list[dict[str, Any]]:
+        """The cached objects of ``kind`` in ``namespace`` (without scanning the others)."""
+        names = sorted(self._names.get((kind, namespace), ()))
+        return [self._objects[(kind, namespace, name)] for name in names]

@@ -47,6 +47,7 @@ SECRETS = Kind("v1", "secrets")
 CONFIGMAPS = Kind("v1", "configmaps")
 PVCS = Kind("v1", "persistentvolumeclaims")
 JOBS = Kind("batch/v1", "jobs")
+NETWORKPOLICIES = Kind("networking.k8s.io/v1", "networkpolicies")
 SANDBOXES = Kind(models.API_VERSION, models.PLURAL)
 
 USER_AGENT = f"craft-operator/{__version__}"

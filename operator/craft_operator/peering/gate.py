@@ -23,6 +23,7 @@ from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import (
     CONFIGMAPS,
     JOBS,
+    NETWORKPOLICIES,
     PODS,
     PVCS,
     SANDBOXES,
@@ -31,6 +32,7 @@ from craft_operator.kube.client import (
     Kind,
     KubeClient,
 )
+from craft_operator.reconciler.egress import NETWORK_POLICY
 from craft_operator.reconciler.library_job import JOB
 from craft_operator.reconciler.queue import Backoff, WorkQueue
 from craft_operator.reconciler.sandbox import CONFIGMAP, POD, PVC, SANDBOX, SECRET
@@ -41,7 +43,9 @@ SandboxKey = tuple[str, str]
 _MANAGED = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 
 #: What an activated replica lists, as the watches see it: (API kind, cache kind, selector).
+#: The NetworkPolicies come first: a sandbox must not look unprotected for want of them.
 RELISTED: tuple[tuple[Kind, str, str | None], ...] = (
+    (NETWORKPOLICIES, NETWORK_POLICY, None),
     (SANDBOXES, SANDBOX, None),
     (PODS, POD, _MANAGED),
     (SECRETS, SECRET, _MANAGED),

@@ -73,7 +73,7 @@ from craft_operator.library import (
 )
 from craft_operator.library import resolve_location as resolve_library_location
 from craft_operator.metrics import Metrics, ProvisioningPhase, time_to_ready
-from craft_operator.reconciler import cli_validation, library_job
+from craft_operator.reconciler import cli_validation, egress, library_job
 from craft_operator.reconciler.children import Converged, ForeignObjectError, converge, is_ours
 from craft_operator.reconciler.idle import decide_idle
 from craft_operator.reconciler.ports import (
@@ -587,6 +587,8 @@ class SandboxReconciler:
             run.requeue(5)
             return None
         if actual is None:
+            if self._egress_refused(run, desired):
+                return None
             return await self._create_pod(sandbox, desired, run)
         run.pod_exists = True
         run.status["podUID"] = actual["metadata"].get("uid")
@@ -631,6 +633,19 @@ class SandboxReconciler:
         run.set(ConditionState.true(POD_READY, "PodReady", f"pod {name} is ready"))
         run.status.pop("podFailures", None)
         return actual
+
+    def _egress_refused(self, run: Run, desired: Mapping[str, Any]) -> bool:
+        """Whether the pod must wait for a NetworkPolicy restricting its egress (it says so)."""
+        refused = egress.refusal(self.s.cache, self.s.settings, desired)
+        if refused is None:
+            return False
+        if (run.condition(POD_READY) or {}).get("reason") != refused.reason:
+            self.s.events.post(
+                self._body(run), type=WARNING, reason=refused.reason, message=refused.message
+            )
+        run.set(refused)
+        self._waiting(run, POD_DEPENDENT, refused.reason)
+        return True
 
     def _pod_drift(self, actual: Mapping[str, Any], desired: Mapping[str, Any]) -> str | None:
         want = desired["metadata"]["annotations"][ANNOTATION_TEMPLATE_HASH]

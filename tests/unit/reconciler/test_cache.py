@@ -177,3 +177,19 @@ def test_items_may_be_iterated_while_the_cache_changes() -> None:
     for (_, namespace, name), _ in cache.items("Pod"):
         cache.forget("Pod", namespace, name)
     assert len(cache) == 0
+
+
+def test_the_objects_of_one_kind_in_one_namespace_are_listed_as_they_come_and_go() -> None:
+    cache = ObjectCache()
+    cache.put("NetworkPolicy", obj("b", "1"))
+    cache.put("NetworkPolicy", obj("a", "2"))
+    cache.put("NetworkPolicy", obj("c", "3", namespace="other"))
+    cache.put("Pod", obj("p", "4"))
+    assert [o["metadata"]["name"] for o in cache.in_namespace("NetworkPolicy", "ns")] == ["a", "b"]
+
+    cache.remove("NetworkPolicy", obj("a", "5"))
+    cache.forget("NetworkPolicy", "ns", "b")
+    assert cache.in_namespace("NetworkPolicy", "ns") == []
+    assert len(cache.in_namespace("NetworkPolicy", "other")) == 1
+    cache.clear()
+    assert cache.in_namespace("NetworkPolicy", "other") == []

@@ -1,0 +1,38 @@
+"""NetworkPolicies of the served namespaces: cache them, and wake the sandboxes whose pod
+waits for one that restricts its egress (see :mod:`craft_operator.reconciler.egress`).
+
+Every policy in the namespace counts, not only the operator's: the platform may restrict
+the sandboxes' egress with a policy of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from craft_operator.context import OperatorContext
+from craft_operator.reconciler import egress
+from craft_operator.reconciler.sandbox import SANDBOX
+
+RESOURCE = ("networking.k8s.io", "v1", "networkpolicies")
+
+
+async def network_policy_event(event: kopf.RawEvent, memo: OperatorContext, **_: Any) -> None:
+    """A NetworkPolicy appeared, changed or went: cache it; queue the sandboxes waiting."""
+    if not memo.gate.active:
+        return  # a standby keeps no state (see craft_operator.peering.gate)
+    obj = event["object"]
+    if event["type"] == "DELETED":
+        memo.cache.remove(egress.NETWORK_POLICY, obj)
+        return  # running pods keep running; new ones are checked when they are created
+    if not memo.cache.put(egress.NETWORK_POLICY, obj):
+        return
+    namespace = obj.get("metadata", {}).get("namespace", "")
+    for key in egress.waiting_on(memo.cache, namespace, SANDBOX):
+        memo.queue.add(key)
+
+
+def register(registry: kopf.OperatorRegistry) -> None:
+    """Register the NetworkPolicy handler."""
+    kopf.on.event(*RESOURCE, registry=registry, id="networkpolicy-event")(network_policy_event)

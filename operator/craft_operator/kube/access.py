@@ -1,0 +1,130 @@
+"""Ask the API server which of the operator's grants it holds (SelfSubjectAccessReviews).
+
+Used by ``craft-operator doctor`` and by ``craft-operator run`` before it starts: a
+sandbox namespace the operator serves without its Role there would otherwise show only as
+watch streams that fail and a first listing that never completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import kopf
+
+from craft_operator.kube.client import ApiError, KubeClient
+from craft_operator.permissions import AccessRequest, Permission, Scope, access_requests
+
+logger = logging.getLogger(__name__)
+
+SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+#: Reviews in flight at once: hundreds of namespaces must not become thousands of requests
+#: at the same moment.
+CONCURRENCY = 16
+
+
+def review(permission: Permission, namespace: Scope) -> dict[str, Any]:
+    """The SelfSubjectAccessReview asking for ``permission`` in ``namespace`` (pure)."""
+    attributes = {
+        "group": permission.group,
+        "resource": permission.plural,
+        "verb": permission.verb,
+    }
+    if permission.subresource:
+        attributes["subresource"] = permission.subresource
+    if namespace is not None:
+        attributes["namespace"] = namespace
+    return {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": attributes},
+    }
+
+
+async def denied_access(kube: KubeClient, requests: Sequence[AccessRequest]) -> list[AccessRequest]:
+    """The requests the API server says the operator's identity may not make, in order.
+
+    Raises :class:`~craft_operator.kube.client.ApiError` if it cannot be asked.
+    """
+    limit = asyncio.Semaphore(CONCURRENCY)
+
+    async def allowed(permission: Permission, namespace: Scope) -> bool:
+        async with limit:
+            answer = await kube.request("POST", SSAR_PATH, body=review(permission, namespace))
+        return bool((answer.get("status") or {}).get("allowed"))
+
+    verdicts = await asyncio.gather(*(allowed(*request) for request in requests))
+    return [request for request, ok in zip(requests, verdicts, strict=True) if not ok]
+
+
+def describe_denied(denied: Sequence[AccessRequest], *, limit: int = 6) -> str:
+    """``verb resource in namespace, ...`` of the first ``limit`` denied requests (pure)."""
+    shown = ", ".join(
+        permission.describe() + (f" in {namespace}" if namespace else "")
+        for permission, namespace in denied[:limit]
+    )
+    return shown + (f" and {len(denied) - limit} more" if len(denied) > limit else "")
+
+
+def _lacking(denied: Sequence[AccessRequest], served: Sequence[str]) -> list[str]:
+    return sorted({namespace for _, namespace in denied if namespace is not None} & set(served))
+
+
+def access_fix(denied: Sequence[AccessRequest], *, served: Sequence[str]) -> str:
+    """How to grant the ``denied`` requests of an operator serving ``served`` (pure)."""
+    lacking = _lacking(denied, served)
+    other = [permission for permission, namespace in denied if namespace not in served]
+    fixes = []
+    if lacking:
+        fixes.append(
+            f"apply manifests/sandbox-namespace in {', '.join(lacking)} (kubectl apply -n "
+            "<namespace> -k manifests/sandbox-namespace), or take them out of CRAFT_NAMESPACES"
+        )
+    if not served and any(permission.namespaced for permission in other):
+        fixes.append(
+            "serving all namespaces needs the cluster-wide grants of "
+            "manifests/overlays/all-namespaces; or name the sandbox namespaces in "
+            "CRAFT_NAMESPACES"
+        )
+    elif other:
+        fixes.append("apply the operator's RBAC (kubectl apply -k manifests/base)")
+    return "; ".join(fixes)
+
+
+def missing_access_message(denied: Sequence[AccessRequest], *, served: Sequence[str]) -> str:
+    """One line: where the operator lacks access, what is denied, how to fix it (pure)."""
+    lacking = _lacking(denied, served)
+    where = (
+        f"the operator's Role is missing or incomplete in namespace(s) {', '.join(lacking)}"
+        if lacking
+        else "the operator lacks API access it needs"
+    )
+    return f"{where}: denied {describe_denied(denied)}; {access_fix(denied, served=served)}"
+
+
+async def check_operator_access(
+    info: kopf.ConnectionInfo,
+    namespaces: Sequence[str],
+    *,
+    peering: bool,
+    template_namespace: str | None = None,
+    timeout: float = 10.0,  # noqa: ASYNC109 -- the API client's per-request timeout
+) -> str | None:
+    """Why the operator cannot serve ``namespaces`` (one line), or ``None`` if it can.
+
+    An API server that cannot be asked (no SelfSubjectAccessReview) is logged, not fatal:
+    the check is there to explain a missing Role, not to be another way to fail.
+    """
+    kube = KubeClient(request_timeout=timeout)
+    kube.configure(info)
+    requests = access_requests(namespaces, peering=peering, template_namespace=template_namespace)
+    try:
+        denied = await denied_access(kube, requests)
+    except ApiError as exc:
+        logger.warning("cannot check the operator's API access: %s", exc)
+        return None
+    finally:
+        await kube.close()
+    return missing_access_message(denied, served=namespaces) if denied else None

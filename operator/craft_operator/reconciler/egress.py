@@ -1,0 +1,103 @@
+"""No sandbox pod without a NetworkPolicy that restricts its egress.
+
+The agent in a sandbox runs arbitrary code; what keeps it from the cloud metadata address,
+the API server and the rest of the network is a default-deny egress NetworkPolicy
+(``manifests/sandbox-namespace``). Before creating a sandbox pod the reconciler asks
+:func:`refusal`: in a namespace where no NetworkPolicy selects the pod with ``Egress`` in
+its policy types, the pod is not started (unless ``CRAFT_ALLOW_UNRESTRICTED_EGRESS``) and
+the sandbox's ``PodReady`` condition says why. The operator watches the NetworkPolicies of
+the namespaces it serves, so the pod starts as soon as one appears (:func:`waiting_on`).
+
+Which traffic a policy lets out is the platform's choice; the operator checks only that
+some policy restricts the egress of the pods it is about to start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from craft_operator.config import Settings
+from craft_operator.kube.cache import ObjectCache
+from craft_operator.status import POD_READY, ConditionState
+
+#: The cache kind of NetworkPolicies.
+NETWORK_POLICY = "NetworkPolicy"
+#: The PodReady reason of a sandbox whose pod waits for an egress policy.
+REASON = "EgressNotRestricted"
+
+
+def _expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    key, operator = expression.get("key", ""), expression.get("operator")
+    values = set(expression.get("values") or ())
+    if operator == "In":
+        return key in labels and labels[key] in values
+    if operator == "NotIn":
+        return key not in labels or labels[key] not in values
+    if operator == "Exists":
+        return key in labels
+    if operator == "DoesNotExist":
+        return key not in labels
+    return False  # an operator the API server would have refused
+
+
+def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """Whether a label selector selects ``labels`` (an empty selector selects every pod)."""
+    selector = selector or {}
+    match_labels = selector.get("matchLabels") or {}
+    if any(labels.get(key) != value for key, value in match_labels.items()):
+        return False
+    return all(_expression_matches(e, labels) for e in selector.get("matchExpressions") or [])
+
+
+def restricts_egress(policy: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Whether ``policy`` selects a pod with ``labels`` and governs its egress.
+
+    As Kubernetes reads ``policyTypes``: when it is unset, a policy governs egress only
+    if it has egress rules.
+    """
+    spec = policy.get("spec") or {}
+    if not selects(spec.get("podSelector"), labels):
+        return False
+    types = spec.get("policyTypes")
+    if types is None:
+        return bool(spec.get("egress"))
+    return "Egress" in types
+
+
+def egress_policy(policies: Iterable[Mapping[str, Any]], labels: Mapping[str, str]) -> str | None:
+    """The name of the first policy that restricts the egress of a pod with ``labels``."""
+    for policy in sorted(policies, key=lambda p: p.get("metadata", {}).get("name", "")):
+        if restricts_egress(policy, labels):
+            return str(policy["metadata"]["name"])
+    return None
+
+
+def refusal(
+    cache: ObjectCache, settings: Settings, pod: Mapping[str, Any]
+) -> ConditionState | None:
+    """Why ``pod`` must not be created yet (a ``PodReady`` condition), or ``None``."""
+    if settings.allow_unrestricted_egress:
+        return None
+    meta = pod.get("metadata") or {}
+    namespace = meta.get("namespace")
+    policies = cache.in_namespace(NETWORK_POLICY, namespace)
+    if egress_policy(policies, meta.get("labels") or {}) is not None:
+        return None
+    return ConditionState.false(
+        POD_READY,
+        REASON,
+        f"no NetworkPolicy in namespace {namespace} restricts the egress of sandbox pods: "
+        "the pod starts once one does (apply manifests/sandbox-namespace there), or set "
+        "CRAFT_ALLOW_UNRESTRICTED_EGRESS=true to start pods without one",
+    )
+
+
+def waiting_on(cache: ObjectCache, namespace: str, sandbox_kind: str) -> list[tuple[str, str]]:
+    """The sandboxes in ``namespace`` whose pod waits for an egress policy (their keys)."""
+    waiting = []
+    for body in cache.in_namespace(sandbox_kind, namespace):
+        for condition in (body.get("status") or {}).get("conditions") or []:
+            if condition.get("type") == POD_READY and condition.get("reason") == REASON:
+                waiting.append((namespace, str(body["metadata"]["name"])))
+    return waiting

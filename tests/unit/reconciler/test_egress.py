@@ -1,0 +1,82 @@
+"""Which NetworkPolicies restrict a sandbox pod's egress, as Kubernetes reads them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from craft_operator.config import Settings
+from craft_operator.kube.cache import ObjectCache
+from craft_operator.reconciler.egress import (
+    NETWORK_POLICY,
+    REASON,
+    egress_policy,
+    refusal,
+    restricts_egress,
+)
+
+pytestmark = pytest.mark.unit
+
+SANDBOX = {"app.kubernetes.io/name": "craft-sandbox", "app.kubernetes.io/component": "sandbox"}
+
+
+def policy(name: str, **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "team-a", "resourceVersion": "1"}, "spec": spec}
+
+
+def test_an_empty_pod_selector_selects_every_pod() -> None:
+    assert restricts_egress(policy("deny", podSelector={}, policyTypes=["Egress"]), SANDBOX)
+
+
+def test_policy_types_decide_and_without_them_only_egress_rules_count() -> None:
+    assert not restricts_egress(policy("in", podSelector={}, policyTypes=["Ingress"]), SANDBOX)
+    assert not restricts_egress(policy("implicit", podSelector={}), SANDBOX)
+    assert restricts_egress(policy("rules", podSelector={}, egress=[{"to": []}]), SANDBOX)
+
+
+@pytest.mark.parametrize(
+    ("selector", "selected"),
+    [
+        ({"matchLabels": {"app.kubernetes.io/component": "sandbox"}}, True),
+        ({"matchLabels": {"app.kubernetes.io/component": "library-sync"}}, False),
+        ({"matchExpressions": [{"key": "app.kubernetes.io/component", "operator": "In",
+                                "values": ["sandbox", "x"]}]}, True),
+        ({"matchExpressions": [{"key": "app.kubernetes.io/component", "operator": "NotIn",
+                                "values": ["sandbox"]}]}, False),
+        ({"matchExpressions": [{"key": "app.kubernetes.io/name", "operator": "Exists"}]}, True),
+        ({"matchExpressions": [{"key": "team", "operator": "DoesNotExist"}]}, True),
+        ({"matchExpressions": [{"key": "team", "operator": "Exists"}]}, False),
+    ],
+)  # fmt: skip
+def test_label_selectors_are_evaluated_like_the_api_server(
+    selector: dict[str, Any], selected: bool
+) -> None:
+    found = policy("p", podSelector=selector, policyTypes=["Egress"])
+    assert restricts_egress(found, SANDBOX) is selected
+
+
+def test_the_first_restricting_policy_by_name_is_named() -> None:
+    policies = [
+        policy("z-deny", podSelector={}, policyTypes=["Egress"]),
+        policy("a-ingress", podSelector={}, policyTypes=["Ingress"]),
+        policy("m-deny", podSelector={}, policyTypes=["Ingress", "Egress"]),
+    ]
+    assert egress_policy(policies, SANDBOX) == "m-deny"
+    assert egress_policy(policies[1:2], SANDBOX) is None
+
+
+def test_a_pod_is_refused_only_where_its_namespace_has_no_restricting_policy() -> None:
+    cache = ObjectCache()
+    cache.put(NETWORK_POLICY, policy("deny", podSelector={}, policyTypes=["Egress"]))
+    settings = Settings(state_dir=Path("/nonexistent"))
+    pod = {"metadata": {"namespace": "team-a", "labels": SANDBOX}}
+    elsewhere = {"metadata": {"namespace": "team-b", "labels": SANDBOX}}
+
+    assert refusal(cache, settings, pod) is None
+    refused = refusal(cache, settings, elsewhere)
+    assert refused is not None
+    assert (refused.type, refused.status, refused.reason) == ("PodReady", "False", REASON)
+    allowed = settings.model_copy(update={"allow_unrestricted_egress": True})
+    assert refusal(cache, allowed, elsewhere) is None
