@@ -51,6 +51,9 @@ REQUIRED_PERMISSIONS: tuple[Permission, ...] = (
     ),
     *_grants("craft.onyx.app", ("craftsandboxes",), ("list", "watch", "patch")),
     *_grants("craft.onyx.app", ("craftsandboxes/status",), ("patch",)),
+    # The policy check: the CraftSandboxPolicy and the namespaces' tenant labels.
+    *_grants("craft.onyx.app", ("craftsandboxpolicies",), ("list", "watch"), namespaced=False),
+    *_grants("", ("namespaces",), ("list", "watch"), namespaced=False),
     # blockOwnerDeletion on the children (OwnerReferencesPermissionEnforcement).
     *_grants("craft.onyx.app", ("craftsandboxes/finalizers",), ("update",)),
     *_grants("", ("pods", "secrets"), _CHILD_VERBS),

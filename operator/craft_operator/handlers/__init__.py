@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import kopf
 
-from craft_operator.handlers import children, lifecycle, sandbox
+from craft_operator.handlers import children, lifecycle, policy, sandbox
 
 
 def register(registry: kopf.OperatorRegistry) -> None:
@@ -12,3 +12,4 @@ def register(registry: kopf.OperatorRegistry) -> None:
     lifecycle.register(registry)
     sandbox.register(registry)
     children.register(registry)
+    policy.register(registry)

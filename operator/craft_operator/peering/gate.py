@@ -23,7 +23,9 @@ from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import (
     CONFIGMAPS,
     JOBS,
+    NAMESPACES,
     PODS,
+    POLICIES,
     PVCS,
     SANDBOXES,
     SECRETS,
@@ -31,6 +33,7 @@ from craft_operator.kube.client import (
     Kind,
     KubeClient,
 )
+from craft_operator.policy.enforce import NAMESPACE, POLICY
 from craft_operator.reconciler.library_job import JOB
 from craft_operator.reconciler.queue import Backoff, WorkQueue
 from craft_operator.reconciler.sandbox import CONFIGMAP, POD, PVC, SANDBOX, SECRET
@@ -48,6 +51,9 @@ RELISTED: tuple[tuple[Kind, str, str | None], ...] = (
     (CONFIGMAPS, CONFIGMAP, _MANAGED),
     (PVCS, PVC, _MANAGED),
     (JOBS, JOB, _MANAGED),
+    # What the policy check reads (cluster-scoped): known before any sandbox is judged.
+    (POLICIES, POLICY, None),
+    (NAMESPACES, NAMESPACE, None),
 )
 
 
@@ -145,7 +151,7 @@ class ActivityGate:
         scopes: Sequence[str | None] = self.namespaces or (None,)
         keys: list[SandboxKey] = []
         for kind, cache_kind, selector in RELISTED:
-            for namespace in scopes:
+            for namespace in scopes if kind.namespaced else (None,):
                 for obj in await self._kube.list(kind, namespace, label_selector=selector):
                     self._cache.put(cache_kind, obj)
                     if cache_kind == SANDBOX:
