@@ -38,6 +38,7 @@ from craft_operator.library.plan import SyncCaps
 from craft_operator.peering.options import POD_NAME_VARIABLE, resolve_peering
 from tests.support.crd_validation import validate_create
 from tests.support.peering_crd import PEERING_GROUP, peering_problems
+from tests.support.policy import policy_validator
 from tests.support.pss import restricted_violations
 from tests.support.schemas import KUBERNETES_VERSION, kubernetes_schema_problems
 
@@ -109,6 +110,8 @@ def admission_problems(obj: Mapping[str, Any]) -> list[str]:
     """What the API server would refuse: CraftSandboxes by the CRD, the rest by Kubernetes."""
     if obj.get("kind") == "CraftSandbox":
         return validate_create(obj)
+    if obj.get("kind") == "CraftSandboxPolicy":
+        return policy_validator().admit_create(obj).messages
     if str(obj.get("apiVersion", "")).split("/")[0] == PEERING_GROUP:
         return peering_problems(obj)
     if str(obj.get("apiVersion", "")).split("/")[0] in THIRD_PARTY_GROUPS:
@@ -244,6 +247,11 @@ def test_the_base_installs_namespace_crd_rbac_settings_and_operator_without_secr
         ("Namespace", "craft-system"),
         ("CustomResourceDefinition", "craftsandboxes.craft.onyx.app"),
         ("CustomResourceDefinition", "clusterkopfpeerings.kopf.dev"),
+        ("CustomResourceDefinition", "craftsandboxpolicies.craft.onyx.app"),
+        # What a CraftSandbox may name, enforced at admission (manifests/policy).
+        ("CraftSandboxPolicy", "default"),
+        ("ValidatingAdmissionPolicy", "craft-sandbox-policy"),
+        ("ValidatingAdmissionPolicyBinding", "craft-sandbox-policy"),
         ("ServiceAccount", "craft-operator"),
         ("ClusterRole", "craft-operator"),
         ("ClusterRoleBinding", "craft-operator"),

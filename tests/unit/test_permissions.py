@@ -18,7 +18,12 @@ def test_the_packaged_permissions_equal_the_cluster_role_in_manifests() -> None:
 
 def test_only_cluster_scoped_resources_are_checked_outside_namespaces() -> None:
     cluster_scoped = {p.resource for p in REQUIRED_PERMISSIONS if not p.namespaced}
-    assert cluster_scoped == {"customresourcedefinitions", "clusterkopfpeerings"}
+    assert cluster_scoped == {
+        "customresourcedefinitions",
+        "clusterkopfpeerings",
+        "craftsandboxpolicies",
+        "namespaces",
+    }
 
 
 def test_a_subresource_is_split_for_the_access_review() -> None:
