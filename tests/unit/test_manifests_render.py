@@ -248,10 +248,6 @@ def test_the_base_installs_namespace_crd_rbac_settings_and_operator_without_secr
         ("CustomResourceDefinition", "craftsandboxes.craft.onyx.app"),
         ("CustomResourceDefinition", "clusterkopfpeerings.kopf.dev"),
         ("CustomResourceDefinition", "craftsandboxpolicies.craft.onyx.app"),
-        # What a CraftSandbox may name, enforced at admission (manifests/policy).
-        ("CraftSandboxPolicy", "default"),
-        ("ValidatingAdmissionPolicy", "craft-sandbox-policy"),
-        ("ValidatingAdmissionPolicyBinding", "craft-sandbox-policy"),
         ("ServiceAccount", "craft-operator"),
         ("ClusterRole", "craft-operator"),
         ("ClusterRoleBinding", "craft-operator"),
