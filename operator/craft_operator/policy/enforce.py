@@ -18,6 +18,7 @@ A namespace the cache has not seen yet is not judged allowed by default: the pas
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -81,7 +82,8 @@ class PolicyServices(Protocol):
     events: EventSink
 
 
-_parsed: dict[str, tuple[str | None, CraftSandboxPolicySpec]] = {}
+#: The last policy parsed, by its raw spec (parsed again only when the spec changes).
+_parsed: list[tuple[Any, CraftSandboxPolicySpec]] = []
 
 
 def current_policy(cache: ObjectCache) -> CraftSandboxPolicySpec:
@@ -90,10 +92,9 @@ def current_policy(cache: ObjectCache) -> CraftSandboxPolicySpec:
     body = cache.get(POLICY, None, POLICY_NAME)
     if body is None:
         return CraftSandboxPolicySpec()
-    version = body.get("metadata", {}).get("resourceVersion")
-    known = _parsed.get(POLICY_NAME)
-    if known is not None and version is not None and known[0] == version:
-        return known[1]
+    raw = body.get("spec")
+    if _parsed and _parsed[0][0] == raw:
+        return _parsed[0][1]
     try:
         spec = CraftSandboxPolicy.model_validate(body).spec
     except ValidationError:
@@ -101,7 +102,7 @@ def current_policy(cache: ObjectCache) -> CraftSandboxPolicySpec:
             "CraftSandboxPolicy %s is unreadable: allowing only the defaults", POLICY_NAME
         )
         spec = CraftSandboxPolicySpec()
-    _parsed[POLICY_NAME] = (version, spec)
+    _parsed[:] = [(copy.deepcopy(raw), spec)]
     return spec
 
 
