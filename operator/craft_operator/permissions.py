@@ -5,7 +5,8 @@ start-up check of ``craft-operator run`` use this copy; unit tests keep the two 
 (change both together):
 
 - :data:`CLUSTER_PERMISSIONS`: the ClusterRole ``craft-operator`` of ``manifests/base``;
-  only what is cluster-scoped (the peering object).
+  only what is cluster-scoped (the peering object, the CraftSandboxPolicy, namespaces'
+  tenant labels).
 - :data:`OPERATOR_NAMESPACE_PERMISSIONS`: the Role ``craft-operator`` of
   ``manifests/base`` in the operator's own namespace (the SKILL.md template).
 - :data:`SANDBOX_NAMESPACE_PERMISSIONS`: the Role ``craft-operator`` that
@@ -66,6 +67,9 @@ CLUSTER_PERMISSIONS: tuple[Permission, ...] = (
     *_grants(
         "kopf.dev", ("clusterkopfpeerings",), ("get", "list", "watch", "patch"), namespaced=False
     ),
+    # The policy check: the CraftSandboxPolicy and the namespaces' tenant labels.
+    *_grants("craft.onyx.app", ("craftsandboxpolicies",), ("list", "watch"), namespaced=False),
+    *_grants("", ("namespaces",), ("list", "watch"), namespaced=False),
 )
 
 #: The Role ``craft-operator`` in craft-system, in ``manifests/base/rbac.yaml``.
@@ -111,12 +115,16 @@ def access_requests(
 
     Scoped to ``namespaces``: the sandbox namespace Role's grants in each of them; serving
     all namespaces (``namespaces`` empty): the all-namespaces grants, cluster-wide. The
-    peering object's grants when ``peering``, and reading the SKILL.md template's ConfigMap
-    where it lives (unless a served namespace's Role grants that already).
+    policy's cluster-scoped reads always, the peering object's grants when ``peering``,
+    and reading the SKILL.md template's ConfigMap where it lives (unless a served
+    namespace's Role grants that already).
     """
     requests: list[AccessRequest] = []
-    if peering:
-        requests += [(permission, None) for permission in CLUSTER_PERMISSIONS]
+    requests += [
+        (permission, None)
+        for permission in CLUSTER_PERMISSIONS
+        if peering or permission.group != "kopf.dev"
+    ]
     if namespaces:
         requests += [
             (permission, namespace)

@@ -21,6 +21,7 @@ from tests.support.emulator import (
 )
 from tests.support.operator import running_operator
 from tests.support.pod_exec import EmulatedPodExec
+from tests.support.policy import declare_policy_resource
 from tests.support.rbac import Access, Install, access_of, grants, install_rules
 from tests.support.sandbox_namespace import provision_sandbox_namespaces
 
@@ -39,7 +40,8 @@ def observed_access(emulator: KubeEmulator) -> set[Access]:
 
 
 def declare_craft_resources(emulator: KubeEmulator) -> None:
-    """Serve the CraftSandbox resource in discovery exactly as the generated CRD defines it."""
+    """Serve the CraftSandbox resource in discovery exactly as the generated CRD defines it,
+    and the CraftSandboxPolicy."""
     names = crd.build_crd()["spec"]["names"]
     emulator.declare(
         SANDBOXES,
@@ -53,6 +55,7 @@ def declare_craft_resources(emulator: KubeEmulator) -> None:
             subresources={"status"},
         ),
     )
+    declare_policy_resource(emulator)
 
 
 @pytest.fixture

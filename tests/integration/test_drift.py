@@ -22,6 +22,7 @@ from tests.integration.helpers import (
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually
 from tests.support.pod_exec import mark_pod_failed, mark_pod_running
+from tests.support.policy import allow
 
 
 async def ready_sandbox(emulator: KubeEmulator, name: str = "alice") -> dict:
@@ -161,6 +162,7 @@ async def test_a_spec_change_after_failed_gives_the_pod_another_chance(
     failed = pod(emulator, "alice")
     assert failed is not None
 
+    allow(emulator, images=["craft-sandbox"])
     emulator.patch(SANDBOXES, NAMESPACE, "alice", {"spec": {"image": "craft-sandbox:0.1.1"}})
 
     fresh = await eventually(

@@ -24,6 +24,7 @@ from tests.integration.helpers import (
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually, running_operator
 from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
+from tests.support.policy import allow
 
 
 async def passes_in(operator: OperatorContext, seconds: float) -> int:
@@ -50,6 +51,7 @@ async def test_no_server_url_anywhere_fails_the_sandbox_with_a_clear_reason(
         assert pod(emulator, "alice") is None
         assert await passes_in(operator, 1.0) <= 1
 
+        allow(emulator, serverURLs=["https://onyx.example.com"])
         emulator.patch(
             SANDBOXES, NAMESPACE, "alice", {"spec": {"serverURL": "https://onyx.example.com"}}
         )

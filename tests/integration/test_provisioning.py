@@ -20,6 +20,7 @@ from tests.integration.helpers import (
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually
 from tests.support.pod_exec import mark_pod_running
+from tests.support.policy import allow
 
 
 async def test_a_sandbox_becomes_ready_once_its_pod_is_ready(
@@ -51,6 +52,7 @@ async def test_a_sandbox_becomes_ready_once_its_pod_is_ready(
 async def test_the_pod_reads_the_pat_from_the_secret_and_mounts_the_skill(
     emulator: KubeEmulator, operator: OperatorContext
 ) -> None:
+    allow(emulator, serverURLs=["https://onyx.example.com"])
     emulator.create(SANDBOXES, sandbox("alice", serverURL="https://onyx.example.com"))
 
     created = await eventually(lambda: pod(emulator, "alice"), what="the pod")

@@ -30,7 +30,12 @@ from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
 from tests.support.rbac import Install, access_of, grants, install_rules
 
 #: Cluster-scoped kinds, and the access reviews everyone may create.
-CLUSTER_SCOPED = {"clusterkopfpeerings", "customresourcedefinitions", "namespaces"}
+CLUSTER_SCOPED = {
+    "clusterkopfpeerings",
+    "customresourcedefinitions",
+    "namespaces",
+    "craftsandboxpolicies",
+}
 
 
 @pytest.mark.parametrize("install", list(Install))

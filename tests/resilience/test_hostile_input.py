@@ -42,6 +42,7 @@ from tests.resilience.harness import (
 from tests.support.emulator import OPERATOR_AGENTS, KubeEmulator
 from tests.support.operator import eventually
 from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
+from tests.support.policy import POLICIES, policy
 from tests.support.s3 import S3Server
 from tests.unit.api.cases import INVALID
 
@@ -282,6 +283,19 @@ async def test_bad_sandboxes_are_refused_or_explained_and_no_key_escapes_the_lib
             {"UnknownSource"},
         ),
     }
+    # The platform allows what these name (the point is how the cluster answers them); the
+    # last one names an image it does not allow.
+    wrong["disallowed-image"] = ({"image": "attacker/sandbox:latest"}, {"PolicyDenied"})
+    emulator.create(
+        POLICIES,
+        policy(
+            images=["registry.invalid/craft/"],
+            serverURLs=["https://unreachable.example.com"],
+            priorityClassNames=["ultra-critical"],
+            nodeSelectors={"topology.kubernetes.io/zone": ["nowhere"]},
+            buckets=["no-such-bucket"],
+        ),
+    )
     for copy in range(scale.hostile_copies):
         for name, (spec, _) in wrong.items():
             manifest = sandbox_manifest(f"{name}-{copy}", NAMESPACE, good_user)

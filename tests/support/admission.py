@@ -17,6 +17,7 @@ import kmock
 from craft_operator.api import models
 from tests.support.crd_validation import apply_defaults, craftsandbox_validator
 from tests.support.peering_crd import PEERING_GROUP, peering_problems
+from tests.support.policy import default_policy, is_policy, policy_validator
 from tests.support.pss import restricted_violations
 from tests.support.schemas import core_schema_validator
 
@@ -25,6 +26,10 @@ def admit(
     resource: kmock.resource, obj: Mapping[str, Any], old: Mapping[str, Any] | None
 ) -> list[str]:
     """Emulator validation hook: every problem the API server would report."""
+    if is_policy(resource):
+        validator = policy_validator()
+        result = validator.admit_create(obj) if old is None else validator.admit_update(old, obj)
+        return result.messages
     if resource.group == models.GROUP:
         validator = craftsandbox_validator()
         result = validator.admit_create(obj) if old is None else validator.admit_update(old, obj)
@@ -43,6 +48,8 @@ def default_craftsandbox(resource: kmock.resource, obj: dict[str, Any]) -> dict[
     Unknown fields are not pruned here: validation is strict, so a field the operator
     writes that the CRD does not declare fails the test instead of vanishing silently.
     """
+    if is_policy(resource):
+        return default_policy(copy.deepcopy(obj))
     if resource.group != models.GROUP:
         return obj
     defaulted = copy.deepcopy(obj)

@@ -202,6 +202,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
         #: platform's namespace provisioning would: (resource, object without namespace).
         self.namespace_defaults: list[tuple[str, dict[str, Any]]] = []
         self._namespace_watches: set[asyncio.Queue[str]] = set()
+        #: Labels of namespaces (set with :meth:`label_namespace`), and their versions.
+        self.namespace_labels: dict[str, dict[str, str]] = {}
+        self._namespace_versions: dict[str, str] = {}
         # kmock's DSL matches every request against every reaction, which costs ~0.1 s per
         # request once the bundled resources are declared. Requests for declared resources
         # go straight to the handlers below unless a test added reactions of its own.
@@ -391,6 +394,21 @@ class KubeEmulator(kmock.KubernetesEmulator):
         for watch in list(self._watches[resource]):
             if watch.wants(obj):
                 watch.queue.put_nowait(event)
+
+    def label_namespace(self, name: str, labels: Mapping[str, str]) -> None:
+        """Set a namespace's labels (creating it if need be), as ``kubectl label`` would."""
+        self.namespaces.add(name)
+        self.namespace_labels[name] = dict(labels)
+        self._namespace_versions[name] = self._next_rv()
+        for queue in self._namespace_watches:
+            queue.put_nowait(name)
+
+    def _namespace(self, name: str) -> dict[str, Any]:
+        namespace = _namespace(name)
+        if name in self.namespace_labels:
+            namespace["metadata"]["labels"] = dict(self.namespace_labels[name])
+            namespace["metadata"]["resourceVersion"] = self._namespace_versions[name]
+        return namespace
 
     def _next_rv(self) -> str:
         self._last_rv = next(self._rv)
@@ -662,7 +680,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
         watching = raw.query.get("watch") in ("true", "1")
         if raw.headers.get("User-Agent", "").startswith(OPERATOR_AGENTS):
             self.side_access.append(("watch" if watching else "list", "", "namespaces"))
-        items = [_namespace(name) for name in sorted(self._known_namespaces())]
+        items = [self._namespace(name) for name in sorted(self._known_namespaces())]
         if not watching:
             return aiohttp.web.json_response(
                 {
@@ -688,7 +706,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
                         name = await asyncio.wait_for(queue.get(), remaining)
                     except TimeoutError:
                         return
-                    yield {"type": "ADDED", "object": _namespace(name)}
+                    yield {"type": "MODIFIED", "object": self._namespace(name)}
 
             return await self._stream(raw, stream())
         finally:

@@ -41,6 +41,7 @@ from craft_operator.peering.options import POD_NAME_VARIABLE, resolve_peering
 from craft_operator.reconciler.egress import restricts_egress
 from tests.support.crd_validation import validate_create
 from tests.support.peering_crd import PEERING_GROUP, peering_problems
+from tests.support.policy import policy_validator
 from tests.support.pss import restricted_violations
 from tests.support.schemas import KUBERNETES_VERSION, kubernetes_schema_problems
 
@@ -113,6 +114,8 @@ def admission_problems(obj: Mapping[str, Any]) -> list[str]:
     """What the API server would refuse: CraftSandboxes by the CRD, the rest by Kubernetes."""
     if obj.get("kind") == "CraftSandbox":
         return validate_create(obj)
+    if obj.get("kind") == "CraftSandboxPolicy":
+        return policy_validator().admit_create(obj).messages
     if str(obj.get("apiVersion", "")).split("/")[0] == PEERING_GROUP:
         return peering_problems(obj)
     if str(obj.get("apiVersion", "")).split("/")[0] in THIRD_PARTY_GROUPS:
@@ -257,6 +260,7 @@ def test_the_base_installs_namespace_crd_rbac_settings_and_operator_without_secr
         ("Namespace", "craft-system"),
         ("CustomResourceDefinition", "craftsandboxes.craft.onyx.app"),
         ("CustomResourceDefinition", "clusterkopfpeerings.kopf.dev"),
+        ("CustomResourceDefinition", "craftsandboxpolicies.craft.onyx.app"),
         ("ServiceAccount", "craft-operator"),
         ("ClusterRole", "craft-operator"),
         ("ClusterRoleBinding", "craft-operator"),
@@ -305,7 +309,12 @@ def cluster_wide_grants(objects: list[dict[str, Any]]) -> set[tuple[str, str]]:
 @needs_kubectl
 def test_the_default_install_grants_nothing_cluster_wide_on_secrets_pods_or_exec() -> None:
     objects = render(BASE)
-    assert cluster_wide_grants(objects) == {("kopf.dev", "clusterkopfpeerings")}
+    assert cluster_wide_grants(objects) == {
+        ("kopf.dev", "clusterkopfpeerings"),
+        ("craft.onyx.app", "craftsandboxpolicies"),
+        ("", "namespaces"),  # their tenant labels: list and watch, nothing else
+    }
+    assert not cluster_wide_grants(objects) & NAMESPACED_CHILDREN
     bindings = [obj for obj in objects if obj["kind"] == "RoleBinding"]
     assert [binding["roleRef"]["kind"] for binding in bindings] == ["Role"]
     # Its Role in craft-system reads the SKILL.md template, nothing else.

@@ -44,7 +44,11 @@ def test_the_packaged_permissions_equal_the_roles_in_manifests() -> None:
 
 def test_the_cluster_role_of_the_default_install_holds_only_cluster_scoped_grants() -> None:
     assert all(not p.namespaced for p in CLUSTER_PERMISSIONS)
-    assert {p.resource for p in CLUSTER_PERMISSIONS} == {"clusterkopfpeerings"}
+    assert {p.resource for p in CLUSTER_PERMISSIONS} == {
+        "clusterkopfpeerings",
+        "craftsandboxpolicies",
+        "namespaces",
+    }
     assert all(p.namespaced for p in SANDBOX_NAMESPACE_PERMISSIONS)
 
 
@@ -61,7 +65,8 @@ def test_a_scoped_operator_asks_for_the_sandbox_role_in_each_namespace_it_serves
 
 def test_an_operator_of_all_namespaces_asks_for_everything_cluster_wide() -> None:
     requests = access_requests([], peering=False, template_namespace="craft-system")
-    assert requests == [(p, None) for p in ALL_NAMESPACES_PERMISSIONS]
+    policy_reads = [(p, None) for p in CLUSTER_PERMISSIONS if p.group != "kopf.dev"]
+    assert requests == [*policy_reads, *((p, None) for p in ALL_NAMESPACES_PERMISSIONS)]
 
 
 def test_a_subresource_is_split_for_the_access_review() -> None:

@@ -80,7 +80,8 @@ def _ordered(node: dict[str, Any]) -> dict[str, Any]:
     return {**first, **rest}
 
 
-def _model_schema(model: type[models.ApiModel]) -> dict[str, Any]:
+def model_schema(model: type[models.ApiModel]) -> dict[str, Any]:
+    """The structural OpenAPI schema of an API model (for a CRD)."""
     raw = model.model_json_schema(by_alias=True, mode="validation")
     defs = raw.get("$defs", {})
     return dict(_structural(_resolve(raw, defs)))
@@ -88,8 +89,8 @@ def _model_schema(model: type[models.ApiModel]) -> dict[str, Any]:
 
 def openapi_schema() -> dict[str, Any]:
     """The ``openAPIV3Schema`` of the CraftSandbox CRD."""
-    spec = _model_schema(models.CraftSandboxSpec)
-    status = _model_schema(models.CraftSandboxStatus)
+    spec = model_schema(models.CraftSandboxSpec)
+    status = model_schema(models.CraftSandboxStatus)
     # Spec-level defaults that are whole objects (userLibrary, credentials) come from
     # default_factory; give the API server the nested defaults instead of empty objects.
     for name in ("userLibrary", "credentials"):

@@ -70,10 +70,11 @@ def operator_command() -> list[str]:
 def run_on_context(context: str) -> int:
     """Apply the CRD on the current context and run the operator there (foreground)."""
     print(f"make run: kube context {context!r}; applying the CRD and running the operator")
-    crd = subprocess.run(  # noqa: S603
-        [*operator_command(), "crd"], capture_output=True, text=True, check=True
-    ).stdout
-    subprocess.run(["kubectl", "apply", "-f", "-"], input=crd, text=True, check=True)  # noqa: S607
+    for flags in ((), ("--policy",)):
+        crd = subprocess.run(  # noqa: S603
+            [*operator_command(), "crd", *flags], capture_output=True, text=True, check=True
+        ).stdout
+        subprocess.run(["kubectl", "apply", "-f", "-"], input=crd, text=True, check=True)  # noqa: S607
     os.execv(operator_command()[0], [*operator_command(), "run", "--standalone"])  # noqa: S606
     return 0  # not reached
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import kopf
 
-from craft_operator.handlers import children, lifecycle, networkpolicies, sandbox
+from craft_operator.handlers import children, lifecycle, networkpolicies, policy, sandbox
 
 
 def register(registry: kopf.OperatorRegistry) -> None:
@@ -13,3 +13,4 @@ def register(registry: kopf.OperatorRegistry) -> None:
     sandbox.register(registry)
     children.register(registry)
     networkpolicies.register(registry)
+    policy.register(registry)

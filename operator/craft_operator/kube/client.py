@@ -28,6 +28,8 @@ class Kind:
 
     api_version: str
     plural: str
+    #: False for cluster-scoped kinds (listed once, never per namespace).
+    namespaced: bool = True
 
     def path(self, namespace: str | None, name: str | None = None, sub: str | None = None) -> str:
         """The URL path of a collection or an object (and optionally a subresource)."""
@@ -49,6 +51,9 @@ PVCS = Kind("v1", "persistentvolumeclaims")
 JOBS = Kind("batch/v1", "jobs")
 NETWORKPOLICIES = Kind("networking.k8s.io/v1", "networkpolicies")
 SANDBOXES = Kind(models.API_VERSION, models.PLURAL)
+#: Read by the policy check (craft_operator.policy): cluster-scoped.
+POLICIES = Kind(models.API_VERSION, "craftsandboxpolicies", namespaced=False)
+NAMESPACES = Kind("v1", "namespaces", namespaced=False)
 
 USER_AGENT = f"craft-operator/{__version__}"
 KINDS_BY_NAME = {"Pod": PODS, "Secret": SECRETS, "ConfigMap": CONFIGMAPS, "Job": JOBS}

@@ -23,8 +23,10 @@ from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import (
     CONFIGMAPS,
     JOBS,
+    NAMESPACES,
     NETWORKPOLICIES,
     PODS,
+    POLICIES,
     PVCS,
     SANDBOXES,
     SECRETS,
@@ -32,6 +34,7 @@ from craft_operator.kube.client import (
     Kind,
     KubeClient,
 )
+from craft_operator.policy.enforce import NAMESPACE, POLICY
 from craft_operator.reconciler.egress import NETWORK_POLICY
 from craft_operator.reconciler.library_job import JOB
 from craft_operator.reconciler.queue import Backoff, WorkQueue
@@ -52,6 +55,9 @@ RELISTED: tuple[tuple[Kind, str, str | None], ...] = (
     (CONFIGMAPS, CONFIGMAP, _MANAGED),
     (PVCS, PVC, _MANAGED),
     (JOBS, JOB, _MANAGED),
+    # What the policy check reads (cluster-scoped): known before any sandbox is judged.
+    (POLICIES, POLICY, None),
+    (NAMESPACES, NAMESPACE, None),
 )
 
 
@@ -149,7 +155,7 @@ class ActivityGate:
         scopes: Sequence[str | None] = self.namespaces or (None,)
         keys: list[SandboxKey] = []
         for kind, cache_kind, selector in RELISTED:
-            for namespace in scopes:
+            for namespace in scopes if kind.namespaced else (None,):
                 for obj in await self._kube.list(kind, namespace, label_selector=selector):
                     self._cache.put(cache_kind, obj)
                     if cache_kind == SANDBOX:

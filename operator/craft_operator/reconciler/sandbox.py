@@ -73,6 +73,7 @@ from craft_operator.library import (
 )
 from craft_operator.library import resolve_location as resolve_library_location
 from craft_operator.metrics import Metrics, ProvisioningPhase, time_to_ready
+from craft_operator.policy import enforce as policy
 from craft_operator.reconciler import cli_validation, egress, library_job
 from craft_operator.reconciler.children import Converged, ForeignObjectError, converge, is_ours
 from craft_operator.reconciler.idle import decide_idle
@@ -251,7 +252,9 @@ class SandboxReconciler:
             run.status.pop("podFailures", None)
             run.status.pop("cliAuthFailures", None)
         try:
-            await self._reconcile(sandbox, run)
+            # The platform's policy comes first: a sandbox it does not allow gets no PAT.
+            if not await policy.enforce(self.s, sandbox, run):
+                await self._reconcile(sandbox, run)
         finally:
             await self._write_status(run)
         if run.retry_reason:

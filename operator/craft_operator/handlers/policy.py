@@ -1,0 +1,62 @@
+"""The CraftSandboxPolicy and namespaces: cache them, and queue the sandboxes they judge.
+
+A changed policy queues every sandbox (a tightened one must reach running sandboxes, a
+loosened one revives refused ones); a namespace's change queues the sandboxes in it (its
+tenant label may have moved). Both kinds are cluster-scoped and watched cluster-wide.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from craft_operator.api import models
+from craft_operator.context import OperatorContext
+from craft_operator.policy.enforce import NAMESPACE, POLICY
+from craft_operator.policy.models import POLICY_NAME, POLICY_PLURAL
+from craft_operator.reconciler.sandbox import SANDBOX
+
+
+def _queue_sandboxes(memo: OperatorContext, namespace: str | None = None) -> None:
+    for key, _ in memo.cache.items(SANDBOX):
+        if namespace is None or key[1] == namespace:
+            memo.queue.add((key[1] or "", key[2]))
+
+
+async def policy_event(event: kopf.RawEvent, memo: OperatorContext, **_: Any) -> None:
+    """The CraftSandboxPolicy changed: every sandbox is judged again."""
+    if not memo.gate.active:
+        return
+    obj = event["object"]
+    if obj.get("metadata", {}).get("name") != POLICY_NAME:
+        return
+    if event["type"] == "DELETED":
+        memo.cache.remove(POLICY, obj)
+    elif not memo.cache.put(POLICY, obj):
+        return
+    _queue_sandboxes(memo)
+
+
+async def namespace_event(event: kopf.RawEvent, memo: OperatorContext, **_: Any) -> None:
+    """A namespace changed (e.g. its tenant label): its sandboxes are judged again."""
+    if not memo.gate.active:
+        return
+    obj = event["object"]
+    if event["type"] == "DELETED":
+        memo.cache.remove(NAMESPACE, obj)
+        return
+    before = memo.cache.get(NAMESPACE, None, obj["metadata"]["name"])
+    if not memo.cache.put(NAMESPACE, obj):
+        return
+    labels = (before or {}).get("metadata", {}).get("labels")
+    if before is None or labels != obj["metadata"].get("labels"):
+        _queue_sandboxes(memo, obj["metadata"]["name"])
+
+
+def register(registry: kopf.OperatorRegistry) -> None:
+    """Register the policy and namespace handlers."""
+    kopf.on.event(
+        models.GROUP, models.VERSION, POLICY_PLURAL, registry=registry, id="policy-event"
+    )(policy_event)
+    kopf.on.event("v1", "namespaces", registry=registry, id="namespace-event")(namespace_event)

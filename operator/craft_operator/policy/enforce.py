@@ -1,0 +1,204 @@
+"""The operator's side of the policy: the first step of every reconcile pass.
+
+A cluster without the ValidatingAdmissionPolicy must be as safe as one with it, and a
+policy tightened after a sandbox was admitted must take effect on that sandbox. So every
+pass checks the sandbox against the CraftSandboxPolicy and its namespace's tenant label
+(both from the watch cache), and a sandbox that is not allowed:
+
+- gets no PAT: the credentials store is not asked for one, and no child is created;
+- if it had been running, loses it all: its PAT is revoked and every child it owns (pod,
+  credentials Secret, skills ConfigMap, library volume, sync Jobs) is deleted, with a uid
+  precondition, so the token the platform no longer allows is neither usable nor mounted;
+- is ``Failed``: CredentialsReady and PodReady say ``PolicyDenied`` with every violation,
+  and a ``PolicyDenied`` event says it once per distinct verdict.
+
+Fixing the spec, the policy or the namespace label brings it back (a fresh PAT is minted).
+A namespace the cache has not seen yet is not judged allowed by default: the pass waits.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from craft_operator.api.models import CraftSandbox, Phase
+from craft_operator.builders.naming import SECRET_SUFFIX, pod_name, skills_configmap_name
+from craft_operator.config import Settings
+from craft_operator.credentials.errors import CredentialsError
+from craft_operator.kube.cache import ObjectCache
+from craft_operator.kube.client import (
+    CONFIGMAPS,
+    JOBS,
+    PODS,
+    PVCS,
+    SECRETS,
+    ApiError,
+    Kind,
+    KubeClient,
+)
+from craft_operator.library.job import library_claim_name
+from craft_operator.policy.models import POLICY_NAME, CraftSandboxPolicy, CraftSandboxPolicySpec
+from craft_operator.policy.rules import Violation, describe, evaluate
+from craft_operator.reconciler.ports import CredentialsPort, EventSink
+from craft_operator.reconciler.run import Run
+from craft_operator.status import (
+    CLI_VALIDATED,
+    CREDENTIALS_READY,
+    POD_READY,
+    SKILL_RENDERED,
+    USER_LIBRARY_SYNCED,
+    ConditionState,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Cache kinds of the objects the policy reads (cluster-scoped: namespace ``None``).
+POLICY = "CraftSandboxPolicy"
+NAMESPACE = "Namespace"
+REASON = "PolicyDenied"
+#: Status the operator keeps about a running sandbox; gone with the sandbox's children.
+_RUNNING_STATUS = ("credentials", "podName", "podUID", "validatedPodUID", "skill", "userLibrary")
+#: Cache kind and API kind of each child, as the reconciler caches them.
+_CHILD_KINDS: tuple[tuple[str, Kind], ...] = (
+    ("Pod", PODS),
+    ("Secret", SECRETS),
+    ("ConfigMap", CONFIGMAPS),
+    ("PVC", PVCS),
+    ("Job", JOBS),
+)
+
+
+class PolicyServices(Protocol):
+    """What enforcing the policy needs from the reconciler's services."""
+
+    settings: Settings
+    kube: KubeClient
+    cache: ObjectCache
+    credentials: CredentialsPort
+    events: EventSink
+
+
+#: The last policy parsed, by its raw spec (parsed again only when the spec changes).
+_parsed: list[tuple[Any, CraftSandboxPolicySpec]] = []
+
+
+def current_policy(cache: ObjectCache) -> CraftSandboxPolicySpec:
+    """The CraftSandboxPolicy ``default`` from the cache; none, or unreadable: empty (only
+    the operator's defaults are allowed)."""
+    body = cache.get(POLICY, None, POLICY_NAME)
+    if body is None:
+        return CraftSandboxPolicySpec()
+    raw = body.get("spec")
+    if _parsed and _parsed[0][0] == raw:
+        return _parsed[0][1]
+    try:
+        spec = CraftSandboxPolicy.model_validate(body).spec
+    except ValidationError:
+        logger.warning(
+            "CraftSandboxPolicy %s is unreadable: allowing only the defaults", POLICY_NAME
+        )
+        spec = CraftSandboxPolicySpec()
+    _parsed[:] = [(copy.deepcopy(raw), spec)]
+    return spec
+
+
+def namespace_labels(cache: ObjectCache, namespace: str) -> dict[str, str] | None:
+    """The namespace's labels, or ``None`` if the cache has not seen the namespace yet."""
+    body = cache.get(NAMESPACE, None, namespace)
+    if body is None:
+        return None
+    return dict(body.get("metadata", {}).get("labels") or {})
+
+
+def check(sandbox: CraftSandbox, cache: ObjectCache, settings: Settings) -> list[Violation] | None:
+    """The sandbox's violations (empty: allowed); ``None`` while its namespace is unknown."""
+    labels = namespace_labels(cache, sandbox.metadata.namespace or "")
+    if labels is None:
+        return None
+    return evaluate(sandbox, current_policy(cache), namespace_labels=labels, settings=settings)
+
+
+async def enforce(services: PolicyServices, sandbox: CraftSandbox, run: Run) -> bool:
+    """Check the sandbox; True when this pass must stop here (not allowed, or not known yet)."""
+    violations = check(sandbox, services.cache, services.settings)
+    if violations is None:
+        run.requeue(5)  # the namespace's watch event queues the sandbox again
+        return True
+    if not violations:
+        return False
+    await _deny(services, sandbox, run, describe(violations))
+    return True
+
+
+def _owned(obj: Mapping[str, Any], uid: str) -> bool:
+    refs = obj.get("metadata", {}).get("ownerReferences") or []
+    return bool(uid) and any(ref.get("uid") == uid for ref in refs)
+
+
+def _children(sandbox: CraftSandbox, cache: ObjectCache) -> list[tuple[str, Kind, dict[str, Any]]]:
+    """The children this sandbox owns that are not being deleted already."""
+    namespace, uid = sandbox.metadata.namespace, sandbox.metadata.uid or ""
+    names = {
+        "Pod": pod_name(sandbox),
+        "Secret": sandbox.metadata.name + SECRET_SUFFIX,
+        "ConfigMap": skills_configmap_name(sandbox),
+        "PVC": library_claim_name(sandbox),
+    }
+    found: list[tuple[str, Kind, dict[str, Any]]] = []
+    for cache_kind, kind in _CHILD_KINDS:
+        if cache_kind in names:
+            candidates = [cache.get(cache_kind, namespace, names[cache_kind])]
+        else:
+            candidates = [obj for key, obj in cache.items(cache_kind) if key[1] == namespace]
+        for obj in candidates:
+            if obj is None or not _owned(obj, uid):
+                continue
+            if not obj["metadata"].get("deletionTimestamp"):
+                found.append((cache_kind, kind, obj))
+    return found
+
+
+async def _deny(services: PolicyServices, sandbox: CraftSandbox, run: Run, message: str) -> None:
+    namespace, name = run.namespace, run.name
+    uid = sandbox.metadata.uid or ""
+    previous = run.condition(CREDENTIALS_READY) or {}
+    children = _children(sandbox, services.cache)
+    had_token = bool(run.status.get("credentials")) or any(
+        kind is SECRETS for _, kind, _ in children
+    )
+    withdrawn: list[str] = []
+    if had_token:
+        try:
+            if await services.credentials.revoke(namespace, name, uid):
+                withdrawn.append("revoked the PAT")
+        except CredentialsError as exc:
+            run.retry("RevokeFailed")
+            services.events.post(run.body, type="Warning", reason="RevokeFailed", message=str(exc))
+    for cache_kind, kind, obj in children:
+        meta = obj["metadata"]
+        try:
+            await services.kube.delete(kind, namespace, meta["name"], uid=meta.get("uid"))
+        except ApiError as exc:
+            run.retry(f"cannot delete {meta['name']}: {exc.reason}")
+            continue
+        withdrawn.append(f"deleted {cache_kind} {meta['name']}")
+    for key in _RUNNING_STATUS:
+        run.status.pop(key, None)
+    run.phase = Phase.FAILED
+    run.set(ConditionState.false(CREDENTIALS_READY, REASON, f"no PAT: {message}"))
+    run.set(ConditionState.false(POD_READY, REASON, message))
+    for type_ in (SKILL_RENDERED, CLI_VALIDATED, USER_LIBRARY_SYNCED):
+        run.set(ConditionState.unknown(type_, REASON, "the spec is not allowed by the platform"))
+    if previous.get("reason") != REASON or previous.get("message") != f"no PAT: {message}":
+        services.events.post(run.body, type="Warning", reason=REASON, message=message)
+    if withdrawn:
+        services.events.post(
+            run.body,
+            type="Warning",
+            reason="AccessWithdrawn",
+            message="the spec is no longer allowed: " + ", ".join(withdrawn),
+        )
