@@ -108,8 +108,9 @@ def wait_until_ready(cluster: Cluster, namespace: str, name: str, process: Opera
 
 
 def account_with_role(cluster: Cluster, namespace: str) -> tuple[str, str, str]:
-    """A ServiceAccount in craft-system with a copy of the sandbox Role in ``namespace``:
-    (namespace, name, user name). The Role is named like the account."""
+    """A ServiceAccount in craft-system with a copy of the sandbox Role in ``namespace`` and
+    the install's ClusterRole: (namespace, name, user name). The Role is named like the
+    account."""
     name = f"craft-operator-{uuid.uuid4().hex[:6]}"
     meta = {"name": name}
     cluster.create(
@@ -131,6 +132,22 @@ def account_with_role(cluster: Cluster, namespace: str) -> tuple[str, str, str]:
             "kind": "RoleBinding",
             "metadata": meta,
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": "craft-system"}],
+        },
+    )
+    # The install's cluster-scoped reads (the policy, namespaces' labels, peering).
+    cluster.create(
+        f"{RBAC}/clusterrolebindings",
+        None,
+        {
+            "apiVersion": RBAC_VERSION,
+            "kind": "ClusterRoleBinding",
+            "metadata": meta,
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "craft-operator",
+            },
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": "craft-system"}],
         },
     )
