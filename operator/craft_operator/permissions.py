@@ -49,7 +49,8 @@ REQUIRED_PERMISSIONS: tuple[Permission, ...] = (
     *_grants(
         "apiextensions.k8s.io", ("customresourcedefinitions",), ("list", "watch"), namespaced=False
     ),
-    *_grants("craft.onyx.app", ("craftsandboxes",), ("list", "watch", "patch")),
+    # get: the orphan sweep confirms a sandbox is gone before it revokes its PAT.
+    *_grants("craft.onyx.app", ("craftsandboxes",), ("get", "list", "watch", "patch")),
     *_grants("craft.onyx.app", ("craftsandboxes/status",), ("patch",)),
     # blockOwnerDeletion on the children (OwnerReferencesPermissionEnforcement).
     *_grants("craft.onyx.app", ("craftsandboxes/finalizers",), ("update",)),
