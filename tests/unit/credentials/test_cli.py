@@ -152,3 +152,26 @@ def test_a_malformed_key_ring_stops_a_command_without_echoing_the_key(
     assert result.exit_code == 2
     assert "CRAFT_ENCRYPTION_KEYS" in result.output
     assert secretish not in result.output
+
+
+def test_credentials_adopt_claims_rows_without_a_cluster_id_once(env: dict[str, str]) -> None:
+    import sqlalchemy as sa
+
+    from craft_operator.credentials.tables import SandboxCredential
+
+    mint(env)
+    engine = sa.create_engine(f"sqlite:///{env['CRAFT_STATE_DIR']}/craft-operator.db")
+    with engine.begin() as connection:  # as written before cluster ids were recorded
+        connection.execute(sa.update(SandboxCredential).values(cluster_id=None))
+    east = {**env, "CRAFT_CLUSTER_ID": "east"}
+
+    first = run(east, "credentials", "adopt")
+    second = run(east, "credentials", "adopt")
+
+    assert first.output.strip() == "adopted 1 credential rows as cluster 'east'"
+    assert second.output.strip() == "adopted 0 credential rows as cluster 'east'"
+    with engine.connect() as connection:
+        assert connection.execute(sa.select(SandboxCredential.cluster_id)).scalars().all() == [
+            "east"
+        ]
+    engine.dispose()
