@@ -175,6 +175,23 @@ class Settings(BaseSettings):
         ),
         pattern=DNS_SUBDOMAIN_PATTERN,
     )
+    library_job_role_arn: str | None = Field(
+        default=None,
+        description=(
+            "Job mode: IAM role the operator assumes (STS AssumeRole) for each sync Job, with "
+            "a session policy limited to the library's bucket and prefix; the credentials go "
+            "into a Secret owned by the Job. Unset: CRAFT_LIBRARY_S3_SECRET for every Job."
+        ),
+        pattern=r"^arn:[a-z0-9-]+:iam::[0-9]*:role/[A-Za-z0-9+=,.@/_-]+$",
+    )
+    library_sts_endpoint_url: str | None = Field(
+        default=None,
+        description=(
+            "Job mode: STS endpoint for CRAFT_LIBRARY_JOB_ROLE_ARN; unset: "
+            "CRAFT_S3_ENDPOINT_URL if set (MinIO serves STS there), else AWS."
+        ),
+        pattern=URL_PATTERN,
+    )
     library_volume_size: str = Field(
         default="20Gi",
         description="Job mode: size of a library volume when spec.userLibrary.size is unset.",
