@@ -22,6 +22,8 @@ from craft_operator.api.models import DNS_LABEL_PATTERN, URL_PATTERN
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 
 ENV_PREFIX = "CRAFT_"
+#: The cluster id of rows in the embedded SQLite database when CRAFT_CLUSTER_ID is unset.
+EMBEDDED_CLUSTER_ID = "embedded"
 
 DEFAULT_SANDBOX_RESOURCES: dict[str, dict[str, str]] = {
     "requests": {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "5Gi"},
@@ -103,6 +105,22 @@ class Settings(BaseSettings):
         lt=1,
         description="Mint a new PAT when less than this share of its lifetime is left.",
     )
+    cluster_id: str | None = Field(
+        default=None,
+        description=(
+            "This cluster's name in the credentials database, written on every credential "
+            "row; the orphan sweep revokes only rows of this cluster. Unset: 'embedded' on "
+            "the SQLite database, and on Postgres (which other clusters may share) no sweep."
+        ),
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$",
+    )
+    orphan_sweep_interval: float = Field(
+        default=600.0,
+        ge=0,
+        description=(
+            "Seconds between sweeps that revoke PATs whose CraftSandbox is gone (0: never)."
+        ),
+    )
     s3_bucket: str | None = Field(default=None, description="Default S3 bucket of user libraries.")
     s3_endpoint_url: str | None = Field(
         default=None,
@@ -156,6 +174,23 @@ class Settings(BaseSettings):
             "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) for sync Jobs."
         ),
         pattern=DNS_SUBDOMAIN_PATTERN,
+    )
+    library_job_role_arn: str | None = Field(
+        default=None,
+        description=(
+            "Job mode: IAM role the operator assumes (STS AssumeRole) for each sync Job, with "
+            "a session policy limited to the library's bucket and prefix; the credentials go "
+            "into a Secret owned by the Job. Unset: CRAFT_LIBRARY_S3_SECRET for every Job."
+        ),
+        pattern=r"^arn:[a-z0-9-]+:iam::[0-9]*:role/[A-Za-z0-9+=,.@/_-]+$",
+    )
+    library_sts_endpoint_url: str | None = Field(
+        default=None,
+        description=(
+            "Job mode: STS endpoint for CRAFT_LIBRARY_JOB_ROLE_ARN; unset: "
+            "CRAFT_S3_ENDPOINT_URL if set (MinIO serves STS there), else AWS."
+        ),
+        pattern=URL_PATTERN,
     )
     library_volume_size: str = Field(
         default="20Gi",
@@ -285,6 +320,14 @@ class Settings(BaseSettings):
             return None
         namespace, _, name = self.skill_template_configmap.partition("/")
         return namespace, name
+
+    @property
+    def effective_cluster_id(self) -> str | None:
+        """CRAFT_CLUSTER_ID; unset, ``embedded`` on SQLite (a file no other cluster
+        shares) and ``None`` on Postgres (rows get no cluster id, and no sweep runs)."""
+        if self.cluster_id is not None:
+            return self.cluster_id
+        return EMBEDDED_CLUSTER_ID if self.database_url_value.startswith("sqlite") else None
 
     @property
     def database_url_value(self) -> str:

@@ -10,6 +10,7 @@ from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import KubeClient
 from craft_operator.kube.events import EventRecorder
 from craft_operator.peering.gate import ActivityGate
+from craft_operator.reconciler.orphan_sweep import OrphanSweeper
 from craft_operator.reconciler.queue import WorkQueue
 from craft_operator.reconciler.sandbox import RetryLaterError, SandboxReconciler
 
@@ -28,6 +29,8 @@ class OperatorContext:
     queue: WorkQueue[SandboxKey] = field(init=False)
     #: Whether this replica acts (always, unless it is a standby in an active/standby pair).
     gate: ActivityGate = field(init=False)
+    #: Revokes PATs of deleted sandboxes (started with the workers), if configured.
+    sweeper: OrphanSweeper | None = None
     #: Tasks the start-up handler started, cancelled by the clean-up handler.
     background: set[asyncio.Task[None]] = field(default_factory=set)
 

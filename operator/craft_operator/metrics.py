@@ -340,6 +340,11 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self._orphans_revoked = Counter(
+            _name("orphaned_pats_revoked"),
+            "PATs revoked by the orphan sweep because their CraftSandbox was gone.",
+            registry=r,
+        )
         self._sync_bytes = Counter(
             _name("user_library_sync_bytes"),
             "Bytes of user-library files copied into sandboxes.",
@@ -418,6 +423,10 @@ class Metrics:
     def pat_failed(self, reason: str) -> None:
         """Minting, reusing or revoking a PAT failed with this condition reason."""
         self._pat_errors.labels(bounded(reason, CREDENTIAL_ERROR_REASONS)).inc()
+
+    def orphans_revoked(self, count: int) -> None:
+        """The orphan sweep revoked ``count`` PATs."""
+        self._orphans_revoked.inc(max(0, count))
 
     def sync_finished(self, bytes_transferred: int, seconds: float) -> None:
         """A user-library sync succeeded after copying ``bytes_transferred`` bytes."""

@@ -80,7 +80,8 @@ OPERATOR_NAMESPACE_PERMISSIONS: tuple[Permission, ...] = (
 
 #: The Role ``craft-operator`` in ``manifests/sandbox-namespace/rbac.yaml``.
 SANDBOX_NAMESPACE_PERMISSIONS: tuple[Permission, ...] = (
-    *_grants("craft.onyx.app", ("craftsandboxes",), ("list", "watch", "patch")),
+    # get: the orphan sweep confirms a sandbox is gone before it revokes its PAT.
+    *_grants("craft.onyx.app", ("craftsandboxes",), ("get", "list", "watch", "patch")),
     *_grants("craft.onyx.app", ("craftsandboxes/status",), ("patch",)),
     # blockOwnerDeletion on the children (OwnerReferencesPermissionEnforcement).
     *_grants("craft.onyx.app", ("craftsandboxes/finalizers",), ("update",)),

@@ -25,6 +25,7 @@ from craft_operator.kube.exec import ExecResult, ExecTransport, KubernetesExec, 
 from craft_operator.metrics import Metrics, start_from_settings
 from craft_operator.peering.monitor import PeeringMonitor, default_identity
 from craft_operator.peering.options import PeeringOptions
+from craft_operator.reconciler.orphan_sweep import OrphanSweeper
 from craft_operator.reconciler.sandbox import SandboxReconciler, Services
 from craft_operator.reconciler.services import LibrarySyncer, SkillRenderer, StoreCredentials
 
@@ -113,6 +114,16 @@ def build_context(
         cache=cache,
         reconciler=SandboxReconciler(services),
         events=events,
+    )
+    context.sweeper = OrphanSweeper(
+        credentials=credentials,
+        kube=kube,
+        cache=cache,
+        metrics=metrics,
+        cluster_id=settings.effective_cluster_id,
+        interval=settings.orphan_sweep_interval,
+        active=lambda: context.gate.active and not context.gate.priming,
+        namespaces=lambda: context.gate.namespaces,
     )
     metrics.track(
         cache=cache,

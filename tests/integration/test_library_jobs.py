@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -22,6 +22,7 @@ from tests.integration.helpers import (
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually, running_operator
 from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
+from tests.support.s3 import S3Server, running_s3_server, use_fake_aws_credentials
 
 REVISION = "craft.onyx.app/user-library-revision"
 JOBS = "batch/v1/jobs"
@@ -231,3 +232,44 @@ async def test_deleting_a_job_mode_sandbox_removes_its_volume_and_jobs(
     await eventually(lambda: emulator.find(SANDBOXES, NAMESPACE, "alice") is None, what="gone")
     assert emulator.find("v1/persistentvolumeclaims", NAMESPACE, "alice-library") is None
     assert emulator.find(JOBS, NAMESPACE, "alice-library-1") is None
+
+
+@pytest.fixture
+def sts(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
+    """moto over HTTP as the STS endpoint (it issues credentials; it enforces no policy)."""
+    use_fake_aws_credentials(monkeypatch)
+    yield from running_s3_server()
+
+
+async def test_with_a_job_role_each_job_reads_s3_with_its_own_scoped_secret(
+    emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec, sts: S3Server
+) -> None:
+    scoped = settings.model_copy(
+        update={
+            "s3_bucket": "craft-libraries",
+            "operator_image": "craft-operator:test",
+            "library_job_role_arn": "arn:aws:iam::123456789012:role/craft-library-reader",
+            "library_sts_endpoint_url": sts.url,
+        }
+    )
+    async with running_operator(str(emulator.url).rstrip("/"), scoped, exec_transport=pod_exec):
+        emulator.create(SANDBOXES, job_mode_sandbox())
+        await eventually(lambda: pod(emulator, "alice"), what="the pod")
+        mark_pod_running(emulator, NAMESPACE, "alice")
+        job = await eventually(lambda: emulator.find(JOBS, NAMESPACE, "alice-library-1"))
+        secret = await eventually(
+            lambda: emulator.find("v1/secrets", NAMESPACE, "alice-library-1-s3"),
+            what="the Job's own Secret",
+        )
+
+    [owner] = secret["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["uid"]) == ("Job", job["metadata"]["uid"])
+    assert set(secret["data"]) == {
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+    }
+    env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {item["valueFrom"]["secretKeyRef"]["name"] for item in env if "valueFrom" in item} == {
+        "alice-library-1-s3"
+    }

@@ -3,8 +3,8 @@
 Every integration test already fails when the operator uses access its RBAC lacks (see
 ``conftest.emulator``). This scenario walks every path that talks to the API (provisioning,
 CLI validation, Job-mode library sync, drift repair, create conflicts, a custom template,
-deletion), as one replica of an active/standby pair (peering), and checks both directions
-for each install: the namespaced default (``manifests/base`` plus the Role of
+the orphan sweep, deletion), as one replica of an active/standby pair (peering), and checks
+both directions for each install: the namespaced default (``manifests/base`` plus the Role of
 ``manifests/sandbox-namespace``), where the operator serves one namespace and never asks
 for a namespaced kind cluster-wide, and ``manifests/overlays/all-namespaces``.
 """
@@ -23,6 +23,7 @@ from craft_operator.peering.options import PeeringOptions
 from tests.integration.conftest import SANDBOXES, observed_access
 from tests.integration.helpers import NAMESPACE, phase, pod, sandbox
 from tests.integration.test_library_jobs import JOBS, finish_job
+from tests.integration.test_orphan_sweep import pat_state, plant_row
 from tests.integration.test_peering import PEERING, PEERINGS, peering_object
 from tests.support.emulator import OPERATOR_AGENTS, KubeEmulator
 from tests.support.operator import eventually, running_operator
@@ -75,8 +76,10 @@ async def test_every_grant_of_the_install_is_used_and_nothing_else(
             "skill_template_configmap": "craft-system/skill-template",
             "s3_bucket": "craft-libraries",
             "library_s3_secret": "library-s3",
+            "orphan_sweep_interval": 0.2,
         }
     )
+    plant_row(custom, "deleted-while-the-operator-was-down")
     emulator.create(PEERINGS, peering_object())
     peering = PeeringOptions(name=PEERING, priority=100, identity="craft-operator-0", lifetime=5)
     served = (NAMESPACE,) if install is Install.NAMESPACED else ()
@@ -112,6 +115,11 @@ async def test_every_grant_of_the_install_is_used_and_nothing_else(
             ),
         ):
             await eventually(put_back(resource, name, check), what=f"{name} put back")
+
+        await eventually(
+            lambda: pat_state(custom, "deleted-while-the-operator-was-down") is None,
+            what="the orphan sweep",
+        )
 
         emulator.remove(SANDBOXES, NAMESPACE, "alice")
         await eventually(lambda: emulator.find(SANDBOXES, NAMESPACE, "alice") is None)

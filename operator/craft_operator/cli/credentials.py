@@ -14,6 +14,7 @@ from craft_operator.cli._store import (
     split_sandbox,
 )
 from craft_operator.credentials import CredentialInfo
+from craft_operator.credentials.orphans import adopt_rows
 
 
 def _as_dict(info: CredentialInfo) -> dict[str, str | int]:
@@ -73,3 +74,28 @@ def revoke(sandbox: tuple[str, str]) -> None:
     if info is None:
         fail(f"no credential is stored for sandbox {namespace}/{name}; nothing was revoked")
     click.echo(f"revoked PAT {info.pat_id} ({info.token_display}) of sandbox {namespace}/{name}")
+
+
+@credentials.command()
+@click.option(
+    "--namespace",
+    "namespaces",
+    multiple=True,
+    metavar="NAMESPACE",
+    help="Only rows of sandboxes in this namespace (repeat); default: every row.",
+)
+def adopt(namespaces: tuple[str, ...]) -> None:
+    """Mark stored credentials without a cluster id as this cluster's (CRAFT_CLUSTER_ID).
+
+    Rows written before the operator recorded cluster ids are never revoked by the orphan
+    sweep. Adopt only rows this cluster's operator wrote: once adopted, the sweep revokes
+    the PAT of any whose CraftSandbox does not exist in this cluster.
+    """
+    quiet_logging()
+    settings = settings_or_fail()
+    cluster_id = settings.effective_cluster_id
+    if cluster_id is None:
+        fail("set CRAFT_CLUSTER_ID to the id this cluster's operator uses", code=2)
+    with opened_store(settings) as store:
+        adopted = adopt_rows(store, cluster_id, namespaces)
+    click.echo(f"adopted {adopted} credential rows as cluster {cluster_id!r}")

@@ -89,4 +89,5 @@ def build_credential_store(settings: Settings, *, migrate: bool | None = None) -
         keyring,
         renewal_fraction=settings.credential_renewal_fraction,
         owns_engine=True,
+        cluster_id=settings.effective_cluster_id,
     )

@@ -184,6 +184,22 @@ def _pat_state(row: Row[Any], now: datetime) -> PatState:
     return PatState.LIVE
 
 
+def revoke_pat_statement(pat_id: int, now: datetime) -> Any:
+    """Onyx's revocation: ``is_revoked`` true and ``expires_at`` now (never later)."""
+    moment = literal(now, _PAT.c.expires_at.type)
+    return (
+        update(_PAT)
+        .where(_PAT.c.id == pat_id, _PAT.c.is_revoked.is_(False))
+        .values(
+            is_revoked=True,
+            expires_at=case(
+                (_PAT.c.expires_at.is_(None) | (_PAT.c.expires_at > moment), moment),
+                else_=_PAT.c.expires_at,
+            ),
+        )
+    )
+
+
 @dataclass(frozen=True)
 class EnsurePolicy:
     """What one :meth:`CredentialStore.ensure` call asks for."""
@@ -241,6 +257,7 @@ class CredentialStore:
         renewal_fraction: float = DEFAULT_RENEWAL_FRACTION,
         clock: Callable[[], datetime] = utc_now,
         owns_engine: bool = False,
+        cluster_id: str | None = None,
     ) -> None:
         if not 0 <= renewal_fraction < 1:
             raise ValueError("renewal_fraction must be in [0, 1)")
@@ -251,6 +268,8 @@ class CredentialStore:
         self._keyring = keyring
         self._renewal_fraction = renewal_fraction
         self._clock = clock
+        #: Written on every row this store mints (see :mod:`craft_operator.credentials.orphans`).
+        self.cluster_id = cluster_id
         self._onyx_mode = is_onyx_mode(self._engine)
         # Reads need no transaction: on Postgres they run in autocommit (one round trip).
         self._reader = (
@@ -477,6 +496,7 @@ class CredentialStore:
                 "created_at": now,
                 "expires_at": expires_at,
                 "updated_at": now,
+                "cluster_id": self.cluster_id,
             }
             if row is None:
                 connection.execute(
@@ -512,22 +532,7 @@ class CredentialStore:
         )
 
     def _revoke_statement(self, pat_id: int, now: datetime) -> Any:
-        """Onyx's revocation: ``is_revoked`` true and ``expires_at`` now (never later)."""
-        moment = literal(now, _PAT.c.expires_at.type)
-        return (
-            update(_PAT)
-            .where(_PAT.c.id == pat_id, _PAT.c.is_revoked.is_(False))
-            .values(
-                is_revoked=True,
-                expires_at=case(
-                    (
-                        _PAT.c.expires_at.is_(None) | (_PAT.c.expires_at > moment),
-                        moment,
-                    ),
-                    else_=_PAT.c.expires_at,
-                ),
-            )
-        )
+        return revoke_pat_statement(pat_id, now)
 
     def _insert_pat(
         self,

@@ -161,6 +161,9 @@ class SandboxCredential(OperatorBase):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
     expires_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
+    #: The cluster whose operator minted the row (``CRAFT_CLUSTER_ID``); NULL on rows from
+    #: before that column existed, which the orphan sweep leaves alone.
+    cluster_id: Mapped[str | None] = mapped_column(String(128), nullable=True, index=True)
 
     __table_args__ = (
         UniqueConstraint("namespace", "name", name="uq_craft_sandbox_credential_sandbox"),

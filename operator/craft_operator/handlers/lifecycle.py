@@ -19,6 +19,8 @@ async def start_workers(memo: OperatorContext, logger: kopf.Logger, **_: Any) ->
     memo.queue.start()
     if memo.gate.priming:
         memo.background.add(asyncio.create_task(memo.gate.prime(), name="prime-cache"))
+    if memo.sweeper is not None:
+        memo.background.add(asyncio.create_task(memo.sweeper.run(), name="orphan-sweep"))
     logger.info("started %d reconcile workers", memo.settings.workers)
 
 

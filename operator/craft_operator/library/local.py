@@ -1,10 +1,19 @@
 """Applying a change set to a local directory (the CLI, and the sync Job in Job mode).
 
-Same layout and order as in the pod (:mod:`craft_operator.library.destination`): new files
-are downloaded into ``<root>/.craft-sync/staging``, the manifest gets its ``pending`` lines,
-deletions and renames follow, and the manifest is completed last. The directory may be
-shared with the sandbox (Job mode mounts it in both), so nothing here follows a symlink
-found inside it: a symlink where a directory is needed is replaced by a directory.
+Same order as in the pod (:mod:`craft_operator.library.destination`): new files are
+downloaded into ``<root>/.craft-sync/staging``, the manifest gets its ``pending`` lines,
+deletions and renames follow, and the manifest is completed last.
+
+In Job mode the directory is a volume the sandbox mounts too, so the agent can plant a
+symlink anywhere under it, or swap a directory for one while the sync runs. The root
+itself is trusted (the caller names it; in the Job it is the volume's mount point), and
+nothing under it is: every path is walked one component at a time from directory file
+descriptors with ``O_NOFOLLOW``, files are created with ``O_EXCL | O_NOFOLLOW``, and
+renames, unlinks and ``rmdir`` act on names relative to the directory descriptors. A
+directory swapped after it was opened keeps receiving the write (it is still inside the
+volume); a symlink found where a directory is needed is replaced by a directory; nothing
+is ever written, chmod-ed or deleted through a symlink, and no check is made on a path
+that could change before it is used.
 """
 
 from __future__ import annotations
@@ -14,7 +23,9 @@ import errno
 import os
 import shutil
 import stat
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
 from functools import partial
 from pathlib import Path
 
@@ -27,78 +38,232 @@ from craft_operator.library.s3 import ObjectStore
 CHUNK_BYTES = 1024 * 1024
 #: Parallel downloads: for small files the latency of each GET sets the pace.
 DOWNLOAD_THREADS = 8
+#: Tries to replace an entry the sandbox keeps swapping before the sync gives up (retryable).
+ATTEMPTS = 3
+STAGING = "staging"
+MANIFEST = "manifest"
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+#: Errors that mean "something other than a real directory is at this name".
+_NOT_A_DIRECTORY = (errno.ENOTDIR, errno.ELOOP)
 
 
-def _remove(path: Path) -> None:
-    """Remove a file, symlink or directory tree at ``path`` (never following a symlink)."""
+class PlantedEntryError(DestinationError):
+    """An entry under the library kept changing while the sync replaced it; try again."""
+
+    retryable = True
+
+
+def _planted(relative: str) -> PlantedEntryError:
+    return PlantedEntryError(
+        f"{relative!r} in the library kept changing while the sync replaced it (an entry "
+        "planted by the sandbox?); the next sync tries again"
+    )
+
+
+def _open_dir(parent: int, name: str) -> int:
+    """Open the real directory ``name`` in ``parent``; a symlink or file raises OSError."""
+    return os.open(name, _DIR_FLAGS, dir_fd=parent)
+
+
+def _remove_entry(parent: int, name: str) -> None:
+    """Remove whatever is at ``name`` in ``parent`` (a whole tree for a directory).
+
+    ``unlink`` removes a symlink itself, never its target; ``shutil.rmtree`` with
+    ``dir_fd`` walks by descriptors and refuses symlinks, so a tree swapped for a symlink
+    mid-way raises instead of deleting elsewhere.
+    """
     try:
-        mode = path.lstat().st_mode
+        os.unlink(name, dir_fd=parent)
     except FileNotFoundError:
         return
-    if stat.S_ISDIR(mode):
-        shutil.rmtree(path)
-    else:
-        path.unlink()
+    except OSError as exc:
+        if exc.errno not in (errno.EISDIR, errno.EPERM):
+            raise
+        shutil.rmtree(name, dir_fd=parent)
 
 
-def _parent_inside(root: Path, relative: str, *, create: bool) -> Path | None:
-    """The real directory that holds ``root/relative``, walking without following symlinks.
+def _ensure_dir(parent: int, name: str, relative: str) -> int:
+    """A descriptor of the real directory ``name`` in ``parent``, made if missing.
 
-    With ``create``, missing directories are made and symlinks or files in the way are
-    replaced; without it, ``None`` means the parent does not exist as a real directory.
+    A symlink, file or other entry in the way is removed (never followed) and replaced.
     """
-    current = root
-    for segment in relative.split("/")[:-1]:
-        current = current / segment
+    for _ in range(ATTEMPTS):
         try:
-            mode = current.lstat().st_mode
+            return _open_dir(parent, name)
         except FileNotFoundError:
-            if not create:
-                return None
-            current.mkdir()
-            continue
-        if not stat.S_ISDIR(mode):
-            if not create:
-                return None
-            current.unlink()
-            current.mkdir()
-    return current
+            pass
+        except OSError as exc:
+            if exc.errno not in _NOT_A_DIRECTORY:
+                raise
+            _remove_entry(parent, name)
+        with suppress(FileExistsError):
+            os.mkdir(name, 0o755, dir_fd=parent)
+    raise _planted(relative)
 
 
-def _prune_empty_parents(root: Path, relative: str) -> None:
-    parts = relative.split("/")[:-1]
-    while parts:
+def _create_file(parent: int, name: str, relative: str) -> int:
+    """A new, empty regular file ``name`` in ``parent`` (whatever was there is removed)."""
+    for _ in range(ATTEMPTS):
         try:
-            (root / "/".join(parts)).rmdir()
-        except OSError:
+            return os.open(name, _NEW_FILE_FLAGS, 0o600, dir_fd=parent)
+        except FileExistsError:
+            _remove_entry(parent, name)
+    raise _planted(relative)
+
+
+def _rename_into(source: int, source_name: str, target: int, name: str, relative: str) -> None:
+    """Move ``source_name`` over ``name`` (a directory in the way is removed first)."""
+    for _ in range(ATTEMPTS):
+        try:
+            os.replace(source_name, name, src_dir_fd=source, dst_dir_fd=target)
             return
-        parts.pop()
+        except OSError as exc:
+            if exc.errno not in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            _remove_entry(target, name)
+    raise _planted(relative)
+
+
+class _DirectoryStack:
+    """Descriptors of one directory path under the root, reused while paths share it.
+
+    Copies are applied in path order, so consecutive files mostly share their directory:
+    only the components that differ are closed and opened again, and at most one path's
+    depth of descriptors is open at a time.
+    """
+
+    def __init__(self, root: int) -> None:
+        self._root = root
+        self._names: list[str] = []
+        self._fds: list[int] = []
+
+    def enter(self, directories: list[str]) -> int:
+        """The descriptor of ``root/directories…``, creating what is missing."""
+        common = 0
+        while (
+            common < len(self._names)
+            and common < len(directories)
+            and self._names[common] == directories[common]
+        ):
+            common += 1
+        self._truncate(common)
+        for name in directories[common:]:
+            parent = self._fds[-1] if self._fds else self._root
+            relative = "/".join([*self._names, name])
+            self._fds.append(_ensure_dir(parent, name, relative))
+            self._names.append(name)
+        return self._fds[-1] if self._fds else self._root
+
+    def _truncate(self, depth: int) -> None:
+        while len(self._fds) > depth:
+            os.close(self._fds.pop())
+            self._names.pop()
+
+    def close(self) -> None:
+        """Close every descriptor held."""
+        self._truncate(0)
+
+
+def _delete(root: int, relative: str) -> None:
+    """Delete ``relative`` and then its directories that became empty.
+
+    A missing entry, or a symlink or file where a directory should be, means there is
+    nothing of the library's to delete there.
+    """
+    *directories, name = relative.split("/")
+    chain = [root]
+    try:
+        for directory in directories:
+            try:
+                chain.append(_open_dir(chain[-1], directory))
+            except FileNotFoundError:
+                return
+            except OSError as exc:
+                if exc.errno in _NOT_A_DIRECTORY:
+                    return
+                raise
+        _remove_entry(chain[-1], name)
+        for depth in range(len(directories) - 1, -1, -1):
+            try:
+                os.rmdir(directories[depth], dir_fd=chain[depth])
+            except OSError:
+                break
+    finally:
+        for descriptor in chain[1:]:
+            os.close(descriptor)
+
+
+def _write_new(parent: int, name: str, data: bytes, relative: str) -> None:
+    descriptor = _create_file(parent, name, relative)
+    with os.fdopen(descriptor, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fchmod(out.fileno(), 0o644)
+        os.fsync(out.fileno())
+
+
+def _append(state: int, data: bytes) -> None:
+    """Append to the manifest; a symlink, FIFO or directory planted there is replaced."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    for _ in range(ATTEMPTS):
+        try:
+            descriptor = os.open(MANIFEST, flags, 0o644, dir_fd=state)
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+                raise
+            _remove_entry(state, MANIFEST)
+            continue
+        with os.fdopen(descriptor, "ab") as manifest:
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                _remove_entry(state, MANIFEST)
+                continue
+            manifest.write(data)
+            manifest.flush()
+            os.fsync(descriptor)
+            return
+    raise _planted(f"{STATE_DIR}/{MANIFEST}")
+
+
+@contextmanager
+def _opened(path: Path) -> Iterator[int]:
+    descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield descriptor
+    finally:
+        os.close(descriptor)
 
 
 class LocalDestination:
     """:class:`~craft_operator.library.destination.Destination` in a local directory."""
 
     def __init__(self, root: Path) -> None:
-        """Sync into ``root`` (created if missing)."""
+        """Sync into ``root`` (created if missing; trusted, unlike everything under it)."""
         self.root = root
-        self._state = root / STATE_DIR
-        self._staging = self._state / "staging"
-        self._manifest = self._state / "manifest"
 
     async def read_manifest(self) -> bytes | None:
-        """The manifest, or ``None`` if this directory was never synced (or it is a symlink)."""
+        """The manifest, or ``None`` if there is none, or it is not a plain file."""
         try:
             return await asyncio.to_thread(self._read_manifest)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
         except OSError as exc:
-            if exc.errno == errno.ELOOP:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO):
                 return None
-            raise DestinationError(f"cannot read {self._manifest}: {exc.strerror}") from None
+            raise DestinationError(
+                f"cannot read {self.root}/{STATE_DIR}/{MANIFEST}: {exc.strerror}"
+            ) from None
 
-    def _read_manifest(self) -> bytes:
-        descriptor = os.open(self._manifest, os.O_RDONLY | os.O_NOFOLLOW)
+    def _read_manifest(self) -> bytes | None:
+        with _opened(self.root) as root:
+            state = _open_dir(root, STATE_DIR)
+            try:
+                flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+                descriptor = os.open(MANIFEST, flags, dir_fd=state)
+            finally:
+                os.close(state)
         with os.fdopen(descriptor, "rb") as manifest:
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                return None  # a FIFO or socket planted by the sandbox: no trusted manifest
             return manifest.read()
 
     async def apply(self, changes: ChangeSet, store: ObjectStore, bucket: str) -> int:
@@ -111,56 +276,68 @@ class LocalDestination:
 
     def _apply(self, changes: ChangeSet, store: ObjectStore, bucket: str) -> int:
         self.root.mkdir(parents=True, exist_ok=True)
-        _parent_inside(self.root, f"{STATE_DIR}/x", create=True)
-        _remove(self._staging)
-        (self._staging / "files").mkdir(parents=True)
-        with ThreadPoolExecutor(DOWNLOAD_THREADS, thread_name_prefix="library-download") as pool:
-            received = sum(
-                pool.map(partial(self._download, store=store, bucket=bucket), changes.copies)
-            )
-        self._append(changes.pending)
-        for path in changes.deletes:
-            parent = _parent_inside(self.root, path, create=False)
-            if parent is not None:
-                _remove(parent / path.rsplit("/", 1)[-1])
-                _prune_empty_parents(self.root, path)
-        for copy in changes.copies:
-            parent = _parent_inside(self.root, copy.path, create=True)
-            assert parent is not None
-            target = parent / copy.path.rsplit("/", 1)[-1]
-            if target.is_symlink() or target.is_dir():
-                _remove(target)
-            os.replace(self._staging / "files" / copy.path, target)
-        if changes.replace_manifest:
-            aside = self._staging / "manifest"
-            aside.write_bytes(changes.final)
-            os.replace(aside, self._manifest)
-        else:
-            self._append(changes.final)
-        _remove(self._staging)
+        with _opened(self.root) as root:
+            state = _ensure_dir(root, STATE_DIR, STATE_DIR)
+            try:
+                return self._apply_in(root, state, changes, store, bucket)
+            finally:
+                os.close(state)
+
+    def _apply_in(
+        self, root: int, state: int, changes: ChangeSet, store: ObjectStore, bucket: str
+    ) -> int:
+        _remove_entry(state, STAGING)
+        staging = _ensure_dir(state, STAGING, f"{STATE_DIR}/{STAGING}")
+        try:
+            # Staged files get flat names: no directories to walk inside the staging area.
+            staged = {copy.path: f"{index:08d}" for index, copy in enumerate(changes.copies)}
+            download = partial(self._download, staging=staging, store=store, bucket=bucket)
+            with ThreadPoolExecutor(
+                DOWNLOAD_THREADS, thread_name_prefix="library-download"
+            ) as pool:
+                received = sum(
+                    pool.map(lambda copy: download(copy, staged[copy.path]), changes.copies)
+                )
+            _append(state, changes.pending)
+            for path in changes.deletes:
+                _delete(root, path)
+            directories = _DirectoryStack(root)
+            try:
+                for copy in sorted(changes.copies, key=lambda copy: copy.path.split("/")):
+                    *parents, name = copy.path.split("/")
+                    target = directories.enter(parents)
+                    _rename_into(staging, staged[copy.path], target, name, copy.path)
+            finally:
+                directories.close()
+            if changes.replace_manifest:
+                _write_new(staging, MANIFEST, changes.final, f"{STATE_DIR}/{MANIFEST}")
+                _rename_into(staging, MANIFEST, state, MANIFEST, f"{STATE_DIR}/{MANIFEST}")
+            else:
+                _append(state, changes.final)
+        finally:
+            os.close(staging)
+        _remove_entry(state, STAGING)
         return received
 
-    def _append(self, data: bytes) -> None:
-        if self._manifest.is_symlink():
-            self._manifest.unlink()
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
-        with os.fdopen(os.open(self._manifest, flags, 0o644), "ab") as manifest:
-            manifest.write(data)
-            manifest.flush()
-            os.fsync(manifest.fileno())
-
-    def _download(self, copy: PlannedCopy, *, store: ObjectStore, bucket: str) -> int:
-        staged = self._staging / "files" / copy.path
-        staged.parent.mkdir(parents=True, exist_ok=True)
+    def _download(
+        self, copy: PlannedCopy, name: str, *, staging: int, store: ObjectStore, bucket: str
+    ) -> int:
         body = store.open_object(bucket, copy.key, copy.etag)
         received = 0
         try:
-            with staged.open("wb") as out:
+            descriptor = _create_file(staging, name, copy.path)
+            with os.fdopen(descriptor, "wb") as out:
                 while chunk := body.read(CHUNK_BYTES):
                     received += len(chunk)
                     if received > copy.size:
                         break
                     out.write(chunk)
+                out.flush()
+                # By descriptor: the name may already point elsewhere.
+                os.fchmod(descriptor, 0o644)
+                if copy.last_modified is not None:
+                    stamp = copy.last_modified.timestamp()
+                    os.utime(descriptor, (stamp, stamp))
         finally:
             body.close()
         if received != copy.size:
@@ -168,8 +345,4 @@ class LocalDestination:
                 f"s3://{bucket}/{copy.key} was {copy.size} bytes when listed but a different "
                 "size was read; the next sync picks up the new version"
             )
-        staged.chmod(0o644)
-        if copy.last_modified is not None:
-            stamp = copy.last_modified.timestamp()
-            os.utime(staged, (stamp, stamp))
         return received

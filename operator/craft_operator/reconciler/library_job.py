@@ -9,6 +9,8 @@ the Job is deleted (with its pods). A change while a Job runs is picked up by th
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,7 +19,7 @@ from typing import Any
 from craft_operator.api.models import GROUP, CraftSandbox
 from craft_operator.config import Settings
 from craft_operator.kube.cache import ObjectCache
-from craft_operator.kube.client import JOBS, ApiError, ConflictError, KubeClient
+from craft_operator.kube.client import JOBS, SECRETS, ApiError, ConflictError, KubeClient
 from craft_operator.library import (
     LibraryConfigError,
     LibraryLocation,
@@ -25,6 +27,13 @@ from craft_operator.library import (
     build_sync_job,
     caps_from_settings,
     sync_job_name,
+)
+from craft_operator.library.scoped import (
+    ScopedCredentialIssuer,
+    ScopedCredentials,
+    build_job_secret,
+    job_secret_ref,
+    session_seconds,
 )
 
 JOB, POD = "Job", "Pod"
@@ -123,16 +132,21 @@ def desired_job(
     config: str,
 ) -> dict[str, Any]:
     """The next sync Job, annotated with what it syncs."""
-    if not settings.library_s3_secret:
+    name = sync_job_name(sandbox, sequence)
+    if settings.library_job_role_arn:
+        credentials = job_secret_ref(name)
+    elif settings.library_s3_secret:
+        credentials = S3CredentialsSecret(name=settings.library_s3_secret)
+    else:
         raise LibraryConfigError(
             "Job mode needs the operator setting CRAFT_LIBRARY_S3_SECRET: the Secret with the "
-            "S3 credentials for sync Jobs"
+            "S3 credentials for sync Jobs (or CRAFT_LIBRARY_JOB_ROLE_ARN for scoped ones)"
         )
     job = build_sync_job(
         sandbox,
         image=settings.operator_image,
         location=location,
-        credentials=S3CredentialsSecret(name=settings.library_s3_secret),
+        credentials=credentials,
         sequence=sequence,
         caps=caps_from_settings(settings),
         revision=revision,
@@ -144,13 +158,56 @@ def desired_job(
     return job
 
 
-async def start_job(kube: KubeClient, cache: ObjectCache, job: dict[str, Any]) -> dict[str, Any]:
-    """Create the Job (a leftover of the same name from before a restart is adopted)."""
+@functools.lru_cache(maxsize=4)
+def _issuer(role_arn: str, endpoint_url: str | None, region: str | None) -> ScopedCredentialIssuer:
+    return ScopedCredentialIssuer(role_arn, endpoint_url=endpoint_url, region=region)
+
+
+async def scoped_credentials(
+    settings: Settings, location: LibraryLocation, job: Mapping[str, Any]
+) -> ScopedCredentials | None:
+    """Credentials reading only ``location`` for ``job`` (None: the shared Secret is used).
+
+    Raises :class:`~craft_operator.library.errors.S3Error` subclasses when STS refuses.
+    """
+    if not settings.library_job_role_arn:
+        return None
+    issuer = _issuer(
+        settings.library_job_role_arn,
+        settings.library_sts_endpoint_url or settings.s3_endpoint_url,
+        settings.s3_region,
+    )
+    meta = job["metadata"]
+    return await asyncio.to_thread(
+        issuer.issue,
+        location,
+        namespace=meta["namespace"],
+        job_name=meta["name"],
+        seconds=session_seconds(settings.library_sync_timeout),
+    )
+
+
+async def start_job(
+    kube: KubeClient,
+    cache: ObjectCache,
+    job: dict[str, Any],
+    credentials: ScopedCredentials | None = None,
+) -> dict[str, Any]:
+    """Create the Job (a leftover of the same name from before a restart is adopted), and
+    with ``credentials`` its own Secret, owned by it (the Job's pod waits for it)."""
     try:
         created = await kube.create(JOBS, job)
     except ConflictError:
         created = await kube.get(JOBS, job["metadata"]["namespace"], job["metadata"]["name"])
     cache.put(JOB, created)
+    if credentials is not None:
+        try:
+            await kube.create(SECRETS, build_job_secret(created, credentials))
+        except ConflictError:
+            pass  # made before a restart, for this very Job (it is named after it)
+        except ApiError:
+            await remove_job(kube, cache, created)
+            raise
     return created
 
 

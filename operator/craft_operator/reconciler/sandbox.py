@@ -1018,6 +1018,7 @@ class SandboxReconciler:
                 pod_uid=pod_uid,
                 config=config,
             )
+            scoped = await library_job.scoped_credentials(self.s.settings, location, job)
         except LibrarySyncError as exc:
             self.s.metrics.sync_failed(exc.reason)
             current["lastError"] = exc.message
@@ -1028,7 +1029,7 @@ class SandboxReconciler:
                 self._body(run), type=WARNING, reason=f"Library{exc.reason}", message=exc.message
             )
             return
-        await library_job.start_job(self.s.kube, self.s.cache, job)
+        await library_job.start_job(self.s.kube, self.s.cache, job, scoped)
         current.update({"job": job["metadata"]["name"], "jobSequence": sequence})
         run.status["userLibrary"] = current
         if (run.condition(USER_LIBRARY_SYNCED) or {}).get("status") != "True":

@@ -15,6 +15,7 @@ import dataclasses
 import functools
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
 
 from craft_operator.api.models import CraftSandbox, Source
 from craft_operator.builders.naming import SANDBOX_CONTAINER
@@ -32,6 +33,8 @@ from craft_operator.library import (
 )
 from craft_operator.skills.render import RenderedSkill, render_skill
 from craft_operator.skills.template import SkillTemplateError, template_from_configmap
+
+_T = TypeVar("_T")
 
 
 def _identity(namespace: str, name: str, uid: str) -> SandboxIdentity:
@@ -90,6 +93,16 @@ class StoreCredentials:
         """Release the database connections."""
         if self._store is not None:
             self._store.close()
+
+    async def call(self, function: Callable[..., _T], *args: Any) -> _T:
+        """``function(store, *args)`` in a worker thread, within the store's call slots."""
+        store = await self._opened()
+        async with self._slots(store):
+            return await asyncio.to_thread(function, store, *args)
+
+    def forget(self, uid: str) -> None:
+        """Drop the remembered PAT of sandbox ``uid`` (it was revoked out of band)."""
+        self._known.pop(uid, None)
 
     async def ensure(
         self, sandbox: CraftSandbox, *, rejected_pat_id: int | None = None

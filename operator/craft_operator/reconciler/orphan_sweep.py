@@ -1,0 +1,171 @@
+"""The orphan sweep: revoke PATs whose CraftSandbox no longer exists.
+
+A sandbox's finalizer revokes its PAT, but a finalizer removed by hand, a namespace
+deleted while the operator was down, or a database restored from a backup can leave a
+credential row, and a live PAT, that no sandbox owns. Every ``CRAFT_ORPHAN_SWEEP_INTERVAL``
+seconds the active replica, once its cache is filled, looks at the rows of its own
+cluster (``CRAFT_CLUSTER_ID``) in the namespaces it serves:
+
+- a row whose sandbox is in the watch cache with the row's uid is alive: no API call;
+- any other row is confirmed with a live GET of the CraftSandbox: a 404, or an object
+  with another uid, makes it an orphan; any other answer (forbidden, unreachable) leaves
+  it for the next sweep;
+- an orphan's PAT is revoked and its row deleted in one transaction, only if the row is
+  unchanged since it was listed (a sandbox of that name created meanwhile wins).
+
+Rows without a cluster id (from before the column existed) are only counted and logged.
+PATs are named by id in logs, never by token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from craft_operator.credentials.errors import CredentialsError
+from craft_operator.credentials.orphans import (
+    StoredCredential,
+    count_without_cluster,
+    revoke_orphan,
+    rows_of_cluster,
+)
+from craft_operator.kube.cache import ObjectCache
+from craft_operator.kube.client import SANDBOXES, ApiError, Kind, NotFoundError
+from craft_operator.metrics import Metrics
+from craft_operator.reconciler.sandbox import SANDBOX
+from craft_operator.reconciler.services import StoreCredentials
+
+log = logging.getLogger(__name__)
+
+
+class ObjectReader(Protocol):
+    """What the sweep needs of the API client: one live GET."""
+
+    async def get(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any]:
+        """The object, or :class:`NotFoundError`."""
+        ...
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """What one sweep found and did."""
+
+    checked: int
+    revoked: tuple[int, ...]
+    unconfirmed: int
+    without_cluster: int
+
+
+class OrphanSweeper:
+    """Runs the sweep every ``interval`` seconds while ``active()`` says so."""
+
+    def __init__(
+        self,
+        *,
+        credentials: StoreCredentials,
+        kube: ObjectReader,
+        cache: ObjectCache,
+        metrics: Metrics,
+        cluster_id: str | None,
+        interval: float,
+        active: Callable[[], bool],
+        namespaces: Callable[[], Sequence[str]] = tuple,
+    ) -> None:
+        self._credentials = credentials
+        self._kube = kube
+        self._cache = cache
+        self._metrics = metrics
+        self.cluster_id = cluster_id
+        self.interval = interval
+        self._active = active
+        self._namespaces = namespaces
+        self._reported_unowned: int | None = None
+
+    async def run(self) -> None:
+        """Sweep forever, one interval apart; never raises (errors are logged)."""
+        if self.interval <= 0:
+            log.info("orphan sweep off: CRAFT_ORPHAN_SWEEP_INTERVAL is 0")
+            return
+        if self.cluster_id is None:
+            log.warning(
+                "orphan sweep off: set CRAFT_CLUSTER_ID (a name unique among the clusters "
+                "whose operators share this database) to revoke PATs of deleted sandboxes"
+            )
+            return
+        while True:
+            await asyncio.sleep(self.interval)
+            await self.tick()
+
+    async def tick(self) -> SweepReport | None:
+        """One scheduled sweep: skipped (``None``) on a standby or before the cache is
+        filled; a failure is logged and left for the next one."""
+        if self.cluster_id is None or not self._active():
+            return None
+        try:
+            return await self.sweep_once()
+        except (CredentialsError, ApiError) as exc:
+            log.warning("orphan sweep failed, trying again in %.0fs: %s", self.interval, exc)
+        except Exception:
+            log.exception("orphan sweep failed, trying again in %.0fs", self.interval)
+        return None
+
+    async def sweep_once(self) -> SweepReport:
+        """One sweep (see the module); the caller checks that this replica is active."""
+        if self.cluster_id is None:
+            raise RuntimeError("the orphan sweep needs a cluster id")
+        rows = await self._credentials.call(
+            rows_of_cluster, self.cluster_id, tuple(self._namespaces())
+        )
+        revoked: list[int] = []
+        unconfirmed = 0
+        for row in rows:
+            if self._alive_in_cache(row):
+                continue
+            orphan = await self._confirm_orphan(row)
+            if orphan is None:
+                unconfirmed += 1
+            elif orphan and await self._credentials.call(revoke_orphan, row):
+                self._credentials.forget(row.sandbox_uid)
+                revoked.append(row.pat_id)
+                log.info(
+                    "orphan sweep: revoked PAT %s of sandbox %s/%s (uid %s), which no longer "
+                    "exists",
+                    row.pat_id,
+                    row.namespace,
+                    row.name,
+                    row.sandbox_uid,
+                )
+        self._metrics.orphans_revoked(len(revoked))
+        unowned = await self._credentials.call(count_without_cluster)
+        if unowned and unowned != self._reported_unowned:
+            log.warning(
+                "orphan sweep: %d credential rows have no cluster id (written before it was "
+                "recorded) and are never swept; claim this cluster's with: craft-operator "
+                "credentials adopt",
+                unowned,
+            )
+        self._reported_unowned = unowned
+        return SweepReport(
+            checked=len(rows),
+            revoked=tuple(revoked),
+            unconfirmed=unconfirmed,
+            without_cluster=unowned,
+        )
+
+    def _alive_in_cache(self, row: StoredCredential) -> bool:
+        cached = self._cache.get(SANDBOX, row.namespace, row.name)
+        return cached is not None and cached.get("metadata", {}).get("uid") == row.sandbox_uid
+
+    async def _confirm_orphan(self, row: StoredCredential) -> bool | None:
+        """True: the sandbox is gone (or replaced); False: it lives; None: cannot tell."""
+        try:
+            live = await self._kube.get(SANDBOXES, row.namespace, row.name)
+        except NotFoundError:
+            return True
+        except ApiError as exc:
+            log.debug("orphan sweep: cannot read sandbox %s/%s: %s", row.namespace, row.name, exc)
+            return None
+        return bool(live.get("metadata", {}).get("uid") != row.sandbox_uid)

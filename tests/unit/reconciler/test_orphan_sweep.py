@@ -1,0 +1,214 @@
+"""The orphan sweep revokes a PAT only when its CraftSandbox is confirmed gone.
+
+A real credential store (SQLite) and a stand-in for the API server's GET: the sweep must
+revoke the PATs of deleted (or replaced) sandboxes, count them, name them by PAT id only,
+and leave alone everything it cannot be sure of: live sandboxes, unreadable ones, other
+clusters' rows, rows from before cluster ids, namespaces it does not serve, and every row
+while the replica is a standby.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import generate_latest
+
+from craft_operator.credentials import CredentialStore, KeyRing, SandboxIdentity, generate_key_entry
+from craft_operator.credentials.db import create_credentials_engine, upgrade
+from craft_operator.kube.cache import ObjectCache
+from craft_operator.kube.client import ApiError, Kind, NotFoundError
+from craft_operator.metrics import Metrics
+from craft_operator.reconciler.orphan_sweep import OrphanSweeper
+from craft_operator.reconciler.sandbox import SANDBOX
+from craft_operator.reconciler.services import StoreCredentials
+
+CLUSTER = "east"
+
+
+class ApiServer:
+    """Answers GETs of CraftSandboxes from a dict; records every GET."""
+
+    def __init__(self) -> None:
+        self.sandboxes: dict[tuple[str, str], dict[str, Any]] = {}
+        self.refuse: set[tuple[str, str]] = set()
+        self.gets: list[tuple[str, str]] = []
+
+    def add(self, namespace: str, name: str, uid: str) -> dict[str, Any]:
+        body = {"metadata": {"namespace": namespace, "name": name, "uid": uid}}
+        self.sandboxes[(namespace, name)] = body
+        return body
+
+    async def get(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any]:
+        key = (namespace or "", name)
+        self.gets.append(key)
+        if key in self.refuse:
+            raise ApiError(403, "Forbidden", "no")
+        if key not in self.sandboxes:
+            raise NotFoundError(404, "NotFound", "gone")
+        return self.sandboxes[key]
+
+
+class World:
+    """One database shared by this cluster's operator and, optionally, others."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.engine = create_credentials_engine(f"sqlite:///{tmp_path / 'credentials.db'}")
+        upgrade(self.engine)
+        self.keyring = KeyRing.parse(generate_key_entry("k1").get_secret_value())
+        self.stores: list[CredentialStore] = []
+        self.api = ApiServer()
+        self.cache = ObjectCache()
+        self.metrics = Metrics()
+        self.active = True
+        self.namespaces: tuple[str, ...] = ()
+        self.store = self.store_of(CLUSTER)
+        self.sweeper = OrphanSweeper(
+            credentials=StoreCredentials(self.store),
+            kube=self.api,
+            cache=self.cache,
+            metrics=self.metrics,
+            cluster_id=CLUSTER,
+            interval=60,
+            active=lambda: self.active,
+            namespaces=lambda: self.namespaces,
+        )
+
+    def store_of(self, cluster_id: str | None) -> CredentialStore:
+        store = CredentialStore(self.engine, self.keyring, cluster_id=cluster_id)
+        self.stores.append(store)
+        return store
+
+    def mint(
+        self, name: str, *, namespace: str = "team-a", store: CredentialStore | None = None
+    ) -> tuple[str, int]:
+        uid = str(uuid.uuid4())
+        issued = (store or self.store).ensure(
+            SandboxIdentity(namespace, name, uid), user_id=uuid.uuid4(), tenant_id="public"
+        )
+        return uid, issued.pat_id
+
+    def live(self, name: str, namespace: str = "team-a") -> bool:
+        info = self.store.show(namespace, name)
+        return info is not None and info.pat_state.value == "live"
+
+    def revoked_metric(self) -> float:
+        text = generate_latest(self.metrics.registry).decode()
+        line = next(
+            line
+            for line in text.splitlines()
+            if line.startswith("craft_orphaned_pats_revoked_total ")
+        )
+        return float(line.split()[-1])
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    return World(tmp_path)
+
+
+async def test_the_pat_of_a_deleted_sandbox_is_revoked_counted_and_logged_by_id(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, pat_id = world.mint("gone")
+    caplog.set_level(logging.INFO)
+
+    report = await world.sweeper.tick()
+
+    assert report is not None
+    assert report.revoked == (pat_id,)
+    assert world.store.show("team-a", "gone") is None
+    assert world.revoked_metric() == 1
+    assert f"revoked PAT {pat_id} of sandbox team-a/gone" in caplog.text
+    assert "onyx_pat_" not in caplog.text.lower()
+
+
+async def test_a_sandbox_replaced_by_one_with_another_uid_is_an_orphan(world: World) -> None:
+    world.mint("alice")
+    world.api.add("team-a", "alice", uid="someone-else")
+
+    report = await world.sweeper.tick()
+
+    assert report is not None
+    assert len(report.revoked) == 1
+    assert world.store.show("team-a", "alice") is None
+
+
+async def test_a_live_sandbox_is_kept_and_one_in_the_cache_costs_no_api_call(
+    world: World,
+) -> None:
+    cached_uid, _ = world.mint("cached")
+    world.cache.put(SANDBOX, world.api.add("team-a", "cached", cached_uid))
+    listed_uid, _ = world.mint("not-yet-cached")
+    world.api.add("team-a", "not-yet-cached", listed_uid)
+
+    report = await world.sweeper.tick()
+
+    assert report is not None
+    assert report.revoked == ()
+    assert world.live("cached")
+    assert world.live("not-yet-cached")
+    assert world.api.gets == [("team-a", "not-yet-cached")]
+
+
+async def test_a_sandbox_the_api_will_not_show_is_left_for_the_next_sweep(world: World) -> None:
+    world.mint("hidden")
+    world.api.refuse.add(("team-a", "hidden"))
+
+    report = await world.sweeper.tick()
+
+    assert report is not None
+    assert (report.revoked, report.unconfirmed) == ((), 1)
+    assert world.live("hidden")
+
+
+async def test_other_clusters_rows_and_rows_without_a_cluster_id_are_never_swept(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    world.mint("theirs", store=world.store_of("west"))
+    world.mint("from-before-cluster-ids", store=world.store_of(None))
+
+    report = await world.sweeper.tick()
+
+    assert report is not None
+    assert (report.checked, report.revoked, report.without_cluster) == (0, (), 1)
+    assert world.live("theirs")
+    assert world.live("from-before-cluster-ids")
+    assert world.api.gets == []
+    assert "1 credential rows have no cluster id" in caplog.text
+
+
+async def test_namespaces_this_operator_does_not_serve_are_left_alone(world: World) -> None:
+    world.mint("elsewhere", namespace="team-b")
+    world.namespaces = ("team-a",)
+
+    report = await world.sweeper.tick()
+
+    assert report is not None
+    assert report.checked == 0
+    assert world.live("elsewhere", namespace="team-b")
+
+
+async def test_a_standby_or_an_unprimed_replica_sweeps_nothing(world: World) -> None:
+    world.mint("gone")
+    world.active = False
+
+    assert await world.sweeper.tick() is None
+
+    assert world.live("gone")
+    assert world.api.gets == []
+
+
+async def test_without_a_cluster_id_the_sweep_does_not_run(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    world.mint("gone")
+    world.sweeper.cluster_id = None
+
+    await world.sweeper.run()  # returns at once
+
+    assert world.live("gone")
+    assert "orphan sweep off: set CRAFT_CLUSTER_ID" in caplog.text
