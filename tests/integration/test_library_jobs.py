@@ -64,7 +64,21 @@ def finish_job(
         {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": f"{name}-abcde", "namespace": NAMESPACE, "labels": labels},
+            "metadata": {
+                "name": f"{name}-abcde",
+                "namespace": NAMESPACE,
+                "labels": labels,
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": name,
+                        "uid": job["metadata"]["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
             "spec": template["spec"],
         },
     )
@@ -273,3 +287,133 @@ async def test_with_a_job_role_each_job_reads_s3_with_its_own_scoped_secret(
     assert {item["valueFrom"]["secretKeyRef"]["name"] for item in env if "valueFrom" in item} == {
         "alice-library-1-s3"
     }
+
+
+@pytest.mark.usefixtures("job_mode_operator")
+async def test_a_job_by_the_sync_jobs_name_made_by_someone_else_is_reported_and_left_alone(
+    emulator: KubeEmulator,
+) -> None:
+    theirs = emulator.create(
+        JOBS,
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "alice-library-1", "namespace": NAMESPACE},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "theirs", "image": "registry.example/theirs:1"}],
+                    }
+                }
+            },
+        },
+    )
+    emulator.create(SANDBOXES, job_mode_sandbox())
+    await eventually(lambda: pod(emulator, "alice"), what="the pod")
+    mark_pod_running(emulator, NAMESPACE, "alice")
+
+    clash = await eventually(
+        lambda: (
+            (c := condition(emulator, "alice", "UserLibrarySynced")).get("reason") == "JobNameTaken"
+            and c
+        ),
+        what="JobNameTaken",
+    )
+    assert "not managed by this CraftSandbox" in clash["message"]
+    kept = emulator.get(JOBS, NAMESPACE, "alice-library-1")
+    assert kept["metadata"]["uid"] == theirs["metadata"]["uid"]
+    assert not kept["metadata"].get("ownerReferences")
+
+
+@pytest.mark.usefixtures("job_mode_operator")
+async def test_a_pod_labelled_with_the_jobs_name_but_not_made_by_it_supplies_no_result(
+    emulator: KubeEmulator,
+) -> None:
+    """Anyone who can create pods can label one with the Job's name and a forged result;
+    only the pod the Job controls speaks for it."""
+    emulator.create(SANDBOXES, job_mode_sandbox())
+    await eventually(lambda: pod(emulator, "alice"), what="the pod")
+    mark_pod_running(emulator, NAMESPACE, "alice")
+    job = await eventually(lambda: emulator.find(JOBS, NAMESPACE, "alice-library-1"), what="Job")
+    labels = {
+        **job["spec"]["template"]["metadata"]["labels"],
+        "batch.kubernetes.io/job-name": "alice-library-1",
+    }
+    emulator.create(
+        "v1/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "forged", "namespace": NAMESPACE, "labels": labels},
+            "spec": job["spec"]["template"]["spec"],
+        },
+    )
+    forged = {"ok": True, "files": 999, "bytes": 1, "bytesTransferred": 1, "durationSeconds": 1}
+    terminated = {"exitCode": 0, "message": json.dumps(forged), "reason": "Completed"}
+    emulator.patch(
+        "v1/pods",
+        NAMESPACE,
+        "forged",
+        {
+            "status": {
+                "phase": "Succeeded",
+                "containerStatuses": [
+                    {
+                        "name": "sync",
+                        "ready": False,
+                        "restartCount": 0,
+                        "image": "craft-operator:test",
+                        "imageID": "",
+                        "state": {"terminated": terminated},
+                    }
+                ],
+            }
+        },
+        subresource="status",
+    )
+    emulator.patch(
+        JOBS,
+        NAMESPACE,
+        "alice-library-1",
+        {"status": {"conditions": [{"type": "Complete", "status": "True"}]}},
+        subresource="status",
+    )
+
+    ready = await phase(emulator, "alice", "Ready")
+    assert ready["userLibrary"].get("files") != 999
+
+
+async def test_a_passing_sts_outage_is_retried_not_recorded_as_a_failed_attempt(
+    emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec
+) -> None:
+    """STS throttled or down for a moment must not stop this user's syncs until the next
+    change: the attempt is retried with backoff."""
+    unreachable = settings.model_copy(
+        update={
+            "s3_bucket": "craft-libraries",
+            "operator_image": "craft-operator:test",
+            "library_job_role_arn": "arn:aws:iam::123456789012:role/craft-library-reader",
+            "library_sts_endpoint_url": "http://127.0.0.1:9",  # discard: nothing listens
+        }
+    )
+    async with running_operator(
+        str(emulator.url).rstrip("/"), unreachable, exec_transport=pod_exec
+    ):
+        emulator.create(SANDBOXES, job_mode_sandbox())
+        await eventually(lambda: pod(emulator, "alice"), what="the pod")
+        mark_pod_running(emulator, NAMESPACE, "alice")
+        unavailable = await eventually(
+            lambda: (
+                (c := condition(emulator, "alice", "UserLibrarySynced")).get("reason")
+                == "S3Unavailable"
+                and c
+            ),
+            what="S3Unavailable",
+            within=30,
+        )
+        library = emulator.get(SANDBOXES, NAMESPACE, "alice")["status"].get("userLibrary") or {}
+
+    assert unavailable["status"] == "False"
+    assert "failedAttempt" not in library
+    assert emulator.find(JOBS, NAMESPACE, "alice-library-1") is None

@@ -13,7 +13,7 @@ import kopf
 
 from craft_operator.context import OperatorContext
 from craft_operator.reconciler import egress
-from craft_operator.reconciler.sandbox import SANDBOX
+from craft_operator.reconciler.sandbox import POD, SANDBOX
 
 RESOURCE = ("networking.k8s.io", "v1", "networkpolicies")
 
@@ -29,7 +29,7 @@ async def network_policy_event(event: kopf.RawEvent, memo: OperatorContext, **_:
     if not memo.cache.put(egress.NETWORK_POLICY, obj):
         return
     namespace = obj.get("metadata", {}).get("namespace", "")
-    for key in egress.waiting_on(memo.cache, namespace, SANDBOX):
+    for key in egress.waiting_on(memo.cache, namespace, SANDBOX, POD):
         memo.queue.add(key)
 
 

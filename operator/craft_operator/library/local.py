@@ -42,6 +42,10 @@ DOWNLOAD_THREADS = 8
 ATTEMPTS = 3
 STAGING = "staging"
 MANIFEST = "manifest"
+#: The most of a manifest the writer reads. A real one lists each file in a line of about a
+#: hundred bytes, so this holds libraries far beyond the file cap; a larger one was planted
+#: by the agent and is not trusted (a full resync follows), nor read into memory.
+MANIFEST_READ_LIMIT = 16 * 1024 * 1024
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -243,7 +247,8 @@ class LocalDestination:
         self.root = root
 
     async def read_manifest(self) -> bytes | None:
-        """The manifest, or ``None`` if there is none, or it is not a plain file."""
+        """The manifest, or ``None`` if there is none, or it is not a plain file, or it is
+        larger than :data:`MANIFEST_READ_LIMIT`."""
         try:
             return await asyncio.to_thread(self._read_manifest)
         except OSError as exc:
@@ -264,7 +269,8 @@ class LocalDestination:
         with os.fdopen(descriptor, "rb") as manifest:
             if not stat.S_ISREG(os.fstat(descriptor).st_mode):
                 return None  # a FIFO or socket planted by the sandbox: no trusted manifest
-            return manifest.read()
+            data = manifest.read(MANIFEST_READ_LIMIT + 1)
+            return None if len(data) > MANIFEST_READ_LIMIT else data
 
     async def apply(self, changes: ChangeSet, store: ObjectStore, bucket: str) -> int:
         """Download, delete, rename and record ``changes``; return the bytes downloaded."""

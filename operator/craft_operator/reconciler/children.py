@@ -36,16 +36,14 @@ class ForeignObjectError(Exception):
 def is_ours(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
     """Whether ``actual`` belongs to the sandbox ``desired`` is built for.
 
-    Only an owner reference to the sandbox's uid makes an object ours, and only if no other
-    owner controls it. Labels never do: anyone who can create a Pod or a Secret can copy
-    them, and adopting such an object would hand it the sandbox's token or delete it with
-    the sandbox.
+    Only a controller reference to the sandbox's uid makes an object ours. Labels never do,
+    nor a plain owner reference: anyone who can create a Pod or a Secret can copy labels
+    or name the sandbox as a (non-controlling) owner, and adopting such an object would
+    write the sandbox's token into it or delete it with the sandbox.
     """
     owner_uids = {ref.get("uid") for ref in desired.get("metadata", {}).get("ownerReferences", [])}
     refs = actual.get("metadata", {}).get("ownerReferences") or []
-    if any(ref.get("controller") and ref.get("uid") not in owner_uids for ref in refs):
-        return False
-    return any(ref.get("uid") in owner_uids for ref in refs)
+    return any(ref.get("controller") and ref.get("uid") in owner_uids for ref in refs)
 
 
 def drift_patch(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:

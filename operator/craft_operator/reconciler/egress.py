@@ -93,11 +93,23 @@ def refusal(
     )
 
 
-def waiting_on(cache: ObjectCache, namespace: str, sandbox_kind: str) -> list[tuple[str, str]]:
-    """The sandboxes in ``namespace`` whose pod waits for an egress policy (their keys)."""
+def waiting_on(
+    cache: ObjectCache, namespace: str, sandbox_kind: str, pod_kind: str
+) -> list[tuple[str, str]]:
+    """The sandboxes in ``namespace`` that may wait for an egress policy (their keys).
+
+    Those whose status says so, and every one without a pod: its refusal may not be in the
+    status yet (a namespace applied together with its sandboxes), and a pass that finds
+    nothing to do costs no write.
+    """
     waiting = []
     for body in cache.in_namespace(sandbox_kind, namespace):
-        for condition in (body.get("status") or {}).get("conditions") or []:
-            if condition.get("type") == POD_READY and condition.get("reason") == REASON:
-                waiting.append((namespace, str(body["metadata"]["name"])))
+        name = str(body["metadata"]["name"])
+        conditions = (body.get("status") or {}).get("conditions") or []
+        refused = any(
+            condition.get("type") == POD_READY and condition.get("reason") == REASON
+            for condition in conditions
+        )
+        if refused or cache.get(pod_kind, namespace, name) is None:
+            waiting.append((namespace, name))
     return waiting

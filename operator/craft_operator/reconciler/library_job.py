@@ -35,6 +35,7 @@ from craft_operator.library.scoped import (
     job_secret_ref,
     session_seconds,
 )
+from craft_operator.reconciler.children import ForeignObjectError, is_ours
 
 JOB, POD = "Job", "Pod"
 ANNOTATION_POD_UID = f"{GROUP}/library-pod-uid"
@@ -70,9 +71,12 @@ def job_finished(job: Mapping[str, Any]) -> bool | None:
 
 
 def _termination(
-    cache: ObjectCache, namespace: str, job_name: str
+    cache: ObjectCache, namespace: str, job_name: str, job_uid: str
 ) -> tuple[dict[str, Any], int | None]:
-    """The JSON result and exit code of the Job's last pod (from the watch cache)."""
+    """The JSON result and exit code of the Job's last pod (from the watch cache).
+
+    Only a pod the Job controls counts: anyone can label a pod with the Job's name.
+    """
     found: tuple[dict[str, Any], int | None] = ({}, None)
     newest = ""
     for (_, pod_namespace, _), pod in cache.items(POD):
@@ -81,6 +85,9 @@ def _termination(
             continue
         labels = meta.get("labels") or {}
         if job_name not in (labels.get(JOB_NAME_LABEL), labels.get("job-name")):
+            continue
+        owners = meta.get("ownerReferences") or []
+        if not any(ref.get("controller") and ref.get("uid") == job_uid for ref in owners):
             continue
         created = str(meta.get("creationTimestamp") or "")
         for status in pod.get("status", {}).get("containerStatuses") or []:
@@ -103,7 +110,9 @@ def read_outcome(cache: ObjectCache, job: Mapping[str, Any]) -> JobOutcome | Non
         return None
     meta = job["metadata"]
     annotations = meta.get("annotations") or {}
-    result, exit_code = _termination(cache, meta.get("namespace", ""), meta["name"])
+    result, exit_code = _termination(
+        cache, meta.get("namespace", ""), meta["name"], str(meta.get("uid", ""))
+    )
     if finished:
         message = "the sync Job succeeded"
     else:
@@ -193,18 +202,34 @@ async def start_job(
     job: dict[str, Any],
     credentials: ScopedCredentials | None = None,
 ) -> dict[str, Any]:
-    """Create the Job (a leftover of the same name from before a restart is adopted), and
-    with ``credentials`` its own Secret, owned by it (the Job's pod waits for it)."""
+    """Create the Job, and with ``credentials`` its own Secret, owned by it (the Job's pod
+    waits for it).
+
+    A Job of that name left from before a restart is taken over only if the sandbox
+    controls it, and a Secret of the Secret's name only if that Job controls it; anything
+    else by those names is someone else's: :class:`ForeignObjectError`, and our Job (if we
+    made it) is removed again.
+    """
+    meta = job["metadata"]
     try:
         created = await kube.create(JOBS, job)
     except ConflictError:
-        created = await kube.get(JOBS, job["metadata"]["namespace"], job["metadata"]["name"])
+        created = await kube.get(JOBS, meta["namespace"], meta["name"])
+        if not is_ours(created, job):
+            raise ForeignObjectError("Job", meta["namespace"], meta["name"]) from None
     cache.put(JOB, created)
     if credentials is not None:
+        secret = build_job_secret(created, credentials)
         try:
-            await kube.create(SECRETS, build_job_secret(created, credentials))
+            await kube.create(SECRETS, secret)
         except ConflictError:
-            pass  # made before a restart, for this very Job (it is named after it)
+            # Made before a restart for this very Job (it is named after it), or not ours.
+            existing = await kube.get(SECRETS, meta["namespace"], secret["metadata"]["name"])
+            if not is_ours(existing, secret):
+                await remove_job(kube, cache, created)
+                raise ForeignObjectError(
+                    "Secret", meta["namespace"], secret["metadata"]["name"]
+                ) from None
         except ApiError:
             await remove_job(kube, cache, created)
             raise

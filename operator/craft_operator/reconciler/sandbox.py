@@ -386,7 +386,7 @@ class SandboxReconciler:
     @staticmethod
     def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
         refs = obj.get("metadata", {}).get("ownerReferences") or []
-        return any(ref.get("uid") == uid for ref in refs)
+        return any(ref.get("controller") and ref.get("uid") == uid for ref in refs)
 
     # -- credentials ---------------------------------------------------------------------------
 
@@ -1021,6 +1021,10 @@ class SandboxReconciler:
             scoped = await library_job.scoped_credentials(self.s.settings, location, job)
         except LibrarySyncError as exc:
             self.s.metrics.sync_failed(exc.reason)
+            if exc.retryable:
+                # STS throttled or briefly down: try again with backoff, not once per change.
+                self._child_failed(run, USER_LIBRARY_SYNCED, exc.reason, exc.message)
+                return
             current["lastError"] = exc.message
             current["failedAttempt"] = attempt
             run.status["userLibrary"] = current
@@ -1029,7 +1033,11 @@ class SandboxReconciler:
                 self._body(run), type=WARNING, reason=f"Library{exc.reason}", message=exc.message
             )
             return
-        await library_job.start_job(self.s.kube, self.s.cache, job, scoped)
+        try:
+            await library_job.start_job(self.s.kube, self.s.cache, job, scoped)
+        except ForeignObjectError as exc:
+            self._child_failed(run, USER_LIBRARY_SYNCED, f"{exc.kind}NameTaken", str(exc))
+            return
         current.update({"job": job["metadata"]["name"], "jobSequence": sequence})
         run.status["userLibrary"] = current
         if (run.condition(USER_LIBRARY_SYNCED) or {}).get("status") != "True":

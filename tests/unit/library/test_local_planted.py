@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from craft_operator.library.local import MANIFEST_READ_LIMIT, LocalDestination
 from craft_operator.library.plan import S3Object
 from craft_operator.library.sync import SyncResult, sync_user_library_local
 
@@ -263,4 +264,24 @@ def test_a_fifo_planted_at_the_manifest_neither_blocks_the_sync_nor_is_trusted(
     assert results, "the sync blocked on the FIFO"
     assert results[0].copied == 2
     assert manifest.is_file()
+    assert library(lib) == {"a.txt": b"a", "b.txt": b"b"}
+
+
+def test_a_huge_manifest_planted_by_the_agent_is_not_read_into_memory_nor_trusted(
+    tmp_path: Path,
+) -> None:
+    """A sparse file costs the agent nothing; reading it whole would cost the Job its memory."""
+    lib, store = tmp_path / "lib", Store({"a.txt": b"a"})
+    sync(lib, store)
+    manifest = lib / ".craft-sync" / "manifest"
+    with manifest.open("r+b") as planted:
+        planted.truncate(MANIFEST_READ_LIMIT + 1)  # sparse: no disk, all zeros
+    store.objects["b.txt"] = b"b"
+
+    assert asyncio.run(LocalDestination(lib).read_manifest()) is None
+
+    result = sync(lib, store)
+
+    assert result.copied == 2  # a full resync: the planted manifest said nothing
+    assert manifest.stat().st_size < 1024
     assert library(lib) == {"a.txt": b"a", "b.txt": b"b"}

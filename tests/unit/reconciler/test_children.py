@@ -157,13 +157,14 @@ def test_our_labels_without_an_owner_reference_do_not_make_it_ours() -> None:
     assert not is_ours(actual, desired_configmap())
 
 
-def test_a_non_controller_owner_reference_to_this_sandbox_makes_it_ours() -> None:
+def test_a_non_controller_owner_reference_to_this_sandbox_does_not_make_it_ours() -> None:
+    """Anyone who can create a Secret can name the sandbox as a plain owner; only the
+    controller reference, which the operator sets, counts."""
     actual = desired_configmap()
     actual["metadata"]["ownerReferences"] = [
         {**owner_reference(make_sandbox()), "controller": False}
     ]
-    actual["metadata"]["labels"] = {}
-    assert is_ours(actual, desired_configmap())
+    assert not is_ours(actual, desired_configmap())
 
 
 def test_another_controller_makes_it_not_ours_even_with_our_owner_reference() -> None:

@@ -15,6 +15,7 @@ from craft_operator.reconciler.egress import (
     egress_policy,
     refusal,
     restricts_egress,
+    waiting_on,
 )
 
 pytestmark = pytest.mark.unit
@@ -80,3 +81,26 @@ def test_a_pod_is_refused_only_where_its_namespace_has_no_restricting_policy() -
     assert (refused.type, refused.status, refused.reason) == ("PodReady", "False", REASON)
     allowed = settings.model_copy(update={"allow_unrestricted_egress": True})
     assert refusal(cache, allowed, elsewhere) is None
+
+
+def test_a_new_policy_wakes_every_sandbox_without_a_pod_not_only_those_already_refused() -> None:
+    """The refusal may not be in the status yet when the policy arrives (a namespace applied
+    together with its sandboxes); a sandbox whose pod runs has nothing to wait for."""
+
+    def sandbox(name: str, reason: str | None = None) -> dict[str, Any]:
+        conditions = [{"type": "PodReady", "status": "False", "reason": reason}] if reason else []
+        meta = {"name": name, "namespace": "team-a", "resourceVersion": "1"}
+        return {"metadata": meta, "status": {"conditions": conditions}}
+
+    cache = ObjectCache()
+    cache.put("CraftSandbox", sandbox("refused", REASON))
+    cache.put("CraftSandbox", sandbox("just-created"))
+    cache.put("CraftSandbox", sandbox("running", "PodReady"))
+    cache.put(
+        "Pod", {"metadata": {"name": "running", "namespace": "team-a", "resourceVersion": "1"}}
+    )
+
+    woken = waiting_on(cache, "team-a", "CraftSandbox", "Pod")
+
+    assert sorted(woken) == [("team-a", "just-created"), ("team-a", "refused")]
+    assert waiting_on(cache, "team-b", "CraftSandbox", "Pod") == []
