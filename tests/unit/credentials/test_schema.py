@@ -23,6 +23,7 @@ from craft_operator.credentials.db import (
     VERSION_TABLE,
     check_schema,
     create_credentials_engine,
+    head_revision,
     upgrade,
 )
 from craft_operator.credentials.store import CredentialStore
@@ -69,10 +70,11 @@ def test_the_embedded_database_gets_onyx_pat_table_without_a_user_table(tmp_path
 
     inspector = inspect(engine)
     assert result.created_pat_table
-    assert result.revision_after == "0001"
+    assert result.revision_after == head_revision()
     assert set(inspector.get_table_names()) == {
         "personal_access_token",
         "craft_sandbox_credential",
+        "craft_library_sync",
         VERSION_TABLE,
     }
     columns = {c["name"]: c for c in inspector.get_columns("personal_access_token")}
@@ -95,7 +97,7 @@ def test_upgrading_twice_changes_nothing(database: Database) -> None:
 
     result = upgrade(database.engine)
 
-    assert result.revision_before == result.revision_after == "0001"
+    assert result.revision_before == result.revision_after == head_revision()
     assert not result.created_pat_table
     assert _snapshot(database.engine, tables) == before
 
