@@ -119,6 +119,12 @@ class LocalExec:
             while chunk := await stream.read(64 * 1024):
                 held += len(chunk)
                 if held > limit:
+                    # End the command, and read (not keep) to the end of its output: the
+                    # pipe must reach its end for the process to be reaped.
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(process.pid, signal.SIGKILL)
+                    while await stream.read(64 * 1024):
+                        pass
                     raise ExecOutputTooLargeError(
                         f"the command wrote more than {limit} bytes of output", limit=limit
                     )
@@ -128,7 +134,9 @@ class LocalExec:
         async def converse() -> tuple[bytes, bytes]:
             assert process.stdout is not None
             assert process.stderr is not None
-            reads = asyncio.gather(drain(process.stdout), drain(process.stderr))
+            reads = asyncio.gather(
+                drain(process.stdout), drain(process.stderr), return_exceptions=True
+            )
             try:
                 if stdin is not None:
                     await feed()
@@ -137,6 +145,10 @@ class LocalExec:
                 await asyncio.gather(reads, return_exceptions=True)
                 raise
             out, err = await reads
+            if isinstance(out, BaseException):
+                raise out
+            if isinstance(err, BaseException):
+                raise err
             await process.wait()
             return out, err
 
