@@ -72,7 +72,9 @@ def step(
 
 
 def _syncing(run: Run, message: str) -> None:
-    if (run.condition(USER_LIBRARY_SYNCED) or {}).get("status") != "True":
+    # A library already synced stays True, and a failure stays False (its message says it
+    # is retried) until the sync ends: the condition moves once per outcome, not per try.
+    if (run.condition(USER_LIBRARY_SYNCED) or {}).get("status") not in ("True", "False"):
         run.set(ConditionState.unknown(USER_LIBRARY_SYNCED, "Syncing", message))
 
 
@@ -95,8 +97,9 @@ def _failed(
     else:
         current["failedAttempt"] = attempt.key
     run.status["userLibrary"] = current
-    run.set(ConditionState.false(USER_LIBRARY_SYNCED, exc.reason, exc.message))
-    s.events.post(run.body, type=WARNING, reason=f"Library{exc.reason}", message=exc.message)
+    message = exc.message + ("; retried with backoff" if exc.retryable else "")
+    run.set(ConditionState.false(USER_LIBRARY_SYNCED, exc.reason, message))
+    s.events.post(run.body, type=WARNING, reason=f"Library{exc.reason}", message=message)
 
 
 def _succeeded(s: Services, run: Run, result: SyncResult, attempt: Attempt) -> None:
