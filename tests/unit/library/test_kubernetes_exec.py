@@ -328,4 +328,4 @@ async def test_a_command_that_never_reads_its_stdin_times_out(transport: Kuberne
             yield b"\x00" * 1024 * 1024
 
     with pytest.raises(ExecTimeoutError):
-        await transport.run("ns", "pod", "main", ["sleep", "30"], stdin=endless(), timeout=1)
+        await transport.run("ns", "pod", "main", ["sleep", "2"], stdin=endless(), timeout=1)
