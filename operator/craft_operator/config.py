@@ -202,6 +202,30 @@ class Settings(BaseSettings):
         gt=0,
         description="Seconds one user-library sync may take before it is abandoned and retried.",
     )
+    library_exec_timeout: float = Field(
+        default=60.0,
+        gt=0,
+        description=(
+            "Seconds each command of an Exec-mode library sync may take (the upload one more "
+            "second per MB it carries); over it the command is abandoned (ExecTimedOut)."
+        ),
+    )
+    library_sync_concurrency: int = Field(
+        default=4,
+        ge=1,
+        le=256,
+        description=(
+            "Exec-mode library syncs run at once, in a pool apart from the reconcile workers."
+        ),
+    )
+    library_manifest_max_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=1024,
+        description=(
+            "Most bytes read of the library manifest in a pod; a larger one is not trusted "
+            "and the library is copied again in full (LibraryManifestUntrusted)."
+        ),
+    )
     max_pod_failures: int = Field(
         default=3,
         ge=1,

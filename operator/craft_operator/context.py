@@ -41,3 +41,6 @@ class OperatorContext:
             expected=(RetryLaterError,),
         )
         self.gate = ActivityGate(kube=self.kube, cache=self.cache, queue=self.queue)
+        pool = self.reconciler.s.library_pool
+        pool.wake = self.queue.add
+        self.gate.stop_also.append(pool.close)

@@ -25,6 +25,7 @@ from craft_operator.kube.exec import ExecResult, ExecTransport, KubernetesExec, 
 from craft_operator.metrics import Metrics, start_from_settings
 from craft_operator.peering.monitor import PeeringMonitor, default_identity
 from craft_operator.peering.options import PeeringOptions
+from craft_operator.reconciler.library_pool import LibrarySyncPool
 from craft_operator.reconciler.orphan_sweep import OrphanSweeper
 from craft_operator.reconciler.sandbox import SandboxReconciler, Services
 from craft_operator.reconciler.services import LibrarySyncer, SkillRenderer, StoreCredentials
@@ -76,11 +77,18 @@ class _LazyExec:
         *,
         stdin: Stdin = None,
         timeout: float | None = None,  # noqa: ASYNC109 -- part of the ExecTransport interface
+        max_output_bytes: int | None = None,
     ) -> ExecResult:
         if self._transport is None:
             self._transport = await asyncio.to_thread(KubernetesExec.from_environment)
         return await self._transport.run(
-            namespace, pod, container, argv, stdin=stdin, timeout=timeout
+            namespace,
+            pod,
+            container,
+            argv,
+            stdin=stdin,
+            timeout=timeout,
+            max_output_bytes=max_output_bytes,
         )
 
 
@@ -105,8 +113,11 @@ def build_context(
         skills=SkillRenderer(kube, settings),
         exec=exec_transport,
         events=events,
-        library=LibrarySyncer(settings, exec_transport),
+        library=LibrarySyncer(settings, exec_transport, records=credentials),
         metrics=metrics,
+        library_pool=LibrarySyncPool(
+            settings.library_sync_concurrency, budget_seconds=settings.library_sync_timeout
+        ),
     )
     context = OperatorContext(
         settings=settings,
@@ -239,6 +250,7 @@ async def run_operator(
     finally:
         if metrics_server is not None:
             await metrics_server.stop()
+        await context.reconciler.s.library_pool.close()
         credentials = context.reconciler.s.credentials
         if isinstance(credentials, StoreCredentials):
             credentials.close()

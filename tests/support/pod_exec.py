@@ -67,6 +67,7 @@ class EmulatedPodExec:
         *,
         stdin: Stdin = None,
         timeout: float | None = None,  # noqa: ASYNC109 -- the ExecTransport interface
+        max_output_bytes: int | None = None,
     ) -> ExecResult:
         """Run ``argv`` as if inside ``namespace/pod``."""
         manifest = self.emulator.find("v1/pods", namespace, pod)
@@ -81,7 +82,15 @@ class EmulatedPodExec:
             if self.scripted_cli is not None:
                 return ExecResult(self.scripted_cli(namespace, pod), b"", b"")
             return await self._onyx_cli(namespace, pod, argv, limit=timeout)
-        return await self.local.run(namespace, pod, container, argv, stdin=stdin, timeout=timeout)
+        return await self.local.run(
+            namespace,
+            pod,
+            container,
+            argv,
+            stdin=stdin,
+            timeout=timeout,
+            max_output_bytes=max_output_bytes,
+        )
 
     def serve_exec_api(self) -> None:
         """Answer the emulator's exec API with this double (for an operator in a process)."""

@@ -42,6 +42,7 @@ from craft_operator.credentials.tokens import PatType
 PAT_TABLE = "personal_access_token"
 USER_TABLE = "user"
 CREDENTIAL_TABLE = "craft_sandbox_credential"
+LIBRARY_SYNC_TABLE = "craft_library_sync"
 
 
 class UtcDateTime(TypeDecorator[datetime]):
@@ -173,6 +174,32 @@ class SandboxCredential(OperatorBase):
         return (
             f"SandboxCredential(namespace={self.namespace!r}, name={self.name!r}, "
             f"pat_id={self.pat_id}, key_id={self.key_id!r}, expires_at={self.expires_at})"
+        )
+
+
+class LibrarySyncRecord(OperatorBase):
+    """The operator's record of the user library it synced into a sandbox's pod.
+
+    The pod can rewrite its own copy of the manifest; this row it cannot. ``entries`` is
+    the library as synced (zlib-compressed JSON, see :mod:`craft_operator.library.record`),
+    ``digests`` the SHA-256 of every manifest the pod may hold if nobody else touched it.
+    """
+
+    __tablename__ = LIBRARY_SYNC_TABLE
+
+    sandbox_uid: Mapped[str] = mapped_column(String(64), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(63), nullable=False)
+    name: Mapped[str] = mapped_column(String(253), nullable=False)
+    pod_uid: Mapped[str] = mapped_column(String(64), nullable=False)
+    digests: Mapped[str] = mapped_column(String(400), nullable=False)
+    lines: Mapped[int] = mapped_column(Integer, nullable=False)
+    entries: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
+
+    def __repr__(self) -> str:
+        return (
+            f"LibrarySyncRecord(namespace={self.namespace!r}, name={self.name!r}, "
+            f"pod_uid={self.pod_uid!r}, lines={self.lines})"
         )
 
 

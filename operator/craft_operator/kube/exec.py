@@ -84,6 +84,19 @@ class ExecTimeoutError(ExecError):
     """The command did not finish in time; it was abandoned."""
 
 
+class ExecOutputTooLargeError(ExecError):
+    """The command wrote more than the caller would read; it was abandoned.
+
+    Waiting does not help: the same command in the same pod writes as much again.
+    """
+
+    retryable = False
+
+    def __init__(self, message: str, *, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
 class ExecProtocolError(ExecError):
     """The API server cannot do what we need (no v5 channel protocol to close stdin)."""
 
@@ -102,12 +115,16 @@ class ExecTransport(Protocol):
         *,
         stdin: Stdin = None,
         timeout: float | None = None,  # noqa: ASYNC109 - enforced in the worker thread
+        max_output_bytes: int | None = None,
     ) -> ExecResult:
         """Run ``argv`` and wait for it to exit.
 
         ``stdin`` is sent and then closed. A non-zero exit is a normal :class:`ExecResult`;
         failing to run or finish the command raises :class:`ExecError`. If iterating
         ``stdin`` raises, the command is abandoned and that exception propagates unchanged.
+        ``max_output_bytes`` caps stdout and stderr together (default: the transport's own
+        cap): a command that writes more is abandoned with :class:`ExecOutputTooLargeError`,
+        and no more than about that much of its output is ever held.
         """
         ...
 
@@ -192,7 +209,9 @@ class _Output:
             if data:
                 buffer.extend(data)
         if len(self.stdout) + len(self.stderr) > self.limit:
-            raise ExecError(f"the command wrote more than {self.limit} bytes of output")
+            raise ExecOutputTooLargeError(
+                f"the command wrote more than {self.limit} bytes of output", limit=self.limit
+            )
 
 
 class KubernetesExec:
@@ -240,6 +259,7 @@ class KubernetesExec:
         *,
         stdin: Stdin = None,
         timeout: float | None = None,  # noqa: ASYNC109 - enforced in the worker thread
+        max_output_bytes: int | None = None,
     ) -> ExecResult:
         """Run ``argv`` in the container; see :meth:`ExecTransport.run`."""
         loop = asyncio.get_running_loop()
@@ -271,6 +291,7 @@ class KubernetesExec:
                 pull if stdin is not None else None,
                 deadline,
                 stop,
+                min(max_output_bytes or self._max_output_bytes, self._max_output_bytes),
             )
         finally:
             stop.set()
@@ -314,8 +335,9 @@ class KubernetesExec:
         pull: Callable[[float | None], bytes | None] | None,
         deadline: float | None,
         stop: threading.Event,
+        max_output_bytes: int,
     ) -> ExecResult:
-        from websocket import WebSocketException
+        from websocket import WebSocketException, WebSocketTimeoutException
 
         def remaining() -> float | None:
             if stop.is_set():
@@ -328,7 +350,7 @@ class KubernetesExec:
             return left
 
         ws = self._open(namespace, pod, container, argv, stdin=pull is not None)
-        output = _Output(self._max_output_bytes)
+        output = _Output(max_output_bytes)
         try:
             if pull is not None:
                 if ws.subprotocol != V5_CHANNEL_PROTOCOL:
@@ -344,6 +366,9 @@ class KubernetesExec:
             output.take(ws)
             code = parse_exec_status(ws.read_channel(ERROR_CHANNEL) or b"")
             return ExecResult(code, bytes(output.stdout), bytes(output.stderr))
+        except (WebSocketTimeoutException, TimeoutError):
+            # A send that the pod never drains (it does not read its stdin, or it is stopped).
+            raise ExecTimeoutError(f"exec in pod {namespace}/{pod} timed out") from None
         except (WebSocketException, OSError) as exc:
             raise ExecUnavailableError(
                 f"the exec connection to pod {namespace}/{pod} broke: {exc}"

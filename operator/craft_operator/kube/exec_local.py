@@ -18,10 +18,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from craft_operator.kube.exec import ExecResult, ExecTimeoutError, ExecUnavailableError, Stdin
+from craft_operator.kube.exec import (
+    ExecOutputTooLargeError,
+    ExecResult,
+    ExecTimeoutError,
+    ExecUnavailableError,
+    Stdin,
+)
 from craft_operator.kube.exec import stdin_chunks as _chunks
 
 WORKSPACE = "/workspace"
+#: The output cap when a call names none (as :class:`~craft_operator.kube.exec.KubernetesExec`).
+DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,7 @@ class LocalExec:
         *,
         stdin: Stdin = None,
         timeout: float | None = None,  # noqa: ASYNC109 - same signature as the protocol
+        max_output_bytes: int | None = None,
     ) -> ExecResult:
         """Run ``argv`` locally; see :meth:`~craft_operator.kube.exec.ExecTransport.run`."""
         if f"{namespace}/{pod}" in self.missing_pods:
@@ -101,10 +110,33 @@ class LocalExec:
                 process.stdin.close()
                 await process.stdin.wait_closed()
 
+        limit = max_output_bytes or DEFAULT_MAX_OUTPUT_BYTES
+        held = 0
+
+        async def drain(stream: asyncio.StreamReader) -> bytes:
+            nonlocal held
+            data = bytearray()
+            while chunk := await stream.read(64 * 1024):
+                held += len(chunk)
+                if held > limit:
+                    # End the command, and read (not keep) to the end of its output: the
+                    # pipe must reach its end for the process to be reaped.
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(process.pid, signal.SIGKILL)
+                    while await stream.read(64 * 1024):
+                        pass
+                    raise ExecOutputTooLargeError(
+                        f"the command wrote more than {limit} bytes of output", limit=limit
+                    )
+                data += chunk
+            return bytes(data)
+
         async def converse() -> tuple[bytes, bytes]:
             assert process.stdout is not None
             assert process.stderr is not None
-            reads = asyncio.gather(process.stdout.read(), process.stderr.read())
+            reads = asyncio.gather(
+                drain(process.stdout), drain(process.stderr), return_exceptions=True
+            )
             try:
                 if stdin is not None:
                     await feed()
@@ -113,6 +145,10 @@ class LocalExec:
                 await asyncio.gather(reads, return_exceptions=True)
                 raise
             out, err = await reads
+            if isinstance(out, BaseException):
+                raise out
+            if isinstance(err, BaseException):
+                raise err
             await process.wait()
             return out, err
 

@@ -92,3 +92,11 @@ class ExecFailedError(DestinationError):
 
     reason = "ExecFailed"
     retryable = True
+
+
+class ExecTimedOutError(ExecFailedError):
+    """A command in the sandbox pod did not finish in time (a pod that does not read its
+    input, or a stopped process); it was abandoned and the sync is retried later."""
+
+    reason = "ExecTimedOut"
+    retryable = True

@@ -15,17 +15,30 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from craft_operator.kube.exec import ExecTransport
-from craft_operator.library.destination import Destination, change_set
+from craft_operator.library.destination import ChangeSet, Destination, change_set
 from craft_operator.library.errors import LibraryCapExceededError
 from craft_operator.library.local import LocalDestination
-from craft_operator.library.manifest import parse_manifest
+from craft_operator.library.manifest import UNKNOWN, Manifest, parse_manifest
 from craft_operator.library.paths import normalise_prefix
-from craft_operator.library.plan import CapViolation, SkippedKey, SyncCaps, plan_sync
+from craft_operator.library.plan import CapViolation, SkippedKey, SyncCaps, SyncPlan, plan_sync
+from craft_operator.library.record import (
+    Distrust,
+    PodManifest,
+    SyncRecord,
+    base_manifest,
+    digest,
+    lines_of,
+)
 from craft_operator.library.s3 import ObjectStore
-from craft_operator.library.transfer import LIBRARY_ROOT, PodDestination, PodTarget
+from craft_operator.library.transfer import (
+    LIBRARY_ROOT,
+    MANIFEST_MAX_BYTES,
+    PodDestination,
+    PodTarget,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +62,8 @@ class SyncResult:
     skipped: tuple[SkippedKey, ...]
     excluded: int
     duration_seconds: float
+    #: Why the pod's copy of the manifest was not used, if it was not (Exec mode).
+    distrust: Distrust | None = None
 
     def summary(self) -> str:
         """One line for people: what changed and what was sent."""
@@ -73,6 +88,19 @@ class SyncResult:
         }
 
 
+class RecordKeeper(Protocol):
+    """The operator's record of one sandbox's synced library (see
+    :mod:`craft_operator.library.record`), somewhere the pod cannot write."""
+
+    async def load(self) -> SyncRecord | None:
+        """The record, if there is one."""
+        ...
+
+    async def save(self, record: SyncRecord) -> None:
+        """Replace the record."""
+        ...
+
+
 def _raise_cap(violation: CapViolation) -> None:
     raise LibraryCapExceededError(
         violation.message,
@@ -80,6 +108,51 @@ def _raise_cap(violation: CapViolation) -> None:
         limit=violation.limit,
         actual=violation.actual,
         key=violation.key,
+    )
+
+
+async def _plan(
+    listing: Any,
+    manifest: Manifest,
+    *,
+    prefix: str,
+    excludes: Sequence[str],
+    disabled: Iterable[str],
+    caps: SyncCaps | None,
+) -> SyncPlan:
+    """Plan in a worker thread (a library of many keys must not stall the event loop)."""
+    plan = await asyncio.to_thread(
+        plan_sync,
+        listing,
+        manifest.entries,
+        prefix=prefix,
+        excludes=excludes,
+        disabled=list(disabled),
+        caps=caps,
+    )
+    if isinstance(plan, CapViolation):
+        _raise_cap(plan)
+        raise AssertionError("unreachable")
+    for item in plan.skipped[:LOGGED_SKIPS]:
+        logger.warning("skipping library key %r: %s", item.key, item.reason.value)
+    if len(plan.skipped) > LOGGED_SKIPS:
+        logger.warning("skipping %d more library keys", len(plan.skipped) - LOGGED_SKIPS)
+    return plan
+
+
+def _result(
+    plan: SyncPlan, transferred: int, started: float, distrust: Distrust | None = None
+) -> SyncResult:
+    return SyncResult(
+        files=plan.files,
+        bytes=plan.bytes,
+        bytes_transferred=transferred,
+        copied=len(plan.copies),
+        deleted=len(plan.deletes),
+        skipped=plan.skipped,
+        excluded=len(plan.excluded),
+        duration_seconds=time.monotonic() - started,
+        distrust=distrust,
     )
 
 
@@ -103,30 +176,84 @@ async def sync_library(
     started = time.monotonic()
     prefix = normalise_prefix(prefix)
     listing = await asyncio.to_thread(store.list_objects, bucket, prefix)
-    manifest = parse_manifest(await destination.read_manifest())
-    plan = plan_sync(
-        listing, manifest.entries, prefix=prefix, excludes=excludes, disabled=disabled, caps=caps
+    manifest = await asyncio.to_thread(parse_manifest, await destination.read_manifest())
+    plan = await _plan(
+        listing, manifest, prefix=prefix, excludes=excludes, disabled=disabled, caps=caps
     )
-    if isinstance(plan, CapViolation):
-        _raise_cap(plan)
-        raise AssertionError("unreachable")
-    for item in plan.skipped[:LOGGED_SKIPS]:
-        logger.warning("skipping library key %r: %s", item.key, item.reason.value)
-    if len(plan.skipped) > LOGGED_SKIPS:
-        logger.warning("skipping %d more library keys", len(plan.skipped) - LOGGED_SKIPS)
     transferred = 0
     if not plan.is_empty:
         transferred = await destination.apply(change_set(plan, manifest), store, bucket)
-    return SyncResult(
-        files=plan.files,
-        bytes=plan.bytes,
-        bytes_transferred=transferred,
-        copied=len(plan.copies),
-        deleted=len(plan.deletes),
-        skipped=plan.skipped,
-        excluded=len(plan.excluded),
-        duration_seconds=time.monotonic() - started,
+    return _result(plan, transferred, started)
+
+
+async def sync_recorded(
+    *,
+    store: ObjectStore,
+    bucket: str,
+    prefix: str,
+    destination: PodDestination,
+    records: RecordKeeper,
+    pod_uid: str,
+    excludes: Sequence[str] = (),
+    disabled: Iterable[str] = (),
+    caps: SyncCaps | None = None,
+) -> SyncResult:
+    """:func:`sync_library` into a pod, planned from the operator's record, not the pod.
+
+    The pod's manifest is read (capped) only to check that the pod still holds what the
+    record says; if not, the library is copied again in full and the result says why
+    (:attr:`SyncResult.distrust`). The record is updated before anything in the pod
+    changes (every path touched becomes unknown) and again once the sync is done.
+    """
+    started = time.monotonic()
+    prefix = normalise_prefix(prefix)
+    listing = await asyncio.to_thread(store.list_objects, bucket, prefix)
+    pod = await destination.read_pod_manifest()
+    record = await records.load()
+    manifest, distrust = await asyncio.to_thread(
+        base_manifest, pod, record, pod_uid, cap=destination.manifest_max_bytes
     )
+    plan = await _plan(
+        listing, manifest, prefix=prefix, excludes=excludes, disabled=disabled, caps=caps
+    )
+    stale_copy = not manifest.valid and (pod.data is not None or pod.too_large)
+    if plan.is_empty and not stale_copy:
+        if record is None or record.pod_uid != pod_uid:
+            await records.save(
+                SyncRecord(pod_uid, plan.library, lines_of(pod.data), (digest(pod.data),))
+            )
+        return _result(plan, 0, started, distrust)
+    changes = change_set(plan, manifest)
+    await records.save(_pending_record(pod, pod_uid, manifest, plan, changes))
+    transferred = await destination.apply(changes, store, bucket)
+    final = _manifest_after(pod, changes)
+    await records.save(SyncRecord(pod_uid, plan.library, lines_of(final), (digest(final),)))
+    return _result(plan, transferred, started, distrust)
+
+
+def _manifest_after(pod: PodManifest, changes: ChangeSet) -> bytes:
+    """The manifest the pod holds once ``changes`` are applied."""
+    if changes.replace_manifest:
+        return changes.final
+    return (pod.data or b"") + changes.pending + changes.final
+
+
+def _pending_record(
+    pod: PodManifest, pod_uid: str, manifest: Manifest, plan: SyncPlan, changes: ChangeSet
+) -> SyncRecord:
+    """The record while ``changes`` are applied: any of the states an interruption can
+    leave is accepted, and every path it touches is unknown (copied again next time)."""
+    touched = [copy.path for copy in plan.copies] + list(plan.deletes)
+    entries = {**manifest.entries, **dict.fromkeys(touched, UNKNOWN)}
+    final = _manifest_after(pod, changes)
+    digests = [digest(final)]
+    if not pod.too_large and (manifest.valid or pod.data is None):
+        # What the pod holds before the upload lands, and after it appended `pending`.
+        # A copy the operator distrusts is never accepted again.
+        before = pod.data or b""
+        digests += [digest(before), digest(before + changes.pending)]
+    lines = lines_of(final) + lines_of(changes.pending)
+    return SyncRecord(pod_uid, entries, lines, tuple(digests))
 
 
 async def sync_user_library_exec(
@@ -143,13 +270,34 @@ async def sync_user_library_exec(
     caps: SyncCaps | None = None,
     root: str = LIBRARY_ROOT,
     timeout_seconds: float = 120.0,
+    manifest_max_bytes: int = MANIFEST_MAX_BYTES,
+    records: RecordKeeper | None = None,
+    pod_uid: str = "",
 ) -> SyncResult:
-    """Sync the library into ``root`` of a running sandbox container over exec."""
+    """Sync the library into ``root`` of a running sandbox container over exec.
+
+    Each command may take ``timeout_seconds``. With ``records`` (the operator does) the
+    sync is planned from the operator's record (:func:`sync_recorded`); without, from the
+    pod's own manifest, read up to ``manifest_max_bytes`` (a larger one counts as none).
+    """
     destination = PodDestination(
         exec_transport,
         PodTarget(namespace=namespace, pod=pod, container=container, root=root),
         timeout_seconds=timeout_seconds,
+        manifest_max_bytes=manifest_max_bytes,
     )
+    if records is not None:
+        return await sync_recorded(
+            store=store,
+            bucket=bucket,
+            prefix=prefix,
+            destination=destination,
+            records=records,
+            pod_uid=pod_uid,
+            excludes=excludes,
+            disabled=disabled,
+            caps=caps,
+        )
     return await sync_library(
         store=store,
         bucket=bucket,

@@ -25,18 +25,30 @@ from dataclasses import dataclass, replace
 from functools import partial
 from urllib.parse import quote
 
-from craft_operator.kube.exec import ExecError, ExecResult, ExecTransport, Stdin
+from craft_operator.kube.exec import (
+    ExecError,
+    ExecOutputTooLargeError,
+    ExecResult,
+    ExecTimeoutError,
+    ExecTransport,
+    Stdin,
+)
 from craft_operator.library.destination import ChangeSet
-from craft_operator.library.errors import ExecFailedError
+from craft_operator.library.errors import ExecFailedError, ExecTimedOutError
 from craft_operator.library.paths import STATE_DIR
+from craft_operator.library.record import PodManifest
 from craft_operator.library.s3 import ObjectStore
 from craft_operator.library.tarstream import ByteCounter, TarMember, tar_stream
 
 LIBRARY_ROOT = "/workspace/user_library"
+#: Default of CRAFT_LIBRARY_MANIFEST_MAX_BYTES: the most of the pod's manifest ever read.
+MANIFEST_MAX_BYTES = 4 * 1024 * 1024
+#: Output kept of the other commands (they print nothing but errors).
+COMMAND_MAX_OUTPUT = 64 * 1024
 
 READ_SCRIPT = """\
 m="$1/.craft-sync/manifest"
-if [ -f "$m" ]; then exec cat "$m"; fi
+if [ -f "$m" ]; then exec head -c "$2" "$m"; fi
 """
 
 UPLOAD_SCRIPT = """\
@@ -129,11 +141,13 @@ class PodDestination:
         timeout_seconds: float = 120.0,
         min_bytes_per_second: float = 1_000_000.0,
         argv_budget_bytes: int = 64 * 1024,
+        manifest_max_bytes: int = MANIFEST_MAX_BYTES,
     ) -> None:
         """Run commands in ``target`` through ``transport``.
 
         Each command may take ``timeout_seconds``; the upload gets one more second per
-        ``min_bytes_per_second`` bytes it carries.
+        ``min_bytes_per_second`` bytes it carries. At most ``manifest_max_bytes`` of the
+        pod's manifest are read.
         """
         root = posixpath.normpath(target.root)
         if not root.startswith("/") or root == "/":
@@ -143,9 +157,15 @@ class PodDestination:
         self._timeout = timeout_seconds
         self._rate = min_bytes_per_second
         self._budget = argv_budget_bytes
+        self.manifest_max_bytes = manifest_max_bytes
 
     async def _run(
-        self, what: str, argv: Sequence[str], stdin: Stdin = None, limit: float | None = None
+        self,
+        what: str,
+        argv: Sequence[str],
+        stdin: Stdin = None,
+        limit: float | None = None,
+        max_output: int = COMMAND_MAX_OUTPUT,
     ) -> ExecResult:
         target = self._target
         try:
@@ -156,7 +176,13 @@ class PodDestination:
                 argv,
                 stdin=stdin,
                 timeout=limit or self._timeout,
+                max_output_bytes=max_output,
             )
+        except ExecTimeoutError as exc:
+            raise ExecTimedOutError(
+                f"{what} in pod {target.namespace}/{target.pod}: the command did not finish "
+                f"within {limit or self._timeout:.0f}s and was abandoned"
+            ) from exc
         except ExecError as exc:
             raise ExecFailedError(
                 f"{what} in pod {target.namespace}/{target.pod}: {exc}", retryable=exc.retryable
@@ -168,11 +194,29 @@ class PodDestination:
             )
         return result
 
+    async def read_pod_manifest(self) -> PodManifest:
+        """The manifest in the pod (``data`` None: there is none), or that it is too large.
+
+        ``head`` in the pod stops after the cap, and the transport stops reading soon after
+        it whatever the pod sends instead, so the operator never holds more.
+        """
+        cap = self.manifest_max_bytes
+        argv = ["sh", "-c", READ_SCRIPT, "sh", self._target.root, str(cap + 1)]
+        try:
+            result = await self._run(
+                "reading the library manifest", argv, max_output=cap + 1 + COMMAND_MAX_OUTPUT
+            )
+        except ExecFailedError as exc:
+            if isinstance(exc.__cause__, ExecOutputTooLargeError):
+                return PodManifest(data=None, too_large=True)
+            raise
+        if len(result.stdout) > cap:
+            return PodManifest(data=None, too_large=True)
+        return PodManifest(data=result.stdout or None)
+
     async def read_manifest(self) -> bytes | None:
-        """The manifest in the pod, or ``None`` if the library was never synced there."""
-        argv = ["sh", "-c", READ_SCRIPT, "sh", self._target.root]
-        result = await self._run("reading the library manifest", argv)
-        return result.stdout or None
+        """The manifest in the pod, or ``None`` if there is none or it is over the cap."""
+        return (await self.read_pod_manifest()).data
 
     async def apply(self, changes: ChangeSet, store: ObjectStore, bucket: str) -> int:
         """Upload, delete, rename and record ``changes``; return the bytes sent on stdin."""

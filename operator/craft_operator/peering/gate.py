@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from craft_operator.builders.naming import LABEL_MANAGED_BY, MANAGED_BY
 from craft_operator.kube.cache import ObjectCache
@@ -82,6 +82,8 @@ class ActivityGate:
         self.activations = 0
         #: Held until the first listing is in the cache (see :meth:`hold_until_primed`).
         self.priming = False
+        #: Work outside the queue that a standby must stop too (e.g. the library syncs).
+        self.stop_also: list[Callable[[], Awaitable[None]]] = []
 
     @property
     def active(self) -> bool:
@@ -127,6 +129,8 @@ class ActivityGate:
             self._active = False
             await self._queue.pause()
             self._queue.clear()
+            for stop in self.stop_also:
+                await stop()
             self._cache.clear()
             logger.info("standby: no reconciling while %s", reason)
 

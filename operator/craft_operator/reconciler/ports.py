@@ -95,9 +95,23 @@ class LibraryPort(Protocol):
     """Syncs a user library from S3 into a running sandbox pod."""
 
     async def sync(
-        self, sandbox: CraftSandbox, location: LibraryLocation, *, namespace: str, pod: str
+        self,
+        sandbox: CraftSandbox,
+        location: LibraryLocation,
+        *,
+        namespace: str,
+        pod: str,
+        pod_uid: str = "",
     ) -> SyncResult:
         """Sync; raises :class:`~craft_operator.library.errors.LibrarySyncError` subclasses."""
+        ...
+
+    async def forget(self, uid: str) -> None:
+        """Drop what is kept about the library of the sandbox with this uid (it is deleted).
+
+        Raises :class:`~craft_operator.credentials.errors.CredentialsError` if the record
+        cannot be removed now.
+        """
         ...
 
 

@@ -74,9 +74,10 @@ from craft_operator.library import (
 from craft_operator.library import resolve_location as resolve_library_location
 from craft_operator.metrics import Metrics, ProvisioningPhase, time_to_ready
 from craft_operator.policy import enforce as policy
-from craft_operator.reconciler import cli_validation, egress, library_job
+from craft_operator.reconciler import cli_validation, egress, library_exec, library_job
 from craft_operator.reconciler.children import Converged, ForeignObjectError, converge, is_ours
 from craft_operator.reconciler.idle import decide_idle
+from craft_operator.reconciler.library_pool import LibrarySyncPool
 from craft_operator.reconciler.ports import (
     CredentialsPort,
     EventSink,
@@ -105,6 +106,8 @@ NORMAL, WARNING = "Normal", "Warning"
 POD_DEPENDENT = (CLI_VALIDATED, USER_LIBRARY_SYNCED)
 
 CLI_TIMEOUT = 60.0
+#: onyx-cli prints a line or two; more is not read.
+CLI_MAX_OUTPUT = 1024 * 1024
 
 
 class RetryLaterError(Exception):
@@ -125,6 +128,7 @@ class Services:
     library: LibraryPort
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     metrics: Metrics = field(default_factory=Metrics)
+    library_pool: LibrarySyncPool = field(default_factory=LibrarySyncPool)
 
 
 def _pod_backoff(base: float, failures: int) -> float:
@@ -189,7 +193,7 @@ def _library_current(
     synced = run.condition(USER_LIBRARY_SYNCED) or {}
     return (
         synced.get("status") == "True"
-        and synced.get("reason") == "Synced"
+        and synced.get("reason") in (library_exec.SYNCED, library_exec.RESYNCED)
         and current.get("observedRevision", "") == revision
         and current.get("podUID") == pod_uid
         and current.get("configHash") == config
@@ -224,8 +228,9 @@ class SandboxReconciler:
         self._reported: dict[tuple[str, str], str] = {}
 
     def forget(self, key: tuple[str, str]) -> None:
-        """Drop what is remembered about a sandbox that is gone."""
+        """Drop what is remembered about a sandbox that is gone (and cancel its sync)."""
         self._reported.pop(key, None)
+        self.s.library_pool.forget(key)
 
     # -- entry point ---------------------------------------------------------------------------
 
@@ -325,6 +330,11 @@ class SandboxReconciler:
             self.s.events.post(
                 body, type=NORMAL, reason="PATRevoked", message="the sandbox's PAT was revoked"
             )
+        self.s.library_pool.forget((namespace, name))
+        try:
+            await self.s.library.forget(uid)
+        except CredentialsError as exc:
+            raise RetryLaterError(f"{namespace}/{name}: {exc}") from None
         # Owner references make the garbage collector remove the children; deleting them
         # here as well frees the pod at once and does not depend on the collector.
         children = [
@@ -838,6 +848,7 @@ class SandboxReconciler:
                 SANDBOX_CONTAINER,
                 list(cli_validation.VALIDATE_ARGV),
                 timeout=CLI_TIMEOUT,
+                max_output_bytes=CLI_MAX_OUTPUT,
             )
         except ExecError as exc:
             run.set(ConditionState.unknown(CLI_VALIDATED, "ExecFailed", str(exc)))
@@ -890,8 +901,9 @@ class SandboxReconciler:
     async def _sync_library(self, sandbox: CraftSandbox, pod: dict[str, Any], run: Run) -> None:
         """Sync the user library into the ready pod when the revision, pod or config moved.
 
-        One sandbox's syncs never overlap (the queue runs one pass per sandbox at a time);
-        a revision annotated while a sync runs queues another pass, which syncs again.
+        Exec mode runs the sync in the library pool (:mod:`.library_exec`), Job mode in a
+        Job; a pass never waits for either. One sandbox's syncs never overlap; a revision
+        annotated while a sync runs is synced once it ends.
         """
         try:
             location = resolve_library_location(
@@ -921,51 +933,14 @@ class SandboxReconciler:
         if sandbox.spec.user_library.mode == LibraryMode.JOB:
             await self._sync_library_job(sandbox, run, location, revision, pod_uid, config)
             return
-        namespace, name = pod["metadata"].get("namespace", ""), pod["metadata"]["name"]
-        try:
-            result = await self.s.library.sync(sandbox, location, namespace=namespace, pod=name)
-        except LibrarySyncError as exc:
-            self.s.metrics.sync_failed(exc.reason)
-            current["lastError"] = exc.message[:1000]
-            if exc.retryable:
-                current.pop("failedAttempt", None)
-                run.retry(exc.reason)
-            else:
-                current["failedAttempt"] = attempt
-            run.status["userLibrary"] = current
-            run.set(ConditionState.false(USER_LIBRARY_SYNCED, exc.reason, exc.message))
-            self.s.events.post(
-                self._body(run), type=WARNING, reason=f"Library{exc.reason}", message=exc.message
-            )
-            return
-        run.status["userLibrary"] = {
-            **({"observedRevision": revision} if revision else {}),
-            "lastSyncTime": run.timestamp(),
-            "files": result.files,
-            "bytes": result.bytes,
-            "bytesTransferred": result.bytes_transferred,
-            "durationSeconds": round(result.duration_seconds, 3),
-            "skipped": len(result.skipped),
-            "podUID": pod_uid,
-            "configHash": config,
-        }
-        message = f"{result.files} files, {result.bytes} bytes"
-        if result.skipped:
-            message += f"; {len(result.skipped)} unsafe keys skipped"
-        run.set(ConditionState.true(USER_LIBRARY_SYNCED, "Synced", message))
-        self.s.metrics.sync_finished(result.bytes_transferred, result.duration_seconds)
-        if result.copied or result.deleted:
-            self.s.events.post(
-                self._body(run), type=NORMAL, reason="LibrarySynced", message=result.summary()
-            )
-        if result.skipped:
-            shown = ", ".join(repr(item.key[:80]) for item in result.skipped[:5])
-            self.s.events.post(
-                self._body(run),
-                type=WARNING,
-                reason="LibraryKeysSkipped",
-                message=f"{len(result.skipped)} S3 keys skipped as unsafe, e.g. {shown}",
-            )
+        library_exec.step(
+            self.s,
+            run,
+            sandbox,
+            location,
+            pod,
+            library_exec.Attempt(revision, pod_uid, config, attempt),
+        )
 
     async def _sync_library_job(
         self,

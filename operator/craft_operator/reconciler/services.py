@@ -5,7 +5,7 @@
 - :class:`SkillRenderer`: renders SKILL.md with the built-in or the platform's template,
   memoising renderings (the same sources and template give the same text).
 - :class:`LibrarySyncer`: syncs a user library from S3 into a pod over exec, with one S3
-  client per endpoint.
+  client per endpoint, planned from the operator's record in the credentials database.
 """
 
 from __future__ import annotations
@@ -17,13 +17,18 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from sqlalchemy import Engine
+
 from craft_operator.api.models import CraftSandbox, Source
 from craft_operator.builders.naming import SANDBOX_CONTAINER
 from craft_operator.config import Settings
+from craft_operator.credentials import library_records
+from craft_operator.credentials.errors import CredentialsError
 from craft_operator.credentials.store import CredentialStore, IssuedCredential, SandboxIdentity
 from craft_operator.kube.client import CONFIGMAPS, ApiError, KubeClient, NotFoundError
 from craft_operator.kube.exec import ExecTransport
 from craft_operator.library import (
+    DestinationError,
     LibraryLocation,
     S3ObjectStore,
     SyncResult,
@@ -31,6 +36,7 @@ from craft_operator.library import (
     make_s3_client,
     sync_user_library_exec,
 )
+from craft_operator.library.record import SyncRecord
 from craft_operator.skills.render import RenderedSkill, render_skill
 from craft_operator.skills.template import SkillTemplateError, template_from_configmap
 
@@ -144,6 +150,14 @@ class StoreCredentials:
         async with self._slots(store):
             return await asyncio.to_thread(store.revoke, _identity(namespace, name, uid))
 
+    async def in_database(self, call: Callable[[Engine], _T]) -> _T:
+        """Run ``call`` with the credentials database's engine in a worker thread, queued
+        with the store's own calls (SQLite has one writer)."""
+        store = await self._opened()
+        self.database_calls += 1
+        async with self._slots(store):
+            return await asyncio.to_thread(call, store.engine)
+
 
 def _source_key(sources: tuple[Source, ...]) -> tuple[tuple[str, str | None, tuple[str, ...]], ...]:
     return tuple(
@@ -203,12 +217,53 @@ class SkillRenderer:
             return text
 
 
-class LibrarySyncer:
-    """Syncs user libraries into pods over exec (the reconciler's ``LibraryPort``)."""
+class DatabaseRecords:
+    """One sandbox's library record in the credentials database (a ``RecordKeeper``)."""
 
-    def __init__(self, settings: Settings, exec_transport: ExecTransport) -> None:
+    def __init__(self, database: StoreCredentials, namespace: str, name: str, uid: str) -> None:
+        self._database = database
+        self._namespace, self._name, self._uid = namespace, name, uid
+
+    async def load(self) -> SyncRecord | None:
+        """The record, if the operator synced this sandbox's library before."""
+        try:
+            return await self._database.in_database(
+                functools.partial(library_records.load_record, sandbox_uid=self._uid)
+            )
+        except CredentialsError as exc:
+            raise DestinationError(f"{exc}", retryable=True) from None
+
+    async def save(self, record: SyncRecord) -> None:
+        """Replace the record."""
+        save = functools.partial(
+            library_records.save_record,
+            sandbox_uid=self._uid,
+            namespace=self._namespace,
+            name=self._name,
+            record=record,
+        )
+        try:
+            await self._database.in_database(save)
+        except CredentialsError as exc:
+            raise DestinationError(f"{exc}", retryable=True) from None
+
+
+class LibrarySyncer:
+    """Syncs user libraries into pods over exec (the reconciler's ``LibraryPort``).
+
+    With ``records`` (the credentials database) each sync is planned from the operator's
+    own record of what it synced; without, from the pod's manifest (capped).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        exec_transport: ExecTransport,
+        records: StoreCredentials | None = None,
+    ) -> None:
         self._settings = settings
         self._exec = exec_transport
+        self._records = records
         self._stores: dict[tuple[str | None, str | None], S3ObjectStore] = {}
 
     def _store(self, location: LibraryLocation) -> S3ObjectStore:
@@ -219,10 +274,22 @@ class LibrarySyncer:
         return self._stores[key]
 
     async def sync(
-        self, sandbox: CraftSandbox, location: LibraryLocation, *, namespace: str, pod: str
+        self,
+        sandbox: CraftSandbox,
+        location: LibraryLocation,
+        *,
+        namespace: str,
+        pod: str,
+        pod_uid: str = "",
     ) -> SyncResult:
         """Make ``/workspace/user_library`` in the pod match the library in S3."""
         library = sandbox.spec.user_library
+        meta = sandbox.metadata
+        records = (
+            DatabaseRecords(self._records, meta.namespace or "", meta.name, meta.uid or "")
+            if self._records is not None
+            else None
+        )
         return await sync_user_library_exec(
             store=self._store(location),
             bucket=location.bucket,
@@ -234,5 +301,15 @@ class LibrarySyncer:
             excludes=library.exclude,
             disabled=library.disabled_paths,
             caps=caps_from_settings(self._settings),
-            timeout_seconds=self._settings.library_sync_timeout,
+            timeout_seconds=self._settings.library_exec_timeout,
+            manifest_max_bytes=self._settings.library_manifest_max_bytes,
+            records=records,
+            pod_uid=pod_uid,
         )
+
+    async def forget(self, uid: str) -> None:
+        """Drop the record of a sandbox that is being deleted (idempotent)."""
+        if self._records is not None:
+            await self._records.in_database(
+                functools.partial(library_records.delete_record, sandbox_uid=uid)
+            )

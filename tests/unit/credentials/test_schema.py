@@ -74,6 +74,7 @@ def test_the_embedded_database_gets_onyx_pat_table_without_a_user_table(tmp_path
     assert set(inspector.get_table_names()) == {
         "personal_access_token",
         "craft_sandbox_credential",
+        "craft_library_sync",
         VERSION_TABLE,
     }
     columns = {c["name"]: c for c in inspector.get_columns("personal_access_token")}

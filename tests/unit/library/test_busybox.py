@@ -22,7 +22,7 @@ pytestmark = [
     pytest.mark.s3,
     pytest.mark.skipif(BUSYBOX is None, reason="busybox is not installed (apt install busybox)"),
 ]
-APPLETS = ("sh", "tar", "mv", "rm", "mkdir", "rmdir", "dirname", "cat")
+APPLETS = ("sh", "tar", "mv", "rm", "mkdir", "rmdir", "dirname", "cat", "head")
 
 
 @pytest.fixture

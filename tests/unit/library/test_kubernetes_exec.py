@@ -20,6 +20,7 @@ from aiohttp import WSMsgType, web
 from craft_operator.kube.exec import (
     ExecError,
     ExecForbiddenError,
+    ExecOutputTooLargeError,
     ExecProtocolError,
     ExecResult,
     ExecTimeoutError,
@@ -306,3 +307,25 @@ async def test_an_exec_mode_sync_over_the_websocket_lands_whole_files(
     assert (root / "a.txt").read_bytes() == b"a" * 70_000
     assert (root / "dir" / "b.txt").read_bytes() == b"changed"
     assert second.bytes_transferred < 5_000
+
+
+async def test_output_over_the_calls_cap_is_abandoned_not_collected(
+    transport: KubernetesExec,
+) -> None:
+    # A pod may print without end; the caller names how much it will read.
+    with pytest.raises(ExecOutputTooLargeError) as raised:
+        await transport.run(
+            "ns", "pod", "main", ["sh", "-c", "yes"], timeout=30, max_output_bytes=100_000
+        )
+
+    assert raised.value.limit == 100_000
+    assert not raised.value.retryable
+
+
+async def test_a_command_that_never_reads_its_stdin_times_out(transport: KubernetesExec) -> None:
+    async def endless() -> AsyncIterator[bytes]:
+        while True:
+            yield b"\x00" * 1024 * 1024
+
+    with pytest.raises(ExecTimeoutError):
+        await transport.run("ns", "pod", "main", ["sleep", "2"], stdin=endless(), timeout=1)

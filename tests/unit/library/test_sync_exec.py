@@ -274,10 +274,19 @@ class FailingUpload:
         *,
         stdin: Stdin = None,
         timeout: float | None = None,  # noqa: ASYNC109
+        max_output_bytes: int | None = None,
     ) -> ExecResult:
         if isinstance(stdin, AsyncIterable):
             stdin = self._cut(stdin)
-        return await self.inner.run(namespace, pod, container, argv, stdin=stdin, timeout=timeout)
+        return await self.inner.run(
+            namespace,
+            pod,
+            container,
+            argv,
+            stdin=stdin,
+            timeout=timeout,
+            max_output_bytes=max_output_bytes,
+        )
 
     async def _cut(self, chunks: AsyncIterable[bytes]) -> AsyncIterable[bytes]:
         sent = 0
@@ -306,12 +315,21 @@ class FailingApply:
         *,
         stdin: Stdin = None,
         timeout: float | None = None,  # noqa: ASYNC109
+        max_output_bytes: int | None = None,
     ) -> ExecResult:
         if len(argv) > 5 and argv[5] in ("0", "1"):  # APPLY: sh -c SCRIPT sh ROOT FINISH N
             self.applies += 1
             if self.applies == self.fail_at:
                 raise ExecUnavailableError("pod stopped answering")
-        return await self.inner.run(namespace, pod, container, argv, stdin=stdin, timeout=timeout)
+        return await self.inner.run(
+            namespace,
+            pod,
+            container,
+            argv,
+            stdin=stdin,
+            timeout=timeout,
+            max_output_bytes=max_output_bytes,
+        )
 
 
 async def test_an_upload_cut_midway_leaves_the_old_files_and_the_next_sync_repairs(

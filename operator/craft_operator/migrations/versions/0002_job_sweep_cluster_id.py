@@ -6,7 +6,7 @@ claims them, and a renewal by this cluster's operator sets the column.
 
 Revision ID: 0002_job_sweep
 Revises: 0001
-Create Date: 2026-12-01
+Create Date: 2026-11-23
 """
 
 from __future__ import annotations

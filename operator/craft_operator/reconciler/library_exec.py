@@ -1,0 +1,141 @@
+"""Exec mode of the user library, as a reconcile pass sees it: start, watch, collect a sync.
+
+The sync itself runs in the :class:`~craft_operator.reconciler.library_pool.LibrarySyncPool`;
+a pass never waits for it. It starts one when the revision, pod or configuration moved,
+reports ``UserLibrarySynced`` ``Unknown``/``Syncing`` while it runs (a library already
+synced stays ``True`` meanwhile), and, once the pool wakes the sandbox, records the outcome
+in ``status.userLibrary``, the condition and an event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from craft_operator.api.models import CraftSandbox
+from craft_operator.library import LibraryLocation, LibrarySyncError, SyncResult
+from craft_operator.reconciler.library_pool import Outcome
+from craft_operator.reconciler.run import Run
+from craft_operator.status import USER_LIBRARY_SYNCED, ConditionState
+
+if TYPE_CHECKING:
+    from craft_operator.reconciler.sandbox import Services
+
+NORMAL, WARNING = "Normal", "Warning"
+#: Reasons of a True condition: synced incrementally, or in full because the pod's copy of
+#: the manifest was not trusted.
+SYNCED, RESYNCED = "Synced", "ResyncedInFull"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What one sync is for: the revision, the pod and the configuration, and their hash."""
+
+    revision: str
+    pod_uid: str
+    config: str
+    key: str
+
+
+def step(
+    s: Services,
+    run: Run,
+    sandbox: CraftSandbox,
+    location: LibraryLocation,
+    pod: dict[str, Any],
+    attempt: Attempt,
+) -> None:
+    """Collect a finished sync of this attempt, or start one, or report the one running."""
+    pool = s.library_pool
+    uid = sandbox.metadata.uid or ""
+    outcome = pool.take(run.key, uid)
+    if outcome is not None and outcome.attempt == attempt.key:
+        _record(s, run, outcome, attempt)
+        return
+    if pool.busy(run.key, uid):
+        _syncing(run, "a library sync is queued or running")
+        return  # the pool wakes this sandbox when it ends
+    wait = pool.retry_in(run.key)
+    if wait > 0:
+        run.requeue(wait)
+        return
+    namespace, name = pod["metadata"].get("namespace", ""), pod["metadata"]["name"]
+    pool.submit(
+        run.key,
+        uid,
+        attempt.key,
+        lambda: s.library.sync(
+            sandbox, location, namespace=namespace, pod=name, pod_uid=attempt.pod_uid
+        ),
+    )
+    _syncing(run, "a library sync is queued or running")
+
+
+def _syncing(run: Run, message: str) -> None:
+    # A library already synced stays True, and a failure stays False (its message says it
+    # is retried) until the sync ends: the condition moves once per outcome, not per try.
+    if (run.condition(USER_LIBRARY_SYNCED) or {}).get("status") not in ("True", "False"):
+        run.set(ConditionState.unknown(USER_LIBRARY_SYNCED, "Syncing", message))
+
+
+def _record(s: Services, run: Run, outcome: Outcome, attempt: Attempt) -> None:
+    current = dict(run.status.get("userLibrary") or {})
+    if outcome.error is not None:
+        _failed(s, run, current, outcome.error, attempt)
+    elif outcome.result is not None:
+        _succeeded(s, run, outcome.result, attempt)
+
+
+def _failed(
+    s: Services, run: Run, current: dict[str, Any], exc: LibrarySyncError, attempt: Attempt
+) -> None:
+    s.metrics.sync_failed(exc.reason)
+    current["lastError"] = exc.message[:1000]
+    if exc.retryable:
+        current.pop("failedAttempt", None)
+        run.requeue(s.library_pool.retry_in(run.key))
+    else:
+        current["failedAttempt"] = attempt.key
+    run.status["userLibrary"] = current
+    message = exc.message + ("; retried with backoff" if exc.retryable else "")
+    run.set(ConditionState.false(USER_LIBRARY_SYNCED, exc.reason, message))
+    s.events.post(run.body, type=WARNING, reason=f"Library{exc.reason}", message=message)
+
+
+def _succeeded(s: Services, run: Run, result: SyncResult, attempt: Attempt) -> None:
+    run.status["userLibrary"] = {
+        **({"observedRevision": attempt.revision} if attempt.revision else {}),
+        "lastSyncTime": run.timestamp(),
+        "files": result.files,
+        "bytes": result.bytes,
+        "bytesTransferred": result.bytes_transferred,
+        "durationSeconds": round(result.duration_seconds, 3),
+        "skipped": len(result.skipped),
+        "podUID": attempt.pod_uid,
+        "configHash": attempt.config,
+    }
+    message = f"{result.files} files, {result.bytes} bytes"
+    if result.skipped:
+        message += f"; {len(result.skipped)} unsafe keys skipped"
+    reason = SYNCED
+    if result.distrust is not None:
+        reason = RESYNCED
+        message = f"{result.distrust.message} ({result.distrust.reason}); {message}"
+        s.events.post(
+            run.body,
+            type=WARNING,
+            reason="LibraryManifestUntrusted",
+            message=result.distrust.message,
+        )
+    run.set(ConditionState.true(USER_LIBRARY_SYNCED, reason, message))
+    s.metrics.sync_finished(result.bytes_transferred, result.duration_seconds)
+    if result.copied or result.deleted:
+        s.events.post(run.body, type=NORMAL, reason="LibrarySynced", message=result.summary())
+    if result.skipped:
+        shown = ", ".join(repr(item.key[:80]) for item in result.skipped[:5])
+        s.events.post(
+            run.body,
+            type=WARNING,
+            reason="LibraryKeysSkipped",
+            message=f"{len(result.skipped)} S3 keys skipped as unsafe, e.g. {shown}",
+        )

@@ -1,0 +1,262 @@
+"""The pod's copy of the library manifest is only a hint: the agent can rewrite it, make it
+huge, or stop the commands the sync runs, and the operator neither trusts nor waits on it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from craft_operator.kube.exec import ExecOutputTooLargeError, ExecResult, Stdin
+from craft_operator.kube.exec_local import LocalExec
+from craft_operator.library import SyncResult, sync_user_library_exec
+from craft_operator.library.errors import ExecTimedOutError
+from craft_operator.library.record import TAMPERED, TOO_LARGE, SyncRecord
+from craft_operator.library.transfer import COMMAND_MAX_OUTPUT
+from tests.support.s3 import S3Server
+
+from .conftest import Bucket
+
+pytestmark = [pytest.mark.s3]
+
+NAMESPACE, POD, POD_UID = "craft", "sandbox-a", "pod-uid-1"
+CAP = 64 * 1024
+
+
+class MemoryRecords:
+    """The operator's record, kept where the pod cannot reach it (here: in the test)."""
+
+    def __init__(self) -> None:
+        self.record: SyncRecord | None = None
+        self.saves = 0
+
+    async def load(self) -> SyncRecord | None:
+        return self.record
+
+    async def save(self, record: SyncRecord) -> None:
+        self.record = record
+        self.saves += 1
+
+
+def library_dir(pods: LocalExec) -> Path:
+    return pods.workspace(NAMESPACE, POD) / "user_library"
+
+
+def manifest_of(pods: LocalExec) -> Path:
+    return library_dir(pods) / ".craft-sync" / "manifest"
+
+
+async def sync(
+    bucket: Bucket,
+    transport: object,
+    records: MemoryRecords,
+    *,
+    exec_timeout: float = 30.0,
+    pod_uid: str = POD_UID,
+) -> SyncResult:
+    return await sync_user_library_exec(
+        store=bucket.store,
+        bucket=bucket.name,
+        prefix=bucket.prefix,
+        exec_transport=transport,  # type: ignore[arg-type]
+        namespace=NAMESPACE,
+        pod=POD,
+        container="sandbox",
+        timeout_seconds=exec_timeout,
+        manifest_max_bytes=CAP,
+        records=records,
+        pod_uid=pod_uid,
+    )
+
+
+@pytest.fixture
+def synced_twice(bucket: Bucket, s3_server: S3Server) -> Bucket:
+    bucket.put("a.txt", b"aaa")
+    bucket.put("notes/b.md", b"bbbb")
+    return bucket
+
+
+async def test_an_untouched_pod_is_synced_from_the_record_and_only_changes_are_sent(
+    synced_twice: Bucket, pods: LocalExec
+) -> None:
+    records = MemoryRecords()
+    first = await sync(synced_twice, pods, records)
+    synced_twice.put("c.txt", b"c")
+
+    second = await sync(synced_twice, pods, records)
+
+    assert (first.copied, first.distrust) == (2, None)
+    assert (second.copied, second.deleted, second.distrust) == (1, 0, None)
+    assert records.record is not None
+    assert set(records.record.entries) == {
+        "a.txt",
+        "notes/b.md",
+        "c.txt",
+    }
+
+
+async def test_a_manifest_over_the_cap_is_not_read_and_the_library_is_copied_again(
+    synced_twice: Bucket, pods: LocalExec
+) -> None:
+    records = MemoryRecords()
+    await sync(synced_twice, pods, records)
+    (library_dir(pods) / "a.txt").write_bytes(b"agent's edit")
+    manifest_of(pods).write_bytes(b"x" * (CAP + 1))
+
+    result = await sync(synced_twice, pods, records)
+
+    assert result.distrust is not None
+    assert result.distrust.reason == TOO_LARGE
+    assert str(CAP) in result.distrust.message
+    assert result.copied == 2
+    assert (library_dir(pods) / "a.txt").read_bytes() == b"aaa"
+    assert manifest_of(pods).stat().st_size < CAP  # replaced by the operator's own
+    again = await sync(synced_twice, pods, records)
+    assert (again.copied, again.distrust) == (0, None)
+
+
+async def test_a_pod_that_ignores_head_still_cannot_make_the_operator_read_more(
+    synced_twice: Bucket, pods: LocalExec
+) -> None:
+    class EndlessManifest:
+        """The pod answers the manifest read with far more than it was asked for."""
+
+        def __init__(self) -> None:
+            self.calls: list[int | None] = []
+
+        async def run(
+            self,
+            namespace: str,
+            pod: str,
+            container: str,
+            argv: Sequence[str],
+            *,
+            stdin: Stdin = None,
+            timeout: float | None = None,  # noqa: ASYNC109
+            max_output_bytes: int | None = None,
+        ) -> ExecResult:
+            if "head" in argv[2]:
+                self.calls.append(max_output_bytes)
+                argv = ["sh", "-c", "yes manifest"]
+            return await pods.run(
+                namespace,
+                pod,
+                container,
+                argv,
+                stdin=stdin,
+                timeout=timeout,
+                max_output_bytes=max_output_bytes,
+            )
+
+    records = MemoryRecords()
+    await sync(synced_twice, pods, records)
+    transport = EndlessManifest()
+
+    result = await sync(synced_twice, transport, records)
+
+    assert result.distrust is not None
+    assert result.distrust.reason == TOO_LARGE
+    # The pod's stdout is cut off just past the cap (plus room for stderr), not at 64 MiB.
+    limit = CAP + 1 + COMMAND_MAX_OUTPUT
+    assert transport.calls
+    assert all(cap is not None and cap <= limit for cap in transport.calls)
+
+
+async def test_a_tampered_manifest_gets_a_full_resync_never_a_crash(
+    synced_twice: Bucket, pods: LocalExec
+) -> None:
+    records = MemoryRecords()
+    await sync(synced_twice, pods, records)
+    synced_twice.delete("notes/b.md")
+    (library_dir(pods) / "a.txt").unlink()
+    # The agent claims a.txt is current, hides notes/b.md, and adds junk of every kind.
+    manifest_of(pods).write_bytes(
+        b'craft-library-manifest 1\n+\t3\t"x"\ta.txt\n-\t\t\tnotes/b.md\n'
+        + b"+\t99999999999999999999\tetag\t../../etc/passwd\n\xff\xfe\x00junk\n"
+    )
+
+    result = await sync(synced_twice, pods, records)
+
+    assert result.distrust is not None
+    assert result.distrust.reason == TAMPERED
+    assert (result.copied, result.deleted) == (1, 1)  # a.txt again; notes/b.md is gone
+    assert (library_dir(pods) / "a.txt").read_bytes() == b"aaa"
+    assert not (library_dir(pods) / "notes" / "b.md").exists()
+    assert b"passwd" not in manifest_of(pods).read_bytes()
+
+
+async def test_a_new_pod_gets_a_full_sync_whatever_manifest_it_shows(
+    synced_twice: Bucket, pods: LocalExec
+) -> None:
+    records = MemoryRecords()
+    await sync(synced_twice, pods, records)
+
+    result = await sync(synced_twice, pods, records, pod_uid="pod-uid-2")
+
+    assert (result.copied, result.distrust) == (2, None)
+
+
+async def test_an_interrupted_sync_is_resumed_from_the_record_without_a_tamper_alarm(
+    synced_twice: Bucket, pods: LocalExec
+) -> None:
+    class StoppedApply:
+        """The pod stops answering once the upload has landed."""
+
+        async def run(
+            self,
+            namespace: str,
+            pod: str,
+            container: str,
+            argv: Sequence[str],
+            *,
+            stdin: Stdin = None,
+            timeout: float | None = None,  # noqa: ASYNC109
+            max_output_bytes: int | None = None,
+        ) -> ExecResult:
+            if len(argv) > 5 and argv[5] in ("0", "1"):
+                raise ExecOutputTooLargeError("stand-in for any failure", limit=0)
+            return await pods.run(namespace, pod, container, argv, stdin=stdin, timeout=timeout)
+
+    records = MemoryRecords()
+    await sync(synced_twice, pods, records)
+    synced_twice.put("a.txt", b"new a")
+    with pytest.raises(Exception, match="stand-in"):
+        await sync(synced_twice, StoppedApply(), records)
+
+    result = await sync(synced_twice, pods, records)
+
+    assert result.distrust is None
+    assert result.copied == 1
+    assert (library_dir(pods) / "a.txt").read_bytes() == b"new a"
+
+
+async def test_a_stopped_exec_process_times_out_in_seconds_not_the_whole_sync_budget(
+    synced_twice: Bucket, pods: LocalExec
+) -> None:
+    class StoppedUpload:
+        """The agent stops the upload's shell (SIGSTOP): it never reads its stdin."""
+
+        async def run(
+            self,
+            namespace: str,
+            pod: str,
+            container: str,
+            argv: Sequence[str],
+            *,
+            stdin: Stdin = None,
+            timeout: float | None = None,  # noqa: ASYNC109
+            max_output_bytes: int | None = None,
+        ) -> ExecResult:
+            if stdin is not None:
+                argv = [argv[0], argv[1], "kill -STOP $$\n" + argv[2], *argv[3:]]
+            return await pods.run(namespace, pod, container, argv, stdin=stdin, timeout=timeout)
+
+    synced_twice.put("big.bin", b"\x00" * 2_000_000)
+
+    with pytest.raises(ExecTimedOutError) as raised:
+        await sync(synced_twice, StoppedUpload(), MemoryRecords(), exec_timeout=1.0)
+
+    assert raised.value.reason == "ExecTimedOut"
+    assert raised.value.retryable
+    assert "did not finish within" in raised.value.message

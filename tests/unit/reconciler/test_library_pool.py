@@ -1,0 +1,175 @@
+"""Specification of the library sync pool: bounded, never waited on, retried with backoff."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from craft_operator.library import LibrarySyncError, SyncResult
+from craft_operator.library.errors import ExecTimedOutError
+from craft_operator.reconciler.library_pool import LibrarySyncPool
+from craft_operator.reconciler.queue import Backoff
+
+RESULT = SyncResult(
+    files=0,
+    bytes=0,
+    bytes_transferred=0,
+    copied=0,
+    deleted=0,
+    skipped=(),
+    excluded=0,
+    duration_seconds=0.0,
+)
+
+
+def key(index: int) -> tuple[str, str]:
+    return ("ns", f"sandbox-{index}")
+
+
+async def test_no_more_syncs_run_at_once_than_the_pool_has_slots() -> None:
+    pool = LibrarySyncPool(3)
+    release = asyncio.Event()
+    woken: list[tuple[str, str]] = []
+    all_woken = asyncio.Event()
+
+    def wake(which: tuple[str, str]) -> None:
+        woken.append(which)
+        if len(woken) == 10:
+            all_woken.set()
+
+    pool.wake = wake
+
+    async def hanging() -> SyncResult:
+        await release.wait()
+        return RESULT
+
+    for index in range(10):
+        pool.submit(key(index), f"uid-{index}", "attempt", hanging)
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+    assert pool.running == 3
+    assert all(pool.busy(key(index), f"uid-{index}") for index in range(10))
+    release.set()
+    await asyncio.wait_for(all_woken.wait(), 10)
+    assert pool.peak == 3
+    assert sorted(woken) == sorted(key(index) for index in range(10))
+    outcome = pool.take(key(4), "uid-4")
+    assert outcome is not None
+    assert (outcome.attempt, outcome.result) == ("attempt", RESULT)
+    assert pool.take(key(4), "uid-4") is None  # taken once
+
+
+async def test_a_sync_already_running_for_a_sandbox_is_not_started_twice() -> None:
+    pool = LibrarySyncPool(4)
+    started = 0
+    release = asyncio.Event()
+
+    async def work() -> SyncResult:
+        nonlocal started
+        started += 1
+        await release.wait()
+        return RESULT
+
+    pool.submit(key(1), "uid", "a", work)
+    pool.submit(key(1), "uid", "b", work)
+    await asyncio.sleep(0.01)
+    release.set()
+    await asyncio.sleep(0.01)
+
+    assert started == 1
+    outcome = pool.take(key(1), "uid")
+    assert outcome is not None
+    assert outcome.attempt == "a"
+
+
+async def test_an_outcome_belongs_to_the_sandbox_object_by_uid() -> None:
+    pool = LibrarySyncPool(1)
+
+    async def work() -> SyncResult:
+        return RESULT
+
+    pool.submit(key(1), "old-uid", "a", work)
+    await asyncio.sleep(0.01)
+
+    assert pool.take(key(1), "new-uid") is None
+
+
+async def test_a_failure_that_may_pass_is_retried_after_a_growing_backoff() -> None:
+    pool = LibrarySyncPool(1, backoff=Backoff(base=10.0, cap=300.0, jitter=0.0))
+
+    async def timing_out() -> SyncResult:
+        raise ExecTimedOutError("the upload did not finish within 60s")
+
+    waits = []
+    for _ in range(3):
+        pool.submit(key(1), "uid", "a", timing_out)
+        await asyncio.sleep(0.01)
+        outcome = pool.take(key(1), "uid")
+        assert outcome is not None
+        assert outcome.error is not None
+        assert outcome.error.reason == "ExecTimedOut"
+        waits.append(pool.retry_in(key(1)))
+
+    assert 9 < waits[0] <= 10
+    assert 19 < waits[1] <= 20
+    assert 39 < waits[2] <= 40
+
+
+async def test_a_sync_over_its_whole_budget_is_abandoned_and_reported() -> None:
+    pool = LibrarySyncPool(1, budget_seconds=0.05)
+
+    async def endless() -> SyncResult:
+        await asyncio.Event().wait()
+        return RESULT
+
+    pool.submit(key(1), "uid", "a", endless)
+    await asyncio.sleep(0.3)
+
+    outcome = pool.take(key(1), "uid")
+    assert outcome is not None
+    assert outcome.error is not None
+    assert (outcome.error.reason, outcome.error.retryable) == ("SyncTimedOut", True)
+    assert pool.running == 0
+
+
+async def test_an_unexpected_error_is_an_outcome_not_a_crash() -> None:
+    pool = LibrarySyncPool(1)
+
+    async def broken() -> SyncResult:
+        raise RuntimeError("a bug")
+
+    pool.submit(key(1), "uid", "a", broken)
+    await asyncio.sleep(0.01)
+
+    outcome = pool.take(key(1), "uid")
+    assert outcome is not None
+    assert isinstance(outcome.error, LibrarySyncError)
+    assert outcome.error.retryable
+
+
+@pytest.mark.parametrize("how", ["forget", "close"])
+async def test_a_forgotten_sandbox_frees_its_slot_and_wakes_nobody(how: str) -> None:
+    pool = LibrarySyncPool(1)
+    woken: list[tuple[str, str]] = []
+    pool.wake = woken.append
+
+    async def endless() -> SyncResult:
+        await asyncio.Event().wait()
+        return RESULT
+
+    async def quick() -> SyncResult:
+        return RESULT
+
+    pool.submit(key(1), "uid-1", "a", endless)
+    await asyncio.sleep(0.01)
+    if how == "forget":
+        pool.forget(key(1))
+    else:
+        await pool.close()
+    pool.submit(key(2), "uid-2", "a", quick)
+    await asyncio.sleep(0.05)
+
+    assert woken == [key(2)]
+    assert not pool.busy(key(1), "uid-1")
