@@ -135,8 +135,9 @@ def adopt_rows(
     that name, for those that exist. Sandbox uids are unique across clusters, so a match
     proves the row was written for this cluster's sandbox; any other row (another
     cluster's, or an orphan no cluster can prove its own) is left alone, since once
-    adopted the orphan sweep may revoke its PAT. A row that changed since it was listed
-    is not claimed. ``dry_run`` claims nothing and returns what would be claimed.
+    adopted the orphan sweep may revoke its PAT. A row that changed since it was listed,
+    or whose name this cluster already has a row of, is not claimed. ``dry_run`` claims
+    nothing and returns the rows that prove this cluster's.
     """
     provable = [
         row for row in rows if sandbox_uids.get((row.namespace, row.name)) == row.sandbox_uid
