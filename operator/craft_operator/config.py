@@ -108,9 +108,10 @@ class Settings(BaseSettings):
     cluster_id: str | None = Field(
         default=None,
         description=(
-            "This cluster's name in the credentials database, written on every credential "
-            "row; the orphan sweep revokes only rows of this cluster. Unset: 'embedded' on "
-            "the SQLite database, and on Postgres (which other clusters may share) no sweep."
+            "This cluster's name in the credentials database: every credential row is keyed "
+            "by it and the operator reads, renews, revokes and sweeps only rows of its own. "
+            "Unset: 'embedded' on the SQLite database; required on Postgres (which other "
+            "clusters' operators may share)."
         ),
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$",
     )
@@ -348,7 +349,8 @@ class Settings(BaseSettings):
     @property
     def effective_cluster_id(self) -> str | None:
         """CRAFT_CLUSTER_ID; unset, ``embedded`` on SQLite (a file no other cluster
-        shares) and ``None`` on Postgres (rows get no cluster id, and no sweep runs)."""
+        shares) and ``None`` on Postgres, where the operator refuses to start
+        (:func:`craft_operator.credentials.factory.check_cluster_id_setting`)."""
         if self.cluster_id is not None:
             return self.cluster_id
         return EMBEDDED_CLUSTER_ID if self.database_url_value.startswith("sqlite") else None

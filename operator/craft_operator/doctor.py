@@ -35,8 +35,13 @@ from craft_operator.credentials.db import (
     is_onyx_mode,
     translated_errors,
 )
-from craft_operator.credentials.errors import CredentialsError, KeyRingError, SchemaMissingError
-from craft_operator.credentials.factory import load_key_ring
+from craft_operator.credentials.errors import (
+    ClusterIdMissingError,
+    CredentialsError,
+    KeyRingError,
+    SchemaMissingError,
+)
+from craft_operator.credentials.factory import check_cluster_id_setting, load_key_ring
 from craft_operator.credentials.keyring import DEV_KEY_RING_FILE, KeyRing, key_ring_from_file
 from craft_operator.credentials.store import CredentialStore
 from craft_operator.credentials.tables import CREDENTIAL_TABLE, PAT_TABLE
@@ -104,6 +109,12 @@ def check_settings() -> tuple[list[CheckResult], Settings | None]:
     watched = ", ".join(settings.namespaces) or "all namespaces"
     metrics = f"port {settings.metrics_port}" if settings.metrics_port else "disabled"
     results = [ok("settings", f"loaded; watching {watched}; metrics {metrics}")]
+    try:
+        check_cluster_id_setting(settings)
+    except ClusterIdMissingError as exc:
+        results.append(
+            fail("cluster id", str(exc), "set CRAFT_CLUSTER_ID in the operator's settings")
+        )
     if settings.server_url is None:
         results.append(
             warn(
@@ -268,7 +279,10 @@ def check_key_ring(settings: Settings, engine: Engine | None = None) -> CheckRes
         except KeyRingError as exc:
             return fail(name, str(exc), f"delete {path} (tokens under it are lost) or {_KEYS_FIX}")
         return _coverage(
-            warn(name, f"using the development key ring {path}", production), ring, engine
+            warn(name, f"using the development key ring {path}", production),
+            ring,
+            engine,
+            settings.effective_cluster_id,
         )
     source = (
         "CRAFT_ENCRYPTION_KEYS"
@@ -279,14 +293,21 @@ def check_key_ring(settings: Settings, engine: Engine | None = None) -> CheckRes
         ring = load_key_ring(settings)
     except KeyRingError as exc:
         return fail(name, str(exc), _KEYS_FIX)
-    return _coverage(ok(name, f"{_describe_ring(ring)} (from {source})"), ring, engine)
+    return _coverage(
+        ok(name, f"{_describe_ring(ring)} (from {source})"),
+        ring,
+        engine,
+        settings.effective_cluster_id,
+    )
 
 
-def _coverage(result: CheckResult, ring: KeyRing, engine: Engine | None) -> CheckResult:
-    """``result``, or a failure if stored tokens use keys the ring lacks."""
-    if engine is None:
+def _coverage(
+    result: CheckResult, ring: KeyRing, engine: Engine | None, cluster_id: str | None
+) -> CheckResult:
+    """``result``, or a failure if this cluster's stored tokens use keys the ring lacks."""
+    if engine is None or cluster_id is None:
         return result
-    store = CredentialStore(engine, ring)
+    store = CredentialStore(engine, ring, cluster_id=cluster_id)
     try:
         in_use = store.key_ids_in_use()
     except CredentialsError as exc:

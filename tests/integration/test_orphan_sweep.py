@@ -2,8 +2,8 @@
 
 The operator runs against the emulator with a short sweep interval. A credential row left
 by a sandbox that no longer exists (as after a finalizer removed by hand) loses its PAT;
-a live sandbox's PAT, and a row another cluster's operator wrote in the same database,
-stay live.
+a live sandbox's PAT, and the rows another cluster's operator wrote in the same database
+(one of them for its own sandbox of the same name), stay live.
 """
 
 from __future__ import annotations
@@ -32,8 +32,11 @@ def plant_row(settings: Settings, name: str, *, cluster_id: str | None = None) -
         store.close()
 
 
-def pat_state(settings: Settings, name: str) -> PatState | None:
-    """The state of the PAT stored for sandbox ``name``; ``None`` if no row is left."""
+def pat_state(settings: Settings, name: str, *, cluster_id: str | None = None) -> PatState | None:
+    """The state of the PAT stored for sandbox ``name`` (by this cluster, or by
+    ``cluster_id``); ``None`` if no row is left."""
+    if cluster_id is not None:
+        settings = settings.model_copy(update={"cluster_id": cluster_id})
     store = build_credential_store(settings)
     try:
         info = store.show(NAMESPACE, name)
@@ -42,12 +45,23 @@ def pat_state(settings: Settings, name: str) -> PatState | None:
     return None if info is None else info.pat_state
 
 
+def show(settings: Settings, name: str, *, cluster_id: str) -> int | None:
+    """The PAT id ``cluster_id`` stores for sandbox ``name``."""
+    store = build_credential_store(settings.model_copy(update={"cluster_id": cluster_id}))
+    try:
+        info = store.show(NAMESPACE, name)
+    finally:
+        store.close()
+    return None if info is None else info.pat_id
+
+
 async def test_the_sweep_revokes_only_this_cluster_s_pats_without_a_sandbox(
     emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec
 ) -> None:
     sweeping = settings.model_copy(update={"orphan_sweep_interval": 0.2})
     plant_row(sweeping, "deleted-while-the-operator-was-down")
     plant_row(sweeping, "other-cluster-s", cluster_id="west")
+    west_alice = plant_row(sweeping, "alice", cluster_id="west")
 
     async with running_operator(str(emulator.url).rstrip("/"), sweeping, exec_transport=pod_exec):
         emulator.create(SANDBOXES, sandbox("alice"))
@@ -60,4 +74,6 @@ async def test_the_sweep_revokes_only_this_cluster_s_pats_without_a_sandbox(
         )
 
         assert pat_state(sweeping, "alice") is PatState.LIVE
-        assert pat_state(sweeping, "other-cluster-s") is PatState.LIVE
+        assert pat_state(sweeping, "other-cluster-s", cluster_id="west") is PatState.LIVE
+        assert pat_state(sweeping, "alice", cluster_id="west") is PatState.LIVE
+        assert show(sweeping, "alice", cluster_id="west") == west_alice

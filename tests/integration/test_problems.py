@@ -80,6 +80,7 @@ async def test_a_database_outage_keeps_the_sandbox_pending_and_is_retried_with_b
         server_url="http://onyx.invalid:8080",
         encryption_keys=generate_key_entry("test"),
         database_url="postgresql+psycopg://craft:secret-password@127.0.0.1:9/onyx",
+        cluster_id="east",
     )
     async with running_operator(
         str(emulator.url).rstrip("/"), unreachable, exec_transport=pod_exec

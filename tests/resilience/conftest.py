@@ -156,6 +156,8 @@ def launch(emulator: KubeEmulator, state: Path, canary_key: str) -> Launch:  # n
             {
                 "CRAFT_SERVER_URL": "http://onyx.invalid:8080",
                 "CRAFT_ENCRYPTION_KEYS": canary_key,
+                # Required with Postgres (Onyx mode); harmless on SQLite.
+                "CRAFT_CLUSTER_ID": "resilience",
                 **env,
             },
         )

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from craft_operator.cli import main
+from craft_operator.credentials import generate_key_entry
 
 pytestmark = pytest.mark.unit
 
@@ -172,3 +173,32 @@ def test_a_developer_without_a_key_ring_gets_the_development_one(tmp_path: Path)
     completed = run_operator(tmp_path, "run", KUBECONFIG=str(kubeconfig))
     assert completed.returncode == 1
     assert "CRAFT_ENCRYPTION_KEYS" not in only_line(completed)
+
+
+def test_postgres_without_a_cluster_id_stops_at_start_naming_the_setting(tmp_path: Path) -> None:
+    # Onyx's Postgres may be shared with other clusters' operators: without an id of its
+    # own, this operator could not tell its credential rows from theirs.
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", f"https://127.0.0.1:{closed_port()}")
+    completed = run_operator(
+        tmp_path,
+        "run",
+        KUBECONFIG=str(kubeconfig),
+        CRAFT_DATABASE_URL="postgresql+psycopg://onyx@127.0.0.1:1/onyx",
+        CRAFT_ENCRYPTION_KEYS=generate_key_entry("k1").get_secret_value(),
+    )
+    assert completed.returncode == 2
+    assert "CRAFT_CLUSTER_ID must be set" in only_line(completed)
+
+
+def test_postgres_with_a_cluster_id_goes_on_to_the_cluster(tmp_path: Path) -> None:
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", f"https://127.0.0.1:{closed_port()}")
+    completed = run_operator(
+        tmp_path,
+        "run",
+        KUBECONFIG=str(kubeconfig),
+        CRAFT_DATABASE_URL="postgresql+psycopg://onyx@127.0.0.1:1/onyx",
+        CRAFT_ENCRYPTION_KEYS=generate_key_entry("k1").get_secret_value(),
+        CRAFT_CLUSTER_ID="east",
+    )
+    assert completed.returncode == 1
+    assert "CRAFT_CLUSTER_ID" not in only_line(completed)

@@ -369,6 +369,18 @@ def test_an_unreachable_database_is_shown_without_its_password(
     assert "database schema" not in result.output
 
 
+def test_postgres_without_a_cluster_id_fails_naming_the_setting(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"postgresql+psycopg://onyx:{DB_PASSWORD}@127.0.0.1:{free_port()}/onyx"
+    monkeypatch.setenv("CRAFT_DATABASE_URL", url)
+    result = run_doctor("--skip-kubernetes")
+    assert result.exit_code == 1
+    text = line(result, "cluster id")
+    assert text.startswith("✘ cluster id: CRAFT_CLUSTER_ID must be set")
+    assert DB_PASSWORD not in result.output
+
+
 def test_stored_tokens_under_a_key_missing_from_the_ring_fail_the_key_ring(
     env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -491,6 +503,7 @@ def test_onyx_mode_needs_onyx_tables_then_the_operator_migration(
     url = postgres_server.create_database()
     monkeypatch.setenv("CRAFT_DATABASE_URL", url)
     monkeypatch.setenv("CRAFT_DATABASE_AUTO_MIGRATE", "false")
+    monkeypatch.setenv("CRAFT_CLUSTER_ID", "east")
     engine = create_credentials_engine(url)
     try:
         result = run_doctor("--skip-kubernetes")

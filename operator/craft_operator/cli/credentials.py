@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Iterable
 
 import click
 
@@ -14,7 +16,9 @@ from craft_operator.cli._store import (
     split_sandbox,
 )
 from craft_operator.credentials import CredentialInfo
-from craft_operator.credentials.orphans import adopt_rows
+from craft_operator.credentials.orphans import StoredCredential, adopt_rows, unclaimed_rows
+from craft_operator.kube.client import SANDBOXES, ApiError, KubeClient, NotFoundError
+from craft_operator.kube.connection import ClusterUnreachableError, discover_connection
 
 
 def _as_dict(info: CredentialInfo) -> dict[str, str | int]:
@@ -76,6 +80,29 @@ def revoke(sandbox: tuple[str, str]) -> None:
     click.echo(f"revoked PAT {info.pat_id} ({info.token_display}) of sandbox {namespace}/{name}")
 
 
+async def live_sandbox_uids(keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """The uid of each named CraftSandbox that exists in this cluster (the current
+    kubeconfig context, or the pod's service account).
+
+    Raises :class:`ClusterUnreachableError` or :class:`ApiError` (other than not found).
+    """
+    kube = KubeClient(request_timeout=30.0)
+    kube.configure(discover_connection())
+    uids: dict[tuple[str, str], str] = {}
+    try:
+        for namespace, name in keys:
+            try:
+                live = await kube.get(SANDBOXES, namespace, name)
+            except NotFoundError:
+                continue
+            uid = live.get("metadata", {}).get("uid")
+            if isinstance(uid, str):
+                uids[(namespace, name)] = uid
+    finally:
+        await kube.close()
+    return uids
+
+
 @credentials.command()
 @click.option(
     "--namespace",
@@ -84,18 +111,39 @@ def revoke(sandbox: tuple[str, str]) -> None:
     metavar="NAMESPACE",
     help="Only rows of sandboxes in this namespace (repeat); default: every row.",
 )
-def adopt(namespaces: tuple[str, ...]) -> None:
-    """Mark stored credentials without a cluster id as this cluster's (CRAFT_CLUSTER_ID).
+@click.option("--dry-run", is_flag=True, help="List what would be adopted; change nothing.")
+def adopt(namespaces: tuple[str, ...], dry_run: bool) -> None:
+    """Claim this cluster's stored credentials from before cluster ids (CRAFT_CLUSTER_ID).
 
-    Rows written before the operator recorded cluster ids are never revoked by the orphan
-    sweep. Adopt only rows this cluster's operator wrote: once adopted, the sweep revokes
-    the PAT of any whose CraftSandbox does not exist in this cluster.
+    Rows written before the operator recorded cluster ids belong to no cluster, and the
+    orphan sweep never revokes them. A row is adopted only if its CraftSandbox exists in
+    this cluster (the current kubeconfig context) with the uid the row records: a row of
+    another cluster sharing the database, or of a sandbox deleted since, is left alone.
     """
     quiet_logging()
     settings = settings_or_fail()
-    cluster_id = settings.effective_cluster_id
-    if cluster_id is None:
-        fail("set CRAFT_CLUSTER_ID to the id this cluster's operator uses", code=2)
     with opened_store(settings) as store:
-        adopted = adopt_rows(store, cluster_id, namespaces)
-    click.echo(f"adopted {adopted} credential rows as cluster {cluster_id!r}")
+        rows = unclaimed_rows(store, namespaces)
+        try:
+            uids = asyncio.run(live_sandbox_uids((row.namespace, row.name) for row in rows))
+        except (ClusterUnreachableError, ApiError) as exc:
+            fail(f"cannot read this cluster's CraftSandboxes, nothing was adopted: {exc}")
+        adopted = adopt_rows(store, rows, uids, dry_run=dry_run)
+    verb = "would adopt" if dry_run else "adopted"
+    taken = {row.row_id for row in adopted}
+    for row in rows:
+        sandbox = f"{row.namespace}/{row.name}"
+        if row.row_id in taken:
+            click.echo(f"{verb} {sandbox} (PAT {row.pat_id})")
+        else:
+            click.echo(f"left {sandbox} (PAT {row.pat_id}): {_why_left(row, uids)}")
+    click.echo(f"{verb} {len(adopted)} credential rows as cluster {store.cluster_id!r}")
+
+
+def _why_left(row: StoredCredential, uids: dict[tuple[str, str], str]) -> str:
+    uid = uids.get((row.namespace, row.name))
+    if uid is None:
+        return "no such CraftSandbox in this cluster"
+    if uid != row.sandbox_uid:
+        return "this cluster's CraftSandbox of that name has another uid"
+    return "this cluster already has a row of that name, or the row changed"

@@ -11,8 +11,8 @@ import sys
 import click
 
 from craft_operator.config import Settings, SettingsError, load_settings
-from craft_operator.credentials.errors import KeyRingError
-from craft_operator.credentials.factory import check_key_ring_setting
+from craft_operator.credentials.errors import CredentialsError
+from craft_operator.credentials.factory import check_cluster_id_setting, check_key_ring_setting
 from craft_operator.kube.access import check_operator_access
 from craft_operator.kube.connection import (
     ClusterUnreachableError,
@@ -116,7 +116,8 @@ def run(
         return
     try:
         check_key_ring_setting(settings, peering=not peering.standalone)
-    except KeyRingError as exc:
+        check_cluster_id_setting(settings)
+    except CredentialsError as exc:
         fail(str(exc), code=2)
         return
     try:

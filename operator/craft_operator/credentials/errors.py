@@ -35,3 +35,7 @@ class KeyRingError(CredentialsError):
 
 class DecryptionError(KeyRingError):
     """A stored token failed to decrypt: tampered, truncated, or bound to another sandbox."""
+
+
+class ClusterIdMissingError(CredentialsError):
+    """CRAFT_CLUSTER_ID is unset where the database may be shared with other clusters."""

@@ -13,7 +13,7 @@ from craft_operator.credentials.db import (
     describe_url,
     upgrade,
 )
-from craft_operator.credentials.errors import KeyRingError
+from craft_operator.credentials.errors import ClusterIdMissingError, KeyRingError
 from craft_operator.credentials.keyring import KeyRing, development_key_ring, key_ring_from_file
 from craft_operator.credentials.store import CredentialStore
 
@@ -52,6 +52,22 @@ def check_key_ring_setting(settings: Settings, *, peering: bool = False) -> None
         )
 
 
+def check_cluster_id_setting(settings: Settings) -> str:
+    """This cluster's id, or :class:`ClusterIdMissingError` if none is set where it must be.
+
+    On Postgres (Onyx's database, which other clusters' operators may share) there is no
+    default: rows keyed by a guessed id would let two clusters take each other's rows.
+    """
+    cluster_id = settings.effective_cluster_id
+    if cluster_id is None:
+        raise ClusterIdMissingError(
+            "CRAFT_CLUSTER_ID must be set: CRAFT_DATABASE_URL is a Postgres database that other "
+            "clusters' operators may share, and each keeps to the credential rows of its own "
+            "id (set a name unique among them, and keep it when the cluster is rebuilt)"
+        )
+    return cluster_id
+
+
 def load_key_ring(settings: Settings, *, peering: bool = False) -> KeyRing:
     """The key ring from CRAFT_ENCRYPTION_KEYS, else its file, else the development ring
     (only where nothing says this is production: see :func:`production_signs`)."""
@@ -66,9 +82,11 @@ def load_key_ring(settings: Settings, *, peering: bool = False) -> KeyRing:
 def build_credential_store(settings: Settings, *, migrate: bool | None = None) -> CredentialStore:
     """A ready credential store: key ring loaded, schema checked or migrated.
 
-    ``migrate`` overrides CRAFT_DATABASE_AUTO_MIGRATE. Raises :class:`KeyRingError`,
+    ``migrate`` overrides CRAFT_DATABASE_AUTO_MIGRATE. Raises :class:`ClusterIdMissingError`,
+    :class:`KeyRingError`,
     :class:`SchemaMissingError` or :class:`DatabaseUnavailableError` with a clear message.
     """
+    cluster_id = check_cluster_id_setting(settings)
     engine = create_credentials_engine(settings.database_url_value)
     try:
         keyring = load_key_ring(settings)
@@ -89,5 +107,5 @@ def build_credential_store(settings: Settings, *, migrate: bool | None = None) -
         keyring,
         renewal_fraction=settings.credential_renewal_fraction,
         owns_engine=True,
-        cluster_id=settings.effective_cluster_id,
+        cluster_id=cluster_id,
     )

@@ -2,19 +2,22 @@
 
 The orphan sweep (:mod:`craft_operator.reconciler.orphan_sweep`) decides which rows are
 orphans by asking the API server; this module only reads and writes the database. Every
-query is limited to one cluster id, so an operator sharing Onyx's Postgres with another
-cluster's operator never touches that cluster's rows. Rows without a cluster id (written
-before the column existed) are only counted, until :func:`adopt_rows` claims them.
+query is limited to one cluster id (as are the store's own: rows are unique per cluster,
+namespace and name), so an operator sharing Onyx's Postgres with another cluster's
+operator never touches that cluster's rows. Rows without a cluster id (written before the
+column existed) are only counted, until the store claims one on proof (see
+:mod:`craft_operator.credentials.store`) or :func:`adopt_rows` claims those whose
+CraftSandbox exists in this cluster with the row's uid.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import cast
 
-from sqlalchemy import Table, delete, func, select, update
+from sqlalchemy import Table, delete, exists, func, select, update
 
 from craft_operator.credentials.db import WRITE_OPTION, translated_errors
 from craft_operator.credentials.store import CredentialStore, revoke_pat_statement, utc_now
@@ -36,9 +39,10 @@ class StoredCredential:
 
 
 def rows_of_cluster(
-    store: CredentialStore, cluster_id: str, namespaces: Sequence[str] = ()
+    store: CredentialStore, cluster_id: str | None, namespaces: Sequence[str] = ()
 ) -> list[StoredCredential]:
-    """Every row of ``cluster_id`` (only in ``namespaces``, if given), oldest first."""
+    """Every row of ``cluster_id`` (``None``: rows without one; only in ``namespaces``, if
+    given), oldest first."""
     query = (
         select(
             _CRED.c.id,
@@ -48,7 +52,9 @@ def rows_of_cluster(
             _CRED.c.sandbox_uid,
             _CRED.c.pat_id,
         )
-        .where(_CRED.c.cluster_id == cluster_id)
+        .where(
+            _CRED.c.cluster_id.is_(None) if cluster_id is None else _CRED.c.cluster_id == cluster_id
+        )
         .order_by(_CRED.c.id)
     )
     if namespaces:
@@ -108,13 +114,56 @@ def count_without_cluster(store: CredentialStore) -> int:
         return int(connection.execute(query).scalar_one())
 
 
-def adopt_rows(store: CredentialStore, cluster_id: str, namespaces: Sequence[str] = ()) -> int:
-    """Give rows without a cluster id this ``cluster_id`` (only in ``namespaces``, if
-    given); return how many. Only for rows this cluster's operator wrote: from then on
-    the sweep may revoke them."""
-    statement = update(_CRED).where(_CRED.c.cluster_id.is_(None)).values(cluster_id=cluster_id)
-    if namespaces:
-        statement = statement.where(_CRED.c.namespace.in_(list(namespaces)))
+def unclaimed_rows(
+    store: CredentialStore, namespaces: Sequence[str] = ()
+) -> list[StoredCredential]:
+    """The rows without a cluster id (only in ``namespaces``, if given), oldest first."""
+    return rows_of_cluster(store, None, namespaces)
+
+
+def adopt_rows(
+    store: CredentialStore,
+    rows: Sequence[StoredCredential],
+    sandbox_uids: Mapping[tuple[str, str], str],
+    *,
+    dry_run: bool = False,
+) -> list[StoredCredential]:
+    """Claim for ``store.cluster_id`` those of ``rows`` (rows without a cluster id) whose
+    CraftSandbox exists in this cluster with the row's uid; return them.
+
+    ``sandbox_uids`` maps (namespace, name) to the uid of this cluster's CraftSandbox of
+    that name, for those that exist. Sandbox uids are unique across clusters, so a match
+    proves the row was written for this cluster's sandbox; any other row (another
+    cluster's, or an orphan no cluster can prove its own) is left alone, since once
+    adopted the orphan sweep may revoke its PAT. A row that changed since it was listed,
+    or whose name this cluster already has a row of, is not claimed. ``dry_run`` claims
+    nothing and returns the rows that prove this cluster's.
+    """
+    provable = [
+        row for row in rows if sandbox_uids.get((row.namespace, row.name)) == row.sandbox_uid
+    ]
+    if dry_run or not provable:
+        return provable
+    claimed: list[StoredCredential] = []
+    ours = _CRED.alias("ours")  # this cluster's own row of that name, if it has one
     writer = store.engine.execution_options(**{WRITE_OPTION: True})
     with translated_errors("adopting the stored credentials"), writer.begin() as connection:
-        return int(connection.execute(statement).rowcount)
+        for row in provable:
+            result = connection.execute(
+                update(_CRED)
+                .where(
+                    _CRED.c.id == row.row_id,
+                    _CRED.c.version == row.version,
+                    _CRED.c.sandbox_uid == row.sandbox_uid,
+                    _CRED.c.cluster_id.is_(None),
+                    ~exists().where(
+                        ours.c.cluster_id == store.cluster_id,
+                        ours.c.namespace == row.namespace,
+                        ours.c.name == row.name,
+                    ),
+                )
+                .values(cluster_id=store.cluster_id, version=row.version + 1)
+            )
+            if result.rowcount == 1:
+                claimed.append(row)
+    return claimed

@@ -10,9 +10,15 @@ reuse is one statement in autocommit; a mint is four statements and one commit.
 
 Concurrency: on Postgres the row is locked with ``SELECT ... FOR UPDATE``; on SQLite the
 write transaction holds the database write lock (``BEGIN IMMEDIATE``). A row that changed
-since it was read, or a new row that lost the ``(namespace, name)`` unique constraint to
-another writer, rolls back (the new PAT with it) and the caller reads and decides again,
-so any number of threads or processes leave exactly one live PAT.
+since it was read, or a new row that lost the ``(cluster_id, namespace, name)`` unique
+constraint to another writer, rolls back (the new PAT with it) and the caller reads and
+decides again, so any number of threads or processes leave exactly one live PAT.
+
+Clusters: several clusters' operators may share Onyx's Postgres. Each store has its
+cluster id and every query it makes (read, mint, revoke, show, rotate) is limited to rows
+of that id, so the same namespace and name in two clusters are two rows and two PATs. A
+row from before cluster ids (NULL) is claimed only when it proves to be this cluster's:
+it records the sandbox's uid and its token opens with this key ring for that uid.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
+from craft_operator.config import EMBEDDED_CLUSTER_ID
 from craft_operator.credentials.db import (
     WRITE_OPTION,
     create_credentials_engine,
@@ -257,7 +264,7 @@ class CredentialStore:
         renewal_fraction: float = DEFAULT_RENEWAL_FRACTION,
         clock: Callable[[], datetime] = utc_now,
         owns_engine: bool = False,
-        cluster_id: str | None = None,
+        cluster_id: str = EMBEDDED_CLUSTER_ID,
     ) -> None:
         if not 0 <= renewal_fraction < 1:
             raise ValueError("renewal_fraction must be in [0, 1)")
@@ -268,7 +275,9 @@ class CredentialStore:
         self._keyring = keyring
         self._renewal_fraction = renewal_fraction
         self._clock = clock
-        #: Written on every row this store mints (see :mod:`craft_operator.credentials.orphans`).
+        if not cluster_id:
+            raise ValueError("cluster_id must not be empty")
+        #: The only rows this store reads or writes; written on every row it mints.
         self.cluster_id = cluster_id
         self._onyx_mode = is_onyx_mode(self._engine)
         # Reads need no transaction: on Postgres they run in autocommit (one round trip).
@@ -281,15 +290,21 @@ class CredentialStore:
         self._read_current = self._current_row_query(lock=False)
         self._lock_current = self._current_row_query(lock=True)
         self._lock_version = (
-            select(_CRED.c.version)
-            .where(_CRED.c.namespace == bindparam("namespace"), _CRED.c.name == bindparam("name"))
-            .with_for_update()
+            select(_CRED.c.version).where(_CRED.c.id == bindparam("row_id")).with_for_update()
+        )
+        self._read_unclaimed = select(
+            _CRED.c.id, _CRED.c.version, _CRED.c.sandbox_uid, _CRED.c.encrypted_token
+        ).where(
+            _CRED.c.cluster_id.is_(None),
+            _CRED.c.namespace == bindparam("namespace"),
+            _CRED.c.name == bindparam("name"),
         )
 
     def __repr__(self) -> str:
         return (
             f"CredentialStore(dialect={self._engine.dialect.name!r}, "
-            f"keyring={self._keyring!r}, renewal_fraction={self._renewal_fraction})"
+            f"cluster_id={self.cluster_id!r}, keyring={self._keyring!r}, "
+            f"renewal_fraction={self._renewal_fraction})"
         )
 
     @property
@@ -342,7 +357,11 @@ class CredentialStore:
         query = (
             select(*columns)
             .select_from(joined)
-            .where(_CRED.c.namespace == bindparam("namespace"), _CRED.c.name == bindparam("name"))
+            .where(
+                _CRED.c.cluster_id == bindparam("cluster_id"),
+                _CRED.c.namespace == bindparam("namespace"),
+                _CRED.c.name == bindparam("name"),
+            )
         )
         return query.with_for_update(of=_CRED) if lock else query
 
@@ -354,7 +373,11 @@ class CredentialStore:
         name: str,
         user_id: uuid.UUID | None = None,
     ) -> Row[Any] | None:
-        params: dict[str, Any] = {"namespace": namespace, "name": name}
+        params: dict[str, Any] = {
+            "cluster_id": self.cluster_id,
+            "namespace": namespace,
+            "name": name,
+        }
         if self._onyx_mode:
             params["user_id"] = user_id
         return connection.execute(query, params).one_or_none()
@@ -403,6 +426,8 @@ class CredentialStore:
                         identity.name,
                         user_uuid,
                     )
+                if row is None and self._claim_unclaimed(identity):
+                    continue
                 self._check_user(row, identity)
                 reason = replacement_reason(row, policy, self._clock())
                 if reason is None:
@@ -433,6 +458,44 @@ class CredentialStore:
             f"{identity}: gave up after {_MAX_ATTEMPTS} attempts: other writers kept changing "
             "the credential"
         )
+
+    def _claim_unclaimed(self, identity: SandboxIdentity) -> bool:
+        """Claim the sandbox's row from before cluster ids if it proves to be this
+        cluster's (see the module); True when the caller should read again.
+
+        Another cluster's row (another uid, or a token this key ring cannot open for this
+        uid) is left exactly as it is: neither reused nor revoked.
+        """
+        with self._reader.connect() as connection:
+            row = connection.execute(
+                self._read_unclaimed, {"namespace": identity.namespace, "name": identity.name}
+            ).first()
+        if row is None or row.sandbox_uid != identity.uid:
+            return False
+        try:
+            open_token(
+                self._keyring, row.encrypted_token, sandbox_uid=identity.uid, subject=str(identity)
+            )
+        except CredentialsError:
+            return False
+        try:
+            with self._writer.begin() as connection:
+                claimed = connection.execute(
+                    update(_CRED)
+                    .where(
+                        _CRED.c.id == row.id,
+                        _CRED.c.version == row.version,
+                        _CRED.c.cluster_id.is_(None),
+                    )
+                    .values(cluster_id=self.cluster_id, version=row.version + 1)
+                ).rowcount
+        except IntegrityError as exc:
+            if is_unique_violation(exc):  # this cluster's row appeared meanwhile
+                return True
+            raise
+        if claimed:
+            log.info("%s: claimed its credential row from before cluster ids", identity)
+        return True
 
     def _check_user(self, row: Row[Any] | None, identity: SandboxIdentity) -> None:
         if self._onyx_mode and row is not None and row.user_active is False:
@@ -471,8 +534,7 @@ class CredentialStore:
                 # joined PAT under the lock would not do: in READ COMMITTED the lock returns
                 # the row's newest version but joins it to rows of the statement's snapshot.)
                 locked = connection.execute(
-                    self._lock_version,
-                    {"namespace": identity.namespace, "name": identity.name},
+                    self._lock_version, {"row_id": row.id}
                 ).scalar_one_or_none()
                 if locked != row.version:
                     raise _LostRaceError
@@ -584,13 +646,21 @@ class CredentialStore:
     def revoke(self, identity: SandboxIdentity) -> bool:
         """Revoke the sandbox's PAT and forget its token; False if none was stored.
 
-        Idempotent. Matches the row by namespace and name whatever its uid: a row with
-        another uid is an orphan of an earlier object of that name and must go too.
+        Idempotent. Matches this cluster's row by namespace and name whatever its uid: a
+        row with another uid is an orphan of an earlier object of that name and must go
+        too. A row from before cluster ids goes only if it proves to be this sandbox's.
         """
-        return self.revoke_named(identity.namespace, identity.name) is not None
+        with translated_errors(f"revoking the PAT of {identity}"):
+            revoked = self.revoke_named(identity.namespace, identity.name) is not None
+            if self._claim_unclaimed(identity):
+                revoked = (
+                    self.revoke_named(identity.namespace, identity.name) is not None or revoked
+                )
+        return revoked
 
     def revoke_named(self, namespace: str, name: str) -> CredentialInfo | None:
-        """Revoke by namespace and name (for the CLI); returns what was revoked, if any."""
+        """Revoke this cluster's row by namespace and name (for the CLI); returns what was
+        revoked, if any."""
         subject = f"sandbox {namespace}/{name}"
         with (
             translated_errors(f"revoking the PAT of {subject}"),
@@ -607,7 +677,7 @@ class CredentialStore:
         return info
 
     def show(self, namespace: str, name: str) -> CredentialInfo | None:
-        """What is stored for a sandbox (never the token), or None."""
+        """What this cluster stores for a sandbox (never the token), or None."""
         with (
             translated_errors(f"reading the credential of sandbox {namespace}/{name}"),
             self._reader.connect() as connection,
@@ -639,7 +709,9 @@ class CredentialStore:
         batch_size: int = 100,
         progress: Callable[[int], None] | None = None,
     ) -> RotationResult:
-        """Re-encrypt every stored token under the current key, one batch per transaction.
+        """Re-encrypt every token this cluster stores under the current key, one batch per
+        transaction. Other clusters' rows, and rows from before cluster ids, are left alone
+        (another cluster's key ring may lack this one's current key).
 
         Safe to interrupt and run again: each batch commits on its own, and rows already
         under the current key are skipped. Rows that fail to decrypt are reported in
@@ -677,7 +749,11 @@ class CredentialStore:
                     _CRED.c.sandbox_uid,
                     _CRED.c.encrypted_token,
                 )
-                .where(_CRED.c.key_id != current, _CRED.c.id > after_id)
+                .where(
+                    _CRED.c.cluster_id == self.cluster_id,
+                    _CRED.c.key_id != current,
+                    _CRED.c.id > after_id,
+                )
                 .order_by(_CRED.c.id)
                 .limit(batch_size)
                 .with_for_update(skip_locked=True)
@@ -712,13 +788,15 @@ class CredentialStore:
         return changed, int(rows[-1].id), failures
 
     def key_ids_in_use(self) -> dict[str, int]:
-        """How many stored tokens each key id encrypts (read from the envelopes' key id)."""
+        """How many of this cluster's stored tokens each key id encrypts (read from the
+        envelopes' key id)."""
         counts: dict[str, int] = {}
+        query = select(_CRED.c.encrypted_token).where(_CRED.c.cluster_id == self.cluster_id)
         with (
             translated_errors("counting stored tokens by key"),
             self._reader.connect() as connection,
         ):
-            for (envelope,) in connection.execute(select(_CRED.c.encrypted_token)):
+            for (envelope,) in connection.execute(query):
                 key_id, _ = parse_header(envelope, subject="a stored credential")
                 counts[key_id] = counts.get(key_id, 0) + 1
         return counts

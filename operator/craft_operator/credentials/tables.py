@@ -162,12 +162,15 @@ class SandboxCredential(OperatorBase):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
     expires_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
-    #: The cluster whose operator minted the row (``CRAFT_CLUSTER_ID``); NULL on rows from
-    #: before that column existed, which the orphan sweep leaves alone.
-    cluster_id: Mapped[str | None] = mapped_column(String(128), nullable=True, index=True)
+    #: The cluster whose operator wrote the row (``CRAFT_CLUSTER_ID``): each cluster has
+    #: its own row per sandbox name. NULL on rows from before the column existed, which
+    #: belong to no cluster until one proves them its own (see migration 0002).
+    cluster_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
 
     __table_args__ = (
-        UniqueConstraint("namespace", "name", name="uq_craft_sandbox_credential_sandbox"),
+        UniqueConstraint(
+            "cluster_id", "namespace", "name", name="uq_craft_sandbox_credential_cluster_sandbox"
+        ),
     )
 
     def __repr__(self) -> str:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from click.testing import CliRunner, Result
 
 from craft_operator.cli import main
@@ -18,6 +21,7 @@ from craft_operator.credentials import (
     generate_key_entry,
 )
 from craft_operator.credentials.db import head_revision
+from craft_operator.credentials.tables import SandboxCredential
 
 USER = "3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b"
 SANDBOX = SandboxIdentity("team-a", "alice", "uid-alice")
@@ -154,24 +158,68 @@ def test_a_malformed_key_ring_stops_a_command_without_echoing_the_key(
     assert secretish not in result.output
 
 
-def test_credentials_adopt_claims_rows_without_a_cluster_id_once(env: dict[str, str]) -> None:
-    import sqlalchemy as sa
-
-    from craft_operator.credentials.tables import SandboxCredential
-
-    mint(env)
+def forget_clusters(env: dict[str, str]) -> sa.Engine:
+    """Make every row one written before cluster ids were recorded; the database's engine."""
     engine = sa.create_engine(f"sqlite:///{env['CRAFT_STATE_DIR']}/craft-operator.db")
-    with engine.begin() as connection:  # as written before cluster ids were recorded
+    with engine.begin() as connection:
         connection.execute(sa.update(SandboxCredential).values(cluster_id=None))
+    return engine
+
+
+@pytest.fixture
+def this_cluster(monkeypatch: pytest.MonkeyPatch) -> dict[tuple[str, str], str]:
+    """The CraftSandboxes of the cluster `credentials adopt` asks: (namespace, name): uid."""
+    sandboxes: dict[tuple[str, str], str] = {}
+
+    async def live_sandbox_uids(keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        return {key: sandboxes[key] for key in keys if key in sandboxes}
+
+    # The module, not the click group of the same name that craft_operator.cli exports.
+    module = importlib.import_module("craft_operator.cli.credentials")
+    monkeypatch.setattr(module, "live_sandbox_uids", live_sandbox_uids)
+    return sandboxes
+
+
+def test_credentials_adopt_claims_a_row_whose_sandbox_lives_here_once(
+    env: dict[str, str], this_cluster: dict[tuple[str, str], str]
+) -> None:
+    mint(env)
+    engine = forget_clusters(env)
+    this_cluster[("team-a", "alice")] = SANDBOX.uid
     east = {**env, "CRAFT_CLUSTER_ID": "east"}
 
+    dry = run(east, "credentials", "adopt", "--dry-run")
     first = run(east, "credentials", "adopt")
     second = run(east, "credentials", "adopt")
 
-    assert first.output.strip() == "adopted 1 credential rows as cluster 'east'"
+    assert dry.output.splitlines()[-1] == "would adopt 1 credential rows as cluster 'east'"
+    assert first.output.splitlines()[-1] == "adopted 1 credential rows as cluster 'east'"
     assert second.output.strip() == "adopted 0 credential rows as cluster 'east'"
     with engine.connect() as connection:
         assert connection.execute(sa.select(SandboxCredential.cluster_id)).scalars().all() == [
             "east"
         ]
+    engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "here",
+    [{}, {("team-a", "alice"): "uid-of-this-cluster-s-alice"}],
+    ids=["no-such-sandbox-here", "a-namesake-with-another-uid"],
+)
+def test_credentials_adopt_leaves_another_cluster_s_row_alone(
+    env: dict[str, str],
+    this_cluster: dict[tuple[str, str], str],
+    here: dict[tuple[str, str], str],
+) -> None:
+    mint(env)  # as another cluster's operator, before cluster ids, wrote it
+    engine = forget_clusters(env)
+    this_cluster.update(here)
+
+    result = run({**env, "CRAFT_CLUSTER_ID": "east"}, "credentials", "adopt")
+
+    assert result.output.splitlines()[0].startswith("left team-a/alice (PAT ")
+    assert result.output.splitlines()[-1] == "adopted 0 credential rows as cluster 'east'"
+    with engine.connect() as connection:
+        assert connection.execute(sa.select(SandboxCredential.cluster_id)).scalars().all() == [None]
     engine.dispose()

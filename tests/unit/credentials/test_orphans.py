@@ -16,6 +16,7 @@ from craft_operator.credentials.orphans import (
     count_without_cluster,
     revoke_orphan,
     rows_of_cluster,
+    unclaimed_rows,
 )
 from craft_operator.credentials.tables import SandboxCredential
 
@@ -41,17 +42,15 @@ def cluster_of(database: Database, name: str) -> str | None:
         ).scalar_one()
 
 
-def test_a_minted_row_carries_the_cluster_id_and_a_renewal_claims_an_old_row(
-    make_store: StoreFactory, database: Database
-) -> None:
-    before_the_column = make_store(cluster_id=None)
-    ours = make_store(cluster_id="east")
-    who = identity("alice")
-    user = database.new_user()
-    before_the_column.ensure(who, user_id=user, tenant_id="public")
-    assert cluster_of(database, "alice") is None
+def forget_cluster(database: Database, name: str) -> None:
+    """Make the row of ``name`` one written before cluster ids were recorded."""
+    table = SandboxCredential.__table__
+    with database.engine.begin() as connection:
+        connection.execute(sa.update(table).where(table.c.name == name).values(cluster_id=None))
 
-    ours.ensure(who, user_id=user, tenant_id="public", force_new=True)
+
+def test_a_minted_row_carries_the_cluster_id(make_store: StoreFactory, database: Database) -> None:
+    mint(make_store(cluster_id="east"), database, identity("alice"))
 
     assert cluster_of(database, "alice") == "east"
 
@@ -59,15 +58,12 @@ def test_a_minted_row_carries_the_cluster_id_and_a_renewal_claims_an_old_row(
 def test_only_this_cluster_s_rows_are_listed_and_namespaces_narrow_them(
     make_store: StoreFactory, database: Database
 ) -> None:
-    east, west, legacy = (
-        make_store(cluster_id="east"),
-        make_store(cluster_id="west"),
-        make_store(cluster_id=None),
-    )
+    east, west = make_store(cluster_id="east"), make_store(cluster_id="west")
     mint(east, database, identity("alice"))
     mint(east, database, identity("bob", namespace="team-b"))
     mint(west, database, identity("carol"))
-    mint(legacy, database, identity("dave"))
+    mint(west, database, identity("dave"))
+    forget_cluster(database, "dave")
 
     assert {row.name for row in rows_of_cluster(east, "east")} == {"alice", "bob"}
     assert {row.name for row in rows_of_cluster(east, "east", ["team-b"])} == {"bob"}
@@ -106,17 +102,42 @@ def test_a_row_re_minted_for_a_new_sandbox_since_it_was_listed_is_not_revoked(
     assert (info.sandbox_uid, info.pat_id) == ("new", fresh.pat_id)
 
 
-def test_adopting_claims_only_rows_without_a_cluster_id(
+def test_adopting_claims_only_rows_whose_sandbox_exists_here_with_the_row_s_uid(
     make_store: StoreFactory, database: Database
 ) -> None:
-    west, legacy = make_store(cluster_id="west"), make_store(cluster_id=None)
-    mint(west, database, identity("carol"))
-    mint(legacy, database, identity("dave"))
-    mint(legacy, database, identity("erin", namespace="team-b"))
+    east, west = make_store(cluster_id="east"), make_store(cluster_id="west")
+    mint(west, database, identity("carol"))  # west's own row: never a candidate
+    for name in ("dave", "erin", "frank", "gina"):
+        mint(west, database, identity(name))
+        forget_cluster(database, name)
+    # This cluster has dave (same uid: its row) and erin under another uid (another
+    # cluster's erin, or an earlier one); frank and gina do not exist here.
+    here = {
+        ("team-a", "dave"): "uid-team-a-dave",
+        ("team-a", "erin"): "uid-of-this-cluster-s-erin",
+    }
+    rows = unclaimed_rows(east)
 
-    assert adopt_rows(legacy, "east", ["team-a"]) == 1
-    assert adopt_rows(legacy, "east") == 1
+    would = adopt_rows(east, rows, here, dry_run=True)
+    assert count_without_cluster(east) == 4
+    adopted = adopt_rows(east, rows, here)
 
-    assert {row.name for row in rows_of_cluster(legacy, "east")} == {"dave", "erin"}
+    assert [row.name for row in would] == [row.name for row in adopted] == ["dave"]
+    assert {row.name for row in rows_of_cluster(east, "east")} == {"dave"}
     assert cluster_of(database, "carol") == "west"
-    assert count_without_cluster(legacy) == 0
+    assert {row.name for row in unclaimed_rows(east)} == {"erin", "frank", "gina"}
+    assert adopt_rows(east, rows, here) == []  # already adopted: nothing changes
+    assert database.live_pats() == 5
+
+
+def test_adopting_leaves_a_row_whose_name_this_cluster_already_has(
+    make_store: StoreFactory, database: Database
+) -> None:
+    east, west = make_store(cluster_id="east"), make_store(cluster_id="west")
+    mint(west, database, identity("dave"))
+    forget_cluster(database, "dave")
+    mint(east, database, identity("dave", uid="uid-team-a-dave-new"))
+
+    assert adopt_rows(east, unclaimed_rows(east), {("team-a", "dave"): "uid-team-a-dave"}) == []
+
+    assert count_without_cluster(east) == 1

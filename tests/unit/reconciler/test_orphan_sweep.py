@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from prometheus_client import generate_latest
 
 from craft_operator.credentials import CredentialStore, KeyRing, SandboxIdentity, generate_key_entry
 from craft_operator.credentials.db import create_credentials_engine, upgrade
+from craft_operator.credentials.tables import PersonalAccessToken, SandboxCredential
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import ApiError, Kind, NotFoundError
 from craft_operator.metrics import Metrics
@@ -77,10 +79,26 @@ class World:
             namespaces=lambda: self.namespaces,
         )
 
-    def store_of(self, cluster_id: str | None) -> CredentialStore:
+    def store_of(self, cluster_id: str) -> CredentialStore:
         store = CredentialStore(self.engine, self.keyring, cluster_id=cluster_id)
         self.stores.append(store)
         return store
+
+    def forget_cluster(self, pat_id: int) -> None:
+        """Make the row of ``pat_id`` one written before cluster ids were recorded."""
+        with self.engine.begin() as connection:
+            connection.execute(
+                sa.update(SandboxCredential)
+                .where(SandboxCredential.pat_id == pat_id)
+                .values(cluster_id=None)
+            )
+
+    def pat_live(self, pat_id: int) -> bool:
+        with self.engine.connect() as connection:
+            revoked = connection.execute(
+                sa.select(PersonalAccessToken.is_revoked).where(PersonalAccessToken.id == pat_id)
+            ).scalar_one()
+        return not revoked
 
     def mint(
         self, name: str, *, namespace: str = "team-a", store: CredentialStore | None = None
@@ -168,17 +186,36 @@ async def test_a_sandbox_the_api_will_not_show_is_left_for_the_next_sweep(world:
 async def test_other_clusters_rows_and_rows_without_a_cluster_id_are_never_swept(
     world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
-    world.mint("theirs", store=world.store_of("west"))
-    world.mint("from-before-cluster-ids", store=world.store_of(None))
+    _, theirs = world.mint("theirs", store=world.store_of("west"))
+    _, old = world.mint("from-before-cluster-ids", store=world.store_of("west"))
+    world.forget_cluster(old)
 
     report = await world.sweeper.tick()
 
     assert report is not None
     assert (report.checked, report.revoked, report.without_cluster) == (0, (), 1)
-    assert world.live("theirs")
-    assert world.live("from-before-cluster-ids")
+    assert world.pat_live(theirs)
+    assert world.pat_live(old)
     assert world.api.gets == []
     assert "1 credential rows have no cluster id" in caplog.text
+
+
+async def test_a_sandbox_deleted_in_this_cluster_leaves_another_cluster_s_namesake_alone(
+    world: World,
+) -> None:
+    # Both clusters have a sandbox team-a/x; this cluster's was deleted, the other's lives.
+    _, ours = world.mint("x")
+    west_uid, theirs = world.mint("x", store=world.store_of("west"))
+
+    report = await world.sweeper.tick()
+
+    assert report is not None
+    assert report.revoked == (ours,)
+    assert not world.pat_live(ours)
+    assert world.pat_live(theirs)
+    info = world.store_of("west").show("team-a", "x")
+    assert info is not None
+    assert (info.sandbox_uid, info.pat_id) == (west_uid, theirs)
 
 
 async def test_namespaces_this_operator_does_not_serve_are_left_alone(world: World) -> None:

@@ -1,8 +1,25 @@
-"""Add craft_sandbox_credential.cluster_id: which cluster's operator minted the row.
+"""Key craft_sandbox_credential by cluster: add ``cluster_id``, unique per (cluster, sandbox).
 
-Rows written before this revision keep NULL: the orphan sweep never touches them (it
-cannot tell this cluster's rows from another's); ``craft-operator credentials adopt``
-claims them, and a renewal by this cluster's operator sets the column.
+Several clusters' operators may share Onyx's Postgres, each with its own sandbox
+``ns/x``. Keyed on (namespace, name) alone they shared one row and fought over it (each
+mint revoked the other's live PAT, and deleting ``x`` in one cluster revoked the other's).
+From this revision a row belongs to the cluster whose operator wrote it
+(``CRAFT_CLUSTER_ID``), the unique constraint is (cluster_id, namespace, name), and every
+query of the store is limited to its own cluster id.
+
+Rows written before this revision keep a NULL ``cluster_id`` and belong to no cluster:
+
+* the operator's first ``ensure`` of a sandbox claims the NULL row of that namespace and
+  name only if the row records that sandbox's uid and its token opens with this key ring
+  for that uid (proof that this cluster's operator wrote it: an upgraded single-cluster
+  install keeps its PATs, no re-mint); the finalizer claims and revokes such a row too;
+* any other NULL row is left alone (not reused, not revoked, never swept); this cluster
+  mints its own row beside it;
+* ``craft-operator credentials adopt`` claims NULL rows whose CraftSandbox exists in this
+  cluster with the row's uid, so that the orphan sweep can revoke them later.
+
+Downgrade restores the (namespace, name) constraint; it fails while two clusters hold rows
+of the same sandbox name.
 
 Revision ID: 0002_job_sweep
 Revises: 0001
@@ -23,12 +40,15 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("craft_sandbox_credential") as batch:
         batch.add_column(sa.Column("cluster_id", sa.String(length=128), nullable=True))
-    op.create_index(
-        "ix_craft_sandbox_credential_cluster_id", "craft_sandbox_credential", ["cluster_id"]
-    )
+        batch.drop_constraint("uq_craft_sandbox_credential_sandbox", type_="unique")
+        # cluster_id first: the constraint's index also serves the sweep's per-cluster list.
+        batch.create_unique_constraint(
+            "uq_craft_sandbox_credential_cluster_sandbox", ["cluster_id", "namespace", "name"]
+        )
 
 
 def downgrade() -> None:
-    op.drop_index("ix_craft_sandbox_credential_cluster_id", table_name="craft_sandbox_credential")
     with op.batch_alter_table("craft_sandbox_credential") as batch:
+        batch.drop_constraint("uq_craft_sandbox_credential_cluster_sandbox", type_="unique")
+        batch.create_unique_constraint("uq_craft_sandbox_credential_sandbox", ["namespace", "name"])
         batch.drop_column("cluster_id")
