@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 
 from craft_operator.api.models import KIND, Phase
 from craft_operator.config import Settings
+from craft_operator.policy.models import POLICY_ENFORCED
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +164,8 @@ class SandboxCounts:
 
     by_phase: Mapping[str, int]
     oldest_not_ready_seconds: float
+    #: Sandboxes kept running while the CraftSandboxPolicy is missing or unreadable.
+    without_policy: int = 0
 
 
 def _parse_time(text: Any) -> datetime | None:
@@ -206,7 +209,11 @@ def count_sandboxes(bodies: Iterable[Mapping[str, Any]], now: datetime) -> Sandb
     Terminating) and find the oldest one on its way to Ready (Pending or Provisioning)."""
     counts = {phase.value: 0 for phase in Phase}
     oldest = 0.0
+    without_policy = 0
     for body in bodies:
+        conditions = (body.get("status") or {}).get("conditions") or []
+        if any(c.get("type") == POLICY_ENFORCED and c.get("status") == "False" for c in conditions):
+            without_policy += 1
         raw = (body.get("status") or {}).get("phase") or Phase.PENDING.value
         phase = raw if raw in counts else Phase.PENDING.value
         if (body.get("metadata") or {}).get("deletionTimestamp"):
@@ -216,7 +223,9 @@ def count_sandboxes(bodies: Iterable[Mapping[str, Any]], now: datetime) -> Sandb
             since = not_ready_since(body)
             if since is not None:
                 oldest = max(oldest, (now - since).total_seconds())
-    return SandboxCounts(by_phase=counts, oldest_not_ready_seconds=oldest)
+    return SandboxCounts(
+        by_phase=counts, oldest_not_ready_seconds=oldest, without_policy=without_policy
+    )
 
 
 def _name(metric: str) -> str:
@@ -251,14 +260,21 @@ class _StateCollector(Collector):
             "Seconds the longest-waiting Pending or Provisioning sandbox has not been Ready "
             "(0 when none waits).",
         )
+        without_policy = GaugeMetricFamily(
+            _name("sandboxes_without_policy"),
+            "Sandboxes admitted before that keep running while the CraftSandboxPolicy is "
+            "missing or unreadable (condition PolicyEnforced False).",
+        )
         if with_samples and self.cache is not None:
             bodies = (body for _, body in self.cache.items(KIND))
             counts = count_sandboxes(bodies, self.clock())
             for phase, count in counts.by_phase.items():
                 phases.add_metric([phase], count)
             oldest.add_metric([], counts.oldest_not_ready_seconds)
+            without_policy.add_metric([], counts.without_policy)
         yield phases
         yield oldest
+        yield without_policy
 
         depth = GaugeMetricFamily(
             _name("workqueue_depth"),

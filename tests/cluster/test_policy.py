@@ -203,3 +203,43 @@ def test_a_tenant_label_put_on_a_running_sandboxs_namespace_revokes_its_token(
     assert minted(state, namespace)[0] == {}
     message = cluster.condition(namespace, "alice", "CredentialsReady")["message"]
     assert "spec.user.tenantId public is not allowed here" in message
+
+
+def test_a_deleted_policy_object_leaves_running_sandboxes_running_with_a_warning(
+    cluster: Cluster, namespace: str, operator: OperatorProcess, state: Path
+) -> None:
+    image = "registry.example.com/craft/sandbox:1.2"
+    policy = {
+        "apiVersion": "craft.onyx.app/v1alpha1",
+        "kind": "CraftSandboxPolicy",
+        "metadata": {"name": POLICY_NAME},
+        "spec": {"images": ["registry.example.com/craft/"]},
+    }
+    cluster.create(POLICIES, None, policy)
+    try:
+        cluster.create(SANDBOXES, namespace, sandbox("alice", {"image": image}))
+        wait_for(
+            lambda: (
+                (cluster.sandbox(namespace, "alice") or {}).get("status", {}).get("phase")
+                == "Ready"
+            ),
+            within=90,
+            what=lambda: f"alice Ready; operator log:\n{operator.log_tail()}",
+        )
+    finally:
+        cluster.delete(POLICIES, None, POLICY_NAME)  # a GitOps prune, say
+
+    wait_for(
+        lambda: (
+            cluster.condition(namespace, "alice", "PolicyEnforced").get("reason") == "PolicyMissing"
+        ),
+        within=60,
+        what=lambda: f"PolicyMissing; operator log:\n{operator.log_tail()}",
+    )
+    reasons = [event["reason"] for event in cluster.events(namespace, "alice")]
+    assert "PolicyMissing" in reasons
+    assert "AccessWithdrawn" not in reasons
+    assert cluster.get("/api/v1/pods", namespace, "alice") is not None
+    assert cluster.get("/api/v1/secrets", namespace, "alice-credentials") is not None
+    assert len(minted(state, namespace)[0]) == 1
+    assert "is missing" in operator.log_tail()

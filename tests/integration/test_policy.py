@@ -12,7 +12,7 @@ from typing import Any
 
 from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
-from craft_operator.policy.models import TENANT_LABEL
+from craft_operator.policy.models import POLICY_NAME, TENANT_LABEL
 from craft_operator.reconciler.services import StoreCredentials
 from tests.integration.conftest import SANDBOXES
 from tests.integration.helpers import (
@@ -29,7 +29,7 @@ from tests.integration.helpers import (
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually
 from tests.support.pod_exec import mark_pod_running
-from tests.support.policy import allow
+from tests.support.policy import POLICIES, allow
 
 IMAGE = "registry.example.com/craft/sandbox:1.2"
 CHILDREN = (
@@ -163,3 +163,50 @@ async def test_a_tenant_label_put_on_a_running_sandboxs_namespace_stops_it(
     await refused(emulator, "alice")
     await eventually(lambda: children(emulator) == [], what="the children removed")
     assert live_pats(settings) == []
+
+
+async def test_a_deleted_policy_keeps_admitted_sandboxes_running_and_refuses_new_ones(
+    emulator: KubeEmulator, operator: OperatorContext, settings: Settings
+) -> None:
+    allow(emulator, images=["registry.example.com/craft/"])
+    emulator.create(SANDBOXES, sandbox("alice", image=IMAGE))
+    await ready(emulator, "alice")
+
+    emulator.remove(POLICIES, None, POLICY_NAME)  # a GitOps prune, say
+
+    await event_posted(emulator, "alice", "PolicyMissing")
+    warning = condition(emulator, "alice", "PolicyEnforced")
+    assert (warning["status"], warning["reason"]) == ("False", "PolicyMissing")
+    assert "spec.image registry.example.com/craft/sandbox:1.2" in warning["message"]
+    assert status(emulator, "alice")["phase"] == "Ready"
+    assert children(emulator) == [name for _, name in CHILDREN]
+    assert len(live_pats(settings)) == 1
+    assert "AccessWithdrawn" not in await event_posted(emulator, "alice", "PolicyMissing")
+
+    emulator.create(SANDBOXES, sandbox("bob", image=IMAGE))
+    await refused(emulator, "bob")
+    assert len(live_pats(settings)) == 1
+
+    allow(emulator, images=["registry.example.com/craft/"])
+
+    await eventually(
+        lambda: condition(emulator, "alice", "PolicyEnforced") == {}, what="the warning cleared"
+    )
+    assert status(emulator, "alice")["phase"] == "Ready"
+
+
+async def test_a_sandbox_whose_spec_changes_while_the_policy_is_missing_is_judged_as_new(
+    emulator: KubeEmulator, operator: OperatorContext, settings: Settings
+) -> None:
+    allow(emulator, images=["registry.example.com/craft/"])
+    emulator.create(SANDBOXES, sandbox("alice", image=IMAGE))
+    await ready(emulator, "alice")
+    emulator.remove(POLICIES, None, POLICY_NAME)
+    await event_posted(emulator, "alice", "PolicyMissing")
+
+    emulator.patch(SANDBOXES, NAMESPACE, "alice", {"spec": {"image": IMAGE + "-2"}})
+
+    await refused(emulator, "alice")
+    await eventually(lambda: children(emulator) == [], what="the children removed")
+    assert live_pats(settings) == []
+    assert condition(emulator, "alice", "PolicyEnforced") == {}

@@ -396,3 +396,14 @@ async def test_nothing_but_state_and_counts_reach_the_exposition(
     assert "s3cr3t" not in text
     assert "onyx_pat" not in text
     assert "alice" not in text
+
+
+def test_sandboxes_kept_without_the_policy_are_counted_for_the_alert() -> None:
+    kept = sandbox("kept", "Ready", ready=("True", NOW))
+    kept["status"]["conditions"].append(
+        {"type": "PolicyEnforced", "status": "False", "reason": "PolicyMissing"}
+    )
+    bodies = [kept, sandbox("fine", "Ready", ready=("True", NOW)), sandbox("new", None)]
+
+    assert count_sandboxes(bodies, NOW).without_policy == 1
+    assert count_sandboxes([], NOW).without_policy == 0

@@ -13,7 +13,14 @@ pass checks the sandbox against the CraftSandboxPolicy and its namespace's tenan
   and a ``PolicyDenied`` event says it once per distinct verdict.
 
 Fixing the spec, the policy or the namespace label brings it back (a fresh PAT is minted).
-A namespace the cache has not seen yet is not judged allowed by default: the pass waits.
+
+Withdrawal follows an explicit tightening only: while the policy object is missing or
+unreadable (a GitOps prune, a bad edit), a sandbox that was admitted before (it holds a PAT
+or children, on an unchanged spec) keeps running with a ``PolicyEnforced`` ``False``
+condition and a Warning event, and ``craft_sandboxes_without_policy`` counts it; new or
+changed sandboxes that need the policy are refused. A namespace the cache has not seen yet
+is not judged allowed by default: the pass waits (condition ``WaitingForNamespace``) and is
+retried with the work queue's capped backoff.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic import ValidationError
@@ -41,7 +49,12 @@ from craft_operator.kube.client import (
     KubeClient,
 )
 from craft_operator.library.job import library_claim_name
-from craft_operator.policy.models import POLICY_NAME, CraftSandboxPolicy, CraftSandboxPolicySpec
+from craft_operator.policy.models import (
+    POLICY_ENFORCED,
+    POLICY_NAME,
+    CraftSandboxPolicy,
+    CraftSandboxPolicySpec,
+)
 from craft_operator.policy.rules import Violation, describe, evaluate
 from craft_operator.reconciler.ports import CredentialsPort, EventSink
 from craft_operator.reconciler.run import Run
@@ -60,6 +73,10 @@ logger = logging.getLogger(__name__)
 POLICY = "CraftSandboxPolicy"
 NAMESPACE = "Namespace"
 REASON = "PolicyDenied"
+#: Why there is no policy to read (:attr:`PolicyRead.absent`).
+MISSING, UNREADABLE = "missing", "unreadable"
+POLICY_MISSING, POLICY_UNREADABLE = "PolicyMissing", "PolicyUnreadable"
+WAITING_FOR_NAMESPACE = "WaitingForNamespace"
 #: Status the operator keeps about a running sandbox; gone with the sandbox's children.
 _RUNNING_STATUS = ("credentials", "podName", "podUID", "validatedPodUID", "skill", "userLibrary")
 #: Cache kind and API kind of each child, as the reconciler caches them.
@@ -83,27 +100,44 @@ class PolicyServices(Protocol):
 
 
 #: The last policy parsed, by its raw spec (parsed again only when the spec changes).
-_parsed: list[tuple[Any, CraftSandboxPolicySpec]] = []
+_parsed: list[tuple[Any, CraftSandboxPolicySpec | None]] = []
+
+
+@dataclass(frozen=True)
+class PolicyRead:
+    """The CraftSandboxPolicy as the cache has it: its spec (empty when there is none to
+    read) and, when there is none, why (``MISSING`` or ``UNREADABLE``)."""
+
+    spec: CraftSandboxPolicySpec
+    absent: str | None = None
+
+
+def read_policy(cache: ObjectCache) -> PolicyRead:
+    """The CraftSandboxPolicy ``default`` from the cache; none, or unreadable: an empty spec
+    (only the operator's defaults are allowed), saying which."""
+    body = cache.get(POLICY, None, POLICY_NAME)
+    if body is None:
+        return PolicyRead(CraftSandboxPolicySpec(), MISSING)
+    raw = body.get("spec")
+    if not (_parsed and _parsed[0][0] == raw):
+        try:
+            spec: CraftSandboxPolicySpec | None = CraftSandboxPolicy.model_validate(body).spec
+        except ValidationError:
+            logger.warning(
+                "CraftSandboxPolicy %s is unreadable: allowing only the defaults", POLICY_NAME
+            )
+            spec = None
+        _parsed[:] = [(copy.deepcopy(raw), spec)]
+    parsed = _parsed[0][1]
+    return (
+        PolicyRead(CraftSandboxPolicySpec(), UNREADABLE) if parsed is None else PolicyRead(parsed)
+    )
 
 
 def current_policy(cache: ObjectCache) -> CraftSandboxPolicySpec:
     """The CraftSandboxPolicy ``default`` from the cache; none, or unreadable: empty (only
     the operator's defaults are allowed)."""
-    body = cache.get(POLICY, None, POLICY_NAME)
-    if body is None:
-        return CraftSandboxPolicySpec()
-    raw = body.get("spec")
-    if _parsed and _parsed[0][0] == raw:
-        return _parsed[0][1]
-    try:
-        spec = CraftSandboxPolicy.model_validate(body).spec
-    except ValidationError:
-        logger.warning(
-            "CraftSandboxPolicy %s is unreadable: allowing only the defaults", POLICY_NAME
-        )
-        spec = CraftSandboxPolicySpec()
-    _parsed[:] = [(copy.deepcopy(raw), spec)]
-    return spec
+    return read_policy(cache).spec
 
 
 def namespace_labels(cache: ObjectCache, namespace: str) -> dict[str, str] | None:
@@ -124,14 +158,65 @@ def check(sandbox: CraftSandbox, cache: ObjectCache, settings: Settings) -> list
 
 async def enforce(services: PolicyServices, sandbox: CraftSandbox, run: Run) -> bool:
     """Check the sandbox; True when this pass must stop here (not allowed, or not known yet)."""
-    violations = check(sandbox, services.cache, services.settings)
-    if violations is None:
-        run.requeue(5)  # the namespace's watch event queues the sandbox again
+    labels = namespace_labels(services.cache, sandbox.metadata.namespace or "")
+    if labels is None:
+        _wait_for_namespace(run)
         return True
+    policy = read_policy(services.cache)
+    violations = evaluate(sandbox, policy.spec, namespace_labels=labels, settings=services.settings)
     if not violations:
+        _clear_policy_warning(run)
         return False
+    if policy.absent and all(item.needs_policy for item in violations):
+        children = _children(sandbox, services.cache)
+        if _admitted_before(run, children):
+            _keep_without_policy(services, run, policy.absent, describe(violations))
+            return False
     await _deny(services, sandbox, run, describe(violations))
     return True
+
+
+def _wait_for_namespace(run: Run) -> None:
+    # Retried with the work queue's capped backoff; the namespace's watch event queues the
+    # sandbox again at once.
+    run.retry(WAITING_FOR_NAMESPACE)
+    message = (
+        f"namespace {run.namespace} is not in the operator's cache yet (its tenant label is "
+        "unknown): the sandbox is not judged until it is"
+    )
+    run.set(ConditionState.unknown(CREDENTIALS_READY, WAITING_FOR_NAMESPACE, message))
+
+
+def _admitted_before(run: Run, children: list[tuple[str, Kind, dict[str, Any]]]) -> bool:
+    """Whether the sandbox runs on a spec the operator already accepted: it holds a PAT or
+    children, and its spec has not changed since (a changed spec is judged as new)."""
+    return not run.spec_changed and (bool(run.status.get("credentials")) or bool(children))
+
+
+def _keep_without_policy(services: PolicyServices, run: Run, absent: str, message: str) -> None:
+    reason = POLICY_MISSING if absent == MISSING else POLICY_UNREADABLE
+    what = "missing" if absent == MISSING else "unreadable"
+    text = (
+        f"the CraftSandboxPolicy {POLICY_NAME} is {what}: this sandbox, admitted before, "
+        f"keeps running, but a new one like it would be refused ({message})"
+    )
+    previous = run.condition(POLICY_ENFORCED) or {}
+    run.set(ConditionState.false(POLICY_ENFORCED, reason, text))
+    if previous.get("reason") != reason or previous.get("message") != text:
+        logger.warning(
+            "CraftSandboxPolicy %s is %s: %s/%s keeps running on a spec it may not allow",
+            POLICY_NAME,
+            what,
+            run.namespace,
+            run.name,
+        )
+        services.events.post(run.body, type="Warning", reason=reason, message=text)
+
+
+def _clear_policy_warning(run: Run) -> None:
+    conditions = run.status.get("conditions") or []
+    if any(item.get("type") == POLICY_ENFORCED for item in conditions):
+        run.status["conditions"] = [c for c in conditions if c.get("type") != POLICY_ENFORCED]
 
 
 def _owned(obj: Mapping[str, Any], uid: str) -> bool:
@@ -188,6 +273,7 @@ async def _deny(services: PolicyServices, sandbox: CraftSandbox, run: Run, messa
         withdrawn.append(f"deleted {cache_kind} {meta['name']}")
     for key in _RUNNING_STATUS:
         run.status.pop(key, None)
+    _clear_policy_warning(run)
     run.phase = Phase.FAILED
     run.set(ConditionState.false(CREDENTIALS_READY, REASON, f"no PAT: {message}"))
     run.set(ConditionState.false(POD_READY, REASON, message))

@@ -32,6 +32,9 @@ POLICY_PLURAL = "craftsandboxpolicies"
 POLICY_SINGULAR = "craftsandboxpolicy"
 #: The only CraftSandboxPolicy the operator and the admission policy read.
 POLICY_NAME = "default"
+#: The condition a sandbox carries (``False``) only while it runs, admitted before, without
+#: a readable CraftSandboxPolicy.
+POLICY_ENFORCED = "PolicyEnforced"
 #: A namespace with this label serves only CraftSandboxes of that Onyx tenant.
 TENANT_LABEL = f"{GROUP}/tenant-id"
 #: Placeholders of a library prefix layout.

@@ -27,10 +27,15 @@ POLICY_REF = "the CraftSandboxPolicy"
 
 @dataclass(frozen=True)
 class Violation:
-    """One thing the sandbox names that the platform does not allow."""
+    """One thing the sandbox names that the platform does not allow.
+
+    ``needs_policy``: a CraftSandboxPolicy could allow it (an image, a bucket, a layout...);
+    False for what nothing allows (another tenant's namespace, an empty prefix).
+    """
 
     field: str
     message: str
+    needs_policy: bool = True
 
 
 def image_allowed(image: str, entries: Sequence[str]) -> bool:
@@ -92,13 +97,21 @@ def _prefix_violation(
         return None
     field = "spec.userLibrary.prefix"
     if prefix.strip("/") == "":
-        return Violation(field, f"{field} must not be empty: that names the whole bucket")
+        return Violation(
+            field, f"{field} must not be empty: that names the whole bucket", needs_policy=False
+        )
+    if not prefix.endswith("/"):
+        # Without it the prefix also covers its siblings (…/user_library_x/) in the S3
+        # listing and in the Job's session policy (prefix*).
+        return Violation(
+            field, f"{field} {prefix} must end with '/' (a folder)", needs_policy=False
+        )
     user = sandbox.spec.user
     allowed = [
         expand_layout(layout, user.tenant_id, user.id)
         for layout in allowed_layouts(policy, namespace)
     ]
-    if any(prefix in (own, own.removesuffix("/")) for own in allowed):
+    if prefix in allowed:
         return None
     return Violation(
         field,
@@ -136,6 +149,7 @@ def evaluate(
                 "spec.user.tenantId",
                 f"namespace {namespace} belongs to tenant {tenant} (label {TENANT_LABEL}): "
                 f"spec.user.tenantId {spec.user.tenant_id} is not allowed here",
+                needs_policy=False,
             )
         )
     image, url = spec.image, spec.server_url

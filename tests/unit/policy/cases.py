@@ -176,9 +176,16 @@ CASES: tuple[PolicyCase, ...] = (
         "spec.userLibrary.bucket another-teams-bucket",
     ),
     _allowed("own-prefix", {"user": {"tenantId": "acme"}, "userLibrary": {"prefix": OWN_PREFIX}}),
-    _allowed(
-        "own-prefix-without-its-slash",
+    _refused(
+        "own-prefix-without-its-slash-also-covers-its-siblings",
         {"user": {"tenantId": "acme"}, "userLibrary": {"prefix": OWN_PREFIX.rstrip("/")}},
+        f"spec.userLibrary.prefix {OWN_PREFIX.rstrip('/')} must end with '/'",
+    ),
+    _refused(
+        "allowed-layout-without-its-slash",
+        {"user": {"tenantId": "acme"}, "userLibrary": {"prefix": f"legacy/acme/{USER}"}},
+        "must end with '/'",
+        policy=LAYOUT,
     ),
     _allowed(
         "own-prefix-with-an-upper-case-user-id",

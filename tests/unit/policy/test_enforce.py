@@ -2,26 +2,60 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 
 from craft_operator.api.parse import parse_sandbox
 from craft_operator.kube.cache import ObjectCache
-from craft_operator.policy.enforce import NAMESPACE, POLICY, check
+from craft_operator.policy.enforce import (
+    MISSING,
+    NAMESPACE,
+    POLICY,
+    UNREADABLE,
+    check,
+    enforce,
+    read_policy,
+)
 from craft_operator.policy.models import TENANT_LABEL
+from craft_operator.reconciler.run import Run
 from tests.support.policy import policy
 from tests.unit.policy.cases import USER
 from tests.unit.policy.test_rules import SETTINGS
 
 pytestmark = pytest.mark.unit
 
-SANDBOX = parse_sandbox(
-    {
-        "apiVersion": "craft.onyx.app/v1alpha1",
-        "kind": "CraftSandbox",
-        "metadata": {"name": "alice", "namespace": "team-a", "uid": "u-1"},
-        "spec": {"user": {"id": USER}, "image": "registry.example.com/craft/sandbox:1"},
-    }
-)
+BODY: dict[str, Any] = {
+    "apiVersion": "craft.onyx.app/v1alpha1",
+    "kind": "CraftSandbox",
+    "metadata": {"name": "alice", "namespace": "team-a", "uid": "u-1", "generation": 2},
+    "spec": {"user": {"id": USER}, "image": "registry.example.com/craft/sandbox:1"},
+}
+SANDBOX = parse_sandbox(BODY)
+#: The status of a sandbox running on generation 2 (admitted: it holds a PAT).
+RUNNING = {"phase": "Ready", "observedGeneration": 2, "credentials": {"tokenId": 7}}
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+
+
+class Events:
+    def __init__(self) -> None:
+        self.posted: list[tuple[str, str]] = []
+
+    def post(self, body: Any, *, type: str, reason: str, message: str) -> None:
+        self.posted.append((type, reason))
+
+
+class Credentials:
+    async def revoke(self, namespace: str, name: str, uid: str) -> bool:
+        raise AssertionError("a sandbox kept while the policy is unreadable is not revoked")
+
+
+def services(cache: ObjectCache) -> Any:
+    return SimpleNamespace(
+        settings=SETTINGS, kube=None, cache=cache, credentials=Credentials(), events=Events()
+    )
 
 
 def cache_with(*, labels: dict[str, str] | None = None, spec: dict | None = None) -> ObjectCache:
@@ -62,3 +96,50 @@ def test_the_namespace_label_is_read_from_the_cache() -> None:
     cache = cache_with(labels={TENANT_LABEL: "acme"}, spec={"images": ["registry.example.com/"]})
     violations = check(SANDBOX, cache, SETTINGS)
     assert [violation.field for violation in violations or []] == ["spec.user.tenantId"]
+
+
+def test_the_policy_read_says_whether_it_is_missing_or_unreadable() -> None:
+    assert read_policy(cache_with(labels={})).absent == MISSING
+    assert read_policy(cache_with(labels={}, spec={"images": "not-a-list"})).absent == UNREADABLE
+    assert read_policy(cache_with(labels={}, spec={"images": []})).absent is None
+
+
+async def test_a_sandbox_in_a_namespace_not_seen_yet_waits_with_backoff_and_a_condition() -> None:
+    run = Run({**BODY, "status": RUNNING}, NOW)
+
+    assert await enforce(services(cache_with(spec={})), SANDBOX, run) is True
+
+    # Retried by the work queue with capped exponential backoff, not every 5 s forever.
+    assert run.retry_reason == "WaitingForNamespace"
+    assert run.requeue_after is None
+    credentials = run.condition("CredentialsReady") or {}
+    assert (credentials["status"], credentials["reason"]) == ("Unknown", "WaitingForNamespace")
+    assert "namespace team-a" in credentials["message"]
+
+
+async def test_an_unreadable_policy_keeps_an_admitted_sandbox_with_a_warning() -> None:
+    cache = cache_with(labels={}, spec={"images": "not-a-list"})
+    run, sink = Run({**BODY, "status": RUNNING}, NOW), services(cache)
+
+    assert await enforce(sink, SANDBOX, run) is False
+
+    warning = run.condition("PolicyEnforced") or {}
+    assert (warning["status"], warning["reason"]) == ("False", "PolicyUnreadable")
+    assert sink.events.posted == [("Warning", "PolicyUnreadable")]
+    assert run.status["credentials"] == {"tokenId": 7}
+
+
+async def test_a_missing_policy_does_not_excuse_another_tenants_namespace() -> None:
+    cache = cache_with(labels={TENANT_LABEL: "acme"})
+    sink = services(cache)
+    sink.credentials = SimpleNamespace(revoke=_revoked)
+    run = Run({**BODY, "status": RUNNING}, NOW)
+
+    assert await enforce(sink, SANDBOX, run) is True
+
+    assert run.condition("PolicyEnforced") is None
+    assert ("Warning", "AccessWithdrawn") in sink.events.posted
+
+
+async def _revoked(namespace: str, name: str, uid: str) -> bool:
+    return True

@@ -63,3 +63,12 @@ def test_the_admission_policy_matches_craftsandboxes_and_names_the_tenant_label(
         }
     ]
     assert f"'{TENANT_LABEL}'" in str(spec["variables"])
+
+
+def test_the_base_leaves_the_policy_out_and_the_policy_kustomization_says_so() -> None:
+    base = POLICY_DIR.parent / "base" / "kustomization.yaml"
+    resources = yaml.safe_load(base.read_text())["resources"]
+    assert not any("policy" in resource for resource in resources)
+    header = (POLICY_DIR / "kustomization.yaml").read_text().split("apiVersion:")[0]
+    assert "base includes" not in header
+    assert "manifests/base (which leaves it out" in " ".join(header.replace("#", "").split())
