@@ -417,3 +417,45 @@ async def test_a_passing_sts_outage_is_retried_not_recorded_as_a_failed_attempt(
     assert unavailable["status"] == "False"
     assert "failedAttempt" not in library
     assert emulator.find(JOBS, NAMESPACE, "alice-library-1") is None
+
+
+async def test_a_foreign_secret_by_the_jobs_credentials_name_is_reported_and_gets_no_credentials(
+    emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec, sts: S3Server
+) -> None:
+    """The Job's Secret name is predictable; a Secret someone made under it must neither be
+    used by the Job nor receive the scoped credentials, and the Job goes again."""
+    theirs = emulator.create(
+        "v1/secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "alice-library-1-s3", "namespace": NAMESPACE},
+            "data": {"AWS_ACCESS_KEY_ID": "dGhlaXJz"},
+        },
+    )
+    scoped = settings.model_copy(
+        update={
+            "s3_bucket": "craft-libraries",
+            "operator_image": "craft-operator:test",
+            "library_job_role_arn": "arn:aws:iam::123456789012:role/craft-library-reader",
+            "library_sts_endpoint_url": sts.url,
+        }
+    )
+    async with running_operator(str(emulator.url).rstrip("/"), scoped, exec_transport=pod_exec):
+        emulator.create(SANDBOXES, job_mode_sandbox())
+        await eventually(lambda: pod(emulator, "alice"), what="the pod")
+        mark_pod_running(emulator, NAMESPACE, "alice")
+        clash = await eventually(
+            lambda: (
+                (c := condition(emulator, "alice", "UserLibrarySynced")).get("reason")
+                == "SecretNameTaken"
+                and c
+            ),
+            what="SecretNameTaken",
+        )
+
+    assert "alice-library-1-s3" in clash["message"]
+    kept = emulator.get("v1/secrets", NAMESPACE, "alice-library-1-s3")
+    assert kept["metadata"]["uid"] == theirs["metadata"]["uid"]
+    assert kept["data"] == {"AWS_ACCESS_KEY_ID": "dGhlaXJz"}
+    assert emulator.find(JOBS, NAMESPACE, "alice-library-1") is None
