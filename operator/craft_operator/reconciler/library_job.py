@@ -18,6 +18,7 @@ from typing import Any
 
 from craft_operator.api.models import GROUP, CraftSandbox
 from craft_operator.config import Settings
+from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import JOBS, SECRETS, ApiError, ConflictError, KubeClient
 from craft_operator.library import (
@@ -37,7 +38,7 @@ from craft_operator.library.scoped import (
 )
 from craft_operator.reconciler.children import ForeignObjectError, is_ours
 
-JOB, POD = "Job", "Pod"
+JOB, POD = kinds.JOB.name, kinds.POD.name
 ANNOTATION_POD_UID = f"{GROUP}/library-pod-uid"
 ANNOTATION_CONFIG = f"{GROUP}/library-config"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
