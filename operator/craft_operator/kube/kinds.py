@@ -16,13 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from craft_operator.api import models
-from craft_operator.builders.naming import (
-    LABEL_MANAGED_BY,
-    LIBRARY_SUFFIX,
-    MANAGED_BY,
-    SECRET_SUFFIX,
-    SKILLS_SUFFIX,
-)
 from craft_operator.kube.cache import ObjectCache
 
 
@@ -59,6 +52,12 @@ class Kind:
         return path
 
 
+MANAGED_BY = "craft-operator"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+#: Suffixes of the children named after their CraftSandbox (``<name><suffix>``).
+SECRET_SUFFIX = "-credentials"  # noqa: S105 -- a name suffix, not a secret
+SKILLS_SUFFIX = "-skills"
+LIBRARY_SUFFIX = "-library"
 #: The label selector of the watches of the operator's own objects.
 MANAGED = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 _CHILD_VERBS = ("get", "list", "watch", "create", "patch", "delete")

@@ -27,6 +27,7 @@ from craft_operator.api.models import (
 )
 from craft_operator.api.parse import InvalidSandboxError, parse_sandbox
 from craft_operator.builders.configmap import build_skills_configmap
+from craft_operator.builders.library_job import build_library_pvc, library_claim_name
 from craft_operator.builders.naming import (
     ANNOTATION_PAT_ID,
     ANNOTATION_TEMPLATE_HASH,
@@ -65,8 +66,6 @@ from craft_operator.library import (
     LibraryConfigError,
     LibraryLocation,
     LibrarySyncError,
-    build_library_pvc,
-    library_claim_name,
 )
 from craft_operator.library import resolve_location as resolve_library_location
 from craft_operator.metrics import Metrics, ProvisioningPhase, time_to_ready
