@@ -1,6 +1,8 @@
 """The Kubernetes API access the operator needs, as data, and where each grant lives.
 
-The manifests are not part of the Python package, so ``craft-operator doctor`` and the
+The grants on the kinds the operator watches come from their rows in the registry
+(:mod:`craft_operator.kube.kinds`); the rest are listed here. The manifests are not part
+of the Python package, so ``craft-operator doctor`` and the
 start-up check of ``craft-operator run`` use this copy; unit tests keep the two equal
 (change both together):
 
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from craft_operator.kube import kinds
 
 
 @dataclass(frozen=True, order=True)
@@ -59,7 +63,17 @@ def _grants(
     )
 
 
-_CHILD_VERBS = ("get", "list", "watch", "create", "patch", "delete")
+def _kind_grants(*, namespaced: bool) -> tuple[Permission, ...]:
+    """The grants of the registry's kinds (:mod:`craft_operator.kube.kinds`) of one scope."""
+    return tuple(
+        permission
+        for kind in kinds.KINDS
+        if kind.api.namespaced == namespaced
+        for permission in _grants(
+            kind.api.group, (kind.api.plural,), kind.verbs, namespaced=namespaced
+        )
+    )
+
 
 #: The ClusterRole ``craft-operator`` in ``manifests/base/rbac.yaml``.
 CLUSTER_PERMISSIONS: tuple[Permission, ...] = (
@@ -68,8 +82,7 @@ CLUSTER_PERMISSIONS: tuple[Permission, ...] = (
         "kopf.dev", ("clusterkopfpeerings",), ("get", "list", "watch", "patch"), namespaced=False
     ),
     # The policy check: the CraftSandboxPolicy and the namespaces' tenant labels.
-    *_grants("craft.onyx.app", ("craftsandboxpolicies",), ("list", "watch"), namespaced=False),
-    *_grants("", ("namespaces",), ("list", "watch"), namespaced=False),
+    *_kind_grants(namespaced=False),
 )
 
 #: The Role ``craft-operator`` in craft-system, in ``manifests/base/rbac.yaml``.
@@ -80,20 +93,13 @@ OPERATOR_NAMESPACE_PERMISSIONS: tuple[Permission, ...] = (
 
 #: The Role ``craft-operator`` in ``manifests/sandbox-namespace/rbac.yaml``.
 SANDBOX_NAMESPACE_PERMISSIONS: tuple[Permission, ...] = (
-    # get: the orphan sweep confirms a sandbox is gone before it revokes its PAT.
-    *_grants("craft.onyx.app", ("craftsandboxes",), ("get", "list", "watch", "patch")),
+    # The sandboxes, their children and the NetworkPolicies: the registry's namespaced kinds.
+    *_kind_grants(namespaced=True),
     *_grants("craft.onyx.app", ("craftsandboxes/status",), ("patch",)),
     # blockOwnerDeletion on the children (OwnerReferencesPermissionEnforcement).
     *_grants("craft.onyx.app", ("craftsandboxes/finalizers",), ("update",)),
-    *_grants("", ("pods", "secrets"), _CHILD_VERBS),
-    *_grants("", ("configmaps",), _CHILD_VERBS),
-    # Job mode of the user library: the library volume and the sync Jobs.
-    *_grants("", ("persistentvolumeclaims",), _CHILD_VERBS),
-    *_grants("batch", ("jobs",), ("get", "list", "watch", "create", "delete")),
     *_grants("", ("pods/exec",), ("get", "create")),
     *_grants("", ("events",), ("create",)),
-    # No sandbox pod starts without a NetworkPolicy restricting its egress.
-    *_grants("networking.k8s.io", ("networkpolicies",), ("list", "watch")),
 )
 
 #: The ClusterRole ``craft-operator-all-namespaces`` of ``manifests/overlays/all-namespaces``.

@@ -11,12 +11,11 @@ import kopf
 
 from craft_operator import handlers
 from craft_operator.api.models import GROUP
-from craft_operator.builders.naming import LABEL_MANAGED_BY, MANAGED_BY
 from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
 from craft_operator.credentials.factory import build_credential_store
-from craft_operator.handlers import children
 from craft_operator.handlers import peering as peering_handlers
+from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import KubeClient
 from craft_operator.kube.connection import discover_connection
@@ -31,8 +30,9 @@ from craft_operator.reconciler.sandbox import SandboxReconciler, Services
 from craft_operator.reconciler.services import LibrarySyncer, SkillRenderer, StoreCredentials
 
 LoginFn = Callable[..., kopf.ConnectionInfo | None]
+#: The kopf resources whose watches are filtered to the operator's own objects.
 CHILD_RESOURCES: tuple[tuple[str, ...], ...] = tuple(
-    resource for resource, _ in children.CHILD_KINDS
+    kind.api.resource for kind in kinds.KINDS if kind.managed_only
 )
 
 
@@ -56,10 +56,11 @@ def configure_kopf(settings: kopf.OperatorSettings) -> None:
     # Peering is either mandatory (--peering) or off; never kopf's auto-detection, which
     # could pause kopf on finding some other "default" peering while our queue works on.
     settings.peering.standalone = True
-    # Only the operator's own pods, Secrets and ConfigMaps are streamed to it.
-    for resource in CHILD_RESOURCES:
-        key = cast("tuple[str, str] | tuple[str, str, str]", resource)
-        settings.watching.label_selectors[key] = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+    # Only the operator's own children are streamed to it.
+    for kind in kinds.KINDS:
+        if kind.selector is not None:
+            key = cast("tuple[str, str] | tuple[str, str, str]", kind.api.resource)
+            settings.watching.label_selectors[key] = kind.selector
 
 
 class _LazyExec:

@@ -29,12 +29,13 @@ import yaml
 from click.testing import CliRunner
 
 from craft_operator.api.parse import parse_sandbox
+from craft_operator.builders.library_job import build_sync_job
 from craft_operator.builders.pod import build_pod
 from craft_operator.cli import main
 from craft_operator.config import Settings, load_settings
 from craft_operator.credentials.keyring import KeyRing
 from craft_operator.devtools import onyx_api
-from craft_operator.library.job import S3CredentialsSecret, build_sync_job
+from craft_operator.library import S3CredentialsSecret
 from craft_operator.library.location import LibraryLocation
 from craft_operator.library.plan import SyncCaps
 from craft_operator.peering.options import POD_NAME_VARIABLE, resolve_peering

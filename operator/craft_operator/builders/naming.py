@@ -7,11 +7,17 @@ from typing import Any
 from craft_operator.api import models
 from craft_operator.api.models import CraftSandbox
 
-MANAGED_BY = "craft-operator"
+# The managed-by label (the watches' filter) and the children's name suffixes
+# (``<name><suffix>``) are facts of the registry of kinds; re-exported for the builders.
+from craft_operator.kube.kinds import LABEL_MANAGED_BY as LABEL_MANAGED_BY
+from craft_operator.kube.kinds import LIBRARY_SUFFIX as LIBRARY_SUFFIX
+from craft_operator.kube.kinds import MANAGED_BY as MANAGED_BY
+from craft_operator.kube.kinds import SECRET_SUFFIX as SECRET_SUFFIX
+from craft_operator.kube.kinds import SKILLS_SUFFIX as SKILLS_SUFFIX
+
 APP_NAME = "craft-sandbox"
 LABEL_SANDBOX = f"{models.GROUP}/sandbox"
 LABEL_USER_ID = f"{models.GROUP}/user-id"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 #: Labels Onyx's egress proxy uses to map a pod to its sandbox and tenant.
 LABEL_ONYX_SANDBOX_ID = "onyx.app/sandbox-id"
 LABEL_ONYX_TENANT_ID = "onyx.app/tenant-id"
@@ -27,12 +33,6 @@ SANDBOX_CONTAINER = "sandbox"
 
 #: Label selector matching every object the operator manages (its watches use it).
 MANAGED_SELECTOR = {LABEL_MANAGED_BY: MANAGED_BY}
-
-
-#: Suffixes of the children named after their CraftSandbox (``<name><suffix>``).
-SECRET_SUFFIX = "-credentials"  # noqa: S105 -- a name suffix, not a secret
-SKILLS_SUFFIX = "-skills"
-LIBRARY_SUFFIX = "-library"
 
 
 def secret_name(sandbox: CraftSandbox) -> str:

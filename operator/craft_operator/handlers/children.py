@@ -12,18 +12,13 @@ from typing import Any
 import kopf
 
 from craft_operator.api.models import KIND
-from craft_operator.builders.naming import LABEL_SANDBOX, MANAGED_SELECTOR
+from craft_operator.builders.naming import LABEL_SANDBOX
 from craft_operator.context import OperatorContext
-from craft_operator.reconciler.library_job import JOB
-from craft_operator.reconciler.sandbox import CONFIGMAP, POD, PVC, SECRET
+from craft_operator.kube import kinds
 
 #: (kopf resource, cache kind) of each watched child kind.
-CHILD_KINDS: tuple[tuple[tuple[str, ...], str], ...] = (
-    (("v1", "pods"), POD),
-    (("v1", "secrets"), SECRET),
-    (("v1", "configmaps"), CONFIGMAP),
-    (("v1", "persistentvolumeclaims"), PVC),
-    (("batch", "v1", "jobs"), JOB),
+CHILD_KINDS: tuple[tuple[tuple[str, ...], str], ...] = tuple(
+    (kind.api.resource, kind.name) for kind in kinds.CHILDREN
 )
 
 
@@ -61,10 +56,11 @@ def _child_handler(kind: str) -> Any:
 
 def register(registry: kopf.OperatorRegistry) -> None:
     """Register the child-object handlers."""
-    for resource, kind in CHILD_KINDS:
+    for child in kinds.CHILDREN:
+        kind = child.name
         kopf.on.event(
-            *resource,
-            labels=dict(MANAGED_SELECTOR),
+            *child.api.resource,
+            labels=child.labels,
             registry=registry,
             id=f"{kind.lower()}-event",
         )(_child_handler(kind))

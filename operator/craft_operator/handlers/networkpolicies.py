@@ -12,10 +12,11 @@ from typing import Any
 import kopf
 
 from craft_operator.context import OperatorContext
+from craft_operator.kube import kinds
 from craft_operator.reconciler import egress
 from craft_operator.reconciler.sandbox import POD, SANDBOX
 
-RESOURCE = ("networking.k8s.io", "v1", "networkpolicies")
+RESOURCE = kinds.NETWORK_POLICY.api.resource
 
 
 async def network_policy_event(event: kopf.RawEvent, memo: OperatorContext, **_: Any) -> None:

@@ -11,10 +11,10 @@ from typing import Any
 
 import kopf
 
-from craft_operator.api import models
 from craft_operator.context import OperatorContext
+from craft_operator.kube import kinds
 from craft_operator.policy.enforce import NAMESPACE, POLICY
-from craft_operator.policy.models import POLICY_NAME, POLICY_PLURAL
+from craft_operator.policy.models import POLICY_NAME
 from craft_operator.reconciler.sandbox import SANDBOX
 
 
@@ -56,7 +56,7 @@ async def namespace_event(event: kopf.RawEvent, memo: OperatorContext, **_: Any)
 
 def register(registry: kopf.OperatorRegistry) -> None:
     """Register the policy and namespace handlers."""
-    kopf.on.event(
-        models.GROUP, models.VERSION, POLICY_PLURAL, registry=registry, id="policy-event"
-    )(policy_event)
-    kopf.on.event("v1", "namespaces", registry=registry, id="namespace-event")(namespace_event)
+    kopf.on.event(*kinds.POLICY.api.resource, registry=registry, id="policy-event")(policy_event)
+    kopf.on.event(*kinds.NAMESPACE.api.resource, registry=registry, id="namespace-event")(
+        namespace_event
+    )

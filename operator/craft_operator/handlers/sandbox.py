@@ -6,11 +6,11 @@ from typing import Any
 
 import kopf
 
-from craft_operator.api import models
 from craft_operator.context import OperatorContext
+from craft_operator.kube import kinds
 from craft_operator.reconciler.sandbox import SANDBOX
 
-RESOURCE = (models.GROUP, models.VERSION, models.PLURAL)
+RESOURCE = kinds.SANDBOX.api.resource
 
 
 async def sandbox_event(event: kopf.RawEvent, memo: OperatorContext, **_: Any) -> None:

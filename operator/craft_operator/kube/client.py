@@ -11,52 +11,28 @@ import asyncio
 import collections
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import kopf
 
 from craft_operator import __version__
-from craft_operator.api import models
+from craft_operator.kube import kinds
 from craft_operator.kube.connection import auth_headers, ssl_context
+from craft_operator.kube.kinds import Kind as Kind  # re-exported: the clients' callers name it
 
-
-@dataclass(frozen=True)
-class Kind:
-    """Where a kind lives in the API: its group/version path and plural."""
-
-    api_version: str
-    plural: str
-    #: False for cluster-scoped kinds (listed once, never per namespace).
-    namespaced: bool = True
-
-    def path(self, namespace: str | None, name: str | None = None, sub: str | None = None) -> str:
-        """The URL path of a collection or an object (and optionally a subresource)."""
-        base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
-        path = (
-            f"{base}/namespaces/{namespace}/{self.plural}" if namespace else f"{base}/{self.plural}"
-        )
-        if name:
-            path += f"/{name}"
-        if sub:
-            path += f"/{sub}"
-        return path
-
-
-PODS = Kind("v1", "pods")
-SECRETS = Kind("v1", "secrets")
-CONFIGMAPS = Kind("v1", "configmaps")
-PVCS = Kind("v1", "persistentvolumeclaims")
-JOBS = Kind("batch/v1", "jobs")
-NETWORKPOLICIES = Kind("networking.k8s.io/v1", "networkpolicies")
-SANDBOXES = Kind(models.API_VERSION, models.PLURAL)
-#: Read by the policy check (craft_operator.policy): cluster-scoped.
-POLICIES = Kind(models.API_VERSION, "craftsandboxpolicies", namespaced=False)
-NAMESPACES = Kind("v1", "namespaces", namespaced=False)
+#: The API kinds the operator uses, from the registry (:mod:`craft_operator.kube.kinds`).
+PODS = kinds.POD.api
+SECRETS = kinds.SECRET.api
+CONFIGMAPS = kinds.CONFIGMAP.api
+PVCS = kinds.PVC.api
+JOBS = kinds.JOB.api
+NETWORKPOLICIES = kinds.NETWORK_POLICY.api
+SANDBOXES = kinds.SANDBOX.api
+POLICIES = kinds.POLICY.api
+NAMESPACES = kinds.NAMESPACE.api
 
 USER_AGENT = f"craft-operator/{__version__}"
-KINDS_BY_NAME = {"Pod": PODS, "Secret": SECRETS, "ConfigMap": CONFIGMAPS, "Job": JOBS}
 
 
 class ApiError(Exception):

@@ -1,7 +1,8 @@
 """The user library: planning and applying a sync of a user's S3 files into the sandbox.
 
-The reconciler calls :func:`sync_user_library_exec` (Exec mode) or creates the Job from
-:func:`build_sync_job` (Job mode); the CLI calls :func:`sync_user_library_local`.
+The reconciler calls :func:`sync_user_library_exec` (Exec mode) or creates the Job that
+:mod:`craft_operator.builders.library_job` builds (Job mode); the Job and the CLI call
+:func:`sync_user_library_local`.
 """
 
 from craft_operator.library.errors import (
@@ -16,15 +17,9 @@ from craft_operator.library.errors import (
     S3ObjectChangedError,
     S3UnavailableError,
 )
-from craft_operator.library.job import (
-    S3CredentialsSecret,
-    build_library_pvc,
-    build_sync_job,
-    library_claim_name,
-    sync_job_name,
-)
 from craft_operator.library.location import (
     LibraryLocation,
+    S3CredentialsSecret,
     caps_from_settings,
     default_prefix,
     resolve_location,
@@ -58,15 +53,11 @@ __all__ = [
     "SyncCaps",
     "SyncPlan",
     "SyncResult",
-    "build_library_pvc",
-    "build_sync_job",
     "caps_from_settings",
     "default_prefix",
-    "library_claim_name",
     "make_s3_client",
     "plan_sync",
     "resolve_location",
-    "sync_job_name",
     "sync_library",
     "sync_user_library_exec",
     "sync_user_library_local",

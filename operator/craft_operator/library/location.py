@@ -50,3 +50,13 @@ def caps_from_settings(settings: Settings) -> SyncCaps:
         max_file_bytes=settings.library_max_file_bytes,
         max_total_bytes=settings.library_max_total_bytes,
     )
+
+
+@dataclass(frozen=True)
+class S3CredentialsSecret:
+    """The Secret (in the sandbox's namespace) with the S3 credentials for sync Jobs."""
+
+    name: str
+    access_key_id_key: str = "AWS_ACCESS_KEY_ID"
+    secret_access_key_key: str = "AWS_SECRET_ACCESS_KEY"  # noqa: S105 -- a key name
+    session_token_key: str = "AWS_SESSION_TOKEN"  # noqa: S105 -- a key name, optional

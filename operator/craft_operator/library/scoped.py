@@ -12,9 +12,7 @@ shared Secret ``CRAFT_LIBRARY_S3_SECRET`` is used as before (see the README).
 
 from __future__ import annotations
 
-import base64
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -25,8 +23,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import SecretStr
 
 from craft_operator.library.errors import S3AccessDeniedError, S3Error, S3UnavailableError
-from craft_operator.library.job import S3CredentialsSecret
-from craft_operator.library.location import LibraryLocation
+from craft_operator.library.location import LibraryLocation, S3CredentialsSecret
 
 #: STS refuses sessions shorter than 15 minutes; roles allow 1 hour unless raised.
 MIN_SESSION_SECONDS = 900
@@ -146,38 +143,3 @@ def job_secret_name(job_name: str) -> str:
 def job_secret_ref(job_name: str) -> S3CredentialsSecret:
     """How the sync Job's environment refers to its own credentials Secret."""
     return S3CredentialsSecret(name=job_secret_name(job_name))
-
-
-def build_job_secret(job: Mapping[str, Any], credentials: ScopedCredentials) -> dict[str, Any]:
-    """The Secret of ``job``'s scoped credentials, owned by the Job (deleted with it)."""
-    meta = job["metadata"]
-    ref = job_secret_ref(meta["name"])
-
-    def encoded(value: str) -> str:
-        return base64.b64encode(value.encode()).decode()
-
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": "Opaque",
-        "metadata": {
-            "name": ref.name,
-            "namespace": meta["namespace"],
-            "labels": dict(meta.get("labels") or {}),
-            "ownerReferences": [
-                {
-                    "apiVersion": "batch/v1",
-                    "kind": "Job",
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": False,
-                }
-            ],
-        },
-        "data": {
-            ref.access_key_id_key: encoded(credentials.access_key_id),
-            ref.secret_access_key_key: encoded(credentials.secret_access_key.get_secret_value()),
-            ref.session_token_key: encoded(credentials.session_token.get_secret_value()),
-        },
-    }

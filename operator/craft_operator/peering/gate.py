@@ -18,46 +18,24 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
-from craft_operator.builders.naming import LABEL_MANAGED_BY, MANAGED_BY
+from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import (
-    CONFIGMAPS,
-    JOBS,
-    NAMESPACES,
-    NETWORKPOLICIES,
-    PODS,
-    POLICIES,
-    PVCS,
-    SANDBOXES,
-    SECRETS,
     ApiError,
     Kind,
     KubeClient,
 )
-from craft_operator.policy.enforce import NAMESPACE, POLICY
-from craft_operator.reconciler.egress import NETWORK_POLICY
-from craft_operator.reconciler.library_job import JOB
 from craft_operator.reconciler.queue import Backoff, WorkQueue
-from craft_operator.reconciler.sandbox import CONFIGMAP, POD, PVC, SANDBOX, SECRET
 
 logger = logging.getLogger(__name__)
 
 SandboxKey = tuple[str, str]
-_MANAGED = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 
-#: What an activated replica lists, as the watches see it: (API kind, cache kind, selector).
-#: The NetworkPolicies come first: a sandbox must not look unprotected for want of them.
-RELISTED: tuple[tuple[Kind, str, str | None], ...] = (
-    (NETWORKPOLICIES, NETWORK_POLICY, None),
-    (SANDBOXES, SANDBOX, None),
-    (PODS, POD, _MANAGED),
-    (SECRETS, SECRET, _MANAGED),
-    (CONFIGMAPS, CONFIGMAP, _MANAGED),
-    (PVCS, PVC, _MANAGED),
-    (JOBS, JOB, _MANAGED),
-    # What the policy check reads (cluster-scoped): known before any sandbox is judged.
-    (POLICIES, POLICY, None),
-    (NAMESPACES, NAMESPACE, None),
+#: What an activated replica lists, as the watches see it: (API kind, cache kind, selector);
+#: every kind of the registry, in its order (the NetworkPolicies first: a sandbox must not
+#: look unprotected for want of them; the policy's reads before any sandbox is judged).
+RELISTED: tuple[tuple[Kind, str, str | None], ...] = tuple(
+    (kind.api, kind.name, kind.selector) for kind in kinds.KINDS
 )
 
 
@@ -162,7 +140,7 @@ class ActivityGate:
             for namespace in scopes if kind.namespaced else (None,):
                 for obj in await self._kube.list(kind, namespace, label_selector=selector):
                     self._cache.put(cache_kind, obj)
-                    if cache_kind == SANDBOX:
+                    if cache_kind == kinds.SANDBOX.name:
                         meta = obj.get("metadata", {})
                         keys.append((meta.get("namespace", ""), meta["name"]))
         return keys

@@ -34,21 +34,16 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from craft_operator.api.models import CraftSandbox, Phase
-from craft_operator.builders.naming import SECRET_SUFFIX, pod_name, skills_configmap_name
 from craft_operator.config import Settings
 from craft_operator.credentials.errors import CredentialsError
+from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import (
-    CONFIGMAPS,
-    JOBS,
-    PODS,
-    PVCS,
     SECRETS,
     ApiError,
     Kind,
     KubeClient,
 )
-from craft_operator.library.job import library_claim_name
 from craft_operator.policy.models import (
     POLICY_ENFORCED,
     POLICY_NAME,
@@ -70,8 +65,7 @@ from craft_operator.status import (
 logger = logging.getLogger(__name__)
 
 #: Cache kinds of the objects the policy reads (cluster-scoped: namespace ``None``).
-POLICY = "CraftSandboxPolicy"
-NAMESPACE = "Namespace"
+POLICY, NAMESPACE = kinds.POLICY.name, kinds.NAMESPACE.name
 REASON = "PolicyDenied"
 #: Why there is no policy to read (:attr:`PolicyRead.absent`).
 MISSING, UNREADABLE = "missing", "unreadable"
@@ -79,14 +73,6 @@ POLICY_MISSING, POLICY_UNREADABLE = "PolicyMissing", "PolicyUnreadable"
 WAITING_FOR_NAMESPACE = "WaitingForNamespace"
 #: Status the operator keeps about a running sandbox; gone with the sandbox's children.
 _RUNNING_STATUS = ("credentials", "podName", "podUID", "validatedPodUID", "skill", "userLibrary")
-#: Cache kind and API kind of each child, as the reconciler caches them.
-_CHILD_KINDS: tuple[tuple[str, Kind], ...] = (
-    ("Pod", PODS),
-    ("Secret", SECRETS),
-    ("ConfigMap", CONFIGMAPS),
-    ("PVC", PVCS),
-    ("Job", JOBS),
-)
 
 
 class PolicyServices(Protocol):
@@ -227,23 +213,14 @@ def _owned(obj: Mapping[str, Any], uid: str) -> bool:
 def _children(sandbox: CraftSandbox, cache: ObjectCache) -> list[tuple[str, Kind, dict[str, Any]]]:
     """The children this sandbox owns that are not being deleted already."""
     namespace, uid = sandbox.metadata.namespace, sandbox.metadata.uid or ""
-    names = {
-        "Pod": pod_name(sandbox),
-        "Secret": sandbox.metadata.name + SECRET_SUFFIX,
-        "ConfigMap": skills_configmap_name(sandbox),
-        "PVC": library_claim_name(sandbox),
-    }
     found: list[tuple[str, Kind, dict[str, Any]]] = []
-    for cache_kind, kind in _CHILD_KINDS:
-        if cache_kind in names:
-            candidates = [cache.get(cache_kind, namespace, names[cache_kind])]
-        else:
-            candidates = [obj for key, obj in cache.items(cache_kind) if key[1] == namespace]
-        for obj in candidates:
-            if obj is None or not _owned(obj, uid):
-                continue
-            if not obj["metadata"].get("deletionTimestamp"):
-                found.append((cache_kind, kind, obj))
+    targets = kinds.child_targets(cache, namespace, sandbox.metadata.name, lambda o: _owned(o, uid))
+    for kind, name in targets:
+        obj = cache.get(kind.name, namespace, name)
+        if obj is None or not _owned(obj, uid):
+            continue
+        if not obj["metadata"].get("deletionTimestamp"):
+            found.append((kind.name, kind.api, obj))
     return found
 
 

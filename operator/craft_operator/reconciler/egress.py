@@ -18,11 +18,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from craft_operator.config import Settings
+from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.status import POD_READY, ConditionState
 
 #: The cache kind of NetworkPolicies.
-NETWORK_POLICY = "NetworkPolicy"
+NETWORK_POLICY = kinds.NETWORK_POLICY.name
 #: The PodReady reason of a sandbox whose pod waits for an egress policy.
 REASON = "EgressNotRestricted"
 

@@ -17,32 +17,34 @@ from dataclasses import dataclass
 from typing import Any
 
 from craft_operator.api.models import GROUP, CraftSandbox
+from craft_operator.builders.library_job import (
+    PERMANENT_EXIT_CODES,
+    build_job_secret,
+    build_sync_job,
+    sync_job_name,
+)
 from craft_operator.config import Settings
+from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import JOBS, SECRETS, ApiError, ConflictError, KubeClient
 from craft_operator.library import (
     LibraryConfigError,
     LibraryLocation,
     S3CredentialsSecret,
-    build_sync_job,
     caps_from_settings,
-    sync_job_name,
 )
 from craft_operator.library.scoped import (
     ScopedCredentialIssuer,
     ScopedCredentials,
-    build_job_secret,
     job_secret_ref,
     session_seconds,
 )
 from craft_operator.reconciler.children import ForeignObjectError, is_ours
 
-JOB, POD = "Job", "Pod"
+JOB, POD = kinds.JOB.name, kinds.POD.name
 ANNOTATION_POD_UID = f"{GROUP}/library-pod-uid"
 ANNOTATION_CONFIG = f"{GROUP}/library-config"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
-#: Exit codes of sync-user-library that retrying cannot fix (usage, cap, no bucket, access).
-PERMANENT_EXIT_CODES = (2, 3)
 
 
 @dataclass(frozen=True)

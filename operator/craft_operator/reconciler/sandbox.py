@@ -27,13 +27,11 @@ from craft_operator.api.models import (
 )
 from craft_operator.api.parse import InvalidSandboxError, parse_sandbox
 from craft_operator.builders.configmap import build_skills_configmap
+from craft_operator.builders.library_job import build_library_pvc, library_claim_name
 from craft_operator.builders.naming import (
     ANNOTATION_PAT_ID,
     ANNOTATION_TEMPLATE_HASH,
-    LIBRARY_SUFFIX,
     SANDBOX_CONTAINER,
-    SECRET_SUFFIX,
-    SKILLS_SUFFIX,
     child_labels,
     pod_name,
     skills_configmap_name,
@@ -49,10 +47,10 @@ from craft_operator.credentials.errors import (
     UserInactiveError,
     UserNotFoundError,
 )
+from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import (
     CONFIGMAPS,
-    JOBS,
     PODS,
     PVCS,
     SANDBOXES,
@@ -68,8 +66,6 @@ from craft_operator.library import (
     LibraryConfigError,
     LibraryLocation,
     LibrarySyncError,
-    build_library_pvc,
-    library_claim_name,
 )
 from craft_operator.library import resolve_location as resolve_library_location
 from craft_operator.metrics import Metrics, ProvisioningPhase, time_to_ready
@@ -100,7 +96,9 @@ from craft_operator.status import (
 logger = logging.getLogger(__name__)
 
 FINALIZER = f"{GROUP}/finalizer"
-SANDBOX, POD, SECRET, CONFIGMAP, PVC = "CraftSandbox", "Pod", "Secret", "ConfigMap", "PVC"
+#: Cache names of the kinds a pass reads (see :mod:`craft_operator.kube.kinds`).
+SANDBOX, POD, SECRET = kinds.SANDBOX.name, kinds.POD.name, kinds.SECRET.name
+CONFIGMAP, PVC = kinds.CONFIGMAP.name, kinds.PVC.name
 NORMAL, WARNING = "Normal", "Warning"
 #: Conditions that can only be known once the pod is ready.
 POD_DEPENDENT = (CLI_VALIDATED, USER_LIBRARY_SYNCED)
@@ -335,22 +333,14 @@ class SandboxReconciler:
             await self.s.library.forget(uid)
         except CredentialsError as exc:
             raise RetryLaterError(f"{namespace}/{name}: {exc}") from None
+
         # Owner references make the garbage collector remove the children; deleting them
         # here as well frees the pod at once and does not depend on the collector.
-        children = [
-            (PODS, POD, name),
-            # By name: a sandbox whose spec no longer parses must still be cleaned up.
-            (SECRETS, SECRET, name + SECRET_SUFFIX),
-            (CONFIGMAPS, CONFIGMAP, name + SKILLS_SUFFIX),
-            (PVCS, PVC, name + LIBRARY_SUFFIX),
-        ]
-        children += [
-            (JOBS, library_job.JOB, key[2])
-            for key, job in self.s.cache.items(library_job.JOB)
-            if key[1] == namespace and self._owned_by(job, uid)
-        ]
-        for kind, cache_kind, child in children:
-            await self._delete_owned_child(kind, cache_kind, namespace, child, uid)
+        def owned(obj: Mapping[str, Any]) -> bool:
+            return self._owned_by(obj, uid)
+
+        for kind, child in kinds.child_targets(self.s.cache, namespace, name, owned):
+            await self._delete_owned_child(kind.api, kind.name, namespace, child, uid)
         remaining = [item for item in meta.get("finalizers") or [] if item != FINALIZER]
         patch = {
             "metadata": {"finalizers": remaining, "resourceVersion": meta.get("resourceVersion")}

@@ -230,12 +230,8 @@ def test_the_sync_job_s_arguments_run_the_cli(
     bucket: Bucket, s3_server: S3Server, tmp_path: Path
 ) -> None:
     from craft_operator.api.models import CraftSandbox
-    from craft_operator.library import (
-        LibraryLocation,
-        S3CredentialsSecret,
-        SyncCaps,
-        build_sync_job,
-    )
+    from craft_operator.builders.library_job import build_sync_job
+    from craft_operator.library import LibraryLocation, S3CredentialsSecret, SyncCaps
 
     box = CraftSandbox.model_validate(
         {

@@ -17,12 +17,12 @@ import pytest
 from botocore.exceptions import ClientError
 
 from craft_operator.api.models import CraftSandbox
+from craft_operator.builders.library_job import build_job_secret
 from craft_operator.config import Settings
 from craft_operator.library.errors import S3AccessDeniedError
 from craft_operator.library.location import LibraryLocation
 from craft_operator.library.scoped import (
     ScopedCredentialIssuer,
-    build_job_secret,
     session_policy,
     session_seconds,
 )

@@ -7,13 +7,9 @@ from typing import Any
 import pytest
 
 from craft_operator.api.models import CraftSandbox
+from craft_operator.builders.library_job import build_library_pvc, build_sync_job
 from craft_operator.library.errors import LibraryConfigError
-from craft_operator.library.job import (
-    S3CredentialsSecret,
-    build_library_pvc,
-    build_sync_job,
-)
-from craft_operator.library.location import LibraryLocation
+from craft_operator.library.location import LibraryLocation, S3CredentialsSecret
 from craft_operator.library.plan import SyncCaps
 from tests.support.schemas import kubernetes_schema_problems
 

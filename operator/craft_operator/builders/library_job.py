@@ -1,4 +1,6 @@
-"""Job mode: the sync Job and the library volume it writes into. Pure builders.
+"""Job mode of the user library: the sync Job and the library volume it writes into.
+
+Pure builders; the syncing itself is :mod:`craft_operator.library`.
 
 The Job runs the operator image with ``craft-operator sync-user-library``, reads S3 with
 credentials from a Secret (the sandbox pod never gets them), and writes into a PVC that
@@ -10,8 +12,8 @@ through a pod failure policy; other failures are retried up to ``backoff_limit``
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from craft_operator.api.models import ANNOTATION_LIBRARY_REVISION, CraftSandbox
@@ -30,8 +32,9 @@ from craft_operator.builders.security import (
     pod_security_context,
 )
 from craft_operator.library.errors import LibraryConfigError
-from craft_operator.library.location import LibraryLocation
+from craft_operator.library.location import LibraryLocation, S3CredentialsSecret
 from craft_operator.library.plan import SyncCaps
+from craft_operator.library.scoped import ScopedCredentials, job_secret_ref
 from craft_operator.library.transfer import LIBRARY_ROOT
 
 SYNC_CONTAINER = "sync"
@@ -43,16 +46,6 @@ PERMANENT_EXIT_CODES = (2, 3)
 MAX_ARGS_BYTES = 256 * 1024
 #: A private emptyDir: the root filesystem is read-only.
 SCRATCH_DIR = "/tmp"  # noqa: S108
-
-
-@dataclass(frozen=True)
-class S3CredentialsSecret:
-    """The Secret (in the sandbox's namespace) with the S3 credentials for sync Jobs."""
-
-    name: str
-    access_key_id_key: str = "AWS_ACCESS_KEY_ID"
-    secret_access_key_key: str = "AWS_SECRET_ACCESS_KEY"  # noqa: S105 -- a key name
-    session_token_key: str = "AWS_SESSION_TOKEN"  # noqa: S105 -- a key name, optional
 
 
 def library_claim_name(sandbox: CraftSandbox) -> str:
@@ -250,5 +243,40 @@ def build_sync_job(
                 ]
             },
             "template": {"metadata": {"labels": _pod_labels(sandbox)}, "spec": pod_spec},
+        },
+    }
+
+
+def build_job_secret(job: Mapping[str, Any], credentials: ScopedCredentials) -> dict[str, Any]:
+    """The Secret of ``job``'s scoped credentials, owned by the Job (deleted with it)."""
+    meta = job["metadata"]
+    ref = job_secret_ref(meta["name"])
+
+    def encoded(value: str) -> str:
+        return base64.b64encode(value.encode()).decode()
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": ref.name,
+            "namespace": meta["namespace"],
+            "labels": dict(meta.get("labels") or {}),
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": False,
+                }
+            ],
+        },
+        "data": {
+            ref.access_key_id_key: encoded(credentials.access_key_id),
+            ref.secret_access_key_key: encoded(credentials.secret_access_key.get_secret_value()),
+            ref.session_token_key: encoded(credentials.session_token.get_secret_value()),
         },
     }
