@@ -53,6 +53,11 @@ def format_time(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def kube_time(moment: datetime) -> datetime:
+    """``moment`` to the second in UTC, as :func:`format_time` writes it."""
+    return datetime.strptime(format_time(moment), "%Y-%m-%dT%H:%M:%S%z")
+
+
 def set_condition(
     conditions: Sequence[Mapping[str, Any]],
     state: ConditionState,
