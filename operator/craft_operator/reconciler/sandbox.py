@@ -30,7 +30,6 @@ from craft_operator.api.models import (
     UserLibraryStatus,
 )
 from craft_operator.api.parse import InvalidSandboxError, parse_sandbox
-from craft_operator.api.status_codec import dump_status
 from craft_operator.builders.configmap import build_skills_configmap
 from craft_operator.builders.naming import (
     ANNOTATION_PAT_ID,
@@ -1114,6 +1113,6 @@ class SandboxReconciler:
             # The sandbox changed while this pass ran (e.g. it is being deleted). Its watch
             # event is older than what the cache now holds and wakes nobody: go again.
             run.requeue(0)
-        seconds = time_to_ready(run.body, dump_status(run.status), run.now)
+        seconds = time_to_ready(run.body, run.status, run.now)
         if seconds is not None:
             self.s.metrics.observe_ready(seconds)
