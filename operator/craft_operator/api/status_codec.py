@@ -51,8 +51,3 @@ def dump_status(status: CraftSandboxStatus) -> dict[str, Any]:
     if not dumped.get("conditions"):
         dumped.pop("conditions", None)
     return dumped
-
-
-def dump_condition(condition: Condition) -> dict[str, Any]:
-    """One condition as the API stores it."""
-    return condition.model_dump(by_alias=True, mode="json", exclude_none=True)

@@ -7,10 +7,11 @@ from datetime import datetime
 from typing import Any
 
 from craft_operator.api.models import Condition, ConditionStatus, CraftSandboxStatus, Phase
-from craft_operator.api.status_codec import dump_condition, dump_status, parse_status
+from craft_operator.api.status_codec import dump_status, parse_status
 from craft_operator.status import (
     ConditionState,
     aggregate_ready,
+    find_condition,
     format_time,
     kube_time,
     merge_patch,
@@ -50,7 +51,7 @@ class Run:
 
     def condition(self, type_: str) -> Condition | None:
         """The condition as this pass has it so far."""
-        return next((item for item in self.status.conditions if item.type == type_), None)
+        return find_condition(self.status.conditions, type_)
 
     def condition_is(self, type_: str, *statuses: ConditionStatus) -> bool:
         """Whether the condition is present with one of ``statuses``."""
@@ -59,10 +60,9 @@ class Run:
 
     def set(self, state: ConditionState) -> None:
         """Record a condition."""
-        conditions = set_condition(
-            self._conditions(), state, generation=self.generation, now=self.now
+        self.status.conditions = set_condition(
+            self.status.conditions, state, generation=self.generation, now=self.now
         )
-        self.status.conditions = [Condition.model_validate(item) for item in conditions]
 
     def drop_condition(self, type_: str) -> None:
         """Remove a condition, if present."""
@@ -93,7 +93,7 @@ class Run:
 
     def finish(self) -> CraftSandboxStatus:
         """The complete new status: aggregate Ready, phase and observed generation."""
-        self.set(aggregate_ready(self._conditions()))
+        self.set(aggregate_ready(self.status.conditions))
         phase = self.phase
         if phase is None:
             if self.condition_is("Ready", ConditionStatus.TRUE):
@@ -110,6 +110,3 @@ class Run:
     def status_patch(self) -> dict[str, Any]:
         """The merge patch from the stored status to the new one (empty: nothing to write)."""
         return merge_patch(self._stored, dump_status(self.status))
-
-    def _conditions(self) -> list[dict[str, Any]]:
-        return [dump_condition(item) for item in self.status.conditions]
