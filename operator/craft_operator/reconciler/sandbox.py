@@ -1043,17 +1043,8 @@ class SandboxReconciler:
         """Record a finished Job's outcome in ``status.userLibrary`` and the condition."""
         result = outcome.result
         if outcome.succeeded:
-            synced = UserLibraryStatus(
-                observed_revision=outcome.revision or None,
-                last_sync_time=run.moment(),
-                files=result.get("files"),
-                bytes=result.get("bytes"),
-                bytes_transferred=result.get("bytesTransferred"),
-                duration_seconds=result.get("durationSeconds"),
-                skipped=result.get("skipped"),
-                pod_uid=outcome.pod_uid,
-                config_hash=outcome.config,
-                job_sequence=current.job_sequence,
+            synced = library_job.synced_status(
+                outcome, now=run.moment(), job_sequence=current.job_sequence
             )
             message = f"{result.get('files', '?')} files, {result.get('bytes', '?')} bytes"
             run.set(ConditionState.true(USER_LIBRARY_SYNCED, "Synced", message))
