@@ -27,7 +27,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from craft_operator.api.models import KIND, Phase
+from craft_operator.api.models import KIND, ConditionStatus, CraftSandboxStatus, Phase
+from craft_operator.api.status_codec import parse_status
 from craft_operator.config import Settings
 from craft_operator.policy.models import POLICY_ENFORCED
 
@@ -179,26 +180,25 @@ def _parse_time(text: Any) -> datetime | None:
 
 def not_ready_since(body: Mapping[str, Any]) -> datetime | None:
     """When a sandbox last stopped being Ready (or was created), if it is not Ready now."""
-    status = body.get("status") or {}
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == "Ready":
-            if condition.get("status") == "True":
+    status, _ = parse_status(body.get("status"))
+    for condition in status.conditions:
+        if condition.type == "Ready":
+            if condition.status == ConditionStatus.TRUE:
                 return None
-            since = _parse_time(condition.get("lastTransitionTime"))
-            if since is not None:
-                return since
+            if condition.last_transition_time is not None:
+                return condition.last_transition_time
     return _parse_time((body.get("metadata") or {}).get("creationTimestamp"))
 
 
 def time_to_ready(
-    old_body: Mapping[str, Any], new_status: Mapping[str, Any], now: datetime
+    old_body: Mapping[str, Any], new_status: CraftSandboxStatus, now: datetime
 ) -> float | None:
     """Seconds to observe with :meth:`Metrics.observe_ready` when a reconcile pass turns a
     sandbox Ready, else ``None``: measured from :func:`not_ready_since` of the body as the
     pass found it (its creation, or when it lost Ready: pod replaced, woken from sleep)."""
-    if new_status.get("phase") != Phase.READY.value:
+    if new_status.phase != Phase.READY:
         return None
-    if (old_body.get("status") or {}).get("phase") == Phase.READY.value:
+    if parse_status(old_body.get("status"))[0].phase == Phase.READY:
         return None
     since = not_ready_since(old_body)
     return None if since is None else max(0.0, (now - since).total_seconds())
@@ -211,11 +211,13 @@ def count_sandboxes(bodies: Iterable[Mapping[str, Any]], now: datetime) -> Sandb
     oldest = 0.0
     without_policy = 0
     for body in bodies:
-        conditions = (body.get("status") or {}).get("conditions") or []
-        if any(c.get("type") == POLICY_ENFORCED and c.get("status") == "False" for c in conditions):
+        status, _ = parse_status(body.get("status"))
+        if any(
+            c.type == POLICY_ENFORCED and c.status == ConditionStatus.FALSE
+            for c in status.conditions
+        ):
             without_policy += 1
-        raw = (body.get("status") or {}).get("phase") or Phase.PENDING.value
-        phase = raw if raw in counts else Phase.PENDING.value
+        phase = (status.phase or Phase.PENDING).value
         if (body.get("metadata") or {}).get("deletionTimestamp"):
             phase = Phase.TERMINATING.value
         counts[phase] += 1

@@ -1,7 +1,8 @@
 """Status of a CraftSandbox: conditions, the aggregate Ready condition, and minimal patches.
 
-Pure functions over plain dicts (the status as stored in the API), so the reconciler can
-compute the whole desired status and write only what changed, or nothing at all.
+Pure functions over typed conditions, and a merge patch over the status as the API stores
+it, so the reconciler can compute the whole desired status and write only what changed,
+or nothing at all.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from craft_operator.api.models import Condition, ConditionStatus
 
 CREDENTIALS_READY = "CredentialsReady"
 SKILL_RENDERED = "SkillRendered"
@@ -53,59 +56,61 @@ def format_time(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def kube_time(moment: datetime) -> datetime:
+    """``moment`` to the second in UTC, as :func:`format_time` writes it."""
+    return datetime.strptime(format_time(moment), "%Y-%m-%dT%H:%M:%S%z")
+
+
 def set_condition(
-    conditions: Sequence[Mapping[str, Any]],
+    conditions: Sequence[Condition],
     state: ConditionState,
     *,
     generation: int | None,
     now: datetime,
-) -> list[dict[str, Any]]:
+) -> list[Condition]:
     """Conditions with ``state`` applied; ``lastTransitionTime`` moves only when status does."""
-    result: list[dict[str, Any]] = []
+    result: list[Condition] = []
     found = False
     for condition in conditions:
-        if condition.get("type") != state.type:
-            result.append(dict(condition))
+        if condition.type != state.type:
+            result.append(condition)
             continue
         found = True
-        transition = condition.get("lastTransitionTime")
-        if condition.get("status") != state.status or not transition:
-            transition = format_time(now)
+        transition = condition.last_transition_time
+        if condition.status != state.status or transition is None:
+            transition = kube_time(now)
         result.append(_condition(state, transition, generation))
     if not found:
-        result.append(_condition(state, format_time(now), generation))
+        result.append(_condition(state, kube_time(now), generation))
     order = {name: index for index, name in enumerate(CONDITION_ORDER)}
-    return sorted(result, key=lambda item: order.get(str(item.get("type")), len(order)))
+    return sorted(result, key=lambda item: order.get(item.type, len(order)))
 
 
-def _condition(state: ConditionState, transition: str, generation: int | None) -> dict[str, Any]:
-    condition: dict[str, Any] = {
-        "type": state.type,
-        "status": state.status,
-        "reason": state.reason,
-        "message": state.message,
-        "lastTransitionTime": transition,
-    }
-    if generation is not None:
-        condition["observedGeneration"] = generation
-    return condition
+def _condition(state: ConditionState, transition: datetime, generation: int | None) -> Condition:
+    return Condition(
+        type=state.type,
+        status=ConditionStatus(state.status),
+        reason=state.reason,
+        message=state.message,
+        last_transition_time=transition,
+        observed_generation=generation,
+    )
 
 
-def find_condition(conditions: Sequence[Mapping[str, Any]], type_: str) -> Mapping[str, Any] | None:
+def find_condition(conditions: Sequence[Condition], type_: str) -> Condition | None:
     """The condition of ``type_``, if present."""
-    return next((item for item in conditions if item.get("type") == type_), None)
+    return next((item for item in conditions if item.type == type_), None)
 
 
-def aggregate_ready(conditions: Sequence[Mapping[str, Any]]) -> ConditionState:
+def aggregate_ready(conditions: Sequence[Condition]) -> ConditionState:
     """Ready is True when every required condition is; otherwise it names the first that is not."""
     for type_ in READY_REQUIRES:
         condition = find_condition(conditions, type_)
         if condition is None:
             return ConditionState.unknown(READY, "Reconciling", f"{type_} is not known yet")
-        if condition.get("status") != "True":
-            reason = str(condition.get("reason") or type_)
-            message = str(condition.get("message") or "")
-            return ConditionState.false(READY, reason, f"{type_}: {message}".rstrip(": "))
+        if condition.status != ConditionStatus.TRUE:
+            reason = condition.reason or type_
+            return ConditionState.false(READY, reason, f"{type_}: {condition.message}".rstrip(": "))
     return ConditionState.true(READY, "SandboxReady", "the sandbox is ready for its agent")
 
 

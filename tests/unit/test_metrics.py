@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from craft_operator.api.models import KIND, Phase
+from craft_operator.api.models import KIND, CraftSandboxStatus, Phase
 from craft_operator.config import Settings
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import PODS, KubeClient
@@ -37,6 +37,7 @@ from tests.support.operator import eventually
 pytestmark = pytest.mark.unit
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+READY = CraftSandboxStatus(phase=Phase.READY)
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
@@ -69,7 +70,12 @@ def sandbox(
     if ready is not None:
         status, since = ready
         body.setdefault("status", {})["conditions"] = [
-            {"type": "Ready", "status": status, "lastTransitionTime": stamp(since)}
+            {
+                "type": "Ready",
+                "status": status,
+                "reason": "SandboxReady" if status == "True" else "PodStarting",
+                "lastTransitionTime": stamp(since),
+            }
         ]
     return body
 
@@ -320,17 +326,17 @@ async def test_the_oldest_waiting_sandbox_is_a_gauge(
 
 def test_time_to_ready_is_measured_only_on_the_pass_that_makes_a_sandbox_ready() -> None:
     created = sandbox("alice", "Provisioning", created=NOW - timedelta(seconds=95))
-    assert time_to_ready(created, {"phase": "Ready"}, NOW) == 95
-    assert time_to_ready(created, {"phase": "Provisioning"}, NOW) is None
+    assert time_to_ready(created, READY, NOW) == 95
+    assert time_to_ready(created, CraftSandboxStatus(phase=Phase.PROVISIONING), NOW) is None
     ready = sandbox("alice", "Ready", ready=("True", NOW - timedelta(hours=1)))
-    assert time_to_ready(ready, {"phase": "Ready"}, NOW) is None
+    assert time_to_ready(ready, READY, NOW) is None
     woken = sandbox(
         "alice",
         "Provisioning",
         created=NOW - timedelta(days=5),
         ready=("False", NOW - timedelta(seconds=12)),
     )
-    assert time_to_ready(woken, {"phase": "Ready"}, NOW) == 12
+    assert time_to_ready(woken, READY, NOW) == 12
 
 
 async def test_queue_depth_passes_and_failures_come_from_the_work_queue(

@@ -521,6 +521,13 @@ class Phase(StrEnum):
     TERMINATING = "Terminating"
 
 
+class StatusModel(ApiModel):
+    """Base for the status: the reconciler fills it in during a pass, so it is mutable, and
+    every assignment is validated so a wrong type fails where it is made."""
+
+    model_config = ConfigDict(frozen=False, validate_assignment=True)
+
+
 class ConditionStatus(StrEnum):
     """The three values a condition's status can take."""
 
@@ -544,7 +551,7 @@ class Condition(ApiModel):
     )
 
 
-class CredentialsStatus(ApiModel):
+class CredentialsStatus(StatusModel):
     """What is known about the sandbox's PAT; never the token itself."""
 
     token_display: str | None = Field(
@@ -555,14 +562,14 @@ class CredentialsStatus(ApiModel):
     expires_at: datetime | None = Field(default=None, description="When the PAT expires.")
 
 
-class SkillStatus(ApiModel):
+class SkillStatus(StatusModel):
     """The rendered company-search skill."""
 
     source_count: int | None = Field(default=None, description="Sources listed in SKILL.md.")
     content_hash: str | None = Field(default=None, description="SHA-256 of the rendered SKILL.md.")
 
 
-class UserLibraryStatus(ApiModel):
+class UserLibraryStatus(StatusModel):
     """The last user-library sync."""
 
     observed_revision: str | None = Field(
@@ -602,7 +609,7 @@ class UserLibraryStatus(ApiModel):
     )
 
 
-class CraftSandboxStatus(ApiModel):
+class CraftSandboxStatus(StatusModel):
     """The observed state of a Craft sandbox, written only by the operator."""
 
     phase: Phase | None = Field(default=None, description="Where the sandbox is in its life.")

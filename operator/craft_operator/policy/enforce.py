@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from craft_operator.api.models import CraftSandbox, Phase
+from craft_operator.api.models import CraftSandbox, CraftSandboxStatus, Phase
 from craft_operator.config import Settings
 from craft_operator.credentials.errors import CredentialsError
 from craft_operator.kube import kinds
@@ -72,7 +72,6 @@ MISSING, UNREADABLE = "missing", "unreadable"
 POLICY_MISSING, POLICY_UNREADABLE = "PolicyMissing", "PolicyUnreadable"
 WAITING_FOR_NAMESPACE = "WaitingForNamespace"
 #: Status the operator keeps about a running sandbox; gone with the sandbox's children.
-_RUNNING_STATUS = ("credentials", "podName", "podUID", "validatedPodUID", "skill", "userLibrary")
 
 
 class PolicyServices(Protocol):
@@ -176,7 +175,7 @@ def _wait_for_namespace(run: Run) -> None:
 def _admitted_before(run: Run, children: list[tuple[str, Kind, dict[str, Any]]]) -> bool:
     """Whether the sandbox runs on a spec the operator already accepted: it holds a PAT or
     children, and its spec has not changed since (a changed spec is judged as new)."""
-    return not run.spec_changed and (bool(run.status.get("credentials")) or bool(children))
+    return not run.spec_changed and (run.status.credentials is not None or bool(children))
 
 
 def _keep_without_policy(services: PolicyServices, run: Run, absent: str, message: str) -> None:
@@ -186,9 +185,9 @@ def _keep_without_policy(services: PolicyServices, run: Run, absent: str, messag
         f"the CraftSandboxPolicy {POLICY_NAME} is {what}: this sandbox, admitted before, "
         f"keeps running, but a new one like it would be refused ({message})"
     )
-    previous = run.condition(POLICY_ENFORCED) or {}
+    previous = run.condition(POLICY_ENFORCED)
     run.set(ConditionState.false(POLICY_ENFORCED, reason, text))
-    if previous.get("reason") != reason or previous.get("message") != text:
+    if previous is None or previous.reason != reason or previous.message != text:
         logger.warning(
             "CraftSandboxPolicy %s is %s: %s/%s keeps running on a spec it may not allow",
             POLICY_NAME,
@@ -200,9 +199,17 @@ def _keep_without_policy(services: PolicyServices, run: Run, absent: str, messag
 
 
 def _clear_policy_warning(run: Run) -> None:
-    conditions = run.status.get("conditions") or []
-    if any(item.get("type") == POLICY_ENFORCED for item in conditions):
-        run.status["conditions"] = [c for c in conditions if c.get("type") != POLICY_ENFORCED]
+    run.drop_condition(POLICY_ENFORCED)
+
+
+def _forget_running(status: CraftSandboxStatus) -> None:
+    """Clear what the status says about a running sandbox: its PAT and its children."""
+    status.credentials = None
+    status.pod_name = None
+    status.pod_uid = None
+    status.validated_pod_uid = None
+    status.skill = None
+    status.user_library = None
 
 
 def _owned(obj: Mapping[str, Any], uid: str) -> bool:
@@ -227,9 +234,9 @@ def _children(sandbox: CraftSandbox, cache: ObjectCache) -> list[tuple[str, Kind
 async def _deny(services: PolicyServices, sandbox: CraftSandbox, run: Run, message: str) -> None:
     namespace, name = run.namespace, run.name
     uid = sandbox.metadata.uid or ""
-    previous = run.condition(CREDENTIALS_READY) or {}
+    previous = run.condition(CREDENTIALS_READY)
     children = _children(sandbox, services.cache)
-    had_token = bool(run.status.get("credentials")) or any(
+    had_token = run.status.credentials is not None or any(
         kind is SECRETS for _, kind, _ in children
     )
     withdrawn: list[str] = []
@@ -248,15 +255,15 @@ async def _deny(services: PolicyServices, sandbox: CraftSandbox, run: Run, messa
             run.retry(f"cannot delete {meta['name']}: {exc.reason}")
             continue
         withdrawn.append(f"deleted {cache_kind} {meta['name']}")
-    for key in _RUNNING_STATUS:
-        run.status.pop(key, None)
+    _forget_running(run.status)
     _clear_policy_warning(run)
     run.phase = Phase.FAILED
     run.set(ConditionState.false(CREDENTIALS_READY, REASON, f"no PAT: {message}"))
     run.set(ConditionState.false(POD_READY, REASON, message))
     for type_ in (SKILL_RENDERED, CLI_VALIDATED, USER_LIBRARY_SYNCED):
         run.set(ConditionState.unknown(type_, REASON, "the spec is not allowed by the platform"))
-    if previous.get("reason") != REASON or previous.get("message") != f"no PAT: {message}":
+    said = (previous.reason, previous.message) if previous is not None else None
+    if said != (REASON, f"no PAT: {message}"):
         services.events.post(run.body, type="Warning", reason=REASON, message=message)
     if withdrawn:
         services.events.post(

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from craft_operator.api.status_codec import parse_status
 from craft_operator.config import Settings
 from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
@@ -106,10 +107,9 @@ def waiting_on(
     waiting = []
     for body in cache.in_namespace(sandbox_kind, namespace):
         name = str(body["metadata"]["name"])
-        conditions = (body.get("status") or {}).get("conditions") or []
         refused = any(
-            condition.get("type") == POD_READY and condition.get("reason") == REASON
-            for condition in conditions
+            condition.type == POD_READY and condition.reason == REASON
+            for condition in parse_status(body.get("status"))[0].conditions
         )
         if refused or cache.get(pod_kind, namespace, name) is None:
             waiting.append((namespace, name))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from craft_operator.api.models import CraftSandbox
+from craft_operator.api.models import ConditionStatus, CraftSandbox, UserLibraryStatus
 from craft_operator.library import LibraryLocation, LibrarySyncError, SyncResult
 from craft_operator.reconciler.library_pool import Outcome
 from craft_operator.reconciler.run import Run
@@ -74,12 +74,12 @@ def step(
 def _syncing(run: Run, message: str) -> None:
     # A library already synced stays True, and a failure stays False (its message says it
     # is retried) until the sync ends: the condition moves once per outcome, not per try.
-    if (run.condition(USER_LIBRARY_SYNCED) or {}).get("status") not in ("True", "False"):
+    if not run.condition_is(USER_LIBRARY_SYNCED, ConditionStatus.TRUE, ConditionStatus.FALSE):
         run.set(ConditionState.unknown(USER_LIBRARY_SYNCED, "Syncing", message))
 
 
 def _record(s: Services, run: Run, outcome: Outcome, attempt: Attempt) -> None:
-    current = dict(run.status.get("userLibrary") or {})
+    current = (run.status.user_library or UserLibraryStatus()).model_copy()
     if outcome.error is not None:
         _failed(s, run, current, outcome.error, attempt)
     elif outcome.result is not None:
@@ -87,33 +87,33 @@ def _record(s: Services, run: Run, outcome: Outcome, attempt: Attempt) -> None:
 
 
 def _failed(
-    s: Services, run: Run, current: dict[str, Any], exc: LibrarySyncError, attempt: Attempt
+    s: Services, run: Run, current: UserLibraryStatus, exc: LibrarySyncError, attempt: Attempt
 ) -> None:
     s.metrics.sync_failed(exc.reason)
-    current["lastError"] = exc.message[:1000]
+    current.last_error = exc.message[:1000]
     if exc.retryable:
-        current.pop("failedAttempt", None)
+        current.failed_attempt = None
         run.requeue(s.library_pool.retry_in(run.key))
     else:
-        current["failedAttempt"] = attempt.key
-    run.status["userLibrary"] = current
+        current.failed_attempt = attempt.key
+    run.status.user_library = current
     message = exc.message + ("; retried with backoff" if exc.retryable else "")
     run.set(ConditionState.false(USER_LIBRARY_SYNCED, exc.reason, message))
     s.events.post(run.body, type=WARNING, reason=f"Library{exc.reason}", message=message)
 
 
 def _succeeded(s: Services, run: Run, result: SyncResult, attempt: Attempt) -> None:
-    run.status["userLibrary"] = {
-        **({"observedRevision": attempt.revision} if attempt.revision else {}),
-        "lastSyncTime": run.timestamp(),
-        "files": result.files,
-        "bytes": result.bytes,
-        "bytesTransferred": result.bytes_transferred,
-        "durationSeconds": round(result.duration_seconds, 3),
-        "skipped": len(result.skipped),
-        "podUID": attempt.pod_uid,
-        "configHash": attempt.config,
-    }
+    run.status.user_library = UserLibraryStatus(
+        observed_revision=attempt.revision or None,
+        last_sync_time=run.moment(),
+        files=result.files,
+        bytes=result.bytes,
+        bytes_transferred=result.bytes_transferred,
+        duration_seconds=round(result.duration_seconds, 3),
+        skipped=len(result.skipped),
+        pod_uid=attempt.pod_uid,
+        config_hash=attempt.config,
+    )
     message = f"{result.files} files, {result.bytes} bytes"
     if result.skipped:
         message += f"; {len(result.skipped)} unsafe keys skipped"

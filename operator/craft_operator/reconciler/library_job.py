@@ -14,9 +14,10 @@ import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from craft_operator.api.models import GROUP, CraftSandbox
+from craft_operator.api.models import GROUP, CraftSandbox, UserLibraryStatus
 from craft_operator.builders.library_job import (
     PERMANENT_EXIT_CODES,
     build_job_secret,
@@ -252,3 +253,34 @@ async def remove_job(kube: KubeClient, cache: ObjectCache, job: Mapping[str, Any
 def job_name(sandbox: CraftSandbox, sequence: int) -> str:
     """The name of the n-th sync Job."""
     return sync_job_name(sandbox, sequence)
+
+
+def synced_status(
+    outcome: JobOutcome, *, now: datetime, job_sequence: int | None
+) -> UserLibraryStatus:
+    """``status.userLibrary`` after a successful sync Job: what its result reports.
+
+    The result is the Job pod's termination message; a figure that is not a number is
+    left out rather than failing the pass (or the status write) over it.
+    """
+    result = outcome.result
+    return UserLibraryStatus(
+        observed_revision=outcome.revision or None,
+        last_sync_time=now,
+        files=_count(result.get("files")),
+        bytes=_count(result.get("bytes")),
+        bytes_transferred=_count(result.get("bytesTransferred")),
+        duration_seconds=_seconds(result.get("durationSeconds")),
+        skipped=_count(result.get("skipped")),
+        pod_uid=outcome.pod_uid,
+        config_hash=outcome.config,
+        job_sequence=job_sequence,
+    )
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _seconds(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

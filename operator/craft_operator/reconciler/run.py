@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from craft_operator.api.models import Phase
+from craft_operator.api.models import Condition, ConditionStatus, CraftSandboxStatus, Phase
+from craft_operator.api.status_codec import dump_status, parse_status
 from craft_operator.status import (
     ConditionState,
     aggregate_ready,
     find_condition,
     format_time,
+    kube_time,
     merge_patch,
     set_condition,
 )
 
 
 class Run:
-    """The status a reconcile pass is building, plus its verdict on retries and revisits."""
+    """The status a reconcile pass is building, plus its verdict on retries and revisits.
+
+    ``old_status`` is the status as stored when the pass began and ``status`` the one it
+    builds, both typed; only their difference is written.
+    """
 
     def __init__(self, body: Mapping[str, Any], now: datetime) -> None:
         self.body = body
@@ -29,8 +34,10 @@ class Run:
         self.name: str = meta["name"]
         self.key = (self.namespace, self.name)
         self.generation: int | None = meta.get("generation")
-        self.old_status: dict[str, Any] = copy.deepcopy(dict(body.get("status") or {}))
-        self.status: dict[str, Any] = copy.deepcopy(self.old_status)
+        self.old_status, invalid = parse_status(body.get("status"))
+        self.status: CraftSandboxStatus = self.old_status.model_copy(deep=True)
+        # Unreadable stored fields count as present, so the first patch removes them.
+        self._stored = {**dump_status(self.old_status), **invalid}
         self.phase: Phase | None = None
         self.pod_exists = False
         #: Why a step failed in a way that may pass: the pass is retried with backoff.
@@ -40,17 +47,27 @@ class Run:
     @property
     def spec_changed(self) -> bool:
         """Whether the spec changed since the operator last acted on it."""
-        return self.old_status.get("observedGeneration") != self.generation
+        return self.old_status.observed_generation != self.generation
 
-    def condition(self, type_: str) -> Mapping[str, Any] | None:
+    def condition(self, type_: str) -> Condition | None:
         """The condition as this pass has it so far."""
-        return find_condition(self.status.get("conditions") or [], type_)
+        return find_condition(self.status.conditions, type_)
+
+    def condition_is(self, type_: str, *statuses: ConditionStatus) -> bool:
+        """Whether the condition is present with one of ``statuses``."""
+        condition = self.condition(type_)
+        return condition is not None and condition.status in statuses
 
     def set(self, state: ConditionState) -> None:
         """Record a condition."""
-        self.status["conditions"] = set_condition(
-            self.status.get("conditions") or [], state, generation=self.generation, now=self.now
+        self.status.conditions = set_condition(
+            self.status.conditions, state, generation=self.generation, now=self.now
         )
+
+    def drop_condition(self, type_: str) -> None:
+        """Remove a condition, if present."""
+        if self.condition(type_) is not None:
+            self.status.conditions = [c for c in self.status.conditions if c.type != type_]
 
     def retry(self, reason: str) -> None:
         """A step failed in a way that may pass: retry the whole pass with backoff."""
@@ -70,23 +87,26 @@ class Run:
         """``now`` as Kubernetes writes times."""
         return format_time(self.now)
 
-    def finish(self) -> dict[str, Any]:
+    def moment(self) -> datetime:
+        """``now`` as a status time: to the second, as Kubernetes writes times."""
+        return kube_time(self.now)
+
+    def finish(self) -> CraftSandboxStatus:
         """The complete new status: aggregate Ready, phase and observed generation."""
-        self.set(aggregate_ready(self.status.get("conditions") or []))
-        ready = self.condition("Ready")
+        self.set(aggregate_ready(self.status.conditions))
         phase = self.phase
         if phase is None:
-            if ready is not None and ready.get("status") == "True":
+            if self.condition_is("Ready", ConditionStatus.TRUE):
                 phase = Phase.READY
             elif self.pod_exists:
                 phase = Phase.PROVISIONING
             else:
                 phase = Phase.PENDING
-        self.status["phase"] = phase.value
+        self.status.phase = phase
         if self.generation is not None:
-            self.status["observedGeneration"] = self.generation
+            self.status.observed_generation = self.generation
         return self.status
 
     def status_patch(self) -> dict[str, Any]:
         """The merge patch from the stored status to the new one (empty: nothing to write)."""
-        return merge_patch(self.old_status, self.status)
+        return merge_patch(self._stored, dump_status(self.status))

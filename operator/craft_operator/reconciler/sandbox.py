@@ -21,9 +21,13 @@ from craft_operator.api.models import (
     ANNOTATION_LAST_ACTIVITY,
     ANNOTATION_LIBRARY_REVISION,
     GROUP,
+    ConditionStatus,
     CraftSandbox,
+    CredentialsStatus,
     LibraryMode,
     Phase,
+    SkillStatus,
+    UserLibraryStatus,
 )
 from craft_operator.api.parse import InvalidSandboxError, parse_sandbox
 from craft_operator.builders.configmap import build_skills_configmap
@@ -91,6 +95,7 @@ from craft_operator.status import (
     SKILL_RENDERED,
     USER_LIBRARY_SYNCED,
     ConditionState,
+    kube_time,
 )
 
 logger = logging.getLogger(__name__)
@@ -185,16 +190,17 @@ def _content_changed(before: Mapping[str, Any], after: Mapping[str, Any]) -> boo
 
 
 def _library_current(
-    run: Run, current: Mapping[str, Any], revision: str, pod_uid: str, config: str
+    run: Run, current: UserLibraryStatus, revision: str, pod_uid: str, config: str
 ) -> bool:
     """Whether the last successful sync delivered this revision, into this pod, with this config."""
-    synced = run.condition(USER_LIBRARY_SYNCED) or {}
+    synced = run.condition(USER_LIBRARY_SYNCED)
     return (
-        synced.get("status") == "True"
-        and synced.get("reason") in (library_exec.SYNCED, library_exec.RESYNCED)
-        and current.get("observedRevision", "") == revision
-        and current.get("podUID") == pod_uid
-        and current.get("configHash") == config
+        synced is not None
+        and synced.status == ConditionStatus.TRUE
+        and synced.reason in (library_exec.SYNCED, library_exec.RESYNCED)
+        and (current.observed_revision or "") == revision
+        and current.pod_uid == pod_uid
+        and current.config_hash == config
     )
 
 
@@ -207,6 +213,12 @@ def _library_config_hash(sandbox: CraftSandbox, location: LibraryLocation) -> st
             separators=(",", ":"),
         )
     )
+
+
+def _reason(run: Run, type_: str) -> str | None:
+    """The reason of a condition as this pass has it, if present."""
+    condition = run.condition(type_)
+    return condition.reason if condition is not None else None
 
 
 def _parse_time(text: str | None) -> datetime | None:
@@ -252,8 +264,8 @@ class SandboxReconciler:
             await self._write_status(run)
             return None
         if run.spec_changed:
-            run.status.pop("podFailures", None)
-            run.status.pop("cliAuthFailures", None)
+            run.status.pod_failures = None
+            run.status.cli_auth_failures = None
         try:
             # The platform's policy comes first: a sandbox it does not allow gets no PAT.
             if not await policy.enforce(self.s, sandbox, run):
@@ -412,20 +424,17 @@ class SandboxReconciler:
             message = f"{validity}; it replaced PAT {issued.superseded_pat_id}: {issued.reason}"
         else:
             # Why this PAT replaced the last one stays said while the PAT is the same.
-            current = str((run.condition(CREDENTIALS_READY) or {}).get("message", ""))
+            held = run.condition(CREDENTIALS_READY)
+            current = held.message if held is not None else ""
             if current.startswith(f"{validity}; it replaced PAT "):
                 message = current
         run.set(ConditionState.true(CREDENTIALS_READY, "PATValid", message))
-        run.status["credentials"] = {
-            "tokenDisplay": issued.token_display,
-            "patId": issued.pat_id,
-            "mintedAt": issued.created_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            **(
-                {"expiresAt": issued.expires_at.strftime("%Y-%m-%dT%H:%M:%SZ")}
-                if issued.expires_at
-                else {}
-            ),
-        }
+        run.status.credentials = CredentialsStatus(
+            token_display=issued.token_display,
+            pat_id=issued.pat_id,
+            minted_at=kube_time(issued.created_at),
+            expires_at=kube_time(issued.expires_at) if issued.expires_at else None,
+        )
         if issued.minted:
             self.s.events.post(
                 self._body(run),
@@ -478,7 +487,7 @@ class SandboxReconciler:
                     f"company-search skill lists {rendered.source_count} source(s)",
                 )
             )
-        previous_hash = (run.old_status.get("skill") or {}).get("contentHash")
+        previous_hash = run.old_status.skill.content_hash if run.old_status.skill else None
         desired = build_skills_configmap(
             sandbox, text=rendered.text, content_hash=rendered.content_hash
         )
@@ -494,10 +503,9 @@ class SandboxReconciler:
         )
         if result is None:
             return False
-        run.status["skill"] = {
-            "sourceCount": rendered.source_count,
-            "contentHash": rendered.content_hash,
-        }
+        run.status.skill = SkillStatus(
+            source_count=rendered.source_count, content_hash=rendered.content_hash
+        )
         if rendered.unknown_sources and previous_hash != rendered.content_hash:
             self.s.events.post(
                 self._body(run),
@@ -575,7 +583,7 @@ class SandboxReconciler:
             return None
         namespace, name = sandbox.metadata.namespace, pod_name(sandbox)
         actual = self.s.cache.get(POD, namespace, name)
-        run.status["podName"] = name
+        run.status.pod_name = name
 
         if await self._sleeping(sandbox, actual, run):
             return None
@@ -594,7 +602,7 @@ class SandboxReconciler:
                 return None
             return await self._create_pod(sandbox, desired, run)
         run.pod_exists = True
-        run.status["podUID"] = actual["metadata"].get("uid")
+        run.status.pod_uid = actual["metadata"].get("uid")
         stale = self._pod_drift(actual, desired)
         if stale:
             await self._delete_pod(run, actual, reason="PodReplaced", message=stale)
@@ -614,7 +622,7 @@ class SandboxReconciler:
             created = _parse_time(actual["metadata"].get("creationTimestamp"))
             timeout = self.s.settings.provisioning_timeout
             if created and (run.now - created).total_seconds() > timeout:
-                if (run.condition(POD_READY) or {}).get("reason") != "ProvisioningTimedOut":
+                if _reason(run, POD_READY) != "ProvisioningTimedOut":
                     self.s.events.post(
                         self._body(run),
                         type=WARNING,
@@ -628,13 +636,13 @@ class SandboxReconciler:
                     run.requeue(timeout - (run.now - created).total_seconds() + 1)
             self._waiting(run, POD_DEPENDENT, "WaitingForPod")
             return None
-        if (run.condition(POD_READY) or {}).get("status") != "True":
+        if not run.condition_is(POD_READY, ConditionStatus.TRUE):
             started_at = _parse_time(actual["metadata"].get("creationTimestamp"))
             if started_at is not None:
                 seconds = (run.now - started_at).total_seconds()
                 self.s.metrics.observe_phase(ProvisioningPhase.POD_READY, seconds)
         run.set(ConditionState.true(POD_READY, "PodReady", f"pod {name} is ready"))
-        run.status.pop("podFailures", None)
+        run.status.pod_failures = None
         return actual
 
     def _egress_refused(self, run: Run, desired: Mapping[str, Any]) -> bool:
@@ -642,7 +650,7 @@ class SandboxReconciler:
         refused = egress.refusal(self.s.cache, self.s.settings, desired)
         if refused is None:
             return False
-        if (run.condition(POD_READY) or {}).get("reason") != refused.reason:
+        if _reason(run, POD_READY) != refused.reason:
             self.s.events.post(
                 self._body(run), type=WARNING, reason=refused.reason, message=refused.message
             )
@@ -668,10 +676,10 @@ class SandboxReconciler:
     async def _create_pod(
         self, sandbox: CraftSandbox, desired: dict[str, Any], run: Run
     ) -> dict[str, Any] | None:
-        failures = int(run.status.get("podFailures") or 0)
-        previous = run.condition(POD_READY) or {}
-        if failures and previous.get("reason") == "PodFailed":
-            failed_at = _parse_time(previous.get("lastTransitionTime")) or run.now
+        failures = run.status.pod_failures or 0
+        previous = run.condition(POD_READY)
+        if failures and previous is not None and previous.reason == "PodFailed":
+            failed_at = previous.last_transition_time or run.now
             backoff = _pod_backoff(self.s.settings.pod_restart_backoff, failures)
             wait = (failed_at - run.now).total_seconds() + backoff
             if wait > 0:
@@ -703,7 +711,7 @@ class SandboxReconciler:
         self.s.metrics.observe_phase(ProvisioningPhase.POD_CREATE, time.monotonic() - started)
         self.s.cache.put(POD, created)
         run.pod_exists = True
-        run.status["podUID"] = created["metadata"].get("uid")
+        run.status.pod_uid = created["metadata"].get("uid")
         run.set(ConditionState.false(POD_READY, "PodStarting", _pod_waiting_detail(created)))
         self._waiting(run, POD_DEPENDENT, "WaitingForPod")
         self.s.events.post(
@@ -734,7 +742,7 @@ class SandboxReconciler:
         detail = f"pod {pod['metadata']['name']} {status.get('phase', '').lower()}: {why}"
         if status.get("message"):
             detail += f" ({status['message']})"
-        failures = int(run.status.get("podFailures") or 0)
+        failures = run.status.pod_failures or 0
         limit = self.s.settings.max_pod_failures
         if failures >= limit:
             run.phase = Phase.FAILED
@@ -742,7 +750,7 @@ class SandboxReconciler:
             self._waiting(run, POD_DEPENDENT, "WaitingForPod")
             return
         failures += 1
-        run.status["podFailures"] = failures
+        run.status.pod_failures = failures
         if failures >= limit:
             message = (
                 f"{detail}; {failures} pods failed in a row, not replacing it until the spec "
@@ -765,13 +773,13 @@ class SandboxReconciler:
     ) -> bool:
         """Handle suspend and idle sleep; True if the pod must not run now."""
         annotations = sandbox.metadata.annotations
-        sleeping_since = _parse_time(run.status.get("sleepingSince"))
+        sleeping_since = run.status.sleeping_since
         decision = decide_idle(
             idle_timeout=sandbox.spec.idle_timeout,
             last_activity=annotations.get(ANNOTATION_LAST_ACTIVITY),
             sleeping_since=sleeping_since,
             now=run.now,
-            woke_at=_parse_time(run.status.get("wokeAt")),
+            woke_at=run.status.woke_at,
         )
         if decision.problem and self._reported.get(run.key) != decision.problem:
             self._reported[run.key] = decision.problem  # once per distinct problem, not per pass
@@ -789,7 +797,7 @@ class SandboxReconciler:
             return True
         if decision.asleep:
             if decision.sleep_now:
-                run.status["sleepingSince"] = run.timestamp()
+                run.status.sleeping_since = run.moment()
                 timeout = sandbox.spec.idle_timeout or timedelta()
                 self.s.events.post(
                     self._body(run),
@@ -801,8 +809,8 @@ class SandboxReconciler:
             run.phase = Phase.SLEEPING
             return True
         if decision.wake_now:
-            run.status.pop("sleepingSince", None)
-            run.status["wokeAt"] = run.timestamp()
+            run.status.sleeping_since = None
+            run.status.woke_at = run.moment()
             self.s.events.post(
                 self._body(run), type=NORMAL, reason="SandboxWaking", message="activity resumed"
             )
@@ -818,7 +826,7 @@ class SandboxReconciler:
             await self._remove_pod(actual)
             self.s.events.post(self._body(run), type=NORMAL, reason=f"Pod{reason}", message=message)
         run.set(ConditionState.false(POD_READY, reason, message))
-        run.status.pop("podUID", None)
+        run.status.pod_uid = None
         self._waiting(run, POD_DEPENDENT, reason)
 
     # -- onyx-cli validation -------------------------------------------------------------------
@@ -827,7 +835,7 @@ class SandboxReconciler:
         self, sandbox: CraftSandbox, pod: dict[str, Any], issued: IssuedCredential, run: Run
     ) -> None:
         uid = pod["metadata"].get("uid")
-        if run.status.get("validatedPodUID") == uid and run.condition(CLI_VALIDATED):
+        if run.status.validated_pod_uid == uid and run.condition(CLI_VALIDATED) is not None:
             return
         namespace, name = pod["metadata"].get("namespace", ""), pod["metadata"]["name"]
         started = time.monotonic()
@@ -848,8 +856,8 @@ class SandboxReconciler:
         self.s.metrics.observe_phase(ProvisioningPhase.CLI_VALIDATION, time.monotonic() - started)
         reason, meaning = cli_validation.describe_exit(result.exit_code)
         if result.exit_code == cli_validation.EXIT_OK:
-            run.status["validatedPodUID"] = uid
-            run.status.pop("cliAuthFailures", None)
+            run.status.validated_pod_uid = uid
+            run.status.cli_auth_failures = None
             run.set(ConditionState.true(CLI_VALIDATED, reason, meaning))
             self.s.events.post(self._body(run), type=NORMAL, reason="CLIValidated", message=meaning)
             return
@@ -867,10 +875,10 @@ class SandboxReconciler:
     async def _auth_failed(
         self, sandbox: CraftSandbox, issued: IssuedCredential, run: Run, uid: str, detail: str
     ) -> None:
-        failures = int(run.status.get("cliAuthFailures") or 0) + 1
-        run.status["cliAuthFailures"] = failures
+        failures = (run.status.cli_auth_failures or 0) + 1
+        run.status.cli_auth_failures = failures
         if failures > 1:
-            run.status["validatedPodUID"] = uid
+            run.status.validated_pod_uid = uid
             message = f"{detail}; a freshly minted PAT was refused too, so the operator stops "
             message += "retrying until the spec changes"
             run.set(ConditionState.false(CLI_VALIDATED, "AuthFailed", message))
@@ -900,7 +908,7 @@ class SandboxReconciler:
                 sandbox.spec.user_library, sandbox.spec.user, self.s.settings
             )
         except LibraryConfigError:
-            run.status.pop("userLibrary", None)
+            run.status.user_library = None
             run.set(
                 ConditionState.true(
                     USER_LIBRARY_SYNCED,
@@ -914,10 +922,10 @@ class SandboxReconciler:
         pod_uid = str(pod["metadata"].get("uid", ""))
         config = _library_config_hash(sandbox, location)
         attempt = _short_hash(f"{revision}|{pod_uid}|{config}")
-        current = dict(run.status.get("userLibrary") or {})
+        current = run.status.user_library or UserLibraryStatus()
         if sandbox.spec.user_library.mode != LibraryMode.JOB and (
             _library_current(run, current, revision, pod_uid, config)
-            or current.get("failedAttempt") == attempt  # reported; retrying cannot help
+            or current.failed_attempt == attempt  # reported; retrying cannot help
         ):
             return
         if sandbox.spec.user_library.mode == LibraryMode.JOB:
@@ -943,8 +951,8 @@ class SandboxReconciler:
     ) -> None:
         """Job mode: collect a finished sync Job's outcome, then start the next if needed."""
         namespace = sandbox.metadata.namespace or ""
-        current = dict(run.status.get("userLibrary") or {})
-        running = current.get("job")
+        current = (run.status.user_library or UserLibraryStatus()).model_copy()
+        running = current.job
         if running:
             job = self.s.cache.get(library_job.JOB, namespace, running)
             outcome = library_job.read_outcome(self.s.cache, job) if job is not None else None
@@ -955,24 +963,24 @@ class SandboxReconciler:
                     self.s.cache.put(POD, job_pod)
                 outcome = library_job.read_outcome(self.s.cache, job)
             if job is not None and outcome is None:
-                if (run.condition(USER_LIBRARY_SYNCED) or {}).get("status") != "True":
+                if not run.condition_is(USER_LIBRARY_SYNCED, ConditionStatus.TRUE):
                     run.set(
                         ConditionState.unknown(
                             USER_LIBRARY_SYNCED, "Syncing", f"sync Job {running} is running"
                         )
                     )
                 return  # the Job's watch events bring us back when it ends
-            current.pop("job")
+            current.job = None
             if job is not None and outcome is not None:
                 await library_job.remove_job(self.s.kube, self.s.cache, job)
                 current = self._job_outcome(run, current, outcome)
-            run.status["userLibrary"] = current
+            run.status.user_library = current
         attempt = _short_hash(f"{revision}|{pod_uid}|{config}")
         if _library_current(run, current, revision, pod_uid, config):
             return
-        if current.get("failedAttempt") == attempt:
+        if current.failed_attempt == attempt:
             return
-        sequence = int(current.get("jobSequence") or 0) + 1
+        sequence = (current.job_sequence or 0) + 1
         try:
             job = library_job.desired_job(
                 sandbox,
@@ -990,9 +998,9 @@ class SandboxReconciler:
                 # STS throttled or briefly down: try again with backoff, not once per change.
                 self._child_failed(run, USER_LIBRARY_SYNCED, exc.reason, exc.message)
                 return
-            current["lastError"] = exc.message
-            current["failedAttempt"] = attempt
-            run.status["userLibrary"] = current
+            current.last_error = exc.message
+            current.failed_attempt = attempt
+            run.status.user_library = current
             run.set(ConditionState.false(USER_LIBRARY_SYNCED, exc.reason, exc.message))
             self.s.events.post(
                 self._body(run), type=WARNING, reason=f"Library{exc.reason}", message=exc.message
@@ -1003,9 +1011,10 @@ class SandboxReconciler:
         except ForeignObjectError as exc:
             self._child_failed(run, USER_LIBRARY_SYNCED, f"{exc.kind}NameTaken", str(exc))
             return
-        current.update({"job": job["metadata"]["name"], "jobSequence": sequence})
-        run.status["userLibrary"] = current
-        if (run.condition(USER_LIBRARY_SYNCED) or {}).get("status") != "True":
+        current.job = job["metadata"]["name"]
+        current.job_sequence = sequence
+        run.status.user_library = current
+        if not run.condition_is(USER_LIBRARY_SYNCED, ConditionStatus.TRUE):
             run.set(
                 ConditionState.unknown(
                     USER_LIBRARY_SYNCED, "Syncing", f"sync Job {job['metadata']['name']} started"
@@ -1019,23 +1028,14 @@ class SandboxReconciler:
         )
 
     def _job_outcome(
-        self, run: Run, current: dict[str, Any], outcome: library_job.JobOutcome
-    ) -> dict[str, Any]:
+        self, run: Run, current: UserLibraryStatus, outcome: library_job.JobOutcome
+    ) -> UserLibraryStatus:
         """Record a finished Job's outcome in ``status.userLibrary`` and the condition."""
         result = outcome.result
         if outcome.succeeded:
-            synced: dict[str, Any] = {
-                "observedRevision": outcome.revision or None,
-                "lastSyncTime": run.timestamp(),
-                "files": result.get("files"),
-                "bytes": result.get("bytes"),
-                "bytesTransferred": result.get("bytesTransferred"),
-                "durationSeconds": result.get("durationSeconds"),
-                "skipped": result.get("skipped"),
-                "podUID": outcome.pod_uid,
-                "configHash": outcome.config,
-                "jobSequence": current.get("jobSequence"),
-            }
+            synced = library_job.synced_status(
+                outcome, now=run.moment(), job_sequence=current.job_sequence
+            )
             message = f"{result.get('files', '?')} files, {result.get('bytes', '?')} bytes"
             run.set(ConditionState.true(USER_LIBRARY_SYNCED, "Synced", message))
             self.s.metrics.sync_finished(
@@ -1044,14 +1044,15 @@ class SandboxReconciler:
             self.s.events.post(
                 self._body(run), type=NORMAL, reason="LibrarySynced", message=message
             )
-            return {key: value for key, value in synced.items() if value is not None}
+            return synced
         reason = str(result.get("reason") or "SyncJobFailed")
         self.s.metrics.sync_failed(reason)
-        failed = {**current, "lastError": outcome.message[:1000]}
+        failed = current.model_copy()
+        failed.last_error = outcome.message[:1000]
         if outcome.retryable:
             run.retry(reason)
         else:
-            failed["failedAttempt"] = _short_hash(
+            failed.failed_attempt = _short_hash(
                 f"{outcome.revision}|{outcome.pod_uid}|{outcome.config}"
             )
         run.set(ConditionState.false(USER_LIBRARY_SYNCED, reason, outcome.message))
@@ -1064,8 +1065,7 @@ class SandboxReconciler:
 
     def _waiting(self, run: Run, types: tuple[str, ...], reason: str) -> None:
         for type_ in types:
-            current = run.condition(type_)
-            if type_ == CLI_VALIDATED and current is not None and current.get("status") == "False":
+            if type_ == CLI_VALIDATED and run.condition_is(type_, ConditionStatus.FALSE):
                 continue  # keep why validation failed visible while the pod is replaced
             run.set(ConditionState.unknown(type_, reason, "waiting for an earlier step"))
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from craft_operator.api.models import CredentialsStatus
 from craft_operator.api.parse import parse_sandbox
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.policy.enforce import (
@@ -35,7 +36,7 @@ BODY: dict[str, Any] = {
 }
 SANDBOX = parse_sandbox(BODY)
 #: The status of a sandbox running on generation 2 (admitted: it holds a PAT).
-RUNNING = {"phase": "Ready", "observedGeneration": 2, "credentials": {"tokenId": 7}}
+RUNNING = {"phase": "Ready", "observedGeneration": 2, "credentials": {"patId": 7}}
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
 
@@ -112,9 +113,10 @@ async def test_a_sandbox_in_a_namespace_not_seen_yet_waits_with_backoff_and_a_co
     # Retried by the work queue with capped exponential backoff, not every 5 s forever.
     assert run.retry_reason == "WaitingForNamespace"
     assert run.requeue_after is None
-    credentials = run.condition("CredentialsReady") or {}
-    assert (credentials["status"], credentials["reason"]) == ("Unknown", "WaitingForNamespace")
-    assert "namespace team-a" in credentials["message"]
+    credentials = run.condition("CredentialsReady")
+    assert credentials is not None
+    assert (credentials.status, credentials.reason) == ("Unknown", "WaitingForNamespace")
+    assert "namespace team-a" in credentials.message
 
 
 async def test_an_unreadable_policy_keeps_an_admitted_sandbox_with_a_warning() -> None:
@@ -123,10 +125,11 @@ async def test_an_unreadable_policy_keeps_an_admitted_sandbox_with_a_warning() -
 
     assert await enforce(sink, SANDBOX, run) is False
 
-    warning = run.condition("PolicyEnforced") or {}
-    assert (warning["status"], warning["reason"]) == ("False", "PolicyUnreadable")
+    warning = run.condition("PolicyEnforced")
+    assert warning is not None
+    assert (warning.status, warning.reason) == ("False", "PolicyUnreadable")
     assert sink.events.posted == [("Warning", "PolicyUnreadable")]
-    assert run.status["credentials"] == {"tokenId": 7}
+    assert run.status.credentials == CredentialsStatus(pat_id=7)
 
 
 async def test_a_missing_policy_does_not_excuse_another_tenants_namespace() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from craft_operator.api.models import Phase
+from craft_operator.api.models import CraftSandboxStatus, CredentialsStatus, Phase
 from craft_operator.reconciler.run import Run
 from craft_operator.status import READY_REQUIRES, ConditionState
 
@@ -47,24 +47,24 @@ def test_with_everything_true_the_phase_is_ready() -> None:
     run = Run(body(), NOW)
     all_required_true(run)
     status = run.finish()
-    assert status["phase"] == "Ready"
+    assert status.phase == Phase.READY
     assert run.condition("Ready") is not None
-    assert status["observedGeneration"] == 2
+    assert status.observed_generation == 2
 
 
 def test_with_a_pod_but_not_ready_the_phase_is_provisioning() -> None:
     run = Run(body(), NOW)
     run.set(ConditionState.true("CredentialsReady", "OK"))
     run.pod_exists = True
-    assert run.finish()["phase"] == "Provisioning"
+    assert run.finish().phase == Phase.PROVISIONING
 
 
 def test_without_a_pod_and_not_ready_the_phase_is_pending() -> None:
     run = Run(body(), NOW)
-    assert run.finish()["phase"] == "Pending"
+    assert run.finish().phase == Phase.PENDING
     ready = run.condition("Ready")
     assert ready is not None
-    assert ready["status"] == "Unknown"
+    assert ready.status == "Unknown"
 
 
 @pytest.mark.parametrize("phase", [Phase.SLEEPING, Phase.SUSPENDED, Phase.FAILED])
@@ -72,18 +72,20 @@ def test_an_explicit_phase_wins_over_the_derived_one(phase: Phase) -> None:
     run = Run(body(), NOW)
     all_required_true(run)
     run.phase = phase
-    assert run.finish()["phase"] == phase.value
+    assert run.finish().phase == phase
 
 
 def test_without_a_generation_no_observed_generation_is_written() -> None:
     run = Run(body(generation=None), NOW)
-    assert "observedGeneration" not in run.finish()
+    assert run.finish().observed_generation is None
+    assert "observedGeneration" not in run.status_patch()
 
 
 def test_a_pass_that_changes_nothing_has_an_empty_status_patch() -> None:
     first = Run(body(), NOW)
     all_required_true(first)
-    stored = first.finish()
+    first.finish()
+    stored = first.status_patch()
     later = datetime(2026, 3, 1, 13, 0, 0, tzinfo=UTC)
     second = Run(body(stored), later)
     all_required_true(second)
@@ -94,7 +96,8 @@ def test_a_pass_that_changes_nothing_has_an_empty_status_patch() -> None:
 def test_the_status_patch_holds_only_what_changed() -> None:
     first = Run(body(), NOW)
     all_required_true(first)
-    stored = first.finish()
+    first.finish()
+    stored = first.status_patch()
     second = Run(body(stored), NOW)
     all_required_true(second)
     second.set(ConditionState.false("PodReady", "Evicted", "node pressure"))
@@ -109,7 +112,8 @@ def test_the_run_does_not_modify_the_body_it_was_given() -> None:
     stored = {"phase": "Pending", "conditions": [], "credentials": {"patId": 1}}
     original = body(stored)
     run = Run(original, NOW)
-    run.status["credentials"]["patId"] = 2
+    assert run.status.credentials is not None
+    run.status.credentials.pat_id = 2
     all_required_true(run)
     run.finish()
     assert original["status"] == {"phase": "Pending", "conditions": [], "credentials": {"patId": 1}}
@@ -134,3 +138,66 @@ def test_the_first_retry_reason_is_kept() -> None:
 
 def test_the_timestamp_is_now_in_kubernetes_form() -> None:
     assert Run(body(), NOW).timestamp() == "2026-03-01T12:00:00Z"
+
+
+def test_the_status_patch_is_camel_case_json_as_the_api_stores_it() -> None:
+    run = Run(body(), datetime(2026, 3, 1, 12, 0, 0, 999_999, tzinfo=UTC))
+    run.status.pod_uid = "u-1"
+    run.status.woke_at = run.moment()
+    run.status.credentials = CredentialsStatus(pat_id=7)
+    run.finish()
+    patch = run.status_patch()
+    assert patch["podUID"] == "u-1"
+    assert patch["wokeAt"] == "2026-03-01T12:00:00Z"
+    assert patch["credentials"] == {"patId": 7}
+    assert patch["conditions"][-1]["lastTransitionTime"] == "2026-03-01T12:00:00Z"
+
+
+def test_clearing_a_field_removes_it_in_the_patch() -> None:
+    run = Run(body({"observedGeneration": 2, "podFailures": 3, "phase": "Pending"}), NOW)
+    run.status.pod_failures = None
+    run.finish()
+    assert run.status_patch()["podFailures"] is None
+
+
+def test_fields_this_version_does_not_know_are_kept_and_never_patched() -> None:
+    first = Run(body(), NOW)
+    first.finish()
+    stored = {**first.status_patch(), "futureField": {"a": 1}}
+    second = Run(body(stored), NOW)
+    second.finish()
+    assert second.status_patch() == {}
+
+
+def test_an_unreadable_status_field_does_not_fail_the_pass_and_is_removed() -> None:
+    first = Run(body(), NOW)
+    first.finish()
+    stored = {**first.status_patch(), "podFailures": "many", "phase": "Exploded"}
+    second = Run(body(stored), NOW)
+    assert second.status.pod_failures is None
+    second.finish()
+    assert second.status_patch() == {"podFailures": None, "phase": "Pending"}
+
+
+@pytest.mark.parametrize("stored", [None, "not a mapping", {"conditions": "nope"}])
+def test_a_status_that_is_not_an_object_gives_a_fresh_one(stored: Any) -> None:
+    run = Run({**body(), "status": stored}, NOW)
+    assert run.status == CraftSandboxStatus()
+    run.finish()
+    assert run.status_patch()["phase"] == "Pending"
+
+
+def test_an_unreadable_condition_costs_only_itself_and_the_next_patch_rewrites_the_list() -> None:
+    first = Run(body(), NOW)
+    all_required_true(first)
+    first.finish()
+    stored = first.status_patch()
+    stored["conditions"] = [*stored["conditions"], {"type": "Broken"}]
+    second = Run(body(stored), NOW)
+    assert second.condition("PodReady") is not None
+    assert second.condition("Broken") is None
+    all_required_true(second)
+    second.finish()
+    assert [item["type"] for item in second.status_patch()["conditions"]] == [
+        item["type"] for item in first.status_patch()["conditions"]
+    ]

@@ -10,6 +10,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from craft_operator.api.models import Condition
 from craft_operator.status import (
     CONDITION_ORDER,
     READY_REQUIRES,
@@ -17,6 +18,7 @@ from craft_operator.status import (
     aggregate_ready,
     find_condition,
     format_time,
+    kube_time,
     merge_patch,
     set_condition,
 )
@@ -41,15 +43,29 @@ def apply_merge_patch(target: Any, patch: Any) -> Any:
 # -- conditions ----------------------------------------------------------------------------
 
 
+def typed(*conditions: dict[str, Any]) -> list[Condition]:
+    """Conditions as the API stores them, parsed."""
+    return [Condition.model_validate(item) for item in conditions]
+
+
+def wire(condition: Condition) -> dict[str, Any]:
+    """A condition as the API stores it."""
+    return condition.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
 def test_format_time_is_rfc3339_utc_with_seconds() -> None:
     assert format_time(T0) == "2026-01-02T03:04:05Z"
+
+
+def test_kube_time_drops_the_fraction_of_a_second() -> None:
+    assert kube_time(T0 + timedelta(microseconds=999_999)) == T0
 
 
 def test_a_new_condition_gets_the_current_time_and_the_generation() -> None:
     [condition] = set_condition(
         [], ConditionState.true("PodReady", "Running", "up"), generation=3, now=T0
     )
-    assert condition == {
+    assert wire(condition) == {
         "type": "PodReady",
         "status": "True",
         "reason": "Running",
@@ -63,7 +79,7 @@ def test_without_a_generation_the_condition_has_no_observed_generation() -> None
     [condition] = set_condition(
         [], ConditionState.false("PodReady", "Gone"), generation=None, now=T0
     )
-    assert "observedGeneration" not in condition
+    assert "observedGeneration" not in wire(condition)
 
 
 def test_the_transition_time_stays_when_the_status_does_not_change() -> None:
@@ -75,10 +91,10 @@ def test_the_transition_time_stays_when_the_status_does_not_change() -> None:
         now=T1,
     )
     [condition] = second
-    assert condition["lastTransitionTime"] == format_time(T0)
-    assert condition["reason"] == "ContainerCreating"
-    assert condition["message"] == "pulling"
-    assert condition["observedGeneration"] == 2
+    assert condition.last_transition_time == T0
+    assert condition.reason == "ContainerCreating"
+    assert condition.message == "pulling"
+    assert condition.observed_generation == 2
 
 
 def test_the_transition_time_moves_when_the_status_changes() -> None:
@@ -86,37 +102,35 @@ def test_the_transition_time_moves_when_the_status_changes() -> None:
     [condition] = set_condition(
         first, ConditionState.true("PodReady", "Running"), generation=1, now=T1
     )
-    assert condition["lastTransitionTime"] == format_time(T1)
-    assert condition["status"] == "True"
+    assert condition.last_transition_time == T1
+    assert condition.status == "True"
 
 
 def test_a_condition_without_a_transition_time_gets_one() -> None:
-    stored = [{"type": "PodReady", "status": "True", "reason": "Running"}]
+    stored = typed({"type": "PodReady", "status": "True", "reason": "Running"})
     [condition] = set_condition(
         stored, ConditionState.true("PodReady", "Running"), generation=1, now=T1
     )
-    assert condition["lastTransitionTime"] == format_time(T1)
+    assert condition.last_transition_time == T1
 
 
 def test_other_conditions_are_kept_untouched() -> None:
-    other = {"type": "CredentialsReady", "status": "True", "reason": "Minted", "extra": "kept"}
-    result = set_condition(
-        [other], ConditionState.true("PodReady", "Running"), generation=1, now=T0
-    )
-    assert result[0] == other
+    other = typed({"type": "CredentialsReady", "status": "True", "reason": "Minted"})
+    result = set_condition(other, ConditionState.true("PodReady", "Running"), generation=1, now=T0)
+    assert result[0] == other[0]
 
 
 def test_set_condition_does_not_modify_its_input() -> None:
-    stored = [
-        {"type": "PodReady", "status": "False", "reason": "Pending", "lastTransitionTime": "x"}
-    ]
+    stored = typed(
+        {"type": "PodReady", "status": "False", "reason": "Pending", "lastTransitionTime": T0}
+    )
     before = copy.deepcopy(stored)
-    set_condition(stored, ConditionState.true("PodReady", "Running"), generation=1, now=T0)
+    set_condition(stored, ConditionState.true("PodReady", "Running"), generation=1, now=T1)
     assert stored == before
 
 
 def test_conditions_are_kept_in_reporting_order_with_unknown_types_last() -> None:
-    conditions: list[dict[str, Any]] = []
+    conditions: list[Condition] = []
     for type_ in ["Custom", "Ready", "PodReady", "CredentialsReady", "UserLibrarySynced"]:
         conditions = set_condition(
             conditions, ConditionState.true(type_, "Yes"), generation=1, now=T0
@@ -125,7 +139,7 @@ def test_conditions_are_kept_in_reporting_order_with_unknown_types_last() -> Non
         conditions = set_condition(
             conditions, ConditionState.true(type_, "Yes"), generation=1, now=T0
         )
-    assert [item["type"] for item in conditions] == [*CONDITION_ORDER, "Custom"]
+    assert [item.type for item in conditions] == [*CONDITION_ORDER, "Custom"]
 
 
 def test_condition_state_constructors_set_the_status() -> None:
@@ -135,19 +149,20 @@ def test_condition_state_constructors_set_the_status() -> None:
 
 
 def test_find_condition_finds_by_type_or_returns_none() -> None:
-    conditions = [{"type": "A", "status": "True"}, {"type": "B", "status": "False"}]
-    assert find_condition(conditions, "B") == {"type": "B", "status": "False"}
+    conditions = typed(
+        {"type": "A", "status": "True", "reason": "r"},
+        {"type": "B", "status": "False", "reason": "r"},
+    )
+    assert find_condition(conditions, "B") == conditions[1]
     assert find_condition(conditions, "C") is None
 
 
 # -- aggregate Ready -----------------------------------------------------------------------
 
 
-def all_true() -> list[dict[str, Any]]:
+def all_true() -> list[Condition]:
     """Every required condition, True."""
-    return [
-        {"type": type_, "status": "True", "reason": "OK", "message": ""} for type_ in READY_REQUIRES
-    ]
+    return typed(*({"type": type_, "status": "True", "reason": "OK"} for type_ in READY_REQUIRES))
 
 
 def test_ready_is_true_when_every_required_condition_is() -> None:
@@ -157,28 +172,30 @@ def test_ready_is_true_when_every_required_condition_is() -> None:
 
 def test_ready_names_the_first_required_condition_that_is_not_true() -> None:
     conditions = all_true()
-    conditions[2] = {"type": "PodReady", "status": "False", "reason": "Pending", "message": "pull"}
-    conditions[3] = {"type": "CLIValidated", "status": "False", "reason": "AuthFailed"}
+    conditions[2:4] = typed(
+        {"type": "PodReady", "status": "False", "reason": "Pending", "message": "pull"},
+        {"type": "CLIValidated", "status": "False", "reason": "AuthFailed"},
+    )
     state = aggregate_ready(conditions)
     assert state == ConditionState("Ready", "False", "Pending", "PodReady: pull")
 
 
 def test_an_unknown_required_condition_makes_ready_false_with_its_reason() -> None:
     conditions = all_true()
-    conditions[0] = {"type": "CredentialsReady", "status": "Unknown", "reason": "Waiting"}
+    conditions[0:1] = typed({"type": "CredentialsReady", "status": "Unknown", "reason": "Waiting"})
     state = aggregate_ready(conditions)
     assert (state.status, state.reason, state.message) == ("False", "Waiting", "CredentialsReady")
 
 
 def test_a_failing_condition_without_reason_is_reported_by_its_type() -> None:
     conditions = all_true()
-    conditions[1] = {"type": "SkillRendered", "status": "False"}
+    conditions[1:2] = typed({"type": "SkillRendered", "status": "False", "reason": ""})
     state = aggregate_ready(conditions)
     assert (state.reason, state.message) == ("SkillRendered", "SkillRendered")
 
 
 def test_a_missing_required_condition_makes_ready_unknown() -> None:
-    conditions = [item for item in all_true() if item["type"] != "CLIValidated"]
+    conditions = [item for item in all_true() if item.type != "CLIValidated"]
     state = aggregate_ready(conditions)
     assert (state.status, state.reason) == ("Unknown", "Reconciling")
     assert "CLIValidated" in state.message
@@ -187,8 +204,10 @@ def test_a_missing_required_condition_makes_ready_unknown() -> None:
 def test_ready_itself_and_extra_conditions_do_not_count() -> None:
     conditions = [
         *all_true(),
-        {"type": "Ready", "status": "False"},
-        {"type": "X", "status": "False"},
+        *typed(
+            {"type": "Ready", "status": "False", "reason": "r"},
+            {"type": "X", "status": "False", "reason": "r"},
+        ),
     ]
     assert aggregate_ready(conditions).status == "True"
 
