@@ -22,6 +22,7 @@ from sqlalchemy import Engine, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from craft_operator.access import access_fix, denied_access, describe_denied
 from craft_operator.api import models
 from craft_operator.config import Settings, SettingsError, load_settings
 from craft_operator.credentials.db import (
@@ -45,7 +46,6 @@ from craft_operator.credentials.factory import check_cluster_id_setting, load_ke
 from craft_operator.credentials.keyring import DEV_KEY_RING_FILE, KeyRing, key_ring_from_file
 from craft_operator.credentials.store import CredentialStore
 from craft_operator.credentials.tables import CREDENTIAL_TABLE, PAT_TABLE
-from craft_operator.kube.access import access_fix, denied_access, describe_denied
 from craft_operator.kube.client import ApiError, KubeClient
 from craft_operator.kube.connection import (
     ClusterUnreachableError,

@@ -21,7 +21,7 @@ from craft_operator.permissions import (
     SANDBOX_NAMESPACE_PERMISSIONS,
     Permission,
 )
-from craft_operator.policy import enforce
+from craft_operator.reconciler import policy_step as enforce
 from craft_operator.reconciler.library_pool import LibrarySyncPool
 from craft_operator.reconciler.sandbox import FINALIZER, SandboxReconciler
 from craft_operator.runtime import configure_kopf

@@ -25,6 +25,7 @@ from kmock._internal import rendering
 from kubernetes.config import kube_config
 from moto.server import ThreadedMotoServer
 
+from craft_operator.access import SSAR_PATH
 from craft_operator.api import crd, models
 from craft_operator.cli import main
 from craft_operator.config import load_settings
@@ -32,7 +33,6 @@ from craft_operator.credentials import SandboxIdentity, build_credential_store, 
 from craft_operator.credentials.db import create_credentials_engine, upgrade
 from craft_operator.devtools.onyx_schema import create_onyx_tables
 from craft_operator.devtools.postgres import ThrowawayPostgres
-from craft_operator.kube.access import SSAR_PATH
 from craft_operator.library.s3 import make_s3_client
 from craft_operator.permissions import access_requests
 from tests.support.emulator import KubeEmulator, declare_core_resources

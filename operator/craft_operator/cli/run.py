@@ -10,10 +10,10 @@ import sys
 
 import click
 
+from craft_operator.access import check_operator_access
 from craft_operator.config import Settings, SettingsError, load_settings
 from craft_operator.credentials.errors import CredentialsError
 from craft_operator.credentials.factory import check_cluster_id_setting, check_key_ring_setting
-from craft_operator.kube.access import check_operator_access
 from craft_operator.kube.connection import (
     ClusterUnreachableError,
     check_reachable,

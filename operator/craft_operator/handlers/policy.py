@@ -13,8 +13,8 @@ import kopf
 
 from craft_operator.context import OperatorContext
 from craft_operator.kube import kinds
-from craft_operator.policy.enforce import NAMESPACE, POLICY
 from craft_operator.policy.models import POLICY_NAME
+from craft_operator.reconciler.policy_step import NAMESPACE, POLICY
 from craft_operator.reconciler.sandbox import SANDBOX
 
 

@@ -73,8 +73,8 @@ from craft_operator.library import (
 )
 from craft_operator.library import resolve_location as resolve_library_location
 from craft_operator.metrics import Metrics, ProvisioningPhase, time_to_ready
-from craft_operator.policy import enforce as policy
 from craft_operator.reconciler import cli_validation, egress, library_exec, library_job
+from craft_operator.reconciler import policy_step as policy
 from craft_operator.reconciler.children import Converged, ForeignObjectError, converge, is_ours
 from craft_operator.reconciler.idle import decide_idle
 from craft_operator.reconciler.library_pool import LibrarySyncPool

@@ -11,7 +11,8 @@ import pytest
 from craft_operator.api.models import CredentialsStatus
 from craft_operator.api.parse import parse_sandbox
 from craft_operator.kube.cache import ObjectCache
-from craft_operator.policy.enforce import (
+from craft_operator.policy.models import TENANT_LABEL
+from craft_operator.reconciler.policy_step import (
     MISSING,
     NAMESPACE,
     POLICY,
@@ -20,7 +21,6 @@ from craft_operator.policy.enforce import (
     enforce,
     read_policy,
 )
-from craft_operator.policy.models import TENANT_LABEL
 from craft_operator.reconciler.run import Run
 from tests.support.policy import policy
 from tests.unit.policy.cases import USER
