@@ -255,17 +255,22 @@ def sts(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
     yield from running_s3_server()
 
 
-async def test_with_a_job_role_each_job_reads_s3_with_its_own_scoped_secret(
-    emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec, sts: S3Server
-) -> None:
-    scoped = settings.model_copy(
+def with_job_role(settings: Settings, sts_url: str) -> Settings:
+    """Job-mode settings in which each sync Job reads S3 with STS credentials of its own."""
+    return settings.model_copy(
         update={
             "s3_bucket": "craft-libraries",
             "operator_image": "craft-operator:test",
             "library_job_role_arn": "arn:aws:iam::123456789012:role/craft-library-reader",
-            "library_sts_endpoint_url": sts.url,
+            "library_sts_endpoint_url": sts_url,
         }
     )
+
+
+async def test_with_a_job_role_each_job_reads_s3_with_its_own_scoped_secret(
+    emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec, sts: S3Server
+) -> None:
+    scoped = with_job_role(settings, sts.url)
     async with running_operator(str(emulator.url).rstrip("/"), scoped, exec_transport=pod_exec):
         emulator.create(SANDBOXES, job_mode_sandbox())
         await eventually(lambda: pod(emulator, "alice"), what="the pod")
@@ -389,14 +394,7 @@ async def test_a_passing_sts_outage_is_retried_not_recorded_as_a_failed_attempt(
 ) -> None:
     """STS throttled or down for a moment must not stop this user's syncs until the next
     change: the attempt is retried with backoff."""
-    unreachable = settings.model_copy(
-        update={
-            "s3_bucket": "craft-libraries",
-            "operator_image": "craft-operator:test",
-            "library_job_role_arn": "arn:aws:iam::123456789012:role/craft-library-reader",
-            "library_sts_endpoint_url": "http://127.0.0.1:9",  # discard: nothing listens
-        }
-    )
+    unreachable = with_job_role(settings, "http://127.0.0.1:9")  # discard: nothing listens
     async with running_operator(
         str(emulator.url).rstrip("/"), unreachable, exec_transport=pod_exec
     ):
@@ -433,14 +431,7 @@ async def test_a_foreign_secret_by_the_jobs_credentials_name_is_reported_and_get
             "data": {"AWS_ACCESS_KEY_ID": "dGhlaXJz"},
         },
     )
-    scoped = settings.model_copy(
-        update={
-            "s3_bucket": "craft-libraries",
-            "operator_image": "craft-operator:test",
-            "library_job_role_arn": "arn:aws:iam::123456789012:role/craft-library-reader",
-            "library_sts_endpoint_url": sts.url,
-        }
-    )
+    scoped = with_job_role(settings, sts.url)
     async with running_operator(str(emulator.url).rstrip("/"), scoped, exec_transport=pod_exec):
         emulator.create(SANDBOXES, job_mode_sandbox())
         await eventually(lambda: pod(emulator, "alice"), what="the pod")
