@@ -1,4 +1,4 @@
-"""What the handlers share (kopf's ``memo``): settings, the cache, the queue, the services."""
+"""What the handlers share (kopf's ``memo``): the services, the reconciler, the queue."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import KubeClient
 from craft_operator.kube.events import EventRecorder
 from craft_operator.peering.gate import ActivityGate
+from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.orphan_sweep import OrphanSweeper
 from craft_operator.reconciler.queue import WorkQueue
 from craft_operator.reconciler.sandbox import RetryLaterError, SandboxReconciler
@@ -19,13 +20,18 @@ SandboxKey = tuple[str, str]
 
 @dataclass
 class OperatorContext:
-    """Passed to every handler as ``memo``; kopf shallow-copies it, so all share these."""
+    """Passed to every handler as ``memo``; kopf shallow-copies it, so all share these.
 
-    settings: Settings
-    kube: KubeClient
-    cache: ObjectCache
-    reconciler: SandboxReconciler
+    It holds the one :class:`Services` object the reconciler and its steps receive, and
+    builds the reconciler from it, so there is no second copy of the settings, the client
+    or the cache to fall out of step.
+    """
+
+    services: Services
+    #: The event recorder the start-up and clean-up handlers start and stop: the same
+    #: object as ``services.events``, kept with its concrete type for its lifecycle.
     events: EventRecorder
+    reconciler: SandboxReconciler = field(init=False)
     queue: WorkQueue[SandboxKey] = field(init=False)
     #: Whether this replica acts (always, unless it is a standby in an active/standby pair).
     gate: ActivityGate = field(init=False)
@@ -35,12 +41,30 @@ class OperatorContext:
     background: set[asyncio.Task[None]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
+        if self.services.events is not self.events:
+            raise ValueError("the memo's event recorder must be the services' event sink")
+        self.reconciler = SandboxReconciler(self.services)
         self.queue = WorkQueue(
             self.reconciler.reconcile,
             concurrency=self.settings.workers,
             expected=(RetryLaterError,),
         )
         self.gate = ActivityGate(kube=self.kube, cache=self.cache, queue=self.queue)
-        pool = self.reconciler.s.library_pool
+        pool = self.services.library_pool
         pool.wake = self.queue.add
         self.gate.stop_also.append(pool.close)
+
+    @property
+    def settings(self) -> Settings:
+        """The operator's settings (the services')."""
+        return self.services.settings
+
+    @property
+    def kube(self) -> KubeClient:
+        """The Kubernetes client (the services')."""
+        return self.services.kube
+
+    @property
+    def cache(self) -> ObjectCache:
+        """The object cache the watches fill (the services')."""
+        return self.services.cache

@@ -24,9 +24,9 @@ from craft_operator.kube.exec import ExecResult, ExecTransport, KubernetesExec, 
 from craft_operator.metrics import Metrics, start_from_settings
 from craft_operator.peering.monitor import PeeringMonitor, default_identity
 from craft_operator.peering.options import PeeringOptions
+from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.library_pool import LibrarySyncPool
 from craft_operator.reconciler.orphan_sweep import OrphanSweeper
-from craft_operator.reconciler.sandbox import SandboxReconciler, Services
 from craft_operator.reconciler.services import LibrarySyncer, SkillRenderer, StoreCredentials
 
 LoginFn = Callable[..., kopf.ConnectionInfo | None]
@@ -120,13 +120,7 @@ def build_context(
             settings.library_sync_concurrency, budget_seconds=settings.library_sync_timeout
         ),
     )
-    context = OperatorContext(
-        settings=settings,
-        kube=kube,
-        cache=cache,
-        reconciler=SandboxReconciler(services),
-        events=events,
-    )
+    context = OperatorContext(services=services, events=events)
     context.sweeper = OrphanSweeper(
         credentials=credentials,
         kube=kube,
@@ -245,13 +239,13 @@ async def run_operator(
         stop_flag=stop_flag,
         ready_flag=ready_flag,
     )
-    metrics_server = await start_from_settings(context.reconciler.s.metrics, settings)
+    metrics_server = await start_from_settings(context.services.metrics, settings)
     try:
         await kopf.run_tasks(tasks, ignored=ignored)
     finally:
         if metrics_server is not None:
             await metrics_server.stop()
-        await context.reconciler.s.library_pool.close()
-        credentials = context.reconciler.s.credentials
+        await context.services.library_pool.close()
+        credentials = context.services.credentials
         if isinstance(credentials, StoreCredentials):
             credentials.close()

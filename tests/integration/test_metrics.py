@@ -15,7 +15,7 @@ from tests.support.pod_exec import mark_pod_running
 
 
 def samples(context: OperatorContext) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = generate_latest(context.reconciler.s.metrics.registry).decode()
+    text = generate_latest(context.services.metrics.registry).decode()
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
         for family in text_string_to_metric_families(text)

@@ -40,7 +40,7 @@ CHILDREN = (
 
 
 def store_calls(operator: OperatorContext) -> int:
-    credentials = operator.reconciler.s.credentials
+    credentials = operator.services.credentials
     assert isinstance(credentials, StoreCredentials)
     return credentials.database_calls
 

@@ -127,3 +127,27 @@ def test_no_module_imports_itself_through_a_cycle() -> None:
         if module not in state:
             visit(module, [module])
     assert cycles == []
+
+
+def reads_of_the_reconcilers_fields(path: Path) -> Iterator[int]:
+    """Lines of ``path`` that read ``<something>.reconciler.s``: the reconciler's own bag."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr == "s"
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "reconciler"
+        ):
+            yield node.lineno
+
+
+def test_nothing_outside_the_reconciler_reaches_into_its_services() -> None:
+    """The memo holds the one services object (``memo.services``); use that instead."""
+    tests = Path(__file__).parents[1]
+    reaches = [
+        f"{path}:{line}"
+        for path in [*sources(), *sorted(tests.rglob("*.py"))]
+        for line in reads_of_the_reconcilers_fields(path)
+    ]
+    assert reaches == []

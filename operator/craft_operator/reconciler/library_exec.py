@@ -10,16 +10,14 @@ in ``status.userLibrary``, the condition and an event.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from craft_operator.api.models import ConditionStatus, CraftSandbox, UserLibraryStatus
 from craft_operator.library import LibraryLocation, LibrarySyncError, SyncResult
+from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.library_pool import Outcome
 from craft_operator.reconciler.run import Run
 from craft_operator.status import USER_LIBRARY_SYNCED, ConditionState
-
-if TYPE_CHECKING:
-    from craft_operator.reconciler.sandbox import Services
 
 NORMAL, WARNING = "Normal", "Warning"
 #: Reasons of a True condition: synced incrementally, or in full because the pod's copy of

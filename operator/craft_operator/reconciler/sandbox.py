@@ -12,9 +12,8 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 from craft_operator.api.models import (
@@ -42,7 +41,6 @@ from craft_operator.builders.naming import (
 )
 from craft_operator.builders.pod import SandboxConfigError, build_pod
 from craft_operator.builders.secret import build_credentials_secret
-from craft_operator.config import Settings
 from craft_operator.credentials.errors import (
     CredentialsError,
     DatabaseUnavailableError,
@@ -52,7 +50,6 @@ from craft_operator.credentials.errors import (
     UserNotFoundError,
 )
 from craft_operator.kube import kinds
-from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import (
     CONFIGMAPS,
     PODS,
@@ -62,28 +59,23 @@ from craft_operator.kube.client import (
     ApiError,
     ConflictError,
     Kind,
-    KubeClient,
     NotFoundError,
 )
-from craft_operator.kube.exec import ExecError, ExecTransport
+from craft_operator.kube.exec import ExecError
 from craft_operator.library import (
     LibraryConfigError,
     LibraryLocation,
     LibrarySyncError,
 )
 from craft_operator.library import resolve_location as resolve_library_location
-from craft_operator.metrics import Metrics, ProvisioningPhase, time_to_ready
+from craft_operator.metrics import ProvisioningPhase, time_to_ready
 from craft_operator.reconciler import cli_validation, egress, library_exec, library_job
 from craft_operator.reconciler import policy_step as policy
 from craft_operator.reconciler.children import Converged, ForeignObjectError, converge, is_ours
+from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.idle import decide_idle
-from craft_operator.reconciler.library_pool import LibrarySyncPool
 from craft_operator.reconciler.ports import (
-    CredentialsPort,
-    EventSink,
     IssuedCredential,
-    LibraryPort,
-    SkillsPort,
 )
 from craft_operator.reconciler.run import Run
 from craft_operator.skills.render import RenderedSkill
@@ -115,23 +107,6 @@ CLI_MAX_OUTPUT = 1024 * 1024
 
 class RetryLaterError(Exception):
     """A step failed in a way that may pass; the status says which. Retried with backoff."""
-
-
-@dataclass
-class Services:
-    """Everything a reconcile pass talks to."""
-
-    settings: Settings
-    kube: KubeClient
-    cache: ObjectCache
-    credentials: CredentialsPort
-    skills: SkillsPort
-    exec: ExecTransport
-    events: EventSink
-    library: LibraryPort
-    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
-    metrics: Metrics = field(default_factory=Metrics)
-    library_pool: LibrarySyncPool = field(default_factory=LibrarySyncPool)
 
 
 def _pod_backoff(base: float, failures: int) -> float:

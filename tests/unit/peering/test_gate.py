@@ -196,7 +196,7 @@ async def test_the_handlers_ignore_events_on_a_standby(tmp_path: Path) -> None:
 
 async def test_the_metrics_say_whether_the_replica_is_active(tmp_path: Path) -> None:
     context = build_context(Settings(state_dir=tmp_path, server_url="http://onyx.test:8080"))
-    registry = context.reconciler.s.metrics.registry
+    registry = context.services.metrics.registry
     assert registry.get_sample_value("craft_replica_active") == 1.0
     await context.gate.deactivate("a peer with a higher priority")
     assert registry.get_sample_value("craft_replica_active") == 0.0
