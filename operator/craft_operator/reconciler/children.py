@@ -33,17 +33,23 @@ class ForeignObjectError(Exception):
         self.kind, self.namespace, self.name = kind, namespace, name
 
 
-def is_ours(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
-    """Whether ``actual`` belongs to the sandbox ``desired`` is built for.
+def controlled_by(obj: Mapping[str, Any], uid: str | None) -> bool:
+    """Whether ``obj`` has a controller reference to the owner ``uid`` (never for no uid).
 
-    Only a controller reference to the sandbox's uid makes an object ours. Labels never do,
-    nor a plain owner reference: anyone who can create a Pod or a Secret can copy labels
-    or name the sandbox as a (non-controlling) owner, and adopting such an object would
-    write the sandbox's token into it or delete it with the sandbox.
+    Only the controller reference, which the operator (or the Job controller) sets, counts.
+    Labels never do, nor a plain owner reference: anyone who can create a Pod or a Secret
+    can copy labels or name the sandbox as a (non-controlling) owner, and adopting such an
+    object would write the sandbox's token into it or delete it with the sandbox.
     """
-    owner_uids = {ref.get("uid") for ref in desired.get("metadata", {}).get("ownerReferences", [])}
-    refs = actual.get("metadata", {}).get("ownerReferences") or []
-    return any(ref.get("controller") and ref.get("uid") in owner_uids for ref in refs)
+    refs = obj.get("metadata", {}).get("ownerReferences") or []
+    return bool(uid) and any(ref.get("controller") and ref.get("uid") == uid for ref in refs)
+
+
+def is_ours(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+    """Whether ``actual`` belongs to the owner ``desired`` is built for (see
+    :func:`controlled_by`)."""
+    owners = desired.get("metadata", {}).get("ownerReferences") or []
+    return any(controlled_by(actual, ref.get("uid")) for ref in owners)
 
 
 def drift_patch(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from craft_operator.library.scoped import (
     job_secret_ref,
     session_seconds,
 )
-from craft_operator.reconciler.children import ForeignObjectError, is_ours
+from craft_operator.reconciler.children import ForeignObjectError, controlled_by, is_ours
 
 JOB, POD = kinds.JOB.name, kinds.POD.name
 ANNOTATION_POD_UID = f"{GROUP}/library-pod-uid"
@@ -89,8 +89,7 @@ def _termination(
         labels = meta.get("labels") or {}
         if job_name not in (labels.get(JOB_NAME_LABEL), labels.get("job-name")):
             continue
-        owners = meta.get("ownerReferences") or []
-        if not any(ref.get("controller") and ref.get("uid") == job_uid for ref in owners):
+        if not controlled_by(pod, job_uid):
             continue
         created = str(meta.get("creationTimestamp") or "")
         for status in pod.get("status", {}).get("containerStatuses") or []:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -51,6 +50,7 @@ from craft_operator.policy.models import (
     CraftSandboxPolicySpec,
 )
 from craft_operator.policy.rules import Violation, describe, evaluate
+from craft_operator.reconciler.children import controlled_by
 from craft_operator.reconciler.ports import CredentialsPort, EventSink
 from craft_operator.reconciler.run import Run
 from craft_operator.status import (
@@ -212,19 +212,16 @@ def _forget_running(status: CraftSandboxStatus) -> None:
     status.user_library = None
 
 
-def _owned(obj: Mapping[str, Any], uid: str) -> bool:
-    refs = obj.get("metadata", {}).get("ownerReferences") or []
-    return bool(uid) and any(ref.get("uid") == uid for ref in refs)
-
-
 def _children(sandbox: CraftSandbox, cache: ObjectCache) -> list[tuple[str, Kind, dict[str, Any]]]:
     """The children this sandbox owns that are not being deleted already."""
     namespace, uid = sandbox.metadata.namespace, sandbox.metadata.uid or ""
     found: list[tuple[str, Kind, dict[str, Any]]] = []
-    targets = kinds.child_targets(cache, namespace, sandbox.metadata.name, lambda o: _owned(o, uid))
+    targets = kinds.child_targets(
+        cache, namespace, sandbox.metadata.name, lambda o: controlled_by(o, uid)
+    )
     for kind, name in targets:
         obj = cache.get(kind.name, namespace, name)
-        if obj is None or not _owned(obj, uid):
+        if obj is None or not controlled_by(obj, uid):
             continue
         if not obj["metadata"].get("deletionTimestamp"):
             found.append((kind.name, kind.api, obj))

@@ -71,7 +71,13 @@ from craft_operator.library import resolve_location as resolve_library_location
 from craft_operator.metrics import ProvisioningPhase, time_to_ready
 from craft_operator.reconciler import cli_validation, egress, library_exec, library_job
 from craft_operator.reconciler import policy_step as policy
-from craft_operator.reconciler.children import Converged, ForeignObjectError, converge, is_ours
+from craft_operator.reconciler.children import (
+    Converged,
+    ForeignObjectError,
+    controlled_by,
+    converge,
+    is_ours,
+)
 from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.idle import decide_idle
 from craft_operator.reconciler.ports import (
@@ -324,7 +330,7 @@ class SandboxReconciler:
         # Owner references make the garbage collector remove the children; deleting them
         # here as well frees the pod at once and does not depend on the collector.
         def owned(obj: Mapping[str, Any]) -> bool:
-            return self._owned_by(obj, uid)
+            return controlled_by(obj, uid)
 
         for kind, child in kinds.child_targets(self.s.cache, namespace, name, owned):
             await self._delete_owned_child(kind.api, kind.name, namespace, child, uid)
@@ -358,7 +364,7 @@ class SandboxReconciler:
                 return
             except ApiError as exc:
                 raise RetryLaterError(f"cannot read {cache_kind} {name}: {exc}") from None
-        if not self._owned_by(existing, uid):
+        if not controlled_by(existing, uid):
             return
         try:
             await self.s.kube.delete(
@@ -369,11 +375,6 @@ class SandboxReconciler:
         except ApiError as exc:
             raise RetryLaterError(f"cannot delete {cache_kind} {name}: {exc}") from None
         self.s.cache.forget(cache_kind, namespace, name)
-
-    @staticmethod
-    def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
-        refs = obj.get("metadata", {}).get("ownerReferences") or []
-        return any(ref.get("controller") and ref.get("uid") == uid for ref in refs)
 
     # -- credentials ---------------------------------------------------------------------------
 

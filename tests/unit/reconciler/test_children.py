@@ -19,6 +19,7 @@ from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import CONFIGMAPS, SECRETS, KubeClient, NotFoundError
 from craft_operator.reconciler.children import (
     ForeignObjectError,
+    controlled_by,
     converge,
     drift_patch,
     is_ours,
@@ -190,6 +191,21 @@ def test_without_an_owner_reference_it_is_not_ours_whatever_its_labels(
 ) -> None:
     actual = {"metadata": {"name": "alice-skills", "labels": labels}}
     assert not is_ours(actual, desired_configmap())
+
+
+def test_only_a_controller_reference_to_that_uid_controls_an_object() -> None:
+    """The one test of ownership the finalizer, the policy's withdrawal, the Job's result
+    and child convergence all use."""
+    controlled = desired_configmap()
+    plain = desired_configmap()
+    plain["metadata"]["ownerReferences"] = [
+        {**owner_reference(make_sandbox()), "controller": False}
+    ]
+    assert controlled_by(controlled, UID)
+    assert not controlled_by(controlled, OTHER_UID)
+    assert not controlled_by(plain, UID)
+    assert not controlled_by(controlled, "")  # an owner without a uid controls nothing
+    assert not controlled_by({"metadata": {}}, UID)
 
 
 # -- converge against the emulator ---------------------------------------------------------
