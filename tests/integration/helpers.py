@@ -26,6 +26,28 @@ def sandbox(name: str, **spec: Any) -> dict[str, Any]:
     }
 
 
+def foreign_pod(name: str, image: str, **metadata: Any) -> dict[str, Any]:
+    """Someone else's pod, compliant with Pod Security ``restricted``, in the test namespace."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE, **metadata},
+        "spec": {
+            "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [
+                {
+                    "name": "app",
+                    "image": image,
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+        },
+    }
+
+
 def status(emulator: KubeEmulator, name: str) -> dict[str, Any]:
     """The sandbox's status (empty if none yet)."""
     return dict(emulator.get(SANDBOXES, NAMESPACE, name).get("status") or {})

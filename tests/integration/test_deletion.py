@@ -92,7 +92,7 @@ async def test_deleting_a_sandbox_leaves_foreign_objects_that_took_its_childrens
     """The operator's watches see only its labelled children, so the finalizer reads a name
     it has not seen before deleting: here the Secret's name is taken, so the sandbox never got
     as far as its pod, and the unlabelled pod by its name is someone else's too."""
-    from tests.integration.helpers import condition, sandbox
+    from tests.integration.helpers import condition, foreign_pod, sandbox
 
     theirs = {"namespace": NAMESPACE, "labels": {"team": "theirs"}}
     emulator.create(
@@ -100,28 +100,7 @@ async def test_deleting_a_sandbox_leaves_foreign_objects_that_took_its_childrens
         {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "dave-credentials", **theirs}},
     )
     emulator.create(
-        "v1/pods",
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "dave", **theirs},
-            "spec": {
-                "securityContext": {
-                    "runAsNonRoot": True,
-                    "seccompProfile": {"type": "RuntimeDefault"},
-                },
-                "containers": [
-                    {
-                        "name": "app",
-                        "image": "registry.example/theirs:1",
-                        "securityContext": {
-                            "allowPrivilegeEscalation": False,
-                            "capabilities": {"drop": ["ALL"]},
-                        },
-                    }
-                ],
-            },
-        },
+        "v1/pods", foreign_pod("dave", "registry.example/theirs:1", labels={"team": "theirs"})
     )
     emulator.create(SANDBOXES, sandbox("dave"))
     await eventually(

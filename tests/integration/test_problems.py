@@ -16,6 +16,7 @@ from tests.integration.helpers import (
     NAMESPACE,
     condition,
     event_posted,
+    foreign_pod,
     phase,
     pod,
     sandbox,
@@ -99,30 +100,7 @@ async def test_a_database_outage_keeps_the_sandbox_pending_and_is_retried_with_b
 async def test_a_name_taken_by_someone_elses_pod_is_reported_and_left_alone(
     emulator: KubeEmulator, operator: OperatorContext
 ) -> None:
-    emulator.create(
-        "v1/pods",
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "alice", "namespace": NAMESPACE},
-            "spec": {
-                "securityContext": {
-                    "runAsNonRoot": True,
-                    "seccompProfile": {"type": "RuntimeDefault"},
-                },
-                "containers": [
-                    {
-                        "name": "app",
-                        "image": "nginx",
-                        "securityContext": {
-                            "allowPrivilegeEscalation": False,
-                            "capabilities": {"drop": ["ALL"]},
-                        },
-                    }
-                ],
-            },
-        },
-    )
+    emulator.create("v1/pods", foreign_pod("alice", "nginx"))
 
     emulator.create(SANDBOXES, sandbox("alice"))
 
