@@ -21,9 +21,8 @@ CLI_VALIDATED = "CLIValidated"
 USER_LIBRARY_SYNCED = "UserLibrarySynced"
 READY = "Ready"
 
-#: The conditions that must all be True for the sandbox to be Ready, in reporting order.
-READY_REQUIRES = (CREDENTIALS_READY, SKILL_RENDERED, POD_READY, CLI_VALIDATED, USER_LIBRARY_SYNCED)
-CONDITION_ORDER = (*READY_REQUIRES, READY)
+# Which conditions Ready requires, and their order, is the reconciler's table of steps
+# (craft_operator.reconciler.table.CONDITIONS): one row per condition.
 
 
 @dataclass(frozen=True)
@@ -67,8 +66,12 @@ def set_condition(
     *,
     generation: int | None,
     now: datetime,
+    order: Sequence[str] = (),
 ) -> list[Condition]:
-    """Conditions with ``state`` applied; ``lastTransitionTime`` moves only when status does."""
+    """Conditions with ``state`` applied; ``lastTransitionTime`` moves only when status does.
+
+    Sorted by ``order``; types it does not name follow, in the order they came.
+    """
     result: list[Condition] = []
     found = False
     for condition in conditions:
@@ -82,8 +85,8 @@ def set_condition(
         result.append(_condition(state, transition, generation))
     if not found:
         result.append(_condition(state, kube_time(now), generation))
-    order = {name: index for index, name in enumerate(CONDITION_ORDER)}
-    return sorted(result, key=lambda item: order.get(item.type, len(order)))
+    rank = {name: index for index, name in enumerate(order)}
+    return sorted(result, key=lambda item: rank.get(item.type, len(rank)))
 
 
 def _condition(state: ConditionState, transition: datetime, generation: int | None) -> Condition:
@@ -102,9 +105,10 @@ def find_condition(conditions: Sequence[Condition], type_: str) -> Condition | N
     return next((item for item in conditions if item.type == type_), None)
 
 
-def aggregate_ready(conditions: Sequence[Condition]) -> ConditionState:
-    """Ready is True when every required condition is; otherwise it names the first that is not."""
-    for type_ in READY_REQUIRES:
+def aggregate_ready(conditions: Sequence[Condition], required: Sequence[str]) -> ConditionState:
+    """Ready is True when every ``required`` condition is; otherwise it names the first that
+    is not."""
+    for type_ in required:
         condition = find_condition(conditions, type_)
         if condition is None:
             return ConditionState.unknown(READY, "Reconciling", f"{type_} is not known yet")

@@ -14,7 +14,6 @@ import kopf
 from craft_operator.context import OperatorContext
 from craft_operator.kube import kinds
 from craft_operator.reconciler import egress
-from craft_operator.reconciler.sandbox import POD, SANDBOX
 
 RESOURCE = kinds.NETWORK_POLICY.api.resource
 
@@ -30,7 +29,7 @@ async def network_policy_event(event: kopf.RawEvent, memo: OperatorContext, **_:
     if not memo.cache.put(egress.NETWORK_POLICY, obj):
         return
     namespace = obj.get("metadata", {}).get("namespace", "")
-    for key in egress.waiting_on(memo.cache, namespace, SANDBOX, POD):
+    for key in egress.waiting_on(memo.cache, namespace, kinds.SANDBOX.name, kinds.POD.name):
         memo.queue.add(key)
 
 

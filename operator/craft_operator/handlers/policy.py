@@ -15,11 +15,10 @@ from craft_operator.context import OperatorContext
 from craft_operator.kube import kinds
 from craft_operator.policy.models import POLICY_NAME
 from craft_operator.reconciler.policy_step import NAMESPACE, POLICY
-from craft_operator.reconciler.sandbox import SANDBOX
 
 
 def _queue_sandboxes(memo: OperatorContext, namespace: str | None = None) -> None:
-    for key, _ in memo.cache.items(SANDBOX):
+    for key, _ in memo.cache.items(kinds.SANDBOX.name):
         if namespace is None or key[1] == namespace:
             memo.queue.add((key[1] or "", key[2]))
 

@@ -8,7 +8,6 @@ import kopf
 
 from craft_operator.context import OperatorContext
 from craft_operator.kube import kinds
-from craft_operator.reconciler.sandbox import SANDBOX
 
 RESOURCE = kinds.SANDBOX.api.resource
 
@@ -24,11 +23,11 @@ async def sandbox_event(event: kopf.RawEvent, memo: OperatorContext, **_: Any) -
     meta = obj.get("metadata", {})
     key = (meta.get("namespace", ""), meta["name"])
     if event["type"] == "DELETED":
-        memo.cache.remove(SANDBOX, obj)
+        memo.cache.remove(kinds.SANDBOX.name, obj)
         memo.queue.forget(key)
         memo.reconciler.forget(key)
         return
-    if memo.cache.put(SANDBOX, obj) or event["type"] is None:
+    if memo.cache.put(kinds.SANDBOX.name, obj) or event["type"] is None:
         # New to us (not the echo of our own write); the initial listing is always visited.
         memo.queue.add(key)
 

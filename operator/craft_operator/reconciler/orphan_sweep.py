@@ -34,8 +34,8 @@ from craft_operator.credentials.orphans import (
 )
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import SANDBOXES, ApiError, Kind, NotFoundError
+from craft_operator.kube.kinds import SANDBOX
 from craft_operator.metrics import Metrics
-from craft_operator.reconciler.sandbox import SANDBOX
 from craft_operator.reconciler.services import StoreCredentials
 
 log = logging.getLogger(__name__)
@@ -156,7 +156,7 @@ class OrphanSweeper:
         )
 
     def _alive_in_cache(self, row: StoredCredential) -> bool:
-        cached = self._cache.get(SANDBOX, row.namespace, row.name)
+        cached = self._cache.get(SANDBOX.name, row.namespace, row.name)
         return cached is not None and cached.get("metadata", {}).get("uid") == row.sandbox_uid
 
     async def _confirm_orphan(self, row: StoredCredential) -> bool | None:

@@ -54,11 +54,8 @@ from craft_operator.reconciler.children import controlled_by
 from craft_operator.reconciler.ports import CredentialsPort, EventSink
 from craft_operator.reconciler.run import Run
 from craft_operator.status import (
-    CLI_VALIDATED,
     CREDENTIALS_READY,
     POD_READY,
-    SKILL_RENDERED,
-    USER_LIBRARY_SYNCED,
     ConditionState,
 )
 
@@ -164,7 +161,7 @@ async def enforce(services: PolicyServices, sandbox: CraftSandbox, run: Run) -> 
 def _wait_for_namespace(run: Run) -> None:
     # Retried with the work queue's capped backoff; the namespace's watch event queues the
     # sandbox again at once.
-    run.retry(WAITING_FOR_NAMESPACE)
+    run.revisit(backoff=WAITING_FOR_NAMESPACE)
     message = (
         f"namespace {run.namespace} is not in the operator's cache yet (its tenant label is "
         "unknown): the sandbox is not judged until it is"
@@ -242,14 +239,14 @@ async def _deny(services: PolicyServices, sandbox: CraftSandbox, run: Run, messa
             if await services.credentials.revoke(namespace, name, uid):
                 withdrawn.append("revoked the PAT")
         except CredentialsError as exc:
-            run.retry("RevokeFailed")
+            run.revisit(backoff="RevokeFailed")
             services.events.post(run.body, type="Warning", reason="RevokeFailed", message=str(exc))
     for cache_kind, kind, obj in children:
         meta = obj["metadata"]
         try:
             await services.kube.delete(kind, namespace, meta["name"], uid=meta.get("uid"))
         except ApiError as exc:
-            run.retry(f"cannot delete {meta['name']}: {exc.reason}")
+            run.revisit(backoff=f"cannot delete {meta['name']}: {exc.reason}")
             continue
         withdrawn.append(f"deleted {cache_kind} {meta['name']}")
     _forget_running(run.status)
@@ -257,7 +254,7 @@ async def _deny(services: PolicyServices, sandbox: CraftSandbox, run: Run, messa
     run.phase = Phase.FAILED
     run.set(ConditionState.false(CREDENTIALS_READY, REASON, f"no PAT: {message}"))
     run.set(ConditionState.false(POD_READY, REASON, message))
-    for type_ in (SKILL_RENDERED, CLI_VALIDATED, USER_LIBRARY_SYNCED):
+    for type_ in (t for t in run.conditions if t not in (CREDENTIALS_READY, POD_READY)):
         run.set(ConditionState.unknown(type_, REASON, "the spec is not allowed by the platform"))
     said = (previous.reason, previous.message) if previous is not None else None
     if said != (REASON, f"no PAT: {message}"):

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from craft_operator.api.models import Condition, ConditionStatus, CraftSandboxStatus, Phase
 from craft_operator.api.status_codec import dump_status, parse_status
 from craft_operator.status import (
+    READY,
     ConditionState,
     aggregate_ready,
     find_condition,
@@ -19,16 +21,29 @@ from craft_operator.status import (
 )
 
 
+@dataclass(frozen=True)
+class Revisit:
+    """When a pass wants the sandbox visited again."""
+
+    #: Come back in this many seconds even if nothing changes (``None``: only on a change).
+    after: float | None = None
+    #: A step failed in a way that may pass: retry with the work queue's backoff, for this
+    #: reason (it takes precedence over ``after``).
+    backoff: str | None = None
+
+
 class Run:
-    """The status a reconcile pass is building, plus its verdict on retries and revisits.
+    """The status a reconcile pass is building, plus when to visit the sandbox again.
 
     ``old_status`` is the status as stored when the pass began and ``status`` the one it
-    builds, both typed; only their difference is written.
+    builds, both typed; only their difference is written. ``conditions`` are the
+    conditions Ready requires, in the order of the steps that own them.
     """
 
-    def __init__(self, body: Mapping[str, Any], now: datetime) -> None:
+    def __init__(self, body: Mapping[str, Any], now: datetime, conditions: Sequence[str]) -> None:
         self.body = body
         self.now = now
+        self.conditions = tuple(conditions)
         meta = body.get("metadata", {})
         self.namespace: str = meta.get("namespace", "")
         self.name: str = meta["name"]
@@ -40,9 +55,10 @@ class Run:
         self._stored = {**dump_status(self.old_status), **invalid}
         self.phase: Phase | None = None
         self.pod_exists = False
-        #: Why a step failed in a way that may pass: the pass is retried with backoff.
-        self.retry_reason: str | None = None
-        self._requeue: float | None = None
+        #: The conditions this pass has set so far.
+        self.touched: set[str] = set()
+        self._backoff: str | None = None
+        self._after: float | None = None
 
     @property
     def spec_changed(self) -> bool:
@@ -60,8 +76,13 @@ class Run:
 
     def set(self, state: ConditionState) -> None:
         """Record a condition."""
+        self.touched.add(state.type)
         self.status.conditions = set_condition(
-            self.status.conditions, state, generation=self.generation, now=self.now
+            self.status.conditions,
+            state,
+            generation=self.generation,
+            now=self.now,
+            order=(*self.conditions, READY),
         )
 
     def drop_condition(self, type_: str) -> None:
@@ -69,19 +90,22 @@ class Run:
         if self.condition(type_) is not None:
             self.status.conditions = [c for c in self.status.conditions if c.type != type_]
 
-    def retry(self, reason: str) -> None:
-        """A step failed in a way that may pass: retry the whole pass with backoff."""
-        self.retry_reason = self.retry_reason or reason
-
-    def requeue(self, seconds: float) -> None:
-        """Come back in ``seconds`` even if nothing changes (the earliest request wins)."""
-        seconds = max(0.0, seconds)
-        self._requeue = seconds if self._requeue is None else min(self._requeue, seconds)
+    def revisit(self, *, after: float | None = None, backoff: str | None = None) -> None:
+        """Ask for another pass: in ``after`` seconds (the earliest request wins; negative
+        means now), or with the work queue's backoff because a step failed for ``backoff``
+        (the first reason is kept). The one way a step asks to come back."""
+        if (after is None) == (backoff is None):
+            raise ValueError("revisit() takes exactly one of after= and backoff=")
+        if backoff is not None:
+            self._backoff = self._backoff or backoff
+        if after is not None:
+            after = max(0.0, after)
+            self._after = after if self._after is None else min(self._after, after)
 
     @property
-    def requeue_after(self) -> float | None:
-        """When to revisit, if any step asked."""
-        return self._requeue
+    def verdict(self) -> Revisit:
+        """When to come back, as the steps asked so far."""
+        return Revisit(after=self._after, backoff=self._backoff)
 
     def timestamp(self) -> str:
         """``now`` as Kubernetes writes times."""
@@ -93,7 +117,7 @@ class Run:
 
     def finish(self) -> CraftSandboxStatus:
         """The complete new status: aggregate Ready, phase and observed generation."""
-        self.set(aggregate_ready(self.status.conditions))
+        self.set(aggregate_ready(self.status.conditions, self.conditions))
         phase = self.phase
         if phase is None:
             if self.condition_is("Ready", ConditionStatus.TRUE):

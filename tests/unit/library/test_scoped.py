@@ -26,7 +26,7 @@ from craft_operator.library.scoped import (
     session_policy,
     session_seconds,
 )
-from craft_operator.reconciler.library_job import desired_job
+from craft_operator.reconciler.sync_jobs import desired_job
 from tests.support.s3 import S3Server
 
 ROLE = "arn:aws:iam::123456789012:role/craft-library-reader"

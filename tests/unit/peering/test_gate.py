@@ -19,16 +19,17 @@ from kmock._internal import rendering
 from craft_operator.builders.naming import MANAGED_SELECTOR
 from craft_operator.config import Settings
 from craft_operator.handlers.sandbox import sandbox_event
+from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import ApiError, KubeClient
 from craft_operator.peering.gate import ActivityGate
 from craft_operator.reconciler.queue import Backoff, WorkQueue
-from craft_operator.reconciler.sandbox import POD, SANDBOX
 from craft_operator.runtime import build_context
 from tests.integration.conftest import SANDBOXES, declare_craft_resources
 from tests.support.emulator import KubeEmulator
 
 pytestmark = pytest.mark.unit
+SANDBOX, POD = kinds.SANDBOX.name, kinds.POD.name
 
 Key = tuple[str, str]
 

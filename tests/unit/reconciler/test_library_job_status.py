@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from craft_operator.reconciler.library_job import JobOutcome, synced_status
+from craft_operator.reconciler.sync_jobs import JobOutcome, synced_status
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 

@@ -23,9 +23,9 @@ from craft_operator.credentials.db import create_credentials_engine, upgrade
 from craft_operator.credentials.tables import PersonalAccessToken, SandboxCredential
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import ApiError, Kind, NotFoundError
+from craft_operator.kube.kinds import SANDBOX as SANDBOX_KIND
 from craft_operator.metrics import Metrics
 from craft_operator.reconciler.orphan_sweep import OrphanSweeper
-from craft_operator.reconciler.sandbox import SANDBOX
 from craft_operator.reconciler.services import StoreCredentials
 
 CLUSTER = "east"
@@ -159,7 +159,7 @@ async def test_a_live_sandbox_is_kept_and_one_in_the_cache_costs_no_api_call(
     world: World,
 ) -> None:
     cached_uid, _ = world.mint("cached")
-    world.cache.put(SANDBOX, world.api.add("team-a", "cached", cached_uid))
+    world.cache.put(SANDBOX_KIND.name, world.api.add("team-a", "cached", cached_uid))
     listed_uid, _ = world.mint("not-yet-cached")
     world.api.add("team-a", "not-yet-cached", listed_uid)
 

@@ -21,7 +21,8 @@ from craft_operator.reconciler.policy_step import (
     enforce,
     read_policy,
 )
-from craft_operator.reconciler.run import Run
+from craft_operator.reconciler.run import Revisit, Run
+from craft_operator.reconciler.table import CONDITIONS
 from tests.support.policy import policy
 from tests.unit.policy.cases import USER
 from tests.unit.policy.test_rules import SETTINGS
@@ -106,13 +107,12 @@ def test_the_policy_read_says_whether_it_is_missing_or_unreadable() -> None:
 
 
 async def test_a_sandbox_in_a_namespace_not_seen_yet_waits_with_backoff_and_a_condition() -> None:
-    run = Run({**BODY, "status": RUNNING}, NOW)
+    run = Run({**BODY, "status": RUNNING}, NOW, CONDITIONS)
 
     assert await enforce(services(cache_with(spec={})), SANDBOX, run) is True
 
     # Retried by the work queue with capped exponential backoff, not every 5 s forever.
-    assert run.retry_reason == "WaitingForNamespace"
-    assert run.requeue_after is None
+    assert run.verdict == Revisit(backoff="WaitingForNamespace")
     credentials = run.condition("CredentialsReady")
     assert credentials is not None
     assert (credentials.status, credentials.reason) == ("Unknown", "WaitingForNamespace")
@@ -121,7 +121,7 @@ async def test_a_sandbox_in_a_namespace_not_seen_yet_waits_with_backoff_and_a_co
 
 async def test_an_unreadable_policy_keeps_an_admitted_sandbox_with_a_warning() -> None:
     cache = cache_with(labels={}, spec={"images": "not-a-list"})
-    run, sink = Run({**BODY, "status": RUNNING}, NOW), services(cache)
+    run, sink = Run({**BODY, "status": RUNNING}, NOW, CONDITIONS), services(cache)
 
     assert await enforce(sink, SANDBOX, run) is False
 
@@ -136,7 +136,7 @@ async def test_a_missing_policy_does_not_excuse_another_tenants_namespace() -> N
     cache = cache_with(labels={TENANT_LABEL: "acme"})
     sink = services(cache)
     sink.credentials = SimpleNamespace(revoke=_revoked)
-    run = Run({**BODY, "status": RUNNING}, NOW)
+    run = Run({**BODY, "status": RUNNING}, NOW, CONDITIONS)
 
     assert await enforce(sink, SANDBOX, run) is True
 

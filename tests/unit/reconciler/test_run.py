@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from craft_operator.api.models import CraftSandboxStatus, CredentialsStatus, Phase
-from craft_operator.reconciler.run import Run
-from craft_operator.status import READY_REQUIRES, ConditionState
+from craft_operator.reconciler.run import Revisit, Run
+from craft_operator.reconciler.table import CONDITIONS
+from craft_operator.status import ConditionState
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -27,24 +28,24 @@ def body(status: dict[str, Any] | None = None, generation: int | None = 2) -> di
 
 def all_required_true(run: Run) -> None:
     """Set every condition Ready needs to True."""
-    for type_ in READY_REQUIRES:
+    for type_ in CONDITIONS:
         run.set(ConditionState.true(type_, "OK"))
 
 
 def test_a_run_knows_its_key_and_generation() -> None:
-    run = Run(body(), NOW)
+    run = Run(body(), NOW, CONDITIONS)
     assert run.key == ("ns", "alice")
     assert run.generation == 2
 
 
 def test_the_spec_changed_when_the_observed_generation_differs() -> None:
-    assert Run(body({"observedGeneration": 1}), NOW).spec_changed
-    assert not Run(body({"observedGeneration": 2}), NOW).spec_changed
-    assert Run(body(), NOW).spec_changed
+    assert Run(body({"observedGeneration": 1}), NOW, CONDITIONS).spec_changed
+    assert not Run(body({"observedGeneration": 2}), NOW, CONDITIONS).spec_changed
+    assert Run(body(), NOW, CONDITIONS).spec_changed
 
 
 def test_with_everything_true_the_phase_is_ready() -> None:
-    run = Run(body(), NOW)
+    run = Run(body(), NOW, CONDITIONS)
     all_required_true(run)
     status = run.finish()
     assert status.phase == Phase.READY
@@ -53,14 +54,14 @@ def test_with_everything_true_the_phase_is_ready() -> None:
 
 
 def test_with_a_pod_but_not_ready_the_phase_is_provisioning() -> None:
-    run = Run(body(), NOW)
+    run = Run(body(), NOW, CONDITIONS)
     run.set(ConditionState.true("CredentialsReady", "OK"))
     run.pod_exists = True
     assert run.finish().phase == Phase.PROVISIONING
 
 
 def test_without_a_pod_and_not_ready_the_phase_is_pending() -> None:
-    run = Run(body(), NOW)
+    run = Run(body(), NOW, CONDITIONS)
     assert run.finish().phase == Phase.PENDING
     ready = run.condition("Ready")
     assert ready is not None
@@ -69,36 +70,36 @@ def test_without_a_pod_and_not_ready_the_phase_is_pending() -> None:
 
 @pytest.mark.parametrize("phase", [Phase.SLEEPING, Phase.SUSPENDED, Phase.FAILED])
 def test_an_explicit_phase_wins_over_the_derived_one(phase: Phase) -> None:
-    run = Run(body(), NOW)
+    run = Run(body(), NOW, CONDITIONS)
     all_required_true(run)
     run.phase = phase
     assert run.finish().phase == phase
 
 
 def test_without_a_generation_no_observed_generation_is_written() -> None:
-    run = Run(body(generation=None), NOW)
+    run = Run(body(generation=None), NOW, CONDITIONS)
     assert run.finish().observed_generation is None
     assert "observedGeneration" not in run.status_patch()
 
 
 def test_a_pass_that_changes_nothing_has_an_empty_status_patch() -> None:
-    first = Run(body(), NOW)
+    first = Run(body(), NOW, CONDITIONS)
     all_required_true(first)
     first.finish()
     stored = first.status_patch()
     later = datetime(2026, 3, 1, 13, 0, 0, tzinfo=UTC)
-    second = Run(body(stored), later)
+    second = Run(body(stored), later, CONDITIONS)
     all_required_true(second)
     second.finish()
     assert second.status_patch() == {}
 
 
 def test_the_status_patch_holds_only_what_changed() -> None:
-    first = Run(body(), NOW)
+    first = Run(body(), NOW, CONDITIONS)
     all_required_true(first)
     first.finish()
     stored = first.status_patch()
-    second = Run(body(stored), NOW)
+    second = Run(body(stored), NOW, CONDITIONS)
     all_required_true(second)
     second.set(ConditionState.false("PodReady", "Evicted", "node pressure"))
     second.pod_exists = True
@@ -111,7 +112,7 @@ def test_the_status_patch_holds_only_what_changed() -> None:
 def test_the_run_does_not_modify_the_body_it_was_given() -> None:
     stored = {"phase": "Pending", "conditions": [], "credentials": {"patId": 1}}
     original = body(stored)
-    run = Run(original, NOW)
+    run = Run(original, NOW, CONDITIONS)
     assert run.status.credentials is not None
     run.status.credentials.pat_id = 2
     all_required_true(run)
@@ -119,29 +120,44 @@ def test_the_run_does_not_modify_the_body_it_was_given() -> None:
     assert original["status"] == {"phase": "Pending", "conditions": [], "credentials": {"patId": 1}}
 
 
-def test_the_earliest_requeue_wins_and_negative_means_now() -> None:
-    run = Run(body(), NOW)
-    assert run.requeue_after is None
-    run.requeue(30)
-    run.requeue(60)
-    assert run.requeue_after == 30
-    run.requeue(-5)
-    assert run.requeue_after == 0
+def test_the_earliest_revisit_wins_and_negative_means_now() -> None:
+    run = Run(body(), NOW, CONDITIONS)
+    assert run.verdict == Revisit()
+    run.revisit(after=30)
+    run.revisit(after=60)
+    assert run.verdict.after == 30
+    run.revisit(after=-5)
+    assert run.verdict.after == 0
 
 
-def test_the_first_retry_reason_is_kept() -> None:
-    run = Run(body(), NOW)
-    run.retry("DatabaseUnavailable")
-    run.retry("Other")
-    assert run.retry_reason == "DatabaseUnavailable"
+def test_the_first_backoff_reason_is_kept_beside_the_earliest_revisit() -> None:
+    run = Run(body(), NOW, CONDITIONS)
+    run.revisit(backoff="DatabaseUnavailable")
+    run.revisit(backoff="Other")
+    run.revisit(after=10)
+    assert run.verdict == Revisit(after=10, backoff="DatabaseUnavailable")
+
+
+def test_a_revisit_names_exactly_one_of_when_and_why() -> None:
+    run = Run(body(), NOW, CONDITIONS)
+    with pytest.raises(ValueError, match="exactly one"):
+        run.revisit()
+    with pytest.raises(ValueError, match="exactly one"):
+        run.revisit(after=1, backoff="Both")
+
+
+def test_the_conditions_set_by_a_pass_are_known_to_it() -> None:
+    run = Run(body(), NOW, CONDITIONS)
+    run.set(ConditionState.true("PodReady", "PodReady"))
+    assert run.touched == {"PodReady"}
 
 
 def test_the_timestamp_is_now_in_kubernetes_form() -> None:
-    assert Run(body(), NOW).timestamp() == "2026-03-01T12:00:00Z"
+    assert Run(body(), NOW, CONDITIONS).timestamp() == "2026-03-01T12:00:00Z"
 
 
 def test_the_status_patch_is_camel_case_json_as_the_api_stores_it() -> None:
-    run = Run(body(), datetime(2026, 3, 1, 12, 0, 0, 999_999, tzinfo=UTC))
+    run = Run(body(), datetime(2026, 3, 1, 12, 0, 0, 999_999, tzinfo=UTC), CONDITIONS)
     run.status.pod_uid = "u-1"
     run.status.woke_at = run.moment()
     run.status.credentials = CredentialsStatus(pat_id=7)
@@ -154,26 +170,28 @@ def test_the_status_patch_is_camel_case_json_as_the_api_stores_it() -> None:
 
 
 def test_clearing_a_field_removes_it_in_the_patch() -> None:
-    run = Run(body({"observedGeneration": 2, "podFailures": 3, "phase": "Pending"}), NOW)
+    run = Run(
+        body({"observedGeneration": 2, "podFailures": 3, "phase": "Pending"}), NOW, CONDITIONS
+    )
     run.status.pod_failures = None
     run.finish()
     assert run.status_patch()["podFailures"] is None
 
 
 def test_fields_this_version_does_not_know_are_kept_and_never_patched() -> None:
-    first = Run(body(), NOW)
+    first = Run(body(), NOW, CONDITIONS)
     first.finish()
     stored = {**first.status_patch(), "futureField": {"a": 1}}
-    second = Run(body(stored), NOW)
+    second = Run(body(stored), NOW, CONDITIONS)
     second.finish()
     assert second.status_patch() == {}
 
 
 def test_an_unreadable_status_field_does_not_fail_the_pass_and_is_removed() -> None:
-    first = Run(body(), NOW)
+    first = Run(body(), NOW, CONDITIONS)
     first.finish()
     stored = {**first.status_patch(), "podFailures": "many", "phase": "Exploded"}
-    second = Run(body(stored), NOW)
+    second = Run(body(stored), NOW, CONDITIONS)
     assert second.status.pod_failures is None
     second.finish()
     assert second.status_patch() == {"podFailures": None, "phase": "Pending"}
@@ -181,19 +199,19 @@ def test_an_unreadable_status_field_does_not_fail_the_pass_and_is_removed() -> N
 
 @pytest.mark.parametrize("stored", [None, "not a mapping", {"conditions": "nope"}])
 def test_a_status_that_is_not_an_object_gives_a_fresh_one(stored: Any) -> None:
-    run = Run({**body(), "status": stored}, NOW)
+    run = Run({**body(), "status": stored}, NOW, CONDITIONS)
     assert run.status == CraftSandboxStatus()
     run.finish()
     assert run.status_patch()["phase"] == "Pending"
 
 
 def test_an_unreadable_condition_costs_only_itself_and_the_next_patch_rewrites_the_list() -> None:
-    first = Run(body(), NOW)
+    first = Run(body(), NOW, CONDITIONS)
     all_required_true(first)
     first.finish()
     stored = first.status_patch()
     stored["conditions"] = [*stored["conditions"], {"type": "Broken"}]
-    second = Run(body(stored), NOW)
+    second = Run(body(stored), NOW, CONDITIONS)
     assert second.condition("PodReady") is not None
     assert second.condition("Broken") is None
     all_required_true(second)

@@ -11,9 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from craft_operator.api.models import Condition
+from craft_operator.reconciler.table import CONDITIONS
 from craft_operator.status import (
-    CONDITION_ORDER,
-    READY_REQUIRES,
     ConditionState,
     aggregate_ready,
     find_condition,
@@ -130,16 +129,17 @@ def test_set_condition_does_not_modify_its_input() -> None:
 
 
 def test_conditions_are_kept_in_reporting_order_with_unknown_types_last() -> None:
+    order = (*CONDITIONS, "Ready")
     conditions: list[Condition] = []
     for type_ in ["Custom", "Ready", "PodReady", "CredentialsReady", "UserLibrarySynced"]:
         conditions = set_condition(
-            conditions, ConditionState.true(type_, "Yes"), generation=1, now=T0
+            conditions, ConditionState.true(type_, "Yes"), generation=1, now=T0, order=order
         )
     for type_ in ["CLIValidated", "SkillRendered"]:
         conditions = set_condition(
-            conditions, ConditionState.true(type_, "Yes"), generation=1, now=T0
+            conditions, ConditionState.true(type_, "Yes"), generation=1, now=T0, order=order
         )
-    assert [item.type for item in conditions] == [*CONDITION_ORDER, "Custom"]
+    assert [item.type for item in conditions] == [*order, "Custom"]
 
 
 def test_condition_state_constructors_set_the_status() -> None:
@@ -162,11 +162,11 @@ def test_find_condition_finds_by_type_or_returns_none() -> None:
 
 def all_true() -> list[Condition]:
     """Every required condition, True."""
-    return typed(*({"type": type_, "status": "True", "reason": "OK"} for type_ in READY_REQUIRES))
+    return typed(*({"type": type_, "status": "True", "reason": "OK"} for type_ in CONDITIONS))
 
 
 def test_ready_is_true_when_every_required_condition_is() -> None:
-    state = aggregate_ready(all_true())
+    state = aggregate_ready(all_true(), CONDITIONS)
     assert (state.type, state.status, state.reason) == ("Ready", "True", "SandboxReady")
 
 
@@ -176,27 +176,27 @@ def test_ready_names_the_first_required_condition_that_is_not_true() -> None:
         {"type": "PodReady", "status": "False", "reason": "Pending", "message": "pull"},
         {"type": "CLIValidated", "status": "False", "reason": "AuthFailed"},
     )
-    state = aggregate_ready(conditions)
+    state = aggregate_ready(conditions, CONDITIONS)
     assert state == ConditionState("Ready", "False", "Pending", "PodReady: pull")
 
 
 def test_an_unknown_required_condition_makes_ready_false_with_its_reason() -> None:
     conditions = all_true()
     conditions[0:1] = typed({"type": "CredentialsReady", "status": "Unknown", "reason": "Waiting"})
-    state = aggregate_ready(conditions)
+    state = aggregate_ready(conditions, CONDITIONS)
     assert (state.status, state.reason, state.message) == ("False", "Waiting", "CredentialsReady")
 
 
 def test_a_failing_condition_without_reason_is_reported_by_its_type() -> None:
     conditions = all_true()
     conditions[1:2] = typed({"type": "SkillRendered", "status": "False", "reason": ""})
-    state = aggregate_ready(conditions)
+    state = aggregate_ready(conditions, CONDITIONS)
     assert (state.reason, state.message) == ("SkillRendered", "SkillRendered")
 
 
 def test_a_missing_required_condition_makes_ready_unknown() -> None:
     conditions = [item for item in all_true() if item.type != "CLIValidated"]
-    state = aggregate_ready(conditions)
+    state = aggregate_ready(conditions, CONDITIONS)
     assert (state.status, state.reason) == ("Unknown", "Reconciling")
     assert "CLIValidated" in state.message
 
@@ -209,7 +209,7 @@ def test_ready_itself_and_extra_conditions_do_not_count() -> None:
             {"type": "X", "status": "False", "reason": "r"},
         ),
     ]
-    assert aggregate_ready(conditions).status == "True"
+    assert aggregate_ready(conditions, CONDITIONS).status == "True"
 
 
 # -- merge patches -------------------------------------------------------------------------

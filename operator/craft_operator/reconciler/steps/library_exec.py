@@ -9,41 +9,22 @@ in ``status.userLibrary``, the condition and an event.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
-from craft_operator.api.models import ConditionStatus, CraftSandbox, UserLibraryStatus
+from craft_operator.api.models import ConditionStatus, UserLibraryStatus
 from craft_operator.library import LibraryLocation, LibrarySyncError, SyncResult
 from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.library_pool import Outcome
 from craft_operator.reconciler.run import Run
+from craft_operator.reconciler.step import Pass
+from craft_operator.reconciler.steps.library_attempt import RESYNCED, SYNCED, Attempt
 from craft_operator.status import USER_LIBRARY_SYNCED, ConditionState
 
 NORMAL, WARNING = "Normal", "Warning"
-#: Reasons of a True condition: synced incrementally, or in full because the pod's copy of
-#: the manifest was not trusted.
-SYNCED, RESYNCED = "Synced", "ResyncedInFull"
 
 
-@dataclass(frozen=True)
-class Attempt:
-    """What one sync is for: the revision, the pod and the configuration, and their hash."""
-
-    revision: str
-    pod_uid: str
-    config: str
-    key: str
-
-
-def step(
-    s: Services,
-    run: Run,
-    sandbox: CraftSandbox,
-    location: LibraryLocation,
-    pod: dict[str, Any],
-    attempt: Attempt,
-) -> None:
+def step(p: Pass, location: LibraryLocation, attempt: Attempt) -> None:
     """Collect a finished sync of this attempt, or start one, or report the one running."""
+    s, run, sandbox = p.services, p.run, p.sandbox
+    assert p.pod is not None
     pool = s.library_pool
     uid = sandbox.metadata.uid or ""
     outcome = pool.take(run.key, uid)
@@ -55,9 +36,9 @@ def step(
         return  # the pool wakes this sandbox when it ends
     wait = pool.retry_in(run.key)
     if wait > 0:
-        run.requeue(wait)
+        run.revisit(after=wait)
         return
-    namespace, name = pod["metadata"].get("namespace", ""), pod["metadata"]["name"]
+    namespace, name = p.pod["metadata"].get("namespace", ""), p.pod["metadata"]["name"]
     pool.submit(
         run.key,
         uid,
@@ -91,7 +72,7 @@ def _failed(
     current.last_error = exc.message[:1000]
     if exc.retryable:
         current.failed_attempt = None
-        run.requeue(s.library_pool.retry_in(run.key))
+        run.revisit(after=s.library_pool.retry_in(run.key))
     else:
         current.failed_attempt = attempt.key
     run.status.user_library = current

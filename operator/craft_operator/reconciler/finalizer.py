@@ -1,0 +1,142 @@
+"""The CraftSandbox's finalizer: added before anything is made for it; on deletion, the PAT
+is revoked and the children deleted before it is removed.
+
+Both return a :class:`~craft_operator.reconciler.run.Revisit` with a backoff reason when a
+step may pass later (a conflict, the database down), ``None`` when done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from craft_operator.api.models import GROUP, Phase
+from craft_operator.credentials.errors import CredentialsError
+from craft_operator.kube import kinds
+from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
+from craft_operator.reconciler.children import controlled_by
+from craft_operator.reconciler.deps import Services
+from craft_operator.reconciler.run import Revisit, Run
+from craft_operator.reconciler.status_writer import write_status
+from craft_operator.status import CREDENTIALS_READY, ConditionState
+
+FINALIZER = f"{GROUP}/finalizer"
+SANDBOX = kinds.SANDBOX
+
+
+class _BlockedError(Exception):
+    """A deletion step failed in a way that may pass (this module's own signal)."""
+
+
+async def ensure(s: Services, body: dict[str, Any]) -> dict[str, Any] | Revisit | None:
+    """The sandbox with the finalizer added; ``None`` if it is gone (deleted before it had
+    one: nothing was made for it, and its watch event clears the cache)."""
+    meta = body["metadata"]
+    finalizers = list(meta.get("finalizers") or [])
+    if FINALIZER in finalizers:
+        return body
+    patch = {
+        "metadata": {
+            "finalizers": [*finalizers, FINALIZER],
+            "resourceVersion": meta.get("resourceVersion"),
+        }
+    }
+    try:
+        updated = await s.kube.patch(SANDBOX.api, meta.get("namespace"), meta["name"], patch)
+    except NotFoundError:
+        return None
+    except ConflictError:
+        return Revisit(backoff="the CraftSandbox changed while adding the finalizer")
+    s.cache.put(SANDBOX.name, updated)
+    return updated
+
+
+async def finalize(s: Services, body: dict[str, Any], conditions: Sequence[str]) -> Revisit | None:
+    """Revoke the PAT, delete the children, then remove the finalizer."""
+    meta = body["metadata"]
+    namespace, name, uid = meta.get("namespace", ""), meta["name"], meta.get("uid", "")
+    if FINALIZER not in (meta.get("finalizers") or []):
+        return None
+    try:
+        revoked = await s.credentials.revoke(namespace, name, uid)
+    except CredentialsError as exc:
+        return await _revoke_failed(s, body, conditions, exc)
+    if revoked:
+        s.events.post(
+            body, type="Normal", reason="PATRevoked", message="the sandbox's PAT was revoked"
+        )
+    s.library_pool.forget((namespace, name))
+    try:
+        await s.library.forget(uid)
+        await _delete_children(s, namespace, name, uid)
+    except (CredentialsError, _BlockedError) as exc:
+        return Revisit(backoff=str(exc))
+    return await _release(s, body)
+
+
+async def _revoke_failed(
+    s: Services, body: dict[str, Any], conditions: Sequence[str], exc: CredentialsError
+) -> Revisit:
+    """Say the PAT could not be revoked yet (status and event); deletion waits for it."""
+    s.events.post(body, type="Warning", reason="RevokeFailed", message=str(exc))
+    s.metrics.pat_failed("RevokeFailed")
+    run = Run(body, s.clock(), conditions)
+    run.set(ConditionState.false(CREDENTIALS_READY, "RevokeFailed", str(exc)))
+    run.phase = Phase.TERMINATING
+    await write_status(s, run)
+    return Revisit(backoff="cannot revoke the PAT yet")
+
+
+async def _delete_children(s: Services, namespace: str, name: str, uid: str) -> None:
+    # Owner references make the garbage collector remove the children; deleting them
+    # here as well frees the pod at once and does not depend on the collector.
+    def owned(obj: Mapping[str, Any]) -> bool:
+        return controlled_by(obj, uid)
+
+    for kind, child in kinds.child_targets(s.cache, namespace, name, owned):
+        await _delete_owned_child(s, kind, namespace, child, uid)
+
+
+async def _release(s: Services, body: dict[str, Any]) -> Revisit | None:
+    """Remove the finalizer, so the API server deletes the sandbox."""
+    meta = body["metadata"]
+    namespace, name = meta.get("namespace", ""), meta["name"]
+    remaining = [item for item in meta.get("finalizers") or [] if item != FINALIZER]
+    patch = {"metadata": {"finalizers": remaining, "resourceVersion": meta.get("resourceVersion")}}
+    try:
+        updated = await s.kube.patch(SANDBOX.api, namespace, name, patch)
+    except NotFoundError:
+        return None
+    except ConflictError:
+        return Revisit(backoff="the CraftSandbox changed while removing the finalizer")
+    if updated.get("metadata", {}).get("deletionTimestamp") and remaining:
+        s.cache.put(SANDBOX.name, updated)
+    return None
+
+
+async def _delete_owned_child(
+    s: Services, kind: kinds.CachedKind, namespace: str, name: str, uid: str
+) -> None:
+    """Delete the child ``name`` only if it is the sandbox's, and only that very object.
+
+    The watches see only labelled objects, so a name the cache does not hold is read
+    once: an unlabelled object of someone else's by that name must survive. The uid
+    precondition keeps a successor that took the name meanwhile.
+    """
+    existing = s.cache.get(kind.name, namespace, name)
+    if existing is None:
+        try:
+            existing = await s.kube.get(kind.api, namespace, name)
+        except NotFoundError:
+            return
+        except ApiError as exc:
+            raise _BlockedError(f"cannot read {kind.name} {name}: {exc}") from None
+    if not controlled_by(existing, uid):
+        return
+    try:
+        await s.kube.delete(kind.api, namespace, name, uid=existing.get("metadata", {}).get("uid"))
+    except ConflictError:
+        pass  # the uid precondition failed: the object by that name is another one now
+    except ApiError as exc:
+        raise _BlockedError(f"cannot delete {kind.name} {name}: {exc}") from None
+    s.cache.forget(kind.name, namespace, name)

@@ -1,0 +1,56 @@
+"""Writing a pass's status: only what changed, as one merge patch on the status subresource."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from craft_operator.kube import kinds
+from craft_operator.kube.client import NotFoundError
+from craft_operator.metrics import time_to_ready
+from craft_operator.reconciler.deps import Services
+from craft_operator.reconciler.run import Run
+
+logger = logging.getLogger(__name__)
+SANDBOX = kinds.SANDBOX
+
+
+async def write_status(s: Services, run: Run) -> None:
+    """Complete the status (Ready, phase) and write its difference from the stored one.
+
+    Nothing is written when nothing changed. If the sandbox itself changed while the pass
+    ran, the pass asks to run again at once (the watch event it would have waited for is
+    older than what the cache now holds).
+    """
+    run.finish()
+    patch = run.status_patch()
+    if not patch:
+        return
+    logger.debug("%s/%s: status patch %s", run.namespace, run.name, patch)
+    try:
+        updated = await s.kube.patch(
+            SANDBOX.api, run.namespace, run.name, {"status": patch}, subresource="status"
+        )
+    except NotFoundError:
+        return
+    s.cache.put(SANDBOX.name, updated)
+    if _content_changed(run.body, updated):
+        run.revisit(after=0)
+    seconds = time_to_ready(run.body, run.status, run.now)
+    if seconds is not None:
+        s.metrics.observe_ready(seconds)
+
+
+def _content_changed(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
+    """Whether anything but the status (and bookkeeping metadata) differs."""
+
+    def content(body: Mapping[str, Any]) -> dict[str, Any]:
+        meta = {
+            key: value
+            for key, value in (body.get("metadata") or {}).items()
+            if key not in ("resourceVersion", "managedFields")
+        }
+        return {**{k: v for k, v in body.items() if k != "status"}, "metadata": meta}
+
+    return content(before) != content(after)

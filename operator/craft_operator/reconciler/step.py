@@ -1,0 +1,126 @@
+"""What a step of a pass is, and what the steps of one pass share.
+
+A step owns one condition. It reads the sandbox and what earlier steps found from the
+:class:`Pass`, converges what it is responsible for, records its condition in ``run``, and
+returns ``None`` to let the pass go on, or a :class:`Stop` saying why the steps after it
+must wait. The order of the steps is the table in :mod:`craft_operator.reconciler.table`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from craft_operator.api.models import CraftSandbox, Phase
+from craft_operator.kube.client import ApiError
+from craft_operator.kube.kinds import CachedKind
+from craft_operator.metrics import ProvisioningPhase
+from craft_operator.reconciler.children import ForeignObjectError, converge
+from craft_operator.reconciler.deps import Services
+from craft_operator.reconciler.ports import IssuedCredential
+from craft_operator.reconciler.run import Run
+from craft_operator.status import POD_READY, ConditionState
+
+NORMAL, WARNING = "Normal", "Warning"
+
+
+@dataclass(frozen=True)
+class Stop:
+    """The pass ends after the current row of steps; later conditions wait for ``reason``."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a row: the condition it owns and the coroutine that converges it.
+
+    A step that owns no condition (``None``) converges a child on behalf of another step
+    and reports its failures on that step's condition (the Secret on CredentialsReady).
+    """
+
+    condition: str | None
+    run: Callable[[Pass], Awaitable[Stop | None]]
+    #: A False condition of this step stays as it is while an earlier step stops the pass
+    #: (e.g. why the CLI was refused stays visible while the pod is replaced).
+    keeps_failure: bool = False
+
+
+@dataclass
+class Memory:
+    """What the reconciler remembers of a sandbox between passes (never persisted)."""
+
+    #: The problem last reported in an event, per sandbox, so it is said once, not per pass.
+    reported: dict[tuple[str, str], str] = field(default_factory=dict)
+
+
+@dataclass
+class Pass:
+    """One pass over one sandbox, as its steps see it."""
+
+    services: Services
+    sandbox: CraftSandbox
+    run: Run
+    memory: Memory = field(default_factory=Memory)
+    #: The sandbox's live PAT, once the credentials step found or minted it.
+    issued: IssuedCredential | None = None
+    #: The sandbox's pod, once the pod step found it running and Ready.
+    pod: dict[str, Any] | None = None
+
+    @property
+    def body(self) -> Mapping[str, Any]:
+        """The CraftSandbox as this pass read it (the object events are about)."""
+        return self.run.body
+
+    def event(self, reason: str, message: str, *, warning: bool = False) -> None:
+        """Post an event about the sandbox."""
+        kind = WARNING if warning else NORMAL
+        self.services.events.post(self.body, type=kind, reason=reason, message=message)
+
+    def fail(self, condition: str, reason: str, message: str) -> Stop:
+        """A failure that may pass: ``condition`` False, a Warning event, retry with backoff."""
+        self.run.set(ConditionState.false(condition, reason, message))
+        self.event(reason, message, warning=True)
+        self.run.revisit(backoff=reason)
+        return Stop(reason)
+
+    def fail_spec(self, reason: str, message: str) -> Stop:
+        """A spec that cannot work: the sandbox Failed until its spec (or settings) change."""
+        self.run.phase = Phase.FAILED
+        self.run.set(ConditionState.false(POD_READY, reason, message))
+        self.event(reason, message, warning=True)
+        return Stop(reason)
+
+    async def converge_child(
+        self,
+        desired: dict[str, Any],
+        kind: CachedKind,
+        condition: str,
+        *,
+        label: str,
+        phase: ProvisioningPhase | None = None,
+        detail: str = "",
+    ) -> Stop | None:
+        """Converge one child; an event when it changed; a failure reported on ``condition``.
+
+        ``label`` names the child in reasons: ``<label>Created``, ``<label>NameTaken``, ...
+        """
+        s = self.services
+        started = time.monotonic()
+        try:
+            result = await converge(s.kube, s.cache, kind.api, kind.name, desired)
+        except ForeignObjectError as exc:
+            return self.fail(condition, f"{label}NameTaken", str(exc))
+        except ApiError as exc:
+            return self.fail(condition, f"{label}WriteFailed", str(exc))
+        if result.action != "unchanged":
+            if phase is not None:
+                s.metrics.observe_phase(phase, time.monotonic() - started)
+            name = desired["metadata"]["name"]
+            self.event(
+                f"{label}{result.action.capitalize()}",
+                f"{result.action} {desired['kind']} {name}{detail}",
+            )
+        return None

@@ -1,0 +1,92 @@
+"""CredentialsReady: the sandbox holds a live PAT, minted or reused, renewed before it expires."""
+
+from __future__ import annotations
+
+import time
+
+from craft_operator.api.models import CredentialsStatus
+from craft_operator.credentials.errors import (
+    CredentialsError,
+    DatabaseUnavailableError,
+    KeyRingError,
+    SchemaMissingError,
+    UserInactiveError,
+    UserNotFoundError,
+)
+from craft_operator.metrics import ProvisioningPhase
+from craft_operator.reconciler.ports import IssuedCredential
+from craft_operator.reconciler.step import Pass, Step, Stop
+from craft_operator.status import CREDENTIALS_READY, ConditionState, kube_time
+
+WAITING = "WaitingForCredentials"
+
+_REASONS: tuple[tuple[type[CredentialsError], str], ...] = (
+    (UserNotFoundError, "UserNotFound"),
+    (UserInactiveError, "UserInactive"),
+    (DatabaseUnavailableError, "DatabaseUnavailable"),
+    (KeyRingError, "KeyRingError"),
+    (SchemaMissingError, "DatabaseSchemaMissing"),
+)
+
+
+def failure_reason(exc: CredentialsError) -> str:
+    """The condition reason for a credentials failure, stable enough to alert on."""
+    return next((reason for kind, reason in _REASONS if isinstance(exc, kind)), "CredentialsError")
+
+
+async def ensure_pat(p: Pass) -> Stop | None:
+    """Find or mint the sandbox's PAT; the pass waits for it when there is none."""
+    s, run = p.services, p.run
+    started = time.monotonic()
+    try:
+        issued = await s.credentials.ensure(p.sandbox)
+    except CredentialsError as exc:
+        return failed(p, failure_reason(exc), str(exc))
+    if issued.minted:
+        s.metrics.pat_minted(issued.reason)
+        s.metrics.observe_phase(ProvisioningPhase.CREDENTIALS, time.monotonic() - started)
+        p.event(
+            "PATMinted",
+            f"minted PAT {issued.token_display} (id {issued.pat_id})"
+            + (f": {issued.reason}" if issued.reason else ""),
+        )
+    else:
+        s.metrics.pat_reused()
+    run.set(ConditionState.true(CREDENTIALS_READY, "PATValid", _message(p, issued)))
+    run.status.credentials = CredentialsStatus(
+        token_display=issued.token_display,
+        pat_id=issued.pat_id,
+        minted_at=kube_time(issued.created_at),
+        expires_at=kube_time(issued.expires_at) if issued.expires_at else None,
+    )
+    if issued.expires_at is not None:
+        lifetime = p.sandbox.spec.credentials.lifetime
+        renew_at = issued.expires_at - lifetime * s.settings.credential_renewal_fraction
+        run.revisit(after=max(60.0, (renew_at - run.now).total_seconds() + 1))
+    p.issued = issued
+    return None
+
+
+def _message(p: Pass, issued: IssuedCredential) -> str:
+    """The condition's message: the PAT's validity, and why it replaced the last one."""
+    validity = (
+        f"PAT {issued.token_display} is valid until {issued.expires_at:%Y-%m-%dT%H:%M:%SZ}"
+        if issued.expires_at
+        else f"PAT {issued.token_display} does not expire"
+    )
+    if issued.minted and issued.superseded_pat_id is not None and issued.reason:
+        return f"{validity}; it replaced PAT {issued.superseded_pat_id}: {issued.reason}"
+    # Why this PAT replaced the last one stays said while the PAT is the same.
+    held = p.run.condition(CREDENTIALS_READY)
+    current = held.message if held is not None else ""
+    return current if current.startswith(f"{validity}; it replaced PAT ") else validity
+
+
+def failed(p: Pass, reason: str, message: str) -> Stop:
+    """No PAT: CredentialsReady False, counted, said in an event, retried with backoff."""
+    p.services.metrics.pat_failed(reason)
+    p.fail(CREDENTIALS_READY, reason, message)
+    return Stop(WAITING)
+
+
+STEP = Step(CREDENTIALS_READY, ensure_pat)

@@ -1,0 +1,43 @@
+"""UserLibrarySynced: the user's library from S3 is in the Ready pod, at the annotated revision.
+
+Exec mode runs the sync in the library pool (:mod:`.library_exec`), Job mode in a Job
+(:mod:`.library_job`); a pass never waits for either. One sandbox's syncs never overlap;
+a revision annotated while a sync runs is synced once it ends.
+"""
+
+from __future__ import annotations
+
+from craft_operator.api.models import LibraryMode, UserLibraryStatus
+from craft_operator.library import LibraryConfigError, resolve_location
+from craft_operator.reconciler.step import Pass, Step, Stop
+from craft_operator.reconciler.steps import library_exec, library_job
+from craft_operator.reconciler.steps.library_attempt import attempt_for, is_current
+from craft_operator.status import USER_LIBRARY_SYNCED, ConditionState
+
+NOT_CONFIGURED = "no S3 bucket in spec.userLibrary.bucket or CRAFT_S3_BUCKET: the library is empty"
+
+
+async def sync_library(p: Pass) -> Stop | None:
+    """Sync the library into the pod when the revision, the pod or the configuration moved."""
+    assert p.pod is not None, "the pod step runs first"
+    sandbox, run = p.sandbox, p.run
+    try:
+        location = resolve_location(
+            sandbox.spec.user_library, sandbox.spec.user, p.services.settings
+        )
+    except LibraryConfigError:
+        run.status.user_library = None
+        run.set(ConditionState.true(USER_LIBRARY_SYNCED, "NotConfigured", NOT_CONFIGURED))
+        return None
+    attempt = attempt_for(sandbox, location, str(p.pod["metadata"].get("uid", "")))
+    if sandbox.spec.user_library.mode == LibraryMode.JOB:
+        await library_job.sync(p, location, attempt)
+        return None
+    current = run.status.user_library or UserLibraryStatus()
+    if is_current(run, current, attempt) or current.failed_attempt == attempt.key:
+        return None  # synced already, or its failure is reported and retrying cannot help
+    library_exec.step(p, location, attempt)
+    return None
+
+
+STEP = Step(USER_LIBRARY_SYNCED, sync_library)

@@ -1,0 +1,68 @@
+"""What one library sync is for, and whether the last one already delivered it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from craft_operator.api.models import (
+    ANNOTATION_LIBRARY_REVISION,
+    ConditionStatus,
+    CraftSandbox,
+    UserLibraryStatus,
+)
+from craft_operator.library import LibraryLocation
+from craft_operator.reconciler.run import Run
+from craft_operator.status import USER_LIBRARY_SYNCED
+
+#: Reasons of a True condition: synced incrementally, or in full because the pod's copy of
+#: the manifest was not trusted.
+SYNCED, RESYNCED = "Synced", "ResyncedInFull"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What one sync is for: the revision, the pod and the configuration, and their hash."""
+
+    revision: str
+    pod_uid: str
+    config: str
+    key: str
+
+    @classmethod
+    def of(cls, revision: str, pod_uid: str, config: str) -> Attempt:
+        """The attempt for these three, keyed by their hash."""
+        return cls(revision, pod_uid, config, short_hash(f"{revision}|{pod_uid}|{config}"))
+
+
+def attempt_for(sandbox: CraftSandbox, location: LibraryLocation, pod_uid: str) -> Attempt:
+    """What a sync now would be for: the annotated revision, this pod, this configuration."""
+    revision = sandbox.metadata.annotations.get(ANNOTATION_LIBRARY_REVISION, "")
+    library = sandbox.spec.user_library
+    config = short_hash(
+        json.dumps(
+            [location.bucket, location.prefix, library.exclude, library.disabled_paths],
+            separators=(",", ":"),
+        )
+    )
+    return Attempt.of(revision, pod_uid, config)
+
+
+def is_current(run: Run, current: UserLibraryStatus, attempt: Attempt) -> bool:
+    """Whether the last successful sync delivered this revision, into this pod, with this
+    configuration."""
+    synced = run.condition(USER_LIBRARY_SYNCED)
+    return (
+        synced is not None
+        and synced.status == ConditionStatus.TRUE
+        and synced.reason in (SYNCED, RESYNCED)
+        and (current.observed_revision or "") == attempt.revision
+        and current.pod_uid == attempt.pod_uid
+        and current.config_hash == attempt.config
+    )
+
+
+def short_hash(text: str) -> str:
+    """A 16-hex-digit SHA-256 prefix of ``text``."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

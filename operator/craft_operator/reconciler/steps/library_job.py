@@ -1,0 +1,134 @@
+"""Job mode of UserLibrarySynced, as a pass sees it: collect a finished sync Job, start the next.
+
+The Jobs themselves (their manifest, credentials, creation and outcome) are
+:mod:`craft_operator.reconciler.sync_jobs`; this module decides when one runs and what the
+status says about it.
+"""
+
+from __future__ import annotations
+
+from craft_operator.api.models import ConditionStatus, UserLibraryStatus
+from craft_operator.kube import kinds
+from craft_operator.library import LibraryLocation, LibrarySyncError
+from craft_operator.reconciler import sync_jobs
+from craft_operator.reconciler.children import ForeignObjectError
+from craft_operator.reconciler.step import Pass
+from craft_operator.reconciler.steps.library_attempt import Attempt, is_current
+from craft_operator.status import USER_LIBRARY_SYNCED, ConditionState
+
+JOB, POD = kinds.JOB, kinds.POD
+
+
+async def sync(p: Pass, location: LibraryLocation, attempt: Attempt) -> None:
+    """Collect the outcome of the Job that ran, then start a Job if the library is behind."""
+    current = (p.run.status.user_library or UserLibraryStatus()).model_copy()
+    if current.job:
+        collected = await _collect(p, current)
+        if collected is None:
+            return  # the Job's watch events bring us back when it ends
+        current = collected
+        p.run.status.user_library = current
+    if is_current(p.run, current, attempt) or current.failed_attempt == attempt.key:
+        return
+    await _start(p, current, location, attempt)
+
+
+async def _collect(p: Pass, current: UserLibraryStatus) -> UserLibraryStatus | None:
+    """The status once the running Job's outcome is recorded; ``None`` while it runs."""
+    s, namespace, running = p.services, p.sandbox.metadata.namespace or "", current.job or ""
+    job = s.cache.get(JOB.name, namespace, running)
+    outcome = sync_jobs.read_outcome(s.cache, job) if job is not None else None
+    if job is not None and outcome is not None and not outcome.result:
+        # The Job's end can arrive before its pod's: read the pods once, directly.
+        selector = f"{sync_jobs.JOB_NAME_LABEL}={running}"
+        for job_pod in await s.kube.list(POD.api, namespace, label_selector=selector):
+            s.cache.put(POD.name, job_pod)
+        outcome = sync_jobs.read_outcome(s.cache, job)
+    if job is not None and outcome is None:
+        _syncing(p, f"sync Job {running} is running")
+        return None
+    current.job = None
+    if job is None or outcome is None:
+        return current  # the Job is gone: start over
+    await sync_jobs.remove_job(s.kube, s.cache, job)
+    if outcome.succeeded:
+        return _succeeded(p, current, outcome)
+    return _failed(p, current, outcome)
+
+
+async def _start(
+    p: Pass, current: UserLibraryStatus, location: LibraryLocation, attempt: Attempt
+) -> None:
+    """Create the next sync Job (with its scoped credentials, if configured)."""
+    s, run = p.services, p.run
+    sequence = (current.job_sequence or 0) + 1
+    try:
+        job = sync_jobs.desired_job(
+            p.sandbox,
+            s.settings,
+            location,
+            sequence=sequence,
+            revision=attempt.revision,
+            pod_uid=attempt.pod_uid,
+            config=attempt.config,
+        )
+        scoped = await sync_jobs.scoped_credentials(s.settings, location, job)
+    except LibrarySyncError as exc:
+        s.metrics.sync_failed(exc.reason)
+        if exc.retryable:
+            # STS throttled or briefly down: try again with backoff, not once per change.
+            p.fail(USER_LIBRARY_SYNCED, exc.reason, exc.message)
+            return
+        current.last_error = exc.message
+        current.failed_attempt = attempt.key
+        run.status.user_library = current
+        run.set(ConditionState.false(USER_LIBRARY_SYNCED, exc.reason, exc.message))
+        p.event(f"Library{exc.reason}", exc.message, warning=True)
+        return
+    try:
+        await sync_jobs.start_job(s.kube, s.cache, job, scoped)
+    except ForeignObjectError as exc:
+        p.fail(USER_LIBRARY_SYNCED, f"{exc.kind}NameTaken", str(exc))
+        return
+    name = job["metadata"]["name"]
+    current.job = name
+    current.job_sequence = sequence
+    run.status.user_library = current
+    _syncing(p, f"sync Job {name} started")
+    p.event("LibrarySyncJobCreated", f"created sync Job {name}")
+
+
+def _syncing(p: Pass, message: str) -> None:
+    # A library already synced stays True while the next Job runs.
+    if not p.run.condition_is(USER_LIBRARY_SYNCED, ConditionStatus.TRUE):
+        p.run.set(ConditionState.unknown(USER_LIBRARY_SYNCED, "Syncing", message))
+
+
+def _succeeded(
+    p: Pass, current: UserLibraryStatus, outcome: sync_jobs.JobOutcome
+) -> UserLibraryStatus:
+    result = outcome.result
+    synced = sync_jobs.synced_status(outcome, now=p.run.moment(), job_sequence=current.job_sequence)
+    message = f"{result.get('files', '?')} files, {result.get('bytes', '?')} bytes"
+    p.run.set(ConditionState.true(USER_LIBRARY_SYNCED, "Synced", message))
+    p.services.metrics.sync_finished(
+        int(result.get("bytesTransferred") or 0), float(result.get("durationSeconds") or 0)
+    )
+    p.event("LibrarySynced", message)
+    return synced
+
+
+def _failed(
+    p: Pass, current: UserLibraryStatus, outcome: sync_jobs.JobOutcome
+) -> UserLibraryStatus:
+    reason = str(outcome.result.get("reason") or "SyncJobFailed")
+    p.services.metrics.sync_failed(reason)
+    failed = current.model_copy()
+    failed.last_error = outcome.message[:1000]
+    if outcome.retryable:
+        p.run.revisit(backoff=reason)
+    else:
+        failed.failed_attempt = Attempt.of(outcome.revision, outcome.pod_uid, outcome.config).key
+    p.run.set(ConditionState.false(USER_LIBRARY_SYNCED, reason, outcome.message))
+    p.event(f"Library{reason}", outcome.message, warning=True)
+    return failed

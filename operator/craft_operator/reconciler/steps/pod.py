@@ -1,0 +1,114 @@
+"""PodReady: the sandbox's pod exists, matches its spec, and is Ready."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from craft_operator.api.models import ConditionStatus, LibraryMode
+from craft_operator.builders.library_job import library_claim_name
+from craft_operator.builders.naming import child_labels, pod_name
+from craft_operator.builders.pod import SandboxConfigError, build_pod
+from craft_operator.metrics import ProvisioningPhase
+from craft_operator.reconciler import egress
+from craft_operator.reconciler.children import ForeignObjectError, is_ours
+from craft_operator.reconciler.step import Pass, Step, Stop
+from craft_operator.reconciler.steps import pod_lifecycle, pod_state, sleep
+from craft_operator.status import POD_READY, ConditionState
+
+WAITING = pod_lifecycle.WAITING
+POD = pod_lifecycle.POD
+
+
+async def converge_pod(p: Pass) -> Stop | None:
+    """Create, keep or replace the pod; the pass goes on once it runs and is Ready."""
+    s, run, sandbox = p.services, p.run, p.sandbox
+    assert p.issued is not None, "the credentials step runs first"
+    claim = (
+        library_claim_name(sandbox) if sandbox.spec.user_library.mode == LibraryMode.JOB else None
+    )
+    try:
+        desired = build_pod(sandbox, s.settings, pat_id=p.issued.pat_id, library_claim=claim)
+    except SandboxConfigError as exc:
+        p.fail_spec(exc.reason, str(exc))
+        return Stop(WAITING)
+    namespace, name = sandbox.metadata.namespace, pod_name(sandbox)
+    actual = s.cache.get(POD.name, namespace, name)
+    run.status.pod_name = name
+    held = await sleep.hold(p, actual)
+    if held is not None:
+        return held
+    if actual is not None and not is_ours(actual, desired):
+        return p.fail(POD_READY, "PodNameTaken", str(ForeignObjectError("Pod", namespace, name)))
+    if actual is not None and actual["metadata"].get("deletionTimestamp"):
+        run.pod_exists = True
+        run.set(ConditionState.false(POD_READY, "PodTerminating", "the old pod is stopping"))
+        run.revisit(after=5)
+        return Stop(WAITING)
+    if actual is None:
+        refused = egress.refusal(s.cache, s.settings, desired)
+        if refused is not None:
+            return _egress_refused(p, refused)
+        return await pod_lifecycle.create(p, desired)
+    return await _running(p, actual, desired)
+
+
+async def _running(p: Pass, actual: dict[str, Any], desired: dict[str, Any]) -> Stop | None:
+    """The pod exists: replace it if it drifted or ended, else wait until it is Ready."""
+    s, run = p.services, p.run
+    run.pod_exists = True
+    run.status.pod_uid = actual["metadata"].get("uid")
+    stale = pod_state.drift(actual, desired)
+    if stale:
+        return await pod_lifecycle.replace(p, actual, reason="PodReplaced", message=stale)
+    if actual.get("status", {}).get("phase") in ("Failed", "Succeeded"):
+        return await pod_lifecycle.ended(p, actual)
+    labels = child_labels(p.sandbox)
+    have = actual["metadata"].get("labels") or {}
+    if any(have.get(key) != value for key, value in labels.items()):
+        meta = actual["metadata"]
+        patch = {"metadata": {"labels": labels}}
+        actual = await s.kube.patch(POD.api, meta.get("namespace"), meta["name"], patch)
+        s.cache.put(POD.name, actual)
+    if not pod_state.is_ready(actual):
+        return _starting(p, actual)
+    if not run.condition_is(POD_READY, ConditionStatus.TRUE):
+        started_at = pod_state.created_at(actual)
+        if started_at is not None:
+            seconds = (run.now - started_at).total_seconds()
+            s.metrics.observe_phase(ProvisioningPhase.POD_READY, seconds)
+    name = actual["metadata"]["name"]
+    run.set(ConditionState.true(POD_READY, "PodReady", f"pod {name} is ready"))
+    run.status.pod_failures = None
+    p.pod = actual
+    return None
+
+
+def _starting(p: Pass, pod: dict[str, Any]) -> Stop:
+    """The pod is not Ready yet: say why, and time it out after the provisioning timeout."""
+    run = p.run
+    detail = pod_state.waiting_detail(pod)
+    created = pod_state.created_at(pod)
+    timeout = p.services.settings.provisioning_timeout
+    if created and (run.now - created).total_seconds() > timeout:
+        held = run.condition(POD_READY)
+        if held is None or held.reason != "ProvisioningTimedOut":
+            message = f"the pod is not ready after {timeout:.0f}s: {detail}"
+            p.event("ProvisioningTimedOut", message, warning=True)
+        run.set(ConditionState.false(POD_READY, "ProvisioningTimedOut", detail))
+    else:
+        run.set(ConditionState.false(POD_READY, "PodStarting", detail))
+        if created:
+            run.revisit(after=timeout - (run.now - created).total_seconds() + 1)
+    return Stop(WAITING)
+
+
+def _egress_refused(p: Pass, refused: ConditionState) -> Stop:
+    """No pod until a NetworkPolicy restricts its egress; said once, when it starts."""
+    held = p.run.condition(POD_READY)
+    if held is None or held.reason != refused.reason:
+        p.event(refused.reason, refused.message, warning=True)
+    p.run.set(refused)
+    return Stop(refused.reason)
+
+
+STEP = Step(POD_READY, converge_pod)

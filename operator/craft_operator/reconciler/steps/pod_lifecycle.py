@@ -1,0 +1,111 @@
+"""Creating, replacing and giving up on the sandbox's pod, with backoff after failures."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from craft_operator.api.models import Phase
+from craft_operator.builders.naming import pod_name
+from craft_operator.kube import kinds
+from craft_operator.kube.client import ApiError, ConflictError
+from craft_operator.metrics import ProvisioningPhase
+from craft_operator.reconciler.children import ForeignObjectError, is_ours
+from craft_operator.reconciler.step import Pass, Stop
+from craft_operator.reconciler.steps import pod_state
+from craft_operator.status import POD_READY, ConditionState
+
+WAITING = "WaitingForPod"
+POD = kinds.POD
+
+
+async def create(p: Pass, desired: dict[str, Any]) -> Stop:
+    """Create the pod (after the backoff of a failed one); the pass waits for it to start."""
+    s, run = p.services, p.run
+    failures = run.status.pod_failures or 0
+    previous = run.condition(POD_READY)
+    if failures and previous is not None and previous.reason == "PodFailed":
+        failed_at = previous.last_transition_time or run.now
+        backoff = pod_state.restart_backoff(s.settings.pod_restart_backoff, failures)
+        wait = (failed_at - run.now).total_seconds() + backoff
+        if wait > 0:
+            run.revisit(after=wait)
+            return Stop(WAITING)
+    started = time.monotonic()
+    try:
+        created = await s.kube.create(POD.api, desired)
+    except ConflictError:
+        return await _exists_already(p, desired)
+    except ApiError as exc:
+        if exc.status in (400, 422):
+            # The API server refuses this pod (e.g. an admission policy); retrying the
+            # same spec cannot help, so wait for the spec or the settings to change.
+            p.fail_spec("PodRejected", str(exc))
+        else:
+            p.fail(POD_READY, "PodCreateFailed", str(exc))
+        return Stop(WAITING)
+    s.metrics.observe_phase(ProvisioningPhase.POD_CREATE, time.monotonic() - started)
+    s.cache.put(POD.name, created)
+    run.pod_exists = True
+    run.status.pod_uid = created["metadata"].get("uid")
+    run.set(ConditionState.false(POD_READY, "PodStarting", pod_state.waiting_detail(created)))
+    p.event("PodCreated", f"created pod {pod_name(p.sandbox)}")
+    return Stop(WAITING)
+
+
+async def _exists_already(p: Pass, desired: Mapping[str, Any]) -> Stop:
+    """The create raced an existing pod: ours (the cache is behind) or someone else's."""
+    s = p.services
+    namespace, name = p.sandbox.metadata.namespace, pod_name(p.sandbox)
+    existing = await s.kube.get(POD.api, namespace, name)
+    if not is_ours(existing, desired):
+        p.fail(POD_READY, "PodNameTaken", str(ForeignObjectError("Pod", namespace, name)))
+        return Stop(WAITING)
+    s.cache.put(POD.name, existing)
+    p.run.revisit(after=0)
+    p.run.pod_exists = True
+    return Stop(WAITING)
+
+
+async def remove(p: Pass, pod: Mapping[str, Any]) -> None:
+    """Delete this very pod (its uid), not a successor that took its name meanwhile."""
+    meta = pod["metadata"]
+    await p.services.kube.delete(POD.api, meta.get("namespace"), meta["name"], uid=meta.get("uid"))
+
+
+async def replace(
+    p: Pass, pod: Mapping[str, Any], *, reason: str, message: str, warning: bool = False
+) -> Stop:
+    """Delete the pod so the next pass creates it anew, and say why."""
+    await remove(p, pod)
+    p.run.pod_exists = True
+    p.run.set(ConditionState.false(POD_READY, reason, message))
+    p.event(reason, message, warning=warning)
+    return Stop(WAITING)
+
+
+async def ended(p: Pass, pod: dict[str, Any]) -> Stop:
+    """The pod failed or exited: replace it with backoff, or give up after too many."""
+    s, run = p.services, p.run
+    detail = pod_state.failure_detail(pod)
+    failures = run.status.pod_failures or 0
+    limit = s.settings.max_pod_failures
+    if failures >= limit:
+        run.phase = Phase.FAILED
+        run.set(ConditionState.false(POD_READY, "PodFailedRepeatedly", detail))
+        return Stop(WAITING)
+    failures += 1
+    run.status.pod_failures = failures
+    if failures >= limit:
+        message = (
+            f"{detail}; {failures} pods failed in a row, not replacing it until the spec "
+            "changes (the failed pod is kept for its logs)"
+        )
+        run.phase = Phase.FAILED
+        run.set(ConditionState.false(POD_READY, "PodFailedRepeatedly", message))
+        p.event("PodFailedRepeatedly", message, warning=True)
+        return Stop(WAITING)
+    await replace(p, pod, reason="PodFailed", message=detail, warning=True)
+    run.revisit(after=pod_state.restart_backoff(s.settings.pod_restart_backoff, failures))
+    return Stop(WAITING)

@@ -1,0 +1,73 @@
+"""What a pod's own fields say: Ready or not, why it waits, whether it drifted from its spec."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from craft_operator.builders.naming import ANNOTATION_PAT_ID, ANNOTATION_TEMPLATE_HASH
+
+
+def is_ready(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod's Ready condition is True."""
+    for condition in pod.get("status", {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return bool(condition.get("status") == "True")
+    return False
+
+
+def waiting_detail(pod: Mapping[str, Any]) -> str:
+    """Why the pod is not ready yet, in one line (a container's waiting reason first)."""
+    status = pod.get("status", {})
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting")
+        if waiting:
+            reason = waiting.get("reason", "Waiting")
+            message = waiting.get("message", "")
+            return f"{reason}: {message}".rstrip(": ")
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return f"{condition.get('reason', 'Unschedulable')}: {condition.get('message', '')}"
+    return f"pod phase {status.get('phase') or 'Pending'}"
+
+
+def failure_detail(pod: Mapping[str, Any]) -> str:
+    """What a pod that ended (Failed or Succeeded) says about why."""
+    status = pod.get("status", {})
+    why = status.get("reason") or status.get("phase")
+    detail = f"pod {pod['metadata']['name']} {status.get('phase', '').lower()}: {why}"
+    if status.get("message"):
+        detail += f" ({status['message']})"
+    return detail
+
+
+def drift(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> str | None:
+    """Why the running pod must be replaced to match ``desired``, or ``None``."""
+    have_annotations = actual["metadata"].get("annotations") or {}
+    want_annotations = desired["metadata"]["annotations"]
+    if have_annotations.get(ANNOTATION_TEMPLATE_HASH) != want_annotations[ANNOTATION_TEMPLATE_HASH]:
+        if have_annotations.get(ANNOTATION_PAT_ID) != want_annotations[ANNOTATION_PAT_ID]:
+            return "the sandbox's PAT changed; replacing the pod so it reads the new one"
+        return "the pod spec changed; replacing the pod"
+    images = [c.get("image") for c in actual.get("spec", {}).get("containers", [])]
+    wanted = [c.get("image") for c in desired["spec"]["containers"]]
+    if images != wanted:
+        return "the pod's image was edited; replacing the pod"
+    return None
+
+
+def created_at(pod: Mapping[str, Any]) -> datetime | None:
+    """The pod's creationTimestamp, if readable."""
+    text = pod["metadata"].get("creationTimestamp")
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def restart_backoff(base: float, failures: int) -> float:
+    """How long to wait before replacing a pod after ``failures`` failures in a row."""
+    return float(min(300.0, base * 2 ** max(0, failures - 1)))

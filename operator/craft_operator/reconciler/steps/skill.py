@@ -1,0 +1,71 @@
+"""SkillRendered: the company-search SKILL.md, rendered for the user, in its ConfigMap."""
+
+from __future__ import annotations
+
+from craft_operator.api.models import SkillStatus
+from craft_operator.builders.configmap import build_skills_configmap
+from craft_operator.builders.naming import skills_configmap_name
+from craft_operator.kube import kinds
+from craft_operator.metrics import ProvisioningPhase
+from craft_operator.reconciler.step import Pass, Step, Stop
+from craft_operator.skills.render import RenderedSkill
+from craft_operator.skills.template import SkillTemplateError
+from craft_operator.status import SKILL_RENDERED, ConditionState
+
+WAITING = "WaitingForChildren"
+
+
+async def render_skill(p: Pass) -> Stop | None:
+    """Render the skill and converge its ConfigMap.
+
+    A template that fails keeps the last good rendering in place; with none yet, the
+    shipped template is used, and the condition says why either way.
+    """
+    s, run = p.services, p.run
+    existing = s.cache.get(
+        kinds.CONFIGMAP.name, p.sandbox.metadata.namespace, skills_configmap_name(p.sandbox)
+    )
+    try:
+        rendered: RenderedSkill = await s.skills.render(p.sandbox)
+    except SkillTemplateError as exc:
+        run.set(ConditionState.false(SKILL_RENDERED, "TemplateError", str(exc)))
+        p.event("SkillTemplateError", str(exc), warning=True)
+        if existing is not None:
+            return None
+        rendered = await s.skills.render(p.sandbox, builtin=True)
+    else:
+        message = f"company-search skill lists {rendered.source_count} source(s)"
+        run.set(ConditionState.true(SKILL_RENDERED, "Rendered", message))
+    desired = build_skills_configmap(
+        p.sandbox, text=rendered.text, content_hash=rendered.content_hash
+    )
+    failed = await p.converge_child(
+        desired,
+        kinds.CONFIGMAP,
+        SKILL_RENDERED,
+        label="ConfigMap",
+        phase=ProvisioningPhase.SKILL,
+        detail=f" (skill {rendered.content_hash[:12]})",
+    )
+    if failed:
+        return Stop(WAITING)
+    _record(p, rendered)
+    return None
+
+
+def _record(p: Pass, rendered: RenderedSkill) -> None:
+    """The skill's status; sources not known to the operator said once per rendering."""
+    previous = p.run.old_status.skill.content_hash if p.run.old_status.skill else None
+    p.run.status.skill = SkillStatus(
+        source_count=rendered.source_count, content_hash=rendered.content_hash
+    )
+    if rendered.unknown_sources and previous != rendered.content_hash:
+        p.event(
+            "UnknownSource",
+            "not known to this operator, listed by name only: "
+            + ", ".join(rendered.unknown_sources),
+            warning=True,
+        )
+
+
+STEP = Step(SKILL_RENDERED, render_skill)

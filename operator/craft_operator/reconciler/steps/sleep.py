@@ -1,0 +1,66 @@
+"""Suspend and idle sleep: when the sandbox's pod must not run, and waking it on activity."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from craft_operator.api.models import ANNOTATION_LAST_ACTIVITY, Phase
+from craft_operator.reconciler.idle import IdleDecision, decide_idle
+from craft_operator.reconciler.step import Pass, Stop
+from craft_operator.reconciler.steps import pod_lifecycle
+from craft_operator.status import POD_READY, ConditionState
+
+
+async def hold(p: Pass, actual: dict[str, Any] | None) -> Stop | None:
+    """Stop the pod while the sandbox is suspended or asleep (a Stop says which); ``None``
+    when the pod may run, waking the sandbox if activity resumed."""
+    s, run, sandbox = p.services, p.run, p.sandbox
+    decision = decide_idle(
+        idle_timeout=sandbox.spec.idle_timeout,
+        last_activity=sandbox.metadata.annotations.get(ANNOTATION_LAST_ACTIVITY),
+        sleeping_since=run.status.sleeping_since,
+        now=run.now,
+        woke_at=run.status.woke_at,
+    )
+    _report_problem(p, decision)
+    if sandbox.spec.suspend:
+        run.phase = Phase.SUSPENDED
+        return await _stop_pod(p, actual, "Suspended", "spec.suspend is true")
+    if decision.asleep:
+        if decision.sleep_now:
+            run.status.sleeping_since = run.moment()
+            timeout = sandbox.spec.idle_timeout or timedelta()
+            p.event(
+                "SandboxSleeping",
+                f"no activity for {timeout}; the pod is stopped until the next one",
+            )
+        run.phase = Phase.SLEEPING
+        return await _stop_pod(p, actual, "Sleeping", "the sandbox is asleep after being idle")
+    if decision.wake_now:
+        run.status.sleeping_since = None
+        run.status.woke_at = run.moment()
+        p.event("SandboxWaking", "activity resumed")
+    if decision.recheck_after is not None:
+        # Precise, but never longer than the check interval (robust to clock jumps).
+        run.revisit(after=min(decision.recheck_after + 1, s.settings.idle_check_interval))
+    return None
+
+
+def _report_problem(p: Pass, decision: IdleDecision) -> None:
+    """An unreadable last-activity annotation, said once per distinct problem, not per pass."""
+    reported = p.memory.reported
+    if decision.problem and reported.get(p.run.key) != decision.problem:
+        reported[p.run.key] = decision.problem
+        p.event("LastActivityInvalid", decision.problem, warning=True)
+    elif not decision.problem:
+        reported.pop(p.run.key, None)
+
+
+async def _stop_pod(p: Pass, actual: dict[str, Any] | None, reason: str, message: str) -> Stop:
+    if actual is not None and not actual["metadata"].get("deletionTimestamp"):
+        await pod_lifecycle.remove(p, actual)
+        p.event(f"Pod{reason}", message)
+    p.run.set(ConditionState.false(POD_READY, reason, message))
+    p.run.status.pod_uid = None
+    return Stop(reason)

@@ -1,0 +1,63 @@
+"""The table of steps: the order of a pass over a sandbox, one row per condition.
+
+Each row converges one part of the sandbox and owns one condition (a step that converges a
+child for another step's condition owns none). The steps of one row are independent of
+each other and all run; after a row in which a step stopped, the
+pass ends, and every condition of a later row this pass has not set becomes ``Unknown``
+with the reason the step gave (``WaitingForCredentials``, ``WaitingForPod``,
+``Sleeping``, ...). Ready requires the conditions of the rows, in this order.
+
+Adding a condition is one new module under ``steps/`` defining ``STEP`` and one row here.
+"""
+
+from __future__ import annotations
+
+from craft_operator.api.models import ConditionStatus
+from craft_operator.reconciler.step import Pass, Step, Stop
+from craft_operator.reconciler.steps import (
+    cli,
+    credentials,
+    library,
+    library_volume,
+    pod,
+    secret,
+    skill,
+)
+from craft_operator.status import ConditionState
+
+#: The rows of a pass, in order.
+STEPS: tuple[tuple[Step, ...], ...] = (
+    (credentials.STEP,),  # CredentialsReady: a live PAT
+    (secret.STEP, skill.STEP, library_volume.STEP),  # SkillRendered; what the pod mounts
+    (pod.STEP,),  # PodReady
+    (cli.STEP,),  # CLIValidated
+    (library.STEP,),  # UserLibrarySynced
+)
+
+#: The conditions Ready requires, in reporting order.
+CONDITIONS: tuple[str, ...] = tuple(
+    dict.fromkeys(step.condition for row in STEPS for step in row if step.condition is not None)
+)
+
+WAITING_MESSAGE = "waiting for an earlier step"
+
+
+async def run_steps(p: Pass, steps: tuple[tuple[Step, ...], ...] = STEPS) -> None:
+    """Run the rows in order until one stops; later conditions then wait."""
+    for index, row in enumerate(steps):
+        stops = [stop for step in row if (stop := await step.run(p)) is not None]
+        if stops:
+            _wait(p, steps[index + 1 :], stops[0])
+            return
+
+
+def _wait(p: Pass, later: tuple[tuple[Step, ...], ...], stop: Stop) -> None:
+    """Mark the conditions of the later rows Waiting, except what this pass already set."""
+    run = p.run
+    for row in later:
+        for step in row:
+            if step.condition is None or step.condition in run.touched:
+                continue
+            if step.keeps_failure and run.condition_is(step.condition, ConditionStatus.FALSE):
+                continue
+            run.set(ConditionState.unknown(step.condition, stop.reason, WAITING_MESSAGE))
