@@ -69,6 +69,20 @@ def create_credentials_engine(url: str | URL, *, echo: bool = False) -> Engine:
     ``BEGIN IMMEDIATE`` so that writers queue on the database lock instead of failing, and
     file databases use WAL so that readers do not wait for writers.
     """
+    parsed = _parse_database_url(url)
+    if parsed.get_backend_name() == "postgresql":
+        try:
+            return create_engine(parsed, hide_parameters=True, echo=echo, pool_pre_ping=False)
+        except ImportError as exc:
+            raise CredentialsError(
+                f"the PostgreSQL driver is not installed ({exc.name}); install "
+                "craft-operator[postgres]"
+            ) from None
+    return _create_sqlite_engine(parsed, echo=echo)
+
+
+def _parse_database_url(url: str | URL) -> URL:
+    """The URL, checked to name SQLite or PostgreSQL (with psycopg 3 as its driver)."""
     try:
         parsed = make_url(url)
     except ArgumentError:
@@ -85,14 +99,11 @@ def create_credentials_engine(url: str | URL, *, echo: bool = False) -> Engine:
     if parsed.drivername == "postgresql":
         # The operator ships psycopg 3; SQLAlchemy's default driver would be psycopg2.
         parsed = parsed.set(drivername="postgresql+psycopg")
-    if backend == "postgresql":
-        try:
-            return create_engine(parsed, hide_parameters=True, echo=echo, pool_pre_ping=False)
-        except ImportError as exc:
-            raise CredentialsError(
-                f"the PostgreSQL driver is not installed ({exc.name}); install "
-                "craft-operator[postgres]"
-            ) from None
+    return parsed
+
+
+def _create_sqlite_engine(parsed: URL, *, echo: bool) -> Engine:
+    """The embedded database's engine: WAL for files, ``BEGIN IMMEDIATE`` for writers."""
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     engine = create_engine(

@@ -20,7 +20,9 @@ from typing import cast
 from sqlalchemy import Table, delete, exists, func, select, update
 
 from craft_operator.credentials.db import WRITE_OPTION, translated_errors
-from craft_operator.credentials.store import CredentialStore, revoke_pat_statement, utc_now
+from craft_operator.credentials.model import utc_now
+from craft_operator.credentials.revocation import revoke_pat_statement
+from craft_operator.credentials.store import CredentialStore
 from craft_operator.credentials.tables import SandboxCredential
 
 _CRED = cast(Table, SandboxCredential.__table__)

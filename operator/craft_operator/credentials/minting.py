@@ -1,0 +1,184 @@
+"""Minting a sandbox's new PAT in one write transaction, revoking the one it supersedes.
+
+Lock the row and check it is the version the decision was made on, insert the new PAT and
+revoke the superseded one (one statement on Postgres), and point the row at the new PAT,
+so the switch is atomic. A row that changed since it was read raises
+:class:`LostRaceError`, and the transaction (the new PAT with it) rolls back.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pydantic import SecretStr
+from sqlalchemy import Row, and_, bindparam, insert, literal, select, update
+from sqlalchemy.engine import Connection
+
+from craft_operator.credentials.backend import CRED, PAT, USER, StoreBackend, log
+from craft_operator.credentials.errors import UserInactiveError, UserNotFoundError
+from craft_operator.credentials.keyring import seal_token
+from craft_operator.credentials.model import IssuedCredential, SandboxIdentity
+from craft_operator.credentials.renewal import EnsurePolicy
+from craft_operator.credentials.revocation import revoke_pat_statement
+from craft_operator.credentials.tokens import (
+    CRAFT_SCOPES,
+    PatType,
+    display_form,
+    generate_token,
+    hash_token,
+    pat_name,
+)
+
+_LOCK_VERSION = select(CRED.c.version).where(CRED.c.id == bindparam("row_id")).with_for_update()
+
+
+class LostRaceError(Exception):
+    """Another writer changed the row between our read and our write; try again."""
+
+
+def mint(
+    backend: StoreBackend, policy: EnsurePolicy, row: Row[Any] | None, reason: str
+) -> IssuedCredential:
+    """Replace the credential read as ``row`` (None: there was none) with a new PAT.
+
+    Raises :class:`LostRaceError` (or a unique violation) when another writer changed
+    the credential since ``row`` was read; the caller reads again and decides again.
+    """
+    identity = policy.identity
+    with backend.writer.begin() as connection:
+        if row is not None:
+            _check_version(connection, row)
+        now = backend.clock()
+        token = generate_token(policy.tenant_id)
+        expires_at = now + policy.lifetime
+        # Only a PAT that still exists can be superseded (and revoked).
+        superseded = None if row is None or row.pat_hash is None else row.pat_id
+        pat_id = insert_pat(
+            backend, connection, identity, policy.user_id, token, now, expires_at, superseded
+        )
+        values: dict[str, Any] = {
+            "sandbox_uid": identity.uid,
+            "user_id": policy.user_id,
+            "tenant_id": policy.tenant_id,
+            "pat_id": pat_id,
+            "token_display": display_form(token),
+            "encrypted_token": seal_token(backend.keyring, token, sandbox_uid=identity.uid),
+            "key_id": backend.keyring.current_key_id,
+            "created_at": now,
+            "expires_at": expires_at,
+            "updated_at": now,
+            "cluster_id": backend.cluster_id,
+        }
+        _write_row(connection, identity, row, values)
+    log.info(
+        "%s: minted PAT %s (%s), expires %s%s",
+        identity,
+        pat_id,
+        reason,
+        expires_at.isoformat(),
+        f"; revoked PAT {superseded}" if superseded is not None else "",
+    )
+    return IssuedCredential(
+        token=token,
+        pat_id=pat_id,
+        token_display=display_form(token),
+        created_at=now,
+        expires_at=expires_at,
+        minted=True,
+        superseded_pat_id=superseded,
+        reason=reason,
+    )
+
+
+def _check_version(connection: Connection, row: Row[Any]) -> None:
+    """Lock the row and check it is still the one we decided on.
+
+    (Re-reading the joined PAT under the lock would not do: in READ COMMITTED the lock
+    returns the row's newest version but joins it to rows of the statement's snapshot.)
+    """
+    locked = connection.execute(_LOCK_VERSION, {"row_id": row.id}).scalar_one_or_none()
+    if locked != row.version:
+        raise LostRaceError
+
+
+def _write_row(
+    connection: Connection,
+    identity: SandboxIdentity,
+    row: Row[Any] | None,
+    values: dict[str, Any],
+) -> None:
+    """Insert the sandbox's row, or update the one read as ``row`` if it is unchanged."""
+    if row is None:
+        connection.execute(
+            insert(CRED).values(
+                namespace=identity.namespace, name=identity.name, version=1, **values
+            )
+        )
+        return
+    result = connection.execute(
+        update(CRED)
+        .where(CRED.c.id == row.id, CRED.c.version == row.version)
+        .values(version=row.version + 1, **values)
+    )
+    if result.rowcount != 1:
+        raise LostRaceError
+
+
+def insert_pat(
+    backend: StoreBackend,
+    connection: Connection,
+    identity: SandboxIdentity,
+    user_id: uuid.UUID,
+    token: SecretStr,
+    now: datetime,
+    expires_at: datetime,
+    superseded: int | None,
+) -> int:
+    """Insert the new PAT (revoking ``superseded``, if any); returns its id."""
+    values: dict[str, Any] = {
+        "name": pat_name(identity.namespace, identity.name),
+        "hashed_token": hash_token(token),
+        "token_display": display_form(token),
+        "user_id": user_id,
+        "expires_at": expires_at,
+        "created_at": now,
+        "is_revoked": False,
+        "pat_type": PatType.CRAFT,
+        "scopes": list(CRAFT_SCOPES),
+    }
+    if not backend.onyx_mode:
+        if superseded is not None:
+            connection.execute(revoke_pat_statement(superseded, now))
+        result = connection.execute(insert(PAT).values(**values).returning(PAT.c.id))
+        return int(result.scalar_one())
+    return _insert_pat_for_active_user(connection, identity, values, now, superseded)
+
+
+def _insert_pat_for_active_user(
+    connection: Connection,
+    identity: SandboxIdentity,
+    values: dict[str, Any],
+    now: datetime,
+    superseded: int | None,
+) -> int:
+    """One statement on Postgres: revoke the superseded PAT (a data-modifying CTE) and
+    insert the new one only if the user exists and is active."""
+    user_id = values["user_id"]
+    source = select(*(literal(value, PAT.c[key].type) for key, value in values.items())).where(
+        and_(USER.c.id == user_id, USER.c.is_active.is_(True))
+    )
+    statement = insert(PAT).from_select(list(values), source).returning(PAT.c.id)
+    if superseded is not None:
+        revoked = revoke_pat_statement(superseded, now).returning(PAT.c.id)
+        statement = statement.add_cte(revoked.cte("superseded"))
+    pat_id = connection.execute(statement).scalar_one_or_none()
+    if pat_id is None:
+        active = connection.execute(
+            select(USER.c.is_active).where(USER.c.id == user_id)
+        ).scalar_one_or_none()
+        if active is None:
+            raise UserNotFoundError(f"{identity}: user {user_id} does not exist in Onyx")
+        raise UserInactiveError(f"{identity}: user {user_id} is inactive in Onyx")
+    return int(pat_id)

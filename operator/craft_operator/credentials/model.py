@@ -1,0 +1,120 @@
+"""What the credential store hands out and reports: identities, issued PATs, stored rows.
+
+Plain values with no database access; :mod:`craft_operator.credentials.store` re-exports
+them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from pydantic import SecretStr
+from sqlalchemy import Row
+
+DEFAULT_LIFETIME = timedelta(hours=720)
+DEFAULT_RENEWAL_FRACTION = 0.2
+
+#: How a mint's reason starts when the stored token could not be decrypted.
+UNDECRYPTABLE = "the stored token cannot be decrypted with the key ring"
+
+
+def utc_now() -> datetime:
+    """The current time, aware and in UTC (the store's default clock)."""
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class SandboxIdentity:
+    """Which sandbox a credential belongs to: the CraftSandbox's namespace, name and uid."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    def __str__(self) -> str:
+        return f"sandbox {self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class IssuedCredential:
+    """The sandbox's current PAT, as :meth:`CredentialStore.ensure` returns it.
+
+    ``token`` is a :class:`SecretStr`: its repr and str are masked; call
+    ``token.get_secret_value()`` only to write the Kubernetes Secret.
+    """
+
+    token: SecretStr = field(repr=False)
+    pat_id: int
+    token_display: str
+    created_at: datetime
+    expires_at: datetime
+    minted: bool
+    superseded_pat_id: int | None = None
+    #: Why a new PAT was minted (``None`` when the stored one was reused).
+    reason: str | None = None
+
+
+class PatState(StrEnum):
+    """The state of the PAT a stored credential points to."""
+
+    LIVE = "live"
+    REVOKED = "revoked"
+    EXPIRED = "expired"
+    MISSING = "missing"
+
+
+@dataclass(frozen=True)
+class CredentialInfo:
+    """What is stored for a sandbox, without the token (for ``credentials show``)."""
+
+    namespace: str
+    name: str
+    sandbox_uid: str
+    user_id: str
+    tenant_id: str
+    pat_id: int
+    token_display: str
+    key_id: str
+    created_at: datetime
+    expires_at: datetime
+    pat_state: PatState
+
+
+@dataclass(frozen=True)
+class RotationResult:
+    """What :meth:`CredentialStore.rotate` did."""
+
+    key_id: str
+    changed: int
+    failures: tuple[str, ...] = ()
+
+
+def pat_state(row: Row[Any], now: datetime) -> PatState:
+    """The state at ``now`` of the PAT a stored row (joined to its PAT) points to."""
+    if row.pat_hash is None:
+        return PatState.MISSING
+    if row.pat_revoked:
+        return PatState.REVOKED
+    if row.pat_expires_at is not None and row.pat_expires_at <= now:
+        return PatState.EXPIRED
+    return PatState.LIVE
+
+
+def credential_info(row: Row[Any], now: datetime) -> CredentialInfo:
+    """What a stored row (joined to its PAT) says, without the token."""
+    return CredentialInfo(
+        namespace=row.namespace,
+        name=row.name,
+        sandbox_uid=row.sandbox_uid,
+        user_id=str(row.user_id),
+        tenant_id=row.tenant_id,
+        pat_id=row.pat_id,
+        token_display=row.token_display,
+        key_id=row.key_id,
+        created_at=row.created_at,
+        expires_at=row.expires_at,
+        pat_state=pat_state(row, now),
+    )

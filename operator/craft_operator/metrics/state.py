@@ -1,0 +1,135 @@
+"""The collector that reads the operator's own state at scrape time (watch cache, work
+queue, API client, active replica), so that those figures cannot drift."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from craft_operator.api.models import KIND
+from craft_operator.metrics.labels import API_VERBS, metric_name
+from craft_operator.metrics.sandboxes import count_sandboxes
+
+
+class SandboxCache(Protocol):
+    """The part of the operator's watch cache the collector reads."""
+
+    def items(self, kind: str) -> Iterator[tuple[Any, dict[str, Any]]]:
+        """All cached objects of ``kind``."""
+        ...
+
+
+class QueueStats(Protocol):
+    """The part of the work queue the collector reads."""
+
+    processed: int
+    failed: int
+
+    def __len__(self) -> int: ...
+
+
+class StateCollector(Collector):
+    """Reads the operator's own state at scrape time: cache, queue and API client."""
+
+    def __init__(self) -> None:
+        self.cache: SandboxCache | None = None
+        self.queue: QueueStats | None = None
+        self.queue_backlog: Callable[[], int] | None = None
+        self.api_requests: Mapping[str, int] | None = None
+        self.active: Callable[[], bool] | None = None
+        self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+
+    def describe(self) -> Iterable[Metric]:
+        """The metric names, so the registry can refuse a duplicate."""
+        return list(self._families(with_samples=False))
+
+    def collect(self) -> Iterable[Metric]:
+        """The current values."""
+        return list(self._families(with_samples=True))
+
+    def _families(self, *, with_samples: bool) -> Iterator[Metric]:
+        yield from self._sandbox_families(with_samples=with_samples)
+        yield from self._queue_families(with_samples=with_samples)
+        yield self._api_requests_family(with_samples=with_samples)
+        yield self._replica_family(with_samples=with_samples)
+
+    def _sandbox_families(self, *, with_samples: bool) -> Iterator[Metric]:
+        phases = GaugeMetricFamily(
+            metric_name("sandboxes"),
+            "CraftSandboxes known to the operator, by phase.",
+            labels=["phase"],
+        )
+        oldest = GaugeMetricFamily(
+            metric_name("sandbox_oldest_not_ready_seconds"),
+            "Seconds the longest-waiting Pending or Provisioning sandbox has not been Ready "
+            "(0 when none waits).",
+        )
+        without_policy = GaugeMetricFamily(
+            metric_name("sandboxes_without_policy"),
+            "Sandboxes admitted before that keep running while the CraftSandboxPolicy is "
+            "missing or unreadable (condition PolicyEnforced False).",
+        )
+        if with_samples and self.cache is not None:
+            bodies = (body for _, body in self.cache.items(KIND))
+            counts = count_sandboxes(bodies, self.clock())
+            for phase, count in counts.by_phase.items():
+                phases.add_metric([phase], count)
+            oldest.add_metric([], counts.oldest_not_ready_seconds)
+            without_policy.add_metric([], counts.without_policy)
+        yield phases
+        yield oldest
+        yield without_policy
+
+    def _queue_families(self, *, with_samples: bool) -> Iterator[Metric]:
+        depth = GaugeMetricFamily(
+            metric_name("workqueue_depth"),
+            "Sandboxes in the work queue, due now or later (periodic revisits included).",
+        )
+        backlog = GaugeMetricFamily(
+            metric_name("workqueue_backlog"),
+            "Sandboxes whose reconcile is due but not started yet (workers busy).",
+        )
+        passes = CounterMetricFamily(
+            metric_name("reconcile_passes"), "Reconcile passes run (successful or not)."
+        )
+        failures = CounterMetricFamily(
+            metric_name("reconcile_failures"),
+            "Reconcile passes that failed and were retried with backoff.",
+        )
+        if with_samples and self.queue is not None:
+            depth.add_metric([], len(self.queue))
+            passes.add_metric([], self.queue.processed + self.queue.failed)
+            failures.add_metric([], self.queue.failed)
+        if with_samples and self.queue_backlog is not None:
+            backlog.add_metric([], self.queue_backlog())
+        yield depth
+        yield backlog
+        yield passes
+        yield failures
+
+    def _api_requests_family(self, *, with_samples: bool) -> Metric:
+        requests = CounterMetricFamily(
+            metric_name("api_requests"),
+            "Requests the operator's own client sent to the Kubernetes API, by HTTP verb "
+            "(kopf's watches are not included).",
+            labels=["verb"],
+        )
+        if with_samples and self.api_requests is not None:
+            snapshot = dict(self.api_requests)
+            for verb in API_VERBS:
+                requests.add_metric([verb], snapshot.pop(verb, 0))
+            requests.add_metric(["other"], sum(snapshot.values()))
+        return requests
+
+    def _replica_family(self, *, with_samples: bool) -> Metric:
+        active = GaugeMetricFamily(
+            metric_name("replica_active"),
+            "1 while this replica reconciles, 0 while it is the standby of an active/standby pair.",
+        )
+        if with_samples and self.active is not None:
+            active.add_metric([], 1.0 if self.active() else 0.0)
+        return active
