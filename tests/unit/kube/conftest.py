@@ -1,14 +1,16 @@
-"""Fixtures for the reconciler's building blocks: a KMock emulator and a client bound to it.
+"""Fixtures of the kube/ tests, also used by the reconciler's (its conftest imports them).
 
-The emulator is the integration tier's (``tests.support.emulator``), with the Kubernetes
-schema check on every write. It does not emulate delete preconditions, so this folder adds
-one ``before_request`` hook that answers a stale ``preconditions.uid`` with 409, as the real
-API server does.
+A KMock emulator and the operator's client bound to it: the emulator is the integration
+tier's (``tests.support.emulator``), with the Kubernetes schema check on every write. It
+does not emulate delete preconditions, so this folder adds one ``before_request`` hook that
+answers a stale ``preconditions.uid`` with 409, as the real API server does. And for
+``kube/exec.py``: a stand-in for the API server's exec endpoint with the real
+``KubernetesExec`` bound to it (``tests.support.exec_api``).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import aiohttp.web
@@ -18,7 +20,9 @@ import pytest
 from kmock._internal import rendering
 
 from craft_operator.kube.client import KubeClient
+from craft_operator.kube.exec import KubernetesExec
 from tests.support.emulator import KubeEmulator, declare_core_resources
+from tests.support.exec_api import FakeApiServer, kubernetes_exec, serve_exec_api
 from tests.support.schemas import core_schema_validator
 
 NAMESPACE = "craft-sandboxes"
@@ -76,3 +80,17 @@ async def kube(emulator: KubeEmulator) -> AsyncIterator[KubeClient]:
     client.configure(kopf.ConnectionInfo(server=str(emulator.url).rstrip("/"), insecure=True))
     yield client
     await client.close()
+
+
+@pytest.fixture
+async def api_server() -> AsyncIterator[FakeApiServer]:
+    """The stand-in exec endpoint, serving on 127.0.0.1."""
+    async with serve_exec_api() as server:
+        yield server
+
+
+@pytest.fixture
+def transport(api_server: FakeApiServer) -> Iterator[KubernetesExec]:
+    """The operator's real exec transport, talking to ``api_server``."""
+    with kubernetes_exec(api_server) as exec_transport:
+        yield exec_transport
