@@ -21,7 +21,7 @@ from craft_operator.kube.client import KubeClient
 from craft_operator.kube.connection import discover_connection
 from craft_operator.kube.events import EventRecorder
 from craft_operator.kube.exec import ExecResult, ExecTransport, KubernetesExec, Stdin
-from craft_operator.metrics import Metrics, start_from_settings
+from craft_operator.metrics import Metrics, MetricsServer, start_from_settings
 from craft_operator.peering.monitor import PeeringMonitor, default_identity
 from craft_operator.peering.options import PeeringOptions
 from craft_operator.reconciler.deps import Services
@@ -168,6 +168,61 @@ def build_registry(
     return registry
 
 
+def _kopf_settings(namespaces: Collection[str], peering: PeeringOptions) -> kopf.OperatorSettings:
+    """kopf's settings for this run: production ones, plus what the namespaces and the
+    peering change."""
+    kopf_settings = kopf.OperatorSettings()
+    configure_kopf(kopf_settings)
+    if namespaces:
+        # The namespaces are exact names. kopf's scanning would list and watch every
+        # namespace in the cluster (a cluster-wide grant the operator does not otherwise
+        # need) and wait a minute before falling back when refused. Without it kopf treats
+        # the names as given and finds the CRD by one discovery at start.
+        kopf_settings.scanning.disabled = True
+    if not peering.standalone:
+        kopf_settings.peering.lifetime = peering.lifetime
+    return kopf_settings
+
+
+async def _start_gate(
+    context: OperatorContext, peering: PeeringOptions, identity: str
+) -> PeeringMonitor | None:
+    """Close the activity gate until the operator may work; a peered replica's monitor."""
+    if peering.standalone:
+        await context.gate.hold_until_primed()
+        return None
+    monitor = PeeringMonitor(
+        kube=context.kube, gate=context.gate, options=peering, identity=identity
+    )
+    # A standby until the peering object says otherwise, as kopf's mandatory peering is.
+    await context.gate.deactivate("the peering object is not read yet")
+    return monitor
+
+
+def _ignored_tasks(foreign_tasks: set[asyncio.Task[Any]] | None) -> set[asyncio.Task[Any]]:
+    """The tasks kopf must not cancel on shutdown: those running now and ``foreign_tasks``.
+
+    When given, ``foreign_tasks`` itself is returned (grown by the running ones), so that
+    the caller's later additions count too.
+    """
+    ignored = set(foreign_tasks) if foreign_tasks is not None else set()
+    ignored.update(asyncio.all_tasks())
+    if foreign_tasks is not None:
+        foreign_tasks.update(ignored)
+        ignored = foreign_tasks
+    return ignored
+
+
+async def _shut_down(context: OperatorContext, metrics_server: MetricsServer | None) -> None:
+    """Stop the metrics server, the library sync pool and the credential store."""
+    if metrics_server is not None:
+        await metrics_server.stop()
+    await context.services.library_pool.close()
+    credentials = context.services.credentials
+    if isinstance(credentials, StoreCredentials):
+        credentials.close()
+
+
 async def run_operator(
     settings: Settings,
     *,
@@ -199,31 +254,11 @@ async def run_operator(
         raise TypeError("standalone=True contradicts peering through a peering object")
     context = context or build_context(settings, exec_transport=exec_transport)
     context.gate.namespaces = tuple(namespaces)
-    kopf_settings = kopf.OperatorSettings()
-    configure_kopf(kopf_settings)
-    if namespaces:
-        # The namespaces are exact names. kopf's scanning would list and watch every
-        # namespace in the cluster (a cluster-wide grant the operator does not otherwise
-        # need) and wait a minute before falling back when refused. Without it kopf treats
-        # the names as given and finds the CRD by one discovery at start.
-        kopf_settings.scanning.disabled = True
+    kopf_settings = _kopf_settings(namespaces, peering)
     identity = peering.identity or default_identity()
-    monitor = None
-    if not peering.standalone:
-        kopf_settings.peering.lifetime = peering.lifetime
-        monitor = PeeringMonitor(
-            kube=context.kube, gate=context.gate, options=peering, identity=identity
-        )
-        # A standby until the peering object says otherwise, as kopf's mandatory peering is.
-        await context.gate.deactivate("the peering object is not read yet")
-    else:
-        await context.gate.hold_until_primed()
+    monitor = await _start_gate(context, peering, identity)
     registry = build_registry(context, login=login, monitor=monitor)
-    ignored = set(foreign_tasks) if foreign_tasks is not None else set()
-    ignored.update(asyncio.all_tasks())
-    if foreign_tasks is not None:
-        foreign_tasks.update(ignored)
-        ignored = foreign_tasks
+    ignored = _ignored_tasks(foreign_tasks)
     tasks = await kopf.spawn_tasks(
         registry=registry,
         settings=kopf_settings,
@@ -243,9 +278,4 @@ async def run_operator(
     try:
         await kopf.run_tasks(tasks, ignored=ignored)
     finally:
-        if metrics_server is not None:
-            await metrics_server.stop()
-        await context.services.library_pool.close()
-        credentials = context.services.credentials
-        if isinstance(credentials, StoreCredentials):
-            credentials.close()
+        await _shut_down(context, metrics_server)

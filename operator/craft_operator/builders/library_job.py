@@ -148,6 +148,88 @@ def _secret_env(secret: S3CredentialsSecret) -> list[dict[str, Any]]:
     ]
 
 
+def _sync_container(
+    sandbox: CraftSandbox,
+    *,
+    image: str,
+    location: LibraryLocation,
+    credentials: S3CredentialsSecret,
+    caps: SyncCaps,
+    resources: Mapping[str, Mapping[str, str]] | None,
+) -> dict[str, Any]:
+    """The sync container: restricted, read-only root, the S3 keys from the Job's Secret."""
+    library = sandbox.spec.user_library
+    restricted = container_security_context(SANDBOX_UID, read_only_root=True)
+    return {
+        "name": SYNC_CONTAINER,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["craft-operator"],
+        "args": sync_args(
+            location, excludes=library.exclude, disabled=library.disabled_paths, caps=caps
+        ),
+        "env": [*_secret_env(credentials), {"name": "HOME", "value": SCRATCH_DIR}],
+        "resources": {key: dict(value) for key, value in (resources or {}).items()}
+        or {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
+        "securityContext": restricted,
+        "terminationMessagePolicy": "File",
+        "volumeMounts": [
+            {"name": "user-library", "mountPath": LIBRARY_ROOT},
+            {"name": "tmp", "mountPath": SCRATCH_DIR},
+        ],
+    }
+
+
+def _sync_pod_spec(
+    sandbox: CraftSandbox, container: dict[str, Any], claim_name: str
+) -> dict[str, Any]:
+    """The Job's pod: no service account token, the library claim, near the sandbox pod."""
+    sandbox_affinity = {
+        "weight": 100,
+        "podAffinityTerm": {
+            "labelSelector": {
+                "matchLabels": {LABEL_SANDBOX: sandbox.metadata.name, LABEL_COMPONENT: "sandbox"}
+            },
+            "topologyKey": "kubernetes.io/hostname",
+        },
+    }
+    return {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": pod_security_context(SANDBOX_UID),
+        # A ReadWriteOnce volume is usable only on one node: prefer the sandbox's.
+        "affinity": {
+            "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [sandbox_affinity]}
+        },
+        "containers": [container],
+        "volumes": [
+            {"name": "user-library", "persistentVolumeClaim": {"claimName": claim_name}},
+            {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+        ],
+    }
+
+
+def _pod_failure_policy() -> dict[str, Any]:
+    """Fail the Job at once on ``PERMANENT_EXIT_CODES``; a disrupted pod is not a failure."""
+    return {
+        "rules": [
+            {
+                "action": "FailJob",
+                "onExitCodes": {
+                    "containerName": SYNC_CONTAINER,
+                    "operator": "In",
+                    "values": list(PERMANENT_EXIT_CODES),
+                },
+            },
+            {
+                "action": "Ignore",
+                "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+            },
+        ]
+    }
+
+
 def build_sync_job(
     sandbox: CraftSandbox,
     *,
@@ -168,56 +250,18 @@ def build_sync_job(
     ``revision`` (the ``user-library-revision`` it syncs) is recorded as an annotation so
     the reconciler can tell which revision a finished Job delivered.
     """
-    library = sandbox.spec.user_library
     annotations = {ANNOTATION_LIBRARY_REVISION: revision} if revision is not None else None
     metadata = child_metadata(sandbox, sync_job_name(sandbox, sequence), annotations)
     metadata["labels"][LABEL_COMPONENT] = SYNC_COMPONENT
-    restricted = container_security_context(SANDBOX_UID, read_only_root=True)
-    container: dict[str, Any] = {
-        "name": SYNC_CONTAINER,
-        "image": image,
-        "imagePullPolicy": "IfNotPresent",
-        "command": ["craft-operator"],
-        "args": sync_args(
-            location, excludes=library.exclude, disabled=library.disabled_paths, caps=caps
-        ),
-        "env": [*_secret_env(credentials), {"name": "HOME", "value": SCRATCH_DIR}],
-        "resources": {key: dict(value) for key, value in (resources or {}).items()}
-        or {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
-        "securityContext": restricted,
-        "terminationMessagePolicy": "File",
-        "volumeMounts": [
-            {"name": "user-library", "mountPath": LIBRARY_ROOT},
-            {"name": "tmp", "mountPath": SCRATCH_DIR},
-        ],
-    }
-    sandbox_affinity = {
-        "weight": 100,
-        "podAffinityTerm": {
-            "labelSelector": {
-                "matchLabels": {LABEL_SANDBOX: sandbox.metadata.name, LABEL_COMPONENT: "sandbox"}
-            },
-            "topologyKey": "kubernetes.io/hostname",
-        },
-    }
-    pod_spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "securityContext": pod_security_context(SANDBOX_UID),
-        # A ReadWriteOnce volume is usable only on one node: prefer the sandbox's.
-        "affinity": {
-            "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [sandbox_affinity]}
-        },
-        "containers": [container],
-        "volumes": [
-            {
-                "name": "user-library",
-                "persistentVolumeClaim": {"claimName": claim_name or library_claim_name(sandbox)},
-            },
-            {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
-        ],
-    }
+    container = _sync_container(
+        sandbox,
+        image=image,
+        location=location,
+        credentials=credentials,
+        caps=caps,
+        resources=resources,
+    )
+    pod_spec = _sync_pod_spec(sandbox, container, claim_name or library_claim_name(sandbox))
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -226,22 +270,7 @@ def build_sync_job(
             "backoffLimit": backoff_limit,
             "activeDeadlineSeconds": active_deadline_seconds,
             "ttlSecondsAfterFinished": ttl_seconds_after_finished,
-            "podFailurePolicy": {
-                "rules": [
-                    {
-                        "action": "FailJob",
-                        "onExitCodes": {
-                            "containerName": SYNC_CONTAINER,
-                            "operator": "In",
-                            "values": list(PERMANENT_EXIT_CODES),
-                        },
-                    },
-                    {
-                        "action": "Ignore",
-                        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
-                    },
-                ]
-            },
+            "podFailurePolicy": _pod_failure_policy(),
             "template": {"metadata": {"labels": _pod_labels(sandbox)}, "spec": pod_spec},
         },
     }

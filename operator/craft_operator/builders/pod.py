@@ -6,7 +6,7 @@ import hashlib
 import json
 from typing import Any
 
-from craft_operator.api.models import CraftSandbox, LibraryMode
+from craft_operator.api.models import CraftSandbox, CraftSandboxSpec, LibraryMode
 from craft_operator.builders.naming import (
     ANNOTATION_PAT_ID,
     ANNOTATION_TEMPLATE_HASH,
@@ -110,6 +110,47 @@ def template_hash(pod: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+def _sandbox_container(sandbox: CraftSandbox, settings: Settings) -> dict[str, Any]:
+    """The agent's container: the server URL, the PAT from the Secret, skills and library."""
+    return {
+        "name": SANDBOX_CONTAINER,
+        "image": sandbox.spec.image or settings.sandbox_image,
+        "imagePullPolicy": "IfNotPresent",
+        "env": [
+            {"name": "ONYX_SERVER_URL", "value": server_url_for(sandbox, settings)},
+            {
+                "name": "ONYX_PAT",
+                "valueFrom": {
+                    "secretKeyRef": {"name": secret_name(sandbox), "key": SECRET_KEY_PAT}
+                },
+            },
+        ],
+        "resources": resources_for(sandbox, settings),
+        "securityContext": container_security_context(),
+        "volumeMounts": [
+            {"name": "skills", "mountPath": SKILLS_MOUNT, "readOnly": True},
+            {"name": "user-library", "mountPath": LIBRARY_MOUNT},
+        ],
+    }
+
+
+def _scheduling(spec: CraftSandboxSpec) -> dict[str, Any]:
+    """The pod spec's fields for where and how it runs, only those the spec sets."""
+    fields: dict[str, Any] = {}
+    if spec.runtime_class_name:
+        fields["runtimeClassName"] = spec.runtime_class_name
+    if spec.node_selector:
+        fields["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        fields["tolerations"] = [
+            toleration.model_dump(by_alias=True, exclude_none=True, mode="json")
+            for toleration in spec.tolerations
+        ]
+    if spec.priority_class_name:
+        fields["priorityClassName"] = spec.priority_class_name
+    return fields
+
+
 def build_pod(
     sandbox: CraftSandbox,
     settings: Settings,
@@ -118,34 +159,12 @@ def build_pod(
     library_claim: str | None = None,
 ) -> dict[str, Any]:
     """The desired sandbox pod, annotated with the hash the reconciler compares."""
-    spec = sandbox.spec
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "securityContext": pod_security_context(),
-        "containers": [
-            {
-                "name": SANDBOX_CONTAINER,
-                "image": spec.image or settings.sandbox_image,
-                "imagePullPolicy": "IfNotPresent",
-                "env": [
-                    {"name": "ONYX_SERVER_URL", "value": server_url_for(sandbox, settings)},
-                    {
-                        "name": "ONYX_PAT",
-                        "valueFrom": {
-                            "secretKeyRef": {"name": secret_name(sandbox), "key": SECRET_KEY_PAT}
-                        },
-                    },
-                ],
-                "resources": resources_for(sandbox, settings),
-                "securityContext": container_security_context(),
-                "volumeMounts": [
-                    {"name": "skills", "mountPath": SKILLS_MOUNT, "readOnly": True},
-                    {"name": "user-library", "mountPath": LIBRARY_MOUNT},
-                ],
-            }
-        ],
+        "containers": [_sandbox_container(sandbox, settings)],
         "volumes": [
             {
                 "name": "skills",
@@ -156,18 +175,8 @@ def build_pod(
             },
             library_volume(sandbox, library_claim),
         ],
+        **_scheduling(sandbox.spec),
     }
-    if spec.runtime_class_name:
-        pod_spec["runtimeClassName"] = spec.runtime_class_name
-    if spec.node_selector:
-        pod_spec["nodeSelector"] = dict(spec.node_selector)
-    if spec.tolerations:
-        pod_spec["tolerations"] = [
-            toleration.model_dump(by_alias=True, exclude_none=True, mode="json")
-            for toleration in spec.tolerations
-        ]
-    if spec.priority_class_name:
-        pod_spec["priorityClassName"] = spec.priority_class_name
     pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -87,14 +87,7 @@ def run(
     verbose: bool,
 ) -> None:
     """Run the operator against the in-cluster config or the current kube context."""
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if not verbose:
-        # kopf logs every watch event its handlers see at INFO; ours only feed a queue, and
-        # the reconciler logs and posts events for whatever it changes.
-        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    _configure_logging(verbose)
     if namespaces and all_namespaces:
         fail("use either --namespace or --all-namespaces, not both", code=2)
     try:
@@ -120,23 +113,7 @@ def run(
     except CredentialsError as exc:
         fail(str(exc), code=2)
         return
-    try:
-        info = discover_connection()
-        asyncio.run(check_reachable(info))
-    except ClusterUnreachableError as exc:
-        fail(str(exc))
-        return
-    # A served namespace without the operator's Role would show only as failing watches and
-    # a first listing that never completes, for every namespace: refuse to start instead.
-    template = settings.skill_template_configmap_ref
-    problem = asyncio.run(
-        check_operator_access(
-            info,
-            watched,
-            peering=not peering.standalone,
-            template_namespace=template[0] if template is not None else None,
-        )
-    )
+    problem = _cluster_problem(settings, watched, peering)
     if problem is not None:
         fail(problem)
         return
@@ -149,6 +126,38 @@ def run(
                 liveness_endpoint=liveness_endpoint,
             )
         )
+
+
+def _configure_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not verbose:
+        # kopf logs every watch event its handlers see at INFO; ours only feed a queue, and
+        # the reconciler logs and posts events for whatever it changes.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+
+
+def _cluster_problem(settings: Settings, watched: list[str], peering: PeeringOptions) -> str | None:
+    """Why the operator cannot work against the cluster (unreachable, or without the access
+    it needs in ``watched``), or None."""
+    try:
+        info = discover_connection()
+        asyncio.run(check_reachable(info))
+    except ClusterUnreachableError as exc:
+        return str(exc)
+    # A served namespace without the operator's Role would show only as failing watches and
+    # a first listing that never completes, for every namespace: refuse to start instead.
+    template = settings.skill_template_configmap_ref
+    return asyncio.run(
+        check_operator_access(
+            info,
+            watched,
+            peering=not peering.standalone,
+            template_namespace=template[0] if template is not None else None,
+        )
+    )
 
 
 def peering_options(

@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from craft_operator.config import SettingsError, load_settings
+from craft_operator.config import Settings, SettingsError, load_settings
 from craft_operator.library.errors import LibrarySyncError
 from craft_operator.library.location import caps_from_settings
 from craft_operator.library.plan import SyncCaps
@@ -107,11 +107,7 @@ def sync_user_library(
     except SettingsError as exc:
         _fail(str(exc), EXIT_USAGE, result_file, {})
         return
-    defaults = caps_from_settings(settings)
-    caps = SyncCaps(
-        max_file_bytes=max_file_bytes or defaults.max_file_bytes,
-        max_total_bytes=max_total_bytes or defaults.max_total_bytes,
-    )
+    caps = _caps(settings, max_file_bytes, max_total_bytes)
     client = make_s3_client(
         endpoint_url=endpoint_url or settings.s3_endpoint_url,
         region=region or settings.s3_region,
@@ -134,6 +130,20 @@ def sync_user_library(
         extra = {"reason": exc.reason, "retryable": exc.retryable}
         _fail(exc.message, code, result_file, extra)
         return
+    _report(result, result_file=result_file, as_json=as_json)
+
+
+def _caps(settings: Settings, max_file_bytes: int | None, max_total_bytes: int | None) -> SyncCaps:
+    """The caps given on the command line, else the settings' (``CRAFT_LIBRARY_MAX_*``)."""
+    defaults = caps_from_settings(settings)
+    return SyncCaps(
+        max_file_bytes=max_file_bytes or defaults.max_file_bytes,
+        max_total_bytes=max_total_bytes or defaults.max_total_bytes,
+    )
+
+
+def _report(result: SyncResult, *, result_file: Path | None, as_json: bool) -> None:
+    """Write the result file, if any, and print the result (JSON or one line)."""
     payload = result.to_json()
     if result_file is not None:
         _write_result(result_file, {"ok": True, **payload})

@@ -12,7 +12,8 @@ environment (Secret and ConfigMap references resolved).
 
 ``up`` starts every process in the background, waits until the cluster serves (API ready,
 node Ready, service accounts being created) and prints ``KUBECONFIG=<path>`` last; ``down``
-stops every process it started, by pid.
+stops every process it started, by pid. What each process is started with (its flags, its
+files, the simulated node) is :mod:`craft_operator.devtools.daemons`.
 """
 
 from __future__ import annotations
@@ -32,85 +33,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from craft_operator.devtools import processes
+from craft_operator.devtools import daemons, processes
+from craft_operator.devtools.daemons import BINARIES, DAEMONS, NODE_NAME, build_node
 from craft_operator.devtools.pki import PkiFiles, ensure_pki
-
-DAEMONS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "podexec")
-BINARIES = (
-    "etcd",
-    "kube-apiserver",
-    "kube-controller-manager",
-    "kube-scheduler",
-    "kwok",
-    "podexec",
-    "kubectl",
-)
-NODE_NAME = "kwok-node"
-#: Requests by the service accounts of these namespaces are audited (the operator's).
-AUDITED_NAMESPACES = ("craft-system",)
-SERVICE_CIDR = "10.96.0.0/16"
-#: The controllers this project relies on (garbage collection above all); the others are
-#: left out because they have nothing to act on here and only cost CPU.
-CONTROLLERS = tuple(
-    f"{name}-controller"
-    for name in (
-        "garbage-collector",
-        "job",
-        "namespace",
-        "serviceaccount",
-        "serviceaccount-token",
-        "ttl-after-finished",
-        "replicaset",
-        "deployment",
-        "statefulset",
-        "disruption",
-        "root-ca-certificate-publisher",
-        "pod-garbage-collector",
-        "node-lifecycle",
-        "clusterrole-aggregation",
-        "persistentvolume-binder",
-        "persistentvolume-protection",
-        "persistentvolumeclaim-protection",
-        "validatingadmissionpolicy-status",
-    )
-)
-
-
-#: The programs the simulated sandbox image has from BusyBox (the image promises sh and tar;
-#: the library scripts use the rest).
-IMAGE_APPLETS = (
-    "sh", "tar", "cat", "mv", "rm", "mkdir", "rmdir", "dirname", "ls", "sleep", "env", "echo",
-    "test", "[", "printf", "find", "wc", "head", "sort", "stat", "touch", "id", "true", "false",
-)  # fmt: skip
-
-
-def build_node(kubelet_port: int) -> dict[str, Any]:
-    """The simulated node: its kubelet endpoint is podexec on 127.0.0.1:``kubelet_port``.
-
-    Room for 10,000 sandbox pods (the load benchmark). kwok gives it its addresses (the API
-    server is told to dial InternalIP, 127.0.0.1). It declares no features, so the API
-    server speaks SPDY to podexec (ExtendWebSocketsToKubelet needs a websocket kubelet).
-    """
-    capacity = {"cpu": "20k", "memory": "80Ti", "ephemeral-storage": "400Ti", "pods": "20000"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": NODE_NAME,
-            "labels": {
-                "kubernetes.io/hostname": NODE_NAME,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-                "type": "kwok",
-            },
-            "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
-        },
-        "status": {
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
-            "capacity": capacity,
-            "allocatable": capacity,
-        },
-    }
 
 
 class ControlPlaneError(Exception):
@@ -170,7 +95,7 @@ class ControlPlane:
     @property
     def audit_log(self) -> Path:
         """The API server's audit log: every request of a service account in
-        ``AUDITED_NAMESPACES`` (the operator's), one JSON line each, once complete."""
+        ``daemons.AUDITED_NAMESPACES`` (the operator's), one JSON line each, once complete."""
         return self.state / "audit.log"
 
     @property
@@ -309,24 +234,7 @@ class ControlPlane:
     # -- the processes ------------------------------------------------------------------
 
     def _write_kubeconfig(self) -> None:
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "craft-local",
-                    "cluster": {
-                        "server": self.server,
-                        "certificate-authority": str(self.pki.ca_cert),
-                    },
-                }
-            ],
-            "users": [{"name": "admin", "user": {"token": self.admin_token()}}],
-            "contexts": [
-                {"name": "craft-local", "context": {"cluster": "craft-local", "user": "admin"}}
-            ],
-            "current-context": "craft-local",
-        }
+        config = daemons.kubeconfig(self.server, self.pki.ca_cert, self.admin_token())
         self.kubeconfig.touch(mode=0o600, exist_ok=True)
         self.kubeconfig.write_text(json.dumps(config, indent=2))
 
@@ -334,94 +242,28 @@ class ControlPlane:
         processes.start(self.state, name, [self.binary(name), *args], env=env)
 
     def _start_etcd(self) -> None:
-        data = self.state / "etcd"
-        peer = f"http://127.0.0.1:{self.ports.etcd_peer}"
-        client = f"http://127.0.0.1:{self.ports.etcd_client}"
+        ports = self.ports
         self._start(
-            "etcd",
-            f"--data-dir={data}",
-            "--name=craft-local",
-            f"--listen-client-urls={client}",
-            f"--advertise-client-urls={client}",
-            f"--listen-peer-urls={peer}",
-            f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster=craft-local={peer}",
-            "--unsafe-no-fsync=true",
-            "--quota-backend-bytes=8589934592",
-            "--log-level=warn",
+            "etcd", *daemons.etcd_args(self.state / "etcd", ports.etcd_client, ports.etcd_peer)
         )
-
-    def _write_audit_policy(self) -> Path:
-        groups = ", ".join(f'"system:serviceaccounts:{ns}"' for ns in AUDITED_NAMESPACES)
-        policy = self.state / "audit-policy.yaml"
-        policy.write_text(
-            "apiVersion: audit.k8s.io/v1\n"
-            "kind: Policy\n"
-            "omitStages: [RequestReceived, ResponseStarted]\n"
-            "rules:\n"
-            f"  - level: Metadata\n    userGroups: [{groups}]\n"
-            "  - level: None\n"
-        )
-        return policy
 
     def _start_apiserver(self) -> None:
-        pki = self.pki
-        self._start(
-            "kube-apiserver",
-            f"--etcd-servers=http://127.0.0.1:{self.ports.etcd_client}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
-            # The kubernetes Service cannot point at loopback; nothing here needs it.
-            "--endpoint-reconciler-type=none",
-            f"--secure-port={self.ports.apiserver}",
-            f"--tls-cert-file={pki.serving_cert}",
-            f"--tls-private-key-file={pki.serving_key}",
-            f"--client-ca-file={pki.ca_cert}",
-            f"--token-auth-file={pki.token_file}",
-            f"--service-account-key-file={pki.service_account_public_key}",
-            f"--service-account-signing-key-file={pki.service_account_key}",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--authorization-mode=RBAC",
-            # As OpenShift does: setting blockOwnerDeletion needs update on the owner's
-            # finalizers, so RBAC that misses it fails here and not first in production.
-            "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
-            f"--audit-policy-file={self._write_audit_policy()}",
-            f"--audit-log-path={self.audit_log}",
-            "--audit-log-format=json",
-            "--audit-log-mode=blocking",
-            "--audit-log-maxsize=0",
-            "--kubelet-preferred-address-types=InternalIP",
-            f"--kubelet-certificate-authority={pki.ca_cert}",
-            f"--kubelet-client-certificate={pki.kubelet_client_cert}",
-            f"--kubelet-client-key={pki.kubelet_client_key}",
-            "--allow-privileged=false",
-            "--profiling=false",
-            "--v=1",
+        policy = self.state / "audit-policy.yaml"
+        policy.write_text(daemons.audit_policy())
+        args = daemons.apiserver_args(
+            self.pki, self.ports.etcd_client, self.ports.apiserver, policy, self.audit_log
         )
+        self._start("kube-apiserver", *args)
 
     def _start_controller_manager(self) -> None:
-        self._start(
-            "kube-controller-manager",
-            f"--kubeconfig={self.kubeconfig}",
-            f"--controllers={','.join(CONTROLLERS)}",
-            f"--service-account-private-key-file={self.pki.service_account_key}",
-            f"--root-ca-file={self.pki.ca_cert}",
-            "--leader-elect=false",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={self.ports.controller_manager}",
-            "--concurrent-gc-syncs=5",
-            "--profiling=false",
+        args = daemons.controller_manager_args(
+            self.kubeconfig, self.pki, self.ports.controller_manager
         )
+        self._start("kube-controller-manager", *args)
 
     def _start_scheduler(self) -> None:
         self._start(
-            "kube-scheduler",
-            f"--kubeconfig={self.kubeconfig}",
-            "--leader-elect=false",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={self.ports.scheduler}",
-            "--profiling=false",
+            "kube-scheduler", *daemons.scheduler_args(self.kubeconfig, self.ports.scheduler)
         )
 
     def _start_kwok(self) -> None:
@@ -433,63 +275,19 @@ class ControlPlane:
         ).stdout
         config = self.state / "kwok.yaml"
         config.write_text(stages)
-        # No --node-port and no --server-address: kwok serves nothing itself and leaves the
-        # node's kubelet port alone, which points at podexec.
-        self._start(
-            "kwok",
-            f"--kubeconfig={self.kubeconfig}",
-            f"--config={config}",
-            "--manage-all-nodes=true",
-            "--node-ip=127.0.0.1",
-            f"--node-name={NODE_NAME}",
-            "--cidr=10.0.0.0/16",
-        )
+        self._start("kwok", *daemons.kwok_args(self.kubeconfig, config))
 
     def _start_podexec(self) -> None:
-        image_bin = self._prepare_image()
-        pki = self.pki
-        processes.start(
-            self.state,
-            "podexec",
-            [
-                self.binary("podexec"),
-                "serve",
-                f"--address=127.0.0.1:{self.ports.kubelet}",
-                f"--kubeconfig={self.kubeconfig}",
-                f"--tls-cert-file={pki.kubelet_cert}",
-                f"--tls-private-key-file={pki.kubelet_key}",
-                f"--client-ca-file={pki.ca_cert}",
-                f"--pods-dir={self.pods_dir}",
-                f"--volumes-dir={self.state / 'volumes'}",
-                f"--image-bin={image_bin}",
-            ],
+        image_bin = daemons.prepare_image(self.state / "image" / "bin", self.onyx_cli)
+        args = daemons.podexec_args(
+            self.kubeconfig,
+            self.pki,
+            self.ports.kubelet,
+            pods_dir=self.pods_dir,
+            volumes_dir=self.state / "volumes",
+            image_bin=image_bin,
         )
-
-    def _prepare_image(self) -> Path:
-        """The simulated sandbox image's programs: BusyBox's applets and onyx-cli.
-
-        Copied, not linked, where the original sits in a directory the pod's user may not
-        enter (a virtualenv under /root).
-        """
-        image_bin = self.state / "image" / "bin"
-        if image_bin.exists():
-            shutil.rmtree(image_bin)
-        image_bin.mkdir(parents=True)
-        busybox = shutil.which("busybox")
-        if busybox:
-            for applet in IMAGE_APPLETS:
-                (image_bin / applet).symlink_to(busybox)
-        else:
-            print(
-                "controlplane: busybox is not installed, so the simulated sandbox image runs "
-                "this machine's sh and tar instead (apt-get install busybox)",
-                file=sys.stderr,
-            )
-        if self.onyx_cli is not None:
-            shutil.copy2(self.onyx_cli, image_bin / "onyx-cli")
-        for path in (image_bin.parent, image_bin):
-            path.chmod(0o755)
-        return image_bin
+        self._start("podexec", *args)
 
     def _ensure_node(self) -> None:
         """Register the simulated node (kwok makes it Ready); nothing if it exists."""

@@ -117,25 +117,50 @@ def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def ensure_pki(directory: Path) -> PkiFiles:
-    """Create the key material in ``directory`` unless it is all there already."""
-    files = PkiFiles(directory)
-    wanted = (
-        files.ca_cert,
-        files.serving_cert,
-        files.serving_key,
-        files.kubelet_cert,
-        files.kubelet_client_cert,
-        files.service_account_key,
-        files.service_account_public_key,
-        files.token_file,
-        files.admin_token,
-    )
-    if all(path.exists() for path in wanted):
-        return files
-    directory.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
+@dataclass(frozen=True)
+class _Authority:
+    """The CA, while it signs: its key, its certificate and the validity it gives."""
 
+    key: ec.EllipticCurvePrivateKey
+    cert: x509.Certificate
+    not_before: datetime.datetime
+
+    def issue(
+        self,
+        cert_path: Path,
+        key_path: Path,
+        subject: x509.Name,
+        usage: x509.ObjectIdentifier,
+        names: Sequence[str] = (),
+        ips: Sequence[str] = (),
+    ) -> None:
+        """Write a new key and a certificate for it, signed by this CA, for ``usage``."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(self.cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(self.not_before)
+            .not_valid_after(self.not_before + VALIDITY)
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        )
+        alternative_names: list[x509.GeneralName] = [x509.DNSName(name) for name in names]
+        alternative_names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+        if alternative_names:
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName(alternative_names), critical=False
+            )
+        _write_private(key_path, _pem_key(key))
+        cert_path.write_bytes(
+            builder.sign(self.key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+        )
+
+
+def _new_authority(files: PkiFiles) -> _Authority:
+    """A new self-signed CA, written to ``files``; valid from five minutes ago (clock skew)."""
+    now = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_cert = (
         x509.CertificateBuilder()
@@ -162,43 +187,14 @@ def ensure_pki(directory: Path) -> PkiFiles:
         )
         .sign(ca_key, hashes.SHA256())
     )
-
-    def issue(
-        cert_path: Path,
-        key_path: Path,
-        subject: x509.Name,
-        usage: x509.ObjectIdentifier,
-        names: Sequence[str] = (),
-        ips: Sequence[str] = (),
-    ) -> None:
-        key = ec.generate_private_key(ec.SECP256R1())
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(subject)
-            .issuer_name(ca_cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now)
-            .not_valid_after(now + VALIDITY)
-            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        )
-        alternative_names: list[x509.GeneralName] = [x509.DNSName(name) for name in names]
-        alternative_names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
-        if alternative_names:
-            builder = builder.add_extension(
-                x509.SubjectAlternativeName(alternative_names), critical=False
-            )
-        _write_private(key_path, _pem_key(key))
-        cert_path.write_bytes(
-            builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
-        )
-
-    service_account_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    token = secrets.token_urlsafe(32)
-
     _write_private(files.ca_key, _pem_key(ca_key))
     files.ca_cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    issue(
+    return _Authority(ca_key, ca_cert, now)
+
+
+def _issue_certificates(ca: _Authority, files: PkiFiles) -> None:
+    """The API server's and the kubelet's serving certificates, the API server's client one."""
+    ca.issue(
         files.serving_cert,
         files.serving_key,
         _name("kube-apiserver"),
@@ -206,7 +202,7 @@ def ensure_pki(directory: Path) -> PkiFiles:
         SERVING_DNS_NAMES,
         SERVING_IPS,
     )
-    issue(
+    ca.issue(
         files.kubelet_cert,
         files.kubelet_key,
         _name("kwok-node"),
@@ -214,7 +210,7 @@ def ensure_pki(directory: Path) -> PkiFiles:
         ("localhost", "kwok-node"),
         ("127.0.0.1",),
     )
-    issue(
+    ca.issue(
         files.kubelet_client_cert,
         files.kubelet_client_key,
         x509.Name(
@@ -225,12 +221,42 @@ def ensure_pki(directory: Path) -> PkiFiles:
         ),
         ExtendedKeyUsageOID.CLIENT_AUTH,
     )
-    _write_private(files.service_account_key, _pem_key(service_account_key))
+
+
+def _write_service_account_keys(files: PkiFiles) -> None:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    _write_private(files.service_account_key, _pem_key(key))
     files.service_account_public_key.write_bytes(
-        service_account_key.public_key().public_bytes(
+        key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
+
+
+def _write_admin_token(files: PkiFiles) -> None:
+    token = secrets.token_urlsafe(32)
     _write_private(files.token_file, f'{token},admin,admin-uid,"system:masters"\n'.encode())
     _write_private(files.admin_token, token.encode())
+
+
+def ensure_pki(directory: Path) -> PkiFiles:
+    """Create the key material in ``directory`` unless it is all there already."""
+    files = PkiFiles(directory)
+    wanted = (
+        files.ca_cert,
+        files.serving_cert,
+        files.serving_key,
+        files.kubelet_cert,
+        files.kubelet_client_cert,
+        files.service_account_key,
+        files.service_account_public_key,
+        files.token_file,
+        files.admin_token,
+    )
+    if all(path.exists() for path in wanted):
+        return files
+    directory.mkdir(parents=True, exist_ok=True)
+    _issue_certificates(_new_authority(files), files)
+    _write_service_account_keys(files)
+    _write_admin_token(files)
     return files

@@ -32,6 +32,89 @@ WORKSPACE = "/workspace"
 DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024 * 1024
 
 
+class _Conversation:
+    """Feeding one local process its stdin and reading its output, within the output cap.
+
+    ``sent`` counts the stdin bytes written; ``held`` the output bytes read, of both streams
+    together, which may not exceed ``limit``.
+    """
+
+    def __init__(self, process: asyncio.subprocess.Process, stdin: Stdin, limit: int) -> None:
+        self.process = process
+        self.stdin = stdin
+        self.limit = limit
+        self.sent = 0
+        self.held = 0
+
+    async def feed(self) -> None:
+        """Write all of stdin, then close it; stop quietly if the command stopped reading."""
+        pipe = self.process.stdin
+        assert pipe is not None
+        try:
+            async for chunk in _chunks(self.stdin):
+                pipe.write(chunk)
+                self.sent += len(chunk)
+                await pipe.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            return  # the command exited early; its exit code says why
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            pipe.close()
+            await pipe.wait_closed()
+
+    async def drain(self, stream: asyncio.StreamReader) -> bytes:
+        """All of ``stream``; :class:`ExecOutputTooLargeError` (the command killed) past the cap."""
+        data = bytearray()
+        while chunk := await stream.read(64 * 1024):
+            self.held += len(chunk)
+            if self.held > self.limit:
+                # End the command, and read (not keep) to the end of its output: the
+                # pipe must reach its end for the process to be reaped.
+                self.kill()
+                while await stream.read(64 * 1024):
+                    pass
+                raise ExecOutputTooLargeError(
+                    f"the command wrote more than {self.limit} bytes of output", limit=self.limit
+                )
+            data += chunk
+        return bytes(data)
+
+    async def converse(self) -> tuple[bytes, bytes]:
+        """Feed stdin while reading stdout and stderr; both outputs once the command exits."""
+        process = self.process
+        assert process.stdout is not None
+        assert process.stderr is not None
+        reads = asyncio.gather(
+            self.drain(process.stdout), self.drain(process.stderr), return_exceptions=True
+        )
+        try:
+            if self.stdin is not None:
+                await self.feed()
+        except BaseException:
+            reads.cancel()
+            await asyncio.gather(reads, return_exceptions=True)
+            raise
+        out, err = await reads
+        if isinstance(out, BaseException):
+            raise out
+        if isinstance(err, BaseException):
+            raise err
+        await process.wait()
+        return out, err
+
+    def kill(self) -> None:
+        """SIGKILL the command's whole process group (sh and its children)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+
+    async def end(self) -> None:
+        """Like a broken exec stream: a command still running ends, and is reaped."""
+        if self.process.returncode is None:
+            self.kill()
+            if self.process.stdin is not None:
+                self.process.stdin.close()
+            await self.process.wait()
+
+
 @dataclass(frozen=True)
 class ExecCall:
     """One recorded call: where it ran, its argv as sent, and how many stdin bytes it got."""
@@ -83,89 +166,32 @@ class LocalExec:
             raise ExecUnavailableError(f"pod {namespace}/{pod} was not found")
         if not argv:
             raise ValueError("argv must not be empty")
+        process = await self._spawn(namespace, pod, argv, piped_stdin=stdin is not None)
+        talk = _Conversation(process, stdin, max_output_bytes or DEFAULT_MAX_OUTPUT_BYTES)
+        try:
+            out, err = await asyncio.wait_for(talk.converse(), timeout)
+        except TimeoutError:
+            raise ExecTimeoutError(f"exec in pod {namespace}/{pod} timed out") from None
+        finally:
+            await talk.end()
+            self.calls.append(
+                ExecCall(namespace, pod, container, tuple(argv), talk.sent, process.returncode)
+            )
+        assert process.returncode is not None
+        return ExecResult(process.returncode, out, err)
+
+    async def _spawn(
+        self, namespace: str, pod: str, argv: Sequence[str], *, piped_stdin: bool
+    ) -> asyncio.subprocess.Process:
+        """Start ``argv`` with ``/workspace`` mapped to the pod's directory, in its own session."""
         self.workspace(namespace, pod).mkdir(parents=True, exist_ok=True)
         local = [self._map(namespace, pod, arg) for arg in argv]
         local[0] = shutil.which(local[0], path=self.path) or local[0]
-        process = await asyncio.create_subprocess_exec(
+        return await asyncio.create_subprocess_exec(
             *local,
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdin=asyncio.subprocess.PIPE if piped_stdin else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env={"PATH": self.path, "LC_ALL": "C.UTF-8"},
             start_new_session=True,
         )
-        sent = 0
-
-        async def feed() -> None:
-            nonlocal sent
-            assert process.stdin is not None
-            try:
-                async for chunk in _chunks(stdin):
-                    process.stdin.write(chunk)
-                    sent += len(chunk)
-                    await process.stdin.drain()
-            except (BrokenPipeError, ConnectionResetError):
-                return  # the command exited early; its exit code says why
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                process.stdin.close()
-                await process.stdin.wait_closed()
-
-        limit = max_output_bytes or DEFAULT_MAX_OUTPUT_BYTES
-        held = 0
-
-        async def drain(stream: asyncio.StreamReader) -> bytes:
-            nonlocal held
-            data = bytearray()
-            while chunk := await stream.read(64 * 1024):
-                held += len(chunk)
-                if held > limit:
-                    # End the command, and read (not keep) to the end of its output: the
-                    # pipe must reach its end for the process to be reaped.
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(process.pid, signal.SIGKILL)
-                    while await stream.read(64 * 1024):
-                        pass
-                    raise ExecOutputTooLargeError(
-                        f"the command wrote more than {limit} bytes of output", limit=limit
-                    )
-                data += chunk
-            return bytes(data)
-
-        async def converse() -> tuple[bytes, bytes]:
-            assert process.stdout is not None
-            assert process.stderr is not None
-            reads = asyncio.gather(
-                drain(process.stdout), drain(process.stderr), return_exceptions=True
-            )
-            try:
-                if stdin is not None:
-                    await feed()
-            except BaseException:
-                reads.cancel()
-                await asyncio.gather(reads, return_exceptions=True)
-                raise
-            out, err = await reads
-            if isinstance(out, BaseException):
-                raise out
-            if isinstance(err, BaseException):
-                raise err
-            await process.wait()
-            return out, err
-
-        try:
-            out, err = await asyncio.wait_for(converse(), timeout)
-        except TimeoutError:
-            raise ExecTimeoutError(f"exec in pod {namespace}/{pod} timed out") from None
-        finally:
-            if process.returncode is None:
-                # Like a broken exec stream: the whole command (sh and its children) ends.
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                if process.stdin is not None:
-                    process.stdin.close()
-                await process.wait()
-            self.calls.append(
-                ExecCall(namespace, pod, container, tuple(argv), sent, process.returncode)
-            )
-        assert process.returncode is not None
-        return ExecResult(process.returncode, out, err)

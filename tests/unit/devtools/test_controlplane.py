@@ -6,15 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from craft_operator.devtools.controlplane import (
-    BINARIES,
-    NODE_NAME,
-    ControlPlane,
-    ControlPlaneError,
-    Ports,
-    build_node,
-    main,
-)
+from craft_operator.devtools.controlplane import ControlPlane, ControlPlaneError, Ports, main
+from craft_operator.devtools.daemons import BINARIES, NODE_NAME, build_node
 
 
 def test_the_node_points_the_kubelet_endpoint_at_podexec() -> None:

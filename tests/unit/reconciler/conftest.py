@@ -1,78 +1,9 @@
-"""Fixtures for the reconciler's building blocks: a KMock emulator and a client bound to it.
-
-The emulator is the integration tier's (``tests.support.emulator``), with the Kubernetes
-schema check on every write. It does not emulate delete preconditions, so this folder adds
-one ``before_request`` hook that answers a stale ``preconditions.uid`` with 409, as the real
-API server does.
-"""
+"""Fixtures for the reconciler's building blocks: the kube/ tests' emulator and client."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
+# The same emulator (with its uid preconditions) and client as tests/unit/kube; NAMESPACE
+# stays importable from here for the reconciler's tests.
+from tests.unit.kube.conftest import NAMESPACE, emulator, kube  # noqa: F401
 
-import aiohttp.web
-import kmock
-import kopf
-import pytest
-from kmock._internal import rendering
-
-from craft_operator.kube.client import KubeClient
-from tests.support.emulator import KubeEmulator, declare_core_resources
-from tests.support.schemas import core_schema_validator
-
-NAMESPACE = "craft-sandboxes"
-
-
-def conflict(message: str) -> aiohttp.web.Response:
-    """A Kubernetes 409 Status answer."""
-    return aiohttp.web.json_response(
-        {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "status": "Failure",
-            "reason": "Conflict",
-            "message": message,
-            "code": 409,
-        },
-        status=409,
-    )
-
-
-def uid_preconditions(emulator: KubeEmulator) -> Any:
-    """A hook enforcing ``DeleteOptions.preconditions.uid`` against the stored object."""
-
-    async def hook(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
-        if request.method != kmock.method.DELETE or not isinstance(request.data, dict):
-            return None
-        wanted = (request.data.get("preconditions") or {}).get("uid")
-        if not wanted or request.resource is None or request.name is None:
-            return None
-        stored = emulator.find(request.resource, request.namespace, request.name)
-        if stored is not None and stored["metadata"].get("uid") != wanted:
-            return conflict(
-                f"Precondition failed: UID in precondition: {wanted}, "
-                f"UID in object meta: {stored['metadata'].get('uid')}"
-            )
-        return None
-
-    return hook
-
-
-@pytest.fixture
-async def emulator() -> AsyncIterator[KubeEmulator]:
-    """A running emulator serving the core kinds, checking writes against the schemas."""
-    async with KubeEmulator() as handler, kmock.Server(handler):
-        declare_core_resources(handler)
-        handler.validators.append(core_schema_validator)
-        handler.before_request.append(uid_preconditions(handler))
-        yield handler
-
-
-@pytest.fixture
-async def kube(emulator: KubeEmulator) -> AsyncIterator[KubeClient]:
-    """The operator's client, configured for the emulator."""
-    client = KubeClient(request_timeout=10)
-    client.configure(kopf.ConnectionInfo(server=str(emulator.url).rstrip("/"), insecure=True))
-    yield client
-    await client.close()
+__all__ = ["NAMESPACE"]

@@ -24,7 +24,7 @@ from craft_operator.kube.client import (
     NotFoundError,
 )
 from tests.support.emulator import KubeEmulator
-from tests.unit.reconciler.conftest import NAMESPACE
+from tests.unit.kube.conftest import NAMESPACE
 
 
 def configmap(name: str, labels: dict[str, str] | None = None, **data: str) -> dict[str, Any]:

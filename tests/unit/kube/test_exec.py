@@ -1,21 +1,13 @@
-"""KubernetesExec against a small stand-in for the API server's exec endpoint.
-
-The stand-in speaks the websocket channel protocol the way the API server does (one byte of
-channel, then data; ``v5`` adds the close-channel message 255) and runs the argv locally,
-so the real ``kubernetes`` client code path is exercised: the handshake, stdin frames,
-closing stdin, stdout and stderr, and the status message on the error channel.
-"""
+"""KubernetesExec against a small stand-in for the API server's exec endpoint
+(:mod:`tests.support.exec_api`): the real ``kubernetes`` client code path, from the
+handshake to the status message on the error channel."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import pytest
-from aiohttp import WSMsgType, web
 
 from craft_operator.kube.exec import (
     ExecError,
@@ -29,106 +21,9 @@ from craft_operator.kube.exec import (
     classify_open_error,
     parse_exec_status,
 )
-from craft_operator.library import sync_user_library_exec
-from tests.support.s3 import free_port
-
-from .conftest import Bucket
+from tests.support.exec_api import FakeApiServer
 
 pytestmark = [pytest.mark.unit]
-
-
-@dataclass
-class FakeApiServer:
-    """The exec subresource of a fake API server, on 127.0.0.1."""
-
-    port: int
-    protocols: tuple[str, ...] = ("v5.channel.k8s.io", "v4.channel.k8s.io")
-    requests: list[list[str]] = field(default_factory=list)
-    frames: list[int] = field(default_factory=list)
-
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        pod = request.match_info["pod"]
-        if pod == "missing":
-            raise web.HTTPNotFound(
-                text='{"kind":"Status","message":"pods \\"missing\\" not found"}'
-            )
-        if pod == "forbidden":
-            raise web.HTTPForbidden(text='{"kind":"Status","reason":"Forbidden"}')
-        argv = request.query.getall("command")
-        self.requests.append(argv)
-        wants_stdin = request.query.get("stdin", "").lower() == "true"
-        ws = web.WebSocketResponse(protocols=self.protocols)
-        await ws.prepare(request)
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE if wants_stdin else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-
-        async def receive() -> None:
-            async for message in ws:
-                if message.type != WSMsgType.BINARY or process.stdin is None:
-                    continue
-                channel, data = message.data[0], message.data[1:]
-                if channel == 0:
-                    self.frames.append(len(data))
-                    process.stdin.write(data)
-                    await process.stdin.drain()
-                elif channel == 255 and data[:1] == b"\x00":
-                    process.stdin.close()
-            # The client went away: like the kubelet, end the command.
-            if process.returncode is None:
-                process.kill()
-
-        async def pump(stream: asyncio.StreamReader | None, channel: int) -> None:
-            assert stream is not None
-            while data := await stream.read(65536):
-                await ws.send_bytes(bytes([channel]) + data)
-
-        receiver = asyncio.create_task(receive())
-        await asyncio.gather(pump(process.stdout, 1), pump(process.stderr, 2))
-        code = await process.wait()
-        if code == 0:
-            status: dict[str, object] = {"metadata": {}, "status": "Success"}
-        else:
-            status = {
-                "metadata": {},
-                "status": "Failure",
-                "message": f"command terminated with non-zero exit code: {code}",
-                "reason": "NonZeroExitCode",
-                "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
-            }
-        await ws.send_bytes(b"\x03" + json.dumps(status).encode())
-        await ws.close()
-        receiver.cancel()
-        return ws
-
-
-@pytest.fixture
-async def api_server() -> AsyncIterator[FakeApiServer]:
-    server = FakeApiServer(port=free_port())
-    app = web.Application()
-    app.router.add_get("/api/v1/namespaces/{namespace}/pods/{pod}/exec", server.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", server.port)
-    await site.start()
-    try:
-        yield server
-    finally:
-        await runner.cleanup()
-
-
-@pytest.fixture
-def transport(api_server: FakeApiServer) -> Iterator[KubernetesExec]:
-    from kubernetes import client
-
-    configuration = client.Configuration()
-    configuration.host = f"http://127.0.0.1:{api_server.port}"
-    api_client = client.ApiClient(configuration)
-    yield KubernetesExec(api_client, frame_bytes=16 * 1024)
-    api_client.close()
 
 
 async def test_runs_the_argv_and_returns_exit_code_stdout_and_stderr(
@@ -271,42 +166,6 @@ def test_handshake_failures_are_named() -> None:
     assert "n/p" in str(error)
     other = classify_open_error("Connection refused", namespace="n", pod="p")
     assert "Connection refused" in str(other)
-
-
-@pytest.mark.s3
-async def test_an_exec_mode_sync_over_the_websocket_lands_whole_files(
-    transport: KubernetesExec, bucket: Bucket, tmp_path: Path
-) -> None:
-    bucket.put("a.txt", b"a" * 70_000)
-    bucket.put("dir/b.txt", b"b")
-    root = tmp_path / "user_library"
-
-    first = await sync_user_library_exec(
-        store=bucket.store,
-        bucket=bucket.name,
-        prefix=bucket.prefix,
-        exec_transport=transport,
-        namespace="ns",
-        pod="pod",
-        container="main",
-        root=str(root),
-    )
-    bucket.put("dir/b.txt", b"changed")
-    second = await sync_user_library_exec(
-        store=bucket.store,
-        bucket=bucket.name,
-        prefix=bucket.prefix,
-        exec_transport=transport,
-        namespace="ns",
-        pod="pod",
-        container="main",
-        root=str(root),
-    )
-
-    assert (first.copied, second.copied) == (2, 1)
-    assert (root / "a.txt").read_bytes() == b"a" * 70_000
-    assert (root / "dir" / "b.txt").read_bytes() == b"changed"
-    assert second.bytes_transferred < 5_000
 
 
 async def test_output_over_the_calls_cap_is_abandoned_not_collected(

@@ -14,7 +14,7 @@ from craft_operator.kube.client import KubeClient
 from craft_operator.kube.events import MAX_MESSAGE, EventRecorder, build_event
 from tests.support.emulator import KubeEmulator
 from tests.support.schemas import kubernetes_schema_problems
-from tests.unit.reconciler.conftest import NAMESPACE
+from tests.unit.kube.conftest import NAMESPACE
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 SANDBOX = {

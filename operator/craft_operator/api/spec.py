@@ -1,0 +1,398 @@
+"""The spec of a CraftSandbox: what its owner asks for."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator
+
+from craft_operator.api.base import (
+    ApiModel,
+    Quantity,
+    cel,
+    cel_rules,
+    cel_string,
+    check_duration,
+    check_pattern,
+    check_quantity,
+    duration_rules,
+)
+from craft_operator.api.constants import (
+    IMAGE_PATTERN,
+    S3_BUCKET_PATTERN,
+    SOURCE_NAME_PATTERN,
+    TENANT_ID_MESSAGE,
+    TENANT_ID_PATTERN,
+    URL_PATTERN,
+    UUID_PATTERN,
+)
+from craft_operator.api.durations import Duration
+
+
+class UserRef(ApiModel):
+    """The Onyx user who owns the sandbox."""
+
+    id: str = Field(
+        description=(
+            "The Onyx user's UUID. The sandbox's credentials are minted for this user. "
+            "Immutable: create a new CraftSandbox for another user."
+        ),
+        max_length=36,
+        json_schema_extra=cel_rules(
+            cel(
+                f"self.matches({cel_string(UUID_PATTERN)})",
+                "user.id must be an Onyx user UUID, e.g. 3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b",
+            )
+        ),
+    )
+    tenant_id: str = Field(
+        default="public",
+        description=(
+            "The Onyx tenant the user belongs to; 'public' in single-tenant deployments. Immutable."
+        ),
+        min_length=1,
+        max_length=63,
+        json_schema_extra=cel_rules(
+            cel(
+                f"self.matches({cel_string(TENANT_ID_PATTERN)})",
+                TENANT_ID_MESSAGE,
+            )
+        ),
+    )
+    email: str | None = Field(
+        default=None,
+        description="The user's email address, for display only (kubectl get, events).",
+        max_length=254,
+    )
+
+    @field_validator("id")
+    @classmethod
+    def _uuid(cls, value: str) -> str:
+        if not re.match(UUID_PATTERN, value):
+            raise ValueError("user.id must be an Onyx user UUID")
+        return value.lower()
+
+    @field_validator("tenant_id")
+    @classmethod
+    def _tenant(cls, value: str) -> str | None:
+        return check_pattern(value, TENANT_ID_PATTERN, TENANT_ID_MESSAGE)
+
+
+class Resources(ApiModel):
+    """Compute resources for the sandbox container (requests and limits)."""
+
+    requests: dict[str, Quantity] | None = Field(
+        default=None,
+        description="Minimum resources, e.g. {cpu: '1', memory: 2Gi, ephemeral-storage: 5Gi}.",
+        json_schema_extra={"maxProperties": 16},
+    )
+    limits: dict[str, Quantity] | None = Field(
+        default=None,
+        description="Maximum resources, e.g. {cpu: '2', memory: 10Gi}.",
+        json_schema_extra={"maxProperties": 16},
+    )
+
+    @field_validator("requests", "limits")
+    @classmethod
+    def _quantities(cls, value: dict[str, int | str] | None) -> dict[str, int | str] | None:
+        if value is not None:
+            for quantity in value.values():
+                check_quantity(quantity)
+        return value
+
+
+class TolerationOperator(StrEnum):
+    """How a toleration matches a taint's value."""
+
+    EXISTS = "Exists"
+    EQUAL = "Equal"
+
+
+class TaintEffect(StrEnum):
+    """The taint effect a toleration matches."""
+
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+class Toleration(ApiModel):
+    """A pod toleration, as in the Kubernetes Pod API."""
+
+    key: str | None = Field(default=None, description="The taint key to match.", max_length=317)
+    operator: TolerationOperator | None = Field(
+        default=None, description="Exists or Equal (default Equal)."
+    )
+    value: str | None = Field(default=None, description="The taint value to match.", max_length=63)
+    effect: TaintEffect | None = Field(
+        default=None, description="The taint effect to match; empty matches all effects."
+    )
+    toleration_seconds: int | None = Field(
+        default=None,
+        description="How long a NoExecute taint is tolerated before eviction.",
+        ge=0,
+    )
+
+
+class Source(ApiModel):
+    """A connected Onyx source, listed in the company-search skill."""
+
+    name: str = Field(
+        description=(
+            "The Onyx source identifier (a DocumentSource value such as slack, "
+            "google_drive or confluence)."
+        ),
+        min_length=1,
+        max_length=64,
+        json_schema_extra=cel_rules(
+            cel(
+                f"self.matches({cel_string(SOURCE_NAME_PATTERN)})",
+                "a source name is an Onyx source identifier: lowercase letters, digits "
+                "and '_', starting with a letter (e.g. google_drive)",
+            )
+        ),
+    )
+    description: str | None = Field(
+        default=None,
+        description="What this source holds for this user; overrides the built-in description.",
+        max_length=500,
+    )
+    scopes: list[Annotated[str, Field(max_length=200)]] | None = Field(
+        default=None,
+        description=(
+            "Examples of what is reachable in this source (channels, spaces, projects); "
+            "the first five are shown."
+        ),
+        max_length=50,
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str | None:
+        message = "a source name is an Onyx source identifier (e.g. google_drive)"
+        return check_pattern(value, SOURCE_NAME_PATTERN, message)
+
+
+class LibraryMode(StrEnum):
+    """How the user library reaches the sandbox."""
+
+    EXEC = "Exec"
+    JOB = "Job"
+
+
+class UserLibrary(ApiModel):
+    """Where the user's uploaded files live in S3 and how they reach the sandbox."""
+
+    bucket: str | None = Field(
+        default=None,
+        description="The S3 bucket; defaults to the operator's CRAFT_S3_BUCKET.",
+        min_length=3,
+        max_length=63,
+        json_schema_extra=cel_rules(
+            cel(
+                f"self.matches({cel_string(S3_BUCKET_PATTERN)})",
+                "userLibrary.bucket must be an S3 bucket name: 3 to 63 lowercase letters, "
+                "digits, '.' and '-', starting and ending with a letter or digit",
+            )
+        ),
+    )
+    prefix: str | None = Field(
+        default=None,
+        description=(
+            "The key prefix holding the user's files; defaults to "
+            "'<tenantId>/knowledge/<user.id>/user_library/'."
+        ),
+        max_length=1024,
+        json_schema_extra=cel_rules(
+            cel("!self.startsWith('/')", "userLibrary.prefix is an S3 key prefix: no leading '/'"),
+            cel("!self.contains('..')", "userLibrary.prefix must not contain '..'"),
+        ),
+    )
+    mode: LibraryMode = Field(
+        default=LibraryMode.EXEC,
+        description=(
+            "Exec streams changed files into the running pod over the exec API; Job runs a "
+            "sync Job that writes into a volume the pod mounts."
+        ),
+    )
+    exclude: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(
+        default_factory=list,
+        description="Glob patterns (relative to the library root) never copied into the sandbox.",
+        max_length=100,
+    )
+    disabled_paths: list[Annotated[str, Field(min_length=1, max_length=1024)]] = Field(
+        default_factory=list,
+        description=(
+            "Paths the user disabled for sync; a disabled directory disables everything "
+            "under it. They are removed from the sandbox."
+        ),
+        max_length=1000,
+    )
+    size: Quantity | None = Field(
+        default=None,
+        description="Job mode: size of the library volume (default from operator settings).",
+    )
+    storage_class_name: str | None = Field(
+        default=None,
+        description="Job mode: storage class of the library volume (default: the cluster's).",
+        max_length=253,
+    )
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, value: str | None) -> str | None:
+        if value is not None and (value.startswith("/") or ".." in value):
+            raise ValueError("userLibrary.prefix is an S3 key prefix: no leading '/', no '..'")
+        return value
+
+    @field_validator("bucket")
+    @classmethod
+    def _bucket(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(S3_BUCKET_PATTERN, value):
+            raise ValueError("userLibrary.bucket must be an S3 bucket name")
+        return value
+
+    @field_validator("size")
+    @classmethod
+    def _size(cls, value: int | str | None) -> int | str | None:
+        return None if value is None else check_quantity(value)
+
+
+class Credentials(ApiModel):
+    """How the sandbox's Onyx personal access token is minted."""
+
+    lifetime: Duration = Field(
+        default=timedelta(hours=720),
+        description=(
+            "Lifetime of the sandbox's personal access token; it is renewed before it "
+            "expires. Between 1h and 8760h."
+        ),
+        json_schema_extra=duration_rules(
+            "credentials.lifetime",
+            "duration(self) >= duration('1h') && duration(self) <= duration('8760h')",
+            "credentials.lifetime must be between 1h and 8760h (one year)",
+        )
+        | {"default": "720h"},
+    )
+
+    @field_validator("lifetime")
+    @classmethod
+    def _lifetime(cls, value: timedelta) -> Any:
+        message = "credentials.lifetime must be between 1h and 8760h (one year)"
+        return check_duration(value, timedelta(hours=1), timedelta(hours=8760), message)
+
+
+class CraftSandboxSpec(ApiModel):
+    """The desired state of a Craft sandbox."""
+
+    user: UserRef = Field(
+        description="The Onyx user who owns the sandbox.",
+        json_schema_extra=cel_rules(
+            cel(
+                "self.id == oldSelf.id",
+                "user.id is immutable; delete this CraftSandbox and create a new one",
+            ),
+            cel(
+                "self.tenantId == oldSelf.tenantId",
+                "user.tenantId is immutable; delete this CraftSandbox and create a new one",
+            ),
+        ),
+    )
+    image: str | None = Field(
+        default=None,
+        description="Sandbox container image; defaults to the operator's CRAFT_SANDBOX_IMAGE.",
+        min_length=1,
+        max_length=512,
+        json_schema_extra=cel_rules(
+            cel(
+                f"self.matches({cel_string(IMAGE_PATTERN)})",
+                "image must be an image reference without spaces, e.g. craft-sandbox:1.4.4",
+            )
+        ),
+    )
+    server_url: str | None = Field(
+        default=None,
+        alias="serverURL",
+        description=(
+            "URL of the Onyx server the sandbox talks to (becomes ONYX_SERVER_URL); "
+            "defaults to the operator's CRAFT_SERVER_URL."
+        ),
+        max_length=2048,
+        json_schema_extra=cel_rules(
+            cel(
+                f"self.matches({cel_string(URL_PATTERN)})",
+                "serverURL must be an http:// or https:// URL, e.g. https://onyx.example.com",
+            )
+        ),
+    )
+    suspend: bool = Field(
+        default=False,
+        description="True puts the sandbox to sleep: the pod is deleted; credentials are kept.",
+    )
+    idle_timeout: Duration | None = Field(
+        default=None,
+        description=(
+            "Put the sandbox to sleep when the craft.onyx.app/last-activity annotation is "
+            "older than this (e.g. 1h); it wakes when the annotation moves past the moment it "
+            "slept. At least 1m. Unset: never sleeps on idleness."
+        ),
+        json_schema_extra=duration_rules(
+            "idleTimeout", "duration(self) >= duration('1m')", "idleTimeout must be at least 1m"
+        ),
+    )
+    resources: Resources | None = Field(
+        default=None,
+        description="Sandbox container resources; defaults come from operator settings.",
+    )
+    runtime_class_name: str | None = Field(
+        default=None,
+        description="RuntimeClass for the sandbox pod (e.g. gvisor or kata).",
+        max_length=253,
+    )
+    node_selector: dict[str, Annotated[str, Field(max_length=63)]] | None = Field(
+        default=None,
+        description="Node labels the sandbox pod must be scheduled on.",
+        json_schema_extra={"maxProperties": 32},
+    )
+    tolerations: list[Toleration] | None = Field(
+        default=None,
+        description="Tolerations for the sandbox pod.",
+        max_length=32,
+    )
+    priority_class_name: str | None = Field(
+        default=None,
+        description="PriorityClass for the sandbox pod.",
+        max_length=253,
+    )
+    sources: list[Source] = Field(
+        default_factory=list,
+        description="The user's connected Onyx sources, rendered into the company-search skill.",
+        max_length=100,
+    )
+    user_library: UserLibrary = Field(
+        default_factory=UserLibrary,
+        description="The user's uploaded files, synced from S3 into /workspace/user_library.",
+    )
+    credentials: Credentials = Field(
+        default_factory=Credentials,
+        description="Settings for the sandbox's Onyx personal access token.",
+    )
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        return check_pattern(value, IMAGE_PATTERN, "image must not contain spaces")
+
+    @field_validator("server_url")
+    @classmethod
+    def _server_url(cls, value: str | None) -> str | None:
+        return check_pattern(value, URL_PATTERN, "serverURL must be an http:// or https:// URL")
+
+    @field_validator("idle_timeout")
+    @classmethod
+    def _idle_timeout(cls, value: timedelta | None) -> Any:
+        message = "idleTimeout must be at least 1m"
+        return check_duration(value, timedelta(minutes=1), timedelta.max, message)

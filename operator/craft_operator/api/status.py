@@ -1,0 +1,170 @@
+"""The status of a CraftSandbox: what the operator observed, written only by it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import ConfigDict, Field
+
+from craft_operator.api.base import ApiModel
+
+
+class Phase(StrEnum):
+    """Where a sandbox is in its life."""
+
+    PENDING = "Pending"
+    PROVISIONING = "Provisioning"
+    READY = "Ready"
+    SLEEPING = "Sleeping"
+    SUSPENDED = "Suspended"
+    FAILED = "Failed"
+    TERMINATING = "Terminating"
+
+
+class StatusModel(ApiModel):
+    """Base for the status: the reconciler fills it in during a pass, so it is mutable, and
+    every assignment is validated so a wrong type fails where it is made."""
+
+    model_config = ConfigDict(frozen=False, validate_assignment=True)
+
+
+class ConditionStatus(StrEnum):
+    """The three values a condition's status can take."""
+
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(ApiModel):
+    """A Kubernetes-style condition."""
+
+    type: str = Field(description="The aspect this condition reports, e.g. PodReady.")
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    reason: str = Field(description="A CamelCase reason, stable enough to alert on.")
+    message: str = Field(default="", description="What happened, for people.")
+    last_transition_time: datetime | None = Field(
+        default=None, description="When the status last changed."
+    )
+    observed_generation: int | None = Field(
+        default=None, description="The spec generation this condition was computed from."
+    )
+
+
+class CredentialsStatus(StatusModel):
+    """What is known about the sandbox's PAT; never the token itself."""
+
+    token_display: str | None = Field(
+        default=None, description="The token's display form (first 12 and last 4 characters)."
+    )
+    pat_id: int | None = Field(default=None, description="The PAT's id in Onyx's database.")
+    minted_at: datetime | None = Field(default=None, description="When the PAT was minted.")
+    expires_at: datetime | None = Field(default=None, description="When the PAT expires.")
+
+
+class SkillStatus(StatusModel):
+    """The rendered company-search skill."""
+
+    source_count: int | None = Field(default=None, description="Sources listed in SKILL.md.")
+    content_hash: str | None = Field(default=None, description="SHA-256 of the rendered SKILL.md.")
+
+
+class UserLibraryStatus(StatusModel):
+    """The last user-library sync."""
+
+    observed_revision: str | None = Field(
+        default=None, description="The user-library-revision annotation value last synced."
+    )
+    last_sync_time: datetime | None = Field(
+        default=None, description="When the last sync finished."
+    )
+    files: int | None = Field(default=None, description="Files in the sandbox's library.")
+    bytes: int | None = Field(default=None, description="Total bytes in the sandbox's library.")
+    bytes_transferred: int | None = Field(default=None, description="Bytes sent by the last sync.")
+    duration_seconds: float | None = Field(
+        default=None, description="How long the last sync took, in seconds."
+    )
+    last_error: str | None = Field(default=None, description="Why the last sync failed, if it did.")
+    skipped: int | None = Field(
+        default=None,
+        description="S3 keys the last sync skipped as unsafe (absolute, '..', too long, ...).",
+    )
+    pod_uid: str | None = Field(
+        default=None, alias="podUID", description="The pod the library was last synced into."
+    )
+    config_hash: str | None = Field(
+        default=None,
+        description="Hash of the bucket, prefix, excludes and disabled paths the last sync used.",
+    )
+    job: str | None = Field(default=None, description="Job mode: the sync Job running now, if any.")
+    job_sequence: int | None = Field(
+        default=None, description="Job mode: the number of the last sync Job created."
+    )
+    failed_attempt: str | None = Field(
+        default=None,
+        description=(
+            "The revision, pod and configuration of a sync that failed in a way retrying "
+            "cannot fix; it is retried only when one of them changes."
+        ),
+    )
+
+
+class CraftSandboxStatus(StatusModel):
+    """The observed state of a Craft sandbox, written only by the operator."""
+
+    phase: Phase | None = Field(default=None, description="Where the sandbox is in its life.")
+    observed_generation: int | None = Field(
+        default=None, description="The spec generation the operator last acted on."
+    )
+    pod_name: str | None = Field(default=None, description="The sandbox pod's name.")
+    pod_uid: str | None = Field(
+        default=None, alias="podUID", description="The current sandbox pod's UID."
+    )
+    pod_failures: int | None = Field(
+        default=None,
+        description=(
+            "Sandbox pods that failed or were evicted in a row; the operator stops replacing "
+            "them (phase Failed) after a limit, until the spec changes."
+        ),
+    )
+    validated_pod_uid: str | None = Field(
+        default=None,
+        alias="validatedPodUID",
+        description="The pod in which onyx-cli validate-config last ran.",
+    )
+    cli_auth_failures: int | None = Field(
+        default=None,
+        description=(
+            "onyx-cli validate-config auth failures in a row; after a fresh PAT also fails, "
+            "the operator stops retrying until the spec changes."
+        ),
+    )
+    sleeping_since: datetime | None = Field(
+        default=None,
+        description=(
+            "When the sandbox went to sleep for idleness; a craft.onyx.app/last-activity "
+            "annotation later than this wakes it."
+        ),
+    )
+    woke_at: datetime | None = Field(
+        default=None,
+        description=(
+            "When the sandbox last woke from idle sleep; it does not fall asleep again "
+            "within idleTimeout of that moment."
+        ),
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description=(
+            "CredentialsReady, SkillRendered, PodReady, CLIValidated, UserLibrarySynced and "
+            "the aggregate Ready."
+        ),
+    )
+    credentials: CredentialsStatus | None = Field(
+        default=None, description="The sandbox's PAT, without the token."
+    )
+    skill: SkillStatus | None = Field(default=None, description="The rendered skill.")
+    user_library: UserLibraryStatus | None = Field(
+        default=None, description="The last user-library sync."
+    )
