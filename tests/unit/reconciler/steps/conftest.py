@@ -1,0 +1,222 @@
+"""A pass over one sandbox for the steps' tests: the real ports where they are cheap (the
+emulator's API, the object cache, the skill renderer), doubles where they are not (the PAT
+store, the exec transport, the event sink).
+
+``world.pass_(spec=..., status=...)`` builds a :class:`Pass` as the reconciler would;
+``world.events`` lists what the steps said.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from craft_operator.api.models import CraftSandbox
+from craft_operator.api.parse import parse_sandbox
+from craft_operator.config import Settings
+from craft_operator.credentials.errors import CredentialsError
+from craft_operator.credentials.model import IssuedCredential
+from craft_operator.kube.cache import ObjectCache
+from craft_operator.kube.client import KubeClient
+from craft_operator.kube.exec import ExecResult, Stdin
+from craft_operator.library import LibraryLocation, SyncResult
+from craft_operator.metrics import Metrics
+from craft_operator.reconciler.deps import Services
+from craft_operator.reconciler.run import Run
+from craft_operator.reconciler.services import SkillRenderer
+from craft_operator.reconciler.step import Pass
+from craft_operator.reconciler.table import CONDITIONS
+from tests.support.emulator import KubeEmulator
+from tests.unit.reconciler.conftest import NAMESPACE
+
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+NAME, UID = "alice", "sandbox-uid-1"
+#: A token that must never appear outside the Secret.
+CANARY = "onyx_pat_CANARY-steps-0123456789abcdef"
+
+
+@dataclass
+class Credentials:
+    """The PAT store's port: hands out PAT 1, then a new PAT per rejected one."""
+
+    error: CredentialsError | None = None
+    lifetime: timedelta = timedelta(days=30)
+    calls: list[int | None] = field(default_factory=list)
+    pat_id: int = 1
+
+    def issued(self, *, minted: bool, superseded: int | None = None) -> IssuedCredential:
+        """The PAT as the store would return it."""
+        return IssuedCredential(
+            token=SecretStr(CANARY),
+            pat_id=self.pat_id,
+            token_display="onyx_pat_CAN...cdef",
+            created_at=NOW,
+            expires_at=NOW + self.lifetime,
+            minted=minted,
+            superseded_pat_id=superseded,
+            reason="the Onyx server refused it" if superseded else None,
+        )
+
+    async def ensure(
+        self, sandbox: CraftSandbox, *, rejected_pat_id: int | None = None
+    ) -> IssuedCredential:
+        self.calls.append(rejected_pat_id)
+        if self.error is not None:
+            raise self.error
+        if rejected_pat_id == self.pat_id:
+            self.pat_id += 1
+            return self.issued(minted=True, superseded=rejected_pat_id)
+        return self.issued(minted=len(self.calls) == 1)
+
+    async def revoke(self, namespace: str, name: str, uid: str) -> bool:
+        return True
+
+
+@dataclass
+class Exec:
+    """The exec port: onyx-cli exits with ``cli_exit``; every call is recorded."""
+
+    cli_exit: int = 0
+    calls: list[tuple[str, ...]] = field(default_factory=list)
+
+    async def run(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        argv: Sequence[str],
+        *,
+        stdin: Stdin = None,
+        timeout: float | None = None,  # noqa: ASYNC109 -- the ExecTransport interface
+        max_output_bytes: int | None = None,
+    ) -> ExecResult:
+        self.calls.append(tuple(argv))
+        return ExecResult(self.cli_exit, b"", b"refused" if self.cli_exit else b"")
+
+
+@dataclass
+class Events:
+    """The event sink: (type, reason, message) in the order posted."""
+
+    posted: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def post(self, body: Mapping[str, Any], *, type: str, reason: str, message: str) -> None:
+        self.posted.append((type, reason, message))
+
+    @property
+    def reasons(self) -> list[str]:
+        """The reasons posted, in order."""
+        return [reason for _, reason, _ in self.posted]
+
+
+class NoLibrary:
+    """The library port, for steps that must not sync."""
+
+    async def sync(
+        self,
+        sandbox: CraftSandbox,
+        location: LibraryLocation,
+        *,
+        namespace: str,
+        pod: str,
+        pod_uid: str = "",
+    ) -> SyncResult:
+        raise AssertionError("no library sync expected")
+
+    async def forget(self, uid: str) -> None:
+        return None
+
+
+def sandbox_body(
+    spec: Mapping[str, Any] | None = None,
+    status: Mapping[str, Any] | None = None,
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A CraftSandbox as the cache holds it (generation 1, the finalizer added)."""
+    return {
+        "apiVersion": "craft.onyx.app/v1alpha1",
+        "kind": "CraftSandbox",
+        "metadata": {
+            "name": NAME,
+            "namespace": NAMESPACE,
+            "uid": UID,
+            "generation": 1,
+            "resourceVersion": "1",
+            "annotations": dict(annotations or {}),
+        },
+        "spec": {"user": {"id": "11111111-2222-3333-4444-555555555555"}, **(spec or {})},
+        "status": dict(status or {}),
+    }
+
+
+@dataclass
+class World:
+    """The ports of one test, and a way to build passes over them."""
+
+    emulator: KubeEmulator
+    services: Services
+    credentials: Credentials
+    exec: Exec
+    events: Events
+
+    @property
+    def cache(self) -> ObjectCache:
+        """The object cache the steps read."""
+        return self.services.cache
+
+    def pass_(self, **body: Any) -> Pass:
+        """A pass over the sandbox (see :func:`sandbox_body` for the arguments)."""
+        built = sandbox_body(**body)
+        return Pass(self.services, parse_sandbox(built), Run(built, NOW, CONDITIONS))
+
+    def stored(self, resource: str, name: str) -> dict[str, Any] | None:
+        """An object as the API server holds it."""
+        return self.emulator.find(resource, NAMESPACE, name)
+
+
+def settings_for(tmp_path: Path, **overrides: Any) -> Settings:
+    """Operator settings for a step test (egress unrestricted unless a test says not)."""
+    values: dict[str, Any] = {
+        "state_dir": tmp_path,
+        "sandbox_image": "registry.example.com/craft/sandbox:1",
+        "server_url": "http://onyx.internal:8080",
+        "allow_unrestricted_egress": True,
+        **overrides,
+    }
+    return Settings(**values)
+
+
+@pytest.fixture
+def make_world(emulator: KubeEmulator, kube: KubeClient, tmp_path: Path) -> Callable[..., World]:
+    """Build the world with settings overridden as a test needs."""
+
+    def build(**overrides: Any) -> World:
+        settings = settings_for(tmp_path, **overrides)
+        credentials, exec_, events = Credentials(), Exec(), Events()
+        services = Services(
+            settings=settings,
+            kube=kube,
+            cache=ObjectCache(),
+            credentials=credentials,
+            skills=SkillRenderer(kube, settings),
+            exec=exec_,
+            events=events,
+            library=NoLibrary(),
+            clock=lambda: NOW,
+            metrics=Metrics(),
+        )
+        return World(emulator, services, credentials, exec_, events)
+
+    return build
+
+
+@pytest.fixture
+def world(make_world: Callable[..., World]) -> World:
+    """The world with the default settings."""
+    return make_world()

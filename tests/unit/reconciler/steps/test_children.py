@@ -1,0 +1,99 @@
+"""What the pod mounts: the credentials Secret, the skill ConfigMap, the library volume."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+
+import pytest
+
+from craft_operator.reconciler.run import Revisit
+from craft_operator.reconciler.step import Pass, Stop
+from craft_operator.reconciler.steps import credentials, library_volume, secret, skill
+from tests.unit.reconciler.conftest import NAMESPACE
+from tests.unit.reconciler.steps.conftest import CANARY, NAME, World
+
+pytestmark = pytest.mark.unit
+
+
+async def with_pat(world: World, **body: object) -> Pass:
+    p = world.pass_(**body)
+    await credentials.ensure_pat(p)
+    world.events.posted.clear()
+    return p
+
+
+async def test_the_secret_holds_the_pat_and_its_creation_is_said(world: World) -> None:
+    p = await with_pat(world)
+    assert await secret.converge_secret(p) is None
+    stored = world.stored("v1/secrets", f"{NAME}-credentials")
+    assert stored is not None
+    assert CANARY in {base64.b64decode(value).decode() for value in stored["data"].values()}
+    assert world.events.reasons == ["SecretCreated"]
+    assert all(CANARY not in message for *_, message in world.events.posted)
+
+
+async def test_a_secret_of_someone_else_by_that_name_is_left_alone(world: World) -> None:
+    world.emulator.create(
+        "v1/secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": f"{NAME}-credentials", "namespace": NAMESPACE},
+        },
+    )
+    p = await with_pat(world)
+    assert await secret.converge_secret(p) == Stop("WaitingForChildren")
+    condition = p.run.condition("CredentialsReady")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("False", "SecretNameTaken")
+    assert p.run.verdict.backoff == "SecretNameTaken"
+    assert "data" not in (world.stored("v1/secrets", f"{NAME}-credentials") or {})
+
+
+async def test_the_skill_lists_the_sources_and_lands_in_its_configmap(world: World) -> None:
+    p = world.pass_(spec={"sources": [{"name": "confluence"}, {"name": "github"}]})
+    assert await skill.render_skill(p) is None
+    condition = p.run.condition("SkillRendered")
+    assert condition is not None
+    assert condition.status == "True"
+    assert "2 source(s)" in condition.message
+    assert world.stored("v1/configmaps", f"{NAME}-skills") is not None
+    assert p.run.status.skill is not None
+    assert p.run.status.skill.source_count == 2
+
+
+async def test_a_broken_template_keeps_the_last_good_skill(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from craft_operator.skills.template import SkillTemplateError
+
+    await skill.render_skill(world.pass_())
+    before = world.stored("v1/configmaps", f"{NAME}-skills")
+
+    async def broken(sandbox: object, *, builtin: bool = False) -> object:
+        raise SkillTemplateError("the template does not parse")
+
+    monkeypatch.setattr(world.services.skills, "render", broken)
+    p = world.pass_(spec={"sources": [{"name": "github"}]})
+    assert await skill.render_skill(p) is None, "a template error does not stop the pod"
+    condition = p.run.condition("SkillRendered")
+    assert condition is not None
+    assert condition.reason == "TemplateError"
+    assert world.stored("v1/configmaps", f"{NAME}-skills") == before
+    assert "SkillTemplateError" in world.events.reasons
+
+
+async def test_exec_mode_needs_no_volume(world: World) -> None:
+    p = world.pass_()
+    assert await library_volume.converge_volume(p) is None
+    assert world.stored("v1/persistentvolumeclaims", f"{NAME}-library") is None
+
+
+async def test_job_mode_gets_its_library_volume(make_world: Callable[..., World]) -> None:
+    world = make_world()
+    p = world.pass_(spec={"userLibrary": {"mode": "Job"}})
+    assert await library_volume.converge_volume(p) is None
+    assert world.stored("v1/persistentvolumeclaims", f"{NAME}-library") is not None
+    assert world.events.reasons == ["VolumeCreated"]
+    assert p.run.verdict == Revisit()

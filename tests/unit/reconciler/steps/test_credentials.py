@@ -1,0 +1,73 @@
+"""CredentialsReady: a live PAT, said in the condition and the status, renewed in time."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from craft_operator.credentials.errors import DatabaseUnavailableError, UserNotFoundError
+from craft_operator.reconciler.run import Revisit
+from craft_operator.reconciler.step import Stop
+from craft_operator.reconciler.steps import credentials
+from tests.unit.reconciler.steps.conftest import CANARY, World
+
+pytestmark = pytest.mark.unit
+
+
+async def test_a_new_pat_is_reported_in_condition_status_and_event(world: World) -> None:
+    p = world.pass_()
+    assert await credentials.ensure_pat(p) is None
+    condition = p.run.condition("CredentialsReady")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("True", "PATValid")
+    assert p.run.status.credentials is not None
+    assert p.run.status.credentials.pat_id == 1
+    assert world.events.reasons == ["PATMinted"]
+    assert p.issued is not None
+    assert p.issued.pat_id == 1
+
+
+async def test_a_reused_pat_posts_no_event(world: World) -> None:
+    await credentials.ensure_pat(world.pass_())
+    world.events.posted.clear()
+    p = world.pass_()
+    assert await credentials.ensure_pat(p) is None
+    assert world.events.posted == []
+
+
+async def test_the_pass_comes_back_before_the_pat_must_be_renewed(world: World) -> None:
+    world.credentials.lifetime = timedelta(hours=1)
+    p = world.pass_(spec={"credentials": {"lifetime": "1h"}})
+    await credentials.ensure_pat(p)
+    fraction = world.services.settings.credential_renewal_fraction
+    expected = 3600 - 3600 * fraction + 1
+    assert p.run.verdict.after == pytest.approx(max(60.0, expected))
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (UserNotFoundError("no user 1111"), "UserNotFound"),
+        (DatabaseUnavailableError("the database is down"), "DatabaseUnavailable"),
+    ],
+)
+async def test_no_pat_stops_the_pass_with_a_reason_to_alert_on(
+    world: World, error: Exception, reason: str
+) -> None:
+    world.credentials.error = error  # type: ignore[assignment]
+    p = world.pass_()
+    assert await credentials.ensure_pat(p) == Stop("WaitingForCredentials")
+    condition = p.run.condition("CredentialsReady")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("False", reason)
+    assert p.run.verdict == Revisit(backoff=reason)
+    assert world.events.reasons == [reason]
+    assert p.issued is None
+
+
+async def test_the_token_is_never_in_the_status_or_events(world: World) -> None:
+    p = world.pass_()
+    await credentials.ensure_pat(p)
+    assert CANARY not in p.run.status.model_dump_json()
+    assert all(CANARY not in message for *_, message in world.events.posted)

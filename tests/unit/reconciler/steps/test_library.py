@@ -1,0 +1,65 @@
+"""UserLibrarySynced: nothing to sync without a bucket; a sync once per revision and pod."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from craft_operator.api.models import UserLibraryStatus
+from craft_operator.library import resolve_location
+from craft_operator.reconciler.step import Pass
+from craft_operator.reconciler.steps import library
+from craft_operator.reconciler.steps.library_attempt import attempt_for
+from craft_operator.status import ConditionState
+from tests.unit.reconciler.conftest import NAMESPACE
+from tests.unit.reconciler.steps.conftest import NAME, World
+
+pytestmark = pytest.mark.unit
+
+POD = {"metadata": {"name": NAME, "namespace": NAMESPACE, "uid": "pod-1"}}
+
+
+def ready_pass(world: World, **body: object) -> Pass:
+    p = world.pass_(**body)
+    p.pod = POD
+    return p
+
+
+async def test_without_a_bucket_the_library_is_empty_and_ready(world: World) -> None:
+    p = ready_pass(world)
+    assert await library.sync_library(p) is None
+    condition = p.run.condition("UserLibrarySynced")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("True", "NotConfigured")
+
+
+async def test_a_sync_starts_in_the_pool_and_the_pass_does_not_wait(
+    make_world: Callable[..., World],
+) -> None:
+    world = make_world(s3_bucket="onyx-user-files")
+    p = ready_pass(world)
+    assert await library.sync_library(p) is None
+    condition = p.run.condition("UserLibrarySynced")
+    assert condition is not None
+    assert condition.reason == "Syncing"
+    assert world.services.library_pool.busy(p.run.key, p.sandbox.metadata.uid or "")
+    await world.services.library_pool.close()
+
+
+async def test_a_library_synced_for_this_revision_and_pod_is_left_alone(
+    make_world: Callable[..., World],
+) -> None:
+    world = make_world(s3_bucket="onyx-user-files")
+    first = ready_pass(world)
+    location = resolve_location(
+        first.sandbox.spec.user_library, first.sandbox.spec.user, world.services.settings
+    )
+    attempt = attempt_for(first.sandbox, location, "pod-1")
+    first.run.set(ConditionState.true("UserLibrarySynced", "Synced", "3 files"))
+    first.run.status.user_library = UserLibraryStatus(pod_uid="pod-1", config_hash=attempt.config)
+    status = first.run.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    p = ready_pass(world, status=status)
+    assert await library.sync_library(p) is None
+    assert not world.services.library_pool.busy(p.run.key, p.sandbox.metadata.uid or "")
+    assert p.run.touched == set()

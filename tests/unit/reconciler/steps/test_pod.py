@@ -1,0 +1,116 @@
+"""PodReady: the pod is created once, kept while it matches, replaced when it drifts or
+fails, stopped while the sandbox sleeps, and held back while egress is unrestricted."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from craft_operator.reconciler.step import Pass, Stop
+from craft_operator.reconciler.steps import credentials, pod
+from tests.support.pod_exec import mark_pod_failed, mark_pod_running
+from tests.unit.reconciler.conftest import NAMESPACE
+from tests.unit.reconciler.steps.conftest import CANARY, NAME, World
+
+pytestmark = pytest.mark.unit
+
+
+async def pod_pass(world: World, **body: object) -> Pass:
+    p = world.pass_(**body)
+    await credentials.ensure_pat(p)
+    world.events.posted.clear()
+    return p
+
+
+def observed(world: World) -> None:
+    """The watch delivers the pod as the API server has it now."""
+    world.cache.put("Pod", world.emulator.get("v1/pods", NAMESPACE, NAME))
+
+
+async def test_a_missing_pod_is_created_and_the_pass_waits_for_it(world: World) -> None:
+    p = await pod_pass(world)
+    assert await pod.converge_pod(p) == Stop("WaitingForPod")
+    stored = world.stored("v1/pods", NAME)
+    assert stored is not None
+    assert CANARY not in str(stored), "the token reaches the pod through its Secret only"
+    condition = p.run.condition("PodReady")
+    assert condition is not None
+    assert condition.reason == "PodStarting"
+    assert world.events.reasons == ["PodCreated"]
+    assert p.pod is None
+
+
+async def test_a_ready_pod_lets_the_pass_go_on(world: World) -> None:
+    await pod.converge_pod(await pod_pass(world))
+    mark_pod_running(world.emulator, NAMESPACE, NAME)
+    observed(world)
+    p = await pod_pass(world)
+    assert await pod.converge_pod(p) is None
+    condition = p.run.condition("PodReady")
+    assert condition is not None
+    assert condition.status == "True"
+    assert p.pod is not None
+    assert p.pod["metadata"]["name"] == NAME
+
+
+async def test_a_pod_running_an_edited_image_is_replaced(world: World) -> None:
+    await pod.converge_pod(await pod_pass(world))
+    mark_pod_running(world.emulator, NAMESPACE, NAME)
+    observed(world)
+    edited = world.cache.get("Pod", NAMESPACE, NAME)
+    assert edited is not None
+    edited["spec"]["containers"][0]["image"] = "attacker.example.com/other:1"
+    world.cache.put("Pod", edited)
+    p = await pod_pass(world)
+    assert await pod.converge_pod(p) == Stop("WaitingForPod")
+    assert world.stored("v1/pods", NAME) is None
+    assert world.events.reasons == ["PodReplaced"]
+
+
+async def test_a_failed_pod_is_replaced_with_backoff(world: World) -> None:
+    await pod.converge_pod(await pod_pass(world))
+    mark_pod_failed(world.emulator, NAMESPACE, NAME)
+    observed(world)
+    p = await pod_pass(world)
+    assert await pod.converge_pod(p) == Stop("WaitingForPod")
+    assert p.run.status.pod_failures == 1
+    assert p.run.verdict.after == world.services.settings.pod_restart_backoff
+    assert world.events.reasons == ["PodFailed"]
+
+
+async def test_a_suspended_sandbox_has_no_pod(world: World) -> None:
+    await pod.converge_pod(await pod_pass(world))
+    observed(world)
+    p = await pod_pass(world, spec={"suspend": True})
+    assert await pod.converge_pod(p) == Stop("Suspended")
+    assert world.stored("v1/pods", NAME) is None
+    assert p.run.phase == "Suspended"
+
+
+async def test_no_pod_while_nothing_restricts_its_egress(
+    make_world: Callable[..., World],
+) -> None:
+    world = make_world(allow_unrestricted_egress=False)
+    p = await pod_pass(world)
+    stop = await pod.converge_pod(p)
+    assert stop == Stop("EgressNotRestricted")
+    assert world.stored("v1/pods", NAME) is None
+    assert world.events.reasons == ["EgressNotRestricted"]
+
+
+async def test_a_pod_of_someone_else_by_that_name_is_reported_not_touched(world: World) -> None:
+    world.emulator.create(
+        "v1/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": NAME, "namespace": NAMESPACE},
+            "spec": {"containers": [{"name": "x", "image": "busybox"}]},
+        },
+    )
+    observed(world)
+    p = await pod_pass(world)
+    assert await pod.converge_pod(p) == Stop("PodNameTaken")
+    assert p.run.verdict.backoff == "PodNameTaken"
+    assert world.stored("v1/pods", NAME) is not None

@@ -1,0 +1,135 @@
+"""The table of steps: the order of a pass, and what the conditions say when a step stops."""
+
+from __future__ import annotations
+
+import pytest
+
+from craft_operator.reconciler.step import Pass, Step, Stop
+from craft_operator.reconciler.table import CONDITIONS, STEPS, run_steps
+from craft_operator.status import ConditionState
+from tests.unit.reconciler.steps.conftest import World
+
+pytestmark = pytest.mark.unit
+
+
+def test_ready_requires_the_conditions_of_the_rows_in_their_order() -> None:
+    assert CONDITIONS == (
+        "CredentialsReady",
+        "SkillRendered",
+        "PodReady",
+        "CLIValidated",
+        "UserLibrarySynced",
+    )
+    assert all(row for row in STEPS)
+
+
+def recording(condition: str | None, log: list[str], stop: str | None = None) -> Step:
+    async def step(p: Pass) -> Stop | None:
+        log.append(condition or "helper")
+        if condition is not None:
+            p.run.set(ConditionState.true(condition, "Done"))
+        return Stop(stop) if stop else None
+
+    return Step(condition, step)
+
+
+async def test_every_row_runs_in_order_when_none_stops(world: World) -> None:
+    log: list[str] = []
+    table = ((recording("A", log),), (recording("B", log), recording(None, log)))
+    p = world.pass_()
+    await run_steps(p, table)
+    assert log == ["A", "B", "helper"]
+
+
+async def test_after_a_row_stops_the_later_conditions_wait_with_its_reason(world: World) -> None:
+    log: list[str] = []
+    table = (
+        (recording("A", log, stop="WaitingForA"), recording("A2", log)),
+        (recording("B", log),),
+        (recording("C", log),),
+    )
+    p = world.pass_()
+    await run_steps(p, table)
+    assert log == ["A", "A2"], "the whole row runs; no later row does"
+    for type_ in ("B", "C"):
+        condition = p.run.condition(type_)
+        assert condition is not None
+        assert (condition.status, condition.reason) == ("Unknown", "WaitingForA")
+
+
+async def test_a_later_condition_this_pass_already_set_is_not_overwritten(world: World) -> None:
+    async def fails_on_c(p: Pass) -> Stop | None:
+        p.run.set(ConditionState.false("C", "VolumeNameTaken", "someone else's"))
+        return Stop("WaitingForChildren")
+
+    p = world.pass_()
+    await run_steps(
+        p, ((Step(None, fails_on_c),), (Step("B", fails_on_c),), (Step("C", fails_on_c),))
+    )
+    c, b = p.run.condition("C"), p.run.condition("B")
+    assert c is not None
+    assert c.reason == "VolumeNameTaken"
+    assert b is not None
+    assert b.reason == "WaitingForChildren"
+
+
+async def test_a_step_that_keeps_its_failure_keeps_it_while_waiting(world: World) -> None:
+    status = {
+        "conditions": [
+            {
+                "type": "CLIValidated",
+                "status": "False",
+                "reason": "AuthFailed",
+                "message": "refused",
+                "lastTransitionTime": "2026-11-23T11:00:00Z",
+            }
+        ]
+    }
+    p = world.pass_(status=status)
+
+    async def stops(p: Pass) -> Stop | None:
+        return Stop("WaitingForPod")
+
+    async def never(p: Pass) -> Stop | None:
+        raise AssertionError("a later row does not run")
+
+    table = ((Step("PodReady", stops),), (Step("CLIValidated", never, keeps_failure=True),))
+    await run_steps(p, table)
+    condition = p.run.condition("CLIValidated")
+    assert condition is not None
+    assert condition.reason == "AuthFailed"
+
+
+async def test_a_failed_pat_makes_every_later_condition_wait_for_credentials(
+    world: World,
+) -> None:
+    from craft_operator.credentials.errors import UserNotFoundError
+
+    world.credentials.error = UserNotFoundError("no such user")
+    p = world.pass_()
+    await run_steps(p)
+    reasons = {c.type: (c.status, c.reason) for c in p.run.status.conditions}
+    assert reasons == {
+        "CredentialsReady": ("False", "UserNotFound"),
+        "SkillRendered": ("Unknown", "WaitingForCredentials"),
+        "PodReady": ("Unknown", "WaitingForCredentials"),
+        "CLIValidated": ("Unknown", "WaitingForCredentials"),
+        "UserLibrarySynced": ("Unknown", "WaitingForCredentials"),
+    }
+    assert world.stored("v1/secrets", "alice-credentials") is None
+
+
+async def test_a_first_pass_makes_the_children_and_the_pod_and_waits_for_it(
+    world: World,
+) -> None:
+    p = world.pass_()
+    await run_steps(p)
+    reasons = {c.type: (c.status, c.reason) for c in p.run.status.conditions}
+    assert reasons == {
+        "CredentialsReady": ("True", "PATValid"),
+        "SkillRendered": ("True", "Rendered"),
+        "PodReady": ("False", "PodStarting"),
+        "CLIValidated": ("Unknown", "WaitingForPod"),
+        "UserLibrarySynced": ("Unknown", "WaitingForPod"),
+    }
+    assert world.events.reasons == ["PATMinted", "SecretCreated", "ConfigMapCreated", "PodCreated"]
