@@ -37,7 +37,8 @@ def server_side_apply(emulator: KubeEmulator, managers: list[str] | None = None)
             managers.append(request.params.get("fieldManager", ""))
         if not request.params.get("fieldManager"):
             return _status(422, "Invalid", "fieldManager is required for apply patch")
-        assert request.resource is not None and request.name is not None
+        assert request.resource is not None
+        assert request.name is not None
         data = dict(request.data or {})
         data.pop("status", None)
         try:

@@ -8,7 +8,7 @@ nor failed: the operator has not looked at the new spec yet.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from craft_operator.api.models import ConditionStatus, CraftSandboxStatus, Phase
@@ -70,7 +70,10 @@ class Progress:
     message: str
     conditions: tuple[ConditionView, ...]
     current: bool
-    status: CraftSandboxStatus
+    status: CraftSandboxStatus = field(repr=False, compare=False)
+
+    def __str__(self) -> str:
+        return f"[{self.percent:3d}%] {self.namespace}/{self.name} {self.message}"
 
     @property
     def key(self) -> tuple[object, ...]:
