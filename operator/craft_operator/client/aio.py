@@ -44,7 +44,13 @@ from craft_operator.client.objects import (
     to_model,
     to_second,
 )
-from craft_operator.client.readiness import Progress, failure_of, progress_of
+from craft_operator.client.readiness import (
+    Progress,
+    failure_of,
+    library_failure_key,
+    library_synced,
+    progress_of,
+)
 from craft_operator.client.transport import APPLY_PATCH, MERGE_PATCH, RetryPolicy, Transport
 
 FIELD_MANAGER = "onyx-backend"
@@ -185,15 +191,32 @@ class AsyncSandboxClient:
         return await self._set_activity(namespace, name, moment, unsuspend=False)
 
     async def notify_library_changed(
-        self, namespace: str, name: str, revision: str | None = None
+        self,
+        namespace: str,
+        name: str,
+        revision: str | None = None,
+        *,
+        wait: bool = False,
+        timeout: float = 300.0,  # noqa: ASYNC109
     ) -> str:
         """Say the user's files in S3 changed: the operator syncs them (revision annotation).
 
-        ``revision`` defaults to a fresh value; any new value triggers one sync.
+        ``revision`` defaults to a fresh value; any new value triggers one sync. ``wait``
+        until the operator synced it (a sleeping sandbox syncs when it wakes); a sync that
+        fails in a way retrying cannot fix raises :class:`SandboxFailedError`.
         """
         value = revision if revision is not None else str(time.time_ns())
         patch = {"metadata": {"annotations": {ANNOTATION_LIBRARY_REVISION: value}}}
-        await self._merge(namespace, name, patch)
+        written = await self._merge(namespace, name, patch)
+        if wait:
+            before = library_failure_key(written)
+
+            async def decide(obj: dict[str, Any] | None) -> bool | None:
+                if obj is None:
+                    raise SandboxGoneError(f'CraftSandbox "{name}" in "{namespace}" was deleted')
+                return library_synced(obj, value, before)
+
+            await self._watch_until(namespace, name, decide, timeout, f"library sync {value}")
         return value
 
     async def sleep(

@@ -146,6 +146,34 @@ def _first_failure(progress: Progress, status: CraftSandboxStatus) -> ConditionR
     return None
 
 
+def library_failure_key(obj: Mapping[str, Any]) -> str | None:
+    """The operator's record of the last library sync that retrying cannot fix, if any."""
+    library = (obj.get("status") or {}).get("userLibrary") or {}
+    return library.get("failedAttempt") or None
+
+
+def library_synced(obj: Mapping[str, Any], revision: str, failed_before: str | None) -> bool | None:
+    """True once ``revision`` is synced; raises if its sync failed for good; else None.
+
+    A failure is this revision's only if the operator recorded a new failed attempt since
+    ``failed_before`` (its record names the revision, the pod and the configuration).
+    """
+    progress = progress_of(obj)
+    library = progress.status.user_library
+    if library is not None and library.observed_revision == revision:
+        return True
+    failed = library_failure_key(obj)
+    if failed and failed != failed_before:
+        condition = next((c for c in progress.conditions if c.type == "UserLibrarySynced"), None)
+        report = ConditionReport(
+            "UserLibrarySynced",
+            condition.reason if condition else "SyncFailed",
+            condition.message if condition else str((library and library.last_error) or ""),
+        )
+        raise SandboxFailedError(progress.namespace, progress.name, progress.phase, report)
+    return None
+
+
 def _library_gave_up(status: CraftSandboxStatus) -> bool:
     return bool(status.user_library is not None and status.user_library.failed_attempt)
 

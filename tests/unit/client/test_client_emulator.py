@@ -544,3 +544,42 @@ async def test_an_unreachable_server_says_where_it_looked() -> None:
     async with AsyncSandboxClient(connection, retry=FAST) as client:
         with pytest.raises(UnreachableError, match=r"127\.0\.0\.1:9 \(kubeconfig x\)"):
             await client.status(NAMESPACE, "alice")
+
+
+async def test_notify_can_wait_until_the_revision_is_synced(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID)
+    write_status(emulator, "alice", "Ready", all_true(), userLibrary={"observedRevision": "6"})
+    notifying = asyncio.create_task(
+        aclient.notify_library_changed(NAMESPACE, "alice", "7", wait=True, timeout=30)
+    )
+    await watching(aclient)
+    assert not notifying.done()
+
+    write_status(emulator, "alice", "Ready", all_true(), userLibrary={"observedRevision": "7"})
+
+    assert await notifying == "7"
+
+
+async def test_a_revision_whose_sync_fails_for_good_fails_the_notify_wait(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID)
+    # An older revision already failed for good: that is not this revision's failure.
+    too_large = all_true(UserLibrarySynced=("False", "LibraryTooLarge"))
+    write_status(emulator, "alice", "Provisioning", too_large, userLibrary={"failedAttempt": "r6"})
+    notifying = asyncio.create_task(
+        aclient.notify_library_changed(NAMESPACE, "alice", "7", wait=True, timeout=30)
+    )
+    await watching(aclient)
+    assert not notifying.done()
+
+    write_status(emulator, "alice", "Provisioning", too_large, userLibrary={"failedAttempt": "r7"})
+
+    with pytest.raises(SandboxFailedError) as failure:
+        await notifying
+    assert (failure.value.condition_type, failure.value.reason) == (
+        "UserLibrarySynced",
+        "LibraryTooLarge",
+    )

@@ -93,7 +93,9 @@ def test_kubeconfig_files_merge_the_first_current_context_wins(
         ({"client-key-data": "%%%"}, "not valid base64"),
     ],
 )
-def test_unusable_kubeconfigs_say_why(tmp_path: Path, user: dict[str, object], message: str) -> None:
+def test_unusable_kubeconfigs_say_why(
+    tmp_path: Path, user: dict[str, object], message: str
+) -> None:
     with pytest.raises(ConfigurationError, match=message):
         from_kubeconfig([kubeconfig(tmp_path / "config", user)])
 
@@ -120,7 +122,10 @@ def test_in_cluster_uses_the_service_account_and_rereads_its_token(tmp_path: Pat
     assert connection.ca_path == tmp_path / "ca.crt"
     assert connection.authorization() == {"Authorization": "Bearer first"}
     (tmp_path / "token").write_text("rotated")
-    connection._token_read = (time.monotonic() - 3600, "first")  # read long ago: the next request reads again
+    connection._token_read = (
+        time.monotonic() - 3600,
+        "first",
+    )  # read long ago: the next request reads again
     assert connection.authorization() == {"Authorization": "Bearer rotated"}
 
 
