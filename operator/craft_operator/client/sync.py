@@ -137,9 +137,19 @@ class SandboxClient:
         """See :meth:`AsyncSandboxClient.touch`."""
         return self._run(self.aio.touch(namespace, name, at=at))
 
-    def notify_library_changed(self, namespace: str, name: str, revision: str | None = None) -> str:
+    def notify_library_changed(
+        self,
+        namespace: str,
+        name: str,
+        revision: str | None = None,
+        *,
+        wait: bool = False,
+        timeout: float = 300.0,
+    ) -> str:
         """See :meth:`AsyncSandboxClient.notify_library_changed`."""
-        return self._run(self.aio.notify_library_changed(namespace, name, revision))
+        return self._run(
+            self.aio.notify_library_changed(namespace, name, revision, wait=wait, timeout=timeout)
+        )
 
     def sleep(
         self, namespace: str, name: str, *, wait: bool = False, timeout: float = 120.0
