@@ -8,7 +8,6 @@ does not fight GitOps or the operator); annotations and ``spec.suspend`` are mer
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import inspect
 import time
@@ -28,13 +27,11 @@ from craft_operator.api.models import (
 from craft_operator.api.status_codec import parse_status
 from craft_operator.client.connection import Connection, discover
 from craft_operator.client.errors import (
-    ApiError,
     ConflictError,
     FieldConflictError,
     NotFoundError,
     Request,
     SandboxGoneError,
-    WaitTimeoutError,
 )
 from craft_operator.client.objects import (
     apply_body,
@@ -52,13 +49,11 @@ from craft_operator.client.readiness import (
     progress_of,
 )
 from craft_operator.client.transport import APPLY_PATCH, MERGE_PATCH, RetryPolicy, Transport
+from craft_operator.client.watching import Watcher
 
 FIELD_MANAGER = "onyx-backend"
-#: Seconds one watch request stays open before the client resumes it.
-WATCH_SECONDS = 240
 T = TypeVar("T")
 ProgressCallback = Callable[[Progress], object]
-Decide = Callable[[dict[str, Any] | None], Awaitable[T | None]]
 
 
 class AsyncSandboxClient:
@@ -83,8 +78,10 @@ class AsyncSandboxClient:
         self.field_manager = field_manager
         self.retry = retry or RetryPolicy()
         self._http = Transport(self.connection, timeout=timeout, retry=self.retry)
-        #: Requests made, by verb (``get``, ``watch``, ``patch``, ...): what a wait cost.
+        #: API calls by verb (``get``, ``watch``, ``patch``, ...): what a wait cost. A call's
+        #: own retries after throttling or server errors are not counted.
         self.requests: collections.Counter[str] = collections.Counter()
+        self._watcher = Watcher(self._http, self._get_or_none, self.requests)
 
     async def __aenter__(self) -> AsyncSandboxClient:
         return self
@@ -165,7 +162,10 @@ class AsyncSandboxClient:
 
         async def decide(obj: dict[str, Any] | None) -> dict[str, Any] | None:
             if obj is None or obj["metadata"].get("deletionTimestamp"):
-                raise SandboxGoneError(f'CraftSandbox "{name}" in "{namespace}" is being deleted')
+                raise SandboxGoneError(
+                    f'CraftSandbox "{name}" in namespace "{namespace}" does not exist or is '
+                    "being deleted"
+                )
             progress = progress_of(obj)
             if on_progress is not None and (not seen or seen[-1] != progress.key):
                 seen.append(progress.key)
@@ -177,7 +177,7 @@ class AsyncSandboxClient:
                 raise failure
             return None
 
-        found = await self._watch_until(namespace, name, decide, timeout, "Ready")
+        found = await self._watcher.until(namespace, name, decide, timeout, "Ready")
         return to_model(found)
 
     # -- the backend's triggers ---------------------------------------------------------------
@@ -216,7 +216,7 @@ class AsyncSandboxClient:
                     raise SandboxGoneError(f'CraftSandbox "{name}" in "{namespace}" was deleted')
                 return library_synced(obj, value, before)
 
-            await self._watch_until(namespace, name, decide, timeout, f"library sync {value}")
+            await self._watcher.until(namespace, name, decide, timeout, f"library sync {value}")
         return value
 
     async def sleep(
@@ -240,7 +240,7 @@ class AsyncSandboxClient:
             asleep = progress.current and progress.phase == Phase.SUSPENDED.value
             return True if asleep and not progress.status.pod_uid else None
 
-        await self._watch_until(namespace, name, decide, timeout, "Suspended")
+        await self._watcher.until(namespace, name, decide, timeout, "Suspended")
 
     async def wake(
         self,
@@ -281,7 +281,7 @@ class AsyncSandboxClient:
             async def gone(obj: dict[str, Any] | None) -> bool | None:
                 return True if obj is None else None
 
-            await self._watch_until(namespace, name, gone, timeout, "deletion")
+            await self._watcher.until(namespace, name, gone, timeout, "deletion")
         return True
 
     # -- internals ----------------------------------------------------------------------------
@@ -325,78 +325,6 @@ class AsyncSandboxClient:
                 if attempt >= self.retry.attempts:
                     raise
                 await self._http.backoff(attempt, None)
-
-    async def _watch_until(
-        self,
-        namespace: str,
-        name: str,
-        decide: Decide[T],
-        timeout: float,  # noqa: ASYNC109 - the wait's deadline, raised as WaitTimeoutError
-        what: str,
-    ) -> T:
-        """Read the sandbox, then watch it from that version until ``decide`` returns a value
-        (``decide(None)``: it is gone); resumes after a dropped or expired (410) watch."""
-        last: list[dict[str, Any] | None] = [None]
-        try:
-            async with asyncio.timeout(timeout):
-                return await self._watch_loop(namespace, name, decide, last)
-        except TimeoutError:
-            seen = last[0]
-            shown = progress_of(seen).message if seen is not None else "not found"
-            raise WaitTimeoutError(
-                f'CraftSandbox "{name}" in "{namespace}": {what}', timeout, shown
-            ) from None
-
-    async def _watch_loop(
-        self, namespace: str, name: str, decide: Decide[T], last: list[dict[str, Any] | None]
-    ) -> T:
-        failures = 0
-        version: str | None = None
-        while True:
-            if version is None:  # first, or after an expired watch: read afresh
-                obj = await self._get_or_none(namespace, name)
-                last[0] = obj
-                result = await decide(obj)
-                if result is not None:
-                    return result
-                version = (obj or {}).get("metadata", {}).get("resourceVersion") or "0"
-            try:
-                async for event in self._watch(namespace, name, version):
-                    failures = 0
-                    kind, obj = event.get("type"), event.get("object") or {}
-                    if kind == "ERROR":
-                        version = None  # 410 Gone: too old a version; read afresh
-                        break
-                    version = obj.get("metadata", {}).get("resourceVersion") or version
-                    if kind == "BOOKMARK" or obj.get("metadata", {}).get("name") != name:
-                        continue
-                    last[0] = None if kind == "DELETED" else obj
-                    result = await decide(last[0])
-                    if result is not None:
-                        return result
-            except ApiError as exc:
-                if exc.status == 410:
-                    version = None
-                    continue
-                failures += 1
-                if not exc.retryable or failures >= self.retry.attempts:
-                    raise
-                await self._http.backoff(failures, exc.retry_after)
-
-    def _watch(self, namespace: str, name: str, version: str) -> Any:
-        self.requests["watch"] += 1
-        params = {
-            "fieldSelector": f"metadata.name={name}",
-            "resourceVersion": version,
-            "allowWatchBookmarks": "true",
-            "timeoutSeconds": str(WATCH_SECONDS),
-        }
-        return self._http.watch(
-            sandbox_path(namespace),
-            Request("watch", namespace, name),
-            params,
-            read_timeout=WATCH_SECONDS + 30,
-        )
 
     async def _get(self, namespace: str, name: str) -> dict[str, Any]:
         return await self._call(

@@ -32,14 +32,14 @@ class Connection:
     """One API server and the credentials for it."""
 
     server: str
-    token: str | None = None
+    token: str | None = field(default=None, repr=False)
     token_path: Path | None = None
     ca_path: Path | None = None
-    ca_data: str | None = None
+    ca_data: str | None = field(default=None, repr=False)
     cert_path: Path | None = None
     key_path: Path | None = None
-    cert_data: bytes | None = None
-    key_data: bytes | None = None
+    cert_data: bytes | None = field(default=None, repr=False)
+    key_data: bytes | None = field(default=None, repr=False)
     insecure: bool = False
     #: Where this came from, for error messages (never a secret).
     source: str = ""
@@ -78,7 +78,8 @@ class Connection:
 
 
 def _load_cert_data(context: ssl.SSLContext, cert: bytes, key: bytes) -> None:
-    """``ssl`` loads certificates from files only: write them to a private directory briefly."""
+    """``ssl`` loads certificates from files only: write them into a private (0700) directory
+    for the moment it takes, and remove them."""
     with tempfile.TemporaryDirectory(prefix="craft-client-") as directory:
         cert_file, key_file = Path(directory, "cert.pem"), Path(directory, "key.pem")
         for path, data in ((cert_file, cert), (key_file, key)):

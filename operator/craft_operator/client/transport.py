@@ -73,6 +73,7 @@ class Transport:
         self.retry = retry or RetryPolicy()
         self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=min(timeout, 10.0))
         self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not security
 
     async def close(self) -> None:
@@ -82,7 +83,11 @@ class Transport:
             self._session = None
 
     def _ensure_session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._loop is not loop:
+            # A session belongs to one loop: a caller that runs asyncio.run() per task
+            # (e.g. a Celery task) gets a new one for each loop.
+            self._loop = loop
             self._session = aiohttp.ClientSession(
                 base_url=self.connection.server.rstrip("/") + "/",
                 headers={"Accept": JSON, "User-Agent": USER_AGENT},
