@@ -48,13 +48,13 @@ test-cluster: $(STAMP) ## Run only the cluster tier (the operator on the local c
 	$(BIN)/pytest tests/cluster $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff (lint and format check) and mypy
-	$(BIN)/ruff check operator tests bench
-	$(BIN)/ruff format --check operator tests bench
+	$(BIN)/ruff check operator tests bench examples
+	$(BIN)/ruff format --check operator tests bench examples
 	$(BIN)/mypy
 
 format: $(STAMP) ## Apply ruff's fixes and formatting
-	$(BIN)/ruff check --fix operator tests bench
-	$(BIN)/ruff format operator tests bench
+	$(BIN)/ruff check --fix operator tests bench examples
+	$(BIN)/ruff format operator tests bench examples
 
 crd: $(STAMP) ## Regenerate crds/ from the pydantic models
 	$(BIN)/craft-operator crd > crds/craftsandboxes.craft.onyx.app.yaml

@@ -20,6 +20,7 @@ LEVELS: dict[str, int] = {
     "__init__": 0,  # the package itself: its version
     "api": 0,
     "config": 1,
+    "client": 1,  # the backend's client: the API models and aiohttp, nothing of the operator
     "kube": 2,
     "skills": 2,
     "policy": 2,

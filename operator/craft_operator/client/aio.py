@@ -1,0 +1,368 @@
+"""The asyncio client: create, wait for, annotate, suspend and delete CraftSandboxes.
+
+:class:`AsyncSandboxClient` is the whole client; :class:`~craft_operator.client.sync.SandboxClient`
+runs it for synchronous callers. Writes use the client's own field manager: ``ensure`` is a
+server-side apply of only the fields the backend sets (never forced unless asked, so it
+does not fight GitOps or the operator); annotations and ``spec.suspend`` are merge patches.
+"""
+
+from __future__ import annotations
+
+import collections
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+from craft_operator.api.models import (
+    ANNOTATION_LAST_ACTIVITY,
+    ANNOTATION_LIBRARY_REVISION,
+    CraftSandbox,
+    CraftSandboxStatus,
+    Phase,
+    Source,
+)
+from craft_operator.api.status_codec import parse_status
+from craft_operator.client.connection import Connection, discover
+from craft_operator.client.errors import (
+    ConflictError,
+    FieldConflictError,
+    NotFoundError,
+    Request,
+    SandboxGoneError,
+)
+from craft_operator.client.objects import (
+    apply_body,
+    format_time,
+    parse_activity,
+    sandbox_path,
+    to_model,
+    to_second,
+)
+from craft_operator.client.readiness import (
+    Progress,
+    failure_of,
+    library_failure_key,
+    library_synced,
+    progress_of,
+)
+from craft_operator.client.transport import APPLY_PATCH, MERGE_PATCH, RetryPolicy, Transport
+from craft_operator.client.watching import Watcher
+
+FIELD_MANAGER = "onyx-backend"
+T = TypeVar("T")
+ProgressCallback = Callable[[Progress], object]
+
+
+class AsyncSandboxClient:
+    """CraftSandboxes for the Onyx backend, on asyncio (FastAPI handlers, async workers).
+
+    ``connection`` defaults to what kubectl would use (``kubeconfig``/``context``, else
+    ``$KUBECONFIG``, the in-cluster service account, ``~/.kube/config``). Close it (or use
+    ``async with``) when done.
+    """
+
+    def __init__(
+        self,
+        connection: Connection | None = None,
+        *,
+        kubeconfig: str | Path | None = None,
+        context: str | None = None,
+        field_manager: str = FIELD_MANAGER,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.connection = connection or discover(kubeconfig, context)
+        self.field_manager = field_manager
+        self.retry = retry or RetryPolicy()
+        self._http = Transport(self.connection, timeout=timeout, retry=self.retry)
+        #: API calls by verb (``get``, ``watch``, ``patch``, ...): what a wait cost. A call's
+        #: own retries after throttling or server errors are not counted.
+        self.requests: collections.Counter[str] = collections.Counter()
+        self._watcher = Watcher(self._http, self._get_or_none, self.requests)
+
+    async def __aenter__(self) -> AsyncSandboxClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the HTTP session."""
+        await self._http.close()
+
+    # -- create or update -------------------------------------------------------------------
+
+    async def ensure(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        user_id: str,
+        tenant_id: str = "public",
+        sources: Iterable[Source | str] = (),
+        email: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        force: bool = False,
+        **spec: Any,
+    ) -> CraftSandbox:
+        """Create the sandbox, or update the fields the backend owns (server-side apply).
+
+        ``spec`` takes any other field of :class:`CraftSandboxSpec` by its Python name
+        (``idle_timeout``, ``user_library``, ``resources``, ...). ``spec.suspend`` is not
+        set here (see :meth:`sleep`), so ensuring a sleeping sandbox does not wake it.
+        Fields another manager owns raise :class:`FieldConflictError` unless ``force``.
+        """
+        body = apply_body(namespace, name, user_id, tenant_id, sources, email, labels, spec)
+        params = {"fieldManager": self.field_manager, "force": "true" if force else "false"}
+        what = Request("patch", namespace, name)
+
+        async def apply() -> dict[str, Any]:
+            return await self._call(
+                "PATCH", sandbox_path(namespace, name), what, body, APPLY_PATCH, params
+            )
+
+        return to_model(await self._on_conflict(apply))
+
+    # -- reading ----------------------------------------------------------------------------
+
+    async def get(self, namespace: str, name: str) -> CraftSandbox:
+        """The sandbox, typed (its status parsed as the operator does)."""
+        return to_model(await self._get(namespace, name))
+
+    async def status(self, namespace: str, name: str) -> CraftSandboxStatus:
+        """The sandbox's typed status (empty before the operator's first pass)."""
+        return parse_status((await self._get(namespace, name)).get("status"))[0]
+
+    async def pod_name(self, namespace: str, name: str) -> str | None:
+        """The sandbox pod's name, or ``None`` while it has none (not yet, asleep, suspended)."""
+        status = await self.status(namespace, name)
+        return status.pod_name if status.pod_uid else None
+
+    # -- waiting ----------------------------------------------------------------------------
+
+    async def wait_ready(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        timeout: float = 300.0,  # noqa: ASYNC109 - the wait's own deadline, with its own error
+        on_progress: ProgressCallback | None = None,
+    ) -> CraftSandbox:
+        """Watch the sandbox until it is Ready for its current spec; the sandbox then.
+
+        ``on_progress(progress)`` is called with the first state seen and on every change of
+        phase or conditions (it may be a coroutine function). Raises :class:`SandboxFailedError`
+        when the sandbox cannot become Ready as it is, :class:`SandboxGoneError` if it is
+        deleted, :class:`WaitTimeoutError` after ``timeout`` seconds.
+        """
+        seen: list[tuple[object, ...]] = []
+
+        async def decide(obj: dict[str, Any] | None) -> dict[str, Any] | None:
+            if obj is None or obj["metadata"].get("deletionTimestamp"):
+                raise SandboxGoneError(
+                    f'CraftSandbox "{name}" in namespace "{namespace}" does not exist or is '
+                    "being deleted"
+                )
+            progress = progress_of(obj)
+            if on_progress is not None and (not seen or seen[-1] != progress.key):
+                seen.append(progress.key)
+                await _call_back(on_progress, progress)
+            if progress.ready:
+                return obj
+            failure = failure_of(progress)
+            if failure is not None:
+                raise failure
+            return None
+
+        found = await self._watcher.until(namespace, name, decide, timeout, "Ready")
+        return to_model(found)
+
+    # -- the backend's triggers ---------------------------------------------------------------
+
+    async def touch(self, namespace: str, name: str, *, at: datetime | None = None) -> datetime:
+        """Record user activity (the last-activity annotation); never moves it backwards.
+
+        The stored time after the call (``at``, or a later one already there).
+        """
+        moment = to_second(at or datetime.now(UTC))
+        return await self._set_activity(namespace, name, moment, unsuspend=False)
+
+    async def notify_library_changed(
+        self,
+        namespace: str,
+        name: str,
+        revision: str | None = None,
+        *,
+        wait: bool = False,
+        timeout: float = 300.0,  # noqa: ASYNC109
+    ) -> str:
+        """Say the user's files in S3 changed: the operator syncs them (revision annotation).
+
+        ``revision`` defaults to a fresh value; any new value triggers one sync. ``wait``
+        until the operator synced it (a sleeping sandbox syncs when it wakes); a sync that
+        fails in a way retrying cannot fix raises :class:`SandboxFailedError`.
+        """
+        value = revision if revision is not None else str(time.time_ns())
+        patch = {"metadata": {"annotations": {ANNOTATION_LIBRARY_REVISION: value}}}
+        written = await self._merge(namespace, name, patch)
+        if wait:
+            before = library_failure_key(written)
+
+            async def decide(obj: dict[str, Any] | None) -> bool | None:
+                if obj is None:
+                    raise SandboxGoneError(f'CraftSandbox "{name}" in "{namespace}" was deleted')
+                return library_synced(obj, value, before)
+
+            await self._watcher.until(namespace, name, decide, timeout, f"library sync {value}")
+        return value
+
+    async def sleep(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        wait: bool = False,
+        timeout: float = 120.0,  # noqa: ASYNC109
+    ) -> None:
+        """Put the sandbox to sleep now (``spec.suspend: true``): its pod is deleted, its
+        credentials, status and library record kept. ``wait`` until the operator did."""
+        await self._merge(namespace, name, {"spec": {"suspend": True}})
+        if not wait:
+            return
+
+        async def decide(obj: dict[str, Any] | None) -> bool | None:
+            if obj is None:
+                raise SandboxGoneError(f'CraftSandbox "{name}" in "{namespace}" was deleted')
+            progress = progress_of(obj)
+            asleep = progress.current and progress.phase == Phase.SUSPENDED.value
+            return True if asleep and not progress.status.pod_uid else None
+
+        await self._watcher.until(namespace, name, decide, timeout, "Suspended")
+
+    async def wake(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        wait: bool = False,
+        timeout: float = 300.0,  # noqa: ASYNC109
+        on_progress: ProgressCallback | None = None,
+    ) -> None:
+        """Wake the sandbox from either sleep: ``spec.suspend`` back to false, and activity
+        later than the moment it fell asleep on idleness. ``wait`` until Ready."""
+        await self._set_activity(namespace, name, to_second(datetime.now(UTC)), unsuspend=True)
+        if wait:
+            await self.wait_ready(namespace, name, timeout=timeout, on_progress=on_progress)
+
+    async def delete(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        wait: bool = False,
+        timeout: float = 120.0,  # noqa: ASYNC109
+    ) -> bool:
+        """Delete the sandbox (the operator revokes its PAT, its children go with it).
+
+        False if it did not exist. ``wait`` until it is gone, i.e. the operator finished.
+        """
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+        try:
+            await self._call(
+                "DELETE", sandbox_path(namespace, name), Request("delete", namespace, name), body
+            )
+        except NotFoundError:
+            return False
+        if wait:
+
+            async def gone(obj: dict[str, Any] | None) -> bool | None:
+                return True if obj is None else None
+
+            await self._watcher.until(namespace, name, gone, timeout, "deletion")
+        return True
+
+    # -- internals ----------------------------------------------------------------------------
+
+    async def _set_activity(
+        self, namespace: str, name: str, moment: datetime, *, unsuspend: bool
+    ) -> datetime:
+        """Raise the last-activity annotation to ``moment`` (and unsuspend), conditionally on
+        the version read, so two writers never move it backwards; retried on conflict."""
+
+        async def attempt() -> datetime:
+            obj = await self._get(namespace, name)
+            meta = obj["metadata"]
+            target = moment
+            if unsuspend:
+                slept = parse_status(obj.get("status"))[0].sleeping_since
+                if slept is not None and target <= slept:  # clocks differ: still wake it
+                    target = to_second(slept + timedelta(seconds=1))
+            stored = parse_activity((meta.get("annotations") or {}).get(ANNOTATION_LAST_ACTIVITY))
+            patch: dict[str, Any] = {"metadata": {"resourceVersion": meta["resourceVersion"]}}
+            if stored is None or stored < target:
+                patch["metadata"]["annotations"] = {ANNOTATION_LAST_ACTIVITY: format_time(target)}
+            if unsuspend and (obj.get("spec") or {}).get("suspend"):
+                patch["spec"] = {"suspend": False}
+            if len(patch) > 1 or "annotations" in patch["metadata"]:
+                await self._merge(namespace, name, patch)
+            return target if stored is None or stored < target else stored
+
+        return await self._on_conflict(attempt)
+
+    async def _on_conflict(self, operation: Callable[[], Awaitable[T]]) -> T:
+        """Run ``operation`` again (it re-reads what it needs) after an optimistic conflict."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await operation()
+            except FieldConflictError:
+                raise  # another manager's field: the same request would conflict again
+            except ConflictError:
+                if attempt >= self.retry.attempts:
+                    raise
+                await self._http.backoff(attempt, None)
+
+    async def _get(self, namespace: str, name: str) -> dict[str, Any]:
+        return await self._call(
+            "GET", sandbox_path(namespace, name), Request("get", namespace, name)
+        )
+
+    async def _get_or_none(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self._get(namespace, name)
+        except NotFoundError:
+            return None
+
+    async def _merge(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        return await self._call(
+            "PATCH",
+            sandbox_path(namespace, name),
+            Request("patch", namespace, name),
+            patch,
+            MERGE_PATCH,
+            {"fieldManager": self.field_manager},
+        )
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        what: Request,
+        body: Any = None,
+        content_type: str = "application/json",
+        params: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        self.requests[what.verb] += 1
+        return await self._http.request(
+            method, path, what, body=body, content_type=content_type, params=params
+        )
+
+
+async def _call_back(callback: ProgressCallback, progress: Progress) -> None:
+    result = callback(progress)
+    if inspect.isawaitable(result):
+        await result

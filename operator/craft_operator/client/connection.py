@@ -1,0 +1,218 @@
+"""Where the API server is and how to prove who we are: in-cluster or a kubeconfig.
+
+Like kubectl and client-go: an explicit kubeconfig wins, then ``$KUBECONFIG``, then the
+in-cluster service account, then ``~/.kube/config``. Bearer tokens (inline or from a file,
+re-read as the kubelet rotates it), client certificates (files or inline data) and the
+cluster's CA (file or inline data) are supported; exec credential plugins are not.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import ssl
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from craft_operator.client.errors import ConfigurationError
+
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+#: How long a token read from a file is used before it is read again (client-go: 1 minute).
+TOKEN_REFRESH_SECONDS = 60.0
+
+
+@dataclass
+class Connection:
+    """One API server and the credentials for it."""
+
+    server: str
+    token: str | None = field(default=None, repr=False)
+    token_path: Path | None = None
+    ca_path: Path | None = None
+    ca_data: str | None = field(default=None, repr=False)
+    cert_path: Path | None = None
+    key_path: Path | None = None
+    cert_data: bytes | None = field(default=None, repr=False)
+    key_data: bytes | None = field(default=None, repr=False)
+    insecure: bool = False
+    #: Where this came from, for error messages (never a secret).
+    source: str = ""
+    _token_read: tuple[float, str] | None = field(default=None, repr=False)
+
+    def authorization(self) -> dict[str, str]:
+        """The Authorization header, if the connection has a token."""
+        token = self._current_token()
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    def _current_token(self) -> str | None:
+        if self.token_path is None:
+            return self.token
+        now = time.monotonic()
+        if self._token_read is None or now - self._token_read[0] > TOKEN_REFRESH_SECONDS:
+            try:
+                self._token_read = (now, self.token_path.read_text().strip())
+            except OSError as exc:
+                raise ConfigurationError(
+                    f"cannot read the token file {self.token_path} ({self.source}): {exc.strerror}"
+                ) from None
+        return self._token_read[1]
+
+    def ssl_context(self) -> ssl.SSLContext | bool:
+        """TLS that trusts the cluster's CA and presents the client certificate, if any."""
+        if self.insecure:
+            return False
+        context = ssl.create_default_context(
+            cafile=str(self.ca_path) if self.ca_path else None, cadata=self.ca_data
+        )
+        if self.cert_path and self.key_path:
+            context.load_cert_chain(self.cert_path, self.key_path)
+        elif self.cert_data and self.key_data:
+            _load_cert_data(context, self.cert_data, self.key_data)
+        return context
+
+
+def _load_cert_data(context: ssl.SSLContext, cert: bytes, key: bytes) -> None:
+    """``ssl`` loads certificates from files only: write them into a private (0700) directory
+    for the moment it takes, and remove them."""
+    with tempfile.TemporaryDirectory(prefix="craft-client-") as directory:
+        cert_file, key_file = Path(directory, "cert.pem"), Path(directory, "key.pem")
+        for path, data in ((cert_file, cert), (key_file, key)):
+            path.touch(mode=0o600)
+            path.write_bytes(data)
+        context.load_cert_chain(cert_file, key_file)
+
+
+def discover(kubeconfig: str | Path | None = None, context: str | None = None) -> Connection:
+    """The connection kubectl would use: ``kubeconfig``, ``$KUBECONFIG``, in-cluster, then
+    ``~/.kube/config``."""
+    if kubeconfig is not None:
+        return from_kubeconfig([Path(kubeconfig)], context)
+    env = os.environ.get("KUBECONFIG")
+    if env:
+        return from_kubeconfig([Path(part) for part in env.split(os.pathsep) if part], context)
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and (SERVICE_ACCOUNT / "token").exists():
+        return in_cluster()
+    default = Path.home() / ".kube" / "config"
+    if default.exists():
+        return from_kubeconfig([default], context)
+    raise ConfigurationError(
+        "no Kubernetes credentials: not running in a pod with a service account, no "
+        "$KUBECONFIG and no ~/.kube/config (set KUBECONFIG, or pass kubeconfig=...)"
+    )
+
+
+def in_cluster(root: Path = SERVICE_ACCOUNT, environ: Mapping[str, str] = os.environ) -> Connection:
+    """The pod's own service account (its token is re-read as the kubelet rotates it)."""
+    host, port = environ.get("KUBERNETES_SERVICE_HOST"), environ.get("KUBERNETES_SERVICE_PORT")
+    if not host or not port:
+        raise ConfigurationError(
+            "not in a cluster: KUBERNETES_SERVICE_HOST/PORT are not set (use a kubeconfig)"
+        )
+    if not (root / "token").exists():
+        raise ConfigurationError(
+            f"no service account token at {root / 'token'}: the pod needs "
+            "automountServiceAccountToken (or a projected token volume there)"
+        )
+    host = f"[{host}]" if ":" in host else host
+    ca = root / "ca.crt"
+    return Connection(
+        server=f"https://{host}:{port}",
+        token_path=root / "token",
+        ca_path=ca if ca.exists() else None,
+        source="in-cluster service account",
+    )
+
+
+def from_kubeconfig(paths: list[Path], context: str | None = None) -> Connection:
+    """The connection of ``context`` (default: the current one) in the merged ``paths``."""
+    merged = _merge([_read(path) for path in paths if path.exists()])
+    if merged is None:
+        raise ConfigurationError(f"no kubeconfig at {os.pathsep.join(map(str, paths))}")
+    config, origin = merged
+    name = context or config.get("current-context")
+    if not name:
+        raise ConfigurationError(f"{origin}: no current-context (kubectl config use-context)")
+    ctx = _named(config, "contexts", name, origin).get("context") or {}
+    cluster = _named(config, "clusters", ctx.get("cluster"), origin).get("cluster") or {}
+    user = _named(config, "users", ctx.get("user"), origin, required=False).get("user") or {}
+    if not cluster.get("server"):
+        raise ConfigurationError(f"{origin}: cluster {ctx.get('cluster')!r} has no server")
+    if "exec" in user or "auth-provider" in user:
+        raise ConfigurationError(
+            f"{origin}: user {ctx.get('user')!r} uses a credential plugin, which this client "
+            "does not run; use a kubeconfig with a token or client certificate (e.g. kubectl "
+            "create token <service-account>)"
+        )
+    base = Path(origin).parent
+    return Connection(
+        server=str(cluster["server"]).rstrip("/"),
+        token=user.get("token"),
+        token_path=_path(base, user.get("tokenFile")),
+        ca_path=_path(base, cluster.get("certificate-authority")),
+        ca_data=(_decoded(cluster.get("certificate-authority-data"), origin) or b"").decode()
+        or None,
+        cert_path=_path(base, user.get("client-certificate")),
+        key_path=_path(base, user.get("client-key")),
+        cert_data=_decoded(user.get("client-certificate-data"), origin),
+        key_data=_decoded(user.get("client-key-data"), origin),
+        insecure=bool(cluster.get("insecure-skip-tls-verify")),
+        source=f"kubeconfig {origin}, context {name}",
+    )
+
+
+def _read(path: Path) -> tuple[dict[str, Any], str]:
+    try:
+        loaded = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigurationError(f"cannot read the kubeconfig {path}: {exc}") from None
+    if not isinstance(loaded, dict):
+        raise ConfigurationError(f"the kubeconfig {path} is not a mapping")
+    return loaded, str(path)
+
+
+def _merge(configs: list[tuple[dict[str, Any], str]]) -> tuple[dict[str, Any], str] | None:
+    """kubectl's merge of several files: the first file to name something wins."""
+    if not configs:
+        return None
+    merged: dict[str, Any] = {"clusters": [], "users": [], "contexts": []}
+    origin = configs[0][1]
+    for config, path in configs:
+        if "current-context" not in merged and config.get("current-context"):
+            merged["current-context"] = config["current-context"]
+            origin = path
+        for key in ("clusters", "users", "contexts"):
+            merged[key].extend(config.get(key) or [])
+    return merged, origin
+
+
+def _named(
+    config: Mapping[str, Any], key: str, name: object, origin: str, *, required: bool = True
+) -> dict[str, Any]:
+    for entry in config.get(key) or []:
+        if isinstance(entry, dict) and entry.get("name") == name:
+            return entry
+    if required:
+        raise ConfigurationError(f"{origin}: no {key[:-1]} named {name!r}")
+    return {}
+
+
+def _path(base: Path, value: object) -> Path | None:
+    if not value:
+        return None
+    path = Path(str(value)).expanduser()
+    return path if path.is_absolute() else base / path
+
+
+def _decoded(value: object, origin: str) -> bytes | None:
+    if not value:
+        return None
+    try:
+        return base64.b64decode(str(value), validate=True)
+    except ValueError:
+        raise ConfigurationError(f"{origin}: a *-data field is not valid base64") from None

@@ -1,0 +1,97 @@
+"""The CraftSandbox objects the client sends and reads: pure functions, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from craft_operator.api.models import (
+    API_VERSION,
+    GROUP,
+    KIND,
+    PLURAL,
+    VERSION,
+    CraftSandbox,
+    CraftSandboxSpec,
+    Source,
+    UserRef,
+)
+from craft_operator.api.parse import describe_validation_error
+from craft_operator.api.status_codec import parse_status
+from craft_operator.client.errors import InvalidSpecError
+
+
+def apply_body(
+    namespace: str,
+    name: str,
+    user_id: str,
+    tenant_id: str,
+    sources: Iterable[Source | str],
+    email: str | None,
+    labels: Mapping[str, str] | None,
+    spec: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The apply configuration: exactly the fields the backend owns, validated locally."""
+    if "suspend" in spec:
+        raise InvalidSpecError("suspend is not set by ensure(): use sleep() and wake()")
+    user = {"id": user_id, "tenant_id": tenant_id} | ({"email": email} if email else {})
+    try:
+        model = CraftSandboxSpec(
+            user=UserRef(**user),
+            sources=[Source(name=s) if isinstance(s, str) else s for s in sources],
+            **spec,
+        )
+    except (ValidationError, TypeError) as exc:
+        detail = describe_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
+        raise InvalidSpecError(f'CraftSandbox "{name}": {detail}') from None
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if labels:
+        metadata["labels"] = dict(labels)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": metadata,
+        "spec": model.model_dump(by_alias=True, mode="json", exclude_unset=True),
+    }
+
+
+def to_model(obj: Mapping[str, Any]) -> CraftSandbox:
+    """The typed sandbox; the status parsed leniently, as the operator reads it."""
+    status, _ = parse_status(obj.get("status"))
+    try:
+        sandbox = CraftSandbox.model_validate({**obj, "status": {}})
+    except ValidationError as exc:
+        raise InvalidSpecError(
+            f"the stored CraftSandbox is not valid: {describe_validation_error(exc)}"
+        ) from None
+    return sandbox.model_copy(update={"status": status})
+
+
+def sandbox_path(namespace: str, name: str | None = None) -> str:
+    """The API path of the namespace's CraftSandboxes, or of one of them."""
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
+    return f"{path}/{name}" if name else path
+
+
+def to_second(moment: datetime) -> datetime:
+    """``moment`` in UTC to the second, as annotations and the status hold times."""
+    return moment.astimezone(UTC).replace(microsecond=0)
+
+
+def format_time(moment: datetime) -> str:
+    """RFC 3339 in UTC, as the operator reads the last-activity annotation."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_activity(value: str | None) -> datetime | None:
+    """The stored last-activity time; ``None`` if absent or unreadable (then overwritten)."""
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None

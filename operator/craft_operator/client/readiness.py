@@ -1,0 +1,203 @@
+"""Reading a CraftSandbox's status as the backend needs it: ready, failed, or how far along.
+
+Pure functions over the object as the API returns it. A status the operator wrote for an
+older spec (``status.observedGeneration`` behind ``metadata.generation``) is neither ready
+nor failed: the operator has not looked at the new spec yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from craft_operator.api.models import ConditionStatus, CraftSandboxStatus, Phase
+from craft_operator.api.status_codec import parse_status
+from craft_operator.client.errors import ConditionReport, SandboxFailedError
+
+READY = "Ready"
+#: The conditions Ready requires, in the operator's order (``craft_operator.status``; a
+#: test keeps the two equal, as this room may not import that one).
+REQUIRED = ("CredentialsReady", "SkillRendered", "PodReady", "CLIValidated", "UserLibrarySynced")
+
+#: False reasons after which the sandbox cannot become Ready until someone changes
+#: something (the spec, the platform's policy, a clashing object, the image): the operator
+#: either stops retrying or keeps failing the same way. Most also set phase Failed.
+NEEDS_A_CHANGE: Mapping[str, frozenset[str]] = {
+    "CredentialsReady": frozenset({"PolicyDenied", "SecretNameTaken"}),
+    "SkillRendered": frozenset({"ConfigMapNameTaken"}),
+    "PodReady": frozenset(
+        {
+            "PolicyDenied",
+            "InvalidSpecError",
+            "InvalidResources",
+            "NoServerURL",
+            "PodRejected",
+            "PodFailedRepeatedly",
+            "PodNameTaken",
+            "ProvisioningTimedOut",
+            "EgressNotRestricted",
+        }
+    ),
+    "CLIValidated": frozenset({"CLIMissing", "NotConfigured"}),
+    "UserLibrarySynced": frozenset({"VolumeNameTaken", "JobNameTaken"}),
+}
+
+
+@dataclass(frozen=True)
+class ConditionView:
+    """One condition: its type, ``True``/``False``/``Unknown``, reason and message."""
+
+    type: str
+    status: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a sandbox is on its way to Ready, for progress reports (as KubeSpawner's).
+
+    ``percent`` counts the conditions Ready requires that hold; ``message`` is one line for
+    people; ``current`` is False while the status still describes an older spec.
+    """
+
+    namespace: str
+    name: str
+    phase: str | None
+    ready: bool
+    percent: int
+    message: str
+    conditions: tuple[ConditionView, ...]
+    current: bool
+    status: CraftSandboxStatus = field(repr=False, compare=False)
+
+    def __str__(self) -> str:
+        return f"[{self.percent:3d}%] {self.namespace}/{self.name} {self.message}"
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        """What a progress report is about: a new report only when this changes."""
+        return (self.phase, self.ready, self.current, self.conditions)
+
+
+def progress_of(obj: Mapping[str, Any]) -> Progress:
+    """The progress the object's status shows."""
+    meta = obj.get("metadata") or {}
+    status, _ = parse_status(obj.get("status"))
+    current = _current(meta, status)
+    views = tuple(
+        ConditionView(c.type, c.status.value, c.reason, c.message) for c in status.conditions
+    )
+    by_type = {view.type: view for view in views}
+    done = sum(1 for t in REQUIRED if getattr(by_type.get(t), "status", "") == "True")
+    ready = current and getattr(by_type.get(READY), "status", "") == "True"
+    phase = status.phase.value if status.phase else None
+    return Progress(
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        phase=phase,
+        ready=ready,
+        percent=100 if ready else done * 100 // (len(REQUIRED) + 1),
+        message=_message(phase, ready, current, views),
+        conditions=views,
+        current=current,
+        status=status,
+    )
+
+
+def failure_of(progress: Progress) -> SandboxFailedError | None:
+    """Why the sandbox cannot become Ready as it is, or ``None`` if it may still."""
+    if not progress.current or progress.ready:
+        return None
+    status = progress.status
+    failed = _first_failure(progress, status)
+    if failed is None and status.phase == Phase.FAILED:
+        ready = next((c for c in progress.conditions if c.type == READY), None)
+        failed = ConditionReport(
+            READY, ready.reason if ready else "Failed", ready.message if ready else ""
+        )
+    if failed is None and status.phase == Phase.SUSPENDED:
+        failed = ConditionReport(
+            "PodReady", "Suspended", "spec.suspend is true: wake the sandbox first"
+        )
+    if failed is None:
+        return None
+    return SandboxFailedError(progress.namespace, progress.name, progress.phase, failed)
+
+
+def _first_failure(progress: Progress, status: CraftSandboxStatus) -> ConditionReport | None:
+    """The first condition, in the operator's order, that says it needs a change."""
+    false = {c.type: c for c in progress.conditions if c.status == ConditionStatus.FALSE.value}
+    for type_ in REQUIRED:
+        condition = false.get(type_)
+        if condition is None:
+            continue
+        final = (
+            condition.reason in NEEDS_A_CHANGE.get(type_, frozenset())
+            or status.phase == Phase.FAILED
+            # A freshly minted PAT was refused too: the operator stops until the spec changes.
+            or (condition.reason == "AuthFailed" and (status.cli_auth_failures or 0) > 1)
+            # A library sync failed in a way retrying cannot fix (over a cap, no bucket, ...).
+            or (type_ == "UserLibrarySynced" and _library_gave_up(status))
+        )
+        if final:
+            return ConditionReport(condition.type, condition.reason, condition.message)
+    return None
+
+
+def library_failure_key(obj: Mapping[str, Any]) -> str | None:
+    """The operator's record of the last library sync that retrying cannot fix, if any."""
+    library = (obj.get("status") or {}).get("userLibrary") or {}
+    return library.get("failedAttempt") or None
+
+
+def library_synced(obj: Mapping[str, Any], revision: str, failed_before: str | None) -> bool | None:
+    """True once ``revision`` is synced; raises if its sync failed for good; else None.
+
+    A failure is this revision's only if the operator recorded a new failed attempt since
+    ``failed_before`` (its record names the revision, the pod and the configuration).
+    """
+    progress = progress_of(obj)
+    library = progress.status.user_library
+    if library is not None and library.observed_revision == revision:
+        return True
+    failed = library_failure_key(obj)
+    if failed and failed != failed_before:
+        condition = next((c for c in progress.conditions if c.type == "UserLibrarySynced"), None)
+        report = ConditionReport(
+            "UserLibrarySynced",
+            condition.reason if condition else "SyncFailed",
+            condition.message if condition else str((library and library.last_error) or ""),
+        )
+        raise SandboxFailedError(progress.namespace, progress.name, progress.phase, report)
+    return None
+
+
+def _library_gave_up(status: CraftSandboxStatus) -> bool:
+    return bool(status.user_library is not None and status.user_library.failed_attempt)
+
+
+def _current(meta: Mapping[str, Any], status: CraftSandboxStatus) -> bool:
+    generation = meta.get("generation")
+    if generation is None:
+        return status.phase is not None
+    return status.observed_generation is not None and status.observed_generation >= generation
+
+
+def _message(
+    phase: str | None, ready: bool, current: bool, views: tuple[ConditionView, ...]
+) -> str:
+    if ready:
+        return "Ready: the sandbox is ready for its agent"
+    if not current:
+        return f"{phase or 'Pending'}: waiting for the operator to see the latest spec"
+    by_type = {view.type: view for view in views}
+    for type_ in REQUIRED:
+        view = by_type.get(type_)
+        if view is None:
+            return f"{phase or 'Pending'}: {type_} not known yet"
+        if view.status != "True":
+            detail = f": {view.message}" if view.message else ""
+            return f"{phase or 'Pending'}: {type_} {view.status} {view.reason}{detail}"
+    return f"{phase or 'Pending'}: all conditions hold, Ready not yet reported"

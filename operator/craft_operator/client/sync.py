@@ -1,0 +1,178 @@
+"""The synchronous client, for Celery workers and other blocking code.
+
+:class:`SandboxClient` runs :class:`~craft_operator.client.aio.AsyncSandboxClient` on an
+event loop in a thread of its own, so it holds no logic of its own, may be shared by
+threads, and works from code that is itself inside an event loop. Progress callbacks run
+in that thread. Make one per process (after a fork, not before) and close it when done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Iterable, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from craft_operator.api.models import CraftSandbox, CraftSandboxStatus, Source
+from craft_operator.client.aio import FIELD_MANAGER, AsyncSandboxClient, ProgressCallback
+from craft_operator.client.connection import Connection
+from craft_operator.client.errors import SandboxClientError
+from craft_operator.client.transport import RetryPolicy
+
+T = TypeVar("T")
+
+
+class SandboxClient:
+    """The blocking twin of :class:`AsyncSandboxClient`: the same methods, the same errors."""
+
+    def __init__(
+        self,
+        connection: Connection | None = None,
+        *,
+        kubeconfig: str | Path | None = None,
+        context: str | None = None,
+        field_manager: str = FIELD_MANAGER,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.aio = AsyncSandboxClient(
+            connection,
+            kubeconfig=kubeconfig,
+            context=context,
+            field_manager=field_manager,
+            timeout=timeout,
+            retry=retry,
+        )
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="craft-sandbox-client", daemon=True
+        )
+        self._thread.start()
+        self._closed = False
+
+    def __enter__(self) -> SandboxClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the HTTP session and stop the client's thread."""
+        if self._closed:
+            return
+        self._run(self.aio.close())
+        self._closed = True
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        if self._closed:
+            coroutine.close()
+            raise SandboxClientError("the SandboxClient is closed")
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()  # e.g. KeyboardInterrupt: do not leave the call running
+            raise
+
+    def ensure(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        user_id: str,
+        tenant_id: str = "public",
+        sources: Iterable[Source | str] = (),
+        email: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        force: bool = False,
+        **spec: Any,
+    ) -> CraftSandbox:
+        """See :meth:`AsyncSandboxClient.ensure`."""
+        return self._run(
+            self.aio.ensure(
+                namespace,
+                name,
+                user_id=user_id,
+                tenant_id=tenant_id,
+                sources=sources,
+                email=email,
+                labels=labels,
+                force=force,
+                **spec,
+            )
+        )
+
+    def get(self, namespace: str, name: str) -> CraftSandbox:
+        """See :meth:`AsyncSandboxClient.get`."""
+        return self._run(self.aio.get(namespace, name))
+
+    def status(self, namespace: str, name: str) -> CraftSandboxStatus:
+        """See :meth:`AsyncSandboxClient.status`."""
+        return self._run(self.aio.status(namespace, name))
+
+    def pod_name(self, namespace: str, name: str) -> str | None:
+        """See :meth:`AsyncSandboxClient.pod_name`."""
+        return self._run(self.aio.pod_name(namespace, name))
+
+    def wait_ready(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        timeout: float = 300.0,
+        on_progress: ProgressCallback | None = None,
+    ) -> CraftSandbox:
+        """See :meth:`AsyncSandboxClient.wait_ready` (``on_progress`` runs in the client's
+        thread)."""
+        return self._run(
+            self.aio.wait_ready(namespace, name, timeout=timeout, on_progress=on_progress)
+        )
+
+    def touch(self, namespace: str, name: str, *, at: datetime | None = None) -> datetime:
+        """See :meth:`AsyncSandboxClient.touch`."""
+        return self._run(self.aio.touch(namespace, name, at=at))
+
+    def notify_library_changed(
+        self,
+        namespace: str,
+        name: str,
+        revision: str | None = None,
+        *,
+        wait: bool = False,
+        timeout: float = 300.0,
+    ) -> str:
+        """See :meth:`AsyncSandboxClient.notify_library_changed`."""
+        return self._run(
+            self.aio.notify_library_changed(namespace, name, revision, wait=wait, timeout=timeout)
+        )
+
+    def sleep(
+        self, namespace: str, name: str, *, wait: bool = False, timeout: float = 120.0
+    ) -> None:
+        """See :meth:`AsyncSandboxClient.sleep`."""
+        self._run(self.aio.sleep(namespace, name, wait=wait, timeout=timeout))
+
+    def wake(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        wait: bool = False,
+        timeout: float = 300.0,
+        on_progress: ProgressCallback | None = None,
+    ) -> None:
+        """See :meth:`AsyncSandboxClient.wake`."""
+        self._run(
+            self.aio.wake(namespace, name, wait=wait, timeout=timeout, on_progress=on_progress)
+        )
+
+    def delete(
+        self, namespace: str, name: str, *, wait: bool = False, timeout: float = 120.0
+    ) -> bool:
+        """See :meth:`AsyncSandboxClient.delete`."""
+        return self._run(self.aio.delete(namespace, name, wait=wait, timeout=timeout))

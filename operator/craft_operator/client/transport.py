@@ -1,0 +1,244 @@
+"""HTTP to the Kubernetes API on aiohttp: requests with retries, and watch streams.
+
+Throttling (429, honouring ``Retry-After``), server errors (5xx) and network trouble are
+retried with capped exponential backoff and full jitter; every request the client makes is
+idempotent (apply, merge patches, reads, deletes), so resending one is safe. A refusal
+becomes the typed error of :mod:`craft_operator.client.errors` that says what to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from craft_operator import __version__
+from craft_operator.client.connection import Connection
+from craft_operator.client.errors import (
+    ApiError,
+    ConflictError,
+    CrdMissingError,
+    FieldConflictError,
+    ForbiddenError,
+    InvalidError,
+    NotFoundError,
+    Request,
+    UnauthorizedError,
+    UnreachableError,
+)
+
+USER_AGENT = f"craft-operator-client/{__version__}"
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+#: The longest single line of a watch stream (one object) the client accepts.
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how patiently a failed request is tried again."""
+
+    attempts: int = 6
+    base_delay: float = 0.25
+    max_delay: float = 10.0
+    #: The longest ``Retry-After`` honoured; a server asking for more gets this.
+    max_retry_after: float = 60.0
+
+    def delay(self, attempt: int, retry_after: float | None, rng: random.Random) -> float:
+        """Seconds to wait before try ``attempt + 1`` (``attempt`` counts from 1)."""
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), self.max_retry_after)
+        ceiling = min(self.max_delay, self.base_delay * 2 ** (attempt - 1))
+        return rng.uniform(ceiling / 2, ceiling)
+
+
+class Transport:
+    """One aiohttp session to one API server, created in the loop that first uses it."""
+
+    def __init__(
+        self,
+        connection: Connection,
+        *,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.connection = connection
+        self.retry = retry or RetryPolicy()
+        self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=min(timeout, 10.0))
+        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._rng = rng or random.Random()  # noqa: S311 - jitter, not security
+
+    async def close(self) -> None:
+        """Close the HTTP session."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _ensure_session(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._loop is not loop:
+            # A session belongs to one loop: a caller that runs asyncio.run() per task
+            # (e.g. a Celery task) gets a new one for each loop.
+            self._loop = loop
+            self._session = aiohttp.ClientSession(
+                base_url=self.connection.server.rstrip("/") + "/",
+                headers={"Accept": JSON, "User-Agent": USER_AGENT},
+                timeout=self._timeout,
+                connector=aiohttp.TCPConnector(ssl=self.connection.ssl_context()),
+            )
+        return self._session
+
+    async def backoff(self, attempt: int, retry_after: float | None = None) -> None:
+        """Wait before try ``attempt + 1``, as the retry policy says."""
+        await asyncio.sleep(self.retry.delay(attempt, retry_after, self._rng))
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        what: Request,
+        *,
+        body: Any = None,
+        content_type: str = JSON,
+        params: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """One API call, retried while retrying may help; the decoded answer."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self._once(method, path, what, body, content_type, params)
+            except ApiError as exc:
+                if not exc.retryable or attempt >= self.retry.attempts:
+                    raise
+                await self.backoff(attempt, exc.retry_after)
+
+    async def _once(
+        self,
+        method: str,
+        path: str,
+        what: Request,
+        body: Any,
+        content_type: str,
+        params: Mapping[str, str] | None,
+    ) -> dict[str, Any]:
+        session = self._ensure_session()
+        data = None if body is None else json.dumps(body, separators=(",", ":"))
+        headers = {**self.connection.authorization()}
+        if data is not None:
+            headers["Content-Type"] = content_type
+        try:
+            async with session.request(
+                method, path.lstrip("/"), data=data, headers=headers, params=params
+            ) as response:
+                text = await response.text()
+                if response.status >= 400:
+                    raise api_error(response.status, text, what, response.headers)
+                answer = json.loads(text) if text else {}
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise _unreachable(exc, what, self.connection) from None
+        except ValueError:
+            raise UnreachableError(0, "InvalidResponse", "the answer is not JSON", what) from None
+        return answer if isinstance(answer, dict) else {}
+
+    async def watch(
+        self, path: str, what: Request, params: Mapping[str, str], *, read_timeout: float
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The events of one watch connection, until the server ends it (not retried)."""
+        session = self._ensure_session()
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=read_timeout)
+        try:
+            async with session.get(
+                path.lstrip("/"),
+                params={**params, "watch": "true"},
+                headers=self.connection.authorization(),
+                timeout=timeout,
+            ) as response:
+                if response.status >= 400:
+                    text = await response.text()
+                    raise api_error(response.status, text, what, response.headers)
+                async for line in _lines(response.content):
+                    yield json.loads(line)
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise _unreachable(exc, what, self.connection) from None
+        except ValueError:
+            message = "a watch event is not JSON"
+            raise UnreachableError(0, "InvalidResponse", message, what) from None
+
+
+async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """Newline-delimited lines of any length up to :data:`MAX_EVENT_BYTES`."""
+    buffer = bytearray()
+    async for chunk in stream.iter_any():
+        buffer.extend(chunk)
+        while (end := buffer.find(b"\n")) >= 0:
+            line = bytes(buffer[:end]).strip()
+            del buffer[: end + 1]
+            if line:
+                yield line
+        if len(buffer) > MAX_EVENT_BYTES:
+            raise ValueError("watch event too large")
+    if buffer.strip():
+        yield bytes(buffer).strip()
+
+
+def _unreachable(exc: BaseException, what: Request, connection: Connection) -> UnreachableError:
+    detail = str(exc) or type(exc).__name__
+    where = f"{connection.server} ({connection.source})" if connection.source else connection.server
+    message = f"cannot reach the API server at {where}: {detail}"
+    return UnreachableError(0, "Unreachable", message, what)
+
+
+def api_error(
+    status: int, text: str, what: Request, headers: Mapping[str, str] | None = None
+) -> ApiError:
+    """The typed error for an API server's refusal (a ``Status`` object, usually)."""
+    reason, message = "Error", text[:500]
+    details: Mapping[str, Any] = {}
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        payload = None
+    if isinstance(payload, dict):
+        reason = str(payload.get("reason") or reason)
+        message = str(payload.get("message") or message)[:2000]
+        details = payload.get("details") or {}
+    error = _typed(status, reason, message, details, what)
+    error.retry_after = _retry_after(headers or {}, details)
+    return error
+
+
+def _typed(
+    status: int, reason: str, message: str, details: Mapping[str, Any], what: Request
+) -> ApiError:
+    if status == 401:
+        return UnauthorizedError(status, reason, message, what)
+    if status == 403:
+        return ForbiddenError(status, reason, message, what)
+    if status == 404:
+        missing = "could not find the requested resource" in message
+        return (CrdMissingError if missing else NotFoundError)(status, reason, message, what)
+    if status == 409:
+        causes = details.get("causes") or []
+        owned = any(cause.get("reason") == "FieldManagerConflict" for cause in causes)
+        return (FieldConflictError if owned else ConflictError)(status, reason, message, what)
+    if status == 422:
+        return InvalidError(status, reason, message, what)
+    return ApiError(status, reason, message, what)
+
+
+def _retry_after(headers: Mapping[str, str], details: Mapping[str, Any]) -> float | None:
+    for value in (headers.get("Retry-After"), details.get("retryAfterSeconds")):
+        try:
+            return float(str(value))
+        except (TypeError, ValueError):
+            continue  # absent, or an HTTP date: back off as usual
+    return None

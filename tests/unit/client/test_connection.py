@@ -1,0 +1,135 @@
+"""Finding the API server and the credentials, as kubectl does."""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import time
+from pathlib import Path
+
+import pytest
+
+from craft_operator.client import ConfigurationError, discover, from_kubeconfig, in_cluster
+from craft_operator.devtools.pki import ensure_pki
+
+
+def kubeconfig(path: Path, user: dict[str, object], **cluster: object) -> Path:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": "https://k8s.example:6443/", **cluster}}],
+        "users": [{"name": "u", "user": user}],
+        "contexts": [
+            {"name": "main", "context": {"cluster": "c", "user": "u"}},
+            {"name": "other", "context": {"cluster": "c", "user": "nobody"}},
+        ],
+        "current-context": "main",
+    }
+    path.write_text(json.dumps(config))
+    return path
+
+
+def test_a_kubeconfig_with_a_token_and_inline_ca(tmp_path: Path) -> None:
+    ca = base64.b64encode(b"-----BEGIN CERTIFICATE-----\n").decode()
+    path = kubeconfig(tmp_path / "config", {"token": "t0k"}, **{"certificate-authority-data": ca})
+
+    connection = from_kubeconfig([path])
+
+    assert connection.server == "https://k8s.example:6443"
+    assert connection.authorization() == {"Authorization": "Bearer t0k"}
+    assert connection.ca_data == "-----BEGIN CERTIFICATE-----\n"
+    assert "main" in connection.source
+    assert "t0k" not in repr(connection.source)
+
+
+def test_a_token_file_is_read_and_relative_paths_follow_the_kubeconfig(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("from-file\n")
+    path = kubeconfig(
+        tmp_path / "config", {"tokenFile": "token"}, **{"certificate-authority": "ca.crt"}
+    )
+
+    connection = from_kubeconfig([path])
+
+    assert connection.authorization() == {"Authorization": "Bearer from-file"}
+    assert connection.ca_path == tmp_path / "ca.crt"
+
+
+def test_client_certificates_from_inline_data_are_loaded(tmp_path: Path) -> None:
+    pki = ensure_pki(tmp_path / "pki")
+    user = {
+        "client-certificate-data": base64.b64encode(pki.kubelet_cert.read_bytes()).decode(),
+        "client-key-data": base64.b64encode(pki.kubelet_key.read_bytes()).decode(),
+    }
+    ca = {"certificate-authority": str(pki.ca_cert)}
+    connection = from_kubeconfig([kubeconfig(tmp_path / "config", user, **ca)])
+
+    context = connection.ssl_context()
+
+    assert isinstance(context, ssl.SSLContext)
+    assert connection.authorization() == {}
+
+
+def test_the_context_can_be_chosen_and_a_missing_user_is_anonymous(tmp_path: Path) -> None:
+    connection = from_kubeconfig([kubeconfig(tmp_path / "c", {"token": "x"})], context="other")
+    assert connection.authorization() == {}
+
+
+def test_kubeconfig_files_merge_the_first_current_context_wins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = kubeconfig(tmp_path / "first", {"token": "first"})
+    second = tmp_path / "second"
+    second.write_text(json.dumps({"current-context": "elsewhere", "contexts": []}))
+    monkeypatch.setenv("KUBECONFIG", f"{first}:{second}")
+
+    assert discover().authorization() == {"Authorization": "Bearer first"}
+
+
+@pytest.mark.parametrize(
+    ("user", "message"),
+    [
+        ({"exec": {"command": "aws"}}, "credential plugin"),
+        ({"client-key-data": "%%%"}, "not valid base64"),
+    ],
+)
+def test_unusable_kubeconfigs_say_why(
+    tmp_path: Path, user: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        from_kubeconfig([kubeconfig(tmp_path / "config", user)])
+
+
+def test_no_credentials_anywhere_says_what_to_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+
+    with pytest.raises(ConfigurationError, match="set KUBECONFIG"):
+        discover()
+
+
+def test_in_cluster_uses_the_service_account_and_rereads_its_token(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("first")
+    (tmp_path / "ca.crt").write_text("")
+    env = {"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "443"}
+
+    connection = in_cluster(tmp_path, env)
+
+    assert connection.server == "https://[fd00::1]:443"
+    assert connection.ca_path == tmp_path / "ca.crt"
+    assert connection.authorization() == {"Authorization": "Bearer first"}
+    (tmp_path / "token").write_text("rotated")
+    connection._token_read = (
+        time.monotonic() - 3600,
+        "first",
+    )  # read long ago: the next request reads again
+    assert connection.authorization() == {"Authorization": "Bearer rotated"}
+
+
+def test_in_cluster_without_a_token_says_what_the_pod_needs(tmp_path: Path) -> None:
+    env = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    with pytest.raises(ConfigurationError, match="automountServiceAccountToken"):
+        in_cluster(tmp_path, env)
