@@ -16,7 +16,7 @@ from craft_operator.api.status_codec import parse_status
 from craft_operator.client.errors import ConditionReport, SandboxFailedError
 
 READY = "Ready"
-#: The conditions Ready requires, in the operator's order (``craft_operator.status``; a
+#: The conditions Ready requires, in the operator's order (``craft_operator.reconciler.table``; a
 #: test keeps the two equal, as this room may not import that one).
 REQUIRED = ("CredentialsReady", "SkillRendered", "PodReady", "CLIValidated", "UserLibrarySynced")
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from craft_operator import status
+from craft_operator.reconciler.table import CONDITIONS
 from craft_operator.client import readiness
 
 #: Top-level packages the backend must not pull in by importing the client.
@@ -36,5 +37,5 @@ def test_the_check_would_see_a_forbidden_import() -> None:
 
 
 def test_the_client_reads_readiness_as_the_operator_aggregates_it() -> None:
-    assert readiness.REQUIRED == status.READY_REQUIRES
+    assert readiness.REQUIRED == CONDITIONS
     assert readiness.READY == status.READY
