@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 from craft_operator import status
-from craft_operator.reconciler.table import CONDITIONS
 from craft_operator.client import readiness
+from craft_operator.reconciler.table import CONDITIONS
 
 #: Top-level packages the backend must not pull in by importing the client.
 FORBIDDEN = {"kopf", "sqlalchemy", "alembic", "boto3", "botocore", "kubernetes", "jinja2"}
