@@ -105,6 +105,14 @@ class Settings(BaseSettings):
         lt=1,
         description="Mint a new PAT when less than this share of its lifetime is left.",
     )
+    credential_renewal_grace: float = Field(
+        default=300.0,
+        gt=0,
+        description=(
+            "Seconds a renewed PAT's predecessor stays live at most, for the running pod to "
+            "switch to the new one; revoked as soon as onyx-cli validates the new one there."
+        ),
+    )
     cluster_id: str | None = Field(
         default=None,
         description=(

@@ -57,6 +57,7 @@ def test_the_defaults_need_no_environment(clean_environment: Path) -> None:
     assert settings.metrics_port == 9090
     assert settings.sandbox_resources == DEFAULT_SANDBOX_RESOURCES
     assert settings.operator_namespace == "craft-system"
+    assert settings.credential_renewal_grace == 300.0
     state = clean_environment / "state" / "craft-operator"
     assert settings.state_dir == state
     assert settings.database_url_value == f"sqlite:///{state / 'craft-operator.db'}"
@@ -143,6 +144,8 @@ def test_every_public_variable_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
         ("CRAFT_SANDBOX_IMAGE", "", "at least 1 character"),
         ("CRAFT_OPERATOR_NAMESPACE", "Craft System", "should match pattern"),
         ("CRAFT_IDLE_CHECK_INTERVAL", "0", "greater than 0"),
+        ("CRAFT_CREDENTIAL_RENEWAL_GRACE", "0", "greater than 0"),
+        ("CRAFT_CREDENTIAL_RENEWAL_GRACE", "5m", "valid number"),
     ],
 )
 def test_a_bad_value_fails_naming_the_variable(

@@ -28,11 +28,14 @@ log = logging.getLogger("craft_operator.credentials.store")
 CRED = cast(Table, SandboxCredential.__table__)
 PAT = cast(Table, PersonalAccessToken.__table__)
 USER = cast(Table, OnyxUser.__table__)
+#: The superseded PAT still in its grace period, joined to a sandbox's row.
+GRACE_PAT = PAT.alias("grace_pat")
 
 
 def current_row_query(*, onyx_mode: bool, lock: bool) -> Select[Any]:
-    """A sandbox's row joined to its PAT (and, on Onyx, to the user named ``user_id``),
-    selected by ``cluster_id``, ``namespace`` and ``name``; ``lock`` locks the row."""
+    """A sandbox's row joined to its PAT, to the PAT in its grace period (if any) and, on
+    Onyx, to the user named ``user_id``, selected by ``cluster_id``, ``namespace`` and
+    ``name``; ``lock`` locks the row."""
     columns: list[Any] = [
         CRED.c.id,
         CRED.c.version,
@@ -50,8 +53,13 @@ def current_row_query(*, onyx_mode: bool, lock: bool) -> Select[Any]:
         PAT.c.hashed_token.label("pat_hash"),
         PAT.c.is_revoked.label("pat_revoked"),
         PAT.c.expires_at.label("pat_expires_at"),
+        CRED.c.superseded_pat_id,
+        GRACE_PAT.c.is_revoked.label("grace_revoked"),
+        GRACE_PAT.c.expires_at.label("grace_expires_at"),
     ]
-    joined = CRED.outerjoin(PAT, PAT.c.id == CRED.c.pat_id)
+    joined = CRED.outerjoin(PAT, PAT.c.id == CRED.c.pat_id).outerjoin(
+        GRACE_PAT, GRACE_PAT.c.id == CRED.c.superseded_pat_id
+    )
     if onyx_mode:
         columns.append(USER.c.is_active.label("user_active"))
         joined = joined.outerjoin(USER, USER.c.id == bindparam("user_id", type_=USER.c.id.type))

@@ -21,7 +21,12 @@ from craft_operator.credentials.db import is_retryable, is_unique_violation, tra
 from craft_operator.credentials.errors import CredentialsError, KeyRingError, UserInactiveError
 from craft_operator.credentials.keyring import open_token
 from craft_operator.credentials.minting import LostRaceError, mint
-from craft_operator.credentials.model import UNDECRYPTABLE, IssuedCredential, SandboxIdentity
+from craft_operator.credentials.model import (
+    UNDECRYPTABLE,
+    IssuedCredential,
+    SandboxIdentity,
+    live_grace_pat,
+)
 from craft_operator.credentials.renewal import EnsurePolicy, replacement_reason
 from craft_operator.credentials.tokens import hash_token
 
@@ -101,6 +106,7 @@ def _reuse(
             row.pat_id,
         )
         return None
+    grace = live_grace_pat(row, backend.clock())
     return IssuedCredential(
         token=token,
         pat_id=row.pat_id,
@@ -108,4 +114,6 @@ def _reuse(
         created_at=row.created_at,
         expires_at=row.expires_at,
         minted=False,
+        grace_pat_id=None if grace is None else grace[0],
+        grace_expires_at=None if grace is None else grace[1],
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from datetime import timedelta
 
 from craft_operator.config import Settings
 from craft_operator.credentials.db import (
@@ -106,6 +107,7 @@ def build_credential_store(settings: Settings, *, migrate: bool | None = None) -
         engine,
         keyring,
         renewal_fraction=settings.credential_renewal_fraction,
+        renewal_grace=timedelta(seconds=settings.credential_renewal_grace),
         owns_engine=True,
         cluster_id=cluster_id,
     )

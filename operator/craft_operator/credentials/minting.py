@@ -1,14 +1,22 @@
-"""Minting a sandbox's new PAT in one write transaction, revoking the one it supersedes.
+"""Minting a sandbox's new PAT in one write transaction, retiring the one it supersedes.
 
-Lock the row and check it is the version the decision was made on, insert the new PAT and
-revoke the superseded one (one statement on Postgres), and point the row at the new PAT,
+Lock the row and check it is the version the decision was made on, insert the new PAT,
+deal with the superseded one and point the row at the new PAT (one statement on Postgres),
 so the switch is atomic. A row that changed since it was read raises
 :class:`LostRaceError`, and the transaction (the new PAT with it) rolls back.
+
+The superseded PAT is revoked at once, except after a renewal (a reason in
+:data:`~craft_operator.credentials.renewal.GRACEFUL`): then it stays live for the grace
+period, its ``expires_at`` shortened to the end of it, and the row records it as
+``superseded_pat_id`` until :mod:`.retiring` revokes it (the pod uses the new one) or it
+expires. A PAT still in its grace period from an earlier renewal is revoked at once by any
+mint: a row keeps one at most.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -20,8 +28,8 @@ from craft_operator.credentials.backend import CRED, PAT, USER, StoreBackend, lo
 from craft_operator.credentials.errors import UserInactiveError, UserNotFoundError
 from craft_operator.credentials.keyring import seal_token
 from craft_operator.credentials.model import IssuedCredential, SandboxIdentity
-from craft_operator.credentials.renewal import EnsurePolicy
-from craft_operator.credentials.revocation import revoke_pat_statement
+from craft_operator.credentials.renewal import GRACEFUL, EnsurePolicy
+from craft_operator.credentials.revocation import grace_statement, revoke_pats_statement
 from craft_operator.credentials.tokens import (
     CRAFT_SCOPES,
     PatType,
@@ -53,10 +61,12 @@ def mint(
         now = backend.clock()
         token = generate_token(policy.tenant_id)
         expires_at = now + policy.lifetime
-        # Only a PAT that still exists can be superseded (and revoked).
+        # Only a PAT that still exists can be superseded (and revoked, or left in grace).
         superseded = None if row is None or row.pat_hash is None else row.pat_id
+        grace = _grace(policy, row, superseded, reason, now)
+        retiring = _retiring(row, superseded, grace, now)
         pat_id = insert_pat(
-            backend, connection, identity, policy.user_id, token, now, expires_at, superseded
+            backend, connection, identity, policy.user_id, token, now, expires_at, retiring
         )
         values: dict[str, Any] = {
             "sandbox_uid": identity.uid,
@@ -70,6 +80,7 @@ def mint(
             "expires_at": expires_at,
             "updated_at": now,
             "cluster_id": backend.cluster_id,
+            "superseded_pat_id": None if grace is None else superseded,
         }
         _write_row(connection, identity, row, values)
     log.info(
@@ -78,7 +89,7 @@ def mint(
         pat_id,
         reason,
         expires_at.isoformat(),
-        f"; revoked PAT {superseded}" if superseded is not None else "",
+        _retired_text(superseded, grace),
     )
     return IssuedCredential(
         token=token,
@@ -89,7 +100,49 @@ def mint(
         minted=True,
         superseded_pat_id=superseded,
         reason=reason,
+        grace_pat_id=None if grace is None else superseded,
+        grace_expires_at=grace,
     )
+
+
+def _grace(
+    policy: EnsurePolicy,
+    row: Row[Any] | None,
+    superseded: int | None,
+    reason: str,
+    now: datetime,
+) -> datetime | None:
+    """When the superseded PAT stops being live if it is left in its grace period (a
+    renewal), or None when it is revoked at once (or there is none)."""
+    if row is None or superseded is None or reason not in GRACEFUL:
+        return None
+    until: datetime = now + policy.grace
+    expires_at: datetime | None = row.pat_expires_at
+    return until if expires_at is None else min(expires_at, until)
+
+
+def _retiring(
+    row: Row[Any] | None, superseded: int | None, grace: datetime | None, now: datetime
+) -> list[Any]:
+    """The statements on the PATs the mint supersedes: the one it replaces revoked or left
+    in its grace period, and an earlier one still in its grace period revoked."""
+    revoked = [] if row is None or row.superseded_pat_id is None else [row.superseded_pat_id]
+    statements: list[Any] = []
+    if superseded is not None and grace is not None:
+        statements.append(grace_statement(superseded, grace))
+    elif superseded is not None:
+        revoked.append(superseded)
+    if revoked:
+        statements.append(revoke_pats_statement(revoked, now))
+    return statements
+
+
+def _retired_text(superseded: int | None, grace: datetime | None) -> str:
+    if superseded is None:
+        return ""
+    if grace is None:
+        return f"; revoked PAT {superseded}"
+    return f"; PAT {superseded} stays live until {grace.isoformat()} at the latest"
 
 
 def _check_version(connection: Connection, row: Row[Any]) -> None:
@@ -134,9 +187,10 @@ def insert_pat(
     token: SecretStr,
     now: datetime,
     expires_at: datetime,
-    superseded: int | None,
+    retiring: Sequence[Any] = (),
 ) -> int:
-    """Insert the new PAT (revoking ``superseded``, if any); returns its id."""
+    """Insert the new PAT, running the ``retiring`` statements on the PATs it supersedes
+    (see :func:`_retiring`); returns its id."""
     values: dict[str, Any] = {
         "name": pat_name(identity.namespace, identity.name),
         "hashed_token": hash_token(token),
@@ -149,30 +203,29 @@ def insert_pat(
         "scopes": list(CRAFT_SCOPES),
     }
     if not backend.onyx_mode:
-        if superseded is not None:
-            connection.execute(revoke_pat_statement(superseded, now))
+        for statement in retiring:
+            connection.execute(statement)
         result = connection.execute(insert(PAT).values(**values).returning(PAT.c.id))
         return int(result.scalar_one())
-    return _insert_pat_for_active_user(connection, identity, values, now, superseded)
+    return _insert_pat_for_active_user(connection, identity, values, retiring)
 
 
 def _insert_pat_for_active_user(
     connection: Connection,
     identity: SandboxIdentity,
     values: dict[str, Any],
-    now: datetime,
-    superseded: int | None,
+    retiring: Sequence[Any],
 ) -> int:
-    """One statement on Postgres: revoke the superseded PAT (a data-modifying CTE) and
-    insert the new one only if the user exists and is active."""
+    """One statement on Postgres: revoke the superseded PATs or leave one in its grace
+    period (data-modifying CTEs) and insert the new one only if the user exists and is
+    active."""
     user_id = values["user_id"]
     source = select(*(literal(value, PAT.c[key].type) for key, value in values.items())).where(
         and_(USER.c.id == user_id, USER.c.is_active.is_(True))
     )
     statement = insert(PAT).from_select(list(values), source).returning(PAT.c.id)
-    if superseded is not None:
-        revoked = revoke_pat_statement(superseded, now).returning(PAT.c.id)
-        statement = statement.add_cte(revoked.cte("superseded"))
+    for number, retire in enumerate(retiring):
+        statement = statement.add_cte(retire.returning(PAT.c.id).cte(f"superseded_{number}"))
     pat_id = connection.execute(statement).scalar_one_or_none()
     if pat_id is None:
         active = connection.execute(

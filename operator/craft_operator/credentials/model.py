@@ -16,6 +16,8 @@ from sqlalchemy import Row
 
 DEFAULT_LIFETIME = timedelta(hours=720)
 DEFAULT_RENEWAL_FRACTION = 0.2
+#: How long a PAT superseded by a renewal stays live, at most (CRAFT_CREDENTIAL_RENEWAL_GRACE).
+DEFAULT_RENEWAL_GRACE = timedelta(minutes=5)
 
 #: How a mint's reason starts when the stored token could not be decrypted.
 UNDECRYPTABLE = "the stored token cannot be decrypted with the key ring"
@@ -52,9 +54,17 @@ class IssuedCredential:
     created_at: datetime
     expires_at: datetime
     minted: bool
+    #: The PAT this call's mint replaced (``None`` when reused): revoked at once, or left
+    #: live for the grace period (then it is also ``grace_pat_id``).
     superseded_pat_id: int | None = None
     #: Why a new PAT was minted (``None`` when the stored one was reused).
     reason: str | None = None
+    #: The PAT this one renewed, still live in its grace period until the pod is shown to
+    #: use this one (:meth:`CredentialStore.retire`); ``None`` once it expired or was
+    #: retired, or when there is none. Set on reuse too, from the stored row.
+    grace_pat_id: int | None = None
+    #: When ``grace_pat_id`` expires (Onyx's server refuses it from then on).
+    grace_expires_at: datetime | None = None
 
 
 class PatState(StrEnum):
@@ -101,6 +111,15 @@ def pat_state(row: Row[Any], now: datetime) -> PatState:
     if row.pat_expires_at is not None and row.pat_expires_at <= now:
         return PatState.EXPIRED
     return PatState.LIVE
+
+
+def live_grace_pat(row: Row[Any], now: datetime) -> tuple[int, datetime] | None:
+    """The superseded PAT of a stored row (joined to it) and its end, while it is live."""
+    if row.superseded_pat_id is None or row.grace_revoked is not False:
+        return None  # none, revoked, or deleted (the outer join found no PAT)
+    if row.grace_expires_at is None or row.grace_expires_at <= now:
+        return None  # a grace PAT always has an end; one without is not the operator's
+    return int(row.superseded_pat_id), row.grace_expires_at
 
 
 def credential_info(row: Row[Any], now: datetime) -> CredentialInfo:

@@ -21,7 +21,7 @@ from sqlalchemy import Table, delete, exists, func, select, update
 
 from craft_operator.credentials.db import WRITE_OPTION, translated_errors
 from craft_operator.credentials.model import utc_now
-from craft_operator.credentials.revocation import revoke_pat_statement
+from craft_operator.credentials.revocation import revoke_pats_statement
 from craft_operator.credentials.store import CredentialStore
 from craft_operator.credentials.tables import SandboxCredential
 
@@ -38,6 +38,8 @@ class StoredCredential:
     name: str
     sandbox_uid: str
     pat_id: int
+    #: The PAT its PAT renewed, if one may still be in its grace period.
+    superseded_pat_id: int | None = None
 
 
 def rows_of_cluster(
@@ -53,6 +55,7 @@ def rows_of_cluster(
             _CRED.c.name,
             _CRED.c.sandbox_uid,
             _CRED.c.pat_id,
+            _CRED.c.superseded_pat_id,
         )
         .where(
             _CRED.c.cluster_id.is_(None) if cluster_id is None else _CRED.c.cluster_id == cluster_id
@@ -73,6 +76,7 @@ def rows_of_cluster(
                 name=row.name,
                 sandbox_uid=row.sandbox_uid,
                 pat_id=row.pat_id,
+                superseded_pat_id=row.superseded_pat_id,
             )
             for row in connection.execute(query)
         ]
@@ -81,11 +85,12 @@ def rows_of_cluster(
 def revoke_orphan(
     store: CredentialStore, row: StoredCredential, *, now: datetime | None = None
 ) -> bool:
-    """Revoke the row's PAT and delete the row, if the row is still exactly ``row``.
+    """Revoke the row's PAT (and the one still in its grace period, if any) and delete the
+    row, if the row is still exactly ``row``.
 
     A row that changed since it was listed (a new sandbox of that name minted in the
     meantime: new uid, new version) is left alone and ``False`` returned. One transaction:
-    the PAT is revoked only together with the row's deletion.
+    the PATs are revoked only together with the row's deletion.
     """
     writer = store.engine.execution_options(**{WRITE_OPTION: True})
     with (
@@ -102,7 +107,10 @@ def revoke_orphan(
         )
         if deleted.rowcount != 1:
             return False
-        connection.execute(revoke_pat_statement(row.pat_id, now or utc_now()))
+        pat_ids = [row.pat_id]
+        if row.superseded_pat_id is not None:
+            pat_ids.append(row.superseded_pat_id)
+        connection.execute(revoke_pats_statement(pat_ids, now or utc_now()))
     return True
 
 

@@ -14,10 +14,26 @@ from sqlalchemy import Row
 from craft_operator.credentials.errors import UserNotFoundError
 from craft_operator.credentials.model import (
     DEFAULT_RENEWAL_FRACTION,
+    DEFAULT_RENEWAL_GRACE,
     PatState,
     SandboxIdentity,
     pat_state,
 )
+
+#: Why a PAT due for renewal is replaced. Only these leave the superseded PAT live for the
+#: grace period (see :data:`GRACEFUL`).
+IN_RENEWAL_WINDOW = "the PAT is inside its renewal window"
+OUTLIVES_LIFETIME = "the PAT outlives the sandbox's credential lifetime"
+
+#: The replacement reasons after which the superseded PAT stays live for the grace period
+#: (CRAFT_CREDENTIAL_RENEWAL_GRACE) instead of being revoked at once: the PAT is sound and
+#: the sandbox's own, only due for renewal, and the pod keeps working with it until the new
+#: one is delivered. Every other reason revokes it at once: a PAT the server rejected, one
+#: of an earlier sandbox of that name or of another user or tenant, a token that cannot be
+#: decrypted or does not match its PAT, a PAT that never expires (not one the operator
+#: made), an explicit request for a new one; and a revoked, expired or deleted PAT is not
+#: live anyway.
+GRACEFUL = frozenset({IN_RENEWAL_WINDOW, OUTLIVES_LIFETIME})
 
 #: A stored PAT that outlives ``now + lifetime`` by more than this is replaced, so that a
 #: shortened ``spec.credentials.lifetime`` takes effect.
@@ -35,6 +51,8 @@ class EnsurePolicy:
     renewal_fraction: float = DEFAULT_RENEWAL_FRACTION
     force_new: bool = False
     rejected_pat_id: int | None = None
+    #: How long a PAT superseded by a renewal stays live (see :data:`GRACEFUL`).
+    grace: timedelta = DEFAULT_RENEWAL_GRACE
 
 
 def parse_user_id(user_id: str | uuid.UUID, identity: SandboxIdentity) -> uuid.UUID:
@@ -69,7 +87,7 @@ def replacement_reason(row: Row[Any] | None, policy: EnsurePolicy, now: datetime
         return "the PAT never expires"
     remaining = expires_at - now
     if remaining < policy.lifetime * policy.renewal_fraction:
-        return "the PAT is inside its renewal window"
+        return IN_RENEWAL_WINDOW
     if remaining > policy.lifetime + _LIFETIME_SLACK:
-        return "the PAT outlives the sandbox's credential lifetime"
+        return OUTLIVES_LIFETIME
     return None

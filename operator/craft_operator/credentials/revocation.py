@@ -1,7 +1,8 @@
-"""Revoking a sandbox's PAT the way Onyx does, and forgetting its stored token."""
+"""Revoking a sandbox's PATs the way Onyx does, and forgetting its stored token."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -12,24 +13,45 @@ from craft_operator.credentials.db import translated_errors
 from craft_operator.credentials.model import CredentialInfo, credential_info
 
 
+def _no_later_than(moment: datetime) -> Any:
+    """``expires_at`` brought forward to ``moment`` if it is later (or never), never pushed
+    back."""
+    bound = literal(moment, PAT.c.expires_at.type)
+    return case(
+        (PAT.c.expires_at.is_(None) | (PAT.c.expires_at > bound), bound),
+        else_=PAT.c.expires_at,
+    )
+
+
+def revoke_pats_statement(pat_ids: Sequence[int], now: datetime) -> Any:
+    """Onyx's revocation of each PAT of ``pat_ids``: ``is_revoked`` true and ``expires_at``
+    now (never later)."""
+    return (
+        update(PAT)
+        .where(PAT.c.id.in_(list(pat_ids)), PAT.c.is_revoked.is_(False))
+        .values(is_revoked=True, expires_at=_no_later_than(now))
+    )
+
+
 def revoke_pat_statement(pat_id: int, now: datetime) -> Any:
     """Onyx's revocation: ``is_revoked`` true and ``expires_at`` now (never later)."""
-    moment = literal(now, PAT.c.expires_at.type)
+    return revoke_pats_statement([pat_id], now)
+
+
+def grace_statement(pat_id: int, until: datetime) -> Any:
+    """Leave a superseded PAT live until ``until`` at the latest: its ``expires_at`` is
+    shortened to it (never extended), so Onyx's server refuses it from then on even if the
+    operator is gone by then."""
     return (
         update(PAT)
         .where(PAT.c.id == pat_id, PAT.c.is_revoked.is_(False))
-        .values(
-            is_revoked=True,
-            expires_at=case(
-                (PAT.c.expires_at.is_(None) | (PAT.c.expires_at > moment), moment),
-                else_=PAT.c.expires_at,
-            ),
-        )
+        .values(expires_at=_no_later_than(until))
     )
 
 
 def revoke_named(backend: StoreBackend, namespace: str, name: str) -> CredentialInfo | None:
-    """Revoke this cluster's row by namespace and name; returns what was revoked, if any."""
+    """Revoke this cluster's row by namespace and name (its PAT and the one still in its
+    grace period, if any); returns what was revoked, if any."""
     subject = f"sandbox {namespace}/{name}"
     with (
         translated_errors(f"revoking the PAT of {subject}"),
@@ -40,7 +62,10 @@ def revoke_named(backend: StoreBackend, namespace: str, name: str) -> Credential
             return None
         now = backend.clock()
         info = credential_info(row, now)
-        connection.execute(revoke_pat_statement(row.pat_id, now))
+        pat_ids = [row.pat_id]
+        if row.superseded_pat_id is not None:
+            pat_ids.append(row.superseded_pat_id)
+        connection.execute(revoke_pats_statement(pat_ids, now))
         connection.execute(delete(CRED).where(CRED.c.id == row.id))
-    log.info("%s: revoked PAT %s", subject, row.pat_id)
+    log.info("%s: revoked PAT %s", subject, " and ".join(str(pat_id) for pat_id in pat_ids))
     return info

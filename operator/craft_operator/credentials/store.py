@@ -8,6 +8,12 @@ the decision was made on, insert the new PAT and revoke the superseded one (one 
 on Postgres), and point the row at the new PAT, so the switch is atomic. On Postgres a
 reuse is one statement in autocommit; a mint is four statements and one commit.
 
+Renewal without restart: a PAT replaced only because it is due for renewal is not revoked
+but left live for ``renewal_grace`` (its ``expires_at`` shortened to the end of it, which
+Onyx's server enforces), so the running pod keeps working until the new token is delivered
+into it; :meth:`CredentialStore.retire` revokes it as soon as the pod is shown to use the
+new one. Deleting the sandbox, or its orphaned row, revokes both.
+
 Concurrency: on Postgres the row is locked with ``SELECT ... FOR UPDATE``; on SQLite the
 write transaction holds the database write lock (``BEGIN IMMEDIATE``). A row that changed
 since it was read, or a new row that lost the ``(cluster_id, namespace, name)`` unique
@@ -21,8 +27,9 @@ row from before cluster ids (NULL) is claimed only when it proves to be this clu
 it records the sandbox's uid and its token opens with this key ring for that uid.
 
 This module is the facade; the work is done by its neighbours: :mod:`.ensuring` (reuse or
-mint), :mod:`.renewal` (when to replace), :mod:`.minting`, :mod:`.claiming` (rows from
-before cluster ids), :mod:`.revocation` and :mod:`.rotation`, all through one
+mint), :mod:`.renewal` (when to replace), :mod:`.minting`, :mod:`.retiring` (the PAT in
+its grace period), :mod:`.claiming` (rows from before cluster ids), :mod:`.revocation` and
+:mod:`.rotation`, all through one
 :class:`~craft_operator.credentials.backend.StoreBackend`. The values they return are in
 :mod:`.model`.
 """
@@ -45,6 +52,7 @@ from craft_operator.credentials.keyring import KeyRing
 from craft_operator.credentials.model import (
     DEFAULT_LIFETIME,
     DEFAULT_RENEWAL_FRACTION,
+    DEFAULT_RENEWAL_GRACE,
     UNDECRYPTABLE,
     CredentialInfo,
     IssuedCredential,
@@ -55,6 +63,7 @@ from craft_operator.credentials.model import (
     utc_now,
 )
 from craft_operator.credentials.renewal import EnsurePolicy, parse_user_id, replacement_reason
+from craft_operator.credentials.retiring import retire as retire_superseded
 from craft_operator.credentials.revocation import revoke_named, revoke_pat_statement
 from craft_operator.credentials.rotation import key_ids_in_use as count_key_ids
 from craft_operator.credentials.rotation import rotate as rotate_tokens
@@ -62,6 +71,7 @@ from craft_operator.credentials.rotation import rotate as rotate_tokens
 __all__ = [
     "DEFAULT_LIFETIME",
     "DEFAULT_RENEWAL_FRACTION",
+    "DEFAULT_RENEWAL_GRACE",
     "UNDECRYPTABLE",
     "CredentialInfo",
     "CredentialStore",
@@ -90,12 +100,16 @@ class CredentialStore:
         keyring: KeyRing,
         *,
         renewal_fraction: float = DEFAULT_RENEWAL_FRACTION,
+        renewal_grace: timedelta = DEFAULT_RENEWAL_GRACE,
         clock: Callable[[], datetime] = utc_now,
         owns_engine: bool = False,
         cluster_id: str = EMBEDDED_CLUSTER_ID,
     ) -> None:
         if not 0 <= renewal_fraction < 1:
             raise ValueError("renewal_fraction must be in [0, 1)")
+        if renewal_grace <= timedelta(0):
+            raise ValueError("renewal_grace must be positive")
+        self._renewal_grace = renewal_grace
         if isinstance(engine_or_url, Engine):
             engine, self._owns_engine = engine_or_url, owns_engine
         else:
@@ -111,7 +125,8 @@ class CredentialStore:
         return (
             f"CredentialStore(dialect={self.engine.dialect.name!r}, "
             f"cluster_id={self.cluster_id!r}, keyring={self.keyring!r}, "
-            f"renewal_fraction={self._renewal_fraction})"
+            f"renewal_fraction={self._renewal_fraction}, "
+            f"renewal_grace={self._renewal_grace.total_seconds():g}s)"
         )
 
     @property
@@ -144,7 +159,7 @@ class CredentialStore:
         force_new: bool = False,
         rejected_pat_id: int | None = None,
     ) -> IssuedCredential:
-        """Return the sandbox's live PAT, minting (and revoking the old one) when needed.
+        """Return the sandbox's live PAT, minting (and retiring the old one) when needed.
 
         ``force_new`` always mints. ``rejected_pat_id`` mints unless the stored PAT is
         already another one: the reconciler passes the id of a PAT the server refused, and
@@ -164,8 +179,18 @@ class CredentialStore:
             renewal_fraction=self._renewal_fraction,
             force_new=force_new,
             rejected_pat_id=rejected_pat_id,
+            grace=self._renewal_grace,
         )
         return ensure_credential(self._backend, policy)
+
+    def retire(self, identity: SandboxIdentity, pat_id: int) -> int | None:
+        """The sandbox's pod now uses PAT ``pat_id``: revoke the PAT it superseded, if that
+        one is still in its grace period; returns the revoked PAT's id.
+
+        Only when ``pat_id`` is the current PAT of this cluster's row of this sandbox (its
+        uid included); never revokes any other PAT. Idempotent.
+        """
+        return retire_superseded(self._backend, identity, pat_id)
 
     def revoke(self, identity: SandboxIdentity) -> bool:
         """Revoke the sandbox's PAT and forget its token; False if none was stored.

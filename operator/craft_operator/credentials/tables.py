@@ -166,6 +166,10 @@ class SandboxCredential(OperatorBase):
     #: its own row per sandbox name. NULL on rows from before the column existed, which
     #: belong to no cluster until one proves them its own (see migration 0002).
     cluster_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    #: The PAT this row's PAT renewed, left live for a grace period (its ``expires_at``
+    #: shortened to the end of it) until the pod is shown to use the new one; NULL when
+    #: none (see migration 0004).
+    superseded_pat_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     __table_args__ = (
         UniqueConstraint(

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from craft_operator.credentials import CredentialStore, IssuedCredential, SandboxIdentity
+from craft_operator.credentials.store import DEFAULT_RENEWAL_GRACE
 
 from .conftest import Database
 
@@ -43,7 +44,7 @@ def test_twenty_concurrent_calls_for_one_sandbox_leave_one_live_pat(
     assert sum(result.minted for result in results) == 1
 
 
-def test_twenty_concurrent_renewals_leave_one_live_pat(
+def test_twenty_concurrent_renewals_leave_one_new_pat_and_the_old_one_in_its_grace(
     store: CredentialStore, database: Database, clock: object
 ) -> None:
     user = database.new_user()
@@ -53,9 +54,12 @@ def test_twenty_concurrent_renewals_leave_one_live_pat(
 
     results = _race(20, [sandbox] * 20, store, user)
 
-    assert database.live_pats(at=clock.now) == 1  # type: ignore[attr-defined]
     assert {result.pat_id for result in results} != {first.pat_id}
     assert len({result.pat_id for result in results}) == 1
+    assert {result.grace_pat_id for result in results} == {first.pat_id}
+    assert database.live_pats(at=clock.now) == 2  # type: ignore[attr-defined]
+    after_grace = clock.now + DEFAULT_RENEWAL_GRACE  # type: ignore[attr-defined]
+    assert database.live_pats(at=after_grace) == 1
 
 
 def test_twenty_sandboxes_called_concurrently_get_twenty_live_pats(

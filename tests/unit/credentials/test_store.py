@@ -21,7 +21,7 @@ from craft_operator.credentials import (
     generate_key_entry,
 )
 from craft_operator.credentials.db import upgrade
-from craft_operator.credentials.store import UNDECRYPTABLE
+from craft_operator.credentials.store import DEFAULT_RENEWAL_GRACE, UNDECRYPTABLE
 from craft_operator.credentials.tables import PersonalAccessToken, SandboxCredential
 from craft_operator.credentials.tokens import PatType
 from craft_operator.devtools.onyx_schema import set_user_active
@@ -91,7 +91,7 @@ def test_reuses_the_stored_token_while_the_pat_is_live(
     assert database.live_pats(at=clock.now) == 1
 
 
-def test_mints_inside_the_renewal_window_and_revokes_the_old_pat(
+def test_mints_inside_the_renewal_window_and_leaves_the_old_pat_live_for_the_grace_only(
     store: CredentialStore, database: Database, clock: Clock
 ) -> None:
     user = database.new_user()
@@ -103,9 +103,9 @@ def test_mints_inside_the_renewal_window_and_revokes_the_old_pat(
     assert renewed.minted
     assert renewed.superseded_pat_id == first.pat_id
     old = pat_row(database, first.pat_id)
-    assert old.is_revoked
-    assert old.expires_at == clock.now
-    assert database.live_pats(at=clock.now) == 1
+    assert not old.is_revoked
+    assert old.expires_at == clock.now + DEFAULT_RENEWAL_GRACE
+    assert database.live_pats(at=clock.now + DEFAULT_RENEWAL_GRACE) == 1
 
 
 def test_the_renewal_share_is_configurable(
