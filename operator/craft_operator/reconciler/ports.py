@@ -57,7 +57,15 @@ class IssuedCredential(Protocol):
 
     @property
     def superseded_pat_id(self) -> int | None:
-        """The PAT this one replaced (and revoked), if any."""
+        """The PAT this call's mint replaced, if any: revoked at once, or, after a renewal,
+        left live in its grace period (then it is ``grace_pat_id`` too)."""
+        ...
+
+    @property
+    def grace_pat_id(self) -> int | None:
+        """The PAT this one renewed, still live in its grace period (expiring within
+        CRAFT_CREDENTIAL_RENEWAL_GRACE) until the pod is shown to use this one; ``None``
+        once it expired or was retired. Set on reuse too."""
         ...
 
 
@@ -75,7 +83,16 @@ class CredentialsPort(Protocol):
         ...
 
     async def revoke(self, namespace: str, name: str, uid: str) -> bool:
-        """Revoke the sandbox's PAT; False if it had none."""
+        """Revoke the sandbox's PAT (and the one in its grace period); False if it had none."""
+        ...
+
+    async def retire(self, namespace: str, name: str, uid: str, pat_id: int) -> int | None:
+        """The pod now uses PAT ``pat_id``: revoke the PAT it superseded, if it is still in
+        its grace period; returns the revoked id.
+
+        Only when ``pat_id`` is the sandbox's current PAT (this uid's); idempotent; never
+        revokes any other PAT.
+        """
         ...
 
 

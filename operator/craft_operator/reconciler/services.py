@@ -52,7 +52,9 @@ class StoreCredentials:
 
     A PAT checked less than ``recheck_interval`` seconds ago (and not yet inside its renewal
     window) is reused without a database round trip. A revocation made out of band (e.g.
-    ``craft-operator credentials revoke``) is therefore noticed within that interval.
+    ``craft-operator credentials revoke``) is therefore noticed within that interval. A
+    remembered PAT in its grace period is dropped once its grace is over, or when
+    :meth:`retire` revokes it.
     """
 
     def __init__(
@@ -120,9 +122,7 @@ class StoreCredentials:
         if known is not None and rejected_pat_id is None:
             issued, checked_at, renew_at = known
             if now - checked_at < self._recheck and (renew_at is None or now < renew_at):
-                return dataclasses.replace(
-                    issued, minted=False, superseded_pat_id=None, reason=None
-                )
+                return _reused(issued, now)
         identity = _identity(sandbox.metadata.namespace or "", sandbox.metadata.name, uid)
         lifetime = sandbox.spec.credentials.lifetime
         store = await self._opened()
@@ -150,6 +150,19 @@ class StoreCredentials:
         async with self._slots(store):
             return await asyncio.to_thread(store.revoke, _identity(namespace, name, uid))
 
+    async def retire(self, namespace: str, name: str, uid: str, pat_id: int) -> int | None:
+        """The pod now uses PAT ``pat_id``: revoke the one it superseded, if still in its
+        grace period (see :meth:`CredentialStore.retire`); returns the revoked id."""
+        store = await self._opened()
+        self.database_calls += 1
+        async with self._slots(store):
+            revoked = await asyncio.to_thread(store.retire, _identity(namespace, name, uid), pat_id)
+        known = self._known.get(uid)
+        if known is not None and known[0].pat_id == pat_id:
+            retired = dataclasses.replace(known[0], grace_pat_id=None, grace_expires_at=None)
+            self._known[uid] = (retired, *known[1:])
+        return revoked
+
     async def in_database(self, call: Callable[[Engine], _T]) -> _T:
         """Run ``call`` with the credentials database's engine in a worker thread, queued
         with the store's own calls (SQLite has one writer)."""
@@ -157,6 +170,20 @@ class StoreCredentials:
         self.database_calls += 1
         async with self._slots(store):
             return await asyncio.to_thread(call, store.engine)
+
+
+def _reused(issued: IssuedCredential, now: datetime) -> IssuedCredential:
+    """A remembered PAT as a reuse returns it: nothing minted, and the PAT in its grace
+    period only while it is live."""
+    live = issued.grace_expires_at is not None and now < issued.grace_expires_at
+    return dataclasses.replace(
+        issued,
+        minted=False,
+        superseded_pat_id=None,
+        reason=None,
+        grace_pat_id=issued.grace_pat_id if live else None,
+        grace_expires_at=issued.grace_expires_at if live else None,
+    )
 
 
 def _source_key(sources: tuple[Source, ...]) -> tuple[tuple[str, str | None, tuple[str, ...]], ...]:

@@ -29,9 +29,12 @@ LIFETIME = timedelta(hours=100)
 
 
 def make_sandbox(
-    name: str = "alice", uid: str = "uid-alice", sources: list[dict[str, Any]] | None = None
+    name: str = "alice",
+    uid: str = "uid-alice",
+    sources: list[dict[str, Any]] | None = None,
+    lifetime: str = "100h",
 ) -> CraftSandbox:
-    """A parsed CraftSandbox with a 100h credential lifetime."""
+    """A parsed CraftSandbox with a 100h credential lifetime (unless told)."""
     return parse_sandbox(
         {
             "apiVersion": "craft.onyx.app/v1alpha1",
@@ -39,7 +42,7 @@ def make_sandbox(
             "metadata": {"name": name, "namespace": NAMESPACE, "uid": uid, "generation": 1},
             "spec": {
                 "user": {"id": USER_ID},
-                "credentials": {"lifetime": "100h"},
+                "credentials": {"lifetime": lifetime},
                 "sources": sources or [],
             },
         }
@@ -172,6 +175,64 @@ async def test_revoke_forgets_the_remembered_pat(
     assert credentials.database_calls == 3
     assert again.minted
     assert again.pat_id != first.pat_id
+
+
+async def renewed_in_place(credentials: StoreCredentials, clock: Clock) -> tuple[int, int]:
+    """Mint alice's PAT, then renew it (a shortened lifetime is a renewal); returns the
+    first PAT's id and the renewed one's."""
+    first = await credentials.ensure(make_sandbox())
+    clock.advance(timedelta(seconds=60))
+    renewed = await credentials.ensure(make_sandbox(lifetime="24h"))
+    assert renewed.minted
+    assert renewed.grace_pat_id == first.pat_id
+    return first.pat_id, renewed.pat_id
+
+
+async def test_retire_revokes_the_superseded_pat_and_the_memory_forgets_it(
+    credentials: StoreCredentials, clock: Clock
+) -> None:
+    first, renewed = await renewed_in_place(credentials, clock)
+    remembered = await credentials.ensure(make_sandbox(lifetime="24h"))
+    assert (remembered.minted, remembered.grace_pat_id) == (False, first)
+    calls = credentials.database_calls
+
+    assert await credentials.retire(NAMESPACE, "alice", "uid-alice", renewed) == first
+    assert await credentials.retire(NAMESPACE, "alice", "uid-alice", renewed) is None
+
+    again = await credentials.ensure(make_sandbox(lifetime="24h"))
+    assert credentials.database_calls == calls + 2  # the two retires; ensure remembered
+    assert (again.pat_id, again.grace_pat_id) == (renewed, None)
+
+
+async def test_retire_of_another_pat_leaves_the_memory_alone(
+    credentials: StoreCredentials, clock: Clock
+) -> None:
+    first, renewed = await renewed_in_place(credentials, clock)
+
+    assert await credentials.retire(NAMESPACE, "alice", "uid-alice", first) is None
+
+    again = await credentials.ensure(make_sandbox(lifetime="24h"))
+    assert (again.pat_id, again.grace_pat_id) == (renewed, first)
+
+
+async def test_a_remembered_pat_drops_the_one_in_its_grace_once_the_grace_is_over(
+    store: CredentialStore, clock: Clock
+) -> None:
+    credentials = StoreCredentials(store, recheck_interval=10**9, clock=clock)
+    first = await credentials.ensure(make_sandbox())
+    credentials.forget("uid-alice")  # so that the next call asks the database
+    renewed = await credentials.ensure(make_sandbox(lifetime="24h"))
+    assert renewed.grace_pat_id == first.pat_id
+    assert renewed.grace_expires_at is not None
+
+    clock.now = renewed.grace_expires_at - timedelta(seconds=1)
+    during = await credentials.ensure(make_sandbox(lifetime="24h"))
+    clock.now = renewed.grace_expires_at
+    after = await credentials.ensure(make_sandbox(lifetime="24h"))
+
+    assert during.grace_pat_id == first.pat_id
+    assert after.grace_pat_id is None
+    assert not after.minted
 
 
 async def test_revoking_a_sandbox_without_credentials_is_false(

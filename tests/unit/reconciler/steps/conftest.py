@@ -49,6 +49,10 @@ class Credentials:
     lifetime: timedelta = timedelta(days=30)
     calls: list[int | None] = field(default_factory=list)
     pat_id: int = 1
+    #: The PAT in its grace period that every issued credential carries.
+    grace_pat_id: int | None = None
+    #: The PAT ids ``retire`` was called with.
+    retired: list[int] = field(default_factory=list)
 
     def issued(self, *, minted: bool, superseded: int | None = None) -> IssuedCredential:
         """The PAT as the store would return it."""
@@ -61,6 +65,8 @@ class Credentials:
             minted=minted,
             superseded_pat_id=superseded,
             reason="the Onyx server refused it" if superseded else None,
+            grace_pat_id=self.grace_pat_id,
+            grace_expires_at=NOW + timedelta(minutes=5) if self.grace_pat_id else None,
         )
 
     async def ensure(
@@ -76,6 +82,10 @@ class Credentials:
 
     async def revoke(self, namespace: str, name: str, uid: str) -> bool:
         return True
+
+    async def retire(self, namespace: str, name: str, uid: str, pat_id: int) -> int | None:
+        self.retired.append(pat_id)
+        return None
 
 
 @dataclass
