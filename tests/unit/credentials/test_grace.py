@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from alembic import command
-from sqlalchemy import inspect, select
+from sqlalchemy import inspect, select, update
 
 from craft_operator.config import load_settings
 from craft_operator.credentials import (
@@ -152,6 +152,21 @@ def test_any_other_replacement_revokes_the_old_pat_at_once(
     assert old.expires_at == clock.now
     assert stored_superseded(database, ALICE) is None
     assert database.live_pats(at=clock.now) == 1
+
+
+def test_a_pat_that_never_expires_is_revoked_at_once_not_left_in_grace(
+    ensure: Callable[..., IssuedCredential], database: Database, clock: Clock
+) -> None:
+    first = ensure()
+    with database.engine.begin() as connection:
+        table = PersonalAccessToken.__table__
+        connection.execute(update(table).where(table.c.id == first.pat_id).values(expires_at=None))
+
+    again = ensure()
+
+    assert again.reason == "the PAT never expires"
+    assert again.grace_pat_id is None
+    assert pat_row(database, first.pat_id).is_revoked
 
 
 def test_a_reuse_reports_the_pat_in_its_grace_until_it_expires(
