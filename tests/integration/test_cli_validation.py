@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
+from craft_operator.reconciler.steps.cli import DELIVER_ARGV
 from tests.integration.conftest import SANDBOXES
 from tests.integration.helpers import (
     NAMESPACE,
@@ -21,7 +22,7 @@ from tests.support.operator import eventually
 from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
 
 
-async def test_validation_runs_once_per_pod_with_argv_only(
+async def test_the_pat_is_delivered_and_validated_once_per_pod_with_argv_only(
     emulator: KubeEmulator, operator: OperatorContext, pod_exec: EmulatedPodExec
 ) -> None:
     emulator.create(SANDBOXES, sandbox("alice"))
@@ -33,11 +34,17 @@ async def test_validation_runs_once_per_pod_with_argv_only(
     operator.queue.add((NAMESPACE, "alice"))
     await eventually(lambda: operator.queue.processed > done, what="another pass")
 
-    assert pod_exec.calls == [(NAMESPACE, "alice", ("onyx-cli", "validate-config"))]
+    assert pod_exec.calls == [
+        (NAMESPACE, "alice", DELIVER_ARGV),
+        (NAMESPACE, "alice", ("onyx-cli", "validate-config")),
+    ]
     assert condition(emulator, "alice", "CLIValidated")["reason"] == "Validated"
+    delivered = pod_exec.local.credentials_dir(NAMESPACE, "alice") / "pat"
+    assert delivered.read_text() == token_in_secret(emulator, "alice")
+    assert delivered.stat().st_mode & 0o777 == 0o600, "readable by the pod's user only"
 
 
-async def test_an_auth_failure_mints_a_new_pat_and_replaces_the_pod_once(
+async def test_an_auth_failure_mints_a_new_pat_and_delivers_it_into_the_same_pod_once(
     emulator: KubeEmulator,
     operator: OperatorContext,
     cli_exit_codes: dict[str, int],
@@ -49,28 +56,14 @@ async def test_an_auth_failure_mints_a_new_pat_and_replaces_the_pod_once(
     first_token = token_in_secret(emulator, "alice")
     mark_pod_running(emulator, NAMESPACE, "alice")
 
-    second = await eventually(
-        lambda: (
-            (p := pod(emulator, "alice")) and p["metadata"]["uid"] != first["metadata"]["uid"] and p
-        ),
-        what="a pod with a fresh PAT",
-    )
-    assert token_in_secret(emulator, "alice") != first_token
-    assert len(live_pats(settings)) == 1
-    assert (
-        second["metadata"]["annotations"]["craft.onyx.app/pat-id"]
-        != first["metadata"]["annotations"]["craft.onyx.app/pat-id"]
-    )
-
-    mark_pod_running(emulator, NAMESPACE, "alice")  # the fresh PAT is refused too
-
     await eventually(
         lambda: "stops retrying" in condition(emulator, "alice", "CLIValidated").get("message", ""),
-        what="the operator giving up",
+        what="the operator giving up after the fresh PAT is refused too",
     )
+    assert token_in_secret(emulator, "alice") != first_token
     assert status(emulator, "alice")["cliAuthFailures"] == 2
-    assert pod(emulator, "alice")["metadata"]["uid"] == second["metadata"]["uid"]  # type: ignore[index]
-    assert len(live_pats(settings)) == 1
+    assert pod(emulator, "alice")["metadata"]["uid"] == first["metadata"]["uid"]  # type: ignore[index]
+    assert len(live_pats(settings)) == 1, "the refused PAT is revoked at once"
     await event_posted(emulator, "alice", "AuthFailed")
 
 

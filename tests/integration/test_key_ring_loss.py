@@ -47,15 +47,15 @@ async def test_a_token_sealed_with_a_key_that_left_the_ring_is_revoked_and_repla
         await eventually(
             lambda: token_in_secret(emulator, "alice") != first_token, what="the new token"
         )
+        delivered = pod_exec.local.credentials_dir(NAMESPACE, "alice") / "pat"
         await eventually(
-            lambda: (
-                (p := pod(emulator, "alice")) is not None
-                and p["metadata"]["uid"] != first_pod["metadata"]["uid"]
-            ),
-            what="the pod with the new token",
+            lambda: delivered.read_text() == token_in_secret(emulator, "alice"),
+            what="the new token delivered into the pod",
         )
-        mark_pod_running(emulator, NAMESPACE, "alice")
         await phase(emulator, "alice", "Ready")
+        still = pod(emulator, "alice")
+        assert still is not None
+        assert still["metadata"]["uid"] == first_pod["metadata"]["uid"], "no restart"
         # Said for as long as that PAT is the sandbox's, not only in the pass that minted it.
         assert condition(emulator, "alice", "CredentialsReady")["message"] == replaced["message"]
 

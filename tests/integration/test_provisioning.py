@@ -49,7 +49,7 @@ async def test_a_sandbox_becomes_ready_once_its_pod_is_ready(
     assert len(live_pats(settings)) == 1
 
 
-async def test_the_pod_reads_the_pat_from_the_secret_and_mounts_the_skill(
+async def test_the_pod_spec_holds_no_pat_and_mounts_the_skill_and_the_pats_volume(
     emulator: KubeEmulator, operator: OperatorContext
 ) -> None:
     allow(emulator, serverURLs=["https://onyx.example.com"])
@@ -60,14 +60,12 @@ async def test_the_pod_reads_the_pat_from_the_secret_and_mounts_the_skill(
     container = created["spec"]["containers"][0]
     env = {item["name"]: item for item in container["env"]}
     assert env["ONYX_SERVER_URL"]["value"] == "https://onyx.example.com"
-    assert env["ONYX_PAT"]["valueFrom"]["secretKeyRef"] == {
-        "name": "alice-credentials",
-        "key": "ONYX_PAT",
-    }
+    assert "ONYX_PAT" not in env, "the PAT is delivered into the running pod, not the spec"
     mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
     assert mounts == {
         "/workspace/skills/company-search": "skills",
         "/workspace/user_library": "user-library",
+        "/run/onyx": "onyx-credentials",
     }
     skill = emulator.get("v1/configmaps", NAMESPACE, "alice-skills")["data"]["SKILL.md"]
     assert skill.startswith("---\nname: company-search\n")

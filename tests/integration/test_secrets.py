@@ -21,31 +21,31 @@ from tests.integration.helpers import (
 from tests.support.emulator import KubeEmulator
 from tests.support.leaks import secret_forms
 from tests.support.operator import eventually
-from tests.support.pod_exec import mark_pod_running
+from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
 
 
-@pytest.mark.parametrize("cli_exit_codes", [{f"{NAMESPACE}/alice": 4}], indirect=False)
 async def test_the_pat_appears_in_no_object_event_or_log_line_but_its_secret(
     emulator: KubeEmulator,
     operator: OperatorContext,
     settings: Settings,
     caplog: pytest.LogCaptureFixture,
-    cli_exit_codes: dict[str, int],
+    pod_exec: EmulatedPodExec,
 ) -> None:
     caplog.set_level(logging.DEBUG)
+    refused: list[str] = []
+
+    def refuse_the_first_pat(namespace: str, name: str) -> int:
+        refused.append(name)
+        return 4 if len(refused) == 1 else 0  # refused: a second PAT is minted, delivered
+
+    pod_exec.scripted_cli = refuse_the_first_pat
     emulator.create(SANDBOXES, sandbox("alice", sources=[{"name": "slack"}]))
-    first = await eventually(lambda: pod(emulator, "alice"), what="the pod")
+    await eventually(lambda: pod(emulator, "alice"), what="the pod")
     tokens = {token_in_secret(emulator, "alice")}
-    mark_pod_running(emulator, NAMESPACE, "alice")  # refused: a second PAT is minted
-    await eventually(
-        lambda: (p := pod(emulator, "alice")) and p["metadata"]["uid"] != first["metadata"]["uid"],
-        what="the pod with the second PAT",
-    )
-    tokens.add(token_in_secret(emulator, "alice"))
-    cli_exit_codes.clear()
     mark_pod_running(emulator, NAMESPACE, "alice")
     await phase(emulator, "alice", "Ready")
     await event_posted(emulator, "alice", "CLIValidated")
+    tokens.add(token_in_secret(emulator, "alice"))
     assert len(tokens) == 2
     canaries = set().union(*(secret_forms(token) for token in tokens))
 

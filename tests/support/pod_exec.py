@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from craft_operator.devtools.daemons import ONYX_CLI_WRAPPER
 from craft_operator.kube.exec import ExecResult, ExecUnavailableError, Stdin
 from craft_operator.kube.exec_local import LocalExec
 from tests.support.emulator import KubeEmulator
@@ -42,6 +43,7 @@ class EmulatedPodExec:
         """A new pod of the same name starts with empty volumes, like an emptyDir."""
         if self._uids.get((namespace, pod)) not in (None, uid):
             shutil.rmtree(self.local.workspace(namespace, pod), ignore_errors=True)
+            shutil.rmtree(self.local.credentials_dir(namespace, pod), ignore_errors=True)
         self._uids[(namespace, pod)] = uid
 
     def pod_env(self, namespace: str, pod: str) -> dict[str, str]:
@@ -107,13 +109,18 @@ class EmulatedPodExec:
         self, namespace: str, pod: str, argv: Sequence[str], *, limit: float | None
     ) -> ExecResult:
         binary = shutil.which("onyx-cli") or str(Path(sys.executable).parent / "onyx-cli")
+        # Through the sandbox image's wrapper, as in the pod: the PAT from the environment,
+        # or else from the file the operator delivered into the pod.
         env = {
             "PATH": os.environ.get("PATH", ""),
             "HOME": str(self.root),
+            "ONYX_CLI_REAL": binary,
+            "ONYX_PAT_FILE": str(self.local.credentials_dir(namespace, pod) / "pat"),
             **self.pod_env(namespace, pod),
         }
         process = await asyncio.create_subprocess_exec(
-            binary,
+            "/bin/sh",
+            str(ONYX_CLI_WRAPPER),
             *argv[1:],
             env=env,
             stdout=asyncio.subprocess.PIPE,

@@ -157,6 +157,69 @@ def test_the_pinned_onyx_cli_reports_missing_configuration_with_exit_code_3(
     assert "ONYX_PAT" in result.stdout + result.stderr
 
 
+WRAPPER = Path(__file__).parents[2] / "sandbox-image" / "onyx-cli"
+
+
+def run_wrapper(tmp_path: Path, real: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """The image's onyx-cli wrapper, with ``real`` as the onyx-cli it runs."""
+    clean = {key: value for key, value in os.environ.items() if not key.startswith("ONYX_")}
+    clean.update(HOME=str(tmp_path), ONYX_CLI_REAL=str(real), **env)
+    return subprocess.run(
+        ["/bin/sh", str(WRAPPER), "validate-config"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=clean,
+        check=False,
+    )
+
+
+@pytest.fixture
+def echoing_cli(tmp_path: Path) -> Path:
+    """An onyx-cli stand-in that prints the PAT it was given and its arguments."""
+    script = tmp_path / "onyx-cli.real"
+    script.write_text('#!/bin/sh\necho "pat=${ONYX_PAT-unset} args=$*"\n')
+    script.chmod(0o755)
+    return script
+
+
+def test_the_sandbox_image_puts_the_wrapper_in_front_of_the_pinned_onyx_cli(
+    sandbox: Stage,
+) -> None:
+    assert "mv /usr/local/bin/onyx-cli /usr/local/bin/onyx-cli.real" in sandbox.run_text()
+    copies = [item.value for item in sandbox.all("COPY")]
+    assert "--chmod=0755 onyx-cli /usr/local/bin/onyx-cli" in copies
+
+
+def test_the_wrapper_reads_the_delivered_pat_when_the_environment_has_none(
+    tmp_path: Path, echoing_cli: Path
+) -> None:
+    pat = tmp_path / "pat"
+    pat.write_text("onyx_pat_first")
+    assert run_wrapper(tmp_path, echoing_cli, ONYX_PAT_FILE=str(pat)).stdout.strip() == (
+        "pat=onyx_pat_first args=validate-config"
+    )
+    pat.write_text("onyx_pat_renewed")
+    assert (
+        "pat=onyx_pat_renewed" in run_wrapper(tmp_path, echoing_cli, ONYX_PAT_FILE=str(pat)).stdout
+    )
+
+
+def test_a_pat_in_the_environment_wins_over_the_delivered_file(
+    tmp_path: Path, echoing_cli: Path
+) -> None:
+    pat = tmp_path / "pat"
+    pat.write_text("onyx_pat_file")
+    result = run_wrapper(tmp_path, echoing_cli, ONYX_PAT="onyx_pat_env", ONYX_PAT_FILE=str(pat))
+    assert "pat=onyx_pat_env" in result.stdout
+
+
+def test_without_a_delivered_pat_the_pinned_cli_says_it_is_not_configured(tmp_path: Path) -> None:
+    real = Path(sys.executable).with_name("onyx-cli")
+    result = run_wrapper(tmp_path, real, ONYX_PAT_FILE=str(tmp_path / "missing"))
+    assert result.returncode == 3, result.stdout + result.stderr
+
+
 # The operator image.
 
 

@@ -542,7 +542,7 @@ def sandbox_and_job_labels() -> tuple[dict[str, str], dict[str, str]]:
     """The labels of a sandbox pod and of a library-sync Job's pod, as the operator builds them."""
     sandbox = sample_sandbox()
     settings = Settings(server_url="http://onyx.test:8080", state_dir=Path("/nonexistent"))
-    pod = build_pod(sandbox, settings, pat_id=1)
+    pod = build_pod(sandbox, settings)
     job = build_sync_job(
         sandbox,
         image="craft-operator:dev",

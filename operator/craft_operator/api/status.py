@@ -133,6 +133,14 @@ class CraftSandboxStatus(StatusModel):
         alias="validatedPodUID",
         description="The pod in which onyx-cli validate-config last ran.",
     )
+    validated_pat_id: int | None = Field(
+        default=None,
+        alias="validatedPatID",
+        description=(
+            "The PAT the operator last delivered into that pod and ran onyx-cli "
+            "validate-config with (its id, never the token)."
+        ),
+    )
     cli_auth_failures: int | None = Field(
         default=None,
         description=(

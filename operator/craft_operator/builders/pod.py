@@ -1,4 +1,4 @@
-"""The sandbox pod: the agent's container with credentials, skills and the user library."""
+"""The sandbox pod: the agent's container with skills, the user library and the PAT's volume."""
 
 from __future__ import annotations
 
@@ -8,14 +8,11 @@ from typing import Any
 
 from craft_operator.api.models import CraftSandbox, CraftSandboxSpec, LibraryMode
 from craft_operator.builders.naming import (
-    ANNOTATION_PAT_ID,
     ANNOTATION_TEMPLATE_HASH,
     SANDBOX_CONTAINER,
-    SECRET_KEY_PAT,
     SKILL_KEY,
     child_metadata,
     pod_name,
-    secret_name,
     skills_configmap_name,
 )
 from craft_operator.builders.quantities import parse_quantity
@@ -27,6 +24,11 @@ from craft_operator.config import Settings
 
 SKILLS_MOUNT = "/workspace/skills/company-search"
 LIBRARY_MOUNT = "/workspace/user_library"
+#: Where the operator delivers the PAT into the running pod (``pat``: read by the image's
+#: onyx-cli wrapper); a memory-backed volume, so the token never touches a node's disk.
+CREDENTIALS_MOUNT = "/run/onyx"
+PAT_FILE = f"{CREDENTIALS_MOUNT}/pat"
+CREDENTIALS_VOLUME = "onyx-credentials"
 
 
 class SandboxConfigError(ValueError):
@@ -104,6 +106,16 @@ def library_volume(sandbox: CraftSandbox, claim_name: str | None) -> dict[str, A
     return {"name": "user-library", "emptyDir": {}}
 
 
+def credentials_volume() -> dict[str, Any]:
+    """The memory-backed volume the PAT is delivered into (small: it holds one token)."""
+    return {"name": CREDENTIALS_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
+
+
+def credentials_mount() -> dict[str, Any]:
+    """Where the sandbox container sees the delivered PAT."""
+    return {"name": CREDENTIALS_VOLUME, "mountPath": CREDENTIALS_MOUNT}
+
+
 def template_hash(pod: dict[str, Any]) -> str:
     """A short, stable hash of everything in the pod the operator decides."""
     canonical = json.dumps(pod, sort_keys=True, separators=(",", ":"))
@@ -111,25 +123,22 @@ def template_hash(pod: dict[str, Any]) -> str:
 
 
 def _sandbox_container(sandbox: CraftSandbox, settings: Settings) -> dict[str, Any]:
-    """The agent's container: the server URL, the PAT from the Secret, skills and library."""
+    """The agent's container: the server URL, skills, library and the delivered PAT's volume.
+
+    The PAT is not in the spec: the operator writes it into the running pod (see
+    :data:`PAT_FILE`), so a renewed one reaches the agent without replacing the pod.
+    """
     return {
         "name": SANDBOX_CONTAINER,
         "image": sandbox.spec.image or settings.sandbox_image,
         "imagePullPolicy": "IfNotPresent",
-        "env": [
-            {"name": "ONYX_SERVER_URL", "value": server_url_for(sandbox, settings)},
-            {
-                "name": "ONYX_PAT",
-                "valueFrom": {
-                    "secretKeyRef": {"name": secret_name(sandbox), "key": SECRET_KEY_PAT}
-                },
-            },
-        ],
+        "env": [{"name": "ONYX_SERVER_URL", "value": server_url_for(sandbox, settings)}],
         "resources": resources_for(sandbox, settings),
         "securityContext": container_security_context(),
         "volumeMounts": [
             {"name": "skills", "mountPath": SKILLS_MOUNT, "readOnly": True},
             {"name": "user-library", "mountPath": LIBRARY_MOUNT},
+            credentials_mount(),
         ],
     }
 
@@ -155,7 +164,6 @@ def build_pod(
     sandbox: CraftSandbox,
     settings: Settings,
     *,
-    pat_id: int,
     library_claim: str | None = None,
 ) -> dict[str, Any]:
     """The desired sandbox pod, annotated with the hash the reconciler compares."""
@@ -174,16 +182,16 @@ def build_pod(
                 },
             },
             library_volume(sandbox, library_claim),
+            credentials_volume(),
         ],
         **_scheduling(sandbox.spec),
     }
     pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": child_metadata(
-            sandbox, pod_name(sandbox), annotations={ANNOTATION_PAT_ID: str(pat_id)}
-        ),
+        "metadata": child_metadata(sandbox, pod_name(sandbox)),
         "spec": pod_spec,
     }
-    pod["metadata"]["annotations"][ANNOTATION_TEMPLATE_HASH] = template_hash(pod)
+    annotations = pod["metadata"].setdefault("annotations", {})
+    annotations[ANNOTATION_TEMPLATE_HASH] = template_hash(pod)
     return pod

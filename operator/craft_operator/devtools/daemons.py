@@ -26,6 +26,8 @@ BINARIES = (
     "kubectl",
 )
 NODE_NAME = "kwok-node"
+#: The sandbox image's onyx-cli wrapper, from this checkout (the dev tools run from one).
+ONYX_CLI_WRAPPER = Path(__file__).resolve().parents[3] / "sandbox-image" / "onyx-cli"
 #: Requests by the service accounts of these namespaces are audited (the operator's).
 AUDITED_NAMESPACES = ("craft-system",)
 SERVICE_CIDR = "10.96.0.0/16"
@@ -245,7 +247,8 @@ def podexec_args(
 
 
 def prepare_image(image_bin: Path, onyx_cli: Path | None) -> Path:
-    """The simulated sandbox image's programs in ``image_bin``: BusyBox's applets and onyx-cli.
+    """The simulated sandbox image's programs in ``image_bin``: BusyBox's applets and
+    onyx-cli behind the image's wrapper (``sandbox-image/onyx-cli``).
 
     Copied, not linked, where the original sits in a directory the pod's user may not
     enter (a virtualenv under /root).
@@ -264,7 +267,10 @@ def prepare_image(image_bin: Path, onyx_cli: Path | None) -> Path:
             file=sys.stderr,
         )
     if onyx_cli is not None:
-        shutil.copy2(onyx_cli, image_bin / "onyx-cli")
+        # As in the sandbox image: the pinned onyx-cli behind the wrapper that reads the
+        # PAT the operator delivers into the pod.
+        shutil.copy2(onyx_cli, image_bin / "onyx-cli.real")
+        shutil.copy2(ONYX_CLI_WRAPPER, image_bin / "onyx-cli")
     for path in (image_bin.parent, image_bin):
         path.chmod(0o755)
     return image_bin

@@ -3,8 +3,9 @@
 Used by the user-library tests, the integration tests and the reconciler's tests in place
 of :class:`~craft_operator.kube.exec.KubernetesExec`. Every argument that is ``/workspace``
 or starts with ``/workspace/`` is rewritten to the pod's own directory under ``root``
-(``<root>/<namespace>/<pod>/workspace``), so scripts written for the sandbox image run
-unchanged against a temporary directory with the real ``sh`` and ``tar``.
+(``<root>/<namespace>/<pod>/workspace``), and likewise ``/run/onyx`` (the delivered PAT's
+volume) to ``<root>/<namespace>/<pod>/run/onyx``, so scripts written for the sandbox image
+run unchanged against a temporary directory with the real ``sh`` and ``tar``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from craft_operator.kube.exec import (
 from craft_operator.kube.exec import stdin_chunks as _chunks
 
 WORKSPACE = "/workspace"
+#: The memory-backed volume the PAT is delivered into (see builders/pod.py).
+CREDENTIALS_DIR = "/run/onyx"
 #: The output cap when a call names none (as :class:`~craft_operator.kube.exec.KubernetesExec`).
 DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024 * 1024
 
@@ -145,9 +148,16 @@ class LocalExec:
         """The local directory that stands for ``/workspace`` in that pod."""
         return self.root / namespace / pod / "workspace"
 
+    def credentials_dir(self, namespace: str, pod: str) -> Path:
+        """The local directory that stands for ``/run/onyx`` in that pod."""
+        return self.root / namespace / pod / "run" / "onyx"
+
     def _map(self, namespace: str, pod: str, arg: str) -> str:
         if arg == WORKSPACE or arg.startswith(WORKSPACE + "/"):
             return str(self.workspace(namespace, pod)) + arg[len(WORKSPACE) :]
+        if arg == CREDENTIALS_DIR or arg.startswith(CREDENTIALS_DIR + "/"):
+            self.credentials_dir(namespace, pod).mkdir(parents=True, exist_ok=True)
+            return str(self.credentials_dir(namespace, pod)) + arg[len(CREDENTIALS_DIR) :]
         return arg
 
     async def run(

@@ -3,6 +3,7 @@ the template hash and the restricted security settings."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -62,22 +63,31 @@ def test_no_server_url_anywhere_is_a_config_error_saying_where_to_set_one(
 ) -> None:
     settings = Settings(state_dir=tmp_path, server_url=None)
     with pytest.raises(SandboxConfigError, match=r"spec\.serverURL.*CRAFT_SERVER_URL") as caught:
-        build_pod(make_sandbox(), settings, pat_id=1)
+        build_pod(make_sandbox(), settings)
     assert caught.value.reason == "NoServerURL"
 
 
-def test_the_server_url_is_a_plain_env_var_and_the_pat_a_secret_key_ref(
+def test_the_server_url_is_a_plain_env_var_and_the_pat_is_not_in_the_spec(
     make_sandbox: MakeSandbox, settings: Settings
 ) -> None:
-    variables = env(build_pod(make_sandbox(), settings, pat_id=1))
-    assert variables["ONYX_SERVER_URL"] == {
-        "name": "ONYX_SERVER_URL",
-        "value": "http://onyx.invalid:8080",
+    pod = build_pod(make_sandbox(), settings)
+    assert env(pod) == {
+        "ONYX_SERVER_URL": {"name": "ONYX_SERVER_URL", "value": "http://onyx.invalid:8080"}
     }
-    assert variables["ONYX_PAT"] == {
-        "name": "ONYX_PAT",
-        "valueFrom": {"secretKeyRef": {"name": "alice-credentials", "key": "ONYX_PAT"}},
+    assert "alice-credentials" not in json.dumps(pod), "no reference to the PAT's Secret"
+
+
+def test_the_pat_is_delivered_into_a_memory_backed_volume_at_run_onyx(
+    make_sandbox: MakeSandbox, settings: Settings
+) -> None:
+    pod = build_pod(make_sandbox(), settings)
+    volumes = {volume["name"]: volume for volume in pod["spec"]["volumes"]}
+    assert volumes["onyx-credentials"] == {
+        "name": "onyx-credentials",
+        "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"},
     }
+    mounts = {mount["name"]: mount for mount in container(pod)["volumeMounts"]}
+    assert mounts["onyx-credentials"]["mountPath"] == "/run/onyx"
 
 
 # -- resources -----------------------------------------------------------------------------
@@ -150,7 +160,7 @@ def test_a_quantity_kubernetes_cannot_hold_is_invalid_resources_naming_the_field
 ) -> None:
     sandbox = make_sandbox(resources=resources)
     with pytest.raises(SandboxConfigError, match=rf"resources\.{where}: .*2\^63-1") as caught:
-        build_pod(sandbox, settings, pat_id=1)
+        build_pod(sandbox, settings)
     assert caught.value.reason == "InvalidResources"
 
 
@@ -159,7 +169,7 @@ def test_the_invalid_resources_error_escapes_build_pod_too(
 ) -> None:
     sandbox = make_sandbox(resources={"requests": {"cpu": "3"}, "limits": {"cpu": "2500m"}})
     with pytest.raises(SandboxConfigError) as caught:
-        build_pod(sandbox, settings, pat_id=1)
+        build_pod(sandbox, settings)
     assert caught.value.reason == "InvalidResources"
 
 
@@ -186,7 +196,7 @@ def test_resources_for_does_not_change_the_settings(
 def test_exec_mode_mounts_an_empty_dir_at_the_library_path(
     make_sandbox: MakeSandbox, settings: Settings
 ) -> None:
-    pod = build_pod(make_sandbox(), settings, pat_id=1)
+    pod = build_pod(make_sandbox(), settings)
     volumes = {volume["name"]: volume for volume in pod["spec"]["volumes"]}
     assert volumes["user-library"] == {"name": "user-library", "emptyDir": {}}
     mounts = {mount["name"]: mount for mount in container(pod)["volumeMounts"]}
@@ -196,7 +206,7 @@ def test_exec_mode_mounts_an_empty_dir_at_the_library_path(
 
 def test_job_mode_mounts_the_library_claim(make_sandbox: MakeSandbox, settings: Settings) -> None:
     sandbox = make_sandbox(userLibrary={"mode": "Job"})
-    pod = build_pod(sandbox, settings, pat_id=1, library_claim="alice-library")
+    pod = build_pod(sandbox, settings, library_claim="alice-library")
     volumes = {volume["name"]: volume for volume in pod["spec"]["volumes"]}
     assert volumes["user-library"] == {
         "name": "user-library",
@@ -217,7 +227,7 @@ def test_exec_mode_ignores_a_claim_name(make_sandbox: MakeSandbox) -> None:
 def test_the_skills_configmap_is_mounted_read_only_with_just_skill_md(
     make_sandbox: MakeSandbox, settings: Settings
 ) -> None:
-    pod = build_pod(make_sandbox(), settings, pat_id=1)
+    pod = build_pod(make_sandbox(), settings)
     volumes = {volume["name"]: volume for volume in pod["spec"]["volumes"]}
     assert volumes["skills"]["configMap"] == {
         "name": "alice-skills",
@@ -234,19 +244,15 @@ def test_the_skills_configmap_is_mounted_read_only_with_just_skill_md(
 def test_the_image_comes_from_the_spec_else_the_settings(
     make_sandbox: MakeSandbox, settings: Settings
 ) -> None:
-    assert container(build_pod(make_sandbox(), settings, pat_id=1))["image"] == (
-        settings.sandbox_image
-    )
+    assert container(build_pod(make_sandbox(), settings))["image"] == (settings.sandbox_image)
     pinned = make_sandbox(image="registry.example.com/craft:1.4.4")
-    assert container(build_pod(pinned, settings, pat_id=1))["image"] == (
-        "registry.example.com/craft:1.4.4"
-    )
+    assert container(build_pod(pinned, settings))["image"] == ("registry.example.com/craft:1.4.4")
 
 
 def test_scheduling_fields_are_absent_unless_the_spec_sets_them(
     make_sandbox: MakeSandbox, settings: Settings
 ) -> None:
-    spec = build_pod(make_sandbox(), settings, pat_id=1)["spec"]
+    spec = build_pod(make_sandbox(), settings)["spec"]
     assert not {"runtimeClassName", "nodeSelector", "tolerations", "priorityClassName"} & set(spec)
 
 
@@ -262,7 +268,7 @@ def test_scheduling_fields_pass_through_from_the_spec(
             {"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
         ],
     )
-    spec = build_pod(sandbox, settings, pat_id=1)["spec"]
+    spec = build_pod(sandbox, settings)["spec"]
     assert spec["runtimeClassName"] == "gvisor"
     assert spec["priorityClassName"] == "craft-sandbox"
     assert spec["nodeSelector"] == {"pool": "sandboxes"}
@@ -278,7 +284,7 @@ def test_scheduling_fields_pass_through_from_the_spec(
 def test_the_pod_runs_with_the_restricted_security_settings(
     make_sandbox: MakeSandbox, settings: Settings
 ) -> None:
-    pod = build_pod(make_sandbox(), settings, pat_id=1)
+    pod = build_pod(make_sandbox(), settings)
     spec = pod["spec"]
     assert spec["restartPolicy"] == "Never"
     assert spec["automountServiceAccountToken"] is False
@@ -298,15 +304,15 @@ def test_the_pod_runs_with_the_restricted_security_settings(
     assert context["seccompProfile"] == {"type": "RuntimeDefault"}
 
 
-def test_the_pod_is_owned_labelled_and_annotated_with_its_pat(
+def test_the_pod_is_owned_labelled_and_annotated_only_with_its_template_hash(
     make_sandbox: MakeSandbox, settings: Settings
 ) -> None:
     sandbox = make_sandbox()
-    metadata = build_pod(sandbox, settings, pat_id=17)["metadata"]
+    metadata = build_pod(sandbox, settings)["metadata"]
     assert metadata["name"] == "alice"
     assert metadata["labels"] == naming.child_labels(sandbox)
     assert metadata["ownerReferences"] == [naming.owner_reference(sandbox)]
-    assert metadata["annotations"]["craft.onyx.app/pat-id"] == "17"
+    assert set(metadata["annotations"]) == {"craft.onyx.app/pod-template-hash"}
 
 
 @pytest.mark.parametrize("body", example_bodies())
@@ -315,7 +321,7 @@ def test_every_example_becomes_a_valid_pod_that_meets_the_restricted_profile(
 ) -> None:
     sandbox = parse_sandbox(body)
     claim = "library-claim" if sandbox.spec.user_library.mode == LibraryMode.JOB else None
-    pod = build_pod(sandbox, settings, pat_id=3, library_claim=claim)
+    pod = build_pod(sandbox, settings, library_claim=claim)
     assert kubernetes_schema_problems(pod) == []
     assert restricted_violations(pod) == []
 
@@ -334,8 +340,8 @@ def test_the_examples_include_job_mode_and_scheduling_options() -> None:
 def test_the_template_hash_is_stable_for_the_same_inputs(
     make_sandbox: MakeSandbox, settings: Settings
 ) -> None:
-    first = build_pod(make_sandbox(), settings, pat_id=1)
-    second = build_pod(make_sandbox(), settings, pat_id=1)
+    first = build_pod(make_sandbox(), settings)
+    second = build_pod(make_sandbox(), settings)
     assert first == second
     hash_value = first["metadata"]["annotations"]["craft.onyx.app/pod-template-hash"]
     assert len(hash_value) == 16
@@ -377,8 +383,8 @@ def _hash(pod: dict[str, Any]) -> str:
 def test_the_template_hash_changes_when_the_pod_changes(
     make_sandbox: MakeSandbox, settings: Settings, change: dict[str, Any]
 ) -> None:
-    before = build_pod(make_sandbox(), settings, pat_id=1)
-    after = build_pod(make_sandbox(**change), settings, pat_id=1)
+    before = build_pod(make_sandbox(), settings)
+    after = build_pod(make_sandbox(**change), settings)
     assert before["spec"] != after["spec"]
     assert _hash(before) != _hash(after)
 
@@ -387,32 +393,24 @@ def test_the_template_hash_changes_when_the_pod_changes(
 def test_the_template_hash_stays_when_the_pod_does_not_change(
     make_sandbox: MakeSandbox, settings: Settings, change: dict[str, Any]
 ) -> None:
-    before = build_pod(make_sandbox(), settings, pat_id=1)
-    after = build_pod(make_sandbox(**change), settings, pat_id=1)
+    before = build_pod(make_sandbox(), settings)
+    after = build_pod(make_sandbox(**change), settings)
     assert before == after
-
-
-def test_a_new_pat_changes_the_template_hash(make_sandbox: MakeSandbox, settings: Settings) -> None:
-    """The pat-id annotation is part of the template: a new PAT replaces the pod."""
-    first = build_pod(make_sandbox(), settings, pat_id=1)
-    second = build_pod(make_sandbox(), settings, pat_id=2)
-    assert first["spec"] == second["spec"]
-    assert _hash(first) != _hash(second)
 
 
 def test_a_job_mode_claim_change_changes_the_template_hash(
     make_sandbox: MakeSandbox, settings: Settings
 ) -> None:
     sandbox = make_sandbox(userLibrary={"mode": "Job"})
-    first = build_pod(sandbox, settings, pat_id=1, library_claim="a")
-    second = build_pod(sandbox, settings, pat_id=1, library_claim="b")
+    first = build_pod(sandbox, settings, library_claim="a")
+    second = build_pod(sandbox, settings, library_claim="b")
     assert _hash(first) != _hash(second)
 
 
 def test_the_template_hash_covers_everything_but_itself(
     make_sandbox: MakeSandbox, settings: Settings
 ) -> None:
-    pod = build_pod(make_sandbox(), settings, pat_id=1)
+    pod = build_pod(make_sandbox(), settings)
     recorded = pod["metadata"]["annotations"].pop("craft.onyx.app/pod-template-hash")
     assert template_hash(pod) == recorded
 
@@ -432,7 +430,7 @@ def test_the_schema_and_profile_checks_would_catch_a_weakened_pod(
     make_sandbox: MakeSandbox, settings: Settings
 ) -> None:
     """Guard: the checks used on every example are not vacuous."""
-    pod = build_pod(make_sandbox(), settings, pat_id=1)
+    pod = build_pod(make_sandbox(), settings)
     del pod["spec"]["securityContext"]["seccompProfile"]
     del container(pod)["securityContext"]["seccompProfile"]
     container(pod)["securityContext"]["capabilities"] = {"add": ["NET_ADMIN"]}

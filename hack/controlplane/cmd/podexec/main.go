@@ -8,9 +8,10 @@
 //
 // Each command runs on this machine as the pod would run it:
 //   - in a mount namespace of its own, where the pod's directory is /workspace and each of
-//     the container's volumes is mounted at its mountPath (emptyDir and PVC directories,
-//     ConfigMap and Secret volumes written out as files); nothing of the machine's own
-//     /workspace is touched;
+//     the container's volumes under /workspace or /run is mounted at its mountPath
+//     (emptyDir and PVC directories, ConfigMap and Secret volumes written out as files);
+//     nothing of the machine's own /workspace or /run is touched (a mount point under /run
+//     is created empty on the machine, and mounted over only inside the namespace);
 //   - with the container's environment, Secret and ConfigMap references resolved;
 //   - as the pod's runAsUser, runAsGroup and fsGroup;
 //   - with the simulated image's programs (--image-bin) at /usr/local/bin, first on PATH.
@@ -408,8 +409,9 @@ func (p *podRunner) prepareVolumes(ctx context.Context, pod *corev1.Pod, contain
 			continue
 		}
 		target := filepath.Clean(mount.MountPath)
-		if target != "/workspace" && !strings.HasPrefix(target, "/workspace/") {
-			continue // only /workspace is simulated
+		inWorkspace := target == "/workspace" || strings.HasPrefix(target, "/workspace/")
+		if !inWorkspace && !strings.HasPrefix(target, "/run/") {
+			continue // only /workspace and volumes under /run are simulated
 		}
 		var source string
 		switch {
@@ -438,10 +440,12 @@ func (p *podRunner) prepareVolumes(ctx context.Context, pod *corev1.Pod, contain
 		if mount.SubPath != "" {
 			source = filepath.Join(source, mount.SubPath)
 		}
-		// The mount point must exist inside the pod's /workspace.
-		inside := filepath.Join(workspace, strings.TrimPrefix(target, "/workspace"))
-		if err := makeOwnedDir(inside, owner, group); err != nil {
-			return nil, err
+		if inWorkspace {
+			// The mount point must exist inside the pod's /workspace.
+			inside := filepath.Join(workspace, strings.TrimPrefix(target, "/workspace"))
+			if err := makeOwnedDir(inside, owner, group); err != nil {
+				return nil, err
+			}
 		}
 		mounts = append(mounts, source+"="+target)
 	}

@@ -1,34 +1,97 @@
-"""CLIValidated: onyx-cli in the Ready pod accepts its PAT and reaches the Onyx server."""
+"""CLIValidated: the sandbox's PAT is in the Ready pod, and onyx-cli accepts it.
+
+The PAT is not part of the pod spec: this step writes it into the running pod (a file on
+the memory-backed volume at ``/run/onyx``, through exec, the token on stdin) and runs
+``onyx-cli validate-config`` with it, once per pod and PAT. A renewed PAT is delivered the
+same way, into the same pod: nothing restarts. Once onyx-cli has validated a renewed PAT,
+the one it superseded is revoked (it expires at the end of its grace period otherwise).
+"""
 
 from __future__ import annotations
 
+import logging
 import time
 
+from craft_operator.api.models import ConditionStatus
 from craft_operator.builders.naming import SANDBOX_CONTAINER
+from craft_operator.builders.pod import PAT_FILE
 from craft_operator.credentials.errors import CredentialsError
-from craft_operator.kube.exec import ExecError
+from craft_operator.kube.exec import ExecError, ExecResult
 from craft_operator.metrics import ProvisioningPhase
 from craft_operator.reconciler import cli_validation
 from craft_operator.reconciler.step import Pass, Step, Stop
 from craft_operator.reconciler.steps import credentials
 from craft_operator.status import CLI_VALIDATED, ConditionState
 
+logger = logging.getLogger(__name__)
 CLI_TIMEOUT = 60.0
 #: onyx-cli prints a line or two; more is not read.
 CLI_MAX_OUTPUT = 1024 * 1024
+#: Write stdin to the PAT file atomically, readable by the pod's user only. The path is an
+#: argument, so the token is never on a command line (exec's command is in the request URL).
+DELIVER_ARGV = (
+    "sh",
+    "-c",
+    'umask 077 && cat > "$1.new" && mv -f "$1.new" "$1"',
+    "deliver-pat",
+    PAT_FILE,
+)
+DELIVERY_MAX_OUTPUT = 64 * 1024
+#: Writing a few bytes takes milliseconds; a pod that stalls it (its agent can stop any of
+#: its processes) holds a reconcile worker this long at most, then the pass backs off.
+DELIVERY_TIMEOUT = 10.0
 
 
 async def validate_cli(p: Pass) -> Stop | None:
-    """Run ``onyx-cli validate-config`` once per pod; an auth failure gets one fresh PAT."""
-    s, run = p.services, p.run
+    """Deliver the PAT and run ``onyx-cli validate-config``, once per pod and PAT."""
+    run = p.run
     assert p.pod is not None, "the pod step runs first"
-    meta = p.pod["metadata"]
-    uid = meta.get("uid")
-    if run.status.validated_pod_uid == uid and run.condition(CLI_VALIDATED) is not None:
+    assert p.issued is not None, "the credentials step runs first"
+    uid = p.pod["metadata"].get("uid")
+    done = run.status.validated_pod_uid == uid and run.status.validated_pat_id == p.issued.pat_id
+    if done and run.condition(CLI_VALIDATED) is not None:
+        if run.condition_is(CLI_VALIDATED, ConditionStatus.TRUE):
+            await _retire_superseded(p)  # if a pass was cut off after validating
         return None
+    if await _deliver(p) and (result := await _run_cli(p)) is not None:
+        await _judge(p, uid, result)
+    return None
+
+
+async def _deliver(p: Pass) -> bool:
+    """Write the PAT into the pod; False (and the condition says why) if it could not be."""
+    assert p.pod is not None
+    assert p.issued is not None
+    meta = p.pod["metadata"]
+    token = p.issued.token.get_secret_value().encode()
+    try:
+        result = await p.services.exec.run(
+            meta.get("namespace", ""),
+            meta["name"],
+            SANDBOX_CONTAINER,
+            list(DELIVER_ARGV),
+            stdin=token,
+            timeout=DELIVERY_TIMEOUT,
+            max_output_bytes=DELIVERY_MAX_OUTPUT,
+        )
+    except ExecError as exc:
+        _exec_failed(p, exc)
+        return False
+    if result.exit_code != 0:
+        detail = f"could not write the PAT to {PAT_FILE} (exit {result.exit_code})"
+        excerpt = result.stderr_excerpt(300)
+        p.fail(CLI_VALIDATED, "DeliveryFailed", f"{detail}: {excerpt}" if excerpt else detail)
+        return False
+    return True
+
+
+async def _run_cli(p: Pass) -> ExecResult | None:
+    """onyx-cli's exit code (with its output), or ``None`` if exec itself failed."""
+    assert p.pod is not None
+    meta = p.pod["metadata"]
     started = time.monotonic()
     try:
-        result = await s.exec.run(
+        result = await p.services.exec.run(
             meta.get("namespace", ""),
             meta["name"],
             SANDBOX_CONTAINER,
@@ -37,29 +100,60 @@ async def validate_cli(p: Pass) -> Stop | None:
             max_output_bytes=CLI_MAX_OUTPUT,
         )
     except ExecError as exc:
-        run.set(ConditionState.unknown(CLI_VALIDATED, "ExecFailed", str(exc)))
-        if exc.retryable:
-            run.revisit(backoff="ExecFailed")
+        _exec_failed(p, exc)
         return None
-    s.metrics.observe_phase(ProvisioningPhase.CLI_VALIDATION, time.monotonic() - started)
+    p.services.metrics.observe_phase(ProvisioningPhase.CLI_VALIDATION, time.monotonic() - started)
+    return result
+
+
+async def _retire_superseded(p: Pass) -> None:
+    """The pod uses the current PAT now: revoke the one it superseded, still in its grace
+    period, at once. A failure is harmless (the old PAT expires with its grace period) and
+    is tried again on the next pass."""
+    assert p.issued is not None
+    if p.issued.grace_pat_id is None:
+        return
+    meta = p.sandbox.metadata
+    try:
+        retired = await p.services.credentials.retire(
+            meta.namespace or "", meta.name, meta.uid or "", p.issued.pat_id
+        )
+    except CredentialsError as exc:
+        logger.warning("%s/%s: cannot revoke the superseded PAT yet: %s", *p.run.key, exc)
+        return
+    if retired is not None:
+        p.event("PATRetired", f"revoked PAT {retired}: the pod uses PAT {p.issued.pat_id} now")
+
+
+def _exec_failed(p: Pass, exc: ExecError) -> None:
+    p.run.set(ConditionState.unknown(CLI_VALIDATED, "ExecFailed", str(exc)))
+    if exc.retryable:
+        p.run.revisit(backoff="ExecFailed")
+
+
+async def _judge(p: Pass, uid: str | None, result: ExecResult) -> None:
+    """Record what onyx-cli's exit code says; a refused PAT gets one fresh one."""
+    run = p.run
+    assert p.issued is not None
     reason, meaning = cli_validation.describe_exit(result.exit_code)
     if result.exit_code == cli_validation.EXIT_OK:
         run.status.validated_pod_uid = uid
+        run.status.validated_pat_id = p.issued.pat_id
         run.status.cli_auth_failures = None
         run.set(ConditionState.true(CLI_VALIDATED, reason, meaning))
         p.event("CLIValidated", meaning)
-        return None
+        await _retire_superseded(p)
+        return
     detail = f"{meaning} (exit {result.exit_code})"
     excerpt = result.stderr_excerpt(300)
     if excerpt:
         detail += f": {excerpt}"
     if result.exit_code == cli_validation.EXIT_AUTH_FAILURE:
         await _auth_failed(p, uid, detail)
-        return None
+        return
     run.set(ConditionState.false(CLI_VALIDATED, reason, detail))
     p.event(reason, detail, warning=True)
     run.revisit(backoff=reason)
-    return None
 
 
 async def _auth_failed(p: Pass, uid: str | None, detail: str) -> None:
@@ -70,12 +164,13 @@ async def _auth_failed(p: Pass, uid: str | None, detail: str) -> None:
     run.status.cli_auth_failures = failures
     if failures > 1:
         run.status.validated_pod_uid = uid
+        run.status.validated_pat_id = p.issued.pat_id
         message = f"{detail}; a freshly minted PAT was refused too, so the operator stops "
         message += "retrying until the spec changes"
         run.set(ConditionState.false(CLI_VALIDATED, "AuthFailed", message))
         p.event("AuthFailed", message, warning=True)
         return
-    message = f"{detail}; minting a new PAT and replacing the pod"
+    message = f"{detail}; minting a new PAT and delivering it into the pod"
     run.set(ConditionState.false(CLI_VALIDATED, "AuthFailed", message))
     p.event("AuthFailed", message, warning=True)
     try:
@@ -83,7 +178,7 @@ async def _auth_failed(p: Pass, uid: str | None, detail: str) -> None:
     except CredentialsError as exc:
         credentials.failed(p, "CredentialsError", str(exc))
         return
-    run.revisit(after=0)  # the next pass writes the new Secret and replaces the pod
+    run.revisit(after=0)  # the next pass delivers the new PAT into the same pod
 
 
 STEP = Step(CLI_VALIDATED, validate_cli, keeps_failure=True)

@@ -22,12 +22,11 @@ POD = pod_lifecycle.POD
 async def converge_pod(p: Pass) -> Stop | None:
     """Create, keep or replace the pod; the pass goes on once it runs and is Ready."""
     s, run, sandbox = p.services, p.run, p.sandbox
-    assert p.issued is not None, "the credentials step runs first"
     claim = (
         library_claim_name(sandbox) if sandbox.spec.user_library.mode == LibraryMode.JOB else None
     )
     try:
-        desired = build_pod(sandbox, s.settings, pat_id=p.issued.pat_id, library_claim=claim)
+        desired = build_pod(sandbox, s.settings, library_claim=claim)
     except SandboxConfigError as exc:
         p.fail_spec(exc.reason, str(exc))
         return Stop(WAITING)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from craft_operator.builders.naming import ANNOTATION_PAT_ID, ANNOTATION_TEMPLATE_HASH
+from craft_operator.builders.naming import ANNOTATION_TEMPLATE_HASH
 
 
 def is_ready(pod: Mapping[str, Any]) -> bool:
@@ -47,8 +47,6 @@ def drift(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> str | None:
     have_annotations = actual["metadata"].get("annotations") or {}
     want_annotations = desired["metadata"]["annotations"]
     if have_annotations.get(ANNOTATION_TEMPLATE_HASH) != want_annotations[ANNOTATION_TEMPLATE_HASH]:
-        if have_annotations.get(ANNOTATION_PAT_ID) != want_annotations[ANNOTATION_PAT_ID]:
-            return "the sandbox's PAT changed; replacing the pod so it reads the new one"
         return "the pod spec changed; replacing the pod"
     images = [c.get("image") for c in actual.get("spec", {}).get("containers", [])]
     wanted = [c.get("image") for c in desired["spec"]["containers"]]

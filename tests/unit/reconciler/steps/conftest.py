@@ -90,10 +90,13 @@ class Credentials:
 
 @dataclass
 class Exec:
-    """The exec port: onyx-cli exits with ``cli_exit``; every call is recorded."""
+    """The exec port: the PAT's delivery exits with ``deliver_exit`` (what it was sent is in
+    ``delivered``), onyx-cli with ``cli_exit``; every call is recorded."""
 
     cli_exit: int = 0
+    deliver_exit: int = 0
     calls: list[tuple[str, ...]] = field(default_factory=list)
+    delivered: list[bytes] = field(default_factory=list)
 
     async def run(
         self,
@@ -107,6 +110,12 @@ class Exec:
         max_output_bytes: int | None = None,
     ) -> ExecResult:
         self.calls.append(tuple(argv))
+        if argv[0] == "sh":
+            assert isinstance(stdin, bytes), "the PAT goes on stdin"
+            self.delivered.append(stdin)
+            return ExecResult(
+                self.deliver_exit, b"", b"read-only file system" * bool(self.deliver_exit)
+            )
         return ExecResult(self.cli_exit, b"", b"refused" if self.cli_exit else b"")
 
 

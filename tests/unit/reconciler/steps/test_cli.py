@@ -1,4 +1,5 @@
-"""CLIValidated: onyx-cli accepts the PAT once per pod; a refused PAT gets one fresh one."""
+"""CLIValidated: the PAT is delivered into the pod and onyx-cli accepts it, once per pod and
+PAT; a renewed PAT goes into the same pod; a refused PAT gets one fresh one."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 from craft_operator.reconciler.step import Pass
 from craft_operator.reconciler.steps import cli, credentials
 from tests.unit.reconciler.conftest import NAMESPACE
-from tests.unit.reconciler.steps.conftest import NAME, World
+from tests.unit.reconciler.steps.conftest import CANARY, NAME, World
 
 pytestmark = pytest.mark.unit
 
@@ -32,7 +33,35 @@ async def test_an_accepted_pat_validates_the_pod_once(world: World) -> None:
     stored = p.run.status.model_dump(by_alias=True, mode="json")
     again = await ready_pass(world, status=stored)
     await cli.validate_cli(again)
-    assert world.exec.calls == [("onyx-cli", "validate-config")], "not again for the same pod"
+    assert world.exec.calls == [cli.DELIVER_ARGV, ("onyx-cli", "validate-config")], (
+        "once per pod and PAT"
+    )
+    assert world.exec.delivered == [CANARY.encode()]
+    assert all(CANARY not in " ".join(call) for call in world.exec.calls), "never in argv"
+
+
+async def test_a_renewed_pat_is_delivered_into_the_same_pod(world: World) -> None:
+    p = await ready_pass(world)
+    await cli.validate_cli(p)
+    world.credentials.pat_id = 2  # renewed: the next pass holds PAT 2
+    stored = p.run.status.model_dump(by_alias=True, mode="json")
+    renewed = await ready_pass(world, status=stored)
+    await cli.validate_cli(renewed)
+    assert renewed.run.status.validated_pat_id == 2
+    assert renewed.run.status.validated_pod_uid == "pod-1"
+    assert len(world.exec.delivered) == 2
+    assert [call[0] for call in world.exec.calls] == ["sh", "onyx-cli", "sh", "onyx-cli"]
+
+
+async def test_a_pat_that_cannot_be_written_into_the_pod_is_retried(world: World) -> None:
+    world.exec.deliver_exit = 1
+    p = await ready_pass(world)
+    await cli.validate_cli(p)
+    condition = p.run.condition("CLIValidated")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("False", "DeliveryFailed")
+    assert p.run.verdict.backoff == "DeliveryFailed"
+    assert ("onyx-cli", "validate-config") not in world.exec.calls
 
 
 async def test_a_refused_pat_is_replaced_once_then_the_operator_stops(world: World) -> None:
@@ -40,7 +69,7 @@ async def test_a_refused_pat_is_replaced_once_then_the_operator_stops(world: Wor
     p = await ready_pass(world)
     await cli.validate_cli(p)
     assert world.credentials.calls[-1] == 1, "PAT 1 is named as rejected"
-    assert p.run.verdict.after == 0, "the next pass delivers the new PAT"
+    assert p.run.verdict.after == 0, "the next pass delivers the new PAT into the same pod"
     stored = p.run.status.model_dump(by_alias=True, mode="json")
     second = await ready_pass(world, status=stored)
     await cli.validate_cli(second)
@@ -57,3 +86,41 @@ async def test_an_unreachable_server_is_retried_with_backoff(world: World) -> No
     await cli.validate_cli(p)
     assert p.run.verdict.backoff == "ServerUnreachable"
     assert world.events.reasons == ["ServerUnreachable"]
+
+
+async def test_once_the_pod_uses_a_renewed_pat_the_superseded_one_is_retired(world: World) -> None:
+    world.credentials.grace_pat_id = 1
+    world.credentials.pat_id = 2
+    p = await ready_pass(world)
+    await cli.validate_cli(p)
+    assert world.credentials.retired == [2], "retired for PAT 2, the one the pod now uses"
+
+
+async def test_no_pat_is_retired_before_onyx_cli_accepts_the_new_one(world: World) -> None:
+    world.credentials.grace_pat_id = 1
+    world.credentials.pat_id = 2
+    world.exec.cli_exit = 5
+    await cli.validate_cli(await ready_pass(world))
+    assert world.credentials.retired == []
+
+
+async def test_a_pod_that_stalls_the_delivery_holds_the_pass_only_briefly(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from craft_operator.kube.exec import ExecTimeoutError
+
+    timeouts: list[float | None] = []
+
+    async def stalled(*args: object, timeout: float | None = None, **kwargs: object) -> object:  # noqa: ASYNC109
+        timeouts.append(timeout)
+        raise ExecTimeoutError("the command did not finish in time")
+
+    monkeypatch.setattr(world.exec, "run", stalled)
+    p = await ready_pass(world)
+    await cli.validate_cli(p)
+    assert timeouts == [cli.DELIVERY_TIMEOUT]
+    assert cli.DELIVERY_TIMEOUT <= 10
+    condition = p.run.condition("CLIValidated")
+    assert condition is not None
+    assert condition.reason == "ExecFailed"
+    assert p.run.verdict.backoff == "ExecFailed"
