@@ -134,7 +134,7 @@ def _sandbox_container(sandbox: CraftSandbox, settings: Settings) -> dict[str, A
     }
 
 
-def _scheduling(spec: CraftSandboxSpec) -> dict[str, Any]:
+def scheduling(spec: CraftSandboxSpec) -> dict[str, Any]:
     """The pod spec's fields for where and how it runs, only those the spec sets."""
     fields: dict[str, Any] = {}
     if spec.runtime_class_name:
@@ -175,7 +175,7 @@ def build_pod(
             },
             library_volume(sandbox, library_claim),
         ],
-        **_scheduling(sandbox.spec),
+        **scheduling(sandbox.spec),
     }
     pod: dict[str, Any] = {
         "apiVersion": "v1",
