@@ -115,8 +115,8 @@ class PoolReconciler:
             desired = build_pool_pod(pool, s.settings)
         except (InvalidPoolError, SandboxConfigError) as exc:
             reason = exc.reason if isinstance(exc, SandboxConfigError) else "InvalidSpec"
-            await self._cannot_make_pods(body, reason, str(exc))
-            return None
+            changed_meanwhile = await self._cannot_make_pods(body, reason, str(exc))
+            return 0.0 if changed_meanwhile else None
         return await self._converge(key, body, pool, desired)
 
     async def _converge(
@@ -147,10 +147,10 @@ class PoolReconciler:
             template_hash=hash_,
             conditions=with_conditions(body, states, s.clock()),
         )
-        await write_pool_status(s, body, status)
+        changed_meanwhile = await write_pool_status(s, body, status)
         if outcome.create_error is not None:
             raise PoolRetryLaterError(f"{namespace}/{name}: {outcome.create_error}")
-        return self._revisit(pool, after, todo, outcome, waiting)
+        return 0.0 if changed_meanwhile else self._revisit(after, todo, outcome, waiting)
 
     def _failure_wait(self, key: PoolKey, pods: PoolView, now: datetime) -> float:
         """Seconds new pods must still wait after pods that ended (0: none)."""
@@ -263,9 +263,7 @@ class PoolReconciler:
             )
         return [egress_state, _ready(pool, pods, refused, outcome, waiting)]
 
-    def _revisit(
-        self, pool: CraftSandboxPool, pods: PoolView, todo: Plan, outcome: _Outcome, waiting: float
-    ) -> float:
+    def _revisit(self, pods: PoolView, todo: Plan, outcome: _Outcome, waiting: float) -> float:
         resync = self.services.settings.resync_interval
         if outcome.conflicts or (todo.create == self.max_creates and outcome.created):
             return 0.0 if not outcome.conflicts else 1.0
@@ -273,7 +271,7 @@ class PoolReconciler:
             return min(resync, waiting)
         return resync
 
-    async def _cannot_make_pods(self, body: dict[str, Any], reason: str, message: str) -> None:
+    async def _cannot_make_pods(self, body: dict[str, Any], reason: str, message: str) -> bool:
         """The spec or the settings cannot make a pod: say so once; nothing is created."""
         s = self.services
         if stored_reason(body, POOL_READY) != reason:
@@ -288,7 +286,7 @@ class PoolReconciler:
             template_hash=(body.get("status") or {}).get("templateHash"),
             conditions=with_conditions(body, [state], s.clock()),
         )
-        await write_pool_status(s, body, status)
+        return await write_pool_status(s, body, status)
 
     async def _release(self, namespace: str, name: str) -> None:
         """The pool is gone or going: delete what is left of its unclaimed pods."""

@@ -76,17 +76,26 @@ def count_status(
 
 async def write_pool_status(
     s: Services, body: Mapping[str, Any], status: CraftSandboxPoolStatus
-) -> None:
-    """Patch the status subresource with what changed; nothing when nothing did."""
+) -> bool:
+    """Patch the status subresource with what changed; nothing when nothing did.
+
+    Returns whether the pool's spec changed while the pass ran: the write's answer is newer
+    than the watch event of that change, which the cache then drops as old news, so the
+    caller must come back by itself.
+    """
     new = status.model_dump(by_alias=True, mode="json", exclude_none=True)
     patch = merge_patch(body.get("status") or {}, new)
     if not patch:
-        return
+        return False
     meta = body["metadata"]
     try:
         updated = await s.kube.patch(
             POOL.api, meta.get("namespace"), meta["name"], {"status": patch}, subresource="status"
         )
     except NotFoundError:
-        return
+        return False
     s.cache.put(POOL.name, updated)
+    return bool(
+        updated.get("spec") != body.get("spec")
+        or updated.get("metadata", {}).get("deletionTimestamp") != meta.get("deletionTimestamp")
+    )

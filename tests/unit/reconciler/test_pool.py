@@ -399,6 +399,13 @@ async def test_settings_that_cannot_make_a_pod_are_reported(
     assert world.condition("Ready")["reason"] == "NoServerURL"
 
 
+async def test_a_spec_change_during_a_pass_brings_it_back_at_once(world: PoolWorld) -> None:
+    world.create_pool(replicas=1)
+    world.refresh()
+    world.set_spec(replicas=2)  # its watch event would be older than the pass's status write
+    assert await world.reconciler.reconcile(KEY) == 0
+
+
 # -- what a claim reads ----------------------------------------------------------------------
 
 
