@@ -52,7 +52,9 @@ def pool_pods(
 ) -> list[dict[str, Any]]:
     """The pool's unclaimed pods in the cache, terminating ones included."""
     return [
-        pod for pod in cache.in_namespace(POD, namespace) if belongs_to(pod, pool_name, pool_uid)
+        pod
+        for pod in cache.labelled(POD, namespace, LABEL_POOL, pool_name)
+        if belongs_to(pod, pool_name, pool_uid)
     ]
 
 
@@ -60,8 +62,8 @@ def claimed_pods(cache: ObjectCache, namespace: str, pool_name: str) -> list[dic
     """The pods claimed from the pool that still exist (they are their sandboxes' now)."""
     return [
         pod
-        for pod in cache.in_namespace(POD, namespace)
-        if _labels(pod).get(LABEL_CLAIMED_FROM) == pool_name and not belongs_to(pod, pool_name)
+        for pod in cache.labelled(POD, namespace, LABEL_CLAIMED_FROM, pool_name)
+        if not belongs_to(pod, pool_name)
     ]
 
 
