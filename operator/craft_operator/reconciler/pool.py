@@ -129,7 +129,7 @@ class PoolReconciler:
         strays = [pod for pod in pods if not belongs_to(pod, name, pool.metadata.uid)]
         ours = view([pod for pod in pods if pod not in strays], hash_)
         refused = egress.refusal(s.cache, s.settings, desired)
-        waiting = self._failure_wait(key, ours, s.clock())
+        waiting = self._failure_wait(key, ours, pool.spec.replicas, s.clock())
         todo = plan(
             ours,
             pool.spec.replicas,
@@ -152,12 +152,14 @@ class PoolReconciler:
             raise PoolRetryLaterError(f"{namespace}/{name}: {outcome.create_error}")
         return 0.0 if changed_meanwhile else self._revisit(after, todo, outcome, waiting)
 
-    def _failure_wait(self, key: PoolKey, pods: PoolView, now: datetime) -> float:
+    def _failure_wait(self, key: PoolKey, pods: PoolView, replicas: int, now: datetime) -> float:
         """Seconds new pods must still wait after pods that ended (0: none)."""
         if pods.ended:
             held = self._failures.get(key)
             self._failures[key] = _Failures((held.count if held else 0) + len(pods.ended), now)
-        elif pods.ready:
+        elif pods.ready >= replicas and not pods.creating:
+            # Only a full pool is past its failures: a crashing image's replacements never
+            # get there, so their backoff keeps doubling.
             self._failures.pop(key, None)
         held = self._failures.get(key)
         if held is None:

@@ -255,6 +255,38 @@ async def test_a_pod_that_ended_is_deleted_and_replaced_after_a_backoff(world: P
     assert len(world.unclaimed()) == 2
 
 
+async def test_a_replacement_that_ends_too_waits_twice_as_long(world: PoolWorld) -> None:
+    world.create_pool(replicas=2)
+    await world.pass_()
+    world.ready_all()
+
+    def fail_one_not_failed() -> str:
+        pod = next(p for p in world.unclaimed() if p.get("status", {}).get("phase") != "Failed")
+        name = pod["metadata"]["name"]
+        status = {"status": {"phase": "Failed", "reason": "Error"}}
+        world.emulator.patch("v1/pods", NAMESPACE, name, status, subresource="status")
+        return name
+
+    fail_one_not_failed()
+    await world.pass_()
+    world.now[0] = START + timedelta(seconds=11)
+    await world.pass_()
+    [replacement] = [p for p in world.unclaimed() if not p.get("status", {}).get("phase")]
+    status = {"status": {"phase": "Failed", "reason": "Error"}}
+    name = replacement["metadata"]["name"]
+    world.emulator.patch("v1/pods", NAMESPACE, name, status, subresource="status")
+    world.now[0] = START + timedelta(seconds=12)
+    revisit = await world.pass_()
+    assert revisit is not None
+    assert 10 < revisit <= 20
+    world.now[0] = START + timedelta(seconds=27)
+    await world.pass_()
+    assert len(world.unclaimed()) == 1, "still waiting: 20 s after the second failure"
+    world.now[0] = START + timedelta(seconds=33)
+    await world.pass_()
+    assert len(world.unclaimed()) == 2
+
+
 async def test_scaling_down_deletes_pods_that_are_not_ready_first(world: PoolWorld) -> None:
     world.create_pool(replicas=3)
     await world.pass_()
