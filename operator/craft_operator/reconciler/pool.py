@@ -17,7 +17,6 @@ deletes what is left); claimed pods are owned by their sandboxes and stay.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -50,8 +49,6 @@ from craft_operator.reconciler.pool_status import (
     write_pool_status,
 )
 from craft_operator.status import ConditionState
-
-logger = logging.getLogger(__name__)
 
 POD = kinds.POD
 POOL = kinds.POOL.name
