@@ -59,6 +59,7 @@ format: $(STAMP) ## Apply ruff's fixes and formatting
 crd: $(STAMP) ## Regenerate crds/ from the pydantic models
 	$(BIN)/craft-operator crd > crds/craftsandboxes.craft.onyx.app.yaml
 	$(BIN)/craft-operator crd --policy > crds/craftsandboxpolicies.craft.onyx.app.yaml
+	$(BIN)/craft-operator crd --pool > crds/craftsandboxpools.craft.onyx.app.yaml
 
 resilience: $(STAMP) ## The resilience suite at full size (200 sandboxes, 20 kills, 30 s outages)
 	RESILIENCE_SCALE=full $(BIN)/pytest tests/resilience -m resilience -s --timeout 1200 $(PYTEST_ARGS)

@@ -6,12 +6,19 @@ import asyncio
 from dataclasses import dataclass, field
 
 from craft_operator.config import Settings
+from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import KubeClient
 from craft_operator.kube.events import EventRecorder
 from craft_operator.peering.gate import ActivityGate
 from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.orphan_sweep import OrphanSweeper
+from craft_operator.reconciler.pool import (
+    POOL_WORKERS,
+    PoolKey,
+    PoolReconciler,
+    PoolRetryLaterError,
+)
 from craft_operator.reconciler.queue import WorkQueue
 from craft_operator.reconciler.sandbox import RetryLaterError, SandboxReconciler
 
@@ -33,6 +40,9 @@ class OperatorContext:
     events: EventRecorder
     reconciler: SandboxReconciler = field(init=False)
     queue: WorkQueue[SandboxKey] = field(init=False)
+    #: The warm pools' reconciler and its own queue (a refill never takes a sandbox's worker).
+    pool_reconciler: PoolReconciler = field(init=False)
+    pool_queue: WorkQueue[PoolKey] = field(init=False)
     #: Whether this replica acts (always, unless it is a standby in an active/standby pair).
     gate: ActivityGate = field(init=False)
     #: Revokes PATs of deleted sandboxes (started with the workers), if configured.
@@ -49,7 +59,14 @@ class OperatorContext:
             concurrency=self.settings.workers,
             expected=(RetryLaterError,),
         )
+        self.pool_reconciler = PoolReconciler(self.services)
+        self.pool_queue = WorkQueue(
+            self.pool_reconciler.reconcile,
+            concurrency=POOL_WORKERS,
+            expected=(PoolRetryLaterError,),
+        )
         self.gate = ActivityGate(kube=self.kube, cache=self.cache, queue=self.queue)
+        self.gate.followers.append((self.pool_queue, kinds.POOL.name))
         pool = self.services.library_pool
         pool.wake = self.queue.add
         self.gate.stop_also.append(pool.close)

@@ -98,6 +98,9 @@ SANDBOX_NAMESPACE_PERMISSIONS: tuple[Permission, ...] = (
     *_grants("craft.onyx.app", ("craftsandboxes/status",), ("patch",)),
     # blockOwnerDeletion on the children (OwnerReferencesPermissionEnforcement).
     *_grants("craft.onyx.app", ("craftsandboxes/finalizers",), ("update",)),
+    # Warm pools: their status, and blockOwnerDeletion on their unclaimed pods.
+    *_grants("craft.onyx.app", ("craftsandboxpools/status",), ("patch",)),
+    *_grants("craft.onyx.app", ("craftsandboxpools/finalizers",), ("update",)),
     *_grants("", ("pods/exec",), ("get", "create")),
     *_grants("", ("events",), ("create",)),
 )

@@ -22,6 +22,7 @@ from tests.support.emulator import (
 from tests.support.operator import running_operator
 from tests.support.pod_exec import EmulatedPodExec
 from tests.support.policy import declare_policy_resource
+from tests.support.pools import declare_pool_resource
 from tests.support.rbac import Access, Install, access_of, grants, install_rules
 from tests.support.sandbox_namespace import provision_sandbox_namespaces
 
@@ -41,7 +42,7 @@ def observed_access(emulator: KubeEmulator) -> set[Access]:
 
 def declare_craft_resources(emulator: KubeEmulator) -> None:
     """Serve the CraftSandbox resource in discovery exactly as the generated CRD defines it,
-    and the CraftSandboxPolicy."""
+    the CraftSandboxPolicy and the CraftSandboxPool."""
     names = crd.build_crd()["spec"]["names"]
     emulator.declare(
         SANDBOXES,
@@ -56,6 +57,7 @@ def declare_craft_resources(emulator: KubeEmulator) -> None:
         ),
     )
     declare_policy_resource(emulator)
+    declare_pool_resource(emulator)
 
 
 @pytest.fixture

@@ -3,10 +3,11 @@
 Every integration test already fails when the operator uses access its RBAC lacks (see
 ``conftest.emulator``). This scenario walks every path that talks to the API (provisioning,
 CLI validation, Job-mode library sync, drift repair, create conflicts, a custom template,
-the orphan sweep, deletion), as one replica of an active/standby pair (peering), and checks
-both directions for each install: the namespaced default (``manifests/base`` plus the Role of
-``manifests/sandbox-namespace``), where the operator serves one namespace and never asks
-for a namespaced kind cluster-wide, and ``manifests/overlays/all-namespaces``.
+the orphan sweep, a warm pool, deletion), as one replica of an active/standby pair
+(peering), and checks both directions for each install: the namespaced default
+(``manifests/base`` plus the Role of ``manifests/sandbox-namespace``), where the operator
+serves one namespace and never asks for a namespaced kind cluster-wide, and
+``manifests/overlays/all-namespaces``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from tests.integration.test_peering import PEERING, PEERINGS, peering_object
 from tests.support.emulator import OPERATOR_AGENTS, KubeEmulator
 from tests.support.operator import eventually, running_operator
 from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
+from tests.support.pools import POOLS, pool
 from tests.support.rbac import Install, access_of, grants, install_rules
 
 #: Cluster-scoped kinds, and the access reviews everyone may create.
@@ -83,6 +85,7 @@ async def test_every_grant_of_the_install_is_used_and_nothing_else(
     emulator.create(PEERINGS, peering_object())
     peering = PeeringOptions(name=PEERING, priority=100, identity="craft-operator-0", lifetime=5)
     served = (NAMESPACE,) if install is Install.NAMESPACED else ()
+    warm = {"name": "warm", "namespace": NAMESPACE}
     async with running_operator(
         str(emulator.url).rstrip("/"),
         custom,
@@ -91,6 +94,12 @@ async def test_every_grant_of_the_install_is_used_and_nothing_else(
         namespaces=served,
     ):
         emulator.create(SANDBOXES, sandbox("alice", userLibrary={"mode": "Job"}))
+        # A warm pool: watched, its pod owned by it (blockOwnerDeletion), its status written.
+        emulator.create(POOLS, {**pool("warm", replicas=1), "metadata": warm})
+        await eventually(
+            lambda: emulator.get(POOLS, NAMESPACE, "warm").get("status", {}).get("replicas"),
+            what="the pool's status",
+        )
         await eventually(lambda: pod(emulator, "alice"), what="the pod")
         mark_pod_running(emulator, NAMESPACE, "alice")
         await eventually(lambda: emulator.find(JOBS, NAMESPACE, "alice-library-1"), what="a Job")

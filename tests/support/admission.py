@@ -18,6 +18,7 @@ from craft_operator.api import models
 from tests.support.crd_validation import apply_defaults, craftsandbox_validator
 from tests.support.peering_crd import PEERING_GROUP, peering_problems
 from tests.support.policy import default_policy, is_policy, policy_validator
+from tests.support.pools import is_pool, pool_validator
 from tests.support.pss import restricted_violations
 from tests.support.schemas import core_schema_validator
 
@@ -28,6 +29,10 @@ def admit(
     """Emulator validation hook: every problem the API server would report."""
     if is_policy(resource):
         validator = policy_validator()
+        result = validator.admit_create(obj) if old is None else validator.admit_update(old, obj)
+        return result.messages
+    if is_pool(resource):
+        validator = pool_validator()
         result = validator.admit_create(obj) if old is None else validator.admit_update(old, obj)
         return result.messages
     if resource.group == models.GROUP:
@@ -50,6 +55,8 @@ def default_craftsandbox(resource: kmock.resource, obj: dict[str, Any]) -> dict[
     """
     if is_policy(resource):
         return default_policy(copy.deepcopy(obj))
+    if is_pool(resource):
+        return obj  # no defaults in its CRD
     if resource.group != models.GROUP:
         return obj
     defaulted = copy.deepcopy(obj)

@@ -36,6 +36,7 @@ from craft_operator.devtools.postgres import ThrowawayPostgres
 from craft_operator.library.s3 import make_s3_client
 from craft_operator.permissions import access_requests
 from tests.support.emulator import KubeEmulator, declare_core_resources
+from tests.support.pools import declare_pool_resource
 
 pytestmark = [pytest.mark.unit, pytest.mark.s3]
 
@@ -113,6 +114,7 @@ def declare_craft_resources(emulator: KubeEmulator) -> None:
             subresources={"status"},
         ),
     )
+    declare_pool_resource(emulator)
 
 
 def write_kubeconfig(path: Path, server: str) -> None:
@@ -528,3 +530,23 @@ def test_onyx_mode_needs_onyx_tables_then_the_operator_migration(
         assert line(result, "database schema").startswith("✔ database schema: ")
     finally:
         engine.dispose()
+
+
+async def test_an_upgrade_without_the_pool_crd_says_how_to_install_it(
+    env: dict[str, str],
+) -> None:
+    async with KubeEmulator() as emulator, kmock.Server(emulator):
+        declare_core_resources(emulator)
+        names = crd.build_crd()["spec"]["names"]
+        emulator.declare(
+            kmock.resource(models.GROUP, models.VERSION, models.PLURAL),
+            kmock.ResourceInfo(
+                kind=names["kind"], singular=names["singular"], subresources={"status"}
+            ),
+        )
+        write_kubeconfig(Path(env["KUBECONFIG"]), str(emulator.url).rstrip("/"))
+        emulator.before_request.append(_allow_everything)
+        result = await doctor()
+    text = line(result, "CraftSandbox API")
+    assert "lacks craftsandboxpools, craftsandboxpools/status: an old CRD" in text
+    assert "— install the CRD: kubectl apply -f crds/" in text

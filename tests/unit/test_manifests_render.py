@@ -260,6 +260,7 @@ def test_the_base_installs_namespace_crd_rbac_settings_and_operator_without_secr
     assert kinds == {
         ("Namespace", "craft-system"),
         ("CustomResourceDefinition", "craftsandboxes.craft.onyx.app"),
+        ("CustomResourceDefinition", "craftsandboxpools.craft.onyx.app"),
         ("CustomResourceDefinition", "clusterkopfpeerings.kopf.dev"),
         ("CustomResourceDefinition", "craftsandboxpolicies.craft.onyx.app"),
         ("ServiceAccount", "craft-operator"),

@@ -20,6 +20,7 @@ from craft_operator.config import Settings
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import PODS, KubeClient
 from craft_operator.metrics import (
+    ColdStartReason,
     Metrics,
     MetricsServer,
     MintReason,
@@ -413,3 +414,57 @@ def test_sandboxes_kept_without_the_policy_are_counted_for_the_alert() -> None:
 
     assert count_sandboxes(bodies, NOW).without_policy == 1
     assert count_sandboxes([], NOW).without_policy == 0
+
+
+# -- warm pools ------------------------------------------------------------------------------
+
+
+def pool_body(name: str, **status: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "craft.onyx.app/v1alpha1",
+        "kind": "CraftSandboxPool",
+        "metadata": {"name": name, "namespace": "team-a", "resourceVersion": str(next(_VERSIONS))},
+        "spec": {"replicas": 5},
+        "status": dict(status),
+    }
+
+
+async def test_pool_pods_by_state_follow_the_pools_status_at_every_scrape(
+    metrics: Metrics, server: MetricsServer
+) -> None:
+    cache = ObjectCache()
+    metrics.track(cache=cache)
+    cache.put("CraftSandboxPool", pool_body("standard", ready=3, creating=2, claimed=7))
+    cache.put("CraftSandboxPool", pool_body("fresh"))
+    samples = await scrape(server)
+    where = {"namespace": "team-a", "pool": "standard"}
+    assert value(samples, "craft_pool_pods", **where, state="ready") == 3
+    assert value(samples, "craft_pool_pods", **where, state="creating") == 2
+    assert value(samples, "craft_pool_pods", **where, state="claimed") == 7
+    assert value(samples, "craft_pool_replicas", **where) == 5
+    assert value(samples, "craft_pool_pods", namespace="team-a", pool="fresh", state="ready") == 0
+    assert label_values(samples, "craft_pool_pods", "state") == {"ready", "creating", "claimed"}
+
+    cache.forget("CraftSandboxPool", "team-a", "fresh")
+    samples = await scrape(server)
+    assert label_values(samples, "craft_pool_pods", "pool") == {"standard"}
+
+
+async def test_claims_cold_starts_and_claim_latency_are_counted(
+    metrics: Metrics, server: MetricsServer
+) -> None:
+    metrics.pool_claimed(0.04)
+    metrics.pool_claimed()
+    metrics.pool_cold_start(ColdStartReason.POOL_EMPTY)
+    metrics.pool_cold_start("user alice had no luck")
+    samples = await scrape(server)
+    assert value(samples, "craft_pool_claims_total") == 2
+    assert value(samples, "craft_pool_claim_duration_seconds_count") == 1
+    assert value(samples, "craft_pool_claim_duration_seconds_bucket", le="0.05") == 1
+    assert value(samples, "craft_pool_cold_starts_total", reason="PoolEmpty") == 1
+    assert value(samples, "craft_pool_cold_starts_total", reason="Other") == 1
+    assert value(samples, "craft_pool_cold_starts_total", reason="NoMatchingPool") == 0
+    assert label_values(samples, "craft_pool_cold_starts_total", "reason") == {
+        *(reason.value for reason in ColdStartReason),
+        "Other",
+    }

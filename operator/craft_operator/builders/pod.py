@@ -143,7 +143,7 @@ def _sandbox_container(sandbox: CraftSandbox, settings: Settings) -> dict[str, A
     }
 
 
-def _scheduling(spec: CraftSandboxSpec) -> dict[str, Any]:
+def scheduling(spec: CraftSandboxSpec) -> dict[str, Any]:
     """The pod spec's fields for where and how it runs, only those the spec sets."""
     fields: dict[str, Any] = {}
     if spec.runtime_class_name:
@@ -184,7 +184,7 @@ def build_pod(
             library_volume(sandbox, library_claim),
             credentials_volume(),
         ],
-        **_scheduling(sandbox.spec),
+        **scheduling(sandbox.spec),
     }
     pod: dict[str, Any] = {
         "apiVersion": "v1",

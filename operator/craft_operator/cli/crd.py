@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from craft_operator.api.crd import crd_yaml
+from craft_operator.api.pool_crd import pool_crd_yaml
 from craft_operator.policy.crd import policy_crd_yaml
 
 
@@ -14,9 +15,17 @@ from craft_operator.policy.crd import policy_crd_yaml
     is_flag=True,
     help="Print the CraftSandboxPolicy CRD instead (crds/craftsandboxpolicies.*.yaml).",
 )
-def crd(policy: bool) -> None:
+@click.option(
+    "--pool",
+    is_flag=True,
+    help="Print the CraftSandboxPool CRD instead (crds/craftsandboxpools.*.yaml).",
+)
+def crd(policy: bool, pool: bool) -> None:
     """Print the CraftSandbox CRD as YAML (the same as crds/ in the repository).
 
     Apply it with: craft-operator crd | kubectl apply -f -
     """
-    click.echo(policy_crd_yaml() if policy else crd_yaml(), nl=False)
+    if policy and pool:
+        raise click.UsageError("--policy and --pool print different CRDs: choose one")
+    text = policy_crd_yaml() if policy else pool_crd_yaml() if pool else crd_yaml()
+    click.echo(text, nl=False)

@@ -10,6 +10,7 @@ import kopf
 
 from craft_operator.access import access_fix, denied_access, describe_denied
 from craft_operator.api import models
+from craft_operator.api.pool import POOL_PLURAL
 from craft_operator.config import Settings
 from craft_operator.doctor.results import CheckResult, fail, ok
 from craft_operator.kube.client import ApiError, KubeClient
@@ -64,11 +65,13 @@ async def _check_crd(kube: KubeClient) -> CheckResult:
             return fail(name, f"the API server does not serve {models.API_VERSION}", fix)
         return fail(name, f"cannot read API discovery: {exc}", "check the API server")
     served = {item.get("name") for item in answer.get("resources") or []}
-    missing = {models.PLURAL, f"{models.PLURAL}/status"} - served
+    wanted = {models.PLURAL, POOL_PLURAL}
+    missing = (wanted | {f"{plural}/status" for plural in wanted}) - served
     if missing:
         what = f"{models.API_VERSION} lacks {', '.join(sorted(missing))}: an old CRD"
         return fail(name, what, fix)
-    return ok(name, f"{models.PLURAL}.{models.GROUP} is served at {models.API_VERSION}")
+    served_names = ", ".join(f"{plural}.{models.GROUP}" for plural in sorted(wanted))
+    return ok(name, f"{served_names} are served at {models.API_VERSION}")
 
 
 async def _check_permissions(kube: KubeClient, settings: Settings) -> CheckResult:

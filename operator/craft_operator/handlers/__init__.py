@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import kopf
 
-from craft_operator.handlers import children, lifecycle, networkpolicies, policy, sandbox
+from craft_operator.handlers import children, lifecycle, networkpolicies, policy, pools, sandbox
 
 
 def register(registry: kopf.OperatorRegistry) -> None:
@@ -14,3 +14,4 @@ def register(registry: kopf.OperatorRegistry) -> None:
     children.register(registry)
     networkpolicies.register(registry)
     policy.register(registry)
+    pools.register(registry)

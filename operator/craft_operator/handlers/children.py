@@ -12,6 +12,7 @@ from typing import Any
 import kopf
 
 from craft_operator.api.models import KIND
+from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL
 from craft_operator.builders.naming import LABEL_SANDBOX
 from craft_operator.context import OperatorContext
 from craft_operator.kube import kinds
@@ -35,6 +36,13 @@ def owning_sandbox(meta: Mapping[str, Any]) -> str | None:
     return str(label) if label else None
 
 
+def owning_pools(meta: Mapping[str, Any]) -> set[str]:
+    """The pools a pod event concerns: the one it belongs to, or the one it was claimed from
+    (a claim takes it out of its pool, which then refills)."""
+    labels = meta.get("labels") or {}
+    return {str(labels[key]) for key in (LABEL_POOL, LABEL_CLAIMED_FROM) if labels.get(key)}
+
+
 def _child_handler(kind: str) -> Any:
     async def child_event(event: kopf.RawEvent, memo: OperatorContext, **_: Any) -> None:
         if not memo.gate.active:
@@ -48,6 +56,9 @@ def _child_handler(kind: str) -> Any:
         owner = owning_sandbox(meta)
         if owner:
             memo.queue.add((meta.get("namespace", ""), owner))
+        if kind == kinds.POD.name:
+            for pool in owning_pools(meta):
+                memo.pool_queue.add((meta.get("namespace", ""), pool))
 
     child_event.__name__ = f"{kind.lower()}_event"
     child_event.__doc__ = f"A change to one of our {kind}s: cache it and queue its sandbox."

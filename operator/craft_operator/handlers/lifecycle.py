@@ -17,6 +17,7 @@ async def start_workers(memo: OperatorContext, logger: kopf.Logger, **_: Any) ->
     """
     memo.events.start()
     memo.queue.start()
+    memo.pool_queue.start()
     if memo.gate.priming:
         memo.background.add(asyncio.create_task(memo.gate.prime(), name="prime-cache"))
     if memo.sweeper is not None:
@@ -31,6 +32,7 @@ async def stop_workers(memo: OperatorContext, **_: Any) -> None:
     await asyncio.gather(*memo.background, return_exceptions=True)
     memo.background.clear()
     await memo.queue.stop()
+    await memo.pool_queue.stop()
     await memo.events.stop()
     await memo.kube.close()
 

@@ -12,6 +12,7 @@ from typing import Any
 import kopf
 
 from craft_operator.context import OperatorContext
+from craft_operator.handlers.pools import queue_pools
 from craft_operator.kube import kinds
 from craft_operator.reconciler import egress
 
@@ -31,6 +32,7 @@ async def network_policy_event(event: kopf.RawEvent, memo: OperatorContext, **_:
     namespace = obj.get("metadata", {}).get("namespace", "")
     for key in egress.waiting_on(memo.cache, namespace, kinds.SANDBOX.name, kinds.POD.name):
         memo.queue.add(key)
+    queue_pools(memo, namespace)  # a pool that waits for one says so in its status; few
 
 
 def register(registry: kopf.OperatorRegistry) -> None:

@@ -11,7 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL
+
 Key = tuple[str, str | None, str]
+#: Labels whose values the cache indexes, so that finding a pool's pods among thousands of
+#: sandbox pods (which a claim does) costs nothing like a scan of the namespace.
+INDEXED_LABELS = (LABEL_POOL, LABEL_CLAIMED_FROM)
+LabelKey = tuple[str, str | None, str, str]
 
 
 def _version(obj: Mapping[str, Any]) -> int | None:
@@ -40,6 +46,8 @@ class ObjectCache:
         self._tombstones: dict[Key, int] = {}
         #: The names of the cached objects per (kind, namespace).
         self._names: dict[tuple[str, str | None], set[str]] = {}
+        #: The names per (kind, namespace, label, value) of the :data:`INDEXED_LABELS`.
+        self._labelled: dict[LabelKey, set[str]] = {}
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -62,9 +70,28 @@ class ObjectCache:
         if incoming is not None and known is not None and incoming <= known:
             return False
         self._tombstones.pop(key, None)
+        if current is not None:
+            self._index(key, current, add=False)
         self._objects[key] = _trimmed(obj)
         self._names.setdefault(key[:2], set()).add(key[2])
+        self._index(key, obj, add=True)
         return True
+
+    def _index(self, key: Key, obj: Mapping[str, Any], *, add: bool) -> None:
+        labels = obj.get("metadata", {}).get("labels") or {}
+        for label in INDEXED_LABELS:
+            value = labels.get(label)
+            if value is None:
+                continue
+            index = (*key[:2], label, str(value))
+            if add:
+                self._labelled.setdefault(index, set()).add(key[2])
+                continue
+            names = self._labelled.get(index)
+            if names is not None:
+                names.discard(key[2])
+                if not names:
+                    del self._labelled[index]
 
     def remove(self, kind: str, obj: Mapping[str, Any]) -> None:
         """Forget an object that was deleted (a later, older event cannot bring it back)."""
@@ -86,7 +113,9 @@ class ObjectCache:
         self._tombstones.pop((kind, namespace, name), None)
 
     def _drop(self, key: Key) -> None:
-        self._objects.pop(key, None)
+        current = self._objects.pop(key, None)
+        if current is not None:
+            self._index(key, current, add=False)
         names = self._names.get(key[:2])
         if names is not None:
             names.discard(key[2])
@@ -98,6 +127,7 @@ class ObjectCache:
         self._objects.clear()
         self._tombstones.clear()
         self._names.clear()
+        self._labelled.clear()
 
     def items(self, kind: str) -> Iterator[tuple[Key, dict[str, Any]]]:
         """All cached objects of ``kind``."""
@@ -108,4 +138,14 @@ class ObjectCache:
     def in_namespace(self, kind: str, namespace: str | None) -> list[dict[str, Any]]:
         """The cached objects of ``kind`` in ``namespace`` (without scanning the others)."""
         names = sorted(self._names.get((kind, namespace), ()))
+        return [self._objects[(kind, namespace, name)] for name in names]
+
+    def labelled(
+        self, kind: str, namespace: str | None, label: str, value: str
+    ) -> list[dict[str, Any]]:
+        """The cached objects of ``kind`` in ``namespace`` whose ``label`` is ``value``, by
+        name; ``label`` must be one of :data:`INDEXED_LABELS`."""
+        if label not in INDEXED_LABELS:
+            raise ValueError(f"the cache does not index the label {label}")
+        names = sorted(self._labelled.get((kind, namespace, label, value), ()))
         return [self._objects[(kind, namespace, name)] for name in names]

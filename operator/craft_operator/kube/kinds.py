@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from craft_operator.api import models
+from craft_operator.api import pool as pools
 from craft_operator.kube.cache import ObjectCache
 
 
@@ -109,6 +110,9 @@ CONFIGMAP = _child("ConfigMap", Kind("v1", "configmaps"), SKILLS_SUFFIX, _CHILD_
 # Job mode of the user library: the library volume and the sync Jobs.
 PVC = _child("PVC", Kind("v1", "persistentvolumeclaims"), LIBRARY_SUFFIX, _CHILD_VERBS)
 JOB = _child("Job", Kind("batch/v1", "jobs"), None, ("get", "list", "watch", "create", "delete"))
+# Warm pools: watched; their pods are Pods above (filtered by the same label), their status
+# is written through the status subresource (see craft_operator.permissions).
+POOL = CachedKind(pools.POOL_KIND, Kind(models.API_VERSION, pools.POOL_PLURAL), ("list", "watch"))
 # What the policy check reads (cluster-scoped).
 POLICY = CachedKind(
     "CraftSandboxPolicy",
@@ -127,6 +131,7 @@ KINDS: tuple[CachedKind, ...] = (
     CONFIGMAP,
     PVC,
     JOB,
+    POOL,
     POLICY,
     NAMESPACE,
 )

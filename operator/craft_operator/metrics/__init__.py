@@ -12,8 +12,9 @@ a sandbox name, a bucket or a token. Unknown reasons are counted as ``Other``.
 loop: a loop that is stuck stops answering scrapes, which the ``up`` alert notices.
 
 The modules: :mod:`.labels` (the bounded label values and buckets), :mod:`.sandboxes`
-(time to Ready and sandboxes by phase, read from bodies), :mod:`.state` (the scrape-time
-collector), :mod:`.recorder` (:class:`Metrics`) and :mod:`.server` (``/metrics``).
+(time to Ready and sandboxes by phase, read from bodies), :mod:`.pools` (the warm pools'
+pods, claims and cold starts), :mod:`.state` (the scrape-time collector), :mod:`.recorder`
+(:class:`Metrics`) and :mod:`.server` (``/metrics``).
 """
 
 from craft_operator.metrics.labels import (
@@ -30,6 +31,7 @@ from craft_operator.metrics.labels import (
     bounded,
     mint_reason,
 )
+from craft_operator.metrics.pools import CLAIM_BUCKETS, ColdStartReason, PoolPodState
 from craft_operator.metrics.recorder import Metrics
 from craft_operator.metrics.sandboxes import (
     SandboxCounts,
@@ -47,6 +49,7 @@ from craft_operator.metrics.state import QueueStats, SandboxCache
 
 __all__ = [
     "API_VERBS",
+    "CLAIM_BUCKETS",
     "CREDENTIAL_ERROR_REASONS",
     "OTHER",
     "PHASE_BUCKETS",
@@ -54,9 +57,11 @@ __all__ = [
     "READY_BUCKETS",
     "SYNC_BUCKETS",
     "SYNC_ERROR_REASONS",
+    "ColdStartReason",
     "Metrics",
     "MetricsServer",
     "MintReason",
+    "PoolPodState",
     "ProvisioningPhase",
     "QueueStats",
     "SandboxCache",

@@ -20,6 +20,7 @@ from craft_operator.metrics.labels import (
     metric_name,
     mint_reason,
 )
+from craft_operator.metrics.pools import ColdStartReason, PoolCounters
 from craft_operator.metrics.state import QueueStats, SandboxCache, StateCollector
 
 
@@ -31,6 +32,7 @@ class Metrics:
         self._declare_provisioning()
         self._declare_credentials()
         self._declare_library_sync()
+        self._pools = PoolCounters(self.registry)
         self._state = StateCollector()
         self.registry.register(self._state)
 
@@ -164,3 +166,14 @@ class Metrics:
     def sync_failed(self, reason: str) -> None:
         """A user-library sync failed; ``reason`` is the error's ``LibrarySyncError.reason``."""
         self._sync_errors.labels(bounded(reason, SYNC_ERROR_REASONS)).inc()
+
+    # -- warm pools (reported by the claim) -----------------------------------------------------
+
+    def pool_claimed(self, seconds: float | None = None) -> None:
+        """A sandbox claimed a warm pool pod; ``seconds``: from the claim's start to Ready."""
+        self._pools.claimed(seconds)
+
+    def pool_cold_start(self, reason: ColdStartReason | str) -> None:
+        """A sandbox that could have used a pool started cold, for this
+        :class:`~craft_operator.metrics.pools.ColdStartReason` (others count as Other)."""
+        self._pools.cold_start(reason)

@@ -11,7 +11,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from craft_operator.api.models import KIND
+from craft_operator.api.pool import POOL_KIND
 from craft_operator.metrics.labels import API_VERBS, metric_name
+from craft_operator.metrics.pools import pool_families
 from craft_operator.metrics.sandboxes import count_sandboxes
 
 
@@ -53,6 +55,8 @@ class StateCollector(Collector):
 
     def _families(self, *, with_samples: bool) -> Iterator[Metric]:
         yield from self._sandbox_families(with_samples=with_samples)
+        pools = self.cache.items(POOL_KIND) if with_samples and self.cache is not None else ()
+        yield from pool_families(body for _, body in pools)
         yield from self._queue_families(with_samples=with_samples)
         yield self._api_requests_family(with_samples=with_samples)
         yield self._replica_family(with_samples=with_samples)

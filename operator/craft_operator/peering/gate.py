@@ -62,6 +62,9 @@ class ActivityGate:
         self.priming = False
         #: Work outside the queue that a standby must stop too (e.g. the library syncs).
         self.stop_also: list[Callable[[], Awaitable[None]]] = []
+        #: Further work queues that pause, clear and resume with the sandboxes' queue, each
+        #: with the cache kind whose every object it visits on activation (the pools').
+        self.followers: list[tuple[WorkQueue[SandboxKey], str]] = []
 
     @property
     def active(self) -> bool:
@@ -78,6 +81,8 @@ class ActivityGate:
         self._active = False
         self.priming = True
         await self._queue.pause()
+        for queue, _ in self.followers:
+            await queue.pause()
 
     async def prime(self, *, max_delay: float = 30.0) -> None:
         """Once the API client is connected, list everything and become active.
@@ -107,6 +112,9 @@ class ActivityGate:
             self._active = False
             await self._queue.pause()
             self._queue.clear()
+            for queue, _ in self.followers:
+                await queue.pause()
+                queue.clear()
             for stop in self.stop_also:
                 await stop()
             self._cache.clear()
@@ -130,6 +138,10 @@ class ActivityGate:
             for key in keys:
                 self._queue.add(key)
             self._queue.resume()
+            for queue, cache_kind in self.followers:
+                for (_, namespace, name), _ in self._cache.items(cache_kind):
+                    queue.add((namespace or "", name))
+                queue.resume()
             self.activations += 1
             logger.info("active: reconciling %d sandboxes (%s)", len(keys), reason)
 

@@ -3,7 +3,8 @@
 A KMock emulator and the operator's client bound to it: the emulator is the integration
 tier's (``tests.support.emulator``), with the Kubernetes schema check on every write. It
 does not emulate delete preconditions, so this folder adds one ``before_request`` hook that
-answers a stale ``preconditions.uid`` with 409, as the real API server does. And for
+answers a stale ``preconditions.uid`` or ``resourceVersion`` with 409, as the real API
+server does. And for
 ``kube/exec.py``: a stand-in for the API server's exec endpoint with the real
 ``KubernetesExec`` bound to it (``tests.support.exec_api``).
 """
@@ -44,20 +45,25 @@ def conflict(message: str) -> aiohttp.web.Response:
 
 
 def uid_preconditions(emulator: KubeEmulator) -> Any:
-    """A hook enforcing ``DeleteOptions.preconditions.uid`` against the stored object."""
+    """A hook enforcing ``DeleteOptions.preconditions`` (uid, resourceVersion) against the
+    stored object."""
 
     async def hook(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
         if request.method != kmock.method.DELETE or not isinstance(request.data, dict):
             return None
-        wanted = (request.data.get("preconditions") or {}).get("uid")
-        if not wanted or request.resource is None or request.name is None:
+        preconditions = request.data.get("preconditions") or {}
+        if not preconditions or request.resource is None or request.name is None:
             return None
         stored = emulator.find(request.resource, request.namespace, request.name)
-        if stored is not None and stored["metadata"].get("uid") != wanted:
-            return conflict(
-                f"Precondition failed: UID in precondition: {wanted}, "
-                f"UID in object meta: {stored['metadata'].get('uid')}"
-            )
+        if stored is None:
+            return None
+        for field in ("uid", "resourceVersion"):
+            wanted = preconditions.get(field)
+            if wanted and stored["metadata"].get(field) != wanted:
+                return conflict(
+                    f"Precondition failed: {field} in precondition: {wanted}, "
+                    f"{field} in object meta: {stored['metadata'].get(field)}"
+                )
         return None
 
     return hook

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL
 from craft_operator.kube.cache import ObjectCache
 
 
@@ -193,3 +196,53 @@ def test_the_objects_of_one_kind_in_one_namespace_are_listed_as_they_come_and_go
     assert len(cache.in_namespace("NetworkPolicy", "other")) == 1
     cache.clear()
     assert cache.in_namespace("NetworkPolicy", "other") == []
+
+
+# -- the label index ---------------------------------------------------------------------
+
+
+def labelled_pod(name: str, version: int, **labels: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "resourceVersion": str(version),
+            "labels": dict(labels),
+        }
+    }
+
+
+def names_labelled(cache: ObjectCache, label: str, value: str) -> list[str]:
+    return [obj["metadata"]["name"] for obj in cache.labelled("Pod", "ns", label, value)]
+
+
+def test_the_pool_labels_are_indexed_and_follow_every_change() -> None:
+    cache = ObjectCache()
+    cache.put("Pod", labelled_pod("warm-b", 1, **{LABEL_POOL: "warm"}))
+    cache.put("Pod", labelled_pod("warm-a", 2, **{LABEL_POOL: "warm"}))
+    cache.put("Pod", labelled_pod("alice", 3))
+    assert names_labelled(cache, LABEL_POOL, "warm") == ["warm-a", "warm-b"]
+    # A claim moves the pod from one label to the other.
+    cache.put("Pod", labelled_pod("warm-a", 4, **{LABEL_CLAIMED_FROM: "warm"}))
+    assert names_labelled(cache, LABEL_POOL, "warm") == ["warm-b"]
+    assert names_labelled(cache, LABEL_CLAIMED_FROM, "warm") == ["warm-a"]
+    cache.remove("Pod", labelled_pod("warm-b", 5))
+    assert names_labelled(cache, LABEL_POOL, "warm") == []
+    cache.forget("Pod", "ns", "warm-a")
+    assert names_labelled(cache, LABEL_CLAIMED_FROM, "warm") == []
+    cache.put("Pod", labelled_pod("warm-c", 6, **{LABEL_POOL: "warm"}))
+    cache.clear()
+    assert names_labelled(cache, LABEL_POOL, "warm") == []
+
+
+def test_an_older_version_does_not_move_the_index() -> None:
+    cache = ObjectCache()
+    cache.put("Pod", labelled_pod("warm-a", 5, **{LABEL_CLAIMED_FROM: "warm"}))
+    cache.put("Pod", labelled_pod("warm-a", 4, **{LABEL_POOL: "warm"}))
+    assert names_labelled(cache, LABEL_POOL, "warm") == []
+    assert names_labelled(cache, LABEL_CLAIMED_FROM, "warm") == ["warm-a"]
+
+
+def test_only_the_indexed_labels_can_be_asked_for() -> None:
+    with pytest.raises(ValueError, match="does not index"):
+        ObjectCache().labelled("Pod", "ns", "app.kubernetes.io/name", "x")

@@ -27,6 +27,7 @@ from craft_operator.reconciler.queue import Backoff, WorkQueue
 from craft_operator.runtime import build_context
 from tests.integration.conftest import SANDBOXES, declare_craft_resources
 from tests.support.emulator import KubeEmulator
+from tests.support.pools import POOLS, pool
 
 pytestmark = pytest.mark.unit
 SANDBOX, POD = kinds.SANDBOX.name, kinds.POD.name
@@ -232,3 +233,28 @@ async def test_a_primed_start_waits_for_the_first_listing_and_retries_it_until_i
     assert not gate.priming
     assert cache.get(POD, "team-a", "alice") is not None
     await until(lambda: handler.calls == [("team-a", "alice")])
+
+
+async def test_the_pool_queue_stops_with_the_sandboxes_and_visits_every_pool_on_activation(
+    parts: tuple[ActivityGate, WorkQueue[Key], ObjectCache, Handler], emulator: KubeEmulator
+) -> None:
+    gate, _, cache, _ = parts
+    pools = Handler()
+    pool_queue: WorkQueue[Key] = WorkQueue(pools, concurrency=1, backoff=Backoff(0.01, 0.02, 0))
+    gate.followers.append((pool_queue, kinds.POOL.name))
+    pool_queue.start()
+    try:
+        emulator.create(
+            POOLS, {**pool("warm"), "metadata": {"name": "warm", "namespace": "team-a"}}
+        )
+        pool_queue.add(("team-a", "waiting"), delay=0.05)
+        await gate.deactivate("a peer with a higher priority")
+        assert pool_queue.paused
+        assert len(pool_queue) == 0, "pending pool visits are dropped"
+
+        await gate.activate("test")
+        assert not pool_queue.paused
+        await until(lambda: pools.calls == [("team-a", "warm")])
+        assert cache.get(kinds.POOL.name, "team-a", "warm") is not None
+    finally:
+        await pool_queue.stop()

@@ -1,0 +1,162 @@
+"""A pool's warm pod: the sandbox's container and security, with nobody's data in it.
+
+A pool pod is what a sandbox pod would be before it knows its user: the same image, server
+URL, resources, scheduling and restricted security contexts, built by the same helpers as
+:func:`craft_operator.builders.pod.build_pod`. It holds no user label, no credentials, no
+skill ConfigMap and no library volume: the skills directory and the user library are
+emptyDirs, and the token is written at claim time into ``onyx-credentials``, a small
+memory-backed emptyDir at ``/run/onyx``, so it never reaches a disk or the pod spec.
+
+The ``craft.onyx.app/pool-template-hash`` label is the hash of the pod spec. A sandbox's
+own settings give the same hash exactly when a pool pod is what its pod would be
+(:func:`sandbox_template_hash`), which is how a claim finds a matching pool.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from craft_operator.api import models
+from craft_operator.api.models import CraftSandbox, CraftSandboxSpec, ObjectMeta, UserRef
+from craft_operator.api.pool import (
+    LABEL_POOL,
+    LABEL_POOL_TEMPLATE_HASH,
+    POOL_KIND,
+    CraftSandboxPool,
+    CraftSandboxPoolSpec,
+)
+from craft_operator.builders.naming import (
+    APP_NAME,
+    LABEL_COMPONENT,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    SANDBOX_CONTAINER,
+)
+from craft_operator.builders.pod import (
+    LIBRARY_MOUNT,
+    SKILLS_MOUNT,
+    resources_for,
+    scheduling,
+    server_url_for,
+    template_hash,
+)
+from craft_operator.builders.security import container_security_context, pod_security_context
+from craft_operator.config import Settings
+
+#: Where the token is written at claim time (a memory-backed emptyDir).
+CREDENTIALS_VOLUME = "onyx-credentials"
+CREDENTIALS_MOUNT = "/run/onyx"
+CREDENTIALS_SIZE_LIMIT = "1Mi"
+#: The stand-in user of a pool's template: a pool pod has no user, and this one never
+#: leaves this module (it only lets the sandbox's own builders read the pool's settings).
+_NOBODY = "00000000-0000-0000-0000-000000000000"
+
+
+def _template_sandbox(spec: CraftSandboxPoolSpec) -> CraftSandbox:
+    """A sandbox with the pool's pod settings and nothing else, for the pod helpers."""
+    return CraftSandbox(
+        metadata=ObjectMeta(name="pool-template"),
+        spec=CraftSandboxSpec(
+            user=UserRef(id=_NOBODY),
+            image=spec.image,
+            resources=spec.resources,
+            runtime_class_name=spec.runtime_class_name,
+            node_selector=spec.node_selector,
+            tolerations=spec.tolerations,
+            priority_class_name=spec.priority_class_name,
+        ),
+    )
+
+
+def _pod_spec(sandbox: CraftSandbox, settings: Settings) -> dict[str, Any]:
+    """The spec of a pool pod for ``sandbox``'s pod settings (raises ``SandboxConfigError``)."""
+    container = {
+        "name": SANDBOX_CONTAINER,
+        "image": sandbox.spec.image or settings.sandbox_image,
+        "imagePullPolicy": "IfNotPresent",
+        "env": [{"name": "ONYX_SERVER_URL", "value": server_url_for(sandbox, settings)}],
+        "resources": resources_for(sandbox, settings),
+        "securityContext": container_security_context(),
+        "volumeMounts": [
+            # Writable: the claim writes SKILL.md, the token and the library by exec.
+            {"name": "skills", "mountPath": SKILLS_MOUNT},
+            {"name": "user-library", "mountPath": LIBRARY_MOUNT},
+            {"name": CREDENTIALS_VOLUME, "mountPath": CREDENTIALS_MOUNT},
+        ],
+    }
+    return {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": pod_security_context(),
+        "containers": [container],
+        "volumes": [
+            {"name": "skills", "emptyDir": {}},
+            {"name": "user-library", "emptyDir": {}},
+            {
+                "name": CREDENTIALS_VOLUME,
+                "emptyDir": {"medium": "Memory", "sizeLimit": CREDENTIALS_SIZE_LIMIT},
+            },
+        ],
+        **scheduling(sandbox.spec),
+    }
+
+
+def pool_pod_spec(spec: CraftSandboxPoolSpec, settings: Settings) -> dict[str, Any]:
+    """The pod spec of the pool's pods (``SandboxConfigError`` if the settings cannot make one,
+    e.g. no server URL, or requests above limits)."""
+    return _pod_spec(_template_sandbox(spec), settings)
+
+
+def pool_template_hash(spec: CraftSandboxPoolSpec, settings: Settings) -> str:
+    """The hash its pods carry in ``craft.onyx.app/pool-template-hash``."""
+    return template_hash(pool_pod_spec(spec, settings))
+
+
+def sandbox_template_hash(sandbox: CraftSandbox, settings: Settings) -> str:
+    """The template hash of the pool pods ``sandbox`` may claim: equal to a pool's
+    :func:`pool_template_hash` exactly when that pool's pods have the image, server URL,
+    resources and scheduling the sandbox's own pod would have."""
+    return template_hash(_pod_spec(sandbox, settings))
+
+
+def pool_owner_reference(pool: CraftSandboxPool) -> dict[str, Any]:
+    """The controller ownerReference that ties an unclaimed pod to its pool."""
+    return {
+        "apiVersion": models.API_VERSION,
+        "kind": POOL_KIND,
+        "name": pool.metadata.name,
+        "uid": pool.metadata.uid or "",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def pool_pod_labels(pool_name: str, hash_: str) -> dict[str, str]:
+    """The labels of a pool's unclaimed pod: no user, no sandbox, only the pool.
+
+    ``app.kubernetes.io/component: sandbox`` puts it under the sandboxes' NetworkPolicies.
+    """
+    return {
+        "app.kubernetes.io/name": APP_NAME,
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_COMPONENT: "sandbox",
+        LABEL_POOL: pool_name,
+        LABEL_POOL_TEMPLATE_HASH: hash_,
+    }
+
+
+def build_pool_pod(pool: CraftSandboxPool, settings: Settings) -> dict[str, Any]:
+    """One new pod of ``pool`` (named by the API server: ``<pool>-xxxxx``)."""
+    spec = pool_pod_spec(pool.spec, settings)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": f"{pool.metadata.name}-",
+            "namespace": pool.metadata.namespace,
+            "labels": pool_pod_labels(pool.metadata.name, template_hash(spec)),
+            "ownerReferences": [pool_owner_reference(pool)],
+        },
+        "spec": spec,
+    }

@@ -1,0 +1,106 @@
+"""The warm pools' metrics: pods by state (read from the pools' status at scrape time) and
+what a claim reports (claims, cold starts by reason, claim latency).
+
+The ``namespace`` and ``pool`` labels name the platform's pools, a handful that an
+administrator creates, never a user or a sandbox; the states and reasons are fixed sets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from enum import StrEnum
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from craft_operator.metrics.labels import OTHER, metric_name
+
+#: Claim latency, from the claim's start until the sandbox is Ready: milliseconds to seconds.
+CLAIM_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class PoolPodState(StrEnum):
+    """The ``state`` label of ``craft_pool_pods``."""
+
+    READY = "ready"
+    CREATING = "creating"
+    CLAIMED = "claimed"
+
+
+class ColdStartReason(StrEnum):
+    """Why a sandbox started cold instead of claiming a pool pod (the ``reason`` label)."""
+
+    NO_POOL = "NoPool"  # it names a pool that does not exist
+    NO_MATCHING_POOL = "NoMatchingPool"  # no pool has its image, resources and scheduling
+    POOL_EMPTY = "PoolEmpty"  # the pool had no Ready pod
+    CLAIM_CONFLICT = "ClaimConflict"  # every Ready pod was claimed by another sandbox first
+    CLAIM_FAILED = "ClaimFailed"  # the claim's write or delivery failed
+
+
+def cold_start_reason(reason: str) -> str:
+    """``reason`` if it is a :class:`ColdStartReason`, else ``Other``."""
+    return reason if reason in set(ColdStartReason) else OTHER
+
+
+class PoolCounters:
+    """The metrics a claim reports; :class:`~craft_operator.metrics.Metrics` holds one."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._claims = Counter(
+            metric_name("pool_claims"),
+            "Sandboxes that claimed a warm pool pod.",
+            registry=registry,
+        )
+        self._cold = Counter(
+            metric_name("pool_cold_starts"),
+            "Sandboxes that could have used a pool but started a pod cold, by reason.",
+            ["reason"],
+            registry=registry,
+        )
+        self._latency = Histogram(
+            metric_name("pool_claim_duration_seconds"),
+            "Seconds from the start of a claim until the sandbox is Ready on the claimed pod.",
+            buckets=CLAIM_BUCKETS,
+            registry=registry,
+        )
+        for reason in (*ColdStartReason, OTHER):
+            self._cold.labels(str(reason))
+
+    def claimed(self, seconds: float | None = None) -> None:
+        """A sandbox claimed a pool pod (and, if given, was Ready ``seconds`` later)."""
+        self._claims.inc()
+        if seconds is not None:
+            self._latency.observe(max(0.0, seconds))
+
+    def cold_start(self, reason: ColdStartReason | str) -> None:
+        """A sandbox started cold; ``reason`` outside :class:`ColdStartReason` counts as Other."""
+        self._cold.labels(cold_start_reason(str(reason))).inc()
+
+
+def _count(value: Any) -> float:
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) else 0.0
+
+
+def pool_families(bodies: Iterable[dict[str, Any]] | None) -> Iterator[Metric]:
+    """``craft_pool_pods`` (by namespace, pool and state) and ``craft_pool_replicas``, from
+    the pools' own status and spec (the pool controller counts its pods each pass)."""
+    pods = GaugeMetricFamily(
+        metric_name("pool_pods"),
+        "Pods of each warm pool, by state: ready (unclaimed, current template), creating "
+        "(unclaimed, not Ready yet), claimed (now a sandbox's).",
+        labels=["namespace", "pool", "state"],
+    )
+    replicas = GaugeMetricFamily(
+        metric_name("pool_replicas"),
+        "Unclaimed pods each warm pool should hold (spec.replicas).",
+        labels=["namespace", "pool"],
+    )
+    for body in bodies or ():
+        meta, status = body.get("metadata", {}), body.get("status") or {}
+        where = [str(meta.get("namespace", "")), str(meta.get("name", ""))]
+        for state in PoolPodState:
+            pods.add_metric([*where, state.value], _count(status.get(state.value)))
+        replicas.add_metric(where, _count((body.get("spec") or {}).get("replicas")))
+    yield pods
+    yield replicas

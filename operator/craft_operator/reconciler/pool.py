@@ -1,0 +1,319 @@
+"""Reconcile one CraftSandboxPool: keep ``replicas`` warm, unclaimed pods of its template.
+
+Level-triggered like the sandbox reconciler, over the same cache, on a work queue of its
+own (pool keys never meet sandbox keys, and a refill never takes a sandbox's worker). A
+pass reads the pool and its unclaimed pods from the cache, plans (pure:
+:mod:`craft_operator.reconciler.pool_plan`), deletes and creates what the plan says, and
+writes the status if it changed. New pods wait for a NetworkPolicy that restricts their
+egress, exactly as sandbox pods do (:mod:`craft_operator.reconciler.egress`).
+
+Deletion only ever targets the pool's own unclaimed pods, each with the uid and the
+resourceVersion it was seen with: a pod claimed meanwhile has changed, so its deletion
+fails and the next pass no longer counts it. A deleted pool's pods go with it (the
+garbage collector follows their owner reference, and a pass over a pool that is gone
+deletes what is left); claimed pods are owned by their sandboxes and stay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from craft_operator.api.pool import (
+    EGRESS_RESTRICTED,
+    POOL_READY,
+    CraftSandboxPool,
+    InvalidPoolError,
+    parse_pool,
+)
+from craft_operator.builders.pod import SandboxConfigError
+from craft_operator.builders.pool import build_pool_pod
+from craft_operator.kube import kinds
+from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
+from craft_operator.reconciler import egress
+from craft_operator.reconciler.deps import Services
+from craft_operator.reconciler.pool_plan import ENDED, Plan, PoolView, plan, view
+from craft_operator.reconciler.pool_pods import (
+    belongs_to,
+    claimed_pods,
+    pool_pods,
+    template_of,
+)
+from craft_operator.reconciler.pool_status import (
+    count_status,
+    stored_reason,
+    with_conditions,
+    write_pool_status,
+)
+from craft_operator.status import ConditionState
+
+POD = kinds.POD
+POOL = kinds.POOL.name
+PoolKey = tuple[str, str]
+#: Pods one pass creates at most; the pass comes back at once for more.
+CREATES_PER_PASS = 10
+#: Workers of the pools' own queue.
+POOL_WORKERS = 2
+
+
+class PoolRetryLaterError(Exception):
+    """A pass failed in a way that may pass (the status says which); the queue backs off."""
+
+
+@dataclass(frozen=True)
+class _Failures:
+    """Pool pods that ended in a row, and when the last did (new ones wait a backoff)."""
+
+    count: int
+    at: datetime
+
+
+@dataclass
+class _Outcome:
+    """What a pass did, for its status, events and revisit."""
+
+    created: int = 0
+    create_error: ApiError | None = None
+    conflicts: int = 0
+
+
+def _backoff(base: float, failures: int) -> float:
+    return float(min(300.0, base * 2 ** max(0, failures - 1)))
+
+
+class PoolReconciler:
+    """Reconciles CraftSandboxPools by (namespace, name); see the module docstring."""
+
+    def __init__(self, services: Services, *, max_creates: int = CREATES_PER_PASS) -> None:
+        self.services = services
+        self.max_creates = max_creates
+        self._failures: dict[PoolKey, _Failures] = {}
+
+    def forget(self, key: PoolKey) -> None:
+        """Drop what is remembered about a pool that is gone."""
+        self._failures.pop(key, None)
+
+    async def reconcile(self, key: PoolKey) -> float | None:
+        """One pass over the pool ``key``; returns when to revisit (seconds) or ``None``.
+
+        Raises :class:`PoolRetryLaterError` when pods could not be created.
+        """
+        s = self.services
+        namespace, name = key
+        body = s.cache.get(POOL, namespace, name)
+        if body is None or body.get("metadata", {}).get("deletionTimestamp"):
+            await self._release(namespace, name)
+            return None
+        try:
+            pool = parse_pool(body)
+            desired = build_pool_pod(pool, s.settings)
+        except (InvalidPoolError, SandboxConfigError) as exc:
+            reason = exc.reason if isinstance(exc, SandboxConfigError) else "InvalidSpec"
+            changed_meanwhile = await self._cannot_make_pods(body, reason, str(exc))
+            return 0.0 if changed_meanwhile else None
+        return await self._converge(key, body, pool, desired)
+
+    async def _converge(
+        self, key: PoolKey, body: dict[str, Any], pool: CraftSandboxPool, desired: dict[str, Any]
+    ) -> float | None:
+        s = self.services
+        namespace, name = key
+        hash_ = template_of(desired) or ""
+        pods = pool_pods(s.cache, namespace, name)
+        strays = [pod for pod in pods if not belongs_to(pod, name, pool.metadata.uid)]
+        ours = view([pod for pod in pods if pod not in strays], hash_)
+        refused = egress.refusal(s.cache, s.settings, desired)
+        waiting = self._failure_wait(key, ours, pool.spec.replicas, s.clock())
+        todo = plan(
+            ours,
+            pool.spec.replicas,
+            max_creates=self.max_creates,
+            may_create=refused is None and waiting <= 0,
+        )
+        todo = Plan((*todo.delete, *((pod, "PoolPodOrphaned") for pod in strays)), todo.create)
+        outcome = await self._act(body, todo, desired)
+        after = view(pool_pods(s.cache, namespace, name, pool.metadata.uid), hash_)
+        states = self._conditions(body, pool, after, refused, outcome, waiting)
+        status = count_status(
+            body,
+            after,
+            claimed=len(claimed_pods(s.cache, namespace, name)),
+            template_hash=hash_,
+            conditions=with_conditions(body, states, s.clock()),
+        )
+        changed_meanwhile = await write_pool_status(s, body, status)
+        if outcome.create_error is not None:
+            raise PoolRetryLaterError(f"{namespace}/{name}: {outcome.create_error}")
+        return 0.0 if changed_meanwhile else self._revisit(after, todo, outcome, waiting)
+
+    def _failure_wait(self, key: PoolKey, pods: PoolView, replicas: int, now: datetime) -> float:
+        """Seconds new pods must still wait after pods that ended (0: none)."""
+        if pods.ended:
+            held = self._failures.get(key)
+            self._failures[key] = _Failures((held.count if held else 0) + len(pods.ended), now)
+        elif pods.ready >= replicas and not pods.creating:
+            # Only a full pool is past its failures: a crashing image's replacements never
+            # get there, so their backoff keeps doubling.
+            self._failures.pop(key, None)
+        held = self._failures.get(key)
+        if held is None:
+            return 0.0
+        base = self.services.settings.pod_restart_backoff
+        return _backoff(base, held.count) - (now - held.at).total_seconds()
+
+    async def _act(self, body: dict[str, Any], todo: Plan, desired: dict[str, Any]) -> _Outcome:
+        outcome = _Outcome()
+        deleted: dict[str, list[Mapping[str, Any]]] = {}
+        for pod, why in todo.delete:
+            if await self._delete(pod):
+                deleted.setdefault(why, []).append(pod)
+            else:
+                outcome.conflicts += 1
+        for why, pods in deleted.items():
+            self._deleted_event(body, why, pods)
+        if todo.create:
+            await self._create(body, desired, todo.create, outcome)
+        return outcome
+
+    async def _create(
+        self, body: dict[str, Any], desired: dict[str, Any], count: int, outcome: _Outcome
+    ) -> None:
+        s = self.services
+        results = await asyncio.gather(
+            *(s.kube.create(POD.api, desired) for _ in range(count)), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, ApiError):
+                outcome.create_error = result
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                s.cache.put(POD.name, result)
+                outcome.created += 1
+        if outcome.created:
+            message = f"created {outcome.created} pods"
+            s.events.post(body, type="Normal", reason="PoolPodsCreated", message=message)
+        if outcome.create_error is not None:
+            message = f"cannot create pool pods: {outcome.create_error}"
+            s.events.post(body, type="Warning", reason="PodCreateFailed", message=message)
+
+    async def _delete(self, pod: Mapping[str, Any]) -> bool:
+        """Delete this very pod as it was seen; False if it changed since (e.g. claimed)."""
+        s = self.services
+        meta = pod["metadata"]
+        options = {
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "propagationPolicy": "Background",
+            "preconditions": {
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+        }
+        path = POD.api.path(meta.get("namespace"), meta["name"])
+        try:
+            answer = await s.kube.request("DELETE", path, body=options)
+        except NotFoundError:
+            s.cache.remove(POD.name, pod)
+            return True
+        except ConflictError:
+            return False
+        if answer.get("kind") == "Pod":
+            s.cache.put(POD.name, answer)
+        else:
+            s.cache.remove(POD.name, pod)
+        return True
+
+    def _deleted_event(self, body: dict[str, Any], why: str, pods: list[Mapping[str, Any]]) -> None:
+        names = ", ".join(sorted(pod["metadata"]["name"] for pod in pods))
+        if why == ENDED:
+            message = f"replacing {len(pods)} pods that ended: {names}"
+        elif why == "PoolPodOrphaned":
+            message = f"deleted {len(pods)} pods of an earlier pool of this name: {names}"
+        elif why == "PoolScaledDown":
+            message = f"deleted {len(pods)} pods above spec.replicas: {names}"
+        else:
+            message = f"replacing {len(pods)} pods of an earlier template: {names}"
+        warning = why == ENDED
+        self.services.events.post(
+            body, type="Warning" if warning else "Normal", reason=why, message=message
+        )
+
+    def _conditions(
+        self,
+        body: dict[str, Any],
+        pool: CraftSandboxPool,
+        pods: PoolView,
+        refused: ConditionState | None,
+        outcome: _Outcome,
+        waiting: float,
+    ) -> list[ConditionState]:
+        egress_state = (
+            ConditionState.true(EGRESS_RESTRICTED, "EgressRestricted", "new pods may start")
+            if refused is None
+            else ConditionState.false(EGRESS_RESTRICTED, refused.reason, refused.message)
+        )
+        if refused is not None and stored_reason(body, EGRESS_RESTRICTED) != refused.reason:
+            self.services.events.post(
+                body, type="Warning", reason=refused.reason, message=refused.message
+            )
+        return [egress_state, _ready(pool, pods, refused, outcome, waiting)]
+
+    def _revisit(self, pods: PoolView, todo: Plan, outcome: _Outcome, waiting: float) -> float:
+        resync = self.services.settings.resync_interval
+        if outcome.conflicts or (todo.create == self.max_creates and outcome.created):
+            return 0.0 if not outcome.conflicts else 1.0
+        if waiting > 0:
+            return min(resync, waiting)
+        return resync
+
+    async def _cannot_make_pods(self, body: dict[str, Any], reason: str, message: str) -> bool:
+        """The spec or the settings cannot make a pod: say so once; nothing is created."""
+        s = self.services
+        if stored_reason(body, POOL_READY) != reason:
+            s.events.post(body, type="Warning", reason=reason, message=message)
+        state = ConditionState.false(POOL_READY, reason, message)
+        meta = body["metadata"]
+        after = view(pool_pods(s.cache, meta["namespace"], meta["name"], meta.get("uid")), "")
+        status = count_status(
+            body,
+            after,
+            claimed=len(claimed_pods(s.cache, meta["namespace"], meta["name"])),
+            template_hash=(body.get("status") or {}).get("templateHash"),
+            conditions=with_conditions(body, [state], s.clock()),
+        )
+        return await write_pool_status(s, body, status)
+
+    async def _release(self, namespace: str, name: str) -> None:
+        """The pool is gone or going: delete what is left of its unclaimed pods."""
+        for pod in pool_pods(self.services.cache, namespace, name):
+            if not pod.get("metadata", {}).get("deletionTimestamp"):
+                await self._delete(pod)
+        self.forget((namespace, name))
+
+
+def _ready(
+    pool: CraftSandboxPool,
+    pods: PoolView,
+    refused: ConditionState | None,
+    outcome: _Outcome,
+    waiting: float,
+) -> ConditionState:
+    """The pool's Ready condition: it holds ``replicas`` Ready pods, all of its template."""
+    replicas = pool.spec.replicas
+    count = f"{pods.ready}/{replicas} pods ready"
+    if pods.ready >= replicas and not pods.old:
+        return ConditionState.true(POOL_READY, "PoolReady", count)
+    if refused is not None:
+        return ConditionState.false(POOL_READY, refused.reason, f"{count}; {refused.message}")
+    if outcome.create_error is not None:
+        return ConditionState.false(POOL_READY, "PodCreateFailed", str(outcome.create_error))
+    if waiting > 0:
+        message = f"{count}; pool pods ended, new ones start in {waiting:.0f}s"
+        return ConditionState.false(POOL_READY, "PoolPodsFailing", message)
+    if pods.old:
+        return ConditionState.false(POOL_READY, "Updating", f"{count}; {len(pods.old)} outdated")
+    return ConditionState.false(POOL_READY, "Filling", count)

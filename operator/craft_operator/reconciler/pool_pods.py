@@ -1,0 +1,129 @@
+"""Which pods belong to a warm pool, read from the watch cache; what a claim may take.
+
+A pod belongs to a pool while it carries the ``craft.onyx.app/pool`` label with the pool's
+name *and* the pool is its controller owner: labels can be edited by anyone, the controller
+reference only by whoever may patch the pod. A claim removes the label, adds
+``craft.onyx.app/claimed-from`` and moves the controller reference to the sandbox, in one
+write; from then on the pool never counts, replaces or deletes that pod.
+
+:func:`ready_pool_pods` is what a sandbox's claim reads (the sandbox steps import it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from craft_operator.api.pool import (
+    LABEL_CLAIMED_FROM,
+    LABEL_POOL,
+    LABEL_POOL_TEMPLATE_HASH,
+    POOL_KIND,
+)
+from craft_operator.kube import kinds
+from craft_operator.kube.cache import ObjectCache
+
+POD = kinds.POD.name
+POOL = kinds.POOL.name
+
+
+def _labels(pod: Mapping[str, Any]) -> Mapping[str, str]:
+    return pod.get("metadata", {}).get("labels") or {}
+
+
+def pool_controller(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The (name, uid) of the pool that controls ``pod``, if a pool does."""
+    for ref in pod.get("metadata", {}).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == POOL_KIND:
+            return str(ref.get("name", "")), str(ref.get("uid", ""))
+    return None
+
+
+def belongs_to(pod: Mapping[str, Any], pool_name: str, pool_uid: str | None = None) -> bool:
+    """Whether ``pod`` is an unclaimed pod of the pool (of that uid, if given)."""
+    if _labels(pod).get(LABEL_POOL) != pool_name:
+        return False
+    owner = pool_controller(pod)
+    return owner is not None and owner[0] == pool_name and pool_uid in (None, owner[1])
+
+
+def pool_pods(
+    cache: ObjectCache, namespace: str, pool_name: str, pool_uid: str | None = None
+) -> list[dict[str, Any]]:
+    """The pool's unclaimed pods in the cache, terminating ones included."""
+    return [
+        pod
+        for pod in cache.labelled(POD, namespace, LABEL_POOL, pool_name)
+        if belongs_to(pod, pool_name, pool_uid)
+    ]
+
+
+def claimed_pods(cache: ObjectCache, namespace: str, pool_name: str) -> list[dict[str, Any]]:
+    """The pods claimed from the pool that still exist (they are their sandboxes' now)."""
+    return [
+        pod
+        for pod in cache.labelled(POD, namespace, LABEL_CLAIMED_FROM, pool_name)
+        if not belongs_to(pod, pool_name)
+    ]
+
+
+def template_of(pod: Mapping[str, Any]) -> str | None:
+    """The template hash a pool pod was made from."""
+    return _labels(pod).get(LABEL_POOL_TEMPLATE_HASH)
+
+
+def is_terminating(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod is being deleted."""
+    return bool(pod.get("metadata", {}).get("deletionTimestamp"))
+
+
+def has_ended(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod's container ended (a pool pod never should: it waits to be claimed)."""
+    return pod.get("status", {}).get("phase") in ("Failed", "Succeeded")
+
+
+def is_running_and_ready(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod runs and its Ready condition is True."""
+    status = pod.get("status", {})
+    if status.get("phase") != "Running":
+        return False
+    return any(
+        condition.get("type") == "Ready" and condition.get("status") == "True"
+        for condition in status.get("conditions") or []
+    )
+
+
+def current_template(cache: ObjectCache, namespace: str, pool_name: str) -> str | None:
+    """The pool's current template hash, as its status says for its current spec.
+
+    ``None`` while the pool is missing or being deleted, or its status is older than its
+    spec (the pods of the template it had may be about to be replaced).
+    """
+    body = cache.get(POOL, namespace, pool_name)
+    if body is None:
+        return None
+    meta, status = body.get("metadata", {}), body.get("status") or {}
+    if meta.get("deletionTimestamp") or status.get("observedGeneration") != meta.get("generation"):
+        return None
+    found = status.get("templateHash")
+    return str(found) if found else None
+
+
+def ready_pool_pods(
+    cache: ObjectCache, namespace: str, pool_name: str, *, template_hash: str | None = None
+) -> list[dict[str, Any]]:
+    """The pool's pods a claim may take now: unclaimed, of the current template (or of
+    ``template_hash``, e.g. the claiming sandbox's ``sandbox_template_hash``), Running and
+    Ready, and not being deleted; the oldest first (their images are the surest to be up).
+    """
+    wanted = template_hash or current_template(cache, namespace, pool_name)
+    body = cache.get(POOL, namespace, pool_name)
+    if wanted is None or body is None:
+        return []
+    uid = body.get("metadata", {}).get("uid")
+    ready = [
+        pod
+        for pod in pool_pods(cache, namespace, pool_name, uid)
+        if template_of(pod) == wanted and is_running_and_ready(pod) and not is_terminating(pod)
+    ]
+    return sorted(ready, key=lambda pod: pod["metadata"].get("creationTimestamp") or "")

@@ -1,0 +1,101 @@
+"""A pool's status: counted from its pods, with typed conditions, written only if changed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from craft_operator.api.pool import (
+    EGRESS_RESTRICTED,
+    POOL_READY,
+    CraftSandboxPoolStatus,
+)
+from craft_operator.api.status import Condition
+from craft_operator.kube import kinds
+from craft_operator.kube.client import NotFoundError
+from craft_operator.reconciler.deps import Services
+from craft_operator.reconciler.pool_plan import PoolView
+from craft_operator.status import ConditionState, find_condition, merge_patch, set_condition
+
+POOL = kinds.POOL
+CONDITIONS = (POOL_READY, EGRESS_RESTRICTED)
+
+
+def stored_conditions(body: Mapping[str, Any]) -> list[Condition]:
+    """The conditions the stored status holds (unreadable ones dropped)."""
+    found = []
+    for item in (body.get("status") or {}).get("conditions") or []:
+        try:
+            found.append(Condition.model_validate(item))
+        except ValidationError:
+            continue
+    return found
+
+
+def stored_reason(body: Mapping[str, Any], type_: str) -> str | None:
+    """The reason of a stored condition (to say a change once, in an event)."""
+    condition = find_condition(stored_conditions(body), type_)
+    return condition.reason if condition is not None else None
+
+
+def with_conditions(
+    body: Mapping[str, Any], states: list[ConditionState], now: datetime
+) -> list[Condition]:
+    """The stored conditions with ``states`` applied (transition times kept when unchanged)."""
+    generation = body.get("metadata", {}).get("generation")
+    conditions = stored_conditions(body)
+    for state in states:
+        conditions = set_condition(
+            conditions, state, generation=generation, now=now, order=CONDITIONS
+        )
+    return conditions
+
+
+def count_status(
+    body: Mapping[str, Any],
+    pods: PoolView,
+    *,
+    claimed: int,
+    template_hash: str | None,
+    conditions: list[Condition],
+) -> CraftSandboxPoolStatus:
+    """The status a pass computed from the pool's pods."""
+    return CraftSandboxPoolStatus(
+        replicas=pods.alive,
+        ready=pods.ready,
+        creating=pods.creating,
+        claimed=claimed,
+        observed_generation=body.get("metadata", {}).get("generation"),
+        template_hash=template_hash,
+        conditions=conditions,
+    )
+
+
+async def write_pool_status(
+    s: Services, body: Mapping[str, Any], status: CraftSandboxPoolStatus
+) -> bool:
+    """Patch the status subresource with what changed; nothing when nothing did.
+
+    Returns whether the pool's spec changed while the pass ran: the write's answer is newer
+    than the watch event of that change, which the cache then drops as old news, so the
+    caller must come back by itself.
+    """
+    new = status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    patch = merge_patch(body.get("status") or {}, new)
+    if not patch:
+        return False
+    meta = body["metadata"]
+    try:
+        updated = await s.kube.patch(
+            POOL.api, meta.get("namespace"), meta["name"], {"status": patch}, subresource="status"
+        )
+    except NotFoundError:
+        return False
+    s.cache.put(POOL.name, updated)
+    return bool(
+        updated.get("spec") != body.get("spec")
+        or updated.get("metadata", {}).get("deletionTimestamp") != meta.get("deletionTimestamp")
+    )

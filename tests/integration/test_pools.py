@@ -1,0 +1,110 @@
+"""The operator keeps a CraftSandboxPool full: through kopf's watches and its own queue, it
+creates the pool's pods, refills one that was deleted or claimed, replaces them on a
+template change without touching a claimed one, and reports the counts in the status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL
+from craft_operator.context import OperatorContext
+from tests.integration.helpers import NAMESPACE
+from tests.support.emulator import KubeEmulator
+from tests.support.operator import eventually
+from tests.support.pod_exec import mark_pod_running
+from tests.support.pools import POOLS, pool
+
+NAME = "warm"
+
+
+def unclaimed(emulator: KubeEmulator) -> list[dict[str, Any]]:
+    """The pool's live pods."""
+    return [
+        pod
+        for pod in emulator.list("v1/pods", NAMESPACE)
+        if pod["metadata"].get("labels", {}).get(LABEL_POOL) == NAME
+        and not pod["metadata"].get("deletionTimestamp")
+    ]
+
+
+def pool_status(emulator: KubeEmulator) -> dict[str, Any]:
+    return dict(emulator.get(POOLS, NAMESPACE, NAME).get("status") or {})
+
+
+def run_all(emulator: KubeEmulator) -> int:
+    """Play the kubelet: every pool pod runs and is Ready."""
+    pods = unclaimed(emulator)
+    for pod in pods:
+        if pod.get("status", {}).get("phase") != "Running":
+            mark_pod_running(emulator, NAMESPACE, pod["metadata"]["name"])
+    return len(pods)
+
+
+async def full(emulator: KubeEmulator, replicas: int, **expected: Any) -> dict[str, Any]:
+    """Wait until the pool reports ``replicas`` Ready pods (and ``expected`` status fields)."""
+
+    def check() -> dict[str, Any] | None:
+        run_all(emulator)
+        status = pool_status(emulator)
+        wanted = {"ready": replicas, "creating": 0, **expected}
+        return status if all(status.get(k) == v for k, v in wanted.items()) else None
+
+    return dict(await eventually(check, what=f"{replicas} ready pool pods"))
+
+
+async def test_the_operator_keeps_a_pool_full(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    emulator.create(
+        POOLS, {**pool(NAME, replicas=3), "metadata": {"name": NAME, "namespace": NAMESPACE}}
+    )
+    status = await full(emulator, 3)
+    assert [c["status"] for c in status["conditions"] if c["type"] == "Ready"] == ["True"]
+
+    gone = unclaimed(emulator)[0]["metadata"]["name"]
+    emulator.remove("v1/pods", NAMESPACE, gone)
+    await full(emulator, 3)
+    assert gone not in {pod["metadata"]["name"] for pod in unclaimed(emulator)}
+
+    claimed = unclaimed(emulator)[0]
+    name = claimed["metadata"]["name"]
+    emulator.patch(
+        "v1/pods",
+        NAMESPACE,
+        name,
+        {
+            "metadata": {
+                "labels": {LABEL_POOL: None, LABEL_CLAIMED_FROM: NAME},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "craft.onyx.app/v1alpha1",
+                        "kind": "CraftSandbox",
+                        "name": "alice",
+                        "uid": "alice-uid",
+                        "controller": True,
+                    }
+                ],
+            }
+        },
+    )
+    await full(emulator, 3, claimed=1)
+
+    emulator.patch(POOLS, NAMESPACE, NAME, {"spec": {"image": "craft-sandbox:0.2.0"}})
+    await eventually(
+        lambda: (
+            run_all(emulator) == 3
+            and {p["spec"]["containers"][0]["image"] for p in unclaimed(emulator)}
+            == {"craft-sandbox:0.2.0"}
+        ),
+        what="every unclaimed pod replaced",
+    )
+    await full(emulator, 3, claimed=1)
+    assert emulator.find("v1/pods", NAMESPACE, name) is not None, "the claimed pod stays"
+
+    emulator.patch(POOLS, NAMESPACE, NAME, {"spec": {"replicas": 1}})
+    await full(emulator, 1, claimed=1)
+    assert len(unclaimed(emulator)) == 1
+
+    emulator.remove(POOLS, NAMESPACE, NAME)
+    await eventually(lambda: unclaimed(emulator) == [], what="the pool's pods deleted")
+    assert emulator.find("v1/pods", NAMESPACE, name) is not None, "the claimed pod stays"

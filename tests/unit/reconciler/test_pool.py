@@ -1,0 +1,461 @@
+"""The pool controller against the emulator: it fills a pool to ``replicas`` a bounded
+number of pods per pass, replaces pods that went away or ended, replaces an old template
+gradually, never touches a claimed pod, leaves claimed pods when the pool goes, and waits
+for a NetworkPolicy like a sandbox pod does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL, LABEL_POOL_TEMPLATE_HASH
+from craft_operator.config import Settings
+from craft_operator.kube import kinds
+from craft_operator.kube.cache import ObjectCache
+from craft_operator.kube.client import KubeClient
+from craft_operator.metrics import Metrics
+from craft_operator.reconciler.deps import Services
+from craft_operator.reconciler.pool import PoolReconciler
+from craft_operator.reconciler.pool_pods import ready_pool_pods
+from tests.support.emulator import KubeEmulator
+from tests.support.pod_exec import mark_pod_running
+from tests.support.pools import POOLS, declare_pool_resource, pool
+from tests.unit.reconciler.conftest import NAMESPACE
+from tests.unit.reconciler.steps.conftest import Events, NoLibrary
+
+pytestmark = pytest.mark.unit
+
+NAME = "warm"
+KEY = (NAMESPACE, NAME)
+START = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+SANDBOX_OWNER = {
+    "apiVersion": "craft.onyx.app/v1alpha1",
+    "kind": "CraftSandbox",
+    "name": "alice",
+    "uid": "sandbox-uid-alice",
+    "controller": True,
+}
+EGRESS_POLICY = {
+    "apiVersion": "networking.k8s.io/v1",
+    "kind": "NetworkPolicy",
+    "metadata": {"name": "sandbox-egress", "namespace": NAMESPACE, "resourceVersion": "1"},
+    "spec": {
+        "podSelector": {"matchLabels": {"app.kubernetes.io/component": "sandbox"}},
+        "policyTypes": ["Egress"],
+    },
+}
+
+
+@dataclass
+class PoolWorld:
+    """The emulator, the pool controller over it, and a cache the test refreshes."""
+
+    emulator: KubeEmulator
+    services: Services
+    reconciler: PoolReconciler
+    events: Events
+    now: list[datetime] = field(default_factory=lambda: [START])
+
+    async def pass_(self) -> float | None:
+        """One pass over the pool, with the cache as fresh as the watches would make it."""
+        self.refresh()
+        result = await self.reconciler.reconcile(KEY)
+        self.refresh()
+        return result
+
+    def refresh(self) -> None:
+        """Rebuild the cache from what the API server holds."""
+        cache = self.services.cache
+        policies = cache.in_namespace(kinds.NETWORK_POLICY.name, NAMESPACE)
+        cache.clear()
+        for policy in policies:
+            cache.put(kinds.NETWORK_POLICY.name, policy)
+        for pod in self.emulator.list("v1/pods", NAMESPACE):
+            cache.put(kinds.POD.name, pod)
+        for body in self.emulator.list(POOLS, NAMESPACE):
+            cache.put(kinds.POOL.name, body)
+
+    def create_pool(self, **spec: Any) -> dict[str, Any]:
+        return self.emulator.create(
+            POOLS, {**pool(NAME, **spec), "metadata": {"name": NAME, "namespace": NAMESPACE}}
+        )
+
+    def pool_body(self) -> dict[str, Any]:
+        return self.emulator.get(POOLS, NAMESPACE, NAME)
+
+    def status(self) -> dict[str, Any]:
+        return dict(self.pool_body().get("status") or {})
+
+    def condition(self, type_: str) -> dict[str, Any]:
+        return next(c for c in self.status().get("conditions", []) if c["type"] == type_)
+
+    def pods(self) -> list[dict[str, Any]]:
+        """Every pod, terminating ones excluded, oldest name first."""
+        return [
+            pod
+            for pod in self.emulator.list("v1/pods", NAMESPACE)
+            if not pod["metadata"].get("deletionTimestamp")
+        ]
+
+    def unclaimed(self) -> list[dict[str, Any]]:
+        return [pod for pod in self.pods() if pod["metadata"]["labels"].get(LABEL_POOL) == NAME]
+
+    def ready_all(self) -> None:
+        for pod in self.unclaimed():
+            mark_pod_running(self.emulator, NAMESPACE, pod["metadata"]["name"])
+
+    def claim(self, pod_name: str) -> dict[str, Any]:
+        """What the lead's claim does, in one write: out of the pool, into a sandbox."""
+        return self.emulator.patch(
+            "v1/pods",
+            NAMESPACE,
+            pod_name,
+            {
+                "metadata": {
+                    "labels": {LABEL_POOL: None, LABEL_CLAIMED_FROM: NAME},
+                    "ownerReferences": [SANDBOX_OWNER],
+                }
+            },
+        )
+
+    def set_spec(self, **spec: Any) -> None:
+        self.emulator.patch(POOLS, NAMESPACE, NAME, {"spec": spec})
+
+
+@pytest.fixture
+def make_world(
+    emulator: KubeEmulator, kube: KubeClient, tmp_path: Path
+) -> Callable[..., PoolWorld]:
+    declare_pool_resource(emulator)
+
+    def build(max_creates: int = 10, **overrides: Any) -> PoolWorld:
+        values: dict[str, Any] = {
+            "state_dir": tmp_path,
+            "sandbox_image": "registry.example.com/craft/sandbox:1",
+            "server_url": "http://onyx.internal:8080",
+            "allow_unrestricted_egress": True,
+            "pod_restart_backoff": 10,
+            **overrides,
+        }
+        settings = Settings(**values)
+        events = Events()
+        now = [START]
+        services = Services(
+            settings=settings,
+            kube=kube,
+            cache=ObjectCache(),
+            credentials=None,  # type: ignore[arg-type]  # a pool has no credentials
+            skills=None,  # type: ignore[arg-type]
+            exec=None,  # type: ignore[arg-type]
+            events=events,
+            library=NoLibrary(),
+            clock=lambda: now[0],
+            metrics=Metrics(),
+        )
+        world = PoolWorld(
+            emulator, services, PoolReconciler(services, max_creates=max_creates), events, now
+        )
+        return world
+
+    return build
+
+
+@pytest.fixture
+def world(make_world: Callable[..., PoolWorld]) -> PoolWorld:
+    return make_world()
+
+
+# -- filling -----------------------------------------------------------------------------
+
+
+async def test_a_new_pool_is_filled_to_its_replicas(world: PoolWorld) -> None:
+    world.create_pool(replicas=3)
+    await world.pass_()
+    pods = world.unclaimed()
+    assert len(pods) == 3
+    assert all(pod["metadata"]["name"].startswith("warm-") for pod in pods)
+    assert {pod["metadata"]["ownerReferences"][0]["uid"] for pod in pods} == {
+        world.pool_body()["metadata"]["uid"]
+    }
+    status = world.status()
+    assert (status["replicas"], status["ready"], status["creating"], status["claimed"]) == (
+        3,
+        0,
+        3,
+        0,
+    )
+    assert world.condition("Ready")["reason"] == "Filling"
+    assert "PoolPodsCreated" in world.events.reasons
+
+
+async def test_once_its_pods_are_ready_the_pool_is_ready(world: PoolWorld) -> None:
+    world.create_pool(replicas=2)
+    await world.pass_()
+    world.ready_all()
+    await world.pass_()
+    assert world.status()["ready"] == 2
+    assert world.status()["creating"] == 0
+    assert world.condition("Ready")["status"] == "True"
+    assert world.status()["observedGeneration"] == world.pool_body()["metadata"]["generation"]
+
+
+async def test_a_pass_creates_a_bounded_number_and_comes_back_at_once(
+    make_world: Callable[..., PoolWorld],
+) -> None:
+    world = make_world(max_creates=4)
+    world.create_pool(replicas=10)
+    assert await world.pass_() == 0
+    assert len(world.unclaimed()) == 4
+    assert await world.pass_() == 0
+    assert len(world.unclaimed()) == 8
+    await world.pass_()
+    assert len(world.unclaimed()) == 10
+    await world.pass_()
+    assert len(world.unclaimed()) == 10
+
+
+async def test_a_deleted_pod_is_replaced(world: PoolWorld) -> None:
+    world.create_pool(replicas=3)
+    await world.pass_()
+    world.ready_all()
+    gone = world.unclaimed()[0]["metadata"]["name"]
+    world.emulator.remove("v1/pods", NAMESPACE, gone)
+    await world.pass_()
+    names = {pod["metadata"]["name"] for pod in world.unclaimed()}
+    assert len(names) == 3
+    assert gone not in names
+
+
+async def test_a_pod_that_ended_is_deleted_and_replaced_after_a_backoff(world: PoolWorld) -> None:
+    world.create_pool(replicas=2)
+    await world.pass_()
+    world.ready_all()
+    failed = world.unclaimed()[0]["metadata"]["name"]
+    world.emulator.patch(
+        "v1/pods",
+        NAMESPACE,
+        failed,
+        {"status": {"phase": "Failed", "reason": "Evicted"}},
+        subresource="status",
+    )
+    revisit = await world.pass_()
+    assert failed not in {pod["metadata"]["name"] for pod in world.pods()}
+    assert len(world.unclaimed()) == 1, "no replacement before the backoff"
+    assert world.condition("Ready")["reason"] == "PoolPodsFailing"
+    assert ("Warning", "PoolPodEnded") in {(t, r) for t, r, _ in world.events.posted}
+    assert revisit is not None
+    assert 0 < revisit <= 10
+    world.now[0] = START + timedelta(seconds=11)
+    await world.pass_()
+    assert len(world.unclaimed()) == 2
+
+
+async def test_a_replacement_that_ends_too_waits_twice_as_long(world: PoolWorld) -> None:
+    world.create_pool(replicas=2)
+    await world.pass_()
+    world.ready_all()
+
+    def fail_one_not_failed() -> str:
+        pod = next(p for p in world.unclaimed() if p.get("status", {}).get("phase") != "Failed")
+        name = pod["metadata"]["name"]
+        status = {"status": {"phase": "Failed", "reason": "Error"}}
+        world.emulator.patch("v1/pods", NAMESPACE, name, status, subresource="status")
+        return name
+
+    fail_one_not_failed()
+    await world.pass_()
+    world.now[0] = START + timedelta(seconds=11)
+    await world.pass_()
+    [replacement] = [p for p in world.unclaimed() if not p.get("status", {}).get("phase")]
+    status = {"status": {"phase": "Failed", "reason": "Error"}}
+    name = replacement["metadata"]["name"]
+    world.emulator.patch("v1/pods", NAMESPACE, name, status, subresource="status")
+    world.now[0] = START + timedelta(seconds=12)
+    revisit = await world.pass_()
+    assert revisit is not None
+    assert 10 < revisit <= 20
+    world.now[0] = START + timedelta(seconds=27)
+    await world.pass_()
+    assert len(world.unclaimed()) == 1, "still waiting: 20 s after the second failure"
+    world.now[0] = START + timedelta(seconds=33)
+    await world.pass_()
+    assert len(world.unclaimed()) == 2
+
+
+async def test_scaling_down_deletes_pods_that_are_not_ready_first(world: PoolWorld) -> None:
+    world.create_pool(replicas=3)
+    await world.pass_()
+    names = [pod["metadata"]["name"] for pod in world.unclaimed()]
+    for name in names[:2]:
+        mark_pod_running(world.emulator, NAMESPACE, name)
+    world.set_spec(replicas=2)
+    await world.pass_()
+    assert {pod["metadata"]["name"] for pod in world.unclaimed()} == set(names[:2])
+    assert "PoolScaledDown" in world.events.reasons
+
+
+# -- updates -------------------------------------------------------------------------------
+
+
+async def test_a_template_change_replaces_the_pods_gradually(world: PoolWorld) -> None:
+    world.create_pool(replicas=3)
+    await world.pass_()
+    world.ready_all()
+    await world.pass_()
+    old_hash = world.status()["templateHash"]
+    world.set_spec(image="registry.example.com/craft/sandbox:2")
+    for _ in range(20):
+        await world.pass_()
+        pods = world.unclaimed()
+        ready = [pod for pod in pods if pod.get("status", {}).get("phase") == "Running"]
+        assert len(ready) >= 3, "never fewer Ready pods than replicas during the update"
+        assert len(pods) <= 4, "at most one pod above replicas"
+        if (
+            all(pod["metadata"]["labels"][LABEL_POOL_TEMPLATE_HASH] != old_hash for pod in pods)
+            and len(ready) == 3
+        ):
+            break
+        world.ready_all()
+    pods = world.unclaimed()
+    assert len(pods) == 3
+    assert {pod["spec"]["containers"][0]["image"] for pod in pods} == {
+        "registry.example.com/craft/sandbox:2"
+    }
+    await world.pass_()
+    assert world.condition("Ready")["status"] == "True"
+    assert world.status()["templateHash"] != old_hash
+    assert "PoolPodOutdated" in world.events.reasons
+
+
+async def test_an_update_never_touches_a_claimed_pod(world: PoolWorld) -> None:
+    world.create_pool(replicas=2)
+    await world.pass_()
+    world.ready_all()
+    claimed = world.unclaimed()[0]["metadata"]["name"]
+    before = world.claim(claimed)
+    world.set_spec(image="registry.example.com/craft/sandbox:2")
+    for _ in range(12):
+        await world.pass_()
+        world.ready_all()
+    after = world.emulator.get("v1/pods", NAMESPACE, claimed)
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert len(world.unclaimed()) == 2, "the pool refilled what was claimed"
+    assert world.status()["claimed"] == 1
+
+
+async def test_a_pod_claimed_after_the_cache_saw_it_is_not_deleted(world: PoolWorld) -> None:
+    world.create_pool(replicas=1)
+    await world.pass_()
+    world.ready_all()
+    world.refresh()
+    [pod] = world.unclaimed()
+    world.set_spec(replicas=0)
+    world.refresh()
+    world.claim(pod["metadata"]["name"])  # the cache still sees it in the pool
+    revisit = await world.reconciler.reconcile(KEY)
+    assert world.emulator.find("v1/pods", NAMESPACE, pod["metadata"]["name"]) is not None
+    assert revisit == 1.0, "the pass comes back to see what changed"
+
+
+# -- deletion ------------------------------------------------------------------------------
+
+
+async def test_deleting_the_pool_deletes_its_unclaimed_pods_only(world: PoolWorld) -> None:
+    world.create_pool(replicas=3)
+    await world.pass_()
+    world.ready_all()
+    claimed = world.unclaimed()[0]["metadata"]["name"]
+    world.claim(claimed)
+    await world.pass_()
+    world.emulator.remove(POOLS, NAMESPACE, NAME)
+    await world.pass_()
+    assert [pod["metadata"]["name"] for pod in world.pods()] == [claimed]
+
+
+async def test_a_pass_over_a_pool_that_is_gone_deletes_what_is_left(world: PoolWorld) -> None:
+    world.create_pool(replicas=2)
+    await world.pass_()
+    world.refresh()
+    world.services.cache.forget(kinds.POOL.name, NAMESPACE, NAME)  # as after its DELETED event
+    assert await world.reconciler.reconcile(KEY) is None
+    assert world.pods() == []
+
+
+# -- the egress gate ---------------------------------------------------------------------------
+
+
+async def test_no_pod_starts_until_a_network_policy_restricts_its_egress(
+    make_world: Callable[..., PoolWorld],
+) -> None:
+    world = make_world(allow_unrestricted_egress=False)
+    world.create_pool(replicas=2)
+    await world.pass_()
+    await world.pass_()
+    assert world.pods() == []
+    assert world.condition("EgressRestricted")["status"] == "False"
+    assert world.condition("Ready")["reason"] == "EgressNotRestricted"
+    assert world.events.reasons.count("EgressNotRestricted") == 1, "said once"
+    world.services.cache.put(kinds.NETWORK_POLICY.name, EGRESS_POLICY)
+    await world.pass_()
+    assert len(world.unclaimed()) == 2
+    assert world.condition("EgressRestricted")["status"] == "True"
+
+
+# -- status --------------------------------------------------------------------------------
+
+
+async def test_the_status_is_written_only_when_it_changes(
+    world: PoolWorld, kube: KubeClient
+) -> None:
+    world.create_pool(replicas=1)
+    await world.pass_()
+    world.ready_all()
+    await world.pass_()
+    patches = kube.requests["PATCH"]
+    await world.pass_()
+    assert kube.requests["PATCH"] == patches
+
+
+async def test_settings_that_cannot_make_a_pod_are_reported(
+    make_world: Callable[..., PoolWorld],
+) -> None:
+    world = make_world(server_url=None)
+    world.create_pool(replicas=1)
+    await world.pass_()
+    assert world.pods() == []
+    assert world.condition("Ready")["reason"] == "NoServerURL"
+
+
+async def test_a_spec_change_during_a_pass_brings_it_back_at_once(world: PoolWorld) -> None:
+    world.create_pool(replicas=1)
+    world.refresh()
+    world.set_spec(replicas=2)  # its watch event would be older than the pass's status write
+    assert await world.reconciler.reconcile(KEY) == 0
+
+
+# -- what a claim reads ----------------------------------------------------------------------
+
+
+async def test_ready_pool_pods_are_the_current_ready_unclaimed_ones(world: PoolWorld) -> None:
+    world.create_pool(replicas=3)
+    await world.pass_()
+    names = [pod["metadata"]["name"] for pod in world.unclaimed()]
+    mark_pod_running(world.emulator, NAMESPACE, names[0])
+    mark_pod_running(world.emulator, NAMESPACE, names[1])
+    world.claim(names[1])
+    await world.pass_()
+    ready = ready_pool_pods(world.services.cache, NAMESPACE, NAME)
+    assert [pod["metadata"]["name"] for pod in ready] == [names[0]]
+    world.set_spec(image="registry.example.com/craft/sandbox:2")
+    world.refresh()
+    assert ready_pool_pods(world.services.cache, NAMESPACE, NAME) == [], (
+        "while the status is older than the spec, nothing is offered"
+    )
+    hash_ = ready[0]["metadata"]["labels"][LABEL_POOL_TEMPLATE_HASH]
+    assert len(ready_pool_pods(world.services.cache, NAMESPACE, NAME, template_hash=hash_)) == 1
+    assert ready_pool_pods(world.services.cache, NAMESPACE, "other") == []

@@ -1,0 +1,78 @@
+"""Pool wiring: a pool's events queue it on the pools' own queue, and a pod's event wakes the
+pool it belongs to or was claimed from (which then refills), besides its sandbox."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL
+from craft_operator.handlers import children, pools
+from craft_operator.kube import kinds
+from craft_operator.kube.cache import ObjectCache
+
+pytestmark = pytest.mark.unit
+
+
+class Queue:
+    def __init__(self) -> None:
+        self.added: list[tuple[str, str]] = []
+
+    def add(self, key: tuple[str, str]) -> None:
+        self.added.append(key)
+
+
+def memo() -> Any:
+    return SimpleNamespace(
+        gate=SimpleNamespace(active=True), cache=ObjectCache(), queue=Queue(), pool_queue=Queue()
+    )
+
+
+def pod(version: int, labels: dict[str, str], owner: str | None = None) -> dict[str, Any]:
+    refs = [{"kind": "CraftSandbox", "name": owner, "uid": "u", "controller": True}]
+    return {
+        "metadata": {
+            "name": "warm-abcde",
+            "namespace": "team-a",
+            "resourceVersion": str(version),
+            "labels": labels,
+            "ownerReferences": refs if owner else [],
+        }
+    }
+
+
+async def test_a_pool_pod_event_queues_its_pool_and_no_sandbox() -> None:
+    m = memo()
+    handler = children._child_handler(kinds.POD.name)
+    await handler(event={"type": "ADDED", "object": pod(1, {LABEL_POOL: "warm"})}, memo=m)
+    assert m.pool_queue.added == [("team-a", "warm")]
+    assert m.queue.added == []
+
+
+async def test_a_claimed_pod_event_queues_its_sandbox_and_the_pool_it_left() -> None:
+    m = memo()
+    handler = children._child_handler(kinds.POD.name)
+    claimed = pod(2, {LABEL_CLAIMED_FROM: "warm"}, owner="alice")
+    await handler(event={"type": "MODIFIED", "object": claimed}, memo=m)
+    assert m.queue.added == [("team-a", "alice")]
+    assert m.pool_queue.added == [("team-a", "warm")]
+
+
+async def test_a_deleted_pool_pod_wakes_its_pool() -> None:
+    m = memo()
+    handler = children._child_handler(kinds.POD.name)
+    await handler(event={"type": "DELETED", "object": pod(3, {LABEL_POOL: "warm"})}, memo=m)
+    assert m.pool_queue.added == [("team-a", "warm")]
+
+
+async def test_pool_events_queue_the_pool_and_a_deleted_pool_is_visited_once_more() -> None:
+    m = memo()
+    body = {"metadata": {"name": "warm", "namespace": "team-a", "resourceVersion": "1"}}
+    await pools.pool_event(event={"type": "ADDED", "object": body}, memo=m)
+    assert m.cache.get(kinds.POOL.name, "team-a", "warm") is not None
+    await pools.pool_event(event={"type": "MODIFIED", "object": body}, memo=m)  # an echo
+    await pools.pool_event(event={"type": "DELETED", "object": body}, memo=m)
+    assert m.pool_queue.added == [("team-a", "warm"), ("team-a", "warm")]
+    assert m.cache.get(kinds.POOL.name, "team-a", "warm") is None
