@@ -23,6 +23,7 @@ from craft_operator.builders.security import (
     container_security_context,
     pod_security_context,
 )
+from craft_operator.builders.workspace import workspace_mounts, workspace_volumes
 from craft_operator.config import Settings
 
 SKILLS_MOUNT = "/workspace/skills/company-search"
@@ -130,6 +131,7 @@ def _sandbox_container(sandbox: CraftSandbox, settings: Settings) -> dict[str, A
         "volumeMounts": [
             {"name": "skills", "mountPath": SKILLS_MOUNT, "readOnly": True},
             {"name": "user-library", "mountPath": LIBRARY_MOUNT},
+            *workspace_mounts(sandbox),
         ],
     }
 
@@ -174,6 +176,7 @@ def build_pod(
                 },
             },
             library_volume(sandbox, library_claim),
+            *workspace_volumes(sandbox),
         ],
         **_scheduling(sandbox.spec),
     }
