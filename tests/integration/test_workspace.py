@@ -64,6 +64,7 @@ async def test_the_workspace_is_made_mounted_and_reported(
     assert reported["claimName"] == "alice-workspace"
     assert reported["requested"] == "1Gi"
     assert reported["retain"] is False
+    assert reported["claimUID"] == pvc["metadata"]["uid"], "the backend sees it without PVC access"
 
 
 async def test_the_same_workspace_survives_sleep_wake_and_a_new_pod(

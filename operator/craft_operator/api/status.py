@@ -114,6 +114,11 @@ class WorkspaceStatus(StatusModel):
     """The workspace volume (``spec.workspace``) as the operator last saw it."""
 
     claim_name: str | None = Field(default=None, description="The PVC's name.")
+    claim_uid: str | None = Field(
+        default=None,
+        alias="claimUID",
+        description="The PVC's uid: the same one for the sandbox's whole life (and after retain).",
+    )
     requested: str | None = Field(
         default=None, description="The size the PVC requests (spec.workspace.size once applied)."
     )

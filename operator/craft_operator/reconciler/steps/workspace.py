@@ -142,6 +142,7 @@ def _report(p: Pass, pvc: Mapping[str, Any], message: str | None) -> None:
         p.event("WorkspaceResizeRefused", message, warning=True)
     p.run.status.workspace = WorkspaceStatus(
         claim_name=pvc["metadata"]["name"],
+        claim_uid=pvc["metadata"].get("uid"),
         requested=_requested(pvc),
         capacity=(observed.get("capacity") or {}).get("storage"),
         phase=observed.get("phase"),

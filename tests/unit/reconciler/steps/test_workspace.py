@@ -72,6 +72,7 @@ async def test_the_pvc_is_created_and_the_pass_goes_on_before_it_is_bound(world:
     status = p.run.status.workspace
     assert status is not None
     assert (status.claim_name, status.requested, status.retain) == (CLAIM, "1Gi", False)
+    assert status.claim_uid == pvc["metadata"]["uid"]
     assert status.message is None
 
 
