@@ -1,4 +1,6 @@
-"""The API server's answers to a PVC expansion it refuses, for the emulator.
+"""Volumes in the tests: a PersistentVolume reserved for a claim on the real control plane
+(which has no dynamic provisioner), and, for the emulator, the API server's answers to a
+PVC expansion it refuses.
 
 A real API server lets a claim's requested storage grow only when the claim is bound and
 its storage class sets ``allowVolumeExpansion``; otherwise validation answers 422, or the
@@ -7,13 +9,15 @@ its storage class sets ``allowVolumeExpansion``; otherwise validation answers 42
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import aiohttp.web
 from kmock._internal import rendering
 
+from tests.support.cluster import Cluster
 from tests.support.emulator import Resource
 
 #: The admission plugin's words when the storage class does not allow expansion.
@@ -53,3 +57,37 @@ async def forbid_expansion(request: rendering.Request) -> aiohttp.web.StreamResp
         "code": 403,
     }
     return aiohttp.web.Response(status=403, text=json.dumps(body), content_type="application/json")
+
+
+@contextlib.contextmanager
+def reserved_volume(
+    cluster: Cluster, namespace: str, claim: str, size: str = "1Gi"
+) -> Iterator[str]:
+    """What a platform engineer without a dynamic provisioner does: a PersistentVolume made
+    beforehand and reserved (``claimRef``) for the claim the operator will make, a hostPath
+    where the simulated kubelet keeps that claim's files. Its name; deleted afterwards."""
+    name = f"{namespace}-{claim}"
+    cluster.create(
+        "/api/v1/persistentvolumes",
+        None,
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": name},
+            "spec": {
+                "capacity": {"storage": size},
+                "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": "",
+                "hostPath": {
+                    "path": str(cluster.plane.state / "volumes" / namespace / claim),
+                    "type": "DirectoryOrCreate",
+                },
+                "claimRef": {"namespace": namespace, "name": claim},
+            },
+        },
+    )
+    try:
+        yield name
+    finally:
+        cluster.delete("/api/v1/persistentvolumes", None, name)
