@@ -58,7 +58,8 @@ def apply_body(
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": metadata,
-        "spec": model.model_dump(by_alias=True, mode="json", exclude_unset=True),
+        # What the caller left unset, or set to None, is not the backend's: never sent as null.
+        "spec": model.model_dump(by_alias=True, mode="json", exclude_unset=True, exclude_none=True),
     }
 
 

@@ -51,6 +51,15 @@ async def test_the_sync_client_applies_a_workspace_model_and_it_may_grow(
     assert stored_workspace(emulator)["size"] == "2Gi"
 
 
+async def test_a_workspace_model_with_no_storage_class_sends_none(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    workspace = Workspace(size="1Gi", storage_class_name=None)
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID, workspace=workspace)
+    [applied] = [r.data for r in emulator.served if r.method.value.upper() == "PATCH"]
+    assert applied["spec"]["workspace"] == {"size": "1Gi"}, "never null: the API server refuses it"
+
+
 async def test_a_workspace_that_is_no_quantity_is_refused_before_sending(
     aclient: AsyncSandboxClient,
 ) -> None:
