@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from craft_operator.client import InvalidError, SandboxClient
 from tests.cluster.test_lifecycle import (
     SANDBOXES,
+    USER_ID,
     in_phase,
     pod,
     ready,
@@ -22,6 +25,7 @@ from tests.cluster.test_lifecycle import (
     uid,
     until,
 )
+from tests.support.backend import backend_kubeconfig
 from tests.support.cluster import Cluster, wait_for
 from tests.support.operator_process import OperatorProcess
 from tests.support.volumes import reserved_volume
@@ -159,3 +163,20 @@ def test_a_retained_workspace_outlives_its_sandbox_and_returns_to_the_same_user(
     assert after["workspace"]["claimUID"] == claim
     assert sh(cluster, namespace, f"cat {NOTE}") == "retained\n"
     assert "WorkspaceAdopted" in reasons(cluster, namespace, "alice")
+
+
+def test_the_backend_cannot_drop_a_workspace_by_leaving_it_out_of_ensure(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    backend = backend_kubeconfig(cluster, namespace, tmp_path / "backend.kubeconfig")
+    with SandboxClient(kubeconfig=backend) as sandboxes:
+        sandboxes.ensure(namespace, "alice", user_id=USER_ID, workspace={"size": "1Gi"})
+        # Server-side apply removes what the manager no longer sends: here, refused.
+        with pytest.raises(InvalidError, match=r"spec\.workspace cannot be removed") as dropped:
+            sandboxes.ensure(namespace, "alice", user_id=USER_ID, sources=["slack"])
+        assert "set workspace.retain: true" in str(dropped.value)
+        with pytest.raises(InvalidError, match="may grow but not shrink"):
+            sandboxes.ensure(namespace, "alice", user_id=USER_ID, workspace={"size": "512Mi"})
+        kept = sandboxes.get(namespace, "alice").spec.workspace
+    assert kept is not None
+    assert kept.size == "1Gi"
