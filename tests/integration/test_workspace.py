@@ -20,9 +20,11 @@ from tests.integration.helpers import (
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually
 from tests.support.pod_exec import mark_pod_failed, mark_pod_running
+from tests.support.policy import allow
 
 PVCS = "v1/persistentvolumeclaims"
 OTHER_USER = "9a1d7c44-0b2e-4f3a-8c5d-6e7f8a9b0c1d"
+IMAGE = "registry.example.com/craft/sandbox:1.2"
 
 
 def workspace_pvc(emulator: KubeEmulator, name: str = "alice") -> dict[str, Any] | None:
@@ -175,3 +177,29 @@ async def test_a_retained_workspace_is_refused_to_another_user(
     assert kept["metadata"]["uid"] == uid
     assert not kept["metadata"].get("ownerReferences")
     assert kept["metadata"]["labels"]["craft.onyx.app/user-id"] != OTHER_USER
+
+
+async def test_a_policy_withdrawal_keeps_the_workspace_for_when_the_sandbox_returns(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    allow(emulator, images=["registry.example.com/craft/"])
+    emulator.create(SANDBOXES, sandbox("alice", image=IMAGE, workspace={"size": "1Gi"}))
+    await eventually(lambda: pod(emulator, "alice"), what="the pod")
+    mark_pod_running(emulator, NAMESPACE, "alice")
+    await phase(emulator, "alice", "Ready")
+    uid = workspace_pvc(emulator)["metadata"]["uid"]  # type: ignore[index]
+
+    allow(emulator, images=[])
+
+    await event_posted(emulator, "alice", "AccessWithdrawn")
+    await eventually(lambda: pod(emulator, "alice") is None, what="the pod withdrawn")
+    assert emulator.find("v1/secrets", NAMESPACE, "alice-credentials") is None
+    kept = workspace_pvc(emulator)
+    assert kept is not None, "the user's files are not access: kept"
+    assert kept["metadata"]["uid"] == uid
+
+    allow(emulator, images=["registry.example.com/craft/"])
+
+    back = await eventually(lambda: pod(emulator, "alice"), what="the pod back")
+    assert mounted_claim(back) == "alice-workspace"
+    assert workspace_pvc(emulator)["metadata"]["uid"] == uid  # type: ignore[index]
