@@ -36,6 +36,16 @@ COLD_START = "WorkspaceNeedsColdStart"
 _REFUSED = (403, 422)
 
 
+class _TerminatingError(Exception):
+    """The workspace's name is held by a PVC being deleted (an earlier sandbox's)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"PVC {name} of an earlier sandbox of this name is still being deleted (it waits "
+            "for the pods using it to stop); the workspace is made once it is gone"
+        )
+
+
 def cold_start_reason(sandbox: CraftSandbox) -> str | None:
     """Why ``sandbox`` cannot take a warm pod from a pool (``None``: it can).
 
@@ -54,6 +64,8 @@ async def converge_workspace(p: Pass) -> Stop | None:
     s = p.services
     try:
         pvc = await _owned(p, desired)
+    except _TerminatingError as exc:
+        return p.fail(POD_READY, "WorkspaceTerminating", str(exc))
     except ForeignObjectError as exc:
         return p.fail(POD_READY, "WorkspaceNameTaken", str(exc))
     except ApiError as exc:
@@ -73,6 +85,8 @@ async def converge_workspace(p: Pass) -> Stop | None:
             )
     elif have is not None and parse_quantity(want) < parse_quantity(have):
         message = f"the workspace is {have}, larger than spec.workspace.size ({want}): kept"
+    if pvc["metadata"].get("deletionTimestamp"):
+        message = "the workspace PVC is being deleted: a new, empty one follows once it is gone"
     _report(p, pvc, message)
     return None
 
@@ -87,6 +101,8 @@ async def _owned(p: Pass, desired: dict[str, Any]) -> dict[str, Any]:
         found = s.cache.get(PVC.name, meta["namespace"], meta["name"])
         if found is None:
             found = await s.kube.get(PVC.api, meta["namespace"], meta["name"])
+        if found["metadata"].get("deletionTimestamp"):
+            raise _TerminatingError(meta["name"]) from None
         if not is_retained_for(found, p.sandbox):
             raise
         return await _adopt(p, found)

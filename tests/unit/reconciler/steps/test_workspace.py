@@ -203,3 +203,28 @@ def test_only_retain_true_keeps_the_workspace() -> None:
     assert not workspace.retains_workspace(sandbox_body(spec=spec()))
     assert not workspace.retains_workspace(sandbox_body())
     assert not workspace.retains_workspace({"metadata": {"name": NAME}, "spec": None})
+
+
+async def test_the_pvc_of_an_earlier_sandbox_still_being_deleted_is_waited_for(
+    world: World,
+) -> None:
+    earlier = retained_pvc()
+    earlier["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "craft.onyx.app/v1alpha1",
+            "kind": "CraftSandbox",
+            "name": NAME,
+            "uid": "earlier-sandbox",
+            "controller": True,
+        }
+    ]
+    earlier["metadata"]["finalizers"] = ["kubernetes.io/pvc-protection"]
+    world.emulator.create(PVCS, earlier)
+    world.emulator.remove(PVCS, NAMESPACE, CLAIM)  # terminating: a pod still uses it
+    observed(world)
+    p = world.pass_(spec=spec())
+    assert await workspace.converge_workspace(p) == Stop("WorkspaceTerminating")
+    condition = p.run.condition("PodReady")
+    assert condition is not None
+    assert "still being deleted" in condition.message
+    assert p.run.verdict.backoff == "WorkspaceTerminating", "retried: it passes by itself"
