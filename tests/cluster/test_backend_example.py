@@ -1,5 +1,7 @@
 """examples/backend_session.py runs green against the real control plane, with the operator
-running and the backend holding only manifests/backend."""
+running and the backend holding only manifests/backend: its sandbox has a workspace, and
+after wake the example sees the same volume (the claim's uid in the status). That its files
+survive too needs exec, which the backend may not do: tests/cluster/test_workspace.py."""
 
 from __future__ import annotations
 
@@ -12,11 +14,13 @@ from pathlib import Path
 import pytest
 
 from tests.support.backend import BACKEND_USER, backend_kubeconfig
-from tests.support.cluster import REPO, Cluster, forbidden_requests
+from tests.support.cluster import REPO, Cluster, forbidden_requests, wait_for
 from tests.support.operator_process import OperatorProcess
 from tests.support.s3 import S3Server
+from tests.support.volumes import reserved_volume
 
 EXAMPLE = REPO / "examples" / "backend_session.py"
+PVCS = "/api/v1/persistentvolumeclaims"
 
 
 @pytest.fixture
@@ -26,12 +30,20 @@ def backend(cluster: Cluster, namespace: str, tmp_path: Path) -> Iterator[Path]:
     assert forbidden_requests(cluster.plane, namespace, BACKEND_USER) == []
 
 
+@pytest.fixture
+def volume(cluster: Cluster, namespace: str) -> Iterator[str]:
+    """The volume the example's workspace binds to (this control plane has no provisioner)."""
+    with reserved_volume(cluster, namespace, "backend-example-workspace") as name:
+        yield name
+
+
 @pytest.mark.parametrize("with_s3", [True, False], ids=["upload-and-notify", "notify-only"])
 def test_the_example_lives_a_whole_session(
     cluster: Cluster,
     namespace: str,
     operator: OperatorProcess,
     backend: Path,
+    volume: str,
     s3_server: S3Server,
     bucket: str,
     with_s3: bool,
@@ -65,6 +77,14 @@ def test_the_example_lives_a_whole_session(
     assert any(expected in line for line in lines), shown
     if with_s3:
         assert any(line.endswith(": 1 files in the sandbox") for line in lines), shown
+    [mounted] = [line for line in lines if line.startswith("==> workspace ")]
+    claim = mounted.removeprefix("==> workspace ").removesuffix(" mounted at /workspace/sessions")
+    assert claim.startswith("backend-example-workspace (uid "), shown
+    assert f"==> the same workspace after wake: {claim}" in lines, shown
     assert f"==> deleted {namespace}/backend-example" in lines
     assert "[100%]" in result.stdout, "progress was reported up to Ready"
     assert cluster.sandbox(namespace, "backend-example") is None
+    wait_for(
+        lambda: cluster.get(PVCS, namespace, "backend-example-workspace") is None,
+        what="the workspace deleted with the sandbox",
+    )

@@ -5,8 +5,9 @@
 ``craft-operator:dev`` and ``craft-sandbox:dev``, applies ``manifests/overlays/dev``
 (Postgres, MinIO, the stand-in Onyx API, the operator) and the sample sandbox, then:
 Ready; ``onyx-cli validate-config`` in the pod; a file put into MinIO appears in the pod
-after the ``user-library-revision`` annotation moves; deleting the sandbox revokes its PAT
-(the stand-in API answers 401 for it). The cluster it created is deleted at the end
+after the ``user-library-revision`` annotation moves; a file written into a sandbox's
+workspace before it sleeps is read after it wakes, from the same PVC; deleting the sandbox
+revokes its PAT (the stand-in API answers 401 for it). The cluster it created is deleted at the end
 unless ``CRAFT_E2E_KEEP=1``. ``CRAFT_E2E_NODE_IMAGE`` picks the kind node image (the exec
 sync needs Kubernetes 1.30 or newer).
 
@@ -16,6 +17,7 @@ Where no Docker engine runs, the whole module skips with one line.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -46,6 +48,9 @@ WORKLOADS = (
 )
 LIBRARY_PREFIX = f"public/knowledge/{USER_ID}/user_library/"
 REVISION_ANNOTATION = "craft.onyx.app/user-library-revision"
+#: A second sandbox of the dev user, with a workspace, that sleeps and wakes.
+WORKSPACE_SANDBOX = "carol"
+SUSPEND, RESUME = '{"spec":{"suspend":true}}', '{"spec":{"suspend":false}}'
 
 # Run inside the operator pod, which has boto3, the S3 settings and the dev credentials.
 UPLOAD = """
@@ -144,8 +149,19 @@ def dev_environment(kind: Kind) -> Kind:
     return kind
 
 
-def phase(kind: Kind) -> str:
-    return kind.text("-n", SANDBOXES, "get", "csb", SANDBOX, "-o", "jsonpath={.status.phase}")
+def phase(kind: Kind, sandbox: str = SANDBOX) -> str:
+    return kind.text("-n", SANDBOXES, "get", "csb", sandbox, "-o", "jsonpath={.status.phase}")
+
+
+def reach(kind: Kind, wanted: str, sandbox: str = SANDBOX, timeout: float = 300) -> None:
+    """Wait until the sandbox is in phase ``wanted``."""
+    wait_for(
+        lambda: True if phase(kind, sandbox) == wanted else None,
+        what=f"CraftSandbox {SANDBOXES}/{sandbox} to be {wanted}",
+        timeout=timeout,
+        interval=3,
+        diagnose=lambda: diagnose(kind),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -169,10 +185,10 @@ def ready(dev_environment: Kind) -> Iterator[Kind]:
         )
 
 
-def in_sandbox(kind: Kind, *argv: str, check: bool = True) -> str:
-    pod = kind.text("-n", SANDBOXES, "get", "csb", SANDBOX, "-o", "jsonpath={.status.podName}")
+def in_sandbox(kind: Kind, *argv: str, check: bool = True, sandbox: str = SANDBOX) -> str:
+    pod = kind.text("-n", SANDBOXES, "get", "csb", sandbox, "-o", "jsonpath={.status.podName}")
     result = kind.kubectl(
-        "-n", SANDBOXES, "exec", pod or SANDBOX, "-c", "sandbox", "--", *argv, check=check
+        "-n", SANDBOXES, "exec", pod or sandbox, "-c", "sandbox", "--", *argv, check=check
     )
     return result.stdout.decode(errors="replace")
 
@@ -233,6 +249,51 @@ def test_a_file_put_into_s3_appears_in_the_sandbox_after_the_revision_moves(read
         interval=3,
         diagnose=lambda: diagnose(ready),
     )
+
+
+def test_a_file_written_into_the_workspace_before_sleep_is_read_after_wake(
+    dev_environment: Kind,
+) -> None:
+    kind, name = dev_environment, WORKSPACE_SANDBOX
+    manifest = {
+        "apiVersion": "craft.onyx.app/v1alpha1",
+        "kind": "CraftSandbox",
+        "metadata": {"name": name, "namespace": SANDBOXES},
+        # kind's default storage class (local-path) provisions it for the first pod.
+        "spec": {"user": {"id": USER_ID}, "workspace": {"size": "1Gi"}},
+    }
+    kind.kubectl("-n", SANDBOXES, "delete", "csb", name, "--ignore-not-found", timeout=180)
+    kind.kubectl("apply", "-f", "-", stdin=json.dumps(manifest).encode())
+    try:
+        reach(kind, "Ready", name)
+        claim = f"{name}-workspace"
+        before = kind.text("-n", SANDBOXES, "get", "pvc", claim, "-o", "jsonpath={.metadata.uid}")
+        content = f"written before sleep at {time.time_ns()}"
+        note = "/workspace/sessions/e2e/notes.txt"
+        script = f"mkdir -p /workspace/sessions/e2e && printf '%s' '{content}' > {note}"
+        in_sandbox(kind, "sh", "-c", script, sandbox=name)
+
+        kind.kubectl("-n", SANDBOXES, "patch", "csb", name, "--type=merge", "-p", SUSPEND)
+        reach(kind, "Suspended", name)
+        kind.kubectl("-n", SANDBOXES, "wait", "--for=delete", f"pod/{name}", "--timeout=180s")
+        kind.kubectl("-n", SANDBOXES, "patch", "csb", name, "--type=merge", "-p", RESUME)
+        reach(kind, "Ready", name)
+
+        after = kind.text("-n", SANDBOXES, "get", "pvc", claim, "-o", "jsonpath={.metadata.uid}")
+        assert after == before, "the same PVC after wake"
+        mounted = kind.text(
+            "-n",
+            SANDBOXES,
+            "get",
+            "pod",
+            name,
+            "-o",
+            "jsonpath={.spec.volumes[?(@.name=='workspace')].persistentVolumeClaim.claimName}",
+        )
+        assert mounted == claim
+        assert in_sandbox(kind, "cat", note, sandbox=name) == content
+    finally:
+        kind.kubectl("-n", SANDBOXES, "delete", "csb", name, "--ignore-not-found", "--wait=false")
 
 
 def test_deleting_the_sandbox_revokes_its_pat(ready: Kind) -> None:

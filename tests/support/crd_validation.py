@@ -71,6 +71,8 @@ from celpy import celtypes
 from celpy.adapter import json_to_cel
 from celpy.evaluation import CELEvalError
 
+from craft_operator.builders.quantities import parse_quantity
+
 CRD_PATH = Path(__file__).resolve().parents[2] / "crds" / "craftsandboxes.craft.onyx.app.yaml"
 
 REQUIRED = "Required value"
@@ -216,7 +218,48 @@ def go_duration(value: Any) -> celtypes.DurationType:
     return celtypes.DurationType(seconds, rest)
 
 
-CEL_FUNCTIONS: dict[str, Any] = {"duration": go_duration}
+class CelQuantity(celtypes.IntType):
+    """A Kubernetes quantity in CEL (its ``quantity()`` library), compared by value.
+
+    cel-python has no such library; the value is kept in milli-units as an integer, which
+    orders quantities exactly as ``resource.Quantity.Cmp`` does for every size a volume has.
+    """
+
+    def __new__(cls, value: Any) -> CelQuantity:
+        return super().__new__(cls, int(parse_quantity(str(value)) * 1000))
+
+
+def cel_is_quantity(value: Any) -> celtypes.BoolType:
+    """CEL ``isQuantity(string)``."""
+    try:
+        parse_quantity(str(value))
+    except ValueError:
+        return celtypes.BoolType(False)
+    return celtypes.BoolType(True)
+
+
+def cel_quantity(value: Any) -> CelQuantity:
+    """CEL ``quantity(string)``: an error for what is no quantity, as in Kubernetes."""
+    return CelQuantity(value)
+
+
+def cel_is_less_than(left: Any, right: Any) -> celtypes.BoolType:
+    """CEL ``<quantity>.isLessThan(<quantity>)``."""
+    return celtypes.BoolType(int(left) < int(right))
+
+
+def cel_is_greater_than(left: Any, right: Any) -> celtypes.BoolType:
+    """CEL ``<quantity>.isGreaterThan(<quantity>)``."""
+    return celtypes.BoolType(int(left) > int(right))
+
+
+CEL_FUNCTIONS: dict[str, Any] = {
+    "duration": go_duration,
+    "isQuantity": cel_is_quantity,
+    "quantity": cel_quantity,
+    "isLessThan": cel_is_less_than,
+    "isGreaterThan": cel_is_greater_than,
+}
 
 _ENVIRONMENT = celpy.Environment()
 

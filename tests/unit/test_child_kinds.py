@@ -103,19 +103,31 @@ def cache_with_one_child_of_each_kind() -> tuple[ObjectCache, set[tuple[str, str
     cache = ObjectCache()
     children: set[tuple[str, str]] = set()
     for number, kind in enumerate(kinds.CHILDREN):
-        suffix = kind.name_suffix if kind.name_suffix is not None else "-library-1"
-        meta = {
-            "name": NAME + suffix,
-            "namespace": NAMESPACE,
-            "uid": f"c-{number}",
-            "ownerReferences": [OWNER],
-            "resourceVersion": "1",
-        }
-        cache.put(kind.name, {"metadata": meta})
-        children.add((kind.api.plural, NAME + suffix))
+        for suffix in kind.name_suffixes or ("-library-1",):
+            meta = {
+                "name": NAME + suffix,
+                "namespace": NAMESPACE,
+                "uid": f"c-{number}{suffix}",
+                "ownerReferences": [OWNER],
+                "resourceVersion": "1",
+            }
+            cache.put(kind.name, {"metadata": meta})
+            children.add((kind.api.plural, NAME + suffix))
         foreign = {**meta, "name": "bob-other", "uid": "f", "ownerReferences": []}
         cache.put(kind.name, {"metadata": foreign})
     return cache, children
+
+
+def test_the_pvcs_are_named_children_the_library_volume_and_the_workspace() -> None:
+    assert kinds.PVC.name_suffixes == ("-library", "-workspace")
+    _, children = cache_with_one_child_of_each_kind()
+    assert ("persistentvolumeclaims", NAME + "-library") in children
+    assert ("persistentvolumeclaims", NAME + "-workspace") in children
+    targets = kinds.child_targets(ObjectCache(), NAMESPACE, NAME, lambda obj: False)
+    assert [(kind.name, name) for kind, name in targets if kind is kinds.PVC] == [
+        ("PVC", NAME + "-library"),
+        ("PVC", NAME + "-workspace"),
+    ], "named children are found by name, cached or not"
 
 
 class FakeKube:
@@ -169,7 +181,10 @@ async def test_the_finalizer_deletes_one_child_of_every_registered_kind() -> Non
     assert kube.deleted == children
 
 
-def test_a_withdrawal_finds_one_child_of_every_registered_kind() -> None:
+def test_a_withdrawal_finds_one_child_of_every_registered_kind_but_the_workspace() -> None:
     cache, children = cache_with_one_child_of_each_kind()
     found = enforce._children(parse_sandbox(BODY), cache)
-    assert {(kind.plural, obj["metadata"]["name"]) for _, kind, obj in found} == children
+    workspace = ("persistentvolumeclaims", NAME + "-workspace")
+    assert {(kind.plural, obj["metadata"]["name"]) for _, kind, obj in found} == children - {
+        workspace
+    }, "the user's files hold no token: a withdrawal keeps them, the deletion does not"

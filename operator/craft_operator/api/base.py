@@ -66,22 +66,22 @@ class ApiModel(BaseModel):
     )
 
 
+#: A quantity's format, as a CEL rule rather than a schema pattern (whose error shows only
+#: the regex); a field with rules of its own lists this one first.
+QUANTITY_RULE = cel(
+    f"type(self) == int || self.matches({cel_string(QUANTITY_PATTERN)})",
+    "must be a Kubernetes quantity: a number with an optional unit, e.g. 500m, 2, 1.5Gi or 4Gi",
+)
+
 Quantity = Annotated[
     int | str,
     Field(union_mode="left_to_right"),
-    # The format is a CEL rule rather than a schema pattern, whose error shows only the regex.
     WithJsonSchema(
         {
             "x-kubernetes-int-or-string": True,
             "maxLength": QUANTITY_MAX_LENGTH,
         }
-        | cel_rules(
-            cel(
-                f"type(self) == int || self.matches({cel_string(QUANTITY_PATTERN)})",
-                "must be a Kubernetes quantity: a number with an optional unit, "
-                "e.g. 500m, 2, 1.5Gi or 4Gi",
-            )
-        )
+        | cel_rules(QUANTITY_RULE)
     ),
 ]
 """A Kubernetes resource quantity such as ``500m``, ``2Gi`` or ``1``."""

@@ -76,7 +76,9 @@ from craft_operator.api.status import (
     SkillStatus,
     StatusModel,
     UserLibraryStatus,
+    WorkspaceStatus,
 )
+from craft_operator.api.workspace import WORKSPACE_MOUNT, Workspace
 
 __all__ = [
     "ANNOTATION_LAST_ACTIVITY",
@@ -100,6 +102,7 @@ __all__ = [
     "URL_PATTERN",
     "UUID_PATTERN",
     "VERSION",
+    "WORKSPACE_MOUNT",
     "ApiModel",
     "Condition",
     "ConditionStatus",
@@ -122,6 +125,8 @@ __all__ = [
     "UserLibrary",
     "UserLibraryStatus",
     "UserRef",
+    "Workspace",
+    "WorkspaceStatus",
     "cel",
     "cel_rules",
     "cel_string",

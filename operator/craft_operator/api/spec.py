@@ -7,7 +7,7 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from craft_operator.api.base import (
     ApiModel,
@@ -30,6 +30,7 @@ from craft_operator.api.constants import (
     UUID_PATTERN,
 )
 from craft_operator.api.durations import Duration
+from craft_operator.api.workspace import WORKSPACE_FIELD_RULES, WORKSPACE_KEPT_RULE, Workspace
 
 
 class UserRef(ApiModel):
@@ -288,6 +289,8 @@ class Credentials(ApiModel):
 class CraftSandboxSpec(ApiModel):
     """The desired state of a Craft sandbox."""
 
+    model_config = ConfigDict(json_schema_extra=cel_rules(WORKSPACE_KEPT_RULE))
+
     user: UserRef = Field(
         description="The Onyx user who owns the sandbox.",
         json_schema_extra=cel_rules(
@@ -379,6 +382,14 @@ class CraftSandboxSpec(ApiModel):
     credentials: Credentials = Field(
         default_factory=Credentials,
         description="Settings for the sandbox's Onyx personal access token.",
+    )
+    workspace: Workspace | None = Field(
+        default=None,
+        description=(
+            "A volume mounted at /workspace/sessions that survives sleep, wake and a new pod "
+            "(a PVC <name>-workspace). Unset: no workspace. Once set, it cannot be removed."
+        ),
+        json_schema_extra=WORKSPACE_FIELD_RULES,
     )
 
     @field_validator("image")

@@ -110,6 +110,31 @@ class UserLibraryStatus(StatusModel):
     )
 
 
+class WorkspaceStatus(StatusModel):
+    """The workspace volume (``spec.workspace``) as the operator last saw it."""
+
+    claim_name: str | None = Field(default=None, description="The PVC's name.")
+    claim_uid: str | None = Field(
+        default=None,
+        alias="claimUID",
+        description="The PVC's uid: the same one for the sandbox's whole life (and after retain).",
+    )
+    requested: str | None = Field(
+        default=None, description="The size the PVC requests (spec.workspace.size once applied)."
+    )
+    capacity: str | None = Field(
+        default=None, description="The size of the bound volume, from the PVC's status."
+    )
+    phase: str | None = Field(default=None, description="The PVC's phase: Pending, Bound, Lost.")
+    retain: bool | None = Field(
+        default=None, description="Whether the volume is kept when the sandbox is deleted."
+    )
+    message: str | None = Field(
+        default=None,
+        description="What needs attention: a resize the storage class refused, a size pending.",
+    )
+
+
 class CraftSandboxStatus(StatusModel):
     """The observed state of a Craft sandbox, written only by the operator."""
 
@@ -175,4 +200,7 @@ class CraftSandboxStatus(StatusModel):
     skill: SkillStatus | None = Field(default=None, description="The rendered skill.")
     user_library: UserLibraryStatus | None = Field(
         default=None, description="The last user-library sync."
+    )
+    workspace: WorkspaceStatus | None = Field(
+        default=None, description="The workspace volume, when spec.workspace is set."
     )

@@ -20,6 +20,7 @@ from craft_operator.builders.security import (
     container_security_context,
     pod_security_context,
 )
+from craft_operator.builders.workspace import workspace_mounts, workspace_volumes
 from craft_operator.config import Settings
 
 SKILLS_MOUNT = "/workspace/skills/company-search"
@@ -139,6 +140,7 @@ def _sandbox_container(sandbox: CraftSandbox, settings: Settings) -> dict[str, A
             {"name": "skills", "mountPath": SKILLS_MOUNT, "readOnly": True},
             {"name": "user-library", "mountPath": LIBRARY_MOUNT},
             credentials_mount(),
+            *workspace_mounts(sandbox),
         ],
     }
 
@@ -183,6 +185,7 @@ def build_pod(
             },
             library_volume(sandbox, library_claim),
             credentials_volume(),
+            *workspace_volumes(sandbox),
         ],
         **scheduling(sandbox.spec),
     }

@@ -8,10 +8,14 @@ each operation of the backend's old sandbox manager maps onto it::
     from craft_operator.client import SandboxClient
 
     with SandboxClient() as sandboxes:  # in-cluster, or $KUBECONFIG
-        sandboxes.ensure("craft", "alice", user_id=user_id, sources=["slack"])
+        sandboxes.ensure(
+            "craft", "alice", user_id=user_id, sources=["slack"], workspace={"size": "10Gi"}
+        )
         sandboxes.wait_ready("craft", "alice", timeout=300, on_progress=print)
 """
 
+from craft_operator.api.status import WorkspaceStatus
+from craft_operator.api.workspace import WORKSPACE_MOUNT, Workspace
 from craft_operator.client.aio import FIELD_MANAGER, AsyncSandboxClient
 from craft_operator.client.connection import Connection, discover, from_kubeconfig, in_cluster
 from craft_operator.client.errors import (
@@ -37,6 +41,7 @@ from craft_operator.client.transport import RetryPolicy
 
 __all__ = [
     "FIELD_MANAGER",
+    "WORKSPACE_MOUNT",
     "ApiError",
     "AsyncSandboxClient",
     "ConditionView",
@@ -58,6 +63,8 @@ __all__ = [
     "UnauthorizedError",
     "UnreachableError",
     "WaitTimeoutError",
+    "Workspace",
+    "WorkspaceStatus",
     "discover",
     "from_kubeconfig",
     "in_cluster",

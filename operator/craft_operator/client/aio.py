@@ -23,6 +23,7 @@ from craft_operator.api.models import (
     CraftSandboxStatus,
     Phase,
     Source,
+    Workspace,
 )
 from craft_operator.api.status_codec import parse_status
 from craft_operator.client.connection import Connection, discover
@@ -106,16 +107,24 @@ class AsyncSandboxClient:
         email: str | None = None,
         labels: Mapping[str, str] | None = None,
         force: bool = False,
+        workspace: Workspace | Mapping[str, Any] | None = None,
         **spec: Any,
     ) -> CraftSandbox:
         """Create the sandbox, or update the fields the backend owns (server-side apply).
 
+        ``workspace`` asks for a volume at ``/workspace/sessions`` that survives sleep and
+        wake: a :class:`Workspace` or a mapping (``size``, ``storage_class_name``,
+        ``retain``). Once applied, pass it on every later ``ensure``: leaving it out asks
+        to remove it, which the API server refuses (:class:`InvalidError`) so that no
+        user's files are deleted by an omission; its size may only grow.
         ``spec`` takes any other field of :class:`CraftSandboxSpec` by its Python name
         (``idle_timeout``, ``user_library``, ``resources``, ...). ``spec.suspend`` is not
         set here (see :meth:`sleep`), so ensuring a sleeping sandbox does not wake it.
         Fields another manager owns raise :class:`FieldConflictError` unless ``force``.
         """
-        body = apply_body(namespace, name, user_id, tenant_id, sources, email, labels, spec)
+        body = apply_body(
+            namespace, name, user_id, tenant_id, sources, email, labels, spec, workspace
+        )
         params = {"fieldManager": self.field_manager, "force": "true" if force else "false"}
         what = Request("patch", namespace, name)
 

@@ -18,6 +18,7 @@ from craft_operator.api.models import (
     CraftSandboxSpec,
     Source,
     UserRef,
+    Workspace,
 )
 from craft_operator.api.parse import describe_validation_error
 from craft_operator.api.status_codec import parse_status
@@ -33,10 +34,13 @@ def apply_body(
     email: str | None,
     labels: Mapping[str, str] | None,
     spec: Mapping[str, Any],
+    workspace: Workspace | Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The apply configuration: exactly the fields the backend owns, validated locally."""
     if "suspend" in spec:
         raise InvalidSpecError("suspend is not set by ensure(): use sleep() and wake()")
+    if workspace is not None:
+        spec = {**spec, "workspace": workspace}
     user = {"id": user_id, "tenant_id": tenant_id} | ({"email": email} if email else {})
     try:
         model = CraftSandboxSpec(
@@ -54,7 +58,8 @@ def apply_body(
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": metadata,
-        "spec": model.model_dump(by_alias=True, mode="json", exclude_unset=True),
+        # What the caller left unset, or set to None, is not the backend's: never sent as null.
+        "spec": model.model_dump(by_alias=True, mode="json", exclude_unset=True, exclude_none=True),
     }
 
 

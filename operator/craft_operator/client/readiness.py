@@ -35,6 +35,7 @@ NEEDS_A_CHANGE: Mapping[str, frozenset[str]] = {
             "PodRejected",
             "PodFailedRepeatedly",
             "PodNameTaken",
+            "WorkspaceNameTaken",
             "ProvisioningTimedOut",
             "EgressNotRestricted",
         }

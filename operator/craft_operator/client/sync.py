@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from craft_operator.api.models import CraftSandbox, CraftSandboxStatus, Source
+from craft_operator.api.models import CraftSandbox, CraftSandboxStatus, Source, Workspace
 from craft_operator.client.aio import FIELD_MANAGER, AsyncSandboxClient, ProgressCallback
 from craft_operator.client.connection import Connection
 from craft_operator.client.errors import SandboxClientError
@@ -90,6 +90,7 @@ class SandboxClient:
         email: str | None = None,
         labels: Mapping[str, str] | None = None,
         force: bool = False,
+        workspace: Workspace | Mapping[str, Any] | None = None,
         **spec: Any,
     ) -> CraftSandbox:
         """See :meth:`AsyncSandboxClient.ensure`."""
@@ -103,6 +104,7 @@ class SandboxClient:
                 email=email,
                 labels=labels,
                 force=force,
+                workspace=workspace,
                 **spec,
             )
         )

@@ -59,6 +59,7 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 SECRET_SUFFIX = "-credentials"  # noqa: S105 -- a name suffix, not a secret
 SKILLS_SUFFIX = "-skills"
 LIBRARY_SUFFIX = "-library"
+WORKSPACE_SUFFIX = "-workspace"
 #: The label selector of the watches of the operator's own objects.
 MANAGED = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 _CHILD_VERBS = ("get", "list", "watch", "create", "patch", "delete")
@@ -77,9 +78,10 @@ class CachedKind:
     managed_only: bool = False
     #: A sandbox's child: deleted with it, and when the policy withdraws it.
     child: bool = False
-    #: A child named ``<sandbox name><suffix>`` (one per sandbox); ``None``: any number,
-    #: found in the cache by their owner reference.
-    name_suffix: str | None = None
+    #: The children of this kind named ``<sandbox name><suffix>``, one per suffix (the PVCs:
+    #: the library volume and the workspace); ``None``: any number, found in the cache by
+    #: their owner reference.
+    name_suffixes: tuple[str, ...] | None = None
 
     @property
     def selector(self) -> str | None:
@@ -92,8 +94,10 @@ class CachedKind:
         return {LABEL_MANAGED_BY: MANAGED_BY} if self.managed_only else {}
 
 
-def _child(name: str, api: Kind, suffix: str | None, verbs: tuple[str, ...]) -> CachedKind:
-    return CachedKind(name, api, verbs, managed_only=True, child=True, name_suffix=suffix)
+def _child(
+    name: str, api: Kind, suffixes: tuple[str, ...] | None, verbs: tuple[str, ...]
+) -> CachedKind:
+    return CachedKind(name, api, verbs, managed_only=True, child=True, name_suffixes=suffixes)
 
 
 # Every NetworkPolicy counts (the platform may restrict the egress with its own).
@@ -104,11 +108,13 @@ NETWORK_POLICY = CachedKind(
 SANDBOX = CachedKind(
     models.KIND, Kind(models.API_VERSION, models.PLURAL), ("get", "list", "watch", "patch")
 )
-POD = _child("Pod", Kind("v1", "pods"), "", _CHILD_VERBS)
-SECRET = _child("Secret", Kind("v1", "secrets"), SECRET_SUFFIX, _CHILD_VERBS)
-CONFIGMAP = _child("ConfigMap", Kind("v1", "configmaps"), SKILLS_SUFFIX, _CHILD_VERBS)
-# Job mode of the user library: the library volume and the sync Jobs.
-PVC = _child("PVC", Kind("v1", "persistentvolumeclaims"), LIBRARY_SUFFIX, _CHILD_VERBS)
+POD = _child("Pod", Kind("v1", "pods"), ("",), _CHILD_VERBS)
+SECRET = _child("Secret", Kind("v1", "secrets"), (SECRET_SUFFIX,), _CHILD_VERBS)
+CONFIGMAP = _child("ConfigMap", Kind("v1", "configmaps"), (SKILLS_SUFFIX,), _CHILD_VERBS)
+# The library volume (Job mode; the sync Jobs fill it) and the workspace (spec.workspace).
+PVC = _child(
+    "PVC", Kind("v1", "persistentvolumeclaims"), (LIBRARY_SUFFIX, WORKSPACE_SUFFIX), _CHILD_VERBS
+)
 JOB = _child("Job", Kind("batch/v1", "jobs"), None, ("get", "list", "watch", "create", "delete"))
 # Warm pools: watched; their pods are Pods above (filtered by the same label), their status
 # is written through the status subresource (see craft_operator.permissions).
@@ -152,8 +158,8 @@ def child_targets(
     """
     targets: list[tuple[CachedKind, str]] = []
     for kind in CHILDREN:
-        if kind.name_suffix is not None:
-            targets.append((kind, name + kind.name_suffix))
+        if kind.name_suffixes is not None:
+            targets += [(kind, name + suffix) for suffix in kind.name_suffixes]
             continue
         targets += [
             (kind, key[2])

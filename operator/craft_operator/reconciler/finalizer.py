@@ -18,6 +18,7 @@ from craft_operator.reconciler.children import controlled_by
 from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.run import Revisit, Run
 from craft_operator.reconciler.status_writer import write_status
+from craft_operator.reconciler.steps import workspace
 from craft_operator.status import CREDENTIALS_READY, ConditionState
 
 FINALIZER = f"{GROUP}/finalizer"
@@ -68,6 +69,7 @@ async def finalize(s: Services, body: dict[str, Any], conditions: Sequence[str])
     s.library_pool.forget((namespace, name))
     try:
         await s.library.forget(uid)
+        await _retain_workspace(s, body)
         await _delete_children(s, namespace, name, uid)
     except (CredentialsError, _BlockedError) as exc:
         return Revisit(backoff=str(exc))
@@ -85,6 +87,24 @@ async def _revoke_failed(
     run.phase = Phase.TERMINATING
     await write_status(s, run)
     return Revisit(backoff="cannot revoke the PAT yet")
+
+
+async def _retain_workspace(s: Services, body: dict[str, Any]) -> None:
+    """With ``spec.workspace.retain``, release the workspace before the children go: it is
+    then no longer the sandbox's, so neither this finalizer nor the collector deletes it."""
+    if not workspace.retains_workspace(body):
+        return
+    try:
+        released = await workspace.release(s, body)
+    except ApiError as exc:
+        raise _BlockedError(f"cannot release the retained workspace: {exc}") from None
+    if released:
+        claim = body["metadata"]["name"] + kinds.WORKSPACE_SUFFIX
+        message = (
+            f"kept the workspace PVC {claim} (retain): a new CraftSandbox of this name and "
+            "user takes it back"
+        )
+        s.events.post(body, type="Normal", reason="WorkspaceRetained", message=message)
 
 
 async def _delete_children(s: Services, namespace: str, name: str, uid: str) -> None:

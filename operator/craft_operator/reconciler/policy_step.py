@@ -9,6 +9,9 @@ pass checks the sandbox against the CraftSandboxPolicy and its namespace's tenan
 - if it had been running, loses it all: its PAT is revoked and every child it owns (pod,
   credentials Secret, skills ConfigMap, library volume, sync Jobs) is deleted, with a uid
   precondition, so the token the platform no longer allows is neither usable nor mounted;
+  but its workspace (``spec.workspace``) is kept: it holds the user's files and no token,
+  no pod mounts it any more, and fixing the spec or the policy brings it back as it was
+  (it is deleted with the CraftSandbox, like every child);
 - is ``Failed``: CredentialsReady and PodReady say ``PolicyDenied`` with every violation,
   and a ``PolicyDenied`` event says it once per distinct verdict.
 
@@ -210,13 +213,16 @@ def _forget_running(status: CraftSandboxStatus) -> None:
 
 
 def _children(sandbox: CraftSandbox, cache: ObjectCache) -> list[tuple[str, Kind, dict[str, Any]]]:
-    """The children this sandbox owns that are not being deleted already."""
+    """The children this sandbox owns that are not being deleted already, but its workspace."""
     namespace, uid = sandbox.metadata.namespace, sandbox.metadata.uid or ""
     found: list[tuple[str, Kind, dict[str, Any]]] = []
     targets = kinds.child_targets(
         cache, namespace, sandbox.metadata.name, lambda o: controlled_by(o, uid)
     )
+    workspace = sandbox.metadata.name + kinds.WORKSPACE_SUFFIX
     for kind, name in targets:
+        if kind is kinds.PVC and name == workspace:
+            continue  # the user's files, not access: kept until the sandbox is deleted
         obj = cache.get(kind.name, namespace, name)
         if obj is None or not controlled_by(obj, uid):
             continue

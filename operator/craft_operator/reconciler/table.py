@@ -22,13 +22,15 @@ from craft_operator.reconciler.steps import (
     pod,
     secret,
     skill,
+    workspace,
 )
 from craft_operator.status import ConditionState
 
 #: The rows of a pass, in order.
 STEPS: tuple[tuple[Step, ...], ...] = (
     (credentials.STEP,),  # CredentialsReady: a live PAT
-    (secret.STEP, skill.STEP, library_volume.STEP),  # SkillRendered; what the pod mounts
+    # SkillRendered; what the pod mounts
+    (secret.STEP, skill.STEP, library_volume.STEP, workspace.STEP),
     (pod.STEP,),  # PodReady
     (cli.STEP,),  # CLIValidated
     (library.STEP,),  # UserLibrarySynced

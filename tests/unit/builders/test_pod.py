@@ -332,6 +332,7 @@ def test_the_examples_include_job_mode_and_scheduling_options() -> None:
     assert any(sandbox.spec.user_library.mode == LibraryMode.JOB for sandbox in sandboxes)
     assert any(sandbox.spec.tolerations for sandbox in sandboxes)
     assert any(sandbox.spec.resources for sandbox in sandboxes)
+    assert any(sandbox.spec.workspace for sandbox in sandboxes)
 
 
 # -- template hash -------------------------------------------------------------------------

@@ -90,7 +90,7 @@ def test_the_container_is_a_sandbox_container_without_credentials(
 ) -> None:
     spec = {"image": "registry.example.com/sandbox:2", "resources": {"limits": {"cpu": "3"}}}
     pool_container = only_container(build_pool_pod(make_pool(**spec), settings))
-    sandbox_container = only_container(build_pod(make_sandbox(**spec), settings, pat_id=1))
+    sandbox_container = only_container(build_pod(make_sandbox(**spec), settings))
     for field in ("name", "image", "imagePullPolicy", "resources", "securityContext"):
         assert pool_container[field] == sandbox_container[field], field
     assert pool_container["env"] == [{"name": "ONYX_SERVER_URL", "value": settings.server_url}]
@@ -132,7 +132,7 @@ def test_scheduling_passes_through_as_for_a_sandbox(
         "priorityClassName": "craft-warm",
     }
     pool_spec = build_pool_pod(make_pool(**spec), settings)["spec"]
-    sandbox_spec = build_pod(make_sandbox(**spec), settings, pat_id=1)["spec"]
+    sandbox_spec = build_pod(make_sandbox(**spec), settings)["spec"]
     for field in ("runtimeClassName", "nodeSelector", "tolerations", "priorityClassName"):
         assert pool_spec[field] == sandbox_spec[field], field
 

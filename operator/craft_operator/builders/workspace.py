@@ -1,0 +1,77 @@
+"""The workspace (``spec.workspace``): its PVC, and the volume and mount the pod gets.
+
+The PVC is the sandbox's child, not the pod's: it outlives sleep, wake and a new pod. Only
+its name reaches the pod, so a resize changes the PVC and never the pod template.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from craft_operator.api.models import GROUP, WORKSPACE_MOUNT, CraftSandbox
+from craft_operator.builders.naming import LABEL_USER_ID, child_metadata
+from craft_operator.kube.kinds import WORKSPACE_SUFFIX
+
+VOLUME_NAME = "workspace"
+#: On a workspace kept after its sandbox was deleted (``retain``): the sandbox's name.
+LABEL_RETAINED = f"{GROUP}/retained-from"
+
+
+def workspace_claim_name(sandbox: CraftSandbox) -> str:
+    """``<name>-workspace``: the PVC holding the sandbox's workspace."""
+    return sandbox.metadata.name + WORKSPACE_SUFFIX
+
+
+def build_workspace_pvc(sandbox: CraftSandbox) -> dict[str, Any]:
+    """The workspace PVC: ReadWriteOnce, the spec's size and storage class (if it names one).
+
+    Call only for a sandbox with ``spec.workspace``.
+    """
+    workspace = sandbox.spec.workspace
+    assert workspace is not None, "only a sandbox with spec.workspace has one"
+    spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": str(workspace.size)}},
+    }
+    if workspace.storage_class_name:
+        spec["storageClassName"] = workspace.storage_class_name
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": child_metadata(sandbox, workspace_claim_name(sandbox)),
+        "spec": spec,
+    }
+
+
+def workspace_volumes(sandbox: CraftSandbox) -> list[dict[str, Any]]:
+    """The pod's volume for the workspace PVC (none without ``spec.workspace``)."""
+    if sandbox.spec.workspace is None:
+        return []
+    claim = {"claimName": workspace_claim_name(sandbox)}
+    return [{"name": VOLUME_NAME, "persistentVolumeClaim": claim}]
+
+
+def workspace_mounts(sandbox: CraftSandbox) -> list[dict[str, Any]]:
+    """The sandbox container's mount of the workspace at ``/workspace/sessions`` (or none).
+
+    The pod's fsGroup (uid 1000) makes the volume writable for the agent.
+    """
+    if sandbox.spec.workspace is None:
+        return []
+    return [{"name": VOLUME_NAME, "mountPath": WORKSPACE_MOUNT}]
+
+
+def is_retained_for(pvc: dict[str, Any], sandbox: CraftSandbox) -> bool:
+    """Whether ``pvc`` is a workspace retained from a sandbox of this name and user.
+
+    Such a PVC is the user's own, kept by ``retain`` after their sandbox was deleted; it has
+    no controller any more. Anything else by that name is never taken over.
+    """
+    meta = pvc.get("metadata", {})
+    labels = meta.get("labels") or {}
+    controlled = any(ref.get("controller") for ref in meta.get("ownerReferences") or [])
+    return (
+        not controlled
+        and labels.get(LABEL_RETAINED) == sandbox.metadata.name
+        and labels.get(LABEL_USER_ID) == sandbox.spec.user.id
+    )

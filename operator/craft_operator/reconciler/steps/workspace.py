@@ -1,0 +1,216 @@
+"""The workspace (``spec.workspace``): a PVC the pod mounts, kept across sleep and wake.
+
+Converged before the pod (its failures are the pod's: ``WorkspaceNameTaken``,
+``WorkspaceWriteFailed``), grown when the spec's size grows (a refused expansion is said in
+an event and ``status.workspace.message``; the pod keeps running), and on deletion either
+deleted with the sandbox or, with ``retain``, released: the sandbox's owner reference is
+removed so the garbage collector keeps it, and a new sandbox of the same name and user
+adopts it. A sandbox with a workspace starts cold: a warm pod cannot mount a user's volume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from craft_operator.api.models import CraftSandbox, WorkspaceStatus
+from craft_operator.builders.naming import child_labels, owner_reference
+from craft_operator.builders.quantities import parse_quantity
+from craft_operator.builders.workspace import (
+    LABEL_RETAINED,
+    build_workspace_pvc,
+    is_retained_for,
+)
+from craft_operator.kube import kinds
+from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
+from craft_operator.reconciler.children import ForeignObjectError, controlled_by, converge
+from craft_operator.reconciler.deps import Services
+from craft_operator.reconciler.step import Pass, Step, Stop
+from craft_operator.status import POD_READY
+
+PVC = kinds.PVC
+#: Why a sandbox with a workspace is never given a pre-started (warm) pod.
+COLD_START = "WorkspaceNeedsColdStart"
+#: Statuses with which the API server refuses to expand a claim (its storage class has no
+#: allowVolumeExpansion, the claim is not bound yet, a quota or admission forbids it).
+_REFUSED = (403, 422)
+
+
+class _TerminatingError(Exception):
+    """The workspace's name is held by a PVC being deleted (an earlier sandbox's)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"PVC {name} of an earlier sandbox of this name is still being deleted (it waits "
+            "for the pods using it to stop); the workspace is made once it is gone"
+        )
+
+
+def cold_start_reason(sandbox: CraftSandbox) -> str | None:
+    """Why ``sandbox`` cannot take a warm pod from a pool (``None``: it can).
+
+    A warm pod was started before it knew its user, so it cannot mount the user's volume.
+    """
+    return COLD_START if sandbox.spec.workspace is not None else None
+
+
+async def converge_workspace(p: Pass) -> Stop | None:
+    """Create or adopt the workspace PVC and grow it to the spec's size."""
+    workspace = p.sandbox.spec.workspace
+    if workspace is None:
+        p.run.status.workspace = None
+        return None
+    desired = build_workspace_pvc(p.sandbox)
+    s = p.services
+    try:
+        pvc = await _owned(p, desired)
+    except _TerminatingError as exc:
+        return p.fail(POD_READY, "WorkspaceTerminating", str(exc))
+    except ForeignObjectError as exc:
+        return p.fail(POD_READY, "WorkspaceNameTaken", str(exc))
+    except ApiError as exc:
+        return p.fail(POD_READY, "WorkspaceWriteFailed", f"cannot write the workspace: {exc}")
+    message = None
+    want = str(workspace.size)
+    have = _requested(pvc)
+    if have is not None and parse_quantity(want) > parse_quantity(have):
+        try:
+            pvc = await _grow(s, pvc, want)
+        except ApiError as exc:
+            if exc.status not in _REFUSED:
+                return p.fail(POD_READY, "WorkspaceWriteFailed", f"cannot resize: {exc}")
+            message = (
+                f"the workspace cannot grow from {have} to {want}: the API server refused "
+                f"({exc.message}); the storage class must allow volume expansion"
+            )
+    elif have is not None and parse_quantity(want) < parse_quantity(have):
+        message = f"the workspace is {have}, larger than spec.workspace.size ({want}): kept"
+    if pvc["metadata"].get("deletionTimestamp"):
+        message = "the workspace PVC is being deleted: a new, empty one follows once it is gone"
+    _report(p, pvc, message)
+    return None
+
+
+async def _owned(p: Pass, desired: dict[str, Any]) -> dict[str, Any]:
+    """The sandbox's PVC: created if missing, its labels put back, or a retained one adopted."""
+    s = p.services
+    try:
+        result = await converge(s.kube, s.cache, PVC.api, PVC.name, desired)
+    except ForeignObjectError:
+        meta = desired["metadata"]
+        found = s.cache.get(PVC.name, meta["namespace"], meta["name"])
+        if found is None:
+            found = await s.kube.get(PVC.api, meta["namespace"], meta["name"])
+        if found["metadata"].get("deletionTimestamp"):
+            raise _TerminatingError(meta["name"]) from None
+        if not is_retained_for(found, p.sandbox):
+            raise
+        return await _adopt(p, found)
+    if result.action != "unchanged":
+        name = desired["metadata"]["name"]
+        p.event(f"Workspace{result.action.capitalize()}", f"{result.action} PVC {name}")
+    return result.obj
+
+
+async def _adopt(p: Pass, pvc: dict[str, Any]) -> dict[str, Any]:
+    """Take a workspace retained from this user's earlier sandbox of the same name."""
+    s, meta = p.services, pvc["metadata"]
+    others = [ref for ref in meta.get("ownerReferences") or [] if not ref.get("controller")]
+    labels: dict[str, str | None] = {**child_labels(p.sandbox), LABEL_RETAINED: None}
+    patch = {
+        "metadata": {
+            "resourceVersion": meta.get("resourceVersion"),
+            "labels": labels,
+            "ownerReferences": [*others, owner_reference(p.sandbox)],
+        }
+    }
+    try:
+        adopted = await s.kube.patch(PVC.api, meta.get("namespace"), meta["name"], patch)
+    except ConflictError:
+        s.cache.forget(PVC.name, meta.get("namespace"), meta["name"])
+        raise
+    s.cache.put(PVC.name, adopted)
+    p.event("WorkspaceAdopted", f"took back the retained workspace PVC {meta['name']}")
+    return adopted
+
+
+async def _grow(s: Services, pvc: dict[str, Any], size: str) -> dict[str, Any]:
+    """Ask for a larger volume (the pod keeps running; it grows online where supported)."""
+    meta = pvc["metadata"]
+    patch = {"spec": {"resources": {"requests": {"storage": size}}}}
+    grown = await s.kube.patch(PVC.api, meta.get("namespace"), meta["name"], patch)
+    s.cache.put(PVC.name, grown)
+    return grown
+
+
+def _requested(pvc: Mapping[str, Any]) -> str | None:
+    storage = pvc.get("spec", {}).get("resources", {}).get("requests", {}).get("storage")
+    return None if storage is None else str(storage)
+
+
+def _report(p: Pass, pvc: Mapping[str, Any], message: str | None) -> None:
+    """``status.workspace``; a refused resize is said in an event once, when it starts."""
+    workspace = p.sandbox.spec.workspace
+    assert workspace is not None
+    observed = pvc.get("status") or {}
+    before = p.run.old_status.workspace
+    if message is not None and (before is None or before.message != message):
+        p.event("WorkspaceResizeRefused", message, warning=True)
+    p.run.status.workspace = WorkspaceStatus(
+        claim_name=pvc["metadata"]["name"],
+        claim_uid=pvc["metadata"].get("uid"),
+        requested=_requested(pvc),
+        capacity=(observed.get("capacity") or {}).get("storage"),
+        phase=observed.get("phase"),
+        retain=workspace.retain,
+        message=message,
+    )
+
+
+def retains_workspace(body: Mapping[str, Any]) -> bool:
+    """Whether the sandbox ``body`` asks to keep its workspace after deletion.
+
+    Read from the raw object: a sandbox whose spec no longer parses is still deleted.
+    """
+    workspace = (body.get("spec") or {}).get("workspace")
+    return isinstance(workspace, Mapping) and workspace.get("retain") is True
+
+
+async def release(s: Services, body: Mapping[str, Any]) -> bool:
+    """On deletion with ``retain``: keep the workspace, no longer owned by the sandbox.
+
+    Its owner reference is removed (so the garbage collector leaves it) and it is labelled
+    as retained from this sandbox (the user-id label stays, for a successor to match).
+    ``True`` if it was released now. Raises :class:`ApiError` when that may work later.
+    """
+    meta = body["metadata"]
+    namespace, name, uid = meta.get("namespace", ""), meta["name"], meta.get("uid", "")
+    claim = name + kinds.WORKSPACE_SUFFIX
+    pvc = s.cache.get(PVC.name, namespace, claim)
+    if pvc is None:
+        try:
+            pvc = await s.kube.get(PVC.api, namespace, claim)
+        except NotFoundError:
+            return False
+    if not controlled_by(pvc, uid) or pvc["metadata"].get("deletionTimestamp"):
+        return False
+    pvc_meta = pvc["metadata"]
+    refs = [ref for ref in pvc_meta.get("ownerReferences") or [] if ref.get("uid") != uid]
+    patch = {
+        "metadata": {
+            "resourceVersion": pvc_meta.get("resourceVersion"),
+            "labels": {LABEL_RETAINED: name},
+            "ownerReferences": refs or None,
+        }
+    }
+    try:
+        released = await s.kube.patch(PVC.api, namespace, claim, patch)
+    except ConflictError:
+        s.cache.forget(PVC.name, namespace, claim)  # it changed: read it afresh next time
+        raise
+    s.cache.put(PVC.name, released)
+    return True
+
+
+#: Owns no condition: the pod mounts it, so its failures are reported on PodReady.
+STEP = Step(None, converge_workspace)

@@ -1,0 +1,93 @@
+"""Volumes in the tests: a PersistentVolume reserved for a claim on the real control plane
+(which has no dynamic provisioner), and, for the emulator, the API server's answers to a
+PVC expansion it refuses.
+
+A real API server lets a claim's requested storage grow only when the claim is bound and
+its storage class sets ``allowVolumeExpansion``; otherwise validation answers 422, or the
+``PersistentVolumeClaimResize`` admission plugin 403. These stand-ins answer the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import aiohttp.web
+from kmock._internal import rendering
+
+from tests.support.cluster import Cluster
+from tests.support.emulator import Resource
+
+#: The admission plugin's words when the storage class does not allow expansion.
+FORBIDDEN = (
+    "only dynamically provisioned pvc can be resized and the storageclass that provisions "
+    "the pvc must support resize"
+)
+
+
+def _storage(obj: Mapping[str, Any] | None) -> Any:
+    return ((obj or {}).get("spec") or {}).get("resources", {}).get("requests", {}).get("storage")
+
+
+def refuse_expansion(
+    resource: Resource, obj: Mapping[str, Any], old: Mapping[str, Any] | None
+) -> list[str]:
+    """An emulator validator: a claim's requested storage never changes (422)."""
+    if resource.plural != "persistentvolumeclaims" or old is None:
+        return []
+    if _storage(obj) == _storage(old):
+        return []
+    return [f"spec.resources.requests.storage: Forbidden: {FORBIDDEN}"]
+
+
+async def forbid_expansion(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
+    """An emulator ``before_request`` hook: a patch of a claim's resources is 403 Forbidden."""
+    if request.resource is None or request.resource.plural != "persistentvolumeclaims":
+        return None
+    if request.method.value.upper() != "PATCH" or "resources" not in json.dumps(request.data):
+        return None
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "message": f'persistentvolumeclaims "{request.name}" is forbidden: {FORBIDDEN}',
+        "reason": "Forbidden",
+        "code": 403,
+    }
+    return aiohttp.web.Response(status=403, text=json.dumps(body), content_type="application/json")
+
+
+@contextlib.contextmanager
+def reserved_volume(
+    cluster: Cluster, namespace: str, claim: str, size: str = "1Gi"
+) -> Iterator[str]:
+    """What a platform engineer without a dynamic provisioner does: a PersistentVolume made
+    beforehand and reserved (``claimRef``) for the claim the operator will make, a hostPath
+    where the simulated kubelet keeps that claim's files. Its name; deleted afterwards."""
+    name = f"{namespace}-{claim}"
+    cluster.create(
+        "/api/v1/persistentvolumes",
+        None,
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": name},
+            "spec": {
+                "capacity": {"storage": size},
+                "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": "",
+                "hostPath": {
+                    "path": str(cluster.plane.state / "volumes" / namespace / claim),
+                    "type": "DirectoryOrCreate",
+                },
+                "claimRef": {"namespace": namespace, "name": claim},
+            },
+        },
+    )
+    try:
+        yield name
+    finally:
+        cluster.delete("/api/v1/persistentvolumes", None, name)

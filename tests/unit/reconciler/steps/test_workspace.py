@@ -1,0 +1,230 @@
+"""The workspace step: the PVC is made before the pod, kept the user's, grown with the spec
+(a refused expansion is said, never fatal), and a retained one is taken back only by a new
+sandbox of the same name and user. A sandbox with a workspace starts cold."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from craft_operator.api.parse import parse_sandbox
+from craft_operator.builders.naming import LABEL_USER_ID
+from craft_operator.builders.workspace import LABEL_RETAINED
+from craft_operator.reconciler.step import Stop
+from craft_operator.reconciler.steps import workspace
+from tests.support import volumes
+from tests.unit.reconciler.conftest import NAMESPACE
+from tests.unit.reconciler.steps.conftest import NAME, UID, World, sandbox_body
+
+pytestmark = pytest.mark.unit
+
+PVCS = "v1/persistentvolumeclaims"
+CLAIM = f"{NAME}-workspace"
+USER = "11111111-2222-3333-4444-555555555555"
+OTHER_USER = "99999999-2222-3333-4444-555555555555"
+
+
+def spec(**fields: Any) -> dict[str, Any]:
+    return {"workspace": {"size": "1Gi", **fields}}
+
+
+def observed(world: World) -> None:
+    """The watch delivers the PVC as the API server has it now."""
+    world.cache.put("PVC", world.emulator.get(PVCS, NAMESPACE, CLAIM))
+
+
+def storage(world: World) -> str:
+    pvc = world.stored(PVCS, CLAIM)
+    assert pvc is not None
+    return str(pvc["spec"]["resources"]["requests"]["storage"])
+
+
+def retained_pvc(user: str = USER) -> dict[str, Any]:
+    """A workspace kept after its sandbox was deleted (as the finalizer leaves it)."""
+    labels = {"app.kubernetes.io/managed-by": "craft-operator", LABEL_RETAINED: NAME}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": CLAIM,
+            "namespace": NAMESPACE,
+            "labels": {**labels, LABEL_USER_ID: user},
+        },
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+
+
+async def test_without_a_workspace_nothing_is_made(world: World) -> None:
+    p = world.pass_()
+    assert await workspace.converge_workspace(p) is None
+    assert world.emulator.list(PVCS, NAMESPACE) == []
+    assert p.run.status.workspace is None
+
+
+async def test_the_pvc_is_created_and_the_pass_goes_on_before_it_is_bound(world: World) -> None:
+    p = world.pass_(spec=spec())
+    assert await workspace.converge_workspace(p) is None
+    pvc = world.stored(PVCS, CLAIM)
+    assert pvc is not None
+    assert pvc["metadata"]["ownerReferences"][0]["uid"] == UID
+    assert world.events.reasons == ["WorkspaceCreated"]
+    status = p.run.status.workspace
+    assert status is not None
+    assert (status.claim_name, status.requested, status.retain) == (CLAIM, "1Gi", False)
+    assert status.claim_uid == pvc["metadata"]["uid"]
+    assert status.message is None
+
+
+async def test_a_bound_pvc_reports_its_phase_and_capacity(world: World) -> None:
+    await workspace.converge_workspace(world.pass_(spec=spec()))
+    status = {"phase": "Bound", "capacity": {"storage": "1Gi"}}
+    world.emulator.patch(PVCS, NAMESPACE, CLAIM, {"status": status}, subresource="status")
+    observed(world)
+    p = world.pass_(spec=spec(retain=True))
+    assert await workspace.converge_workspace(p) is None
+    reported = p.run.status.workspace
+    assert reported is not None
+    assert (reported.phase, reported.capacity, reported.retain) == ("Bound", "1Gi", True)
+
+
+async def test_growing_the_size_grows_the_pvc(world: World) -> None:
+    await workspace.converge_workspace(world.pass_(spec=spec()))
+    observed(world)
+    world.events.posted.clear()
+    p = world.pass_(spec=spec(size="2Gi"))
+    assert await workspace.converge_workspace(p) is None
+    assert storage(world) == "2Gi"
+    assert p.run.status.workspace is not None
+    assert p.run.status.workspace.requested == "2Gi"
+    assert world.events.reasons == []
+
+
+@pytest.mark.parametrize("refusal", ["validation (422)", "admission (403)"])
+async def test_a_refused_expansion_is_said_once_and_the_pass_goes_on(
+    world: World, refusal: str
+) -> None:
+    await workspace.converge_workspace(world.pass_(spec=spec()))
+    observed(world)
+    if refusal.startswith("validation"):
+        world.emulator.validators.append(volumes.refuse_expansion)
+    else:
+        world.emulator.before_request.append(volumes.forbid_expansion)
+    world.events.posted.clear()
+    p = world.pass_(spec=spec(size="2Gi"))
+    assert await workspace.converge_workspace(p) is None, "the pod is not stopped for it"
+    assert storage(world) == "1Gi"
+    status = p.run.status.workspace
+    assert status is not None
+    assert status.message is not None
+    assert "cannot grow from 1Gi to 2Gi" in status.message
+    assert "allow volume expansion" in status.message
+    assert world.events.reasons == ["WorkspaceResizeRefused"]
+    # The next pass, with that status stored, tries again but does not say it again.
+    world.events.posted.clear()
+    again = world.pass_(spec=spec(size="2Gi"), status={"workspace": {"message": status.message}})
+    assert await workspace.converge_workspace(again) is None
+    assert world.events.reasons == []
+
+
+async def test_a_pvc_of_someone_else_by_that_name_is_reported_not_touched(world: World) -> None:
+    foreign = retained_pvc()
+    del foreign["metadata"]["labels"]
+    world.emulator.create(PVCS, foreign)
+    p = world.pass_(spec=spec(size="5Gi"))
+    assert await workspace.converge_workspace(p) == Stop("WorkspaceNameTaken")
+    condition = p.run.condition("PodReady")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("False", "WorkspaceNameTaken")
+    assert p.run.verdict.backoff == "WorkspaceNameTaken"
+    pvc = world.stored(PVCS, CLAIM)
+    assert pvc is not None
+    assert "ownerReferences" not in pvc["metadata"]
+    assert storage(world) == "1Gi"
+
+
+async def test_a_retained_workspace_is_taken_back_by_the_same_user(world: World) -> None:
+    world.emulator.create(PVCS, retained_pvc())
+    p = world.pass_(spec=spec())
+    assert await workspace.converge_workspace(p) is None
+    pvc = world.stored(PVCS, CLAIM)
+    assert pvc is not None
+    [owner] = pvc["metadata"]["ownerReferences"]
+    assert (owner["uid"], owner["controller"]) == (UID, True)
+    assert LABEL_RETAINED not in pvc["metadata"]["labels"]
+    assert world.events.reasons == ["WorkspaceAdopted"]
+
+
+async def test_a_retained_workspace_of_another_user_is_never_taken(world: World) -> None:
+    world.emulator.create(PVCS, retained_pvc(user=OTHER_USER))
+    observed(world)
+    p = world.pass_(spec=spec())
+    assert await workspace.converge_workspace(p) == Stop("WorkspaceNameTaken")
+    pvc = world.stored(PVCS, CLAIM)
+    assert pvc is not None
+    assert "ownerReferences" not in pvc["metadata"]
+    assert pvc["metadata"]["labels"][LABEL_USER_ID] == OTHER_USER
+
+
+async def test_a_write_the_api_server_refuses_is_workspace_write_failed(world: World) -> None:
+    def refuse(resource: Any, obj: Any, old: Any) -> list[str]:
+        return ["quota exceeded"] if resource.plural == "persistentvolumeclaims" else []
+
+    world.emulator.validators.append(refuse)
+    p = world.pass_(spec=spec())
+    assert await workspace.converge_workspace(p) == Stop("WorkspaceWriteFailed")
+    condition = p.run.condition("PodReady")
+    assert condition is not None
+    assert "quota exceeded" in condition.message
+    assert world.events.reasons == ["WorkspaceWriteFailed"]
+
+
+def test_a_sandbox_with_a_workspace_starts_cold() -> None:
+    assert workspace.cold_start_reason(parse_sandbox(sandbox_body())) is None
+    with_workspace = parse_sandbox(sandbox_body(spec=spec()))
+    assert workspace.cold_start_reason(with_workspace) == "WorkspaceNeedsColdStart"
+
+
+async def test_release_keeps_a_retained_workspace_without_its_owner(world: World) -> None:
+    await workspace.converge_workspace(world.pass_(spec=spec(retain=True)))
+    observed(world)
+    body = sandbox_body(spec=spec(retain=True))
+    assert workspace.retains_workspace(body)
+    assert await workspace.release(world.services, body) is True
+    pvc = world.stored(PVCS, CLAIM)
+    assert pvc is not None
+    assert "ownerReferences" not in pvc["metadata"], "the garbage collector leaves it"
+    assert pvc["metadata"]["labels"][LABEL_RETAINED] == NAME
+    assert pvc["metadata"]["labels"][LABEL_USER_ID] == USER
+    assert await workspace.release(world.services, body) is False, "released once"
+
+
+def test_only_retain_true_keeps_the_workspace() -> None:
+    assert not workspace.retains_workspace(sandbox_body(spec=spec()))
+    assert not workspace.retains_workspace(sandbox_body())
+    assert not workspace.retains_workspace({"metadata": {"name": NAME}, "spec": None})
+
+
+async def test_the_pvc_of_an_earlier_sandbox_still_being_deleted_is_waited_for(
+    world: World,
+) -> None:
+    earlier = retained_pvc()
+    earlier["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "craft.onyx.app/v1alpha1",
+            "kind": "CraftSandbox",
+            "name": NAME,
+            "uid": "earlier-sandbox",
+            "controller": True,
+        }
+    ]
+    earlier["metadata"]["finalizers"] = ["kubernetes.io/pvc-protection"]
+    world.emulator.create(PVCS, earlier)
+    world.emulator.remove(PVCS, NAMESPACE, CLAIM)  # terminating: a pod still uses it
+    observed(world)
+    p = world.pass_(spec=spec())
+    assert await workspace.converge_workspace(p) == Stop("WorkspaceTerminating")
+    condition = p.run.condition("PodReady")
+    assert condition is not None
+    assert "still being deleted" in condition.message
+    assert p.run.verdict.backoff == "WorkspaceTerminating", "retried: it passes by itself"
