@@ -37,3 +37,5 @@ S3_BUCKET_PATTERN = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
 
 ANNOTATION_LIBRARY_REVISION = f"{GROUP}/user-library-revision"
 ANNOTATION_LAST_ACTIVITY = f"{GROUP}/last-activity"
+#: The label naming the sandbox a child belongs to (a claimed pool pod is found by it).
+LABEL_SANDBOX = f"{GROUP}/sandbox"

@@ -21,6 +21,7 @@ from craft_operator.api.base import (
     duration_rules,
 )
 from craft_operator.api.constants import (
+    DNS_LABEL_PATTERN,
     IMAGE_PATTERN,
     S3_BUCKET_PATTERN,
     SOURCE_NAME_PATTERN,
@@ -286,6 +287,31 @@ class Credentials(ApiModel):
         return check_duration(value, timedelta(hours=1), timedelta(hours=8760), message)
 
 
+class PoolRef(ApiModel):
+    """A CraftSandboxPool in the sandbox's namespace to take a warm pod from."""
+
+    name: str = Field(
+        description=(
+            "The pool's name. A Ready pod of it is claimed when its image, resources and "
+            "scheduling are what this sandbox's own pod would have; otherwise, or with none "
+            "Ready, the sandbox starts cold and an event says why."
+        ),
+        max_length=63,
+        json_schema_extra=cel_rules(
+            cel(
+                f"self.matches({cel_string(DNS_LABEL_PATTERN)})",
+                "poolRef.name must be a CraftSandboxPool's name: lowercase letters, digits "
+                "and '-', e.g. warm",
+            )
+        ),
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str | None:
+        return check_pattern(value, DNS_LABEL_PATTERN, "poolRef.name must be a pool's name")
+
+
 class CraftSandboxSpec(ApiModel):
     """The desired state of a Craft sandbox."""
 
@@ -329,6 +355,13 @@ class CraftSandboxSpec(ApiModel):
                 f"self.matches({cel_string(URL_PATTERN)})",
                 "serverURL must be an http:// or https:// URL, e.g. https://onyx.example.com",
             )
+        ),
+    )
+    pool_ref: PoolRef | None = Field(
+        default=None,
+        description=(
+            "Start from a warm pod of this CraftSandboxPool instead of a new one: the "
+            "token, SKILL.md and library are delivered into it at claim time."
         ),
     )
     suspend: bool = Field(

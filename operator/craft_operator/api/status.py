@@ -70,6 +70,15 @@ class SkillStatus(StatusModel):
     content_hash: str | None = Field(default=None, description="SHA-256 of the rendered SKILL.md.")
 
 
+class DeliveredSkill(StatusModel):
+    """The SKILL.md written into a claimed pool pod (which mounts no ConfigMap)."""
+
+    pod_uid: str | None = Field(
+        default=None, alias="podUID", description="The claimed pod it was written into."
+    )
+    content_hash: str | None = Field(default=None, description="SHA-256 of what was written.")
+
+
 class UserLibraryStatus(StatusModel):
     """The last user-library sync."""
 
@@ -157,6 +166,13 @@ class CraftSandboxStatus(StatusModel):
         default=None,
         alias="validatedPodUID",
         description="The pod in which onyx-cli validate-config last ran.",
+    )
+    claimed_from: str | None = Field(
+        default=None,
+        description="The CraftSandboxPool whose warm pod the sandbox claimed, if it did.",
+    )
+    delivered_skill: DeliveredSkill | None = Field(
+        default=None, description="The SKILL.md written into a claimed pod."
     )
     validated_pat_id: int | None = Field(
         default=None,

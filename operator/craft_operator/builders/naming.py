@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from craft_operator.api import models
+from craft_operator.api import constants, models
 from craft_operator.api.models import CraftSandbox
 
 # The managed-by label (the watches' filter) and the children's name suffixes
@@ -16,7 +16,7 @@ from craft_operator.kube.kinds import SECRET_SUFFIX as SECRET_SUFFIX
 from craft_operator.kube.kinds import SKILLS_SUFFIX as SKILLS_SUFFIX
 
 APP_NAME = "craft-sandbox"
-LABEL_SANDBOX = f"{models.GROUP}/sandbox"
+LABEL_SANDBOX = constants.LABEL_SANDBOX
 LABEL_USER_ID = f"{models.GROUP}/user-id"
 #: Labels Onyx's egress proxy uses to map a pod to its sandbox and tenant.
 LABEL_ONYX_SANDBOX_ID = "onyx.app/sandbox-id"

@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from craft_operator.api.constants import LABEL_SANDBOX
 from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL
 
 Key = tuple[str, str | None, str]
 #: Labels whose values the cache indexes, so that finding a pool's pods among thousands of
 #: sandbox pods (which a claim does) costs nothing like a scan of the namespace.
-INDEXED_LABELS = (LABEL_POOL, LABEL_CLAIMED_FROM)
+#: The sandbox label finds a sandbox's claimed pod, which is not named after it.
+INDEXED_LABELS = (LABEL_POOL, LABEL_CLAIMED_FROM, LABEL_SANDBOX)
 LabelKey = tuple[str, str | None, str, str]
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from craft_operator.api import models
 from craft_operator.api import pool as pools
+from craft_operator.api.constants import LABEL_SANDBOX
 from craft_operator.kube.cache import ObjectCache
 
 
@@ -159,7 +160,15 @@ def child_targets(
     targets: list[tuple[CachedKind, str]] = []
     for kind in CHILDREN:
         if kind.name_suffixes is not None:
-            targets += [(kind, name + suffix) for suffix in kind.name_suffixes]
+            named = [name + suffix for suffix in kind.name_suffixes]
+            # And one labelled as the sandbox's under another name: a claimed pool pod.
+            labelled = cache.labelled(kind.name, namespace, LABEL_SANDBOX, name)
+            named += [
+                found["metadata"]["name"]
+                for found in labelled
+                if found["metadata"]["name"] not in named and owned(found)
+            ]
+            targets += [(kind, child) for child in named]
             continue
         targets += [
             (kind, key[2])

@@ -15,6 +15,7 @@ from __future__ import annotations
 from craft_operator.api.models import ConditionStatus
 from craft_operator.reconciler.step import Pass, Step, Stop
 from craft_operator.reconciler.steps import (
+    claimed_skill,
     cli,
     credentials,
     library,
@@ -32,7 +33,7 @@ STEPS: tuple[tuple[Step, ...], ...] = (
     # SkillRendered; what the pod mounts
     (secret.STEP, skill.STEP, library_volume.STEP, workspace.STEP),
     (pod.STEP,),  # PodReady
-    (cli.STEP,),  # CLIValidated
+    (claimed_skill.STEP, cli.STEP),  # CLIValidated (and SKILL.md in a claimed pod)
     (library.STEP,),  # UserLibrarySynced
 )
 

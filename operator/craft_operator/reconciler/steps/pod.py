@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from craft_operator.api.constants import LABEL_SANDBOX
 from craft_operator.api.models import ConditionStatus, LibraryMode
+from craft_operator.api.pool import LABEL_CLAIMED_FROM
 from craft_operator.builders.library_job import library_claim_name
 from craft_operator.builders.naming import child_labels, pod_name
 from craft_operator.builders.pod import SandboxConfigError, build_pod
+from craft_operator.builders.pool import sandbox_template_hash
 from craft_operator.metrics import ProvisioningPhase
 from craft_operator.reconciler import egress
-from craft_operator.reconciler.children import ForeignObjectError, is_ours
+from craft_operator.reconciler.children import ForeignObjectError, controlled_by, is_ours
 from craft_operator.reconciler.step import Pass, Step, Stop
-from craft_operator.reconciler.steps import pod_lifecycle, pod_state, sleep
+from craft_operator.reconciler.steps import claim, pod_lifecycle, pod_state, sleep
 from craft_operator.status import POD_READY, ConditionState
 
 WAITING = pod_lifecycle.WAITING
@@ -22,17 +25,17 @@ POD = pod_lifecycle.POD
 async def converge_pod(p: Pass) -> Stop | None:
     """Create, keep or replace the pod; the pass goes on once it runs and is Ready."""
     s, run, sandbox = p.services, p.run, p.sandbox
-    claim = (
+    volume = (
         library_claim_name(sandbox) if sandbox.spec.user_library.mode == LibraryMode.JOB else None
     )
     try:
-        desired = build_pod(sandbox, s.settings, library_claim=claim)
+        desired = build_pod(sandbox, s.settings, library_claim=volume)
     except SandboxConfigError as exc:
         p.fail_spec(exc.reason, str(exc))
         return Stop(WAITING)
     namespace, name = sandbox.metadata.namespace, pod_name(sandbox)
-    actual = s.cache.get(POD.name, namespace, name)
-    run.status.pod_name = name
+    actual = s.cache.get(POD.name, namespace, name) or claimed_pod(p)
+    run.status.pod_name = actual["metadata"]["name"] if actual is not None else name
     held = await sleep.hold(p, actual)
     if held is not None:
         return held
@@ -47,8 +50,22 @@ async def converge_pod(p: Pass) -> Stop | None:
         refused = egress.refusal(s.cache, s.settings, desired)
         if refused is not None:
             return _egress_refused(p, refused)
-        return await pod_lifecycle.create(p, desired)
+        claimed = await claim.claim(p)
+        if claimed is None:
+            return await pod_lifecycle.create(p, desired)
+        run.status.pod_name = claimed["metadata"]["name"]
+        actual = claimed
     return await _running(p, actual, desired)
+
+
+def claimed_pod(p: Pass) -> dict[str, Any] | None:
+    """The pool pod this sandbox claimed (named after its pool, not the sandbox), if any."""
+    s, meta = p.services, p.sandbox.metadata
+    for pod in s.cache.labelled(POD.name, meta.namespace, LABEL_SANDBOX, meta.name):
+        labels = pod["metadata"].get("labels") or {}
+        if LABEL_CLAIMED_FROM in labels and controlled_by(pod, meta.uid):
+            return pod
+    return None
 
 
 async def _running(p: Pass, actual: dict[str, Any], desired: dict[str, Any]) -> Stop | None:
@@ -56,7 +73,7 @@ async def _running(p: Pass, actual: dict[str, Any], desired: dict[str, Any]) -> 
     s, run = p.services, p.run
     run.pod_exists = True
     run.status.pod_uid = actual["metadata"].get("uid")
-    stale = pod_state.drift(actual, desired)
+    stale = pod_state.drift(actual, desired, claimed_as=_claimed_template(p, actual))
     if stale:
         return await pod_lifecycle.replace(p, actual, reason="PodReplaced", message=stale)
     if actual.get("status", {}).get("phase") in ("Failed", "Succeeded"):
@@ -80,6 +97,13 @@ async def _running(p: Pass, actual: dict[str, Any], desired: dict[str, Any]) -> 
     run.status.pod_failures = None
     p.pod = actual
     return None
+
+
+def _claimed_template(p: Pass, pod: dict[str, Any]) -> str | None:
+    """For a claimed pool pod, the template hash it must still have (the sandbox's own)."""
+    if LABEL_CLAIMED_FROM not in (pod["metadata"].get("labels") or {}):
+        return None
+    return sandbox_template_hash(p.sandbox, p.services.settings)
 
 
 def _starting(p: Pass, pod: dict[str, Any]) -> Stop:

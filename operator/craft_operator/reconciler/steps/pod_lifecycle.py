@@ -47,6 +47,7 @@ async def create(p: Pass, desired: dict[str, Any]) -> Stop:
         return Stop(WAITING)
     s.metrics.observe_phase(ProvisioningPhase.POD_CREATE, time.monotonic() - started)
     s.cache.put(POD.name, created)
+    run.status.claimed_from = None
     run.pod_exists = True
     run.status.pod_uid = created["metadata"].get("uid")
     run.set(ConditionState.false(POD_READY, "PodStarting", pod_state.waiting_detail(created)))

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from craft_operator.api.pool import LABEL_POOL_TEMPLATE_HASH
 from craft_operator.builders.naming import ANNOTATION_TEMPLATE_HASH
 
 
@@ -42,12 +43,27 @@ def failure_detail(pod: Mapping[str, Any]) -> str:
     return detail
 
 
-def drift(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> str | None:
-    """Why the running pod must be replaced to match ``desired``, or ``None``."""
+def drift(
+    actual: Mapping[str, Any], desired: Mapping[str, Any], *, claimed_as: str | None = None
+) -> str | None:
+    """Why the running pod must be replaced to match ``desired``, or ``None``.
+
+    A claimed pool pod (``claimed_as``: the template hash the sandbox's settings give a
+    pool pod) is judged by its pool template instead: it never had the sandbox's own spec.
+    """
+    if claimed_as is not None:
+        labels = actual["metadata"].get("labels") or {}
+        if labels.get(LABEL_POOL_TEMPLATE_HASH) != claimed_as:
+            return "the pod spec changed; replacing the claimed pod with a new one"
+        return _image_edited(actual, desired)
     have_annotations = actual["metadata"].get("annotations") or {}
     want_annotations = desired["metadata"]["annotations"]
     if have_annotations.get(ANNOTATION_TEMPLATE_HASH) != want_annotations[ANNOTATION_TEMPLATE_HASH]:
         return "the pod spec changed; replacing the pod"
+    return _image_edited(actual, desired)
+
+
+def _image_edited(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> str | None:
     images = [c.get("image") for c in actual.get("spec", {}).get("containers", [])]
     wanted = [c.get("image") for c in desired["spec"]["containers"]]
     if images != wanted:

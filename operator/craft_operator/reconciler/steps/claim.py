@@ -1,0 +1,148 @@
+"""Claiming a warm pool pod for a sandbox that has no pod, instead of creating one.
+
+A sandbox that names a pool (``spec.poolRef``), or that woke from sleep while a pool in
+its namespace has pods like its own, takes a Ready pod of that pool: one merge patch, with
+the pod's resourceVersion as its precondition, relabels it as the sandbox's (its labels,
+the egress-proxy ones included; the pool's label gone, ``claimed-from`` added) and moves
+its controller reference from the pool to the sandbox. Two sandboxes racing for one pod:
+the API server accepts one patch and answers the other 409, and that one tries the next
+pod. A claimed pod is the sandbox's until it is deleted; it never goes back to a pool.
+
+Nothing of the user is in a pool pod's spec, so nothing of it needs to change: the token,
+the SKILL.md and the library are delivered into it by exec by the steps that follow. When
+no pod can be claimed the sandbox starts cold, as without a pool, and an event says why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from craft_operator.api.models import LibraryMode
+from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL
+from craft_operator.builders.naming import child_labels, owner_reference
+from craft_operator.builders.pod import SandboxConfigError
+from craft_operator.builders.pool import sandbox_template_hash
+from craft_operator.kube import kinds
+from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
+from craft_operator.metrics.pools import ColdStartReason
+from craft_operator.reconciler.pool_pods import ready_pool_pods
+from craft_operator.reconciler.step import Pass
+from craft_operator.reconciler.steps.workspace import cold_start_reason
+
+POD, POOL = kinds.POD, kinds.POOL
+#: Pods tried per pass before starting cold (each try is one write that lost a race).
+MAX_TRIES = 3
+#: Why a sandbox cannot use a pool pod at all: its pod mounts a volume of its own.
+JOB_MODE = "LibraryJobModeNeedsColdStart"
+
+
+def wants_pool(p: Pass) -> bool:
+    """Whether this sandbox would take a pool pod: it names a pool, or it woke from sleep."""
+    return p.sandbox.spec.pool_ref is not None or p.run.status.woke_at is not None
+
+
+async def claim(p: Pass) -> dict[str, Any] | None:
+    """Claim a Ready pool pod for the sandbox (the pod, as claimed); ``None``: start cold
+    (an event and the cold-start metric say why, when the sandbox asked for a pool)."""
+    if not wants_pool(p):
+        return None
+    started = time.monotonic()
+    blocked = cold_start_reason(p.sandbox) or (
+        JOB_MODE if p.sandbox.spec.user_library.mode == LibraryMode.JOB else None
+    )
+    if blocked is not None:
+        _cold(p, blocked, "its pod mounts a volume of its own, which a warm pod has not")
+        return None
+    try:
+        wanted = sandbox_template_hash(p.sandbox, p.services.settings)
+    except SandboxConfigError:
+        return None  # the pod step reports why no pod can be made at all
+    pool, candidates = _candidates(p, wanted)
+    if pool is None:
+        _cold_without_pool(p)
+        return None
+    if not candidates:
+        _cold(p, ColdStartReason.POOL_EMPTY, f"pool {pool} has no Ready pod like its own")
+        return None
+    for pod in _spread(p, candidates)[:MAX_TRIES]:
+        claimed = await _take(p, pod, pool)
+        if claimed is not None:
+            p.services.metrics.pool_claimed(time.monotonic() - started)
+            p.run.status.claimed_from = pool
+            name = claimed["metadata"]["name"]
+            p.event("PodClaimed", f"claimed warm pod {name} from pool {pool}")
+            return claimed
+        if p.run.verdict.backoff:
+            _cold(p, ColdStartReason.CLAIM_FAILED, "the claim could not be written")
+            return None
+    _cold(p, ColdStartReason.CLAIM_CONFLICT, f"other sandboxes claimed {pool}'s pods first")
+    return None
+
+
+def _candidates(p: Pass, wanted: str) -> tuple[str | None, list[dict[str, Any]]]:
+    """The pool to claim from and its Ready pods like the sandbox's own pod."""
+    s, namespace = p.services, p.sandbox.metadata.namespace or ""
+    ref = p.sandbox.spec.pool_ref
+    if ref is not None:
+        if s.cache.get(POOL.name, namespace, ref.name) is None:
+            return None, []
+        return ref.name, ready_pool_pods(s.cache, namespace, ref.name, template_hash=wanted)
+    for key, _ in s.cache.items(POOL.name):
+        if key[1] == namespace:
+            pods = ready_pool_pods(s.cache, namespace, key[2], template_hash=wanted)
+            if pods:
+                return key[2], pods
+    return None, []
+
+
+def _cold_without_pool(p: Pass) -> None:
+    ref = p.sandbox.spec.pool_ref
+    if ref is not None:  # (woken with no pool like it around: nothing to say)
+        _cold(p, ColdStartReason.NO_POOL, f"there is no CraftSandboxPool {ref.name}")
+
+
+def _spread(p: Pass, candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The candidates, starting at a place of this sandbox's own, so that sandboxes
+    claiming at the same moment mostly try different pods."""
+    seed = hashlib.sha256((p.sandbox.metadata.uid or p.run.name).encode()).digest()
+    start = int.from_bytes(seed[:4], "big") % len(candidates)
+    return candidates[start:] + candidates[:start]
+
+
+def claim_patch(pod: Mapping[str, Any], p: Pass, pool: str) -> dict[str, Any]:
+    """The one write of a claim: the sandbox's labels and controller reference, only if the
+    pod is still the version the cache showed (else 409)."""
+    labels: dict[str, str | None] = {LABEL_POOL: None, LABEL_CLAIMED_FROM: pool}
+    labels.update(child_labels(p.sandbox))
+    return {
+        "metadata": {
+            "resourceVersion": pod["metadata"]["resourceVersion"],
+            "labels": labels,
+            "ownerReferences": [owner_reference(p.sandbox)],
+        }
+    }
+
+
+async def _take(p: Pass, pod: Mapping[str, Any], pool: str) -> dict[str, Any] | None:
+    """Claim this pod; ``None`` if another sandbox (or the pool) got to it first."""
+    s, meta = p.services, pod["metadata"]
+    try:
+        claimed = await s.kube.patch(
+            POD.api, meta.get("namespace"), meta["name"], claim_patch(pod, p, pool)
+        )
+    except (ConflictError, NotFoundError):
+        return None
+    except ApiError as exc:
+        p.run.revisit(backoff=f"PodClaimFailed: {exc.reason}")
+        return None
+    s.cache.put(POD.name, claimed)
+    return claimed
+
+
+def _cold(p: Pass, reason: str, why: str) -> None:
+    """Say once per pass that the sandbox starts cold, and why."""
+    p.services.metrics.pool_cold_start(reason)
+    p.event("ColdStart", f"no warm pod ({reason}): {why}; starting a new pod")

@@ -1,0 +1,195 @@
+"""Claiming a warm pool pod: one conditional write takes a Ready pod like the sandbox's own,
+and the sandbox is Ready in that same pass; anything else starts cold and says why."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from craft_operator.api.parse import parse_sandbox
+from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL, parse_pool
+from craft_operator.builders.pool import build_pool_pod
+from craft_operator.kube import kinds
+from craft_operator.reconciler.run import Run
+from craft_operator.reconciler.step import Pass, Stop
+from craft_operator.reconciler.steps import credentials, pod
+from craft_operator.reconciler.table import CONDITIONS, run_steps
+from tests.support.pod_exec import mark_pod_running
+from tests.support.pools import POOLS, declare_pool_resource, pool
+from tests.unit.reconciler.conftest import NAMESPACE
+from tests.unit.reconciler.steps.conftest import NAME, NOW, UID, World, sandbox_body
+
+pytestmark = pytest.mark.unit
+POOL = "warm"
+
+
+@pytest.fixture
+def pooled(world: World) -> World:
+    declare_pool_resource(world.emulator)
+    return world
+
+
+def warm_pods(world: World, count: int, **spec: Any) -> list[str]:
+    """A pool with ``count`` Ready pods, as the pool controller would have made them."""
+    body = world.emulator.create(
+        POOLS,
+        {**pool(POOL, replicas=count, **spec), "metadata": {"name": POOL, "namespace": NAMESPACE}},
+    )
+    world.cache.put(kinds.POOL.name, body)
+    names = []
+    for index in range(count):
+        manifest = build_pool_pod(parse_pool(body), world.services.settings)
+        manifest["metadata"]["name"] = f"{POOL}-{index}"
+        world.emulator.create("v1/pods", manifest)
+        mark_pod_running(world.emulator, NAMESPACE, f"{POOL}-{index}")
+        world.cache.put(kinds.POD.name, world.emulator.get("v1/pods", NAMESPACE, f"{POOL}-{index}"))
+        names.append(f"{POOL}-{index}")
+    return names
+
+
+async def pod_pass(world: World, **body: Any) -> Pass:
+    p = world.pass_(**body)
+    await credentials.ensure_pat(p)
+    world.events.posted.clear()
+    return p
+
+
+async def test_a_sandbox_naming_a_pool_claims_a_ready_pod_and_is_ready_in_that_pass(
+    pooled: World,
+) -> None:
+    [warm] = warm_pods(pooled, 1)
+    p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    assert await pod.converge_pod(p) is None
+    claimed = pooled.emulator.get("v1/pods", NAMESPACE, warm)
+    labels = claimed["metadata"]["labels"]
+    assert LABEL_POOL not in labels
+    assert labels[LABEL_CLAIMED_FROM] == POOL
+    assert labels["craft.onyx.app/sandbox"] == NAME
+    [owner] = claimed["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("CraftSandbox", UID, True)
+    assert p.pod is not None
+    assert p.pod["metadata"]["name"] == warm
+    assert p.run.status.pod_name == warm
+    assert p.run.status.claimed_from == POOL
+    assert pooled.events.reasons == ["PodClaimed"]
+    assert pooled.stored("v1/pods", NAME) is None, "no cold pod"
+
+
+async def test_the_claimed_pod_is_found_and_kept_on_the_next_passes(pooled: World) -> None:
+    [warm] = warm_pods(pooled, 1)
+    first = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    await pod.converge_pod(first)
+    stored = first.run.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    again = await pod_pass(pooled, spec={"poolRef": {"name": POOL}}, status=stored)
+    assert await pod.converge_pod(again) is None
+    assert again.pod is not None
+    assert again.pod["metadata"]["name"] == warm
+    assert pooled.events.reasons == [], "neither claimed again nor replaced"
+
+
+async def test_with_no_ready_pod_the_sandbox_starts_cold_and_says_why(pooled: World) -> None:
+    warm_pods(pooled, 0)
+    p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    assert await pod.converge_pod(p) == Stop("WaitingForPod")
+    assert pooled.stored("v1/pods", NAME) is not None
+    assert pooled.events.reasons == ["ColdStart", "PodCreated"]
+    assert "PoolEmpty" in pooled.events.posted[0][2]
+
+
+async def test_a_pool_that_does_not_exist_means_a_cold_start(pooled: World) -> None:
+    p = await pod_pass(pooled, spec={"poolRef": {"name": "missing"}})
+    await pod.converge_pod(p)
+    assert pooled.events.reasons == ["ColdStart", "PodCreated"]
+    assert "NoPool" in pooled.events.posted[0][2]
+
+
+async def test_a_pool_of_other_pods_is_not_claimed_from(pooled: World) -> None:
+    warm_pods(pooled, 1, image="registry.example.com/craft/other:2")
+    p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    await pod.converge_pod(p)
+    assert pooled.stored("v1/pods", NAME) is not None, "cold: the pool's image is another"
+
+
+async def test_a_sandbox_with_a_workspace_starts_cold(pooled: World) -> None:
+    warm_pods(pooled, 1)
+    p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}, "workspace": {"size": "1Gi"}})
+    await pod.converge_pod(p)
+    assert pooled.events.reasons[0] == "ColdStart"
+    assert "WorkspaceNeedsColdStart" in pooled.events.posted[0][2]
+
+
+async def test_a_sandbox_waking_from_sleep_takes_a_pod_of_a_matching_pool(pooled: World) -> None:
+    [warm] = warm_pods(pooled, 1)
+    p = await pod_pass(pooled, status={"wokeAt": "2026-11-23T11:59:00Z"})
+    assert await pod.converge_pod(p) is None
+    assert p.pod is not None
+    assert p.pod["metadata"]["name"] == warm
+
+
+async def test_a_new_sandbox_without_a_pool_ref_starts_cold_silently(pooled: World) -> None:
+    warm_pods(pooled, 1)
+    p = await pod_pass(pooled)
+    await pod.converge_pod(p)
+    assert pooled.events.reasons == ["PodCreated"]
+
+
+async def test_two_sandboxes_never_claim_the_same_pod(pooled: World) -> None:
+    [warm] = warm_pods(pooled, 1)
+    passes = []
+    for index in range(2):
+        body = sandbox_body(spec={"poolRef": {"name": POOL}})
+        body["metadata"].update(name=f"sandbox-{index}", uid=f"uid-{index}")
+        p = Pass(pooled.services, parse_sandbox(body), Run(body, NOW, CONDITIONS))
+        await credentials.ensure_pat(p)
+        passes.append(p)
+    await asyncio.gather(*(pod.converge_pod(p) for p in passes))
+    claimed = pooled.emulator.get("v1/pods", NAMESPACE, warm)
+    [owner] = claimed["metadata"]["ownerReferences"]
+    winners = [p for p in passes if p.pod is not None]
+    assert len(winners) == 1
+    assert owner["uid"] == winners[0].sandbox.metadata.uid
+    loser = next(p for p in passes if p.pod is None)
+    assert loser.run.condition("PodReady") is not None
+
+
+async def test_a_whole_pass_over_a_claimed_pod_delivers_the_skill_and_the_pat(
+    pooled: World,
+) -> None:
+    warm_pods(pooled, 1)
+    p = pooled.pass_(spec={"poolRef": {"name": POOL}})
+    await run_steps(p)
+    argvs = [call[0] + " " + call[-1] for call in pooled.exec.calls]
+    assert argvs == [
+        "sh /workspace/skills/company-search/SKILL.md",
+        "sh /run/onyx/pat",
+        "onyx-cli validate-config",
+    ]
+    assert p.run.status.delivered_skill is not None
+    ready = {c.type: c.status for c in p.run.status.conditions}
+    assert ready["PodReady"] == ready["CLIValidated"] == ready["SkillRendered"] == "True"
+
+
+async def test_a_pod_claimed_meanwhile_is_not_taken_over_the_claim_loses_the_race(
+    pooled: World,
+) -> None:
+    [warm] = warm_pods(pooled, 1)
+    other = {"apiVersion": "craft.onyx.app/v1alpha1", "kind": "CraftSandbox", "name": "bob"}
+    pooled.emulator.patch(  # bob's claim; this operator's cache has not seen it yet
+        "v1/pods",
+        NAMESPACE,
+        warm,
+        {
+            "metadata": {
+                "labels": {LABEL_POOL: None, LABEL_CLAIMED_FROM: POOL},
+                "ownerReferences": [{**other, "uid": "uid-bob", "controller": True}],
+            }
+        },
+    )
+    p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    await pod.converge_pod(p)
+    [owner] = pooled.emulator.get("v1/pods", NAMESPACE, warm)["metadata"]["ownerReferences"]
+    assert owner["uid"] == "uid-bob"
+    assert "ClaimConflict" in pooled.events.posted[0][2]
+    assert pooled.stored("v1/pods", NAME) is not None, "cold instead"
