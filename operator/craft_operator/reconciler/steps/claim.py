@@ -72,6 +72,7 @@ async def claim(p: Pass) -> dict[str, Any] | None:
         if claimed is not None:
             p.services.metrics.pool_claimed(time.monotonic() - started)
             p.run.status.claimed_from = pool
+            p.services.wake_pool((p.sandbox.metadata.namespace or "", pool))
             name = claimed["metadata"]["name"]
             p.event("PodClaimed", f"claimed warm pod {name} from pool {pool}")
             return claimed

@@ -23,7 +23,7 @@ from craft_operator.status import SKILL_RENDERED
 DELIVER_ARGV = (
     "sh",
     "-c",
-    'umask 022 && cat > "$1.new" && mv -f "$1.new" "$1"',
+    'umask 022 && mkdir -p "${1%/*}" && cat > "$1.new" && mv -f "$1.new" "$1"',
     "deliver-skill",
     f"{SKILLS_MOUNT}/{SKILL_KEY}",
 )

@@ -193,3 +193,12 @@ async def test_a_pod_claimed_meanwhile_is_not_taken_over_the_claim_loses_the_rac
     assert owner["uid"] == "uid-bob"
     assert "ClaimConflict" in pooled.events.posted[0][2]
     assert pooled.stored("v1/pods", NAME) is not None, "cold instead"
+
+
+async def test_a_claim_wakes_its_pool_to_refill(pooled: World) -> None:
+    warm_pods(pooled, 1)
+    woken: list[tuple[str, str]] = []
+    pooled.services.wake_pool = woken.append
+    p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    await pod.converge_pod(p)
+    assert woken == [(NAMESPACE, POOL)]

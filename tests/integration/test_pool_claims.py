@@ -1,0 +1,50 @@
+"""Sandboxes claim warm pods through the operator's loop: Ready on a pod of the pool with the
+token and SKILL.md delivered, the pool refilled behind them, and none shared."""
+
+from __future__ import annotations
+
+from craft_operator.api.pool import LABEL_CLAIMED_FROM
+from craft_operator.context import OperatorContext
+from tests.integration.conftest import SANDBOXES
+from tests.integration.helpers import NAMESPACE, event_posted, pod, sandbox, status
+from tests.integration.test_pools import NAME, full
+from tests.support.emulator import KubeEmulator
+from tests.support.operator import eventually
+from tests.support.pod_exec import EmulatedPodExec
+from tests.support.pools import POOLS, pool
+
+
+async def test_sandboxes_naming_a_pool_are_ready_on_its_pods_and_the_pool_refills(
+    emulator: KubeEmulator, operator: OperatorContext, pod_exec: EmulatedPodExec
+) -> None:
+    emulator.create(
+        POOLS, {**pool(NAME, replicas=2), "metadata": {"name": NAME, "namespace": NAMESPACE}}
+    )
+    await full(emulator, 2)
+    names = ["alice", "bob", "carol"]
+    for name in names:
+        emulator.create(SANDBOXES, sandbox(name, poolRef={"name": NAME}))
+    await eventually(
+        lambda: sum(status(emulator, n).get("phase") == "Ready" for n in names) >= 2,
+        what="two sandboxes Ready on warm pods",
+    )
+
+    claimed = {}
+    for name in names:
+        pod_name = status(emulator, name).get("podName")
+        if status(emulator, name).get("claimedFrom") == NAME:
+            claimed[name] = pod_name
+    assert len(claimed) >= 2, "the two warm pods went to two sandboxes"
+    assert len(set(claimed.values())) == len(claimed), "never one pod for two sandboxes"
+    for name, pod_name in claimed.items():
+        taken = emulator.get("v1/pods", NAMESPACE, pod_name)
+        assert taken["metadata"]["labels"][LABEL_CLAIMED_FROM] == NAME
+        [owner] = taken["metadata"]["ownerReferences"]
+        assert owner["name"] == name
+        files = pod_exec.local.workspace(NAMESPACE, pod_name) / "skills" / "company-search"
+        assert (files / "SKILL.md").read_text().startswith("---\nname: company-search\n")
+        assert (pod_exec.local.credentials_dir(NAMESPACE, pod_name) / "pat").exists()
+    late = next(name for name in names if name not in claimed)
+    await event_posted(emulator, late, "ColdStart")
+    assert pod(emulator, late) is not None, "the one without a warm pod started cold"
+    await full(emulator, 2, claimed=2)
