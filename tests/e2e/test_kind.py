@@ -214,6 +214,9 @@ def test_onyx_cli_in_the_sandbox_validates_its_configuration(ready: Kind) -> Non
     out = in_sandbox(ready, "onyx-cli", "validate-config")
     assert "Server" in out, out
     assert in_sandbox(ready, "id", "-u").strip() == "1000"
+    # The PAT was written into the pod, readable by its user only, and is not in its env.
+    assert in_sandbox(ready, "stat", "-c", "%a %u", "/run/onyx/pat").strip() == "600 1000"
+    assert "ONYX_PAT=" not in in_sandbox(ready, "env")
     assert "company-search" in in_sandbox(ready, "cat", "/workspace/skills/company-search/SKILL.md")
 
 
