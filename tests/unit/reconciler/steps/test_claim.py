@@ -202,3 +202,17 @@ async def test_a_claim_wakes_its_pool_to_refill(pooled: World) -> None:
     p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
     await pod.converge_pod(p)
     assert woken == [(NAMESPACE, POOL)]
+
+
+async def test_a_claim_and_a_cold_start_are_counted(pooled: World) -> None:
+    warm_pods(pooled, 1)
+    for name, uid in (("alice", "uid-a"), ("bob", "uid-b")):
+        body = sandbox_body(spec={"poolRef": {"name": POOL}})
+        body["metadata"].update(name=name, uid=uid)
+        p = Pass(pooled.services, parse_sandbox(body), Run(body, NOW, CONDITIONS))
+        await credentials.ensure_pat(p)
+        await pod.converge_pod(p)
+    registry = pooled.services.metrics.registry
+    assert registry.get_sample_value("craft_pool_claims_total") == 1
+    cold = {"reason": "PoolEmpty"}
+    assert registry.get_sample_value("craft_pool_cold_starts_total", cold) == 1
