@@ -20,10 +20,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from craft_operator.api.models import LibraryMode
-from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL
+from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL, InvalidPoolError, parse_pool
 from craft_operator.builders.naming import child_labels, owner_reference
 from craft_operator.builders.pod import SandboxConfigError
-from craft_operator.builders.pool import sandbox_template_hash
+from craft_operator.builders.pool import pool_template_hash, sandbox_template_hash
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
 from craft_operator.metrics.pools import ColdStartReason
@@ -63,7 +63,11 @@ async def claim(p: Pass) -> dict[str, Any] | None:
         _cold_without_pool(p)
         return None
     if not candidates:
-        _cold(p, ColdStartReason.POOL_EMPTY, f"pool {pool} has no Ready pod like its own")
+        if _pool_template(p, pool) not in (None, wanted):
+            why = f"pool {pool}'s pods differ from this sandbox's (image, resources, scheduling)"
+            _cold(p, ColdStartReason.NO_MATCHING_POOL, why)
+        else:
+            _cold(p, ColdStartReason.POOL_EMPTY, f"pool {pool} has no Ready pod")
         return None
     for pod in _spread(p, candidates)[:MAX_TRIES]:
         claimed = await _take(p, pod, pool)
@@ -95,6 +99,17 @@ def _candidates(p: Pass, wanted: str) -> tuple[str | None, list[dict[str, Any]]]
             if pods:
                 return key[2], pods
     return None, []
+
+
+def _pool_template(p: Pass, pool: str) -> str | None:
+    """The template hash the pool's pods are made from now (``None``: unknown)."""
+    body = p.services.cache.get(POOL.name, p.sandbox.metadata.namespace, pool)
+    if body is None:
+        return None
+    try:
+        return pool_template_hash(parse_pool(body).spec, p.services.settings)
+    except (InvalidPoolError, SandboxConfigError):
+        return None
 
 
 def _cold_without_pool(p: Pass) -> None:

@@ -110,6 +110,7 @@ async def test_a_pool_of_other_pods_is_not_claimed_from(pooled: World) -> None:
     p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
     await pod.converge_pod(p)
     assert pooled.stored("v1/pods", NAME) is not None, "cold: the pool's image is another"
+    assert "NoMatchingPool" in pooled.events.posted[0][2]
 
 
 async def test_a_sandbox_with_a_workspace_starts_cold(pooled: World) -> None:
