@@ -87,6 +87,50 @@ def model_schema(model: type[models.ApiModel]) -> dict[str, Any]:
     return dict(_structural(_resolve(raw, defs)))
 
 
+def object_schema(
+    description: str | None,
+    properties: dict[str, Any],
+    validations: list[dict[str, Any]],
+    *,
+    required: tuple[str, ...] = ("spec",),
+) -> dict[str, Any]:
+    """The ``openAPIV3Schema`` of one of our kinds: the object's own fields around
+    ``properties`` (``spec``, ``status``), with CEL rules on the whole object."""
+    schema: dict[str, Any] = {"type": "object", "description": description}
+    if required:
+        schema["required"] = list(required)
+    schema["properties"] = {
+        "apiVersion": {
+            "type": "string",
+            "description": "APIVersion defines the versioned schema of this object.",
+        },
+        "kind": {
+            "type": "string",
+            "description": "Kind is the REST resource this object represents.",
+        },
+        "metadata": {"type": "object"},
+        **properties,
+    }
+    schema["x-kubernetes-validations"] = validations
+    return schema
+
+
+def dns_label_name_rules(kind: str, max_length: int, why: str) -> list[dict[str, Any]]:
+    """CEL rules that the object's name is a DNS label of at most ``max_length``: ``why``
+    says what needs it that short."""
+    return [
+        models.cel(
+            f"self.metadata.name.size() <= {max_length}",
+            f"a {kind} name is at most {max_length} characters{why}",
+        ),
+        models.cel(
+            f"self.metadata.name.matches('{models.DNS_LABEL_PATTERN}')",
+            f"a {kind} name must be a DNS label: lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit",
+        ),
+    ]
+
+
 def openapi_schema() -> dict[str, Any]:
     """The ``openAPIV3Schema`` of the CraftSandbox CRD."""
     spec = model_schema(models.CraftSandboxSpec)
@@ -95,36 +139,12 @@ def openapi_schema() -> dict[str, Any]:
     # default_factory; give the API server the nested defaults instead of empty objects.
     for name in ("userLibrary", "credentials"):
         spec["properties"][name]["default"] = {}
-    return {
-        "type": "object",
-        "description": models.CraftSandbox.__doc__,
-        "required": ["spec"],
-        "properties": {
-            "apiVersion": {
-                "type": "string",
-                "description": "APIVersion defines the versioned schema of this object.",
-            },
-            "kind": {
-                "type": "string",
-                "description": "Kind is the REST resource this object represents.",
-            },
-            "metadata": {"type": "object"},
-            "spec": spec,
-            "status": status,
-        },
-        "x-kubernetes-validations": [
-            models.cel(
-                f"self.metadata.name.size() <= {models.MAX_NAME_LENGTH}",
-                f"a CraftSandbox name is at most {models.MAX_NAME_LENGTH} characters, so that "
-                "the names of its pod, Secret, ConfigMap and Jobs stay valid",
-            ),
-            models.cel(
-                f"self.metadata.name.matches('{models.DNS_LABEL_PATTERN}')",
-                "a CraftSandbox name must be a DNS label: lowercase letters, digits and '-', "
-                "starting and ending with a letter or digit",
-            ),
-        ],
-    }
+    why = ", so that the names of its pod, Secret, ConfigMap and Jobs stay valid"
+    return object_schema(
+        models.CraftSandbox.__doc__,
+        {"spec": spec, "status": status},
+        dns_label_name_rules("CraftSandbox", models.MAX_NAME_LENGTH, why),
+    )
 
 
 def printer_columns() -> list[dict[str, Any]]:

@@ -7,43 +7,21 @@ from typing import Any
 import yaml
 
 from craft_operator.api import pool
-from craft_operator.api.base import cel
-from craft_operator.api.constants import CATEGORIES, DNS_LABEL_PATTERN, GROUP, VERSION
-from craft_operator.api.crd import model_schema
+from craft_operator.api.constants import CATEGORIES, GROUP, VERSION
+from craft_operator.api.crd import dns_label_name_rules, model_schema, object_schema
 
 
 def openapi_schema() -> dict[str, Any]:
     """The ``openAPIV3Schema`` of the CraftSandboxPool CRD."""
-    return {
-        "type": "object",
-        "description": pool.CraftSandboxPool.__doc__,
-        "required": ["spec"],
-        "properties": {
-            "apiVersion": {
-                "type": "string",
-                "description": "APIVersion defines the versioned schema of this object.",
-            },
-            "kind": {
-                "type": "string",
-                "description": "Kind is the REST resource this object represents.",
-            },
-            "metadata": {"type": "object"},
+    why = ": its pods carry it in the craft.onyx.app/pool label"
+    return object_schema(
+        pool.CraftSandboxPool.__doc__,
+        {
             "spec": model_schema(pool.CraftSandboxPoolSpec),
             "status": model_schema(pool.CraftSandboxPoolStatus),
         },
-        "x-kubernetes-validations": [
-            cel(
-                f"self.metadata.name.size() <= {pool.MAX_POOL_NAME_LENGTH}",
-                f"a CraftSandboxPool name is at most {pool.MAX_POOL_NAME_LENGTH} characters: "
-                "its pods carry it in the craft.onyx.app/pool label",
-            ),
-            cel(
-                f"self.metadata.name.matches('{DNS_LABEL_PATTERN}')",
-                "a CraftSandboxPool name must be a DNS label: lowercase letters, digits and "
-                "'-', starting and ending with a letter or digit",
-            ),
-        ],
-    }
+        dns_label_name_rules("CraftSandboxPool", pool.MAX_POOL_NAME_LENGTH, why),
+    )
 
 
 def printer_columns() -> list[dict[str, Any]]:

@@ -123,11 +123,14 @@ def template_hash(pod: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-def _sandbox_container(sandbox: CraftSandbox, settings: Settings) -> dict[str, Any]:
-    """The agent's container: the server URL, skills, library and the delivered PAT's volume.
+def sandbox_container(
+    sandbox: CraftSandbox, settings: Settings, mounts: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The agent's container: image, the server URL, resources, security, and ``mounts``.
 
     The PAT is not in the spec: the operator writes it into the running pod (see
-    :data:`PAT_FILE`), so a renewed one reaches the agent without replacing the pod.
+    :data:`PAT_FILE`), so a renewed one reaches the agent without replacing the pod. A
+    warm pool pod is the same container with its own mounts (:mod:`.pool`).
     """
     return {
         "name": SANDBOX_CONTAINER,
@@ -136,13 +139,18 @@ def _sandbox_container(sandbox: CraftSandbox, settings: Settings) -> dict[str, A
         "env": [{"name": "ONYX_SERVER_URL", "value": server_url_for(sandbox, settings)}],
         "resources": resources_for(sandbox, settings),
         "securityContext": container_security_context(),
-        "volumeMounts": [
-            {"name": "skills", "mountPath": SKILLS_MOUNT, "readOnly": True},
-            {"name": "user-library", "mountPath": LIBRARY_MOUNT},
-            credentials_mount(),
-            *workspace_mounts(sandbox),
-        ],
+        "volumeMounts": mounts,
     }
+
+
+def _sandbox_mounts(sandbox: CraftSandbox) -> list[dict[str, Any]]:
+    """The sandbox pod's mounts: skills (its ConfigMap), library, the PAT's volume, workspace."""
+    return [
+        {"name": "skills", "mountPath": SKILLS_MOUNT, "readOnly": True},
+        {"name": "user-library", "mountPath": LIBRARY_MOUNT},
+        credentials_mount(),
+        *workspace_mounts(sandbox),
+    ]
 
 
 def scheduling(spec: CraftSandboxSpec) -> dict[str, Any]:
@@ -174,7 +182,7 @@ def build_pod(
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "securityContext": pod_security_context(),
-        "containers": [_sandbox_container(sandbox, settings)],
+        "containers": [sandbox_container(sandbox, settings, _sandbox_mounts(sandbox))],
         "volumes": [
             {
                 "name": "skills",

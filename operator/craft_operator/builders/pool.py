@@ -30,17 +30,15 @@ from craft_operator.builders.naming import (
     LABEL_COMPONENT,
     LABEL_MANAGED_BY,
     MANAGED_BY,
-    SANDBOX_CONTAINER,
 )
 from craft_operator.builders.pod import (
     LIBRARY_MOUNT,
     SKILLS_MOUNT,
-    resources_for,
+    sandbox_container,
     scheduling,
-    server_url_for,
     template_hash,
 )
-from craft_operator.builders.security import container_security_context, pod_security_context
+from craft_operator.builders.security import pod_security_context
 from craft_operator.config import Settings
 
 #: Where the token is written at claim time (a memory-backed emptyDir).
@@ -70,20 +68,16 @@ def _template_sandbox(spec: CraftSandboxPoolSpec) -> CraftSandbox:
 
 def _pod_spec(sandbox: CraftSandbox, settings: Settings) -> dict[str, Any]:
     """The spec of a pool pod for ``sandbox``'s pod settings (raises ``SandboxConfigError``)."""
-    container = {
-        "name": SANDBOX_CONTAINER,
-        "image": sandbox.spec.image or settings.sandbox_image,
-        "imagePullPolicy": "IfNotPresent",
-        "env": [{"name": "ONYX_SERVER_URL", "value": server_url_for(sandbox, settings)}],
-        "resources": resources_for(sandbox, settings),
-        "securityContext": container_security_context(),
-        "volumeMounts": [
-            # Writable: the claim writes SKILL.md, the token and the library by exec.
+    # Writable: the claim writes SKILL.md, the token and the library by exec.
+    container = sandbox_container(
+        sandbox,
+        settings,
+        [
             {"name": "skills", "mountPath": SKILLS_MOUNT},
             {"name": "user-library", "mountPath": LIBRARY_MOUNT},
             {"name": CREDENTIALS_VOLUME, "mountPath": CREDENTIALS_MOUNT},
         ],
-    }
+    )
     return {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,

@@ -7,7 +7,7 @@ from typing import Any
 import yaml
 
 from craft_operator.api import models
-from craft_operator.api.crd import model_schema
+from craft_operator.api.crd import model_schema, object_schema
 from craft_operator.policy import models as policy
 
 _LISTS = (
@@ -32,29 +32,18 @@ def openapi_schema() -> dict[str, Any]:
         spec["properties"][name]["default"] = []
     spec["properties"]["nodeSelectors"]["default"] = {}
     spec["default"] = {}
-    return {
-        "type": "object",
-        "description": policy.CraftSandboxPolicy.__doc__,
-        "properties": {
-            "apiVersion": {
-                "type": "string",
-                "description": "APIVersion defines the versioned schema of this object.",
-            },
-            "kind": {
-                "type": "string",
-                "description": "Kind is the REST resource this object represents.",
-            },
-            "metadata": {"type": "object"},
-            "spec": spec,
-        },
-        "x-kubernetes-validations": [
+    return object_schema(
+        policy.CraftSandboxPolicy.__doc__,
+        {"spec": spec},
+        [
             models.cel(
                 f"self.metadata.name == '{policy.POLICY_NAME}'",
                 f"the operator and the admission policy read only the CraftSandboxPolicy "
                 f"named '{policy.POLICY_NAME}'",
             ),
         ],
-    }
+        required=(),
+    )
 
 
 def build_policy_crd() -> dict[str, Any]:
