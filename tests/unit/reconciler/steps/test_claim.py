@@ -217,3 +217,15 @@ async def test_a_claim_and_a_cold_start_are_counted(pooled: World) -> None:
     assert registry.get_sample_value("craft_pool_claims_total") == 1
     cold = {"reason": "PoolEmpty"}
     assert registry.get_sample_value("craft_pool_cold_starts_total", cold) == 1
+
+
+async def test_a_claimed_pod_is_among_the_children_the_finalizer_deletes(pooled: World) -> None:
+    from craft_operator.reconciler.children import controlled_by
+
+    [warm] = warm_pods(pooled, 1)
+    p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    await pod.converge_pod(p)
+    targets = kinds.child_targets(
+        pooled.cache, NAMESPACE, NAME, lambda obj: controlled_by(obj, UID)
+    )
+    assert (kinds.POD, warm) in targets
