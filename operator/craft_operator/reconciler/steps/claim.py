@@ -52,7 +52,8 @@ async def claim(p: Pass) -> dict[str, Any] | None:
         JOB_MODE if p.sandbox.spec.user_library.mode == LibraryMode.JOB else None
     )
     if blocked is not None:
-        _cold(p, blocked, "its pod mounts a volume of its own, which a warm pod has not")
+        if p.sandbox.spec.pool_ref is not None or _pools_here(p):
+            _cold(p, blocked, "its pod mounts a volume of its own, which a warm pod has not")
         return None
     try:
         wanted = sandbox_template_hash(p.sandbox, p.services.settings)
@@ -99,6 +100,12 @@ def _candidates(p: Pass, wanted: str) -> tuple[str | None, list[dict[str, Any]]]
             if pods:
                 return key[2], pods
     return None, []
+
+
+def _pools_here(p: Pass) -> bool:
+    """Whether any pool lives in the sandbox's namespace (else a cold start goes unsaid)."""
+    namespace = p.sandbox.metadata.namespace
+    return any(key[1] == namespace for key, _ in p.services.cache.items(POOL.name))
 
 
 def _pool_template(p: Pass, pool: str) -> str | None:

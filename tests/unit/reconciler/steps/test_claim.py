@@ -229,3 +229,13 @@ async def test_a_claimed_pod_is_among_the_children_the_finalizer_deletes(pooled:
         pooled.cache, NAMESPACE, NAME, lambda obj: controlled_by(obj, UID)
     )
     assert (kinds.POD, warm) in targets
+
+
+async def test_a_woken_sandbox_with_a_workspace_and_no_pool_around_starts_cold_silently(
+    pooled: World,
+) -> None:
+    p = await pod_pass(
+        pooled, spec={"workspace": {"size": "1Gi"}}, status={"wokeAt": "2026-11-23T11:59:00Z"}
+    )
+    await pod.converge_pod(p)
+    assert pooled.events.reasons == ["PodCreated"]
