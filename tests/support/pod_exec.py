@@ -21,9 +21,12 @@ from pathlib import Path
 from craft_operator.devtools.daemons import ONYX_CLI_WRAPPER
 from craft_operator.kube.exec import ExecResult, ExecUnavailableError, Stdin
 from craft_operator.kube.exec_local import LocalExec
+from craft_operator.reconciler.steps.cli import DELIVER_ARGV, EXIT_NOT_DELIVERED
 from tests.support.emulator import KubeEmulator
 
 ScriptedCli = Callable[[str, str], int]
+#: The first half of the operator's delivery script: write stdin to the file ``$1``.
+WRITE_PAT = ("sh", "-c", 'umask 077 && cat > "$1.new" && mv -f "$1.new" "$1"')
 
 
 @dataclass
@@ -80,6 +83,14 @@ class EmulatedPodExec:
         # The real transport opens a websocket with a GET upgrade, authorized as create on
         # Kubernetes 1.30+ and as get before: the operator needs both verbs.
         self.emulator.side_access += [("create", "", "pods/exec"), ("get", "", "pods/exec")]
+        if tuple(argv) == DELIVER_ARGV:
+            # The operator's one exec: write the PAT (as the script does), then onyx-cli.
+            written = await self.local.run(
+                namespace, pod, container, [*WRITE_PAT, *argv[3:]], stdin=stdin
+            )
+            if written.exit_code != 0:
+                return ExecResult(EXIT_NOT_DELIVERED, written.stdout, written.stderr)
+            argv = ["onyx-cli", "validate-config"]
         if argv and argv[0] == "onyx-cli":
             if self.scripted_cli is not None:
                 return ExecResult(self.scripted_cli(namespace, pod), b"", b"")

@@ -27,19 +27,19 @@ logger = logging.getLogger(__name__)
 CLI_TIMEOUT = 60.0
 #: onyx-cli prints a line or two; more is not read.
 CLI_MAX_OUTPUT = 1024 * 1024
-#: Write stdin to the PAT file atomically, readable by the pod's user only. The path is an
-#: argument, so the token is never on a command line (exec's command is in the request URL).
+#: The exit code of the command below when the PAT could not be written (onyx-cli's own
+#: codes are 0 to 9, and 127 when it is missing).
+EXIT_NOT_DELIVERED = 90
+#: One exec: write stdin to the PAT file atomically, readable by the pod's user only, then
+#: run onyx-cli, which reads it (the image's wrapper). The path is an argument, so the
+#: token is never on a command line (exec's command is in the request URL).
 DELIVER_ARGV = (
     "sh",
     "-c",
-    'umask 077 && cat > "$1.new" && mv -f "$1.new" "$1"',
+    'umask 077 && cat > "$1.new" && mv -f "$1.new" "$1" || exit 90\nexec onyx-cli validate-config',
     "deliver-pat",
     PAT_FILE,
 )
-DELIVERY_MAX_OUTPUT = 64 * 1024
-#: Writing a few bytes takes milliseconds; a pod that stalls it (its agent can stop any of
-#: its processes) holds a reconcile worker this long at most, then the pass backs off.
-DELIVERY_TIMEOUT = 10.0
 
 
 async def validate_cli(p: Pass) -> Stop | None:
@@ -53,41 +53,17 @@ async def validate_cli(p: Pass) -> Stop | None:
         if run.condition_is(CLI_VALIDATED, ConditionStatus.TRUE):
             await _retire_superseded(p)  # if a pass was cut off after validating
         return None
-    if await _deliver(p) and (result := await _run_cli(p)) is not None:
+    result = await _deliver_and_validate(p)
+    if result is not None:
         await _judge(p, uid, result)
     return None
 
 
-async def _deliver(p: Pass) -> bool:
-    """Write the PAT into the pod; False (and the condition says why) if it could not be."""
+async def _deliver_and_validate(p: Pass) -> ExecResult | None:
+    """Write the PAT into the pod and run onyx-cli with it, in one exec; ``None`` if exec
+    itself failed (the condition says why)."""
     assert p.pod is not None
     assert p.issued is not None
-    meta = p.pod["metadata"]
-    token = p.issued.token.get_secret_value().encode()
-    try:
-        result = await p.services.exec.run(
-            meta.get("namespace", ""),
-            meta["name"],
-            SANDBOX_CONTAINER,
-            list(DELIVER_ARGV),
-            stdin=token,
-            timeout=DELIVERY_TIMEOUT,
-            max_output_bytes=DELIVERY_MAX_OUTPUT,
-        )
-    except ExecError as exc:
-        _exec_failed(p, exc)
-        return False
-    if result.exit_code != 0:
-        detail = f"could not write the PAT to {PAT_FILE} (exit {result.exit_code})"
-        excerpt = result.stderr_excerpt(300)
-        p.fail(CLI_VALIDATED, "DeliveryFailed", f"{detail}: {excerpt}" if excerpt else detail)
-        return False
-    return True
-
-
-async def _run_cli(p: Pass) -> ExecResult | None:
-    """onyx-cli's exit code (with its output), or ``None`` if exec itself failed."""
-    assert p.pod is not None
     meta = p.pod["metadata"]
     started = time.monotonic()
     try:
@@ -95,7 +71,8 @@ async def _run_cli(p: Pass) -> ExecResult | None:
             meta.get("namespace", ""),
             meta["name"],
             SANDBOX_CONTAINER,
-            list(cli_validation.VALIDATE_ARGV),
+            list(DELIVER_ARGV),
+            stdin=p.issued.token.get_secret_value().encode(),
             timeout=CLI_TIMEOUT,
             max_output_bytes=CLI_MAX_OUTPUT,
         )
@@ -135,6 +112,11 @@ async def _judge(p: Pass, uid: str | None, result: ExecResult) -> None:
     """Record what onyx-cli's exit code says; a refused PAT gets one fresh one."""
     run = p.run
     assert p.issued is not None
+    if result.exit_code == EXIT_NOT_DELIVERED:
+        detail = f"could not write the PAT to {PAT_FILE}"
+        excerpt = result.stderr_excerpt(300)
+        p.fail(CLI_VALIDATED, "DeliveryFailed", f"{detail}: {excerpt}" if excerpt else detail)
+        return
     reason, meaning = cli_validation.describe_exit(result.exit_code)
     if result.exit_code == cli_validation.EXIT_OK:
         run.status.validated_pod_uid = uid

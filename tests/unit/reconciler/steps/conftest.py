@@ -90,8 +90,8 @@ class Credentials:
 
 @dataclass
 class Exec:
-    """The exec port: the PAT's delivery exits with ``deliver_exit`` (what it was sent is in
-    ``delivered``), onyx-cli with ``cli_exit``; every call is recorded."""
+    """The exec port: the PAT's delivery fails if ``deliver_exit`` (what it was sent is in
+    ``delivered``), onyx-cli run after it exits with ``cli_exit``; every call is recorded."""
 
     cli_exit: int = 0
     deliver_exit: int = 0
@@ -110,12 +110,13 @@ class Exec:
         max_output_bytes: int | None = None,
     ) -> ExecResult:
         self.calls.append(tuple(argv))
-        if argv[0] == "sh":
+        if argv[0] == "sh" and "deliver-pat" in argv:
             assert isinstance(stdin, bytes), "the PAT goes on stdin"
             self.delivered.append(stdin)
-            return ExecResult(
-                self.deliver_exit, b"", b"read-only file system" * bool(self.deliver_exit)
-            )
+            if self.deliver_exit:  # the script's own code when the write failed
+                return ExecResult(90, b"", b"read-only file system")
+        elif argv[0] == "sh":
+            return ExecResult(0, b"", b"")  # another file written (a claimed pod's SKILL.md)
         return ExecResult(self.cli_exit, b"", b"refused" if self.cli_exit else b"")
 
 

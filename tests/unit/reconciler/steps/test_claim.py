@@ -162,11 +162,7 @@ async def test_a_whole_pass_over_a_claimed_pod_delivers_the_skill_and_the_pat(
     p = pooled.pass_(spec={"poolRef": {"name": POOL}})
     await run_steps(p)
     argvs = [call[0] + " " + call[-1] for call in pooled.exec.calls]
-    assert argvs == [
-        "sh /workspace/skills/company-search/SKILL.md",
-        "sh /run/onyx/pat",
-        "onyx-cli validate-config",
-    ]
+    assert argvs == ["sh /workspace/skills/company-search/SKILL.md", "sh /run/onyx/pat"]
     assert p.run.status.delivered_skill is not None
     ready = {c.type: c.status for c in p.run.status.conditions}
     assert ready["PodReady"] == ready["CLIValidated"] == ready["SkillRendered"] == "True"

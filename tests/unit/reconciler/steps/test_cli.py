@@ -33,9 +33,7 @@ async def test_an_accepted_pat_validates_the_pod_once(world: World) -> None:
     stored = p.run.status.model_dump(by_alias=True, mode="json")
     again = await ready_pass(world, status=stored)
     await cli.validate_cli(again)
-    assert world.exec.calls == [cli.DELIVER_ARGV, ("onyx-cli", "validate-config")], (
-        "once per pod and PAT"
-    )
+    assert world.exec.calls == [cli.DELIVER_ARGV], "one exec, once per pod and PAT"
     assert world.exec.delivered == [CANARY.encode()]
     assert all(CANARY not in " ".join(call) for call in world.exec.calls), "never in argv"
 
@@ -50,7 +48,7 @@ async def test_a_renewed_pat_is_delivered_into_the_same_pod(world: World) -> Non
     assert renewed.run.status.validated_pat_id == 2
     assert renewed.run.status.validated_pod_uid == "pod-1"
     assert len(world.exec.delivered) == 2
-    assert [call[0] for call in world.exec.calls] == ["sh", "onyx-cli", "sh", "onyx-cli"]
+    assert world.exec.calls == [cli.DELIVER_ARGV, cli.DELIVER_ARGV]
 
 
 async def test_a_pat_that_cannot_be_written_into_the_pod_is_retried(world: World) -> None:
@@ -61,7 +59,7 @@ async def test_a_pat_that_cannot_be_written_into_the_pod_is_retried(world: World
     assert condition is not None
     assert (condition.status, condition.reason) == ("False", "DeliveryFailed")
     assert p.run.verdict.backoff == "DeliveryFailed"
-    assert ("onyx-cli", "validate-config") not in world.exec.calls
+    assert p.run.status.validated_pat_id is None
 
 
 async def test_a_refused_pat_is_replaced_once_then_the_operator_stops(world: World) -> None:
@@ -104,22 +102,17 @@ async def test_no_pat_is_retired_before_onyx_cli_accepts_the_new_one(world: Worl
     assert world.credentials.retired == []
 
 
-async def test_a_pod_that_stalls_the_delivery_holds_the_pass_only_briefly(
+async def test_a_pod_that_stalls_the_delivery_is_retried_with_backoff(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from craft_operator.kube.exec import ExecTimeoutError
 
-    timeouts: list[float | None] = []
-
-    async def stalled(*args: object, timeout: float | None = None, **kwargs: object) -> object:  # noqa: ASYNC109
-        timeouts.append(timeout)
+    async def stalled(*args: object, **kwargs: object) -> object:
         raise ExecTimeoutError("the command did not finish in time")
 
     monkeypatch.setattr(world.exec, "run", stalled)
     p = await ready_pass(world)
     await cli.validate_cli(p)
-    assert timeouts == [cli.DELIVERY_TIMEOUT]
-    assert cli.DELIVERY_TIMEOUT <= 10
     condition = p.run.condition("CLIValidated")
     assert condition is not None
     assert condition.reason == "ExecFailed"
