@@ -40,6 +40,9 @@ class _HidingLoader(_Loader):
     def __init__(self, loader: _Loader) -> None:
         self._loader = loader
 
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._loader, name)  # get_source etc., for tracebacks and tools
+
     def create_module(self, spec: _ModuleSpec) -> _ModuleType | None:
         return self._loader.create_module(spec)
 
