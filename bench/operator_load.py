@@ -8,7 +8,12 @@ and memory are its own and not the server's. Prints, per N and server:
 
 - sandboxes provisioned per second (CR created -> its pod created) and p50/p99 latency;
 - API reads and writes per sandbox (the operator's requests, counted by the server);
-- the operator's CPU seconds per sandbox and its RSS;
+- the operator's CPU seconds per sandbox and its RSS: idle (watching, no sandbox yet), after
+  provisioning, and the growth per sandbox in KiB;
+- the watch cache's KiB per object (pods, sandboxes, and all the objects of a sandbox), the
+  objects of the run put into the operator code's ``ObjectCache`` (``bench/cache_size.py``);
+- with ``--baseline DIR`` (a worktree of older code, e.g. main's HEAD), every run twice, the
+  old operator code and then this one, with the ratio new/old (same machine, same run);
 - for a no-op resync of all of them (the operator restarted: it lists everything and
   reconciles each sandbox), write calls, and CPU per sandbox;
 - with ``--steady-cycles``, the restarted operator's RSS once per resync interval while it
@@ -18,6 +23,7 @@ and memory are its own and not the server's. Prints, per N and server:
     .venv/bin/python bench/operator_load.py [--sizes 100,1000] [--workers 16] [--steady-cycles 6]
     .venv/bin/python bench/operator_load.py --server real,emulator --sizes 100,1000
     .venv/bin/python bench/operator_load.py --sizes 1000,10000 --steady-cycles 6   # issue 8
+    git worktree add /tmp/base main && .venv/bin/python bench/operator_load.py --baseline /tmp/base
     BENCH_PROFILE=/tmp/profile.txt ...   # also record the operator with py-spy (raw format)
     BENCH_LOG=1 ...                      # print the end of the operator's log
 
@@ -45,6 +51,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import cache_size
 from tests.integration.conftest import SANDBOXES, declare_craft_resources
 from tests.support.emulator import (
     OPERATOR_AGENTS,
@@ -58,6 +65,13 @@ from tests.support.sandbox_namespace import provision_sandbox_namespaces
 from craft_operator.credentials.keyring import generate_key_entry
 
 NAMESPACE = "load"
+#: The kinds of a sandbox's objects, by the cache's name, and the emulator's resource.
+CACHED_KINDS = {
+    "CraftSandbox": SANDBOXES,
+    "Pod": "v1/pods",
+    "Secret": "v1/secrets",
+    "ConfigMap": "v1/configmaps",
+}
 USER_ID = "3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b"
 
 
@@ -88,7 +102,7 @@ def start_operator(
     binary = Path(sys.executable).parent / "craft-operator"
     return subprocess.Popen(
         [str(binary), "run", "--standalone", "-n", NAMESPACE],
-        env=env,
+        env=cache_size.operator_env(env),
         stdout=subprocess.DEVNULL,
         stderr=open(state / "operator.log", "ab"),
     )
@@ -250,6 +264,7 @@ async def run_size(n: int, workers: int, steady_cycles: int) -> dict[str, Any]:
                 )
             try:
                 await settle(traffic, quiet=1.0, since=started)
+                idle_rss = process.memory_info().rss
                 idle_cpu = cpu_seconds(process)
                 before = traffic.snapshot()
                 for index in range(n):
@@ -280,6 +295,13 @@ async def run_size(n: int, workers: int, steady_cycles: int) -> dict[str, Any]:
                     print((state / "operator.log").read_text(errors="replace")[-6000:])
                 rss = process.memory_info().rss
                 provisioning = traffic.snapshot()
+                cached = cache_size.measure(
+                    {
+                        kind: emulator.list(resource, NAMESPACE)
+                        for kind, resource in CACHED_KINDS.items()
+                    },
+                    state,
+                )
             finally:
                 if profiler is not None:
                     profiler.send_signal(signal.SIGINT)
@@ -324,6 +346,8 @@ async def run_size(n: int, workers: int, steady_cycles: int) -> dict[str, Any]:
         "cpu_ms": provision_cpu / n * 1000,
         "cpu_s": provision_cpu,
         "rss_mib": rss / 2**20,
+        "idle_rss_mib": idle_rss / 2**20,
+        "cache": cached,
         "resync_writes": resync_writes,
         "resync_cpu_ms": resync_cpu / n * 1000,
         "resync_rss_mib": resync_rss / 2**20,
@@ -349,6 +373,12 @@ def main() -> None:
         help="emulator only: after the resync, keep the operator up this many resync "
         "intervals and sample its RSS once per interval (6 cycles = 30 minutes at 300 s)",
     )
+    parser.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="a worktree of the old code (e.g. `git worktree add /tmp/base main`): run each "
+        "size with its operator first, then this tree's, and print the ratio new/old",
+    )
     args = parser.parse_args()
     sizes = [int(part) for part in args.sizes.split(",") if part]
     servers = [part for part in args.server.split(",") if part]
@@ -359,32 +389,24 @@ def main() -> None:
         f"{'server':>8} {'N':>6} {'sandbox/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
         f"{'Ready p50':>9} {'Ready p99':>9} {'reads':>6} {'writes':>7} {'events':>7} "
         f"{'execs':>6} {'CPU ms':>7} {'CPU s':>7} {'RSS MiB':>8} | {'resync writes':>13} "
-        f"{'CPU ms':>7} {'RSS MiB':>8}",
+        f"{'CPU ms':>7} {'RSS MiB':>8} | {'idle MiB':>8} {'KiB/sbx':>7} "
+        f"{'cache KiB: pod':>14} {'sbx':>5} {'all':>5} {'code':>4}",
         flush=True,
     )
-    steady_lines = []
+    steady_lines, ratio_lines = [], []
     for n in sizes:
         for server in servers:
-            if server == "real":
-                from bench.real_cluster import run_size_real
-
-                r = run_size_real(n, args.workers)
-            else:
-                r = asyncio.run(run_size(n, args.workers, args.steady_cycles))
-            ready = (
-                f"{r['ready_p50_ms']:>9.0f} {r['ready_p99_ms']:>9.0f}"
-                if "ready_p50_ms" in r
-                else f"{'-':>9} {'-':>9}"
-            )
-            execs = f"{r['execs']:>6.2f}" if "execs" in r else f"{'-':>6}"
-            print(
-                f"{server:>8} {r['n']:>6} {r['throughput']:>10.1f} {r['p50_ms']:>8.1f} "
-                f"{r['p99_ms']:>8.1f} {ready} {r['reads']:>6.2f} {r['writes']:>7.2f} "
-                f"{r['events']:>7.2f} {execs} {r['cpu_ms']:>7.2f} {r['cpu_s']:>7.1f} "
-                f"{r['rss_mib']:>8.1f} | {r['resync_writes']:>13} {r['resync_cpu_ms']:>7.2f} "
-                f"{r['resync_rss_mib']:>8.1f}",
-                flush=True,
-            )
+            runs = {}
+            if args.baseline:
+                os.environ[cache_size.OPERATOR_CODE] = str(Path(args.baseline) / "operator")
+                try:
+                    runs["old"] = run_one(server, n, args)
+                finally:
+                    del os.environ[cache_size.OPERATOR_CODE]
+            runs["new"] = run_one(server, n, args)
+            if "old" in runs:
+                ratio_lines.append(ratio_line(server, n, runs["old"], runs["new"]))
+            r = runs["new"]
             if r.get("steady"):
                 first, last = r["steady"][0], r["steady"][-1]
                 samples = " ".join(f"{value:.0f}" for value in r["steady"])
@@ -393,6 +415,8 @@ def main() -> None:
                     f"steady state N={n}: resync every {r['resync_interval']:.0f} s, RSS MiB "
                     f"per cycle {samples}; growth after the first cycle {growth:+.1f}%"
                 )
+    for line in ratio_lines:
+        print(line)
     for line in steady_lines:
         print(line)
     print(
@@ -401,8 +425,60 @@ def main() -> None:
         "reads/writes/events/execs are per sandbox, by the operator (emulator: counted by "
         "the server; real: the API server's audit log). CPU is the operator process's own "
         "(user+system) per sandbox and in total: to pod created on the emulator, to Ready on "
-        "the real server. The resync is a restarted operator reconciling all."
+        "the real server. The resync is a restarted operator reconciling all. idle MiB: the "
+        "operator's RSS watching, before the first sandbox; KiB/sbx: its growth per sandbox "
+        "to the end of provisioning; cache KiB: the watch cache per object (pods, sandboxes, "
+        "and all the objects of the sandboxes). code: old (--baseline) or new (this tree)."
     )
+
+
+def run_one(server: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One size on one server with the operator code the environment selects; its row."""
+    if server == "real":
+        from bench.real_cluster import run_size_real
+
+        r = run_size_real(n, args.workers)
+    else:
+        r = asyncio.run(run_size(n, args.workers, args.steady_cycles))
+    ready = (
+        f"{r['ready_p50_ms']:>9.0f} {r['ready_p99_ms']:>9.0f}"
+        if "ready_p50_ms" in r
+        else f"{'-':>9} {'-':>9}"
+    )
+    execs = f"{r['execs']:>6.2f}" if "execs" in r else f"{'-':>6}"
+    code = "old" if os.environ.get(cache_size.OPERATOR_CODE) else "new"
+    per_sandbox = (r["rss_mib"] - r["idle_rss_mib"]) * 1024 / n
+    cache = r["cache"]
+    print(
+        f"{server:>8} {r['n']:>6} {r['throughput']:>10.1f} {r['p50_ms']:>8.1f} "
+        f"{r['p99_ms']:>8.1f} {ready} {r['reads']:>6.2f} {r['writes']:>7.2f} "
+        f"{r['events']:>7.2f} {execs} {r['cpu_ms']:>7.2f} {r['cpu_s']:>7.1f} "
+        f"{r['rss_mib']:>8.1f} | {r['resync_writes']:>13} {r['resync_cpu_ms']:>7.2f} "
+        f"{r['resync_rss_mib']:>8.1f} | {r['idle_rss_mib']:>8.1f} {per_sandbox:>7.1f} "
+        f"{cache.get('Pod', 0):>14.2f} {cache.get('CraftSandbox', 0):>5.2f} "
+        f"{cache['all']:>5.2f} {code:>4}",
+        flush=True,
+    )
+    return r
+
+
+def ratio_line(server: str, n: int, old: dict[str, Any], new: dict[str, Any]) -> str:
+    """New over old for the figures this work is about (below 1: the new code is leaner)."""
+
+    def ratio(value: float, base: float) -> str:
+        return f"{value / base:.2f}" if base else "-"
+
+    figures = {
+        "idle RSS": (new["idle_rss_mib"], old["idle_rss_mib"]),
+        "RSS": (new["rss_mib"], old["rss_mib"]),
+        "resync RSS": (new["resync_rss_mib"], old["resync_rss_mib"]),
+        "cache KiB/pod": (new["cache"].get("Pod", 0), old["cache"].get("Pod", 0)),
+        "cache KiB/object": (new["cache"]["all"], old["cache"]["all"]),
+        "CPU ms": (new["cpu_ms"], old["cpu_ms"]),
+        "writes": (new["writes"], old["writes"]),
+    }
+    parts = ", ".join(f"{name} {ratio(*pair)}" for name, pair in figures.items())
+    return f"ratio new/old, {server} N={n}: {parts}"
 
 
 if __name__ == "__main__":

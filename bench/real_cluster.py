@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from bench import cache_size
 from tests.support.cluster import CRAFT, Cluster, audited_requests, controlplane_binaries
 from tests.support.onyx_api import stand_in_onyx_api
 
@@ -37,6 +38,13 @@ from craft_operator.devtools.controlplane import ControlPlane, Ports, default_on
 NAMESPACE = "load"
 USER_ID = "3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b"
 READ_VERBS = {"get", "list", "watch"}
+#: The kinds of a sandbox's objects, by the cache's name, and their API paths.
+CACHED_KINDS = {
+    "CraftSandbox": f"{CRAFT}/craftsandboxes",
+    "Pod": "/api/v1/pods",
+    "Secret": "/api/v1/secrets",
+    "ConfigMap": "/api/v1/configmaps",
+}
 
 
 @dataclass
@@ -194,7 +202,7 @@ class Stack:
         with (self.state / "operator.log").open("ab") as log:
             return subprocess.Popen(
                 [str(binary), "run", "--standalone", "-n", NAMESPACE],
-                env=env,
+                env=cache_size.operator_env(env),
                 stdout=subprocess.DEVNULL,
                 stderr=log,
             )
@@ -269,6 +277,7 @@ def run_size_real(n: int, workers: int) -> dict[str, Any]:
         try:
             wait_for_operator(stack, process)
             wait_cpu_quiet(process, quiet=1.5)
+            idle_rss = process.memory_info().rss
             idle_cpu = cpu_seconds(process)
             before = Requests.of(stack.plane)
             created = create_sandboxes(stack.cluster, n)
@@ -288,6 +297,10 @@ def run_size_real(n: int, workers: int) -> dict[str, Any]:
                     print(f"--- the end of {name}:\n{text[-6000:]}")
             rss = process.memory_info().rss
             provisioning = Requests.of(stack.plane).minus(before)
+            objects = {
+                kind: stack.cluster.list(path, NAMESPACE) for kind, path in CACHED_KINDS.items()
+            }
+            cached = cache_size.measure(objects, stack.state)
         finally:
             stack.stop_operator(child)
 
@@ -327,6 +340,8 @@ def run_size_real(n: int, workers: int) -> dict[str, Any]:
         "cpu_ms": provision_cpu / n * 1000,
         "cpu_s": provision_cpu,
         "rss_mib": rss / 2**20,
+        "idle_rss_mib": idle_rss / 2**20,
+        "cache": cached,
         "resync_writes": resync.writes,
         "resync_cpu_ms": resync_cpu / n * 1000,
         "resync_rss_mib": resync_rss / 2**20,

@@ -4,6 +4,12 @@ The reconciler reads children from here instead of the API: a resync of thousand
 sandboxes with nothing to do then costs no API calls at all. Our own writes go in as soon
 as the API answers (write-through), so the next reconcile does not act on a stale view
 while the watch event is still on its way; an older event never overwrites a newer object.
+
+The cache keeps what the operator reads, not the whole object: never ``managedFields``
+(often bigger than the rest), and of a Pod (by far the biggest object per sandbox on a real
+server: defaulted spec, volume mounts, container statuses) only :func:`compact_pod`'s
+fields. Every other kind is kept whole but for its managed fields: a sandbox is parsed and
+compared in full, a Secret's or ConfigMap's data is converged.
 """
 
 from __future__ import annotations
@@ -30,14 +36,54 @@ def _version(obj: Mapping[str, Any]) -> int | None:
         return None  # resourceVersions are opaque; only compare those that are numbers
 
 
-def _trimmed(obj: Mapping[str, Any]) -> dict[str, Any]:
+#: The kind whose objects are compacted (``kinds.POD.name``, spelled here: kinds imports
+#: this module).
+POD_KIND = "Pod"
+#: What the operator reads of a pod besides its metadata: the phase and why it ended, the
+#: conditions (Ready, PodScheduled), each container's state (why it waits; a Job's
+#: termination message), and the containers' images (an edited image is drift).
+POD_STATUS_FIELDS = ("phase", "reason", "message", "conditions", "containerStatuses")
+POD_CONDITION_FIELDS = ("type", "status", "reason", "message")
+CONTAINER_STATUS_FIELDS = ("name", "ready", "state")
+CONTAINER_FIELDS = ("name", "image")
+
+
+def _trimmed(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
     """The object without its managed fields, which the operator never reads (and which
-    are often bigger than the rest of the object)."""
-    trimmed = dict(obj)
+    are often bigger than the rest of the object); a pod as :func:`compact_pod` keeps it."""
+    trimmed = compact_pod(obj) if kind == POD_KIND else dict(obj)
     meta = trimmed.get("metadata")
     if isinstance(meta, Mapping) and "managedFields" in meta:
         trimmed["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
     return trimmed
+
+
+def _pick(obj: Any, fields: tuple[str, ...]) -> Any:
+    if not isinstance(obj, Mapping):
+        return obj
+    return {key: obj[key] for key in fields if key in obj}
+
+
+def compact_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a pod the operator reads: its metadata, its containers' names and
+    images, and :data:`POD_STATUS_FIELDS` (conditions and container statuses without their
+    timestamps, IDs and mounts)."""
+    compact: dict[str, Any] = {k: v for k, v in pod.items() if k not in ("spec", "status")}
+    spec = pod.get("spec")
+    if isinstance(spec, Mapping):
+        containers = spec.get("containers") or []
+        compact["spec"] = {"containers": [_pick(c, CONTAINER_FIELDS) for c in containers]}
+    status = pod.get("status")
+    if isinstance(status, Mapping):
+        kept = _pick(status, POD_STATUS_FIELDS)
+        if "conditions" in kept:
+            kept["conditions"] = [_pick(c, POD_CONDITION_FIELDS) for c in kept["conditions"] or []]
+        if "containerStatuses" in kept:
+            kept["containerStatuses"] = [
+                _pick(c, CONTAINER_STATUS_FIELDS) for c in kept["containerStatuses"] or []
+            ]
+        compact["status"] = kept
+    return compact
 
 
 class ObjectCache:
@@ -74,7 +120,7 @@ class ObjectCache:
         self._tombstones.pop(key, None)
         if current is not None:
             self._index(key, current, add=False)
-        self._objects[key] = _trimmed(obj)
+        self._objects[key] = _trimmed(kind, obj)
         self._names.setdefault(key[:2], set()).add(key[2])
         self._index(key, obj, add=True)
         return True

@@ -14,6 +14,8 @@ from typing import Any
 import aiohttp
 import kopf
 
+from craft_operator.kube import login
+
 logger = logging.getLogger(__name__)
 
 
@@ -22,9 +24,15 @@ class ClusterUnreachableError(Exception):
 
 
 def discover_connection() -> kopf.ConnectionInfo:
-    """Credentials for the in-cluster service account, else the current kubeconfig context."""
+    """Credentials for the in-cluster service account, else the current kubeconfig context.
+
+    Read without the ``kubernetes`` client when that suffices (:mod:`.login`), through it
+    otherwise.
+    """
     try:
-        info = kopf.login_via_client(logger=logger, settings=kopf.OperatorSettings())
+        info = login.in_cluster() or login.from_kubeconfig()
+        if info is None:
+            info = kopf.login_via_client(logger=logger, settings=kopf.OperatorSettings())
     except kopf.LoginError:
         info = None
     except Exception as exc:  # the client raises many types for a broken kubeconfig

@@ -5,6 +5,9 @@ belong to the caller (the reconciler): botocore itself is told to try only
 ``max_attempts`` times, and every failure is turned into an :class:`S3Error` subclass whose
 ``retryable`` flag says whether waiting can help (an outage) or not (a missing bucket,
 denied access).
+
+boto3 and botocore are imported on first use: the operator does not carry them (about
+10 MiB) until a library is synced.
 """
 
 from __future__ import annotations
@@ -12,20 +15,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
-
-import boto3
-from botocore.config import Config
-from botocore.exceptions import (
-    BotoCoreError,
-    ClientError,
-    ConnectionClosedError,
-    ConnectTimeoutError,
-    EndpointConnectionError,
-    NoCredentialsError,
-    PartialCredentialsError,
-    ReadTimeoutError,
-)
-from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from craft_operator.library.errors import (
     S3AccessDeniedError,
@@ -105,6 +94,9 @@ def make_s3_client(
 
     Credentials come from boto3's usual chain (environment, web identity, instance role).
     """
+    import boto3
+    from botocore.config import Config
+
     config = Config(
         region_name=region,
         connect_timeout=connect_timeout,
@@ -121,6 +113,18 @@ def make_s3_client(
 
 def classify_s3_error(exc: Exception, *, bucket: str, key: str | None = None) -> S3Error:
     """Turn a boto3/botocore exception into the matching :class:`S3Error` subclass."""
+    from botocore.exceptions import (
+        BotoCoreError,
+        ClientError,
+        ConnectionClosedError,
+        ConnectTimeoutError,
+        EndpointConnectionError,
+        NoCredentialsError,
+        PartialCredentialsError,
+        ReadTimeoutError,
+    )
+    from botocore.exceptions import ConnectionError as BotoConnectionError
+
     where = f"s3://{bucket}/{key}" if key is not None else f"bucket {bucket!r}"
     if isinstance(exc, ClientError):
         error = exc.response.get("Error", {})
@@ -163,7 +167,11 @@ def _classified(bucket: str, key: str | None = None) -> Iterator[None]:
         yield
     except S3Error:
         raise
-    except (BotoCoreError, ClientError, OSError) as exc:
+    except Exception as exc:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if not isinstance(exc, BotoCoreError | ClientError | OSError):
+            raise
         raise classify_s3_error(exc, bucket=bucket, key=key) from exc
 
 

@@ -17,9 +17,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import SecretStr
 
 from craft_operator.library.errors import S3AccessDeniedError, S3Error, S3UnavailableError
@@ -86,21 +83,28 @@ class ScopedCredentialIssuer:
         client: Any = None,
     ) -> None:
         self.role_arn = role_arn
-        self._client = client or boto3.session.Session().client(
-            "sts",
-            endpoint_url=endpoint_url,
-            config=Config(
-                region_name=region,
-                connect_timeout=5,
-                read_timeout=30,
-                retries={"total_max_attempts": 2, "mode": "standard"},
-            ),
-        )
+        if client is None:
+            import boto3  # imported on first use: the operator does not carry it until then
+            from botocore.config import Config
+
+            client = boto3.session.Session().client(
+                "sts",
+                endpoint_url=endpoint_url,
+                config=Config(
+                    region_name=region,
+                    connect_timeout=5,
+                    read_timeout=30,
+                    retries={"total_max_attempts": 2, "mode": "standard"},
+                ),
+            )
+        self._client = client
 
     def issue(
         self, location: LibraryLocation, *, namespace: str, job_name: str, seconds: int
     ) -> ScopedCredentials:
         """Credentials that read only ``location``; :class:`S3Error` subclasses on failure."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
         policy = json.dumps(session_policy(location.bucket, location.prefix), separators=(",", ":"))
         try:
             answer = self._client.assume_role(

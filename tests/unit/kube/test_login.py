@@ -1,0 +1,163 @@
+"""Specification of the lean login: the same connection as the ``kubernetes`` client's
+login (``kopf.login_via_client``), without importing that client, or no answer at all."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import kopf
+import pytest
+import yaml
+
+from craft_operator.kube import login
+from craft_operator.kube.connection import auth_headers
+
+CA = b"-----BEGIN CERTIFICATE-----\nca\n-----END CERTIFICATE-----\n"
+CERT = b"-----BEGIN CERTIFICATE-----\ncert\n-----END CERTIFICATE-----\n"
+KEY = b"-----BEGIN PRIVATE KEY-----\nkey\n-----END PRIVATE KEY-----\n"
+
+
+def b64(data: bytes) -> str:
+    return base64.standard_b64encode(data).decode()
+
+
+def write_kubeconfig(tmp_path: Path, cluster: dict[str, Any], user: dict[str, Any]) -> Path:
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": cluster}],
+                "users": [{"name": "u", "user": user}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    return path
+
+
+def read(path: str | None) -> bytes | None:
+    return Path(path).read_bytes() if path else None
+
+
+def effect(info: kopf.ConnectionInfo) -> tuple[object, ...]:
+    """What a connection does: where it goes, how it authenticates, what TLS files it uses."""
+    return (
+        info.server,
+        bool(info.insecure),
+        auth_headers(info)["Authorization"].lower() if auth_headers(info) else None,
+        read(info.ca_path),
+        read(info.certificate_path),
+        read(info.private_key_path),
+    )
+
+
+def by_client(monkeypatch: pytest.MonkeyPatch) -> kopf.ConnectionInfo:
+    """The client's login; it reads ``KUBECONFIG`` once, when it is imported."""
+    import kubernetes.config.kube_config
+
+    location = os.environ.get("KUBECONFIG", "")
+    monkeypatch.setattr(kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", location)
+    info = kopf.login_via_client(logger=logging.getLogger("test"), settings=kopf.OperatorSettings())
+    assert info is not None
+    return info
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Path:
+    (tmp_path / "ca.crt").write_bytes(CA)
+    (tmp_path / "tls.crt").write_bytes(CERT)
+    (tmp_path / "tls.key").write_bytes(KEY)
+    return tmp_path
+
+
+KUBECONFIGS = {
+    "token and CA file": ({"server": "https://k:6443", "certificate-authority": "ca.crt"},
+                          {"token": "t0ken"}),
+    "token and inline CA": ({"server": "https://k:6443", "certificate-authority-data": b64(CA)},
+                            {"token": "t0ken"}),
+    "client certificate files": ({"server": "https://k", "certificate-authority": "ca.crt"},
+                                 {"client-certificate": "tls.crt", "client-key": "tls.key"}),
+    "inline client certificate": ({"server": "https://k", "certificate-authority-data": b64(CA)},
+                                  {"client-certificate-data": b64(CERT),
+                                   "client-key-data": b64(KEY)}),
+    "basic credentials": ({"server": "https://k", "insecure-skip-tls-verify": True},
+                          {"username": "admin", "password": "secret"}),
+    "plain http": ({"server": "http://127.0.0.1:8080"}, {"token": "operator"}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", KUBECONFIGS)
+def test_a_plain_kubeconfig_gives_what_the_client_gives(
+    name: str, files: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster, user = KUBECONFIGS[name]
+    monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(files, cluster, user)))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+
+    lean = login.from_kubeconfig()
+
+    assert lean is not None
+    assert effect(lean) == effect(by_client(monkeypatch))
+
+
+@pytest.mark.parametrize(
+    "user",
+    [{"exec": {"command": "aws", "apiVersion": "client.authentication.k8s.io/v1"}},
+     {"auth-provider": {"name": "oidc"}}, {"tokenFile": "/run/token"}],
+)  # fmt: skip
+def test_a_kubeconfig_that_needs_more_than_reading_is_left_to_the_client(
+    user: dict[str, Any], files: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_kubeconfig(files, {"server": "https://k"}, user)
+    monkeypatch.setenv("KUBECONFIG", str(path))
+
+    assert login.from_kubeconfig() is None
+
+
+def test_several_kubeconfig_files_are_left_to_the_client(
+    files: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_kubeconfig(files, {"server": "https://k"}, {"token": "t"})
+    monkeypatch.setenv("KUBECONFIG", f"{path}:{path}")
+
+    assert login.from_kubeconfig() is None
+
+
+def test_no_kubeconfig_is_no_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+
+    assert login.from_kubeconfig() is None
+
+
+def test_in_a_cluster_the_service_account_is_read_as_the_client_reads_it(
+    files: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (files / "token").write_text("sa-token")
+    environ = {"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "443"}
+    monkeypatch.setattr("kubernetes.config.incluster_config.SERVICE_TOKEN_FILENAME",
+                        str(files / "token"))  # fmt: skip
+    monkeypatch.setattr("kubernetes.config.incluster_config.SERVICE_CERT_FILENAME",
+                        str(files / "ca.crt"))  # fmt: skip
+    for key, value in environ.items():
+        monkeypatch.setenv(key, value)
+
+    lean = login.in_cluster(environ, account=files)
+
+    assert lean is not None
+    assert lean.server == "https://[fd00::1]:443"
+    assert effect(lean) == effect(by_client(monkeypatch))
+
+
+def test_outside_a_cluster_there_is_no_service_account(files: Path) -> None:
+    (files / "token").write_text("sa-token")
+
+    assert login.in_cluster({}, account=files) is None
+    assert login.in_cluster({"KUBERNETES_SERVICE_HOST": "h", "KUBERNETES_SERVICE_PORT": "1"},
+                            account=files / "absent") is None  # fmt: skip

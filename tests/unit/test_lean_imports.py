@@ -1,0 +1,68 @@
+"""The operator at idle carries only what it runs: kopf without the ``kubernetes`` client,
+no boto3, and only the command it was started with."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+#: Packages the idle operator must not have imported (each is 10 to 45 MiB of memory):
+#: ``kubernetes`` is imported for exec or a kubeconfig that needs it, boto3 for a library.
+NOT_AT_IDLE = {"kubernetes", "boto3", "botocore"}
+
+IDLE_OPERATOR = """
+import json, sys
+from craft_operator.cli import main
+run = main.get_command(None, "run")  # what `craft-operator run` imports
+from craft_operator.config import Settings
+from craft_operator.kube.connection import discover_connection
+from craft_operator.runtime import build_context, build_registry
+context = build_context(Settings(state_dir=sys.argv[1], server_url="http://onyx.test:8080"))
+build_registry(context, login=lambda **_: None)
+discover_connection()
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def top_level_packages(tmp_path: Path, kubeconfig_user: str) -> set[str]:
+    """The top-level packages a fresh interpreter holds once it is set up as the operator,
+    logging in with this kubeconfig user."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\n"
+        f"current-context: x\nusers: [{{name: u, user: {kubeconfig_user}}}]\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "KUBECONFIG": str(kubeconfig), "HOME": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-c", IDLE_OPERATOR, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    return {name.split(".")[0] for name in json.loads(result.stdout)}
+
+
+def test_the_idle_operator_imports_neither_the_kubernetes_client_nor_boto3(
+    tmp_path: Path,
+) -> None:
+    loaded = top_level_packages(tmp_path, "{token: operator}")
+
+    assert "kopf" in loaded
+    assert loaded & NOT_AT_IDLE == set()
+
+
+def test_the_check_would_see_the_client_imported_for_a_kubeconfig_that_needs_it(
+    tmp_path: Path,
+) -> None:
+    loaded = top_level_packages(tmp_path, "{token: operator, tokenFile: /dev/null}")
+
+    assert "kubernetes" in loaded
