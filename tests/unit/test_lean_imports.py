@@ -66,3 +66,16 @@ def test_the_check_would_see_the_client_imported_for_a_kubeconfig_that_needs_it(
     loaded = top_level_packages(tmp_path, "{token: operator, tokenFile: /dev/null}")
 
     assert "kubernetes" in loaded
+
+
+def test_only_the_command_line_changes_how_kopf_is_imported() -> None:
+    probe = (
+        "import sys, craft_operator.client; "
+        "print(any(type(f).__name__ == '_KopfWithoutKubernetes' for f in sys.meta_path)); "
+        "import craft_operator.cli; "
+        "print(any(type(f).__name__ == '_KopfWithoutKubernetes' for f in sys.meta_path))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.split() == ["False", "True"]

@@ -12,6 +12,9 @@ import importlib
 import click
 
 from craft_operator import __version__
+from craft_operator.cli import lean_kopf
+
+lean_kopf.install()  # before any command imports kopf
 
 #: Each command's name and where it lives (module, attribute).
 COMMANDS: dict[str, tuple[str, str]] = {
