@@ -16,7 +16,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from craft_operator.metrics.labels import OTHER, metric_name
 
-#: Claim latency, from the claim's start until the sandbox is Ready: milliseconds to seconds.
+#: Claim latency: finding a Ready pool pod and the claim's one write, milliseconds mostly.
 CLAIM_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -60,7 +60,8 @@ class PoolCounters:
         )
         self._latency = Histogram(
             metric_name("pool_claim_duration_seconds"),
-            "Seconds from the start of a claim until the sandbox is Ready on the claimed pod.",
+            "Seconds a claim took: finding a Ready pool pod and writing the claim (the "
+            "deliveries by exec that follow are in the time to Ready).",
             buckets=CLAIM_BUCKETS,
             registry=registry,
         )
@@ -68,7 +69,7 @@ class PoolCounters:
             self._cold.labels(str(reason))
 
     def claimed(self, seconds: float | None = None) -> None:
-        """A sandbox claimed a pool pod (and, if given, was Ready ``seconds`` later)."""
+        """A sandbox claimed a pool pod (in ``seconds``, if given)."""
         self._claims.inc()
         if seconds is not None:
             self._latency.observe(max(0.0, seconds))
