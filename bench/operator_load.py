@@ -52,6 +52,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import cache_size
+from bench.real_cluster import start_profiler, stop_profiler
 from tests.integration.conftest import SANDBOXES, declare_craft_resources
 from tests.support.emulator import (
     OPERATOR_AGENTS,
@@ -244,24 +245,7 @@ async def run_size(n: int, workers: int, steady_cycles: int) -> dict[str, Any]:
             started = traffic.snapshot()
             child = start_operator(url, state, workers, keys)
             process = psutil.Process(child.pid)
-            profiler = None
-            if os.environ.get("BENCH_PROFILE"):
-                profiler = subprocess.Popen(  # noqa: ASYNC220 -- returns at once
-                    [
-                        str(Path(sys.executable).parent / "py-spy"),
-                        "record",
-                        "-p",
-                        str(child.pid),
-                        "-o",
-                        os.environ["BENCH_PROFILE"],
-                        "-f",
-                        "raw",
-                        "-r",
-                        "200",
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
+            profiler = start_profiler(child.pid)
             try:
                 await settle(traffic, quiet=1.0, since=started)
                 idle_rss = process.memory_info().rss
@@ -303,9 +287,7 @@ async def run_size(n: int, workers: int, steady_cycles: int) -> dict[str, Any]:
                     state,
                 )
             finally:
-                if profiler is not None:
-                    profiler.send_signal(signal.SIGINT)
-                    await asyncio.to_thread(profiler.wait, 60)
+                await asyncio.to_thread(stop_profiler, profiler)
                 await stop(child, state)
 
             # A no-op resync: a fresh operator lists everything and reconciles every sandbox.

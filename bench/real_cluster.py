@@ -125,6 +125,35 @@ class Requests:
         )
 
 
+def start_profiler(pid: int) -> subprocess.Popen[bytes] | None:
+    """With ``BENCH_PROFILE=<file>``, record process ``pid`` with py-spy (raw format)."""
+    if not os.environ.get("BENCH_PROFILE"):
+        return None
+    return subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "py-spy"),
+            "record",
+            "-p",
+            str(pid),
+            "-o",
+            os.environ["BENCH_PROFILE"],
+            "-f",
+            "raw",
+            "-r",
+            "200",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def stop_profiler(profiler: subprocess.Popen[bytes] | None) -> None:
+    """Stop py-spy; it writes its profile as it exits."""
+    if profiler is not None:
+        profiler.send_signal(signal.SIGINT)
+        profiler.wait(60)
+
+
 def cpu_seconds(process: psutil.Process) -> float:
     times = process.cpu_times()
     return float(times.user + times.system)
@@ -186,7 +215,11 @@ class Stack:
         self.onyx_api.close()
         self.plane.down()
 
-    def start_operator(self, *, resync_interval: float = 300.0) -> subprocess.Popen[bytes]:
+    def start_operator(
+        self, *, resync_interval: float = 300.0, extra_env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """``craft-operator run`` for the namespace, as the ServiceAccount (``extra_env``:
+        more settings, e.g. the library's S3)."""
         env = {
             **os.environ,
             "KUBECONFIG": str(self.kubeconfig),
@@ -197,6 +230,7 @@ class Stack:
             "CRAFT_METRICS_PORT": "0",
             "CRAFT_RESYNC_INTERVAL": str(resync_interval),
             "CRAFT_PROVISIONING_TIMEOUT": "86400",
+            **(extra_env or {}),
         }
         binary = Path(sys.executable).parent / "craft-operator"
         with (self.state / "operator.log").open("ab") as log:

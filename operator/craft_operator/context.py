@@ -67,7 +67,6 @@ class OperatorContext:
         )
         self.gate = ActivityGate(kube=self.kube, cache=self.cache, queue=self.queue)
         self.gate.followers.append((self.pool_queue, kinds.POOL.name))
-        self.services.wake_pool = self.pool_queue.add
         pool = self.services.library_pool
         pool.wake = self.queue.add
         self.gate.stop_also.append(pool.close)

@@ -453,9 +453,8 @@ async def test_pool_pods_by_state_follow_the_pools_status_at_every_scrape(
 async def test_claims_cold_starts_and_claim_latency_are_counted(
     metrics: Metrics, server: MetricsServer
 ) -> None:
+    metrics.pool_claimed(0.04)
     metrics.pool_claimed()
-    metrics.pool_claimed()
-    metrics.ready_on_claim(0.04)
     metrics.pool_cold_start(ColdStartReason.POOL_EMPTY)
     metrics.pool_cold_start("user alice had no luck")
     samples = await scrape(server)

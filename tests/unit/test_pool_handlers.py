@@ -60,6 +60,28 @@ async def test_a_claimed_pod_event_queues_its_sandbox_and_the_pool_it_left() -> 
     assert m.pool_queue.added == [("team-a", "warm")]
 
 
+async def test_the_echo_of_a_claim_still_wakes_the_pool_it_left() -> None:
+    """The claim step caches the pod it claimed; the watch's echo of that write is no news
+    to the sandbox, but it is the only word the pool gets that it must refill."""
+    m = memo()
+    handler = children._child_handler(kinds.POD.name)
+    claimed = pod(2, {LABEL_CLAIMED_FROM: "warm"}, owner="alice")
+    m.cache.put(kinds.POD.name, claimed)
+    await handler(event={"type": "MODIFIED", "object": claimed}, memo=m)
+    assert m.pool_queue.added == [("team-a", "warm")]
+    assert m.queue.added == []
+
+
+async def test_the_echo_of_a_pool_pod_write_wakes_nobody() -> None:
+    m = memo()
+    handler = children._child_handler(kinds.POD.name)
+    created = pod(1, {LABEL_POOL: "warm"})
+    m.cache.put(kinds.POD.name, created)
+    await handler(event={"type": "ADDED", "object": created}, memo=m)
+    assert m.pool_queue.added == []
+    assert m.queue.added == []
+
+
 async def test_a_deleted_pool_pod_wakes_its_pool() -> None:
     m = memo()
     handler = children._child_handler(kinds.POD.name)

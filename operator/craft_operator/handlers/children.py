@@ -43,22 +43,34 @@ def owning_pools(meta: Mapping[str, Any]) -> set[str]:
     return {str(labels[key]) for key in (LABEL_POOL, LABEL_CLAIMED_FROM) if labels.get(key)}
 
 
+def claimed_from(meta: Mapping[str, Any]) -> str | None:
+    """The pool a claimed pod was taken from, if it was."""
+    pool = (meta.get("labels") or {}).get(LABEL_CLAIMED_FROM)
+    return str(pool) if pool else None
+
+
 def _child_handler(kind: str) -> Any:
     async def child_event(event: kopf.RawEvent, memo: OperatorContext, **_: Any) -> None:
         if not memo.gate.active:
             return  # a standby keeps no state (see craft_operator.peering.gate)
         obj = event["object"]
         meta = obj.get("metadata", {})
+        namespace = meta.get("namespace", "")
         if event["type"] == "DELETED":
             memo.cache.remove(kind, obj)
         elif not memo.cache.put(kind, obj):
-            return  # the echo of our own write, or an old version: nothing new to act on
+            # The echo of our own write, or an old version: nothing new to the sandbox. A
+            # claim, though, is the sandbox's write, which its pool has not seen: the pool
+            # must learn it lost a pod (and refill) now, not at its next resync.
+            if kind == kinds.POD.name and (pool := claimed_from(meta)):
+                memo.pool_queue.add((namespace, pool))
+            return
         owner = owning_sandbox(meta)
         if owner:
-            memo.queue.add((meta.get("namespace", ""), owner))
+            memo.queue.add((namespace, owner))
         if kind == kinds.POD.name:
             for pool in owning_pools(meta):
-                memo.pool_queue.add((meta.get("namespace", ""), pool))
+                memo.pool_queue.add((namespace, pool))
 
     child_event.__name__ = f"{kind.lower()}_event"
     child_event.__doc__ = f"A change to one of our {kind}s: cache it and queue its sandbox."

@@ -16,8 +16,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from craft_operator.metrics.labels import OTHER, metric_name
 
-#: Claim latency, from the sandbox's creation (or wake) until it is Ready on a claimed pod:
-#: milliseconds to seconds.
+#: Claim latency: finding a Ready pool pod and the claim's one write, milliseconds mostly.
 CLAIM_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -61,21 +60,19 @@ class PoolCounters:
         )
         self._latency = Histogram(
             metric_name("pool_claim_duration_seconds"),
-            "Seconds from a sandbox's creation (or its wake) until it is Ready on a claimed "
-            "pool pod.",
+            "Seconds a claim took: finding a Ready pool pod and writing the claim (the "
+            "deliveries by exec that follow are in the time to Ready).",
             buckets=CLAIM_BUCKETS,
             registry=registry,
         )
         for reason in (*ColdStartReason, OTHER):
             self._cold.labels(str(reason))
 
-    def claimed(self) -> None:
-        """A sandbox claimed a pool pod."""
+    def claimed(self, seconds: float | None = None) -> None:
+        """A sandbox claimed a pool pod (in ``seconds``, if given)."""
         self._claims.inc()
-
-    def ready_on_claim(self, seconds: float) -> None:
-        """A sandbox became Ready on a claimed pod ``seconds`` after its creation or wake."""
-        self._latency.observe(max(0.0, seconds))
+        if seconds is not None:
+            self._latency.observe(max(0.0, seconds))
 
     def cold_start(self, reason: ColdStartReason | str) -> None:
         """A sandbox started cold; ``reason`` outside :class:`ColdStartReason` counts as Other."""

@@ -169,13 +169,9 @@ class Metrics:
 
     # -- warm pools (reported by the claim) -----------------------------------------------------
 
-    def pool_claimed(self) -> None:
-        """A sandbox claimed a warm pool pod."""
-        self._pools.claimed()
-
-    def ready_on_claim(self, seconds: float) -> None:
-        """A sandbox became Ready on a claimed pod, ``seconds`` after its creation or wake."""
-        self._pools.ready_on_claim(seconds)
+    def pool_claimed(self, seconds: float | None = None) -> None:
+        """A sandbox claimed a warm pool pod; ``seconds``: how long the claim took."""
+        self._pools.claimed(seconds)
 
     def pool_cold_start(self, reason: ColdStartReason | str) -> None:
         """A sandbox that could have used a pool started cold, for this

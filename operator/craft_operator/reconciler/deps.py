@@ -41,6 +41,3 @@ class Services:
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     metrics: Metrics = field(default_factory=Metrics)
     library_pool: LibrarySyncPool = field(default_factory=LibrarySyncPool)
-    #: Queue a CraftSandboxPool's pass, by (namespace, name): a claim wakes its pool to
-    #: refill (the claim's own watch event is an echo of the operator's write, and dropped).
-    wake_pool: Callable[[tuple[str, str]], None] = lambda key: None

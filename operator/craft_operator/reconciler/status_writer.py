@@ -40,8 +40,6 @@ async def write_status(s: Services, run: Run) -> None:
     seconds = time_to_ready(run.body, run.status, run.now)
     if seconds is not None:
         s.metrics.observe_ready(seconds)
-        if run.status.claimed_from is not None:
-            s.metrics.ready_on_claim(seconds)
 
 
 def _content_changed(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:

@@ -16,6 +16,7 @@ no pod can be claimed the sandbox starts cold, as without a pool, and an event s
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,6 +49,7 @@ async def claim(p: Pass) -> dict[str, Any] | None:
     (an event and the cold-start metric say why, when the sandbox asked for a pool)."""
     if not wants_pool(p):
         return None
+    started = time.monotonic()
     blocked = cold_start_reason(p.sandbox) or (
         JOB_MODE if p.sandbox.spec.user_library.mode == LibraryMode.JOB else None
     )
@@ -73,9 +75,8 @@ async def claim(p: Pass) -> dict[str, Any] | None:
     for pod in _spread(p, candidates)[:MAX_TRIES]:
         claimed = await _take(p, pod, pool)
         if claimed is not None:
-            p.services.metrics.pool_claimed()
+            p.services.metrics.pool_claimed(time.monotonic() - started)
             p.run.status.claimed_from = pool
-            p.services.wake_pool((p.sandbox.metadata.namespace or "", pool))
             name = claimed["metadata"]["name"]
             p.event("PodClaimed", f"claimed warm pod {name} from pool {pool}")
             return claimed

@@ -192,15 +192,6 @@ async def test_a_pod_claimed_meanwhile_is_not_taken_over_the_claim_loses_the_rac
     assert pooled.stored("v1/pods", NAME) is not None, "cold instead"
 
 
-async def test_a_claim_wakes_its_pool_to_refill(pooled: World) -> None:
-    warm_pods(pooled, 1)
-    woken: list[tuple[str, str]] = []
-    pooled.services.wake_pool = woken.append
-    p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
-    await pod.converge_pod(p)
-    assert woken == [(NAMESPACE, POOL)]
-
-
 async def test_a_claim_and_a_cold_start_are_counted(pooled: World) -> None:
     warm_pods(pooled, 1)
     for name, uid in (("alice", "uid-a"), ("bob", "uid-b")):

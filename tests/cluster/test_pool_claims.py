@@ -1,0 +1,254 @@
+"""Claiming warm pool pods on the real control plane (kwok pods, the real exec path).
+
+A sandbox naming a pool becomes Ready on that very pool pod, with its token, SKILL.md and
+library delivered into it and onyx-cli validated; the claimed pod is the sandbox's (its
+labels, the egress-proxy ones included; its owner), nothing of the pool's; the pool
+refills. A resumed sandbox claims again; a pool update replaces only its unclaimed pods.
+Sandboxes claiming at once never share a pod, and those left without one start cold and
+say so in a ColdStart event.
+"""
+
+from __future__ import annotations
+
+import base64
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from tests.cluster.test_user_library import REVISION, exec_in_pod, library_in_pod, upload
+from tests.support.cluster import CRAFT, Cluster, wait_for
+from tests.support.operator_process import OperatorProcess
+
+USER_ID = "3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b"
+SANDBOXES = f"{CRAFT}/craftsandboxes"
+POOLS = f"{CRAFT}/craftsandboxpools"
+PODS = "/api/v1/pods"
+POOL_LABEL = "craft.onyx.app/pool"
+CLAIMED_FROM = "craft.onyx.app/claimed-from"
+#: The sandbox's labels a claim puts on the pod, the egress proxy's two included.
+SANDBOX_LABELS = (
+    "craft.onyx.app/sandbox",
+    "craft.onyx.app/user-id",
+    "onyx.app/sandbox-id",
+    "onyx.app/tenant-id",
+)
+
+
+def a_pool(cluster: Cluster, namespace: str, replicas: int, **spec: Any) -> None:
+    cluster.create(
+        POOLS,
+        namespace,
+        {
+            "apiVersion": "craft.onyx.app/v1alpha1",
+            "kind": "CraftSandboxPool",
+            "metadata": {"name": "warm"},
+            "spec": {"replicas": replicas, **spec},
+        },
+    )
+
+
+def pool_pods(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
+    """The pool's unclaimed pods that are not being deleted."""
+    return [
+        pod
+        for pod in cluster.list(PODS, namespace, selector=f"{POOL_LABEL}=warm")
+        if not pod["metadata"].get("deletionTimestamp")
+    ]
+
+
+def pool_full(cluster: Cluster, namespace: str, replicas: int, image: str | None = None) -> bool:
+    """``replicas`` unclaimed pods, all Ready (and of ``image``), and the status says so."""
+    pods = pool_pods(cluster, namespace)
+    status = (cluster.get(POOLS, namespace, "warm") or {}).get("status") or {}
+    images = {pod["spec"]["containers"][0]["image"] for pod in pods}
+    return (
+        len(pods) == replicas
+        and status.get("ready") == replicas
+        and status.get("creating") == 0
+        and (image is None or images == {image})
+    )
+
+
+def sandbox(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "craft.onyx.app/v1alpha1",
+        "kind": "CraftSandbox",
+        "metadata": {"name": name, "annotations": {REVISION: "1"}},
+        "spec": {"user": {"id": USER_ID}, **spec},
+    }
+
+
+def status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    return dict((cluster.sandbox(namespace, name) or {}).get("status") or {})
+
+
+def until(
+    cluster: Cluster, namespace: str, operator: OperatorProcess, check: Any, what: str
+) -> Any:
+    return wait_for(
+        check,
+        within=90,
+        what=lambda: (
+            f"{what}; pool {cluster.get(POOLS, namespace, 'warm')}; "
+            f"operator log:\n{operator.log_tail()}"
+        ),
+    )
+
+
+def ready_on(cluster: Cluster, namespace: str, name: str, operator: OperatorProcess) -> Any:
+    """The sandbox's status once it is Ready, and its pod."""
+    current = until(
+        cluster,
+        namespace,
+        operator,
+        lambda: (s := status(cluster, namespace, name)).get("phase") == "Ready" and s,
+        f"{name} Ready",
+    )
+    pod = cluster.get(PODS, namespace, current["podName"])
+    assert pod is not None
+    return current, pod
+
+
+def reasons(cluster: Cluster, namespace: str, name: str) -> list[str]:
+    return [event["reason"] for event in cluster.events(namespace, name)]
+
+
+def test_a_sandbox_naming_a_pool_is_ready_on_the_claimed_pod_with_its_token_skill_and_library(
+    cluster: Cluster, namespace: str, operator: OperatorProcess, s3: Any, bucket: str
+) -> None:
+    files = {f"notes/file-{index}.md": f"note {index}\n".encode() * 50 for index in range(10)}
+    upload(s3, bucket, files)
+    a_pool(cluster, namespace, 2)
+    until(cluster, namespace, operator, lambda: pool_full(cluster, namespace, 2), "pool full")
+    warm = {
+        pod["metadata"]["name"]: pod["metadata"]["uid"] for pod in pool_pods(cluster, namespace)
+    }
+
+    created = cluster.create(SANDBOXES, namespace, sandbox("alice", poolRef={"name": "warm"}))
+
+    ready, pod = ready_on(cluster, namespace, "alice", operator)
+    meta = pod["metadata"]
+    assert warm.get(meta["name"]) == meta["uid"] == ready["podUID"], (warm, ready)
+    assert "PodClaimed" in reasons(cluster, namespace, "alice")
+    assert "ColdStart" not in reasons(cluster, namespace, "alice")
+    # The pod is the sandbox's now: nothing of the pool's, every label of the sandbox's.
+    labels = meta["labels"]
+    assert POOL_LABEL not in labels
+    assert labels[CLAIMED_FROM] == "warm"
+    assert labels["onyx.app/sandbox-id"] == created["metadata"]["uid"]
+    assert labels["craft.onyx.app/sandbox"] == "alice"
+    assert all(key in labels for key in SANDBOX_LABELS), labels
+    assert [(ref["kind"], ref["uid"]) for ref in meta["ownerReferences"]] == [
+        ("CraftSandbox", created["metadata"]["uid"])
+    ]
+    # Delivered into the running pod: the token, the SKILL.md, the library.
+    secret = cluster.get("/api/v1/secrets", namespace, "alice-credentials")
+    assert secret is not None
+    token = base64.b64decode(secret["data"]["ONYX_PAT"]).decode()
+    assert exec_in_pod(cluster, namespace, meta["name"], "cat", "/run/onyx/pat").decode() == token
+    assert token not in str(pod)
+    skill = (cluster.get("/api/v1/configmaps", namespace, "alice-skills") or {})["data"]
+    in_pod = exec_in_pod(
+        cluster, namespace, meta["name"], "cat", "/workspace/skills/company-search/SKILL.md"
+    )
+    assert in_pod.decode() == skill["SKILL.md"]
+    assert library_in_pod(cluster, namespace, meta["name"]) == files
+    assert ready["userLibrary"]["files"] == 10
+    assert cluster.condition(namespace, "alice", "CLIValidated")["status"] == "True"
+    # The pool refills, and counts the claimed pod as claimed, not as its own.
+    until(
+        cluster,
+        namespace,
+        operator,
+        lambda: (
+            pool_full(cluster, namespace, 2)
+            and (cluster.get(POOLS, namespace, "warm") or {})["status"].get("claimed") == 1
+        ),
+        "the pool refilled",
+    )
+    assert meta["name"] not in {pod["metadata"]["name"] for pod in pool_pods(cluster, namespace)}
+
+
+def test_a_resumed_sandbox_claims_again_and_a_pool_update_leaves_claimed_pods_alone(
+    cluster: Cluster, namespace: str, operator: OperatorProcess
+) -> None:
+    a_pool(cluster, namespace, 2)
+    until(cluster, namespace, operator, lambda: pool_full(cluster, namespace, 2), "pool full")
+    cluster.create(SANDBOXES, namespace, sandbox("alice", poolRef={"name": "warm"}))
+    _, first = ready_on(cluster, namespace, "alice", operator)
+    until(cluster, namespace, operator, lambda: pool_full(cluster, namespace, 2), "refilled")
+
+    cluster.patch(SANDBOXES, namespace, "alice", {"spec": {"suspend": True}})
+    until(
+        cluster,
+        namespace,
+        operator,
+        lambda: (
+            status(cluster, namespace, "alice").get("phase") == "Suspended"
+            and cluster.get(PODS, namespace, first["metadata"]["name"]) is None
+        ),
+        "suspended, its pod gone",
+    )
+    warm = {pod["metadata"]["uid"] for pod in pool_pods(cluster, namespace)}
+    cluster.patch(SANDBOXES, namespace, "alice", {"spec": {"suspend": False}})
+
+    _, woken = ready_on(cluster, namespace, "alice", operator)
+    assert woken["metadata"]["uid"] in warm, "the resumed sandbox did not take a pool pod"
+    assert woken["metadata"]["labels"][CLAIMED_FROM] == "warm"
+    assert reasons(cluster, namespace, "alice").count("PodClaimed") == 2
+
+    # An image change replaces the pool's unclaimed pods, never the one alice claimed.
+    until(cluster, namespace, operator, lambda: pool_full(cluster, namespace, 2), "refilled")
+    cluster.patch(POOLS, namespace, "warm", {"spec": {"image": "craft-sandbox:0.2.0"}})
+    until(
+        cluster,
+        namespace,
+        operator,
+        lambda: pool_full(cluster, namespace, 2, image="craft-sandbox:0.2.0"),
+        "the pool's pods replaced",
+    )
+    kept = cluster.get(PODS, namespace, woken["metadata"]["name"])
+    assert kept is not None
+    assert kept["metadata"]["uid"] == woken["metadata"]["uid"]
+    assert not kept["metadata"].get("deletionTimestamp")
+    assert status(cluster, namespace, "alice")["phase"] == "Ready"
+    assert "PodReplaced" not in reasons(cluster, namespace, "alice")
+
+
+def test_eight_sandboxes_claiming_at_once_from_a_pool_of_five_never_share_a_pod(
+    cluster: Cluster, namespace: str, operator: OperatorProcess
+) -> None:
+    a_pool(cluster, namespace, 5)
+    until(cluster, namespace, operator, lambda: pool_full(cluster, namespace, 5), "pool full")
+    names = [f"user-{index}" for index in range(8)]
+
+    with ThreadPoolExecutor(max_workers=8) as threads:
+        list(
+            threads.map(
+                lambda name: cluster.create(
+                    SANDBOXES, namespace, sandbox(name, poolRef={"name": "warm"})
+                ),
+                names,
+            )
+        )
+
+    pods = {name: ready_on(cluster, namespace, name, operator)[1] for name in names}
+    uids = [pod["metadata"]["uid"] for pod in pods.values()]
+    assert len(set(uids)) == 8, "two sandboxes share a pod"
+    claimed = [name for name, pod in pods.items() if CLAIMED_FROM in pod["metadata"]["labels"]]
+    cold = sorted(set(names) - set(claimed))
+    print(f"claimed {len(claimed)}, cold {len(cold)}: {cold}")
+    # Five were Ready when the sandboxes came; more only if refilled pods were Ready in time.
+    assert len(claimed) >= 1
+    assert all(pods[name]["metadata"]["name"].startswith("warm-") for name in claimed)
+    for name in claimed:
+        assert "PodClaimed" in reasons(cluster, namespace, name)
+        assert "ColdStart" not in reasons(cluster, namespace, name)
+    for name in cold:
+        assert pods[name]["metadata"]["name"] == name  # a pod of its own, made for it
+        said = [e["message"] for e in cluster.events(namespace, name) if e["reason"] == "ColdStart"]
+        assert said, reasons(cluster, namespace, name)
+        assert "(PoolEmpty)" in said[0] or "(ClaimConflict)" in said[0], said
+    for name, pod in pods.items():
+        owners = pod["metadata"]["ownerReferences"]
+        assert [ref["name"] for ref in owners] == [name]
+    until(cluster, namespace, operator, lambda: pool_full(cluster, namespace, 5), "refilled")
