@@ -25,14 +25,20 @@ async def start_workers(memo: OperatorContext, logger: kopf.Logger, **_: Any) ->
     logger.info("started %d reconcile workers", memo.settings.workers)
 
 
+#: Seconds a pass in progress at shutdown may take to end: a pass takes milliseconds, but
+#: one cut off between two writes that belong together (a sync Job and its Secret) should
+#: rather end; Kubernetes waits 30 s after SIGTERM.
+STOP_GRACE = 5.0
+
+
 async def stop_workers(memo: OperatorContext, **_: Any) -> None:
     """Stop the workers and close the API client."""
     for task in memo.background:
         task.cancel()
     await asyncio.gather(*memo.background, return_exceptions=True)
     memo.background.clear()
-    await memo.queue.stop()
-    await memo.pool_queue.stop()
+    await memo.queue.stop(grace=STOP_GRACE)
+    await memo.pool_queue.stop(grace=STOP_GRACE)
     await memo.events.stop()
     await memo.kube.close()
 

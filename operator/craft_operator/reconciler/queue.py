@@ -67,6 +67,9 @@ class WorkQueue(Generic[K]):
         self._workers: list[asyncio.Task[None]] = []
         self._started = False
         self._paused = False
+        self._draining = False
+        #: Set when no pass is in progress (what a stop with a grace waits for).
+        self._drained = asyncio.Event()
         self.processed = 0
         self.failed = 0
 
@@ -112,10 +115,19 @@ class WorkQueue(Generic[K]):
         if not self._paused:
             self._spawn_workers()
 
-    async def stop(self) -> None:
-        """Stop the workers (a reconcile in progress is cancelled)."""
+    async def stop(self, grace: float = 0.0) -> None:
+        """Stop the workers: no new pass starts; passes in progress get ``grace`` seconds
+        to end (a pass cut off halfway converges on the next start, but one that ends
+        leaves nothing half done), then are cancelled."""
         self._started = False
+        if grace > 0 and self._workers:
+            self._draining = True
+            self._drained.clear()
+            if self._processing:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._drained.wait(), grace)
         await self._cancel_workers()
+        self._draining = False
 
     async def pause(self) -> None:
         """Stop acting until :meth:`resume`: passes in progress are cancelled, as if the
@@ -153,6 +165,8 @@ class WorkQueue(Generic[K]):
 
     async def _next(self) -> K:
         loop = asyncio.get_running_loop()
+        if self._draining:
+            await loop.create_future()  # stopping: wait to be cancelled, take no new key
         while True:
             self._wakeup.clear()
             while self._heap:
@@ -205,6 +219,8 @@ class WorkQueue(Generic[K]):
                     self.add(key, requeue_after)
             finally:
                 self._processing.discard(key)
+                if not self._processing:
+                    self._drained.set()
                 if key in self._dirty:
                     self._dirty.discard(key)
                     self.add(key)

@@ -333,6 +333,47 @@ async def test_stop_cancels_a_running_reconcile_and_the_workers(
     assert len(queue) >= 1  # nothing takes work any more
 
 
+async def test_a_stop_with_grace_lets_a_pass_in_progress_end_and_starts_no_other() -> None:
+    release = asyncio.Event()
+    ended: list[str] = []
+    started: list[str] = []
+
+    async def handler(key: str) -> None:
+        started.append(key)
+        await release.wait()
+        ended.append(key)
+
+    queue: WorkQueue[str] = WorkQueue(handler, concurrency=1, backoff=FAST)
+    queue.start()
+    queue.add("a")
+    await eventually(lambda: started == ["a"])
+    queue.add("b")
+    stopping = asyncio.create_task(queue.stop(grace=5))
+    await settle()
+    release.set()
+    await stopping
+    assert ended == ["a"], "the pass in progress ended"
+    assert started == ["a"], "no new pass started while stopping"
+
+
+async def test_a_pass_longer_than_the_grace_is_cancelled() -> None:
+    cancelled = asyncio.Event()
+
+    async def handler(key: str) -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    queue: WorkQueue[str] = WorkQueue(handler, concurrency=1, backoff=FAST)
+    queue.start()
+    queue.add("a")
+    await settle()
+    await queue.stop(grace=0.05)
+    assert cancelled.is_set()
+
+
 async def test_a_queue_that_was_stopped_can_be_started_again(recorder: Recorder) -> None:
     queue: WorkQueue[str] = WorkQueue(recorder, concurrency=1, backoff=FAST)
     queue.start()
