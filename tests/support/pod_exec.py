@@ -21,12 +21,16 @@ from pathlib import Path
 from craft_operator.devtools.daemons import ONYX_CLI_WRAPPER
 from craft_operator.kube.exec import ExecResult, ExecUnavailableError, Stdin
 from craft_operator.kube.exec_local import LocalExec
-from craft_operator.reconciler.steps.cli import DELIVER_ARGV, EXIT_NOT_DELIVERED
+from craft_operator.reconciler.steps.cli import (
+    DELIVER_ARGV,
+    EXIT_NOT_DELIVERED,
+    WRITE_PAT_SCRIPT,
+)
 from tests.support.emulator import KubeEmulator
 
 ScriptedCli = Callable[[str, str], int]
 #: The first half of the operator's delivery script: write stdin to the file ``$1``.
-WRITE_PAT = ("sh", "-c", 'umask 077 && cat > "$1.new" && mv -f "$1.new" "$1"')
+WRITE_PAT = ("sh", "-c", WRITE_PAT_SCRIPT)
 
 
 @dataclass

@@ -95,18 +95,17 @@ def _candidates(p: Pass, wanted: str) -> tuple[str | None, list[dict[str, Any]]]
         if s.cache.get(POOL.name, namespace, ref.name) is None:
             return None, []
         return ref.name, ready_pool_pods(s.cache, namespace, ref.name, template_hash=wanted)
-    for key, _ in s.cache.items(POOL.name):
-        if key[1] == namespace:
-            pods = ready_pool_pods(s.cache, namespace, key[2], template_hash=wanted)
-            if pods:
-                return key[2], pods
+    for body in s.cache.in_namespace(POOL.name, namespace):
+        name = body["metadata"]["name"]
+        pods = ready_pool_pods(s.cache, namespace, name, template_hash=wanted)
+        if pods:
+            return name, pods
     return None, []
 
 
 def _pools_here(p: Pass) -> bool:
     """Whether any pool lives in the sandbox's namespace (else a cold start goes unsaid)."""
-    namespace = p.sandbox.metadata.namespace
-    return any(key[1] == namespace for key, _ in p.services.cache.items(POOL.name))
+    return bool(p.services.cache.in_namespace(POOL.name, p.sandbox.metadata.namespace))
 
 
 def _pool_template(p: Pass, pool: str) -> str | None:

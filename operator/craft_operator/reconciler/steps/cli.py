@@ -33,10 +33,13 @@ EXIT_NOT_DELIVERED = 90
 #: One exec: write stdin to the PAT file atomically, readable by the pod's user only, then
 #: run onyx-cli, which reads it (the image's wrapper). The path is an argument, so the
 #: token is never on a command line (exec's command is in the request URL).
+#: Writes stdin to the file ``$1`` atomically, readable by the pod's user only.
+WRITE_PAT_SCRIPT = 'umask 077 && cat > "$1.new" && mv -f "$1.new" "$1"'
 DELIVER_ARGV = (
     "sh",
     "-c",
-    'umask 077 && cat > "$1.new" && mv -f "$1.new" "$1" || exit 90\nexec onyx-cli validate-config',
+    f"{WRITE_PAT_SCRIPT} || exit {EXIT_NOT_DELIVERED}\n"
+    f"exec {' '.join(cli_validation.VALIDATE_ARGV)}",
     "deliver-pat",
     PAT_FILE,
 )

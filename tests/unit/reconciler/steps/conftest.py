@@ -31,6 +31,7 @@ from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.run import Run
 from craft_operator.reconciler.services import SkillRenderer
 from craft_operator.reconciler.step import Pass
+from craft_operator.reconciler.steps.cli import EXIT_NOT_DELIVERED
 from craft_operator.reconciler.table import CONDITIONS
 from tests.support.emulator import KubeEmulator
 from tests.unit.reconciler.conftest import NAMESPACE
@@ -114,7 +115,7 @@ class Exec:
             assert isinstance(stdin, bytes), "the PAT goes on stdin"
             self.delivered.append(stdin)
             if self.deliver_exit:  # the script's own code when the write failed
-                return ExecResult(90, b"", b"read-only file system")
+                return ExecResult(EXIT_NOT_DELIVERED, b"", b"read-only file system")
         elif argv[0] == "sh":
             return ExecResult(0, b"", b"")  # another file written (a claimed pod's SKILL.md)
         return ExecResult(self.cli_exit, b"", b"refused" if self.cli_exit else b"")
