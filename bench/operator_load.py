@@ -23,6 +23,7 @@ and memory are its own and not the server's. Prints, per N and server:
     .venv/bin/python bench/operator_load.py [--sizes 100,1000] [--workers 16] [--steady-cycles 6]
     .venv/bin/python bench/operator_load.py --server real,emulator --sizes 100,1000
     .venv/bin/python bench/operator_load.py --sizes 1000,10000 --steady-cycles 6   # issue 8
+    .venv/bin/python bench/operator_load.py --server real,emulator --rate 75 --duration 600
     git worktree add /tmp/base main && .venv/bin/python bench/operator_load.py --baseline /tmp/base
     BENCH_PROFILE=/tmp/profile.txt ...   # also record the operator with py-spy (raw format)
     BENCH_LOG=1 ...                      # print the end of the operator's log
@@ -53,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import cache_size
 from bench.real_cluster import start_profiler, stop_profiler
+from bench.restart import seconds_to_steady_state
 from tests.integration.conftest import SANDBOXES, declare_craft_resources
 from tests.support.emulator import (
     OPERATOR_AGENTS,
@@ -61,6 +63,7 @@ from tests.support.emulator import (
     declare_core_resources,
 )
 from tests.support.operator_process import kubeconfig
+from tests.support.s3 import free_port
 from tests.support.sandbox_namespace import provision_sandbox_namespaces
 
 from craft_operator.credentials.keyring import generate_key_entry
@@ -73,6 +76,8 @@ CACHED_KINDS = {
     "Secret": "v1/secrets",
     "ConfigMap": "v1/configmaps",
 }
+#: A POST that writes nothing: counted as a read.
+ACCESS_REVIEWS = "/selfsubjectaccessreviews"
 USER_ID = "3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b"
 
 
@@ -85,8 +90,15 @@ class Timeline:
 
 
 def start_operator(
-    url: str, state: Path, workers: int, keys: str, *, resync_interval: float = 300.0
+    url: str,
+    state: Path,
+    workers: int,
+    keys: str,
+    *,
+    resync_interval: float = 300.0,
+    extra_env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
+    """``craft-operator run`` against the emulator at ``url`` (``extra_env``: more settings)."""
     env = {
         **os.environ,
         "KUBECONFIG": str(kubeconfig(state / "kubeconfig", url)),
@@ -99,6 +111,7 @@ def start_operator(
         # No kubelet runs the pods here: without this, a large N outlasts the default
         # 180 s and the resync would report every sandbox ProvisioningTimedOut.
         "CRAFT_PROVISIONING_TIMEOUT": "86400",
+        **(extra_env or {}),
     }
     binary = Path(sys.executable).parent / "craft-operator"
     return subprocess.Popen(
@@ -125,7 +138,10 @@ class Traffic:
         self.total += 1
         if not request.headers.get("User-Agent", "").startswith(OPERATOR_AGENTS):
             return
-        if request.method.value.upper() not in WRITE_METHODS:
+        # The start-up access check asks (SelfSubjectAccessReview) and stores nothing.
+        if request.method.value.upper() not in WRITE_METHODS or request.url.path.endswith(
+            ACCESS_REVIEWS
+        ):
             self.reads += 1
             self.watches += request.params.get("watch") == "true"
         elif request.url.path.endswith("/events"):
@@ -293,8 +309,20 @@ async def run_size(n: int, workers: int, steady_cycles: int) -> dict[str, Any]:
             # A no-op resync: a fresh operator lists everything and reconciles every sandbox.
             # It then stays up for the steady state: every sandbox revisited each interval.
             before_resync = traffic.snapshot()
-            child = start_operator(url, state, workers, keys, resync_interval=resync_interval)
+            metrics_port = free_port()
+            restarted = time.perf_counter()
+            child = start_operator(
+                url,
+                state,
+                workers,
+                keys,
+                resync_interval=resync_interval,
+                extra_env={"CRAFT_METRICS_PORT": str(metrics_port)},
+            )
             process = psutil.Process(child.pid)
+            steady_state = asyncio.create_task(
+                asyncio.to_thread(seconds_to_steady_state, metrics_port, n, restarted)
+            )
             try:
                 while traffic.watches == before_resync.watches:  # noqa: ASYNC110 -- a counter
                     await asyncio.sleep(0.05)
@@ -304,6 +332,7 @@ async def run_size(n: int, workers: int, steady_cycles: int) -> dict[str, Any]:
                 resync_cpu = cpu_seconds(process) - started_cpu
                 resync_rss = process.memory_info().rss
                 resync_writes = traffic.writes - before_resync.writes
+                resync_s = await steady_state
                 if os.environ.get("BENCH_WRITES") and resync_writes:
                     print("resync writes:", *list(traffic.recent)[-resync_writes:], sep="\n  ")
                 steady: list[float] = []
@@ -333,6 +362,7 @@ async def run_size(n: int, workers: int, steady_cycles: int) -> dict[str, Any]:
         "resync_writes": resync_writes,
         "resync_cpu_ms": resync_cpu / n * 1000,
         "resync_rss_mib": resync_rss / 2**20,
+        "resync_s": resync_s,
         "resync_interval": resync_interval,
         "steady": steady,
     }
@@ -361,17 +391,30 @@ def main() -> None:
         help="a worktree of the old code (e.g. `git worktree add /tmp/base main`): run each "
         "size with its operator first, then this tree's, and print the ratio new/old",
     )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="instead of N at once: create sandboxes at this steady rate per second",
+    )
+    parser.add_argument(
+        "--duration", type=float, default=600.0, help="with --rate: for this many seconds"
+    )
     args = parser.parse_args()
     sizes = [int(part) for part in args.sizes.split(",") if part]
     servers = [part for part in args.server.split(",") if part]
     unknown = set(servers) - {"emulator", "real"}
     if unknown:
         parser.error(f"unknown --server {sorted(unknown)}")
+    if args.rate:
+        sustained(servers, args)
+        return
     print(
         f"{'server':>8} {'N':>6} {'sandbox/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
         f"{'Ready p50':>9} {'Ready p99':>9} {'reads':>6} {'writes':>7} {'events':>7} "
-        f"{'execs':>6} {'CPU ms':>7} {'CPU s':>7} {'RSS MiB':>8} | {'resync writes':>13} "
-        f"{'CPU ms':>7} {'RSS MiB':>8} | {'idle MiB':>8} {'KiB/sbx':>7} "
+        f"{'execs':>6} {'CPU pod':>7} {'Ready':>7} {'CPU s':>7} {'RSS MiB':>8} | "
+        f"{'resync writes':>13} {'CPU ms':>7} {'RSS MiB':>8} {'steady s':>8} | "
+        f"{'idle MiB':>8} {'KiB/sbx':>7} "
         f"{'cache KiB: pod':>14} {'sbx':>5} {'all':>5} {'code':>4}",
         flush=True,
     )
@@ -406,12 +449,27 @@ def main() -> None:
         "-> phase Ready (kwok pod Running, onyx-cli validated through exec, empty library). "
         "reads/writes/events/execs are per sandbox, by the operator (emulator: counted by "
         "the server; real: the API server's audit log). CPU is the operator process's own "
-        "(user+system) per sandbox and in total: to pod created on the emulator, to Ready on "
-        "the real server. The resync is a restarted operator reconciling all. idle MiB: the "
+        "(user+system) per sandbox: 'CPU pod' to pod created (on the real server an upper "
+        "bound: the Ready work done until the last pod appeared counts too), 'Ready' to "
+        "Ready; CPU s in total. The resync is a restarted operator reconciling all; steady "
+        "s: from its start to every sandbox visited once with nothing due. idle MiB: the "
         "operator's RSS watching, before the first sandbox; KiB/sbx: its growth per sandbox "
         "to the end of provisioning; cache KiB: the watch cache per object (pods, sandboxes, "
         "and all the objects of the sandboxes). code: old (--baseline) or new (this tree)."
     )
+
+
+def sustained(servers: list[str], args: argparse.Namespace) -> None:
+    """The sustained-rate runs (``--rate``), one per server."""
+    from bench.sustained_load import report, run_sustained_emulator, run_sustained_real
+
+    for server in servers:
+        if server == "real":
+            result = run_sustained_real(args.rate, args.duration, args.workers)
+        else:
+            result = asyncio.run(run_sustained_emulator(args.rate, args.duration, args.workers))
+        for line in report(server, result):
+            print(line, flush=True)
 
 
 def run_one(server: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -428,15 +486,20 @@ def run_one(server: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
         else f"{'-':>9} {'-':>9}"
     )
     execs = f"{r['execs']:>6.2f}" if "execs" in r else f"{'-':>6}"
+    if "to_pod_cpu_ms" in r:
+        cpu = f"{r['to_pod_cpu_ms']:>7.2f} {r['cpu_ms']:>7.2f}"
+    else:
+        cpu = f"{r['cpu_ms']:>7.2f} {'-':>7}"
     code = "old" if os.environ.get(cache_size.OPERATOR_CODE) else "new"
     per_sandbox = (r["rss_mib"] - r["idle_rss_mib"]) * 1024 / n
     cache = r["cache"]
     print(
         f"{server:>8} {r['n']:>6} {r['throughput']:>10.1f} {r['p50_ms']:>8.1f} "
         f"{r['p99_ms']:>8.1f} {ready} {r['reads']:>6.2f} {r['writes']:>7.2f} "
-        f"{r['events']:>7.2f} {execs} {r['cpu_ms']:>7.2f} {r['cpu_s']:>7.1f} "
+        f"{r['events']:>7.2f} {execs} {cpu} {r['cpu_s']:>7.1f} "
         f"{r['rss_mib']:>8.1f} | {r['resync_writes']:>13} {r['resync_cpu_ms']:>7.2f} "
-        f"{r['resync_rss_mib']:>8.1f} | {r['idle_rss_mib']:>8.1f} {per_sandbox:>7.1f} "
+        f"{r['resync_rss_mib']:>8.1f} {r['resync_s']:>8.1f} | {r['idle_rss_mib']:>8.1f} "
+        f"{per_sandbox:>7.1f} "
         f"{cache.get('Pod', 0):>14.2f} {cache.get('CraftSandbox', 0):>5.2f} "
         f"{cache['all']:>5.2f} {code:>4}",
         flush=True,
