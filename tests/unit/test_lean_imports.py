@@ -1,5 +1,6 @@
 """The operator at idle carries only what it runs: kopf without the ``kubernetes`` client,
-no boto3, and only the command it was started with."""
+no boto3, no SQLAlchemy or Alembic until the credential store is opened, and only the
+command it was started with."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import pytest
 pytestmark = pytest.mark.unit
 
 #: Packages the idle operator must not have imported (each is 10 to 45 MiB of memory):
-#: ``kubernetes`` is imported for exec or a kubeconfig that needs it, boto3 for a library.
-NOT_AT_IDLE = {"kubernetes", "boto3", "botocore"}
+#: ``kubernetes`` is imported for a kubeconfig that needs it, boto3 for a library, and
+#: SQLAlchemy, Alembic (and its Mako) when the first sandbox opens the credential store.
+NOT_AT_IDLE = {"kubernetes", "boto3", "botocore", "sqlalchemy", "alembic", "mako"}
 
 IDLE_OPERATOR = """
 import json, sys
@@ -51,7 +53,7 @@ def top_level_packages(tmp_path: Path, kubeconfig_user: str) -> set[str]:
     return {name.split(".")[0] for name in json.loads(result.stdout)}
 
 
-def test_the_idle_operator_imports_neither_the_kubernetes_client_nor_boto3(
+def test_the_idle_operator_imports_neither_the_kubernetes_client_nor_boto3_nor_the_database(
     tmp_path: Path,
 ) -> None:
     loaded = top_level_packages(tmp_path, "{token: operator}")

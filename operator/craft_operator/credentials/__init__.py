@@ -5,6 +5,8 @@ The reconciler uses :class:`CredentialStore` (built by :func:`build_credential_s
 derives from :class:`CredentialsError` (see :mod:`craft_operator.credentials.errors`).
 """
 
+from typing import TYPE_CHECKING, Any
+
 from craft_operator.credentials.errors import (
     CredentialsError,
     DatabaseUnavailableError,
@@ -16,15 +18,28 @@ from craft_operator.credentials.errors import (
 )
 from craft_operator.credentials.factory import build_credential_store, load_key_ring
 from craft_operator.credentials.keyring import KeyRing, generate_key_entry
-from craft_operator.credentials.store import (
+from craft_operator.credentials.model import (
     DEFAULT_LIFETIME,
     CredentialInfo,
-    CredentialStore,
     IssuedCredential,
     PatState,
     RotationResult,
     SandboxIdentity,
 )
+
+if TYPE_CHECKING:
+    from craft_operator.credentials.store import CredentialStore
+
+
+def __getattr__(name: str) -> Any:
+    # The store brings SQLAlchemy and Alembic: imported when first named, so that an
+    # operator that only watches, and the reconciler's imports, do not load them.
+    if name == "CredentialStore":
+        from craft_operator.credentials.store import CredentialStore
+
+        return CredentialStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_LIFETIME",

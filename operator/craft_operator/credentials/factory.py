@@ -6,17 +6,14 @@ import logging
 import os
 from collections.abc import Mapping
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from craft_operator.config import Settings
-from craft_operator.credentials.db import (
-    check_schema,
-    create_credentials_engine,
-    describe_url,
-    upgrade,
-)
 from craft_operator.credentials.errors import ClusterIdMissingError, KeyRingError
 from craft_operator.credentials.keyring import KeyRing, development_key_ring, key_ring_from_file
-from craft_operator.credentials.store import CredentialStore
+
+if TYPE_CHECKING:
+    from craft_operator.credentials.store import CredentialStore
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +84,15 @@ def build_credential_store(settings: Settings, *, migrate: bool | None = None) -
     :class:`KeyRingError`,
     :class:`SchemaMissingError` or :class:`DatabaseUnavailableError` with a clear message.
     """
+    # SQLAlchemy and Alembic come with the store, not with the settings checks above.
+    from craft_operator.credentials.db import (
+        check_schema,
+        create_credentials_engine,
+        describe_url,
+        upgrade,
+    )
+    from craft_operator.credentials.store import CredentialStore
+
     cluster_id = check_cluster_id_setting(settings)
     engine = create_credentials_engine(settings.database_url_value)
     try:

@@ -9,10 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
-from sqlalchemy import Row
+
+if TYPE_CHECKING:
+    from sqlalchemy import Row
 
 DEFAULT_LIFETIME = timedelta(hours=720)
 DEFAULT_RENEWAL_FRACTION = 0.2

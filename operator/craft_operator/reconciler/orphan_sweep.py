@@ -23,20 +23,17 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from craft_operator.credentials.errors import CredentialsError
-from craft_operator.credentials.orphans import (
-    StoredCredential,
-    count_without_cluster,
-    revoke_orphan,
-    rows_of_cluster,
-)
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import SANDBOXES, ApiError, Kind, NotFoundError
 from craft_operator.kube.kinds import SANDBOX
 from craft_operator.metrics import Metrics
 from craft_operator.reconciler.services import StoreCredentials
+
+if TYPE_CHECKING:
+    from craft_operator.credentials.orphans import StoredCredential
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +111,12 @@ class OrphanSweeper:
 
     async def sweep_once(self) -> SweepReport:
         """One sweep (see the module); the caller checks that this replica is active."""
+        from craft_operator.credentials.orphans import (  # SQLAlchemy: not at idle start-up
+            count_without_cluster,
+            revoke_orphan,
+            rows_of_cluster,
+        )
+
         if self.cluster_id is None:
             raise RuntimeError("the orphan sweep needs a cluster id")
         rows = await self._credentials.call(

@@ -15,16 +15,13 @@ import dataclasses
 import functools
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
-
-from sqlalchemy import Engine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from craft_operator.api.models import CraftSandbox, Source
 from craft_operator.builders.naming import SANDBOX_CONTAINER
 from craft_operator.config import Settings
-from craft_operator.credentials import library_records
 from craft_operator.credentials.errors import CredentialsError
-from craft_operator.credentials.store import CredentialStore, IssuedCredential, SandboxIdentity
+from craft_operator.credentials.model import IssuedCredential, SandboxIdentity
 from craft_operator.kube.client import CONFIGMAPS, ApiError, KubeClient, NotFoundError
 from craft_operator.kube.exec import ExecTransport
 from craft_operator.library import (
@@ -39,6 +36,13 @@ from craft_operator.library import (
 from craft_operator.library.record import SyncRecord
 from craft_operator.skills.render import RenderedSkill, render_skill
 from craft_operator.skills.template import SkillTemplateError, template_from_configmap
+
+if TYPE_CHECKING:
+    # The store and its records bring SQLAlchemy and Alembic (about 23 MiB): imported when
+    # the store is opened, on the first sandbox, not by an operator that is only watching.
+    from sqlalchemy import Engine
+
+    from craft_operator.credentials.store import CredentialStore
 
 _T = TypeVar("_T")
 
@@ -67,10 +71,10 @@ class StoreCredentials:
     ) -> None:
         self._store: CredentialStore | None = None
         self._factory: Callable[[], CredentialStore] | None = None
-        if isinstance(store, CredentialStore):
-            self._store = store
-        else:
+        if callable(store):  # a factory; a store is not callable
             self._factory = store
+        else:
+            self._store = store
         self._opening = asyncio.Lock()
         self._calls: asyncio.Semaphore | None = None
         self._renewal_fraction = renewal_fraction
@@ -253,6 +257,8 @@ class DatabaseRecords:
 
     async def load(self) -> SyncRecord | None:
         """The record, if the operator synced this sandbox's library before."""
+        from craft_operator.credentials import library_records
+
         try:
             return await self._database.in_database(
                 functools.partial(library_records.load_record, sandbox_uid=self._uid)
@@ -262,6 +268,8 @@ class DatabaseRecords:
 
     async def save(self, record: SyncRecord) -> None:
         """Replace the record."""
+        from craft_operator.credentials import library_records
+
         save = functools.partial(
             library_records.save_record,
             sandbox_uid=self._uid,
@@ -336,6 +344,8 @@ class LibrarySyncer:
 
     async def forget(self, uid: str) -> None:
         """Drop the record of a sandbox that is being deleted (idempotent)."""
+        from craft_operator.credentials import library_records
+
         if self._records is not None:
             await self._records.in_database(
                 functools.partial(library_records.delete_record, sandbox_uid=uid)
