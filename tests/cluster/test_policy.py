@@ -73,6 +73,22 @@ def admission_policy(cluster: Cluster, namespace: str) -> Iterator[None]:
         yield
     finally:
         cluster.kubectl("delete", "-k", str(POLICY_DIR), "--ignore-not-found")
+        # The API server drops a deleted policy from its admission cache a moment later:
+        # until then, its binding (without its CraftSandboxPolicy) refuses every sandbox,
+        # and the next test would see that.
+        wait_for(
+            lambda: admitted(cluster, namespace, {"image": "attacker/sandbox:1"}),
+            what="the admission policy out of force",
+        )
+
+
+def admitted(cluster: Cluster, namespace: str, spec: dict[str, Any]) -> bool:
+    """Whether the API server admits a sandbox with ``spec`` now (dry run)."""
+    try:
+        cluster.create(SANDBOXES, namespace, sandbox("probe", spec), dry_run=True)
+    except ApiError:
+        return False
+    return True
 
 
 @pytest.fixture
