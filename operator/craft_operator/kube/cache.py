@@ -9,11 +9,15 @@ The cache keeps what the operator reads, not the whole object: never ``managedFi
 (often bigger than the rest), and of a Pod (by far the biggest object per sandbox on a real
 server: defaulted spec, volume mounts, container statuses) only :func:`compact_pod`'s
 fields. Every other kind is kept whole but for its managed fields: a sandbox is parsed and
-compared in full, a Secret's or ConfigMap's data is converged.
+compared in full, a Secret's or ConfigMap's data is converged. Keys and short strings are
+interned: thousands of objects then share one "metadata", one "True", one namespace
+(a third to a half of a cached object's memory; JSON decoding shares nothing across
+objects).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -48,6 +52,11 @@ CONTAINER_STATUS_FIELDS = ("name", "ready", "state")
 CONTAINER_FIELDS = ("name", "image")
 
 
+#: Strings up to this length are interned (names, reasons, timestamps); longer ones (a
+#: condition's message, a Secret's data) are rarely shared.
+SHARED_STRING_LENGTH = 64
+
+
 def _trimmed(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
     """The object without its managed fields, which the operator never reads (and which
     are often bigger than the rest of the object); a pod as :func:`compact_pod` keeps it."""
@@ -55,7 +64,20 @@ def _trimmed(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
     meta = trimmed.get("metadata")
     if isinstance(meta, Mapping) and "managedFields" in meta:
         trimmed["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
-    return trimmed
+    compact: dict[str, Any] = shared(trimmed)
+    return compact
+
+
+def shared(value: Any) -> Any:
+    """A deep copy of ``value`` whose keys and short strings are interned (held once by the
+    interpreter, freed with their last user)."""
+    if isinstance(value, dict):
+        return {sys.intern(key): shared(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [shared(item) for item in value]
+    if isinstance(value, str) and len(value) <= SHARED_STRING_LENGTH:
+        return sys.intern(value)
+    return value
 
 
 def _pick(obj: Any, fields: tuple[str, ...]) -> Any:

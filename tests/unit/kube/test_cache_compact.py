@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from craft_operator.kube import kinds
-from craft_operator.kube.cache import POD_KIND, ObjectCache, compact_pod
+from craft_operator.kube.cache import POD_KIND, ObjectCache, compact_pod, shared
 from craft_operator.reconciler import pool_pods
 from craft_operator.reconciler.children import controlled_by
 from craft_operator.reconciler.steps import pod_state
@@ -168,3 +168,33 @@ def test_compacting_leaves_the_given_pod_alone() -> None:
     compact_pod(pod)
 
     assert pod == REAL_POD
+
+
+def test_cached_objects_share_their_keys_and_short_strings() -> None:
+    cache = ObjectCache()
+    text = '{"metadata": {"name": "%s", "namespace": "team-a"}, "status": {"phase": "Ready"}}'
+    for name in ("one", "two"):
+        cache.put("CraftSandbox", json.loads(text % name))
+
+    one = cache.get("CraftSandbox", "team-a", "one")
+    two = cache.get("CraftSandbox", "team-a", "two")
+    assert one is not None
+    assert two is not None
+    key_of_one, key_of_two = next(iter(one["status"])), next(iter(two["status"]))
+    assert key_of_one is key_of_two
+    assert one["metadata"]["namespace"] is two["metadata"]["namespace"]
+    assert one["status"]["phase"] is two["status"]["phase"]
+
+
+def test_sharing_strings_changes_no_value() -> None:
+    pod = json.loads((Path(__file__).parent / "real_pod.json").read_text())
+    secret = {
+        "metadata": {"name": "alice-credentials", "namespace": "team-a"},
+        "data": {"ONYX_PAT": "b" * 200, "EMPTY": ""},
+        "immutable": False,
+        "count": 3,
+        "items": [None, 1.5, ["nested"]],
+    }
+
+    assert shared(pod) == pod
+    assert shared(secret) == secret
