@@ -145,6 +145,9 @@ def start_profiler(pid: int) -> subprocess.Popen[bytes] | None:
             "raw",
             "-r",
             "200",
+            # Only the thread holding the GIL: where the operator's CPU goes, not its
+            # idle threads (py-spy counts some blocked pool workers as active).
+            "--gil",
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
