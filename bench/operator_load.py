@@ -26,6 +26,7 @@ and memory are its own and not the server's. Prints, per N and server:
     .venv/bin/python bench/operator_load.py --server real,emulator --rate 75 --duration 600
     git worktree add /tmp/base main && .venv/bin/python bench/operator_load.py --baseline /tmp/base
     BENCH_PROFILE=/tmp/profile.txt ...   # also record the operator with py-spy (raw format)
+    BENCH_PROFILE_RESYNC=/tmp/resync.txt ...   # the restarted operator's, to steady state
     BENCH_LOG=1 ...                      # print the end of the operator's log
 
 Targets (issue 4): <= 3 ms operator CPU per provisioning, p99 < 250 ms at N=1000, <= 5
@@ -323,6 +324,7 @@ async def run_size(n: int, workers: int, steady_cycles: int) -> dict[str, Any]:
             steady_state = asyncio.create_task(
                 asyncio.to_thread(seconds_to_steady_state, metrics_port, n, restarted)
             )
+            profiler = start_profiler(child.pid, "BENCH_PROFILE_RESYNC")
             try:
                 while traffic.watches == before_resync.watches:  # noqa: ASYNC110 -- a counter
                     await asyncio.sleep(0.05)
@@ -333,6 +335,7 @@ async def run_size(n: int, workers: int, steady_cycles: int) -> dict[str, Any]:
                 resync_rss = process.memory_info().rss
                 resync_writes = traffic.writes - before_resync.writes
                 resync_s = await steady_state
+                await asyncio.to_thread(stop_profiler, profiler)
                 if os.environ.get("BENCH_WRITES") and resync_writes:
                     print("resync writes:", *list(traffic.recent)[-resync_writes:], sep="\n  ")
                 steady: list[float] = []

@@ -129,9 +129,10 @@ class Requests:
         )
 
 
-def start_profiler(pid: int) -> subprocess.Popen[bytes] | None:
-    """With ``BENCH_PROFILE=<file>``, record process ``pid`` with py-spy (raw format)."""
-    if not os.environ.get("BENCH_PROFILE"):
+def start_profiler(pid: int, setting: str = "BENCH_PROFILE") -> subprocess.Popen[bytes] | None:
+    """With ``BENCH_PROFILE=<file>`` (or the ``setting`` named), record process ``pid`` with
+    py-spy (raw format)."""
+    if not os.environ.get(setting):
         return None
     return subprocess.Popen(
         [
@@ -140,7 +141,7 @@ def start_profiler(pid: int) -> subprocess.Popen[bytes] | None:
             "-p",
             str(pid),
             "-o",
-            os.environ["BENCH_PROFILE"],
+            os.environ[setting],
             "-f",
             "raw",
             "-r",

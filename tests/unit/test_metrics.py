@@ -315,6 +315,34 @@ def test_the_oldest_waiting_sandbox_counts_from_when_it_lost_ready() -> None:
     assert count_sandboxes([], NOW).oldest_not_ready_seconds == 0
 
 
+def test_a_status_written_by_hand_or_by_another_version_is_counted_never_refused() -> None:
+    created = (NOW - timedelta(seconds=50)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    bodies = [
+        {"metadata": {"name": name, "creationTimestamp": created}, "status": status}
+        for name, status in [
+            ("string", "Ready"),
+            ("unknown-phase", {"phase": "Exploded"}),
+            ("conditions-not-a-list", {"phase": "Provisioning", "conditions": "Ready"}),
+            ("junk-conditions", {"phase": "Provisioning", "conditions": [7, None, "x"]}),
+            (
+                "bad-time",
+                {
+                    "phase": "Provisioning",
+                    "conditions": [
+                        {"type": "Ready", "status": "False", "lastTransitionTime": "soon"}
+                    ],
+                },
+            ),
+        ]
+    ]
+
+    counts = count_sandboxes(bodies, NOW)
+
+    assert counts.by_phase["Pending"] == 2
+    assert counts.by_phase["Provisioning"] == 3
+    assert counts.oldest_not_ready_seconds == 50
+
+
 async def test_the_oldest_waiting_sandbox_is_a_gauge(
     metrics: Metrics, server: MetricsServer
 ) -> None:
