@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -33,6 +33,9 @@ POLICIES = kinds.POLICY.api
 NAMESPACES = kinds.NAMESPACE.api
 
 USER_AGENT = f"craft-operator/{__version__}"
+#: Objects per page of a list: a relist of 10,000 sandboxes' objects holds one page at a
+#: time, as kopf's own lists do.
+LIST_PAGE_SIZE = 500
 
 
 class ApiError(Exception):
@@ -147,9 +150,40 @@ class KubeClient:
         self, kind: Kind, namespace: str | None, *, label_selector: str | None = None
     ) -> list[dict[str, Any]]:
         """List objects (of a namespace, optionally by label selector)."""
-        params = {"labelSelector": label_selector} if label_selector else None
-        answer = await self.request("GET", kind.path(namespace), params=params)
-        return list(answer.get("items", []))
+        return [obj async for obj in self.iterate(kind, namespace, label_selector=label_selector)]
+
+    async def iterate(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        *,
+        label_selector: str | None = None,
+        page_size: int = LIST_PAGE_SIZE,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The objects of a list, fetched ``page_size`` at a time: a caller that keeps less
+        than each object (the cache) never holds more than one page of whole objects.
+
+        A continue token that expired (410) mid-way starts the list again; the objects
+        already given are given again (in their newer version, if they changed).
+        """
+        params = {"limit": str(page_size)}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        token = ""
+        while True:
+            page = {**params, "continue": token} if token else params
+            try:
+                answer = await self.request("GET", kind.path(namespace), params=page)
+            except ApiError as exc:
+                if exc.status != 410 or not token:
+                    raise
+                token = ""
+                continue
+            for obj in answer.get("items") or []:
+                yield obj
+            token = (answer.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return
 
     async def create(self, kind: Kind, obj: Mapping[str, Any]) -> dict[str, Any]:
         """Create an object in the namespace its metadata names."""

@@ -150,7 +150,7 @@ class ActivityGate:
         keys: list[SandboxKey] = []
         for kind, cache_kind, selector in RELISTED:
             for namespace in scopes if kind.namespaced else (None,):
-                for obj in await self._kube.list(kind, namespace, label_selector=selector):
+                async for obj in self._kube.iterate(kind, namespace, label_selector=selector):
                     self._cache.put(cache_kind, obj)
                     if cache_kind == kinds.SANDBOX.name:
                         meta = obj.get("metadata", {})

@@ -78,6 +78,52 @@ async def test_list_filters_by_label_selector(kube: KubeClient) -> None:
     assert [item["metadata"]["name"] for item in selected] == ["a"]
 
 
+def serve_list_pages(emulator: KubeEmulator, pages: list[Any]) -> list[dict[str, str]]:
+    """Answer the configmap lists with ``pages`` in turn (``(names, continue)`` or an
+    HTTP status); the query of each list request, in order."""
+    asked: list[dict[str, str]] = []
+
+    async def hook(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
+        if request.method.value.upper() != "GET" or not request.url.path.endswith("/configmaps"):
+            return None
+        asked.append(dict(request.params))
+        page = pages[len(asked) - 1]
+        if isinstance(page, int):
+            return aiohttp.web.json_response({"kind": "Status", "reason": "Expired"}, status=page)
+        names, token = page
+        items = [configmap(name) for name in names]
+        return aiohttp.web.json_response({"metadata": {"continue": token}, "items": items})
+
+    emulator.before_request.insert(0, hook)
+    return asked
+
+
+async def test_a_list_is_fetched_a_page_at_a_time(kube: KubeClient, emulator: KubeEmulator) -> None:
+    asked = serve_list_pages(emulator, [(["a", "b"], "t1"), (["c", "d"], "t2"), (["e"], "")])
+
+    found = [
+        obj["metadata"]["name"] async for obj in kube.iterate(CONFIGMAPS, NAMESPACE, page_size=2)
+    ]
+
+    assert found == ["a", "b", "c", "d", "e"]
+    assert [(query["limit"], query.get("continue")) for query in asked] == [
+        ("2", None),
+        ("2", "t1"),
+        ("2", "t2"),
+    ]
+
+
+async def test_an_expired_continue_token_starts_the_list_again(
+    kube: KubeClient, emulator: KubeEmulator
+) -> None:
+    asked = serve_list_pages(emulator, [(["a", "b"], "t1"), 410, (["a", "b", "c"], "")])
+
+    found = [obj["metadata"]["name"] for obj in await kube.list(CONFIGMAPS, NAMESPACE)]
+
+    assert found == ["a", "b", "a", "b", "c"]
+    assert [query.get("continue") for query in asked] == [None, "t1", None]
+
+
 async def test_a_merge_patch_changes_only_what_it_names(kube: KubeClient) -> None:
     await kube.create(CONFIGMAPS, configmap("a", x="1", y="2"))
     patched = await kube.patch(CONFIGMAPS, NAMESPACE, "a", {"data": {"x": "9", "y": None}})
