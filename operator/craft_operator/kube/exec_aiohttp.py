@@ -182,15 +182,14 @@ class AiohttpExec:
             await _stop(tasks)
 
     async def _send(self, ws: _Socket, chunks: AsyncIterator[bytes]) -> None:
-        """Stdin in frames, then v5's close of the stdin channel."""
+        """Stdin in frames, then v5's close of the stdin channel; what the source raises
+        propagates as it is."""
         prefix = bytes([STDIN_CHANNEL])
-        try:
-            async for chunk in chunks:
-                for start in range(0, len(chunk), self._frame_bytes):
-                    await ws.send_bytes(prefix + chunk[start : start + self._frame_bytes])
-            await ws.send_bytes(bytes([CLOSE_CHANNEL, STDIN_CHANNEL]))
-        except (ConnectionError, aiohttp.ClientError):
-            return  # the command exited early (the server closed); its status says why
+        async for chunk in chunks:
+            for start in range(0, len(chunk), self._frame_bytes):
+                if not await _sent(ws, prefix + chunk[start : start + self._frame_bytes]):
+                    return
+        await _sent(ws, bytes([CLOSE_CHANNEL, STDIN_CHANNEL]))
 
     async def _close(self, ws: _Socket) -> None:
         """Close the socket; if the server does not answer in time, drop the connection."""
@@ -198,6 +197,16 @@ class AiohttpExec:
         with contextlib.suppress(TimeoutError, ConnectionError, aiohttp.ClientError):
             async with asyncio.timeout(self._close_grace):
                 await ws.close()
+
+
+async def _sent(ws: _Socket, frame: bytes) -> bool:
+    """Send ``frame``; ``False`` if the server has closed (the command exited early: its
+    status, still to be received, says why)."""
+    try:
+        await ws.send_bytes(frame)
+    except (ConnectionError, aiohttp.ClientError):
+        return False
+    return True
 
 
 async def _receive(ws: _Socket, output: _Output, where: str) -> ExecResult:

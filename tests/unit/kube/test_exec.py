@@ -87,16 +87,23 @@ async def test_a_command_that_outlives_its_timeout_is_abandoned(transport: Aioht
         await transport.run("ns", "pod", "main", ["sleep", "5"], timeout=0.5)
 
 
-async def test_a_failing_stdin_source_aborts_with_its_own_error(transport: AiohttpExec) -> None:
-    class SourceBrokeError(Exception):
-        pass
+class SourceBrokeError(Exception):
+    """A stdin source's own failure."""
 
+
+@pytest.mark.parametrize("error", [SourceBrokeError("S3 went away"), ConnectionResetError("S3")])
+async def test_a_failing_stdin_source_aborts_with_its_own_error(
+    transport: AiohttpExec, error: Exception
+) -> None:
+    # Even a connection error of the source's is its own, not the exec socket's.
     async def chunks() -> AsyncIterator[bytes]:
         yield b"some"
-        raise SourceBrokeError("S3 went away")
+        raise error
 
-    with pytest.raises(SourceBrokeError):
+    with pytest.raises(type(error)) as raised:
         await transport.run("ns", "pod", "main", ["cat"], stdin=chunks(), timeout=30)
+
+    assert raised.value is error
 
 
 def test_the_exit_status_message_gives_the_exit_code() -> None:
