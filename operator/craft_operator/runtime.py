@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable
 from typing import Any, cast
 
 import kopf
@@ -20,7 +20,8 @@ from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import KubeClient
 from craft_operator.kube.connection import discover_connection
 from craft_operator.kube.events import EventRecorder
-from craft_operator.kube.exec import ExecResult, ExecTransport, KubernetesExec, Stdin
+from craft_operator.kube.exec import ExecTransport
+from craft_operator.kube.exec_aiohttp import AiohttpExec
 from craft_operator.metrics import Metrics, MetricsServer, start_from_settings
 from craft_operator.peering.monitor import PeeringMonitor, default_identity
 from craft_operator.peering.options import PeeringOptions
@@ -86,36 +87,6 @@ def configure_kopf(settings: kopf.OperatorSettings) -> None:
             settings.watching.label_selectors[key] = kind.selector
 
 
-class _LazyExec:
-    """The real exec transport, created on first use (it reads the kubeconfig then)."""
-
-    def __init__(self) -> None:
-        self._transport: KubernetesExec | None = None
-
-    async def run(
-        self,
-        namespace: str,
-        pod: str,
-        container: str,
-        argv: Sequence[str],
-        *,
-        stdin: Stdin = None,
-        timeout: float | None = None,  # noqa: ASYNC109 -- part of the ExecTransport interface
-        max_output_bytes: int | None = None,
-    ) -> ExecResult:
-        if self._transport is None:
-            self._transport = await asyncio.to_thread(KubernetesExec.from_environment)
-        return await self._transport.run(
-            namespace,
-            pod,
-            container,
-            argv,
-            stdin=stdin,
-            timeout=timeout,
-            max_output_bytes=max_output_bytes,
-        )
-
-
 def build_context(
     settings: Settings, *, exec_transport: ExecTransport | None = None
 ) -> OperatorContext:
@@ -128,7 +99,8 @@ def build_context(
     )
     events = EventRecorder(kube)
     metrics = Metrics()
-    exec_transport = exec_transport or _LazyExec()
+    # Exec rides on the API client: its credentials, SSL context and a pool of its own.
+    exec_transport = exec_transport or AiohttpExec(kube)
     services = Services(
         settings=settings,
         kube=kube,

@@ -2,7 +2,7 @@
 
 An operator in another process (the resilience suite, the load benchmark) can only reach
 pods through the API server's exec endpoint, so the endpoint must behave like the real one
-for :class:`KubernetesExec`: refuse pods that are gone or not running, carry stdin until
+for :class:`AiohttpExec`: refuse pods that are gone or not running, carry stdin until
 the v5 close frame, and report the exit code in the status channel.
 """
 
@@ -15,10 +15,12 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import kopf
 import pytest
-from kubernetes import client
 
-from craft_operator.kube.exec import ExecUnavailableError, KubernetesExec
+from craft_operator.kube.client import KubeClient
+from craft_operator.kube.exec import ExecUnavailableError
+from craft_operator.kube.exec_aiohttp import AiohttpExec
 from tests.support.emulator import KubeEmulator
 from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
 
@@ -47,10 +49,11 @@ def pod_manifest(name: str) -> dict[str, object]:
 
 
 @pytest.fixture
-def transport(emulator: KubeEmulator) -> KubernetesExec:
-    configuration = client.Configuration()
-    configuration.host = str(emulator.url).rstrip("/")
-    return KubernetesExec(client.ApiClient(configuration), frame_bytes=1024)
+async def transport(emulator: KubeEmulator) -> AsyncIterator[AiohttpExec]:
+    kube = KubeClient(request_timeout=10)
+    kube.configure(kopf.ConnectionInfo(server=str(emulator.url).rstrip("/"), insecure=True))
+    yield AiohttpExec(kube, frame_bytes=1024)
+    await kube.close()
 
 
 @pytest.fixture
@@ -61,7 +64,7 @@ def pods(emulator: KubeEmulator, tmp_path: Path) -> EmulatedPodExec:
 
 
 async def test_a_command_runs_with_its_exit_code_and_output(
-    emulator: KubeEmulator, transport: KubernetesExec, pods: EmulatedPodExec
+    emulator: KubeEmulator, transport: AiohttpExec, pods: EmulatedPodExec
 ) -> None:
     emulator.create("v1/pods", pod_manifest("alice"))
     mark_pod_running(emulator, NAMESPACE, "alice")
@@ -75,7 +78,7 @@ async def test_a_command_runs_with_its_exit_code_and_output(
 
 
 async def test_stdin_larger_than_a_frame_arrives_whole_before_the_command_ends(
-    emulator: KubeEmulator, transport: KubernetesExec, pods: EmulatedPodExec
+    emulator: KubeEmulator, transport: AiohttpExec, pods: EmulatedPodExec
 ) -> None:
     emulator.create("v1/pods", pod_manifest("alice"))
     mark_pod_running(emulator, NAMESPACE, "alice")
@@ -101,7 +104,7 @@ async def test_stdin_larger_than_a_frame_arrives_whole_before_the_command_ends(
 
 @pytest.mark.parametrize("state", ["missing", "pending"])
 async def test_a_pod_that_cannot_run_commands_is_refused_before_the_upgrade(
-    emulator: KubeEmulator, transport: KubernetesExec, pods: EmulatedPodExec, state: str
+    emulator: KubeEmulator, transport: AiohttpExec, pods: EmulatedPodExec, state: str
 ) -> None:
     if state == "pending":
         emulator.create("v1/pods", pod_manifest("alice"))
@@ -114,7 +117,7 @@ async def test_a_pod_that_cannot_run_commands_is_refused_before_the_upgrade(
 
 
 async def test_calls_waiting_for_stdin_do_not_starve_the_loops_own_threads(
-    emulator: KubeEmulator, transport: KubernetesExec, pods: EmulatedPodExec
+    emulator: KubeEmulator, transport: AiohttpExec, pods: EmulatedPodExec
 ) -> None:
     # The library sync's stdin is produced with the default pool (S3 reads). If exec calls
     # ran there too, calls waiting for stdin would hold every thread and deadlock.

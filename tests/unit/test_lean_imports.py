@@ -1,6 +1,6 @@
 """The operator at idle carries only what it runs: kopf without the ``kubernetes`` client,
 no boto3, no SQLAlchemy or Alembic until the credential store is opened, and only the
-command it was started with."""
+command it was started with; exec needs no ``kubernetes`` client either."""
 
 from __future__ import annotations
 
@@ -81,3 +81,60 @@ def test_only_the_command_line_changes_how_kopf_is_imported() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     )
     assert result.stdout.split() == ["False", "True"]
+
+
+EXEC_CALL = """
+import asyncio, json, sys
+from craft_operator.cli import main
+run = main.get_command(None, "run")
+import kopf
+from aiohttp import web
+from craft_operator.config import Settings
+from craft_operator.runtime import build_context
+
+async def exec_endpoint(request):
+    ws = web.WebSocketResponse(protocols=("v5.channel.k8s.io",))
+    await ws.prepare(request)
+    async for message in ws:
+        if message.data == b"\\xff\\x00":  # stdin closed
+            break
+    await ws.send_bytes(b"\\x01hello")
+    await ws.send_bytes(b'\\x03{"status":"Success"}')
+    await ws.close()
+    return ws
+
+async def exec_once():
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/{namespace}/pods/{pod}/exec", exec_endpoint)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port = runner.addresses[0][1]
+    context = build_context(Settings(state_dir=sys.argv[1], server_url="http://onyx.test:8080"))
+    context.kube.configure(kopf.ConnectionInfo(server=f"http://127.0.0.1:{port}", insecure=True))
+    try:
+        return await context.services.exec.run("ns", "pod", "c", ["cat"], stdin=b"x", timeout=10)
+    finally:
+        await context.kube.close()
+        await runner.cleanup()
+
+result = asyncio.run(exec_once())
+print(json.dumps({"stdout": result.stdout.decode(), "modules": sorted(sys.modules)}))
+"""
+
+
+def test_the_operators_exec_runs_without_the_kubernetes_client(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", EXEC_CALL, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
+    answer = json.loads(result.stdout)
+    loaded = {name.split(".")[0] for name in answer["modules"]}
+
+    assert answer["stdout"] == "hello"
+    assert "aiohttp" in loaded
+    assert "kubernetes" not in loaded
+    assert "websocket" not in loaded

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import ssl
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -69,11 +70,19 @@ _ERRORS: dict[int, type[ApiError]] = {404: NotFoundError, 409: ConflictError, 42
 
 
 class KubeClient:
-    """An aiohttp session bound to one API server, configured from kopf's ConnectionInfo."""
+    """An aiohttp session bound to one API server, configured from kopf's ConnectionInfo.
 
-    def __init__(self, request_timeout: float = 30.0) -> None:
+    Requests share one pool of connections; long-lived streams (exec websockets) get a
+    session of their own (:meth:`stream_session`) so that they never hold the connections
+    requests wait for. Both use the same credentials and the same SSL context.
+    """
+
+    def __init__(self, request_timeout: float = 30.0, *, max_streams: int = 64) -> None:
         self._info: kopf.ConnectionInfo | None = None
+        self._ssl: ssl.SSLContext | bool | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._streams: aiohttp.ClientSession | None = None
+        self._max_streams = max_streams
         self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=10)
         self._retired: list[aiohttp.ClientSession] = []
         self.requests: collections.Counter[str] = collections.Counter()
@@ -83,34 +92,56 @@ class KubeClient:
     def configure(self, info: kopf.ConnectionInfo) -> None:
         """Use these credentials from now on (called by the login handler, also on re-login)."""
         self._info = info
+        self._ssl = None
         self.connected.set()
-        if self._session is not None:
-            # In-flight requests may still use the old session; close it with the client.
-            self._retired.append(self._session)
-            self._session = None
+        # In-flight requests may still use the old sessions; close them with the client.
+        self._retired += [s for s in (self._session, self._streams) if s is not None]
+        self._session = self._streams = None
 
     async def close(self) -> None:
         """Close the HTTP sessions."""
-        sessions = [*self._retired, *([self._session] if self._session else [])]
-        self._retired, self._session = [], None
+        sessions = [*self._retired, *(s for s in (self._session, self._streams) if s)]
+        self._retired, self._session, self._streams = [], None, None
         for session in sessions:
             await session.close()
 
-    def _ensure_session(self) -> tuple[aiohttp.ClientSession, kopf.ConnectionInfo]:
+    def _connection(self) -> tuple[kopf.ConnectionInfo, dict[str, str], ssl.SSLContext | bool]:
+        """The credentials, the headers every request carries, and the SSL context (built
+        once per login: loading the CA and client certificate costs milliseconds)."""
         if self._info is None:
             raise ApiError(0, "NotConfigured", "the Kubernetes client has no credentials yet")
+        if self._ssl is None:
+            self._ssl = ssl_context(self._info)
+        return self._info, {**auth_headers(self._info), "User-Agent": USER_AGENT}, self._ssl
+
+    def _ensure_session(self) -> tuple[aiohttp.ClientSession, kopf.ConnectionInfo]:
         if self._session is None:
+            info, headers, context = self._connection()
             self._session = aiohttp.ClientSession(
-                base_url=self._info.server.rstrip("/") + "/",
-                headers={
-                    **auth_headers(self._info),
-                    "Accept": "application/json",
-                    "User-Agent": USER_AGENT,
-                },
+                base_url=info.server.rstrip("/") + "/",
+                headers={**headers, "Accept": "application/json"},
                 timeout=self._timeout,
-                connector=aiohttp.TCPConnector(ssl=ssl_context(self._info), limit=64),
+                connector=aiohttp.TCPConnector(ssl=context, limit=64),
             )
+        assert self._info is not None
         return self._session, self._info
+
+    def stream_session(self) -> aiohttp.ClientSession:
+        """The session for long-lived streams such as exec websockets.
+
+        At most ``max_streams`` are open at once (more wait for a connection); no total time
+        limit (a stream lasts as long as its caller lets it), but connecting and the answer
+        to the upgrade are bounded. Raises :class:`ApiError` before the login.
+        """
+        if self._streams is None:
+            info, headers, context = self._connection()
+            self._streams = aiohttp.ClientSession(
+                base_url=info.server.rstrip("/") + "/",
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=60),
+                connector=aiohttp.TCPConnector(ssl=context, limit=self._max_streams),
+            )
+        return self._streams
 
     async def request(
         self,

@@ -1,8 +1,8 @@
 """A local stand-in for pod exec: runs the same argv on this machine.
 
 Used by the user-library tests, the integration tests and the reconciler's tests in place
-of :class:`~craft_operator.kube.exec.KubernetesExec`. Every argument that is ``/workspace``
-or starts with ``/workspace/`` is rewritten to the pod's own directory under ``root``
+of :class:`~craft_operator.kube.exec_aiohttp.AiohttpExec`. Every argument that is
+``/workspace`` or starts with ``/workspace/`` is rewritten to the pod's own directory under ``root``
 (``<root>/<namespace>/<pod>/workspace``), and likewise ``/run/onyx`` (the delivered PAT's
 volume) to ``<root>/<namespace>/<pod>/run/onyx``, so scripts written for the sandbox image
 run unchanged against a temporary directory with the real ``sh`` and ``tar``.
@@ -31,7 +31,7 @@ from craft_operator.kube.exec import stdin_chunks as _chunks
 WORKSPACE = "/workspace"
 #: The memory-backed volume the PAT is delivered into (see builders/pod.py).
 CREDENTIALS_DIR = "/run/onyx"
-#: The output cap when a call names none (as :class:`~craft_operator.kube.exec.KubernetesExec`).
+#: The output cap when a call names none (as the real transport's).
 DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024 * 1024
 
 

@@ -5,13 +5,13 @@ tier's (``tests.support.emulator``), with the Kubernetes schema check on every w
 does not emulate delete preconditions, so this folder adds one ``before_request`` hook that
 answers a stale ``preconditions.uid`` or ``resourceVersion`` with 409, as the real API
 server does. And for
-``kube/exec.py``: a stand-in for the API server's exec endpoint with the real
-``KubernetesExec`` bound to it (``tests.support.exec_api``).
+``kube/exec_aiohttp.py``: a stand-in for the API server's exec endpoint with the real
+``AiohttpExec`` bound to it (``tests.support.exec_api``).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp.web
@@ -21,9 +21,9 @@ import pytest
 from kmock._internal import rendering
 
 from craft_operator.kube.client import KubeClient
-from craft_operator.kube.exec import KubernetesExec
+from craft_operator.kube.exec_aiohttp import AiohttpExec
 from tests.support.emulator import KubeEmulator, declare_core_resources
-from tests.support.exec_api import FakeApiServer, kubernetes_exec, serve_exec_api
+from tests.support.exec_api import FakeApiServer, aiohttp_exec, serve_exec_api
 from tests.support.schemas import core_schema_validator
 
 NAMESPACE = "craft-sandboxes"
@@ -96,7 +96,7 @@ async def api_server() -> AsyncIterator[FakeApiServer]:
 
 
 @pytest.fixture
-def transport(api_server: FakeApiServer) -> Iterator[KubernetesExec]:
+async def transport(api_server: FakeApiServer) -> AsyncIterator[AiohttpExec]:
     """The operator's real exec transport, talking to ``api_server``."""
-    with kubernetes_exec(api_server) as exec_transport:
+    async with aiohttp_exec(api_server) as exec_transport:
         yield exec_transport

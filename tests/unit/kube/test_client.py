@@ -347,3 +347,27 @@ async def test_a_bearer_token_is_sent_when_configured(emulator: KubeEmulator) ->
     finally:
         await client.close()
     assert emulator.served[-1].headers.get("Authorization") == "Bearer sa-token-123"
+
+
+async def test_streams_have_a_session_of_their_own_on_the_same_credentials() -> None:
+    client = KubeClient()
+    with pytest.raises(ApiError, match="no credentials"):
+        client.stream_session()
+    client.configure(kopf.ConnectionInfo(server="https://api.test:6443", token="t0k3n"))
+    requests, _ = client._ensure_session()
+    streams = client.stream_session()
+
+    assert streams is client.stream_session()  # one session for every stream
+    assert streams is not requests  # so streams never hold the requests' connections
+    assert streams.headers["Authorization"] == requests.headers["Authorization"] == "Bearer t0k3n"
+    assert streams.timeout.total is None  # a stream lasts as long as its caller lets it
+    assert streams.connector is not None
+    assert requests.connector is not None
+    # One SSL context per login (loading the CA costs milliseconds), shared by both.
+    assert streams.connector._ssl is requests.connector._ssl  # type: ignore[attr-defined]
+
+    client.configure(kopf.ConnectionInfo(server="https://api.test:6443", token="n3w"))
+    assert client.stream_session() is not streams
+    assert client.stream_session().headers["Authorization"] == "Bearer n3w"
+    await client.close()
+    assert streams.closed

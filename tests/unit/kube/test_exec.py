@@ -1,14 +1,17 @@
-"""KubernetesExec against a small stand-in for the API server's exec endpoint
-(:mod:`tests.support.exec_api`): the real ``kubernetes`` client code path, from the
-handshake to the status message on the error channel."""
+"""AiohttpExec against a small stand-in for the API server's exec endpoint
+(:mod:`tests.support.exec_api`): the whole websocket path, from the handshake to the status
+message on the error channel, and the pure helpers of ``kube/exec.py``."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 
+import kopf
 import pytest
 
+from craft_operator.kube.client import KubeClient
 from craft_operator.kube.exec import (
     ExecError,
     ExecForbiddenError,
@@ -17,17 +20,17 @@ from craft_operator.kube.exec import (
     ExecResult,
     ExecTimeoutError,
     ExecUnavailableError,
-    KubernetesExec,
-    classify_open_error,
+    classify_handshake,
     parse_exec_status,
 )
+from craft_operator.kube.exec_aiohttp import AiohttpExec
 from tests.support.exec_api import FakeApiServer
 
 pytestmark = [pytest.mark.unit]
 
 
 async def test_runs_the_argv_and_returns_exit_code_stdout_and_stderr(
-    transport: KubernetesExec, api_server: FakeApiServer
+    transport: AiohttpExec, api_server: FakeApiServer
 ) -> None:
     script = 'echo "out:$1"; echo "err:$2" >&2; exit 3'
     argv = ["sh", "-c", script, "sh", "a b; $(x)", "c"]
@@ -39,7 +42,7 @@ async def test_runs_the_argv_and_returns_exit_code_stdout_and_stderr(
 
 
 async def test_stdin_is_streamed_in_frames_and_closed_so_the_command_ends(
-    transport: KubernetesExec, api_server: FakeApiServer
+    transport: AiohttpExec, api_server: FakeApiServer
 ) -> None:
     async def chunks() -> AsyncIterator[bytes]:
         for index in range(5):
@@ -52,14 +55,14 @@ async def test_stdin_is_streamed_in_frames_and_closed_so_the_command_ends(
     assert max(api_server.frames) <= 16 * 1024
 
 
-async def test_bytes_stdin_reaches_the_command(transport: KubernetesExec) -> None:
+async def test_bytes_stdin_reaches_the_command(transport: AiohttpExec) -> None:
     result = await transport.run("ns", "pod", "main", ["cat"], stdin=b"hello\x00\xff", timeout=30)
 
     assert result.stdout == b"hello\x00\xff"
 
 
 async def test_without_the_v5_protocol_stdin_is_refused_clearly(
-    transport: KubernetesExec, api_server: FakeApiServer
+    transport: AiohttpExec, api_server: FakeApiServer
 ) -> None:
     api_server.protocols = ("v4.channel.k8s.io",)
 
@@ -68,7 +71,7 @@ async def test_without_the_v5_protocol_stdin_is_refused_clearly(
 
 
 async def test_a_missing_pod_is_retryable_and_a_forbidden_exec_is_not(
-    transport: KubernetesExec,
+    transport: AiohttpExec,
 ) -> None:
     with pytest.raises(ExecUnavailableError, match="ns/missing was not found") as missing:
         await transport.run("ns", "missing", "main", ["true"], timeout=30)
@@ -79,21 +82,28 @@ async def test_a_missing_pod_is_retryable_and_a_forbidden_exec_is_not(
     assert not forbidden.value.retryable
 
 
-async def test_a_command_that_outlives_its_timeout_is_abandoned(transport: KubernetesExec) -> None:
+async def test_a_command_that_outlives_its_timeout_is_abandoned(transport: AiohttpExec) -> None:
     with pytest.raises(ExecTimeoutError):
         await transport.run("ns", "pod", "main", ["sleep", "5"], timeout=0.5)
 
 
-async def test_a_failing_stdin_source_aborts_with_its_own_error(transport: KubernetesExec) -> None:
-    class SourceBrokeError(Exception):
-        pass
+class SourceBrokeError(Exception):
+    """A stdin source's own failure."""
 
+
+@pytest.mark.parametrize("error", [SourceBrokeError("S3 went away"), ConnectionResetError("S3")])
+async def test_a_failing_stdin_source_aborts_with_its_own_error(
+    transport: AiohttpExec, error: Exception
+) -> None:
+    # Even a connection error of the source's is its own, not the exec socket's.
     async def chunks() -> AsyncIterator[bytes]:
         yield b"some"
-        raise SourceBrokeError("S3 went away")
+        raise error
 
-    with pytest.raises(SourceBrokeError):
+    with pytest.raises(type(error)) as raised:
         await transport.run("ns", "pod", "main", ["cat"], stdin=chunks(), timeout=30)
+
+    assert raised.value is error
 
 
 def test_the_exit_status_message_gives_the_exit_code() -> None:
@@ -122,22 +132,30 @@ def test_a_stream_without_status_is_retryable() -> None:
         parse_exec_status(b"")
 
 
-def test_a_handshake_failure_reads_the_same_on_every_retry() -> None:
-    def refused(date: str) -> str:
-        return (
-            "Handshake status 500 Internal Server Error -+-+- "
-            f"{{'date': '{date}', 'content-length': '120'}} -+-+- "
-            'b\'{"kind":"Status","message":"error dialing backend: EOF","code":500}\''
-        )
+@pytest.mark.parametrize(
+    ("status", "kind", "retryable", "says"),
+    [
+        (403, ExecForbiddenError, False, "not allowed to exec into pod n/p (needs pods/exec"),
+        (404, ExecUnavailableError, True, "pod n/p was not found"),
+        (400, ExecUnavailableError, True, "pod n/p cannot run commands now"),
+        (500, ExecUnavailableError, True, "cannot exec into pod n/p: HTTP 500 Internal Error"),
+    ],
+)
+def test_a_refused_connection_is_classified_by_its_http_status(
+    status: int, kind: type[ExecError], retryable: bool, says: str
+) -> None:
+    reason = "Internal Error" if status == 500 else ""
+    error = classify_handshake(status, reason, namespace="n", pod="p")
 
-    first = classify_open_error(refused("Mon, 23 Nov 2026 12:00:00 GMT"), namespace="n", pod="p")
-    again = classify_open_error(refused("Mon, 23 Nov 2026 12:00:05 GMT"), namespace="n", pod="p")
+    assert type(error) is kind
+    assert error.retryable is retryable
+    assert str(error).startswith(says)
 
-    assert str(first) == str(again)
-    assert str(first) == (
-        "cannot exec into pod n/p: Handshake status 500 Internal Server Error: "
-        "error dialing backend: EOF"
-    )
+
+def test_a_refusal_reads_one_plain_line_whatever_the_reason_phrase() -> None:
+    error = classify_handshake(502, "Bad\r\nGateway\x1b[0m", namespace="n", pod="p")
+
+    assert str(error) == "cannot exec into pod n/p: HTTP 502 Bad; Gateway"
 
 
 def test_what_a_pod_writes_reaches_a_status_as_one_plain_line() -> None:
@@ -158,18 +176,8 @@ def test_a_long_stderr_keeps_its_end_within_the_limit() -> None:
     assert excerpt.endswith("; the real error")
 
 
-def test_handshake_failures_are_named() -> None:
-    error = classify_open_error(
-        "Handshake status 400 Bad Request -+-+- container not running", namespace="n", pod="p"
-    )
-    assert isinstance(error, ExecUnavailableError)
-    assert "n/p" in str(error)
-    other = classify_open_error("Connection refused", namespace="n", pod="p")
-    assert "Connection refused" in str(other)
-
-
 async def test_output_over_the_calls_cap_is_abandoned_not_collected(
-    transport: KubernetesExec,
+    transport: AiohttpExec,
 ) -> None:
     # A pod may print without end; the caller names how much it will read.
     with pytest.raises(ExecOutputTooLargeError) as raised:
@@ -181,10 +189,85 @@ async def test_output_over_the_calls_cap_is_abandoned_not_collected(
     assert not raised.value.retryable
 
 
-async def test_a_command_that_never_reads_its_stdin_times_out(transport: KubernetesExec) -> None:
+async def test_a_command_that_never_reads_its_stdin_times_out(
+    transport: AiohttpExec, api_server: FakeApiServer
+) -> None:
     async def endless() -> AsyncIterator[bytes]:
         while True:
             yield b"\x00" * 1024 * 1024
 
-    with pytest.raises(ExecTimeoutError):
+    with pytest.raises(ExecTimeoutError, match="ns/pod timed out"):
         await transport.run("ns", "pod", "main", ["sleep", "2"], stdin=endless(), timeout=1)
+
+    # The sender was blocked by the socket's flow control, not buffering the endless stdin.
+    assert sum(api_server.frames) < 8 * 1024 * 1024
+    assert [task for task in asyncio.all_tasks() if "exec_aiohttp" in repr(task.get_coro())] == []
+
+
+async def test_a_pod_that_is_not_running_yet_is_retryable(transport: AiohttpExec) -> None:
+    with pytest.raises(ExecUnavailableError, match="ns/pending cannot run commands now") as raised:
+        await transport.run("ns", "pending", "main", ["true"], timeout=30)
+
+    assert raised.value.retryable
+
+
+async def test_an_abandoned_call_closes_its_connection_so_the_command_ends(
+    transport: AiohttpExec, api_server: FakeApiServer
+) -> None:
+    with pytest.raises(ExecOutputTooLargeError):
+        await transport.run("ns", "pod", "main", ["sh", "-c", "yes"], max_output_bytes=100_000)
+
+    await asyncio.wait_for(api_server.gone.wait(), 10)
+    assert api_server.abandoned == [["sh", "-c", "yes"]]
+
+
+async def test_cancelling_a_call_closes_its_connection_and_leaves_no_task_behind(
+    transport: AiohttpExec, api_server: FakeApiServer
+) -> None:
+    call = asyncio.create_task(transport.run("ns", "pod", "main", ["sleep", "60"], stdin=b"x"))
+    await api_server.started.wait()
+
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+
+    await asyncio.wait_for(api_server.gone.wait(), 10)
+    assert api_server.abandoned == [["sleep", "60"]]
+    left = [task for task in asyncio.all_tasks() if "exec_aiohttp" in repr(task.get_coro())]
+    assert left == []
+
+
+async def test_a_call_without_stdin_is_content_with_the_v4_protocol(
+    transport: AiohttpExec, api_server: FakeApiServer
+) -> None:
+    api_server.protocols = ("v4.channel.k8s.io",)
+
+    result = await transport.run("ns", "pod", "main", ["echo", "old"], timeout=30)
+
+    assert (result.exit_code, result.stdout) == (0, b"old\n")
+
+
+async def test_a_server_that_ends_the_stream_without_a_status_is_retryable(
+    transport: AiohttpExec, api_server: FakeApiServer
+) -> None:
+    api_server.status = False
+
+    with pytest.raises(ExecUnavailableError, match="without an exit status") as raised:
+        await transport.run("ns", "pod", "main", ["true"], timeout=30)
+
+    assert raised.value.retryable
+
+
+async def test_an_api_server_that_cannot_be_reached_is_retryable_and_named_plainly() -> None:
+    from tests.support.s3 import free_port
+
+    kube = KubeClient(request_timeout=10)
+    kube.configure(kopf.ConnectionInfo(server=f"http://127.0.0.1:{free_port()}", insecure=True))
+    try:
+        with pytest.raises(ExecUnavailableError) as raised:
+            await AiohttpExec(kube).run("ns", "pod", "main", ["secret-argv"], timeout=30)
+    finally:
+        await kube.close()
+
+    assert raised.value.retryable
+    assert str(raised.value) == "cannot exec into pod ns/pod: Connection refused"

@@ -1,0 +1,254 @@
+"""The real exec transport: the Kubernetes exec API's websocket, on the event loop.
+
+:class:`AiohttpExec` opens ``/api/v1/namespaces/{ns}/pods/{pod}/exec`` with aiohttp's
+``ws_connect`` on the operator's own API client (:meth:`KubeClient.stream_session`: the
+credentials kopf logged in with, one SSL context, a pool of connections of its own) and
+speaks the channel protocol: one byte of channel, then data. ``v5.channel.k8s.io`` is
+needed when there is stdin (its ``255, 0`` message closes stdin, so ``tar`` sees the end of
+its input); ``v4.channel.k8s.io`` is enough without. A call is two tasks on the loop, one
+sending stdin in frames and one receiving output, each waiting on the socket's own flow
+control: a pod that does not read its stdin stops the sender, and output is taken only as
+fast as it is collected, up to the call's cap. No thread, no ``kubernetes`` client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator, Sequence
+from http import HTTPStatus
+from typing import Any
+
+import aiohttp
+
+from craft_operator.kube.client import ApiError, KubeClient
+from craft_operator.kube.exec import (
+    CLOSE_CHANNEL,
+    ERROR_CHANNEL,
+    STDERR_CHANNEL,
+    STDIN_CHANNEL,
+    STDOUT_CHANNEL,
+    V4_CHANNEL_PROTOCOL,
+    V5_CHANNEL_PROTOCOL,
+    ExecOutputTooLargeError,
+    ExecProtocolError,
+    ExecResult,
+    ExecTimeoutError,
+    ExecUnavailableError,
+    Stdin,
+    classify_handshake,
+    parse_exec_status,
+    stdin_chunks,
+)
+
+#: The most of the status message (channel 3) kept; the API server's is a few hundred bytes.
+_STATUS_LIMIT = 64 * 1024
+_Socket = aiohttp.ClientWebSocketResponse
+_END = (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED)
+
+
+class _Output:
+    """Collects stdout and stderr up to a limit (the pod is not trusted to be brief)."""
+
+    def __init__(self, limit: int) -> None:
+        self.stdout = bytearray()
+        self.stderr = bytearray()
+        self.status = bytearray()
+        self.limit = limit
+
+    def take(self, frame: bytes) -> None:
+        channel, data = frame[:1], frame[1:]
+        if channel == bytes([STDOUT_CHANNEL]):
+            self.stdout += data
+        elif channel == bytes([STDERR_CHANNEL]):
+            self.stderr += data
+        elif channel == bytes([ERROR_CHANNEL]):
+            self.status += data[: _STATUS_LIMIT - len(self.status)]
+        if len(self.stdout) + len(self.stderr) > self.limit:
+            raise ExecOutputTooLargeError(
+                f"the command wrote more than {self.limit} bytes of output", limit=self.limit
+            )
+
+
+class AiohttpExec:
+    """:class:`~craft_operator.kube.exec.ExecTransport` over the Kubernetes exec API."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        *,
+        frame_bytes: int = 32 * 1024,
+        max_output_bytes: int = 64 * 1024 * 1024,
+        close_grace: float = 2.0,
+    ) -> None:
+        """Exec through ``kube``'s stream session (so with its credentials, once logged in).
+
+        ``frame_bytes`` is the most stdin per websocket message; ``close_grace`` how long an
+        abandoned call waits for the server to answer its close before it drops the
+        connection.
+        """
+        self._kube = kube
+        self._frame_bytes = frame_bytes
+        self._max_output_bytes = max_output_bytes
+        self._close_grace = close_grace
+
+    async def run(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        argv: Sequence[str],
+        *,
+        stdin: Stdin = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the ExecTransport interface
+        max_output_bytes: int | None = None,
+    ) -> ExecResult:
+        """Run ``argv`` in the container; see :meth:`ExecTransport.run`."""
+        limit = min(max_output_bytes or self._max_output_bytes, self._max_output_bytes)
+        chunks = stdin_chunks(stdin)
+        deadline = asyncio.timeout(timeout)
+        try:
+            async with deadline:
+                ws = await self._open(namespace, pod, container, argv, stdin is not None)
+                try:
+                    stdin_source = chunks if stdin is not None else None
+                    return await self._exchange(ws, stdin_source, limit, f"{namespace}/{pod}")
+                finally:
+                    await self._close(ws)
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # the stdin source's own
+            raise ExecTimeoutError(f"exec in pod {namespace}/{pod} timed out") from None
+        finally:
+            with contextlib.suppress(RuntimeError):  # still running if its task was cancelled
+                await chunks.aclose()
+
+    async def _open(
+        self, namespace: str, pod: str, container: str, argv: Sequence[str], stdin: bool
+    ) -> _Socket:
+        """The websocket of a new exec call; an :class:`ExecError` if it cannot be opened."""
+        params = [
+            *(("command", arg) for arg in argv),
+            ("container", container),
+            ("stdin", "true" if stdin else "false"),
+            ("stdout", "true"),
+            ("stderr", "true"),
+        ]
+        where = f"pod {namespace}/{pod}"
+        try:
+            ws = await self._kube.stream_session().ws_connect(
+                f"api/v1/namespaces/{namespace}/pods/{pod}/exec",
+                params=params,
+                protocols=(V5_CHANNEL_PROTOCOL, V4_CHANNEL_PROTOCOL),
+                autoping=True,
+                timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=self._close_grace),
+            )
+        except aiohttp.WSServerHandshakeError as exc:
+            raise classify_handshake(
+                exc.status, _reason(exc.status), namespace=namespace, pod=pod
+            ) from None
+        except ApiError as exc:
+            raise ExecUnavailableError(f"cannot exec into {where}: {exc.reason}") from None
+        except (aiohttp.ClientError, OSError) as exc:
+            # The exception's own text names the URL, and so the argv: keep to its kind.
+            raise ExecUnavailableError(f"cannot exec into {where}: {_failure(exc)}") from None
+        if stdin and ws.protocol != V5_CHANNEL_PROTOCOL:
+            await self._close(ws)
+            raise ExecProtocolError(
+                f"the API server spoke {ws.protocol or 'an old protocol'}, not "
+                f"{V5_CHANNEL_PROTOCOL}; stdin cannot be closed (Kubernetes >= 1.30 needed)"
+            )
+        return ws
+
+    async def _exchange(
+        self, ws: _Socket, chunks: AsyncIterator[bytes] | None, limit: int, where: str
+    ) -> ExecResult:
+        """Send stdin and receive the output at once, until the server ends the call."""
+        receiver = asyncio.create_task(_receive(ws, _Output(limit), where))
+        tasks: list[asyncio.Task[Any]] = [receiver]
+        if chunks is not None:
+            tasks.append(asyncio.create_task(self._send(ws, chunks)))
+        try:
+            pending = set(tasks)
+            while receiver in pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                sender_failed = [task.exception() for task in done if task is not receiver]
+                for error in sender_failed:
+                    if error is not None:
+                        raise error  # the stdin source's own, unchanged
+            return receiver.result()
+        finally:
+            await _stop(tasks)
+
+    async def _send(self, ws: _Socket, chunks: AsyncIterator[bytes]) -> None:
+        """Stdin in frames, then v5's close of the stdin channel; what the source raises
+        propagates as it is."""
+        prefix = bytes([STDIN_CHANNEL])
+        async for chunk in chunks:
+            for start in range(0, len(chunk), self._frame_bytes):
+                if not await _sent(ws, prefix + chunk[start : start + self._frame_bytes]):
+                    return
+        await _sent(ws, bytes([CLOSE_CHANNEL, STDIN_CHANNEL]))
+
+    async def _close(self, ws: _Socket) -> None:
+        """Close the socket; if the server does not answer in time, drop the connection."""
+        # aiohttp closes the connection itself when its close handshake is cancelled.
+        with contextlib.suppress(TimeoutError, ConnectionError, aiohttp.ClientError):
+            async with asyncio.timeout(self._close_grace):
+                await ws.close()
+
+
+async def _sent(ws: _Socket, frame: bytes) -> bool:
+    """Send ``frame``; ``False`` if the server has closed (the command exited early: its
+    status, still to be received, says why)."""
+    try:
+        await ws.send_bytes(frame)
+    except (ConnectionError, aiohttp.ClientError):
+        return False
+    return True
+
+
+async def _receive(ws: _Socket, output: _Output, where: str) -> ExecResult:
+    """Output until the server closes, then the exit status from channel 3."""
+    while True:
+        message = await ws.receive()
+        if message.type is aiohttp.WSMsgType.BINARY:
+            output.take(message.data)
+        elif message.type is aiohttp.WSMsgType.ERROR:
+            raise ExecUnavailableError(
+                f"the exec connection to pod {where} broke: {_failure(message.data)}"
+            )
+        elif message.type in _END:
+            break
+    code = parse_exec_status(bytes(output.status))
+    return ExecResult(code, bytes(output.stdout), bytes(output.stderr))
+
+
+async def _stop(tasks: list[asyncio.Task[Any]]) -> None:
+    """Cancel the tasks still running, wait for them, and consume what they raised."""
+    running = [task for task in tasks if not task.done()]
+    for task in running:
+        task.cancel()
+    if running:
+        await asyncio.wait(running)
+    for task in tasks:
+        if task.done() and not task.cancelled():
+            task.exception()
+
+
+def _reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
+
+
+def _failure(exc: BaseException | None) -> str:
+    """A transport failure in words that do not change between retries (no URL, no port)."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        error = exc.os_error
+        return os.strerror(error.errno) if error.errno else type(error).__name__
+    if isinstance(exc, asyncio.TimeoutError):
+        return "the API server did not answer in time"
+    return type(exc).__name__ if exc is not None else "unknown"
