@@ -80,8 +80,13 @@ class FakeApiServer:
             # The client went away: like the kubelet, end the command.
             end_command()
 
+        ended = False
+
         def end_command() -> None:
-            if process.returncode is None:
+            # Both the receiver and the pumps can see the client go: the command ends once.
+            nonlocal ended
+            if process.returncode is None and not ended:
+                ended = True
                 self.abandoned.append(argv)
                 self.gone.set()
                 with contextlib.suppress(ProcessLookupError):
