@@ -16,6 +16,7 @@ from typing import Any
 
 from tests.cluster.test_user_library import REVISION, exec_in_pod, library_in_pod, upload
 from tests.support.cluster import CRAFT, Cluster, wait_for
+from tests.support.events import step_messages, step_reasons
 from tests.support.operator_process import OperatorProcess
 
 USER_ID = "3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b"
@@ -109,7 +110,9 @@ def ready_on(cluster: Cluster, namespace: str, name: str, operator: OperatorProc
 
 
 def reasons(cluster: Cluster, namespace: str, name: str) -> list[str]:
-    return [event["reason"] for event in cluster.events(namespace, name)]
+    """The reasons of the steps the events about ``name`` said (each step of a pass's
+    coalesced Normal event)."""
+    return step_reasons(cluster.events(namespace, name))
 
 
 def test_a_sandbox_naming_a_pool_is_ready_on_the_claimed_pod_with_its_token_skill_and_library(
@@ -245,7 +248,7 @@ def test_eight_sandboxes_claiming_at_once_from_a_pool_of_five_never_share_a_pod(
         assert "ColdStart" not in reasons(cluster, namespace, name)
     for name in cold:
         assert pods[name]["metadata"]["name"] == name  # a pod of its own, made for it
-        said = [e["message"] for e in cluster.events(namespace, name) if e["reason"] == "ColdStart"]
+        said = step_messages(cluster.events(namespace, name), "ColdStart")
         assert said, reasons(cluster, namespace, name)
         assert "(PoolEmpty)" in said[0] or "(ClaimConflict)" in said[0], said
     for name, pod in pods.items():

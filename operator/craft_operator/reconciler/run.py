@@ -40,7 +40,16 @@ class Run:
     conditions Ready requires, in the order of the steps that own them.
     """
 
-    def __init__(self, body: Mapping[str, Any], now: datetime, conditions: Sequence[str]) -> None:
+    def __init__(
+        self,
+        body: Mapping[str, Any],
+        now: datetime,
+        conditions: Sequence[str],
+        *,
+        held: CraftSandboxStatus | None = None,
+    ) -> None:
+        """``held``: a status an earlier pass built and held instead of writing (see
+        :meth:`hold`); the pass builds on it, and writes its difference from the stored one."""
         self.body = body
         self.now = now
         self.conditions = tuple(conditions)
@@ -50,7 +59,8 @@ class Run:
         self.key = (self.namespace, self.name)
         self.generation: int | None = meta.get("generation")
         self.old_status, invalid = parse_status(body.get("status"))
-        self.status: CraftSandboxStatus = self.old_status.model_copy(deep=True)
+        base = held if held is not None else self.old_status
+        self.status: CraftSandboxStatus = base.model_copy(deep=True)
         # Unreadable stored fields count as present, so the first patch removes them.
         self._stored = {**dump_status(self.old_status), **invalid}
         self.phase: Phase | None = None
@@ -59,6 +69,8 @@ class Run:
         self.touched: set[str] = set()
         self._backoff: str | None = None
         self._after: float | None = None
+        #: Seconds this pass's status may wait for the next pass instead of being written.
+        self.hold_for: float | None = None
 
     @property
     def spec_changed(self) -> bool:
@@ -101,6 +113,11 @@ class Run:
         if after is not None:
             after = max(0.0, after)
             self._after = after if self._after is None else min(self._after, after)
+
+    def hold(self, seconds: float) -> None:
+        """Let the next pass, within ``seconds``, write this pass's status with its own: a
+        pass that started work ending soon (a library sync) saves one status write."""
+        self.hold_for = seconds if self.hold_for is None else min(self.hold_for, seconds)
 
     @property
     def verdict(self) -> Revisit:

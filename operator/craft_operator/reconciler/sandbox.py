@@ -9,9 +9,14 @@ converges from wherever the last one stopped. The steps and their order are
 
 from __future__ import annotations
 
-from craft_operator.api.models import Phase
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from craft_operator.api.models import CraftSandboxStatus, Phase
 from craft_operator.api.parse import InvalidSandboxError, parse_sandbox
 from craft_operator.kube import kinds
+from craft_operator.kube.event_batch import EventBatch
 from craft_operator.reconciler import finalizer
 from craft_operator.reconciler import policy_step as policy
 from craft_operator.reconciler.deps import Services
@@ -40,6 +45,7 @@ class SandboxReconciler:
     def forget(self, key: tuple[str, str]) -> None:
         """Drop what is remembered about a sandbox that is gone (and cancel its sync)."""
         self._memory.reported.pop(key, None)
+        self._memory.held.pop(key, None)
         self.services.library_pool.forget(key)
 
     async def reconcile(self, key: tuple[str, str]) -> float | None:
@@ -56,7 +62,19 @@ class SandboxReconciler:
         return resync if verdict.after is None else min(resync, verdict.after)
 
     async def _pass(self, key: tuple[str, str]) -> Revisit | None:
-        s = self.services
+        if self.services.cache.get(SANDBOX, *key) is None:
+            return None
+        # The pass's Normal events become one Event, posted when the pass ends however it
+        # ends (Warnings go at once); nothing of the pass is held after it.
+        batch = EventBatch(self.services.events)
+        services = copy.copy(self.services)  # the pass's own view: events go to its batch
+        services.events = batch
+        try:
+            return await self._steps(services, key)
+        finally:
+            batch.close()
+
+    async def _steps(self, s: Services, key: tuple[str, str]) -> Revisit | None:
         body = s.cache.get(SANDBOX, *key)
         if body is None:
             return None
@@ -65,7 +83,7 @@ class SandboxReconciler:
         ensured = await finalizer.ensure(s, body)
         if not isinstance(ensured, dict):
             return ensured
-        run = Run(ensured, s.clock(), CONDITIONS)
+        run = Run(ensured, s.clock(), CONDITIONS, held=self._held(key, ensured))
         try:
             sandbox = parse_sandbox(ensured)
         except InvalidSandboxError as exc:
@@ -75,13 +93,32 @@ class SandboxReconciler:
         if run.spec_changed:
             run.status.pod_failures = None
             run.status.cli_auth_failures = None
+        completed = False
         try:
             # The platform's policy comes first: a sandbox it does not allow gets no PAT.
             if not await policy.enforce(s, sandbox, run):
                 await run_steps(Pass(s, sandbox, run, self._memory))
+            completed = True
         finally:
-            await write_status(s, run)
+            if not (completed and self._hold(run)):
+                await write_status(s, run)
         return run.verdict
+
+    def _held(self, key: tuple[str, str], body: Mapping[str, Any]) -> CraftSandboxStatus | None:
+        """The status the last pass held, if the sandbox is still the version it saw."""
+        held = self._memory.held.pop(key, None)
+        version = body.get("metadata", {}).get("resourceVersion")
+        return held[1] if held is not None and held[0] == version else None
+
+    def _hold(self, run: Run) -> bool:
+        """Keep the pass's status for the next pass instead of writing it, if a step asked
+        (the next pass comes within ``run.hold_for`` seconds and writes both at once)."""
+        if run.hold_for is None:
+            return False
+        version = run.body.get("metadata", {}).get("resourceVersion", "")
+        self._memory.held[run.key] = (version, run.status.model_copy(deep=True))
+        run.revisit(after=run.hold_for)
+        return True
 
 
 def _invalid(s: Services, run: Run, message: str) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from craft_operator.api.models import CraftSandbox, Phase
+from craft_operator.api.models import CraftSandbox, CraftSandboxStatus, Phase
 from craft_operator.kube.client import ApiError
 from craft_operator.kube.kinds import CachedKind
 from craft_operator.metrics import ProvisioningPhase
@@ -54,6 +54,9 @@ class Memory:
 
     #: The problem last reported in an event, per sandbox, so it is said once, not per pass.
     reported: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: Statuses a pass held instead of writing, per sandbox, with the resourceVersion of
+    #: the sandbox it was built from (the next pass builds on it only if that is current).
+    held: dict[tuple[str, str], tuple[str, CraftSandboxStatus]] = field(default_factory=dict)
 
 
 @dataclass
