@@ -47,9 +47,11 @@ class Run:
         conditions: Sequence[str],
         *,
         held: CraftSandboxStatus | None = None,
+        held_for: float | None = None,
     ) -> None:
         """``held``: a status an earlier pass built and held instead of writing (see
-        :meth:`hold`); the pass builds on it, and writes its difference from the stored one."""
+        :meth:`hold`), for ``held_for`` seconds more; the pass builds on it, and writes its
+        difference from the stored one."""
         self.body = body
         self.now = now
         self.conditions = tuple(conditions)
@@ -71,6 +73,7 @@ class Run:
         self._after: float | None = None
         #: Seconds this pass's status may wait for the next pass instead of being written.
         self.hold_for: float | None = None
+        self._held_for = held_for if held is not None else None
 
     @property
     def spec_changed(self) -> bool:
@@ -118,6 +121,12 @@ class Run:
         """Let the next pass, within ``seconds``, write this pass's status with its own: a
         pass that started work ending soon (a library sync) saves one status write."""
         self.hold_for = seconds if self.hold_for is None else min(self.hold_for, seconds)
+
+    def keep_holding(self) -> None:
+        """Hold the status an earlier pass held for the rest of its time, if any is left
+        (a pass in between, e.g. on the echo of the pass's own writes, writes nothing)."""
+        if self._held_for is not None and self._held_for > 0:
+            self.hold(self._held_for)
 
     @property
     def verdict(self) -> Revisit:

@@ -10,6 +10,7 @@ converges from wherever the last one stopped. The steps and their order are
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -83,7 +84,8 @@ class SandboxReconciler:
         ensured = await finalizer.ensure(s, body)
         if not isinstance(ensured, dict):
             return ensured
-        run = Run(ensured, s.clock(), CONDITIONS, held=self._held(key, ensured))
+        held, held_for = self._held(key, ensured)
+        run = Run(ensured, s.clock(), CONDITIONS, held=held, held_for=held_for)
         try:
             sandbox = parse_sandbox(ensured)
         except InvalidSandboxError as exc:
@@ -104,11 +106,15 @@ class SandboxReconciler:
                 await write_status(s, run)
         return run.verdict
 
-    def _held(self, key: tuple[str, str], body: Mapping[str, Any]) -> CraftSandboxStatus | None:
-        """The status the last pass held, if the sandbox is still the version it saw."""
+    def _held(
+        self, key: tuple[str, str], body: Mapping[str, Any]
+    ) -> tuple[CraftSandboxStatus | None, float | None]:
+        """The status the last pass held, if the sandbox is still the version it saw, and
+        for how many seconds more it may be held."""
         held = self._memory.held.pop(key, None)
-        version = body.get("metadata", {}).get("resourceVersion")
-        return held[1] if held is not None and held[0] == version else None
+        if held is None or held[0] != body.get("metadata", {}).get("resourceVersion"):
+            return None, None
+        return held[1], held[2] - time.monotonic()
 
     def _hold(self, run: Run) -> bool:
         """Keep the pass's status for the next pass instead of writing it, if a step asked
@@ -116,7 +122,8 @@ class SandboxReconciler:
         if run.hold_for is None:
             return False
         version = run.body.get("metadata", {}).get("resourceVersion", "")
-        self._memory.held[run.key] = (version, run.status.model_copy(deep=True))
+        until = time.monotonic() + run.hold_for
+        self._memory.held[run.key] = (version, run.status.model_copy(deep=True), until)
         run.revisit(after=run.hold_for)
         return True
 

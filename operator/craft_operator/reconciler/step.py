@@ -56,7 +56,8 @@ class Memory:
     reported: dict[tuple[str, str], str] = field(default_factory=dict)
     #: Statuses a pass held instead of writing, per sandbox, with the resourceVersion of
     #: the sandbox it was built from (the next pass builds on it only if that is current).
-    held: dict[tuple[str, str], tuple[str, CraftSandboxStatus]] = field(default_factory=dict)
+    #: and when (``time.monotonic()``) it must be written at the latest.
+    held: dict[tuple[str, str], tuple[str, CraftSandboxStatus, float]] = field(default_factory=dict)
 
 
 @dataclass

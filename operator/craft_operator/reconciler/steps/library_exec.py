@@ -35,6 +35,7 @@ def step(p: Pass, location: LibraryLocation, attempt: Attempt) -> None:
         return
     if pool.busy(run.key, uid):
         _syncing(run, "a library sync is queued or running")
+        run.keep_holding()  # a pass on the echo of the last one's writes adds nothing new
         return  # the pool wakes this sandbox when it ends
     wait = pool.retry_in(run.key)
     if wait > 0:
