@@ -35,8 +35,9 @@ class Revisit:
 class Run:
     """The status a reconcile pass is building, plus when to visit the sandbox again.
 
-    ``old_status`` is the status as stored when the pass began and ``status`` the one it
-    builds, both typed; only their difference is written. ``conditions`` are the
+    ``old_status`` is the status as the last pass left it (as stored when the pass began, or
+    as an earlier pass held it) and ``status`` the one it builds, both typed; only the
+    difference from the stored status is written. ``conditions`` are the
     conditions Ready requires, in the order of the steps that own them.
     """
 
@@ -60,11 +61,11 @@ class Run:
         self.name: str = meta["name"]
         self.key = (self.namespace, self.name)
         self.generation: int | None = meta.get("generation")
-        self.old_status, invalid = parse_status(body.get("status"))
-        base = held if held is not None else self.old_status
-        self.status: CraftSandboxStatus = base.model_copy(deep=True)
+        stored, invalid = parse_status(body.get("status"))
+        self.old_status = held.model_copy(deep=True) if held is not None else stored
+        self.status: CraftSandboxStatus = self.old_status.model_copy(deep=True)
         # Unreadable stored fields count as present, so the first patch removes them.
-        self._stored = {**dump_status(self.old_status), **invalid}
+        self._stored = {**dump_status(stored), **invalid}
         self.phase: Phase | None = None
         self.pod_exists = False
         #: The conditions this pass has set so far.

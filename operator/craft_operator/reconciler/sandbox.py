@@ -123,6 +123,7 @@ class SandboxReconciler:
             return False
         version = run.body.get("metadata", {}).get("resourceVersion", "")
         until = time.monotonic() + run.hold_for
+        run.finish()  # as if written: Ready, the phase and the generation it acted on
         self._memory.held[run.key] = (version, run.status.model_copy(deep=True), until)
         run.revisit(after=run.hold_for)
         return True

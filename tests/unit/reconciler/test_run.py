@@ -225,10 +225,11 @@ def test_an_unreadable_condition_costs_only_itself_and_the_next_patch_rewrites_t
 
 
 def test_a_pass_builds_on_a_held_status_and_writes_its_difference_from_the_stored_one() -> None:
-    held = CraftSandboxStatus(pod_name="warm-abc12", claimed_from="warm")
+    held = CraftSandboxStatus(pod_name="warm-abc12", claimed_from="warm", observed_generation=2)
     run = Run(body(), NOW, CONDITIONS, held=held, held_for=1.5)
     assert run.status.pod_name == "warm-abc12"
-    assert run.old_status.pod_name is None
+    assert run.old_status.pod_name == "warm-abc12", "as the last pass left it"
+    assert not run.spec_changed, "the held pass acted on this generation"
     patch = run.status_patch()
     assert (patch["podName"], patch["claimedFrom"]) == ("warm-abc12", "warm")
 
