@@ -142,7 +142,16 @@ def test_a_claim_takes_six_writes_and_says_each_pass_in_one_event(
     cluster.create(SANDBOXES, namespace, sandbox("alice", poolRef={"name": "warm"}))
     ready_on(cluster, namespace, "alice", operator)
     # The refill, Ready, and the pool's status saying so (written once per 5 s at most).
-    until(cluster, namespace, operator, lambda: pool_full(cluster, namespace, 2), "refilled")
+    until(
+        cluster,
+        namespace,
+        operator,
+        lambda: (
+            pool_full(cluster, namespace, 2)
+            and (cluster.get(POOLS, namespace, "warm") or {})["status"].get("claimed") == 1
+        ),
+        "refilled, and the status counting the claimed pod",
+    )
 
     writes = operator_writes(cluster, before)
     others = [write for write in writes if not write.endswith(" events")]
@@ -162,7 +171,14 @@ def test_a_claim_takes_six_writes_and_says_each_pass_in_one_event(
     # One event per pass: the claim's pass, the pass collecting the library's sync.
     said = [(e["type"], e["reason"], e["count"]) for e in cluster.events(namespace, "alice")]
     assert said == [("Normal", "CLIValidated", 1), ("Normal", "LibrarySynced", 1)], said
-    assert reasons(cluster, namespace, "alice") == ["PodClaimed", "CLIValidated", "LibrarySynced"]
+    assert reasons(cluster, namespace, "alice") == [
+        "PATMinted",
+        "SecretCreated",
+        "ConfigMapCreated",
+        "PodClaimed",
+        "CLIValidated",
+        "LibrarySynced",
+    ]
     assert writes.count("create events") == 3, writes  # and the pool's one, PoolPodsCreated
 
 
