@@ -4,8 +4,11 @@ Level-triggered like the sandbox reconciler, over the same cache, on a work queu
 own (pool keys never meet sandbox keys, and a refill never takes a sandbox's worker). A
 pass reads the pool and its unclaimed pods from the cache, plans (pure:
 :mod:`craft_operator.reconciler.pool_plan`), deletes and creates what the plan says, and
-writes the status if it changed. New pods wait for a NetworkPolicy that restricts their
-egress, exactly as sandbox pods do (:mod:`craft_operator.reconciler.egress`).
+writes the status if it changed: at once, unless only what claims and refills move changed
+(the counts, Ready between PoolReady and Filling), which waits up to STATUS_INTERVAL so
+that the claims of those seconds share one write. What a pass did is one Normal event.
+New pods wait for a NetworkPolicy that restricts their egress, exactly as sandbox pods do
+(:mod:`craft_operator.reconciler.egress`).
 
 Deletion only ever targets the pool's own unclaimed pods, each with the uid and the
 resourceVersion it was seen with: a pod claimed meanwhile has changed, so its deletion
