@@ -116,6 +116,21 @@ class EventBatch:
             post_coalesced(self._sink, self._body, self._notes)
         self._body, self._notes = None, []
 
+    def take(self) -> tuple[tuple[str, str], ...]:
+        """The Normal events held so far, handed over instead of posted (the caller says
+        them later, through :meth:`carry` of another batch)."""
+        notes = tuple(self._notes)
+        self._body, self._notes = None, []
+        return notes
+
+    def carry(self, body: Mapping[str, Any], notes: Sequence[tuple[str, str]]) -> None:
+        """Say ``notes`` (an earlier pass's, about ``body``) first, with this pass's."""
+        if notes and not self._closed and self._same(body):
+            self._body = self._body or body
+            self._notes[:0] = notes
+        elif notes:
+            post_coalesced(self._sink, body, notes)
+
     def close(self) -> None:
         """The pass is over: post what is held; from now on events pass straight through."""
         self.flush()

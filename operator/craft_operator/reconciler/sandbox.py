@@ -23,7 +23,7 @@ from craft_operator.reconciler import policy_step as policy
 from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.run import Revisit, Run
 from craft_operator.reconciler.status_writer import write_status
-from craft_operator.reconciler.step import Memory, Pass
+from craft_operator.reconciler.step import Held, Memory, Pass
 from craft_operator.reconciler.table import CONDITIONS, run_steps
 from craft_operator.status import POD_READY, ConditionState
 
@@ -71,11 +71,11 @@ class SandboxReconciler:
         services = copy.copy(self.services)  # the pass's own view: events go to its batch
         services.events = batch
         try:
-            return await self._steps(services, key)
+            return await self._steps(services, batch, key)
         finally:
             batch.close()
 
-    async def _steps(self, s: Services, key: tuple[str, str]) -> Revisit | None:
+    async def _steps(self, s: Services, batch: EventBatch, key: tuple[str, str]) -> Revisit | None:
         body = s.cache.get(SANDBOX, *key)
         if body is None:
             return None
@@ -84,7 +84,7 @@ class SandboxReconciler:
         ensured = await finalizer.ensure(s, body)
         if not isinstance(ensured, dict):
             return ensured
-        held, held_for = self._held(key, ensured)
+        held, held_for = self._held(key, ensured, batch)
         run = Run(ensured, s.clock(), CONDITIONS, held=held, held_for=held_for)
         try:
             sandbox = parse_sandbox(ensured)
@@ -102,29 +102,36 @@ class SandboxReconciler:
                 await run_steps(Pass(s, sandbox, run, self._memory))
             completed = True
         finally:
-            if not (completed and self._hold(run)):
+            if not (completed and self._hold(run, batch)):
                 await write_status(s, run)
         return run.verdict
 
     def _held(
-        self, key: tuple[str, str], body: Mapping[str, Any]
+        self, key: tuple[str, str], body: Mapping[str, Any], batch: EventBatch
     ) -> tuple[CraftSandboxStatus | None, float | None]:
         """The status the last pass held, if the sandbox is still the version it saw, and
-        for how many seconds more it may be held."""
+        for how many seconds more it may be held; its events go into this pass's batch."""
         held = self._memory.held.pop(key, None)
-        if held is None or held[0] != body.get("metadata", {}).get("resourceVersion"):
+        if held is None:
             return None, None
-        return held[1], held[2] - time.monotonic()
+        batch.carry(body, held.notes)
+        if held.version != body.get("metadata", {}).get("resourceVersion"):
+            return None, None
+        return held.status, held.until - time.monotonic()
 
-    def _hold(self, run: Run) -> bool:
-        """Keep the pass's status for the next pass instead of writing it, if a step asked
-        (the next pass comes within ``run.hold_for`` seconds and writes both at once)."""
+    def _hold(self, run: Run, batch: EventBatch) -> bool:
+        """Keep the pass's status and Normal events for the next pass instead of writing
+        them, if a step asked (the next pass comes within ``run.hold_for`` seconds and
+        writes and says both at once)."""
         if run.hold_for is None:
             return False
-        version = run.body.get("metadata", {}).get("resourceVersion", "")
-        until = time.monotonic() + run.hold_for
         run.finish()  # as if written: Ready, the phase and the generation it acted on
-        self._memory.held[run.key] = (version, run.status.model_copy(deep=True), until)
+        self._memory.held[run.key] = Held(
+            version=run.body.get("metadata", {}).get("resourceVersion", ""),
+            status=run.status.model_copy(deep=True),
+            until=time.monotonic() + run.hold_for,
+            notes=batch.take(),
+        )
         run.revisit(after=run.hold_for)
         return True
 

@@ -48,16 +48,27 @@ class Step:
     keeps_failure: bool = False
 
 
+@dataclass(frozen=True)
+class Held:
+    """What a pass held for the next one instead of writing and posting it."""
+
+    #: The sandbox's resourceVersion the status was built from (used only if still current).
+    version: str
+    status: CraftSandboxStatus
+    #: When (``time.monotonic()``) it must be written at the latest.
+    until: float
+    #: The pass's Normal events (reason, message), said with the next pass's.
+    notes: tuple[tuple[str, str], ...] = ()
+
+
 @dataclass
 class Memory:
     """What the reconciler remembers of a sandbox between passes (never persisted)."""
 
     #: The problem last reported in an event, per sandbox, so it is said once, not per pass.
     reported: dict[tuple[str, str], str] = field(default_factory=dict)
-    #: Statuses a pass held instead of writing, per sandbox, with the resourceVersion of
-    #: the sandbox it was built from (the next pass builds on it only if that is current).
-    #: and when (``time.monotonic()``) it must be written at the latest.
-    held: dict[tuple[str, str], tuple[str, CraftSandboxStatus, float]] = field(default_factory=dict)
+    #: What a pass held for the next one, per sandbox (see ``Run.hold``).
+    held: dict[tuple[str, str], Held] = field(default_factory=dict)
 
 
 @dataclass

@@ -148,3 +148,28 @@ def test_the_coalesced_event_is_about_the_object_of_the_pass() -> None:
     batch.post(ALICE, type="Normal", reason="PodCreated", message="m")
     batch.close()
     assert sink.bodies == [ALICE]
+
+
+def test_events_taken_from_one_pass_are_said_first_by_the_next() -> None:
+    sink = Events()
+    first = EventBatch(sink)
+    first.post(ALICE, type="Normal", reason="PodClaimed", message="claimed warm pod w")
+    first.post(ALICE, type="Normal", reason="CLIValidated", message="onyx-cli accepted")
+    taken = first.take()
+    first.close()
+    assert sink.posted == [], "taken, not posted"
+    second = EventBatch(sink)
+    second.carry(ALICE, taken)
+    second.post(ALICE, type="Normal", reason="LibrarySynced", message="copied 10")
+    second.close()
+    assert sink.reasons == ["LibrarySynced"]
+    assert sink.steps == ["PodClaimed", "CLIValidated", "LibrarySynced"]
+
+
+def test_carried_events_are_posted_even_when_the_next_pass_says_nothing() -> None:
+    sink = Events()
+    batch = EventBatch(sink)
+    batch.carry(ALICE, [("PodClaimed", "claimed warm pod w"), ("CLIValidated", "ok")])
+    batch.close()
+    assert sink.reasons == ["CLIValidated"]
+    assert sink.steps == ["PodClaimed", "CLIValidated"]
