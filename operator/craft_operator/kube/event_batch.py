@@ -12,7 +12,9 @@ the last one (the furthest the pass got) and its message lists every step as
 
 A single Normal event keeps its own message. Warnings are never held: each is posted at
 once, after the Normal events held so far (so the events read in the order things
-happened). :func:`steps_of` reads a posted event back into its steps.
+happened). A pass that holds its status for the next one hands its events over too
+(:meth:`EventBatch.take`, :meth:`EventBatch.carry`). :func:`steps_of` reads a posted event
+back into its steps.
 """
 
 from __future__ import annotations
