@@ -102,7 +102,8 @@ SANDBOX_NAMESPACE_PERMISSIONS: tuple[Permission, ...] = (
     *_grants("craft.onyx.app", ("craftsandboxpools/status",), ("patch",)),
     *_grants("craft.onyx.app", ("craftsandboxpools/finalizers",), ("update",)),
     *_grants("", ("pods/exec",), ("get", "create")),
-    *_grants("", ("events",), ("create",)),
+    # patch: a repeated event counts up in the stored one (a series), not a new Event.
+    *_grants("", ("events",), ("create", "patch")),
 )
 
 #: The ClusterRole ``craft-operator-all-namespaces`` of ``manifests/overlays/all-namespaces``.

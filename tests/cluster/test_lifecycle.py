@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.support.cluster import CRAFT, Cluster, wait_for
+from tests.support.events import step_reasons
 from tests.support.operator_process import OperatorProcess
 
 pytestmark = pytest.mark.cluster
@@ -115,12 +116,13 @@ def skill(cluster: Cluster, namespace: str, name: str) -> str | None:
 
 
 def reasons(cluster: Cluster, namespace: str, name: str) -> list[str]:
-    """The reasons of the events about the sandbox (kept after it is deleted)."""
-    return [
-        event["reason"]
+    """The reasons of the steps the events about the sandbox said (kept after it is
+    deleted; each step of a pass's coalesced Normal event)."""
+    return step_reasons(
+        event
         for event in cluster.events(namespace, name)
         if event.get("involvedObject", {}).get("kind") == "CraftSandbox"
-    ]
+    )
 
 
 def pats(state: Path) -> dict[int, bool]:

@@ -15,7 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tests.cluster.test_user_library import REVISION, exec_in_pod, library_in_pod, upload
-from tests.support.cluster import CRAFT, Cluster, wait_for
+from tests.support.cluster import CRAFT, Cluster, audited_requests, wait_for
+from tests.support.events import step_messages, step_reasons
 from tests.support.operator_process import OperatorProcess
 
 USER_ID = "3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b"
@@ -109,7 +110,77 @@ def ready_on(cluster: Cluster, namespace: str, name: str, operator: OperatorProc
 
 
 def reasons(cluster: Cluster, namespace: str, name: str) -> list[str]:
-    return [event["reason"] for event in cluster.events(namespace, name)]
+    """The reasons of the steps the events about ``name`` said (each step of a pass's
+    coalesced Normal event)."""
+    return step_reasons(cluster.events(namespace, name))
+
+
+def operator_writes(cluster: Cluster, since: int) -> list[str]:
+    """The operator's writes after its ``since`` first audited requests, as ``verb
+    resource[/subresource]``, events apart (``verb events``)."""
+    found = []
+    for event in audited_requests(cluster.plane)[since:]:
+        if event["verb"] in ("get", "list", "watch"):
+            continue
+        ref = event.get("objectRef", {})
+        if ref.get("subresource") == "exec":
+            continue
+        sub = f"/{ref['subresource']}" if ref.get("subresource") else ""
+        found.append(f"{event['verb']} {ref.get('resource')}{sub}")
+    return sorted(found)
+
+
+def test_a_claim_takes_six_writes_and_one_event(
+    cluster: Cluster, namespace: str, operator: OperatorProcess, s3: Any, bucket: str
+) -> None:
+    files = {f"notes/file-{index}.md": f"note {index}\n".encode() for index in range(10)}
+    upload(s3, bucket, files)
+    a_pool(cluster, namespace, 2)
+    until(cluster, namespace, operator, lambda: pool_full(cluster, namespace, 2), "pool full")
+    before = len(audited_requests(cluster.plane))
+
+    cluster.create(SANDBOXES, namespace, sandbox("alice", poolRef={"name": "warm"}))
+    ready_on(cluster, namespace, "alice", operator)
+    # The refill, Ready, and the pool's status saying so (written once per 5 s at most).
+    until(
+        cluster,
+        namespace,
+        operator,
+        lambda: (
+            pool_full(cluster, namespace, 2)
+            and (cluster.get(POOLS, namespace, "warm") or {})["status"].get("claimed") == 1
+        ),
+        "refilled, and the status counting the claimed pod",
+    )
+
+    writes = operator_writes(cluster, before)
+    others = [write for write in writes if not write.endswith(" events")]
+    pool_status = others.count("patch craftsandboxpools/status")
+    assert [write for write in others if write != "patch craftsandboxpools/status"] == sorted(
+        [
+            "patch craftsandboxes",  # the finalizer
+            "create secrets",  # the PAT, for the pod's Secret volume and for on-call
+            "create configmaps",  # the SKILL.md's source
+            "patch pods",  # the claim
+            "patch craftsandboxes/status",  # one status write: claimed, validated, synced
+            "create pods",  # the pool's refill
+        ]
+    ), writes
+    # Once, unless the refill's pod came Ready only after the first write (then twice).
+    assert 1 <= pool_status <= 2, writes
+    # One event: the claim's pass held its status and events for the pass collecting the
+    # library's sync, which said both.
+    said = [(e["type"], e["reason"], e["count"]) for e in cluster.events(namespace, "alice")]
+    assert said == [("Normal", "LibrarySynced", 1)], said
+    assert reasons(cluster, namespace, "alice") == [
+        "PATMinted",
+        "SecretCreated",
+        "ConfigMapCreated",
+        "PodClaimed",
+        "CLIValidated",
+        "LibrarySynced",
+    ]
+    assert writes.count("create events") == 2, writes  # and the pool's one, PoolPodsCreated
 
 
 def test_a_sandbox_naming_a_pool_is_ready_on_the_claimed_pod_with_its_token_skill_and_library(
@@ -245,7 +316,7 @@ def test_eight_sandboxes_claiming_at_once_from_a_pool_of_five_never_share_a_pod(
         assert "ColdStart" not in reasons(cluster, namespace, name)
     for name in cold:
         assert pods[name]["metadata"]["name"] == name  # a pod of its own, made for it
-        said = [e["message"] for e in cluster.events(namespace, name) if e["reason"] == "ColdStart"]
+        said = step_messages(cluster.events(namespace, name), "ColdStart")
         assert said, reasons(cluster, namespace, name)
         assert "(PoolEmpty)" in said[0] or "(ClaimConflict)" in said[0], said
     for name, pod in pods.items():

@@ -17,6 +17,7 @@ import pytest
 
 from tests.cluster.conftest import Launch
 from tests.support.cluster import CRAFT, Cluster, wait_for
+from tests.support.events import step_messages, step_reasons
 from tests.support.operator_process import OperatorProcess
 
 USER_ID = "3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b"
@@ -196,11 +197,7 @@ def test_a_library_of_120_files_is_synced_through_real_exec_then_one_change_alon
     # The changed file, its tar header and padding, and the manifest's few lines: no more.
     assert len(new_content) <= again["bytesTransferred"] < len(new_content) + 8192, again
     print(f"incremental sync: {again}")
-    summaries = [
-        event["message"]
-        for event in cluster.events(namespace, "alice")
-        if event["reason"] == "LibrarySynced"
-    ]
+    summaries = step_messages(cluster.events(namespace, "alice"), "LibrarySynced")
     assert any(summary.startswith("copied 1, deleted 0, skipped 0 files") for summary in summaries)
     assert exec_in_pod(cluster, namespace, "alice", "cat", f"{LIBRARY}/{changed}") == new_content
     after = identities(on_disk)
@@ -434,7 +431,7 @@ def test_job_mode_on_a_statically_provisioned_volume_runs_one_sync_job_under_the
     assert any(obj["spec"].get("nodeName") == "kwok-node" for _, obj in pods)
 
     # What each party said it did.
-    reasons = {event["reason"] for event in cluster.events(namespace, "alice")}
+    reasons = set(step_reasons(cluster.events(namespace, "alice")))
     assert {"VolumeCreated", "LibrarySyncJobCreated", "LibrarySynced"} <= reasons, reasons
     job_events = {event["reason"] for event in cluster.events(namespace, "alice-library-1")}
     assert {"SuccessfulCreate", "Completed"} <= job_events, job_events

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from craft_operator.config import Settings
 from tests.integration.conftest import SANDBOXES
 from tests.support.emulator import KubeEmulator
+from tests.support.events import step_reasons
 from tests.support.operator import eventually
 
 NAMESPACE = "team-a"
@@ -81,10 +82,16 @@ def token_in_secret(emulator: KubeEmulator, name: str) -> str:
     return base64.b64decode(secret["data"]["ONYX_PAT"]).decode()
 
 
-def event_reasons(emulator: KubeEmulator, name: str) -> list[str]:
-    """Reasons of the events posted about the sandbox, oldest first."""
+def events_about(emulator: KubeEmulator, name: str) -> list[dict[str, Any]]:
+    """The events posted about the sandbox, oldest first."""
     events = emulator.list("v1/events", NAMESPACE)
-    return [e["reason"] for e in events if e["involvedObject"].get("name") == name]
+    return [e for e in events if e["involvedObject"].get("name") == name]
+
+
+def event_reasons(emulator: KubeEmulator, name: str) -> list[str]:
+    """Reasons of the steps the events about the sandbox said, oldest first (a pass's
+    Normal events come as one event; each of its steps is listed)."""
+    return step_reasons(events_about(emulator, name))
 
 
 def live_pats(settings: Settings) -> list[int]:

@@ -15,6 +15,7 @@ from tests.integration.helpers import (
     token_in_secret,
 )
 from tests.support.emulator import KubeEmulator
+from tests.support.events import step_messages
 from tests.support.operator import eventually, running_operator
 from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
 
@@ -65,8 +66,8 @@ async def test_a_token_sealed_with_a_key_that_left_the_ring_is_revoked_and_repla
     [second_pat] = live_pats(settings)
     assert second_pat != first_pat
     minted = [
-        e["message"]
-        for e in emulator.list("v1/events", NAMESPACE)
-        if e["reason"] == "PATMinted" and "cannot be decrypted" in e["message"]
+        message
+        for message in step_messages(emulator.list("v1/events", NAMESPACE), "PATMinted")
+        if "cannot be decrypted" in message
     ]
     assert len(minted) == 1

@@ -11,6 +11,7 @@ from tests.integration.helpers import (
     NAMESPACE,
     USER_ID,
     event_reasons,
+    events_about,
     live_pats,
     phase,
     pod,
@@ -118,6 +119,15 @@ async def test_each_step_that_changes_something_posts_an_event(
         what="the CLIValidated event",
     )
     assert reasons[:4] == ["PATMinted", "SecretCreated", "ConfigMapCreated", "PodCreated"]
+    # The first pass said its four steps in one event, named after the furthest.
+    first = events_about(emulator, "alice")[0]
+    assert (first["type"], first["reason"], first["count"]) == ("Normal", "PodCreated", 1)
+    assert first["message"].startswith("PATMinted: minted PAT ")
+    assert (
+        "; SecretCreated: created Secret alice-credentials; ConfigMapCreated: "
+        in (first["message"])
+    )
+    assert first["message"].endswith("; PodCreated: created pod alice")
 
 
 async def test_provisioning_takes_five_writes_and_a_resync_takes_none(
@@ -129,6 +139,9 @@ async def test_provisioning_takes_five_writes_and_a_resync_takes_none(
     await eventually(lambda: emulator.find(SANDBOXES, NAMESPACE, "alice").get("status"))
     await asyncio.sleep(0.3)  # let any follow-up pass finish
 
+    await asyncio.wait_for(operator.events.drained(), 10)  # provisioning's events posted
+    said = [w for w in emulator.writes(before) if "/events" in w]
+    assert said == [f"POST /api/v1/namespaces/{NAMESPACE}/events"], "one event for the pass"
     provisioning = [w for w in emulator.writes(before) if "/events" not in w]
     sandbox_path = f"/apis/craft.onyx.app/v1alpha1/namespaces/{NAMESPACE}/craftsandboxes/alice"
     assert sorted(provisioning) == sorted(
@@ -141,7 +154,6 @@ async def test_provisioning_takes_five_writes_and_a_resync_takes_none(
         ]
     )
 
-    await asyncio.wait_for(operator.events.drained(), 10)  # provisioning's events posted
     settled = len(emulator.served)
     for _ in range(3):
         operator.queue.add((NAMESPACE, "alice"))

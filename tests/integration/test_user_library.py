@@ -17,6 +17,8 @@ from tests.integration.helpers import (
     USER_ID,
     condition,
     event_posted,
+    event_reasons,
+    events_about,
     phase,
     pod,
     sandbox,
@@ -92,6 +94,46 @@ async def test_the_library_is_synced_when_the_pod_starts(
     assert ready["userLibrary"]["files"] == 2
     assert ready["userLibrary"]["bytes"] == 15
     assert condition(emulator, "alice", "UserLibrarySynced")["reason"] == "Synced"
+
+
+async def test_a_sandbox_with_a_library_is_ready_after_six_writes_and_two_events(
+    emulator: KubeEmulator, operator_with_s3: None, s3_client: Any
+) -> None:
+    upload(s3_client, "notes/plan.md", b"# plan\n")
+    before = len(emulator.served)
+
+    await ready_with_library(emulator)
+
+    writes = emulator.writes(before)
+    sandbox_path = f"/apis/craft.onyx.app/v1alpha1/namespaces/{NAMESPACE}/craftsandboxes/alice"
+    assert sorted(w for w in writes if "/events" not in w) == sorted(
+        [
+            f"PATCH {sandbox_path}",  # the finalizer
+            f"POST /api/v1/namespaces/{NAMESPACE}/secrets",
+            f"POST /api/v1/namespaces/{NAMESPACE}/configmaps",
+            f"POST /api/v1/namespaces/{NAMESPACE}/pods",
+            f"PATCH {sandbox_path}/status",  # the pod created
+            # The pass that validated onyx-cli and started the sync held its status (and its
+            # events) for the pass that collected the sync: one write for both.
+            f"PATCH {sandbox_path}/status",
+        ]
+    )
+    said = await eventually(
+        lambda: (
+            len(found := events_about(emulator, "alice")) == 2
+            and [(e["type"], e["reason"]) for e in found]
+        ),
+        what="two events: one per status write",
+    )
+    assert said == [("Normal", "PodCreated"), ("Normal", "LibrarySynced")]
+    assert event_reasons(emulator, "alice") == [
+        "PATMinted",
+        "SecretCreated",
+        "ConfigMapCreated",
+        "PodCreated",
+        "CLIValidated",
+        "LibrarySynced",
+    ]
 
 
 async def test_a_new_revision_annotation_syncs_only_what_changed(

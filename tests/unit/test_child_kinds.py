@@ -26,6 +26,7 @@ from craft_operator.reconciler.library_pool import LibrarySyncPool
 from craft_operator.reconciler.sandbox import FINALIZER, SandboxReconciler
 from craft_operator.runtime import configure_kopf
 from tests.unit.policy.cases import USER
+from tests.unit.reconciler.steps.conftest import Events
 
 pytestmark = pytest.mark.unit
 
@@ -176,6 +177,7 @@ async def test_the_finalizer_deletes_one_child_of_every_registered_kind() -> Non
         credentials=NoCredentials(),
         library=NoLibrary(),
         library_pool=LibrarySyncPool(1),
+        events=Events(),
     )
     await SandboxReconciler(services).reconcile((NAMESPACE, NAME))
     assert kube.deleted == children

@@ -3,6 +3,15 @@
 Posting never blocks or fails a reconcile: events go into a bounded queue, one task posts
 them, and an event that cannot be posted (or does not fit in the queue) is counted and
 dropped, never retried forever. Messages are cut to the API's 1 KiB limit.
+
+Repeats are folded into a series, as client-go's ``EventCorrelator`` does: an event equal
+(same object, type, reason and message) to one this recorder posted within ``window``
+seconds is not created again; its ``count`` and ``lastTimestamp`` are merge-patched onto
+the Event already stored. A PATCH costs the API server one write like a POST, so repeats
+are not patched one by one: they are counted, and one PATCH per ``patch_interval`` per
+series carries them all (the next repeat after the interval sends it at once; repeats
+still pending are flushed when the poster is idle and when it stops). The series are kept
+in a bounded LRU (``max_series`` keys, no object bodies).
 """
 
 from __future__ import annotations
@@ -11,17 +20,21 @@ import asyncio
 import contextlib
 import logging
 import socket
+import time
+from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from craft_operator.kube.client import ApiError, Kind, KubeClient
+from craft_operator.kube.client import ApiError, Kind, KubeClient, NotFoundError
+from craft_operator.kube.event_batch import MAX_MESSAGE
 
 logger = logging.getLogger(__name__)
 
 EVENTS = Kind("v1", "events")
 COMPONENT = "craft-operator"
-MAX_MESSAGE = 1024
+__all__ = ["COMPONENT", "EVENTS", "MAX_MESSAGE", "EventRecorder", "build_event"]
 
 
 def build_event(
@@ -56,23 +69,93 @@ def build_event(
     }
 
 
+SeriesKey = tuple[str, str, str, str, str]
+
+
+@dataclass
+class _Series:
+    """An event this recorder posted, and its repeats not yet written."""
+
+    namespace: str
+    seen: float
+    written: float
+    count: int = 1
+    pending: int = 0
+    last: str = ""
+    #: The stored Event's name, once its creation was answered.
+    name: str | None = None
+    queued: bool = False
+
+
+def _series_key(event: Mapping[str, Any]) -> SeriesKey:
+    involved = event["involvedObject"]
+    return (
+        str(involved.get("uid") or ""),
+        f"{involved.get('namespace')}/{involved.get('kind')}/{involved.get('name')}",
+        event["type"],
+        event["reason"],
+        event["message"],
+    )
+
+
 class EventRecorder:
     """An :class:`~craft_operator.reconciler.ports.EventSink` that posts through the API."""
 
-    def __init__(self, kube: KubeClient, *, capacity: int = 10_000) -> None:
+    def __init__(
+        self,
+        kube: KubeClient,
+        *,
+        capacity: int = 10_000,
+        window: float = 600.0,
+        patch_interval: float = 30.0,
+        max_series: int = 4096,
+    ) -> None:
         self._kube = kube
-        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=capacity)
+        self._queue: asyncio.Queue[tuple[SeriesKey, dict[str, Any] | None]] = asyncio.Queue(
+            maxsize=capacity
+        )
         self._task: asyncio.Task[None] | None = None
+        self._series: OrderedDict[SeriesKey, _Series] = OrderedDict()
+        self._window, self._interval, self._max_series = window, patch_interval, max_series
         self.posted = 0
         self.dropped = 0
+        #: Repeats folded into a series (each would have been a write of its own).
+        self.folded = 0
+        #: PATCHes sent to carry them.
+        self.patched = 0
 
     def post(self, body: Mapping[str, Any], *, type: str, reason: str, message: str) -> None:
-        """Queue an event about ``body`` (dropped and counted if the queue is full)."""
-        event = build_event(body, type=type, reason=reason, message=message, now=datetime.now(UTC))
+        """Queue an event about ``body`` (dropped and counted if the queue is full), or
+        count it in the series of an equal event posted within the window."""
+        now = datetime.now(UTC)
+        event = build_event(body, type=type, reason=reason, message=message, now=now)
+        key, clock = _series_key(event), time.monotonic()
+        series = self._series.get(key)
+        if series is not None and clock - series.seen < self._window:
+            self._series.move_to_end(key)
+            series.seen, series.last = clock, event["lastTimestamp"]
+            series.pending += 1
+            self.folded += 1
+            if clock - series.written >= self._interval:
+                self._enqueue(key, None, series)
+            return
+        self._series[key] = _Series(event["metadata"]["namespace"] or "", clock, clock)
+        while len(self._series) > self._max_series:
+            self._series.popitem(last=False)
+        self._enqueue(key, event, None)
+
+    def _enqueue(
+        self, key: SeriesKey, event: dict[str, Any] | None, series: _Series | None
+    ) -> None:
+        if series is not None and (series.queued or series.name is None):
+            return  # a write of this series is on its way; it will carry the repeats
         try:
-            self._queue.put_nowait(event)
+            self._queue.put_nowait((key, event))
         except asyncio.QueueFull:
             self.dropped += 1
+            return
+        if series is not None:
+            series.queued = True
 
     def start(self) -> None:
         """Start posting queued events."""
@@ -84,24 +167,81 @@ class EventRecorder:
         await self._queue.join()
 
     async def stop(self, drain_timeout: float = 5.0) -> None:
-        """Post what is queued (for up to ``drain_timeout`` seconds), then stop."""
+        """Post what is queued and the repeats not yet written (for up to
+        ``drain_timeout`` seconds), then stop."""
         if self._task is None:
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.drained(), drain_timeout)
+            await asyncio.wait_for(self._final_drain(), drain_timeout)
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
         self._task = None
 
+    async def _final_drain(self) -> None:
+        await self.drained()
+        self._flush_due(force=True)
+        await self.drained()
+
     async def _run(self) -> None:
+        period = max(self._interval, 1.0)  # how often held repeats are looked for
+        scan = time.monotonic() + period
         while True:
-            event = await self._queue.get()
             try:
-                await self._kube.create(EVENTS, event)
-                self.posted += 1
-            except ApiError as exc:
-                self.dropped += 1
-                logger.warning("could not post event %s: %s", event["reason"], exc)
-            finally:
-                self._queue.task_done()
+                timeout = max(0.0, scan - time.monotonic())
+                key, event = await asyncio.wait_for(self._queue.get(), timeout)
+            except TimeoutError:
+                pass
+            else:
+                try:
+                    await self._write(key, event)
+                finally:
+                    self._queue.task_done()
+            if time.monotonic() >= scan:  # repeats held while the poster was busy or idle
+                self._flush_due(force=False)
+                scan = time.monotonic() + period
+
+    def _flush_due(self, *, force: bool) -> None:
+        """Queue a PATCH for every series with repeats not written (due ones unless
+        ``force``)."""
+        clock = time.monotonic()
+        for key, series in list(self._series.items()):
+            if series.pending and (force or clock - series.written >= self._interval):
+                self._enqueue(key, None, series)
+
+    async def _write(self, key: SeriesKey, event: dict[str, Any] | None) -> None:
+        series = self._series.get(key)
+        if event is not None:
+            await self._create(event, series)
+        elif series is not None:
+            series.queued = False
+            if series.pending and series.name is not None:
+                await self._patch(key, series)
+
+    async def _create(self, event: dict[str, Any], series: _Series | None) -> None:
+        try:
+            created = await self._kube.create(EVENTS, event)
+        except ApiError as exc:
+            self.dropped += 1
+            logger.warning("could not post event %s: %s", event["reason"], exc)
+            return
+        self.posted += 1
+        if series is not None:
+            series.name = created.get("metadata", {}).get("name")
+            series.written = time.monotonic()
+
+    async def _patch(self, key: SeriesKey, series: _Series) -> None:
+        count, pending = series.count + series.pending, series.pending
+        patch = {"count": count, "lastTimestamp": series.last}
+        assert series.name is not None
+        try:
+            await self._kube.patch(EVENTS, series.namespace, series.name, patch)
+        except NotFoundError:
+            self._series.pop(key, None)  # expired (events live an hour): the next is new
+            return
+        except ApiError as exc:
+            logger.warning("could not update event series %s: %s", key[3], exc)
+            return
+        series.count, series.pending = count, series.pending - pending
+        series.written = time.monotonic()
+        self.patched += 1

@@ -4,8 +4,11 @@ Level-triggered like the sandbox reconciler, over the same cache, on a work queu
 own (pool keys never meet sandbox keys, and a refill never takes a sandbox's worker). A
 pass reads the pool and its unclaimed pods from the cache, plans (pure:
 :mod:`craft_operator.reconciler.pool_plan`), deletes and creates what the plan says, and
-writes the status if it changed. New pods wait for a NetworkPolicy that restricts their
-egress, exactly as sandbox pods do (:mod:`craft_operator.reconciler.egress`).
+writes the status if it changed: at once, unless only what claims and refills move changed
+(the counts, Ready between PoolReady and Filling), which waits up to STATUS_INTERVAL so
+that the claims of those seconds share one write. What a pass did is one Normal event.
+New pods wait for a NetworkPolicy that restricts their egress, exactly as sandbox pods do
+(:mod:`craft_operator.reconciler.egress`).
 
 Deletion only ever targets the pool's own unclaimed pods, each with the uid and the
 resourceVersion it was seen with: a pod claimed meanwhile has changed, so its deletion
@@ -18,14 +21,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from craft_operator.api.pool import (
     EGRESS_RESTRICTED,
     POOL_READY,
     CraftSandboxPool,
+    CraftSandboxPoolStatus,
     InvalidPoolError,
     parse_pool,
 )
@@ -33,6 +37,7 @@ from craft_operator.builders.pod import SandboxConfigError
 from craft_operator.builders.pool import build_pool_pod
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
+from craft_operator.kube.event_batch import post_coalesced
 from craft_operator.reconciler import egress
 from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.pool_plan import ENDED, Plan, PoolView, plan, view
@@ -44,6 +49,8 @@ from craft_operator.reconciler.pool_pods import (
 )
 from craft_operator.reconciler.pool_status import (
     count_status,
+    is_routine,
+    status_patch,
     stored_reason,
     with_conditions,
     write_pool_status,
@@ -57,6 +64,8 @@ PoolKey = tuple[str, str]
 CREATES_PER_PASS = 10
 #: Workers of the pools' own queue.
 POOL_WORKERS = 2
+#: Seconds the status changes of claims and refills wait so that they share one write.
+STATUS_INTERVAL = 5.0
 
 
 class PoolRetryLaterError(Exception):
@@ -78,6 +87,8 @@ class _Outcome:
     created: int = 0
     create_error: ApiError | None = None
     conflicts: int = 0
+    #: The pass's Normal events (reason, message), posted as one at its end.
+    notes: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _backoff(base: float, failures: int) -> float:
@@ -87,14 +98,24 @@ def _backoff(base: float, failures: int) -> float:
 class PoolReconciler:
     """Reconciles CraftSandboxPools by (namespace, name); see the module docstring."""
 
-    def __init__(self, services: Services, *, max_creates: int = CREATES_PER_PASS) -> None:
+    def __init__(
+        self,
+        services: Services,
+        *,
+        max_creates: int = CREATES_PER_PASS,
+        status_interval: float = STATUS_INTERVAL,
+    ) -> None:
         self.services = services
         self.max_creates = max_creates
+        self.status_interval = status_interval
         self._failures: dict[PoolKey, _Failures] = {}
+        #: When a routine status change held back is written at the latest, per pool.
+        self._status_due: dict[PoolKey, datetime] = {}
 
     def forget(self, key: PoolKey) -> None:
         """Drop what is remembered about a pool that is gone."""
         self._failures.pop(key, None)
+        self._status_due.pop(key, None)
 
     async def reconcile(self, key: PoolKey) -> float | None:
         """One pass over the pool ``key``; returns when to revisit (seconds) or ``None``.
@@ -144,10 +165,29 @@ class PoolReconciler:
             template_hash=hash_,
             conditions=with_conditions(body, states, s.clock()),
         )
-        changed_meanwhile = await write_pool_status(s, body, status)
+        wait = self._status_wait(key, body, status)
+        changed_meanwhile = False if wait else await write_pool_status(s, body, status)
         if outcome.create_error is not None:
             raise PoolRetryLaterError(f"{namespace}/{name}: {outcome.create_error}")
-        return 0.0 if changed_meanwhile else self._revisit(after, todo, outcome, waiting)
+        if changed_meanwhile:
+            return 0.0
+        revisit = self._revisit(after, todo, outcome, waiting)
+        return revisit if wait is None else min(revisit, wait)
+
+    def _status_wait(
+        self, key: PoolKey, body: Mapping[str, Any], status: CraftSandboxPoolStatus
+    ) -> float | None:
+        """Seconds a routine status change (claims, refills) still waits, so that those of
+        STATUS_INTERVAL seconds share one write; ``None``: write now."""
+        if not is_routine(body, status) or not status_patch(body, status):
+            self._status_due.pop(key, None)
+            return None
+        now = self.services.clock()
+        due = self._status_due.setdefault(key, now + timedelta(seconds=self.status_interval))
+        if now >= due:
+            del self._status_due[key]
+            return None
+        return (due - now).total_seconds()
 
     def _failure_wait(self, key: PoolKey, pods: PoolView, replicas: int, now: datetime) -> float:
         """Seconds new pods must still wait after pods that ended (0: none)."""
@@ -173,9 +213,12 @@ class PoolReconciler:
             else:
                 outcome.conflicts += 1
         for why, pods in deleted.items():
-            self._deleted_event(body, why, pods)
-        if todo.create:
-            await self._create(body, desired, todo.create, outcome)
+            self._deleted_event(body, why, pods, outcome)
+        try:
+            if todo.create:
+                await self._create(body, desired, todo.create, outcome)
+        finally:
+            post_coalesced(self.services.events, body, outcome.notes)
         return outcome
 
     async def _create(
@@ -194,8 +237,7 @@ class PoolReconciler:
                 s.cache.put(POD.name, result)
                 outcome.created += 1
         if outcome.created:
-            message = f"created {outcome.created} pods"
-            s.events.post(body, type="Normal", reason="PoolPodsCreated", message=message)
+            outcome.notes.append(("PoolPodsCreated", f"created {outcome.created} pods"))
         if outcome.create_error is not None:
             message = f"cannot create pool pods: {outcome.create_error}"
             s.events.post(body, type="Warning", reason="PodCreateFailed", message=message)
@@ -227,7 +269,9 @@ class PoolReconciler:
             s.cache.remove(POD.name, pod)
         return True
 
-    def _deleted_event(self, body: dict[str, Any], why: str, pods: list[Mapping[str, Any]]) -> None:
+    def _deleted_event(
+        self, body: dict[str, Any], why: str, pods: list[Mapping[str, Any]], outcome: _Outcome
+    ) -> None:
         names = ", ".join(sorted(pod["metadata"]["name"] for pod in pods))
         if why == ENDED:
             message = f"replacing {len(pods)} pods that ended: {names}"
@@ -237,10 +281,10 @@ class PoolReconciler:
             message = f"deleted {len(pods)} pods above spec.replicas: {names}"
         else:
             message = f"replacing {len(pods)} pods of an earlier template: {names}"
-        warning = why == ENDED
-        self.services.events.post(
-            body, type="Warning" if warning else "Normal", reason=why, message=message
-        )
+        if why == ENDED:
+            self.services.events.post(body, type="Warning", reason=why, message=message)
+        else:
+            outcome.notes.append((why, message))
 
     def _conditions(
         self,

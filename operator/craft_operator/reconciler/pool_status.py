@@ -74,6 +74,36 @@ def count_status(
     )
 
 
+#: Fields a claim and its refill move, and the Ready reasons they move between.
+ROUTINE_FIELDS = frozenset({"replicas", "ready", "creating", "claimed", "conditions"})
+ROUTINE_READY = frozenset({"PoolReady", "Filling"})
+
+
+def status_patch(body: Mapping[str, Any], status: CraftSandboxPoolStatus) -> dict[str, Any]:
+    """The merge patch from the stored status to ``status`` (empty: nothing to write)."""
+    new = status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return merge_patch(body.get("status") or {}, new)
+
+
+def is_routine(body: Mapping[str, Any], status: CraftSandboxPoolStatus) -> bool:
+    """Whether the change from the stored status is only what claims and refills move: the
+    pod counts, and Ready between PoolReady and Filling (nothing failing, nothing new)."""
+    patch = status_patch(body, status)
+    if not patch.keys() <= ROUTINE_FIELDS:
+        return False
+    old = {c.type: c for c in stored_conditions(body)}
+    new = {c.type: c for c in status.conditions}
+    for type_ in old.keys() | new.keys():
+        before, after = old.get(type_), new.get(type_)
+        if before == after:
+            continue
+        if before is None or after is None or type_ != POOL_READY:
+            return False
+        if before.reason not in ROUTINE_READY or after.reason not in ROUTINE_READY:
+            return False
+    return True
+
+
 async def write_pool_status(
     s: Services, body: Mapping[str, Any], status: CraftSandboxPoolStatus
 ) -> bool:
@@ -83,8 +113,7 @@ async def write_pool_status(
     than the watch event of that change, which the cache then drops as old news, so the
     caller must come back by itself.
     """
-    new = status.model_dump(by_alias=True, mode="json", exclude_none=True)
-    patch = merge_patch(body.get("status") or {}, new)
+    patch = status_patch(body, status)
     if not patch:
         return False
     meta = body["metadata"]

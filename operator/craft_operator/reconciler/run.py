@@ -35,12 +35,24 @@ class Revisit:
 class Run:
     """The status a reconcile pass is building, plus when to visit the sandbox again.
 
-    ``old_status`` is the status as stored when the pass began and ``status`` the one it
-    builds, both typed; only their difference is written. ``conditions`` are the
+    ``old_status`` is the status as the last pass left it (as stored when the pass began, or
+    as an earlier pass held it) and ``status`` the one it builds, both typed; only the
+    difference from the stored status is written. ``conditions`` are the
     conditions Ready requires, in the order of the steps that own them.
     """
 
-    def __init__(self, body: Mapping[str, Any], now: datetime, conditions: Sequence[str]) -> None:
+    def __init__(
+        self,
+        body: Mapping[str, Any],
+        now: datetime,
+        conditions: Sequence[str],
+        *,
+        held: CraftSandboxStatus | None = None,
+        held_for: float | None = None,
+    ) -> None:
+        """``held``: a status an earlier pass built and held instead of writing (see
+        :meth:`hold`), for ``held_for`` seconds more; the pass builds on it, and writes its
+        difference from the stored one."""
         self.body = body
         self.now = now
         self.conditions = tuple(conditions)
@@ -49,16 +61,20 @@ class Run:
         self.name: str = meta["name"]
         self.key = (self.namespace, self.name)
         self.generation: int | None = meta.get("generation")
-        self.old_status, invalid = parse_status(body.get("status"))
+        stored, invalid = parse_status(body.get("status"))
+        self.old_status = held.model_copy(deep=True) if held is not None else stored
         self.status: CraftSandboxStatus = self.old_status.model_copy(deep=True)
         # Unreadable stored fields count as present, so the first patch removes them.
-        self._stored = {**dump_status(self.old_status), **invalid}
+        self._stored = {**dump_status(stored), **invalid}
         self.phase: Phase | None = None
         self.pod_exists = False
         #: The conditions this pass has set so far.
         self.touched: set[str] = set()
         self._backoff: str | None = None
         self._after: float | None = None
+        #: Seconds this pass's status may wait for the next pass instead of being written.
+        self.hold_for: float | None = None
+        self._held_for = held_for if held is not None else None
 
     @property
     def spec_changed(self) -> bool:
@@ -101,6 +117,17 @@ class Run:
         if after is not None:
             after = max(0.0, after)
             self._after = after if self._after is None else min(self._after, after)
+
+    def hold(self, seconds: float) -> None:
+        """Let the next pass, within ``seconds``, write this pass's status with its own: a
+        pass that started work ending soon (a library sync) saves one status write."""
+        self.hold_for = seconds if self.hold_for is None else min(self.hold_for, seconds)
+
+    def keep_holding(self) -> None:
+        """Hold the status an earlier pass held for the rest of its time, if any is left
+        (a pass in between, e.g. on the echo of the pass's own writes, writes nothing)."""
+        if self._held_for is not None and self._held_for > 0:
+            self.hold(self._held_for)
 
     @property
     def verdict(self) -> Revisit:

@@ -9,15 +9,21 @@ converges from wherever the last one stopped. The steps and their order are
 
 from __future__ import annotations
 
-from craft_operator.api.models import Phase
+import copy
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from craft_operator.api.models import CraftSandboxStatus, Phase
 from craft_operator.api.parse import InvalidSandboxError, parse_sandbox
 from craft_operator.kube import kinds
+from craft_operator.kube.event_batch import EventBatch
 from craft_operator.reconciler import finalizer
 from craft_operator.reconciler import policy_step as policy
 from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.run import Revisit, Run
 from craft_operator.reconciler.status_writer import write_status
-from craft_operator.reconciler.step import Memory, Pass
+from craft_operator.reconciler.step import Held, Memory, Pass
 from craft_operator.reconciler.table import CONDITIONS, run_steps
 from craft_operator.status import POD_READY, ConditionState
 
@@ -40,6 +46,7 @@ class SandboxReconciler:
     def forget(self, key: tuple[str, str]) -> None:
         """Drop what is remembered about a sandbox that is gone (and cancel its sync)."""
         self._memory.reported.pop(key, None)
+        self._memory.held.pop(key, None)
         self.services.library_pool.forget(key)
 
     async def reconcile(self, key: tuple[str, str]) -> float | None:
@@ -56,7 +63,19 @@ class SandboxReconciler:
         return resync if verdict.after is None else min(resync, verdict.after)
 
     async def _pass(self, key: tuple[str, str]) -> Revisit | None:
-        s = self.services
+        if self.services.cache.get(SANDBOX, *key) is None:
+            return None
+        # The pass's Normal events become one Event, posted when the pass ends however it
+        # ends (Warnings go at once); nothing of the pass is held after it.
+        batch = EventBatch(self.services.events)
+        services = copy.copy(self.services)  # the pass's own view: events go to its batch
+        services.events = batch
+        try:
+            return await self._steps(services, batch, key)
+        finally:
+            batch.close()
+
+    async def _steps(self, s: Services, batch: EventBatch, key: tuple[str, str]) -> Revisit | None:
         body = s.cache.get(SANDBOX, *key)
         if body is None:
             return None
@@ -65,7 +84,8 @@ class SandboxReconciler:
         ensured = await finalizer.ensure(s, body)
         if not isinstance(ensured, dict):
             return ensured
-        run = Run(ensured, s.clock(), CONDITIONS)
+        held, held_for = self._held(key, ensured, batch)
+        run = Run(ensured, s.clock(), CONDITIONS, held=held, held_for=held_for)
         try:
             sandbox = parse_sandbox(ensured)
         except InvalidSandboxError as exc:
@@ -75,13 +95,45 @@ class SandboxReconciler:
         if run.spec_changed:
             run.status.pod_failures = None
             run.status.cli_auth_failures = None
+        completed = False
         try:
             # The platform's policy comes first: a sandbox it does not allow gets no PAT.
             if not await policy.enforce(s, sandbox, run):
                 await run_steps(Pass(s, sandbox, run, self._memory))
+            completed = True
         finally:
-            await write_status(s, run)
+            if not (completed and self._hold(run, batch)):
+                await write_status(s, run)
         return run.verdict
+
+    def _held(
+        self, key: tuple[str, str], body: Mapping[str, Any], batch: EventBatch
+    ) -> tuple[CraftSandboxStatus | None, float | None]:
+        """The status the last pass held, if the sandbox is still the version it saw, and
+        for how many seconds more it may be held; its events go into this pass's batch."""
+        held = self._memory.held.pop(key, None)
+        if held is None:
+            return None, None
+        batch.carry(body, held.notes)
+        if held.version != body.get("metadata", {}).get("resourceVersion"):
+            return None, None
+        return held.status, held.until - time.monotonic()
+
+    def _hold(self, run: Run, batch: EventBatch) -> bool:
+        """Keep the pass's status and Normal events for the next pass instead of writing
+        them, if a step asked (the next pass comes within ``run.hold_for`` seconds and
+        writes and says both at once)."""
+        if run.hold_for is None:
+            return False
+        run.finish()  # as if written: Ready, the phase and the generation it acted on
+        self._memory.held[run.key] = Held(
+            version=run.body.get("metadata", {}).get("resourceVersion", ""),
+            status=run.status.model_copy(deep=True),
+            until=time.monotonic() + run.hold_for,
+            notes=batch.take(),
+        )
+        run.revisit(after=run.hold_for)
+        return True
 
 
 def _invalid(s: Services, run: Run, message: str) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from craft_operator.api.models import CraftSandbox, Phase
+from craft_operator.api.models import CraftSandbox, CraftSandboxStatus, Phase
 from craft_operator.kube.client import ApiError
 from craft_operator.kube.kinds import CachedKind
 from craft_operator.metrics import ProvisioningPhase
@@ -48,12 +48,27 @@ class Step:
     keeps_failure: bool = False
 
 
+@dataclass(frozen=True)
+class Held:
+    """What a pass held for the next one instead of writing and posting it."""
+
+    #: The sandbox's resourceVersion the status was built from (used only if still current).
+    version: str
+    status: CraftSandboxStatus
+    #: When (``time.monotonic()``) it must be written at the latest.
+    until: float
+    #: The pass's Normal events (reason, message), said with the next pass's.
+    notes: tuple[tuple[str, str], ...] = ()
+
+
 @dataclass
 class Memory:
     """What the reconciler remembers of a sandbox between passes (never persisted)."""
 
     #: The problem last reported in an event, per sandbox, so it is said once, not per pass.
     reported: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: What a pass held for the next one, per sandbox (see ``Run.hold``).
+    held: dict[tuple[str, str], Held] = field(default_factory=dict)
 
 
 @dataclass

@@ -155,3 +155,89 @@ async def test_stop_without_start_and_start_twice_are_harmless(kube: KubeClient)
 def test_both_event_types_validate(event_type: str) -> None:
     event = build_event(SANDBOX, type=event_type, reason="R", message="m", now=NOW)
     assert kubernetes_schema_problems(event) == []
+
+
+# -- series: repeats count up in the stored event -------------------------------------------
+
+
+def event_writes(emulator: KubeEmulator) -> list[str]:
+    """The recorder's writes to events, by method."""
+    return [write.split()[0] for write in emulator.writes() if "/events" in write]
+
+
+async def test_repeats_are_folded_into_the_stored_event_not_created_again(
+    kube: KubeClient, emulator: KubeEmulator
+) -> None:
+    recorder = EventRecorder(kube, patch_interval=3600)
+    recorder.start()
+    for _ in range(5):
+        recorder.post(SANDBOX, type="Warning", reason="AuthFailed", message="refused")
+        await recorder.drained()
+    await recorder.stop()
+    [stored] = events(emulator)
+    assert (stored["reason"], stored["count"]) == ("AuthFailed", 5)
+    assert event_writes(emulator) == ["POST", "PATCH"], "four repeats, one PATCH carries them"
+    assert (recorder.posted, recorder.folded, recorder.patched) == (1, 4, 1)
+
+
+async def test_a_repeat_after_the_patch_interval_is_patched_at_once(
+    kube: KubeClient, emulator: KubeEmulator
+) -> None:
+    recorder = EventRecorder(kube, patch_interval=0)
+    recorder.start()
+    recorder.post(SANDBOX, type="Normal", reason="PoolPodsCreated", message="created 1 pods")
+    await recorder.drained()
+    recorder.post(SANDBOX, type="Normal", reason="PoolPodsCreated", message="created 1 pods")
+    await recorder.drained()
+    assert [event["count"] for event in events(emulator)] == [2]
+    await recorder.stop()
+    assert event_writes(emulator) == ["POST", "PATCH"]
+
+
+async def test_another_message_or_an_old_one_is_a_new_event(
+    kube: KubeClient, emulator: KubeEmulator
+) -> None:
+    recorder = EventRecorder(kube)
+    recorder.start()
+    recorder.post(SANDBOX, type="Normal", reason="PodCreated", message="created pod a")
+    recorder.post(SANDBOX, type="Normal", reason="PodCreated", message="created pod b")
+    await recorder.stop()
+    assert len(events(emulator)) == 2
+    expired = EventRecorder(kube, window=0)
+    expired.start()
+    for _ in range(2):
+        expired.post(SANDBOX, type="Normal", reason="Again", message="m")
+    await expired.stop()
+    assert [event["count"] for event in events(emulator) if event["reason"] == "Again"] == [1, 1]
+
+
+async def test_the_series_are_bounded_the_oldest_forgotten(
+    kube: KubeClient, emulator: KubeEmulator
+) -> None:
+    recorder = EventRecorder(kube, max_series=2)
+    recorder.start()
+    for reason in ("First", "Second", "Third", "First"):
+        recorder.post(SANDBOX, type="Normal", reason=reason, message="m")
+    await recorder.stop()
+    assert sorted(event["reason"] for event in events(emulator)) == [
+        "First",
+        "First",
+        "Second",
+        "Third",
+    ]
+
+
+async def test_a_series_whose_event_expired_starts_again(
+    kube: KubeClient, emulator: KubeEmulator
+) -> None:
+    recorder = EventRecorder(kube, patch_interval=0)
+    recorder.start()
+    recorder.post(SANDBOX, type="Warning", reason="AuthFailed", message="refused")
+    await recorder.drained()
+    [stored] = events(emulator)
+    emulator.remove("v1/events", NAMESPACE, stored["metadata"]["name"])  # its TTL passed
+    recorder.post(SANDBOX, type="Warning", reason="AuthFailed", message="refused")
+    await recorder.drained()
+    recorder.post(SANDBOX, type="Warning", reason="AuthFailed", message="refused")
+    await recorder.stop()
+    assert [event["count"] for event in events(emulator)] == [1]

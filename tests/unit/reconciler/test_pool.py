@@ -20,7 +20,7 @@ from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import KubeClient
 from craft_operator.metrics import Metrics
 from craft_operator.reconciler.deps import Services
-from craft_operator.reconciler.pool import PoolReconciler
+from craft_operator.reconciler.pool import STATUS_INTERVAL, PoolReconciler
 from craft_operator.reconciler.pool_pods import ready_pool_pods
 from tests.support.emulator import KubeEmulator
 from tests.support.pod_exec import mark_pod_running
@@ -190,13 +190,16 @@ async def test_a_new_pool_is_filled_to_its_replicas(world: PoolWorld) -> None:
         0,
     )
     assert world.condition("Ready")["reason"] == "Filling"
-    assert "PoolPodsCreated" in world.events.reasons
+    assert "PoolPodsCreated" in world.events.steps
 
 
 async def test_once_its_pods_are_ready_the_pool_is_ready(world: PoolWorld) -> None:
     world.create_pool(replicas=2)
     await world.pass_()
     world.ready_all()
+    # Pods becoming ready is a routine change: written within the status interval.
+    assert await world.pass_() == STATUS_INTERVAL
+    world.now[0] += timedelta(seconds=STATUS_INTERVAL)
     await world.pass_()
     assert world.status()["ready"] == 2
     assert world.status()["creating"] == 0
@@ -296,7 +299,7 @@ async def test_scaling_down_deletes_pods_that_are_not_ready_first(world: PoolWor
     world.set_spec(replicas=2)
     await world.pass_()
     assert {pod["metadata"]["name"] for pod in world.unclaimed()} == set(names[:2])
-    assert "PoolScaledDown" in world.events.reasons
+    assert "PoolScaledDown" in world.events.steps
 
 
 # -- updates -------------------------------------------------------------------------------
@@ -329,7 +332,7 @@ async def test_a_template_change_replaces_the_pods_gradually(world: PoolWorld) -
     await world.pass_()
     assert world.condition("Ready")["status"] == "True"
     assert world.status()["templateHash"] != old_hash
-    assert "PoolPodOutdated" in world.events.reasons
+    assert "PoolPodOutdated" in world.events.steps
 
 
 async def test_an_update_never_touches_a_claimed_pod(world: PoolWorld) -> None:
@@ -419,6 +422,75 @@ async def test_the_status_is_written_only_when_it_changes(
     patches = kube.requests["PATCH"]
     await world.pass_()
     assert kube.requests["PATCH"] == patches
+
+
+def status_patches(world: PoolWorld) -> int:
+    """Status writes on the pool so far."""
+    return sum(
+        1 for write in world.emulator.writes() if write.startswith("PATCH") and "/status" in write
+    )
+
+
+async def test_claims_and_refills_within_the_status_interval_share_one_status_write(
+    world: PoolWorld,
+) -> None:
+    world.create_pool(replicas=3)
+    await world.pass_()
+    world.ready_all()
+    await world.pass_()
+    world.now[0] += timedelta(seconds=STATUS_INTERVAL)
+    await world.pass_()
+    assert (world.status()["ready"], world.condition("Ready")["reason"]) == (3, "PoolReady")
+    before = status_patches(world)
+    for claimed in range(2):  # two claims, each refilled and its new pod Ready
+        world.claim(world.unclaimed()[0]["metadata"]["name"])
+        assert await world.pass_() == STATUS_INTERVAL - claimed
+        world.ready_all()
+        world.now[0] += timedelta(seconds=1)
+        await world.pass_()
+    assert status_patches(world) == before, "nothing written within the interval"
+    assert world.status()["claimed"] == 0, "the status still says what was last written"
+    world.now[0] += timedelta(seconds=STATUS_INTERVAL)
+    await world.pass_()
+    assert status_patches(world) == before + 1
+    status = world.status()
+    assert (status["ready"], status["claimed"], status["creating"]) == (3, 2, 0)
+    assert world.condition("Ready")["reason"] == "PoolReady"
+
+
+async def test_a_change_that_is_not_routine_is_written_at_once(world: PoolWorld) -> None:
+    world.create_pool(replicas=2)
+    await world.pass_()
+    world.ready_all()
+    await world.pass_()
+    world.now[0] += timedelta(seconds=STATUS_INTERVAL)
+    await world.pass_()
+    world.claim(world.unclaimed()[0]["metadata"]["name"])
+    await world.pass_()  # routine: held
+    before = status_patches(world)
+    world.set_spec(replicas=3)  # a new generation: written now, the held counts with it
+    await world.pass_()
+    assert status_patches(world) == before + 1
+    assert world.status()["observedGeneration"] == world.pool_body()["metadata"]["generation"]
+    assert world.status()["claimed"] == 1
+
+
+async def test_a_pass_says_what_it_did_in_one_normal_event(world: PoolWorld) -> None:
+    world.create_pool(replicas=3)
+    await world.pass_()
+    world.ready_all()
+    await world.pass_()
+    world.events.posted.clear()
+    world.set_spec(image="registry.example.com/craft/sandbox:2")
+    await world.pass_()  # a new pod above replicas
+    world.ready_all()
+    world.events.posted.clear()
+    await world.pass_()  # an outdated pod deleted, the next new one created
+    assert [(kind, reason) for kind, reason, _ in world.events.posted] == [
+        ("Normal", "PoolPodsCreated")
+    ]
+    assert world.events.steps == ["PoolPodOutdated", "PoolPodsCreated"]
+    assert "replacing 1 pods of an earlier template" in world.events.posted[0][2]
 
 
 async def test_settings_that_cannot_make_a_pod_are_reported(

@@ -219,3 +219,36 @@ def test_an_unreadable_condition_costs_only_itself_and_the_next_patch_rewrites_t
     assert [item["type"] for item in second.status_patch()["conditions"]] == [
         item["type"] for item in first.status_patch()["conditions"]
     ]
+
+
+# -- a status held for the next pass ----------------------------------------------------------
+
+
+def test_a_pass_builds_on_a_held_status_and_writes_its_difference_from_the_stored_one() -> None:
+    held = CraftSandboxStatus(pod_name="warm-abc12", claimed_from="warm", observed_generation=2)
+    run = Run(body(), NOW, CONDITIONS, held=held, held_for=1.5)
+    assert run.status.pod_name == "warm-abc12"
+    assert run.old_status.pod_name == "warm-abc12", "as the last pass left it"
+    assert not run.spec_changed, "the held pass acted on this generation"
+    patch = run.status_patch()
+    assert (patch["podName"], patch["claimedFrom"]) == ("warm-abc12", "warm")
+
+
+def test_holding_asks_for_the_shortest_time_and_comes_to_nothing_without_a_request() -> None:
+    run = Run(body(), NOW, CONDITIONS)
+    assert run.hold_for is None
+    run.keep_holding()
+    assert run.hold_for is None, "nothing was held: nothing to keep holding"
+    run.hold(2.0)
+    run.hold(0.5)
+    assert run.hold_for == 0.5
+
+
+def test_a_held_status_is_kept_only_for_the_rest_of_its_time() -> None:
+    held = CraftSandboxStatus(pod_name="warm-abc12")
+    still = Run(body(), NOW, CONDITIONS, held=held, held_for=0.7)
+    still.keep_holding()
+    assert still.hold_for == 0.7
+    over = Run(body(), NOW, CONDITIONS, held=held, held_for=-0.1)
+    over.keep_holding()
+    assert over.hold_for is None, "its time is up: this pass writes it"

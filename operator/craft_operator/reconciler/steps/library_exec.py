@@ -19,6 +19,8 @@ from craft_operator.reconciler.steps.library_attempt import RESYNCED, SYNCED, At
 from craft_operator.status import USER_LIBRARY_SYNCED, ConditionState
 
 NORMAL, WARNING = "Normal", "Warning"
+#: Seconds the status of a pass that started a sync waits for the pass collecting it.
+STATUS_HOLD = 2.0
 
 
 def step(p: Pass, location: LibraryLocation, attempt: Attempt) -> None:
@@ -33,6 +35,7 @@ def step(p: Pass, location: LibraryLocation, attempt: Attempt) -> None:
         return
     if pool.busy(run.key, uid):
         _syncing(run, "a library sync is queued or running")
+        run.keep_holding()  # a pass on the echo of the last one's writes adds nothing new
         return  # the pool wakes this sandbox when it ends
     wait = pool.retry_in(run.key)
     if wait > 0:
@@ -48,6 +51,9 @@ def step(p: Pass, location: LibraryLocation, attempt: Attempt) -> None:
         ),
     )
     _syncing(run, "a library sync is queued or running")
+    # Most syncs end within moments: the pass that collects this one writes the status of
+    # both passes at once (or the status is written after STATUS_HOLD if it takes longer).
+    run.hold(STATUS_HOLD)
 
 
 def _syncing(run: Run, message: str) -> None:

@@ -24,6 +24,7 @@ from craft_operator.credentials.errors import CredentialsError
 from craft_operator.credentials.model import IssuedCredential
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import KubeClient
+from craft_operator.kube.event_batch import steps_of
 from craft_operator.kube.exec import ExecResult, Stdin
 from craft_operator.library import LibraryLocation, SyncResult
 from craft_operator.metrics import Metrics
@@ -134,6 +135,16 @@ class Events:
     def reasons(self) -> list[str]:
         """The reasons posted, in order."""
         return [reason for _, reason, _ in self.posted]
+
+    @property
+    def steps(self) -> list[str]:
+        """The reasons of the steps the events said, in order (a pass's coalesced Normal
+        event gives each of its steps)."""
+        return [
+            step
+            for type_, reason, message in self.posted
+            for step, _ in steps_of({"type": type_, "reason": reason, "message": message})
+        ]
 
 
 class NoLibrary:
