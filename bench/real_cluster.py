@@ -81,6 +81,10 @@ def watch(
                         if stop.is_set():
                             return
                         event = json.loads(line)
+                        if event.get("type") == "ERROR":
+                            break  # e.g. the watch fell too far behind: watch again
+                        if event.get("type") not in ("ADDED", "MODIFIED"):
+                            continue
                         if wanted(event):
                             arrivals.mark(event["object"]["metadata"]["name"])
             except OSError:
