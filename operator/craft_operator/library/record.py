@@ -46,10 +46,15 @@ class SyncRecord:
 
 @dataclass(frozen=True)
 class PodManifest:
-    """The pod's manifest as read: its first bytes (up to the cap), or that it was larger."""
+    """The pod's manifest as read: its first bytes (up to the cap), or that it was larger.
+
+    ``unread``: not read at all (a pod the operator has no record of), so whatever it
+    holds is replaced.
+    """
 
     data: bytes | None
     too_large: bool = False
+    unread: bool = False
 
 
 @dataclass(frozen=True)

@@ -202,21 +202,27 @@ async def sync_recorded(
 
     The pod's manifest is read (capped) only to check that the pod still holds what the
     record says; if not, the library is copied again in full and the result says why
-    (:attr:`SyncResult.distrust`). The record is updated before anything in the pod
-    changes (every path touched becomes unknown) and again once the sync is done.
+    (:attr:`SyncResult.distrust`). A pod the record is not of (a new pod) gets the whole
+    library and a new manifest without its own being read. The record is updated before
+    anything in the pod changes (every path touched becomes unknown) and again once the
+    sync is done.
     """
     started = time.monotonic()
     prefix = normalise_prefix(prefix)
-    listing = await asyncio.to_thread(store.list_objects, bucket, prefix)
-    pod = await destination.read_pod_manifest()
-    record = await records.load()
+    listing, record = await asyncio.gather(
+        asyncio.to_thread(store.list_objects, bucket, prefix), records.load()
+    )
+    if record is not None and record.pod_uid == pod_uid:
+        pod = await destination.read_pod_manifest()
+    else:
+        pod = PodManifest(data=None, unread=True)
     manifest, distrust = await asyncio.to_thread(
         base_manifest, pod, record, pod_uid, cap=destination.manifest_max_bytes
     )
     plan = await _plan(
         listing, manifest, prefix=prefix, excludes=excludes, disabled=disabled, caps=caps
     )
-    stale_copy = not manifest.valid and (pod.data is not None or pod.too_large)
+    stale_copy = not manifest.valid and (pod.data is not None or pod.too_large or pod.unread)
     if plan.is_empty and not stale_copy:
         if record is None or record.pod_uid != pod_uid:
             await records.save(
@@ -249,7 +255,8 @@ def _pending_record(
     digests = [digest(final)]
     if not pod.too_large and (manifest.valid or pod.data is None):
         # What the pod holds before the upload lands, and after it appended `pending`.
-        # A copy the operator distrusts is never accepted again.
+        # A copy the operator distrusts is never accepted again. A new pod's manifest is
+        # not read: it has none (a stale one, after an interruption, reads as tampered).
         before = pod.data or b""
         digests += [digest(before), digest(before + changes.pending)]
     lines = lines_of(final) + lines_of(changes.pending)

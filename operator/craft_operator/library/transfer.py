@@ -4,12 +4,17 @@ The pod needs only ``sh`` and ``tar``; it never sees S3 credentials. Every comma
 argv: fixed ``sh -c`` scripts below, with paths passed as positional arguments, so no data
 is ever parsed by a shell. One sync runs
 
-1. ``READ``: print the manifest;
+1. ``READ``: print the manifest (not for a pod the operator has no record of: its
+   manifest, if any, is replaced unread);
 2. ``UPLOAD``: a tar stream on stdin (the new files, then the ``pending`` and ``final``
    manifest pieces) is unpacked into ``.craft-sync/staging``; then ``pending`` is appended
    to the manifest;
 3. ``APPLY`` (in batches that keep each exec request small): delete, rename staged files
    into place, and in the last batch write the manifest and drop the staging directory.
+
+The upload and the first batch run in one exec (``UPLOAD_SCRIPT`` then ``APPLY_SCRIPT``:
+one ``sh``, one connection), so a library whose paths fit one batch is synced into a new
+pod by a single exec.
 
 Paths reach the scripts already validated (:mod:`craft_operator.library.paths`): relative,
 no ``.``/``..`` segments, no control characters. Each is used only as ``"$r/$p"`` with an
@@ -235,16 +240,20 @@ class PodDestination:
         members.append(TarMember(last, len(changes.final), data=changes.final))
         counter = ByteCounter()
         payload = sum(copy.size for copy in changes.copies)
-        await self._run(
-            "unpacking the library upload",
-            ["sh", "-c", UPLOAD_SCRIPT, "sh", self._target.root],
-            stdin=tar_stream(members, counter),
-            limit=self._timeout + payload / self._rate,
-        )
         moves = [copy.path for copy in changes.copies]
         batches = apply_batches(changes.deletes, moves, self._budget)
         for index, (deletes, moved) in enumerate(batches):
             finish = "1" if index == len(batches) - 1 else "0"
-            argv = ["sh", "-c", APPLY_SCRIPT, "sh", self._target.root, finish, str(len(deletes))]
-            await self._run("applying the library changes", [*argv, *deletes, *moved])
+            paths = [self._target.root, finish, str(len(deletes)), *deletes, *moved]
+            if index == 0:
+                await self._run(
+                    "unpacking and applying the library upload",
+                    ["sh", "-c", UPLOAD_SCRIPT + APPLY_SCRIPT, "sh", *paths],
+                    stdin=tar_stream(members, counter),
+                    limit=self._timeout + payload / self._rate,
+                )
+            else:
+                await self._run(
+                    "applying the library changes", ["sh", "-c", APPLY_SCRIPT, "sh", *paths]
+                )
         return counter.value

@@ -117,7 +117,7 @@ async def test_incremental_sync_sends_only_the_changed_file_plus_framing(
     framing = second.bytes_transferred - 30_000
     assert 0 < framing <= 8 * BLOCK
     assert first.bytes_transferred > 20 * 50_000
-    assert pods.calls[-2].stdin_bytes == second.bytes_transferred
+    assert pods.calls[-1].stdin_bytes == second.bytes_transferred  # upload and apply: one exec
 
 
 async def test_files_removed_from_s3_are_deleted_with_their_empty_directories(

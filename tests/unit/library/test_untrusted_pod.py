@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,7 @@ from craft_operator.kube.exec_local import LocalExec
 from craft_operator.library import SyncResult, sync_user_library_exec
 from craft_operator.library.errors import ExecTimedOutError
 from craft_operator.library.record import TAMPERED, TOO_LARGE, SyncRecord
-from craft_operator.library.transfer import COMMAND_MAX_OUTPUT
+from craft_operator.library.transfer import APPLY_SCRIPT, COMMAND_MAX_OUTPUT, UPLOAD_SCRIPT
 from tests.support.s3 import S3Server
 
 from .conftest import Bucket
@@ -197,11 +198,54 @@ async def test_a_new_pod_gets_a_full_sync_whatever_manifest_it_shows(
     assert (result.copied, result.distrust) == (2, None)
 
 
+async def test_a_new_pod_is_synced_by_one_exec_and_its_manifest_is_never_read(
+    synced_twice: Bucket, pods: LocalExec
+) -> None:
+    records = MemoryRecords()
+    await sync(synced_twice, pods, records)
+    manifest_of(pods).write_bytes(b"/etc/passwd\t1\tx\n" * 1000)  # left by someone else
+    calls_before = len(pods.calls)
+
+    result = await sync(synced_twice, pods, records, pod_uid="pod-uid-2")
+
+    assert len(pods.calls) == calls_before + 1
+    assert pods.calls[-1].stdin_bytes == result.bytes_transferred
+    assert (result.copied, result.distrust) == (2, None)
+    assert b"passwd" not in manifest_of(pods).read_bytes()
+    assert (await sync(synced_twice, pods, records, pod_uid="pod-uid-2")).copied == 0
+
+
+async def test_a_new_pods_first_sync_cut_off_is_resumed_without_a_tamper_alarm(
+    synced_twice: Bucket, pods: LocalExec
+) -> None:
+    class CutOff:
+        """The upload lands (its pending paths appended to the manifest), then the pod
+        stops answering before any file is moved into place."""
+
+        async def run(
+            self, namespace: str, pod: str, container: str, argv: Sequence[str], **kw: Any
+        ) -> ExecResult:
+            upload_only = [*argv[:2], UPLOAD_SCRIPT, *argv[3:]]
+            await pods.run(namespace, pod, container, upload_only, stdin=kw.get("stdin"))
+            raise ExecOutputTooLargeError("stand-in for a lost connection", limit=0)
+
+    records = MemoryRecords()
+    with pytest.raises(Exception, match="stand-in"):
+        await sync(synced_twice, CutOff(), records)
+
+    result = await sync(synced_twice, pods, records)
+
+    assert result.distrust is None
+    assert result.copied == 2
+    assert not (library_dir(pods) / ".craft-sync" / "staging").exists()
+    assert (await sync(synced_twice, pods, records)).copied == 0
+
+
 async def test_an_interrupted_sync_is_resumed_from_the_record_without_a_tamper_alarm(
     synced_twice: Bucket, pods: LocalExec
 ) -> None:
     class StoppedApply:
-        """The pod stops answering once the upload has landed."""
+        """The pod stops answering once the upload has landed, before any file is moved."""
 
         async def run(
             self,
@@ -214,7 +258,9 @@ async def test_an_interrupted_sync_is_resumed_from_the_record_without_a_tamper_a
             timeout: float | None = None,  # noqa: ASYNC109
             max_output_bytes: int | None = None,
         ) -> ExecResult:
-            if len(argv) > 5 and argv[5] in ("0", "1"):
+            if argv[2] == UPLOAD_SCRIPT + APPLY_SCRIPT:
+                upload_only = [*argv[:2], UPLOAD_SCRIPT, *argv[3:]]
+                await pods.run(namespace, pod, container, upload_only, stdin=stdin)
                 raise ExecOutputTooLargeError("stand-in for any failure", limit=0)
             return await pods.run(namespace, pod, container, argv, stdin=stdin, timeout=timeout)
 
