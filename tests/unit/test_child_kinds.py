@@ -156,6 +156,9 @@ class NoLibrary:
     async def forget(self, uid: str) -> None:
         return None
 
+    async def close(self) -> None:
+        return None
+
 
 async def test_the_finalizer_deletes_one_child_of_every_registered_kind() -> None:
     cache, children = cache_with_one_child_of_each_kind()

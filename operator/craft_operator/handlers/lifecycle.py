@@ -32,7 +32,7 @@ STOP_GRACE = 5.0
 
 
 async def stop_workers(memo: OperatorContext, **_: Any) -> None:
-    """Stop the workers and close the API client."""
+    """Stop the workers and close the API client and the S3 connections."""
     for task in memo.background:
         task.cancel()
     await asyncio.gather(*memo.background, return_exceptions=True)
@@ -40,6 +40,7 @@ async def stop_workers(memo: OperatorContext, **_: Any) -> None:
     await memo.queue.stop(grace=STOP_GRACE)
     await memo.pool_queue.stop(grace=STOP_GRACE)
     await memo.events.stop()
+    await memo.services.library.close()
     await memo.kube.close()
 
 

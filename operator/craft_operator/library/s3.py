@@ -1,6 +1,8 @@
 """Listing and reading the user library in S3 (boto3), with errors classified for retries.
 
-boto3 is synchronous; the sync runs these calls in a worker thread. Retries with backoff
+boto3 is synchronous; the sync runs these calls in a worker thread, except the reads of
+small files, which :class:`S3ObjectStore` does on the event loop through presigned URLs
+(:mod:`craft_operator.library.s3_fetch`). Retries with backoff
 belong to the caller (the reconciler): botocore itself is told to try only
 ``max_attempts`` times, and every failure is turned into an :class:`S3Error` subclass whose
 ``retryable`` flag says whether waiting can help (an outage) or not (a missing bucket,
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from craft_operator.library.errors import (
     S3AccessDeniedError,
@@ -102,6 +104,7 @@ def make_s3_client(
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
         retries={"total_max_attempts": max_attempts, "mode": "standard"},
+        signature_version="s3v4",
         max_pool_connections=max_pool_connections,
         s3={"addressing_style": "path"} if endpoint_url else None,
     )
@@ -128,20 +131,13 @@ def classify_s3_error(exc: Exception, *, bucket: str, key: str | None = None) ->
     where = f"s3://{bucket}/{key}" if key is not None else f"bucket {bucket!r}"
     if isinstance(exc, ClientError):
         error = exc.response.get("Error", {})
-        code = str(error.get("Code", ""))
-        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-        detail = str(error.get("Message") or code or status)
-        if code == "NoSuchBucket":
-            return S3BucketNotFoundError(f"S3 bucket {bucket!r} does not exist")
-        if code in _DENIED or status == 403:
-            return S3AccessDeniedError(f"S3 denied access to {where}: {detail}")
-        if key is not None and (code in _CHANGED or status in (404, 412)):
-            return S3ObjectChangedError(
-                f"{where} changed or vanished during the sync; the next sync picks it up"
-            )
-        if code in _UNAVAILABLE or status >= 500 or status == 429:
-            return S3UnavailableError(f"S3 failed on {where}: {detail} (HTTP {status})")
-        return S3Error(f"S3 rejected a request for {where}: {detail} (HTTP {status})")
+        return classify_response(
+            status=int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0),
+            code=str(error.get("Code", "")),
+            message=str(error.get("Message") or ""),
+            bucket=bucket,
+            key=key,
+        )
     if isinstance(exc, NoCredentialsError | PartialCredentialsError):
         return S3AccessDeniedError(f"no usable S3 credentials to read {where}")
     if isinstance(
@@ -159,6 +155,25 @@ def classify_s3_error(exc: Exception, *, bucket: str, key: str | None = None) ->
         # Broken streams (IncompleteRead, ResponseStreamingError) and socket errors.
         return S3UnavailableError(f"S3 failed while reading {where}: {exc}")
     return S3Error(f"S3 request for {where} failed: {type(exc).__name__}: {exc}")
+
+
+def classify_response(
+    *, status: int, code: str, message: str, bucket: str, key: str | None = None
+) -> S3Error:
+    """The :class:`S3Error` subclass for S3's answer ``status`` with error ``code``."""
+    where = f"s3://{bucket}/{key}" if key is not None else f"bucket {bucket!r}"
+    detail = message or code or str(status)
+    if code == "NoSuchBucket":
+        return S3BucketNotFoundError(f"S3 bucket {bucket!r} does not exist")
+    if code in _DENIED or status == 403:
+        return S3AccessDeniedError(f"S3 denied access to {where}: {detail}")
+    if key is not None and (code in _CHANGED or status in (404, 412)):
+        return S3ObjectChangedError(
+            f"{where} changed or vanished during the sync; the next sync picks it up"
+        )
+    if code in _UNAVAILABLE or status >= 500 or status == 429:
+        return S3UnavailableError(f"S3 failed on {where}: {detail} (HTTP {status})")
+    return S3Error(f"S3 rejected a request for {where}: {detail} (HTTP {status})")
 
 
 @contextmanager
@@ -193,13 +208,34 @@ class _ClassifiedBody:
             self._body.close()
 
 
+@runtime_checkable
+class WholeObjectReader(Protocol):
+    """A store that can also read a small object whole without a thread."""
+
+    async def fetch_object(self, bucket: str, key: str, etag: str, limit: int) -> bytes:
+        """Up to ``limit + 1`` bytes of the object, if its ETag is still ``etag``."""
+        ...
+
+
 class S3ObjectStore:
-    """:class:`ObjectStore` over a boto3 S3 client."""
+    """:class:`ObjectStore` over a boto3 S3 client, and a :class:`WholeObjectReader`
+    (presigned GETs on the event loop, :mod:`craft_operator.library.s3_fetch`)."""
 
     def __init__(self, client: S3Client, *, page_size: int | None = None) -> None:
         """List and read through ``client``; ``page_size`` keys per listing request."""
+        from craft_operator.library.s3_fetch import ObjectFetcher
+
         self._client = client
         self._pagination: PaginatorConfigTypeDef = {"PageSize": page_size} if page_size else {}
+        self._fetcher = ObjectFetcher(client)
+
+    async def fetch_object(self, bucket: str, key: str, etag: str, limit: int) -> bytes:
+        """Up to ``limit + 1`` bytes of ``key`` (a small file), read on the event loop."""
+        return await self._fetcher.fetch(bucket, key, etag, limit)
+
+    async def close(self) -> None:
+        """Close the connections of :meth:`fetch_object`."""
+        await self._fetcher.close()
 
     def list_objects(self, bucket: str, prefix: str) -> list[S3Object]:
         """Every object under ``prefix`` (paginated ``ListObjectsV2``)."""

@@ -3,7 +3,9 @@
 Large files are streamed a chunk at a time, so a 500 MB file costs a megabyte of memory,
 not 500. Small files (up to ``prefetch_bytes``) are fetched ahead, ``prefetch`` at a time,
 because for them the latency of each GET, not bandwidth, sets the pace; the memory this
-takes is bounded by ``prefetch * prefetch_bytes``. Headers are POSIX pax (long and
+takes is bounded by ``prefetch * prefetch_bytes``. A small member may come with an
+asynchronous ``fetch`` (a GET on the event loop), used instead of a blocking body in a
+worker thread. Headers are POSIX pax (long and
 non-ASCII names survive GNU tar and BusyBox tar in any locale). A body that is shorter or
 longer than its listed size stops the stream with
 :class:`~craft_operator.library.errors.S3ObjectChangedError`; the receiving ``tar`` then
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import tarfile
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from craft_operator.library.errors import S3ObjectChangedError
@@ -22,13 +24,16 @@ from craft_operator.library.s3 import ObjectBody
 
 BLOCK = tarfile.BLOCKSIZE
 CHUNK_BYTES = 1024 * 1024
+#: Members up to this size are read whole, ahead of their turn.
+PREFETCH_BYTES = 8 * 1024 * 1024
 FILE_MODE = 0o644
 SANDBOX_UID = 1000
 
 
 @dataclass(frozen=True)
 class TarMember:
-    """One regular file of the archive: in-memory ``data`` or a body opened on demand."""
+    """One regular file of the archive: in-memory ``data``, a body opened on demand, or
+    (a small file) its whole content fetched on demand, at most one byte past ``size``."""
 
     name: str
     size: int
@@ -36,6 +41,7 @@ class TarMember:
     data: bytes | None = None
     open: Callable[[], ObjectBody] | None = None
     label: str = ""
+    fetch: Callable[[], Awaitable[bytes]] | None = None
 
 
 @dataclass
@@ -84,6 +90,12 @@ def _read_whole(member: TarMember) -> bytes:
         body.close()
 
 
+async def _read_ahead(member: TarMember) -> bytes:
+    if member.fetch is not None:
+        return await member.fetch()
+    return await asyncio.to_thread(_read_whole, member)
+
+
 async def _body(
     member: TarMember, chunk_bytes: int, prefetched: asyncio.Future[bytes] | None
 ) -> AsyncIterator[bytes]:
@@ -92,6 +104,9 @@ async def _body(
         return
     if prefetched is not None:
         yield await prefetched
+        return
+    if member.fetch is not None:
+        yield await member.fetch()
         return
     assert member.open is not None
     body = await asyncio.to_thread(member.open)
@@ -113,7 +128,8 @@ class _Prefetcher:
         self._next = 0
 
     def _eligible(self, member: TarMember) -> bool:
-        return member.data is None and member.open is not None and member.size <= self._max_bytes
+        readable = member.open is not None or member.fetch is not None
+        return member.data is None and readable and member.size <= self._max_bytes
 
     def take(self, index: int) -> asyncio.Future[bytes] | None:
         """The fetch of member ``index`` (if prefetched), after topping up the window."""
@@ -123,8 +139,7 @@ class _Prefetcher:
         while self._next < len(self._members) and len(self._started) < self._window + 1:
             member = self._members[self._next]
             if self._eligible(member):
-                task = asyncio.ensure_future(asyncio.to_thread(_read_whole, member))
-                self._started[self._next] = task
+                self._started[self._next] = asyncio.ensure_future(_read_ahead(member))
             self._next += 1
         return self._started.pop(index, None)
 
@@ -143,7 +158,7 @@ async def tar_stream(
     *,
     chunk_bytes: int = CHUNK_BYTES,
     prefetch: int = 8,
-    prefetch_bytes: int = 8 * 1024 * 1024,
+    prefetch_bytes: int = PREFETCH_BYTES,
 ) -> AsyncGenerator[bytes, None]:
     """Yield the archive of ``members`` in chunks, adding their length to ``counter``."""
     counter = counter if counter is not None else ByteCounter()

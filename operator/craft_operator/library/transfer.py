@@ -42,8 +42,8 @@ from craft_operator.library.destination import ChangeSet
 from craft_operator.library.errors import ExecFailedError, ExecTimedOutError
 from craft_operator.library.paths import STATE_DIR
 from craft_operator.library.record import PodManifest
-from craft_operator.library.s3 import ObjectStore
-from craft_operator.library.tarstream import ByteCounter, TarMember, tar_stream
+from craft_operator.library.s3 import ObjectStore, WholeObjectReader
+from craft_operator.library.tarstream import PREFETCH_BYTES, ByteCounter, TarMember, tar_stream
 
 LIBRARY_ROOT = "/workspace/user_library"
 #: Default of CRAFT_LIBRARY_MANIFEST_MAX_BYTES: the most of the pod's manifest ever read.
@@ -225,6 +225,7 @@ class PodDestination:
 
     async def apply(self, changes: ChangeSet, store: ObjectStore, bucket: str) -> int:
         """Upload, delete, rename and record ``changes``; return the bytes sent on stdin."""
+        whole = store if isinstance(store, WholeObjectReader) else None
         members = [
             TarMember(
                 name=f"files/{copy.path}",
@@ -232,6 +233,11 @@ class PodDestination:
                 mtime=copy.last_modified.timestamp() if copy.last_modified else 0.0,
                 open=partial(store.open_object, bucket, copy.key, copy.etag),
                 label=f"s3://{bucket}/{copy.key}",
+                fetch=(
+                    partial(whole.fetch_object, bucket, copy.key, copy.etag, copy.size)
+                    if whole is not None and copy.size <= PREFETCH_BYTES
+                    else None
+                ),
             )
             for copy in changes.copies
         ]

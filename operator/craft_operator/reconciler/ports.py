@@ -131,6 +131,10 @@ class LibraryPort(Protocol):
         """
         ...
 
+    async def close(self) -> None:
+        """Release connections (at shutdown)."""
+        ...
+
 
 class EventSink(Protocol):
     """Posts Kubernetes events about an object."""

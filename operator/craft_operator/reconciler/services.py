@@ -342,6 +342,11 @@ class LibrarySyncer:
             pod_uid=pod_uid,
         )
 
+    async def close(self) -> None:
+        """Close the S3 connections of the stores (at shutdown)."""
+        for store in self._stores.values():
+            await store.close()
+
     async def forget(self, uid: str) -> None:
         """Drop the record of a sandbox that is being deleted (idempotent)."""
         from craft_operator.credentials import library_records

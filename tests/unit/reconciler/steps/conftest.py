@@ -164,6 +164,9 @@ class NoLibrary:
     async def forget(self, uid: str) -> None:
         return None
 
+    async def close(self) -> None:
+        return None
+
 
 def sandbox_body(
     spec: Mapping[str, Any] | None = None,
