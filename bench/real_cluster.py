@@ -12,6 +12,7 @@ ServiceAccount), its CPU and memory from its own process.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
@@ -169,6 +170,51 @@ def stop_profiler(profiler: subprocess.Popen[bytes] | None) -> None:
 def cpu_seconds(process: psutil.Process) -> float:
     times = process.cpu_times()
     return float(times.user + times.system)
+
+
+#: How :func:`machine_cpu` names the processes of a benchmark's stack.
+PROCESS_GROUPS = {
+    "craft-operator": "operator",
+    "kube-apiserver": "kube-apiserver",
+    "etcd": "etcd",
+    "kwok": "kwok",
+    "podexec": "podexec (+ sh, tar, onyx-cli)",
+    "kube-controller-manager": "controllers",
+    "kube-scheduler": "controllers",
+    "py-spy": "py-spy",
+}
+
+
+def machine_cpu() -> dict[str, float]:
+    """CPU seconds (user and system) of this benchmark and every process it started, by
+    role; reaped children count for their parent (``podexec``'s ``sh``, ``tar`` and
+    ``onyx-cli``). The benchmark's own process holds its driver, watches and moto's S3."""
+    totals: dict[str, float] = collections.defaultdict(float)
+    me = psutil.Process()
+    for process in [me, *me.children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+            name = process.name()
+            command = " ".join(process.cmdline()[:3])
+        except psutil.Error:
+            continue
+        group = next(
+            (label for key, label in PROCESS_GROUPS.items() if key in name or key in command),
+            "benchmark, moto S3" if process.pid == me.pid else "stand-in Onyx API, other",
+        )
+        totals[group] += times.user + times.system + times.children_user + times.children_system
+    return dict(totals)
+
+
+def machine_cpu_per(before: dict[str, float], after: dict[str, float], n: int) -> str:
+    """One line: each role's CPU between two :func:`machine_cpu` readings, in ms per item."""
+    spent = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in after}
+    total = sum(spent.values())
+    parts = [
+        f"{key} {value / n * 1000:.0f}"
+        for key, value in sorted(spent.items(), key=lambda kv: -kv[1])
+    ]
+    return f"{total / n * 1000:.0f} ms per sandbox: " + ", ".join(parts)
 
 
 def percentile(values: list[float], share: float) -> float:
