@@ -3,6 +3,7 @@ pool it belongs to or was claimed from (which then refills), besides its sandbox
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 from typing import Any
 
@@ -12,6 +13,7 @@ from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL
 from craft_operator.handlers import children, pools
 from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
+from craft_operator.reconciler.queue import WorkQueue
 
 pytestmark = pytest.mark.unit
 
@@ -19,9 +21,11 @@ pytestmark = pytest.mark.unit
 class Queue:
     def __init__(self) -> None:
         self.added: list[tuple[str, str]] = []
+        self.delays: list[float] = []
 
-    def add(self, key: tuple[str, str]) -> None:
+    def add(self, key: tuple[str, str], delay: float = 0.0) -> None:
         self.added.append(key)
+        self.delays.append(delay)
 
 
 def memo() -> Any:
@@ -98,3 +102,38 @@ async def test_pool_events_queue_the_pool_and_a_deleted_pool_is_visited_once_mor
     await pools.pool_event(event={"type": "DELETED", "object": body}, memo=m)
     assert m.pool_queue.added == [("team-a", "warm"), ("team-a", "warm")]
     assert m.cache.get(kinds.POOL.name, "team-a", "warm") is None
+
+
+async def test_pod_events_wake_their_pool_a_moment_later_so_a_burst_costs_one_pass() -> None:
+    """A claim and its refill bring several events of the pool's pods (claimed; created,
+    scheduled, running, ready): each asks for the pass a moment later, and the queue
+    merges the asks that wait, so a burst costs one pass over the pool's pods."""
+    m = memo()
+    handler = children._child_handler(kinds.POD.name)
+    claimed = pod(2, {LABEL_CLAIMED_FROM: "warm"}, owner="alice")
+    await handler(event={"type": "MODIFIED", "object": claimed}, memo=m)
+    await handler(event={"type": "ADDED", "object": pod(3, {LABEL_POOL: "warm"})}, memo=m)
+    await handler(event={"type": "MODIFIED", "object": pod(4, {LABEL_POOL: "warm"})}, memo=m)
+    assert m.pool_queue.delays == [children.POOL_EVENT_DELAY] * 3
+    assert m.queue.added == [("team-a", "alice")]
+
+    body = {"metadata": {"name": "warm", "namespace": "team-a", "resourceVersion": "1"}}
+    await pools.pool_event(event={"type": "ADDED", "object": body}, memo=m)
+    assert m.pool_queue.delays[-1] == 0.0  # a change of the pool itself: at once
+
+
+async def test_asks_for_a_pass_that_wait_together_run_once() -> None:
+    passes: list[tuple[str, str]] = []
+
+    async def visit(key: tuple[str, str]) -> None:
+        passes.append(key)
+
+    queue: WorkQueue[tuple[str, str]] = WorkQueue(visit, concurrency=2)
+    queue.start()
+    try:
+        for _ in range(5):
+            queue.add(("team-a", "warm"), delay=children.POOL_EVENT_DELAY)
+        await asyncio.sleep(children.POOL_EVENT_DELAY + 0.2)
+    finally:
+        await queue.stop()
+    assert passes == [("team-a", "warm")]

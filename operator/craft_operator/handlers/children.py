@@ -17,6 +17,11 @@ from craft_operator.builders.naming import LABEL_SANDBOX
 from craft_operator.context import OperatorContext
 from craft_operator.kube import kinds
 
+#: Seconds a pool pass waits after an event of one of its pods, so that the events of a
+#: claim and of the refill that follows (created, scheduled, running, ready) and those of
+#: claims close together cost one pass over the pool's pods, not one each.
+POOL_EVENT_DELAY = 0.25
+
 #: (kopf resource, cache kind) of each watched child kind.
 CHILD_KINDS: tuple[tuple[tuple[str, ...], str], ...] = tuple(
     (kind.api.resource, kind.name) for kind in kinds.CHILDREN
@@ -63,14 +68,14 @@ def _child_handler(kind: str) -> Any:
             # claim, though, is the sandbox's write, which its pool has not seen: the pool
             # must learn it lost a pod (and refill) now, not at its next resync.
             if kind == kinds.POD.name and (pool := claimed_from(meta)):
-                memo.pool_queue.add((namespace, pool))
+                memo.pool_queue.add((namespace, pool), delay=POOL_EVENT_DELAY)
             return
         owner = owning_sandbox(meta)
         if owner:
             memo.queue.add((namespace, owner))
         if kind == kinds.POD.name:
             for pool in owning_pools(meta):
-                memo.pool_queue.add((namespace, pool))
+                memo.pool_queue.add((namespace, pool), delay=POOL_EVENT_DELAY)
 
     child_event.__name__ = f"{kind.lower()}_event"
     child_event.__doc__ = f"A change to one of our {kind}s: cache it and queue its sandbox."

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from craft_operator.reconciler.pool_pods import (
@@ -45,12 +46,12 @@ class PoolView:
     ended: list[Pod] = field(default_factory=list)
     terminating: list[Pod] = field(default_factory=list)
 
-    @property
+    @cached_property
     def ready(self) -> int:
         """Pods of the current template that are Running and Ready."""
         return sum(1 for pod in self.current if is_running_and_ready(pod))
 
-    @property
+    @cached_property
     def creating(self) -> int:
         """Live pods (of any template) that are not Ready yet."""
         return sum(1 for pod in (*self.current, *self.old) if not is_running_and_ready(pod))
