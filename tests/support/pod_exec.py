@@ -24,13 +24,15 @@ from craft_operator.kube.exec_local import LocalExec
 from craft_operator.reconciler.steps.cli import (
     DELIVER_ARGV,
     EXIT_NOT_DELIVERED,
+    WRITE_PAT_AND_SKILL_SCRIPT,
     WRITE_PAT_SCRIPT,
 )
 from tests.support.emulator import KubeEmulator
 
 ScriptedCli = Callable[[str, str], int]
-#: The first half of the operator's delivery script: write stdin to the file ``$1``.
+#: The first half of the operator's delivery scripts: write what stdin holds into the pod.
 WRITE_PAT = ("sh", "-c", WRITE_PAT_SCRIPT)
+WRITE_PAT_AND_SKILL = ("sh", "-c", WRITE_PAT_AND_SKILL_SCRIPT)
 
 
 @dataclass
@@ -87,13 +89,16 @@ class EmulatedPodExec:
         # The real transport opens a websocket with a GET upgrade, authorized as create on
         # Kubernetes 1.30+ and as get before: the operator needs both verbs.
         self.emulator.side_access += [("create", "", "pods/exec"), ("get", "", "pods/exec")]
-        if tuple(argv) == DELIVER_ARGV:
-            # The operator's one exec: write the PAT (as the script does), then onyx-cli.
+        if tuple(argv) == DELIVER_ARGV or argv[3:4] == ["deliver-pat-and-skill"]:
+            # The operator's one exec: write the PAT (and a claimed pod's SKILL.md) as the
+            # script does, then onyx-cli.
+            write = WRITE_PAT if tuple(argv) == DELIVER_ARGV else WRITE_PAT_AND_SKILL
             written = await self.local.run(
-                namespace, pod, container, [*WRITE_PAT, *argv[3:]], stdin=stdin
+                namespace, pod, container, [*write, *argv[3:]], stdin=stdin
             )
             if written.exit_code != 0:
-                return ExecResult(EXIT_NOT_DELIVERED, written.stdout, written.stderr)
+                code = written.exit_code if write is WRITE_PAT_AND_SKILL else EXIT_NOT_DELIVERED
+                return ExecResult(code, written.stdout, written.stderr)
             argv = ["onyx-cli", "validate-config"]
         if argv and argv[0] == "onyx-cli":
             if self.scripted_cli is not None:

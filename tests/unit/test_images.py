@@ -96,10 +96,11 @@ def test_the_workspace_layout_exists_and_belongs_to_the_sandbox_user(sandbox: St
     assert workdir.value == "/workspace"
 
 
-def test_the_sandbox_image_checks_that_sh_and_tar_are_present(sandbox: Stage) -> None:
+def test_the_sandbox_image_checks_that_sh_tar_and_dd_are_present(sandbox: Stage) -> None:
     run = sandbox.run_text()
     assert "command -v sh" in run
     assert "command -v tar" in run
+    assert "command -v dd" in run
 
 
 def test_the_sandbox_image_has_no_s3_client(sandbox: Stage) -> None:

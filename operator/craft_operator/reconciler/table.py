@@ -33,7 +33,8 @@ STEPS: tuple[tuple[Step, ...], ...] = (
     # SkillRendered; what the pod mounts
     (secret.STEP, skill.STEP, library_volume.STEP, workspace.STEP),
     (pod.STEP,),  # PodReady
-    (claimed_skill.STEP, cli.STEP),  # CLIValidated (and SKILL.md in a claimed pod)
+    # CLIValidated; a claimed pod's SKILL.md rides in its exec, else its own step writes it
+    (cli.STEP, claimed_skill.STEP),
     (library.STEP,),  # UserLibrarySynced
 )
 

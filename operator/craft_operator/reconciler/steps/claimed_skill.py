@@ -3,12 +3,15 @@
 A pod created for the sandbox mounts the skill ConfigMap; a claimed pool pod was created
 before its user was known and mounts an emptyDir there instead. This step writes the
 ConfigMap's SKILL.md into it, once per pod and content (``status.deliveredSkill``), so a
-changed skill reaches a claimed pod too. Failures are reported on SkillRendered.
+changed skill reaches a claimed pod too. When the PAT is delivered in the same pass (a new
+claim, a renewal), the CLIValidated step carries the SKILL.md in its exec instead (one
+exec, not two; :func:`pending_skill`). Failures are reported on SkillRendered.
 """
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
 from craft_operator.api.models import DeliveredSkill
 from craft_operator.api.pool import LABEL_CLAIMED_FROM
@@ -19,20 +22,25 @@ from craft_operator.kube.exec import ExecError
 from craft_operator.reconciler.step import Pass, Step, Stop
 from craft_operator.status import SKILL_RENDERED
 
-#: Write stdin to the file atomically; the path is an argument, the content on stdin.
-DELIVER_ARGV = (
-    "sh",
-    "-c",
-    'umask 022 && mkdir -p "${1%/*}" && cat > "$1.new" && mv -f "$1.new" "$1"',
-    "deliver-skill",
-    f"{SKILLS_MOUNT}/{SKILL_KEY}",
-)
+#: Where a claimed pod's SKILL.md goes.
+SKILL_FILE = f"{SKILLS_MOUNT}/{SKILL_KEY}"
+#: Writes stdin to the file ``$1`` atomically, readable by all (the agent reads it).
+WRITE_SKILL_SCRIPT = 'umask 022 && mkdir -p "${1%/*}" && cat > "$1.new" && mv -f "$1.new" "$1"'
+DELIVER_ARGV = ("sh", "-c", WRITE_SKILL_SCRIPT, "deliver-skill", SKILL_FILE)
 TIMEOUT = 10.0
 WAITING = "WaitingForSkill"
 
 
-async def deliver_skill(p: Pass) -> Stop | None:
-    """Write the skill into a claimed pod if it is not there at this content yet."""
+@dataclass(frozen=True)
+class PendingSkill:
+    """A SKILL.md a claimed pod does not hold yet, and what status records once it does."""
+
+    text: bytes
+    delivered: DeliveredSkill
+
+
+def pending_skill(p: Pass) -> PendingSkill | None:
+    """The SKILL.md the claimed pod still needs, if it is a claimed pod and needs one."""
     assert p.pod is not None, "the pod step runs first"
     meta = p.pod["metadata"]
     if LABEL_CLAIMED_FROM not in (meta.get("labels") or {}):
@@ -46,22 +54,39 @@ async def deliver_skill(p: Pass) -> Stop | None:
     wanted = DeliveredSkill(pod_uid=meta.get("uid"), content_hash=_digest(text))
     if p.run.status.delivered_skill == wanted:
         return None
+    return PendingSkill(text.encode(), wanted)
+
+
+def skill_failed(p: Pass, detail: str) -> Stop:
+    """Report on SkillRendered that the SKILL.md could not be written into the pod."""
+    return p.fail(SKILL_RENDERED, "SkillDeliveryFailed", detail)
+
+
+async def deliver_skill(p: Pass) -> Stop | None:
+    """Write the skill into a claimed pod if it is not there at this content yet (unless
+    the CLIValidated step, which runs first, carried it with the PAT this pass)."""
+    pending = pending_skill(p)
+    if pending is None:
+        return None
+    assert p.pod is not None
+    meta = p.pod["metadata"]
     try:
         result = await p.services.exec.run(
             meta.get("namespace", ""),
             meta["name"],
             SANDBOX_CONTAINER,
             list(DELIVER_ARGV),
-            stdin=text.encode(),
+            stdin=pending.text,
             timeout=TIMEOUT,
             max_output_bytes=64 * 1024,
         )
     except ExecError as exc:
-        return p.fail(SKILL_RENDERED, "SkillDeliveryFailed", str(exc))
+        return skill_failed(p, str(exc))
     if result.exit_code != 0:
-        detail = f"could not write SKILL.md into pod {meta['name']} (exit {result.exit_code})"
-        return p.fail(SKILL_RENDERED, "SkillDeliveryFailed", detail)
-    p.run.status.delivered_skill = wanted
+        return skill_failed(
+            p, f"could not write SKILL.md into pod {meta['name']} (exit {result.exit_code})"
+        )
+    p.run.status.delivered_skill = pending.delivered
     return None
 
 

@@ -3,8 +3,10 @@
 The PAT is not part of the pod spec: this step writes it into the running pod (a file on
 the memory-backed volume at ``/run/onyx``, through exec, the token on stdin) and runs
 ``onyx-cli validate-config`` with it, once per pod and PAT. A renewed PAT is delivered the
-same way, into the same pod: nothing restarts. Once onyx-cli has validated a renewed PAT,
-the one it superseded is revoked (it expires at the end of its grace period otherwise).
+same way, into the same pod: nothing restarts. A claimed pool pod's SKILL.md, if it still
+needs one, rides in the same exec (after the PAT on stdin). Once onyx-cli has validated a
+renewed PAT, the one it superseded is revoked (it expires at the end of its grace period
+otherwise).
 """
 
 from __future__ import annotations
@@ -20,29 +22,53 @@ from craft_operator.kube.exec import ExecError, ExecResult
 from craft_operator.metrics import ProvisioningPhase
 from craft_operator.reconciler import cli_validation
 from craft_operator.reconciler.step import Pass, Step, Stop
-from craft_operator.reconciler.steps import credentials
+from craft_operator.reconciler.steps import claimed_skill, credentials
 from craft_operator.status import CLI_VALIDATED, ConditionState
 
 logger = logging.getLogger(__name__)
 CLI_TIMEOUT = 60.0
 #: onyx-cli prints a line or two; more is not read.
 CLI_MAX_OUTPUT = 1024 * 1024
-#: The exit code of the command below when the PAT could not be written (onyx-cli's own
-#: codes are 0 to 9, and 127 when it is missing).
+#: The exit codes of the commands below when the PAT, or the SKILL.md it carries, could
+#: not be written (onyx-cli's own codes are 0 to 9, and 127 when it is missing).
 EXIT_NOT_DELIVERED = 90
+EXIT_SKILL_NOT_DELIVERED = 91
 #: One exec: write stdin to the PAT file atomically, readable by the pod's user only, then
 #: run onyx-cli, which reads it (the image's wrapper). The path is an argument, so the
 #: token is never on a command line (exec's command is in the request URL).
 #: Writes stdin to the file ``$1`` atomically, readable by the pod's user only.
 WRITE_PAT_SCRIPT = 'umask 077 && cat > "$1.new" && mv -f "$1.new" "$1"'
+#: With a claimed pod's SKILL.md too: the PAT is the first ``$3`` bytes of stdin (``dd``
+#: with one-byte blocks reads no further), written to ``$1``; the rest is the SKILL.md,
+#: written to ``$2``.
+WRITE_PAT_AND_SKILL_SCRIPT = (
+    'umask 077 && dd bs=1 count="$3" of="$1.new" 2>/dev/null && mv -f "$1.new" "$1" '
+    f"|| exit {EXIT_NOT_DELIVERED}\n"
+    'umask 022 && mkdir -p "${2%/*}" && cat > "$2.new" && mv -f "$2.new" "$2" '
+    f"|| exit {EXIT_SKILL_NOT_DELIVERED}"
+)
+VALIDATE_LINE = f"exec {' '.join(cli_validation.VALIDATE_ARGV)}"
 DELIVER_ARGV = (
     "sh",
     "-c",
-    f"{WRITE_PAT_SCRIPT} || exit {EXIT_NOT_DELIVERED}\n"
-    f"exec {' '.join(cli_validation.VALIDATE_ARGV)}",
+    f"{WRITE_PAT_SCRIPT} || exit {EXIT_NOT_DELIVERED}\n{VALIDATE_LINE}",
     "deliver-pat",
     PAT_FILE,
 )
+
+
+def deliver_with_skill_argv(pat_bytes: int) -> tuple[str, ...]:
+    """The one exec that writes the PAT (``pat_bytes`` long) and a claimed pod's SKILL.md,
+    then runs onyx-cli."""
+    return (
+        "sh",
+        "-c",
+        f"{WRITE_PAT_AND_SKILL_SCRIPT}\n{VALIDATE_LINE}",
+        "deliver-pat-and-skill",
+        PAT_FILE,
+        claimed_skill.SKILL_FILE,
+        str(pat_bytes),
+    )
 
 
 async def validate_cli(p: Pass) -> Stop | None:
@@ -56,26 +82,34 @@ async def validate_cli(p: Pass) -> Stop | None:
         if run.condition_is(CLI_VALIDATED, ConditionStatus.TRUE):
             await _retire_superseded(p)  # if a pass was cut off after validating
         return None
-    result = await _deliver_and_validate(p)
-    if result is not None:
-        await _judge(p, uid, result)
+    skill = claimed_skill.pending_skill(p)
+    result = await _deliver_and_validate(p, skill)
+    if result is None:
+        return None
+    if skill is not None and result.exit_code not in (EXIT_NOT_DELIVERED, EXIT_SKILL_NOT_DELIVERED):
+        run.status.delivered_skill = skill.delivered
+    await _judge(p, uid, result)
     return None
 
 
-async def _deliver_and_validate(p: Pass) -> ExecResult | None:
-    """Write the PAT into the pod and run onyx-cli with it, in one exec; ``None`` if exec
-    itself failed (the condition says why)."""
+async def _deliver_and_validate(
+    p: Pass, skill: claimed_skill.PendingSkill | None
+) -> ExecResult | None:
+    """Write the PAT (and a claimed pod's pending SKILL.md) into the pod and run onyx-cli
+    with it, in one exec; ``None`` if exec itself failed (the condition says why)."""
     assert p.pod is not None
     assert p.issued is not None
     meta = p.pod["metadata"]
+    token = p.issued.token.get_secret_value().encode()
+    argv = DELIVER_ARGV if skill is None else deliver_with_skill_argv(len(token))
     started = time.monotonic()
     try:
         result = await p.services.exec.run(
             meta.get("namespace", ""),
             meta["name"],
             SANDBOX_CONTAINER,
-            list(DELIVER_ARGV),
-            stdin=p.issued.token.get_secret_value().encode(),
+            list(argv),
+            stdin=token if skill is None else token + skill.text,
             timeout=CLI_TIMEOUT,
             max_output_bytes=CLI_MAX_OUTPUT,
         )
@@ -119,6 +153,13 @@ async def _judge(p: Pass, uid: str | None, result: ExecResult) -> None:
         detail = f"could not write the PAT to {PAT_FILE}"
         excerpt = result.stderr_excerpt(300)
         p.fail(CLI_VALIDATED, "DeliveryFailed", f"{detail}: {excerpt}" if excerpt else detail)
+        return
+    if result.exit_code == EXIT_SKILL_NOT_DELIVERED:
+        detail = f"could not write {claimed_skill.SKILL_FILE} into the pod"
+        excerpt = result.stderr_excerpt(300)
+        claimed_skill.skill_failed(p, f"{detail}: {excerpt}" if excerpt else detail)
+        run.set(ConditionState.unknown(CLI_VALIDATED, "SkillDeliveryFailed", detail))
+        run.revisit(backoff="SkillDeliveryFailed")
         return
     reason, meaning = cli_validation.describe_exit(result.exit_code)
     if result.exit_code == cli_validation.EXIT_OK:

@@ -97,8 +97,13 @@ class Exec:
 
     cli_exit: int = 0
     deliver_exit: int = 0
+    #: The exit code of the script when the SKILL.md carried with the PAT fails (0: none;
+    #: the SKILL.md's own script then fails too).
+    skill_exit: int = 0
     calls: list[tuple[str, ...]] = field(default_factory=list)
     delivered: list[bytes] = field(default_factory=list)
+    #: SKILL.md contents written into claimed pods, alone or with a PAT.
+    skills: list[bytes] = field(default_factory=list)
 
     async def run(
         self,
@@ -112,13 +117,23 @@ class Exec:
         max_output_bytes: int | None = None,
     ) -> ExecResult:
         self.calls.append(tuple(argv))
-        if argv[0] == "sh" and "deliver-pat" in argv:
+        if argv[0] == "sh" and "deliver-pat-and-skill" in argv:
+            assert isinstance(stdin, bytes), "the PAT and the SKILL.md go on stdin"
+            self.delivered.append(stdin[: int(argv[-1])])
+            self.skills.append(stdin[int(argv[-1]) :])
+            if self.deliver_exit:
+                return ExecResult(EXIT_NOT_DELIVERED, b"", b"read-only file system")
+            if self.skill_exit:
+                return ExecResult(self.skill_exit, b"", b"no space left on device")
+        elif argv[0] == "sh" and "deliver-pat" in argv:
             assert isinstance(stdin, bytes), "the PAT goes on stdin"
             self.delivered.append(stdin)
             if self.deliver_exit:  # the script's own code when the write failed
                 return ExecResult(EXIT_NOT_DELIVERED, b"", b"read-only file system")
         elif argv[0] == "sh":
-            return ExecResult(0, b"", b"")  # another file written (a claimed pod's SKILL.md)
+            assert isinstance(stdin, bytes)
+            self.skills.append(stdin)  # a claimed pod's SKILL.md, alone
+            return ExecResult(1 if self.skill_exit else 0, b"", b"")
         return ExecResult(self.cli_exit, b"", b"refused" if self.cli_exit else b"")
 
 

@@ -10,11 +10,14 @@ import pytest
 
 from craft_operator.api.parse import parse_sandbox
 from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL, parse_pool
+from craft_operator.builders.naming import SKILL_KEY, skills_configmap_name
 from craft_operator.builders.pool import build_pool_pod
 from craft_operator.kube import kinds
 from craft_operator.reconciler.run import Run
 from craft_operator.reconciler.step import Pass, Stop
 from craft_operator.reconciler.steps import credentials, pod
+from craft_operator.reconciler.steps.claimed_skill import SKILL_FILE
+from craft_operator.reconciler.steps.cli import EXIT_SKILL_NOT_DELIVERED
 from craft_operator.reconciler.table import CONDITIONS, run_steps
 from tests.support.pod_exec import mark_pod_running
 from tests.support.pools import POOLS, declare_pool_resource, pool
@@ -155,17 +158,62 @@ async def test_two_sandboxes_never_claim_the_same_pod(pooled: World) -> None:
     assert loser.run.condition("PodReady") is not None
 
 
-async def test_a_whole_pass_over_a_claimed_pod_delivers_the_skill_and_the_pat(
+async def test_a_whole_pass_over_a_claimed_pod_delivers_the_pat_and_the_skill_in_one_exec(
     pooled: World,
 ) -> None:
     warm_pods(pooled, 1)
     p = pooled.pass_(spec={"poolRef": {"name": POOL}})
     await run_steps(p)
-    argvs = [call[0] + " " + call[-1] for call in pooled.exec.calls]
-    assert argvs == ["sh /workspace/skills/company-search/SKILL.md", "sh /run/onyx/pat"]
+    [call] = pooled.exec.calls
+    assert call[3:6] == ("deliver-pat-and-skill", "/run/onyx/pat", SKILL_FILE)
+    assert pooled.exec.delivered == [p.issued.token.get_secret_value().encode()]  # type: ignore[union-attr]
+    assert pooled.exec.skills[0].startswith(b"---")  # the SKILL.md, after the PAT
     assert p.run.status.delivered_skill is not None
     ready = {c.type: c.status for c in p.run.status.conditions}
     assert ready["PodReady"] == ready["CLIValidated"] == ready["SkillRendered"] == "True"
+
+
+async def test_a_changed_skill_alone_is_written_into_the_claimed_pod_by_its_own_exec(
+    pooled: World,
+) -> None:
+    warm_pods(pooled, 1)
+    first = pooled.pass_(spec={"poolRef": {"name": POOL}})
+    await run_steps(first)
+    configmap = pooled.cache.get(
+        kinds.CONFIGMAP.name, NAMESPACE, skills_configmap_name(first.sandbox)
+    )
+    assert configmap is not None
+    pooled.cache.put(
+        kinds.CONFIGMAP.name,
+        {
+            **configmap,
+            "metadata": {**configmap["metadata"], "resourceVersion": "999"},
+            "data": {SKILL_KEY: "---\nname: company-search\n---\nnew sources\n"},
+        },
+    )
+
+    stored = first.run.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    again = pooled.pass_(spec={"poolRef": {"name": POOL}}, status=stored)
+    await run_steps(again)
+
+    assert [call[3] for call in pooled.exec.calls] == ["deliver-pat-and-skill", "deliver-skill"]
+    assert pooled.exec.skills[-1].endswith(b"new sources\n")
+    assert again.run.status.delivered_skill != first.run.status.delivered_skill
+
+
+async def test_a_skill_the_pod_refuses_is_reported_on_skill_rendered_and_retried(
+    pooled: World,
+) -> None:
+    warm_pods(pooled, 1)
+    pooled.exec.skill_exit = EXIT_SKILL_NOT_DELIVERED
+    p = pooled.pass_(spec={"poolRef": {"name": POOL}})
+    await run_steps(p)
+
+    conditions = {c.type: c for c in p.run.status.conditions}
+    assert conditions["SkillRendered"].reason == "SkillDeliveryFailed"
+    assert conditions["CLIValidated"].status == "Unknown"
+    assert p.run.status.delivered_skill is None
+    assert p.run.verdict.backoff == "SkillDeliveryFailed"
 
 
 async def test_a_pod_claimed_meanwhile_is_not_taken_over_the_claim_loses_the_race(

@@ -1,0 +1,86 @@
+"""The script of a claim's one exec, run for real: the PAT and the SKILL.md split from one
+stdin, each written whole with its own mode, with the image's tools or with BusyBox's."""
+
+from __future__ import annotations
+
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+
+from craft_operator.builders.pod import PAT_FILE
+from craft_operator.kube.exec_local import LocalExec
+from craft_operator.reconciler.steps.claimed_skill import SKILL_FILE
+from craft_operator.reconciler.steps.cli import (
+    EXIT_NOT_DELIVERED,
+    EXIT_SKILL_NOT_DELIVERED,
+    WRITE_PAT_AND_SKILL_SCRIPT,
+)
+
+pytestmark = pytest.mark.unit
+BUSYBOX = shutil.which("busybox")
+TOKEN = b"onyx_pat_canary0123456789abcdefghijklmnopqrstuv"
+SKILL = b"---\nname: company-search\n---\n" + "Sources: Confluence, Jira\n".encode() * 200
+
+
+def write_argv(token: bytes) -> list[str]:
+    return [
+        "sh",
+        "-c",
+        WRITE_PAT_AND_SKILL_SCRIPT,
+        "deliver-pat-and-skill",
+        PAT_FILE,
+        SKILL_FILE,
+        str(len(token)),
+    ]
+
+
+@pytest.fixture(params=["image tools", "busybox"])
+def pods(request: pytest.FixtureRequest, tmp_path: Path) -> LocalExec:
+    if request.param == "image tools":
+        return LocalExec(root=tmp_path / "pods")
+    if BUSYBOX is None:
+        pytest.skip("busybox is not installed (apt install busybox)")
+    bin_dir = tmp_path / "busybox-bin"
+    bin_dir.mkdir()
+    for applet in ("sh", "dd", "mv", "mkdir", "cat"):
+        (bin_dir / applet).symlink_to(BUSYBOX)
+    return LocalExec(root=tmp_path / "pods", path=str(bin_dir))
+
+
+async def test_the_pat_and_the_skill_are_split_from_one_stdin_and_written_whole(
+    pods: LocalExec,
+) -> None:
+    result = await pods.run("ns", "pod", "sandbox", write_argv(TOKEN), stdin=TOKEN + SKILL)
+
+    assert result.exit_code == 0, result.stderr
+    pat = pods.credentials_dir("ns", "pod") / "pat"
+    skill = pods.workspace("ns", "pod") / "skills" / "company-search" / "SKILL.md"
+    assert pat.read_bytes() == TOKEN
+    assert stat.S_IMODE(pat.stat().st_mode) == 0o600
+    assert skill.read_bytes() == SKILL
+    assert stat.S_IMODE(skill.stat().st_mode) == 0o644
+    assert not list(pat.parent.glob("*.new")) and not list(skill.parent.glob("*.new"))
+
+
+async def test_a_pat_that_cannot_be_written_stops_before_the_skill(pods: LocalExec) -> None:
+    credentials = pods.credentials_dir("ns", "pod")
+    credentials.mkdir(parents=True)
+    (credentials / "pat.new").mkdir()  # the write cannot land
+
+    result = await pods.run("ns", "pod", "sandbox", write_argv(TOKEN), stdin=TOKEN + SKILL)
+
+    assert result.exit_code == EXIT_NOT_DELIVERED
+    assert not (pods.workspace("ns", "pod") / "skills" / "company-search" / "SKILL.md").exists()
+
+
+async def test_a_skill_that_cannot_be_written_has_its_own_exit_code(pods: LocalExec) -> None:
+    skills = pods.workspace("ns", "pod") / "skills"
+    skills.mkdir(parents=True)
+    (skills / "company-search").write_text("a file where the directory goes")
+
+    result = await pods.run("ns", "pod", "sandbox", write_argv(TOKEN), stdin=TOKEN + SKILL)
+
+    assert result.exit_code == EXIT_SKILL_NOT_DELIVERED
+    assert (pods.credentials_dir("ns", "pod") / "pat").read_bytes() == TOKEN
