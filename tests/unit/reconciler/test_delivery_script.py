@@ -21,7 +21,7 @@ from craft_operator.reconciler.steps.cli import (
 pytestmark = pytest.mark.unit
 BUSYBOX = shutil.which("busybox")
 TOKEN = b"onyx_pat_canary0123456789abcdefghijklmnopqrstuv"
-SKILL = b"---\nname: company-search\n---\n" + "Sources: Confluence, Jira\n".encode() * 200
+SKILL = b"---\nname: company-search\n---\n" + b"Sources: Confluence, Jira\n" * 200
 
 
 def write_argv(token: bytes) -> list[str]:
@@ -61,7 +61,8 @@ async def test_the_pat_and_the_skill_are_split_from_one_stdin_and_written_whole(
     assert stat.S_IMODE(pat.stat().st_mode) == 0o600
     assert skill.read_bytes() == SKILL
     assert stat.S_IMODE(skill.stat().st_mode) == 0o644
-    assert not list(pat.parent.glob("*.new")) and not list(skill.parent.glob("*.new"))
+    assert not list(pat.parent.glob("*.new"))
+    assert not list(skill.parent.glob("*.new"))
 
 
 async def test_a_pat_that_cannot_be_written_stops_before_the_skill(pods: LocalExec) -> None:
