@@ -29,6 +29,7 @@ WRITE_SKILL_SCRIPT = 'umask 022 && mkdir -p "${1%/*}" && cat > "$1.new" && mv -f
 DELIVER_ARGV = ("sh", "-c", WRITE_SKILL_SCRIPT, "deliver-skill", SKILL_FILE)
 TIMEOUT = 10.0
 WAITING = "WaitingForSkill"
+DELIVERY_FAILED = "SkillDeliveryFailed"
 
 
 @dataclass(frozen=True)
@@ -59,14 +60,22 @@ def pending_skill(p: Pass) -> PendingSkill | None:
 
 def skill_failed(p: Pass, detail: str) -> Stop:
     """Report on SkillRendered that the SKILL.md could not be written into the pod."""
-    return p.fail(SKILL_RENDERED, "SkillDeliveryFailed", detail)
+    return p.fail(SKILL_RENDERED, DELIVERY_FAILED, detail)
+
+
+def _failed_this_pass(p: Pass) -> bool:
+    # The skill step sets SkillRendered on every pass before this row runs, so this
+    # reason can only be the CLIValidated step's, a moment ago.
+    condition = p.run.condition(SKILL_RENDERED)
+    return condition is not None and condition.reason == DELIVERY_FAILED
 
 
 async def deliver_skill(p: Pass) -> Stop | None:
     """Write the skill into a claimed pod if it is not there at this content yet (unless
-    the CLIValidated step, which runs first, carried it with the PAT this pass)."""
+    the CLIValidated step, which runs first, carried it with the PAT this pass, or failed
+    to: the next pass tries again, after the backoff)."""
     pending = pending_skill(p)
-    if pending is None:
+    if pending is None or _failed_this_pass(p):
         return None
     assert p.pod is not None
     meta = p.pod["metadata"]

@@ -40,12 +40,12 @@ EXIT_SKILL_NOT_DELIVERED = 91
 WRITE_PAT_SCRIPT = 'umask 077 && cat > "$1.new" && mv -f "$1.new" "$1"'
 #: With a claimed pod's SKILL.md too: the PAT is the first ``$3`` bytes of stdin (``dd``
 #: with one-byte blocks reads no further), written to ``$1``; the rest is the SKILL.md,
-#: written to ``$2``.
+#: written to ``$2`` by the SKILL.md's own script (after a ``shift``, its ``$1``).
 WRITE_PAT_AND_SKILL_SCRIPT = (
     'umask 077 && dd bs=1 count="$3" of="$1.new" 2>/dev/null && mv -f "$1.new" "$1" '
     f"|| exit {EXIT_NOT_DELIVERED}\n"
-    'umask 022 && mkdir -p "${2%/*}" && cat > "$2.new" && mv -f "$2.new" "$2" '
-    f"|| exit {EXIT_SKILL_NOT_DELIVERED}"
+    "shift\n"
+    f"{claimed_skill.WRITE_SKILL_SCRIPT} || exit {EXIT_SKILL_NOT_DELIVERED}"
 )
 VALIDATE_LINE = f"exec {' '.join(cli_validation.VALIDATE_ARGV)}"
 DELIVER_ARGV = (
@@ -158,8 +158,8 @@ async def _judge(p: Pass, uid: str | None, result: ExecResult) -> None:
         detail = f"could not write {claimed_skill.SKILL_FILE} into the pod"
         excerpt = result.stderr_excerpt(300)
         claimed_skill.skill_failed(p, f"{detail}: {excerpt}" if excerpt else detail)
-        run.set(ConditionState.unknown(CLI_VALIDATED, "SkillDeliveryFailed", detail))
-        run.revisit(backoff="SkillDeliveryFailed")
+        run.set(ConditionState.unknown(CLI_VALIDATED, claimed_skill.DELIVERY_FAILED, detail))
+        run.revisit(backoff=claimed_skill.DELIVERY_FAILED)
         return
     reason, meaning = cli_validation.describe_exit(result.exit_code)
     if result.exit_code == cli_validation.EXIT_OK:

@@ -209,6 +209,7 @@ async def test_a_skill_the_pod_refuses_is_reported_on_skill_rendered_and_retried
     p = pooled.pass_(spec={"poolRef": {"name": POOL}})
     await run_steps(p)
 
+    assert len(pooled.exec.calls) == 1, "not tried again alone in the same pass"
     conditions = {c.type: c for c in p.run.status.conditions}
     assert conditions["SkillRendered"].reason == "SkillDeliveryFailed"
     assert conditions["CLIValidated"].status == "Unknown"
