@@ -21,7 +21,7 @@ from craft_operator.config import Settings, SettingsError, load_settings
 from craft_operator.library.errors import LibrarySyncError
 from craft_operator.library.location import caps_from_settings
 from craft_operator.library.plan import SyncCaps
-from craft_operator.library.s3 import S3ObjectStore, make_s3_client
+from craft_operator.library.s3 import make_s3_store
 from craft_operator.library.sync import SyncResult, sync_user_library_local
 
 EXIT_RETRYABLE = 1
@@ -108,7 +108,7 @@ def sync_user_library(
         _fail(str(exc), EXIT_USAGE, result_file, {})
         return
     caps = _caps(settings, max_file_bytes, max_total_bytes)
-    client = make_s3_client(
+    store = make_s3_store(
         endpoint_url=endpoint_url or settings.s3_endpoint_url,
         region=region or settings.s3_region,
         max_attempts=3,
@@ -116,7 +116,7 @@ def sync_user_library(
     try:
         result: SyncResult = asyncio.run(
             sync_user_library_local(
-                store=S3ObjectStore(client),
+                store=store,
                 bucket=bucket,
                 prefix=prefix,
                 dest=dest,

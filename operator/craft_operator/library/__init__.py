@@ -25,7 +25,7 @@ from craft_operator.library.location import (
     resolve_location,
 )
 from craft_operator.library.plan import CapViolation, SkippedKey, SyncCaps, SyncPlan, plan_sync
-from craft_operator.library.s3 import ObjectStore, S3ObjectStore, make_s3_client
+from craft_operator.library.s3 import ObjectStore, S3ObjectStore, make_s3_client, make_s3_store
 from craft_operator.library.sync import (
     SyncResult,
     sync_library,
@@ -56,6 +56,7 @@ __all__ = [
     "caps_from_settings",
     "default_prefix",
     "make_s3_client",
+    "make_s3_store",
     "plan_sync",
     "resolve_location",
     "sync_library",

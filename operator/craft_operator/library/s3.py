@@ -28,8 +28,11 @@ from craft_operator.library.errors import (
 from craft_operator.library.plan import S3Object
 
 if TYPE_CHECKING:
+    import boto3
     from mypy_boto3_s3.client import S3Client
     from mypy_boto3_s3.type_defs import PaginatorConfigTypeDef
+
+    from craft_operator.library.s3_presign import CredentialSource
 
 _DENIED = {
     "AccessDenied",
@@ -89,12 +92,14 @@ def make_s3_client(
     connect_timeout: float = 5.0,
     read_timeout: float = 30.0,
     max_pool_connections: int = 16,
+    session: boto3.session.Session | None = None,
 ) -> S3Client:
     """A boto3 S3 client with short timeouts and few retries (the caller backs off).
 
     The connection pool is large enough for the sync's parallel downloads.
 
-    Credentials come from boto3's usual chain (environment, web identity, instance role).
+    Credentials come from boto3's usual chain (environment, web identity, instance role),
+    resolved by ``session`` (a new one if not given).
     """
     import boto3
     from botocore.config import Config
@@ -108,10 +113,24 @@ def make_s3_client(
         max_pool_connections=max_pool_connections,
         s3={"addressing_style": "path"} if endpoint_url else None,
     )
-    client: S3Client = boto3.session.Session().client(
+    client: S3Client = (session or boto3.session.Session()).client(
         "s3", endpoint_url=endpoint_url, config=config
     )
     return client
+
+
+def make_s3_store(
+    *, endpoint_url: str | None = None, region: str | None = None, max_attempts: int = 2
+) -> S3ObjectStore:
+    """An :class:`S3ObjectStore` over a new client (:func:`make_s3_client`), whose small
+    files' URLs are signed with the client's own credentials."""
+    import boto3
+
+    session = boto3.session.Session()
+    client = make_s3_client(
+        endpoint_url=endpoint_url, region=region, max_attempts=max_attempts, session=session
+    )
+    return S3ObjectStore(client, credentials=session.get_credentials())
 
 
 def classify_s3_error(exc: Exception, *, bucket: str, key: str | None = None) -> S3Error:
@@ -221,13 +240,21 @@ class S3ObjectStore:
     """:class:`ObjectStore` over a boto3 S3 client, and a :class:`WholeObjectReader`
     (presigned GETs on the event loop, :mod:`craft_operator.library.s3_fetch`)."""
 
-    def __init__(self, client: S3Client, *, page_size: int | None = None) -> None:
-        """List and read through ``client``; ``page_size`` keys per listing request."""
+    def __init__(
+        self,
+        client: S3Client,
+        *,
+        credentials: CredentialSource | None = None,
+        page_size: int | None = None,
+    ) -> None:
+        """List and read through ``client``; ``page_size`` keys per listing request.
+        ``credentials`` (the client's) let small files' URLs be signed without botocore's
+        per-call machinery (:mod:`craft_operator.library.s3_presign`)."""
         from craft_operator.library.s3_fetch import ObjectFetcher
 
         self._client = client
         self._pagination: PaginatorConfigTypeDef = {"PageSize": page_size} if page_size else {}
-        self._fetcher = ObjectFetcher(client)
+        self._fetcher = ObjectFetcher(client, credentials=credentials)
 
     async def fetch_object(self, bucket: str, key: str, etag: str, limit: int) -> bytes:
         """Up to ``limit + 1`` bytes of ``key`` (a small file), read on the event loop."""

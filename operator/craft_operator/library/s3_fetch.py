@@ -2,9 +2,10 @@
 
 A library is mostly small files, and for a small file boto3's own work is most of the
 cost of reading it: about 1.4 ms of CPU per ``GetObject`` (its event hooks, request and
-response models) plus a worker thread per call. Here boto3 only presigns the URL (its
-endpoint rules, addressing style and credential chain, no network, about 0.1 ms) and
-aiohttp fetches it on the event loop over kept-alive connections (about 0.6 ms of CPU).
+response models) plus a worker thread per call. Here the URL is presigned
+(:mod:`craft_operator.library.s3_presign`: botocore's endpoint rules and credential chain,
+no network) and aiohttp fetches it on the event loop over kept-alive connections (about
+0.6 ms of CPU).
 Large files keep boto3's streamed bodies (:mod:`craft_operator.library.s3`).
 
 The ETag the plan was made from is sent as ``If-Match``, so an object replaced since the
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from craft_operator.library.errors import S3Error, S3UnavailableError
 from craft_operator.library.s3 import classify_response, classify_s3_error
+from craft_operator.library.s3_presign import CredentialSource, UrlSigner
 
 if TYPE_CHECKING:
     import aiohttp
@@ -46,14 +48,16 @@ class ObjectFetcher:
         self,
         client: S3Client,
         *,
+        credentials: CredentialSource | None = None,
         connect_timeout: float = 5.0,
         read_timeout: float = 30.0,
         max_connections: int = 16,
         attempts: int = 2,
         retry_pause: float = 0.2,
     ) -> None:
-        """Presign with ``client``; at most ``max_connections`` connections at once."""
-        self._client = client
+        """Presign for ``client`` (signed here with ``credentials``, the client's, if
+        given; else by botocore); at most ``max_connections`` connections at once."""
+        self._signer = UrlSigner(client, credentials, lifetime=URL_LIFETIME)
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
         self._max_connections = max_connections
@@ -94,9 +98,7 @@ class ObjectFetcher:
         from yarl import URL
 
         try:
-            url = self._client.generate_presigned_url(
-                "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=URL_LIFETIME
-            )
+            url = self._signer.url(bucket, key)
         except Exception as exc:  # botocore: no credentials, bad parameters
             raise classify_s3_error(exc, bucket=bucket, key=key) from None
         try:

@@ -30,7 +30,7 @@ from craft_operator.library import (
     S3ObjectStore,
     SyncResult,
     caps_from_settings,
-    make_s3_client,
+    make_s3_store,
     sync_user_library_exec,
 )
 from craft_operator.library.record import SyncRecord
@@ -304,8 +304,9 @@ class LibrarySyncer:
     def _store(self, location: LibraryLocation) -> S3ObjectStore:
         key = (location.endpoint_url, location.region)
         if key not in self._stores:
-            client = make_s3_client(endpoint_url=location.endpoint_url, region=location.region)
-            self._stores[key] = S3ObjectStore(client)
+            self._stores[key] = make_s3_store(
+                endpoint_url=location.endpoint_url, region=location.region
+            )
         return self._stores[key]
 
     async def sync(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from craft_operator.kube.exec_local import LocalExec
-from craft_operator.library.s3 import S3ObjectStore, make_s3_client
+from craft_operator.library.s3 import S3ObjectStore, make_s3_client, make_s3_store
 from tests.support.s3 import S3Server, running_s3_server, use_fake_aws_credentials
 
 
@@ -52,7 +52,8 @@ def bucket(s3_server: S3Server) -> Bucket:
     name = f"lib-{uuid.uuid4().hex[:12]}"
     client.create_bucket(Bucket=name)
     prefix = f"public/knowledge/{uuid.uuid4()}/user_library/"
-    return Bucket(name=name, prefix=prefix, client=client, store=S3ObjectStore(client))
+    store = make_s3_store(endpoint_url=s3_server.url, region="us-east-1", max_attempts=1)
+    return Bucket(name=name, prefix=prefix, client=client, store=store)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import boto3
 import pytest
 from aiohttp import web
 
@@ -32,8 +33,11 @@ CANARY_TOKEN = "canary-session-token-7f3a9c2e"
 
 
 @pytest.fixture
-async def fetcher(bucket: Bucket) -> AsyncIterator[ObjectFetcher]:
-    reader = ObjectFetcher(bucket.client, retry_pause=0.01)  # type: ignore[arg-type]
+async def fetcher(s3_server: S3Server) -> AsyncIterator[ObjectFetcher]:
+    """The operator's reader: URLs signed with the client's own credentials."""
+    session = boto3.session.Session()
+    client = make_s3_client(endpoint_url=s3_server.url, region="us-east-1", session=session)
+    reader = ObjectFetcher(client, credentials=session.get_credentials(), retry_pause=0.01)
     yield reader
     await reader.close()
 
