@@ -12,6 +12,7 @@ import pytest
 
 from craft_operator import handlers
 from craft_operator.api.parse import parse_sandbox
+from craft_operator.handlers import children
 from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import Kind, NotFoundError
@@ -46,14 +47,28 @@ def kopf_resource(selector: Any) -> tuple[str, ...]:
     return (*group, selector.version, selector.any_name)
 
 
-def test_kopf_watches_every_kind_of_the_registry_with_its_label_filter() -> None:
+def test_kopf_watches_every_kind_but_the_children_with_its_label_filter() -> None:
     registry = kopf.OperatorRegistry()
     handlers.register(registry)
     watched = {
         kopf_resource(handler.selector): dict(handler.labels or {})
         for handler in registry._watching.get_all_handlers()
     }
-    assert watched == {kind.api.resource: kind.labels for kind in kinds.KINDS}
+    assert watched == {kind.api.resource: kind.labels for kind in kinds.KINDS if not kind.child}
+
+
+@pytest.mark.parametrize("namespaces", [(), ("team-a", "team-b")])
+def test_the_children_are_watched_by_streams_of_their_own_with_the_label_filter(
+    namespaces: tuple[str, ...],
+) -> None:
+    memo: Any = SimpleNamespace(kube=None, gate=SimpleNamespace(namespaces=namespaces))
+    streams = children.watch_streams(memo)
+    watched = {(s._kind, s._namespace, s._selector) for s in streams}
+    scopes = namespaces or (None,)
+    assert watched == {
+        (kind.api, namespace, kinds.MANAGED) for kind in kinds.CHILDREN for namespace in scopes
+    }
+    assert len(streams) == len(watched)
 
 
 def test_the_server_side_label_selectors_are_the_filtered_kinds_of_the_registry() -> None:

@@ -49,17 +49,15 @@ def pod(version: int, labels: dict[str, str], owner: str | None = None) -> dict[
 
 async def test_a_pool_pod_event_queues_its_pool_and_no_sandbox() -> None:
     m = memo()
-    handler = children._child_handler(kinds.POD.name)
-    await handler(event={"type": "ADDED", "object": pod(1, {LABEL_POOL: "warm"})}, memo=m)
+    children.on_child_event(m, kinds.POD.name, "ADDED", pod(1, {LABEL_POOL: "warm"}))
     assert m.pool_queue.added == [("team-a", "warm")]
     assert m.queue.added == []
 
 
 async def test_a_claimed_pod_event_queues_its_sandbox_and_the_pool_it_left() -> None:
     m = memo()
-    handler = children._child_handler(kinds.POD.name)
     claimed = pod(2, {LABEL_CLAIMED_FROM: "warm"}, owner="alice")
-    await handler(event={"type": "MODIFIED", "object": claimed}, memo=m)
+    children.on_child_event(m, kinds.POD.name, "MODIFIED", claimed)
     assert m.queue.added == [("team-a", "alice")]
     assert m.pool_queue.added == [("team-a", "warm")]
 
@@ -68,28 +66,25 @@ async def test_the_echo_of_a_claim_still_wakes_the_pool_it_left() -> None:
     """The claim step caches the pod it claimed; the watch's echo of that write is no news
     to the sandbox, but it is the only word the pool gets that it must refill."""
     m = memo()
-    handler = children._child_handler(kinds.POD.name)
     claimed = pod(2, {LABEL_CLAIMED_FROM: "warm"}, owner="alice")
     m.cache.put(kinds.POD.name, claimed)
-    await handler(event={"type": "MODIFIED", "object": claimed}, memo=m)
+    children.on_child_event(m, kinds.POD.name, "MODIFIED", claimed)
     assert m.pool_queue.added == [("team-a", "warm")]
     assert m.queue.added == []
 
 
 async def test_the_echo_of_a_pool_pod_write_wakes_nobody() -> None:
     m = memo()
-    handler = children._child_handler(kinds.POD.name)
     created = pod(1, {LABEL_POOL: "warm"})
     m.cache.put(kinds.POD.name, created)
-    await handler(event={"type": "ADDED", "object": created}, memo=m)
+    children.on_child_event(m, kinds.POD.name, "ADDED", created)
     assert m.pool_queue.added == []
     assert m.queue.added == []
 
 
 async def test_a_deleted_pool_pod_wakes_its_pool() -> None:
     m = memo()
-    handler = children._child_handler(kinds.POD.name)
-    await handler(event={"type": "DELETED", "object": pod(3, {LABEL_POOL: "warm"})}, memo=m)
+    children.on_child_event(m, kinds.POD.name, "DELETED", pod(3, {LABEL_POOL: "warm"}))
     assert m.pool_queue.added == [("team-a", "warm")]
 
 
@@ -109,11 +104,10 @@ async def test_pod_events_wake_their_pool_a_moment_later_so_a_burst_costs_one_pa
     scheduled, running, ready): each asks for the pass a moment later, and the queue
     merges the asks that wait, so a burst costs one pass over the pool's pods."""
     m = memo()
-    handler = children._child_handler(kinds.POD.name)
     claimed = pod(2, {LABEL_CLAIMED_FROM: "warm"}, owner="alice")
-    await handler(event={"type": "MODIFIED", "object": claimed}, memo=m)
-    await handler(event={"type": "ADDED", "object": pod(3, {LABEL_POOL: "warm"})}, memo=m)
-    await handler(event={"type": "MODIFIED", "object": pod(4, {LABEL_POOL: "warm"})}, memo=m)
+    children.on_child_event(m, kinds.POD.name, "MODIFIED", claimed)
+    children.on_child_event(m, kinds.POD.name, "ADDED", pod(3, {LABEL_POOL: "warm"}))
+    children.on_child_event(m, kinds.POD.name, "MODIFIED", pod(4, {LABEL_POOL: "warm"}))
     assert m.pool_queue.delays == [children.POOL_EVENT_DELAY] * 3
     assert m.queue.added == [("team-a", "alice")]
 

@@ -8,6 +8,7 @@ from typing import Any
 import kopf
 
 from craft_operator.context import OperatorContext
+from craft_operator.handlers.children import watch_streams
 
 
 async def start_workers(memo: OperatorContext, logger: kopf.Logger, **_: Any) -> None:
@@ -22,6 +23,8 @@ async def start_workers(memo: OperatorContext, logger: kopf.Logger, **_: Any) ->
         memo.background.add(asyncio.create_task(memo.gate.prime(), name="prime-cache"))
     if memo.sweeper is not None:
         memo.background.add(asyncio.create_task(memo.sweeper.run(), name="orphan-sweep"))
+    for stream in watch_streams(memo):
+        memo.background.add(asyncio.create_task(stream.run(), name=f"watch {stream.name}"))
     logger.info("started %d reconcile workers", memo.settings.workers)
 
 

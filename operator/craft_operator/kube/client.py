@@ -82,6 +82,7 @@ class KubeClient:
         self._ssl: ssl.SSLContext | bool | None = None
         self._session: aiohttp.ClientSession | None = None
         self._streams: aiohttp.ClientSession | None = None
+        self._watches: aiohttp.ClientSession | None = None
         self._max_streams = max_streams
         self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=10)
         self._retired: list[aiohttp.ClientSession] = []
@@ -95,13 +96,16 @@ class KubeClient:
         self._ssl = None
         self.connected.set()
         # In-flight requests may still use the old sessions; close them with the client.
-        self._retired += [s for s in (self._session, self._streams) if s is not None]
-        self._session = self._streams = None
+        self._retired += [s for s in (self._session, self._streams, self._watches) if s is not None]
+        self._session = self._streams = self._watches = None
 
     async def close(self) -> None:
         """Close the HTTP sessions."""
-        sessions = [*self._retired, *(s for s in (self._session, self._streams) if s)]
-        self._retired, self._session, self._streams = [], None, None
+        sessions = [
+            *self._retired,
+            *(s for s in (self._session, self._streams, self._watches) if s),
+        ]
+        self._retired, self._session, self._streams, self._watches = [], None, None, None
         for session in sessions:
             await session.close()
 
@@ -143,6 +147,20 @@ class KubeClient:
             )
         return self._streams
 
+    def watch_session(self) -> aiohttp.ClientSession:
+        """The session for watch streams (:mod:`craft_operator.kube.watch`): a connection
+        each, as many as there are streams, never taken from requests or exec; each
+        watch sets its own read timeout. Raises :class:`ApiError` before the login."""
+        if self._watches is None:
+            info, headers, context = self._connection()
+            self._watches = aiohttp.ClientSession(
+                base_url=info.server.rstrip("/") + "/",
+                headers={**headers, "Accept": "application/json"},
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+                connector=aiohttp.TCPConnector(ssl=context, limit=0),
+            )
+        return self._watches
+
     async def request(
         self,
         method: str,
@@ -163,7 +181,7 @@ class KubeClient:
             ) as response:
                 text = await response.text()
                 if response.status >= 400:
-                    raise _api_error(response.status, text)
+                    raise api_error(response.status, text)
                 return json.loads(text) if text else {}
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise ApiError(0, "Unreachable", f"{method} {path}: {type(exc).__name__}") from None
@@ -252,7 +270,8 @@ class KubeClient:
             return None
 
 
-def _api_error(status: int, text: str) -> ApiError:
+def api_error(status: int, text: str) -> ApiError:
+    """The typed error of an answer with ``status`` and body ``text``."""
     reason, message = "Error", text[:500]
     try:
         payload = json.loads(text)
