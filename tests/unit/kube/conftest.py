@@ -29,6 +29,16 @@ from tests.support.schemas import core_schema_validator
 NAMESPACE = "craft-sandboxes"
 
 
+def configmap(name: str, labels: dict[str, str] | None = None, **data: str) -> dict[str, Any]:
+    """A ConfigMap body in NAMESPACE."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels or {}},
+        "data": data,
+    }
+
+
 def conflict(message: str) -> aiohttp.web.Response:
     """A Kubernetes 409 Status answer."""
     return aiohttp.web.json_response(

@@ -24,17 +24,7 @@ from craft_operator.kube.client import (
     NotFoundError,
 )
 from tests.support.emulator import KubeEmulator
-from tests.unit.kube.conftest import NAMESPACE
-
-
-def configmap(name: str, labels: dict[str, str] | None = None, **data: str) -> dict[str, Any]:
-    """A ConfigMap body."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels or {}},
-        "data": data,
-    }
+from tests.unit.kube.conftest import NAMESPACE, configmap
 
 
 def agents(emulator: KubeEmulator) -> set[str]:

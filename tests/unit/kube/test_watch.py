@@ -18,21 +18,12 @@ from craft_operator.kube.client import CONFIGMAPS, KubeClient
 from craft_operator.kube.watch import WatchStream
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually
-from tests.unit.kube.conftest import NAMESPACE
+from tests.unit.kube.conftest import NAMESPACE, configmap
 
 pytestmark = pytest.mark.unit
 
 MANAGED = "app.kubernetes.io/managed-by=craft-operator"
 LABELS = {"app.kubernetes.io/managed-by": "craft-operator"}
-
-
-def configmap(name: str, labels: dict[str, str] | None = None, **data: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels or {}},
-        "data": data,
-    }
 
 
 class Seen:
