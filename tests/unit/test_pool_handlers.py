@@ -131,3 +131,17 @@ async def test_asks_for_a_pass_that_wait_together_run_once() -> None:
     finally:
         await queue.stop()
     assert passes == [("team-a", "warm")]
+
+
+def test_a_deletion_inferred_from_a_relist_wakes_the_owner_of_the_cached_copy() -> None:
+    """A stream that missed events says DELETED with the name only; the owner and the pool
+    are read from the copy in the cache."""
+    m = memo()
+    m.cache.put(kinds.POD.name, pod(2, {LABEL_CLAIMED_FROM: "warm"}, owner="alice"))
+    gone = {"metadata": {"namespace": "team-a", "name": "warm-abcde", "resourceVersion": "9"}}
+
+    children.on_child_event(m, kinds.POD.name, "DELETED", gone)
+
+    assert m.cache.get(kinds.POD.name, "team-a", "warm-abcde") is None
+    assert m.queue.added == [("team-a", "alice")]
+    assert m.pool_queue.added == [("team-a", "warm")]

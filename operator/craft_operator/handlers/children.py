@@ -61,7 +61,12 @@ def on_child_event(memo: OperatorContext, kind: str, event_type: str, obj: dict[
     meta = obj.get("metadata", {})
     namespace = meta.get("namespace", "")
     if event_type == "DELETED":
+        # A deletion a stream inferred from a relist carries only the name: the owner is
+        # read from the copy in the cache.
+        cached = memo.cache.get(kind, namespace, meta.get("name", ""))
         memo.cache.remove(kind, obj)
+        if cached is not None and not meta.get("labels") and not meta.get("ownerReferences"):
+            meta = cached.get("metadata", meta)
     elif not memo.cache.put(kind, obj):
         # The echo of our own write, or an old version: nothing new to the sandbox. A
         # claim, though, is the sandbox's write, which its pool has not seen: the pool

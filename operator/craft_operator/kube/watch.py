@@ -12,7 +12,10 @@ watched here, the way client-go's reflector does it, and each event is one funct
   resumes from; the server ends a watch after ``timeoutSeconds`` and the next one resumes
   there without any event being lost or replayed;
 - a version the server no longer has (410 Gone, as a status or as an ``ERROR`` event)
-  starts over without a version: every object comes again as ``ADDED``;
+  means events were missed: the stream lists the objects afresh (``ADDED`` for each), says
+  ``DELETED`` for each object it had handed over that the list no longer holds (with the
+  list's version: a newer object of the same name in the cache stays), and watches on from
+  the list's version;
 - any other failure (refused, unreachable, a garbled line) is logged and retried after a
   backoff that grows with consecutive failures, resuming where the stream was;
 - a stream silent for longer than ``client_timeout`` (bookmarks come about once a minute)
@@ -29,7 +32,7 @@ from typing import Any
 
 import aiohttp
 
-from craft_operator.kube.client import ApiError, Kind, KubeClient, api_error
+from craft_operator.kube.client import LIST_PAGE_SIZE, ApiError, Kind, KubeClient, api_error
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +73,9 @@ class WatchStream:
         self._backoff = backoff or _default_backoff
         #: The version the next watch resumes from; ``None``: from the current state.
         self.resource_version: str | None = None
+        #: The objects handed over and not deleted since, as (namespace, name).
+        self._live: set[tuple[str, str]] = set()
+        self._relist_needed = False
         #: Watches opened (for tests and the curious).
         self.watches = 0
 
@@ -85,11 +91,15 @@ class WatchStream:
         failures = 0
         while True:
             try:
+                if self._relist_needed:
+                    await self._relist()
+                    self._relist_needed = False
                 await self._watch()
                 failures = 0
             except Expired:
-                logger.info("watch of %s: version expired, starting over", self.name)
+                logger.info("watch of %s: version expired, listing afresh", self.name)
                 self.resource_version = None
+                self._relist_needed = True
                 failures = 0
             except asyncio.CancelledError:
                 raise
@@ -104,6 +114,43 @@ class WatchStream:
                     delay,
                 )
                 await asyncio.sleep(delay)
+
+    async def _relist(self) -> None:
+        """List the objects (a page at a time): each one ``ADDED``, each one handed over
+        before and missing now ``DELETED``; the next watch starts at the list's version."""
+        params = {"limit": str(LIST_PAGE_SIZE)}
+        if self._selector:
+            params["labelSelector"] = self._selector
+        path = self._kind.path(self._namespace)
+        before, self._live = self._live, set()
+        token, version = "", ""
+        while True:
+            page = await self._kube.request(
+                "GET", path, params={**params, "continue": token} if token else params
+            )
+            meta = page.get("metadata") or {}
+            version = str(meta.get("resourceVersion") or version)
+            for obj in page.get("items") or []:
+                self._deliver("ADDED", obj)
+            token = meta.get("continue") or ""
+            if not token:
+                break
+        for namespace, name in sorted(before - self._live):
+            gone = {"namespace": namespace, "name": name, "resourceVersion": version}
+            self._deliver("DELETED", {"metadata": gone})
+        self.resource_version = version or None
+
+    def _deliver(self, kind: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        if kind == "DELETED":
+            self._live.discard(key)
+        else:
+            self._live.add(key)
+        try:
+            self._on_event(kind, obj)
+        except Exception:  # a handler's bug must not stop the stream, nor replay it
+            logger.exception("watch of %s: the %s event's handler failed", self.name, kind)
 
     async def _watch(self) -> None:
         """One watch, from :attr:`resource_version`, until the server ends it."""
@@ -154,10 +201,7 @@ class WatchStream:
             )
         version = (obj.get("metadata") or {}).get("resourceVersion")
         if kind in ("ADDED", "MODIFIED", "DELETED"):
-            try:
-                self._on_event(kind, obj)
-            except Exception:  # a handler's bug must not stop the stream, nor replay it
-                logger.exception("watch of %s: the %s event's handler failed", self.name, kind)
+            self._deliver(kind, obj)
         if version:
             self.resource_version = str(version)
 

@@ -149,23 +149,49 @@ def answer_watches_with(
     return hook, answered
 
 
-async def test_an_expired_version_starts_over_and_every_object_comes_again(
+async def test_an_expired_version_lists_afresh_and_says_what_was_deleted_meanwhile(
     emulator: KubeEmulator, kube: KubeClient
 ) -> None:
+    """Events were missed: the list shows what is there, and what is no longer there is
+    said DELETED (with the list's version), then the watch goes on from the list."""
     seen = Seen()
-    stream = WatchStream(kube, CONFIGMAPS, NAMESPACE, seen, backoff=Delays())
-    emulator.create("v1/configmaps", configmap("a", LABELS))
+    stream = WatchStream(
+        kube, CONFIGMAPS, NAMESPACE, seen, label_selector=MANAGED, backoff=Delays()
+    )
+    emulator.create("v1/configmaps", configmap("kept", LABELS))
+    emulator.create("v1/configmaps", configmap("gone", LABELS))
     task = await running(stream)
-    await seen.until(1)
+    await seen.until(2)
     hook, answered = answer_watches_with(410, times=1)
     emulator.before_request.append(hook)
+    emulator.before_request.insert(0, deleting_on_first_watch(emulator, "gone"))
     emulator.cut_watches()
-    await seen.until(2)
+    await seen.until(4)
+    emulator.create("v1/configmaps", configmap("later", LABELS))
+    await seen.until(5)
     await stopped(task)
 
     assert answered == [410]
-    assert seen.events == [("ADDED", "a", {}), ("ADDED", "a", {})]
-    assert watch_requests(emulator)[-1].params.get("resourceVersion") is None
+    assert seen.events[2:] == [
+        ("ADDED", "kept", {}),
+        ("DELETED", "gone", {}),
+        ("ADDED", "later", {}),
+    ]
+    last_watch = watch_requests(emulator)[-1].params
+    assert last_watch.get("resourceVersion")  # from the list, not from scratch
+
+
+def deleting_on_first_watch(emulator: KubeEmulator, name: str) -> Any:
+    """A hook that deletes ``name`` as the stream reconnects: a deletion no watch sees."""
+    done: list[bool] = []
+
+    async def hook(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
+        if request.params.get("watch") in ("true", "1") and not done:
+            done.append(True)
+            emulator.remove("v1/configmaps", NAMESPACE, name)
+        return None
+
+    return hook
 
 
 async def test_a_refused_watch_is_retried_after_a_growing_backoff(
@@ -287,19 +313,31 @@ async def test_a_bookmark_moves_the_version_and_is_no_event(stand_in: StandIn) -
     assert stand_in.versions_asked()[:2] == [None, "42"]
 
 
-async def test_an_expired_error_event_starts_over_without_a_version(stand_in: StandIn) -> None:
+async def test_an_expired_error_event_lists_afresh_and_watches_on_from_the_list(
+    stand_in: StandIn,
+) -> None:
     gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
+
+    async def listing(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+        relisted = cm_event("ADDED", "a", "90")["object"]
+        return aiohttp.web.json_response(
+            {"kind": "ConfigMapList", "metadata": {"resourceVersion": "95"}, "items": [relisted]}
+        )
+
     stand_in.answers += [
         stand_in.streaming(cm_event("ADDED", "a", "10"), gone),
-        stand_in.streaming(cm_event("ADDED", "a", "90")),
+        listing,
+        stand_in.streaming(cm_event("MODIFIED", "a", "96")),
     ]
     seen, delays = Seen(), Delays()
     stream = WatchStream(stand_in.kube, CONFIGMAPS, NAMESPACE, seen, backoff=delays)
     task = await running(stream)
-    await seen.until(2)
+    await seen.until(3)
     await stopped(task)
 
-    assert stand_in.versions_asked()[:2] == [None, None]
+    assert [kind for kind, _, _ in seen.events] == ["ADDED", "ADDED", "MODIFIED"]
+    assert [r.query.get("watch") for r in stand_in.received[:3]] == ["true", None, "true"]
+    assert stand_in.versions_asked()[:3] == [None, None, "95"]
     assert delays.failures == []  # no failure: no backoff
 
 
