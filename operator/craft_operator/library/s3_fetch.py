@@ -106,6 +106,8 @@ class ObjectFetcher:
                 URL(url, encoded=True), headers={"If-Match": etag}, allow_redirects=False
             ) as response:
                 if response.status != 200:
+                    if response.status in _SIGNER_DOUBTS:
+                        self._signer.forget(bucket)
                     body = await response.content.read(ERROR_BODY_BYTES)
                     raise _refused(response.status, body, bucket, key)
                 return await _read_up_to(response.content, limit + 1)
@@ -122,6 +124,10 @@ class ObjectFetcher:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+#: Answers that may mean a URL was signed for the wrong endpoint, region or credentials.
+_SIGNER_DOUBTS = frozenset({301, 307, 400, 403})
 
 
 async def _read_up_to(stream: aiohttp.StreamReader, most: int) -> bytes:

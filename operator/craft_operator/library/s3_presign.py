@@ -124,8 +124,11 @@ class UrlSigner:
     def url(self, bucket: str, key: str) -> str:
         """A presigned URL for ``GET`` of ``key`` in ``bucket``.
 
-        Raises what botocore raises when it cannot presign (no credentials, bad names).
+        Raises what botocore raises when it cannot presign (no credentials, bad names),
+        and :class:`ValueError` for an empty key (whose URL would be the bucket's listing).
         """
+        if not key:
+            raise ValueError("an S3 object key cannot be empty")
         if self._credentials is None:
             return self._botocore_url(bucket, key)
         if bucket in self._endpoints:
@@ -180,6 +183,11 @@ class UrlSigner:
             signing_key = hmac.new(signing_key, part.encode(), hashlib.sha256).digest()
         self._signing_keys = {(secret, date, region): signing_key}  # one date at a time
         return signing_key
+
+    def forget(self, bucket: str) -> None:
+        """Forget what was learnt of ``bucket``: its next URL is checked against botocore's
+        again (S3 refused one of its URLs: the endpoint or the credentials may have moved)."""
+        self._endpoints.pop(bucket, None)
 
     def _botocore_url(self, bucket: str, key: str) -> str:
         url: str = self._client.generate_presigned_url(

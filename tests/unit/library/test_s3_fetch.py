@@ -23,6 +23,7 @@ from craft_operator.library.errors import (
 )
 from craft_operator.library.s3 import S3ObjectStore, make_s3_client
 from craft_operator.library.s3_fetch import ObjectFetcher
+from craft_operator.library.s3_presign import PROBE_KEY
 from tests.support.s3 import S3Server
 
 from .conftest import Bucket
@@ -198,6 +199,37 @@ async def test_s3_error_answers_are_classified_like_boto3s(
 
     assert type(raised.value) is kind
     assert raised.value.retryable is retryable
+
+
+async def test_a_refused_signature_has_the_buckets_next_url_checked_against_botocore_again(
+    stand_in_s3: Callable[[Handler], asyncio.Future[str]],
+) -> None:
+    """The endpoint or credentials the signer learnt may have moved: it learns them again."""
+    answers = [s3_error(403, "SignatureDoesNotMatch"), web.Response(body=b"data")]
+
+    async def answer(request: web.Request) -> web.Response:
+        return answers.pop(0)
+
+    url = await stand_in_s3(answer)
+    session = boto3.session.Session()
+    client = make_s3_client(endpoint_url=url, region="us-east-1", session=session)
+    presigned: list[str] = []
+    botocore_presign = client.generate_presigned_url
+
+    def counted(*args: object, **kwargs: dict[str, str]) -> str:
+        presigned.append(kwargs["Params"]["Key"])
+        return str(botocore_presign(*args, **kwargs))
+
+    client.generate_presigned_url = counted  # type: ignore[method-assign]
+    reader = ObjectFetcher(client, credentials=session.get_credentials(), retry_pause=0.01)
+    try:
+        with pytest.raises(S3AccessDeniedError):
+            await reader.fetch("files", "k", '"e"', 4)
+        assert await reader.fetch("files", "k", '"e"', 4) == b"data"
+    finally:
+        await reader.close()
+
+    assert presigned == [PROBE_KEY, PROBE_KEY]
 
 
 async def test_a_passing_outage_is_tried_once_more_and_the_etag_is_sent_each_time(

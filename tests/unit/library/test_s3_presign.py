@@ -109,6 +109,30 @@ def test_botocore_presigns_once_per_bucket() -> None:
     assert counting.presigned == 2
 
 
+def test_a_forgotten_bucket_is_checked_against_botocore_again() -> None:
+    """S3 refused one of the bucket's URLs: what was learnt of it is learnt again."""
+    session = boto3.session.Session()
+    counting = Counting(make_s3_client(endpoint_url="http://127.0.0.1:9000", session=session))
+    signer = signer_for(counting, session.get_credentials())
+
+    signer.url("files", "a.txt")
+    signer.forget("files")
+    url = signer.url("files", "b.txt")
+
+    assert counting.presigned == 2
+    assert url == botocore_url(counting.client, "files", "b.txt")
+
+
+def test_an_empty_key_is_refused_for_its_url_would_list_the_bucket() -> None:
+    session = boto3.session.Session()
+    counting = Counting(make_s3_client(endpoint_url="http://127.0.0.1:9000", session=session))
+    signer = signer_for(counting, session.get_credentials())
+
+    with pytest.raises(ValueError, match="cannot be empty"):
+        signer.url("files", "")
+    assert counting.presigned == 0
+
+
 def test_a_url_of_another_shape_leaves_the_bucket_to_botocore(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
