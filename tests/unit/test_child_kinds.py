@@ -61,7 +61,10 @@ def test_kopf_watches_every_kind_but_the_children_with_its_label_filter() -> Non
 def test_the_children_are_watched_by_streams_of_their_own_with_the_label_filter(
     namespaces: tuple[str, ...],
 ) -> None:
-    memo: Any = SimpleNamespace(kube=None, gate=SimpleNamespace(namespaces=namespaces))
+    cache = ObjectCache()
+    cache.put(kinds.POD.name, {"metadata": {"namespace": "team-a", "name": "p"}})
+    cache.put(kinds.SECRET.name, {"metadata": {"namespace": "team-b", "name": "s"}})
+    memo: Any = SimpleNamespace(kube=None, cache=cache, gate=SimpleNamespace(namespaces=namespaces))
     streams = children.watch_streams(memo)
     watched = {(s._kind, s._namespace, s._selector) for s in streams}
     scopes = namespaces or (None,)
@@ -69,6 +72,13 @@ def test_the_children_are_watched_by_streams_of_their_own_with_the_label_filter(
         (kind.api, namespace, kinds.MANAGED) for kind in kinds.CHILDREN for namespace in scopes
     }
     assert len(streams) == len(watched)
+    # After a list, a stream says DELETED for what the cache holds of its kind and scope.
+    held = {(s._kind, s._namespace): set(s._known()) for s in streams}
+    for namespace in scopes:
+        assert held[(kinds.POD.api, namespace)] == (
+            {("team-a", "p")} if namespace in (None, "team-a") else set()
+        )
+        assert held[(kinds.CONFIGMAP.api, namespace)] == set()
 
 
 def test_the_server_side_label_selectors_are_the_filtered_kinds_of_the_registry() -> None:

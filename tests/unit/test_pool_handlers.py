@@ -145,3 +145,17 @@ def test_a_deletion_inferred_from_a_relist_wakes_the_owner_of_the_cached_copy() 
     assert m.cache.get(kinds.POD.name, "team-a", "warm-abcde") is None
     assert m.queue.added == [("team-a", "alice")]
     assert m.pool_queue.added == [("team-a", "warm")]
+
+
+def test_a_deletion_inferred_from_a_list_older_than_the_cached_copy_is_no_deletion() -> None:
+    """The operator wrote the pod after the stream's list was read: the list's DELETED is
+    older than the cached copy, which stays, and nobody is woken."""
+    m = memo()
+    m.cache.put(kinds.POD.name, pod(2, {LABEL_CLAIMED_FROM: "warm"}, owner="alice"))
+    before = {"metadata": {"namespace": "team-a", "name": "warm-abcde", "resourceVersion": "1"}}
+
+    children.on_child_event(m, kinds.POD.name, "DELETED", before)
+
+    assert m.cache.get(kinds.POD.name, "team-a", "warm-abcde") is not None
+    assert m.queue.added == []
+    assert m.pool_queue.added == []

@@ -63,8 +63,11 @@ def on_child_event(memo: OperatorContext, kind: str, event_type: str, obj: dict[
     if event_type == "DELETED":
         # A deletion a stream inferred from a relist carries only the name: the owner is
         # read from the copy in the cache.
-        cached = memo.cache.get(kind, namespace, meta.get("name", ""))
+        name = meta.get("name", "")
+        cached = memo.cache.get(kind, namespace, name)
         memo.cache.remove(kind, obj)
+        if memo.cache.get(kind, namespace, name) is not None:
+            return  # the cache holds a newer object of that name: it is not gone
         if cached is not None and not meta.get("labels") and not meta.get("ownerReferences"):
             meta = cached.get("metadata", meta)
     elif not memo.cache.put(kind, obj):
@@ -92,6 +95,7 @@ def watch_streams(memo: OperatorContext) -> list[WatchStream]:
             child.api,
             namespace,
             partial(on_child_event, memo, child.name),
+            known=partial(memo.cache.keys, child.name, namespace),
             label_selector=child.selector,
         )
         for child in kinds.CHILDREN

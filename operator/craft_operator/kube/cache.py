@@ -205,6 +205,18 @@ class ObjectCache:
             if key[0] == kind:
                 yield key, obj
 
+    def keys(self, kind: str, namespace: str | None) -> list[tuple[str, str]]:
+        """The ``(namespace, name)`` of the cached objects of ``kind`` in ``namespace``, or
+        in every namespace if it is ``None`` (cluster-scoped objects have namespace ``""``)."""
+        if namespace is not None:
+            return [(namespace, name) for name in self._names.get((kind, namespace), ())]
+        return [
+            (scope or "", name)
+            for (cached, scope), names in self._names.items()
+            if cached == kind
+            for name in names
+        ]
+
     def in_namespace(self, kind: str, namespace: str | None) -> list[dict[str, Any]]:
         """The cached objects of ``kind`` in ``namespace`` (without scanning the others)."""
         names = sorted(self._names.get((kind, namespace), ()))

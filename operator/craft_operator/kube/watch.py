@@ -6,18 +6,21 @@ CPU per event, for handlers that only put the object in the cache. The children 
 sandboxes and pools stream many events (a claim and its refill about seven), so they are
 watched here, the way client-go's reflector does it, and each event is one function call:
 
-- the first watch of a stream has no ``resourceVersion``: the API server starts it with an
-  ``ADDED`` event per existing object (from its watch cache), so no separate list is needed;
+- a stream starts with a list (a page at a time): ``ADDED`` for each object, ``DELETED``
+  for each object the consumer holds (``known``) that the list does not, with the list's
+  version (a newer object of the same name, written after the list, is kept by the cache);
+  the watch then starts at the list's version, so nothing between the two is lost;
 - each event, and each ``BOOKMARK`` (``allowWatchBookmarks``), moves the version the stream
-  resumes from; the server ends a watch after ``timeoutSeconds`` and the next one resumes
-  there without any event being lost or replayed;
-- a version the server no longer has (410 Gone, as a status or as an ``ERROR`` event)
-  means events were missed: the stream lists the objects afresh (``ADDED`` for each), says
-  ``DELETED`` for each object it had handed over that the list no longer holds (with the
-  list's version: a newer object of the same name in the cache stays), and watches on from
-  the list's version;
-- any other failure (refused, unreachable, a garbled line) is logged and retried after a
-  backoff that grows with consecutive failures, resuming where the stream was;
+  resumes from; the server ends a watch after ``timeoutSeconds`` (jittered, so that the
+  streams do not all reconnect at once) and the next one resumes there;
+- a version the server no longer has (410 Gone, as a status or as an ``ERROR`` event), or
+  one it does not have yet ("too large resource version", 504), means the events between
+  are unknown: the stream lists afresh, as at the start;
+- a consumer that fails on an event has missed it: the stream lists afresh when the watch
+  it is on ends (not at once: a consumer failing on every listing would loop);
+- any other failure (refused, unreachable, a garbled line, a watch ended at once without a
+  line) is logged and retried after a backoff that grows with consecutive failures,
+  resuming where the stream was;
 - a stream silent for longer than ``client_timeout`` (bookmarks come about once a minute)
   is taken as stalled and reopened.
 """
@@ -27,7 +30,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+import random
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import aiohttp
@@ -39,12 +43,25 @@ logger = logging.getLogger(__name__)
 #: ``(event type, object)``: ``ADDED``, ``MODIFIED`` or ``DELETED``.
 EventHandler = Callable[[str, dict[str, Any]], None]
 
+#: The ``(namespace, name)`` of each object the consumer holds from the stream.
+KnownKeys = Callable[[], Iterable[tuple[str, str]]]
+
 #: The longest line (one object) a stream accepts; etcd keeps objects of at most 1.5 MiB.
 MAX_LINE_BYTES = 8 * 1024 * 1024
 
+#: A watch the server ends sooner than this without sending a line is a failure (backoff),
+#: not the normal end of a watch: a server doing it on every watch would be hammered.
+EMPTY_WATCH_SECONDS = 1.0
+
 
 class Expired(Exception):  # noqa: N818 (the API server's name for it)
-    """The version a watch was to resume from is gone from the server: start over."""
+    """The version a watch was to resume from is not on the server: list afresh."""
+
+
+def is_expired(code: int, message: str) -> bool:
+    """Whether an API error says the watch's version is gone (410) or not there yet (504
+    "Too large resource version": a server behind the one the version came from)."""
+    return code == 410 or (code == 504 and "too large resource version" in message.lower())
 
 
 class WatchStream:
@@ -57,26 +74,31 @@ class WatchStream:
         namespace: str | None,
         on_event: EventHandler,
         *,
+        known: KnownKeys,
         label_selector: str | None = None,
         server_timeout: int = 300,
-        client_timeout: float = 330.0,
+        client_timeout: float = 400.0,
         backoff: Callable[[int], float] | None = None,
     ) -> None:
-        """One stream; :meth:`run` keeps it open until cancelled."""
+        """One stream; :meth:`run` keeps it open until cancelled.
+
+        ``known`` gives what the consumer holds of this kind and scope: after a list, those
+        of them missing from it are handed over as ``DELETED``.
+        """
         self._kube = kube
         self._kind = kind
         self._namespace = namespace
         self._on_event = on_event
+        self._known = known
         self._selector = label_selector
         self._server_timeout = server_timeout
         self._client_timeout = client_timeout
         self._backoff = backoff or _default_backoff
-        #: The version the next watch resumes from; ``None``: from the current state.
+        #: The version the next watch starts from; ``None``: list first.
         self.resource_version: str | None = None
-        #: The objects handed over and not deleted since, as (namespace, name).
-        self._live: set[tuple[str, str]] = set()
         self._relist_needed = False
-        #: Watches opened (for tests and the curious).
+        #: Lists and watches made (for tests and the curious).
+        self.lists = 0
         self.watches = 0
 
     @property
@@ -86,20 +108,19 @@ class WatchStream:
         return f"{self._kind.plural} in {scope}"
 
     async def run(self) -> None:
-        """Watch until cancelled; never returns or raises otherwise."""
+        """List, then watch, until cancelled; never returns or raises otherwise."""
         await self._kube.connected.wait()
         failures = 0
         while True:
             try:
-                if self._relist_needed:
-                    await self._relist()
-                    self._relist_needed = False
+                if self.resource_version is None or self._relist_needed:
+                    self.resource_version, self._relist_needed = None, False
+                    await self._list()
                 await self._watch()
                 failures = 0
-            except Expired:
-                logger.info("watch of %s: version expired, listing afresh", self.name)
+            except Expired as exc:
+                logger.info("watch of %s: %s; listing afresh", self.name, exc)
                 self.resource_version = None
-                self._relist_needed = True
                 failures = 0
             except asyncio.CancelledError:
                 raise
@@ -115,90 +136,106 @@ class WatchStream:
                 )
                 await asyncio.sleep(delay)
 
-    async def _relist(self) -> None:
-        """List the objects (a page at a time): each one ``ADDED``, each one handed over
-        before and missing now ``DELETED``; the next watch starts at the list's version."""
+    async def _list(self) -> None:
+        """List the objects: each one ``ADDED``, each one the consumer holds and the list
+        does not ``DELETED``; the next watch starts at the list's version."""
         params = {"limit": str(LIST_PAGE_SIZE)}
         if self._selector:
             params["labelSelector"] = self._selector
         path = self._kind.path(self._namespace)
-        before, self._live = self._live, set()
+        listed: set[tuple[str, str]] = set()
         token, version = "", ""
+        self.lists += 1
         while True:
-            page = await self._kube.request(
-                "GET", path, params={**params, "continue": token} if token else params
-            )
+            try:
+                page = await self._kube.request(
+                    "GET", path, params={**params, "continue": token} if token else params
+                )
+            except ApiError as exc:
+                if token and exc.status == 410:  # the continue token expired: start over
+                    raise Expired(f"410 {exc.message[:200]}") from None
+                raise
             meta = page.get("metadata") or {}
-            version = str(meta.get("resourceVersion") or version)
+            # Every page of a list is read at the first page's version.
+            version = version or str(meta.get("resourceVersion") or "")
             for obj in page.get("items") or []:
+                item = obj.get("metadata") or {}
+                listed.add((str(item.get("namespace") or ""), str(item.get("name") or "")))
                 self._deliver("ADDED", obj)
             token = meta.get("continue") or ""
             if not token:
                 break
-        for namespace, name in sorted(before - self._live):
+        if not version:
+            raise ApiError(0, "InvalidResponse", "a list without a resourceVersion")
+        for namespace, name in sorted(set(self._known()) - listed):
             gone = {"namespace": namespace, "name": name, "resourceVersion": version}
             self._deliver("DELETED", {"metadata": gone})
-        self.resource_version = version or None
+        self.resource_version = version
 
     def _deliver(self, kind: str, obj: dict[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-        if kind == "DELETED":
-            self._live.discard(key)
-        else:
-            self._live.add(key)
         try:
             self._on_event(kind, obj)
-        except Exception:  # a handler's bug must not stop the stream, nor replay it
-            logger.exception("watch of %s: the %s event's handler failed", self.name, kind)
+        except Exception:  # a consumer's bug must not stop the stream
+            logger.exception(
+                "watch of %s: the %s event's handler failed; listing afresh when this watch ends",
+                self.name,
+                kind,
+            )
+            self._relist_needed = True
 
     async def _watch(self) -> None:
         """One watch, from :attr:`resource_version`, until the server ends it."""
         params = {
             "watch": "true",
             "allowWatchBookmarks": "true",
-            "timeoutSeconds": str(self._server_timeout),
+            "timeoutSeconds": str(int(self._server_timeout * (1 + random.random() / 4))),  # noqa: S311
+            "resourceVersion": self.resource_version or "",
         }
         if self._selector:
             params["labelSelector"] = self._selector
-        if self.resource_version:
-            params["resourceVersion"] = self.resource_version
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=self._client_timeout)
         session = self._kube.watch_session()
         self._kube.requests["WATCH"] += 1
         self.watches += 1
+        loop = asyncio.get_running_loop()
+        opened, lines = loop.time(), 0
         async with session.get(
             self._kind.path(self._namespace).lstrip("/"), params=params, timeout=timeout
         ) as response:
-            if response.status == 410:
-                raise Expired(await response.text())
             if response.status >= 400:
-                raise api_error(response.status, await response.text())
-            buffer = bytearray()
+                text = await response.text()
+                if is_expired(response.status, text):
+                    raise Expired(f"{response.status} {text[:200]}")
+                raise api_error(response.status, text)
+            buffer, scanned = bytearray(), 0
             async for chunk in response.content.iter_any():
                 buffer += chunk
-                while (end := buffer.find(b"\n")) >= 0:
-                    line = bytes(buffer[:end])
-                    del buffer[: end + 1]
+                start = 0
+                while (end := buffer.find(b"\n", max(start, scanned))) >= 0:
+                    line = bytes(buffer[start:end])
+                    start, scanned = end + 1, end + 1
                     if line.strip():
+                        lines += 1
                         self._dispatch(line)
-                if len(buffer) > MAX_LINE_BYTES:
+                del buffer[:start]
+                scanned = len(buffer)
+                if scanned > MAX_LINE_BYTES:
                     raise ApiError(0, "InvalidResponse", "a watch event longer than 8 MiB")
             if buffer.strip():
+                lines += 1
                 self._dispatch(bytes(buffer))
+        if not lines and loop.time() - opened < EMPTY_WATCH_SECONDS:
+            raise ApiError(0, "WatchEnded", "the server ended the watch at once, without a line")
 
     def _dispatch(self, line: bytes) -> None:
         event = json.loads(line)
         kind = event.get("type")
         obj = event.get("object") or {}
         if kind == "ERROR":
-            if obj.get("code") == 410:
-                raise Expired(str(obj.get("message", "")))
-            raise ApiError(
-                int(obj.get("code") or 0),
-                str(obj.get("reason") or "Error"),
-                str(obj.get("message") or "")[:1000],
-            )
+            code, message = int(obj.get("code") or 0), str(obj.get("message") or "")[:1000]
+            if is_expired(code, message):
+                raise Expired(f"{code} {message[:200]}")
+            raise ApiError(code, str(obj.get("reason") or "Error"), message)
         version = (obj.get("metadata") or {}).get("resourceVersion")
         if kind in ("ADDED", "MODIFIED", "DELETED"):
             self._deliver(kind, obj)

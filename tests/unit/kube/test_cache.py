@@ -173,6 +173,17 @@ def test_items_lists_one_kind() -> None:
     ]
 
 
+def test_the_keys_of_one_kind_are_given_per_namespace_or_for_all() -> None:
+    cache = ObjectCache()
+    cache.put("Pod", obj("a", "1"))
+    cache.put("Pod", obj("b", "1", namespace="other"))
+    cache.put("Secret", obj("c", "1"))
+    cache.remove("Pod", obj("gone", "2"))
+    assert cache.keys("Pod", "ns") == [("ns", "a")]
+    assert cache.keys("Pod", "nowhere") == []
+    assert sorted(cache.keys("Pod", None)) == [("ns", "a"), ("other", "b")]
+
+
 def test_items_may_be_iterated_while_the_cache_changes() -> None:
     cache = ObjectCache()
     for name in "abc":

@@ -27,15 +27,30 @@ LABELS = {"app.kubernetes.io/managed-by": "craft-operator"}
 
 
 class Seen:
-    """The events a stream handed over, as (type, name, data)."""
+    """A consumer: the events a stream handed over, as (type, name, data), and the objects
+    it holds from them (plus any it was given otherwise, as the cache holds its writes)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *held: str) -> None:
         self.events: list[tuple[str, str, dict[str, str]]] = []
         self.changed = asyncio.Event()
+        self.held = {(NAMESPACE, name) for name in held}
 
     def __call__(self, kind: str, obj: dict[str, Any]) -> None:
-        self.events.append((kind, obj["metadata"]["name"], dict(obj.get("data") or {})))
+        meta = obj["metadata"]
+        self.events.append((kind, meta["name"], dict(obj.get("data") or {})))
+        key = (str(meta.get("namespace") or ""), meta["name"])
+        if kind == "DELETED":
+            self.held.discard(key)
+        else:
+            self.held.add(key)
         self.changed.set()
+
+    def known(self) -> set[tuple[str, str]]:
+        return set(self.held)
+
+    def stream(self, kube: KubeClient, **options: Any) -> WatchStream:
+        """A stream of the test namespace's ConfigMaps to this consumer."""
+        return WatchStream(kube, CONFIGMAPS, NAMESPACE, self, known=self.known, **options)
 
     async def until(self, count: int) -> None:
         async with asyncio.timeout(10):
@@ -74,14 +89,18 @@ def watch_requests(emulator: KubeEmulator) -> list[rendering.Request]:
 # -- against the emulator ---------------------------------------------------------------
 
 
-async def test_a_stream_starts_with_every_existing_object_then_follows_every_change(
+def lists(emulator: KubeEmulator) -> list[rendering.Request]:
+    return [r for r in emulator.served if r.method == "GET" and "watch" not in r.params]
+
+
+async def test_a_stream_lists_every_existing_object_then_follows_every_change_from_the_list(
     emulator: KubeEmulator, kube: KubeClient
 ) -> None:
     emulator.create("v1/configmaps", configmap("a", LABELS, v="1"))
     emulator.create("v1/configmaps", configmap("b", LABELS, v="1"))
     emulator.create("v1/configmaps", configmap("not-ours", v="1"))
     seen = Seen()
-    task = await running(WatchStream(kube, CONFIGMAPS, NAMESPACE, seen, label_selector=MANAGED))
+    task = await running(seen.stream(kube, label_selector=MANAGED))
     await seen.until(2)
     emulator.patch("v1/configmaps", NAMESPACE, "a", {"data": {"v": "2"}})
     emulator.remove("v1/configmaps", NAMESPACE, "b")
@@ -94,14 +113,33 @@ async def test_a_stream_starts_with_every_existing_object_then_follows_every_cha
         ("MODIFIED", "a", {"v": "2"}),
         ("DELETED", "b", {"v": "1"}),
     ]
+    assert len(lists(emulator)) == 1
+    assert watch_requests(emulator)[0].params.get("resourceVersion")  # the list's
+
+
+async def test_a_stream_says_deleted_for_what_its_consumer_holds_and_the_list_has_not(
+    emulator: KubeEmulator, kube: KubeClient
+) -> None:
+    """The consumer may hold objects the stream never gave it (the cache keeps what the
+    operator wrote): the list is the truth, and what it lacks is gone."""
+    emulator.create("v1/configmaps", configmap("there", LABELS))
+    seen = Seen("written-then-deleted")
+    task = await running(seen.stream(kube))
+    await seen.until(2)
+    await stopped(task)
+
+    assert [(kind, name) for kind, name, _ in seen.events] == [
+        ("ADDED", "there"),
+        ("DELETED", "written-then-deleted"),
+    ]
+    assert seen.held == {(NAMESPACE, "there")}
 
 
 async def test_a_watch_the_server_ends_is_resumed_where_it_was_without_replays_or_losses(
     emulator: KubeEmulator, kube: KubeClient
 ) -> None:
     seen = Seen()
-    stream = WatchStream(kube, CONFIGMAPS, NAMESPACE, seen, server_timeout=1)
-    task = await running(stream)
+    task = await running(seen.stream(kube, server_timeout=1))
     for index in range(3):
         emulator.create("v1/configmaps", configmap(f"c{index}", LABELS))
         await seen.until(index + 1)
@@ -110,17 +148,18 @@ async def test_a_watch_the_server_ends_is_resumed_where_it_was_without_replays_o
 
     assert [name for _, name, _ in seen.events] == ["c0", "c1", "c2"]
     resumed = [r.params.get("resourceVersion") for r in watch_requests(emulator)]
-    assert resumed[0] is None
     assert len(resumed) >= 3
-    assert all(resumed[1:])
+    assert all(resumed)
+    assert len(lists(emulator)) == 1
 
 
 async def test_a_cut_connection_is_retried_and_resumed(
     emulator: KubeEmulator, kube: KubeClient
 ) -> None:
     seen, delays = Seen(), Delays()
-    stream = WatchStream(kube, CONFIGMAPS, NAMESPACE, seen, backoff=delays)
+    stream = seen.stream(kube, backoff=delays)
     task = await running(stream)
+    await eventually(lambda: watch_requests(emulator), what="a watch")
     emulator.create("v1/configmaps", configmap("before", LABELS))
     await seen.until(1)
     assert emulator.cut_watches() == 1
@@ -131,6 +170,7 @@ async def test_a_cut_connection_is_retried_and_resumed(
 
     assert [name for _, name, _ in seen.events] == ["before", "after"]
     assert stream.watches >= 2
+    assert stream.lists == 1
 
 
 def answer_watches_with(
@@ -155,9 +195,7 @@ async def test_an_expired_version_lists_afresh_and_says_what_was_deleted_meanwhi
     """Events were missed: the list shows what is there, and what is no longer there is
     said DELETED (with the list's version), then the watch goes on from the list."""
     seen = Seen()
-    stream = WatchStream(
-        kube, CONFIGMAPS, NAMESPACE, seen, label_selector=MANAGED, backoff=Delays()
-    )
+    stream = seen.stream(kube, label_selector=MANAGED, backoff=Delays())
     emulator.create("v1/configmaps", configmap("kept", LABELS))
     emulator.create("v1/configmaps", configmap("gone", LABELS))
     task = await running(stream)
@@ -177,6 +215,7 @@ async def test_an_expired_version_lists_afresh_and_says_what_was_deleted_meanwhi
         ("DELETED", "gone", {}),
         ("ADDED", "later", {}),
     ]
+    assert stream.lists == 2
     last_watch = watch_requests(emulator)[-1].params
     assert last_watch.get("resourceVersion")  # from the list, not from scratch
 
@@ -199,38 +238,52 @@ async def test_a_refused_watch_is_retried_after_a_growing_backoff(
 ) -> None:
     hook, answered = answer_watches_with(403, times=3)
     emulator.before_request.append(hook)
-    emulator.create("v1/configmaps", configmap("a", LABELS))
     seen, delays = Seen(), Delays()
-    task = await running(WatchStream(kube, CONFIGMAPS, NAMESPACE, seen, backoff=delays))
+    stream = seen.stream(kube, backoff=delays)
+    task = await running(stream)
+    await eventually(lambda: stream.watches >= 4, what="a fourth watch")
+    emulator.create("v1/configmaps", configmap("a", LABELS))
     await seen.until(1)
     await stopped(task)
 
     assert answered == [403, 403, 403]
     assert delays.failures == [1, 2, 3]
+    assert stream.lists == 1
     assert "watch of configmaps in craft-sandboxes failed (ApiError" in caplog.text
 
 
-async def test_a_failing_handler_is_logged_and_neither_stops_nor_replays_the_stream(
+async def test_a_failing_handler_is_logged_and_the_stream_lists_afresh_when_its_watch_ends(
     emulator: KubeEmulator, kube: KubeClient, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """The event the consumer failed on is lost to it: the next list brings the object
+    again, but only after the watch (a consumer failing on every list must not loop)."""
     seen = Seen()
+    failures = [1]
 
     def handler(kind: str, obj: dict[str, Any]) -> None:
         seen(kind, obj)
-        if obj["metadata"]["name"] == "bad":
+        if obj["metadata"]["name"] == "bad" and failures:
+            failures.pop()
             raise RuntimeError("a bug")
 
-    stream = WatchStream(kube, CONFIGMAPS, NAMESPACE, handler)
+    stream = WatchStream(kube, CONFIGMAPS, NAMESPACE, handler, known=seen.known, server_timeout=1)
     task = await running(stream)
+    await eventually(lambda: stream.watches, what="a watch")
     emulator.create("v1/configmaps", configmap("bad", LABELS))
     emulator.create("v1/configmaps", configmap("good", LABELS))
     await seen.until(2)
-    await asyncio.sleep(0.1)
+    assert stream.lists == 1  # not at once
+    await seen.until(4)
     await stopped(task)
 
-    assert [name for _, name, _ in seen.events] == ["bad", "good"]
-    assert stream.watches == 1
-    assert "the ADDED event's handler failed" in caplog.text
+    assert [(kind, name) for kind, name, _ in seen.events] == [
+        ("ADDED", "bad"),
+        ("ADDED", "good"),
+        ("ADDED", "bad"),
+        ("ADDED", "good"),
+    ]
+    assert stream.lists == 2
+    assert "the ADDED event's handler failed; listing afresh when this watch ends" in caplog.text
 
 
 # -- against a stand-in server -----------------------------------------------------------
@@ -240,8 +293,8 @@ Answer = Callable[[aiohttp.web.Request], Awaitable[aiohttp.web.StreamResponse]]
 
 @dataclass
 class StandIn:
-    """A server whose watch answers the test lists, one per request (then it stalls until
-    it shuts down), and the operator's client bound to it."""
+    """A server answering lists and watches with the answers the test gives, one per
+    request (then stalling until it shuts down), and the operator's client bound to it."""
 
     kube: KubeClient
     answers: list[Answer] = field(default_factory=list)
@@ -249,7 +302,7 @@ class StandIn:
     closing: asyncio.Event = field(default_factory=asyncio.Event)
 
     def streaming(self, *events: dict[str, Any], then_stall: bool = False) -> Answer:
-        """An answer streaming ``events`` (then holding the stream open)."""
+        """A watch's answer streaming ``events`` (then holding the stream open)."""
 
         async def answer(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
             response = aiohttp.web.StreamResponse()
@@ -262,8 +315,32 @@ class StandIn:
 
         return answer
 
+    @staticmethod
+    def listing(version: str, *items: dict[str, Any], token: str = "") -> Answer:
+        """A list's answer (one page; more to come if ``token``)."""
+
+        async def answer(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+            meta = {"resourceVersion": version, **({"continue": token} if token else {})}
+            body = {"kind": "ConfigMapList", "metadata": meta, "items": list(items)}
+            return aiohttp.web.json_response(body)
+
+        return answer
+
+    @staticmethod
+    def status(code: int, message: str) -> Answer:
+        """A refusal."""
+
+        async def answer(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+            body = {"kind": "Status", "code": code, "reason": "Refused", "message": message}
+            return aiohttp.web.json_response(body, status=code)
+
+        return answer
+
     def versions_asked(self) -> list[str | None]:
         return [request.query.get("resourceVersion") for request in self.received]
+
+    def watched(self) -> list[str | None]:
+        return [request.query.get("watch") for request in self.received]
 
 
 @pytest.fixture
@@ -290,74 +367,142 @@ async def stand_in(unused_tcp_port: int) -> AsyncIterator[StandIn]:
     await runner.cleanup()
 
 
-def cm_event(kind: str, name: str, version: str) -> dict[str, Any]:
+def cm(name: str, version: str) -> dict[str, Any]:
     obj = configmap(name)
     obj["metadata"]["resourceVersion"] = version
-    return {"type": kind, "object": obj}
+    return obj
+
+
+def cm_event(kind: str, name: str, version: str) -> dict[str, Any]:
+    return {"type": kind, "object": cm(name, version)}
 
 
 async def until_asked(server: StandIn, count: int) -> None:
-    await eventually(lambda: len(server.received) >= count, what=f"{count} watch requests")
+    await eventually(lambda: len(server.received) >= count, what=f"{count} requests")
 
 
 async def test_a_bookmark_moves_the_version_and_is_no_event(stand_in: StandIn) -> None:
     bookmark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "42"}}}
-    stand_in.answers.append(stand_in.streaming(cm_event("ADDED", "a", "10"), bookmark))
+    stand_in.answers += [
+        stand_in.listing("5"),
+        stand_in.streaming(cm_event("ADDED", "a", "10"), bookmark),
+    ]
     seen = Seen()
-    task = await running(WatchStream(stand_in.kube, CONFIGMAPS, NAMESPACE, seen))
+    task = await running(seen.stream(stand_in.kube))
     await seen.until(1)
-    await until_asked(stand_in, 2)
+    await until_asked(stand_in, 3)
     await stopped(task)
 
     assert seen.events == [("ADDED", "a", {})]
-    assert stand_in.versions_asked()[:2] == [None, "42"]
+    assert stand_in.watched()[:3] == [None, "true", "true"]
+    assert stand_in.versions_asked()[:3] == [None, "5", "42"]
+
+
+async def test_watches_ask_the_server_to_end_them_at_jittered_times(stand_in: StandIn) -> None:
+    """Streams started together must not all reconnect together, for ever after."""
+    stand_in.answers += [stand_in.listing("5")] + [stand_in.streaming() for _ in range(8)]
+    seen = Seen()
+    task = await running(seen.stream(stand_in.kube, server_timeout=100, backoff=Delays()))
+    await until_asked(stand_in, 9)
+    await stopped(task)
+
+    asked = [int(r.query["timeoutSeconds"]) for r in stand_in.received[1:9]]
+    assert all(100 <= seconds <= 125 for seconds in asked)
+    assert len(set(asked)) > 1
 
 
 async def test_an_expired_error_event_lists_afresh_and_watches_on_from_the_list(
     stand_in: StandIn,
 ) -> None:
     gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
-
-    async def listing(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
-        relisted = cm_event("ADDED", "a", "90")["object"]
-        return aiohttp.web.json_response(
-            {"kind": "ConfigMapList", "metadata": {"resourceVersion": "95"}, "items": [relisted]}
-        )
-
     stand_in.answers += [
+        stand_in.listing("5"),
         stand_in.streaming(cm_event("ADDED", "a", "10"), gone),
-        listing,
+        stand_in.listing("95", cm("a", "90")),
         stand_in.streaming(cm_event("MODIFIED", "a", "96")),
     ]
     seen, delays = Seen(), Delays()
-    stream = WatchStream(stand_in.kube, CONFIGMAPS, NAMESPACE, seen, backoff=delays)
-    task = await running(stream)
+    task = await running(seen.stream(stand_in.kube, backoff=delays))
     await seen.until(3)
     await stopped(task)
 
     assert [kind for kind, _, _ in seen.events] == ["ADDED", "ADDED", "MODIFIED"]
-    assert [r.query.get("watch") for r in stand_in.received[:3]] == ["true", None, "true"]
-    assert stand_in.versions_asked()[:3] == [None, None, "95"]
+    assert stand_in.watched()[:4] == [None, "true", None, "true"]
+    assert stand_in.versions_asked()[:4] == [None, "5", None, "95"]
     assert delays.failures == []  # no failure: no backoff
+
+
+async def test_a_version_too_large_for_the_server_lists_afresh(stand_in: StandIn) -> None:
+    """A server behind the one the version came from answers 504: listing from it gives a
+    version it has."""
+    stand_in.answers += [
+        stand_in.listing("500"),
+        stand_in.status(504, "Too large resource version: 500, current: 400"),
+        stand_in.listing("401", cm("a", "390")),
+        stand_in.streaming(cm_event("MODIFIED", "a", "402")),
+    ]
+    seen, delays = Seen(), Delays()
+    task = await running(seen.stream(stand_in.kube, backoff=delays))
+    await seen.until(2)
+    await stopped(task)
+
+    assert stand_in.versions_asked()[:4] == [None, "500", None, "401"]
+    assert delays.failures == []
+
+
+async def test_a_list_whose_continue_token_expired_starts_over(stand_in: StandIn) -> None:
+    stand_in.answers += [
+        stand_in.listing("5", cm("a", "4"), token="page-2"),
+        stand_in.status(410, "The provided continue parameter is too old"),
+        stand_in.listing("9", cm("a", "4"), cm("b", "8")),
+        stand_in.streaming(cm_event("ADDED", "c", "10")),
+    ]
+    seen, delays = Seen(), Delays()
+    task = await running(seen.stream(stand_in.kube, backoff=delays))
+    await seen.until(4)
+    await stopped(task)
+
+    assert [name for _, name, _ in seen.events] == ["a", "a", "b", "c"]
+    assert [r.query.get("continue") for r in stand_in.received[:3]] == [None, "page-2", None]
+    assert stand_in.versions_asked()[3] == "9"
+    assert delays.failures == []
+
+
+async def test_a_watch_ended_at_once_without_a_line_is_a_failure_with_a_backoff(
+    stand_in: StandIn,
+) -> None:
+    """A server (or proxy) ending every watch at once would otherwise be asked again and
+    again, as fast as the loop turns."""
+    stand_in.answers += [
+        stand_in.listing("5"),
+        stand_in.streaming(),
+        stand_in.streaming(),
+        stand_in.streaming(cm_event("ADDED", "a", "6")),
+    ]
+    seen, delays = Seen(), Delays()
+    task = await running(seen.stream(stand_in.kube, backoff=delays))
+    await seen.until(1)
+    await stopped(task)
+
+    assert delays.failures == [1, 2]
+    assert stand_in.versions_asked()[:4] == [None, "5", "5", "5"]
 
 
 async def test_a_silent_stream_is_taken_as_stalled_and_reopened(
     stand_in: StandIn, caplog: pytest.LogCaptureFixture
 ) -> None:
     stand_in.answers += [
+        stand_in.listing("5"),
         stand_in.streaming(cm_event("ADDED", "a", "10"), then_stall=True),
         stand_in.streaming(cm_event("MODIFIED", "a", "11")),
     ]
     seen, delays = Seen(), Delays()
-    stream = WatchStream(
-        stand_in.kube, CONFIGMAPS, NAMESPACE, seen, client_timeout=0.3, backoff=delays
-    )
-    task = await running(stream)
+    task = await running(seen.stream(stand_in.kube, client_timeout=0.3, backoff=delays))
     await seen.until(2)
     await stopped(task)
 
     assert [kind for kind, _, _ in seen.events] == ["ADDED", "MODIFIED"]
-    assert stand_in.versions_asked()[:2] == [None, "10"]
+    assert stand_in.versions_asked()[:3] == [None, "5", "10"]
     assert delays.failures == [1]
     assert "TimeoutError" in caplog.text
 
@@ -371,21 +516,51 @@ async def test_a_garbled_line_is_a_failure_retried_from_the_last_version(
         await response.write(json.dumps(cm_event("ADDED", "a", "10")).encode() + b"\n{not json\n")
         return response
 
-    stand_in.answers += [garbled, stand_in.streaming(cm_event("MODIFIED", "a", "11"))]
+    stand_in.answers += [
+        stand_in.listing("5"),
+        garbled,
+        stand_in.streaming(cm_event("MODIFIED", "a", "11")),
+    ]
     seen, delays = Seen(), Delays()
-    task = await running(WatchStream(stand_in.kube, CONFIGMAPS, NAMESPACE, seen, backoff=delays))
+    task = await running(seen.stream(stand_in.kube, backoff=delays))
     await seen.until(2)
     await stopped(task)
 
     assert [kind for kind, _, _ in seen.events] == ["ADDED", "MODIFIED"]
     assert delays.failures == [1]
-    assert stand_in.versions_asked()[:2] == [None, "10"]
+    assert stand_in.versions_asked()[:3] == [None, "5", "10"]
+
+
+async def test_events_split_across_chunks_and_sharing_one_are_each_handed_over(
+    stand_in: StandIn,
+) -> None:
+    lines = b"".join(
+        json.dumps(cm_event("ADDED", name, str(10 + index))).encode() + b"\n"
+        for index, name in enumerate("abc")
+    )
+
+    async def chunked(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+        response = aiohttp.web.StreamResponse()
+        await response.prepare(request)
+        for start in range(0, len(lines), 7):
+            await response.write(lines[start : start + 7])
+            await asyncio.sleep(0)
+        await response.write(json.dumps(cm_event("ADDED", "d", "20")).encode())  # no newline
+        return response
+
+    stand_in.answers += [stand_in.listing("5"), chunked]
+    seen = Seen()
+    task = await running(seen.stream(stand_in.kube))
+    await seen.until(4)
+    await stopped(task)
+
+    assert [name for _, name, _ in seen.events] == ["a", "b", "c", "d"]
 
 
 async def test_a_stream_waits_for_the_login() -> None:
     kube = KubeClient()
     seen = Seen()
-    task = await running(WatchStream(kube, CONFIGMAPS, NAMESPACE, seen))
+    task = await running(seen.stream(kube))
     await asyncio.sleep(0.05)
     assert not task.done()
     await stopped(task)
