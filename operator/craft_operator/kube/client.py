@@ -11,6 +11,8 @@ import asyncio
 import collections
 import json
 import ssl
+import threading
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -34,6 +36,10 @@ POLICIES = kinds.POLICY.api
 NAMESPACES = kinds.NAMESPACE.api
 
 USER_AGENT = f"craft-operator/{__version__}"
+
+#: Seconds a session of an earlier login stays open for the requests, execs and watches
+#: still on it (a watch ends within about six minutes).
+RETIRED_SESSION_GRACE = 600.0
 #: Objects per page of a list: a relist of 10,000 sandboxes' objects holds one page at a
 #: time, as kopf's own lists do.
 LIST_PAGE_SIZE = 500
@@ -85,7 +91,10 @@ class KubeClient:
         self._watches: aiohttp.ClientSession | None = None
         self._max_streams = max_streams
         self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=10)
-        self._retired: list[aiohttp.ClientSession] = []
+        #: Sessions of earlier logins, with when they were retired (monotonic seconds).
+        self._retired: list[tuple[float, aiohttp.ClientSession]] = []
+        self._retiring = threading.Lock()  # kopf calls a sync login handler from a thread
+        self._closing: set[asyncio.Task[None]] = set()
         self.requests: collections.Counter[str] = collections.Counter()
         #: Set once the login handler has handed over the credentials.
         self.connected = asyncio.Event()
@@ -95,25 +104,53 @@ class KubeClient:
         self._info = info
         self._ssl = None
         self.connected.set()
-        # In-flight requests may still use the old sessions; close them with the client.
-        self._retired += [s for s in (self._session, self._streams, self._watches) if s is not None]
+        # In-flight requests may still use the old sessions: they are closed once they have
+        # been retired for RETIRED_SESSION_GRACE seconds (see _close_retired).
+        now = time.monotonic()
+        with self._retiring:
+            self._retired += [
+                (now, s) for s in (self._session, self._streams, self._watches) if s is not None
+            ]
         self._session = self._streams = self._watches = None
 
     async def close(self) -> None:
         """Close the HTTP sessions."""
+        with self._retiring:
+            retired, self._retired = self._retired, []
         sessions = [
-            *self._retired,
+            *(session for _, session in retired),
             *(s for s in (self._session, self._streams, self._watches) if s),
         ]
-        self._retired, self._session, self._streams, self._watches = [], None, None, None
+        self._session, self._streams, self._watches = None, None, None
         for session in sessions:
             await session.close()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+
+    def _close_retired(self) -> None:
+        """Close the sessions retired at least :data:`RETIRED_SESSION_GRACE` seconds ago
+        (called on the event loop as new sessions open, that is after each re-login), so
+        that re-logins over the operator's life do not pile up sessions and sockets."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # not on the loop: they are closed with the client
+        cutoff = time.monotonic() - RETIRED_SESSION_GRACE
+        with self._retiring:
+            due = [session for retired, session in self._retired if retired <= cutoff]
+            self._retired = [(t, session) for t, session in self._retired if t > cutoff]
+        for session in due:
+            task = loop.create_task(session.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     def _connection(self) -> tuple[kopf.ConnectionInfo, dict[str, str], ssl.SSLContext | bool]:
         """The credentials, the headers every request carries, and the SSL context (built
         once per login: loading the CA and client certificate costs milliseconds)."""
         if self._info is None:
             raise ApiError(0, "NotConfigured", "the Kubernetes client has no credentials yet")
+        if self._retired:
+            self._close_retired()
         if self._ssl is None:
             self._ssl = ssl_context(self._info)
         return self._info, {**auth_headers(self._info), "User-Agent": USER_AGENT}, self._ssl

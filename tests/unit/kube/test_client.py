@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from typing import Any
 
@@ -15,6 +16,7 @@ from craft_operator.kube.client import (
     CONFIGMAPS,
     JOBS,
     PODS,
+    RETIRED_SESSION_GRACE,
     SANDBOXES,
     SECRETS,
     ApiError,
@@ -361,3 +363,29 @@ async def test_streams_have_a_session_of_their_own_on_the_same_credentials() -> 
     assert client.stream_session().headers["Authorization"] == "Bearer n3w"
     await client.close()
     assert streams.closed
+
+
+async def test_the_sessions_of_an_earlier_login_are_closed_after_a_grace_period(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Requests, execs and watches still on them may finish; re-logins over months do not
+    pile up sessions and their sockets."""
+    now = [1000.0]
+    monkeypatch.setattr("craft_operator.kube.client.time.monotonic", lambda: now[0])
+    client = KubeClient()
+    client.configure(kopf.ConnectionInfo(server="https://api.test:6443", token="first"))
+    first = client.stream_session()
+
+    client.configure(kopf.ConnectionInfo(server="https://api.test:6443", token="second"))
+    second = client.stream_session()
+    assert not first.closed  # just retired: in-flight work may still use it
+
+    now[0] += RETIRED_SESSION_GRACE
+    client.configure(kopf.ConnectionInfo(server="https://api.test:6443", token="third"))
+    client.stream_session()
+    await asyncio.sleep(0)
+    assert first.closed
+    assert not second.closed  # retired just now
+
+    await client.close()
+    assert second.closed
