@@ -20,7 +20,7 @@ import aiohttp
 import kopf
 
 from craft_operator import __version__
-from craft_operator.kube import kinds
+from craft_operator.kube import jsonio, kinds
 from craft_operator.kube.connection import auth_headers, ssl_context
 from craft_operator.kube.kinds import Kind as Kind  # re-exported: the clients' callers name it
 
@@ -210,16 +210,16 @@ class KubeClient:
         """One API request; the decoded JSON answer, or a typed :class:`ApiError`."""
         session, _ = self._ensure_session()
         self.requests[method] += 1
-        data = None if body is None else json.dumps(body, separators=(",", ":"))
+        data = None if body is None else jsonio.dumps(body)
         headers = {"Content-Type": content_type} if data is not None else None
         try:
             async with session.request(
                 method, path.lstrip("/"), data=data, headers=headers, params=params
             ) as response:
-                text = await response.text()
+                raw = await response.read()
                 if response.status >= 400:
-                    raise api_error(response.status, text)
-                return json.loads(text) if text else {}
+                    raise api_error(response.status, raw.decode(errors="replace"))
+                return jsonio.loads(raw) if raw else {}
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise ApiError(0, "Unreachable", f"{method} {path}: {type(exc).__name__}") from None
         except ValueError:

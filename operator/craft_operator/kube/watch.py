@@ -28,7 +28,6 @@ watched here, the way client-go's reflector does it, and each event is one funct
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 from collections.abc import Callable, Iterable
@@ -36,6 +35,7 @@ from typing import Any
 
 import aiohttp
 
+from craft_operator.kube import jsonio
 from craft_operator.kube.client import LIST_PAGE_SIZE, ApiError, Kind, KubeClient, api_error
 
 logger = logging.getLogger(__name__)
@@ -228,7 +228,7 @@ class WatchStream:
             raise ApiError(0, "WatchEnded", "the server ended the watch at once, without a line")
 
     def _dispatch(self, line: bytes) -> None:
-        event = json.loads(line)
+        event = jsonio.loads(line)
         kind = event.get("type")
         obj = event.get("object") or {}
         if kind == "ERROR":
