@@ -15,7 +15,8 @@ watched here, the way client-go's reflector does it, and each event is one funct
   streams do not all reconnect at once) and the next one resumes there;
 - a version the server no longer has (410 Gone, as a status or as an ``ERROR`` event), or
   one it does not have yet ("too large resource version", 504), means the events between
-  are unknown: the stream lists afresh, as at the start;
+  are unknown: the stream lists afresh, as at the start (after a backoff if the refused
+  version is that of a list just made: a server doing that on every list would loop);
 - a consumer that fails on an event has missed it: the stream lists afresh when the watch
   it is on ends (not at once: a consumer failing on every listing would loop);
 - any other failure (refused, unreachable, a garbled line, a watch ended at once without a
@@ -97,6 +98,8 @@ class WatchStream:
         #: The version the next watch starts from; ``None``: list first.
         self.resource_version: str | None = None
         self._relist_needed = False
+        #: Lines received by the current (or last) watch.
+        self._lines = 0
         #: Lists and watches made (for tests and the curious).
         self.lists = 0
         self.watches = 0
@@ -112,16 +115,32 @@ class WatchStream:
         await self._kube.connected.wait()
         failures = 0
         while True:
+            fresh = False
             try:
                 if self.resource_version is None or self._relist_needed:
                     self.resource_version, self._relist_needed = None, False
+                    self._lines = 0
                     await self._list()
+                    fresh = True
                 await self._watch()
                 failures = 0
             except Expired as exc:
-                logger.info("watch of %s: %s; listing afresh", self.name, exc)
                 self.resource_version = None
-                failures = 0
+                if not (fresh and self._lines == 0):
+                    logger.info("watch of %s: %s; listing afresh", self.name, exc)
+                    failures = 0
+                    continue
+                # The version of a list just made is already unknown to the server: listing
+                # again at once could go on as fast as the loop turns.
+                failures += 1
+                delay = self._backoff(failures)
+                logger.warning(
+                    "watch of %s: %s right after a list; listing again in %.1fs",
+                    self.name,
+                    exc,
+                    delay,
+                )
+                await asyncio.sleep(delay)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -198,7 +217,7 @@ class WatchStream:
         self._kube.requests["WATCH"] += 1
         self.watches += 1
         loop = asyncio.get_running_loop()
-        opened, lines = loop.time(), 0
+        opened, self._lines = loop.time(), 0
         async with session.get(
             self._kind.path(self._namespace).lstrip("/"), params=params, timeout=timeout
         ) as response:
@@ -215,16 +234,16 @@ class WatchStream:
                     line = bytes(buffer[start:end])
                     start, scanned = end + 1, end + 1
                     if line.strip():
-                        lines += 1
                         self._dispatch(line)
+                        self._lines += 1
                 del buffer[:start]
                 scanned = len(buffer)
                 if scanned > MAX_LINE_BYTES:
                     raise ApiError(0, "InvalidResponse", "a watch event longer than 8 MiB")
             if buffer.strip():
-                lines += 1
                 self._dispatch(bytes(buffer))
-        if not lines and loop.time() - opened < EMPTY_WATCH_SECONDS:
+                self._lines += 1
+        if not self._lines and loop.time() - opened < EMPTY_WATCH_SECONDS:
             raise ApiError(0, "WatchEnded", "the server ended the watch at once, without a line")
 
     def _dispatch(self, line: bytes) -> None:

@@ -432,9 +432,33 @@ async def test_an_expired_error_event_lists_afresh_and_watches_on_from_the_list(
     assert delays.failures == []  # no failure: no backoff
 
 
+async def test_a_list_whose_version_is_refused_at_once_is_listed_again_after_a_backoff(
+    stand_in: StandIn,
+) -> None:
+    """A server expiring every list's version as soon as it is watched (or a load balancer
+    alternating between servers that are out of step) would be listed as fast as the loop
+    turns."""
+    gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
+    stand_in.answers += [
+        stand_in.listing("5"),
+        stand_in.status(410, "too old resource version: 5 (9)"),
+        stand_in.listing("9"),
+        stand_in.streaming(gone),
+        stand_in.listing("12"),
+        stand_in.streaming(cm_event("ADDED", "a", "13")),
+    ]
+    seen, delays = Seen(), Delays()
+    task = await running(seen.stream(stand_in.kube, backoff=delays))
+    await seen.until(1)
+    await stopped(task)
+
+    assert delays.failures == [1, 2]
+    assert stand_in.versions_asked()[:6] == [None, "5", None, "9", None, "12"]
+
+
 async def test_a_version_too_large_for_the_server_lists_afresh(stand_in: StandIn) -> None:
     """A server behind the one the version came from answers 504: listing from it gives a
-    version it has."""
+    version it has (after a backoff, since the refused version came from a list)."""
     stand_in.answers += [
         stand_in.listing("500"),
         stand_in.status(504, "Too large resource version: 500, current: 400"),
@@ -447,7 +471,7 @@ async def test_a_version_too_large_for_the_server_lists_afresh(stand_in: StandIn
     await stopped(task)
 
     assert stand_in.versions_asked()[:4] == [None, "500", None, "401"]
-    assert delays.failures == []
+    assert delays.failures == [1]
 
 
 async def test_a_list_whose_continue_token_expired_starts_over(stand_in: StandIn) -> None:
