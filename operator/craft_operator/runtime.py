@@ -131,6 +131,7 @@ def build_context(
         queue=context.queue,
         queue_backlog=context.queue.backlog,
         api_requests=kube.requests,
+        watch_outcomes=kube.watch_outcomes,
         active=lambda: context.gate.active,
     )
     return context

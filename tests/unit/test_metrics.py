@@ -3,12 +3,14 @@ value stays in a fixed set (never a user, a name or a token)."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
+import aiohttp.web
 import kmock
 import kopf
 import pytest
@@ -18,7 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from craft_operator.api.models import KIND, CraftSandboxStatus, Phase
 from craft_operator.config import Settings
 from craft_operator.kube.cache import ObjectCache
-from craft_operator.kube.client import PODS, KubeClient
+from craft_operator.kube.client import CONFIGMAPS, PODS, KubeClient
+from craft_operator.kube.watch import WatchStream
 from craft_operator.metrics import (
     ColdStartReason,
     Metrics,
@@ -413,6 +416,41 @@ async def test_api_requests_are_counted_by_verb_from_the_client(
     assert value(samples, "craft_api_requests_total", verb="POST") == 1
     assert value(samples, "craft_api_requests_total", verb="DELETE") == 0
     assert value(samples, "craft_api_requests_total", verb="other") == 0
+
+
+async def test_the_childrens_watch_streams_report_their_lists_and_failures_by_resource(
+    metrics: Metrics, server: MetricsServer
+) -> None:
+    """A stream that keeps failing (RBAC without watch, say) leaves its cache stale: on-call
+    sees it in craft_watch_failures_total, not only in the logs."""
+    kube = KubeClient(request_timeout=10)
+    metrics.track(watch_outcomes=kube.watch_outcomes)
+    refused: list[int] = []
+
+    async def refuse_two_watches(request: Any) -> aiohttp.web.StreamResponse | None:
+        if request.params.get("watch") not in ("true", "1") or len(refused) >= 2:
+            return None
+        refused.append(403)
+        return aiohttp.web.json_response({"kind": "Status", "code": 403}, status=403)
+
+    async with KubeEmulator() as emulator, kmock.Server(emulator):
+        declare_core_resources(emulator)
+        emulator.before_request.append(refuse_two_watches)
+        kube.configure(kopf.ConnectionInfo(server=str(emulator.url).rstrip("/"), insecure=True))
+        stream = WatchStream(
+            kube, CONFIGMAPS, "team-a", lambda *_: None, known=list, backoff=lambda _: 0.01
+        )
+        task = asyncio.create_task(stream.run())
+        try:
+            await eventually(lambda: stream.watches >= 3, what="a third watch")
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await kube.close()
+    samples = await scrape(server)
+    assert value(samples, "craft_watch_lists_total", resource="configmaps") == 1
+    assert value(samples, "craft_watch_failures_total", resource="configmaps") == 2
+    assert value(samples, "craft_watch_failures_total", resource="pods") == 0
 
 
 async def test_nothing_but_state_and_counts_reach_the_exposition(

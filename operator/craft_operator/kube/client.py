@@ -96,6 +96,9 @@ class KubeClient:
         self._retiring = threading.Lock()  # kopf calls a sync login handler from a thread
         self._closing: set[asyncio.Task[None]] = set()
         self.requests: collections.Counter[str] = collections.Counter()
+        #: What the watch streams (:mod:`craft_operator.kube.watch`) did, by (resource plural,
+        #: ``list`` or ``failure``): read by the metrics at scrape time.
+        self.watch_outcomes: collections.Counter[tuple[str, str]] = collections.Counter()
         #: Set once the login handler has handed over the credentials.
         self.connected = asyncio.Event()
 

@@ -55,6 +55,12 @@ MAX_LINE_BYTES = 8 * 1024 * 1024
 EMPTY_WATCH_SECONDS = 1.0
 
 
+#: The outcomes counted in ``KubeClient.watch_outcomes``: a list made (at the start, and
+#: whenever events may have been missed), a watch or list failed (retried after a backoff).
+LIST = "list"
+FAILURE = "failure"
+
+
 class Expired(Exception):  # noqa: N818 (the API server's name for it)
     """The version a watch was to resume from is not on the server: list afresh."""
 
@@ -133,6 +139,7 @@ class WatchStream:
                 # The version of a list just made is already unknown to the server: listing
                 # again at once could go on as fast as the loop turns.
                 failures += 1
+                self._kube.watch_outcomes[(self._kind.plural, FAILURE)] += 1
                 delay = self._backoff(failures)
                 logger.warning(
                     "watch of %s: %s right after a list; listing again in %.1fs",
@@ -145,6 +152,7 @@ class WatchStream:
                 raise
             except Exception as exc:
                 failures += 1
+                self._kube.watch_outcomes[(self._kind.plural, FAILURE)] += 1
                 delay = self._backoff(failures)
                 logger.warning(
                     "watch of %s failed (%s: %s); again in %.1fs",
@@ -165,6 +173,7 @@ class WatchStream:
         listed: set[tuple[str, str]] = set()
         token, version = "", ""
         self.lists += 1
+        self._kube.watch_outcomes[(self._kind.plural, LIST)] += 1
         while True:
             try:
                 page = await self._kube.request(

@@ -114,18 +114,22 @@ class Metrics:
         queue: QueueStats | None = None,
         queue_backlog: Callable[[], int] | None = None,
         api_requests: Mapping[str, int] | None = None,
+        watch_outcomes: Mapping[tuple[str, str], int] | None = None,
         active: Callable[[], bool] | None = None,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
         """Read these at each scrape: the watch cache (sandboxes by phase), the work queue
         (depth, passes, failures), a backlog callback, the API client's request counts
-        (``KubeClient.requests``) and whether the replica is active. Call again to replace
-        one; ``None`` keeps the current."""
+        (``KubeClient.requests``), the children's watch streams' lists and failures
+        (``KubeClient.watch_outcomes``) and whether the replica is active. Call again to
+        replace one; ``None`` keeps the current."""
         state = self._state
         state.cache = cache if cache is not None else state.cache
         state.queue = queue if queue is not None else state.queue
         state.queue_backlog = queue_backlog if queue_backlog is not None else state.queue_backlog
         state.api_requests = api_requests if api_requests is not None else state.api_requests
+        if watch_outcomes is not None:
+            state.watch_outcomes = watch_outcomes
         state.active = active if active is not None else state.active
         state.clock = clock if clock is not None else state.clock
 

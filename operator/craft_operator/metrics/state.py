@@ -12,6 +12,7 @@ from prometheus_client.registry import Collector
 
 from craft_operator.api.models import KIND
 from craft_operator.api.pool import POOL_KIND
+from craft_operator.kube.kinds import CHILDREN
 from craft_operator.metrics.labels import API_VERBS, metric_name
 from craft_operator.metrics.pools import pool_families
 from craft_operator.metrics.sandboxes import count_sandboxes
@@ -42,6 +43,7 @@ class StateCollector(Collector):
         self.queue: QueueStats | None = None
         self.queue_backlog: Callable[[], int] | None = None
         self.api_requests: Mapping[str, int] | None = None
+        self.watch_outcomes: Mapping[tuple[str, str], int] | None = None
         self.active: Callable[[], bool] | None = None
         self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
 
@@ -59,6 +61,7 @@ class StateCollector(Collector):
         yield from pool_families(body for _, body in pools)
         yield from self._queue_families(with_samples=with_samples)
         yield self._api_requests_family(with_samples=with_samples)
+        yield from self._watch_families(with_samples=with_samples)
         yield self._replica_family(with_samples=with_samples)
 
     def _sandbox_families(self, *, with_samples: bool) -> Iterator[Metric]:
@@ -128,6 +131,27 @@ class StateCollector(Collector):
                 requests.add_metric([verb], snapshot.pop(verb, 0))
             requests.add_metric(["other"], sum(snapshot.values()))
         return requests
+
+    def _watch_families(self, *, with_samples: bool) -> Iterator[Metric]:
+        lists = CounterMetricFamily(
+            metric_name("watch_lists"),
+            "Lists made by the operator's own watch streams of its children, by resource: one "
+            "per stream at the start, then one whenever events may have been missed.",
+            labels=["resource"],
+        )
+        failures = CounterMetricFamily(
+            metric_name("watch_failures"),
+            "Failed watches or lists of the children's streams, by resource, each retried "
+            "after a backoff (refused, unreachable, stalled, garbled).",
+            labels=["resource"],
+        )
+        if with_samples and self.watch_outcomes is not None:
+            counts = dict(self.watch_outcomes)
+            for resource in (child.api.plural for child in CHILDREN):
+                lists.add_metric([resource], counts.get((resource, "list"), 0))
+                failures.add_metric([resource], counts.get((resource, "failure"), 0))
+        yield lists
+        yield failures
 
     def _replica_family(self, *, with_samples: bool) -> Metric:
         active = GaugeMetricFamily(
