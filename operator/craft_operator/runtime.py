@@ -145,7 +145,8 @@ def build_registry(
 ) -> kopf.OperatorRegistry:
     """A fresh registry with all handlers and a login handler (the real one by default).
 
-    The login handler also hands the credentials to the operator's own API client. A peered
+    The login handler also hands the credentials to the operator's own API client (on the
+    event loop; the credentials are read in a thread). A peered
     replica's ``monitor`` is registered first, so that it stops before the API client is
     closed (kopf runs the clean-up handlers in order).
     """
@@ -154,8 +155,13 @@ def build_registry(
         peering_handlers.register(registry, monitor)
     handlers.register(registry)
 
-    def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        info = login(**kwargs) if login is not None else discover_connection()
+    async def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        # Reading the credentials may block (a kubeconfig's exec plugin): in a thread. The
+        # client is configured on the event loop, which owns its sessions and its Event.
+        if login is not None:
+            info = await asyncio.to_thread(login, **kwargs)
+        else:
+            info = await asyncio.to_thread(discover_connection)
         if info is not None:
             context.kube.configure(info)
         return info

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import kopf
 import pytest
+from kopf._core.intents.causes import Activity
 
 from craft_operator.config import Settings
 from craft_operator.runtime import WatchOnlyDiffBase, build_context, build_registry, configure_kopf
@@ -40,3 +42,36 @@ def test_kopf_builds_no_diff_of_the_objects_it_delivers() -> None:
     assert isinstance(storage, WatchOnlyDiffBase)
     assert storage.build(body=BODY) == {}
     assert storage.fetch(body=BODY) is None
+
+
+async def test_the_login_reads_credentials_in_a_thread_and_configures_the_client_on_the_loop(
+    tmp_path: Path,
+) -> None:
+    """A kubeconfig's exec plugin may take seconds: not on the event loop. The client's
+    sessions and its ``connected`` Event belong to the loop: configured there."""
+    loop_thread = threading.get_ident()
+    read_in: list[int] = []
+
+    def login(**_: object) -> kopf.ConnectionInfo:
+        read_in.append(threading.get_ident())
+        return kopf.ConnectionInfo(server="https://api.test:6443", token="t")
+
+    context = build_context(Settings(state_dir=tmp_path, server_url="http://onyx.test:8080"))
+    configured_in: list[int] = []
+    configure = context.kube.configure
+
+    def recording(info: kopf.ConnectionInfo) -> None:
+        configured_in.append(threading.get_ident())
+        configure(info)
+
+    context.kube.configure = recording  # type: ignore[method-assign]
+    registry = build_registry(context, login=login)
+    [handler] = registry._activities.get_handlers(activity=Activity.AUTHENTICATION)
+
+    info = await handler.fn()
+
+    assert info is not None
+    assert info.token == "t"
+    assert read_in != [loop_thread]
+    assert configured_in == [loop_thread]
+    assert context.kube.connected.is_set()

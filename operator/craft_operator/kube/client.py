@@ -11,7 +11,6 @@ import asyncio
 import collections
 import json
 import ssl
-import threading
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -93,7 +92,6 @@ class KubeClient:
         self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=10)
         #: Sessions of earlier logins, with when they were retired (monotonic seconds).
         self._retired: list[tuple[float, aiohttp.ClientSession]] = []
-        self._retiring = threading.Lock()  # kopf calls a sync login handler from a thread
         self._closing: set[asyncio.Task[None]] = set()
         self.requests: collections.Counter[str] = collections.Counter()
         #: What the watch streams (:mod:`craft_operator.kube.watch`) did, by (resource plural,
@@ -110,16 +108,14 @@ class KubeClient:
         # In-flight requests may still use the old sessions: they are closed once they have
         # been retired for RETIRED_SESSION_GRACE seconds (see _close_retired).
         now = time.monotonic()
-        with self._retiring:
-            self._retired += [
-                (now, s) for s in (self._session, self._streams, self._watches) if s is not None
-            ]
+        self._retired += [
+            (now, s) for s in (self._session, self._streams, self._watches) if s is not None
+        ]
         self._session = self._streams = self._watches = None
 
     async def close(self) -> None:
         """Close the HTTP sessions."""
-        with self._retiring:
-            retired, self._retired = self._retired, []
+        retired, self._retired = self._retired, []
         sessions = [
             *(session for _, session in retired),
             *(s for s in (self._session, self._streams, self._watches) if s),
@@ -139,9 +135,8 @@ class KubeClient:
         except RuntimeError:
             return  # not on the loop: they are closed with the client
         cutoff = time.monotonic() - RETIRED_SESSION_GRACE
-        with self._retiring:
-            due = [session for retired, session in self._retired if retired <= cutoff]
-            self._retired = [(t, session) for t, session in self._retired if t > cutoff]
+        due = [session for retired, session in self._retired if retired <= cutoff]
+        self._retired = [(t, session) for t, session in self._retired if t > cutoff]
         for session in due:
             task = loop.create_task(session.close())
             self._closing.add(task)
