@@ -29,7 +29,7 @@ def test_an_overflowing_resource_quantity_is_invalid_resources_and_the_operator_
     assert "larger than Kubernetes allows" in condition["message"]
     status = (cluster.sandbox(namespace, "greedy") or {})["status"]
     assert status["phase"] == "Failed"
-    assert any(e["reason"] == "InvalidResources" for e in cluster.events(namespace, "greedy"))
+    cluster.reasons_once_said(namespace, "greedy", "InvalidResources")
     assert cluster.get("/api/v1/pods", namespace, "greedy") is None
 
     # Settled: no retries, no tracebacks.

@@ -31,7 +31,7 @@ def test_a_sandbox_waits_for_a_policy_restricting_its_egress_and_starts_once_one
     )
     assert refused["status"] == "False"
     assert cluster.get(PODS, namespace, "alice") is None
-    assert "EgressNotRestricted" in [e["reason"] for e in cluster.events(namespace, "alice")]
+    cluster.reasons_once_said(namespace, "alice", "EgressNotRestricted")
 
     cluster.kubectl("apply", "-n", namespace, "-k", str(REPO / "manifests" / "sandbox-namespace"))
 

@@ -213,12 +213,11 @@ def test_hostile_pods_hold_one_sync_slot_each_while_50_sandboxes_become_ready(
     assert attacker.stopped[uids[STOPPED]]
     assert big["status"] == "True"
     assert "over 4194304 bytes" in big["message"]
-    reasons = {event["reason"] for event in cluster.events(namespace, BIG)}
-    assert "LibraryManifestUntrusted" in reasons
+    cluster.reasons_once_said(namespace, BIG, "LibraryManifestUntrusted")
     for name in (STUCK_TAR, STOPPED):
         condition = library_condition(cluster, namespace, name)
         assert condition["status"] == "False"
         # CRAFT_LIBRARY_EXEC_TIMEOUT (the upload: plus 1 s per MB), not the sync's 1,800 s.
         assert "did not finish within" in condition["message"]
         assert "1800" not in condition["message"]
-        assert "LibraryExecTimedOut" in {e["reason"] for e in cluster.events(namespace, name)}
+        cluster.reasons_once_said(namespace, name, "LibraryExecTimedOut")

@@ -161,7 +161,7 @@ def test_a_foreign_object_with_a_childs_name_survives_the_sandbox_and_is_reporte
     )
     assert "not managed by this CraftSandbox" in clash["message"]
     assert clash["status"] == "False"
-    assert reason in [event["reason"] for event in cluster.events(namespace, "alice")]
+    cluster.reasons_once_said(namespace, "alice", reason)
     assert identity(cluster.get(kind, namespace, theirs["metadata"]["name"])) == before
 
     cluster.delete(SANDBOXES, namespace, "alice")

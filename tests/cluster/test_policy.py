@@ -184,7 +184,7 @@ def test_without_the_admission_policy_the_operator_refuses_and_mints_no_token(
     found = cluster.sandbox(namespace, "alice")
     assert found is not None
     assert found["status"]["phase"] == "Failed"
-    assert "PolicyDenied" in [event["reason"] for event in cluster.events(namespace, "alice")]
+    cluster.reasons_once_said(namespace, "alice", "PolicyDenied")
     assert cluster.get("/api/v1/pods", namespace, "alice") is None
     assert cluster.get("/api/v1/secrets", namespace, "alice-credentials") is None
     live, rows = minted(state, namespace)
@@ -252,8 +252,7 @@ def test_a_deleted_policy_object_leaves_running_sandboxes_running_with_a_warning
         within=60,
         what=lambda: f"PolicyMissing; operator log:\n{operator.log_tail()}",
     )
-    reasons = [event["reason"] for event in cluster.events(namespace, "alice")]
-    assert "PolicyMissing" in reasons
+    reasons = cluster.reasons_once_said(namespace, "alice", "PolicyMissing")
     assert "AccessWithdrawn" not in reasons
     assert cluster.get("/api/v1/pods", namespace, "alice") is not None
     assert cluster.get("/api/v1/secrets", namespace, "alice-credentials") is not None

@@ -227,6 +227,19 @@ class Cluster:
             if event.get("involvedObject", {}).get("name") == name
         ]
 
+    def reasons_once_said(
+        self, namespace: str, name: str, reason: str, *, within: float = 30.0
+    ) -> list[str]:
+        """The reasons of the events about ``name``, once one of them is ``reason``: the
+        operator posts events in the background, after the status they go with."""
+
+        def said() -> list[str] | None:
+            reasons = [str(event.get("reason")) for event in self.events(namespace, name)]
+            return reasons if reason in reasons else None
+
+        found: list[str] = wait_for(said, within=within, what=f"a {reason} event about {name}")
+        return found
+
 
 OPERATOR_USER = f"system:serviceaccount:{OPERATOR_ACCOUNT[0]}:{OPERATOR_ACCOUNT[1]}"
 
