@@ -422,35 +422,44 @@ async def test_the_childrens_watch_streams_report_their_lists_and_failures_by_re
     metrics: Metrics, server: MetricsServer
 ) -> None:
     """A stream that keeps failing (RBAC without watch, say) leaves its cache stale: on-call
-    sees it in craft_watch_failures_total, not only in the logs."""
+    sees it in the metrics, not only in the logs, and sees it recover."""
     kube = KubeClient(request_timeout=10)
     metrics.track(watch_outcomes=kube.watch_outcomes)
-    refused: list[int] = []
+    refusing = [True]
 
-    async def refuse_two_watches(request: Any) -> aiohttp.web.StreamResponse | None:
-        if request.params.get("watch") not in ("true", "1") or len(refused) >= 2:
+    async def refuse_watches(request: Any) -> aiohttp.web.StreamResponse | None:
+        if request.params.get("watch") not in ("true", "1") or not refusing[0]:
             return None
-        refused.append(403)
         return aiohttp.web.json_response({"kind": "Status", "code": 403}, status=403)
 
     async with KubeEmulator() as emulator, kmock.Server(emulator):
         declare_core_resources(emulator)
-        emulator.before_request.append(refuse_two_watches)
+        emulator.before_request.append(refuse_watches)
         kube.configure(kopf.ConnectionInfo(server=str(emulator.url).rstrip("/"), insecure=True))
         stream = WatchStream(
-            kube, CONFIGMAPS, "team-a", lambda *_: None, known=list, backoff=lambda _: 0.01
+            kube, CONFIGMAPS, "team-a", lambda *_: None, known=list, backoff=lambda _: 0.05
         )
         task = asyncio.create_task(stream.run())
         try:
-            await eventually(lambda: stream.watches >= 3, what="a third watch")
+            await eventually(lambda: stream.watches >= 2, what="a second watch")
+            failing = await scrape(server)
+            refusing[0] = False
+            await eventually(
+                lambda: kube.watch_outcomes[("configmaps", "failing")] == 0,
+                what="a watch answered",
+            )
+            recovered = await scrape(server)
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             await kube.close()
-    samples = await scrape(server)
-    assert value(samples, "craft_watch_lists_total", resource="configmaps") == 1
-    assert value(samples, "craft_watch_failures_total", resource="configmaps") == 2
-    assert value(samples, "craft_watch_failures_total", resource="pods") == 0
+
+    assert value(failing, "craft_watch_lists_total", resource="configmaps") == 1
+    assert value(failing, "craft_watch_failures_total", resource="configmaps") >= 1
+    assert value(failing, "craft_watch_streams_failing", resource="configmaps") == 1
+    assert value(failing, "craft_watch_streams_failing", resource="pods") == 0
+    assert value(recovered, "craft_watch_streams_failing", resource="configmaps") == 0
+    assert value(recovered, "craft_watch_lists_total", resource="configmaps") == 1
 
 
 async def test_nothing_but_state_and_counts_reach_the_exposition(

@@ -36,8 +36,9 @@ NAMESPACES = kinds.NAMESPACE.api
 
 USER_AGENT = f"craft-operator/{__version__}"
 
-#: Seconds a session of an earlier login stays open for the requests, execs and watches
-#: still on it (a watch ends within about six minutes).
+#: Seconds a requests or watches session of an earlier login stays open for the requests
+#: and watches still on it (a watch ends within about six minutes). The streams session
+#: stays open for ``stream_grace`` (an exec may take as long as a library sync).
 RETIRED_SESSION_GRACE = 600.0
 #: Objects per page of a list: a relist of 10,000 sandboxes' objects holds one page at a
 #: time, as kopf's own lists do.
@@ -82,7 +83,15 @@ class KubeClient:
     requests wait for. Both use the same credentials and the same SSL context.
     """
 
-    def __init__(self, request_timeout: float = 30.0, *, max_streams: int = 64) -> None:
+    def __init__(
+        self,
+        request_timeout: float = 30.0,
+        *,
+        max_streams: int = 64,
+        stream_grace: float = RETIRED_SESSION_GRACE,
+    ) -> None:
+        """A client without credentials yet (see :meth:`configure`); ``stream_grace`` is how
+        long a retired streams session stays open: the longest exec (a library sync's)."""
         self._info: kopf.ConnectionInfo | None = None
         self._ssl: ssl.SSLContext | bool | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -91,11 +100,14 @@ class KubeClient:
         self._max_streams = max_streams
         self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=10)
         #: Sessions of earlier logins, with when they were retired (monotonic seconds).
+        self._stream_grace = max(stream_grace, RETIRED_SESSION_GRACE)
+        #: Sessions of earlier logins, with when they may be closed (monotonic seconds).
         self._retired: list[tuple[float, aiohttp.ClientSession]] = []
         self._closing: set[asyncio.Task[None]] = set()
         self.requests: collections.Counter[str] = collections.Counter()
         #: What the watch streams (:mod:`craft_operator.kube.watch`) did, by (resource plural,
-        #: ``list`` or ``failure``): read by the metrics at scrape time.
+        #: ``list`` or ``failure``), and how many fail now (``failing``): read by the metrics
+        #: at scrape time.
         self.watch_outcomes: collections.Counter[tuple[str, str]] = collections.Counter()
         #: Set once the login handler has handed over the credentials.
         self.connected = asyncio.Event()
@@ -105,12 +117,15 @@ class KubeClient:
         self._info = info
         self._ssl = None
         self.connected.set()
-        # In-flight requests may still use the old sessions: they are closed once they have
-        # been retired for RETIRED_SESSION_GRACE seconds (see _close_retired).
+        # In-flight work may still use the old sessions: they are closed once their grace is
+        # over, at a later login (see _close_retired).
         now = time.monotonic()
-        self._retired += [
-            (now, s) for s in (self._session, self._streams, self._watches) if s is not None
-        ]
+        graces = (
+            (self._session, RETIRED_SESSION_GRACE),
+            (self._streams, self._stream_grace),
+            (self._watches, RETIRED_SESSION_GRACE),
+        )
+        self._retired += [(now + grace, s) for s, grace in graces if s is not None]
         self._session = self._streams = self._watches = None
 
     async def close(self) -> None:
@@ -127,16 +142,16 @@ class KubeClient:
             await asyncio.gather(*self._closing, return_exceptions=True)
 
     def _close_retired(self) -> None:
-        """Close the sessions retired at least :data:`RETIRED_SESSION_GRACE` seconds ago
-        (called on the event loop as new sessions open, that is after each re-login), so
-        that re-logins over the operator's life do not pile up sessions and sockets."""
+        """Close the retired sessions whose grace is over (called on the event loop as new
+        sessions open, that is after each re-login), so that re-logins over the operator's
+        life do not pile up sessions and sockets."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return  # not on the loop: they are closed with the client
-        cutoff = time.monotonic() - RETIRED_SESSION_GRACE
-        due = [session for retired, session in self._retired if retired <= cutoff]
-        self._retired = [(t, session) for t, session in self._retired if t > cutoff]
+        now = time.monotonic()
+        due = [session for until, session in self._retired if until <= now]
+        self._retired = [(until, session) for until, session in self._retired if until > now]
         for session in due:
             task = loop.create_task(session.close())
             self._closing.add(task)

@@ -13,15 +13,18 @@ watched here, the way client-go's reflector does it, and each event is one funct
 - each event, and each ``BOOKMARK`` (``allowWatchBookmarks``), moves the version the stream
   resumes from; the server ends a watch after ``timeoutSeconds`` (jittered, so that the
   streams do not all reconnect at once) and the next one resumes there;
-- a version the server no longer has (410 Gone, as a status or as an ``ERROR`` event), or
-  one it does not have yet ("too large resource version", 504), means the events between
-  are unknown: the stream lists afresh, as at the start (after a backoff if the refused
-  version is that of a list just made: a server doing that on every list would loop);
+- a version the server no longer has (410 Gone, as a status or as an ``ERROR`` event)
+  means the events between are unknown: the stream lists afresh, as at the start (after a
+  backoff if the refused version is that of a list just made: a server doing that on every
+  list would loop);
+- a version the server does not have yet ("too large resource version", 504: a server
+  behind the others) is watched again after a backoff; after three such answers in a row
+  (etcd restored from a backup: it never will have it) the stream lists afresh;
 - a consumer that fails on an event has missed it: the stream lists afresh when the watch
   it is on ends (not at once: a consumer failing on every listing would loop);
 - any other failure (refused, unreachable, a garbled line, a watch ended at once without a
-  line) is logged and retried after a backoff that grows with consecutive failures,
-  resuming where the stream was;
+  line, a list whose continue token expired) is logged and retried after a backoff that
+  grows with consecutive failures, resuming where the stream was;
 - a stream silent for longer than ``client_timeout`` (bookmarks come about once a minute)
   is taken as stalled and reopened.
 """
@@ -56,19 +59,33 @@ EMPTY_WATCH_SECONDS = 1.0
 
 
 #: The outcomes counted in ``KubeClient.watch_outcomes``: a list made (at the start, and
-#: whenever events may have been missed), a watch or list failed (retried after a backoff).
+#: whenever events may have been missed), a watch or list failed (retried after a backoff),
+#: and (up and down) the streams failing now.
 LIST = "list"
 FAILURE = "failure"
+FAILING = "failing"
+
+#: Watches in a row answered "too large resource version" before the stream lists afresh.
+TOO_LARGE_TRIES = 3
 
 
 class Expired(Exception):  # noqa: N818 (the API server's name for it)
-    """The version a watch was to resume from is not on the server: list afresh."""
+    """The version a watch was to resume from is gone from the server: list afresh."""
 
 
-def is_expired(code: int, message: str) -> bool:
-    """Whether an API error says the watch's version is gone (410) or not there yet (504
-    "Too large resource version": a server behind the one the version came from)."""
-    return code == 410 or (code == 504 and "too large resource version" in message.lower())
+class TooLarge(Expired):
+    """The version is newer than the server's: a server behind the one it came from (its
+    cache catches up), or etcd restored from a backup (it never will)."""
+
+
+def expiry(code: int, message: str) -> type[Expired] | None:
+    """What an API error says of the watch's version: gone (410), not there yet (504 "Too
+    large resource version"), or nothing."""
+    if code == 410:
+        return Expired
+    if code == 504 and "too large resource version" in message.lower():
+        return TooLarge
+    return None
 
 
 class WatchStream:
@@ -106,6 +123,9 @@ class WatchStream:
         self._relist_needed = False
         #: Lines received by the current (or last) watch.
         self._lines = 0
+        #: Watches in a row the server answered "too large resource version".
+        self._too_large = 0
+        self._failing = False
         #: Lists and watches made (for tests and the curious).
         self.lists = 0
         self.watches = 0
@@ -120,48 +140,58 @@ class WatchStream:
         """List, then watch, until cancelled; never returns or raises otherwise."""
         await self._kube.connected.wait()
         failures = 0
-        while True:
-            fresh = False
-            try:
-                if self.resource_version is None or self._relist_needed:
-                    self.resource_version, self._relist_needed = None, False
-                    self._lines = 0
-                    await self._list()
-                    fresh = True
-                await self._watch()
-                failures = 0
-            except Expired as exc:
-                self.resource_version = None
-                if not (fresh and self._lines == 0):
-                    logger.info("watch of %s: %s; listing afresh", self.name, exc)
-                    failures = 0
-                    continue
-                # The version of a list just made is already unknown to the server: listing
-                # again at once could go on as fast as the loop turns.
-                failures += 1
-                self._kube.watch_outcomes[(self._kind.plural, FAILURE)] += 1
-                delay = self._backoff(failures)
-                logger.warning(
-                    "watch of %s: %s right after a list; listing again in %.1fs",
-                    self.name,
-                    exc,
-                    delay,
-                )
-                await asyncio.sleep(delay)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                failures += 1
-                self._kube.watch_outcomes[(self._kind.plural, FAILURE)] += 1
-                delay = self._backoff(failures)
-                logger.warning(
-                    "watch of %s failed (%s: %s); again in %.1fs",
-                    self.name,
-                    type(exc).__name__,
-                    exc,
-                    delay,
-                )
-                await asyncio.sleep(delay)
+        try:
+            while True:
+                fresh = False
+                try:
+                    if self.resource_version is None or self._relist_needed:
+                        self.resource_version, self._relist_needed = None, False
+                        self._lines = 0
+                        await self._list()
+                        fresh = True
+                    await self._watch()
+                    failures, self._too_large = 0, 0
+                except TooLarge as exc:
+                    # A server behind the one the version came from: its cache catches up,
+                    # so the same version is watched again after a backoff. A version that
+                    # stays too large (etcd restored from a backup) is listed afresh.
+                    self._too_large += 1
+                    if self._too_large >= TOO_LARGE_TRIES:
+                        self.resource_version, self._too_large = None, 0
+                    failures += 1
+                    await self._back_off(failures, f"{exc}; the version is the server's future")
+                except Expired as exc:
+                    self.resource_version = None
+                    if fresh and self._lines == 0:
+                        # The version of a list just made is already unknown to the server:
+                        # listing again at once could go on as fast as the loop turns.
+                        failures += 1
+                        await self._back_off(failures, f"{exc} right after a list")
+                    else:
+                        logger.info("watch of %s: %s; listing afresh", self.name, exc)
+                        failures = 0
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    failures += 1
+                    await self._back_off(failures, f"{type(exc).__name__}: {exc}")
+        finally:
+            self._set_failing(False)
+
+    async def _back_off(self, failures: int, why: str) -> None:
+        """Count and log a failure, then wait the backoff of ``failures`` in a row."""
+        self._kube.watch_outcomes[(self._kind.plural, FAILURE)] += 1
+        self._set_failing(True)
+        delay = self._backoff(failures)
+        logger.warning("watch of %s failed (%s); again in %.1fs", self.name, why, delay)
+        await asyncio.sleep(delay)
+
+    def _set_failing(self, failing: bool) -> None:
+        """Keep the count of failing streams (``KubeClient.watch_outcomes``) true: a stream
+        is failing from a failure until its next list or watch is answered."""
+        if failing != self._failing:
+            self._failing = failing
+            self._kube.watch_outcomes[(self._kind.plural, FAILING)] += 1 if failing else -1
 
     async def _list(self) -> None:
         """List the objects: each one ``ADDED``, each one the consumer holds and the list
@@ -172,17 +202,12 @@ class WatchStream:
         path = self._kind.path(self._namespace)
         listed: set[tuple[str, str]] = set()
         token, version = "", ""
-        self.lists += 1
-        self._kube.watch_outcomes[(self._kind.plural, LIST)] += 1
         while True:
-            try:
-                page = await self._kube.request(
-                    "GET", path, params={**params, "continue": token} if token else params
-                )
-            except ApiError as exc:
-                if token and exc.status == 410:  # the continue token expired: start over
-                    raise Expired(f"410 {exc.message[:200]}") from None
-                raise
+            # A continue token that expired (410) is a failure like any other: the list is
+            # made again from the start, after a backoff.
+            page = await self._kube.request(
+                "GET", path, params={**params, "continue": token} if token else params
+            )
             meta = page.get("metadata") or {}
             # Every page of a list is read at the first page's version.
             version = version or str(meta.get("resourceVersion") or "")
@@ -195,8 +220,13 @@ class WatchStream:
                 break
         if not version:
             raise ApiError(0, "InvalidResponse", "a list without a resourceVersion")
+        self.lists += 1
+        self._kube.watch_outcomes[(self._kind.plural, LIST)] += 1
+        self._set_failing(False)
         for namespace, name in sorted(set(self._known()) - listed):
-            gone = {"namespace": namespace, "name": name, "resourceVersion": version}
+            gone = {"name": name, "resourceVersion": version}
+            if namespace:
+                gone["namespace"] = namespace
             self._deliver("DELETED", {"metadata": gone})
         self.resource_version = version
 
@@ -205,7 +235,8 @@ class WatchStream:
             self._on_event(kind, obj)
         except Exception:  # a consumer's bug must not stop the stream
             logger.exception(
-                "watch of %s: the %s event's handler failed; listing afresh when this watch ends",
+                "watch of %s: the %s event's handler failed; the stream lists afresh when its "
+                "watch ends",
                 self.name,
                 kind,
             )
@@ -232,9 +263,10 @@ class WatchStream:
         ) as response:
             if response.status >= 400:
                 text = await response.text()
-                if is_expired(response.status, text):
-                    raise Expired(f"{response.status} {text[:200]}")
+                if error := expiry(response.status, text):
+                    raise error(f"{response.status} {text[:200]}")
                 raise api_error(response.status, text)
+            self._set_failing(False)
             buffer, scanned = bytearray(), 0
             async for chunk in response.content.iter_any():
                 buffer += chunk
@@ -261,8 +293,8 @@ class WatchStream:
         obj = event.get("object") or {}
         if kind == "ERROR":
             code, message = int(obj.get("code") or 0), str(obj.get("message") or "")[:1000]
-            if is_expired(code, message):
-                raise Expired(f"{code} {message[:200]}")
+            if error := expiry(code, message):
+                raise error(f"{code} {message[:200]}")
             raise ApiError(code, str(obj.get("reason") or "Error"), message)
         version = (obj.get("metadata") or {}).get("resourceVersion")
         if kind in ("ADDED", "MODIFIED", "DELETED"):

@@ -145,13 +145,21 @@ class StateCollector(Collector):
             "after a backoff (refused, unreachable, stalled, garbled).",
             labels=["resource"],
         )
+        failing = GaugeMetricFamily(
+            metric_name("watch_streams_failing"),
+            "Streams of the children, by resource, whose last list or watch failed and none "
+            "has been answered since (while so, the operator's view of them goes stale).",
+            labels=["resource"],
+        )
         if with_samples and self.watch_outcomes is not None:
             counts = dict(self.watch_outcomes)
             for resource in (child.api.plural for child in CHILDREN):
                 lists.add_metric([resource], counts.get((resource, "list"), 0))
                 failures.add_metric([resource], counts.get((resource, "failure"), 0))
+                failing.add_metric([resource], counts.get((resource, "failing"), 0))
         yield lists
         yield failures
+        yield failing
 
     def _replica_family(self, *, with_samples: bool) -> Metric:
         active = GaugeMetricFamily(

@@ -283,7 +283,8 @@ async def test_a_failing_handler_is_logged_and_the_stream_lists_afresh_when_its_
         ("ADDED", "good"),
     ]
     assert stream.lists == 2
-    assert "the ADDED event's handler failed; listing afresh when this watch ends" in caplog.text
+    said = "the ADDED event's handler failed; the stream lists afresh when its watch ends"
+    assert said in caplog.text
 
 
 # -- against a stand-in server -----------------------------------------------------------
@@ -456,12 +457,33 @@ async def test_a_list_whose_version_is_refused_at_once_is_listed_again_after_a_b
     assert stand_in.versions_asked()[:6] == [None, "5", None, "9", None, "12"]
 
 
-async def test_a_version_too_large_for_the_server_lists_afresh(stand_in: StandIn) -> None:
-    """A server behind the one the version came from answers 504: listing from it gives a
-    version it has (after a backoff, since the refused version came from a list)."""
+async def test_a_version_too_large_for_the_server_is_watched_again_after_a_backoff(
+    stand_in: StandIn,
+) -> None:
+    """A server behind the one the version came from answers 504: its cache catches up,
+    so the same version is asked again (no list)."""
     stand_in.answers += [
         stand_in.listing("500"),
         stand_in.status(504, "Too large resource version: 500, current: 400"),
+        stand_in.streaming(cm_event("ADDED", "a", "502")),
+    ]
+    seen, delays = Seen(), Delays()
+    stream = seen.stream(stand_in.kube, backoff=delays)
+    task = await running(stream)
+    await seen.until(1)
+    await stopped(task)
+
+    assert stand_in.versions_asked()[:3] == [None, "500", "500"]
+    assert delays.failures == [1]
+    assert stream.lists == 1
+
+
+async def test_a_version_that_stays_too_large_is_listed_afresh(stand_in: StandIn) -> None:
+    """etcd restored from a backup: the server will never have the version."""
+    too_large = "Too large resource version: 900, current: 400"
+    stand_in.answers += [
+        stand_in.listing("900"),
+        *(stand_in.status(504, too_large) for _ in range(3)),
         stand_in.listing("401", cm("a", "390")),
         stand_in.streaming(cm_event("MODIFIED", "a", "402")),
     ]
@@ -470,8 +492,8 @@ async def test_a_version_too_large_for_the_server_lists_afresh(stand_in: StandIn
     await seen.until(2)
     await stopped(task)
 
-    assert stand_in.versions_asked()[:4] == [None, "500", None, "401"]
-    assert delays.failures == [1]
+    assert stand_in.versions_asked()[:6] == [None, "900", "900", "900", None, "401"]
+    assert delays.failures == [1, 2, 3]
 
 
 async def test_a_list_whose_continue_token_expired_starts_over(stand_in: StandIn) -> None:
@@ -489,7 +511,7 @@ async def test_a_list_whose_continue_token_expired_starts_over(stand_in: StandIn
     assert [name for _, name, _ in seen.events] == ["a", "a", "b", "c"]
     assert [r.query.get("continue") for r in stand_in.received[:3]] == [None, "page-2", None]
     assert stand_in.versions_asked()[3] == "9"
-    assert delays.failures == []
+    assert delays.failures == [1]  # a failure like any other: backed off
 
 
 async def test_a_watch_ended_at_once_without_a_line_is_a_failure_with_a_backoff(
