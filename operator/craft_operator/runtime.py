@@ -91,7 +91,8 @@ def build_context(
     settings: Settings, *, exec_transport: ExecTransport | None = None
 ) -> OperatorContext:
     """The services and state shared by all handlers."""
-    kube = KubeClient(request_timeout=60)
+    # A retired streams session outlives the longest exec: a library sync's.
+    kube = KubeClient(request_timeout=60, stream_grace=settings.library_sync_timeout + 60)
     cache = ObjectCache()
     credentials = StoreCredentials(
         lambda: build_credential_store(settings),

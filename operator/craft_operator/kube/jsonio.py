@@ -3,9 +3,10 @@ json for what orjson refuses.
 
 Each claim decodes about twenty answers and events of several kilobytes (pods above all);
 orjson reads a pod's watch event in 34 µs against the standard library's 86 µs. Integers
-read the same: orjson is exact up to 64 bits, and the API server sends none larger (it
-decodes every object, a custom resource's too, into int64 or float64). What orjson refuses
-and the standard library reads (``NaN``, for one) is read by the standard library.
+read the same: orjson is exact up to 64 bits (a larger one it reads as a float, silently;
+the fallback below does not catch that), and the API server sends none larger (it decodes
+every object, a custom resource's too, into int64 or float64). What orjson refuses and the
+standard library reads (``NaN``, for one) is read by the standard library.
 """
 
 from __future__ import annotations

@@ -126,7 +126,9 @@ class ObjectFetcher:
             self._session = None
 
 
-#: Answers that may mean a URL was signed for the wrong endpoint, region or credentials.
+#: Answers that may mean a URL was signed with credentials, or for an endpoint, that are
+#: no longer right (403 also answers a missing key to a reader without ListBucket: a probe
+#: more, 0.2 ms).
 _SIGNER_DOUBTS = frozenset({301, 307, 400, 403})
 
 

@@ -185,9 +185,11 @@ class UrlSigner:
         return signing_key
 
     def forget(self, bucket: str) -> None:
-        """Forget what was learnt of ``bucket``: its next URL is checked against botocore's
-        again (S3 refused one of its URLs: the endpoint or the credentials may have moved)."""
-        self._endpoints.pop(bucket, None)
+        """Forget the endpoint learnt for ``bucket``: its next URL is checked against
+        botocore's again (S3 refused one of its URLs: the credentials may have changed). A
+        bucket left to botocore stays so: botocore signs its URLs in any case."""
+        if self._endpoints.get(bucket) is not None:
+            del self._endpoints[bucket]
 
     def _botocore_url(self, bucket: str, key: str) -> str:
         url: str = self._client.generate_presigned_url(

@@ -389,3 +389,29 @@ async def test_the_sessions_of_an_earlier_login_are_closed_after_a_grace_period(
 
     await client.close()
     assert second.closed
+
+
+async def test_a_retired_streams_session_stays_open_as_long_as_an_exec_may_last(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A library sync's exec may take half an hour: its session outlives the others'."""
+    now = [1000.0]
+    monkeypatch.setattr("craft_operator.kube.client.time.monotonic", lambda: now[0])
+    client = KubeClient(stream_grace=1800)
+    client.configure(kopf.ConnectionInfo(server="https://api.test:6443", token="first"))
+    requests, _ = client._ensure_session()
+    streams = client.stream_session()
+
+    client.configure(kopf.ConnectionInfo(server="https://api.test:6443", token="second"))
+    now[0] += RETIRED_SESSION_GRACE
+    client.stream_session()
+    await asyncio.sleep(0)
+    assert requests.closed
+    assert not streams.closed
+
+    client.configure(kopf.ConnectionInfo(server="https://api.test:6443", token="third"))
+    now[0] += 1800
+    client.stream_session()
+    await asyncio.sleep(0)
+    assert streams.closed
+    await client.close()

@@ -151,6 +151,10 @@ def test_a_url_of_another_shape_leaves_the_bucket_to_botocore(
     assert counting.presigned == 1 + 3  # the probe, then botocore for every URL
     assert "presigned by botocore: the shape of its URLs" in caplog.text
 
+    signer.forget("files")  # S3 refused one: nothing learnt to forget, botocore signs on
+    signer.url("files", "a.txt")
+    assert counting.presigned == 1 + 3 + 1
+
 
 @dataclass
 class Keys:
