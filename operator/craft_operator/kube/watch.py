@@ -24,7 +24,8 @@ watched here, the way client-go's reflector does it, and each event is one funct
   it is on ends (not at once: a consumer failing on every listing would loop);
 - any other failure (refused, unreachable, a garbled line, a watch ended at once without a
   line, a list whose continue token expired) is logged and retried after a backoff that
-  grows with consecutive failures, resuming where the stream was;
+  grows with consecutive failures, resuming where the stream was; a watch cut after the
+  server answered it starts the backoff again from its first step;
 - a stream silent for longer than ``client_timeout`` (bookmarks come about once a minute)
   is taken as stalled and reopened.
 """
@@ -126,6 +127,8 @@ class WatchStream:
         #: Watches in a row the server answered "too large resource version".
         self._too_large = 0
         self._failing = False
+        #: When the server answered the current watch (200; loop time), if it did.
+        self._answered: float | None = None
         #: Lists and watches made (for tests and the curious).
         self.lists = 0
         self.watches = 0
@@ -142,7 +145,7 @@ class WatchStream:
         failures = 0
         try:
             while True:
-                fresh = False
+                fresh, self._answered = False, None
                 try:
                     if self.resource_version is None or self._relist_needed:
                         self.resource_version, self._relist_needed = None, False
@@ -173,10 +176,20 @@ class WatchStream:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
-                    failures += 1
+                    # A watch the server had answered, cut later, is a first failure: the
+                    # backoff grows only while nothing is answered.
+                    failures = 1 if self._was_healthy() else failures + 1
                     await self._back_off(failures, f"{type(exc).__name__}: {exc}")
         finally:
             self._set_failing(False)
+
+    def _was_healthy(self) -> bool:
+        """Whether the watch that failed had been answered and then sent a line or stayed
+        open a while: its cut is a new first failure, not one more refusal in a row."""
+        if self._answered is None:
+            return False
+        open_for = asyncio.get_running_loop().time() - self._answered
+        return self._lines > 0 or open_for >= EMPTY_WATCH_SECONDS
 
     async def _back_off(self, failures: int, why: str) -> None:
         """Count and log a failure, then wait the backoff of ``failures`` in a row."""
@@ -266,6 +279,7 @@ class WatchStream:
                 if error := expiry(response.status, text):
                     raise error(f"{response.status} {text[:200]}")
                 raise api_error(response.status, text)
+            self._answered = loop.time()
             self._set_failing(False)
             buffer, scanned = bytearray(), 0
             async for chunk in response.content.iter_any():

@@ -173,6 +173,26 @@ async def test_a_cut_connection_is_retried_and_resumed(
     assert stream.lists == 1
 
 
+async def test_watches_cut_after_the_server_answered_them_never_grow_the_backoff(
+    emulator: KubeEmulator, kube: KubeClient
+) -> None:
+    """A connection cut every few seconds (a flaky load balancer) is not a server refusing
+    the stream: each reconnection waits the first step, not a minute after six cuts."""
+    seen, delays = Seen(), Delays()
+    stream = seen.stream(kube, backoff=delays)
+    task = await running(stream)
+    for index in range(4):
+        await eventually(lambda n=index: len(watch_requests(emulator)) > n, what="a watch")
+        emulator.create("v1/configmaps", configmap(f"c{index}", LABELS))
+        await seen.until(index + 1)
+        assert emulator.cut_watches() == 1
+    await eventually(lambda: len(delays.failures) == 4, what="four reconnections")
+    await stopped(task)
+
+    assert delays.failures == [1, 1, 1, 1]
+    assert stream.lists == 1
+
+
 def answer_watches_with(
     status: int, times: int
 ) -> tuple[Callable[[rendering.Request], Awaitable[aiohttp.web.StreamResponse | None]], list[int]]:
