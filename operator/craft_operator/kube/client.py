@@ -99,7 +99,6 @@ class KubeClient:
         self._watches: aiohttp.ClientSession | None = None
         self._max_streams = max_streams
         self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=10)
-        #: Sessions of earlier logins, with when they were retired (monotonic seconds).
         self._stream_grace = max(stream_grace, RETIRED_SESSION_GRACE)
         #: Sessions of earlier logins, with when they may be closed (monotonic seconds).
         self._retired: list[tuple[float, aiohttp.ClientSession]] = []

@@ -149,7 +149,6 @@ class WatchStream:
                 try:
                     if self.resource_version is None or self._relist_needed:
                         self.resource_version, self._relist_needed = None, False
-                        self._lines = 0
                         await self._list()
                         fresh = True
                     await self._watch()

@@ -13,6 +13,7 @@ from prometheus_client.registry import Collector
 from craft_operator.api.models import KIND
 from craft_operator.api.pool import POOL_KIND
 from craft_operator.kube.kinds import CHILDREN
+from craft_operator.kube.watch import FAILING, FAILURE, LIST
 from craft_operator.metrics.labels import API_VERBS, metric_name
 from craft_operator.metrics.pools import pool_families
 from craft_operator.metrics.sandboxes import count_sandboxes
@@ -154,9 +155,9 @@ class StateCollector(Collector):
         if with_samples and self.watch_outcomes is not None:
             counts = dict(self.watch_outcomes)
             for resource in (child.api.plural for child in CHILDREN):
-                lists.add_metric([resource], counts.get((resource, "list"), 0))
-                failures.add_metric([resource], counts.get((resource, "failure"), 0))
-                failing.add_metric([resource], counts.get((resource, "failing"), 0))
+                lists.add_metric([resource], counts.get((resource, LIST), 0))
+                failures.add_metric([resource], counts.get((resource, FAILURE), 0))
+                failing.add_metric([resource], counts.get((resource, FAILING), 0))
         yield lists
         yield failures
         yield failing
