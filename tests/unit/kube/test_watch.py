@@ -357,6 +357,16 @@ class StandIn:
 
         return answer
 
+    async def stream_until(self, events: int, **options: Any) -> tuple[Seen, Delays, WatchStream]:
+        """Run a stream of the test namespace against this server until it has handed over
+        ``events`` events; what it handed over, the backoffs it asked for, and the stream."""
+        seen, delays = Seen(), Delays()
+        stream = seen.stream(self.kube, backoff=delays, **options)
+        task = await running(stream)
+        await seen.until(events)
+        await stopped(task)
+        return seen, delays, stream
+
     def versions_asked(self) -> list[str | None]:
         return [request.query.get("resourceVersion") for request in self.received]
 
@@ -442,10 +452,7 @@ async def test_an_expired_error_event_lists_afresh_and_watches_on_from_the_list(
         stand_in.listing("95", cm("a", "90")),
         stand_in.streaming(cm_event("MODIFIED", "a", "96")),
     ]
-    seen, delays = Seen(), Delays()
-    task = await running(seen.stream(stand_in.kube, backoff=delays))
-    await seen.until(3)
-    await stopped(task)
+    seen, delays, _stream = await stand_in.stream_until(3)
 
     assert [kind for kind, _, _ in seen.events] == ["ADDED", "ADDED", "MODIFIED"]
     assert stand_in.watched()[:4] == [None, "true", None, "true"]
@@ -468,10 +475,7 @@ async def test_a_list_whose_version_is_refused_at_once_is_listed_again_after_a_b
         stand_in.listing("12"),
         stand_in.streaming(cm_event("ADDED", "a", "13")),
     ]
-    seen, delays = Seen(), Delays()
-    task = await running(seen.stream(stand_in.kube, backoff=delays))
-    await seen.until(1)
-    await stopped(task)
+    _seen, delays, _stream = await stand_in.stream_until(1)
 
     assert delays.failures == [1, 2]
     assert stand_in.versions_asked()[:6] == [None, "5", None, "9", None, "12"]
@@ -487,11 +491,7 @@ async def test_a_version_too_large_for_the_server_is_watched_again_after_a_backo
         stand_in.status(504, "Too large resource version: 500, current: 400"),
         stand_in.streaming(cm_event("ADDED", "a", "502")),
     ]
-    seen, delays = Seen(), Delays()
-    stream = seen.stream(stand_in.kube, backoff=delays)
-    task = await running(stream)
-    await seen.until(1)
-    await stopped(task)
+    _seen, delays, stream = await stand_in.stream_until(1)
 
     assert stand_in.versions_asked()[:3] == [None, "500", "500"]
     assert delays.failures == [1]
@@ -507,10 +507,7 @@ async def test_a_version_that_stays_too_large_is_listed_afresh(stand_in: StandIn
         stand_in.listing("401", cm("a", "390")),
         stand_in.streaming(cm_event("MODIFIED", "a", "402")),
     ]
-    seen, delays = Seen(), Delays()
-    task = await running(seen.stream(stand_in.kube, backoff=delays))
-    await seen.until(2)
-    await stopped(task)
+    _seen, delays, _stream = await stand_in.stream_until(2)
 
     assert stand_in.versions_asked()[:6] == [None, "900", "900", "900", None, "401"]
     assert delays.failures == [1, 2, 3]
@@ -523,10 +520,7 @@ async def test_a_list_whose_continue_token_expired_starts_over(stand_in: StandIn
         stand_in.listing("9", cm("a", "4"), cm("b", "8")),
         stand_in.streaming(cm_event("ADDED", "c", "10")),
     ]
-    seen, delays = Seen(), Delays()
-    task = await running(seen.stream(stand_in.kube, backoff=delays))
-    await seen.until(4)
-    await stopped(task)
+    seen, delays, _stream = await stand_in.stream_until(4)
 
     assert [name for _, name, _ in seen.events] == ["a", "a", "b", "c"]
     assert [r.query.get("continue") for r in stand_in.received[:3]] == [None, "page-2", None]
@@ -545,10 +539,7 @@ async def test_a_watch_ended_at_once_without_a_line_is_a_failure_with_a_backoff(
         stand_in.streaming(),
         stand_in.streaming(cm_event("ADDED", "a", "6")),
     ]
-    seen, delays = Seen(), Delays()
-    task = await running(seen.stream(stand_in.kube, backoff=delays))
-    await seen.until(1)
-    await stopped(task)
+    _seen, delays, _stream = await stand_in.stream_until(1)
 
     assert delays.failures == [1, 2]
     assert stand_in.versions_asked()[:4] == [None, "5", "5", "5"]
@@ -562,10 +553,7 @@ async def test_a_silent_stream_is_taken_as_stalled_and_reopened(
         stand_in.streaming(cm_event("ADDED", "a", "10"), then_stall=True),
         stand_in.streaming(cm_event("MODIFIED", "a", "11")),
     ]
-    seen, delays = Seen(), Delays()
-    task = await running(seen.stream(stand_in.kube, client_timeout=0.3, backoff=delays))
-    await seen.until(2)
-    await stopped(task)
+    seen, delays, _stream = await stand_in.stream_until(2, client_timeout=0.3)
 
     assert [kind for kind, _, _ in seen.events] == ["ADDED", "MODIFIED"]
     assert stand_in.versions_asked()[:3] == [None, "5", "10"]
@@ -587,10 +575,7 @@ async def test_a_garbled_line_is_a_failure_retried_from_the_last_version(
         garbled,
         stand_in.streaming(cm_event("MODIFIED", "a", "11")),
     ]
-    seen, delays = Seen(), Delays()
-    task = await running(seen.stream(stand_in.kube, backoff=delays))
-    await seen.until(2)
-    await stopped(task)
+    seen, delays, _stream = await stand_in.stream_until(2)
 
     assert [kind for kind, _, _ in seen.events] == ["ADDED", "MODIFIED"]
     assert delays.failures == [1]
