@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
@@ -160,6 +160,10 @@ class Settings(BaseSettings):
         default=60.0, gt=0, description="Seconds between idle-timeout checks of each sandbox."
     )
     workers: int = Field(default=16, ge=1, le=256, description="Sandboxes reconciled concurrently.")
+    event_loop: Literal["uvloop", "asyncio"] = Field(
+        default="uvloop",
+        description="The event loop `run` works on: uvloop, or the standard library's asyncio.",
+    )
     resync_interval: float = Field(
         default=300.0,
         gt=0,

@@ -12,9 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import uvloop
 from click.testing import CliRunner
 
 from craft_operator.cli import main
+from craft_operator.cli.run import loop_factory
+from craft_operator.config import Settings
 from craft_operator.credentials import generate_key_entry
 
 pytestmark = pytest.mark.unit
@@ -118,6 +121,26 @@ def test_bad_settings_stop_the_start_before_any_cluster_lookup(tmp_path: Path) -
     line = only_line(completed)
     assert "CRAFT_METRICS_PORT" in line
     assert password not in line
+
+
+def test_an_unknown_event_loop_stops_the_start_naming_the_setting(tmp_path: Path) -> None:
+    completed = run_operator(
+        tmp_path, "run", KUBECONFIG=str(tmp_path / "missing"), CRAFT_EVENT_LOOP="trio"
+    )
+    assert completed.returncode == 2
+    assert "CRAFT_EVENT_LOOP" in only_line(completed)
+
+
+def test_the_operator_runs_on_uvloop_unless_asyncio_is_asked_for() -> None:
+    uvloop_factory = loop_factory("uvloop")
+    assert uvloop_factory is not None
+    loop = uvloop_factory()
+    try:
+        assert isinstance(loop, uvloop.Loop)
+    finally:
+        loop.close()
+    assert loop_factory("asyncio") is None
+    assert Settings().event_loop == "uvloop"
 
 
 def test_namespace_and_all_namespaces_exclude_each_other() -> None:

@@ -101,7 +101,8 @@ async def test_stop_drains_what_is_queued(kube: KubeClient, emulator: KubeEmulat
     for index in range(20):
         recorder.post(SANDBOX, type="Normal", reason=f"R{index}", message="m")
     recorder.start()
-    await recorder.stop()
+    # The default timeout is for a shutdown; 20 posts may take longer on a loaded machine.
+    await recorder.stop(drain_timeout=60)
     assert recorder.posted == 20
     assert len(events(emulator)) == 20
 
