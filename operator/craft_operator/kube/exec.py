@@ -39,24 +39,66 @@ class ExecResult:
     stdout: bytes
     stderr: bytes
 
-    def stderr_excerpt(self, limit: int = 500) -> str:
-        """The end of stderr as one line of plain text, for conditions and events."""
-        return one_line(self.stderr.decode("utf-8", errors="replace"), limit=limit)
+    def stderr_excerpt(self, limit: int = 500, *, secrets: Sequence[str] = ()) -> str:
+        """The end of stderr as one line of plain text, for conditions and events, with
+        anything like a PAT and any fragment of ``secrets`` redacted."""
+        return one_line(self.stderr.decode("utf-8", errors="replace"), limit=limit, secrets=secrets)
 
 
 _TERMINAL_SEQUENCE = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|.)")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-def one_line(text: str, *, limit: int = 500) -> str:
+#: An Onyx PAT as the operator mints them (``credentials.tokens``: the prefix, an optional
+#: quoted tenant and a dot, then URL-safe base64).
+_PAT = re.compile(r"onyx_pat_[A-Za-z0-9_.%~-]*")
+REDACTED = "[redacted]"
+#: The shortest run of a secret's characters that is redacted where it appears alone.
+SHORTEST_FRAGMENT = 8
+
+
+def one_line(text: str, *, limit: int = 500, secrets: Sequence[str] = ()) -> str:
     """``text`` from a sandbox pod made fit for a status message: terminal escape sequences
-    and control characters removed, lines joined with "; ", and at most ``limit``
-    characters (its end, where a failure usually says what went wrong)."""
+    and control characters removed, anything like a PAT and any run of at least
+    :data:`SHORTEST_FRAGMENT` characters of ``secrets`` redacted, lines joined with "; ",
+    and at most ``limit`` characters (its end, where a failure usually says what went
+    wrong). The agent in a pod controls what its commands print: it may print its token."""
     lines = _TERMINAL_SEQUENCE.sub("", text).splitlines()
     joined = "; ".join(
         cleaned for line in lines if (cleaned := " ".join(_CONTROL.sub(" ", line).split()))
     )
+    # Redacted before the cut, so that no cut leaves a piece of a token too short to see;
+    # the fragments are looked for near the end only (the output may be a megabyte).
+    joined = redact(_PAT.sub(REDACTED, joined)[-(limit + 1024) :], secrets)
     return joined if len(joined) <= limit else "…" + joined[-limit:]
+
+
+def redact(text: str, secrets: Sequence[str] = ()) -> str:
+    """``text`` with anything like a PAT, and every run of at least
+    :data:`SHORTEST_FRAGMENT` characters that is part of one of ``secrets``, replaced by
+    :data:`REDACTED`."""
+    text = _PAT.sub(REDACTED, text)
+    for secret in secrets:
+        if len(secret) < SHORTEST_FRAGMENT:
+            continue
+        hidden = [False] * len(text)
+        for start in range(len(text) - SHORTEST_FRAGMENT + 1):
+            if text[start : start + SHORTEST_FRAGMENT] in secret:
+                hidden[start : start + SHORTEST_FRAGMENT] = [True] * SHORTEST_FRAGMENT
+        if any(hidden):
+            text = _replace_marked(text, hidden)
+    return text
+
+
+def _replace_marked(text: str, hidden: list[bool]) -> str:
+    """``text`` with each run of marked characters replaced by :data:`REDACTED`."""
+    parts: list[str] = []
+    for index, char in enumerate(text):
+        if not hidden[index]:
+            parts.append(char)
+        elif index == 0 or not hidden[index - 1]:
+            parts.append(REDACTED)
+    return "".join(parts)
 
 
 class ExecError(Exception):

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import kopf
 import pytest
 
+from craft_operator.credentials.tokens import generate_token
 from craft_operator.kube.client import KubeClient
 from craft_operator.kube.exec import (
     ExecError,
@@ -174,6 +175,32 @@ def test_a_long_stderr_keeps_its_end_within_the_limit() -> None:
 
     assert len(excerpt) == 101
     assert excerpt.endswith("; the real error")
+
+
+@pytest.mark.parametrize("tenant", ["public", "acme corp"])
+def test_a_token_a_pod_prints_never_reaches_a_status(tenant: str) -> None:
+    token = generate_token(tenant).get_secret_value()
+    printed = f"error: {token} refused\n".encode()
+    # The token's tail alone, no prefix, cut by the limit: redacted all the same when the
+    # token is named; anything like a PAT is redacted when it is not.
+    tail_only = b"x" * 1000 + f"\nbad token {token[40:]}".encode()
+
+    assert ExecResult(1, b"", printed).stderr_excerpt() == "error: [redacted] refused"
+    assert token[-12:] not in ExecResult(1, b"", tail_only).stderr_excerpt(60, secrets=[token])
+    assert (
+        ExecResult(1, b"", tail_only)
+        .stderr_excerpt(60, secrets=[token])
+        .endswith("bad token [redacted]")
+    )
+
+
+def test_text_that_only_shares_short_runs_with_a_secret_is_left_alone() -> None:
+    secret = "abcdefgh-ijklmnop"
+    excerpt = ExecResult(1, b"", b"abcdefg ijklmno: onyx-cli failed").stderr_excerpt(
+        secrets=[secret]
+    )
+
+    assert excerpt == "abcdefg ijklmno: onyx-cli failed"
 
 
 async def test_output_over_the_calls_cap_is_abandoned_not_collected(

@@ -151,12 +151,12 @@ async def _judge(p: Pass, uid: str | None, result: ExecResult) -> None:
     assert p.issued is not None
     if result.exit_code == EXIT_NOT_DELIVERED:
         detail = f"could not write the PAT to {PAT_FILE}"
-        excerpt = result.stderr_excerpt(300)
+        excerpt = _excerpt(p, result)
         p.fail(CLI_VALIDATED, "DeliveryFailed", f"{detail}: {excerpt}" if excerpt else detail)
         return
     if result.exit_code == EXIT_SKILL_NOT_DELIVERED:
         detail = f"could not write {claimed_skill.SKILL_FILE} into the pod"
-        excerpt = result.stderr_excerpt(300)
+        excerpt = _excerpt(p, result)
         claimed_skill.skill_failed(p, f"{detail}: {excerpt}" if excerpt else detail)
         run.set(ConditionState.unknown(CLI_VALIDATED, claimed_skill.DELIVERY_FAILED, detail))
         run.revisit(backoff=claimed_skill.DELIVERY_FAILED)
@@ -171,7 +171,7 @@ async def _judge(p: Pass, uid: str | None, result: ExecResult) -> None:
         await _retire_superseded(p)
         return
     detail = f"{meaning} (exit {result.exit_code})"
-    excerpt = result.stderr_excerpt(300)
+    excerpt = _excerpt(p, result)
     if excerpt:
         detail += f": {excerpt}"
     if result.exit_code == cli_validation.EXIT_AUTH_FAILURE:
@@ -180,6 +180,13 @@ async def _judge(p: Pass, uid: str | None, result: ExecResult) -> None:
     run.set(ConditionState.false(CLI_VALIDATED, reason, detail))
     p.event(reason, detail, warning=True)
     run.revisit(backoff=reason)
+
+
+def _excerpt(p: Pass, result: ExecResult) -> str:
+    """The end of the delivery's stderr for a message, the PAT it carried redacted (the
+    agent controls the pod, and onyx-cli, or what stands in for it, may print it)."""
+    assert p.issued is not None
+    return result.stderr_excerpt(300, secrets=(p.issued.token.get_secret_value(),))
 
 
 async def _auth_failed(p: Pass, uid: str | None, detail: str) -> None:

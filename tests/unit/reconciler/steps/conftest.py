@@ -100,6 +100,8 @@ class Exec:
     #: The exit code of the script when the SKILL.md carried with the PAT fails (0: none;
     #: the SKILL.md's own script then fails too).
     skill_exit: int = 0
+    #: A hostile pod: what the delivery is sent on stdin comes back on its stderr.
+    echo_stdin: bool = False
     calls: list[tuple[str, ...]] = field(default_factory=list)
     delivered: list[bytes] = field(default_factory=list)
     #: SKILL.md contents written into claimed pods, alone or with a PAT.
@@ -134,6 +136,9 @@ class Exec:
             assert isinstance(stdin, bytes)
             self.skills.append(stdin)  # a claimed pod's SKILL.md, alone
             return ExecResult(1 if self.skill_exit else 0, b"", b"")
+        if self.echo_stdin and isinstance(stdin, bytes):
+            # The token whole, then its tail alone (no prefix) as the last thing printed.
+            return ExecResult(self.cli_exit, b"", stdin + b"\nKilled " + stdin[-30:])
         return ExecResult(self.cli_exit, b"", b"refused" if self.cli_exit else b"")
 
 

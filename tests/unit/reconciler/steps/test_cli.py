@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from craft_operator.reconciler import cli_validation
 from craft_operator.reconciler.step import Pass
 from craft_operator.reconciler.steps import cli, credentials
 from tests.unit.reconciler.conftest import NAMESPACE
@@ -76,6 +77,22 @@ async def test_a_refused_pat_is_replaced_once_then_the_operator_stops(world: Wor
     assert condition.reason == "AuthFailed"
     assert "stops retrying" in condition.message
     assert second.run.verdict.backoff is None
+
+
+@pytest.mark.parametrize("exit_code", [1, cli.EXIT_NOT_DELIVERED, cli_validation.EXIT_AUTH_FAILURE])
+async def test_a_pod_that_prints_its_token_never_gets_it_into_status_or_events(
+    world: World, exit_code: int
+) -> None:
+    world.exec.cli_exit, world.exec.echo_stdin = exit_code, True
+    p = await ready_pass(world)
+    await cli.validate_cli(p)
+    condition = p.run.condition("CLIValidated")
+    assert condition is not None
+    assert "[redacted]" in condition.message
+    said = [condition.message, *(message for _, _, message in world.events.posted)]
+    for text in said:
+        assert CANARY[-12:] not in text
+        assert CANARY[:12] not in text
 
 
 async def test_an_unreachable_server_is_retried_with_backoff(world: World) -> None:
