@@ -28,15 +28,19 @@ from craft_operator.builders.pool import pool_template_hash, sandbox_template_ha
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
 from craft_operator.metrics.pools import ColdStartReason
+from craft_operator.reconciler.children import controlled_by
 from craft_operator.reconciler.pool_pods import ready_pool_pods
-from craft_operator.reconciler.step import Pass
+from craft_operator.reconciler.step import Pass, Stop
 from craft_operator.reconciler.steps.workspace import cold_start_reason
+from craft_operator.status import POD_READY, ConditionState
 
 POD, POOL = kinds.POD, kinds.POOL
 #: Pods tried per pass before starting cold (each try is one write that lost a race).
 MAX_TRIES = 3
 #: Why a sandbox cannot use a pool pod at all: its pod mounts a volume of its own.
 JOB_MODE = "LibraryJobModeNeedsColdStart"
+#: A claim went unanswered and its pod could not be read: it may have landed.
+UNSETTLED = "ClaimUnsettled"
 
 
 def wants_pool(p: Pass) -> bool:
@@ -44,9 +48,11 @@ def wants_pool(p: Pass) -> bool:
     return p.sandbox.spec.pool_ref is not None or p.run.status.woke_at is not None
 
 
-async def claim(p: Pass) -> dict[str, Any] | None:
+async def claim(p: Pass) -> dict[str, Any] | Stop | None:
     """Claim a Ready pool pod for the sandbox (the pod, as claimed); ``None``: start cold
-    (an event and the cold-start metric say why, when the sandbox asked for a pool)."""
+    (an event and the cold-start metric say why, when the sandbox asked for a pool); a
+    :class:`Stop` when a claim went unanswered and its pod could not be read: it may have
+    landed, so neither a cold pod nor another claim this pass."""
     if not wants_pool(p):
         return None
     started = time.monotonic()
@@ -74,6 +80,8 @@ async def claim(p: Pass) -> dict[str, Any] | None:
         return None
     for pod in _spread(p, candidates)[:MAX_TRIES]:
         claimed = await _take(p, pod, pool)
+        if isinstance(claimed, Stop):
+            return claimed
         if claimed is not None:
             p.services.metrics.pool_claimed(time.monotonic() - started)
             p.run.status.claimed_from = pool
@@ -147,8 +155,9 @@ def claim_patch(pod: Mapping[str, Any], p: Pass, pool: str) -> dict[str, Any]:
     }
 
 
-async def _take(p: Pass, pod: Mapping[str, Any], pool: str) -> dict[str, Any] | None:
-    """Claim this pod; ``None`` if another sandbox (or the pool) got to it first."""
+async def _take(p: Pass, pod: Mapping[str, Any], pool: str) -> dict[str, Any] | Stop | None:
+    """Claim this pod; ``None`` if another sandbox (or the pool) got to it first, or the
+    claim failed and did not land."""
     s, meta = p.services, pod["metadata"]
     try:
         claimed = await s.kube.patch(
@@ -158,9 +167,30 @@ async def _take(p: Pass, pod: Mapping[str, Any], pool: str) -> dict[str, Any] | 
         return None
     except ApiError as exc:
         p.run.revisit(backoff=f"PodClaimFailed: {exc.reason}")
-        return None
+        return await _settle(p, meta, exc)
     s.cache.put(POD.name, claimed)
     return claimed
+
+
+async def _settle(
+    p: Pass, meta: Mapping[str, Any], failure: ApiError
+) -> dict[str, Any] | Stop | None:
+    """After a claim that failed without an answer saying so (a timeout, a cut connection, a
+    5xx): the API server may have applied it. The pod, read back, says: ours (the claim
+    landed), or not (start cold); unreadable: stop the pass, never a second pod beside it."""
+    s = p.services
+    try:
+        now = await s.kube.get(POD.api, meta.get("namespace"), meta["name"])
+    except NotFoundError:
+        return None
+    except ApiError as exc:
+        message = f"claiming pod {meta['name']} failed ({failure}) and it cannot be read ({exc})"
+        p.run.set(ConditionState.unknown(POD_READY, UNSETTLED, message))
+        return Stop(UNSETTLED)
+    if not controlled_by(now, p.sandbox.metadata.uid):
+        return None
+    s.cache.put(POD.name, now)
+    return now
 
 
 def _cold(p: Pass, reason: str, why: str) -> None:

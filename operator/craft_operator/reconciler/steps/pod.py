@@ -11,6 +11,7 @@ from craft_operator.builders.library_job import library_claim_name
 from craft_operator.builders.naming import child_labels, pod_name
 from craft_operator.builders.pod import SandboxConfigError, build_pod
 from craft_operator.builders.pool import sandbox_template_hash
+from craft_operator.kube.client import ConflictError
 from craft_operator.metrics import ProvisioningPhase
 from craft_operator.reconciler import egress
 from craft_operator.reconciler.children import ForeignObjectError, controlled_by, is_ours
@@ -19,6 +20,10 @@ from craft_operator.reconciler.steps import claim, pod_lifecycle, pod_state, sle
 from craft_operator.status import POD_READY, ConditionState
 
 WAITING = pod_lifecycle.WAITING
+#: Seconds a pod must stay Ready before the failures before it are forgotten (as the
+#: kubelet's crash-loop backoff): a pod that fails soon after it is Ready, claimed pool
+#: pods included, counts towards PodFailedRepeatedly and waits out a growing backoff.
+STABLE_AFTER = 600.0
 POD = pod_lifecycle.POD
 
 
@@ -35,6 +40,7 @@ async def converge_pod(p: Pass) -> Stop | None:
         return Stop(WAITING)
     namespace, name = sandbox.metadata.namespace, pod_name(sandbox)
     actual = s.cache.get(POD.name, namespace, name) or claimed_pod(p)
+    await _remove_extra_pods(p, actual)
     run.status.pod_name = actual["metadata"]["name"] if actual is not None else name
     held = await sleep.hold(p, actual)
     if held is not None:
@@ -50,12 +56,50 @@ async def converge_pod(p: Pass) -> Stop | None:
         refused = egress.refusal(s.cache, s.settings, desired)
         if refused is not None:
             return _egress_refused(p, refused)
+        waiting = pod_lifecycle.restart_wait(p)
+        if waiting is not None:
+            return waiting
         claimed = await claim.claim(p)
+        if isinstance(claimed, Stop):
+            return claimed
         if claimed is None:
             return await pod_lifecycle.create(p, desired)
         run.status.pod_name = claimed["metadata"]["name"]
         actual = claimed
     return await _running(p, actual, desired)
+
+
+async def _remove_extra_pods(p: Pass, kept: dict[str, Any] | None) -> None:
+    """Delete any other live pod this sandbox controls: one sandbox, one pod. None is made
+    on purpose; a claim whose answer was lost while the cache lagged could leave one."""
+    meta = p.sandbox.metadata
+    kept_uid = kept["metadata"].get("uid") if kept is not None else None
+    for extra in p.services.cache.labelled(POD.name, meta.namespace, LABEL_SANDBOX, meta.name):
+        extra_meta = extra["metadata"]
+        if (
+            extra_meta.get("uid") == kept_uid
+            or extra_meta.get("deletionTimestamp")
+            or not controlled_by(extra, meta.uid)
+        ):
+            continue
+        try:
+            answer = await p.services.kube.delete(
+                POD.api, extra_meta.get("namespace"), extra_meta["name"], uid=extra_meta.get("uid")
+            )
+        except ConflictError:
+            continue  # another pod took its name meanwhile: not this one
+        if answer is None:
+            continue  # gone already
+        if answer.get("kind") == "Pod" and answer["metadata"].get("deletionTimestamp"):
+            p.services.cache.put(POD.name, answer)
+        else:
+            p.services.cache.remove(POD.name, extra)
+        message = f"deleted pod {extra_meta['name']}: the sandbox's pod is {_name(kept)}"
+        p.event("ExtraPodDeleted", message, warning=True)
+
+
+def _name(pod: dict[str, Any] | None) -> str:
+    return pod["metadata"]["name"] if pod is not None else "none"
 
 
 def claimed_pod(p: Pass) -> dict[str, Any] | None:
@@ -93,10 +137,19 @@ async def _running(p: Pass, actual: dict[str, Any], desired: dict[str, Any]) -> 
             seconds = (run.now - started_at).total_seconds()
             s.metrics.observe_phase(ProvisioningPhase.POD_READY, seconds)
     name = actual["metadata"]["name"]
+    if run.status.pod_failures and _ready_for(p) >= STABLE_AFTER:
+        run.status.pod_failures = None
     run.set(ConditionState.true(POD_READY, "PodReady", f"pod {name} is ready"))
-    run.status.pod_failures = None
     p.pod = actual
     return None
+
+
+def _ready_for(p: Pass) -> float:
+    """Seconds the sandbox's pod has been Ready for it (0: not Ready before this pass)."""
+    held = p.run.condition(POD_READY)
+    if held is None or held.status != ConditionStatus.TRUE or held.last_transition_time is None:
+        return 0.0
+    return (p.run.now - held.last_transition_time).total_seconds()
 
 
 def _claimed_template(p: Pass, pod: dict[str, Any]) -> str | None:

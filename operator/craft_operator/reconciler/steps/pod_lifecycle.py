@@ -20,8 +20,9 @@ WAITING = "WaitingForPod"
 POD = kinds.POD
 
 
-async def create(p: Pass, desired: dict[str, Any]) -> Stop:
-    """Create the pod (after the backoff of a failed one); the pass waits for it to start."""
+def restart_wait(p: Pass) -> Stop | None:
+    """A stop while the backoff after a failed pod lasts (no new pod, created or claimed:
+    a sandbox whose pods keep failing must not drain a pool either)."""
     s, run = p.services, p.run
     failures = run.status.pod_failures or 0
     previous = run.condition(POD_READY)
@@ -32,6 +33,15 @@ async def create(p: Pass, desired: dict[str, Any]) -> Stop:
         if wait > 0:
             run.revisit(after=wait)
             return Stop(WAITING)
+    return None
+
+
+async def create(p: Pass, desired: dict[str, Any]) -> Stop:
+    """Create the pod (after the backoff of a failed one); the pass waits for it to start."""
+    s, run = p.services, p.run
+    waiting = restart_wait(p)
+    if waiting is not None:
+        return waiting
     started = time.monotonic()
     try:
         created = await s.kube.create(POD.api, desired)

@@ -4,22 +4,25 @@ and the sandbox is Ready in that same pass; anything else starts cold and says w
 from __future__ import annotations
 
 import asyncio
+import copy
 from typing import Any
 
+import aiohttp.web
 import pytest
 
 from craft_operator.api.parse import parse_sandbox
 from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL, parse_pool
 from craft_operator.builders.naming import SKILL_KEY, skills_configmap_name
+from craft_operator.builders.pod import build_pod
 from craft_operator.builders.pool import build_pool_pod
 from craft_operator.kube import kinds
 from craft_operator.reconciler.run import Run
 from craft_operator.reconciler.step import Pass, Stop
-from craft_operator.reconciler.steps import credentials, pod
+from craft_operator.reconciler.steps import credentials, pod, pod_lifecycle
 from craft_operator.reconciler.steps.claimed_skill import SKILL_FILE
 from craft_operator.reconciler.steps.cli import EXIT_SKILL_NOT_DELIVERED
 from craft_operator.reconciler.table import CONDITIONS, run_steps
-from tests.support.pod_exec import mark_pod_running
+from tests.support.pod_exec import mark_pod_failed, mark_pod_running
 from tests.support.pools import POOLS, declare_pool_resource, pool
 from tests.unit.reconciler.conftest import NAMESPACE
 from tests.unit.reconciler.steps.conftest import NAME, NOW, UID, World, sandbox_body
@@ -275,3 +278,108 @@ async def test_a_woken_sandbox_with_a_workspace_and_no_pool_around_starts_cold_s
     )
     await pod.converge_pod(p)
     assert pooled.events.reasons == ["PodCreated"]
+
+
+def answer_lost(world: World, *, pod_readable: bool) -> None:
+    """The API server applies a claim but its answer is lost (503); reads of pods fail
+    too unless ``pod_readable``."""
+
+    async def lose(request: Any) -> aiohttp.web.StreamResponse | None:
+        path, method = request.url.path, request.method.value.upper()
+        if "/pods/" in path and method == "PATCH":
+            name = path.rsplit("/", 1)[-1]
+            change = copy.deepcopy(request.data)
+            change["metadata"].pop("resourceVersion", None)
+            world.emulator.patch("v1/pods", NAMESPACE, name, change)
+        elif "/pods/" not in path or method != "GET" or pod_readable:
+            return None
+        return aiohttp.web.json_response({"kind": "Status", "code": 503}, status=503)
+
+    world.emulator.before_request.insert(0, lose)
+
+
+async def test_a_claim_whose_answer_was_lost_is_read_back_and_kept(pooled: World) -> None:
+    [warm, _] = warm_pods(pooled, 2)
+    answer_lost(pooled, pod_readable=True)
+    p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    await pod.converge_pod(p)
+    assert p.pod is not None
+    assert p.pod["metadata"]["name"] in (warm, f"{POOL}-1")
+    assert pooled.stored("v1/pods", NAME) is None, "no cold pod beside the claimed one"
+    claimed = [
+        name
+        for name in (warm, f"{POOL}-1")
+        if LABEL_CLAIMED_FROM
+        in pooled.emulator.get("v1/pods", NAMESPACE, name)["metadata"]["labels"]
+    ]
+    assert claimed == [p.pod["metadata"]["name"]], "one pod claimed"
+
+
+async def test_a_claim_that_may_have_landed_stops_the_pass_without_a_second_pod(
+    pooled: World,
+) -> None:
+    warm_pods(pooled, 2)
+    answer_lost(pooled, pod_readable=False)
+    p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    assert await pod.converge_pod(p) == Stop("ClaimUnsettled")
+    assert p.run.verdict.backoff is not None
+    assert pooled.stored("v1/pods", NAME) is None, "no cold pod"
+    labels = [
+        pooled.emulator.get("v1/pods", NAMESPACE, f"{POOL}-{index}")["metadata"]["labels"]
+        for index in range(2)
+    ]
+    assert sum(LABEL_CLAIMED_FROM in each for each in labels) == 1, "no second claim"
+
+
+async def test_a_sandbox_whose_pod_failed_waits_out_its_backoff_before_claiming_again(
+    pooled: World,
+) -> None:
+    warm_pods(pooled, 2)
+    first = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    await pod.converge_pod(first)
+    assert first.pod is not None
+    taken = first.pod["metadata"]["name"]
+    mark_pod_failed(pooled.emulator, NAMESPACE, taken)
+    pooled.cache.put(kinds.POD.name, pooled.emulator.get("v1/pods", NAMESPACE, taken))
+    stored = first.run.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    failed = await pod_pass(pooled, spec={"poolRef": {"name": POOL}}, status=stored)
+    await pod.converge_pod(failed)
+    assert failed.run.status.pod_failures == 1
+    gone = pooled.cache.get(kinds.POD.name, NAMESPACE, taken)
+    assert gone is not None
+    pooled.cache.remove(kinds.POD.name, gone)  # the deletion, as watched
+    stored = failed.run.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    early = await pod_pass(pooled, spec={"poolRef": {"name": POOL}}, status=stored)
+    assert await pod.converge_pod(early) == Stop("WaitingForPod")
+    assert early.run.verdict.after == pooled.services.settings.pod_restart_backoff
+    [other] = [f"{POOL}-{index}" for index in range(2) if f"{POOL}-{index}" != taken]
+    assert LABEL_POOL in pooled.emulator.get("v1/pods", NAMESPACE, other)["metadata"]["labels"]
+    assert pooled.events.reasons == [], "neither claimed nor created during the backoff"
+
+
+async def test_a_second_pod_of_the_sandbox_is_deleted_whichever_way_it_came(
+    pooled: World,
+) -> None:
+    [warm] = warm_pods(pooled, 1)
+    first = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    await pod.converge_pod(first)  # claims warm-0
+    cold = await pod_pass(pooled)  # as if the claim were not seen: a cold pod too
+    await pod_lifecycle.create(cold, cold_pod(pooled, cold))
+    mark_pod_running(pooled.emulator, NAMESPACE, NAME)
+    pooled.cache.put(kinds.POD.name, pooled.emulator.get("v1/pods", NAMESPACE, NAME))
+    pooled.events.posted.clear()
+    again = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    assert await pod.converge_pod(again) is None
+    assert again.pod is not None
+    assert again.pod["metadata"]["name"] == NAME
+    assert pooled.stored("v1/pods", warm) is None, "the other pod is deleted"
+    assert pooled.events.reasons == ["ExtraPodDeleted"]
+    pooled.events.posted.clear()
+    await pod.converge_pod(await pod_pass(pooled, spec={"poolRef": {"name": POOL}}))
+    assert pooled.stored("v1/pods", NAME) is not None, "the kept one stays"
+    assert pooled.events.reasons == [], "said once"
+
+
+def cold_pod(world: World, p: Pass) -> dict[str, Any]:
+    """The pod the sandbox would create cold."""
+    return build_pod(p.sandbox, world.services.settings)

@@ -4,6 +4,7 @@ fails, stopped while the sandbox sleeps, and held back while egress is unrestric
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 
 import pytest
 
@@ -11,7 +12,7 @@ from craft_operator.reconciler.step import Pass, Stop
 from craft_operator.reconciler.steps import credentials, pod
 from tests.support.pod_exec import mark_pod_failed, mark_pod_running
 from tests.unit.reconciler.conftest import NAMESPACE
-from tests.unit.reconciler.steps.conftest import CANARY, NAME, World
+from tests.unit.reconciler.steps.conftest import CANARY, NAME, NOW, World
 
 pytestmark = pytest.mark.unit
 
@@ -114,3 +115,18 @@ async def test_a_pod_of_someone_else_by_that_name_is_reported_not_touched(world:
     assert await pod.converge_pod(p) == Stop("PodNameTaken")
     assert p.run.verdict.backoff == "PodNameTaken"
     assert world.stored("v1/pods", NAME) is not None
+
+
+@pytest.mark.parametrize(("ready_minutes", "failures_after"), [(1, 2), (11, None)])
+async def test_failures_are_forgotten_only_once_a_pod_has_stayed_ready_ten_minutes(
+    world: World, ready_minutes: int, failures_after: int | None
+) -> None:
+    await pod.converge_pod(await pod_pass(world))
+    mark_pod_running(world.emulator, NAMESPACE, NAME)
+    observed(world)
+    since = (NOW - timedelta(minutes=ready_minutes)).isoformat().replace("+00:00", "Z")
+    ready = {"type": "PodReady", "status": "True", "reason": "PodReady", "message": "m"}
+    status = {"podFailures": 2, "conditions": [{**ready, "lastTransitionTime": since}]}
+    p = await pod_pass(world, status=status)
+    assert await pod.converge_pod(p) is None
+    assert p.run.status.pod_failures == failures_after
