@@ -40,7 +40,14 @@ from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
 from craft_operator.kube.event_batch import post_coalesced
 from craft_operator.reconciler import egress
 from craft_operator.reconciler.deps import Services
-from craft_operator.reconciler.pool_plan import ENDED, Plan, PoolView, plan, view
+from craft_operator.reconciler.pool_plan import (
+    ENDED,
+    Plan,
+    PoolView,
+    claimed_since_update,
+    plan,
+    view,
+)
 from craft_operator.reconciler.pool_pods import (
     belongs_to,
     claimed_pods,
@@ -148,11 +155,13 @@ class PoolReconciler:
         ours = view([pod for pod in pods if pod not in strays], hash_)
         refused = egress.refusal(s.cache, s.settings, desired)
         waiting = self._failure_wait(key, ours, pool.spec.replicas, s.clock())
+        claimed = claimed_pods(s.cache, namespace, name)
         todo = plan(
             ours,
             pool.spec.replicas,
             max_creates=self.max_creates,
             may_create=refused is None and waiting <= 0,
+            claimed_since_update=claimed_since_update(claimed, ours, hash_),
         )
         todo = Plan((*todo.delete, *((pod, "PoolPodOrphaned") for pod in strays)), todo.create)
         outcome = await self._act(body, todo, desired)

@@ -8,7 +8,10 @@
   ``maxUnavailable: 0``: at most ``surge`` pods above ``replicas`` exist at a time, and an
   old pod that is Ready is deleted only once enough new ones are Ready to keep the number
   of Ready pods at ``replicas``. Old pods that are not Ready go at once (no one can claim
-  them anyway).
+  them anyway). A new pod claimed since the update counts as Ready here: sandboxes
+  wanted it, not an old one, and under steady claims new pods are taken as soon as they
+  are Ready, so counting only the unclaimed ones would keep every old pod (and the pool
+  at ``surge`` usable pods) for as long as the claims go on.
 - Scaling down deletes pods that are not Ready first, then the newest.
 
 Claimed pods are not the pool's (see :mod:`craft_operator.reconciler.pool_pods`) and never
@@ -99,12 +102,31 @@ def _not_ready_first_then_newest(pods: Iterable[Pod]) -> list[Pod]:
     return sorted(newest_first, key=is_running_and_ready)
 
 
-def plan(pods: PoolView, replicas: int, *, max_creates: int, may_create: bool = True) -> Plan:
-    """What to do now to move ``pods`` towards ``replicas`` current ones (see the module)."""
+def claimed_since_update(claimed: Iterable[Pod], pods: PoolView, template_hash: str) -> int:
+    """Pods of the current template claimed from the pool since its template changed:
+    those made after its newest old pod, to the second (no old pod: no update under way, 0)."""
+    if not pods.old:
+        return 0
+    newest_old = max(_created(pod) for pod in pods.old)
+    return sum(
+        1 for pod in claimed if template_of(pod) == template_hash and _created(pod) >= newest_old
+    )
+
+
+def plan(
+    pods: PoolView,
+    replicas: int,
+    *,
+    max_creates: int,
+    may_create: bool = True,
+    claimed_since_update: int = 0,
+) -> Plan:
+    """What to do now to move ``pods`` towards ``replicas`` current ones (see the module);
+    ``claimed_since_update`` is what :func:`claimed_since_update` counts."""
     delete: list[tuple[Pod, str]] = [(pod, ENDED) for pod in pods.ended]
     old_ready = [pod for pod in pods.old if is_running_and_ready(pod)]
     delete += [(pod, OUTDATED) for pod in pods.old if not is_running_and_ready(pod)]
-    spare = max(0, pods.ready + len(old_ready) - replicas)
+    spare = max(0, pods.ready + claimed_since_update + len(old_ready) - replicas)
     delete += [(pod, OUTDATED) for pod in sorted(old_ready, key=_created)[:spare]]
     excess = max(0, len(pods.current) - replicas)
     delete += [(pod, EXCESS) for pod in _not_ready_first_then_newest(pods.current)[:excess]]

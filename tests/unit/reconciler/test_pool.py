@@ -531,3 +531,31 @@ async def test_ready_pool_pods_are_the_current_ready_unclaimed_ones(world: PoolW
     hash_ = ready[0]["metadata"]["labels"][LABEL_POOL_TEMPLATE_HASH]
     assert len(ready_pool_pods(world.services.cache, NAMESPACE, NAME, template_hash=hash_)) == 1
     assert ready_pool_pods(world.services.cache, NAMESPACE, "other") == []
+
+
+async def test_an_update_goes_through_while_every_new_pod_is_claimed_at_once(
+    world: PoolWorld,
+) -> None:
+    world.create_pool(replicas=3)
+    await world.pass_()
+    world.ready_all()
+    await world.pass_()
+    old_hash = world.status()["templateHash"]
+    world.set_spec(image="registry.example.com/craft/sandbox:2")
+    for _ in range(20):
+        await world.pass_()
+        world.ready_all()
+        for pod in world.unclaimed():  # sandboxes take each new pod as soon as it is Ready
+            if pod["metadata"]["labels"][LABEL_POOL_TEMPLATE_HASH] != old_hash:
+                world.claim(pod["metadata"]["name"])
+        if all(
+            pod["metadata"]["labels"][LABEL_POOL_TEMPLATE_HASH] != old_hash
+            for pod in world.unclaimed()
+        ):
+            break
+    left = [
+        pod["metadata"]["name"]
+        for pod in world.unclaimed()
+        if pod["metadata"]["labels"][LABEL_POOL_TEMPLATE_HASH] == old_hash
+    ]
+    assert left == [], "no old pod is kept for claims that never come"

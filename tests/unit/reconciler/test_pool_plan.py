@@ -11,6 +11,7 @@ from craft_operator.reconciler.pool_plan import (
     ENDED,
     EXCESS,
     OUTDATED,
+    claimed_since_update,
     plan,
     surge_for,
     view,
@@ -91,3 +92,26 @@ def test_scaling_to_zero_deletes_everything() -> None:
 def test_scaling_down_deletes_the_not_ready_then_the_newest() -> None:
     pods = view([pod("p-01"), pod("p-02"), pod("p-03"), pod("p-04", ready=False)], NEW)
     assert names(plan(pods, 2, max_creates=10).delete, EXCESS) == ["p-04", "p-03"]
+
+
+def test_new_pods_claimed_during_an_update_retire_as_many_old_ready_ones() -> None:
+    # Every new pod was claimed as soon as it was Ready: none is left unclaimed, yet the
+    # sandboxes chose them over the old ones, which no claim wants.
+    old = [pod(f"p-{i:02d}", OLD) for i in range(10)]
+    starting = [pod("p-40", ready=False)]
+    claimed = [pod(f"p-{i:02d}") for i in (30, 31, 32)]
+    pods = view([*old, *starting], NEW)
+    assert claimed_since_update(claimed, pods, NEW) == 3
+    stalled = plan(pods, 10, max_creates=10)
+    assert stalled.delete == ()
+    todo = plan(pods, 10, max_creates=10, claimed_since_update=3)
+    assert names(todo.delete, OUTDATED) == ["p-00", "p-01", "p-02"]
+    assert todo.create == 3
+
+
+def test_claims_before_the_update_or_of_another_template_retire_nothing() -> None:
+    old = [pod(f"p-{i:02d}", OLD) for i in range(20, 30)]
+    earlier = [pod("p-05"), pod("p-06")]  # claimed before the old pods were made
+    other = [pod("p-35", "third-hash")]
+    assert claimed_since_update([*earlier, *other], view(old, NEW), NEW) == 0
+    assert claimed_since_update([pod("p-35")], view([pod("p-36")], NEW), NEW) == 0, "no update"

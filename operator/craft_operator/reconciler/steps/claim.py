@@ -100,15 +100,22 @@ def _candidates(p: Pass, wanted: str) -> tuple[str | None, list[dict[str, Any]]]
     s, namespace = p.services, p.sandbox.metadata.namespace or ""
     ref = p.sandbox.spec.pool_ref
     if ref is not None:
-        if s.cache.get(POOL.name, namespace, ref.name) is None:
+        if not _live(s.cache.get(POOL.name, namespace, ref.name)):
             return None, []
         return ref.name, ready_pool_pods(s.cache, namespace, ref.name, template_hash=wanted)
     for body in s.cache.in_namespace(POOL.name, namespace):
+        if not _live(body):
+            continue
         name = body["metadata"]["name"]
         pods = ready_pool_pods(s.cache, namespace, name, template_hash=wanted)
         if pods:
             return name, pods
     return None, []
+
+
+def _live(pool: Mapping[str, Any] | None) -> bool:
+    """Whether this pool exists and is not being deleted (its pods go with it)."""
+    return pool is not None and not pool["metadata"].get("deletionTimestamp")
 
 
 def _pools_here(p: Pass) -> bool:
@@ -130,7 +137,9 @@ def _pool_template(p: Pass, pool: str) -> str | None:
 def _cold_without_pool(p: Pass) -> None:
     ref = p.sandbox.spec.pool_ref
     if ref is not None:  # (woken with no pool like it around: nothing to say)
-        _cold(p, ColdStartReason.NO_POOL, f"there is no CraftSandboxPool {ref.name}")
+        there = p.services.cache.get(POOL.name, p.sandbox.metadata.namespace, ref.name)
+        why = "is being deleted" if there is not None else "does not exist"
+        _cold(p, ColdStartReason.NO_POOL, f"CraftSandboxPool {ref.name} {why}")
 
 
 def _spread(p: Pass, candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -383,3 +383,23 @@ async def test_a_second_pod_of_the_sandbox_is_deleted_whichever_way_it_came(
 def cold_pod(world: World, p: Pass) -> dict[str, Any]:
     """The pod the sandbox would create cold."""
     return build_pod(p.sandbox, world.services.settings)
+
+
+async def test_a_pool_being_deleted_is_not_claimed_from(pooled: World) -> None:
+    [warm] = warm_pods(pooled, 1)
+    body = pooled.cache.get(kinds.POOL.name, NAMESPACE, POOL)
+    assert body is not None
+    deleting = {
+        **body,
+        "metadata": {
+            **body["metadata"],
+            "deletionTimestamp": "2026-11-23T12:00:00Z",
+            "resourceVersion": str(int(body["metadata"]["resourceVersion"]) + 1),
+        },
+    }
+    pooled.cache.put(kinds.POOL.name, deleting)
+    p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    await pod.converge_pod(p)
+    assert LABEL_POOL in pooled.emulator.get("v1/pods", NAMESPACE, warm)["metadata"]["labels"]
+    assert pooled.stored("v1/pods", NAME) is not None, "cold instead"
+    assert "is being deleted" in pooled.events.posted[0][2]
