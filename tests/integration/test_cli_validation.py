@@ -10,6 +10,7 @@ from tests.integration.helpers import (
     NAMESPACE,
     condition,
     event_posted,
+    event_reasons,
     live_pats,
     phase,
     pod,
@@ -82,3 +83,25 @@ async def test_an_unreachable_server_is_reported_with_the_exit_codes_meaning(
 
     cli_exit_codes[f"{NAMESPACE}/alice"] = 0  # the server comes back; the retry succeeds
     await phase(emulator, "alice", "Ready", within=15)
+
+
+async def test_a_spec_change_after_refused_pats_validates_again_in_the_same_pod(
+    emulator: KubeEmulator, operator: OperatorContext, cli_exit_codes: dict[str, int]
+) -> None:
+    cli_exit_codes[f"{NAMESPACE}/alice"] = 4
+    emulator.create(SANDBOXES, sandbox("alice"))
+    first = await eventually(lambda: pod(emulator, "alice"), what="the pod")
+    mark_pod_running(emulator, NAMESPACE, "alice")
+    await eventually(
+        lambda: "stops retrying" in condition(emulator, "alice", "CLIValidated").get("message", ""),
+        what="the operator giving up after the fresh PAT is refused too",
+    )
+    assert event_reasons(emulator, "alice").count("PATMinted") == 2, "the fresh PAT is said"
+
+    cli_exit_codes[f"{NAMESPACE}/alice"] = 0  # the server accepts PATs again
+    emulator.patch(SANDBOXES, NAMESPACE, "alice", {"spec": {"sources": [{"name": "slack"}]}})
+    await eventually(
+        lambda: condition(emulator, "alice", "CLIValidated").get("reason") == "Validated",
+        what="a validation after the spec change",
+    )
+    assert pod(emulator, "alice")["metadata"]["uid"] == first["metadata"]["uid"]  # type: ignore[index]

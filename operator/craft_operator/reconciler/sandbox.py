@@ -94,7 +94,11 @@ class SandboxReconciler:
             return None
         if run.spec_changed:
             run.status.pod_failures = None
-            run.status.cli_auth_failures = None
+            if run.status.cli_auth_failures:
+                # A twice-refused PAT stopped the deliveries ("until the spec changes"): the
+                # pod and PAT it was refused for count as validated, so validate again.
+                run.status.cli_auth_failures = None
+                run.status.validated_pat_id = None
         completed = False
         try:
             # The platform's policy comes first: a sandbox it does not allow gets no PAT.

@@ -207,10 +207,11 @@ async def _auth_failed(p: Pass, uid: str | None, detail: str) -> None:
     run.set(ConditionState.false(CLI_VALIDATED, "AuthFailed", message))
     p.event("AuthFailed", message, warning=True)
     try:
-        await p.services.credentials.ensure(p.sandbox, rejected_pat_id=p.issued.pat_id)
+        issued = await p.services.credentials.ensure(p.sandbox, rejected_pat_id=p.issued.pat_id)
     except CredentialsError as exc:
         credentials.failed(p, "CredentialsError", str(exc))
         return
+    credentials.record(p, issued)  # minted: said and counted as any mint
     run.revisit(after=0)  # the next pass delivers the new PAT into the same pod
 
 

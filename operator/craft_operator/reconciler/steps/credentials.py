@@ -36,15 +36,24 @@ def failure_reason(exc: CredentialsError) -> str:
 
 async def ensure_pat(p: Pass) -> Stop | None:
     """Find or mint the sandbox's PAT; the pass waits for it when there is none."""
-    s, run = p.services, p.run
+    s = p.services
     started = time.monotonic()
     try:
         issued = await s.credentials.ensure(p.sandbox)
     except CredentialsError as exc:
         return failed(p, failure_reason(exc), str(exc))
     if issued.minted:
-        s.metrics.pat_minted(issued.reason)
         s.metrics.observe_phase(ProvisioningPhase.CREDENTIALS, time.monotonic() - started)
+    record(p, issued)
+    return None
+
+
+def record(p: Pass, issued: IssuedCredential) -> None:
+    """The pass holds ``issued`` from here: a mint counted and said in an event, the
+    condition, ``status.credentials`` and the revisit before its renewal."""
+    s, run = p.services, p.run
+    if issued.minted:
+        s.metrics.pat_minted(issued.reason)
         p.event(
             "PATMinted",
             f"minted PAT {issued.token_display} (id {issued.pat_id})"
@@ -64,7 +73,6 @@ async def ensure_pat(p: Pass) -> Stop | None:
         renew_at = issued.expires_at - lifetime * s.settings.credential_renewal_fraction
         run.revisit(after=max(60.0, (renew_at - run.now).total_seconds() + 1))
     p.issued = issued
-    return None
 
 
 def _message(p: Pass, issued: IssuedCredential) -> str:
