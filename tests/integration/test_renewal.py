@@ -5,7 +5,9 @@ lives no longer than it must: until onyx-cli accepts the new one, at most its gr
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import aiohttp.web
 import sqlalchemy as sa
 
 from craft_operator.config import Settings
@@ -108,6 +110,37 @@ async def test_a_renewed_pat_the_pod_never_validates_leaves_the_old_one_its_grac
     )
     grace = timedelta(seconds=settings.credential_renewal_grace)
     assert expires_at(settings, first) <= renewed_at + grace + timedelta(seconds=5)
+    still = pod(emulator, "alice")
+    assert still is not None
+    assert still["metadata"]["uid"] == pod_uid
+
+
+async def test_a_renewed_pat_reaches_the_pod_while_the_secret_cannot_be_written(
+    emulator: KubeEmulator,
+    operator: OperatorContext,
+    settings: Settings,
+    pod_exec: EmulatedPodExec,
+) -> None:
+    first, first_token, pod_uid = await ready_sandbox(emulator)
+    uid = emulator.get(SANDBOXES, NAMESPACE, "alice")["metadata"]["uid"]
+
+    async def refuse_secret_writes(request: Any) -> aiohttp.web.StreamResponse | None:
+        if "/secrets" in request.url.path and request.method.value.upper() != "GET":
+            status = {"kind": "Status", "code": 500, "reason": "InternalError", "message": "etcd"}
+            return aiohttp.web.json_response(status, status=500)
+        return None
+
+    emulator.before_request.insert(0, refuse_secret_writes)
+    due_for_renewal(settings, operator, first, uid)
+
+    await eventually(
+        lambda: status(emulator, "alice").get("validatedPatID") not in (None, first),
+        what="the renewed PAT validated in the pod, the Secret refused",
+    )
+    delivered = pod_exec.local.credentials_dir(NAMESPACE, "alice") / "pat"
+    assert delivered.read_text() != first_token
+    assert token_in_secret(emulator, "alice") == first_token, "the Secret write was refused"
+    assert live_pats(settings) == [status(emulator, "alice")["validatedPatID"]]
     still = pod(emulator, "alice")
     assert still is not None
     assert still["metadata"]["uid"] == pod_uid

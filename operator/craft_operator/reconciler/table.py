@@ -44,13 +44,18 @@ CONDITIONS: tuple[str, ...] = tuple(
 )
 
 WAITING_MESSAGE = "waiting for an earlier step"
+#: The row of the pod step: a pass stopped before it may still deliver a renewed PAT.
+POD_ROW = next(index for index, row in enumerate(STEPS) if pod.STEP in row)
 
 
 async def run_steps(p: Pass, steps: tuple[tuple[Step, ...], ...] = STEPS) -> None:
-    """Run the rows in order until one stops; later conditions then wait."""
+    """Run the rows in order until one stops; later conditions then wait, except that a
+    renewed PAT still goes into a Ready pod (:func:`cli.deliver_renewal`)."""
     for index, row in enumerate(steps):
         stops = [stop for step in row if (stop := await step.run(p)) is not None]
         if stops:
+            if steps is STEPS and index < POD_ROW:
+                await cli.deliver_renewal(p)
             _wait(p, steps[index + 1 :], stops[0])
             return
 

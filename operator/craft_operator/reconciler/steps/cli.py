@@ -15,17 +15,20 @@ import logging
 import time
 
 from craft_operator.api.models import ConditionStatus
-from craft_operator.builders.naming import SANDBOX_CONTAINER
+from craft_operator.builders.naming import SANDBOX_CONTAINER, pod_name
 from craft_operator.builders.pod import PAT_FILE
 from craft_operator.credentials.errors import CredentialsError
+from craft_operator.kube import kinds
 from craft_operator.kube.exec import ExecError, ExecResult
 from craft_operator.metrics import ProvisioningPhase
 from craft_operator.reconciler import cli_validation
+from craft_operator.reconciler.children import controlled_by
 from craft_operator.reconciler.step import Pass, Step, Stop
-from craft_operator.reconciler.steps import claimed_skill, credentials
+from craft_operator.reconciler.steps import claimed_skill, credentials, pod_state
 from craft_operator.status import CLI_VALIDATED, ConditionState
 
 logger = logging.getLogger(__name__)
+POD = kinds.POD
 CLI_TIMEOUT = 60.0
 #: onyx-cli prints a line or two; more is not read.
 CLI_MAX_OUTPUT = 1024 * 1024
@@ -90,6 +93,31 @@ async def validate_cli(p: Pass) -> Stop | None:
         run.status.delivered_skill = skill.delivered
     await _judge(p, uid, result)
     return None
+
+
+async def deliver_renewal(p: Pass) -> None:
+    """Deliver a renewed PAT into the sandbox's Ready pod though an earlier row stopped the
+    pass (a Secret or ConfigMap write refused, say): its predecessor expires at the end of
+    its grace period whatever happens, and the pod needs nothing else to take the new one.
+    Only when the pass did not reach the pod step; a pod not Ready, being deleted or not
+    the sandbox's controlled pod gets nothing."""
+    issued = p.issued
+    if p.pod is not None or issued is None or issued.grace_pat_id is None:
+        return
+    if p.run.status.validated_pat_id == issued.pat_id:
+        return
+    s, meta = p.services, p.sandbox.metadata
+    name = p.run.status.pod_name or pod_name(p.sandbox)
+    found = s.cache.get(POD.name, meta.namespace, name)
+    if (
+        found is None
+        or found["metadata"].get("deletionTimestamp")
+        or not controlled_by(found, meta.uid)
+        or not pod_state.is_ready(found)
+    ):
+        return
+    p.pod = found
+    await validate_cli(p)
 
 
 async def _deliver_and_validate(
