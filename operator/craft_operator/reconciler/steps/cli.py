@@ -239,7 +239,8 @@ async def _auth_failed(p: Pass, uid: str | None, detail: str) -> None:
     except CredentialsError as exc:
         credentials.failed(p, "CredentialsError", str(exc))
         return
-    credentials.record(p, issued)  # minted: said and counted as any mint
+    if issued.minted:
+        credentials.record(p, issued)  # said and counted as any mint
     run.revisit(after=0)  # the next pass delivers the new PAT into the same pod
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from craft_operator.api.models import CredentialsStatus
+from craft_operator.api.models import ConditionStatus, CredentialsStatus
 from craft_operator.credentials.errors import (
     CredentialsError,
     DatabaseUnavailableError,
@@ -61,7 +61,11 @@ def record(p: Pass, issued: IssuedCredential) -> None:
         )
     else:
         s.metrics.pat_reused()
-    run.set(ConditionState.true(CREDENTIALS_READY, "PATValid", _message(p, issued)))
+    if not (
+        CREDENTIALS_READY in run.touched
+        and run.condition_is(CREDENTIALS_READY, ConditionStatus.FALSE)
+    ):  # a failure this pass said (the Secret refused, say) stays said
+        run.set(ConditionState.true(CREDENTIALS_READY, "PATValid", _message(p, issued)))
     run.status.credentials = CredentialsStatus(
         token_display=issued.token_display,
         pat_id=issued.pat_id,

@@ -39,8 +39,10 @@ async def converge_pod(p: Pass) -> Stop | None:
         p.fail_spec(exc.reason, str(exc))
         return Stop(WAITING)
     namespace, name = sandbox.metadata.namespace, pod_name(sandbox)
-    actual = s.cache.get(POD.name, namespace, name) or claimed_pod(p)
-    await _remove_extra_pods(p, actual)
+    named = s.cache.get(POD.name, namespace, name)
+    # A pod of the sandbox's name that is not its own does not hide the pod it claimed.
+    taken = claimed_pod(p) if named is None or not is_ours(named, desired) else None
+    actual = taken or named
     run.status.pod_name = actual["metadata"]["name"] if actual is not None else name
     held = await sleep.hold(p, actual)
     if held is not None:
@@ -52,6 +54,8 @@ async def converge_pod(p: Pass) -> Stop | None:
         run.set(ConditionState.false(POD_READY, "PodTerminating", "the old pod is stopping"))
         run.revisit(after=5)
         return Stop(WAITING)
+    if actual is not None:
+        await _remove_extra_pods(p, actual)
     if actual is None:
         refused = egress.refusal(s.cache, s.settings, desired)
         if refused is not None:
@@ -69,11 +73,12 @@ async def converge_pod(p: Pass) -> Stop | None:
     return await _running(p, actual, desired)
 
 
-async def _remove_extra_pods(p: Pass, kept: dict[str, Any] | None) -> None:
-    """Delete any other live pod this sandbox controls: one sandbox, one pod. None is made
-    on purpose; a claim whose answer was lost while the cache lagged could leave one."""
+async def _remove_extra_pods(p: Pass, kept: dict[str, Any]) -> None:
+    """Delete any other live pod this sandbox controls besides ``kept``, its own live pod:
+    one sandbox, one pod. None is made on purpose; a claim whose answer was lost while the
+    cache lagged could leave one."""
     meta = p.sandbox.metadata
-    kept_uid = kept["metadata"].get("uid") if kept is not None else None
+    kept_uid = kept["metadata"].get("uid")
     for extra in p.services.cache.labelled(POD.name, meta.namespace, LABEL_SANDBOX, meta.name):
         extra_meta = extra["metadata"]
         if (
@@ -94,12 +99,10 @@ async def _remove_extra_pods(p: Pass, kept: dict[str, Any] | None) -> None:
             p.services.cache.put(POD.name, answer)
         else:
             p.services.cache.remove(POD.name, extra)
-        message = f"deleted pod {extra_meta['name']}: the sandbox's pod is {_name(kept)}"
+        message = (
+            f"deleted pod {extra_meta['name']}: the sandbox's pod is {kept['metadata']['name']}"
+        )
         p.event("ExtraPodDeleted", message, warning=True)
-
-
-def _name(pod: dict[str, Any] | None) -> str:
-    return pod["metadata"]["name"] if pod is not None else "none"
 
 
 def claimed_pod(p: Pass) -> dict[str, Any] | None:

@@ -8,7 +8,7 @@ from typing import Any
 from craft_operator.api.models import ANNOTATION_LAST_ACTIVITY, Phase
 from craft_operator.reconciler.idle import IdleDecision, decide_idle
 from craft_operator.reconciler.step import Pass, Stop
-from craft_operator.reconciler.steps import pod_lifecycle
+from craft_operator.reconciler.steps import pod_lifecycle, pod_state
 from craft_operator.status import POD_READY, ConditionState
 
 
@@ -59,6 +59,8 @@ def _report_problem(p: Pass, decision: IdleDecision) -> None:
 
 async def _stop_pod(p: Pass, actual: dict[str, Any] | None, reason: str, message: str) -> Stop:
     if actual is not None and not actual["metadata"].get("deletionTimestamp"):
+        if pod_state.is_ready(actual):
+            p.run.status.pod_failures = None  # a pod that ran until stopped ends the row
         await pod_lifecycle.remove(p, actual)
         p.event(f"Pod{reason}", message)
     p.run.set(ConditionState.false(POD_READY, reason, message))

@@ -403,3 +403,38 @@ async def test_a_pool_being_deleted_is_not_claimed_from(pooled: World) -> None:
     assert LABEL_POOL in pooled.emulator.get("v1/pods", NAMESPACE, warm)["metadata"]["labels"]
     assert pooled.stored("v1/pods", NAME) is not None, "cold instead"
     assert "is being deleted" in pooled.events.posted[0][2]
+
+
+async def test_a_foreign_pod_taking_the_sandboxs_name_does_not_cost_it_its_claimed_pod(
+    pooled: World,
+) -> None:
+    [warm] = warm_pods(pooled, 1)
+    first = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    await pod.converge_pod(first)
+    intruder = cold_pod(pooled, first)
+    intruder["metadata"].pop("ownerReferences", None)  # someone else's, with our labels
+    pooled.emulator.create("v1/pods", intruder)
+    pooled.cache.put(kinds.POD.name, pooled.emulator.get("v1/pods", NAMESPACE, NAME))
+    pooled.events.posted.clear()
+    again = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    assert await pod.converge_pod(again) is None
+    assert again.pod is not None
+    assert again.pod["metadata"]["name"] == warm
+    assert pooled.stored("v1/pods", warm) is not None
+    assert pooled.stored("v1/pods", NAME) is not None, "not ours: left alone"
+    assert pooled.events.reasons == []
+
+
+async def test_a_pod_stopped_for_sleep_after_running_ends_the_row_of_failures(
+    pooled: World,
+) -> None:
+    warm_pods(pooled, 1)
+    first = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    await pod.converge_pod(first)
+    stored = first.run.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    stored["podFailures"] = 2
+    asleep = await pod_pass(
+        pooled, spec={"poolRef": {"name": POOL}, "suspend": True}, status=stored
+    )
+    assert await pod.converge_pod(asleep) == Stop("Suspended")
+    assert asleep.run.status.pod_failures is None
