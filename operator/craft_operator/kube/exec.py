@@ -69,15 +69,13 @@ def one_line(text: str, *, limit: int = 500, secrets: Sequence[str] = ()) -> str
     )
     # Redacted before the cut, so that no cut leaves a piece of a token too short to see;
     # the fragments are looked for near the end only (the output may be a megabyte).
-    joined = redact(_PAT.sub(REDACTED, joined)[-(limit + 1024) :], secrets)
+    joined = _hide_fragments(_PAT.sub(REDACTED, joined)[-(limit + 1024) :], secrets)
     return joined if len(joined) <= limit else "…" + joined[-limit:]
 
 
-def redact(text: str, secrets: Sequence[str] = ()) -> str:
-    """``text`` with anything like a PAT, and every run of at least
-    :data:`SHORTEST_FRAGMENT` characters that is part of one of ``secrets``, replaced by
-    :data:`REDACTED`."""
-    text = _PAT.sub(REDACTED, text)
+def _hide_fragments(text: str, secrets: Sequence[str]) -> str:
+    """``text`` with every run of at least :data:`SHORTEST_FRAGMENT` characters that is
+    part of one of ``secrets`` replaced by :data:`REDACTED`."""
     for secret in secrets:
         if len(secret) < SHORTEST_FRAGMENT:
             continue

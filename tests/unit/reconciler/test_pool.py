@@ -305,13 +305,19 @@ async def test_scaling_down_deletes_pods_that_are_not_ready_first(world: PoolWor
 # -- updates -------------------------------------------------------------------------------
 
 
-async def test_a_template_change_replaces_the_pods_gradually(world: PoolWorld) -> None:
-    world.create_pool(replicas=3)
+async def updating(world: PoolWorld, *, replicas: int) -> str:
+    """A full pool of Ready pods whose image just changed; the old template hash."""
+    world.create_pool(replicas=replicas)
     await world.pass_()
     world.ready_all()
     await world.pass_()
-    old_hash = world.status()["templateHash"]
+    old_hash: str = world.status()["templateHash"]
     world.set_spec(image="registry.example.com/craft/sandbox:2")
+    return old_hash
+
+
+async def test_a_template_change_replaces_the_pods_gradually(world: PoolWorld) -> None:
+    old_hash = await updating(world, replicas=3)
     for _ in range(20):
         await world.pass_()
         pods = world.unclaimed()
@@ -536,12 +542,7 @@ async def test_ready_pool_pods_are_the_current_ready_unclaimed_ones(world: PoolW
 async def test_an_update_goes_through_while_every_new_pod_is_claimed_at_once(
     world: PoolWorld,
 ) -> None:
-    world.create_pool(replicas=3)
-    await world.pass_()
-    world.ready_all()
-    await world.pass_()
-    old_hash = world.status()["templateHash"]
-    world.set_spec(image="registry.example.com/craft/sandbox:2")
+    old_hash = await updating(world, replicas=3)
     for _ in range(20):
         await world.pass_()
         world.ready_all()

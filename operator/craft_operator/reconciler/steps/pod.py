@@ -56,7 +56,7 @@ async def converge_pod(p: Pass) -> Stop | None:
         return Stop(WAITING)
     if actual is not None:
         await _remove_extra_pods(p, actual)
-    if actual is None:
+    else:
         refused = egress.refusal(s.cache, s.settings, desired)
         if refused is not None:
             return _egress_refused(p, refused)
@@ -88,9 +88,7 @@ async def _remove_extra_pods(p: Pass, kept: dict[str, Any]) -> None:
         ):
             continue
         try:
-            answer = await p.services.kube.delete(
-                POD.api, extra_meta.get("namespace"), extra_meta["name"], uid=extra_meta.get("uid")
-            )
+            answer = await pod_lifecycle.remove(p, extra)
         except ConflictError:
             continue  # another pod took its name meanwhile: not this one
         if answer is None:

@@ -37,11 +37,9 @@ def restart_wait(p: Pass) -> Stop | None:
 
 
 async def create(p: Pass, desired: dict[str, Any]) -> Stop:
-    """Create the pod (after the backoff of a failed one); the pass waits for it to start."""
+    """Create the pod (the caller waited out :func:`restart_wait`); the pass waits for it
+    to start."""
     s, run = p.services, p.run
-    waiting = restart_wait(p)
-    if waiting is not None:
-        return waiting
     started = time.monotonic()
     try:
         created = await s.kube.create(POD.api, desired)
@@ -79,10 +77,13 @@ async def _exists_already(p: Pass, desired: Mapping[str, Any]) -> Stop:
     return Stop(WAITING)
 
 
-async def remove(p: Pass, pod: Mapping[str, Any]) -> None:
-    """Delete this very pod (its uid), not a successor that took its name meanwhile."""
+async def remove(p: Pass, pod: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Delete this very pod (its uid), not a successor that took its name meanwhile; the
+    API server's answer (``None``: it was gone already)."""
     meta = pod["metadata"]
-    await p.services.kube.delete(POD.api, meta.get("namespace"), meta["name"], uid=meta.get("uid"))
+    return await p.services.kube.delete(
+        POD.api, meta.get("namespace"), meta["name"], uid=meta.get("uid")
+    )
 
 
 async def replace(
