@@ -185,10 +185,9 @@ class AiohttpExec:
         """Stdin in frames, then v5's close of the stdin channel; what the source raises
         propagates as it is."""
         prefix = bytes([STDIN_CHANNEL])
-        async for chunk in chunks:
-            for start in range(0, len(chunk), self._frame_bytes):
-                if not await _sent(ws, prefix + chunk[start : start + self._frame_bytes]):
-                    return
+        async for frame in framed(chunks, self._frame_bytes):
+            if not await _sent(ws, prefix + frame):
+                return
         await _sent(ws, bytes([CLOSE_CHANNEL, STDIN_CHANNEL]))
 
     async def _close(self, ws: _Socket) -> None:
@@ -197,6 +196,31 @@ class AiohttpExec:
         with contextlib.suppress(TimeoutError, ConnectionError, aiohttp.ClientError):
             async with asyncio.timeout(self._close_grace):
                 await ws.close()
+
+
+async def framed(chunks: AsyncIterator[bytes], size: int) -> AsyncIterator[bytes]:
+    """``chunks`` regrouped into frames of ``size`` bytes, the last one shorter.
+
+    A tar stream is mostly small pieces (a header and a padding per file); one frame each
+    cost a websocket message, a TLS record and a write to the socket apiece, on the
+    operator and again on the API server and the kubelet.
+    """
+    pending = bytearray()
+    async for chunk in chunks:
+        start = 0
+        if pending:
+            start = size - len(pending)
+            pending += chunk[:start]
+            if len(pending) < size:
+                continue
+            yield bytes(pending)
+            pending.clear()
+        while len(chunk) - start >= size:
+            yield chunk[start : start + size]
+            start += size
+        pending += chunk[start:]
+    if pending:
+        yield bytes(pending)
 
 
 async def _sent(ws: _Socket, frame: bytes) -> bool:

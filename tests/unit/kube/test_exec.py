@@ -24,7 +24,7 @@ from craft_operator.kube.exec import (
     classify_handshake,
     parse_exec_status,
 )
-from craft_operator.kube.exec_aiohttp import AiohttpExec
+from craft_operator.kube.exec_aiohttp import AiohttpExec, framed
 from tests.support.exec_api import FakeApiServer
 
 pytestmark = [pytest.mark.unit]
@@ -54,6 +54,45 @@ async def test_stdin_is_streamed_in_frames_and_closed_so_the_command_ends(
     assert result.exit_code == 0
     assert int(result.stdout) == 500_000
     assert max(api_server.frames) <= 16 * 1024
+
+
+async def test_stdin_in_many_small_pieces_travels_in_few_frames(
+    transport: AiohttpExec, api_server: FakeApiServer
+) -> None:
+    async def tar_like() -> AsyncIterator[bytes]:
+        for index in range(100):
+            yield b"h" * 512  # a header
+            yield bytes([index]) * 300  # a small file
+            yield b"\0" * 212  # its padding
+
+    result = await transport.run("ns", "pod", "main", ["wc", "-c"], stdin=tar_like(), timeout=30)
+
+    assert int(result.stdout) == 102_400
+    assert api_server.frames == [16 * 1024] * 6 + [4 * 1024]
+
+
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        [b""],
+        [b"abc"],
+        [b"a", b"bcdef", b"", b"ghij"],
+        [b"0123456789abcdef"],
+        [b"x" * 9, b"y" * 3, b"z" * 30],
+    ],
+)
+async def test_frames_keep_every_byte_in_order_and_are_full_but_the_last(
+    pieces: list[bytes],
+) -> None:
+    async def source() -> AsyncIterator[bytes]:
+        for piece in pieces:
+            yield piece
+
+    frames = [bytes(frame) async for frame in framed(source(), 4)]
+
+    assert b"".join(frames) == b"".join(pieces)
+    assert all(len(frame) == 4 for frame in frames[:-1])
+    assert all(0 < len(frame) <= 4 for frame in frames)
 
 
 async def test_bytes_stdin_reaches_the_command(transport: AiohttpExec) -> None:
