@@ -162,6 +162,13 @@ class CraftSandboxStatus(StatusModel):
             "them (phase Failed) after a limit, until the spec changes."
         ),
     )
+    last_pod_failure_time: datetime | None = Field(
+        default=None,
+        description=(
+            "When a sandbox pod last failed or was evicted; the next pod waits out the "
+            "restart backoff from then."
+        ),
+    )
     validated_pod_uid: str | None = Field(
         default=None,
         alias="validatedPodUID",

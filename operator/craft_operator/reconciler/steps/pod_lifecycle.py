@@ -27,7 +27,9 @@ def restart_wait(p: Pass) -> Stop | None:
     failures = run.status.pod_failures or 0
     previous = run.condition(POD_READY)
     if failures and previous is not None and previous.reason == "PodFailed":
-        failed_at = previous.last_transition_time or run.now
+        # Not the condition's lastTransitionTime: a pod that fails before it was ever Ready
+        # leaves PodReady False all along, so that time is when the pod was created.
+        failed_at = run.status.last_pod_failure_time or previous.last_transition_time or run.now
         backoff = pod_state.restart_backoff(s.settings.pod_restart_backoff, failures)
         wait = (failed_at - run.now).total_seconds() + backoff
         if wait > 0:
@@ -109,6 +111,7 @@ async def ended(p: Pass, pod: dict[str, Any]) -> Stop:
         return Stop(WAITING)
     failures += 1
     run.status.pod_failures = failures
+    run.status.last_pod_failure_time = run.now
     if failures >= limit:
         message = (
             f"{detail}; {failures} pods failed in a row, not replacing it until the spec "

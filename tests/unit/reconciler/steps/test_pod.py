@@ -80,6 +80,28 @@ async def test_a_failed_pod_is_replaced_with_backoff(world: World) -> None:
     assert world.events.reasons == ["PodFailed"]
 
 
+async def test_a_pod_that_fails_before_it_was_ever_ready_still_waits_out_the_backoff(
+    world: World,
+) -> None:
+    long_ago = (NOW - timedelta(hours=1)).isoformat().replace("+00:00", "Z")
+    starting = {"type": "PodReady", "status": "False", "reason": "PodStarting", "message": "m"}
+    status = {"conditions": [{**starting, "lastTransitionTime": long_ago}]}
+    await pod.converge_pod(await pod_pass(world, status=status))
+    mark_pod_failed(world.emulator, NAMESPACE, NAME)
+    observed(world)
+    failed = await pod_pass(world, status=status)
+    assert await pod.converge_pod(failed) == Stop("WaitingForPod")
+    gone = world.cache.get("Pod", NAMESPACE, NAME)
+    assert gone is not None
+    world.cache.remove("Pod", gone)  # the deletion, as watched
+    stored = failed.run.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    early = await pod_pass(world, status=stored)
+    assert await pod.converge_pod(early) == Stop("WaitingForPod")
+    assert world.stored("v1/pods", NAME) is None, "no new pod during the backoff"
+    assert early.run.verdict.after == world.services.settings.pod_restart_backoff
+    assert early.run.status.last_pod_failure_time == NOW
+
+
 async def test_a_suspended_sandbox_has_no_pod(world: World) -> None:
     await pod.converge_pod(await pod_pass(world))
     observed(world)
