@@ -2,15 +2,15 @@
 
 The stack of ``bench/real_cluster.py`` (a control plane of its own with kwok pods and the
 real exec path, the stand-in Onyx API, ``craft-operator run`` as the ServiceAccount in its
-own process), plus moto's S3 server holding a user library of 10 files and a
-CraftSandboxPool. Each phase creates CraftSandboxes at a fixed rate (open loop: on
-schedule, whatever the operator does) and takes, for each, the time from its create
-request until the driver's watch sees it Ready: the PAT delivered into the pod and
-onyx-cli validated (exec), the SKILL.md present (written by exec into a claimed pod), the
-10 files synced from S3 (exec). A phase's sandboxes either all name the pool (``pool``) or
-none does (``cold``: a new pod each, as without pools); at each rate the pool phase runs
-first, then the cold one, in the same run. Between phases the sandboxes are deleted and
-the operator goes quiet.
+own process), plus moto's S3 server (behind waitress, which keeps connections alive as S3
+does) holding a user library of 10 files and a CraftSandboxPool. Each phase creates
+CraftSandboxes at a fixed rate (open loop: on schedule, whatever the operator does) and
+takes, for each, the time from its create request until the driver's watch sees it Ready:
+the PAT delivered into the pod and onyx-cli validated (exec), the SKILL.md present (written
+by exec into a claimed pod), the 10 files synced from S3 (exec). A phase's sandboxes either
+all name the pool (``pool``) or none does (``cold``: a new pod each, as without pools); at
+each rate the pool phase runs first, then the cold one, in the same run. Between phases the
+sandboxes are deleted and the operator goes quiet.
 
 Per phase it prints p50/p99 of that latency, how many pool sandboxes actually got a pool
 pod (the others started cold: pool empty or lost races), the operator's CPU per sandbox
@@ -359,12 +359,13 @@ def main() -> None:
         Phase("fast-cold", args.rate, args.seconds, False),
     ]
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's request log
+    logging.getLogger("waitress").setLevel(logging.ERROR)
     print(f"pool replicas {pool_size}, CRAFT_WORKERS {args.workers}, {os.cpu_count()} CPUs")
     with (
         tempfile.TemporaryDirectory(prefix="craft-bench-pool-") as tmp,
         Stack(Path(tmp), args.workers) as stack,
     ):
-        s3_servers = running_s3_server()
+        s3_servers = running_s3_server(keep_alive=True)  # as S3 keeps them
         s3_server = next(s3_servers)
         try:
             put_library(s3_server)
