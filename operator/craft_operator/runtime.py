@@ -61,7 +61,8 @@ class WatchOnlyDiffBase(kopf.AnnotationsDiffBaseStorage):
 
 
 def configure_kopf(settings: kopf.OperatorSettings) -> None:
-    """Production kopf settings: bounded timeouts, server-side filters, our annotation keys."""
+    """Production kopf settings (it watches only the peering object): bounded timeouts, our
+    annotation keys."""
     # kopf keeps no state on our objects (the handlers only watch), but if it ever does,
     # it goes to our annotations: the structural CRD schema would prune a status.kopf field.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
@@ -80,11 +81,6 @@ def configure_kopf(settings: kopf.OperatorSettings) -> None:
     # Peering is either mandatory (--peering) or off; never kopf's auto-detection, which
     # could pause kopf on finding some other "default" peering while our queue works on.
     settings.peering.standalone = True
-    # Only the operator's own children are streamed to it.
-    for kind in kinds.KINDS:
-        if kind.selector is not None:
-            key = cast("tuple[str, str] | tuple[str, str, str]", kind.api.resource)
-            settings.watching.label_selectors[key] = kind.selector
 
 
 def build_context(

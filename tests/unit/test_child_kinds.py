@@ -12,7 +12,7 @@ import pytest
 
 from craft_operator import handlers
 from craft_operator.api.parse import parse_sandbox
-from craft_operator.handlers import children
+from craft_operator.handlers.streams import watch_streams
 from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import Kind, NotFoundError
@@ -25,7 +25,6 @@ from craft_operator.permissions import (
 from craft_operator.reconciler import policy_step as enforce
 from craft_operator.reconciler.library_pool import LibrarySyncPool
 from craft_operator.reconciler.sandbox import FINALIZER, SandboxReconciler
-from craft_operator.runtime import configure_kopf
 from tests.unit.policy.cases import USER
 from tests.unit.reconciler.steps.conftest import Events
 
@@ -41,59 +40,41 @@ BODY: dict[str, Any] = {
 OWNER = {"kind": "CraftSandbox", "name": NAME, "uid": UID, "controller": True}
 
 
-def kopf_resource(selector: Any) -> tuple[str, ...]:
-    """A kopf selector as the registry's ``Kind.resource`` spells it."""
-    group = (selector.group,) if selector.group else ()
-    return (*group, selector.version, selector.any_name)
-
-
-def test_kopf_watches_every_kind_but_the_children_with_its_label_filter() -> None:
+def test_kopf_watches_none_of_the_cached_kinds() -> None:
     registry = kopf.OperatorRegistry()
     handlers.register(registry)
-    watched = {
-        kopf_resource(handler.selector): dict(handler.labels or {})
-        for handler in registry._watching.get_all_handlers()
-    }
-    assert watched == {kind.api.resource: kind.labels for kind in kinds.KINDS if not kind.child}
+    assert list(registry._watching.get_all_handlers()) == []
 
 
 @pytest.mark.parametrize("namespaces", [(), ("team-a", "team-b")])
-def test_the_children_are_watched_by_streams_of_their_own_with_the_label_filter(
+def test_every_kind_is_watched_by_a_stream_of_its_own_with_its_label_filter(
     namespaces: tuple[str, ...],
 ) -> None:
     cache = ObjectCache()
     cache.put(kinds.POD.name, {"metadata": {"namespace": "team-a", "name": "p"}})
     cache.put(kinds.SECRET.name, {"metadata": {"namespace": "team-b", "name": "s"}})
+    cache.put(kinds.NAMESPACE.name, {"metadata": {"name": "team-a"}})
     memo: Any = SimpleNamespace(kube=None, cache=cache, gate=SimpleNamespace(namespaces=namespaces))
-    streams = children.watch_streams(memo)
+    streams = watch_streams(memo)
     watched = {(s._kind, s._namespace, s._selector) for s in streams}
     scopes = namespaces or (None,)
     assert watched == {
-        (kind.api, namespace, kinds.MANAGED) for kind in kinds.CHILDREN for namespace in scopes
+        (kind.api, namespace, kind.selector)
+        for kind in kinds.KINDS
+        for namespace in (scopes if kind.api.namespaced else (None,))
     }
     assert len(streams) == len(watched)
+    assert {kind.name for kind in kinds.KINDS if kind.managed_only} == {
+        kind.name for kind in kinds.CHILDREN
+    }
     # After a list, a stream says DELETED for what the cache holds of its kind and scope.
     held = {(s._kind, s._namespace): set(s._known()) for s in streams}
+    assert held[(kinds.NAMESPACE.api, None)] == {("", "team-a")}
     for namespace in scopes:
         assert held[(kinds.POD.api, namespace)] == (
             {("team-a", "p")} if namespace in (None, "team-a") else set()
         )
         assert held[(kinds.CONFIGMAP.api, namespace)] == set()
-
-
-def test_the_server_side_label_selectors_are_the_filtered_kinds_of_the_registry() -> None:
-    settings = kopf.OperatorSettings()
-    configure_kopf(settings)
-    selectors = {
-        kopf_resource(selector): value
-        for selector, value in settings.watching.label_selectors.items()
-    }
-    assert selectors == {
-        kind.api.resource: kind.selector for kind in kinds.KINDS if kind.selector is not None
-    }
-    assert {kind.name for kind in kinds.KINDS if kind.managed_only} == {
-        kind.name for kind in kinds.CHILDREN
-    }
 
 
 def test_an_activated_replica_relists_what_is_watched_with_the_same_filter() -> None:

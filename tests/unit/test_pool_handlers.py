@@ -91,10 +91,10 @@ async def test_a_deleted_pool_pod_wakes_its_pool() -> None:
 async def test_pool_events_queue_the_pool_and_a_deleted_pool_is_visited_once_more() -> None:
     m = memo()
     body = {"metadata": {"name": "warm", "namespace": "team-a", "resourceVersion": "1"}}
-    await pools.pool_event(event={"type": "ADDED", "object": body}, memo=m)
+    pools.on_pool_event(m, "ADDED", body)
     assert m.cache.get(kinds.POOL.name, "team-a", "warm") is not None
-    await pools.pool_event(event={"type": "MODIFIED", "object": body}, memo=m)  # an echo
-    await pools.pool_event(event={"type": "DELETED", "object": body}, memo=m)
+    pools.on_pool_event(m, "MODIFIED", body)  # an echo
+    pools.on_pool_event(m, "DELETED", body)
     assert m.pool_queue.added == [("team-a", "warm"), ("team-a", "warm")]
     assert m.cache.get(kinds.POOL.name, "team-a", "warm") is None
 
@@ -112,7 +112,7 @@ async def test_pod_events_wake_their_pool_a_moment_later_so_a_burst_costs_one_pa
     assert m.queue.added == [("team-a", "alice")]
 
     body = {"metadata": {"name": "warm", "namespace": "team-a", "resourceVersion": "1"}}
-    await pools.pool_event(event={"type": "ADDED", "object": body}, memo=m)
+    pools.on_pool_event(m, "ADDED", body)
     assert m.pool_queue.delays[-1] == 0.0  # a change of the pool itself: at once
 
 

@@ -1,18 +1,14 @@
 """Events of the operator's own children (pods, Secrets, ConfigMaps, PVCs, Jobs): update the
 cache, wake the owner.
 
-They are watched by the operator's own streams (:mod:`craft_operator.kube.watch`), not by
-kopf: a claim and its refill bring about seven child events, and kopf's per-event work was
-a fifth of the operator's CPU. The streams are filtered on the API server by the
-managed-by label, so only the operator's children come in; they start with the workers
-(:mod:`craft_operator.handlers.lifecycle`) and drop what comes while the replica is a
-standby.
+They come from the operator's own watch streams (:mod:`craft_operator.handlers.streams`),
+filtered on the API server by the managed-by label, so only the operator's children come
+in; what comes while the replica is a standby is dropped.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import partial
 from typing import Any
 
 from craft_operator.api.models import KIND
@@ -20,7 +16,6 @@ from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL
 from craft_operator.builders.naming import LABEL_SANDBOX
 from craft_operator.context import OperatorContext
 from craft_operator.kube import kinds
-from craft_operator.kube.watch import WatchStream
 
 #: Seconds a pool pass waits after an event of one of its pods, so that the events of a
 #: claim and of the refill that follows (created, scheduled, running, ready) and those of
@@ -83,21 +78,3 @@ def on_child_event(memo: OperatorContext, kind: str, event_type: str, obj: dict[
     if kind == kinds.POD.name:
         for pool in owning_pools(meta):
             memo.pool_queue.add((namespace, pool), delay=POOL_EVENT_DELAY)
-
-
-def watch_streams(memo: OperatorContext) -> list[WatchStream]:
-    """One stream per child kind and watched namespace (one per kind if cluster-wide),
-    filtered on the API server to the operator's own objects."""
-    scopes: tuple[str | None, ...] = memo.gate.namespaces or (None,)
-    return [
-        WatchStream(
-            memo.kube,
-            child.api,
-            namespace,
-            partial(on_child_event, memo, child.name),
-            known=partial(memo.cache.keys, child.name, namespace),
-            label_selector=child.selector,
-        )
-        for child in kinds.CHILDREN
-        for namespace in scopes
-    ]

@@ -8,7 +8,7 @@ from typing import Any
 import kopf
 
 from craft_operator.context import OperatorContext
-from craft_operator.handlers.children import watch_streams
+from craft_operator.handlers.streams import watch_streams
 
 
 async def start_workers(memo: OperatorContext, logger: kopf.Logger, **_: Any) -> None:

@@ -9,22 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import kopf
-
 from craft_operator.context import OperatorContext
 from craft_operator.handlers.pools import queue_pools
 from craft_operator.kube import kinds
 from craft_operator.reconciler import egress
 
-RESOURCE = kinds.NETWORK_POLICY.api.resource
 
-
-async def network_policy_event(event: kopf.RawEvent, memo: OperatorContext, **_: Any) -> None:
+def on_network_policy_event(memo: OperatorContext, event_type: str, obj: dict[str, Any]) -> None:
     """A NetworkPolicy appeared, changed or went: cache it; queue the sandboxes waiting."""
     if not memo.gate.active:
         return  # a standby keeps no state (see craft_operator.peering.gate)
-    obj = event["object"]
-    if event["type"] == "DELETED":
+    if event_type == "DELETED":
         memo.cache.remove(egress.NETWORK_POLICY, obj)
         return  # running pods keep running; new ones are checked when they are created
     if not memo.cache.put(egress.NETWORK_POLICY, obj):
@@ -33,8 +28,3 @@ async def network_policy_event(event: kopf.RawEvent, memo: OperatorContext, **_:
     for key in egress.waiting_on(memo.cache, namespace, kinds.SANDBOX.name, kinds.POD.name):
         memo.queue.add(key)
     queue_pools(memo, namespace)  # a pool that waits for one says so in its status; few
-
-
-def register(registry: kopf.OperatorRegistry) -> None:
-    """Register the NetworkPolicy handler."""
-    kopf.on.event(*RESOURCE, registry=registry, id="networkpolicy-event")(network_policy_event)

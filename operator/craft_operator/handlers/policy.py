@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import kopf
-
 from craft_operator.context import OperatorContext
 from craft_operator.kube import kinds
 from craft_operator.policy.models import POLICY_NAME
@@ -23,26 +21,24 @@ def _queue_sandboxes(memo: OperatorContext, namespace: str | None = None) -> Non
             memo.queue.add((key[1] or "", key[2]))
 
 
-async def policy_event(event: kopf.RawEvent, memo: OperatorContext, **_: Any) -> None:
+def on_policy_event(memo: OperatorContext, event_type: str, obj: dict[str, Any]) -> None:
     """The CraftSandboxPolicy changed: every sandbox is judged again."""
     if not memo.gate.active:
         return
-    obj = event["object"]
     if obj.get("metadata", {}).get("name") != POLICY_NAME:
         return
-    if event["type"] == "DELETED":
+    if event_type == "DELETED":
         memo.cache.remove(POLICY, obj)
     elif not memo.cache.put(POLICY, obj):
         return
     _queue_sandboxes(memo)
 
 
-async def namespace_event(event: kopf.RawEvent, memo: OperatorContext, **_: Any) -> None:
+def on_namespace_event(memo: OperatorContext, event_type: str, obj: dict[str, Any]) -> None:
     """A namespace changed (e.g. its tenant label): its sandboxes are judged again."""
     if not memo.gate.active:
         return
-    obj = event["object"]
-    if event["type"] == "DELETED":
+    if event_type == "DELETED":
         memo.cache.remove(NAMESPACE, obj)
         return
     before = memo.cache.get(NAMESPACE, None, obj["metadata"]["name"])
@@ -51,11 +47,3 @@ async def namespace_event(event: kopf.RawEvent, memo: OperatorContext, **_: Any)
     labels = (before or {}).get("metadata", {}).get("labels")
     if before is None or labels != obj["metadata"].get("labels"):
         _queue_sandboxes(memo, obj["metadata"]["name"])
-
-
-def register(registry: kopf.OperatorRegistry) -> None:
-    """Register the policy and namespace handlers."""
-    kopf.on.event(*kinds.POLICY.api.resource, registry=registry, id="policy-event")(policy_event)
-    kopf.on.event(*kinds.NAMESPACE.api.resource, registry=registry, id="namespace-event")(
-        namespace_event
-    )

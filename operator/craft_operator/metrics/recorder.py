@@ -120,7 +120,7 @@ class Metrics:
     ) -> None:
         """Read these at each scrape: the watch cache (sandboxes by phase), the work queue
         (depth, passes, failures), a backlog callback, the API client's request counts
-        (``KubeClient.requests``), the children's watch streams' lists and failures
+        (``KubeClient.requests``), the watch streams' lists and failures
         (``KubeClient.watch_outcomes``) and whether the replica is active. Call again to
         replace one; ``None`` keeps the current."""
         state = self._state

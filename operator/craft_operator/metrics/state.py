@@ -136,19 +136,19 @@ class StateCollector(Collector):
     def _watch_families(self, *, with_samples: bool) -> Iterator[Metric]:
         lists = CounterMetricFamily(
             metric_name("watch_lists"),
-            "Lists made by the operator's own watch streams of its children, by resource: one "
+            "Lists made by the operator's own watch streams, by resource: one "
             "per stream at the start, then one whenever events may have been missed.",
             labels=["resource"],
         )
         failures = CounterMetricFamily(
             metric_name("watch_failures"),
-            "Failed watches or lists of the children's streams, by resource, each retried "
+            "Failed watches or lists of the operator's streams, by resource, each retried "
             "after a backoff (refused, unreachable, stalled, garbled).",
             labels=["resource"],
         )
         failing = GaugeMetricFamily(
             metric_name("watch_streams_failing"),
-            "Streams of the children, by resource, whose last list or watch failed and none "
+            "The operator's streams, by resource, whose last list or watch failed and none "
             "has been answered since (while so, the operator's view of them goes stale).",
             labels=["resource"],
         )

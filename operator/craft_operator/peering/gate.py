@@ -1,8 +1,9 @@
 """Whether this replica acts: the switch between active and standby for the operator's own work.
 
-kopf's peering pauses kopf's watch streams, but this operator's work happens in its own
-queue (timers, backoff, idle checks), which would go on reconciling from a stale cache. The
-gate stops all of it on a standby and rebuilds it on activation:
+The operator's watch streams and its work queue (timers, backoff, idle checks) are its own,
+not kopf's, so kopf's peering would pause none of them, and a standby would go on
+reconciling from a stale cache. The gate stops all of it on a standby and rebuilds it on
+activation:
 
 - standby: the workers stop (a pass in progress is cancelled, as if the process had died
   there), every pending visit is dropped, and the cache is emptied; the handlers drop watch
@@ -74,7 +75,7 @@ class ActivityGate:
     async def hold_until_primed(self) -> None:
         """Start inactive: no reconcile until :meth:`prime` has listed everything.
 
-        kopf lists each watched kind in its own stream, in no set order: a sandbox could be
+        Each kind is listed by its own stream, in no set order: a sandbox could be
         reconciled before its pod's listing arrived, look podless, and have a pod created
         (refused as a duplicate). Controllers wait for their caches to sync; this is that.
         """

@@ -9,16 +9,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import aiohttp.web
-import kopf
 import pytest
 from kmock._internal import rendering
 
 from craft_operator.builders.naming import MANAGED_SELECTOR
 from craft_operator.config import Settings
-from craft_operator.handlers.sandbox import sandbox_event
+from craft_operator.handlers.sandbox import on_sandbox_event
 from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import ApiError, KubeClient
@@ -178,20 +177,19 @@ async def test_a_failed_relist_leaves_the_replica_a_standby(
     await until(lambda: handler.calls == [("team-a", "alice")])
 
 
-def event(kind: str, version: int) -> kopf.RawEvent:
-    """A watch event about sandbox team-a/alice at ``version``."""
+def alice(version: int) -> dict[str, Any]:
+    """Sandbox team-a/alice at ``version``, as a watch event carries it."""
     meta = {"name": "alice", "namespace": "team-a", "resourceVersion": str(version)}
-    body = sandbox("team-a", "alice") | {"metadata": meta}
-    return cast("kopf.RawEvent", {"type": kind, "object": body})
+    return sandbox("team-a", "alice") | {"metadata": meta}
 
 
 async def test_the_handlers_ignore_events_on_a_standby(tmp_path: Path) -> None:
     context = build_context(Settings(state_dir=tmp_path, server_url="http://onyx.test:8080"))
-    await sandbox_event(event=event("ADDED", 5), memo=context)
+    on_sandbox_event(context, "ADDED", alice(5))
     assert (len(context.cache), len(context.queue)) == (1, 1)
 
     await context.gate.deactivate("a peer with a higher priority")
-    await sandbox_event(event=event("MODIFIED", 6), memo=context)
+    on_sandbox_event(context, "MODIFIED", alice(6))
 
     assert (len(context.cache), len(context.queue)) == (0, 0)
 
