@@ -18,13 +18,18 @@ objects).
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from craft_operator.api.constants import LABEL_SANDBOX
 from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL
 
 Key = tuple[str, str | None, str]
+#: Seconds a deletion's tombstone is kept: long enough for any event older than the
+#: deletion still on its way (a list made before it, a watch behind), not for ever: the
+#: names of pool pods and sync Jobs never come back, and their tombstones would pile up.
+TOMBSTONE_SECONDS = 600.0
 #: Labels whose values the cache indexes, so that finding a pool's pods among thousands of
 #: sandbox pods (which a claim does) costs nothing like a scan of the namespace.
 #: The sandbox label finds a sandbox's claimed pod, which is not named after it.
@@ -111,9 +116,11 @@ def compact_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
 class ObjectCache:
     """Latest known object per (kind, namespace, name)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._objects: dict[Key, dict[str, Any]] = {}
-        self._tombstones: dict[Key, int] = {}
+        #: The version of each deletion and when it was seen, oldest first.
+        self._tombstones: dict[Key, tuple[int, float]] = {}
+        self._clock = clock
         #: The names of the cached objects per (kind, namespace).
         self._names: dict[tuple[str, str | None], set[str]] = {}
         #: The names per (kind, namespace, label, value) of the :data:`INDEXED_LABELS`.
@@ -136,7 +143,11 @@ class ObjectCache:
         key = (kind, meta.get("namespace"), meta["name"])
         incoming = _version(obj)
         current = self._objects.get(key)
-        known = _version(current) if current is not None else self._tombstones.get(key)
+        if current is not None:
+            known = _version(current)
+        else:
+            tombstone = self._tombstones.get(key)
+            known = tombstone[0] if tombstone is not None else None
         if incoming is not None and known is not None and incoming <= known:
             return False
         self._tombstones.pop(key, None)
@@ -174,8 +185,18 @@ class ObjectCache:
             if known is not None and incoming < known:
                 return  # a newer object of the same name exists already
         self._drop(key)
+        now = self._clock()
         if incoming is not None:
-            self._tombstones[key] = incoming
+            self._tombstones.pop(key, None)  # to the end: the order is the age
+            self._tombstones[key] = (incoming, now)
+        self._expire_tombstones(now - TOMBSTONE_SECONDS)
+
+    def _expire_tombstones(self, before: float) -> None:
+        while self._tombstones:
+            key, (_, seen) = next(iter(self._tombstones.items()))
+            if seen > before:
+                return
+            del self._tombstones[key]
 
     def forget(self, kind: str, namespace: str | None, name: str) -> None:
         """Drop everything known about an object, tombstone included."""

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL
-from craft_operator.kube.cache import ObjectCache
+from craft_operator.kube.cache import TOMBSTONE_SECONDS, ObjectCache
 
 
 def obj(
@@ -257,3 +257,20 @@ def test_an_older_version_does_not_move_the_index() -> None:
 def test_only_the_indexed_labels_can_be_asked_for() -> None:
     with pytest.raises(ValueError, match="does not index"):
         ObjectCache().labelled("Pod", "ns", "app.kubernetes.io/name", "x")
+
+
+def test_tombstones_last_ten_minutes_then_go_so_deletions_never_pile_up() -> None:
+    now = [0.0]
+    cache = ObjectCache(clock=lambda: now[0])
+    for index in range(1000):  # pool pods and sync Jobs: names that never come back
+        cache.remove("Pod", obj(f"warm-{index}", str(10 + index)))
+    now[0] = TOMBSTONE_SECONDS - 1
+    cache.put("Pod", obj("warm-0", "3"))
+    assert cache.get("Pod", "ns", "warm-0") is None, "an older event is still refused"
+
+    now[0] = TOMBSTONE_SECONDS + 1
+    cache.remove("Pod", obj("other", "2000"))
+
+    assert len(cache._tombstones) == 1
+    cache.put("Pod", obj("warm-0", "3"))
+    assert cache.get("Pod", "ns", "warm-0") is not None
