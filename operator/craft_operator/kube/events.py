@@ -153,6 +153,8 @@ class EventRecorder:
             self._queue.put_nowait((key, event))
         except asyncio.QueueFull:
             self.dropped += 1
+            if event is not None:
+                self._forget(key)  # its repeats would wait for a create that never comes
             return
         if series is not None:
             series.queued = True
@@ -212,18 +214,27 @@ class EventRecorder:
     async def _write(self, key: SeriesKey, event: dict[str, Any] | None) -> None:
         series = self._series.get(key)
         if event is not None:
-            await self._create(event, series)
+            await self._create(key, event, series)
         elif series is not None:
             series.queued = False
             if series.pending and series.name is not None:
                 await self._patch(key, series)
 
-    async def _create(self, event: dict[str, Any], series: _Series | None) -> None:
+    def _forget(self, key: SeriesKey) -> None:
+        """Drop a series whose first event was not posted: the next repeat is posted anew
+        (folded into it, it would never be: repeats are written as a PATCH of that event)."""
+        series = self._series.get(key)
+        if series is not None and series.name is None:
+            del self._series[key]
+
+    async def _create(self, key: SeriesKey, event: dict[str, Any], series: _Series | None) -> None:
         try:
             created = await self._kube.create(EVENTS, event)
         except ApiError as exc:
             self.dropped += 1
             logger.warning("could not post event %s: %s", event["reason"], exc)
+            if series is not None and self._series.get(key) is series:
+                self._forget(key)
             return
         self.posted += 1
         if series is not None:

@@ -181,6 +181,29 @@ async def test_repeats_are_folded_into_the_stored_event_not_created_again(
     assert (recorder.posted, recorder.folded, recorder.patched) == (1, 4, 1)
 
 
+async def test_a_repeat_of_an_event_the_server_refused_is_posted_anew(
+    kube: KubeClient, emulator: KubeEmulator
+) -> None:
+    refusals: list[str] = []
+
+    async def refuse_first(request: Any) -> aiohttp.web.StreamResponse | None:
+        if request.method == "POST" and "/events" in request.url.path and not refusals:
+            refusals.append(request.url.path)
+            return aiohttp.web.json_response({"reason": "ServerTimeout"}, status=504)
+        return None
+
+    emulator.before_request.insert(0, refuse_first)
+    recorder = EventRecorder(kube, patch_interval=3600)
+    recorder.start()
+    for _ in range(3):  # a warning repeated at each retry of a failing step
+        recorder.post(SANDBOX, type="Warning", reason="PodCreateFailed", message="quota")
+        await recorder.drained()
+    await recorder.stop()
+    [stored] = events(emulator)
+    assert (stored["reason"], stored["count"]) == ("PodCreateFailed", 2)
+    assert (recorder.dropped, recorder.posted) == (1, 1)
+
+
 async def test_a_repeat_after_the_patch_interval_is_patched_at_once(
     kube: KubeClient, emulator: KubeEmulator
 ) -> None:
