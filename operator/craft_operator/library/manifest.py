@@ -86,13 +86,19 @@ def parse_manifest(data: bytes | None) -> Manifest:
         if len(fields) != 4 or not is_normal_path(fields[3]):
             continue
         op, size, etag, path = fields
-        if op == "+" and size.isdigit() and etag:
+        if op == "+" and _is_size(size) and etag:
             entries[path] = ManifestEntry(size=int(size), etag=etag)
         elif op == "?":
             entries[path] = UNKNOWN
         elif op == "-":
             entries.pop(path, None)
     return Manifest(entries=entries, lines=len(complete), valid=True)
+
+
+def _is_size(text: str) -> bool:
+    """ASCII digits only, at most 20 (``str.isdigit`` also takes "²", which ``int`` refuses,
+    and ``int`` refuses over 4,300 digits): the pod may have written the manifest."""
+    return 0 < len(text) <= 20 and text.isascii() and text.isdigit()
 
 
 def _line(op: str, path: str, entry: ManifestEntry | None = None) -> str:

@@ -71,6 +71,13 @@ def test_tampered_lines_with_unsafe_paths_or_bad_sizes_are_dropped() -> None:
     assert parse_manifest(journal).entries == {"ok": ManifestEntry(1, "e")}
 
 
+@pytest.mark.parametrize("size", ["\u00b2", "\u0661", "1" * 5000, "+1", ""])
+def test_a_size_int_would_refuse_drops_the_line_instead_of_failing_the_sync(size: str) -> None:
+    journal = f"{HEADER}\n+\t{size}\te\tplanted\n+\t1\te\tok\n".encode()
+
+    assert parse_manifest(journal).entries == {"ok": ManifestEntry(1, "e")}
+
+
 def test_the_journal_is_compacted_once_it_outgrows_its_entries() -> None:
     listing = [S3Object(key=f"p/f{i}", size=1, etag="e") for i in range(10)]
     entries = {f"f{i}": ManifestEntry(1, "e") for i in range(10)}
