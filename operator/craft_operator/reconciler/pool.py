@@ -176,7 +176,7 @@ class PoolReconciler:
         )
         wait = self._status_wait(key, body, status)
         changed_meanwhile = False if wait else await write_pool_status(s, body, status)
-        if outcome.create_error is not None:
+        if outcome.create_error is not None and not changed_meanwhile:
             raise PoolRetryLaterError(f"{namespace}/{name}: {outcome.create_error}")
         if changed_meanwhile:
             return 0.0

@@ -28,8 +28,11 @@ class Revisit:
     #: Come back in this many seconds even if nothing changes (``None``: only on a change).
     after: float | None = None
     #: A step failed in a way that may pass: retry with the work queue's backoff, for this
-    #: reason (it takes precedence over ``after``).
+    #: reason (it takes precedence over ``after``, unless the sandbox ``changed``).
     backoff: str | None = None
+    #: The sandbox was edited while the pass ran: come back at once, backoff or not (the
+    #: edit may be the fix; its watch event, older than the cache, wakes nobody).
+    changed: bool = False
 
 
 class Run:
@@ -72,6 +75,7 @@ class Run:
         self.touched: set[str] = set()
         self._backoff: str | None = None
         self._after: float | None = None
+        self._changed = False
         #: Seconds this pass's status may wait for the next pass instead of being written.
         self.hold_for: float | None = None
         self._held_for = held_for if held is not None else None
@@ -129,10 +133,15 @@ class Run:
         if self._held_for is not None and self._held_for > 0:
             self.hold(self._held_for)
 
+    def changed_meanwhile(self) -> None:
+        """The sandbox was edited while the pass ran: visit it again at once."""
+        self._changed = True
+        self.revisit(after=0)
+
     @property
     def verdict(self) -> Revisit:
         """When to come back, as the steps asked so far."""
-        return Revisit(after=self._after, backoff=self._backoff)
+        return Revisit(after=self._after, backoff=self._backoff, changed=self._changed)
 
     def timestamp(self) -> str:
         """``now`` as Kubernetes writes times."""

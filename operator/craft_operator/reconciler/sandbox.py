@@ -36,6 +36,15 @@ class RetryLaterError(Exception):
     it with backoff (the queue's signal; steps ask with ``run.revisit(backoff=...)``)."""
 
 
+def next_visit(key: tuple[str, str], verdict: Revisit, resync: float) -> float:
+    """Seconds until the next pass after one that ended with ``verdict`` (at most
+    ``resync``); :class:`RetryLaterError` for the queue's backoff, unless the sandbox was
+    edited during the pass (the edit may be the fix: it is looked at now)."""
+    if verdict.backoff and not verdict.changed:
+        raise RetryLaterError(f"{key[0]}/{key[1]}: {verdict.backoff}")
+    return resync if verdict.after is None else min(resync, verdict.after)
+
+
 class SandboxReconciler:
     """Reconciles CraftSandboxes by (namespace, name); see the module docstring."""
 
@@ -57,10 +66,7 @@ class SandboxReconciler:
         verdict = await self._pass(key)
         if verdict is None:
             return None
-        if verdict.backoff:
-            raise RetryLaterError(f"{key[0]}/{key[1]}: {verdict.backoff}")
-        resync = self.services.settings.resync_interval
-        return resync if verdict.after is None else min(resync, verdict.after)
+        return next_visit(key, verdict, self.services.settings.resync_interval)
 
     async def _pass(self, key: tuple[str, str]) -> Revisit | None:
         if self.services.cache.get(SANDBOX, *key) is None:

@@ -36,7 +36,7 @@ async def write_status(s: Services, run: Run) -> None:
         return
     s.cache.put(SANDBOX.name, updated)
     if _content_changed(run.body, updated):
-        run.revisit(after=0)
+        run.changed_meanwhile()
     seconds = time_to_ready(run.body, run.status, run.now)
     if seconds is not None:
         s.metrics.observe_ready(seconds)

@@ -9,6 +9,7 @@ import pytest
 
 from craft_operator.api.models import CraftSandboxStatus, CredentialsStatus, Phase
 from craft_operator.reconciler.run import Revisit, Run
+from craft_operator.reconciler.sandbox import RetryLaterError, next_visit
 from craft_operator.reconciler.table import CONDITIONS
 from craft_operator.status import ConditionState
 
@@ -252,3 +253,16 @@ def test_a_held_status_is_kept_only_for_the_rest_of_its_time() -> None:
     over = Run(body(), NOW, CONDITIONS, held=held, held_for=-0.1)
     over.keep_holding()
     assert over.hold_for is None, "its time is up: this pass writes it"
+
+
+def test_a_failed_pass_backs_off_unless_the_sandbox_was_edited_while_it_ran() -> None:
+    failed = Run(body(), NOW, CONDITIONS)
+    failed.revisit(backoff="PodCreateFailed")
+    with pytest.raises(RetryLaterError, match="PodCreateFailed"):
+        next_visit(failed.key, failed.verdict, resync=300)
+
+    edited = Run(body(), NOW, CONDITIONS)
+    edited.revisit(backoff="PodCreateFailed")
+    edited.changed_meanwhile()  # the status write found the spec changed: maybe the fix
+
+    assert next_visit(edited.key, edited.verdict, resync=300) == 0
