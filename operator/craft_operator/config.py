@@ -147,6 +147,14 @@ class Settings(BaseSettings):
         gt=0,
         description="Largest user library in bytes (all files); over it, nothing is synced.",
     )
+    library_max_files: int = Field(
+        default=10_000,
+        gt=0,
+        description=(
+            "Most files in a user library; over it (or over twice as many keys under its "
+            "prefix), nothing is synced."
+        ),
+    )
     metrics_port: int = Field(
         default=9090, ge=0, le=65535, description="Port of the Prometheus metrics; 0 disables."
     )

@@ -104,6 +104,8 @@ def sync_args(
         str(caps.max_file_bytes),
         "--max-total-bytes",
         str(caps.max_total_bytes),
+        "--max-files",
+        str(caps.max_files),
         "--result-file",
         "/dev/termination-log",
     ]

@@ -19,6 +19,7 @@ import click
 
 from craft_operator.config import Settings, SettingsError, load_settings
 from craft_operator.library.errors import LibrarySyncError
+from craft_operator.library.local import MANIFEST_READ_LIMIT
 from craft_operator.library.location import caps_from_settings
 from craft_operator.library.plan import SyncCaps
 from craft_operator.library.s3 import make_s3_store
@@ -70,6 +71,7 @@ def _write_result(path: Path, payload: dict[str, Any]) -> None:
 @click.option("--region", help="S3 region; default CRAFT_S3_REGION.")
 @click.option("--max-file-bytes", type=click.IntRange(min=1), help="Per-file cap.")
 @click.option("--max-total-bytes", type=click.IntRange(min=1), help="Whole-library cap.")
+@click.option("--max-files", type=click.IntRange(min=1), help="Most files in the library.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a line.")
 @click.option("-v", "--verbose", is_flag=True, help="Log each skipped key and S3 request issue.")
 @click.option(
@@ -87,6 +89,7 @@ def sync_user_library(
     region: str | None,
     max_file_bytes: int | None,
     max_total_bytes: int | None,
+    max_files: int | None,
     as_json: bool,
     verbose: bool,
     result_file: Path | None,
@@ -107,7 +110,7 @@ def sync_user_library(
     except SettingsError as exc:
         _fail(str(exc), EXIT_USAGE, result_file, {})
         return
-    caps = _caps(settings, max_file_bytes, max_total_bytes)
+    caps = _caps(settings, max_file_bytes, max_total_bytes, max_files)
     store = make_s3_store(
         endpoint_url=endpoint_url or settings.s3_endpoint_url,
         region=region or settings.s3_region,
@@ -133,12 +136,20 @@ def sync_user_library(
     _report(result, result_file=result_file, as_json=as_json)
 
 
-def _caps(settings: Settings, max_file_bytes: int | None, max_total_bytes: int | None) -> SyncCaps:
-    """The caps given on the command line, else the settings' (``CRAFT_LIBRARY_MAX_*``)."""
+def _caps(
+    settings: Settings,
+    max_file_bytes: int | None,
+    max_total_bytes: int | None,
+    max_files: int | None,
+) -> SyncCaps:
+    """The caps given on the command line, else the settings' (``CRAFT_LIBRARY_MAX_*``);
+    the manifest may grow to what the local destination reads of it."""
     defaults = caps_from_settings(settings)
     return SyncCaps(
         max_file_bytes=max_file_bytes or defaults.max_file_bytes,
         max_total_bytes=max_total_bytes or defaults.max_total_bytes,
+        max_files=max_files or defaults.max_files,
+        max_manifest_bytes=MANIFEST_READ_LIMIT,
     )
 
 

@@ -45,10 +45,13 @@ def resolve_location(library: UserLibrary, user: UserRef, settings: Settings) ->
 
 
 def caps_from_settings(settings: Settings) -> SyncCaps:
-    """The size caps configured by CRAFT_LIBRARY_MAX_FILE_BYTES and _TOTAL_BYTES."""
+    """The caps configured by CRAFT_LIBRARY_MAX_FILE_BYTES, _TOTAL_BYTES, _MAX_FILES and
+    _MANIFEST_MAX_BYTES."""
     return SyncCaps(
         max_file_bytes=settings.library_max_file_bytes,
         max_total_bytes=settings.library_max_total_bytes,
+        max_files=settings.library_max_files,
+        max_manifest_bytes=settings.library_manifest_max_bytes,
     )
 
 

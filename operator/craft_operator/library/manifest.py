@@ -101,6 +101,16 @@ def _is_size(text: str) -> bool:
     return 0 < len(text) <= 20 and text.isascii() and text.isdigit()
 
 
+def manifest_bound(entries: Mapping[str, ManifestEntry]) -> int:
+    """The most bytes the manifest journal of a library of ``entries`` can reach: it is
+    compacted before it passes two lines per file and :data:`COMPACTION_SLACK` (see
+    :func:`should_compact`), none longer than a file's ``+`` line."""
+    longest = max(
+        (len(_line("+", path, entry).encode()) for path, entry in entries.items()), default=0
+    )
+    return len(HEADER) + 1 + (2 * len(entries) + COMPACTION_SLACK) * longest
+
+
 def _line(op: str, path: str, entry: ManifestEntry | None = None) -> str:
     if entry is None or not entry.known:
         return f"{op}\t\t\t{path}\n"

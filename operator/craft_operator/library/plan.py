@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from craft_operator.library.manifest import ManifestEntry, is_safe_etag
+from craft_operator.library.manifest import ManifestEntry, is_safe_etag, manifest_bound
 from craft_operator.library.paths import (
     SkipReason,
     UnsafePathError,
@@ -31,6 +31,7 @@ MB = 1000 * 1000
 GB = 1000 * MB
 DEFAULT_MAX_FILE_BYTES = 500 * MB
 DEFAULT_MAX_TOTAL_BYTES = 10 * GB
+DEFAULT_MAX_FILES = 10_000
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,17 @@ class SyncCaps:
 
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES
+    #: Files: planning, the manifest and the record grow with them, not with their bytes.
+    max_files: int = DEFAULT_MAX_FILES
+    #: The most of the destination's manifest that is read: a library whose manifest could
+    #: outgrow it would be copied again in full at every sync (``None``: no such limit).
+    max_manifest_bytes: int | None = None
+
+    @property
+    def max_listed_keys(self) -> int:
+        """Keys listed before the listing stops (excluded and skipped keys are listed but
+        are no files, so twice the files)."""
+        return 2 * self.max_files
 
 
 @dataclass(frozen=True)
@@ -188,6 +200,16 @@ def _check_caps(library: Mapping[str, S3Object], caps: SyncCaps) -> CapViolation
                 actual=obj.size,
                 key=obj.key,
             )
+    if len(library) > caps.max_files:
+        return CapViolation(
+            reason="LibraryTooLarge",
+            message=(
+                f"the library holds {len(library)} files, over the cap of {caps.max_files} "
+                "files (CRAFT_LIBRARY_MAX_FILES); nothing was synced"
+            ),
+            limit=caps.max_files,
+            actual=len(library),
+        )
     total = sum(obj.size for obj in library.values())
     if total > caps.max_total_bytes:
         return CapViolation(
@@ -199,6 +221,22 @@ def _check_caps(library: Mapping[str, S3Object], caps: SyncCaps) -> CapViolation
             limit=caps.max_total_bytes,
             actual=total,
         )
+    if caps.max_manifest_bytes is not None:
+        bound = manifest_bound(
+            {path: ManifestEntry(obj.size, obj.etag) for path, obj in library.items()}
+        )
+        if bound > caps.max_manifest_bytes:
+            return CapViolation(
+                reason="LibraryTooLarge",
+                message=(
+                    f"the manifest of the library's {len(library)} files could reach {bound} "
+                    f"bytes, over the {caps.max_manifest_bytes} read of it "
+                    "(CRAFT_LIBRARY_MANIFEST_MAX_BYTES): every sync would copy the library "
+                    "in full; nothing was synced"
+                ),
+                limit=caps.max_manifest_bytes,
+                actual=bound,
+            )
     return None
 
 

@@ -75,8 +75,9 @@ class ObjectBody(Protocol):
 class ObjectStore(Protocol):
     """What the sync needs from S3. Blocking; errors are :class:`S3Error` subclasses."""
 
-    def list_objects(self, bucket: str, prefix: str) -> list[S3Object]:
-        """Every object under ``prefix``, all pages."""
+    def list_objects(self, bucket: str, prefix: str, *, limit: int | None = None) -> list[S3Object]:
+        """Every object under ``prefix``, all pages; past ``limit`` objects, the listing
+        stops with ``limit + 1`` (the caller refuses a library that large)."""
         ...
 
     def open_object(self, bucket: str, key: str, etag: str) -> ObjectBody:
@@ -264,8 +265,9 @@ class S3ObjectStore:
         """Close the connections of :meth:`fetch_object`."""
         await self._fetcher.close()
 
-    def list_objects(self, bucket: str, prefix: str) -> list[S3Object]:
-        """Every object under ``prefix`` (paginated ``ListObjectsV2``)."""
+    def list_objects(self, bucket: str, prefix: str, *, limit: int | None = None) -> list[S3Object]:
+        """Every object under ``prefix`` (paginated ``ListObjectsV2``), at most
+        ``limit + 1``."""
         objects: list[S3Object] = []
         with _classified(bucket):
             paginator = self._client.get_paginator("list_objects_v2")
@@ -282,6 +284,8 @@ class S3ObjectStore:
                             last_modified=item.get("LastModified"),
                         )
                     )
+                if limit is not None and len(objects) > limit:
+                    return objects[: limit + 1]
         return objects
 
     def open_object(self, bucket: str, key: str, etag: str) -> ObjectBody:

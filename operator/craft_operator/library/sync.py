@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -23,7 +24,14 @@ from craft_operator.library.errors import LibraryCapExceededError
 from craft_operator.library.local import LocalDestination
 from craft_operator.library.manifest import UNKNOWN, Manifest, parse_manifest
 from craft_operator.library.paths import normalise_prefix
-from craft_operator.library.plan import CapViolation, SkippedKey, SyncCaps, SyncPlan, plan_sync
+from craft_operator.library.plan import (
+    CapViolation,
+    S3Object,
+    SkippedKey,
+    SyncCaps,
+    SyncPlan,
+    plan_sync,
+)
 from craft_operator.library.record import (
     Distrust,
     PodManifest,
@@ -101,6 +109,25 @@ class RecordKeeper(Protocol):
         ...
 
 
+async def _list(
+    store: ObjectStore, bucket: str, prefix: str, caps: SyncCaps | None
+) -> list[S3Object]:
+    """The objects under ``prefix``; a listing past the caps' most keys is refused (nothing
+    applied) before it is held whole: a prefix of a million empty objects would take the
+    operator's memory, whatever their bytes."""
+    most = (caps or SyncCaps()).max_listed_keys
+    listing = await asyncio.to_thread(partial(store.list_objects, bucket, prefix, limit=most))
+    if len(listing) > most:
+        raise LibraryCapExceededError(
+            f"more than {most} keys under s3://{bucket}/{prefix} (twice "
+            "CRAFT_LIBRARY_MAX_FILES); nothing was synced",
+            reason="LibraryTooLarge",
+            limit=most,
+            actual=len(listing),
+        )
+    return listing
+
+
 def _raise_cap(violation: CapViolation) -> None:
     raise LibraryCapExceededError(
         violation.message,
@@ -175,7 +202,7 @@ async def sync_library(
     """
     started = time.monotonic()
     prefix = normalise_prefix(prefix)
-    listing = await asyncio.to_thread(store.list_objects, bucket, prefix)
+    listing = await _list(store, bucket, prefix, caps)
     manifest = await asyncio.to_thread(parse_manifest, await destination.read_manifest())
     plan = await _plan(
         listing, manifest, prefix=prefix, excludes=excludes, disabled=disabled, caps=caps
@@ -209,9 +236,7 @@ async def sync_recorded(
     """
     started = time.monotonic()
     prefix = normalise_prefix(prefix)
-    listing, record = await asyncio.gather(
-        asyncio.to_thread(store.list_objects, bucket, prefix), records.load()
-    )
+    listing, record = await asyncio.gather(_list(store, bucket, prefix, caps), records.load())
     if record is not None and record.pod_uid == pod_uid:
         pod = await destination.read_pod_manifest()
     else:

@@ -73,6 +73,7 @@ def test_the_job_runs_the_operator_cli_into_the_library_volume() -> None:
         "--dest", "/workspace/user_library",
         "--max-file-bytes", "100",
         "--max-total-bytes", "1000",
+        "--max-files", "10000",
         "--result-file", "/dev/termination-log",
         "--endpoint-url", "http://minio:9000",
         "--region", "eu-west-1",

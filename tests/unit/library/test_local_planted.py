@@ -59,7 +59,7 @@ class Store:
     on_open: Callable[[], None] = lambda: None
     on_close: Callable[[], None] = lambda: None
 
-    def list_objects(self, bucket: str, prefix: str) -> list[S3Object]:
+    def list_objects(self, bucket: str, prefix: str, *, limit: int | None = None) -> list[S3Object]:
         return [
             S3Object(key=PREFIX + path, size=len(data), etag=f'"{hashlib.md5(data).hexdigest()}"')
             for path, data in sorted(self.objects.items())

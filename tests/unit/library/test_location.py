@@ -44,8 +44,14 @@ def test_without_any_bucket_the_error_says_what_to_set() -> None:
 def test_caps_come_from_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CRAFT_LIBRARY_MAX_FILE_BYTES", "1000")
     monkeypatch.setenv("CRAFT_LIBRARY_MAX_TOTAL_BYTES", "5000")
+    monkeypatch.setenv("CRAFT_LIBRARY_MAX_FILES", "20")
+    monkeypatch.setenv("CRAFT_LIBRARY_MANIFEST_MAX_BYTES", "4096")
 
-    assert caps_from_settings(Settings()) == SyncCaps(max_file_bytes=1000, max_total_bytes=5000)
+    assert caps_from_settings(Settings()) == SyncCaps(
+        max_file_bytes=1000, max_total_bytes=5000, max_files=20, max_manifest_bytes=4096
+    )
+    monkeypatch.delenv("CRAFT_LIBRARY_MAX_FILES")
+    monkeypatch.delenv("CRAFT_LIBRARY_MANIFEST_MAX_BYTES")
     monkeypatch.delenv("CRAFT_LIBRARY_MAX_FILE_BYTES")
     monkeypatch.delenv("CRAFT_LIBRARY_MAX_TOTAL_BYTES")
-    assert caps_from_settings(Settings()) == SyncCaps()
+    assert caps_from_settings(Settings()) == SyncCaps(max_manifest_bytes=4 * 1024 * 1024)

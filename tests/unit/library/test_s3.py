@@ -35,6 +35,17 @@ def test_listing_follows_every_page(bucket: Bucket) -> None:
 
 
 @S3
+def test_a_listing_stops_one_object_past_its_limit(bucket: Bucket) -> None:
+    for index in range(9):
+        bucket.put(f"f{index}", b"x")
+    store = S3ObjectStore(bucket.client, page_size=2)  # type: ignore[arg-type]
+
+    listing = store.list_objects(bucket.name, bucket.prefix, limit=3)
+
+    assert [obj.key for obj in listing] == [f"{bucket.prefix}f{i}" for i in range(4)]
+
+
+@S3
 def test_a_missing_bucket_is_permanent(bucket: Bucket) -> None:
     with pytest.raises(S3BucketNotFoundError, match="no-such-bucket") as raised:
         bucket.store.list_objects("no-such-bucket", "x/")

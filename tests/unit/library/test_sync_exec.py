@@ -258,6 +258,23 @@ async def test_a_library_over_the_total_cap_applies_nothing(
     assert files_in(library_dir(pods)) == {}
 
 
+async def test_a_prefix_of_more_keys_than_twice_the_file_cap_is_refused_before_planning(
+    bucket: Bucket, pods: LocalExec
+) -> None:
+    """Empty objects cost no bytes: without a count, a million of them would take the
+    operator's memory and CPU to list, plan and record."""
+    for index in range(25):
+        bucket.put(f"empty-{index:02d}", b"")
+
+    with pytest.raises(LibraryCapExceededError) as raised:
+        await sync(bucket, pods, caps=SyncCaps(max_files=5))
+
+    assert raised.value.reason == "LibraryTooLarge"
+    assert "more than 10 keys" in str(raised.value)
+    assert not raised.value.retryable
+    assert files_in(library_dir(pods)) == {}
+
+
 class FailingUpload:
     """Wraps the local exec double; the upload's stdin breaks after ``after`` bytes."""
 
@@ -424,8 +441,8 @@ async def test_an_object_replaced_during_the_sync_is_retryable_and_applies_nothi
         def __init__(self) -> None:
             self.inner = bucket.store
 
-        def list_objects(self, name: str, prefix: str):  # type: ignore[no-untyped-def]
-            listing = self.inner.list_objects(name, prefix)
+        def list_objects(self, name: str, prefix: str, *, limit: int | None = None):  # type: ignore[no-untyped-def]
+            listing = self.inner.list_objects(name, prefix, limit=limit)
             bucket.put("b.txt", b"second version")
             return listing
 
