@@ -20,10 +20,10 @@ from typing import Any, Protocol
 
 from craft_operator.kube.exec import ExecTransport
 from craft_operator.library.destination import ChangeSet, Destination, change_set
-from craft_operator.library.errors import LibraryCapExceededError
+from craft_operator.library.errors import LibraryCapExceededError, LibraryConfigError
 from craft_operator.library.local import LocalDestination
 from craft_operator.library.manifest import UNKNOWN, Manifest, parse_manifest
-from craft_operator.library.paths import normalise_prefix
+from craft_operator.library.paths import InvalidGlobError, check_globs, normalise_prefix
 from craft_operator.library.plan import (
     CapViolation,
     S3Object,
@@ -148,6 +148,10 @@ async def _plan(
     caps: SyncCaps | None,
 ) -> SyncPlan:
     """Plan in a worker thread (a library of many keys must not stall the event loop)."""
+    try:
+        check_globs(excludes)
+    except InvalidGlobError as exc:
+        raise LibraryConfigError(f"{exc} (spec.userLibrary.exclude)") from None
     plan = await asyncio.to_thread(
         plan_sync,
         listing,

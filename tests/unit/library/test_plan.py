@@ -13,8 +13,10 @@ from craft_operator.library.manifest import (
 )
 from craft_operator.library.paths import (
     MAX_PATH_BYTES,
+    InvalidGlobError,
     SkipReason,
     UnsafePathError,
+    check_globs,
     glob_matches,
     normalise_path,
     normalise_prefix,
@@ -306,6 +308,22 @@ def test_exclude_globs_follow_gitignore_conventions(
     pattern: str, path: str, expected: bool
 ) -> None:
     assert glob_matches(pattern, path) is expected
+
+
+@pytest.mark.timeout(60)
+def test_a_glob_of_many_wildcards_is_matched_without_backtracking() -> None:
+    """The spec's writer chooses the globs: with backtracking, each further ``*`` multiplies
+    the work on a long name (five took 15 s); this one would take longer than anyone waits."""
+    pattern = "*a" * 12 + "*b"
+    names = ["a" * 255, "a" * 254 + "b"]
+
+    assert [glob_matches(pattern, name) for name in names] == [False, True]
+
+
+@pytest.mark.parametrize("pattern", ["[z-a]", "notes/[9-0].md"])
+def test_a_glob_that_cannot_be_compiled_is_said_to_be_invalid(pattern: str) -> None:
+    with pytest.raises(InvalidGlobError, match="invalid"):
+        check_globs(["*.tmp", pattern])
 
 
 def test_normalise_path_collapses_slashes_and_composes_unicode() -> None:

@@ -13,6 +13,7 @@ from craft_operator.kube.exec_local import LocalExec
 from craft_operator.library import (
     ExecFailedError,
     LibraryCapExceededError,
+    LibraryConfigError,
     S3ObjectChangedError,
     S3UnavailableError,
     SyncCaps,
@@ -242,6 +243,21 @@ async def test_a_file_over_the_per_file_cap_fails_the_sync_and_applies_nothing(
     assert "1000" in str(raised.value)
     assert not raised.value.retryable
     assert files_in(library_dir(pods)) == {"small.txt": b"s"}
+
+
+async def test_an_exclude_glob_that_cannot_be_compiled_fails_once_not_for_ever(
+    bucket: Bucket, pods: LocalExec
+) -> None:
+    bucket.put("a.txt", b"a")
+
+    with pytest.raises(LibraryConfigError) as raised:
+        await sync(bucket, pods, excludes=["*.tmp", "[z-a]"])
+
+    assert raised.value.reason == "LibraryMisconfigured"
+    assert not raised.value.retryable, "a spec change, not a retry, cures it"
+    assert "'[z-a]'" in str(raised.value)
+    assert "spec.userLibrary.exclude" in str(raised.value)
+    assert files_in(library_dir(pods)) == {}
 
 
 async def test_a_library_over_the_total_cap_applies_nothing(
