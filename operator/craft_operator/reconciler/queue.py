@@ -122,6 +122,7 @@ class WorkQueue(Generic[K]):
         self._started = False
         if grace > 0 and self._workers:
             self._draining = True
+            self._wakeup.set()  # a worker waiting for a key's time sees the drain, takes none
             self._drained.clear()
             if self._processing:
                 with contextlib.suppress(TimeoutError):
@@ -165,9 +166,9 @@ class WorkQueue(Generic[K]):
 
     async def _next(self) -> K:
         loop = asyncio.get_running_loop()
-        if self._draining:
-            await loop.create_future()  # stopping: wait to be cancelled, take no new key
         while True:
+            if self._draining:
+                await loop.create_future()  # stopping: wait to be cancelled, take no new key
             self._wakeup.clear()
             while self._heap:
                 due, _, key = self._heap[0]
@@ -184,8 +185,11 @@ class WorkQueue(Generic[K]):
                     continue
                 return key
             timeout = (self._heap[0][0] - loop.time()) if self._heap else None
+            # Not asyncio.wait_for: on 3.11 it swallows a cancellation that comes as the
+            # event is set (a stop wakes the workers, then cancels them at once).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wakeup.wait()
 
     async def _work(self) -> None:
         while True:

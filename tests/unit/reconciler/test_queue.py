@@ -356,6 +356,46 @@ async def test_a_stop_with_grace_lets_a_pass_in_progress_end_and_starts_no_other
     assert started == ["a"], "no new pass started while stopping"
 
 
+async def test_a_worker_waiting_for_a_due_key_starts_no_pass_while_stopping() -> None:
+    """A pass started during the grace would only be cancelled at its end, cut off
+    between two writes that belong together: exactly what the grace is there to avoid."""
+    release = asyncio.Event()
+    started: list[str] = []
+
+    async def handler(key: str) -> None:
+        started.append(key)
+        if key == "a":
+            await release.wait()
+
+    queue: WorkQueue[str] = WorkQueue(handler, concurrency=2, backoff=FAST)
+    queue.start()
+    queue.add("a")
+    await eventually(lambda: started == ["a"])
+    queue.add("b", 0.05)  # the idle worker waits for b's time
+    await settle()
+    stopping = asyncio.create_task(queue.stop(grace=5))
+    await asyncio.sleep(0.2)  # b is due during the grace
+    release.set()
+    await stopping
+    assert started == ["a"], "b was not started while stopping"
+
+
+async def test_a_stop_with_grace_ends_while_workers_wait_for_keys_not_yet_due() -> None:
+    """The stop wakes the waiting workers and cancels them at once; a wait that swallowed
+    that cancellation (asyncio.wait_for on 3.11) kept the operator from exiting."""
+
+    async def handler(key: str) -> float:
+        return 300.0
+
+    queue: WorkQueue[str] = WorkQueue(handler, concurrency=4, backoff=FAST)
+    queue.start()
+    queue.add("a")
+    queue.add("b", 0.05)
+    await asyncio.sleep(0.2)  # a and b done, both due again in 300 s: every worker waits
+
+    await asyncio.wait_for(queue.stop(grace=5), 10)
+
+
 async def test_a_pass_longer_than_the_grace_is_cancelled() -> None:
     cancelled = asyncio.Event()
 
