@@ -22,6 +22,7 @@ from craft_operator.kube.connection import discover_connection
 from craft_operator.kube.events import EventRecorder
 from craft_operator.kube.exec import ExecTransport
 from craft_operator.kube.exec_aiohttp import AiohttpExec
+from craft_operator.kube.relogin import keep_fresh
 from craft_operator.metrics import Metrics, MetricsServer, start_from_settings
 from craft_operator.peering.monitor import PeeringMonitor, default_identity
 from craft_operator.peering.options import PeeringOptions
@@ -152,18 +153,25 @@ def build_registry(
         peering_handlers.register(registry, monitor)
     handlers.register(registry)
 
-    async def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        # Reading the credentials may block (a kubeconfig's exec plugin): in a thread. The
-        # client is configured on the event loop, which owns its sessions and its Event.
+    async def _read(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        # Reading the credentials may block (a kubeconfig's exec plugin): in a thread.
         if login is not None:
-            info = await asyncio.to_thread(login, **kwargs)
-        else:
-            info = await asyncio.to_thread(discover_connection)
+            return await asyncio.to_thread(login, **kwargs)
+        return await asyncio.to_thread(discover_connection)
+
+    async def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        # The client is configured on the event loop, which owns its sessions and Events.
+        info = await _read(**kwargs)
         if info is not None:
             context.kube.configure(info)
         return info
 
+    async def _keep_credentials_fresh(**_: Any) -> None:
+        task = asyncio.create_task(keep_fresh(context.kube, _read), name="refresh-credentials")
+        context.background.add(task)
+
     kopf.on.login(registry=registry)(_login)
+    kopf.on.startup(registry=registry, id="refresh-credentials")(_keep_credentials_fresh)
     return registry
 
 

@@ -110,6 +110,14 @@ class KubeClient:
         self.watch_outcomes: collections.Counter[tuple[str, str]] = collections.Counter()
         #: Set once the login handler has handed over the credentials.
         self.connected = asyncio.Event()
+        #: Set when the API server refused the credentials (401): read them again now
+        #: (:mod:`craft_operator.kube.relogin`).
+        self.unauthorized = asyncio.Event()
+
+    @property
+    def info(self) -> kopf.ConnectionInfo | None:
+        """The credentials in use (``None`` before the login)."""
+        return self._info
 
     def configure(self, info: kopf.ConnectionInfo) -> None:
         """Use these credentials from now on (called by the login handler, also on re-login)."""
@@ -230,6 +238,8 @@ class KubeClient:
             ) as response:
                 raw = await response.read()
                 if response.status >= 400:
+                    if response.status == 401:
+                        self.unauthorized.set()
                     raise api_error(response.status, raw.decode(errors="replace"))
                 return jsonio.loads(raw) if raw else {}
         except (TimeoutError, aiohttp.ClientError) as exc:

@@ -277,6 +277,8 @@ class WatchStream:
                 text = await response.text()
                 if error := expiry(response.status, text):
                     raise error(f"{response.status} {text[:200]}")
+                if response.status == 401:
+                    self._kube.unauthorized.set()
                 raise api_error(response.status, text)
             self._answered = loop.time()
             self._set_failing(False)
