@@ -151,7 +151,7 @@ class Settings(BaseSettings):
         default=10_000,
         gt=0,
         description=(
-            "Most files in a user library; over it (or over twice as many keys under its "
+            "Most files in a user library; over it (or over ten times as many keys under its "
             "prefix), nothing is synced."
         ),
     )

@@ -20,6 +20,7 @@ from typing import Protocol
 
 from craft_operator.library.manifest import (
     Manifest,
+    longest_line,
     render_final,
     render_manifest,
     render_pending,
@@ -40,10 +41,12 @@ class ChangeSet:
     replace_manifest: bool
 
 
-def change_set(plan: SyncPlan, manifest: Manifest) -> ChangeSet:
-    """The change set for ``plan`` on a destination whose manifest is ``manifest``."""
+def change_set(plan: SyncPlan, manifest: Manifest, *, cap: int | None = None) -> ChangeSet:
+    """The change set for ``plan`` on a destination whose manifest is ``manifest``, of which
+    at most ``cap`` bytes are read."""
     touched = [copy.path for copy in plan.copies] + list(plan.deletes)
-    replace = should_compact(manifest, len(touched), plan.files)
+    longest = longest_line(plan.library) if cap is not None else 0
+    replace = should_compact(manifest, len(touched), plan.files, longest=longest, cap=cap)
     final = (
         render_manifest(plan.library)
         if replace

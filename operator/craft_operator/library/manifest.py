@@ -101,14 +101,11 @@ def _is_size(text: str) -> bool:
     return 0 < len(text) <= 20 and text.isascii() and text.isdigit()
 
 
-def manifest_bound(entries: Mapping[str, ManifestEntry]) -> int:
-    """The most bytes the manifest journal of a library of ``entries`` can reach: it is
-    compacted before it passes two lines per file and :data:`COMPACTION_SLACK` (see
-    :func:`should_compact`), none longer than a file's ``+`` line."""
-    longest = max(
+def longest_line(entries: Mapping[str, ManifestEntry]) -> int:
+    """The bytes of the longest line a manifest of ``entries`` holds (a file's ``+`` line)."""
+    return max(
         (len(_line("+", path, entry).encode()) for path, entry in entries.items()), default=0
     )
-    return len(HEADER) + 1 + (2 * len(entries) + COMPACTION_SLACK) * longest
 
 
 def _line(op: str, path: str, entry: ManifestEntry | None = None) -> str:
@@ -141,8 +138,19 @@ def is_safe_etag(etag: str) -> bool:
     return bool(etag) and all(ord(char) >= 0x20 and char != "\x7f" for char in etag)
 
 
-def should_compact(manifest: Manifest, touched: int, files_after: int) -> bool:
-    """True if the sync should write a whole manifest rather than append ``touched`` paths."""
+def should_compact(
+    manifest: Manifest,
+    touched: int,
+    files_after: int,
+    *,
+    longest: int = 0,
+    cap: int | None = None,
+) -> bool:
+    """True if the sync should write a whole manifest rather than append ``touched`` paths:
+    the journal would pass two lines per file and :data:`COMPACTION_SLACK`, or, with
+    lines of up to ``longest`` bytes, could pass ``cap`` (what is read of it: past it, the
+    next sync would find it too large and copy the library in full)."""
     if not manifest.valid:
         return True
-    return manifest.lines + 2 * touched > 2 * files_after + COMPACTION_SLACK
+    lines = manifest.lines + 2 * touched
+    return lines > 2 * files_after + COMPACTION_SLACK or (cap is not None and lines * longest > cap)

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from craft_operator.library.manifest import ManifestEntry, is_safe_etag, manifest_bound
+from craft_operator.library.manifest import ManifestEntry, is_safe_etag, render_manifest
 from craft_operator.library.paths import (
     SkipReason,
     UnsafePathError,
@@ -59,8 +59,9 @@ class SyncCaps:
     @property
     def max_listed_keys(self) -> int:
         """Keys listed before the listing stops (excluded and skipped keys are listed but
-        are no files, so twice the files)."""
-        return 2 * self.max_files
+        are no files: a small project beside a large excluded tree is fine, so ten times the
+        files)."""
+        return 10 * self.max_files
 
 
 @dataclass(frozen=True)
@@ -222,20 +223,19 @@ def _check_caps(library: Mapping[str, S3Object], caps: SyncCaps) -> CapViolation
             actual=total,
         )
     if caps.max_manifest_bytes is not None:
-        bound = manifest_bound(
-            {path: ManifestEntry(obj.size, obj.etag) for path, obj in library.items()}
-        )
-        if bound > caps.max_manifest_bytes:
+        entries = {path: ManifestEntry(obj.size, obj.etag) for path, obj in library.items()}
+        size = len(render_manifest(entries))
+        if size > caps.max_manifest_bytes:
             return CapViolation(
                 reason="LibraryTooLarge",
                 message=(
-                    f"the manifest of the library's {len(library)} files could reach {bound} "
-                    f"bytes, over the {caps.max_manifest_bytes} read of it "
+                    f"the manifest of the library's {len(library)} files is {size} bytes, "
+                    f"over the {caps.max_manifest_bytes} read of it "
                     "(CRAFT_LIBRARY_MANIFEST_MAX_BYTES): every sync would copy the library "
                     "in full; nothing was synced"
                 ),
                 limit=caps.max_manifest_bytes,
-                actual=bound,
+                actual=size,
             )
     return None
 

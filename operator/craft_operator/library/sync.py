@@ -119,7 +119,7 @@ async def _list(
     listing = await asyncio.to_thread(partial(store.list_objects, bucket, prefix, limit=most))
     if len(listing) > most:
         raise LibraryCapExceededError(
-            f"more than {most} keys under s3://{bucket}/{prefix} (twice "
+            f"more than {most} keys under s3://{bucket}/{prefix} (ten times "
             "CRAFT_LIBRARY_MAX_FILES); nothing was synced",
             reason="LibraryTooLarge",
             limit=most,
@@ -213,7 +213,8 @@ async def sync_library(
     )
     transferred = 0
     if not plan.is_empty:
-        transferred = await destination.apply(change_set(plan, manifest), store, bucket)
+        changes = change_set(plan, manifest, cap=(caps or SyncCaps()).max_manifest_bytes)
+        transferred = await destination.apply(changes, store, bucket)
     return _result(plan, transferred, started)
 
 
@@ -258,7 +259,7 @@ async def sync_recorded(
                 SyncRecord(pod_uid, plan.library, lines_of(pod.data), (digest(pod.data),))
             )
         return _result(plan, 0, started, distrust)
-    changes = change_set(plan, manifest)
+    changes = change_set(plan, manifest, cap=(caps or SyncCaps()).max_manifest_bytes)
     await records.save(_pending_record(pod, pod_uid, manifest, plan, changes))
     transferred = await destination.apply(changes, store, bucket)
     final = _manifest_after(pod, changes)

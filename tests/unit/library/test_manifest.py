@@ -103,6 +103,21 @@ def test_the_journal_is_compacted_once_it_outgrows_its_entries() -> None:
     assert parse_manifest(compacted.final).entries == plan_grown.library
 
 
+def test_a_journal_that_could_outgrow_what_is_read_of_it_is_compacted_first() -> None:
+    """Past the read cap the next sync would take the operator's own manifest for a
+    tampered one and copy the whole library again: it is compacted before it gets there."""
+    listing = [S3Object(key=f"p/f{i}", size=1, etag="e") for i in range(10)]
+    entries = {f"f{i}": ManifestEntry(1, "e") for i in range(10)}
+    journal = parse_manifest(render_manifest(entries))
+    changed = [*listing[1:], S3Object(key="p/f0", size=2, etag="new")]
+    plan = plan_sync(changed, journal.entries, prefix="p/")
+    assert isinstance(plan, SyncPlan)
+    after = (journal.lines + 2) * len(b"+\t2\tnew\tf0\n")  # two more lines, none longer
+
+    assert not change_set(plan, journal, cap=after).replace_manifest
+    assert change_set(plan, journal, cap=after - 1).replace_manifest
+
+
 def test_the_first_pending_lines_carry_the_header() -> None:
     plan = plan_sync([S3Object(key="p/a", size=1, etag="e")], {}, prefix="p/")
     assert isinstance(plan, SyncPlan)

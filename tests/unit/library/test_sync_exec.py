@@ -274,7 +274,7 @@ async def test_a_library_over_the_total_cap_applies_nothing(
     assert files_in(library_dir(pods)) == {}
 
 
-async def test_a_prefix_of_more_keys_than_twice_the_file_cap_is_refused_before_planning(
+async def test_a_prefix_of_more_keys_than_ten_times_the_file_cap_is_refused_before_planning(
     bucket: Bucket, pods: LocalExec
 ) -> None:
     """Empty objects cost no bytes: without a count, a million of them would take the
@@ -283,12 +283,25 @@ async def test_a_prefix_of_more_keys_than_twice_the_file_cap_is_refused_before_p
         bucket.put(f"empty-{index:02d}", b"")
 
     with pytest.raises(LibraryCapExceededError) as raised:
-        await sync(bucket, pods, caps=SyncCaps(max_files=5))
+        await sync(bucket, pods, caps=SyncCaps(max_files=2))
 
     assert raised.value.reason == "LibraryTooLarge"
-    assert "more than 10 keys" in str(raised.value)
+    assert "more than 20 keys" in str(raised.value)
     assert not raised.value.retryable
     assert files_in(library_dir(pods)) == {}
+
+
+async def test_a_small_library_beside_an_excluded_tree_of_more_keys_than_files_syncs(
+    bucket: Bucket, pods: LocalExec
+) -> None:
+    bucket.put("main.py", b"print()")
+    for index in range(12):
+        bucket.put(f"node_modules/dep-{index:02d}.js", b"x")
+
+    result = await sync(bucket, pods, excludes=["node_modules/"], caps=SyncCaps(max_files=2))
+
+    assert result.files == 1
+    assert files_in(library_dir(pods)) == {"main.py": b"print()"}
 
 
 class FailingUpload:
