@@ -157,7 +157,9 @@ def _glob_regex(pattern: str) -> tuple[Any, bool, bool]:
             out.append("[^/]")
             index += 1
         elif char == "[":
-            end = body.find("]", index + 2)
+            # A "]" first in the class (after a "!") is one of its characters.
+            first = index + (2 if body.startswith("!", index + 1) else 1)
+            end = body.find("]", first + 1)
             if end == -1:
                 out.append(re.escape(char))
                 index += 1
@@ -165,7 +167,8 @@ def _glob_regex(pattern: str) -> tuple[Any, bool, bool]:
                 inner = body[index + 1 : end]
                 if inner.startswith("!"):
                     inner = "^" + inner[1:]
-                out.append("[" + inner.replace("\\", "\\\\") + "]")
+                # "[" escaped: RE2 would read "[:alpha:]" inside as a POSIX class.
+                out.append("[" + inner.replace("\\", "\\\\").replace("[", "\\[") + "]")
                 index = end + 1
         else:
             out.append(re.escape(char))

@@ -299,6 +299,10 @@ def test_the_prefix_is_normalised_before_matching_keys() -> None:
         ("[!ab].txt", "c.txt", True),
         ("a+b(c).txt", "a+b(c).txt", True),
         ("[unclosed", "[unclosed", True),
+        ("[!]]x", "ax", True),  # "]" first in a negated class is one of its characters
+        ("[!]]x", "]x", False),
+        ("[[:digit:]]*", "d]x", True),  # no POSIX classes: "[" is a character of the class
+        ("[[:digit:]]*", "1", False),
     ],
 )
 def test_exclude_globs_follow_gitignore_conventions(
