@@ -62,6 +62,7 @@ from craft_operator.reconciler.pool_status import (
     with_conditions,
     write_pool_status,
 )
+from craft_operator.reconciler.queue import RetryableError
 from craft_operator.status import ConditionState
 
 POD = kinds.POD
@@ -75,7 +76,7 @@ POOL_WORKERS = 2
 STATUS_INTERVAL = 5.0
 
 
-class PoolRetryLaterError(Exception):
+class PoolRetryLaterError(RetryableError):
     """A pass failed in a way that may pass (the status says which); the queue backs off."""
 
 
@@ -176,8 +177,9 @@ class PoolReconciler:
         )
         wait = self._status_wait(key, body, status)
         changed_meanwhile = False if wait else await write_pool_status(s, body, status)
-        if outcome.create_error is not None and not changed_meanwhile:
-            raise PoolRetryLaterError(f"{namespace}/{name}: {outcome.create_error}")
+        if outcome.create_error is not None:
+            message = f"{namespace}/{name}: {outcome.create_error}"
+            raise PoolRetryLaterError(message, retry_after=0.0 if changed_meanwhile else None)
         if changed_meanwhile:
             return 0.0
         revisit = self._revisit(after, todo, outcome, waiting)

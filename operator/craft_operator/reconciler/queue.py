@@ -27,6 +27,15 @@ Handler = Callable[[K], Awaitable[float | None]]
 logger = logging.getLogger(__name__)
 
 
+class RetryableError(Exception):
+    """A failure the queue retries: with its backoff, or after ``retry_after`` seconds if
+    given (the failure still counts, so the backoff goes on growing after it)."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class Backoff:
     """Exponential delays with jitter: ``base * 2**n`` capped at ``cap``, n = failures so far."""
 
@@ -205,6 +214,8 @@ class WorkQueue(Generic[K]):
                 failures = self._failures.get(key, 0) + 1
                 self._failures[key] = failures
                 delay = self._backoff.delay(failures)
+                if isinstance(exc, RetryableError) and exc.retry_after is not None:
+                    delay = exc.retry_after  # counted as a failure all the same
                 if isinstance(exc, self._expected):
                     logger.info("%s; retry %d in %.1fs", exc, failures, delay)
                 else:

@@ -21,6 +21,7 @@ from craft_operator.kube.event_batch import EventBatch
 from craft_operator.reconciler import finalizer
 from craft_operator.reconciler import policy_step as policy
 from craft_operator.reconciler.deps import Services
+from craft_operator.reconciler.queue import RetryableError
 from craft_operator.reconciler.run import Revisit, Run
 from craft_operator.reconciler.status_writer import write_status
 from craft_operator.reconciler.step import Held, Memory, Pass
@@ -31,17 +32,19 @@ FINALIZER = finalizer.FINALIZER
 SANDBOX = kinds.SANDBOX.name
 
 
-class RetryLaterError(Exception):
+class RetryLaterError(RetryableError):
     """A pass failed in a way that may pass; the status says which. The work queue retries
     it with backoff (the queue's signal; steps ask with ``run.revisit(backoff=...)``)."""
 
 
 def next_visit(key: tuple[str, str], verdict: Revisit, resync: float) -> float:
     """Seconds until the next pass after one that ended with ``verdict`` (at most
-    ``resync``); :class:`RetryLaterError` for the queue's backoff, unless the sandbox was
-    edited during the pass (the edit may be the fix: it is looked at now)."""
-    if verdict.backoff and not verdict.changed:
-        raise RetryLaterError(f"{key[0]}/{key[1]}: {verdict.backoff}")
+    ``resync``); :class:`RetryLaterError` for the queue's backoff, at once if the sandbox
+    was edited during the pass (the edit may be the fix: it is looked at now, and the
+    failure still counts towards the backoff)."""
+    if verdict.backoff:
+        retry_after = 0.0 if verdict.changed else None
+        raise RetryLaterError(f"{key[0]}/{key[1]}: {verdict.backoff}", retry_after=retry_after)
     return resync if verdict.after is None else min(resync, verdict.after)
 
 

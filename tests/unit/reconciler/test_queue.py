@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from craft_operator.reconciler.queue import Backoff, WorkQueue
+from craft_operator.reconciler.queue import Backoff, RetryableError, WorkQueue
 
 FAST = Backoff(base=0.01, cap=0.02, jitter=0.0)
 
@@ -394,6 +394,27 @@ async def test_a_stop_with_grace_ends_while_workers_wait_for_keys_not_yet_due() 
     await asyncio.sleep(0.2)  # a and b done, both due again in 300 s: every worker waits
 
     await asyncio.wait_for(queue.stop(grace=5), 10)
+
+
+async def test_a_failure_retried_at_once_still_counts_towards_the_backoff() -> None:
+    attempts: list[float] = []
+
+    async def handler(key: str) -> None:
+        attempts.append(asyncio.get_running_loop().time())
+        if len(attempts) == 1:
+            raise RetryableError("edited while failing", retry_after=0)
+        raise RetryableError("failing still")
+
+    queue: WorkQueue[str] = WorkQueue(
+        handler, concurrency=1, backoff=Backoff(base=30, cap=60, jitter=0),
+        expected=(RetryableError,),
+    )  # fmt: skip
+    queue.start()
+    queue.add("a")
+    await eventually(lambda: len(attempts) == 2)
+    await queue.stop()
+
+    assert queue.failures("a") == 2, "the second failure backs off from the second step"
 
 
 async def test_a_pass_longer_than_the_grace_is_cancelled() -> None:

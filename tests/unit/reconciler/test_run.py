@@ -261,8 +261,11 @@ def test_a_failed_pass_backs_off_unless_the_sandbox_was_edited_while_it_ran() ->
     with pytest.raises(RetryLaterError, match="PodCreateFailed"):
         next_visit(failed.key, failed.verdict, resync=300)
 
+    assert failed.verdict.backoff
     edited = Run(body(), NOW, CONDITIONS)
     edited.revisit(backoff="PodCreateFailed")
     edited.changed_meanwhile()  # the status write found the spec changed: maybe the fix
+    with pytest.raises(RetryLaterError) as retried:
+        next_visit(edited.key, edited.verdict, resync=300)
 
-    assert next_visit(edited.key, edited.verdict, resync=300) == 0
+    assert retried.value.retry_after == 0, "at once, still counted towards the backoff"
