@@ -71,6 +71,9 @@ REASON = "PolicyDenied"
 MISSING, UNREADABLE = "missing", "unreadable"
 POLICY_MISSING, POLICY_UNREADABLE = "PolicyMissing", "PolicyUnreadable"
 WAITING_FOR_NAMESPACE = "WaitingForNamespace"
+#: The reasons this step gives CredentialsReady: a sandbox with one of them never got a PAT
+#: from a pass this step let through.
+POLICY_REASONS = frozenset({REASON, WAITING_FOR_NAMESPACE})
 #: Status the operator keeps about a running sandbox; gone with the sandbox's children.
 
 
@@ -236,15 +239,23 @@ async def _deny(services: PolicyServices, sandbox: CraftSandbox, run: Run, messa
     uid = sandbox.metadata.uid or ""
     previous = run.condition(CREDENTIALS_READY)
     children = _children(sandbox, services.cache)
-    had_token = run.status.credentials is not None or any(
-        kind is SECRETS for _, kind, _ in children
+    # A sandbox the policy never let through has no PAT: its denial opens no database. One
+    # it did may have one even when neither its status nor a Secret says so (the pass that
+    # minted it ended before writing them).
+    admitted_before = previous is not None and previous.reason not in POLICY_REASONS
+    had_token = (
+        run.status.credentials is not None
+        or admitted_before
+        or any(kind is SECRETS for _, kind, _ in children)
     )
     withdrawn: list[str] = []
+    unrevoked: str | None = None
     if had_token:
         try:
             if await services.credentials.revoke(namespace, name, uid):
                 withdrawn.append("revoked the PAT")
         except CredentialsError as exc:
+            unrevoked = str(exc)
             run.revisit(backoff="RevokeFailed")
             services.events.post(run.body, type="Warning", reason="RevokeFailed", message=str(exc))
     for cache_kind, kind, obj in children:
@@ -255,10 +266,18 @@ async def _deny(services: PolicyServices, sandbox: CraftSandbox, run: Run, messa
             run.revisit(backoff=f"cannot delete {meta['name']}: {exc.reason}")
             continue
         withdrawn.append(f"deleted {cache_kind} {meta['name']}")
+    live = run.status.credentials if unrevoked else None
     _forget_running(run.status)
+    # Until it is revoked, the PAT stays on record and CredentialsReady says so: the retry
+    # must still know to revoke it (the Secret, the other sign of it, is gone by then).
+    run.status.credentials = live
     _clear_policy_warning(run)
     run.phase = Phase.FAILED
-    run.set(ConditionState.false(CREDENTIALS_READY, REASON, f"no PAT: {message}"))
+    if unrevoked:
+        detail = f"no PAT allowed: {message}; revoking the PAT failed (retried): {unrevoked}"
+        run.set(ConditionState.false(CREDENTIALS_READY, "RevokeFailed", detail))
+    else:
+        run.set(ConditionState.false(CREDENTIALS_READY, REASON, f"no PAT: {message}"))
     run.set(ConditionState.false(POD_READY, REASON, message))
     for type_ in (t for t in run.conditions if t not in (CREDENTIALS_READY, POD_READY)):
         run.set(ConditionState.unknown(type_, REASON, "the spec is not allowed by the platform"))

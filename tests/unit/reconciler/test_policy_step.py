@@ -10,6 +10,7 @@ import pytest
 
 from craft_operator.api.models import CredentialsStatus
 from craft_operator.api.parse import parse_sandbox
+from craft_operator.credentials import DatabaseUnavailableError
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.policy.models import TENANT_LABEL
 from craft_operator.reconciler.policy_step import (
@@ -146,3 +147,89 @@ async def test_a_missing_policy_does_not_excuse_another_tenants_namespace() -> N
 
 async def _revoked(namespace: str, name: str, uid: str) -> bool:
     return True
+
+
+class FlakyRevocation:
+    """The credentials store: the first revocation finds the database down."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def revoke(self, namespace: str, name: str, uid: str) -> bool:
+        self.calls += 1
+        if self.calls == 1:
+            raise DatabaseUnavailableError("the credentials database is unreachable")
+        return True
+
+
+def stored(run: Run) -> dict[str, Any]:
+    """The status a pass leaves, as the next one reads it."""
+    return run.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+async def test_a_denial_whose_revocation_failed_revokes_on_the_next_pass() -> None:
+    """The first pass deletes the Secret; the PAT stays on record until it is revoked, so
+    the retry still knows there is one to revoke."""
+    sink = services(cache_with(labels={TENANT_LABEL: "acme"}))
+    sink.credentials = FlakyRevocation()
+    first = Run({**BODY, "status": RUNNING}, NOW, CONDITIONS)
+
+    assert await enforce(sink, SANDBOX, first) is True
+    assert first.status.credentials == CredentialsStatus(pat_id=7)
+    refused = first.condition("CredentialsReady")
+    assert refused is not None
+    assert refused.reason == "RevokeFailed"
+
+    retry = Run({**BODY, "status": stored(first)}, NOW, CONDITIONS)
+    assert await enforce(sink, SANDBOX, retry) is True
+
+    assert sink.credentials.calls == 2
+    assert retry.status.credentials is None
+    denied = retry.condition("CredentialsReady")
+    assert denied is not None
+    assert denied.reason == "PolicyDenied"
+
+
+async def test_a_denial_revokes_a_pat_minted_by_a_pass_that_ended_before_saying_so() -> None:
+    """The pass that minted it stopped before the Secret and the status were written: the
+    sandbox got past the policy once, so its denial still revokes."""
+    sink = services(cache_with(labels={TENANT_LABEL: "acme"}))
+    calls: list[str] = []
+
+    async def revoke(namespace: str, name: str, uid: str) -> bool:
+        calls.append(name)
+        return True
+
+    sink.credentials = SimpleNamespace(revoke=revoke)
+    waiting = {"type": "CredentialsReady", "status": "Unknown", "reason": "Minting", "message": "m"}
+    run = Run(
+        {
+            **BODY,
+            "status": {"conditions": [{**waiting, "lastTransitionTime": "2026-11-23T11:00:00Z"}]},
+        },
+        NOW,
+        CONDITIONS,
+    )
+
+    assert await enforce(sink, SANDBOX, run) is True
+    assert calls == ["alice"]
+
+
+async def test_a_sandbox_the_policy_never_let_through_opens_no_database() -> None:
+    sink = services(cache_with(labels={TENANT_LABEL: "acme"}))  # revoke would fail the test
+    denied = {
+        "type": "CredentialsReady",
+        "status": "False",
+        "reason": "PolicyDenied",
+        "message": "m",
+    }
+    run = Run(
+        {
+            **BODY,
+            "status": {"conditions": [{**denied, "lastTransitionTime": "2026-11-23T11:00:00Z"}]},
+        },
+        NOW,
+        CONDITIONS,
+    )
+
+    assert await enforce(sink, SANDBOX, run) is True
