@@ -165,18 +165,22 @@ def translated_errors(subject: str) -> Iterator[None]:
     """Turn driver errors into the store's typed errors; ``subject`` says what was done.
 
     Messages carry the driver's first line only: SQLAlchemy's own text would include the
-    statement, and parameters are hidden anyway.
+    statement, parameters are hidden anyway, and Postgres's DETAIL line (the next) may
+    quote the row: a PAT's hash and sealed token. Lost races and conflicts are handled
+    inside the block where they can be (a retry); what reaches here is translated too.
     """
     try:
         yield
     except IntegrityError as exc:
         if sqlstate(exc) == "23503" or "FOREIGN KEY constraint failed" in str(exc.orig):
             raise UserNotFoundError(f"{subject}: the user does not exist in Onyx") from None
-        raise
+        raise CredentialsError(f"{subject}: database error: {_first_line(exc)}") from None
     except DBAPIError as exc:
-        if is_retryable(exc):
-            raise
         message = _first_line(exc)
+        if is_retryable(exc):
+            raise DatabaseUnavailableError(
+                f"{subject}: the transaction conflicted with another (retried): {message}"
+            ) from None
         if sqlstate(exc) == "42P01" or "no such table" in message:
             raise SchemaMissingError(
                 f"{subject}: a table is missing ({message}); run: craft-operator db upgrade"

@@ -1,0 +1,46 @@
+"""Driver errors leave the credential store as its typed errors, with the driver's first
+line only: Postgres's DETAIL line may quote a row (a PAT's hash and sealed token)."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy.exc import IntegrityError, OperationalError
+
+from craft_operator.credentials import CredentialsError, DatabaseUnavailableError
+from craft_operator.credentials.db import translated_errors
+
+pytestmark = pytest.mark.unit
+
+ROW = "DETAIL:  Failing row contains (7, sha256$canaryhash, v1:canary-sealed-token)."
+
+
+class DriverError(Exception):
+    """A psycopg-like error: a message of several lines and a SQLSTATE."""
+
+    def __init__(self, message: str, sqlstate: str) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+def raised(error: Exception) -> CredentialsError:
+    with pytest.raises(CredentialsError) as caught, translated_errors("minting the PAT of x"):
+        raise error
+    return caught.value
+
+
+def test_an_integrity_error_left_unhandled_is_typed_and_never_quotes_the_row() -> None:
+    orig = DriverError(f'null value in column "hashed_token" violates not-null\n{ROW}', "23502")
+    error = raised(IntegrityError("INSERT ...", {"hashed_token": "x"}, orig))
+
+    assert "violates not-null" in str(error)
+    assert "canary" not in str(error)
+    assert error.__cause__ is None
+
+
+def test_a_conflict_left_unhandled_is_a_passing_unavailability() -> None:
+    orig = DriverError(f"could not serialize access due to concurrent update\n{ROW}", "40001")
+    error = raised(OperationalError("UPDATE ...", {}, orig))
+
+    assert isinstance(error, DatabaseUnavailableError)
+    assert "conflicted" in str(error)
+    assert "canary" not in str(error)
