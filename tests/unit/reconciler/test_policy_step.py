@@ -10,6 +10,7 @@ import pytest
 
 from craft_operator.api.models import CredentialsStatus
 from craft_operator.api.parse import parse_sandbox
+from craft_operator.api.status_codec import dump_status
 from craft_operator.credentials import DatabaseUnavailableError
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.policy.models import TENANT_LABEL
@@ -162,11 +163,6 @@ class FlakyRevocation:
         return True
 
 
-def stored(run: Run) -> dict[str, Any]:
-    """The status a pass leaves, as the next one reads it."""
-    return run.status.model_dump(by_alias=True, mode="json", exclude_none=True)
-
-
 async def test_a_denial_whose_revocation_failed_revokes_on_the_next_pass() -> None:
     """The first pass deletes the Secret; the PAT stays on record until it is revoked, so
     the retry still knows there is one to revoke."""
@@ -180,7 +176,7 @@ async def test_a_denial_whose_revocation_failed_revokes_on_the_next_pass() -> No
     assert refused is not None
     assert refused.reason == "RevokeFailed"
 
-    retry = Run({**BODY, "status": stored(first)}, NOW, CONDITIONS)
+    retry = Run({**BODY, "status": dump_status(first.status)}, NOW, CONDITIONS)
     assert await enforce(sink, SANDBOX, retry) is True
 
     assert sink.credentials.calls == 2

@@ -12,6 +12,7 @@ import pytest
 
 from craft_operator.api.parse import parse_sandbox
 from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL, parse_pool
+from craft_operator.api.status_codec import dump_status
 from craft_operator.builders.naming import SKILL_KEY, skills_configmap_name
 from craft_operator.builders.pod import build_pod
 from craft_operator.builders.pool import build_pool_pod
@@ -55,11 +56,6 @@ def warm_pods(world: World, count: int, **spec: Any) -> list[str]:
     return names
 
 
-def stored_status(p: Pass) -> dict[str, Any]:
-    """The status the pass would have written, as the next pass reads it."""
-    return p.run.status.model_dump(by_alias=True, mode="json", exclude_none=True)
-
-
 async def pod_pass(world: World, **body: Any) -> Pass:
     p = world.pass_(**body)
     await credentials.ensure_pat(p)
@@ -92,7 +88,7 @@ async def test_the_claimed_pod_is_found_and_kept_on_the_next_passes(pooled: Worl
     [warm] = warm_pods(pooled, 1)
     first = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
     await pod.converge_pod(first)
-    stored = stored_status(first)
+    stored = dump_status(first.run.status)
     again = await pod_pass(pooled, spec={"poolRef": {"name": POOL}}, status=stored)
     assert await pod.converge_pod(again) is None
     assert again.pod is not None
@@ -200,7 +196,7 @@ async def test_a_changed_skill_alone_is_written_into_the_claimed_pod_by_its_own_
         },
     )
 
-    stored = stored_status(first)
+    stored = dump_status(first.run.status)
     again = pooled.pass_(spec={"poolRef": {"name": POOL}}, status=stored)
     await run_steps(again)
 
@@ -346,14 +342,14 @@ async def test_a_sandbox_whose_pod_failed_waits_out_its_backoff_before_claiming_
     taken = first.pod["metadata"]["name"]
     mark_pod_failed(pooled.emulator, NAMESPACE, taken)
     pooled.cache.put(kinds.POD.name, pooled.emulator.get("v1/pods", NAMESPACE, taken))
-    stored = stored_status(first)
+    stored = dump_status(first.run.status)
     failed = await pod_pass(pooled, spec={"poolRef": {"name": POOL}}, status=stored)
     await pod.converge_pod(failed)
     assert failed.run.status.pod_failures == 1
     gone = pooled.cache.get(kinds.POD.name, NAMESPACE, taken)
     assert gone is not None
     pooled.cache.remove(kinds.POD.name, gone)  # the deletion, as watched
-    stored = stored_status(failed)
+    stored = dump_status(failed.run.status)
     early = await pod_pass(pooled, spec={"poolRef": {"name": POOL}}, status=stored)
     assert await pod.converge_pod(early) == Stop("WaitingForPod")
     assert early.run.verdict.after == pooled.services.settings.pod_restart_backoff
@@ -436,7 +432,7 @@ async def test_a_pod_stopped_for_sleep_after_running_ends_the_row_of_failures(
     warm_pods(pooled, 1)
     first = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
     await pod.converge_pod(first)
-    stored = stored_status(first)
+    stored = dump_status(first.run.status)
     stored["podFailures"] = 2
     asleep = await pod_pass(
         pooled, spec={"poolRef": {"name": POOL}, "suspend": True}, status=stored

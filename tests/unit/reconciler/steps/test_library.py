@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from craft_operator.api.models import UserLibraryStatus
+from craft_operator.api.status_codec import dump_status
 from craft_operator.library import resolve_location
 from craft_operator.reconciler.step import Pass
 from craft_operator.reconciler.steps import library
@@ -58,7 +59,7 @@ async def test_a_library_synced_for_this_revision_and_pod_is_left_alone(
     attempt = attempt_for(first.sandbox, location, "pod-1")
     first.run.set(ConditionState.true("UserLibrarySynced", "Synced", "3 files"))
     first.run.status.user_library = UserLibraryStatus(pod_uid="pod-1", config_hash=attempt.config)
-    status = first.run.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    status = dump_status(first.run.status)
     p = ready_pass(world, status=status)
     assert await library.sync_library(p) is None
     assert not world.services.library_pool.busy(p.run.key, p.sandbox.metadata.uid or "")

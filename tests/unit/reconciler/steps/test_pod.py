@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 
+from craft_operator.api.status_codec import dump_status
 from craft_operator.reconciler.step import Pass, Stop
 from craft_operator.reconciler.steps import credentials, pod
 from tests.support.pod_exec import mark_pod_failed, mark_pod_running
@@ -94,7 +95,7 @@ async def test_a_pod_that_fails_before_it_was_ever_ready_still_waits_out_the_bac
     gone = world.cache.get("Pod", NAMESPACE, NAME)
     assert gone is not None
     world.cache.remove("Pod", gone)  # the deletion, as watched
-    stored = failed.run.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    stored = dump_status(failed.run.status)
     early = await pod_pass(world, status=stored)
     assert await pod.converge_pod(early) == Stop("WaitingForPod")
     assert world.stored("v1/pods", NAME) is None, "no new pod during the backoff"
