@@ -187,7 +187,9 @@ def _resolve_collisions(
     return chosen, skipped
 
 
-def _check_caps(library: Mapping[str, S3Object], caps: SyncCaps) -> CapViolation | None:
+def _check_caps(
+    library: Mapping[str, S3Object], entries: Mapping[str, ManifestEntry], caps: SyncCaps
+) -> CapViolation | None:
     for path in sorted(library):
         obj = library[path]
         if obj.size > caps.max_file_bytes:
@@ -223,7 +225,6 @@ def _check_caps(library: Mapping[str, S3Object], caps: SyncCaps) -> CapViolation
             actual=total,
         )
     if caps.max_manifest_bytes is not None:
-        entries = {path: ManifestEntry(obj.size, obj.etag) for path, obj in library.items()}
         size = len(render_manifest(entries))
         if size > caps.max_manifest_bytes:
             return CapViolation(
@@ -266,7 +267,8 @@ def plan_sync(
         del groups[path]
     library, more_skipped = _resolve_collisions(groups, prefix)
     skipped.extend(more_skipped)
-    violation = _check_caps(library, caps)
+    entries = {path: ManifestEntry(obj.size, obj.etag) for path, obj in library.items()}
+    violation = _check_caps(library, entries, caps)
     if violation is not None:
         return violation
     copies = tuple(
@@ -280,5 +282,5 @@ def plan_sync(
         deletes=deletes,
         skipped=tuple(sorted(skipped, key=lambda item: item.key)),
         excluded=tuple(excluded),
-        library={path: ManifestEntry(obj.size, obj.etag) for path, obj in library.items()},
+        library=entries,
     )

@@ -109,13 +109,11 @@ class RecordKeeper(Protocol):
         ...
 
 
-async def _list(
-    store: ObjectStore, bucket: str, prefix: str, caps: SyncCaps | None
-) -> list[S3Object]:
+async def _list(store: ObjectStore, bucket: str, prefix: str, caps: SyncCaps) -> list[S3Object]:
     """The objects under ``prefix``; a listing past the caps' most keys is refused (nothing
     applied) before it is held whole: a prefix of a million empty objects would take the
     operator's memory, whatever their bytes."""
-    most = (caps or SyncCaps()).max_listed_keys
+    most = caps.max_listed_keys
     listing = await asyncio.to_thread(partial(store.list_objects, bucket, prefix, limit=most))
     if len(listing) > most:
         raise LibraryCapExceededError(
@@ -206,6 +204,7 @@ async def sync_library(
     """
     started = time.monotonic()
     prefix = normalise_prefix(prefix)
+    caps = caps or SyncCaps()
     listing = await _list(store, bucket, prefix, caps)
     manifest = await asyncio.to_thread(parse_manifest, await destination.read_manifest())
     plan = await _plan(
@@ -213,7 +212,7 @@ async def sync_library(
     )
     transferred = 0
     if not plan.is_empty:
-        changes = change_set(plan, manifest, cap=(caps or SyncCaps()).max_manifest_bytes)
+        changes = change_set(plan, manifest, cap=caps.max_manifest_bytes)
         transferred = await destination.apply(changes, store, bucket)
     return _result(plan, transferred, started)
 
@@ -241,6 +240,7 @@ async def sync_recorded(
     """
     started = time.monotonic()
     prefix = normalise_prefix(prefix)
+    caps = caps or SyncCaps()
     listing, record = await asyncio.gather(_list(store, bucket, prefix, caps), records.load())
     if record is not None and record.pod_uid == pod_uid:
         pod = await destination.read_pod_manifest()
@@ -259,7 +259,7 @@ async def sync_recorded(
                 SyncRecord(pod_uid, plan.library, lines_of(pod.data), (digest(pod.data),))
             )
         return _result(plan, 0, started, distrust)
-    changes = change_set(plan, manifest, cap=(caps or SyncCaps()).max_manifest_bytes)
+    changes = change_set(plan, manifest, cap=caps.max_manifest_bytes)
     await records.save(_pending_record(pod, pod_uid, manifest, plan, changes))
     transferred = await destination.apply(changes, store, bucket)
     final = _manifest_after(pod, changes)
