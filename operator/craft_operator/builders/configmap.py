@@ -7,6 +7,7 @@ from typing import Any
 from craft_operator.api.models import CraftSandbox
 from craft_operator.builders.naming import (
     ANNOTATION_SKILL_HASH,
+    ANNOTATION_SOURCES_HASH,
     SKILL_KEY,
     child_metadata,
     skills_configmap_name,
@@ -14,16 +15,20 @@ from craft_operator.builders.naming import (
 
 
 def build_skills_configmap(
-    sandbox: CraftSandbox, *, text: str, content_hash: str
+    sandbox: CraftSandbox, *, text: str, content_hash: str, sources_hash: str | None = None
 ) -> dict[str, Any]:
-    """The ConfigMap mounted at ``/workspace/skills/company-search/``."""
+    """The ConfigMap mounted at ``/workspace/skills/company-search/``; ``sources_hash`` is
+    the digest of the sources ``text`` was rendered for."""
+    annotations = {ANNOTATION_SKILL_HASH: content_hash}
+    if sources_hash is not None:
+        annotations[ANNOTATION_SOURCES_HASH] = sources_hash
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": child_metadata(
             sandbox,
             skills_configmap_name(sandbox),
-            annotations={ANNOTATION_SKILL_HASH: content_hash},
+            annotations=annotations,
         ),
         "data": {SKILL_KEY: text},
     }

@@ -26,6 +26,8 @@ LABEL_COMPONENT = "app.kubernetes.io/component"
 ANNOTATION_TEMPLATE_HASH = f"{models.GROUP}/pod-template-hash"
 ANNOTATION_PAT_ID = f"{models.GROUP}/pat-id"
 ANNOTATION_SKILL_HASH = f"{models.GROUP}/skill-hash"
+#: A digest of the spec's sources the SKILL.md was rendered for.
+ANNOTATION_SOURCES_HASH = f"{models.GROUP}/sources-hash"
 
 SECRET_KEY_PAT = "ONYX_PAT"  # noqa: S105 -- the key name, not a secret
 SKILL_KEY = "SKILL.md"

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from craft_operator.api.models import CraftSandbox, Source
+from craft_operator.api.models import CraftSandbox
 from craft_operator.builders.naming import SANDBOX_CONTAINER
 from craft_operator.config import Settings
 from craft_operator.credentials.errors import CredentialsError
@@ -34,7 +34,8 @@ from craft_operator.library import (
     sync_user_library_exec,
 )
 from craft_operator.library.record import SyncRecord
-from craft_operator.skills.render import RenderedSkill, render_skill
+from craft_operator.skills.memo import RenderMemo
+from craft_operator.skills.render import RenderedSkill, render_skill, sources_digest
 from craft_operator.skills.template import SkillTemplateError, template_from_configmap
 
 if TYPE_CHECKING:
@@ -190,62 +191,63 @@ def _reused(issued: IssuedCredential, now: datetime) -> IssuedCredential:
     )
 
 
-def _source_key(sources: tuple[Source, ...]) -> tuple[tuple[str, str | None, tuple[str, ...]], ...]:
-    return tuple(
-        (source.name, source.description, tuple(source.scopes or ())) for source in sources
-    )
-
-
-@functools.lru_cache(maxsize=4096)
-def _render_cached(
-    key: tuple[tuple[str, str | None, tuple[str, ...]], ...], template: str | None
-) -> RenderedSkill:
-    sources = [
-        Source(name=name, description=description, scopes=list(scopes) or None)
-        for name, description, scopes in key
-    ]
-    return render_skill(sources, template=template)
-
-
 class SkillRenderer:
-    """Renders SKILL.md; reads the platform's template ConfigMap at most every ``ttl`` s."""
+    """Renders SKILL.md; reads the platform's template ConfigMap at most every ``ttl`` s.
+
+    A failure to read or use the template is remembered for ``ttl`` seconds too, so the
+    passes that retry it meanwhile cost no request.
+    """
 
     def __init__(self, kube: KubeClient, settings: Settings, *, ttl: float = 30.0) -> None:
         self._kube = kube
         self._ref = settings.skill_template_configmap_ref
         self._ttl = ttl
-        self._template: tuple[float, str] | None = None
+        #: When the template was last read, and its text or why there is none.
+        self._template: tuple[float, str | None, str | None] | None = None
         self._lock = asyncio.Lock()
+        self._memo = RenderMemo()
 
     async def render(self, sandbox: CraftSandbox, *, builtin: bool = False) -> RenderedSkill:
         """The SKILL.md for ``sandbox``'s sources."""
         template = None if builtin else await self._custom_template()
-        return _render_cached(_source_key(tuple(sandbox.spec.sources)), template)
+        sources = sandbox.spec.sources
+        found = self._memo.get(sources_digest(sources), template)
+        if found is None:
+            found = render_skill(sources, template=template)
+            self._memo.put(template, found)
+        return found
 
     async def _custom_template(self) -> str | None:
         if self._ref is None:
             return None
         loop = asyncio.get_running_loop()
         async with self._lock:
-            if self._template is not None and loop.time() - self._template[0] < self._ttl:
-                return self._template[1]
-            namespace, name = self._ref
-            reference = f"{namespace}/{name}"
-            try:
-                configmap = await self._kube.get(CONFIGMAPS, namespace, name)
-            except NotFoundError:
-                raise SkillTemplateError(
-                    f"the template ConfigMap {reference} does not exist"
-                ) from None
-            except ApiError as exc:
-                if self._template is not None:
-                    return self._template[1]  # a passing API error: keep the last good one
-                raise SkillTemplateError(
-                    f"cannot read the template ConfigMap {reference}: {exc}"
-                ) from None
-            text = template_from_configmap(configmap.get("data"), reference=reference)
-            self._template = (loop.time(), text)
+            if self._template is None or loop.time() - self._template[0] >= self._ttl:
+                self._template = (loop.time(), *await self._read_template())
+            _, text, error = self._template
+            if error is not None:
+                raise SkillTemplateError(error)
             return text
+
+    async def _read_template(self) -> tuple[str | None, str | None]:
+        """The template's text, or why there is none (the last good text after an API
+        error that may pass)."""
+        assert self._ref is not None
+        namespace, name = self._ref
+        reference = f"{namespace}/{name}"
+        try:
+            configmap = await self._kube.get(CONFIGMAPS, namespace, name)
+        except NotFoundError:
+            return None, f"the template ConfigMap {reference} does not exist"
+        except ApiError as exc:
+            last_good = self._template[1] if self._template is not None else None
+            if last_good is not None:
+                return last_good, None
+            return None, f"cannot read the template ConfigMap {reference}: {exc}"
+        try:
+            return template_from_configmap(configmap.get("data"), reference=reference), None
+        except SkillTemplateError as exc:
+            return None, str(exc)
 
 
 class DatabaseRecords:

@@ -8,6 +8,7 @@ team configured one, the custom template text) and writes the result into the
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -57,6 +58,8 @@ class RenderedSkill:
     content_hash: str
     source_count: int
     unknown_sources: tuple[str, ...]
+    #: :func:`sources_digest` of the sources it was rendered for.
+    sources_hash: str
 
 
 def _scope_examples(scopes: Sequence[str] | None) -> tuple[tuple[str, ...], bool]:
@@ -117,6 +120,13 @@ def _unknown_names(sources: Sequence[Source]) -> tuple[str, ...]:
     return tuple(sorted(unknown))
 
 
+def sources_digest(sources: Sequence[Source]) -> str:
+    """A digest of ``sources`` as the spec gives them: which sources a rendering is for."""
+    key = [(source.name, source.description, source.scopes) for source in sources]
+    # ASCII escapes: a lone surrogate in the spec's JSON must not make this raise.
+    return hashlib.sha256(json.dumps(key).encode("ascii")).hexdigest()
+
+
 def render_skill(sources: Sequence[Source], *, template: str | None = None) -> RenderedSkill:
     """Render SKILL.md for ``sources`` with the built-in template or the given ``template``.
 
@@ -137,6 +147,7 @@ def render_skill(sources: Sequence[Source], *, template: str | None = None) -> R
         content_hash=hashlib.sha256(text.encode("utf-8")).hexdigest(),
         source_count=len(items),
         unknown_sources=_unknown_names(sources),
+        sources_hash=sources_digest(sources),
     )
 
 

@@ -422,3 +422,24 @@ async def test_a_broken_custom_template_is_a_skill_template_error(
     renderer = SkillRenderer(kube, custom_settings)
     with pytest.raises(SkillTemplateError, match="syntax error"):
         await renderer.render(make_sandbox())
+
+
+async def test_a_missing_template_is_remembered_for_the_ttl_not_read_every_pass(
+    kube: KubeClient, emulator: KubeEmulator, custom_settings: Settings
+) -> None:
+    renderer = SkillRenderer(kube, custom_settings, ttl=3600)
+    for uid in ["a", "b", "c"]:
+        with pytest.raises(SkillTemplateError, match="does not exist"):
+            await renderer.render(make_sandbox(uid, uid, sources=SOURCES))
+    assert configmap_reads(emulator) == 1
+
+
+async def test_a_template_read_again_after_its_ttl_can_recover(
+    kube: KubeClient, emulator: KubeEmulator, custom_settings: Settings
+) -> None:
+    renderer = SkillRenderer(kube, custom_settings, ttl=0)
+    with pytest.raises(SkillTemplateError):
+        await renderer.render(make_sandbox(sources=SOURCES))
+    emulator.create("v1/configmaps", template_configmap())
+    rendered = await renderer.render(make_sandbox(sources=SOURCES))
+    assert "Custom company search." in rendered.text

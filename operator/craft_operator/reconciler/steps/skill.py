@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from craft_operator.api.models import SkillStatus
 from craft_operator.builders.configmap import build_skills_configmap
-from craft_operator.builders.naming import skills_configmap_name
+from craft_operator.builders.naming import ANNOTATION_SOURCES_HASH, skills_configmap_name
 from craft_operator.kube import kinds
 from craft_operator.metrics import ProvisioningPhase
 from craft_operator.reconciler.step import Pass, Step, Stop
-from craft_operator.skills.render import RenderedSkill
+from craft_operator.skills.render import RenderedSkill, sources_digest
 from craft_operator.skills.template import SkillTemplateError
 from craft_operator.status import SKILL_RENDERED, ConditionState
 
@@ -18,8 +21,10 @@ WAITING = "WaitingForChildren"
 async def render_skill(p: Pass) -> Stop | None:
     """Render the skill and converge its ConfigMap.
 
-    A template that fails keeps the last good rendering in place; with none yet, the
-    shipped template is used, and the condition says why either way.
+    A template that fails keeps the last good rendering in place while it lists the
+    sandbox's current sources; otherwise (no rendering yet, or the sources changed) the
+    shipped template renders them, so the SKILL.md never lists what the user no longer
+    has. The condition says why either way, and the template is tried again with backoff.
     """
     s, run = p.services, p.run
     existing = s.cache.get(
@@ -30,14 +35,18 @@ async def render_skill(p: Pass) -> Stop | None:
     except SkillTemplateError as exc:
         run.set(ConditionState.false(SKILL_RENDERED, "TemplateError", str(exc)))
         p.event("SkillTemplateError", str(exc), warning=True)
-        if existing is not None:
+        run.revisit(backoff="TemplateError")
+        if _lists_current_sources(p, existing):
             return None
         rendered = await s.skills.render(p.sandbox, builtin=True)
     else:
         message = f"company-search skill lists {rendered.source_count} source(s)"
         run.set(ConditionState.true(SKILL_RENDERED, "Rendered", message))
     desired = build_skills_configmap(
-        p.sandbox, text=rendered.text, content_hash=rendered.content_hash
+        p.sandbox,
+        text=rendered.text,
+        content_hash=rendered.content_hash,
+        sources_hash=rendered.sources_hash,
     )
     failed = await p.converge_child(
         desired,
@@ -51,6 +60,14 @@ async def render_skill(p: Pass) -> Stop | None:
         return Stop(WAITING)
     _record(p, rendered)
     return None
+
+
+def _lists_current_sources(p: Pass, configmap: Mapping[str, Any] | None) -> bool:
+    """Whether ``configmap`` holds a rendering of the sandbox's current sources."""
+    if configmap is None:
+        return False
+    annotations = configmap.get("metadata", {}).get("annotations") or {}
+    return annotations.get(ANNOTATION_SOURCES_HASH) == sources_digest(p.sandbox.spec.sources)
 
 
 def _record(p: Pass, rendered: RenderedSkill) -> None:

@@ -7,9 +7,11 @@ from collections.abc import Callable
 
 import pytest
 
+from craft_operator.api.models import CraftSandbox
 from craft_operator.reconciler.run import Revisit
 from craft_operator.reconciler.step import Pass, Stop
 from craft_operator.reconciler.steps import credentials, library_volume, secret, skill
+from craft_operator.skills.render import RenderedSkill
 from tests.unit.reconciler.conftest import NAMESPACE
 from tests.unit.reconciler.steps.conftest import CANARY, NAME, World
 
@@ -63,25 +65,52 @@ async def test_the_skill_lists_the_sources_and_lands_in_its_configmap(world: Wor
     assert p.run.status.skill.source_count == 2
 
 
-async def test_a_broken_template_keeps_the_last_good_skill(
-    world: World, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def break_the_template(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From now on the platform's template fails; the shipped one still renders."""
     from craft_operator.skills.template import SkillTemplateError
 
-    await skill.render_skill(world.pass_())
-    before = world.stored("v1/configmaps", f"{NAME}-skills")
+    real = world.services.skills.render
 
-    async def broken(sandbox: object, *, builtin: bool = False) -> object:
+    async def broken(sandbox: CraftSandbox, *, builtin: bool = False) -> RenderedSkill:
+        if builtin:
+            return await real(sandbox, builtin=True)
         raise SkillTemplateError("the template does not parse")
 
     monkeypatch.setattr(world.services.skills, "render", broken)
-    p = world.pass_(spec={"sources": [{"name": "github"}]})
+
+
+async def test_a_broken_template_keeps_the_last_good_skill_of_the_same_sources(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sources = {"sources": [{"name": "github"}, {"name": "slack"}]}
+    await skill.render_skill(world.pass_(spec=sources))
+    before = world.stored("v1/configmaps", f"{NAME}-skills")
+    break_the_template(world, monkeypatch)
+    p = world.pass_(spec=sources)
     assert await skill.render_skill(p) is None, "a template error does not stop the pod"
     condition = p.run.condition("SkillRendered")
     assert condition is not None
-    assert condition.reason == "TemplateError"
+    assert (condition.status, condition.reason) == ("False", "TemplateError")
     assert world.stored("v1/configmaps", f"{NAME}-skills") == before
     assert "SkillTemplateError" in world.events.reasons
+    assert p.run.verdict.backoff == "TemplateError", "a fixed template is picked up soon"
+
+
+async def test_a_broken_template_never_leaves_a_skill_listing_sources_the_user_lost(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await skill.render_skill(world.pass_(spec={"sources": [{"name": "github"}, {"name": "slack"}]}))
+    break_the_template(world, monkeypatch)
+    p = world.pass_(spec={"sources": [{"name": "github"}]})
+    assert await skill.render_skill(p) is None
+    condition = p.run.condition("SkillRendered")
+    assert condition is not None
+    assert condition.reason == "TemplateError"
+    stored = world.stored("v1/configmaps", f"{NAME}-skills")
+    assert stored is not None
+    text = stored["data"]["SKILL.md"]
+    assert "`github`" in text
+    assert "`slack`" not in text, "the shipped template renders the current sources"
 
 
 async def test_exec_mode_needs_no_volume(world: World) -> None:

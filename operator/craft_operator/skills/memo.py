@@ -1,0 +1,58 @@
+"""A bounded memory of renderings, so a pass over an unchanged sandbox renders nothing.
+
+Bounded by entries *and* by the bytes of the renderings it holds: a spec may carry about
+1 MB of sources, and every edit of them is a new key, so a memory bounded only by count
+could be made to hold gigabytes. Keys are digests of the sources, never the sources.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from craft_operator.skills.render import RenderedSkill
+
+#: Renderings remembered at most.
+MAX_ENTRIES = 1024
+#: Characters of rendered text remembered at most (a rendering is at most 256 Ki chars).
+MAX_CHARS = 8 * 1024 * 1024
+
+
+class RenderMemo:
+    """Least-recently-used renderings by (sources digest, template)."""
+
+    def __init__(self, *, max_entries: int = MAX_ENTRIES, max_chars: int = MAX_CHARS) -> None:
+        """Remember at most ``max_entries`` renderings and ``max_chars`` of their text."""
+        self._entries: OrderedDict[tuple[str, str | None], RenderedSkill] = OrderedDict()
+        self._chars = 0
+        self._max_entries = max_entries
+        self._max_chars = max_chars
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def chars(self) -> int:
+        """Characters of rendered text held."""
+        return self._chars
+
+    def get(self, sources_hash: str, template: str | None) -> RenderedSkill | None:
+        """The remembered rendering of these sources with ``template``, if any."""
+        key = (sources_hash, template)
+        found = self._entries.get(key)
+        if found is not None:
+            self._entries.move_to_end(key)
+        return found
+
+    def put(self, template: str | None, rendered: RenderedSkill) -> None:
+        """Remember ``rendered`` (made with ``template``), forgetting the least recent."""
+        key = (rendered.sources_hash, template)
+        previous = self._entries.pop(key, None)
+        if previous is not None:
+            self._chars -= len(previous.text)
+        if len(rendered.text) > self._max_chars:
+            return
+        self._entries[key] = rendered
+        self._chars += len(rendered.text)
+        while len(self._entries) > self._max_entries or self._chars > self._max_chars:
+            _, dropped = self._entries.popitem(last=False)
+            self._chars -= len(dropped.text)

@@ -1,0 +1,62 @@
+"""The memory of renderings: bounded by entries and by the text it holds, keyed by digest."""
+
+from __future__ import annotations
+
+import pytest
+
+from craft_operator.api.models import Source
+from craft_operator.skills.memo import RenderMemo
+from craft_operator.skills.render import render_skill, sources_digest
+
+pytestmark = pytest.mark.unit
+
+
+def test_a_remembered_rendering_is_found_by_its_sources_and_template() -> None:
+    memo = RenderMemo()
+    rendered = render_skill([Source(name="slack")])
+    memo.put(None, rendered)
+    assert memo.get(sources_digest([Source(name="slack")]), None) is rendered
+    assert memo.get(rendered.sources_hash, "{{ sources }}") is None, "another template"
+    assert memo.get(sources_digest([Source(name="jira")]), None) is None
+
+
+def test_it_forgets_the_least_recently_used_beyond_its_entries() -> None:
+    memo = RenderMemo(max_entries=2)
+    first, second, third = (render_skill([Source(name=n)]) for n in ("a", "b", "c"))
+    memo.put(None, first)
+    memo.put(None, second)
+    assert memo.get(first.sources_hash, None) is first  # now the most recent
+    memo.put(None, third)
+    assert len(memo) == 2
+    assert memo.get(second.sources_hash, None) is None
+    assert memo.get(first.sources_hash, None) is first
+
+
+def test_the_text_it_holds_is_bounded_whatever_the_sources() -> None:
+    memo = RenderMemo(max_entries=1000, max_chars=20_000)
+    for index in range(200):
+        memo.put(None, render_skill([Source(name=f"s{index}", description="x" * 400)]))
+        assert memo.chars <= 20_000
+    assert 0 < len(memo) < 200
+
+
+def test_a_rendering_larger_than_the_whole_memory_is_not_kept() -> None:
+    memo = RenderMemo(max_chars=10)
+    memo.put(None, render_skill([Source(name="slack")]))
+    assert len(memo) == 0
+    assert memo.chars == 0
+
+
+def test_the_digest_tells_apart_sources_differing_in_any_field() -> None:
+    digests = {
+        sources_digest(sources)
+        for sources in (
+            [Source(name="a")],
+            [Source(name="a", scopes=["x"])],
+            [Source(name="a", scopes=["y"])],
+            [Source(name="a", description="x")],
+            [Source(name="a"), Source(name="b")],
+            [Source(name="b"), Source(name="a")],
+        )
+    }
+    assert len(digests) == 6
