@@ -76,8 +76,20 @@ class Invalid(kmock.KubernetesError):
     """422: the object does not pass validation."""
 
 
-def _error(status: int, reason: str, message: str) -> kmock.KubernetesError:
-    return kmock.KubernetesError(status=status, reason=reason, message=message, details={})
+def _error(
+    status: int, reason: str, message: str, details: dict[str, Any] | None = None
+) -> kmock.KubernetesError:
+    return kmock.KubernetesError(
+        status=status, reason=reason, message=message, details=details or {}
+    )
+
+
+def _not_found(resource: Resource, name: str) -> kmock.KubernetesError:
+    """The API server's 404 for an object: its Status names the object and its resource."""
+    details = {"name": name, "kind": resource.plural}
+    if resource.group:
+        details["group"] = resource.group
+    return _error(404, "NotFound", f'{resource.plural} "{name}" not found', details)
 
 
 def _now() -> str:
@@ -492,7 +504,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
     ) -> dict[str, Any]:
         stored = self._index[resource].get((namespace, name))
         if stored is None or stored.deleted:
-            raise _error(404, "NotFound", f'{resource.plural} "{name}" not found')
+            raise _not_found(resource, name)
         old = copy.deepcopy(stored.raw)
         if style == "json":
             try:
@@ -558,7 +570,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
     def _delete(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any]:
         stored = self._index[resource].get((namespace, name))
         if stored is None or stored.deleted:
-            raise _error(404, "NotFound", f'{resource.plural} "{name}" not found')
+            raise _not_found(resource, name)
         obj = copy.deepcopy(stored.raw)
         key: Key = (resource, namespace, name)
         meta = obj["metadata"]
@@ -796,7 +808,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
         assert request.name is not None
         stored = self._index[resource].get((request.namespace, request.name))
         if stored is None or stored.deleted:
-            raise _error(404, "NotFound", f'{resource.plural} "{request.name}" not found')
+            raise _not_found(resource, request.name)
         return copy.deepcopy(stored.raw)
 
     async def _serve_create(self, request: rendering.Request) -> rendering.Payload:

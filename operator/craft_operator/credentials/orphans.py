@@ -23,9 +23,10 @@ from craft_operator.credentials.db import WRITE_OPTION, translated_errors
 from craft_operator.credentials.model import utc_now
 from craft_operator.credentials.revocation import revoke_pats_statement
 from craft_operator.credentials.store import CredentialStore
-from craft_operator.credentials.tables import SandboxCredential
+from craft_operator.credentials.tables import LibrarySyncRecord, SandboxCredential
 
 _CRED = cast(Table, SandboxCredential.__table__)
+_LIBRARY = cast(Table, LibrarySyncRecord.__table__)
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def revoke_orphan(
     store: CredentialStore, row: StoredCredential, *, now: datetime | None = None
 ) -> bool:
     """Revoke the row's PAT (and the one still in its grace period, if any) and delete the
-    row, if the row is still exactly ``row``.
+    row and the sandbox's library record, if the row is still exactly ``row``.
 
     A row that changed since it was listed (a new sandbox of that name minted in the
     meantime: new uid, new version) is left alone and ``False`` returned. One transaction:
@@ -111,6 +112,7 @@ def revoke_orphan(
         if row.superseded_pat_id is not None:
             pat_ids.append(row.superseded_pat_id)
         connection.execute(revoke_pats_statement(pat_ids, now or utc_now()))
+        connection.execute(delete(_LIBRARY).where(_LIBRARY.c.sandbox_uid == row.sandbox_uid))
     return True
 
 

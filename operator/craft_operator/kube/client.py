@@ -46,13 +46,17 @@ LIST_PAGE_SIZE = 500
 
 
 class ApiError(Exception):
-    """The API server refused a request; ``status`` and ``reason`` say how."""
+    """The API server refused a request; ``status`` and ``reason`` say how, and ``details``
+    (the Status object's, e.g. ``name`` and ``kind`` of a 404) what it was about."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(
+        self, status: int, reason: str, message: str, details: Mapping[str, Any] | None = None
+    ) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
+        self.details: Mapping[str, Any] = details or {}
 
     @property
     def retryable(self) -> bool:
@@ -331,11 +335,13 @@ class KubeClient:
 
 def api_error(status: int, text: str) -> ApiError:
     """The typed error of an answer with ``status`` and body ``text``."""
-    reason, message = "Error", text[:500]
+    reason, message, details = "Error", text[:500], None
     try:
         payload = json.loads(text)
         reason = str(payload.get("reason") or reason)
         message = str(payload.get("message") or message)[:1000]
+        found = payload.get("details")
+        details = found if isinstance(found, dict) else None
     except (ValueError, AttributeError):
         pass
-    return _ERRORS.get(status, ApiError)(status, reason, message)
+    return _ERRORS.get(status, ApiError)(status, reason, message, details)

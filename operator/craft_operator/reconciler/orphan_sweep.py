@@ -7,11 +7,15 @@ seconds the active replica, once its cache is filled, looks at the rows of its o
 cluster (``CRAFT_CLUSTER_ID``) in the namespaces it serves:
 
 - a row whose sandbox is in the watch cache with the row's uid is alive: no API call;
-- any other row is confirmed with a live GET of the CraftSandbox: a 404, or an object
-  with another uid, makes it an orphan; any other answer (forbidden, unreachable) leaves
-  it for the next sweep;
-- an orphan's PAT is revoked and its row deleted in one transaction, only if the row is
-  unchanged since it was listed (a sandbox of that name created meanwhile wins).
+- any other row is confirmed with a live GET of the CraftSandbox: the API server's own
+  404 for that CraftSandbox (its Status names the object), or an object with another uid,
+  makes it an orphan; any other answer (a 404 from a proxy or for an unserved API
+  version, forbidden, unreachable) leaves it for the next sweep;
+- an orphan's PAT is revoked and its row deleted, with its library record, in one
+  transaction, only if the row is unchanged since it was listed (a sandbox of that name
+  created meanwhile wins);
+- a row that fails (the database refused its revocation, say) is logged and counted, and
+  the sweep goes on with the next.
 
 Rows without a cluster id (from before the column existed) are only counted and logged.
 PATs are named by id in logs, never by token.
@@ -54,6 +58,8 @@ class SweepReport:
     revoked: tuple[int, ...]
     unconfirmed: int
     without_cluster: int
+    #: Rows whose check or revocation failed (logged; tried again next sweep).
+    failed: int = 0
 
 
 class OrphanSweeper:
@@ -123,23 +129,33 @@ class OrphanSweeper:
             rows_of_cluster, self.cluster_id, tuple(self._namespaces())
         )
         revoked: list[int] = []
-        unconfirmed = 0
+        unconfirmed = failed = 0
         for row in rows:
             if self._alive_in_cache(row):
                 continue
-            orphan = await self._confirm_orphan(row)
-            if orphan is None:
-                unconfirmed += 1
-            elif orphan and await self._credentials.call(revoke_orphan, row):
-                self._credentials.forget(row.sandbox_uid)
-                revoked.append(row.pat_id)
-                log.info(
-                    "orphan sweep: revoked PAT %s of sandbox %s/%s (uid %s), which no longer "
-                    "exists",
+            try:
+                orphan = await self._confirm_orphan(row)
+                if orphan is None:
+                    unconfirmed += 1
+                elif orphan and await self._credentials.call(revoke_orphan, row):
+                    self._credentials.forget(row.sandbox_uid)
+                    revoked.append(row.pat_id)
+                    log.info(
+                        "orphan sweep: revoked PAT %s of sandbox %s/%s (uid %s), which no "
+                        "longer exists",
+                        row.pat_id,
+                        row.namespace,
+                        row.name,
+                        row.sandbox_uid,
+                    )
+            except (CredentialsError, ApiError) as exc:
+                failed += 1
+                log.warning(
+                    "orphan sweep: PAT %s of sandbox %s/%s left for the next sweep: %s",
                     row.pat_id,
                     row.namespace,
                     row.name,
-                    row.sandbox_uid,
+                    exc,
                 )
         self._metrics.orphans_revoked(len(revoked))
         unowned = await self._credentials.call(count_without_cluster)
@@ -156,6 +172,7 @@ class OrphanSweeper:
             revoked=tuple(revoked),
             unconfirmed=unconfirmed,
             without_cluster=unowned,
+            failed=failed,
         )
 
     def _alive_in_cache(self, row: StoredCredential) -> bool:
@@ -166,9 +183,28 @@ class OrphanSweeper:
         """True: the sandbox is gone (or replaced); False: it lives; None: cannot tell."""
         try:
             live = await self._kube.get(SANDBOXES, row.namespace, row.name)
-        except NotFoundError:
-            return True
+        except NotFoundError as exc:
+            if _names_the_sandbox(exc, row.name):
+                return True
+            log.warning(
+                "orphan sweep: a 404 for sandbox %s/%s that does not name it (a proxy, or an "
+                "API version not served?); left alone: %s",
+                row.namespace,
+                row.name,
+                exc,
+            )
+            return None
         except ApiError as exc:
             log.debug("orphan sweep: cannot read sandbox %s/%s: %s", row.namespace, row.name, exc)
             return None
         return bool(live.get("metadata", {}).get("uid") != row.sandbox_uid)
+
+
+def _names_the_sandbox(exc: NotFoundError, name: str) -> bool:
+    """Whether a 404 is the API server's own answer that this CraftSandbox does not exist:
+    its Status names the object, as an unserved version's or a proxy's 404 does not."""
+    return (
+        exc.reason == "NotFound"
+        and exc.details.get("name") == name
+        and exc.details.get("kind") == SANDBOXES.plural
+    )

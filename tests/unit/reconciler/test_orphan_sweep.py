@@ -37,6 +37,8 @@ class ApiServer:
     def __init__(self) -> None:
         self.sandboxes: dict[tuple[str, str], dict[str, Any]] = {}
         self.refuse: set[tuple[str, str]] = set()
+        #: Answered with a 404 that does not name the object (a proxy's, say).
+        self.anonymous_404: set[tuple[str, str]] = set()
         self.gets: list[tuple[str, str]] = []
 
     def add(self, namespace: str, name: str, uid: str) -> dict[str, Any]:
@@ -49,8 +51,11 @@ class ApiServer:
         self.gets.append(key)
         if key in self.refuse:
             raise ApiError(403, "Forbidden", "no")
+        if key in self.anonymous_404:
+            raise NotFoundError(404, "NotFound", "the server could not find the requested resource")
         if key not in self.sandboxes:
-            raise NotFoundError(404, "NotFound", "gone")
+            details = {"name": name, "group": "craft.onyx.app", "kind": "craftsandboxes"}
+            raise NotFoundError(404, "NotFound", f'"{name}" not found', details)
         return self.sandboxes[key]
 
 
@@ -181,6 +186,63 @@ async def test_a_sandbox_the_api_will_not_show_is_left_for_the_next_sweep(world:
     assert report is not None
     assert (report.revoked, report.unconfirmed) == ((), 1)
     assert world.live("hidden")
+
+
+async def test_a_404_that_does_not_name_the_sandbox_revokes_nothing(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    world.mint("behind-a-proxy")
+    world.api.anonymous_404.add(("team-a", "behind-a-proxy"))
+
+    report = await world.sweeper.tick()
+
+    assert report is not None
+    assert (report.revoked, report.unconfirmed) == ((), 1)
+    assert world.live("behind-a-proxy")
+    assert "does not name it" in caplog.text
+
+
+async def test_a_row_whose_revocation_fails_does_not_stop_the_sweep(
+    world: World, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from craft_operator.credentials import orphans
+    from craft_operator.credentials.errors import CredentialsError
+
+    first_pat = world.mint("first")[1]
+    world.mint("second")
+    world.mint("third")
+    real = orphans.revoke_orphan
+
+    def failing_first(store: CredentialStore, row: orphans.StoredCredential) -> bool:
+        if row.name == "first":
+            raise CredentialsError("the database refused the write")
+        return real(store, row)
+
+    monkeypatch.setattr(orphans, "revoke_orphan", failing_first)
+
+    report = await world.sweeper.tick()
+
+    assert report is not None
+    assert (len(report.revoked), report.failed) == (2, 1)
+    assert world.live("first")
+    assert not world.live("second")
+    assert not world.live("third")
+    assert f"PAT {first_pat} of sandbox team-a/first left for the next sweep" in caplog.text
+
+
+async def test_an_orphan_s_library_record_goes_with_its_row(world: World) -> None:
+    from craft_operator.credentials import library_records
+    from craft_operator.library.record import SyncRecord
+
+    uid, _ = world.mint("gone")
+    record = SyncRecord(pod_uid="pod-1", entries={}, lines=0, digests=())
+    library_records.save_record(
+        world.engine, sandbox_uid=uid, namespace="team-a", name="gone", record=record
+    )
+
+    await world.sweeper.tick()
+
+    assert library_records.load_record(world.engine, uid) is None
 
 
 async def test_other_clusters_rows_and_rows_without_a_cluster_id_are_never_swept(
