@@ -56,7 +56,11 @@ _COMMON_INVISIBLE: dict[int, str | None] = {
     ),
 }
 _BACKSLASHES_BEFORE_LT = re.compile(r"\\+(?=<)")
-_BLOCK_START = re.compile(r"^(?:#{1,6}(?= |$)|>|[-+*](?= |$)|\d{1,9}(?=[.)]( |$))|[-=]+$)")
+# Headings, quotes, list items, setext underlines, thematic breaks, link reference
+# definitions and table rows: what a value at the start of a template's line could begin.
+_BLOCK_START = re.compile(
+    r"^(?:#{1,6}(?= |$)|>|[-+*](?= |$)|\d{1,9}(?=[.)]( |$))|[-=]+$|[*_]{3,}|\[|\|)"
+)
 _NOT_IDENTIFIER = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -118,7 +122,9 @@ def inline_text(value: str, *, limit: int) -> str:
     text = _BACKSLASHES_BEFORE_LT.sub("", text)
     text = text.replace("<", "\\<")
     text = _escape_block_start(text)
-    return text.rstrip("\\").rstrip()
+    # A trailing backslash would escape whatever a template puts right after the value.
+    # (Whitespace is single spaces by now.)
+    return text.rstrip(" \\")
 
 
 def identifier_text(name: str) -> str:

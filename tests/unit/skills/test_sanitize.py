@@ -75,6 +75,10 @@ def test_an_attacker_backslash_cannot_cancel_the_html_escape() -> None:
         ("1. item", "1\\. item"),
         ("12) item", "12\\) item"),
         ("==", "\\=="),
+        ("***", "\\***"),
+        ("___ break", "\\___ break"),
+        ("[docs]: https://evil.example", "\\[docs]: https://evil.example"),
+        ("| a | b |", "\\| a | b |"),
     ],
 )
 def test_a_value_cannot_open_a_block_even_at_the_start_of_a_line(value: str, expected: str) -> None:
@@ -99,6 +103,11 @@ def test_text_at_the_limit_is_kept_whole() -> None:
 
 def test_trailing_backslashes_are_dropped() -> None:
     assert clean("C:\\docs\\") == "C:\\docs"
+
+
+@pytest.mark.parametrize("value", ["Team wiki \\ \\", "wiki\\ ", "wiki \\\\ \\ "])
+def test_no_value_ends_in_a_backslash_whatever_trails_it(value: str) -> None:
+    assert clean(value) == value.split("\\")[0].rstrip()
 
 
 def test_only_whitespace_and_control_characters_leave_nothing() -> None:
