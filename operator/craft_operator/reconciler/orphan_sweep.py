@@ -184,7 +184,7 @@ class OrphanSweeper:
         try:
             live = await self._kube.get(SANDBOXES, row.namespace, row.name)
         except NotFoundError as exc:
-            if _names_the_sandbox(exc, row.name):
+            if says_the_sandbox_is_gone(exc, row.name):
                 return True
             log.warning(
                 "orphan sweep: a 404 for sandbox %s/%s that does not name it (a proxy, or an "
@@ -200,7 +200,7 @@ class OrphanSweeper:
         return bool(live.get("metadata", {}).get("uid") != row.sandbox_uid)
 
 
-def _names_the_sandbox(exc: NotFoundError, name: str) -> bool:
+def says_the_sandbox_is_gone(exc: NotFoundError, name: str) -> bool:
     """Whether a 404 is the API server's own answer that this CraftSandbox does not exist:
     its Status names the object, as an unserved version's or a proxy's 404 does not."""
     return (
