@@ -121,7 +121,7 @@ def build_context(
         metrics=metrics,
         cluster_id=settings.effective_cluster_id,
         interval=settings.orphan_sweep_interval,
-        active=lambda: context.gate.active and not context.gate.priming,
+        active=lambda: context.gate.cache_synced,
         namespaces=lambda: context.gate.namespaces,
     )
     metrics.track(

@@ -61,6 +61,7 @@ class ActivityGate:
         self.activations = 0
         #: Held until the first listing is in the cache (see :meth:`hold_until_primed`).
         self.priming = False
+        self._listing = False
         #: Work outside the queue that a standby must stop too (e.g. the library syncs).
         self.stop_also: list[Callable[[], Awaitable[None]]] = []
         #: Further work queues that pause, clear and resume with the sandboxes' queue, each
@@ -71,6 +72,12 @@ class ActivityGate:
     def active(self) -> bool:
         """Whether the replica acts on what it sees (the handlers check this)."""
         return self._active
+
+    @property
+    def cache_synced(self) -> bool:
+        """Whether the replica is active with everything listed into its cache: work that
+        reads the cache for what is absent (the orphan sweep) waits for this."""
+        return self._active and not self.priming and not self._listing
 
     async def hold_until_primed(self) -> None:
         """Start inactive: no reconcile until :meth:`prime` has listed everything.
@@ -130,12 +137,15 @@ class ActivityGate:
             if self._active:
                 return
             self._active = True  # watch events count again from here, during the listing too
+            self._listing = True
             try:
                 keys = await self._relist()
             except BaseException:
                 self._active = False
                 self._cache.clear()
                 raise
+            finally:
+                self._listing = False
             for key in keys:
                 self._queue.add(key)
             self._queue.resume()

@@ -256,3 +256,28 @@ async def test_the_pool_queue_stops_with_the_sandboxes_and_visits_every_pool_on_
         assert cache.get(kinds.POOL.name, "team-a", "warm") is not None
     finally:
         await pool_queue.stop()
+
+
+async def test_the_cache_counts_as_synced_only_once_a_reactivation_s_listing_is_done(
+    parts: tuple[ActivityGate, WorkQueue[Key], ObjectCache, Handler], emulator: KubeEmulator
+) -> None:
+    gate, _, _, _ = parts
+    emulator.create(SANDBOXES, sandbox("team-a", "alice"))
+    listing, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_pods(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
+        if request.url.path.endswith("/pods"):
+            listing.set()
+            await release.wait()
+        return None
+
+    emulator.before_request.append(slow_pods)
+    await gate.deactivate("starting")
+    assert not gate.cache_synced
+    activation = asyncio.create_task(gate.activate("test"))
+    await listing.wait()
+    assert gate.active, "watch events count during the listing"
+    assert not gate.cache_synced, "but what the cache lacks proves nothing yet"
+    release.set()
+    await activation
+    assert gate.cache_synced
