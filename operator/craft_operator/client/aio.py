@@ -28,7 +28,9 @@ from craft_operator.api.models import (
 from craft_operator.api.status_codec import parse_status
 from craft_operator.client.connection import Connection, discover
 from craft_operator.client.errors import (
+    ApiError,
     ConflictError,
+    CrdMissingError,
     FieldConflictError,
     NotFoundError,
     Request,
@@ -53,6 +55,8 @@ from craft_operator.client.transport import APPLY_PATCH, MERGE_PATCH, RetryPolic
 from craft_operator.client.watching import Watcher
 
 FIELD_MANAGER = "onyx-backend"
+#: Statuses of a failed try that the server may have carried out all the same.
+LOST_ANSWER = frozenset({0, 500, 502, 504})
 T = TypeVar("T")
 ProgressCallback = Callable[[Progress], object]
 
@@ -165,9 +169,13 @@ class AsyncSandboxClient:
         ``on_progress(progress)`` is called with the first state seen and on every change of
         phase or conditions (it may be a coroutine function). Raises :class:`SandboxFailedError`
         when the sandbox cannot become Ready as it is, :class:`SandboxGoneError` if it is
-        deleted, :class:`WaitTimeoutError` after ``timeout`` seconds.
+        deleted, :class:`WaitTimeoutError` after ``timeout`` seconds. A library sync that
+        failed for good fails the wait only if it is the current attempt's: the status keeps
+        an earlier attempt's failure while the operator retries after a new revision, pod or
+        configuration (one the status cannot tell apart waits for the retry's outcome).
         """
         seen: list[tuple[object, ...]] = []
+        first: list[dict[str, Any]] = []
 
         async def decide(obj: dict[str, Any] | None) -> dict[str, Any] | None:
             if obj is None or obj["metadata"].get("deletionTimestamp"):
@@ -175,13 +183,14 @@ class AsyncSandboxClient:
                     f'CraftSandbox "{name}" in namespace "{namespace}" does not exist or is '
                     "being deleted"
                 )
+            first[:] = first or [obj]
             progress = progress_of(obj)
             if on_progress is not None and (not seen or seen[-1] != progress.key):
                 seen.append(progress.key)
                 await _call_back(on_progress, progress)
             if progress.ready:
                 return obj
-            failure = failure_of(progress)
+            failure = failure_of(progress, earlier_library_failure=library_failure_key(first[0]))
             if failure is not None:
                 raise failure
             return None
@@ -277,14 +286,25 @@ class AsyncSandboxClient:
         """Delete the sandbox (the operator revokes its PAT, its children go with it).
 
         False if it did not exist. ``wait`` until it is gone, i.e. the operator finished.
+        A cluster without the CRD raises :class:`CrdMissingError`.
         """
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+        retried: list[ApiError] = []
         try:
             await self._call(
-                "DELETE", sandbox_path(namespace, name), Request("delete", namespace, name), body
+                "DELETE",
+                sandbox_path(namespace, name),
+                Request("delete", namespace, name),
+                body,
+                retried=retried,
             )
+        except CrdMissingError:
+            raise
         except NotFoundError:
-            return False
+            # A retry that finds nothing after a try whose answer was lost (the network, a
+            # gateway's 500/502/504, not a 503 or 429 refusal): that try deleted it.
+            if not any(exc.status in LOST_ANSWER for exc in retried):
+                return False
         if wait:
 
             async def gone(obj: dict[str, Any] | None) -> bool | None:
@@ -343,6 +363,8 @@ class AsyncSandboxClient:
     async def _get_or_none(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return await self._get(namespace, name)
+        except CrdMissingError:
+            raise  # not "the sandbox is gone": nothing can be found
         except NotFoundError:
             return None
 
@@ -364,10 +386,18 @@ class AsyncSandboxClient:
         body: Any = None,
         content_type: str = "application/json",
         params: Mapping[str, str] | None = None,
+        *,
+        retried: list[ApiError] | None = None,
     ) -> dict[str, Any]:
         self.requests[what.verb] += 1
         return await self._http.request(
-            method, path, what, body=body, content_type=content_type, params=params
+            method,
+            path,
+            what,
+            body=body,
+            content_type=content_type,
+            params=params,
+            retried=retried,
         )
 
 

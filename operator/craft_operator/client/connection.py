@@ -9,11 +9,12 @@ cluster's CA (file or inline data) are supported; exec credential plugins are no
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import ssl
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,18 +64,43 @@ class Connection:
                 ) from None
         return self._token_read[1]
 
-    def ssl_context(self) -> ssl.SSLContext | bool:
-        """TLS that trusts the cluster's CA and presents the client certificate, if any."""
+    def ssl_context(self) -> ssl.SSLContext:
+        """TLS that trusts the cluster's CA and presents the client certificate, if any.
+
+        With ``insecure`` (``insecure-skip-tls-verify``) the server is not verified, but a
+        client certificate is still presented. A file that cannot be read or a certificate,
+        key or CA that does not load is a :class:`ConfigurationError` naming where it came
+        from (never its content).
+        """
         if self.insecure:
-            return False
-        context = ssl.create_default_context(
-            cafile=str(self.ca_path) if self.ca_path else None, cadata=self.ca_data
-        )
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        else:
+            cafile = str(self.ca_path) if self.ca_path else None
+            what = f"the CA {cafile}" if cafile else "the CA data"
+            with self._loading(what if cafile or self.ca_data else "the system's CAs"):
+                context = ssl.create_default_context(cafile=cafile, cadata=self.ca_data)
         if self.cert_path and self.key_path:
-            context.load_cert_chain(self.cert_path, self.key_path)
+            with self._loading(f"the client certificate {self.cert_path} and key {self.key_path}"):
+                context.load_cert_chain(self.cert_path, self.key_path)
         elif self.cert_data and self.key_data:
-            _load_cert_data(context, self.cert_data, self.key_data)
+            with self._loading("the client certificate and key data"):
+                _load_cert_data(context, self.cert_data, self.key_data)
         return context
+
+    @contextlib.contextmanager
+    def _loading(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            # The OS's or OpenSSL's own words ("PEM lib", "no start line"), never text that
+            # could quote what was read.
+            why = exc.strerror if isinstance(exc, OSError) else None
+            where = f" ({self.source})" if self.source else ""
+            raise ConfigurationError(
+                f"cannot load {what}{where}: {why or type(exc).__name__}"
+            ) from None
 
 
 def _load_cert_data(context: ssl.SSLContext, cert: bytes, key: bytes) -> None:
@@ -130,39 +156,49 @@ def in_cluster(root: Path = SERVICE_ACCOUNT, environ: Mapping[str, str] = os.env
 
 
 def from_kubeconfig(paths: list[Path], context: str | None = None) -> Connection:
-    """The connection of ``context`` (default: the current one) in the merged ``paths``."""
+    """The connection of ``context`` (default: the current one) in the merged ``paths``.
+
+    As kubectl: the first file to name something wins, and a relative path is relative to
+    the file that holds it.
+    """
     merged = _merge([_read(path) for path in paths if path.exists()])
     if merged is None:
         raise ConfigurationError(f"no kubeconfig at {os.pathsep.join(map(str, paths))}")
-    config, origin = merged
-    name = context or config.get("current-context")
+    name = context or merged.current_context
     if not name:
-        raise ConfigurationError(f"{origin}: no current-context (kubectl config use-context)")
-    ctx = _named(config, "contexts", name, origin).get("context") or {}
-    cluster = _named(config, "clusters", ctx.get("cluster"), origin).get("cluster") or {}
-    user = _named(config, "users", ctx.get("user"), origin, required=False).get("user") or {}
+        raise ConfigurationError(
+            f"{merged.origin}: no current-context (kubectl config use-context)"
+        )
+    ctx_entry, ctx_origin = merged.named("contexts", name, merged.origin)
+    ctx = ctx_entry.get("context") or {}
+    cluster_entry, cluster_origin = merged.named("clusters", ctx.get("cluster"), ctx_origin)
+    cluster = cluster_entry.get("cluster") or {}
+    user_entry, user_origin = merged.named("users", ctx.get("user"), ctx_origin, required=False)
+    user = user_entry.get("user") or {}
     if not cluster.get("server"):
-        raise ConfigurationError(f"{origin}: cluster {ctx.get('cluster')!r} has no server")
+        raise ConfigurationError(f"{cluster_origin}: cluster {ctx.get('cluster')!r} has no server")
     if "exec" in user or "auth-provider" in user:
         raise ConfigurationError(
-            f"{origin}: user {ctx.get('user')!r} uses a credential plugin, which this client "
-            "does not run; use a kubeconfig with a token or client certificate (e.g. kubectl "
-            "create token <service-account>)"
+            f"{user_origin}: user {ctx.get('user')!r} uses a credential plugin, which this "
+            "client does not run; use a kubeconfig with a token or client certificate (e.g. "
+            "kubectl create token <service-account>)"
         )
-    base = Path(origin).parent
+    cluster_dir, user_dir = Path(cluster_origin).parent, Path(user_origin).parent
     return Connection(
         server=str(cluster["server"]).rstrip("/"),
         token=user.get("token"),
-        token_path=_path(base, user.get("tokenFile")),
-        ca_path=_path(base, cluster.get("certificate-authority")),
-        ca_data=(_decoded(cluster.get("certificate-authority-data"), origin) or b"").decode()
+        token_path=_path(user_dir, user.get("tokenFile")),
+        ca_path=_path(cluster_dir, cluster.get("certificate-authority")),
+        ca_data=(
+            _decoded(cluster.get("certificate-authority-data"), cluster_origin) or b""
+        ).decode()
         or None,
-        cert_path=_path(base, user.get("client-certificate")),
-        key_path=_path(base, user.get("client-key")),
-        cert_data=_decoded(user.get("client-certificate-data"), origin),
-        key_data=_decoded(user.get("client-key-data"), origin),
+        cert_path=_path(user_dir, user.get("client-certificate")),
+        key_path=_path(user_dir, user.get("client-key")),
+        cert_data=_decoded(user.get("client-certificate-data"), user_origin),
+        key_data=_decoded(user.get("client-key-data"), user_origin),
         insecure=bool(cluster.get("insecure-skip-tls-verify")),
-        source=f"kubeconfig {origin}, context {name}",
+        source=f"kubeconfig {merged.origin}, context {name}",
     )
 
 
@@ -176,30 +212,42 @@ def _read(path: Path) -> tuple[dict[str, Any], str]:
     return loaded, str(path)
 
 
-def _merge(configs: list[tuple[dict[str, Any], str]]) -> tuple[dict[str, Any], str] | None:
+@dataclass
+class _Merged:
+    """Several kubeconfig files as one, each entry with the file that defines it."""
+
+    origin: str
+    current_context: str | None = None
+    entries: dict[str, list[tuple[dict[str, Any], str]]] = field(
+        default_factory=lambda: {"clusters": [], "users": [], "contexts": []}
+    )
+
+    def named(
+        self, key: str, name: object, origin: str, *, required: bool = True
+    ) -> tuple[dict[str, Any], str]:
+        """The first entry of ``key`` called ``name``, and its file (``origin`` if none)."""
+        for entry, path in self.entries[key]:
+            if entry.get("name") == name:
+                return entry, path
+        if required:
+            raise ConfigurationError(f"{origin}: no {key[:-1]} named {name!r}")
+        return {}, origin
+
+
+def _merge(configs: list[tuple[dict[str, Any], str]]) -> _Merged | None:
     """kubectl's merge of several files: the first file to name something wins."""
     if not configs:
         return None
-    merged: dict[str, Any] = {"clusters": [], "users": [], "contexts": []}
-    origin = configs[0][1]
+    merged = _Merged(origin=configs[0][1])
     for config, path in configs:
-        if "current-context" not in merged and config.get("current-context"):
-            merged["current-context"] = config["current-context"]
-            origin = path
-        for key in ("clusters", "users", "contexts"):
-            merged[key].extend(config.get(key) or [])
-    return merged, origin
-
-
-def _named(
-    config: Mapping[str, Any], key: str, name: object, origin: str, *, required: bool = True
-) -> dict[str, Any]:
-    for entry in config.get(key) or []:
-        if isinstance(entry, dict) and entry.get("name") == name:
-            return entry
-    if required:
-        raise ConfigurationError(f"{origin}: no {key[:-1]} named {name!r}")
-    return {}
+        if merged.current_context is None and config.get("current-context"):
+            merged.current_context = str(config["current-context"])
+            merged.origin = path
+        for key, entries in merged.entries.items():
+            entries.extend(
+                (entry, path) for entry in config.get(key) or [] if isinstance(entry, dict)
+            )
+    return merged
 
 
 def _path(base: Path, value: object) -> Path | None:

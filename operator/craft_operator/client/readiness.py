@@ -7,11 +7,17 @@ nor failed: the operator has not looked at the new spec yet.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from craft_operator.api.models import ConditionStatus, CraftSandboxStatus, Phase
+from craft_operator.api.models import (
+    ANNOTATION_LIBRARY_REVISION,
+    ConditionStatus,
+    CraftSandboxStatus,
+    Phase,
+)
 from craft_operator.api.status_codec import parse_status
 from craft_operator.client.errors import ConditionReport, SandboxFailedError
 
@@ -72,6 +78,9 @@ class Progress:
     conditions: tuple[ConditionView, ...]
     current: bool
     status: CraftSandboxStatus = field(repr=False, compare=False)
+    #: The operator's key for a library sync now (the annotated revision, the pod, the
+    #: configuration of the last successful sync); ``None`` if the status cannot tell.
+    library_attempt: str | None = field(default=None, repr=False, compare=False)
 
     def __str__(self) -> str:
         return f"[{self.percent:3d}%] {self.namespace}/{self.name} {self.message}"
@@ -104,15 +113,24 @@ def progress_of(obj: Mapping[str, Any]) -> Progress:
         conditions=views,
         current=current,
         status=status,
+        library_attempt=_library_attempt(meta, status),
     )
 
 
-def failure_of(progress: Progress) -> SandboxFailedError | None:
-    """Why the sandbox cannot become Ready as it is, or ``None`` if it may still."""
+def failure_of(
+    progress: Progress, *, earlier_library_failure: str | None = None
+) -> SandboxFailedError | None:
+    """Why the sandbox cannot become Ready as it is, or ``None`` if it may still.
+
+    ``earlier_library_failure`` is the failed library sync the status recorded when the
+    wait began: the operator keeps it while it runs the next attempt (after a new revision,
+    a new pod, a new configuration), so it fails the wait only if it is provably the
+    current attempt's. A failure recorded since always does.
+    """
     if not progress.current or progress.ready:
         return None
     status = progress.status
-    failed = _first_failure(progress, status)
+    failed = _first_failure(progress, status, earlier_library_failure)
     if failed is None and status.phase == Phase.FAILED:
         ready = next((c for c in progress.conditions if c.type == READY), None)
         failed = ConditionReport(
@@ -127,7 +145,9 @@ def failure_of(progress: Progress) -> SandboxFailedError | None:
     return SandboxFailedError(progress.namespace, progress.name, progress.phase, failed)
 
 
-def _first_failure(progress: Progress, status: CraftSandboxStatus) -> ConditionReport | None:
+def _first_failure(
+    progress: Progress, status: CraftSandboxStatus, earlier_library_failure: str | None
+) -> ConditionReport | None:
     """The first condition, in the operator's order, that says it needs a change."""
     false = {c.type: c for c in progress.conditions if c.status == ConditionStatus.FALSE.value}
     for type_ in REQUIRED:
@@ -140,7 +160,10 @@ def _first_failure(progress: Progress, status: CraftSandboxStatus) -> ConditionR
             # A freshly minted PAT was refused too: the operator stops until the spec changes.
             or (condition.reason == "AuthFailed" and (status.cli_auth_failures or 0) > 1)
             # A library sync failed in a way retrying cannot fix (over a cap, no bucket, ...).
-            or (type_ == "UserLibrarySynced" and _library_gave_up(status))
+            or (
+                type_ == "UserLibrarySynced"
+                and _library_gave_up(progress, status, earlier_library_failure)
+            )
         )
         if final:
             return ConditionReport(condition.type, condition.reason, condition.message)
@@ -175,8 +198,25 @@ def library_synced(obj: Mapping[str, Any], revision: str, failed_before: str | N
     return None
 
 
-def _library_gave_up(status: CraftSandboxStatus) -> bool:
-    return bool(status.user_library is not None and status.user_library.failed_attempt)
+def _library_gave_up(
+    progress: Progress, status: CraftSandboxStatus, earlier_failure: str | None
+) -> bool:
+    failed = status.user_library.failed_attempt if status.user_library is not None else None
+    if not failed:
+        return False
+    return failed == progress.library_attempt or failed != earlier_failure
+
+
+def _library_attempt(meta: Mapping[str, Any], status: CraftSandboxStatus) -> str | None:
+    """``craft_operator.reconciler.steps.library_attempt.Attempt.of(...).key`` for a sync
+    now, if the configuration is still that of the last successful sync (a test keeps the
+    two equal)."""
+    library = status.user_library
+    if library is None or not library.config_hash or not status.pod_uid:
+        return None
+    revision = (meta.get("annotations") or {}).get(ANNOTATION_LIBRARY_REVISION) or ""
+    text = f"{revision}|{status.pod_uid}|{library.config_hash}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _current(meta: Mapping[str, Any], status: CraftSandboxStatus) -> bool:

@@ -3,12 +3,16 @@
 :class:`SandboxClient` runs :class:`~craft_operator.client.aio.AsyncSandboxClient` on an
 event loop in a thread of its own, so it holds no logic of its own, may be shared by
 threads, and works from code that is itself inside an event loop. Progress callbacks run
-in that thread. Make one per process (after a fork, not before) and close it when done.
+in that thread, so they must not call the client (that would wait on the thread that runs
+the call: it raises :class:`SandboxClientError` instead). Make one per process (after a
+fork, not before) and close it when done: calls still running then end with
+:class:`SandboxClientError`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import Coroutine, Iterable, Mapping
 from datetime import datetime
@@ -22,6 +26,8 @@ from craft_operator.client.errors import SandboxClientError
 from craft_operator.client.transport import RetryPolicy
 
 T = TypeVar("T")
+#: Seconds close() lets the calls it cancelled unwind before it closes the session.
+CLOSE_GRACE = 5.0
 
 
 class SandboxClient:
@@ -50,7 +56,9 @@ class SandboxClient:
             target=self._loop.run_forever, name="craft-sandbox-client", daemon=True
         )
         self._thread.start()
+        self._lock = threading.Lock()
         self._closed = False
+        self._calls: set[concurrent.futures.Future[Any]] = set()
 
     def __enter__(self) -> SandboxClient:
         return self
@@ -59,25 +67,71 @@ class SandboxClient:
         self.close()
 
     def close(self) -> None:
-        """Close the HTTP session and stop the client's thread."""
-        if self._closed:
-            return
-        self._run(self.aio.close())
-        self._closed = True
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        """Close the HTTP session and stop the client's thread.
+
+        Calls other threads are making end with :class:`SandboxClientError`; so does any
+        later call. Not from a progress callback (the client's own thread).
+        """
+        self._refuse_own_thread("close()")
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result()
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+            with self._lock:
+                stuck = list(self._calls)
+            for future in stuck:  # a call that ignored its cancellation: release its caller
+                future.cancel()
+            self._loop.close()
+
+    async def _shutdown(self) -> None:
+        """On the client's loop: end the calls still running, then close the session."""
+        # Every task on this private loop is a call of the client (or started by one).
+        calls = asyncio.all_tasks() - {asyncio.current_task()}
+        for task in calls:
+            task.cancel()
+        if calls:
+            await asyncio.wait(calls, timeout=CLOSE_GRACE)
+        await self.aio.close()
+        await self._loop.shutdown_asyncgens()
+
+    def _refuse_own_thread(self, what: str) -> None:
+        if threading.current_thread() is self._thread:
+            raise SandboxClientError(
+                f"SandboxClient.{what} was called from the client's own thread (a progress "
+                "callback?), where it would wait for itself forever: make the callback async "
+                "and await client.aio's method instead, or call it from another thread"
+            )
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        if self._closed:
+        try:
+            self._refuse_own_thread(getattr(coroutine, "__name__", "call") + "()")
+            with self._lock:
+                if self._closed:
+                    raise SandboxClientError("the SandboxClient is closed")
+                future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+                self._calls.add(future)
+        except BaseException:
             coroutine.close()
-            raise SandboxClientError("the SandboxClient is closed")
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+            raise
         try:
             return future.result()
+        except concurrent.futures.CancelledError:
+            if self._closed:
+                raise SandboxClientError(
+                    "the SandboxClient was closed while this call was running"
+                ) from None
+            raise
         except BaseException:
             future.cancel()  # e.g. KeyboardInterrupt: do not leave the call running
             raise
+        finally:
+            with self._lock:
+                self._calls.discard(future)
 
     def ensure(
         self,

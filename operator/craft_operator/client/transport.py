@@ -9,9 +9,11 @@ becomes the typed error of :mod:`craft_operator.client.errors` that says what to
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
-from collections.abc import AsyncIterator, Mapping
+import threading
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,8 +60,23 @@ class RetryPolicy:
         return rng.uniform(ceiling / 2, ceiling)
 
 
+@dataclass
+class _LoopSession:
+    """The session of one event loop, and what closes it when that loop shuts down."""
+
+    session: aiohttp.ClientSession
+    keeper: AsyncGenerator[None, None]
+
+
 class Transport:
-    """One aiohttp session to one API server, created in the loop that first uses it."""
+    """HTTP to one API server: an aiohttp session per event loop that uses it.
+
+    A session belongs to the loop it was made in. A caller that runs ``asyncio.run()`` per
+    task (e.g. a Celery task) gets one per run, closed as that run ends: ``asyncio.run``
+    closes a loop's async generators before the loop itself, and the session's keeper is
+    one. A session whose loop was closed some other way is closed (as far as aiohttp can
+    without its loop) the next time the client is used, or by :meth:`close`.
+    """
 
     def __init__(
         self,
@@ -72,29 +89,55 @@ class Transport:
         self.connection = connection
         self.retry = retry or RetryPolicy()
         self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=min(timeout, 10.0))
-        self._session: aiohttp.ClientSession | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._sessions: dict[asyncio.AbstractEventLoop, _LoopSession] = {}
+        self._lock = threading.Lock()  # loops in several threads may share the client
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not security
 
     async def close(self) -> None:
-        """Close the HTTP session."""
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Close the HTTP sessions: this loop's now, another running loop's on that loop."""
+        with self._lock:
+            entries = list(self._sessions.items())
+            self._sessions.clear()
+        current = asyncio.get_running_loop()
+        for loop, entry in entries:
+            if loop is current:
+                await entry.keeper.aclose()
+            elif loop.is_closed():
+                await _close_orphan(entry)
+            else:
+                asyncio.run_coroutine_threadsafe(entry.keeper.aclose(), loop)
 
-    def _ensure_session(self) -> aiohttp.ClientSession:
+    async def _session(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
-        if self._session is None or self._session.closed or self._loop is not loop:
-            # A session belongs to one loop: a caller that runs asyncio.run() per task
-            # (e.g. a Celery task) gets a new one for each loop.
-            self._loop = loop
-            self._session = aiohttp.ClientSession(
+        with self._lock:
+            entry = self._sessions.get(loop)
+            if entry is not None and not entry.session.closed:
+                return entry.session
+            orphans = [self._sessions.pop(old) for old in list(self._sessions) if old.is_closed()]
+            session = aiohttp.ClientSession(
                 base_url=self.connection.server.rstrip("/") + "/",
                 headers={"Accept": JSON, "User-Agent": USER_AGENT},
                 timeout=self._timeout,
                 connector=aiohttp.TCPConnector(ssl=self.connection.ssl_context()),
             )
-        return self._session
+            entry = _LoopSession(session, self._keep(loop, session))
+            self._sessions[loop] = entry
+        await anext(entry.keeper)  # now the loop knows it, and closes it at its shutdown
+        for orphan in orphans:
+            await _close_orphan(orphan)
+        return session
+
+    async def _keep(
+        self, loop: asyncio.AbstractEventLoop, session: aiohttp.ClientSession
+    ) -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            with self._lock:
+                if (entry := self._sessions.get(loop)) is not None and entry.session is session:
+                    del self._sessions[loop]
+            if not session.closed:
+                await session.close()
 
     async def backoff(self, attempt: int, retry_after: float | None = None) -> None:
         """Wait before try ``attempt + 1``, as the retry policy says."""
@@ -109,8 +152,12 @@ class Transport:
         body: Any = None,
         content_type: str = JSON,
         params: Mapping[str, str] | None = None,
+        retried: list[ApiError] | None = None,
     ) -> dict[str, Any]:
-        """One API call, retried while retrying may help; the decoded answer."""
+        """One API call, retried while retrying may help; the decoded answer.
+
+        ``retried`` collects the errors of the tries that were retried.
+        """
         attempt = 0
         while True:
             attempt += 1
@@ -119,6 +166,8 @@ class Transport:
             except ApiError as exc:
                 if not exc.retryable or attempt >= self.retry.attempts:
                     raise
+                if retried is not None:
+                    retried.append(exc)
                 await self.backoff(attempt, exc.retry_after)
 
     async def _once(
@@ -130,7 +179,7 @@ class Transport:
         content_type: str,
         params: Mapping[str, str] | None,
     ) -> dict[str, Any]:
-        session = self._ensure_session()
+        session = await self._session()
         data = None if body is None else json.dumps(body, separators=(",", ":"))
         headers = {**self.connection.authorization()}
         if data is not None:
@@ -151,9 +200,9 @@ class Transport:
 
     async def watch(
         self, path: str, what: Request, params: Mapping[str, str], *, read_timeout: float
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """The events of one watch connection, until the server ends it (not retried)."""
-        session = self._ensure_session()
+        session = await self._session()
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=read_timeout)
         try:
             async with session.get(
@@ -172,6 +221,18 @@ class Transport:
         except ValueError:
             message = "a watch event is not JSON"
             raise UnreachableError(0, "InvalidResponse", message, what) from None
+
+
+async def _close_orphan(entry: _LoopSession) -> None:
+    """Close the session of a loop closed without closing it (not by ``asyncio.run``).
+
+    Its connections cannot be closed on their own loop any more: aiohttp drops them and the
+    garbage collector closes their sockets. The keeper then has nothing left to await, so
+    it is finished here rather than by the dead loop's finalizer (which would fail).
+    """
+    await entry.session.close()
+    with contextlib.suppress(StopIteration, RuntimeError):
+        entry.keeper.aclose().send(None)
 
 
 async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:

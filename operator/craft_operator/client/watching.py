@@ -1,21 +1,29 @@
 """Waiting on one CraftSandbox by watch: read it once, then follow its changes.
 
 The watch starts at the version read and is resumed from the last version seen when the
-server ends it or the connection drops; a ``410 Gone`` (the version is too old to resume
-from) reads the object afresh. Nothing is polled.
+server ends it or the connection drops. A ``410 Gone`` (the version is too old to resume
+from: an object that has not changed for a while keeps a version older than the server's
+watch window) reads the object afresh, for its existence, and watches from now, without a
+version: the server then sends the object's current state as ``ADDED``; 410s in a row are
+backed off. Connections that fail, or end, without delivering anything are retried with
+backoff and fail the wait once the retry policy's attempts are spent; a connection that
+delivered something resets that count (and is resumed after a short pause if it dropped),
+so a proxy that cuts long connections never fails a wait. Nothing is polled.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import AsyncIterator, Awaitable, Callable
+import contextlib
+import json
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from craft_operator.client.errors import ApiError, Request, WaitTimeoutError
 from craft_operator.client.objects import sandbox_path
 from craft_operator.client.readiness import progress_of
-from craft_operator.client.transport import Transport
+from craft_operator.client.transport import Transport, api_error
 
 #: Seconds one watch request stays open before the client resumes it.
 WATCH_SECONDS = 240
@@ -42,12 +50,19 @@ class Watcher:
         timeout: float,  # noqa: ASYNC109 - the wait's deadline, raised as WaitTimeoutError
         what: str,
     ) -> T:
-        """What ``decide`` returns first; :class:`WaitTimeoutError` after ``timeout`` s."""
+        """What ``decide`` returns first; :class:`WaitTimeoutError` after ``timeout`` s.
+
+        Anything ``decide`` raises (a ``TimeoutError`` of the caller's progress callback
+        too) propagates as it is.
+        """
         last: list[Object | None] = [None]
+        deadline = asyncio.timeout(timeout)
         try:
-            async with asyncio.timeout(timeout):
+            async with deadline:
                 return await self._follow(namespace, name, decide, last)
         except TimeoutError:
+            if not deadline.expired():
+                raise  # not the wait's deadline: raised by decide or a callback
             seen = last[0]
             shown = progress_of(seen).message if seen is not None else "not found"
             where = f'CraftSandbox "{name}" in namespace "{namespace}"'
@@ -56,58 +71,90 @@ class Watcher:
     async def _follow(
         self, namespace: str, name: str, decide: Decide[T], last: list[Object | None]
     ) -> T:
-        failures = 0
-        version: str | None = None
+        what = Request("watch", namespace, name)
+        failures = 0  # consecutive connections that failed or ended without delivering
+        expired = 0  # consecutive 410s: the first is routine, the next ones are backed off
+        version: str | None = None  # None: read first; "": watch from now
+        fresh = True
         while True:
-            if version is None:  # first, or after an expired watch: read afresh
+            if version is None:
                 last[0] = await self._read(namespace, name)
                 result = await decide(last[0])
                 if result is not None:
                     return result
-                version = (last[0] or {}).get("metadata", {}).get("resourceVersion") or "0"
-            events = 0
+                read = (last[0] or {}).get("metadata", {}).get("resourceVersion") or "0"
+                # After a 410 the version read is as old as the one that expired (an
+                # unchanged object keeps it): watch from now instead.
+                version = read if fresh else ""
+                fresh = False
+            from_now = version == ""
+            delivered = False
+            error: ApiError | None = None
             try:
-                async for kind, obj in self._events(namespace, name, version):
-                    events += 1
-                    if kind == "ERROR":  # 410 Expired, sent as an event: read afresh
-                        version = None
-                        break
-                    version = obj.get("metadata", {}).get("resourceVersion") or version
-                    if kind == "BOOKMARK" or obj.get("metadata", {}).get("name") != name:
-                        continue
-                    last[0] = None if kind == "DELETED" else obj
-                    result = await decide(last[0])
-                    if result is not None:
-                        return result
+                async with contextlib.aclosing(self._events(namespace, name, version)) as events:
+                    async for kind, obj in events:
+                        if kind == "ERROR":
+                            error = _event_error(obj, what)
+                            break
+                        # A watch from now opens with the current state as ADDED: not news.
+                        delivered = delivered or not (from_now and kind == "ADDED")
+                        version = obj.get("metadata", {}).get("resourceVersion") or version
+                        if kind == "BOOKMARK" or obj.get("metadata", {}).get("name") != name:
+                            continue
+                        last[0] = None if kind == "DELETED" else obj
+                        result = await decide(last[0])
+                        if result is not None:
+                            return result
             except ApiError as exc:
-                if exc.status == 410:
-                    version = None
-                    continue
-                failures += 1
-                if not exc.retryable or failures >= self._http.retry.attempts:
-                    raise
-                await self._http.backoff(failures, exc.retry_after)
+                error = exc
+            if delivered:
+                failures = expired = 0
+            if error is not None and error.status == 410:
+                expired += 1
+                version = None
+                if expired > 1:
+                    await self._http.backoff(min(expired - 1, self._http.retry.attempts))
                 continue
-            # Ended by the server: resume at once, unless it keeps ending with nothing.
-            failures = 0 if events else failures + 1
-            if failures:
+            if delivered:
+                if error is not None:  # dropped after delivering: resume, not in a tight loop
+                    await self._http.backoff(1)
+                continue
+            failures += 1
+            if error is None:
+                # Ended by the server with nothing to say: resume, backing off if it repeats.
+                expired = 0
                 await self._http.backoff(min(failures, self._http.retry.attempts))
+                continue
+            if not error.retryable or failures >= self._http.retry.attempts:
+                raise error
+            await self._http.backoff(failures, error.retry_after)
 
     async def _events(
         self, namespace: str, name: str, version: str
-    ) -> AsyncIterator[tuple[str, Object]]:
+    ) -> AsyncGenerator[tuple[str, Object], None]:
         self._requests["watch"] += 1
         params = {
             "fieldSelector": f"metadata.name={name}",
-            "resourceVersion": version,
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(WATCH_SECONDS),
         }
+        if version:  # unset: from now, the current state first
+            params["resourceVersion"] = version
         stream = self._http.watch(
             sandbox_path(namespace),
             Request("watch", namespace, name),
             params,
             read_timeout=WATCH_SECONDS + 30,
         )
-        async for event in stream:
-            yield str(event.get("type") or ""), dict(event.get("object") or {})
+        async with contextlib.aclosing(stream):
+            async for event in stream:
+                yield str(event.get("type") or ""), dict(event.get("object") or {})
+
+
+def _event_error(status: Object, what: Request) -> ApiError:
+    """The error an ``ERROR`` event reports (its object is a ``Status``; 410 Expired mostly)."""
+    try:
+        code = int(status.get("code") or 500)
+    except (TypeError, ValueError):
+        code = 500
+    return api_error(code, json.dumps(status), what)

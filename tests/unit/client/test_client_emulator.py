@@ -31,6 +31,7 @@ from craft_operator.client import (
     UnreachableError,
     WaitTimeoutError,
 )
+from craft_operator.reconciler.steps.library_attempt import Attempt
 from tests.support.apply import FailNext
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually
@@ -243,10 +244,17 @@ async def test_the_sync_client_raises_the_same_typed_failure(
     [
         # A freshly minted PAT was refused too: the operator stops until the spec changes.
         (all_true(CLIValidated=("False", "AuthFailed")), {"cliAuthFailures": 2}, "AuthFailed"),
-        # A library sync that retrying cannot fix.
+        # A library sync that retrying cannot fix, of the attempt the operator would make
+        # now (no revision annotated, this pod, the configuration of the last sync).
         (
             all_true(UserLibrarySynced=("False", "LibraryTooLarge")),
-            {"userLibrary": {"failedAttempt": "abc123"}},
+            {
+                "podUID": "pod-1",
+                "userLibrary": {
+                    "configHash": "cfg",
+                    "failedAttempt": Attempt.of("", "pod-1", "cfg").key,
+                },
+            },
             "LibraryTooLarge",
         ),
         (all_true(PodReady=("False", "EgressNotRestricted")), {}, "EgressNotRestricted"),

@@ -8,9 +8,18 @@ import ssl
 import time
 from pathlib import Path
 
+import aiohttp.web
 import pytest
 
-from craft_operator.client import ConfigurationError, discover, from_kubeconfig, in_cluster
+from craft_operator.client import (
+    AsyncSandboxClient,
+    ConfigurationError,
+    Connection,
+    RetryPolicy,
+    discover,
+    from_kubeconfig,
+    in_cluster,
+)
 from craft_operator.devtools.pki import ensure_pki
 
 
@@ -133,3 +142,117 @@ def test_in_cluster_without_a_token_says_what_the_pod_needs(tmp_path: Path) -> N
     env = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
     with pytest.raises(ConfigurationError, match="automountServiceAccountToken"):
         in_cluster(tmp_path, env)
+
+
+def test_relative_paths_of_merged_kubeconfigs_follow_the_file_that_names_them(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, second = tmp_path / "a" / "config", tmp_path / "b" / "config"
+    context = {"name": "c", "context": {"cluster": "k", "user": "u"}}
+    cluster = {"server": "https://k8s.example:6443", "certificate-authority": "ca.crt"}
+    first.write_text(
+        json.dumps(
+            {
+                "current-context": "c",
+                "contexts": [context],
+                "clusters": [{"name": "k", "cluster": cluster}],
+            }
+        )
+    )
+    user = {"client-certificate": "admin.crt", "client-key": "admin.key", "tokenFile": "t"}
+    second.write_text(json.dumps({"users": [{"name": "u", "user": user}]}))
+
+    connection = from_kubeconfig([first, second])
+
+    assert connection.ca_path == tmp_path / "a" / "ca.crt"
+    assert connection.cert_path == tmp_path / "b" / "admin.crt"
+    assert connection.key_path == tmp_path / "b" / "admin.key"
+    assert connection.token_path == tmp_path / "b" / "t"
+
+
+def test_insecure_skip_tls_verify_still_presents_the_client_certificate(tmp_path: Path) -> None:
+    pki = ensure_pki(tmp_path / "pki")
+    connection = Connection(
+        server="https://127.0.0.1:6443",
+        insecure=True,
+        cert_data=pki.kubelet_client_cert.read_bytes(),
+        key_data=pki.kubelet_client_key.read_bytes(),
+    )
+
+    context = connection.ssl_context()
+
+    assert isinstance(context, ssl.SSLContext)
+    assert context.verify_mode == ssl.CERT_NONE
+    assert context.check_hostname is False
+
+
+async def test_a_client_certificate_reaches_a_server_that_is_not_verified(
+    tmp_path: Path,
+) -> None:
+    pki = ensure_pki(tmp_path / "pki")
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(pki.ca_cert))
+    server_tls.load_cert_chain(pki.serving_cert, pki.serving_key)
+    server_tls.verify_mode = ssl.CERT_REQUIRED  # the handshake fails without a client cert
+    peers: list[object] = []
+
+    async def sandbox(request: aiohttp.web.Request) -> aiohttp.web.Response:
+        peers.append(request.transport.get_extra_info("peercert") if request.transport else None)
+        return aiohttp.web.json_response({"metadata": {"name": "alice"}, "status": {}})
+
+    app = aiohttp.web.Application()
+    app.router.add_get("/{tail:.*}", sandbox)
+    runner = aiohttp.web.AppRunner(app)
+    await runner.setup()
+    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_tls)
+    await site.start()
+    port = runner.addresses[0][1]
+    connection = Connection(
+        server=f"https://127.0.0.1:{port}",
+        insecure=True,  # the serving certificate's CA is not given to the client
+        cert_path=pki.kubelet_client_cert,
+        key_path=pki.kubelet_client_key,
+    )
+    try:
+        async with AsyncSandboxClient(connection, retry=RetryPolicy(attempts=1)) as client:
+            await client.status("craft", "alice")
+    finally:
+        await runner.cleanup()
+
+    assert len(peers) == 1
+    assert peers[0], "the server saw the client certificate"
+
+
+@pytest.mark.parametrize(
+    ("material", "named"),
+    [
+        ({"client-certificate": "missing.crt", "client-key": "missing.key"}, "missing.crt"),
+        ({"client-certificate-data": "SECRET-CERT", "client-key-data": "SECRET-KEY"}, "data"),
+    ],
+)
+async def test_unloadable_tls_material_is_a_configuration_error_that_names_it_not_its_content(
+    tmp_path: Path, material: dict[str, str], named: str
+) -> None:
+    user = {
+        key: base64.b64encode(value.encode()).decode() if key.endswith("-data") else value
+        for key, value in material.items()
+    }
+    connection = from_kubeconfig([kubeconfig(tmp_path / "config", user)])
+
+    async with AsyncSandboxClient(connection, retry=RetryPolicy(attempts=1)) as client:
+        with pytest.raises(ConfigurationError) as failure:
+            await client.status("craft", "alice")
+
+    message = str(failure.value)
+    assert named in message
+    assert "SECRET" not in message
+    assert str(tmp_path / "config") in message
+
+
+def test_a_ca_that_does_not_load_is_a_configuration_error(tmp_path: Path) -> None:
+    (tmp_path / "ca.crt").write_text("not a certificate")
+    path = kubeconfig(tmp_path / "config", {"token": "t"}, **{"certificate-authority": "ca.crt"})
+
+    with pytest.raises(ConfigurationError, match=r"the CA .*ca\.crt"):
+        from_kubeconfig([path]).ssl_context()

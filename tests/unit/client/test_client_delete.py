@@ -1,0 +1,67 @@
+"""delete(): what it says about a sandbox it could not see deleted, and a missing CRD."""
+
+from __future__ import annotations
+
+import aiohttp.web
+import pytest
+from kmock._internal import rendering
+
+from craft_operator.client import AsyncSandboxClient, CrdMissingError
+from tests.support.emulator import KubeEmulator
+from tests.unit.client.conftest import NAMESPACE, USER_ID
+
+
+def answer_lost(emulator: KubeEmulator, status: int) -> list[str]:
+    """Serve the first DELETE, then answer it with ``status`` as a gateway would; the
+    requests it answered so."""
+    lost: list[str] = []
+
+    async def hook(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
+        if request.method.value.upper() != "DELETE" or lost:
+            return None
+        await emulator.serve_unhooked(request)
+        lost.append(request.url.path)
+        return aiohttp.web.Response(status=status, text="upstream request timeout")
+
+    emulator.before_request.insert(0, hook)
+    return lost
+
+
+async def test_delete_whose_answer_was_lost_and_whose_retry_finds_nothing_says_it_deleted(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID)
+    lost = answer_lost(emulator, 504)
+
+    assert await aclient.delete(NAMESPACE, "alice") is True
+    assert len(lost) == 1
+
+
+async def test_delete_of_a_sandbox_that_never_existed_is_false_even_after_a_refused_try(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    refused = answer_lost(emulator, 503)  # 503: refused, not carried out (nothing to delete)
+
+    assert await aclient.delete(NAMESPACE, "nobody") is False
+    assert len(refused) == 1
+
+
+async def test_delete_on_a_cluster_without_the_crd_raises_crd_missing(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    async def no_such_resource(request: rendering.Request) -> aiohttp.web.StreamResponse:
+        body = {
+            "kind": "Status",
+            "status": "Failure",
+            "message": "the server could not find the requested resource",
+            "reason": "NotFound",
+            "code": 404,
+        }
+        return aiohttp.web.json_response(body, status=404)
+
+    emulator.before_request.insert(0, no_such_resource)
+
+    with pytest.raises(CrdMissingError, match="CRD is not installed"):
+        await aclient.delete(NAMESPACE, "alice")
+    with pytest.raises(CrdMissingError):
+        await aclient.wait_ready(NAMESPACE, "alice", timeout=30)

@@ -1,0 +1,100 @@
+"""wait_ready and a failed library sync: only the current attempt's failure fails the wait.
+
+The operator keys a failure that retrying cannot fix by the revision, the pod and the
+configuration it was for (``status.userLibrary.failedAttempt``), and keeps it, with
+UserLibrarySynced False, while it runs the next attempt after any of the three changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from craft_operator.client import AsyncSandboxClient, SandboxFailedError
+from craft_operator.reconciler.steps.library_attempt import Attempt
+from tests.support.emulator import KubeEmulator
+from tests.support.operator import eventually
+from tests.unit.client.conftest import NAMESPACE, USER_ID, all_true, write_status
+
+TOO_LARGE = all_true(UserLibrarySynced=("False", "LibraryTooLarge"), Ready=("False", "NotReady"))
+
+
+def failed(revision: str, pod: str, *, config: str = "cfg") -> dict[str, object]:
+    """The status the operator writes after the attempt (revision, pod, config) failed for
+    good, the last successful sync having used ``cfg``."""
+    return {
+        "podUID": pod,
+        "userLibrary": {
+            "observedRevision": "r5",
+            "configHash": "cfg",
+            "failedAttempt": Attempt.of(revision, pod, config).key,
+        },
+    }
+
+
+async def watching_or_done(client: AsyncSandboxClient, waiting: asyncio.Task[Any]) -> None:
+    """Until the wait watches (it did not fail on what it read) or ended."""
+    await eventually(lambda: client.requests["watch"] >= 1 or waiting.done(), what="the wait")
+
+
+async def sandbox_at_revision(client: AsyncSandboxClient, revision: str) -> None:
+    await client.ensure(NAMESPACE, "alice", user_id=USER_ID)
+    await client.notify_library_changed(NAMESPACE, "alice", revision)
+
+
+@pytest.mark.parametrize(
+    "earlier",
+    [
+        pytest.param(failed("r6", "pod-1"), id="after-a-new-revision"),
+        pytest.param(failed("r7", "pod-0") | {"podUID": "pod-1"}, id="after-a-wake"),
+        pytest.param(failed("r7", "pod-1", config="old"), id="after-a-new-configuration"),
+    ],
+)
+async def test_a_library_failure_kept_from_an_earlier_attempt_does_not_fail_the_wait(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator, earlier: dict[str, object]
+) -> None:
+    await sandbox_at_revision(aclient, "r7")
+    write_status(emulator, "alice", "Provisioning", TOO_LARGE, **earlier)
+    waiting = asyncio.create_task(aclient.wait_ready(NAMESPACE, "alice", timeout=30))
+    await watching_or_done(aclient, waiting)
+    assert not waiting.done(), "the operator is retrying: the wait goes on"
+
+    synced = {"podUID": "pod-1", "userLibrary": {"observedRevision": "r7", "configHash": "cfg"}}
+    write_status(emulator, "alice", "Ready", all_true(), **synced)
+
+    assert (await waiting).status.phase == "Ready"
+
+
+async def test_a_library_failure_of_the_current_attempt_fails_the_wait_at_once(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    await sandbox_at_revision(aclient, "r7")
+    write_status(emulator, "alice", "Provisioning", TOO_LARGE, **failed("r7", "pod-1"))
+
+    with pytest.raises(SandboxFailedError) as failure:
+        await aclient.wait_ready(NAMESPACE, "alice", timeout=30)
+
+    assert (failure.value.condition_type, failure.value.reason) == (
+        "UserLibrarySynced",
+        "LibraryTooLarge",
+    )
+    assert aclient.requests["watch"] == 0
+
+
+async def test_the_retry_failing_for_good_too_fails_the_wait(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    await sandbox_at_revision(aclient, "r7")
+    write_status(emulator, "alice", "Provisioning", TOO_LARGE, **failed("r6", "pod-1"))
+    waiting = asyncio.create_task(aclient.wait_ready(NAMESPACE, "alice", timeout=30))
+    await watching_or_done(aclient, waiting)
+    assert not waiting.done()
+
+    # Its configuration is new as well: the client cannot recompute the key, but the failure
+    # was recorded during the wait, so it is the retry's.
+    write_status(emulator, "alice", "Provisioning", TOO_LARGE, **failed("r7", "pod-1", config="x"))
+
+    with pytest.raises(SandboxFailedError, match="LibraryTooLarge"):
+        await waiting

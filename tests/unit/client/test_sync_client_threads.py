@@ -1,0 +1,98 @@
+"""The synchronous client's own thread: calls from it, and close() while calls run.
+
+Each test guards its blocking call with a generous deadline only so that a regression
+(a deadlock) fails the test instead of hanging the suite; nothing here measures time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from craft_operator.client import Progress, SandboxClient, SandboxClientError
+from tests.support.emulator import KubeEmulator
+from tests.support.operator import eventually
+from tests.unit.client.conftest import NAMESPACE, USER_ID, all_true, write_status
+
+#: Seconds after which a call that should have returned is a deadlock.
+DEADLOCK = 30.0
+
+
+async def test_a_progress_callback_calling_the_sync_client_gets_an_error_not_a_deadlock(
+    client: SandboxClient,
+) -> None:
+    await asyncio.to_thread(client.ensure, NAMESPACE, "alice", user_id=USER_ID)
+
+    def report(_: Progress) -> None:
+        client.pod_name(NAMESPACE, "alice")
+
+    waiting = asyncio.to_thread(
+        client.wait_ready, NAMESPACE, "alice", timeout=DEADLOCK, on_progress=report
+    )
+    with pytest.raises(SandboxClientError, match=r"pod_name\(\).*own thread"):
+        await asyncio.wait_for(waiting, DEADLOCK)
+
+    assert client.aio.requests["watch"] == 0, "failed at the first report, before watching"
+
+
+async def test_an_async_progress_callback_may_await_the_clients_aio_methods(
+    client: SandboxClient, emulator: KubeEmulator
+) -> None:
+    await asyncio.to_thread(client.ensure, NAMESPACE, "alice", user_id=USER_ID)
+    write_status(emulator, "alice", "Ready", all_true(), podName="alice", podUID="u1")
+    pods: list[str | None] = []
+
+    async def report(_: Progress) -> None:
+        pods.append(await client.aio.pod_name(NAMESPACE, "alice"))
+
+    await asyncio.to_thread(client.wait_ready, NAMESPACE, "alice", timeout=30, on_progress=report)
+
+    assert pods == ["alice"]
+
+
+async def test_closing_the_sync_client_from_a_progress_callback_is_refused(
+    client: SandboxClient,
+) -> None:
+    await asyncio.to_thread(client.ensure, NAMESPACE, "alice", user_id=USER_ID)
+
+    def report(_: Progress) -> None:
+        client.close()
+
+    waiting = asyncio.to_thread(
+        client.wait_ready, NAMESPACE, "alice", timeout=DEADLOCK, on_progress=report
+    )
+    with pytest.raises(SandboxClientError, match=r"close\(\).*own thread"):
+        await asyncio.wait_for(waiting, DEADLOCK)
+
+
+async def test_close_ends_the_calls_other_threads_are_making_with_a_client_error(
+    client: SandboxClient,
+) -> None:
+    await asyncio.to_thread(client.ensure, NAMESPACE, "alice", user_id=USER_ID)
+    outcomes: list[BaseException | None] = []
+
+    def wait() -> None:
+        try:
+            client.wait_ready(NAMESPACE, "alice", timeout=600)
+            outcomes.append(None)
+        except BaseException as exc:
+            outcomes.append(exc)
+
+    waiters = [threading.Thread(target=wait) for _ in range(2)]
+    for waiter in waiters:
+        waiter.start()
+    await eventually(lambda: client.aio.requests["watch"] >= 2, what="both waits watching")
+
+    await asyncio.wait_for(asyncio.to_thread(client.close), DEADLOCK)
+    for waiter in waiters:
+        await asyncio.to_thread(waiter.join, DEADLOCK)
+
+    assert not any(waiter.is_alive() for waiter in waiters)
+    assert len(outcomes) == 2
+    for outcome in outcomes:
+        assert isinstance(outcome, SandboxClientError)
+        assert "closed while this call was running" in str(outcome)
+    with pytest.raises(SandboxClientError, match="is closed"):
+        client.status(NAMESPACE, "alice")
