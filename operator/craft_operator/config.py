@@ -17,13 +17,24 @@ from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings import SettingsError as SourceParseError
 
-from craft_operator.api.models import DNS_LABEL_PATTERN, URL_PATTERN
-
-DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+from craft_operator.api.base import check_pattern, check_quantity
+from craft_operator.api.constants import (
+    DNS_LABEL_PATTERN,
+    IMAGE_PATTERN,
+    QUALIFIED_NAME_LENGTH_PATTERN,
+    RESOURCE_NAME_PATTERN,
+    S3_BUCKET_PATTERN,
+    URL_PATTERN,
+)
+from craft_operator.api.constants import DNS_SUBDOMAIN_PATTERN as DNS_SUBDOMAIN_PATTERN
 
 ENV_PREFIX = "CRAFT_"
 #: The cluster id of rows in the embedded SQLite database when CRAFT_CLUSTER_ID is unset.
 EMBEDDED_CLUSTER_ID = "embedded"
+
+#: The longest a setting in seconds may be: one year (also keeps it far from what
+#: ``timedelta`` and ``int()`` can hold; ``inf`` and ``nan`` are refused outright).
+MAX_SECONDS = 365 * 24 * 3600.0
 
 DEFAULT_SANDBOX_RESOURCES: dict[str, dict[str, str]] = {
     "requests": {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "5Gi"},
@@ -108,6 +119,8 @@ class Settings(BaseSettings):
     credential_renewal_grace: float = Field(
         default=300.0,
         gt=0,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
         description=(
             "Seconds a renewed PAT's predecessor stays live at most, for the running pod to "
             "switch to the new one; revoked as soon as onyx-cli validates the new one there."
@@ -126,6 +139,8 @@ class Settings(BaseSettings):
     orphan_sweep_interval: float = Field(
         default=600.0,
         ge=0,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
         description=(
             "Seconds between sweeps that revoke PATs whose CraftSandbox is gone (0: never)."
         ),
@@ -165,7 +180,11 @@ class Settings(BaseSettings):
         description="Default sandbox container resources, JSON: {requests: {...}, limits: {...}}.",
     )
     idle_check_interval: float = Field(
-        default=60.0, gt=0, description="Seconds between idle-timeout checks of each sandbox."
+        default=60.0,
+        gt=0,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
+        description="Seconds between idle-timeout checks of each sandbox.",
     )
     workers: int = Field(default=16, ge=1, le=256, description="Sandboxes reconciled concurrently.")
     event_loop: Literal["uvloop", "asyncio"] = Field(
@@ -175,12 +194,16 @@ class Settings(BaseSettings):
     resync_interval: float = Field(
         default=300.0,
         gt=0,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
         description="Seconds between revisits of a sandbox when nothing changes (catches PATs "
         "revoked out of band).",
     )
     pod_restart_backoff: float = Field(
         default=10.0,
         gt=0,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
         description="Seconds before replacing a failed pod; doubles per failure, up to 300.",
     )
     operator_image: str = Field(
@@ -221,11 +244,15 @@ class Settings(BaseSettings):
     library_sync_timeout: float = Field(
         default=1800.0,
         gt=0,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
         description="Seconds one user-library sync may take before it is abandoned and retried.",
     )
     library_exec_timeout: float = Field(
         default=60.0,
         gt=0,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
         description=(
             "Seconds each command of an Exec-mode library sync may take (the upload one more "
             "second per MB it carries); over it the command is abandoned (ExecTimedOut)."
@@ -253,7 +280,11 @@ class Settings(BaseSettings):
         description="Failed pods in a row before the sandbox is Failed and no longer replaced.",
     )
     provisioning_timeout: float = Field(
-        default=180.0, gt=0, description="Seconds a pod may take to become ready."
+        default=180.0,
+        gt=0,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
+        description="Seconds a pod may take to become ready.",
     )
     allow_unrestricted_egress: bool = Field(
         default=False,
@@ -311,7 +342,7 @@ class Settings(BaseSettings):
     @classmethod
     def _check_namespaces(cls, value: list[str]) -> list[str]:
         for namespace in value:
-            if not re.match(DNS_LABEL_PATTERN, namespace) or len(namespace) > 63:
+            if not re.fullmatch(DNS_LABEL_PATTERN, namespace) or len(namespace) > 63:
                 raise ValueError(f"{namespace!r} is not a valid namespace name")
         return value
 
@@ -322,9 +353,9 @@ class Settings(BaseSettings):
             return None
         namespace, _, name = value.partition("/")
         if not (
-            re.match(DNS_LABEL_PATTERN, namespace)
+            re.fullmatch(DNS_LABEL_PATTERN, namespace)
             and len(namespace) <= 63
-            and re.match(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", name)
+            and re.fullmatch(DNS_SUBDOMAIN_PATTERN, name)
             and len(name) <= 253
         ):
             raise ValueError("must be namespace/name of a ConfigMap, e.g. craft-system/skill")
@@ -349,6 +380,38 @@ class Settings(BaseSettings):
         unknown = set(value) - {"requests", "limits"}
         if unknown:
             raise ValueError(f"only 'requests' and 'limits' are allowed, not {sorted(unknown)}")
+        for part, quantities in value.items():
+            for name, quantity in quantities.items():
+                if not (
+                    re.fullmatch(RESOURCE_NAME_PATTERN, name)
+                    and re.fullmatch(QUALIFIED_NAME_LENGTH_PATTERN, name)
+                ):
+                    raise ValueError(
+                        f"{part}: {name[:64]!r} is not a container resource (cpu, memory, "
+                        "ephemeral-storage, hugepages-<size> or a domain-prefixed extended one)"
+                    )
+                check_quantity(quantity, f"{part}.{name}")
+        return value
+
+    @field_validator("sandbox_image", "operator_image")
+    @classmethod
+    def _check_image(cls, value: str) -> str:
+        check_pattern(value, IMAGE_PATTERN, "must be an image reference without spaces")
+        return value
+
+    @field_validator("s3_bucket")
+    @classmethod
+    def _check_bucket(cls, value: str | None) -> str | None:
+        message = (
+            "must be an S3 bucket name: 3 to 63 lowercase letters, digits, '.' and '-', "
+            "starting and ending with a letter or digit"
+        )
+        return check_pattern(value, S3_BUCKET_PATTERN, message)
+
+    @field_validator("library_volume_size")
+    @classmethod
+    def _check_volume_size(cls, value: str) -> str:
+        check_quantity(value, "the size", minimum=1)
         return value
 
     @model_validator(mode="after")

@@ -241,3 +241,104 @@ def test_settings_are_frozen() -> None:
 def test_every_setting_is_documented() -> None:
     undocumented = [name for name, field in Settings.model_fields.items() if not field.description]
     assert undocumented == []
+
+
+SECONDS_SETTINGS = [
+    "CRAFT_CREDENTIAL_RENEWAL_GRACE",
+    "CRAFT_ORPHAN_SWEEP_INTERVAL",
+    "CRAFT_IDLE_CHECK_INTERVAL",
+    "CRAFT_RESYNC_INTERVAL",
+    "CRAFT_POD_RESTART_BACKOFF",
+    "CRAFT_LIBRARY_SYNC_TIMEOUT",
+    "CRAFT_LIBRARY_EXEC_TIMEOUT",
+    "CRAFT_PROVISIONING_TIMEOUT",
+]
+
+
+@pytest.mark.parametrize("variable", SECONDS_SETTINGS)
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("inf", "finite number"),
+        ("-inf", "finite number"),
+        ("nan", "finite number"),
+        ("1e400", "finite number"),
+        ("1e20", "less than or equal to 31536000"),
+        ("31536001", "less than or equal to 31536000"),
+    ],
+)
+def test_a_setting_in_seconds_must_be_finite_and_at_most_a_year(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, reason: str
+) -> None:
+    message = settings_error(monkeypatch, CRAFT_DATABASE_URL=DATABASE_URL, **{variable: value})
+    assert f"{variable}: " in message
+    assert reason in message
+    assert DB_PASSWORD not in message
+
+
+def test_a_setting_of_a_year_in_seconds_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable in SECONDS_SETTINGS:
+        monkeypatch.setenv(variable, "31536000")
+    assert load_settings().credential_renewal_grace == 31536000.0
+
+
+@pytest.mark.parametrize(
+    ("resources", "reason"),
+    [
+        ('{"requests": {"cpu": "lots"}}', "requests.cpu must be a Kubernetes quantity"),
+        ('{"limits": {"memory": "1e1.5"}}', "limits.memory must be a Kubernetes quantity"),
+        ('{"limits": {"memory": "-1Gi"}}', "limits.memory must be 0 or more"),
+        ('{"limits": {"memory": "99999Ei"}}', "limits.memory must be 0 or more and less than 8Pi"),
+        ('{"requests": {"bad key": "1"}}', "requests: 'bad key' is not a container resource"),
+        ('{"requests": {"gpu": "1"}}', "requests: 'gpu' is not a container resource"),
+    ],
+)
+def test_a_default_resource_must_be_a_container_resource_and_a_quantity(
+    monkeypatch: pytest.MonkeyPatch, resources: str, reason: str
+) -> None:
+    message = settings_error(monkeypatch, CRAFT_SANDBOX_RESOURCES=resources)
+    assert "CRAFT_SANDBOX_RESOURCES: " in message
+    assert reason in message
+
+
+def test_default_resources_with_extended_and_hugepage_resources_are_accepted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    resources = '{"requests": {"hugepages-2Mi": "1Gi"}, "limits": {"nvidia.com/gpu": "1"}}'
+    monkeypatch.setenv("CRAFT_SANDBOX_RESOURCES", resources)
+    assert load_settings().sandbox_resources["limits"] == {"nvidia.com/gpu": "1"}
+
+
+@pytest.mark.parametrize("variable", ["CRAFT_SANDBOX_IMAGE", "CRAFT_OPERATOR_IMAGE"])
+@pytest.mark.parametrize("image", ["craft sandbox:1", "craft\u00a0sandbox:1", "craft\vsandbox:1"])
+def test_a_default_image_must_not_contain_spaces(
+    monkeypatch: pytest.MonkeyPatch, variable: str, image: str
+) -> None:
+    message = settings_error(monkeypatch, **{variable: image})
+    assert f"{variable}: must be an image reference without spaces" in message
+
+
+@pytest.mark.parametrize("bucket", ["Not_A_Bucket!", "ab", "-bucket", "bucket\n"])
+def test_the_default_bucket_must_be_an_s3_bucket_name(
+    monkeypatch: pytest.MonkeyPatch, bucket: str
+) -> None:
+    message = settings_error(monkeypatch, CRAFT_S3_BUCKET=bucket)
+    assert "CRAFT_S3_BUCKET: must be an S3 bucket name" in message
+
+
+@pytest.mark.parametrize(
+    "reference", ["craft-system/skill\n", "craft-system\n/skill", "craft-system/a..b"]
+)
+def test_the_skill_template_configmap_must_be_exactly_namespace_and_name(
+    monkeypatch: pytest.MonkeyPatch, reference: str
+) -> None:
+    message = settings_error(monkeypatch, CRAFT_SKILL_TEMPLATE_CONFIGMAP=reference)
+    assert "CRAFT_SKILL_TEMPLATE_CONFIGMAP: must be namespace/name of a ConfigMap" in message
+
+
+@pytest.mark.parametrize("size", ["0", "0Gi"])
+def test_the_library_volume_size_must_be_at_least_a_byte(
+    monkeypatch: pytest.MonkeyPatch, size: str
+) -> None:
+    message = settings_error(monkeypatch, CRAFT_LIBRARY_VOLUME_SIZE=size)
+    assert "CRAFT_LIBRARY_VOLUME_SIZE: the size must be at least 1" in message

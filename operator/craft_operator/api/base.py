@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from decimal import Context, Decimal
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
-from craft_operator.api.constants import QUANTITY_MAX_LENGTH, QUANTITY_PATTERN
-from craft_operator.api.durations import DURATION_PATTERN
+from craft_operator.api.constants import (
+    DNS_SUBDOMAIN_PATTERN,
+    QUANTITY_LIMIT,
+    QUANTITY_LIMIT_VALUE,
+    QUANTITY_MAX_LENGTH,
+    QUANTITY_PATTERN,
+)
+from craft_operator.api.durations import DURATION_FORMAT_HINT, DURATION_PATTERN
 
 
 def cel(rule: str, message: str, **extra: str) -> dict[str, str]:
@@ -43,8 +50,7 @@ def duration_rules(field: str, bound: str, message: str) -> dict[str, Any]:
     return cel_rules(
         cel(
             pattern,
-            f"{field} must be a duration: a number and a unit, e.g. 30m, 1h or 720h "
-            "(units: ns, us, ms, s, m, h)",
+            f"{field} must be a duration: {DURATION_FORMAT_HINT}",
         ),
         cel(f"!{pattern} || ({bound})", message),
     )
@@ -66,12 +72,47 @@ class ApiModel(BaseModel):
     )
 
 
+def is_quantity_cel(expression: str) -> str:
+    """CEL: whether the string ``expression`` is a quantity, the pattern tried first.
+
+    Never call ``isQuantity``/``quantity`` on a string the pattern has not passed: the API
+    server's parser takes about a minute for ``1e-99999999``, and comparing ``1e99999999``
+    as long (it computes the power of ten), so one object could hold an API server's CPU.
+    The pattern allows three exponent digits; CEL's ``&&`` stops at the first false.
+    """
+    return f"({expression}.matches({cel_string(QUANTITY_PATTERN)}) && isQuantity({expression}))"
+
+
 #: A quantity's format, as a CEL rule rather than a schema pattern (whose error shows only
-#: the regex); a field with rules of its own lists this one first.
+#: the regex); a field with rules of its own lists this one first. The pattern is the
+#: grammar; ``isQuantity`` is Kubernetes' own parser agreeing with it.
 QUANTITY_RULE = cel(
-    f"type(self) == int || self.matches({cel_string(QUANTITY_PATTERN)})",
+    f"type(self) == int || {is_quantity_cel('self')}",
     "must be a Kubernetes quantity: a number with an optional unit, e.g. 500m, 2, 1.5Gi or 4Gi",
 )
+_LIMIT = f"quantity('{QUANTITY_LIMIT}')"
+_LIMIT_TEXT = f"less than {QUANTITY_LIMIT}"
+
+
+def quantity_range_rule(field: str = "a quantity", *, minimum: int = 0) -> dict[str, str]:
+    """The CEL rule bounding a quantity: at least ``minimum`` (1 for a volume's size: a
+    whole byte) and below :data:`QUANTITY_LIMIT`. A value that is no quantity is left to
+    :data:`QUANTITY_RULE`."""
+    rule = (
+        f"type(self) == int ? (self >= {minimum} && self < {QUANTITY_LIMIT_VALUE}) : "
+        f"(!{is_quantity_cel('self')} || (!quantity(self).isLessThan(quantity('{minimum}')) && "
+        f"quantity(self).isLessThan({_LIMIT})))"
+    )
+    return cel(rule, _range_message(field, minimum))
+
+
+def _range_message(field: str, minimum: int) -> str:
+    floor = "0 or more" if minimum == 0 else f"at least {minimum}"
+    return f"{field} must be {floor} and {_LIMIT_TEXT}"
+
+
+#: The rules of every :data:`Quantity`: its format, then its range.
+QUANTITY_RULES = (QUANTITY_RULE, quantity_range_rule())
 
 Quantity = Annotated[
     int | str,
@@ -81,24 +122,63 @@ Quantity = Annotated[
             "x-kubernetes-int-or-string": True,
             "maxLength": QUANTITY_MAX_LENGTH,
         }
-        | cel_rules(QUANTITY_RULE)
+        | cel_rules(*QUANTITY_RULES)
     ),
 ]
-"""A Kubernetes resource quantity such as ``500m``, ``2Gi`` or ``1``."""
+"""A Kubernetes resource quantity such as ``500m``, ``2Gi`` or ``1``: not negative."""
+
+_DECIMAL = Context(prec=120, Emax=10_000, Emin=-10_000)
+_SUFFIXES: dict[str, Decimal] = {
+    "": Decimal(1),
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+    **{f"{prefix}i": Decimal(2 ** (10 * power)) for power, prefix in enumerate("KMGTPE", 1)},
+}
+_NUMBER = re.compile(r"[+-]?[0-9.]+")
 
 
-def check_quantity(value: int | str) -> int | str:
-    """Python's side of the :data:`Quantity` rule: ``value`` unchanged, or ``ValueError``."""
-    if isinstance(value, str) and (
-        len(value) > QUANTITY_MAX_LENGTH or not re.match(QUANTITY_PATTERN, value)
-    ):
-        raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 500m, 2, 4Gi)")
+def quantity_value(text: str) -> Decimal:
+    """The exact value of a quantity matching :data:`QUANTITY_PATTERN` (else ``ValueError``)."""
+    if len(text) > QUANTITY_MAX_LENGTH or not re.fullmatch(QUANTITY_PATTERN, text):
+        raise ValueError(f"{text[:QUANTITY_MAX_LENGTH]!r} is not a Kubernetes quantity")
+    number = _NUMBER.match(text)
+    assert number is not None  # the pattern starts with one
+    value, suffix = Decimal(number.group()), text[number.end() :]
+    if suffix in _SUFFIXES:
+        return _DECIMAL.multiply(value, _SUFFIXES[suffix])
+    return value.scaleb(int(suffix[1:]), _DECIMAL)  # an exponent: e3, E-2
+
+
+def check_quantity(value: int | str, field: str = "a quantity", *, minimum: int = 0) -> Any:
+    """Python's side of a quantity's rules (:data:`QUANTITY_RULE`, :func:`quantity_range_rule`):
+    ``value`` unchanged, or ``ValueError``."""
+    if isinstance(value, bool):
+        raise ValueError(f"{field} must be a Kubernetes quantity, not a boolean")
+    if isinstance(value, int):
+        number = Decimal(value)
+    else:
+        try:
+            number = quantity_value(value)
+        except ValueError:
+            raise ValueError(
+                f"{field} must be a Kubernetes quantity: a number with an optional unit, "
+                "e.g. 500m, 2, 1.5Gi or 4Gi"
+            ) from None
+    if not minimum <= number < QUANTITY_LIMIT_VALUE:
+        raise ValueError(_range_message(field, minimum))
     return value
 
 
 def check_pattern(value: str | None, pattern: str, message: str) -> str | None:
     """Python's side of a CEL ``self.matches(pattern)`` rule, so the model agrees with the CRD."""
-    if value is not None and not re.match(pattern, value):
+    if value is not None and not re.fullmatch(pattern, value):
         raise ValueError(message)
     return value
 
@@ -108,3 +188,23 @@ def check_duration(value: timedelta | None, low: timedelta, high: timedelta, mes
     if value is not None and not low <= value <= high:
         raise ValueError(message)
     return value
+
+
+def class_name_rule(field: str, kind: str) -> dict[str, str]:
+    """The CEL rule that ``field`` names a ``kind`` (RuntimeClass, PriorityClass,
+    StorageClass): a DNS subdomain, as the pod and PVC APIs require."""
+    return cel(
+        f"self.matches({cel_string(DNS_SUBDOMAIN_PATTERN)})", _class_name_message(field, kind)
+    )
+
+
+def check_class_name(value: str | None, field: str, kind: str) -> str | None:
+    """Python's side of :func:`class_name_rule`."""
+    return check_pattern(value, DNS_SUBDOMAIN_PATTERN, _class_name_message(field, kind))
+
+
+def _class_name_message(field: str, kind: str) -> str:
+    return (
+        f"{field} must be a {kind} name: lowercase letters, digits, '-' and '.', starting "
+        "and ending with a letter or digit"
+    )

@@ -22,7 +22,20 @@ _UNIT_SECONDS: dict[str, float] = {
     "h": 3600.0,
 }
 _PART = r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)"
-DURATION_PATTERN = rf"^(?:{_PART})+$"
+#: The most digits before the point, per unit: each part stays below 100000h, so that no
+#: duration of :data:`MAX_DURATION_LENGTH` characters exceeds Go's range (about 2562047h),
+#: where CEL's ``duration()`` would fail with a type-conversion error instead of the rule's
+#: message.
+_MAX_DIGITS = {"h": 5, "m": 6, "s": 8, "ms": 11, "us|µs": 14, "ns": 17}
+_CAPPED_PART = "|".join(
+    rf"[0-9]{{1,{digits}}}(?:\.[0-9]+)?(?:{unit})" for unit, digits in _MAX_DIGITS.items()
+)
+DURATION_PATTERN = rf"^(?:{_CAPPED_PART})+$"
+#: What a duration looks like, for messages.
+DURATION_FORMAT_HINT = (
+    "a number and a unit, e.g. 30m, 1h or 720h (units: ns, us, ms, s, m, h; each part "
+    "below 100000h)"
+)
 _PART_RE = re.compile(_PART)
 _WHOLE_RE = re.compile(DURATION_PATTERN)
 MAX_DURATION_LENGTH = 32
@@ -30,11 +43,12 @@ MAX_DURATION_LENGTH = 32
 
 def parse_duration(text: str) -> timedelta:
     """Parse a Go-style duration string such as ``1h30m`` into a :class:`timedelta`."""
-    if not isinstance(text, str) or not _WHOLE_RE.match(text) or len(text) > MAX_DURATION_LENGTH:
-        raise ValueError(
-            f"{text!r} is not a duration; use a number and a unit, e.g. 30m, 1h or 720h "
-            "(units: ns, us, ms, s, m, h)"
-        )
+    if (
+        not isinstance(text, str)
+        or len(text) > MAX_DURATION_LENGTH
+        or not _WHOLE_RE.fullmatch(text)
+    ):
+        raise ValueError(f"{text!r} is not a duration; use {DURATION_FORMAT_HINT}")
     seconds = sum(float(value) * _UNIT_SECONDS[unit] for value, unit in _PART_RE.findall(text))
     return _timedelta(seconds, text)
 

@@ -15,16 +15,23 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 
-from craft_operator.api.base import ApiModel, check_pattern
+from craft_operator.api.base import ApiModel, check_class_name, check_pattern
 from craft_operator.api.constants import GROUP, IMAGE_PATTERN
 from craft_operator.api.models import ObjectMeta
 from craft_operator.api.parse import describe_validation_error
-from craft_operator.api.spec import CraftSandboxSpec, Resources, Toleration
+from craft_operator.api.spec import (
+    IMAGE_MESSAGE,
+    CraftSandboxSpec,
+    NodeSelector,
+    Resources,
+    Toleration,
+    check_node_selector,
+)
 from craft_operator.api.status import Condition, StatusModel
 
 POOL_KIND = "CraftSandboxPool"
@@ -81,7 +88,7 @@ class CraftSandboxPoolSpec(ApiModel):
     runtime_class_name: str | None = _sandbox_field(
         "runtime_class_name", "RuntimeClass of the pool's pods (e.g. gvisor or kata)." + _MATCH
     )
-    node_selector: dict[str, Annotated[str, Field(max_length=63)]] | None = _sandbox_field(
+    node_selector: NodeSelector | None = _sandbox_field(
         "node_selector", "Node labels the pool's pods must be scheduled on." + _MATCH
     )
     tolerations: list[Toleration] | None = _sandbox_field(
@@ -94,7 +101,22 @@ class CraftSandboxPoolSpec(ApiModel):
     @field_validator("image")
     @classmethod
     def _image(cls, value: str | None) -> str | None:
-        return check_pattern(value, IMAGE_PATTERN, "image must not contain spaces")
+        return check_pattern(value, IMAGE_PATTERN, IMAGE_MESSAGE)
+
+    @field_validator("runtime_class_name")
+    @classmethod
+    def _runtime_class(cls, value: str | None) -> str | None:
+        return check_class_name(value, "runtimeClassName", "RuntimeClass")
+
+    @field_validator("priority_class_name")
+    @classmethod
+    def _priority_class(cls, value: str | None) -> str | None:
+        return check_class_name(value, "priorityClassName", "PriorityClass")
+
+    @field_validator("node_selector")
+    @classmethod
+    def _node_selector(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        return check_node_selector(value)
 
 
 class CraftSandboxPoolStatus(StatusModel):

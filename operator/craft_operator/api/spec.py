@@ -7,22 +7,32 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from craft_operator.api.base import (
+    QUANTITY_RULE,
     ApiModel,
     Quantity,
     cel,
     cel_rules,
     cel_string,
+    check_class_name,
     check_duration,
     check_pattern,
     check_quantity,
+    class_name_rule,
     duration_rules,
+    quantity_range_rule,
 )
 from craft_operator.api.constants import (
     DNS_LABEL_PATTERN,
+    DNS_SUBDOMAIN_MAX_LENGTH,
     IMAGE_PATTERN,
+    LABEL_VALUE_PATTERN,
+    QUALIFIED_NAME_LENGTH_PATTERN,
+    QUALIFIED_NAME_MAX_LENGTH,
+    QUALIFIED_NAME_PATTERN,
+    RESOURCE_NAME_PATTERN,
     S3_BUCKET_PATTERN,
     SOURCE_NAME_PATTERN,
     TENANT_ID_MESSAGE,
@@ -32,6 +42,72 @@ from craft_operator.api.constants import (
 )
 from craft_operator.api.durations import Duration
 from craft_operator.api.workspace import WORKSPACE_FIELD_RULES, WORKSPACE_KEPT_RULE, Workspace
+
+
+def _qualified(name: str) -> str:
+    """A CEL condition: ``name`` is a qualified name, in format and lengths."""
+    return (
+        f"{name}.matches({cel_string(QUALIFIED_NAME_PATTERN)}) && "
+        f"{name}.matches({cel_string(QUALIFIED_NAME_LENGTH_PATTERN)})"
+    )
+
+
+IMAGE_MESSAGE = (
+    "image must be an image reference without spaces (printable ASCII), e.g. craft-sandbox:1.4.4"
+)
+_QUALIFIED_TEXT = (
+    "an optional DNS subdomain prefix of up to 253 characters and '/', then a name of up to 63 "
+    "letters, digits, '-', '_' and '.' that starts and ends with a letter or digit"
+)
+_LABEL_VALUE_TEXT = (
+    "up to 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
+)
+_RESOURCE_TEXT = (
+    "cpu, memory, ephemeral-storage, hugepages-<size>, or an extended resource with a domain "
+    "prefix (e.g. nvidia.com/gpu)"
+)
+
+
+def is_qualified_name(value: str) -> bool:
+    """Whether ``value`` is a qualified name (a label or taint key), as Kubernetes checks."""
+    return bool(
+        re.fullmatch(QUALIFIED_NAME_PATTERN, value)
+        and re.fullmatch(QUALIFIED_NAME_LENGTH_PATTERN, value)
+    )
+
+
+def check_node_selector(value: dict[str, str] | None) -> dict[str, str] | None:
+    """Python's side of :data:`NodeSelector`'s rules: label keys and label values."""
+    for key, item in (value or {}).items():
+        if not is_qualified_name(key):
+            raise ValueError(f"nodeSelector keys must be label keys: {_QUALIFIED_TEXT}")
+        if not re.fullmatch(LABEL_VALUE_PATTERN, item):
+            raise ValueError(f"nodeSelector values must be label values: {_LABEL_VALUE_TEXT}")
+    return value
+
+
+#: A pod's node selector: label keys to label values (as the pod API requires).
+NodeSelector = dict[
+    str,
+    Annotated[
+        str,
+        Field(
+            max_length=63,
+            json_schema_extra=cel_rules(
+                cel(
+                    f"self.matches({cel_string(LABEL_VALUE_PATTERN)})",
+                    f"nodeSelector values must be label values: {_LABEL_VALUE_TEXT}",
+                )
+            ),
+        ),
+    ],
+]
+NODE_SELECTOR_SCHEMA = {"maxProperties": 32} | cel_rules(
+    cel(
+        f"self.all(key, key.size() <= {QUALIFIED_NAME_MAX_LENGTH} && {_qualified('key')})",
+        f"nodeSelector keys must be label keys: {_QUALIFIED_TEXT}",
+    )
+)
 
 
 class UserRef(ApiModel):
@@ -66,14 +142,17 @@ class UserRef(ApiModel):
     )
     email: str | None = Field(
         default=None,
-        description="The user's email address, for display only (kubectl get, events).",
+        description=(
+            "The user's email address, for whoever reads this object; the operator uses it "
+            "nowhere (not in kubectl get's columns, events, logs or the sandbox)."
+        ),
         max_length=254,
     )
 
     @field_validator("id")
     @classmethod
     def _uuid(cls, value: str) -> str:
-        if not re.match(UUID_PATTERN, value):
+        if not re.fullmatch(UUID_PATTERN, value):
             raise ValueError("user.id must be an Onyx user UUID")
         return value.lower()
 
@@ -83,26 +162,40 @@ class UserRef(ApiModel):
         return check_pattern(value, TENANT_ID_PATTERN, TENANT_ID_MESSAGE)
 
 
+_RESOURCE_NAMES = {"maxProperties": 16} | cel_rules(
+    cel(
+        f"self.all(name, name.size() <= {QUALIFIED_NAME_MAX_LENGTH} && "
+        f"name.matches({cel_string(RESOURCE_NAME_PATTERN)}) && "
+        f"name.matches({cel_string(QUALIFIED_NAME_LENGTH_PATTERN)}))",
+        f"resource names are {_RESOURCE_TEXT}",
+    )
+)
+
+
 class Resources(ApiModel):
     """Compute resources for the sandbox container (requests and limits)."""
 
     requests: dict[str, Quantity] | None = Field(
         default=None,
         description="Minimum resources, e.g. {cpu: '1', memory: 2Gi, ephemeral-storage: 5Gi}.",
-        json_schema_extra={"maxProperties": 16},
+        json_schema_extra=_RESOURCE_NAMES,
     )
     limits: dict[str, Quantity] | None = Field(
         default=None,
         description="Maximum resources, e.g. {cpu: '2', memory: 10Gi}.",
-        json_schema_extra={"maxProperties": 16},
+        json_schema_extra=_RESOURCE_NAMES,
     )
 
     @field_validator("requests", "limits")
     @classmethod
     def _quantities(cls, value: dict[str, int | str] | None) -> dict[str, int | str] | None:
-        if value is not None:
-            for quantity in value.values():
-                check_quantity(quantity)
+        for name, quantity in (value or {}).items():
+            if not (
+                re.fullmatch(RESOURCE_NAME_PATTERN, name)
+                and re.fullmatch(QUALIFIED_NAME_LENGTH_PATTERN, name)
+            ):
+                raise ValueError(f"resource names are {_RESOURCE_TEXT}")
+            check_quantity(quantity, name)
         return value
 
 
@@ -121,22 +214,95 @@ class TaintEffect(StrEnum):
     NO_EXECUTE = "NoExecute"
 
 
+_KEYLESS_MESSAGE = (
+    "a toleration without a key must have operator: Exists (it tolerates every taint)"
+)
+_EXISTS_VALUE_MESSAGE = "a toleration with operator: Exists has no value"
+_SECONDS_MESSAGE = "tolerationSeconds applies only with effect: NoExecute"
+
+
 class Toleration(ApiModel):
     """A pod toleration, as in the Kubernetes Pod API."""
 
-    key: str | None = Field(default=None, description="The taint key to match.", max_length=317)
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            cel(
+                "(has(self.key) && self.key != '') || "
+                "(has(self.operator) && self.operator == 'Exists')",
+                _KEYLESS_MESSAGE,
+            ),
+            cel(
+                "!has(self.operator) || self.operator != 'Exists' || "
+                "!has(self.value) || self.value == ''",
+                _EXISTS_VALUE_MESSAGE,
+            ),
+            cel(
+                "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+                _SECONDS_MESSAGE,
+            ),
+        )
+    )
+
+    key: str | None = Field(
+        default=None,
+        description="The taint key to match; unset or empty (with operator Exists): any key.",
+        max_length=QUALIFIED_NAME_MAX_LENGTH,
+        json_schema_extra=cel_rules(
+            cel(
+                "self == '' || " + _qualified("self"),
+                f"a toleration key is a taint key: {_QUALIFIED_TEXT}",
+            )
+        ),
+    )
     operator: TolerationOperator | None = Field(
         default=None, description="Exists or Equal (default Equal)."
     )
-    value: str | None = Field(default=None, description="The taint value to match.", max_length=63)
+    value: str | None = Field(
+        default=None,
+        description="The taint value to match (operator Equal only).",
+        max_length=63,
+        json_schema_extra=cel_rules(
+            cel(
+                f"self.matches({cel_string(LABEL_VALUE_PATTERN)})",
+                f"a toleration value is a label value: {_LABEL_VALUE_TEXT}",
+            )
+        ),
+    )
     effect: TaintEffect | None = Field(
-        default=None, description="The taint effect to match; empty matches all effects."
+        default=None,
+        description=(
+            "The taint effect to match: NoSchedule, PreferNoSchedule or NoExecute; unset "
+            "matches all effects."
+        ),
     )
     toleration_seconds: int | None = Field(
         default=None,
-        description="How long a NoExecute taint is tolerated before eviction.",
+        description="How long a NoExecute taint is tolerated before eviction (effect NoExecute).",
         ge=0,
     )
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, value: str | None) -> str | None:
+        if value and not is_qualified_name(value):
+            raise ValueError(f"a toleration key is a taint key: {_QUALIFIED_TEXT}")
+        return value
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, value: str | None) -> str | None:
+        message = f"a toleration value is a label value: {_LABEL_VALUE_TEXT}"
+        return check_pattern(value, LABEL_VALUE_PATTERN, message)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Toleration:
+        if not self.key and self.operator is not TolerationOperator.EXISTS:
+            raise ValueError(_KEYLESS_MESSAGE)
+        if self.operator is TolerationOperator.EXISTS and self.value:
+            raise ValueError(_EXISTS_VALUE_MESSAGE)
+        if self.toleration_seconds is not None and self.effect is not TaintEffect.NO_EXECUTE:
+            raise ValueError(_SECONDS_MESSAGE)
+        return self
 
 
 class Source(ApiModel):
@@ -236,11 +402,17 @@ class UserLibrary(ApiModel):
     size: Quantity | None = Field(
         default=None,
         description="Job mode: size of the library volume (default from operator settings).",
+        json_schema_extra=cel_rules(
+            QUANTITY_RULE, quantity_range_rule("userLibrary.size", minimum=1)
+        ),
     )
     storage_class_name: str | None = Field(
         default=None,
         description="Job mode: storage class of the library volume (default: the cluster's).",
-        max_length=253,
+        max_length=DNS_SUBDOMAIN_MAX_LENGTH,
+        json_schema_extra=cel_rules(
+            class_name_rule("userLibrary.storageClassName", "StorageClass")
+        ),
     )
 
     @field_validator("prefix")
@@ -253,14 +425,19 @@ class UserLibrary(ApiModel):
     @field_validator("bucket")
     @classmethod
     def _bucket(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(S3_BUCKET_PATTERN, value):
+        if value is not None and not re.fullmatch(S3_BUCKET_PATTERN, value):
             raise ValueError("userLibrary.bucket must be an S3 bucket name")
         return value
 
     @field_validator("size")
     @classmethod
     def _size(cls, value: int | str | None) -> int | str | None:
-        return None if value is None else check_quantity(value)
+        return None if value is None else check_quantity(value, "userLibrary.size", minimum=1)
+
+    @field_validator("storage_class_name")
+    @classmethod
+    def _storage_class(cls, value: str | None) -> str | None:
+        return check_class_name(value, "userLibrary.storageClassName", "StorageClass")
 
 
 class Credentials(ApiModel):
@@ -338,7 +515,7 @@ class CraftSandboxSpec(ApiModel):
         json_schema_extra=cel_rules(
             cel(
                 f"self.matches({cel_string(IMAGE_PATTERN)})",
-                "image must be an image reference without spaces, e.g. craft-sandbox:1.4.4",
+                IMAGE_MESSAGE,
             )
         ),
     )
@@ -386,12 +563,13 @@ class CraftSandboxSpec(ApiModel):
     runtime_class_name: str | None = Field(
         default=None,
         description="RuntimeClass for the sandbox pod (e.g. gvisor or kata).",
-        max_length=253,
+        max_length=DNS_SUBDOMAIN_MAX_LENGTH,
+        json_schema_extra=cel_rules(class_name_rule("runtimeClassName", "RuntimeClass")),
     )
-    node_selector: dict[str, Annotated[str, Field(max_length=63)]] | None = Field(
+    node_selector: NodeSelector | None = Field(
         default=None,
         description="Node labels the sandbox pod must be scheduled on.",
-        json_schema_extra={"maxProperties": 32},
+        json_schema_extra=NODE_SELECTOR_SCHEMA,
     )
     tolerations: list[Toleration] | None = Field(
         default=None,
@@ -401,7 +579,8 @@ class CraftSandboxSpec(ApiModel):
     priority_class_name: str | None = Field(
         default=None,
         description="PriorityClass for the sandbox pod.",
-        max_length=253,
+        max_length=DNS_SUBDOMAIN_MAX_LENGTH,
+        json_schema_extra=cel_rules(class_name_rule("priorityClassName", "PriorityClass")),
     )
     sources: list[Source] = Field(
         default_factory=list,
@@ -428,7 +607,22 @@ class CraftSandboxSpec(ApiModel):
     @field_validator("image")
     @classmethod
     def _image(cls, value: str | None) -> str | None:
-        return check_pattern(value, IMAGE_PATTERN, "image must not contain spaces")
+        return check_pattern(value, IMAGE_PATTERN, IMAGE_MESSAGE)
+
+    @field_validator("runtime_class_name")
+    @classmethod
+    def _runtime_class(cls, value: str | None) -> str | None:
+        return check_class_name(value, "runtimeClassName", "RuntimeClass")
+
+    @field_validator("priority_class_name")
+    @classmethod
+    def _priority_class(cls, value: str | None) -> str | None:
+        return check_class_name(value, "priorityClassName", "PriorityClass")
+
+    @field_validator("node_selector")
+    @classmethod
+    def _node_selector(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        return check_node_selector(value)
 
     @field_validator("server_url")
     @classmethod

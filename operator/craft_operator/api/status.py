@@ -213,8 +213,9 @@ class CraftSandboxStatus(StatusModel):
     conditions: list[Condition] = Field(
         default_factory=list,
         description=(
-            "CredentialsReady, SkillRendered, PodReady, CLIValidated, UserLibrarySynced and "
-            "the aggregate Ready."
+            "CredentialsReady, SkillRendered, PodReady, CLIValidated, UserLibrarySynced, the "
+            "aggregate Ready, and PolicyEnforced (False only while the sandbox runs, admitted "
+            "earlier, without a readable CraftSandboxPolicy)."
         ),
     )
     credentials: CredentialsStatus | None = Field(

@@ -8,6 +8,8 @@ and a workspace once set stays in the spec (removing it would delete the data si
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field, field_validator
 
 from craft_operator.api.base import (
@@ -16,8 +18,13 @@ from craft_operator.api.base import (
     Quantity,
     cel,
     cel_rules,
+    check_class_name,
     check_quantity,
+    class_name_rule,
+    is_quantity_cel,
+    quantity_range_rule,
 )
+from craft_operator.api.constants import DNS_SUBDOMAIN_MAX_LENGTH
 
 #: Where the workspace is mounted in the sandbox container.
 WORKSPACE_MOUNT = "/workspace/sessions"
@@ -37,7 +44,9 @@ STORAGE_CLASS_MESSAGE = (
 )
 
 #: ``quantity()`` fails on what is no quantity; the format rule reports that instead.
-_BOTH_QUANTITIES = "!isQuantity(string(self)) || !isQuantity(string(oldSelf)) || "
+_BOTH_QUANTITIES = (
+    f"!{is_quantity_cel('string(self)')} || !{is_quantity_cel('string(oldSelf)')} || "
+)
 
 
 class Workspace(ApiModel):
@@ -50,6 +59,7 @@ class Workspace(ApiModel):
         ),
         json_schema_extra=cel_rules(
             QUANTITY_RULE,
+            quantity_range_rule("workspace.size", minimum=1),
             cel(
                 _BOTH_QUANTITIES + "!quantity(string(self)).isLessThan(quantity(string(oldSelf)))",
                 SHRINK_MESSAGE,
@@ -63,7 +73,8 @@ class Workspace(ApiModel):
             "It cannot change once set."
         ),
         min_length=1,
-        max_length=253,
+        max_length=DNS_SUBDOMAIN_MAX_LENGTH,
+        json_schema_extra=cel_rules(class_name_rule("workspace.storageClassName", "StorageClass")),
     )
     retain: bool = Field(
         default=False,
@@ -75,8 +86,13 @@ class Workspace(ApiModel):
 
     @field_validator("size")
     @classmethod
-    def _size(cls, value: int | str) -> int | str:
-        return check_quantity(value)
+    def _size(cls, value: int | str) -> Any:
+        return check_quantity(value, "workspace.size", minimum=1)
+
+    @field_validator("storage_class_name")
+    @classmethod
+    def _storage_class(cls, value: str | None) -> str | None:
+        return check_class_name(value, "workspace.storageClassName", "StorageClass")
 
 
 #: The rules on the spec's ``workspace`` field: the storage class is fixed at creation.

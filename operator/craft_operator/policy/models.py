@@ -144,7 +144,9 @@ class CraftSandboxPolicySpec(ApiModel):
         ),
         max_length=_MAX_ITEMS,
     )
-    node_selectors: dict[str, list[Annotated[str, Field(max_length=63)]]] = Field(
+    node_selectors: dict[
+        str, Annotated[list[Annotated[str, Field(max_length=63)]], Field(max_length=_MAX_ITEMS)]
+    ] = Field(
         default_factory=dict,
         description=(
             "Allowed spec.nodeSelector entries: node label key to the values a sandbox may "

@@ -43,10 +43,21 @@ def decide_idle(
 
     A missing or unparseable annotation never puts a sandbox to sleep; while asleep, only a
     parseable activity later than the moment it slept wakes it (or disabling the timeout).
+    An activity so far ahead (year 9999) that the idle deadline after it is past the last
+    moment a :class:`datetime` holds is unusable too: a problem, never an exception.
     A sandbox that woke does not fall asleep again within the timeout of waking, even when
     the activity that woke it was already old when it was seen (e.g. after an outage).
     """
     activity, problem = parse_activity(last_activity)
+    if (
+        activity is not None
+        and idle_timeout is not None
+        and _deadline(activity, woke_at, idle_timeout) is None
+    ):
+        # As if unparseable: it wakes no sleeping sandbox and puts no awake one to sleep.
+        text = (last_activity or "").strip()[:64]
+        problem = f"the last-activity annotation {text!r} is too far in the future"
+        activity = None
     if sleeping_since is not None:
         if idle_timeout is None:
             return IdleDecision(asleep=False, wake_now=True, problem=problem)
@@ -55,7 +66,17 @@ def decide_idle(
         return IdleDecision(asleep=True, problem=problem)
     if idle_timeout is None or activity is None:
         return IdleDecision(asleep=False, problem=problem)
-    deadline = max(activity, woke_at or activity) + idle_timeout
+    deadline = _deadline(activity, woke_at, idle_timeout)
+    assert deadline is not None  # checked above
     if now >= deadline:
         return IdleDecision(asleep=True, sleep_now=True)
     return IdleDecision(asleep=False, recheck_after=(deadline - now).total_seconds())
+
+
+def _deadline(activity: datetime, woke_at: datetime | None, timeout: timedelta) -> datetime | None:
+    """When a sandbox last active at ``activity`` (and woken at ``woke_at``) falls asleep;
+    ``None`` when that is past the last moment a :class:`datetime` holds (year 9999)."""
+    try:
+        return max(activity, woke_at or activity) + timeout
+    except OverflowError:
+        return None

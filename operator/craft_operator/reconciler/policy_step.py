@@ -36,6 +36,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from craft_operator.api.models import CraftSandbox, CraftSandboxStatus, Phase
+from craft_operator.api.parse import describe_validation_error
 from craft_operator.config import Settings
 from craft_operator.credentials.errors import CredentialsError
 from craft_operator.kube import kinds
@@ -110,9 +111,11 @@ def read_policy(cache: ObjectCache) -> PolicyRead:
     if not (_parsed and _parsed[0][0] == raw):
         try:
             spec: CraftSandboxPolicySpec | None = CraftSandboxPolicy.model_validate(body).spec
-        except ValidationError:
+        except ValidationError as exc:
             logger.warning(
-                "CraftSandboxPolicy %s is unreadable: allowing only the defaults", POLICY_NAME
+                "CraftSandboxPolicy %s is unreadable: allowing only the defaults (%s)",
+                POLICY_NAME,
+                describe_validation_error(exc),
             )
             spec = None
         _parsed[:] = [(copy.deepcopy(raw), spec)]

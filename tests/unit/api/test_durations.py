@@ -90,12 +90,32 @@ def test_every_string_the_crd_pattern_accepts_is_a_go_duration() -> None:
 
 
 def test_the_length_limit_matches_the_crd() -> None:
-    assert parse_duration("0" * (MAX_DURATION_LENGTH - 2) + "1s") == timedelta(seconds=1)
+    longest = "1." + "0" * (MAX_DURATION_LENGTH - 3) + "s"
+    assert parse_duration(longest) == timedelta(seconds=1)
     with pytest.raises(ValueError, match="not a duration"):
-        parse_duration("0" * (MAX_DURATION_LENGTH - 1) + "1s")
+        parse_duration("1.0" + longest[2:])
 
 
-@pytest.mark.parametrize("value", ["9" * 31 + "h", 10**20])
+@pytest.mark.parametrize(
+    "text", ["3000000h", "100000h", "9999999m", "999999999s", "9" * 31 + "h", "2562048h"]
+)
+def test_a_part_too_long_for_go_is_rejected_by_the_format_not_by_duration(text: str) -> None:
+    # CEL's duration() would fail on it with a type-conversion error instead of the message.
+    assert not re.match(DURATION_PATTERN, text)
+    with pytest.raises(ValueError, match=r"each part below 100000h"):
+        parse_duration(text)
+
+
+def test_no_duration_the_pattern_admits_is_beyond_go_s_range() -> None:
+    # The worst case of each unit, repeated to the length limit, still parses in Go.
+    for part in ["99999.9h", "999999.9m", "99999999.9s", "99999999999ms", "99999999999999us"]:
+        text = (part * MAX_DURATION_LENGTH)[:MAX_DURATION_LENGTH]
+        text = text[: text.rfind(part[-1]) + 1]  # whole parts only
+        assert re.match(DURATION_PATTERN, text), text
+        parse_go_duration(text)
+
+
+@pytest.mark.parametrize("value", [10**20])
 def test_a_duration_too_long_for_python_is_a_value_error_not_a_crash(value: str | int) -> None:
     with pytest.raises(ValidationError, match="longer than any duration"):
         Holder(value=value)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from craft_operator.api.models import CraftSandbox, LibraryMode
+from craft_operator.api.models import CraftSandbox, LibraryMode, Resources
 from craft_operator.api.parse import parse_sandbox
 from craft_operator.builders import naming
 from craft_operator.builders.pod import (
@@ -158,7 +158,10 @@ def test_a_request_above_a_limit_the_spec_sets_is_invalid_resources(
 def test_a_quantity_kubernetes_cannot_hold_is_invalid_resources_naming_the_field(
     make_sandbox: MakeSandbox, settings: Settings, resources: dict[str, Any], where: str
 ) -> None:
-    sandbox = make_sandbox(resources=resources)
+    # The CRD and the model refuse such a quantity now; an older CRD admitted it.
+    admitted = make_sandbox()
+    spec = admitted.spec.model_copy(update={"resources": Resources.model_construct(**resources)})
+    sandbox = admitted.model_copy(update={"spec": spec})
     with pytest.raises(SandboxConfigError, match=rf"resources\.{where}: .*2\^63-1") as caught:
         build_pod(sandbox, settings)
     assert caught.value.reason == "InvalidResources"

@@ -194,3 +194,42 @@ def test_a_sandbox_woken_by_late_news_of_old_activity_stays_awake_for_the_timeou
     )
     assert not after.asleep
     assert after.recheck_after == pytest.approx(3600 - 5)
+
+
+# -- an activity at the end of time ----------------------------------------------------------
+
+FAR_FUTURE = ["9999-12-31T23:00:00Z", "9999-12-31T23:59:59+00:00", "9999-12-31T23:30:00-05:00"]
+
+
+@pytest.mark.parametrize("text", FAR_FUTURE)
+def test_an_activity_too_far_in_the_future_is_reported_and_never_raises(text: str) -> None:
+    decision = decide_idle(
+        idle_timeout=timedelta(hours=2), last_activity=text, sleeping_since=None, now=NOW
+    )
+    assert decision == IdleDecision(
+        asleep=False, problem=f"the last-activity annotation {text!r} is too far in the future"
+    )
+
+
+@pytest.mark.parametrize("text", FAR_FUTURE)
+def test_an_activity_too_far_in_the_future_does_not_wake_a_sleeping_sandbox(text: str) -> None:
+    decision = decide_idle(
+        idle_timeout=timedelta(hours=2),
+        last_activity=text,
+        sleeping_since=NOW - HOUR,
+        now=NOW,
+        woke_at=NOW - 3 * HOUR,
+    )
+    assert decision.asleep
+    assert not decision.wake_now
+    assert decision.problem is not None
+    assert "too far in the future" in decision.problem
+
+
+def test_a_late_but_usable_activity_keeps_it_awake_until_then() -> None:
+    decision = decide_idle(
+        idle_timeout=HOUR, last_activity="9999-12-31T20:00:00Z", sleeping_since=None, now=NOW
+    )
+    assert decision.problem is None
+    assert not decision.asleep
+    assert decision.recheck_after is not None

@@ -229,3 +229,15 @@ async def test_a_sandbox_the_policy_never_let_through_opens_no_database() -> Non
     )
 
     assert await enforce(sink, SANDBOX, run) is True
+
+
+def test_an_unreadable_policy_is_logged_with_what_is_wrong_in_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A serverURLs entry with a no-break space: the policy CRD refuses it now; one stored
+    # under an older CRD makes the whole policy unreadable, and the log must say why.
+    cache = cache_with(labels={}, spec={"serverURLs": ["https://onyx.example.com/a\u00a0b"]})
+    with caplog.at_level("WARNING", logger="craft_operator.reconciler.policy_step"):
+        assert read_policy(cache).absent == UNREADABLE
+    [record] = [r for r in caplog.records if "unreadable" in r.getMessage()]
+    assert "spec.serverURLs.0: String should match pattern" in record.getMessage()

@@ -1,21 +1,23 @@
 """The workspace (``spec.workspace``): a PVC the pod mounts, kept across sleep and wake.
 
 Converged before the pod (its failures are the pod's: ``WorkspaceNameTaken``,
-``WorkspaceWriteFailed``), grown when the spec's size grows (a refused expansion is said in
-an event and ``status.workspace.message``; the pod keeps running), and on deletion either
-deleted with the sandbox or, with ``retain``, released: the sandbox's owner reference is
-removed so the garbage collector keeps it, and a new sandbox of the same name and user
-adopts it. A sandbox with a workspace starts cold: a warm pod cannot mount a user's volume.
+``WorkspaceWriteFailed``, ``WorkspaceSizeInvalid``), grown when the spec's size grows (a
+refused expansion is said in an event and ``status.workspace.message``; the pod keeps
+running), and on deletion either deleted with the sandbox or, with ``retain``, released:
+the sandbox's owner reference is removed so the garbage collector keeps it, and a new
+sandbox of the same name and user adopts it. A sandbox with a workspace starts cold: a warm
+pod cannot mount a user's volume.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
+from craft_operator.api.base import check_quantity, quantity_value
 from craft_operator.api.models import CraftSandbox, WorkspaceStatus
 from craft_operator.builders.naming import child_labels, owner_reference
-from craft_operator.builders.quantities import parse_quantity
 from craft_operator.builders.workspace import (
     LABEL_RETAINED,
     build_workspace_pvc,
@@ -31,6 +33,8 @@ from craft_operator.status import POD_READY
 PVC = kinds.PVC
 #: Why a sandbox with a workspace is never given a pre-started (warm) pod.
 COLD_START = "WorkspaceNeedsColdStart"
+#: PodReady's reason when spec.workspace.size is no size the operator can ask for.
+SIZE_INVALID = "WorkspaceSizeInvalid"
 #: Statuses with which the API server refuses to expand a claim (its storage class has no
 #: allowVolumeExpansion, the claim is not bound yet, a quota or admission forbids it).
 _REFUSED = (403, 422)
@@ -55,11 +59,21 @@ def cold_start_reason(sandbox: CraftSandbox) -> str | None:
 
 
 async def converge_workspace(p: Pass) -> Stop | None:
-    """Create or adopt the workspace PVC and grow it to the spec's size."""
+    """Create or adopt the workspace PVC and grow it to the spec's size.
+
+    A size the operator cannot read (admission rejects one; an older CRD may not have) fails
+    the pod with ``WorkspaceSizeInvalid`` until the spec changes, and no PVC is written.
+    """
     workspace = p.sandbox.spec.workspace
     if workspace is None:
         p.run.status.workspace = None
         return None
+    want = str(workspace.size)
+    try:  # the admission rules, again: the CRD installed may be older than them
+        check_quantity(workspace.size, "spec.workspace.size", minimum=1)
+    except ValueError as exc:
+        return p.fail_spec(SIZE_INVALID, f"{exc}, not {want[:64]!r}")
+    wanted = quantity_value(want)
     desired = build_workspace_pvc(p.sandbox)
     s = p.services
     try:
@@ -71,9 +85,9 @@ async def converge_workspace(p: Pass) -> Stop | None:
     except ApiError as exc:
         return p.fail(POD_READY, "WorkspaceWriteFailed", f"cannot write the workspace: {exc}")
     message = None
-    want = str(workspace.size)
     have = _requested(pvc)
-    if have is not None and parse_quantity(want) > parse_quantity(have):
+    had = _quantity_or_none(have)
+    if had is not None and wanted > had:
         try:
             pvc = await _grow(s, pvc, want)
         except ApiError as exc:
@@ -83,7 +97,7 @@ async def converge_workspace(p: Pass) -> Stop | None:
                 f"the workspace cannot grow from {have} to {want}: the API server refused "
                 f"({exc.message}); the storage class must allow volume expansion"
             )
-    elif have is not None and parse_quantity(want) < parse_quantity(have):
+    elif had is not None and wanted < had:
         message = f"the workspace is {have}, larger than spec.workspace.size ({want}): kept"
     if pvc["metadata"].get("deletionTimestamp"):
         message = "the workspace PVC is being deleted: a new, empty one follows once it is gone"
@@ -141,6 +155,17 @@ async def _grow(s: Services, pvc: dict[str, Any], size: str) -> dict[str, Any]:
     grown = await s.kube.patch(PVC.api, meta.get("namespace"), meta["name"], patch)
     s.cache.put(PVC.name, grown)
     return grown
+
+
+def _quantity_or_none(text: str | None) -> Decimal | None:
+    """The value of the PVC's requested size; ``None`` (not compared) if there is none or
+    it is not one the operator reads."""
+    if text is None:
+        return None
+    try:
+        return quantity_value(text)
+    except ValueError:
+        return None
 
 
 def _requested(pvc: Mapping[str, Any]) -> str | None:

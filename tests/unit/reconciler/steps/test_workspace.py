@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
+from craft_operator.api.models import Phase
 from craft_operator.api.parse import parse_sandbox
 from craft_operator.builders.naming import LABEL_USER_ID
 from craft_operator.builders.workspace import LABEL_RETAINED
-from craft_operator.reconciler.step import Stop
+from craft_operator.reconciler.step import Pass, Stop
 from craft_operator.reconciler.steps import workspace
 from tests.support import volumes
 from tests.unit.reconciler.conftest import NAMESPACE
@@ -228,3 +229,37 @@ async def test_the_pvc_of_an_earlier_sandbox_still_being_deleted_is_waited_for(
     assert condition is not None
     assert "still being deleted" in condition.message
     assert p.run.verdict.backoff == "WorkspaceTerminating", "retried: it passes by itself"
+
+
+def with_size(p: Pass, size: str) -> Pass:
+    """``p`` over a sandbox whose size the model would refuse, as an older CRD let through."""
+    sandbox = p.sandbox
+    assert sandbox.spec.workspace is not None
+    workspace = sandbox.spec.workspace.model_copy(update={"size": size})
+    spec = sandbox.spec.model_copy(update={"workspace": workspace})
+    p.sandbox = sandbox.model_copy(update={"spec": spec})
+    return p
+
+
+@pytest.mark.parametrize("size", ["1e1.5", "99999999999999999999999Ei", "0", "-1Gi"])
+async def test_an_unusable_size_fails_the_pod_with_a_reason_and_an_event_and_never_raises(
+    world: World, size: str
+) -> None:
+    p = with_size(world.pass_(spec=spec()), size)
+    stop = await workspace.converge_workspace(p)
+    assert stop == Stop(workspace.SIZE_INVALID)
+    condition = p.run.condition("PodReady")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("False", workspace.SIZE_INVALID)
+    assert "spec.workspace.size" in (condition.message or "")
+    assert p.run.phase == Phase.FAILED
+    assert world.events.reasons == [workspace.SIZE_INVALID]
+    assert world.emulator.list(PVCS, NAMESPACE) == [], "no claim of that size is asked for"
+
+
+async def test_an_unusable_size_leaves_an_existing_workspace_as_it_is(world: World) -> None:
+    await workspace.converge_workspace(world.pass_(spec=spec(size="10Gi")))
+    observed(world)
+    p = with_size(world.pass_(spec=spec(size="10Gi")), "1e1.5")
+    assert await workspace.converge_workspace(p) == Stop(workspace.SIZE_INVALID)
+    assert storage(world) == "10Gi"
