@@ -26,6 +26,7 @@ from craft_operator.builders.naming import (
     child_labels,
     child_metadata,
 )
+from craft_operator.builders.pod import scheduling
 from craft_operator.builders.security import (
     SANDBOX_UID,
     container_security_context,
@@ -185,24 +186,26 @@ def _sync_container(
 def _sync_pod_spec(
     sandbox: CraftSandbox, container: dict[str, Any], claim_name: str
 ) -> dict[str, Any]:
-    """The Job's pod: no service account token, the library claim, near the sandbox pod."""
-    sandbox_affinity = {
-        "weight": 100,
-        "podAffinityTerm": {
-            "labelSelector": {
-                "matchLabels": {LABEL_SANDBOX: sandbox.metadata.name, LABEL_COMPONENT: "sandbox"}
-            },
-            "topologyKey": "kubernetes.io/hostname",
+    """The Job's pod: no service account token, the library claim, on the sandbox pod's node."""
+    # A ReadWriteOnce volume attaches to one node at a time, and a Job is started only
+    # while the sandbox pod runs with the volume attached: on any other node the Job's pod
+    # would wait on Multi-Attach until its deadline, so the sandbox's node is required, not
+    # preferred. Should the sandbox pod go (sleep, eviction) before the Job's pod is
+    # scheduled, that pod waits for the next sandbox pod and runs beside it, rather than
+    # holding the volume on another node where the new sandbox pod could not mount it.
+    sandbox_node = {
+        "labelSelector": {
+            "matchLabels": {LABEL_SANDBOX: sandbox.metadata.name, LABEL_COMPONENT: "sandbox"}
         },
+        "topologyKey": "kubernetes.io/hostname",
     }
-    return {
+    spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "securityContext": pod_security_context(SANDBOX_UID),
-        # A ReadWriteOnce volume is usable only on one node: prefer the sandbox's.
         "affinity": {
-            "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [sandbox_affinity]}
+            "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [sandbox_node]}
         },
         "containers": [container],
         "volumes": [
@@ -210,6 +213,11 @@ def _sync_pod_spec(
             {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
         ],
     }
+    # Whatever taints the sandbox's node has, the sandbox tolerates: so must its Job.
+    tolerations = scheduling(sandbox.spec).get("tolerations")
+    if tolerations:
+        spec["tolerations"] = tolerations
+    return spec
 
 
 def _pod_failure_policy() -> dict[str, Any]:

@@ -25,9 +25,13 @@ from craft_operator.library.plan import SyncCaps
 from craft_operator.library.s3 import make_s3_store
 from craft_operator.library.sync import SyncResult, sync_user_library_local
 
+logger = logging.getLogger(__name__)
+
 EXIT_RETRYABLE = 1
 EXIT_USAGE = 2
 EXIT_PERMANENT = 3
+#: The reason of a failure no other error describes (as the Exec-mode pool reports it).
+UNEXPECTED = LibrarySyncError.reason
 #: Kubernetes keeps at most 4096 bytes of a termination message.
 RESULT_FILE_LIMIT = 4096
 
@@ -111,12 +115,12 @@ def sync_user_library(
         _fail(str(exc), EXIT_USAGE, result_file, {})
         return
     caps = _caps(settings, max_file_bytes, max_total_bytes, max_files)
-    store = make_s3_store(
-        endpoint_url=endpoint_url or settings.s3_endpoint_url,
-        region=region or settings.s3_region,
-        max_attempts=3,
-    )
     try:
+        store = make_s3_store(
+            endpoint_url=endpoint_url or settings.s3_endpoint_url,
+            region=region or settings.s3_region,
+            max_attempts=3,
+        )
         result: SyncResult = asyncio.run(
             sync_user_library_local(
                 store=store,
@@ -132,6 +136,15 @@ def sync_user_library(
         code = EXIT_RETRYABLE if exc.retryable else EXIT_PERMANENT
         extra = {"reason": exc.reason, "retryable": exc.retryable}
         _fail(exc.message, code, result_file, extra)
+        return
+    except Exception as exc:
+        # A bug, or a volume the agent made that the writer did not foresee: the Job still
+        # reports, as retryable. Only the type is said (a message may quote a key or a
+        # credential); the traceback goes to the log.
+        logger.exception("the sync failed unexpectedly")
+        message = f"the sync failed unexpectedly ({type(exc).__name__}; see the Job's log)"
+        extra = {"reason": UNEXPECTED, "retryable": True}
+        _fail(message, EXIT_RETRYABLE, result_file, extra)
         return
     _report(result, result_file=result_file, as_json=as_json)
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import itertools
 import os
-import shutil
 import stat
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -74,9 +74,8 @@ def _open_dir(parent: int, name: str) -> int:
 def _remove_entry(parent: int, name: str) -> None:
     """Remove whatever is at ``name`` in ``parent`` (a whole tree for a directory).
 
-    ``unlink`` removes a symlink itself, never its target; ``shutil.rmtree`` with
-    ``dir_fd`` walks by descriptors and refuses symlinks, so a tree swapped for a symlink
-    mid-way raises instead of deleting elsewhere.
+    ``unlink`` removes a symlink itself, never its target; a directory's tree is removed by
+    :func:`_remove_tree`, which walks by descriptors and never follows a symlink.
     """
     try:
         os.unlink(name, dir_fd=parent)
@@ -85,7 +84,81 @@ def _remove_entry(parent: int, name: str) -> None:
     except OSError as exc:
         if exc.errno not in (errno.EISDIR, errno.EPERM):
             raise
-        shutil.rmtree(name, dir_fd=parent)
+        _remove_tree(parent, name)
+
+
+def _remove_tree(parent: int, name: str) -> None:
+    """Remove the directory ``name`` in ``parent`` and everything under it.
+
+    The agent can nest directories thousands deep (past Python's recursion limit, which
+    ``shutil.rmtree`` reaches on 3.11, and past the open-file limit if each level held a
+    descriptor), so this neither recurses nor descends: the entries of each subdirectory of
+    the top one are moved up into it, and the emptied subdirectory is removed, until the
+    top directory is empty. At most two descriptors are open. A symlink or FIFO is
+    unlinked, never opened; a directory swapped for a symlink is not entered (``O_NOFOLLOW``).
+    """
+    top = _open_dir(parent, name)
+    try:
+        moved = itertools.count()
+        while entries := _entries(top):
+            for entry, is_dir in entries:
+                if not is_dir:
+                    try:
+                        os.unlink(entry, dir_fd=top)
+                        continue
+                    except FileNotFoundError:
+                        continue
+                    except IsADirectoryError:
+                        pass  # it became a directory since it was listed
+                _lift(top, entry, moved)
+    finally:
+        os.close(top)
+    os.rmdir(name, dir_fd=parent)
+
+
+def _entries(directory: int) -> list[tuple[str, bool]]:
+    """The names in ``directory``, and whether each is a real directory (not a symlink)."""
+    with os.scandir(directory) as entries:
+        return [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in entries]
+
+
+def _lift(top: int, name: str, moved: Iterator[int]) -> None:
+    """Move the entries of the directory ``name`` in ``top`` into ``top``, then remove it."""
+    try:
+        directory = _open_dir(top, name)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.errno in _NOT_A_DIRECTORY:
+            return  # swapped for a symlink or file since it was listed: unlinked next round
+        raise
+    try:
+        for entry, _ in _entries(directory):
+            _move_up(directory, entry, top, moved)
+    finally:
+        os.close(directory)
+    try:
+        os.rmdir(name, dir_fd=top)
+    except OSError as exc:
+        # Gone, or refilled since it was emptied: the next round sees it again.
+        if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
+            raise
+
+
+def _move_up(directory: int, entry: str, top: int, moved: Iterator[int]) -> None:
+    """Rename ``entry`` from ``directory`` into ``top`` under a new name (all of ``top``
+    goes, so an entry replaced there by the rename was to be removed anyway)."""
+    for _ in range(ATTEMPTS):
+        try:
+            os.rename(entry, f".rm-{next(moved)}", src_dir_fd=directory, dst_dir_fd=top)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            # A non-empty directory, or an entry of the other kind, by that name: next name.
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.EISDIR, errno.ENOTDIR):
+                raise
+    raise _planted(entry)
 
 
 def _ensure_dir(parent: int, name: str, relative: str) -> int:

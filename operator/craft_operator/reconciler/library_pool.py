@@ -148,7 +148,7 @@ class LibrarySyncPool:
             return  # forgotten meanwhile
         del self._jobs[key]
         self._outcomes[key] = (job.uid, outcome)
-        self._count(key, outcome)
+        self.count(key, outcome)
         if self.wake is not None:
             self.wake(key)
 
@@ -167,7 +167,10 @@ class LibrarySyncPool:
             error.retryable = True
             return Outcome(attempt, error=error)
 
-    def _count(self, key: Key, outcome: Outcome) -> None:
+    def count(self, key: Key, outcome: Outcome) -> None:
+        """Count a sync's outcome towards the sandbox's retry backoff (:meth:`retry_in`): a
+        retryable failure lengthens it, anything else resets it. Job mode's syncs, which
+        run outside the pool, are counted here too."""
         if outcome.error is None or not outcome.error.retryable:
             self._failures.pop(key, None)
             return

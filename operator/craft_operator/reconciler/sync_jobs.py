@@ -59,6 +59,9 @@ class JobOutcome:
     result: Mapping[str, Any]
     retryable: bool
     message: str
+    #: Why it failed, for the condition: the result's reason, else ``SyncTimedOut`` for a
+    #: Job past its deadline, else ``SyncJobFailed`` (empty when it succeeded).
+    reason: str = ""
 
 
 def job_finished(job: Mapping[str, Any]) -> bool | None:
@@ -115,12 +118,17 @@ def read_outcome(cache: ObjectCache, job: Mapping[str, Any]) -> JobOutcome | Non
     result, exit_code = _termination(
         cache, meta.get("namespace", ""), meta["name"], str(meta.get("uid", ""))
     )
+    reason = ""
     if finished:
         message = "the sync Job succeeded"
     else:
         conditions = job.get("status", {}).get("conditions") or []
         failed: Mapping[str, Any] = next((c for c in conditions if c.get("type") == "Failed"), {})
         message = str(result.get("error") or failed.get("message") or "the sync Job failed")
+        reason = str(result.get("reason") or "")
+        if not reason:
+            timed_out = failed.get("reason") == "DeadlineExceeded"
+            reason = "SyncTimedOut" if timed_out else "SyncJobFailed"
     return JobOutcome(
         succeeded=finished,
         revision=str(annotations.get(f"{GROUP}/user-library-revision", "")),
@@ -129,6 +137,7 @@ def read_outcome(cache: ObjectCache, job: Mapping[str, Any]) -> JobOutcome | Non
         result=result,
         retryable=exit_code not in PERMANENT_EXIT_CODES,
         message=message,
+        reason=reason,
     )
 
 
@@ -247,6 +256,27 @@ async def remove_job(kube: KubeClient, cache: ObjectCache, job: Mapping[str, Any
         if exc.status not in (404, 409):
             raise
     cache.forget(JOB, meta.get("namespace"), meta["name"])
+
+
+def sandbox_jobs(cache: ObjectCache, sandbox: CraftSandbox) -> list[dict[str, Any]]:
+    """The sandbox's sync Jobs (``<name>-library-<n>``) in the cache, finished or not:
+    only those it controls (by uid; a name or a label proves nothing)."""
+    namespace, uid = sandbox.metadata.namespace or "", sandbox.metadata.uid
+    return [
+        job
+        for (_, job_namespace, name), job in cache.items(JOB)
+        if job_namespace == namespace
+        and job_sequence(sandbox, name) is not None
+        and controlled_by(job, uid)
+    ]
+
+
+def job_sequence(sandbox: CraftSandbox, name: str) -> int | None:
+    """The n of the sync Job named ``<name>-library-<n>``; ``None`` for any other name."""
+    number = name.removeprefix(sync_job_name(sandbox, 0).removesuffix("0"))
+    if number == name or not number.isdigit() or not number.isascii():
+        return None
+    return int(number)
 
 
 def job_name(sandbox: CraftSandbox, sequence: int) -> str:

@@ -157,3 +157,37 @@ def test_a_job_whose_arguments_would_be_huge_is_refused() -> None:
 
     with pytest.raises(LibraryConfigError, match="bytes"):
         job(box)
+
+
+def test_the_job_pod_must_run_on_the_sandbox_pods_node_and_tolerates_its_taints() -> None:
+    box = CraftSandbox.model_validate(
+        {
+            "metadata": {"name": "alice", "namespace": "craft", "uid": "uid-1"},
+            "spec": {
+                "user": {"id": USER},
+                "userLibrary": {"mode": "Job"},
+                "tolerations": [{"key": "sandboxes", "operator": "Exists", "effect": "NoSchedule"}],
+            },
+        }
+    )
+
+    pod = job(box)["spec"]["template"]["spec"]
+
+    # A ReadWriteOnce volume attached to the sandbox's node cannot be mounted elsewhere.
+    assert pod["affinity"]["podAffinity"] == {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "labelSelector": {
+                    "matchLabels": {
+                        "craft.onyx.app/sandbox": "alice",
+                        "app.kubernetes.io/component": "sandbox",
+                    }
+                },
+                "topologyKey": "kubernetes.io/hostname",
+            }
+        ]
+    }
+    assert pod["tolerations"] == [
+        {"key": "sandboxes", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    assert "tolerations" not in job()["spec"]["template"]["spec"]

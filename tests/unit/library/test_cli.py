@@ -263,3 +263,21 @@ def test_the_sync_job_s_arguments_run_the_cli(
     assert result.exit_code == 0
     assert tree(dest) == {"keep.txt": b"k"}
     assert json.loads(result_file.read_text())["ok"] is True
+
+
+def test_an_unexpected_error_still_writes_a_retryable_result_without_its_message(
+    bucket: Bucket, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def crash(**_: object) -> None:
+        raise RuntimeError("aws_secret_access_key=CANARY-not-for-the-status")
+
+    monkeypatch.setattr("craft_operator.cli.sync_user_library.sync_user_library_local", crash)
+    result_file = tmp_path / "termination-log"
+
+    result = run(bucket, s3_server, tmp_path / "lib", "--result-file", str(result_file))
+
+    assert result.exit_code == 1
+    written = json.loads(result_file.read_text())
+    assert (written["ok"], written["reason"], written["retryable"]) == (False, "SyncFailed", True)
+    assert "RuntimeError" in written["error"]
+    assert "CANARY" not in result_file.read_text()

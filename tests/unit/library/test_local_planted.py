@@ -15,6 +15,7 @@ import hashlib
 import os
 import shutil
 import stat
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -285,3 +286,72 @@ def test_a_huge_manifest_planted_by_the_agent_is_not_read_into_memory_nor_truste
     assert result.copied == 2  # a full resync: the planted manifest said nothing
     assert manifest.stat().st_size < 1024
     assert library(lib) == {"a.txt": b"a", "b.txt": b"b"}
+
+
+def nest(directory: Path, depth: int) -> Path:
+    """What the agent does: ``depth`` directories one inside the other (by descriptor: the
+    path soon outgrows PATH_MAX); returns the top one."""
+    directory.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=descriptor)
+            inner = os.open("d", os.O_RDONLY, dir_fd=descriptor)
+            os.close(descriptor)
+            descriptor = inner
+        with open(
+            os.open("leaf", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=descriptor), "wb"
+        ) as leaf:
+            leaf.write(b"x")
+    finally:
+        os.close(descriptor)
+    return directory
+
+
+def unnest(top: Path) -> None:
+    """Remove what :func:`nest` made, if it is still there (pytest's own cleanup recurses)."""
+    while (top / "d").is_dir():
+        (top / "d").rename(top / "lifted")
+        for child in (top / "lifted").iterdir():
+            child.rename(top / child.name)
+        (top / "lifted").rmdir()
+    if top.is_dir():
+        shutil.rmtree(top)
+
+
+def test_a_tree_nested_deeper_than_the_recursion_limit_in_the_staging_area_is_cleared(
+    tmp_path: Path,
+) -> None:
+    lib, store = tmp_path / "lib", Store({"a.txt": b"a"})
+    staging = nest(lib / ".craft-sync" / "staging", sys.getrecursionlimit() + 200)
+
+    try:
+        result = sync(lib, store)
+    finally:
+        unnest(staging)
+
+    assert result.copied == 1
+    assert library(lib) == {"a.txt": b"a"}
+    assert not (lib / ".craft-sync" / "staging").exists()
+
+
+def test_removing_a_planted_tree_unlinks_its_symlinks_and_fifos_never_following_them(
+    tmp_path: Path, outside: Path
+) -> None:
+    lib, store = tmp_path / "lib", Store({"a.txt": b"a"})
+    sync(lib, store)
+    before = snapshot(outside)
+    (lib / "a.txt").unlink()
+    planted = lib / "a.txt" / "x" / "y"  # a directory where the library's file goes
+    planted.mkdir(parents=True)
+    (planted / "etc").symlink_to(outside)
+    (planted / "passwd").symlink_to(outside / "passwd")
+    (planted.parent / "sub").symlink_to(outside / "sub")
+    os.mkfifo(planted / "fifo")
+    nest(planted / "deep", 50)
+    store.objects["a.txt"] = b"a2"
+
+    sync(lib, store)
+
+    assert snapshot(outside) == before
+    assert library(lib) == {"a.txt": b"a2"}

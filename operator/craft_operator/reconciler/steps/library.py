@@ -26,7 +26,7 @@ async def sync_library(p: Pass) -> Stop | None:
             sandbox.spec.user_library, sandbox.spec.user, p.services.settings
         )
     except LibraryConfigError:
-        run.status.user_library = None
+        run.status.user_library = _jobs_only(run.status.user_library)
         run.set(ConditionState.true(USER_LIBRARY_SYNCED, "NotConfigured", NOT_CONFIGURED))
         return None
     attempt = attempt_for(sandbox, location, str(p.pod["metadata"].get("uid", "")))
@@ -38,6 +38,15 @@ async def sync_library(p: Pass) -> Stop | None:
         return None  # synced already, or its failure is reported and retrying cannot help
     library_exec.step(p, location, attempt)
     return None
+
+
+def _jobs_only(current: UserLibraryStatus | None) -> UserLibraryStatus | None:
+    """Of the status, what outlives the library's configuration: the sync Job that may
+    still run (collected once a bucket is back, before another starts) and the Jobs'
+    numbering."""
+    if current is None or (current.job is None and current.job_sequence is None):
+        return None
+    return UserLibraryStatus(job=current.job, job_sequence=current.job_sequence)
 
 
 STEP = Step(USER_LIBRARY_SYNCED, sync_library)

@@ -88,7 +88,11 @@ def _failed(
 
 
 def _succeeded(s: Services, run: Run, result: SyncResult, attempt: Attempt) -> None:
+    # Job mode's Job (one may still run after a switch to Exec) and numbering are kept.
+    kept = run.status.user_library or UserLibraryStatus()
     run.status.user_library = UserLibraryStatus(
+        job=kept.job,
+        job_sequence=kept.job_sequence,
         observed_revision=attempt.revision or None,
         last_sync_time=run.moment(),
         files=result.files,

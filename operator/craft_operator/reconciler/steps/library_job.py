@@ -11,7 +11,8 @@ from craft_operator.api.models import ConditionStatus, UserLibraryStatus
 from craft_operator.kube import kinds
 from craft_operator.library import LibraryLocation, LibrarySyncError
 from craft_operator.reconciler import sync_jobs
-from craft_operator.reconciler.children import ForeignObjectError
+from craft_operator.reconciler.children import ForeignObjectError, controlled_by
+from craft_operator.reconciler.library_pool import Outcome
 from craft_operator.reconciler.step import Pass
 from craft_operator.reconciler.steps.library_attempt import Attempt, is_current
 from craft_operator.status import USER_LIBRARY_SYNCED, ConditionState
@@ -20,7 +21,8 @@ JOB, POD = kinds.JOB, kinds.POD
 
 
 async def sync(p: Pass, location: LibraryLocation, attempt: Attempt) -> None:
-    """Collect the outcome of the Job that ran, then start a Job if the library is behind."""
+    """Collect the outcome of the Job that ran, then start a Job if the library is behind
+    (after a retryable failure, once its backoff has passed)."""
     current = (p.run.status.user_library or UserLibraryStatus()).model_copy()
     if current.job:
         collected = await _collect(p, current)
@@ -30,6 +32,11 @@ async def sync(p: Pass, location: LibraryLocation, attempt: Attempt) -> None:
         p.run.status.user_library = current
     if is_current(p.run, current, attempt) or current.failed_attempt == attempt.key:
         return
+    # The False condition of the failure stays meanwhile; its message says it is retried.
+    wait = p.services.library_pool.retry_in(p.run.key)
+    if wait > 0:
+        p.run.revisit(after=wait)
+        return
     await _start(p, current, location, attempt)
 
 
@@ -37,6 +44,8 @@ async def _collect(p: Pass, current: UserLibraryStatus) -> UserLibraryStatus | N
     """The status once the running Job's outcome is recorded; ``None`` while it runs."""
     s, namespace, running = p.services, p.sandbox.metadata.namespace or "", current.job or ""
     job = s.cache.get(JOB.name, namespace, running)
+    if job is not None and not controlled_by(job, p.sandbox.metadata.uid):
+        job = None  # someone else's Job by that name: never read as ours, nor deleted
     outcome = sync_jobs.read_outcome(s.cache, job) if job is not None else None
     if job is not None and outcome is not None and not outcome.result:
         # The Job's end can arrive before its pod's: read the pods once, directly.
@@ -61,7 +70,20 @@ async def _start(
 ) -> None:
     """Create the next sync Job (with its scoped credentials, if configured)."""
     s, run = p.services, p.run
-    sequence = (current.job_sequence or 0) + 1
+    ours = sync_jobs.sandbox_jobs(s.cache, p.sandbox)
+    running = next((job for job in ours if sync_jobs.job_finished(job) is None), None)
+    if running is not None:
+        # Its name left the status (a lost write, say): collect it before starting another,
+        # so that no two Jobs ever write into the volume at once.
+        name = running["metadata"]["name"]
+        current.job = name
+        current.job_sequence = max(current.job_sequence or 0, _sequence(p, name))
+        run.status.user_library = current
+        _syncing(p, f"sync Job {name} is running")
+        return
+    # Past every Job of ours still there: a finished one of the next name is not this sync.
+    names = [str(job["metadata"]["name"]) for job in ours]
+    sequence = max([current.job_sequence or 0, *(_sequence(p, name) for name in names)]) + 1
     try:
         job = sync_jobs.desired_job(
             p.sandbox,
@@ -98,10 +120,24 @@ async def _start(
     p.event("LibrarySyncJobCreated", f"created sync Job {name}")
 
 
+def _sequence(p: Pass, name: str) -> int:
+    return sync_jobs.job_sequence(p.sandbox, name) or 0
+
+
 def _syncing(p: Pass, message: str) -> None:
-    # A library already synced stays True while the next Job runs.
-    if not p.run.condition_is(USER_LIBRARY_SYNCED, ConditionStatus.TRUE):
+    # As in Exec mode: a library already synced stays True while the next Job runs, and a
+    # failure stays False (its message says it is retried): one move per outcome.
+    if not p.run.condition_is(USER_LIBRARY_SYNCED, ConditionStatus.TRUE, ConditionStatus.FALSE):
         p.run.set(ConditionState.unknown(USER_LIBRARY_SYNCED, "Syncing", message))
+
+
+def _count(p: Pass, error: LibrarySyncError | None) -> None:
+    """Count the outcome of a Job towards the sandbox's retry backoff (reset by a success
+    or a failure retrying cannot fix)."""
+    # The library pool keeps each sandbox's backoff for Exec mode's syncs (retry_in); Job
+    # mode's are counted there too, so that both modes back off alike and the state goes
+    # with the sandbox (forget) or the leadership (close).
+    p.services.library_pool.count(p.run.key, Outcome("", error=error))
 
 
 def _succeeded(
@@ -115,20 +151,25 @@ def _succeeded(
         int(result.get("bytesTransferred") or 0), float(result.get("durationSeconds") or 0)
     )
     p.event("LibrarySynced", message)
+    _count(p, None)
     return synced
 
 
 def _failed(
     p: Pass, current: UserLibraryStatus, outcome: sync_jobs.JobOutcome
 ) -> UserLibraryStatus:
-    reason = str(outcome.result.get("reason") or "SyncJobFailed")
+    reason = outcome.reason or "SyncJobFailed"
     p.services.metrics.sync_failed(reason)
     failed = current.model_copy()
     failed.last_error = outcome.message[:1000]
+    message = outcome.message
+    error = LibrarySyncError(message, retryable=outcome.retryable)
+    _count(p, error)
     if outcome.retryable:
-        p.run.revisit(backoff=reason)
+        failed.failed_attempt = None
+        message += "; retried with backoff"  # sync() waits for it before the next Job
     else:
         failed.failed_attempt = Attempt.of(outcome.revision, outcome.pod_uid, outcome.config).key
-    p.run.set(ConditionState.false(USER_LIBRARY_SYNCED, reason, outcome.message))
-    p.event(f"Library{reason}", outcome.message, warning=True)
+    p.run.set(ConditionState.false(USER_LIBRARY_SYNCED, reason, message))
+    p.event(f"Library{reason}", message, warning=True)
     return failed

@@ -1,0 +1,298 @@
+"""UserLibrarySynced in Job mode: one sync Job at a time per volume, retried with backoff.
+
+The tests play the Job controller and kubelet by putting a finished Job and its pod (with
+the sync's result as its termination message) into the cache, as their watch events would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from craft_operator.api.status_codec import dump_status
+from craft_operator.kube.cache import ObjectCache
+from craft_operator.kube.client import JOBS
+from craft_operator.library import SyncResult, resolve_location
+from craft_operator.reconciler.library_pool import LibrarySyncPool
+from craft_operator.reconciler.queue import Backoff
+from craft_operator.reconciler.step import Pass
+from craft_operator.reconciler.steps import library
+from craft_operator.reconciler.steps.library_attempt import attempt_for
+from craft_operator.reconciler.sync_jobs import desired_job, read_outcome, start_job
+from tests.unit.reconciler.conftest import NAMESPACE
+from tests.unit.reconciler.steps.conftest import NAME, World
+
+pytestmark = pytest.mark.unit
+
+POD = {"metadata": {"name": NAME, "namespace": NAMESPACE, "uid": "pod-1"}}
+JOB_MODE = {"userLibrary": {"mode": "Job"}}
+S3_DOWN = {"ok": False, "error": "S3 is unreachable", "reason": "S3Unavailable", "retryable": True}
+SYNCED = {"ok": True, "files": 3, "bytes": 30, "bytesTransferred": 30, "durationSeconds": 0.5}
+
+
+@pytest.fixture
+def job_world(make_world: Callable[..., World]) -> World:
+    """Job mode configured; retries back off by exactly 2 s, doubling (no jitter)."""
+    world = make_world(s3_bucket="onyx-user-files", library_s3_secret="library-s3")
+    world.services.library_pool = LibrarySyncPool(backoff=Backoff(base=2.0, cap=300.0, jitter=0))
+    return world
+
+
+def ready(world: World, status: dict[str, Any] | None = None, spec: Any = None) -> Pass:
+    """A pass over the sandbox with its pod Ready."""
+    p = world.pass_(spec=JOB_MODE if spec is None else spec, status=status or {})
+    p.pod = POD
+    return p
+
+
+async def next_pass(world: World, last: Pass | dict[str, Any], spec: Any = None) -> Pass:
+    """Run the library step in a pass over the status the ``last`` pass left."""
+    status = dump_status(last.run.status) if isinstance(last, Pass) else last
+    p = ready(world, status, spec)
+    await library.sync_library(p)
+    return p
+
+
+def jobs_created(world: World) -> int:
+    """Jobs the API server was asked to create."""
+    return sum(
+        1 for write in world.emulator.writes() if write.startswith("POST") and "/jobs" in write
+    )
+
+
+def end_job(world: World, name: str, result: dict[str, Any], exit_code: int) -> None:
+    """The Job's pod ends with ``result``, then the Job (Complete if it exited 0)."""
+    job = copy.deepcopy(world.cache.get("Job", NAMESPACE, name))
+    assert job is not None
+    job["metadata"]["resourceVersion"] = str(int(job["metadata"]["resourceVersion"]) + 1000)
+    kind = "Complete" if exit_code == 0 else "Failed"
+    job["status"] = {"conditions": [{"type": kind, "status": "True"}]}
+    world.cache.put("Job", job)
+    state = {"terminated": {"exitCode": exit_code, "message": json.dumps(result)}}
+    owner = {"kind": "Job", "name": name, "uid": job["metadata"]["uid"], "controller": True}
+    pod = {
+        "metadata": {
+            "name": f"{name}-abcde",
+            "namespace": NAMESPACE,
+            "resourceVersion": "1",
+            "creationTimestamp": "2026-11-23T12:00:00Z",
+            "labels": {"batch.kubernetes.io/job-name": name},
+            "ownerReferences": [owner],
+        },
+        "status": {"containerStatuses": [{"name": "sync", "state": state}]},
+    }
+    world.cache.put("Pod", pod)
+
+
+def backoff_passed(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let the sandbox's retry time come (no test waits for a clock)."""
+    monkeypatch.setattr(world.services.library_pool, "retry_in", lambda key: 0.0)
+
+
+def delay(p: Pass) -> float:
+    """Seconds until the pass asked to come back."""
+    after = p.run.verdict.after
+    assert after is not None
+    return after
+
+
+def condition(p: Pass) -> tuple[str, str, str]:
+    found = p.run.condition("UserLibrarySynced")
+    assert found is not None
+    return found.status, found.reason, found.message
+
+
+async def test_a_retryable_job_failure_waits_for_the_backoff_before_the_next_job(
+    job_world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = await next_pass(job_world, {})
+    end_job(job_world, "alice-library-1", S3_DOWN, exit_code=1)
+
+    collected = await next_pass(job_world, first)
+    meanwhile = await next_pass(job_world, collected)  # e.g. on the Job's deletion event
+
+    assert jobs_created(job_world) == 1
+    for p in (collected, meanwhile):
+        status, reason, message = condition(p)
+        assert (status, reason) == ("False", "S3Unavailable")
+        assert message.endswith("retried with backoff")
+        assert 0 < delay(p) <= 2
+    assert job_world.events.reasons.count("LibraryS3Unavailable") == 1
+
+    backoff_passed(job_world, monkeypatch)
+    retried = await next_pass(job_world, meanwhile)
+
+    assert jobs_created(job_world) == 2
+    assert retried.run.status.user_library is not None
+    assert retried.run.status.user_library.job == "alice-library-2"
+    assert condition(retried)[:2] == ("False", "S3Unavailable")  # until the retry's outcome
+
+
+async def test_consecutive_job_failures_double_the_backoff_and_a_success_resets_it(
+    job_world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = await next_pass(job_world, {})
+    end_job(job_world, "alice-library-1", S3_DOWN, exit_code=1)
+    once = await next_pass(job_world, first)
+    with monkeypatch.context() as patched:
+        backoff_passed(job_world, patched)
+        second = await next_pass(job_world, once)
+    end_job(job_world, "alice-library-2", S3_DOWN, exit_code=1)
+
+    twice = await next_pass(job_world, second)
+
+    assert 0 < delay(once) <= 2
+    assert 2 < delay(twice) <= 4
+    with monkeypatch.context() as patched:
+        backoff_passed(job_world, patched)
+        third = await next_pass(job_world, twice)
+    end_job(job_world, "alice-library-3", SYNCED, exit_code=0)
+    synced = await next_pass(job_world, third)
+
+    assert condition(synced)[:2] == ("True", "Synced")
+    assert job_world.services.library_pool.retry_in(synced.run.key) == 0
+
+
+async def test_removing_the_bucket_keeps_the_running_job_so_readding_it_starts_no_second_job(
+    make_world: Callable[..., World],
+) -> None:
+    world = make_world(library_s3_secret="library-s3")
+    with_bucket = {"userLibrary": {"mode": "Job", "bucket": "bucket-a"}}
+    first = ready(world, {"userLibrary": {"jobSequence": 4}}, with_bucket)
+    await library.sync_library(first)
+
+    unconfigured = await next_pass(world, first)  # the default spec: Job mode, no bucket
+    readded = await next_pass(world, unconfigured, with_bucket)
+
+    assert condition(unconfigured)[:2] == ("True", "NotConfigured")
+    for p in (unconfigured, readded):
+        kept = p.run.status.user_library
+        assert kept is not None
+        assert (kept.job, kept.job_sequence) == ("alice-library-5", 5)
+    assert jobs_created(world) == 1
+    end_job(world, "alice-library-5", SYNCED, exit_code=0)
+    ended = await next_pass(world, readded, with_bucket)
+    assert ended.run.status.user_library is not None
+    assert ended.run.status.user_library.job_sequence == 5
+
+
+async def test_an_unfinished_job_of_the_sandbox_missing_from_status_is_awaited_not_doubled(
+    job_world: World,
+) -> None:
+    p = ready(job_world, {"userLibrary": {"jobSequence": 2}})
+    location = resolve_location(
+        p.sandbox.spec.user_library, p.sandbox.spec.user, job_world.services.settings
+    )
+    attempt = attempt_for(p.sandbox, location, "pod-1")
+    s = job_world.services
+    job = desired_job(
+        p.sandbox,
+        s.settings,
+        location,
+        sequence=4,
+        revision=attempt.revision,
+        pod_uid=attempt.pod_uid,
+        config=attempt.config,
+    )
+    await start_job(s.kube, s.cache, job)  # its name never reached the status
+    started = jobs_created(job_world)
+
+    await library.sync_library(p)
+
+    assert jobs_created(job_world) == started
+    status = p.run.status.user_library
+    assert status is not None
+    assert (status.job, status.job_sequence) == ("alice-library-4", 4)
+    end_job(job_world, "alice-library-4", SYNCED, exit_code=0)
+    collected = await next_pass(job_world, p)
+    assert condition(collected)[:2] == ("True", "Synced")
+    assert jobs_created(job_world) == started
+
+
+async def test_an_exec_mode_sync_keeps_job_modes_numbering_for_a_switch_back(
+    make_world: Callable[..., World],
+) -> None:
+    world = make_world(s3_bucket="onyx-user-files")
+    result = SyncResult(
+        files=1,
+        bytes=1,
+        bytes_transferred=1,
+        copied=1,
+        deleted=0,
+        skipped=(),
+        excluded=0,
+        duration_seconds=0.1,
+    )
+
+    class Library:
+        async def sync(self, *args: object, **kwargs: object) -> SyncResult:
+            return result
+
+    world.services.library = Library()  # type: ignore[assignment]
+    exec_mode: dict[str, Any] = {"userLibrary": {"mode": "Exec"}}
+    pool, ended = world.services.library_pool, asyncio.Event()
+    pool.wake = lambda key: ended.set()
+    started = await next_pass(world, {"userLibrary": {"jobSequence": 7}}, exec_mode)
+    async with asyncio.timeout(10):
+        await ended.wait()
+
+    collected = await next_pass(world, started, exec_mode)
+
+    assert condition(collected)[:2] == ("True", "Synced")
+    assert collected.run.status.user_library is not None
+    assert collected.run.status.user_library.job_sequence == 7
+    await pool.close()
+
+
+async def test_a_job_by_the_recorded_name_that_the_sandbox_does_not_control_is_left_alone(
+    job_world: World,
+) -> None:
+    p = ready(job_world, {"userLibrary": {"job": "alice-library-3", "jobSequence": 3}})
+    foreign = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "alice-library-3", "namespace": NAMESPACE},
+        "spec": {
+            "template": {
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "x", "image": "x"}]}
+            }
+        },
+    }
+    created = await job_world.services.kube.create(JOBS, foreign)
+    created["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    created["metadata"]["resourceVersion"] = str(int(created["metadata"]["resourceVersion"]) + 1)
+    job_world.cache.put("Job", created)
+
+    await library.sync_library(p)
+
+    assert job_world.stored("batch/v1/jobs", "alice-library-3") is not None
+    assert "LibrarySynced" not in job_world.events.reasons
+    status = p.run.status.user_library
+    assert status is not None
+    assert status.job == "alice-library-4"
+
+
+def test_a_job_past_its_deadline_reports_that_the_sync_timed_out() -> None:
+    job = {
+        "metadata": {"name": "alice-library-1", "namespace": NAMESPACE, "uid": "job-uid"},
+        "status": {
+            "conditions": [
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "DeadlineExceeded",
+                    "message": "Job was active longer than specified deadline",
+                }
+            ]
+        },
+    }
+
+    outcome = read_outcome(ObjectCache(), job)
+
+    assert outcome is not None
+    assert (outcome.reason, outcome.retryable) == ("SyncTimedOut", True)
