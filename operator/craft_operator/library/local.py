@@ -22,6 +22,7 @@ import asyncio
 import errno
 import itertools
 import os
+import secrets
 import stat
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +41,9 @@ CHUNK_BYTES = 1024 * 1024
 DOWNLOAD_THREADS = 8
 #: Tries to replace an entry the sandbox keeps swapping before the sync gives up (retryable).
 ATTEMPTS = 3
+#: Entries one tree removal handles at most (unlinked or moved up) before it gives up: the
+#: agent could refill a directory as fast as it is emptied.
+MAX_REMOVAL_STEPS = 1_000_000
 STAGING = "staging"
 MANIFEST = "manifest"
 #: The most of a manifest the writer reads. A real one lists each file in a line of about a
@@ -99,8 +103,14 @@ def _remove_tree(parent: int, name: str) -> None:
     """
     top = _open_dir(parent, name)
     try:
-        moved = itertools.count()
+        # Fresh names per removal: one cut off before left ".rm-" entries behind.
+        token = secrets.token_hex(8)
+        moved = (f".rm-{token}-{n}" for n in itertools.count())
+        steps = 0
         while entries := _entries(top):
+            steps += len(entries)
+            if steps > MAX_REMOVAL_STEPS:
+                raise _planted(name)  # refilled as fast as it is emptied
             for entry, is_dir in entries:
                 if not is_dir:
                     try:
@@ -122,7 +132,7 @@ def _entries(directory: int) -> list[tuple[str, bool]]:
         return [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in entries]
 
 
-def _lift(top: int, name: str, moved: Iterator[int]) -> None:
+def _lift(top: int, name: str, moved: Iterator[str]) -> None:
     """Move the entries of the directory ``name`` in ``top`` into ``top``, then remove it."""
     try:
         directory = _open_dir(top, name)
@@ -145,12 +155,12 @@ def _lift(top: int, name: str, moved: Iterator[int]) -> None:
             raise
 
 
-def _move_up(directory: int, entry: str, top: int, moved: Iterator[int]) -> None:
+def _move_up(directory: int, entry: str, top: int, moved: Iterator[str]) -> None:
     """Rename ``entry`` from ``directory`` into ``top`` under a new name (all of ``top``
     goes, so an entry replaced there by the rename was to be removed anyway)."""
     for _ in range(ATTEMPTS):
         try:
-            os.rename(entry, f".rm-{next(moved)}", src_dir_fd=directory, dst_dir_fd=top)
+            os.rename(entry, next(moved), src_dir_fd=directory, dst_dir_fd=top)
             return
         except FileNotFoundError:
             return

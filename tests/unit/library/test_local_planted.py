@@ -355,3 +355,56 @@ def test_removing_a_planted_tree_unlinks_its_symlinks_and_fifos_never_following_
 
     assert snapshot(outside) == before
     assert library(lib) == {"a.txt": b"a2"}
+
+
+def test_a_removal_cut_off_halfway_is_finished_by_the_next_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lib, store = tmp_path / "lib", Store({"a.txt": b"a"})
+    staging = lib / ".craft-sync" / "staging"
+    for i in range(10):
+        for j in range(4):
+            (staging / f"d{i}" / f"s{j}").mkdir(parents=True)
+            (staging / f"d{i}" / f"s{j}" / "f").write_text("x")
+    real, renames = os.rename, [0]
+
+    def killed_after_twenty(*args: Any, **kwargs: Any) -> None:
+        renames[0] += 1
+        if renames[0] > 20:
+            raise KeyboardInterrupt("the Job's pod was killed")
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(os, "rename", killed_after_twenty)
+    with pytest.raises(KeyboardInterrupt):
+        sync(lib, store)
+    monkeypatch.setattr(os, "rename", real)
+
+    result = sync(lib, store)
+
+    assert result.copied == 1
+    assert library(lib) == {"a.txt": b"a"}
+
+
+def test_a_directory_refilled_as_fast_as_it_is_emptied_fails_the_sync_instead_of_spinning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from craft_operator.library import local
+    from craft_operator.library.errors import DestinationError
+
+    lib, store = tmp_path / "lib", Store({"a.txt": b"a"})
+    staging = lib / ".craft-sync" / "staging"
+    staging.mkdir(parents=True)
+    monkeypatch.setattr(local, "MAX_REMOVAL_STEPS", 50)
+    real_unlink, made = os.unlink, [0]
+
+    def agent_refills(name: Any, *args: Any, **kwargs: Any) -> None:
+        real_unlink(name, *args, **kwargs)
+        made[0] += 1
+        (staging / f"again-{made[0]}").write_text("x")  # the agent writes another
+
+    (staging / "first").write_text("x")
+    monkeypatch.setattr(os, "unlink", agent_refills)
+
+    with pytest.raises(DestinationError):
+        sync(lib, store)
+    assert made[0] <= 60

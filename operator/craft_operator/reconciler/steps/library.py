@@ -8,12 +8,15 @@ a revision annotated while a sync runs is synced once it ends.
 from __future__ import annotations
 
 from craft_operator.api.models import LibraryMode, UserLibraryStatus
+from craft_operator.kube.client import ApiError
 from craft_operator.library import LibraryConfigError, resolve_location
 from craft_operator.reconciler.step import Pass, Step, Stop
 from craft_operator.reconciler.steps import library_exec, library_job
 from craft_operator.reconciler.steps.library_attempt import attempt_for, is_current
 from craft_operator.status import USER_LIBRARY_SYNCED, ConditionState
 
+#: UserLibrarySynced's reason when the API server refused a request about a sync Job.
+JOB_REQUEST_FAILED = "JobRequestFailed"
 NOT_CONFIGURED = "no S3 bucket in spec.userLibrary.bucket or CRAFT_S3_BUCKET: the library is empty"
 
 
@@ -31,7 +34,12 @@ async def sync_library(p: Pass) -> Stop | None:
         return None
     attempt = attempt_for(sandbox, location, str(p.pod["metadata"].get("uid", "")))
     if sandbox.spec.user_library.mode == LibraryMode.JOB:
-        await library_job.sync(p, location, attempt)
+        try:
+            await library_job.sync(p, location, attempt)
+        except ApiError as exc:
+            # Said and retried, but never the pass's end: the CLI's row runs after this
+            # step, and a renewed PAT must reach the pod whatever the Jobs' API answers.
+            p.fail(USER_LIBRARY_SYNCED, JOB_REQUEST_FAILED, f"cannot manage the sync Job: {exc}")
         return None
     current = run.status.user_library or UserLibraryStatus()
     if is_current(run, current, attempt) or current.failed_attempt == attempt.key:

@@ -296,3 +296,28 @@ def test_a_job_past_its_deadline_reports_that_the_sync_timed_out() -> None:
 
     assert outcome is not None
     assert (outcome.reason, outcome.retryable) == ("SyncTimedOut", True)
+
+
+async def test_a_refused_job_request_is_said_and_retried_but_never_stops_the_cli_row(
+    job_world: World,
+) -> None:
+    from craft_operator.reconciler import table
+    from craft_operator.reconciler.step import Step, Stop
+    from craft_operator.reconciler.steps import cli
+    from tests.support.apply import FailNext
+
+    job_world.emulator.before_request.insert(0, FailNext("POST", 403, count=100))
+    ran: list[str] = []
+
+    async def cli_step(p: Pass) -> Stop | None:
+        ran.append("cli")
+        return None
+
+    p = ready(job_world)
+    await table.run_steps(p, ((library.STEP, Step(cli.STEP.condition, cli_step)),))
+
+    assert ran == ["cli"], "a renewed PAT still reaches the pod"
+    condition = p.run.condition("UserLibrarySynced")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("False", "JobRequestFailed")
+    assert p.run.verdict.backoff == "JobRequestFailed"
