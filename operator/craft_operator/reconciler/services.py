@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import hashlib
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -206,16 +207,25 @@ class SkillRenderer:
         self._template: tuple[float, str | None, str | None] | None = None
         self._lock = asyncio.Lock()
         self._memo = RenderMemo()
+        self._template_digest: tuple[str, str] | None = None
 
     async def render(self, sandbox: CraftSandbox, *, builtin: bool = False) -> RenderedSkill:
         """The SKILL.md for ``sandbox``'s sources."""
         template = None if builtin else await self._custom_template()
+        template_hash = None if template is None else self._digest(template)
         sources = sandbox.spec.sources
-        found = self._memo.get(sources_digest(sources), template)
+        found = self._memo.get(sources_digest(sources), template_hash)
         if found is None:
             found = render_skill(sources, template=template)
-            self._memo.put(template, found)
+            self._memo.put(template_hash, found)
         return found
+
+    def _digest(self, template: str) -> str:
+        # Worked out once per text read, not per render (a template may be 1 MiB).
+        if self._template_digest is None or self._template_digest[0] is not template:
+            digest = hashlib.sha256(template.encode()).hexdigest()
+            self._template_digest = (template, digest)
+        return self._template_digest[1]
 
     async def _custom_template(self) -> str | None:
         if self._ref is None:

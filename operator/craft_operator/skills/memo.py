@@ -2,7 +2,8 @@
 
 Bounded by entries *and* by the bytes of the renderings it holds: a spec may carry about
 1 MB of sources, and every edit of them is a new key, so a memory bounded only by count
-could be made to hold gigabytes. Keys are digests of the sources, never the sources.
+could be made to hold gigabytes. Keys are digests of the sources and of the template
+(``None``: the built-in one), never their text.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ MAX_CHARS = 8 * 1024 * 1024
 
 
 class RenderMemo:
-    """Least-recently-used renderings by (sources digest, template)."""
+    """Least-recently-used renderings by (sources digest, template digest)."""
 
     def __init__(self, *, max_entries: int = MAX_ENTRIES, max_chars: int = MAX_CHARS) -> None:
         """Remember at most ``max_entries`` renderings and ``max_chars`` of their text."""
@@ -35,17 +36,17 @@ class RenderMemo:
         """Characters of rendered text held."""
         return self._chars
 
-    def get(self, sources_hash: str, template: str | None) -> RenderedSkill | None:
-        """The remembered rendering of these sources with ``template``, if any."""
-        key = (sources_hash, template)
+    def get(self, sources_hash: str, template_hash: str | None) -> RenderedSkill | None:
+        """The remembered rendering of these sources with that template, if any."""
+        key = (sources_hash, template_hash)
         found = self._entries.get(key)
         if found is not None:
             self._entries.move_to_end(key)
         return found
 
-    def put(self, template: str | None, rendered: RenderedSkill) -> None:
-        """Remember ``rendered`` (made with ``template``), forgetting the least recent."""
-        key = (rendered.sources_hash, template)
+    def put(self, template_hash: str | None, rendered: RenderedSkill) -> None:
+        """Remember ``rendered`` (made with that template), forgetting the least recent."""
+        key = (rendered.sources_hash, template_hash)
         previous = self._entries.pop(key, None)
         if previous is not None:
             self._chars -= len(previous.text)

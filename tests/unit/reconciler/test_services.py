@@ -443,3 +443,14 @@ async def test_a_template_read_again_after_its_ttl_can_recover(
     emulator.create("v1/configmaps", template_configmap())
     rendered = await renderer.render(make_sandbox(sources=SOURCES))
     assert "Custom company search." in rendered.text
+
+
+async def test_each_read_of_the_same_template_reuses_the_remembered_rendering(
+    kube: KubeClient, emulator: KubeEmulator, custom_settings: Settings
+) -> None:
+    emulator.create("v1/configmaps", template_configmap())
+    renderer = SkillRenderer(kube, custom_settings, ttl=0)
+    first = await renderer.render(make_sandbox(sources=SOURCES))
+    for _ in range(4):
+        assert await renderer.render(make_sandbox(sources=SOURCES)) is first
+    assert configmap_reads(emulator) == 5, "read every time (ttl 0), remembered once"
