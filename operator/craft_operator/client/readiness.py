@@ -204,6 +204,11 @@ def _library_gave_up(
     failed = status.user_library.failed_attempt if status.user_library is not None else None
     if not failed:
         return False
+    if progress.library_attempt is None:
+        # Never synced: no configuration to key the current attempt by. A failure retrying
+        # cannot fix fails the wait at once, rather than leaving it to its timeout (it may
+        # be one the operator retries after a new revision: the caller may wait again).
+        return True
     return failed == progress.library_attempt or failed != earlier_failure
 
 

@@ -98,3 +98,18 @@ async def test_the_retry_failing_for_good_too_fails_the_wait(
 
     with pytest.raises(SandboxFailedError, match="LibraryTooLarge"):
         await waiting
+
+
+async def test_a_first_library_sync_that_failed_for_good_fails_the_wait_at_once(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    await sandbox_at_revision(aclient, "r7")
+    never_synced = {
+        "podUID": "pod-1",
+        "userLibrary": {"failedAttempt": Attempt.of("r7", "pod-1", "cfg").key},
+    }
+    write_status(emulator, "alice", "Provisioning", TOO_LARGE, **never_synced)
+
+    with pytest.raises(SandboxFailedError, match="LibraryTooLarge"):
+        await aclient.wait_ready(NAMESPACE, "alice", timeout=30)
+    assert aclient.requests["watch"] == 0, "not left to the wait's timeout"
