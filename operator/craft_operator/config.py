@@ -23,7 +23,6 @@ from craft_operator.api.constants import (
     IMAGE_PATTERN,
     QUALIFIED_NAME_LENGTH_PATTERN,
     RESOURCE_NAME_PATTERN,
-    S3_BUCKET_PATTERN,
     URL_PATTERN,
 )
 from craft_operator.api.constants import DNS_SUBDOMAIN_PATTERN as DNS_SUBDOMAIN_PATTERN
@@ -46,6 +45,12 @@ def default_state_dir() -> Path:
     """Where the embedded database and development key ring live unless configured."""
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "craft-operator"
+
+
+#: The default bucket may have a legacy name (us-east-1 buckets made before 2018 may hold
+#: capitals and '_', as may GCS's interoperable ones): refusing one that worked before would
+#: stop an upgraded operator. A spec's bucket follows today's rules.
+LEGACY_S3_BUCKET_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]$"
 
 
 class SettingsError(Exception):
@@ -403,10 +408,10 @@ class Settings(BaseSettings):
     @classmethod
     def _check_bucket(cls, value: str | None) -> str | None:
         message = (
-            "must be an S3 bucket name: 3 to 63 lowercase letters, digits, '.' and '-', "
+            "must be an S3 bucket name: 3 to 255 letters, digits, '.', '_' and '-', "
             "starting and ending with a letter or digit"
         )
-        return check_pattern(value, S3_BUCKET_PATTERN, message)
+        return check_pattern(value, LEGACY_S3_BUCKET_PATTERN, message)
 
     @field_validator("library_volume_size")
     @classmethod

@@ -318,7 +318,7 @@ def test_a_default_image_must_not_contain_spaces(
     assert f"{variable}: must be an image reference without spaces" in message
 
 
-@pytest.mark.parametrize("bucket", ["Not_A_Bucket!", "ab", "-bucket", "bucket\n"])
+@pytest.mark.parametrize("bucket", ["Not_A_Bucket!", "ab", "-bucket", "bucket\n", "a b c"])
 def test_the_default_bucket_must_be_an_s3_bucket_name(
     monkeypatch: pytest.MonkeyPatch, bucket: str
 ) -> None:
@@ -342,3 +342,10 @@ def test_the_library_volume_size_must_be_at_least_a_byte(
 ) -> None:
     message = settings_error(monkeypatch, CRAFT_LIBRARY_VOLUME_SIZE=size)
     assert "CRAFT_LIBRARY_VOLUME_SIZE: the size must be at least 1" in message
+
+
+def test_a_legacy_default_bucket_name_still_starts_the_operator(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CRAFT_S3_BUCKET", "Legacy_Team_Files")
+    assert Settings().s3_bucket == "Legacy_Team_Files"
