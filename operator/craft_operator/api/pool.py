@@ -17,20 +17,19 @@ import copy
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError
 from pydantic.fields import FieldInfo
 
-from craft_operator.api.base import ApiModel, check_class_name, check_pattern
-from craft_operator.api.constants import GROUP, IMAGE_PATTERN
+from craft_operator.api.base import ApiModel
+from craft_operator.api.constants import GROUP
 from craft_operator.api.models import ObjectMeta
 from craft_operator.api.parse import describe_validation_error
 from craft_operator.api.spec import (
-    IMAGE_MESSAGE,
     CraftSandboxSpec,
     NodeSelector,
+    PodSettingsChecks,
     Resources,
     Toleration,
-    check_node_selector,
 )
 from craft_operator.api.status import Condition, StatusModel
 
@@ -66,7 +65,7 @@ def _sandbox_field(name: str, description: str) -> Any:
 _MATCH = " A CraftSandbox claims the pool's pods only if its own value is the same."
 
 
-class CraftSandboxPoolSpec(ApiModel):
+class CraftSandboxPoolSpec(PodSettingsChecks):
     """The desired state of a pool of warm sandbox pods."""
 
     replicas: int = Field(
@@ -97,26 +96,6 @@ class CraftSandboxPoolSpec(ApiModel):
     priority_class_name: str | None = _sandbox_field(
         "priority_class_name", "PriorityClass of the pool's pods." + _MATCH
     )
-
-    @field_validator("image")
-    @classmethod
-    def _image(cls, value: str | None) -> str | None:
-        return check_pattern(value, IMAGE_PATTERN, IMAGE_MESSAGE)
-
-    @field_validator("runtime_class_name")
-    @classmethod
-    def _runtime_class(cls, value: str | None) -> str | None:
-        return check_class_name(value, "runtimeClassName", "RuntimeClass")
-
-    @field_validator("priority_class_name")
-    @classmethod
-    def _priority_class(cls, value: str | None) -> str | None:
-        return check_class_name(value, "priorityClassName", "PriorityClass")
-
-    @field_validator("node_selector")
-    @classmethod
-    def _node_selector(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        return check_node_selector(value)
 
 
 class CraftSandboxPoolStatus(StatusModel):

@@ -489,7 +489,32 @@ class PoolRef(ApiModel):
         return check_pattern(value, DNS_LABEL_PATTERN, "poolRef.name must be a pool's name")
 
 
-class CraftSandboxSpec(ApiModel):
+class PodSettingsChecks(ApiModel):
+    """The checks of the pod settings a sandbox and a pool both carry (each defines the
+    fields): what the pod API would refuse is refused when the spec is read."""
+
+    @field_validator("image", check_fields=False)
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        return check_pattern(value, IMAGE_PATTERN, IMAGE_MESSAGE)
+
+    @field_validator("runtime_class_name", check_fields=False)
+    @classmethod
+    def _runtime_class(cls, value: str | None) -> str | None:
+        return check_class_name(value, "runtimeClassName", "RuntimeClass")
+
+    @field_validator("priority_class_name", check_fields=False)
+    @classmethod
+    def _priority_class(cls, value: str | None) -> str | None:
+        return check_class_name(value, "priorityClassName", "PriorityClass")
+
+    @field_validator("node_selector", check_fields=False)
+    @classmethod
+    def _node_selector(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        return check_node_selector(value)
+
+
+class CraftSandboxSpec(PodSettingsChecks):
     """The desired state of a Craft sandbox."""
 
     model_config = ConfigDict(json_schema_extra=cel_rules(WORKSPACE_KEPT_RULE))
@@ -603,26 +628,6 @@ class CraftSandboxSpec(ApiModel):
         ),
         json_schema_extra=WORKSPACE_FIELD_RULES,
     )
-
-    @field_validator("image")
-    @classmethod
-    def _image(cls, value: str | None) -> str | None:
-        return check_pattern(value, IMAGE_PATTERN, IMAGE_MESSAGE)
-
-    @field_validator("runtime_class_name")
-    @classmethod
-    def _runtime_class(cls, value: str | None) -> str | None:
-        return check_class_name(value, "runtimeClassName", "RuntimeClass")
-
-    @field_validator("priority_class_name")
-    @classmethod
-    def _priority_class(cls, value: str | None) -> str | None:
-        return check_class_name(value, "priorityClassName", "PriorityClass")
-
-    @field_validator("node_selector")
-    @classmethod
-    def _node_selector(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        return check_node_selector(value)
 
     @field_validator("server_url")
     @classmethod
