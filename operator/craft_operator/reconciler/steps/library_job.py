@@ -110,6 +110,10 @@ async def _start(
     try:
         await sync_jobs.start_job(s.kube, s.cache, job, scoped)
     except ForeignObjectError as exc:
+        # Someone else's object holds this Job's name (or its Secret's): the retry takes
+        # the next number rather than the same name again.
+        current.job_sequence = sequence
+        run.status.user_library = current
         p.fail(USER_LIBRARY_SYNCED, f"{exc.kind}NameTaken", str(exc))
         return
     name = job["metadata"]["name"]

@@ -321,3 +321,31 @@ async def test_a_refused_job_request_is_said_and_retried_but_never_stops_the_cli
     assert condition is not None
     assert (condition.status, condition.reason) == ("False", "JobRequestFailed")
     assert p.run.verdict.backoff == "JobRequestFailed"
+
+
+async def test_a_foreign_object_at_the_next_job_name_is_skipped_not_retried_forever(
+    job_world: World,
+) -> None:
+    foreign = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "alice-library-1", "namespace": NAMESPACE},
+        "spec": {
+            "template": {
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "x", "image": "x"}]}
+            }
+        },
+    }
+    await job_world.services.kube.create(JOBS, foreign)
+    p = ready(job_world)
+    await library.sync_library(p)
+    assert condition(p)[1] == "JobNameTaken"
+
+    second = await next_pass(job_world, p)
+
+    status = second.run.status.user_library
+    assert status is not None
+    assert status.job == "alice-library-2"
+    untouched = job_world.stored("batch/v1/jobs", "alice-library-1")
+    assert untouched is not None
+    assert not untouched["metadata"].get("ownerReferences"), "never adopted"
