@@ -34,6 +34,8 @@ EMBEDDED_CLUSTER_ID = "embedded"
 #: The longest a setting in seconds may be: one year (also keeps it far from what
 #: ``timedelta`` and ``int()`` can hold; ``inf`` and ``nan`` are refused outright).
 MAX_SECONDS = 365 * 24 * 3600.0
+#: A setting in seconds: finite, and at most :data:`MAX_SECONDS`.
+Seconds = Annotated[float, Field(le=MAX_SECONDS, allow_inf_nan=False)]
 
 DEFAULT_SANDBOX_RESOURCES: dict[str, dict[str, str]] = {
     "requests": {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "5Gi"},
@@ -121,11 +123,9 @@ class Settings(BaseSettings):
         lt=1,
         description="Mint a new PAT when less than this share of its lifetime is left.",
     )
-    credential_renewal_grace: float = Field(
+    credential_renewal_grace: Seconds = Field(
         default=300.0,
         gt=0,
-        le=MAX_SECONDS,
-        allow_inf_nan=False,
         description=(
             "Seconds a renewed PAT's predecessor stays live at most, for the running pod to "
             "switch to the new one; revoked as soon as onyx-cli validates the new one there."
@@ -141,11 +141,9 @@ class Settings(BaseSettings):
         ),
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$",
     )
-    orphan_sweep_interval: float = Field(
+    orphan_sweep_interval: Seconds = Field(
         default=600.0,
         ge=0,
-        le=MAX_SECONDS,
-        allow_inf_nan=False,
         description=(
             "Seconds between sweeps that revoke PATs whose CraftSandbox is gone (0: never)."
         ),
@@ -184,11 +182,9 @@ class Settings(BaseSettings):
         },
         description="Default sandbox container resources, JSON: {requests: {...}, limits: {...}}.",
     )
-    idle_check_interval: float = Field(
+    idle_check_interval: Seconds = Field(
         default=60.0,
         gt=0,
-        le=MAX_SECONDS,
-        allow_inf_nan=False,
         description="Seconds between idle-timeout checks of each sandbox.",
     )
     workers: int = Field(default=16, ge=1, le=256, description="Sandboxes reconciled concurrently.")
@@ -196,19 +192,15 @@ class Settings(BaseSettings):
         default="uvloop",
         description="The event loop `run` works on: uvloop, or the standard library's asyncio.",
     )
-    resync_interval: float = Field(
+    resync_interval: Seconds = Field(
         default=300.0,
         gt=0,
-        le=MAX_SECONDS,
-        allow_inf_nan=False,
         description="Seconds between revisits of a sandbox when nothing changes (catches PATs "
         "revoked out of band).",
     )
-    pod_restart_backoff: float = Field(
+    pod_restart_backoff: Seconds = Field(
         default=10.0,
         gt=0,
-        le=MAX_SECONDS,
-        allow_inf_nan=False,
         description="Seconds before replacing a failed pod; doubles per failure, up to 300.",
     )
     operator_image: str = Field(
@@ -246,18 +238,14 @@ class Settings(BaseSettings):
         description="Job mode: size of a library volume when spec.userLibrary.size is unset.",
         pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$",
     )
-    library_sync_timeout: float = Field(
+    library_sync_timeout: Seconds = Field(
         default=1800.0,
         gt=0,
-        le=MAX_SECONDS,
-        allow_inf_nan=False,
         description="Seconds one user-library sync may take before it is abandoned and retried.",
     )
-    library_exec_timeout: float = Field(
+    library_exec_timeout: Seconds = Field(
         default=60.0,
         gt=0,
-        le=MAX_SECONDS,
-        allow_inf_nan=False,
         description=(
             "Seconds each command of an Exec-mode library sync may take (the upload one more "
             "second per MB it carries); over it the command is abandoned (ExecTimedOut)."
@@ -284,11 +272,9 @@ class Settings(BaseSettings):
         ge=1,
         description="Failed pods in a row before the sandbox is Failed and no longer replaced.",
     )
-    provisioning_timeout: float = Field(
+    provisioning_timeout: Seconds = Field(
         default=180.0,
         gt=0,
-        le=MAX_SECONDS,
-        allow_inf_nan=False,
         description="Seconds a pod may take to become ready.",
     )
     allow_unrestricted_egress: bool = Field(
