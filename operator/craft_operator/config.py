@@ -21,11 +21,10 @@ from craft_operator.api.base import check_pattern, check_quantity
 from craft_operator.api.constants import (
     DNS_LABEL_PATTERN,
     IMAGE_PATTERN,
-    QUALIFIED_NAME_LENGTH_PATTERN,
-    RESOURCE_NAME_PATTERN,
     URL_PATTERN,
 )
 from craft_operator.api.constants import DNS_SUBDOMAIN_PATTERN as DNS_SUBDOMAIN_PATTERN
+from craft_operator.api.spec import is_resource_name
 
 ENV_PREFIX = "CRAFT_"
 #: The cluster id of rows in the embedded SQLite database when CRAFT_CLUSTER_ID is unset.
@@ -373,10 +372,7 @@ class Settings(BaseSettings):
             raise ValueError(f"only 'requests' and 'limits' are allowed, not {sorted(unknown)}")
         for part, quantities in value.items():
             for name, quantity in quantities.items():
-                if not (
-                    re.fullmatch(RESOURCE_NAME_PATTERN, name)
-                    and re.fullmatch(QUALIFIED_NAME_LENGTH_PATTERN, name)
-                ):
+                if not is_resource_name(name):
                     raise ValueError(
                         f"{part}: {name[:64]!r} is not a container resource (cpu, memory, "
                         "ephemeral-storage, hugepages-<size> or a domain-prefixed extended one)"

@@ -76,6 +76,15 @@ def is_qualified_name(value: str) -> bool:
     )
 
 
+def is_resource_name(name: str) -> bool:
+    """Whether ``name`` is a container resource name (cpu, memory, ephemeral-storage,
+    hugepages-<size> or a domain-prefixed extended resource), as the pod API checks."""
+    return bool(
+        re.fullmatch(RESOURCE_NAME_PATTERN, name)
+        and re.fullmatch(QUALIFIED_NAME_LENGTH_PATTERN, name)
+    )
+
+
 def check_node_selector(value: dict[str, str] | None) -> dict[str, str] | None:
     """Python's side of :data:`NodeSelector`'s rules: label keys and label values."""
     for key, item in (value or {}).items():
@@ -190,10 +199,7 @@ class Resources(ApiModel):
     @classmethod
     def _quantities(cls, value: dict[str, int | str] | None) -> dict[str, int | str] | None:
         for name, quantity in (value or {}).items():
-            if not (
-                re.fullmatch(RESOURCE_NAME_PATTERN, name)
-                and re.fullmatch(QUALIFIED_NAME_LENGTH_PATTERN, name)
-            ):
+            if not is_resource_name(name):
                 raise ValueError(f"resource names are {_RESOURCE_TEXT}")
             check_quantity(quantity, name)
         return value
