@@ -49,11 +49,10 @@ def decide_idle(
     the activity that woke it was already old when it was seen (e.g. after an outage).
     """
     activity, problem = parse_activity(last_activity)
-    if (
-        activity is not None
-        and idle_timeout is not None
-        and _deadline(activity, woke_at, idle_timeout) is None
-    ):
+    deadline = None
+    if activity is not None and idle_timeout is not None:
+        deadline = _deadline(activity, woke_at, idle_timeout)
+    if activity is not None and idle_timeout is not None and deadline is None:
         # As if unparseable: it wakes no sleeping sandbox and puts no awake one to sleep.
         text = (last_activity or "").strip()[:64]
         problem = f"the last-activity annotation {text!r} is too far in the future"
@@ -64,10 +63,8 @@ def decide_idle(
         if activity is not None and activity > sleeping_since:
             return IdleDecision(asleep=False, wake_now=True)
         return IdleDecision(asleep=True, problem=problem)
-    if idle_timeout is None or activity is None:
+    if deadline is None:  # no timeout, or no usable activity
         return IdleDecision(asleep=False, problem=problem)
-    deadline = _deadline(activity, woke_at, idle_timeout)
-    assert deadline is not None  # checked above
     if now >= deadline:
         return IdleDecision(asleep=True, sleep_now=True)
     return IdleDecision(asleep=False, recheck_after=(deadline - now).total_seconds())
