@@ -123,7 +123,6 @@ def _unknown_names(sources: Sequence[Source]) -> tuple[str, ...]:
 def sources_digest(sources: Sequence[Source]) -> str:
     """A digest of ``sources`` as the spec gives them: which sources a rendering is for."""
     key = [(source.name, source.description, source.scopes) for source in sources]
-    # ASCII escapes: a lone surrogate in the spec's JSON must not make this raise.
     return hashlib.sha256(json.dumps(key).encode("ascii")).hexdigest()
 
 

@@ -1,7 +1,7 @@
 """The workspace (``spec.workspace``): a PVC the pod mounts, kept across sleep and wake.
 
 Converged before the pod (its failures are the pod's: ``WorkspaceNameTaken``,
-``WorkspaceWriteFailed``, ``WorkspaceSizeInvalid``), grown when the spec's size grows (a
+``WorkspaceWriteFailed``), grown when the spec's size grows (a
 refused expansion is said in an event and ``status.workspace.message``; the pod keeps
 running), and on deletion either deleted with the sandbox or, with ``retain``, released:
 the sandbox's owner reference is removed so the garbage collector keeps it, and a new
@@ -61,15 +61,16 @@ def cold_start_reason(sandbox: CraftSandbox) -> str | None:
 async def converge_workspace(p: Pass) -> Stop | None:
     """Create or adopt the workspace PVC and grow it to the spec's size.
 
-    A size the operator cannot read (admission rejects one; an older CRD may not have) fails
-    the pod with ``WorkspaceSizeInvalid`` until the spec changes, and no PVC is written.
+    The spec's model refuses a size that is no quantity or out of range, so the sandbox is
+    ``InvalidSpec`` before this step; should one reach it all the same, it fails the pod
+    with ``WorkspaceSizeInvalid`` rather than raise, and no PVC is written.
     """
     workspace = p.sandbox.spec.workspace
     if workspace is None:
         p.run.status.workspace = None
         return None
     want = str(workspace.size)
-    try:  # the admission rules, again: the CRD installed may be older than them
+    try:  # the model's rules, again (see above)
         check_quantity(workspace.size, "spec.workspace.size", minimum=1)
     except ValueError as exc:
         return p.fail_spec(SIZE_INVALID, f"{exc}, not {want[:64]!r}")

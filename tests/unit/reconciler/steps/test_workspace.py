@@ -232,7 +232,7 @@ async def test_the_pvc_of_an_earlier_sandbox_still_being_deleted_is_waited_for(
 
 
 def with_size(p: Pass, size: str) -> Pass:
-    """``p`` over a sandbox whose size the model would refuse, as an older CRD let through."""
+    """``p`` over a sandbox whose size the model would refuse (built past the model)."""
     sandbox = p.sandbox
     assert sandbox.spec.workspace is not None
     workspace = sandbox.spec.workspace.model_copy(update={"size": size})
