@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
+import aiohttp.web
 import kmock
 import pytest
+from kmock._internal import rendering
 
 from craft_operator.api import crd, models
 from craft_operator.client import AsyncSandboxClient, Connection, RetryPolicy, SandboxClient
@@ -116,3 +118,17 @@ def all_true(**overrides: tuple[str, str]) -> dict[str, tuple[str, str]]:
     conditions["Ready"] = ("True", "SandboxReady")
     conditions.update(overrides)
     return conditions
+
+
+async def crd_not_served(request: rendering.Request) -> aiohttp.web.StreamResponse:
+    """An emulator hook answering as a real API server does for a resource it does not
+    serve (the CRD is not installed): a 404 whose Status names no object."""
+    body = {
+        "kind": "Status",
+        "status": "Failure",
+        "message": "the server could not find the requested resource",
+        "reason": "NotFound",
+        "details": {},
+        "code": 404,
+    }
+    return aiohttp.web.json_response(body, status=404)

@@ -8,7 +8,7 @@ from kmock._internal import rendering
 
 from craft_operator.client import AsyncSandboxClient, CrdMissingError
 from tests.support.emulator import KubeEmulator
-from tests.unit.client.conftest import NAMESPACE, USER_ID
+from tests.unit.client.conftest import NAMESPACE, USER_ID, crd_not_served
 
 
 def answer_lost(emulator: KubeEmulator, status: int) -> list[str]:
@@ -49,17 +49,7 @@ async def test_delete_of_a_sandbox_that_never_existed_is_false_even_after_a_refu
 async def test_delete_on_a_cluster_without_the_crd_raises_crd_missing(
     aclient: AsyncSandboxClient, emulator: KubeEmulator
 ) -> None:
-    async def no_such_resource(request: rendering.Request) -> aiohttp.web.StreamResponse:
-        body = {
-            "kind": "Status",
-            "status": "Failure",
-            "message": "the server could not find the requested resource",
-            "reason": "NotFound",
-            "code": 404,
-        }
-        return aiohttp.web.json_response(body, status=404)
-
-    emulator.before_request.insert(0, no_such_resource)
+    emulator.before_request.insert(0, crd_not_served)
 
     with pytest.raises(CrdMissingError, match="CRD is not installed"):
         await aclient.delete(NAMESPACE, "alice")

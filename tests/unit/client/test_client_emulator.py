@@ -41,6 +41,7 @@ from tests.unit.client.conftest import (
     SANDBOXES,
     USER_ID,
     all_true,
+    crd_not_served,
     write_status,
 )
 
@@ -529,19 +530,7 @@ async def test_a_forbidden_request_names_the_grant_and_the_role_to_bind(
 async def test_a_cluster_without_the_crd_says_to_install_it(
     aclient: AsyncSandboxClient, emulator: KubeEmulator
 ) -> None:
-    async def no_such_resource(request: rendering.Request) -> aiohttp.web.StreamResponse:
-        # What a real API server answers for a resource it does not serve.
-        body = {
-            "kind": "Status",
-            "status": "Failure",
-            "message": "the server could not find the requested resource",
-            "reason": "NotFound",
-            "details": {},
-            "code": 404,
-        }
-        return aiohttp.web.json_response(body, status=404)
-
-    emulator.before_request.insert(0, no_such_resource)
+    emulator.before_request.insert(0, crd_not_served)
 
     with pytest.raises(CrdMissingError, match="CRD is not installed"):
         await aclient.status(NAMESPACE, "alice")
