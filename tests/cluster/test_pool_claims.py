@@ -11,6 +11,7 @@ say so in a ColdStart event.
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -83,13 +84,17 @@ def status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
 
 
 def until(
-    cluster: Cluster, namespace: str, operator: OperatorProcess, check: Any, what: str
+    cluster: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    check: Any,
+    what: str | Callable[[], str],
 ) -> Any:
     return wait_for(
         check,
         within=90,
         what=lambda: (
-            f"{what}; pool {cluster.get(POOLS, namespace, 'warm')}; "
+            f"{what() if callable(what) else what}; pool {cluster.get(POOLS, namespace, 'warm')}; "
             f"operator log:\n{operator.log_tail()}"
         ),
     )
@@ -102,7 +107,10 @@ def ready_on(cluster: Cluster, namespace: str, name: str, operator: OperatorProc
         namespace,
         operator,
         lambda: (s := status(cluster, namespace, name)).get("phase") == "Ready" and s,
-        f"{name} Ready",
+        lambda: (
+            f"{name} Ready; its status {status(cluster, namespace, name)}; its events "
+            f"{[(e.get('reason'), e.get('message')) for e in cluster.events(namespace, name)]}"
+        ),
     )
     pod = cluster.get(PODS, namespace, current["podName"])
     assert pod is not None

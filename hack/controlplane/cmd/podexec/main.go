@@ -503,15 +503,36 @@ func writeFiles(directory string, files map[string][]byte) error {
 		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
 			return err
 		}
-		aside := target + ".writing"
-		if err := os.WriteFile(aside, content, 0o644); err != nil {
-			return err
-		}
-		if err := os.Rename(aside, target); err != nil {
+		if err := replaceFile(target, content); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// replaceFile writes content to target atomically. The file aside has a name of its own:
+// two execs into one pod at once both refresh its volumes, and with one shared name the
+// second rename found its file already moved (ENOENT) and failed that exec.
+func replaceFile(target string, content []byte) error {
+	aside, err := os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+".writing-*")
+	if err != nil {
+		return err
+	}
+	name := aside.Name()
+	_, err = aside.Write(content)
+	if closeErr := aside.Close(); err == nil {
+		err = closeErr
+	}
+	if err == nil {
+		err = os.Chmod(name, 0o644)
+	}
+	if err == nil {
+		err = os.Rename(name, target)
+	}
+	if err != nil {
+		_ = os.Remove(name)
+	}
+	return err
 }
 
 // collectGarbage removes the directories of pods that no longer exist.
