@@ -428,7 +428,7 @@ def test_an_unreadable_key_ring_file_fails_with_how_to_make_one(
     assert result.exit_code == 1
     text = line(result, "key ring")
     assert text.startswith(
-        f"✘ key ring: key ring file {broken}: key ring entry 1 (id 'k1'): the key is not valid "
+        f"✘ key ring: key ring file {broken}: key ring entry 1: the key is not valid "
         "base64"
     )
     assert text.endswith("make one with: craft-operator keys generate")

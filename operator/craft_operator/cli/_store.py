@@ -11,7 +11,12 @@ from typing import NoReturn
 import click
 
 from craft_operator.config import Settings, SettingsError, load_settings
-from craft_operator.credentials import CredentialsError, CredentialStore, build_credential_store
+from craft_operator.credentials import (
+    CredentialsError,
+    CredentialStore,
+    SchemaMissingError,
+    build_credential_store,
+)
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -35,9 +40,16 @@ def quiet_logging() -> None:
 
 @contextlib.contextmanager
 def opened_store(settings: Settings) -> Iterator[CredentialStore]:
-    """The credential store for a command; credential errors become one line on stderr."""
+    """The credential store for a command; credential errors become one line on stderr.
+
+    A command never migrates the schema (whatever CRAFT_DATABASE_AUTO_MIGRATE says): only
+    ``craft-operator db upgrade`` and the operator's start do. A schema at another revision
+    than this CLI's stops the command.
+    """
     try:
-        store = build_credential_store(settings)
+        store = build_credential_store(settings, migrate=False)
+    except SchemaMissingError as exc:
+        fail(f"{exc} (this command never migrates the schema itself)")
     except CredentialsError as exc:
         fail(str(exc))
     try:

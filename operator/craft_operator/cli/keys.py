@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from craft_operator.cli._store import fail, opened_store, quiet_logging, settings_or_fail
 from craft_operator.credentials import KeyRingError, generate_key_entry
+
+if TYPE_CHECKING:
+    from craft_operator.credentials.rotation import KeyUsage
 
 
 @click.group()
@@ -42,10 +47,14 @@ def generate(key_id: str | None) -> None:
     help="Tokens re-encrypted per transaction.",
 )
 def rotate(batch_size: int) -> None:
-    """Re-encrypt every stored token under the first key of the ring.
+    """Re-encrypt this cluster's stored tokens under the first key of the ring.
 
-    Runs in batches, each committed on its own: safe to interrupt and run again. When it
-    reports no token under an old key, that key can be dropped from the ring.
+    Runs in batches, each committed on its own: safe to interrupt and run again. Rows
+    another writer holds are skipped and counted: run again. Rows without a cluster id
+    (from before cluster ids) are not rotated, only counted by key: an old key can be
+    dropped from the ring only when the summary says so, i.e. when neither this cluster's
+    tokens nor such rows use it (adopt those with 'craft-operator credentials adopt', then
+    run this again).
     """
     quiet_logging()
     settings = settings_or_fail()
@@ -57,8 +66,70 @@ def rotate(batch_size: int) -> None:
         for failure in result.failures:
             click.echo(f"craft-operator: skipped: {failure}", err=True)
         click.echo(f"re-encrypted {result.changed} stored token(s) under key {result.key_id!r}")
-        in_use = store.key_ids_in_use()
-        summary = ", ".join(f"{key}: {count}" for key, count in sorted(in_use.items()))
-        click.echo(f"stored tokens by key: {summary or 'none'}")
+        usage = store.key_usage()
+        for line in summary(usage, store.keyring.key_ids):
+            click.echo(line)
+    problems = []
     if result.failures:
-        fail(f"{len(result.failures)} token(s) could not be decrypted and were left as they are")
+        problems.append(
+            f"{len(result.failures)} token(s) could not be decrypted and were left as they are"
+        )
+    if result.busy:
+        problems.append(
+            f"{result.busy} token(s) were busy (held by another writer, e.g. the operator "
+            "renewing them) and were skipped: run again"
+        )
+    if problems:
+        fail("; ".join(problems))
+
+
+def _by_key(counts: dict[str, int]) -> str:
+    """``k1: 3, k2: 5``, or ``none``."""
+    return ", ".join(f"{key}: {count}" for key, count in sorted(counts.items())) or "none"
+
+
+def _some(names: tuple[str, ...], limit: int = 10) -> str:
+    """The first ``limit`` names, and how many more there are."""
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def summary(usage: KeyUsage, ring_key_ids: tuple[str, ...]) -> list[str]:
+    """What the stored tokens are sealed with, and which of the ring's old keys can go."""
+    lines = [f"stored tokens by key: {_by_key(usage.by_key)}"]
+    if usage.unclaimed_by_key:
+        lines.append(
+            "rows without a cluster id (from before cluster ids, not rotated) by key: "
+            f"{_by_key(usage.unclaimed_by_key)}"
+        )
+    if usage.malformed:
+        lines.append(
+            f"{len(usage.malformed)} row(s) have an unreadable envelope header: "
+            f"{_some(usage.malformed)}"
+        )
+    old = ring_key_ids[1:]
+    needed = [key for key in old if usage.by_key.get(key) or usage.unclaimed_by_key.get(key)]
+    for key in needed:
+        lines.append(f"key {key!r} cannot be dropped from the ring yet: {_users(usage, key)}")
+    droppable = [key for key in old if key not in needed]
+    if droppable:
+        lines.append(
+            f"no stored token uses key(s) {', '.join(droppable)}: they can be dropped from the ring"
+        )
+    return lines
+
+
+def _users(usage: KeyUsage, key: str) -> str:
+    """What still uses ``key``, and what to do about it."""
+    parts = []
+    if usage.by_key.get(key):
+        parts.append(
+            f"{usage.by_key[key]} of this cluster's token(s) use it (run this again; "
+            "'skipped:' lines say why a token was left)"
+        )
+    if usage.unclaimed_by_key.get(key):
+        parts.append(
+            f"{usage.unclaimed_by_key[key]} row(s) without a cluster id use it (adopt them "
+            "with 'craft-operator credentials adopt', then run this again)"
+        )
+    return "; ".join(parts)

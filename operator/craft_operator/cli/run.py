@@ -15,7 +15,7 @@ import uvloop
 from craft_operator.access import check_operator_access
 from craft_operator.config import Settings, SettingsError, load_settings
 from craft_operator.credentials.errors import CredentialsError
-from craft_operator.credentials.factory import check_cluster_id_setting, check_key_ring_setting
+from craft_operator.credentials.factory import check_cluster_id_setting, check_key_ring_loads
 from craft_operator.kube.connection import (
     ClusterUnreachableError,
     check_reachable,
@@ -110,7 +110,9 @@ def run(
         fail(str(exc), code=2)
         return
     try:
-        check_key_ring_setting(settings, peering=not peering.standalone)
+        # Loaded (file read, entries parsed) here, not when the store opens on the first
+        # sandbox: a bad ring is one line now, never a condition on every sandbox.
+        check_key_ring_loads(settings, peering=not peering.standalone)
         check_cluster_id_setting(settings)
     except CredentialsError as exc:
         fail(str(exc), code=2)

@@ -6,6 +6,13 @@ write transaction holds the database write lock (``BEGIN IMMEDIATE``). A row tha
 since it was read, or a new row that lost the ``(cluster_id, namespace, name)`` unique
 constraint to another writer, rolls back (the new PAT with it) and the caller reads and
 decides again, so any number of threads or processes leave exactly one live PAT.
+
+A stored token that cannot be opened is handled by why: one that fails authentication under
+the key of its id (altered, copied, or sealed by another key of that id) is lost, so its
+PAT is revoked and replaced at once; one sealed under a key id the ring lacks is not lost
+(the ring may be stale: ``keys rotate`` run elsewhere with a newer ring), so the ring's file
+is re-read and, if the key is still missing, nothing is revoked or replaced and
+:class:`KeyNotInRingError` names the ways out.
 """
 
 from __future__ import annotations
@@ -18,7 +25,12 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from craft_operator.credentials.backend import StoreBackend, log
 from craft_operator.credentials.claiming import claim_unclaimed
 from craft_operator.credentials.db import is_retryable, is_unique_violation, translated_errors
-from craft_operator.credentials.errors import CredentialsError, KeyRingError, UserInactiveError
+from craft_operator.credentials.errors import (
+    CredentialsError,
+    KeyNotInRingError,
+    KeyRingError,
+    UserInactiveError,
+)
 from craft_operator.credentials.keyring import open_token
 from craft_operator.credentials.minting import LostRaceError, mint
 from craft_operator.credentials.model import (
@@ -64,10 +76,12 @@ def _attempt_once(backend: StoreBackend, policy: EnsurePolicy) -> IssuedCredenti
     if reason is None:
         assert row is not None
         try:
-            issued = _reuse(backend, row, identity)
+            issued = _reuse_with_fresh_ring(backend, row, identity)
+        except KeyNotInRingError as exc:
+            raise _stranded(exc, identity) from None
         except KeyRingError as exc:
-            # Its key left the ring, or the envelope was altered: the token is lost to us,
-            # so its PAT is revoked and replaced now, not at renewal.
+            # The envelope was altered, or its key id now names another key: the token is
+            # lost to us, so its PAT is revoked and replaced now, not at renewal.
             log.warning("%s; revoking PAT %s and minting a new one", exc, row.pat_id)
             issued, reason = None, f"{UNDECRYPTABLE}: {exc}"
         if issued is not None:
@@ -90,6 +104,33 @@ def _attempt_once(backend: StoreBackend, policy: EnsurePolicy) -> IssuedCredenti
 def _check_user(backend: StoreBackend, row: Row[Any] | None, identity: SandboxIdentity) -> None:
     if backend.onyx_mode and row is not None and row.user_active is False:
         raise UserInactiveError(f"{identity}: user {row.user_id} is inactive in Onyx")
+
+
+def _reuse_with_fresh_ring(
+    backend: StoreBackend, row: Row[Any], identity: SandboxIdentity
+) -> IssuedCredential | None:
+    """:func:`_reuse`, tried once more when the token's key is not in the ring but the
+    ring has just been re-read from its file (here or by another thread)."""
+    try:
+        return _reuse(backend, row, identity)
+    except KeyNotInRingError as exc:
+        ring = backend.keyring
+        if not (ring.reload() or exc.key_id in ring.key_ids):
+            raise
+    return _reuse(backend, row, identity)
+
+
+def _stranded(exc: KeyNotInRingError, identity: SandboxIdentity) -> KeyNotInRingError:
+    """The error for a stored token whose key the ring lacks: what is missing, and the two
+    ways out (key ids are not secret)."""
+    sandbox = f"{identity.namespace}/{identity.name}"
+    return KeyNotInRingError(
+        f"{exc}; nothing was revoked: put key {exc.key_id!r} back in the key ring "
+        "(CRAFT_ENCRYPTION_KEYS or CRAFT_ENCRYPTION_KEYS_FILE) to go on with the stored "
+        f"token, or run: craft-operator credentials revoke {sandbox} for a new PAT",
+        key_id=exc.key_id,
+        ring_key_ids=exc.ring_key_ids,
+    )
 
 
 def _reuse(

@@ -30,11 +30,25 @@ class SchemaMissingError(CredentialsError):
 
 
 class KeyRingError(CredentialsError):
-    """The encryption key ring is malformed, or a stored token names a key the ring lacks."""
+    """The encryption key ring is malformed, or a stored token cannot be opened with it."""
 
 
 class DecryptionError(KeyRingError):
-    """A stored token failed to decrypt: tampered, truncated, or bound to another sandbox."""
+    """A stored token failed to decrypt under a key the ring has: tampered, truncated,
+    bound to another sandbox, or sealed by another key of the same id. The token is lost."""
+
+
+class KeyNotInRingError(KeyRingError):
+    """A stored token names a key id the key ring lacks. The token is not lost: the ring
+    may be stale (a rotation elsewhere) or the key was dropped too early, so nothing is
+    revoked until the key is back or someone revokes the PAT."""
+
+    def __init__(self, message: str, *, key_id: str, ring_key_ids: tuple[str, ...]) -> None:
+        super().__init__(message)
+        #: The key id the stored token names (key ids are not secret).
+        self.key_id = key_id
+        #: The key ids the ring held when the token was opened.
+        self.ring_key_ids = ring_key_ids
 
 
 class ClusterIdMissingError(CredentialsError):

@@ -10,7 +10,12 @@ from typing import TYPE_CHECKING
 
 from craft_operator.config import Settings
 from craft_operator.credentials.errors import ClusterIdMissingError, KeyRingError
-from craft_operator.credentials.keyring import KeyRing, development_key_ring, key_ring_from_file
+from craft_operator.credentials.keyring import (
+    DEV_KEY_RING_FILE,
+    KeyRing,
+    development_key_ring,
+    key_ring_from_file,
+)
 
 if TYPE_CHECKING:
     from craft_operator.credentials.store import CredentialStore
@@ -77,12 +82,29 @@ def load_key_ring(settings: Settings, *, peering: bool = False) -> KeyRing:
     return development_key_ring(settings.state_dir)
 
 
+def check_key_ring_loads(settings: Settings, *, peering: bool = False) -> KeyRing | None:
+    """Load the key ring the operator will use, so that a bad one stops it at start with
+    one :class:`KeyRingError` (naming entries by position, never echoing a key) instead of
+    failing every sandbox once the store is opened on first use.
+
+    Returns the ring, or None when the development ring is not made yet (the operator makes
+    it on first use; nothing is created here).
+    """
+    check_key_ring_setting(settings, peering=peering)
+    if settings.encryption_keys is None and settings.encryption_keys_file is None:
+        path = settings.state_dir / DEV_KEY_RING_FILE
+        return key_ring_from_file(path) if path.exists() else None
+    return load_key_ring(settings, peering=peering)
+
+
 def build_credential_store(settings: Settings, *, migrate: bool | None = None) -> CredentialStore:
     """A ready credential store: key ring loaded, schema checked or migrated.
 
-    ``migrate`` overrides CRAFT_DATABASE_AUTO_MIGRATE. Raises :class:`ClusterIdMissingError`,
-    :class:`KeyRingError`,
-    :class:`SchemaMissingError` or :class:`DatabaseUnavailableError` with a clear message.
+    ``migrate`` overrides CRAFT_DATABASE_AUTO_MIGRATE; ``migrate=False`` only checks the
+    schema is this operator's revision (:class:`SchemaMissingError` if not: older, or
+    migrated by a newer operator). Raises :class:`ClusterIdMissingError`,
+    :class:`KeyRingError`, :class:`SchemaMissingError` or :class:`DatabaseUnavailableError`
+    with a clear message.
     """
     # SQLAlchemy and Alembic come with the store, not with the settings checks above.
     from craft_operator.credentials.db import (

@@ -8,7 +8,8 @@ Envelope layout (all of it is stored in one binary column)::
 The associated data is the envelope header plus the sandbox's uid, so a ciphertext copied
 into another sandbox's row, or relabelled with another key id, fails authentication.
 Key ring text: ``id:base64key`` entries separated by commas or newlines; the first entry
-encrypts, every entry decrypts.
+encrypts, every entry decrypts. A ring read from a file (a mounted Secret, which Kubernetes
+updates in place) can be re-read while the operator runs: see :meth:`KeyRing.reload`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ import logging
 import os
 import re
 import secrets
-from collections.abc import Iterable
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -28,7 +32,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic import SecretStr
 
-from craft_operator.credentials.errors import DecryptionError, KeyRingError
+from craft_operator.credentials.errors import DecryptionError, KeyNotInRingError, KeyRingError
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +44,8 @@ KEY_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _KEY_ID_RE = re.compile(KEY_ID_PATTERN)
 _AAD_LABEL = b"craft-operator/pat/v1\x00"
 DEV_KEY_RING_FILE = "dev-encryption-keys"
+#: A key ring file is re-read at most this often (seconds), however many tokens need it.
+RELOAD_INTERVAL = 10.0
 
 
 _KEY_ID_RULE = "1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
@@ -57,6 +63,7 @@ def check_key_id(key_id: str) -> str:
 
 
 def _decode_key(where: str, encoded: str) -> bytes:
+    """The 32 key bytes of ``encoded``; errors name the entry by ``where`` only."""
     text = encoded.strip().replace("-", "+").replace("_", "/")
     text += "=" * (-len(text) % 4)
     try:
@@ -71,84 +78,126 @@ def _decode_key(where: str, encoded: str) -> bytes:
     return key
 
 
+def _parse_entry(position: int, entry: str) -> tuple[str, bytes]:
+    """One ``id:base64key`` entry's id and key.
+
+    Errors name the entry by its position only: until the entry has parsed completely,
+    the text before the colon may be key material (a URL-safe key looks like a key id,
+    so an entry written ``key:id`` would otherwise put the key into the message).
+    """
+    where = f"key ring entry {position}"
+    key_id, separator, encoded = entry.partition(":")
+    key_id = key_id.strip()
+    if not separator:
+        raise KeyRingError(f"{where} is not of the form id:base64key")
+    if not _KEY_ID_RE.match(key_id):
+        raise KeyRingError(
+            f"{where}: the key id is invalid (use {_KEY_ID_RULE}); entries are written id:base64key"
+        )
+    return key_id, _decode_key(where, encoded)
+
+
+def parse_entries(text: str | SecretStr) -> list[tuple[str, bytes]]:
+    """The ``(id, key)`` entries of key ring text, in order; raise :class:`KeyRingError`
+    naming the first bad entry by position (and a duplicate id, once its entry parsed)."""
+    raw = text.get_secret_value() if isinstance(text, SecretStr) else text
+    keys: list[tuple[str, bytes]] = []
+    seen: set[str] = set()
+    for position, entry in enumerate(re.split(r"[,\n]", raw), start=1):
+        entry = entry.strip()
+        if not entry:
+            continue
+        key_id, key = _parse_entry(position, entry)
+        if key_id in seen:
+            raise KeyRingError(
+                f"key ring entry {position} (id {key_id!r}): the key id appears twice "
+                "in the key ring"
+            )
+        seen.add(key_id)
+        keys.append((key_id, key))
+    return keys
+
+
+@dataclass(frozen=True)
+class _Keys:
+    """One version of a ring's keys; replaced whole, so readers never see half a reload."""
+
+    ciphers: Mapping[str, AESGCM]
+    current: str
+
+
+def _build_keys(keys: Iterable[tuple[str, bytes]]) -> _Keys:
+    """The ciphers of ``keys``, the first one encrypting; raise on a bad or empty ring."""
+    ciphers: dict[str, AESGCM] = {}
+    for key_id, key in keys:
+        check_key_id(key_id)
+        if key_id in ciphers:
+            raise KeyRingError(f"key id {key_id!r} appears twice in the key ring")
+        if len(key) != KEY_BYTES:
+            raise KeyRingError(f"key {key_id!r} must be {KEY_BYTES} bytes long")
+        ciphers[key_id] = AESGCM(key)
+    if not ciphers:
+        raise KeyRingError("the key ring is empty: give at least one id:base64key entry")
+    return _Keys(ciphers, next(iter(ciphers)))
+
+
 class KeyRing:
     """Named AES-256 keys: the first encrypts, all decrypt. Its repr shows key ids only."""
 
     def __init__(self, keys: Iterable[tuple[str, bytes]]) -> None:
-        self._ciphers: dict[str, AESGCM] = {}
-        for key_id, key in keys:
-            check_key_id(key_id)
-            if key_id in self._ciphers:
-                raise KeyRingError(f"key id {key_id!r} appears twice in the key ring")
-            if len(key) != KEY_BYTES:
-                raise KeyRingError(f"key {key_id!r} must be {KEY_BYTES} bytes long")
-            self._ciphers[key_id] = AESGCM(key)
-        if not self._ciphers:
-            raise KeyRingError("the key ring is empty: give at least one id:base64key entry")
-        self._current = next(iter(self._ciphers))
+        self._keys = _build_keys(keys)
 
     @classmethod
     def parse(cls, text: str | SecretStr) -> KeyRing:
         """Build a key ring from ``id:base64key`` entries (commas or newlines between)."""
-        raw = text.get_secret_value() if isinstance(text, SecretStr) else text
-        keys: list[tuple[str, bytes]] = []
-        seen: set[str] = set()
-        for position, entry in enumerate(re.split(r"[,\n]", raw), start=1):
-            entry = entry.strip()
-            if not entry:
-                continue
-            # Errors name the entry by its position, and by its id only once the id is known
-            # to be well formed: nothing else of the text may be key material.
-            key_id, separator, encoded = entry.partition(":")
-            key_id = key_id.strip()
-            if not separator:
-                raise KeyRingError(f"key ring entry {position} is not of the form id:base64key")
-            if not _KEY_ID_RE.match(key_id):
-                raise KeyRingError(
-                    f"key ring entry {position}: the key id is invalid (use {_KEY_ID_RULE}); "
-                    "entries are written id:base64key"
-                )
-            where = f"key ring entry {position} (id {key_id!r})"
-            if key_id in seen:
-                raise KeyRingError(f"{where}: the key id appears twice in the key ring")
-            seen.add(key_id)
-            keys.append((key_id, _decode_key(where, encoded)))
-        return cls(keys)
+        return KeyRing(parse_entries(text))
+
+    def reload(self) -> bool:
+        """Read the ring's source again; True if it was read. A ring given as text has
+        nothing to re-read (see :class:`FileKeyRing`)."""
+        return False
 
     @property
     def current_key_id(self) -> str:
         """The id of the key that encrypts."""
-        return self._current
+        return self._keys.current
 
     @property
     def key_ids(self) -> tuple[str, ...]:
         """Every key id in the ring, the encrypting one first."""
-        return tuple(self._ciphers)
+        return tuple(self._keys.ciphers)
 
     def __repr__(self) -> str:
-        return f"KeyRing(key_ids={list(self._ciphers)!r})"
+        return f"KeyRing(key_ids={list(self._keys.ciphers)!r})"
 
     __str__ = __repr__
 
     def encrypt(self, plaintext: bytes, *, context: bytes) -> bytes:
         """Encrypt under the current key with a fresh random nonce, bound to ``context``."""
-        header = _header(self._current)
+        keys = self._keys
+        header = _header(keys.current)
         nonce = os.urandom(NONCE_BYTES)
-        sealed = self._ciphers[self._current].encrypt(nonce, plaintext, _aad(header, context))
+        sealed = keys.ciphers[keys.current].encrypt(nonce, plaintext, _aad(header, context))
         return header + nonce + sealed
 
     def decrypt(self, envelope: bytes, *, context: bytes, subject: str) -> bytes:
         """Open an envelope made by :meth:`encrypt` for the same ``context``.
 
         ``subject`` names what the envelope belongs to (e.g. ``sandbox ns/name``) in errors.
+        Raises :class:`KeyNotInRingError` when the envelope names a key id the ring lacks
+        (the token may open with another ring), and :class:`DecryptionError` when it is
+        malformed or fails authentication under the key of its id (it is lost).
         """
         key_id, header_length = parse_header(envelope, subject=subject)
-        cipher = self._ciphers.get(key_id)
+        keys = self._keys
+        cipher = keys.ciphers.get(key_id)
         if cipher is None:
-            raise KeyRingError(
+            held = ", ".join(repr(each) for each in keys.ciphers)
+            raise KeyNotInRingError(
                 f"the stored token of {subject} is encrypted with key {key_id!r}, which is not "
-                f"in the key ring (it has {list(self._ciphers)}); add that key to "
-                "CRAFT_ENCRYPTION_KEYS"
+                f"in the key ring (it has {held})",
+                key_id=key_id,
+                ring_key_ids=tuple(keys.ciphers),
             )
         body = envelope[header_length:]
         if len(body) < NONCE_BYTES + TAG_BYTES:
@@ -248,13 +297,67 @@ def development_key_ring(state_dir: Path) -> KeyRing:
     return key_ring_from_file(path)
 
 
-def key_ring_from_file(path: Path) -> KeyRing:
-    """Read a key ring file (the same text as CRAFT_ENCRYPTION_KEYS)."""
+def _read_key_file(path: Path) -> _Keys:
+    """The keys of a key ring file; errors name the file and the entry, never a key."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise KeyRingError(f"cannot read the key ring file {path}: {exc.strerror}") from None
     try:
-        return KeyRing.parse(text)
+        return _build_keys(parse_entries(text))
     except KeyRingError as exc:
         raise KeyRingError(f"key ring file {path}: {exc}") from None
+
+
+class FileKeyRing(KeyRing):
+    """A key ring read from a file, which :meth:`reload` reads again.
+
+    A Secret mounted as a volume is updated in place when the Secret changes, and the
+    operator is not restarted: a token sealed under a key added there since (by
+    ``craft-operator keys rotate`` run with the new ring) opens once the file is re-read.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        interval: float = RELOAD_INTERVAL,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        # Not KeyRing.__init__: the keys come from the file, read as on every reload.
+        self._keys = _read_key_file(path)
+        self.path = path
+        self._interval = interval
+        self._monotonic = monotonic
+        self._read_at = monotonic()
+        self._reading = threading.Lock()
+
+    def reload(self) -> bool:
+        """Read the file again, at most once per ``interval`` seconds; True if it was read
+        and the ring is now what it says. A file that cannot be read or parsed leaves the
+        ring as it was, and is logged (by entry position, never with key material)."""
+        with self._reading:
+            now = self._monotonic()
+            if now - self._read_at < self._interval:
+                return False
+            self._read_at = now
+            try:
+                fresh = _read_key_file(self.path)
+            except KeyRingError as exc:
+                log.warning("keeping the key ring as it was (key ids %s): %s", self.key_ids, exc)
+                return False
+            if tuple(fresh.ciphers) != self.key_ids:
+                log.info(
+                    "re-read the key ring file %s: key ids %s, encrypting with %r",
+                    self.path,
+                    list(fresh.ciphers),
+                    fresh.current,
+                )
+            self._keys = fresh
+            return True
+
+
+def key_ring_from_file(path: Path, *, monotonic: Callable[[], float] = time.monotonic) -> KeyRing:
+    """Read a key ring file (the same text as CRAFT_ENCRYPTION_KEYS); the ring re-reads it
+    on :meth:`KeyRing.reload`, at most once per :data:`RELOAD_INTERVAL` seconds."""
+    return FileKeyRing(path, monotonic=monotonic)

@@ -26,6 +26,12 @@ of that id, so the same namespace and name in two clusters are two rows and two 
 row from before cluster ids (NULL) is claimed only when it proves to be this cluster's:
 it records the sandbox's uid and its token opens with this key ring for that uid.
 
+Keys: a stored token that fails authentication under the ring's key of its id is lost, and
+:meth:`CredentialStore.ensure` revokes and replaces its PAT. One sealed under a key id the
+ring lacks is not: the ring may be stale (``keys rotate`` run elsewhere with a newer ring),
+so the ring's file is re-read (:meth:`KeyRing.reload`) and, if the key is still missing,
+nothing is revoked and :class:`KeyNotInRingError` is raised.
+
 This module is the facade; the work is done by its neighbours: :mod:`.ensuring` (reuse or
 mint), :mod:`.renewal` (when to replace), :mod:`.minting`, :mod:`.retiring` (the PAT in
 its grace period), :mod:`.claiming` (rows from before cluster ids), :mod:`.revocation` and
@@ -65,6 +71,7 @@ from craft_operator.credentials.model import (
 from craft_operator.credentials.renewal import EnsurePolicy, parse_user_id, replacement_reason
 from craft_operator.credentials.retiring import retire as retire_superseded
 from craft_operator.credentials.revocation import revoke_named, revoke_pat_statement
+from craft_operator.credentials.rotation import KeyUsage, RotationReport, key_usage
 from craft_operator.credentials.rotation import key_ids_in_use as count_key_ids
 from craft_operator.credentials.rotation import rotate as rotate_tokens
 
@@ -77,7 +84,9 @@ __all__ = [
     "CredentialStore",
     "EnsurePolicy",
     "IssuedCredential",
+    "KeyUsage",
     "PatState",
+    "RotationReport",
     "RotationResult",
     "SandboxIdentity",
     "replacement_reason",
@@ -165,9 +174,17 @@ class CredentialStore:
         already another one: the reconciler passes the id of a PAT the server refused, and
         concurrent callers do not replace a PAT that a sibling has just minted.
 
+        A stored token that fails to decrypt under the ring's key of its id
+        (:class:`DecryptionError`: altered, copied from another sandbox, or sealed by
+        another key of that id) is not raised: its PAT is revoked and a new one minted,
+        the reason starting with :data:`UNDECRYPTABLE`.
+
         Raises :class:`UserNotFoundError`, :class:`UserInactiveError`,
-        :class:`DecryptionError` / :class:`KeyRingError` (naming the key id and sandbox),
-        :class:`DatabaseUnavailableError` or :class:`SchemaMissingError`.
+        :class:`KeyNotInRingError` (the stored token's key id is not in the ring, even after
+        re-reading the ring's file; nothing was revoked, and the message names the key id,
+        the ring's ids and the ways out), :class:`DatabaseUnavailableError`,
+        :class:`SchemaMissingError`, or :class:`CredentialsError` (other writers kept
+        changing the row, or another database error).
         """
         if lifetime <= timedelta(0):
             raise ValueError("lifetime must be positive")
@@ -227,19 +244,27 @@ class CredentialStore:
         *,
         batch_size: int = 100,
         progress: Callable[[int], None] | None = None,
-    ) -> RotationResult:
+    ) -> RotationReport:
         """Re-encrypt every token this cluster stores under the current key, one batch per
         transaction. Other clusters' rows, and rows from before cluster ids, are left alone
-        (another cluster's key ring may lack this one's current key).
+        (another cluster's key ring may lack this one's current key): see
+        :meth:`key_usage` for the keys those still need.
 
         Safe to interrupt and run again: each batch commits on its own, and rows already
         under the current key are skipped. Rows that fail to decrypt are reported in
-        ``failures`` and left alone. ``progress`` is called with the running count after
-        each committed batch.
+        ``failures`` and left alone; rows another writer held locked are skipped and
+        counted in ``busy`` (run again). ``progress`` is called with the running count
+        after each committed batch.
         """
         return rotate_tokens(self._backend, batch_size=batch_size, progress=progress)
 
     def key_ids_in_use(self) -> dict[str, int]:
         """How many of this cluster's stored tokens each key id encrypts (read from the
-        envelopes' key id)."""
+        envelopes' key id; rows whose header cannot be read are left out)."""
         return count_key_ids(self._backend)
+
+    def key_usage(self, *, sample_per_key: int = 0) -> KeyUsage:
+        """This cluster's stored tokens and those of rows without a cluster id by key id,
+        the rows whose envelope header cannot be read, and up to ``sample_per_key`` of
+        this cluster's tokens per key id opened to prove the ring's key of that id."""
+        return key_usage(self._backend, sample_per_key=sample_per_key)

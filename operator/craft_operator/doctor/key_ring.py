@@ -1,4 +1,5 @@
-"""``doctor``'s key ring check: the ring loads, and opens every token this cluster stores.
+"""``doctor``'s key ring check: the ring loads, has every key this cluster's stored tokens
+name, and opens a sample of each key's tokens (a bounded number per key id).
 
 A missing development key ring is reported, never created; rings are shown by key id.
 """
@@ -11,8 +12,12 @@ from craft_operator.config import Settings
 from craft_operator.credentials.errors import CredentialsError, KeyRingError
 from craft_operator.credentials.factory import load_key_ring
 from craft_operator.credentials.keyring import DEV_KEY_RING_FILE, KeyRing, key_ring_from_file
+from craft_operator.credentials.rotation import KeyUsage
 from craft_operator.credentials.store import CredentialStore
-from craft_operator.doctor.results import CheckResult, fail, ok, warn
+from craft_operator.doctor.results import CheckResult, Status, fail, ok, warn
+
+#: How many tokens per key id doctor opens to prove the ring's key of that id sealed them.
+SAMPLE_PER_KEY = 3
 
 _KEYS_FIX = (
     "set CRAFT_ENCRYPTION_KEYS (or CRAFT_ENCRYPTION_KEYS_FILE) to id:base64key entries, "
@@ -25,7 +30,8 @@ def _describe_ring(ring: KeyRing) -> str:
 
 
 def check_key_ring(settings: Settings, engine: Engine | None = None) -> CheckResult:
-    """Load the key ring; with a migrated ``engine``, check it decrypts every stored token."""
+    """Load the key ring; with a migrated ``engine``, check it has the key of every token
+    this cluster stores and opens a sample of each key's tokens."""
     name = "key ring"
     if settings.encryption_keys is None and settings.encryption_keys_file is None:
         path = settings.state_dir / DEV_KEY_RING_FILE
@@ -66,30 +72,90 @@ def check_key_ring(settings: Settings, engine: Engine | None = None) -> CheckRes
 def _coverage(
     result: CheckResult, ring: KeyRing, engine: Engine | None, cluster_id: str | None
 ) -> CheckResult:
-    """``result``, or a failure if this cluster's stored tokens use keys the ring lacks."""
+    """``result``, judged against the tokens stored: this cluster's must all use keys the
+    ring has, and a sample of each key's must open with it (key ids alone prove nothing:
+    another key may carry the same id)."""
     if engine is None or cluster_id is None:
         return result
     store = CredentialStore(engine, ring, cluster_id=cluster_id)
     try:
-        in_use = store.key_ids_in_use()
+        usage = store.key_usage(sample_per_key=SAMPLE_PER_KEY)
     except CredentialsError as exc:
         return fail(result.name, f"cannot read the stored tokens: {exc}", "check the database")
     finally:
         store.close()
-    missing = sorted(set(in_use) - set(ring.key_ids))
-    if missing:
-        count = sum(in_use[key] for key in missing)
+    failed = _missing_keys(ring, usage) + _wrong_keys(usage)
+    if failed:
         return fail(
-            result.name,
+            result.name, "; ".join(detail for detail, _ in failed), "; ".join(f for _, f in failed)
+        )
+    return _noted(result, ring, usage)
+
+
+def _some(names: list[str], limit: int = 5) -> str:
+    """The first ``limit`` names, and how many more there are."""
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _missing_keys(ring: KeyRing, usage: KeyUsage) -> list[tuple[str, str]]:
+    """This cluster's tokens under key ids the ring lacks: (finding, fix), or none."""
+    missing = sorted(set(usage.by_key) - set(ring.key_ids))
+    if not missing:
+        return []
+    count = sum(usage.by_key[key] for key in missing)
+    return [
+        (
             f"{count} stored token(s) are encrypted under key(s) {', '.join(missing)}, "
             "which the key ring lacks",
             "add those keys back to CRAFT_ENCRYPTION_KEYS (after the current one) and run: "
             "craft-operator keys rotate",
         )
-    old = sorted(key for key in in_use if key != ring.current_key_id)
+    ]
+
+
+def _wrong_keys(usage: KeyUsage) -> list[tuple[str, str]]:
+    """Sampled tokens that did not open under the ring's key of their id: (finding, fix)."""
+    if not usage.undecryptable:
+        return []
+    keys = sorted({key for _, key in usage.undecryptable})
+    sandboxes = [f"{sandbox} (key {key!r})" for sandbox, key in usage.undecryptable]
+    return [
+        (
+            f"{len(usage.undecryptable)} of {usage.sampled} sampled stored token(s) do not "
+            f"open under the ring's key of their id: {_some(sandboxes)}",
+            f"if the ring's key(s) {', '.join(repr(key) for key in keys)} are not the ones "
+            "that sealed them (another key of the same id), put the originals back: the "
+            "operator revokes and replaces each PAT whose token does not open",
+        )
+    ]
+
+
+def _noted(result: CheckResult, ring: KeyRing, usage: KeyUsage) -> CheckResult:
+    """``result`` with what needs a look but fails nothing: tokens under older keys, rows
+    without a cluster id under the ring's older keys, unreadable envelope headers."""
+    detail, status, fixes = result.detail, result.status, [result.fix] if result.fix else []
+    old = sorted(key for key in usage.by_key if key != ring.current_key_id)
     if old:
-        count = sum(in_use[key] for key in old)
-        detail = f"{result.detail}; {count} stored token(s) under older key(s) {', '.join(old)}"
-        fix = result.fix or "run: craft-operator keys rotate, then drop the old keys"
-        return CheckResult(result.name, result.status, detail, fix)
-    return result
+        count = sum(usage.by_key[key] for key in old)
+        detail += f"; {count} stored token(s) under older key(s) {', '.join(old)}"
+        fixes = fixes or ["run: craft-operator keys rotate, then drop the old keys"]
+    if usage.unclaimed_by_key:
+        counts = ", ".join(f"{key}: {n}" for key, n in sorted(usage.unclaimed_by_key.items()))
+        detail += f"; rows without a cluster id (never rotated) by key: {counts}"
+        held = sorted(key for key in usage.unclaimed_by_key if key in ring.key_ids[1:])
+        if held:
+            detail += f"; older key(s) {', '.join(held)} cannot be dropped while such rows use them"
+            status = Status.WARN if status is Status.OK else status
+            fixes.append("adopt them: craft-operator credentials adopt, then keys rotate")
+    if usage.malformed:
+        detail += (
+            f"; {len(usage.malformed)} row(s) have an unreadable envelope header: "
+            f"{_some(list(usage.malformed))}"
+        )
+        status = Status.WARN if status is Status.OK else status
+        fixes.append(
+            "the operator replaces this cluster's at their next reconcile; "
+            "or: craft-operator credentials revoke NAMESPACE/NAME"
+        )
+    return CheckResult(result.name, status, detail, "; ".join(fixes))

@@ -69,14 +69,22 @@ def test_no_secret_reaches_logs_errors_or_reprs(
             state_dir=tmp_path, encryption_keys=generate_key_entry("x").get_secret_value()
         )
     )
-    # The stranger cannot open alice's token: it revokes it and mints another (and logs why).
-    replaced = stranger.ensure(alice, user_id=USER, tenant_id="acme")
+    impostor_entry = generate_key_entry("new").get_secret_value()
+    secrets.append(impostor_entry.split(":")[1])
+    impostor = build_credential_store(
+        load_settings(state_dir=tmp_path, encryption_keys=impostor_entry)
+    )
+    # Another key of the same id cannot open alice's token: it revokes it and mints
+    # another (and logs why).
+    replaced = impostor.ensure(alice, user_id=USER, tenant_id="acme")
     assert replaced.minted
     assert replaced.reason
     secrets.append(replaced.token.get_secret_value())
     seen += [repr(replaced), replaced.reason]
     errors: list[BaseException] = []
     for attempt in (
+        # The stranger's ring lacks the key id of alice's token: it says so, in an error.
+        lambda: stranger.ensure(alice, user_id=USER, tenant_id="acme"),
         lambda: stranger.ensure(alice, user_id="not-a-uuid", tenant_id="public"),
         lambda: KeyRing.parse(f"broken:{old_entry.split(':')[1][:-4]}"),
         lambda: load_settings(encryption_keys=f"k:{old_entry.split(':')[1][:-4]}"),
@@ -86,7 +94,7 @@ def test_no_secret_reaches_logs_errors_or_reprs(
             attempt()
         except Exception as exc:
             errors.append(exc)
-    assert len(errors) == 4
+    assert len(errors) == 5
     assert any(isinstance(error, CredentialsError) for error in errors)
     for error in errors:
         seen += [str(error), repr(error), "".join(traceback.format_exception_only(error))]
@@ -113,7 +121,7 @@ def test_no_secret_reaches_logs_errors_or_reprs(
     ):
         seen.append(CliRunner().invoke(main, args, env=env).output)
     store.revoke(bob)
-    for each in (store, rotated_store, stranger):
+    for each in (store, rotated_store, stranger, impostor):
         each.close()
 
     for record in caplog.records:

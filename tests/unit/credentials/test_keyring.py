@@ -53,12 +53,19 @@ def test_urlsafe_and_unpadded_base64_keys_are_accepted() -> None:
 #: The key material of the malformed forms below, in every form it could be echoed in.
 CANARY = base64.b64encode(b"canary-key-material-32-bytes-lo").decode()
 LONG_CANARY = base64.b64encode(b"canary-key-material-32-bytes-lo" + b"more").decode()
+#: A whole key as ``secrets.token_urlsafe(32)`` writes it: 43 characters that are also a
+#: well-formed key id.
+URLSAFE_CANARY = base64.urlsafe_b64encode(b"canary-urlsafe-key-material-32by").decode().rstrip("=")
 CANARY_FORMS = {
-    CANARY,
-    CANARY.rstrip("="),
-    CANARY.replace("+", "-").replace("/", "_"),
-    CANARY[:16],
-    CANARY[-16:],
+    form
+    for key in (CANARY, URLSAFE_CANARY)
+    for form in (
+        key,
+        key.rstrip("="),
+        key.replace("+", "-").replace("/", "_"),
+        key[:16],
+        key[-16:],
+    )
 }
 
 
@@ -74,12 +81,15 @@ CANARY_FORMS = {
         (f":{CANARY}", r"^key ring entry 1: the key id is invalid"),
         (f"bad id:{CANARY}", r"^key ring entry 1: the key id is invalid"),
         (f"{'k' * 65}:{CANARY}", r"^key ring entry 1: the key id is invalid"),
-        (f"k1:{CANARY}!", r"^key ring entry 1 \(id 'k1'\): the key is not valid base64$"),
-        (f"k1:{CANARY}:extra", r"^key ring entry 1 \(id 'k1'\): the key is not valid base64$"),
-        (f"k1:{CANARY[:20]}", r"^key ring entry 1 \(id 'k1'\): the key is 15 bytes long"),
-        ("k1:", r"^key ring entry 1 \(id 'k1'\): the key is 0 bytes long"),
-        (f"k1:{LONG_CANARY}", r"^key ring entry 1 \(id 'k1'\): the key is 35 bytes long"),
-        (f"k1:{KEY_A},k1:{CANARY}", r"^key ring entry 2 \(id 'k1'\): the key id appears twice"),
+        (f"{URLSAFE_CANARY}:k1", r"^key ring entry 1: the key is 1 bytes long"),
+        (f"k1:{KEY_A}\n{URLSAFE_CANARY}:k2", r"^key ring entry 2: the key is 1 bytes long"),
+        (f"k1:{CANARY}!", r"^key ring entry 1: the key is not valid base64$"),
+        (f"k1:{CANARY}:extra", r"^key ring entry 1: the key is not valid base64$"),
+        (f"k1:{CANARY[:20]}", r"^key ring entry 1: the key is 15 bytes long"),
+        ("k1:", r"^key ring entry 1: the key is 0 bytes long"),
+        (f"k1:{LONG_CANARY}", r"^key ring entry 1: the key is 35 bytes long"),
+        (f"k1:{KEY_A},k1:{CANARY}", r"^key ring entry 2: the key is 31 bytes long"),
+        (f"k1:{KEY_A},k1:{KEY_B}", r"^key ring entry 2 \(id 'k1'\): the key id appears twice"),
     ],
     ids=[
         "empty",
@@ -91,11 +101,14 @@ CANARY_FORMS = {
         "no id",
         "id with a space",
         "id too long",
+        "a url-safe key written the wrong way round",
+        "a url-safe key written the wrong way round second",
         "not base64",
         "a second colon",
         "key too short",
         "no key",
         "key too long",
+        "a duplicate id with a bad key",
         "duplicate id",
     ],
 )
@@ -108,6 +121,25 @@ def test_a_malformed_key_ring_is_named_by_position_and_never_echoes_key_material
     message = str(caught.value) + repr(caught.value)
     assert not [form for form in CANARY_FORMS if form in message]
     assert KEY_A not in message
+    assert KEY_B not in message
+
+
+@pytest.mark.parametrize(
+    "text",
+    [f"{URLSAFE_CANARY}:k1", f"k1:{KEY_A}, {URLSAFE_CANARY}:k2", f"k1:{URLSAFE_CANARY[:-1]}"],
+    ids=["wrong way round", "wrong way round second", "key one character short"],
+)
+def test_a_key_ring_file_with_a_bad_entry_never_echoes_key_material(
+    tmp_path: Path, text: str
+) -> None:
+    path = tmp_path / "keys"
+    path.write_text(text + "\n", encoding="utf-8")
+
+    with pytest.raises(KeyRingError, match=f"^key ring file {path}: key ring entry") as caught:
+        key_ring_from_file(path)
+
+    message = str(caught.value) + repr(caught.value)
+    assert not [form for form in CANARY_FORMS if form in message]
 
 
 def test_each_encryption_uses_a_fresh_nonce() -> None:

@@ -21,6 +21,7 @@ from craft_operator.credentials import (
     generate_key_entry,
 )
 from craft_operator.credentials.db import upgrade
+from craft_operator.credentials.errors import KeyNotInRingError
 from craft_operator.credentials.store import DEFAULT_RENEWAL_GRACE, UNDECRYPTABLE
 from craft_operator.credentials.tables import PersonalAccessToken, SandboxCredential
 from craft_operator.credentials.tokens import PatType
@@ -360,19 +361,26 @@ def test_ciphertexts_swapped_between_sandboxes_are_revoked_and_replaced(
     assert database.live_pats() == 2
 
 
-def test_a_key_missing_from_the_ring_gets_the_token_revoked_and_replaced(
+def test_a_key_missing_from_the_ring_leaves_the_token_and_its_pat_alone(
     make_store: Callable[..., CredentialStore], database: Database
 ) -> None:
     user = database.new_user()
     old = make_store().ensure(SANDBOX, user_id=user, tenant_id="public")
+    before = credential_row(database)
     other = make_store(KeyRing.parse(generate_key_entry("k2").get_secret_value()))
 
-    issued = other.ensure(SANDBOX, user_id=user, tenant_id="public")
+    with pytest.raises(KeyNotInRingError) as caught:
+        other.ensure(SANDBOX, user_id=user, tenant_id="public")
 
-    assert_replaced_as_undecryptable(
-        issued, old, database, naming=("'k1'", "team-a/alice", "not in the key ring")
-    )
-    assert credential_row(database).key_id == "k2"
+    message = str(caught.value)
+    assert "key 'k1', which is not in the key ring (it has 'k2')" in message
+    assert "nothing was revoked" in message
+    assert "put key 'k1' back in the key ring" in message
+    assert "craft-operator credentials revoke team-a/alice" in message
+    assert caught.value.key_id == "k1"
+    assert not pat_row(database, old.pat_id).is_revoked
+    assert credential_row(database) == before
+    assert database.live_pats() == 1
 
 
 def test_revoke_works_even_when_the_token_cannot_be_decrypted(

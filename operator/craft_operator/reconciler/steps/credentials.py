@@ -8,6 +8,7 @@ from craft_operator.api.models import ConditionStatus, CredentialsStatus
 from craft_operator.credentials.errors import (
     CredentialsError,
     DatabaseUnavailableError,
+    KeyNotInRingError,
     KeyRingError,
     SchemaMissingError,
     UserInactiveError,
@@ -24,6 +25,7 @@ _REASONS: tuple[tuple[type[CredentialsError], str], ...] = (
     (UserNotFoundError, "UserNotFound"),
     (UserInactiveError, "UserInactive"),
     (DatabaseUnavailableError, "DatabaseUnavailable"),
+    (KeyNotInRingError, "KeyNotInRing"),  # before KeyRingError, its base: first match wins
     (KeyRingError, "KeyRingError"),
     (SchemaMissingError, "DatabaseSchemaMissing"),
 )
