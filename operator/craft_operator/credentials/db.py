@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,18 @@ _MIGRATIONS = "craft_operator:migrations"
 #: Key of the Postgres advisory lock that serialises migrations of several operators.
 _MIGRATION_LOCK_KEY = 0x6372616674  # "craft"
 _SQLITE_BUSY_TIMEOUT_S = 30.0
+#: libpq parameters of the operator's Postgres connections, unless the URL sets them: a
+#: database that accepts TCP and never answers fails the connection in 10 s, and a peer
+#: that vanished under an idle or waiting connection is noticed in about a minute.
+POSTGRES_CONNECT_DEFAULTS: Mapping[str, int] = {
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}
+#: libpq's environment variables that, like the URL, set a parameter explicitly.
+_LIBPQ_ENVIRONMENT = {"connect_timeout": "PGCONNECT_TIMEOUT"}
 
 
 def is_onyx_mode(engine: Engine | Connection) -> bool:
@@ -67,12 +80,20 @@ def create_credentials_engine(url: str | URL, *, echo: bool = False) -> Engine:
     Statement parameters are hidden from logs and errors (they include token hashes and
     ciphertexts). On SQLite, transactions marked with ``craft_write`` start with
     ``BEGIN IMMEDIATE`` so that writers queue on the database lock instead of failing, and
-    file databases use WAL so that readers do not wait for writers.
+    file databases use WAL so that readers do not wait for writers; a locked database is
+    waited for at most ``_SQLITE_BUSY_TIMEOUT_S``. Postgres connections time out and probe
+    the peer (see :func:`postgres_connect_args`).
     """
     parsed = _parse_database_url(url)
     if parsed.get_backend_name() == "postgresql":
         try:
-            return create_engine(parsed, hide_parameters=True, echo=echo, pool_pre_ping=False)
+            return create_engine(
+                parsed,
+                hide_parameters=True,
+                echo=echo,
+                pool_pre_ping=False,
+                connect_args=postgres_connect_args(parsed),
+            )
         except ImportError as exc:
             raise CredentialsError(
                 f"the PostgreSQL driver is not installed ({exc.name}); install "
@@ -100,6 +121,25 @@ def _parse_database_url(url: str | URL) -> URL:
         # The operator ships psycopg 3; SQLAlchemy's default driver would be psycopg2.
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed
+
+
+def postgres_connect_args(url: URL, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The client-side connection parameters that keep a silent Postgres from holding a
+    thread forever: a connect timeout and TCP keepalives.
+
+    A parameter that the URL's query (``?connect_timeout=30``) or libpq's environment
+    (``PGCONNECT_TIMEOUT``) sets is left as given. No statement timeout is sent: it would go
+    as the ``options`` startup parameter, which PgBouncer refuses unless configured to
+    ignore it (each call is bounded by the reconciler instead; a URL may still set one,
+    ``?options=-c%20statement_timeout%3D30s``).
+    """
+    environ = os.environ if environ is None else environ
+
+    def given(name: str) -> bool:
+        variable = _LIBPQ_ENVIRONMENT.get(name)
+        return name in url.query or (variable is not None and bool(environ.get(variable)))
+
+    return {name: value for name, value in POSTGRES_CONNECT_DEFAULTS.items() if not given(name)}
 
 
 def _create_sqlite_engine(parsed: URL, *, echo: bool) -> Engine:

@@ -1,7 +1,8 @@
 """Adapters from the domain services to the reconciler's ports.
 
-- :class:`StoreCredentials`: the (blocking) credential store, off the event loop, with a
-  short memory so a resync does not query the database for every sandbox every time.
+- :class:`StoreCredentials`: the (blocking) credential store, off the event loop in a
+  bounded pool of its own threads, each call bounded in time, with a short memory so a
+  resync does not query the database for every sandbox every time.
 - :class:`SkillRenderer`: renders SKILL.md with the built-in or the platform's template,
   memoising renderings (the same sources and template give the same text).
 - :class:`LibrarySyncer`: syncs a user library from S3 into a pod over exec, with one S3
@@ -16,13 +17,14 @@ import functools
 import hashlib
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from craft_operator.api.models import CraftSandbox
 from craft_operator.builders.naming import SANDBOX_CONTAINER
 from craft_operator.config import Settings
-from craft_operator.credentials.errors import CredentialsError
+from craft_operator.credentials.errors import CredentialsError, DatabaseUnavailableError
 from craft_operator.credentials.model import IssuedCredential, SandboxIdentity
+from craft_operator.daemon_threads import DaemonThreadPool
 from craft_operator.kube.client import CONFIGMAPS, ApiError, KubeClient, NotFoundError
 from craft_operator.kube.exec import ExecTransport
 from craft_operator.library import (
@@ -47,6 +49,14 @@ if TYPE_CHECKING:
     from craft_operator.credentials.store import CredentialStore
 
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
+
+#: Threads that run the credential store's (blocking) database calls: never more, however
+#: many calls a silent database leaves hanging (the calls beyond wait their turn).
+DATABASE_THREADS = 8
+#: How long a pass waits for a database call (its turn, the store's opening, the call)
+#: before it fails with :class:`DatabaseUnavailableError`, to be retried with backoff.
+DATABASE_CALL_TIMEOUT_S = 60.0
 
 
 def _identity(namespace: str, name: str, uid: str) -> SandboxIdentity:
@@ -61,6 +71,13 @@ class StoreCredentials:
     ``craft-operator credentials revoke``) is therefore noticed within that interval. A
     remembered PAT in its grace period is dropped once its grace is over, or when
     :meth:`retire` revokes it.
+
+    The (blocking) database calls run in a pool of at most ``threads`` daemon threads of
+    their own, named ``craft-db-N``, and each call, the store's opening included, fails with
+    :class:`DatabaseUnavailableError` after ``call_timeout`` seconds. A database that never
+    answers therefore costs a pass a minute, not a reconcile worker for ever; the threads it
+    holds stay within the pool's bound, and neither the default executor nor the exit wait
+    for them.
     """
 
     def __init__(
@@ -70,6 +87,8 @@ class StoreCredentials:
         renewal_fraction: float = 0.2,
         recheck_interval: float = 60.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        call_timeout: float = DATABASE_CALL_TIMEOUT_S,
+        threads: int = DATABASE_THREADS,
     ) -> None:
         self._store: CredentialStore | None = None
         self._factory: Callable[[], CredentialStore] | None = None
@@ -77,8 +96,11 @@ class StoreCredentials:
             self._factory = store
         else:
             self._store = store
-        self._opening = asyncio.Lock()
+        self._opening: asyncio.Future[CredentialStore] | None = None
         self._calls: asyncio.Semaphore | None = None
+        self._threads = DaemonThreadPool(threads, name="craft-db")
+        self._call_timeout = call_timeout
+        self._closed = False
         self._renewal_fraction = renewal_fraction
         self._recheck = timedelta(seconds=recheck_interval)
         self._clock = clock
@@ -87,14 +109,28 @@ class StoreCredentials:
 
     async def _opened(self) -> CredentialStore:
         """The store, opened on first use: a database that is down at start-up is then a
-        condition on each sandbox (retried), not an operator that fails to start."""
+        condition on each sandbox (retried), not an operator that fails to start.
+
+        Passes that need the store meanwhile wait for the one opening under way, each
+        within its own bound; a failed opening is tried again by the next call.
+        """
         if self._store is not None:
             return self._store
-        async with self._opening:
-            if self._store is None:
-                assert self._factory is not None
-                self._store = await asyncio.to_thread(self._factory)
-        return self._store
+        if self._opening is None:
+            assert self._factory is not None
+            self._opening = self._in_thread(self._factory)
+            self._opening.add_done_callback(self._settle_opening)
+        return await asyncio.shield(self._opening)
+
+    def _settle_opening(self, opening: asyncio.Future[CredentialStore]) -> None:
+        """Keep the opened store (closed at once if :meth:`close` came first), or forget
+        the failed opening so that the next call tries again."""
+        self._opening = None
+        if opening.cancelled() or opening.exception() is not None:
+            return
+        self._store = opening.result()
+        if self._closed:
+            self._store.close()
 
     def _slots(self, store: CredentialStore) -> asyncio.Semaphore:
         # SQLite has one writer at a time: threads racing for its lock spend their time in
@@ -103,16 +139,43 @@ class StoreCredentials:
             self._calls = asyncio.Semaphore(8 if store.onyx_mode else 1)
         return self._calls
 
+    def _in_thread(self, function: Callable[[], _T]) -> asyncio.Future[_T]:
+        """``function()`` in one of the database threads."""
+        if self._closed:
+            raise DatabaseUnavailableError("the credential store is closed: the operator stops")
+        return asyncio.get_running_loop().run_in_executor(self._threads, function)
+
+    async def _bounded(self, subject: str, use: Callable[[CredentialStore], _T]) -> _T:
+        """``use(store)`` in a database thread, within the store's call slots and the call
+        timeout; ``subject`` says what was done, for the error."""
+        scope = asyncio.timeout(self._call_timeout)
+        try:
+            async with scope:
+                store = await self._opened()
+                async with self._slots(store):
+                    return await self._in_thread(functools.partial(use, store))
+        except TimeoutError:
+            if not scope.expired():
+                raise  # the call's own, not the bound's
+            raise DatabaseUnavailableError(
+                f"{subject}: the credentials database did not answer within "
+                f"{self._call_timeout:g} s (retried)"
+            ) from None
+
     def close(self) -> None:
-        """Release the database connections."""
+        """Release the database connections, and let the database threads go without
+        waiting: queued calls are cancelled, and a thread stuck on a silent database is a
+        daemon that holds neither the event loop's close nor the process's exit."""
+        self._closed = True
+        self._threads.shutdown(wait=False, cancel_futures=True)
         if self._store is not None:
             self._store.close()
 
     async def call(self, function: Callable[..., _T], *args: Any) -> _T:
-        """``function(store, *args)`` in a worker thread, within the store's call slots."""
-        store = await self._opened()
-        async with self._slots(store):
-            return await asyncio.to_thread(function, store, *args)
+        """``function(store, *args)`` in a database thread, within the store's call slots."""
+        return await self._bounded(
+            "querying the credentials database", lambda store: function(store, *args)
+        )
 
     def forget(self, uid: str) -> None:
         """Drop the remembered PAT of sandbox ``uid`` (it was revoked out of band)."""
@@ -131,17 +194,17 @@ class StoreCredentials:
                 return _reused(issued, now)
         identity = _identity(sandbox.metadata.namespace or "", sandbox.metadata.name, uid)
         lifetime = sandbox.spec.credentials.lifetime
-        store = await self._opened()
         self.database_calls += 1
-        async with self._slots(store):
-            issued = await asyncio.to_thread(
-                store.ensure,
+        issued = await self._bounded(
+            f"ensuring the PAT of {identity.namespace}/{identity.name}",
+            lambda store: store.ensure(
                 identity,
                 user_id=sandbox.spec.user.id,
                 tenant_id=sandbox.spec.user.tenant_id,
                 lifetime=lifetime,
                 rejected_pat_id=rejected_pat_id,
-            )
+            ),
+        )
         renew_at = (
             issued.expires_at - lifetime * self._renewal_fraction if issued.expires_at else None
         )
@@ -151,18 +214,21 @@ class StoreCredentials:
     async def revoke(self, namespace: str, name: str, uid: str) -> bool:
         """Revoke the sandbox's PAT (idempotent)."""
         self._known.pop(uid, None)
-        store = await self._opened()
         self.database_calls += 1
-        async with self._slots(store):
-            return await asyncio.to_thread(store.revoke, _identity(namespace, name, uid))
+        identity = _identity(namespace, name, uid)
+        return await self._bounded(
+            f"revoking the PAT of {namespace}/{name}", lambda store: store.revoke(identity)
+        )
 
     async def retire(self, namespace: str, name: str, uid: str, pat_id: int) -> int | None:
         """The pod now uses PAT ``pat_id``: revoke the one it superseded, if still in its
         grace period (see :meth:`CredentialStore.retire`); returns the revoked id."""
-        store = await self._opened()
         self.database_calls += 1
-        async with self._slots(store):
-            revoked = await asyncio.to_thread(store.retire, _identity(namespace, name, uid), pat_id)
+        identity = _identity(namespace, name, uid)
+        revoked = await self._bounded(
+            f"retiring the PAT that PAT {pat_id} of {namespace}/{name} superseded",
+            lambda store: store.retire(identity, pat_id),
+        )
         known = self._known.get(uid)
         if known is not None and known[0].pat_id == pat_id:
             retired = dataclasses.replace(known[0], grace_pat_id=None, grace_expires_at=None)
@@ -170,12 +236,12 @@ class StoreCredentials:
         return revoked
 
     async def in_database(self, call: Callable[[Engine], _T]) -> _T:
-        """Run ``call`` with the credentials database's engine in a worker thread, queued
+        """Run ``call`` with the credentials database's engine in a database thread, queued
         with the store's own calls (SQLite has one writer)."""
-        store = await self._opened()
         self.database_calls += 1
-        async with self._slots(store):
-            return await asyncio.to_thread(call, store.engine)
+        return await self._bounded(
+            "querying the credentials database", lambda store: call(store.engine)
+        )
 
 
 def _reused(issued: IssuedCredential, now: datetime) -> IssuedCredential:
