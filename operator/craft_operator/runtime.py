@@ -23,7 +23,7 @@ from craft_operator.kube.events import EventRecorder
 from craft_operator.kube.exec import ExecTransport
 from craft_operator.kube.exec_aiohttp import AiohttpExec
 from craft_operator.kube.relogin import keep_fresh
-from craft_operator.metrics import Metrics, MetricsServer, start_from_settings
+from craft_operator.metrics import Metrics, MetricsPortError, MetricsServer, start_from_settings
 from craft_operator.peering.monitor import PeeringMonitor, default_identity
 from craft_operator.peering.options import PeeringOptions
 from craft_operator.reconciler.deps import Services
@@ -36,6 +36,11 @@ LoginFn = Callable[..., kopf.ConnectionInfo | None]
 CHILD_RESOURCES: tuple[tuple[str, ...], ...] = tuple(
     kind.api.resource for kind in kinds.KINDS if kind.managed_only
 )
+
+
+class StartupError(Exception):
+    """An expected failure to start found once :func:`run_operator` runs (a metrics port
+    that cannot be bound); ``craft-operator run`` says it in one line, exit code 1."""
 
 
 class WatchOnlyDiffBase(kopf.AnnotationsDiffBaseStorage):
@@ -230,6 +235,16 @@ async def _shut_down(context: OperatorContext, metrics_server: MetricsServer | N
         credentials.close()
 
 
+async def _serve_metrics(context: OperatorContext, settings: Settings) -> MetricsServer | None:
+    """Bind CRAFT_METRICS_PORT, before anything else starts: a port that cannot be bound
+    ends the start with one line (:class:`StartupError`), with nothing of kopf to undo."""
+    try:
+        return await start_from_settings(context.services.metrics, settings)
+    except MetricsPortError as exc:
+        await _shut_down(context, None)
+        raise StartupError(str(exc)) from exc
+
+
 async def run_operator(
     settings: Settings,
     *,
@@ -255,34 +270,37 @@ async def run_operator(
     On shutdown kopf cancels every task in the loop that it did not see before it started.
     ``foreign_tasks`` names tasks that are not the operator's (e.g. a test harness waiting
     for it to stop); the caller may add to the set while the operator runs.
+
+    The metrics port is bound first: if it cannot be, :class:`StartupError` says so
+    before kopf starts anything.
     """
     peering = peering or PeeringOptions()
     if standalone and not peering.standalone:
         raise TypeError("standalone=True contradicts peering through a peering object")
     context = context or build_context(settings, exec_transport=exec_transport)
-    context.gate.namespaces = tuple(namespaces)
-    kopf_settings = _kopf_settings(namespaces, peering)
-    identity = peering.identity or default_identity()
-    monitor = await _start_gate(context, peering, identity)
-    registry = build_registry(context, login=login, monitor=monitor)
-    ignored = _ignored_tasks(foreign_tasks)
-    tasks = await kopf.spawn_tasks(
-        registry=registry,
-        settings=kopf_settings,
-        memo=context,
-        clusterwide=not namespaces,
-        namespaces=list(namespaces),
-        standalone=peering.standalone,
-        peering_name=peering.name,
-        priority=peering.priority,
-        # kopf's Identity is a NewType of str that kopf does not export.
-        identity=cast("Any", identity),
-        liveness_endpoint=liveness_endpoint,
-        stop_flag=stop_flag,
-        ready_flag=ready_flag,
-    )
-    metrics_server = await start_from_settings(context.services.metrics, settings)
+    metrics_server = await _serve_metrics(context, settings)
     try:
+        context.gate.namespaces = tuple(namespaces)
+        kopf_settings = _kopf_settings(namespaces, peering)
+        identity = peering.identity or default_identity()
+        monitor = await _start_gate(context, peering, identity)
+        registry = build_registry(context, login=login, monitor=monitor)
+        ignored = _ignored_tasks(foreign_tasks)
+        tasks = await kopf.spawn_tasks(
+            registry=registry,
+            settings=kopf_settings,
+            memo=context,
+            clusterwide=not namespaces,
+            namespaces=list(namespaces),
+            standalone=peering.standalone,
+            peering_name=peering.name,
+            priority=peering.priority,
+            # kopf's Identity is a NewType of str that kopf does not export.
+            identity=cast("Any", identity),
+            liveness_endpoint=liveness_endpoint,
+            stop_flag=stop_flag,
+            ready_flag=ready_flag,
+        )
         await kopf.run_tasks(tasks, ignored=ignored)
     finally:
         await _shut_down(context, metrics_server)

@@ -10,9 +10,12 @@ import base64
 import json
 import os
 import socket
+import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +36,11 @@ from craft_operator.credentials import SandboxIdentity, build_credential_store, 
 from craft_operator.credentials.db import create_credentials_engine, upgrade
 from craft_operator.devtools.onyx_schema import create_onyx_tables
 from craft_operator.devtools.postgres import ThrowawayPostgres
+from craft_operator.doctor import Status, check_kubernetes
+from craft_operator.doctor import kubernetes as doctor_kubernetes
 from craft_operator.library.s3 import make_s3_client
 from craft_operator.permissions import access_requests
-from tests.support.emulator import KubeEmulator, declare_core_resources
+from tests.support.emulator import KubeEmulator, declare_core_resources, declare_peering_resources
 from tests.support.pools import declare_pool_resource
 
 pytestmark = [pytest.mark.unit, pytest.mark.s3]
@@ -43,6 +48,9 @@ pytestmark = [pytest.mark.unit, pytest.mark.s3]
 KEYS = generate_key_entry("doctor-test").get_secret_value()
 USER = "3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b"
 DB_PASSWORD = "hunter2-Sup3rSecret"
+#: The peering object of manifests/base, and how its StatefulSet names it.
+PEERING = "craft-operator"
+PEERINGS = kmock.resource("kopf.dev", "v1", "clusterkopfpeerings")
 Grant = tuple[str, str, str]  # (verb, group, resource[/subresource])
 
 
@@ -131,10 +139,20 @@ def write_kubeconfig(path: Path, server: str) -> None:
 
 @pytest.fixture
 async def cluster(env: dict[str, str]) -> AsyncIterator[Cluster]:
-    """The KMock emulator with the CRD served, the kubeconfig pointing at it."""
+    """The KMock emulator with the CRDs served (kopf's peering one too) and the peering
+    object of manifests/base, the kubeconfig pointing at it."""
     async with KubeEmulator() as emulator, kmock.Server(emulator):
         declare_core_resources(emulator)
         declare_craft_resources(emulator)
+        declare_peering_resources(emulator)
+        emulator.create(
+            PEERINGS,
+            {
+                "apiVersion": "kopf.dev/v1",
+                "kind": "ClusterKopfPeering",
+                "metadata": {"name": PEERING},
+            },
+        )
         state = Cluster(emulator)
 
         async def review(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
@@ -175,7 +193,7 @@ def line(result: Result, name: str) -> str:
 
 
 async def test_every_check_passes_when_everything_is_in_place(cluster: Cluster) -> None:
-    result = await doctor()
+    result = await doctor("--peering", PEERING)
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert [text.split(":")[0] for text in lines] == [
@@ -187,6 +205,7 @@ async def test_every_check_passes_when_everything_is_in_place(cluster: Cluster) 
         "✔ Kubernetes API",
         "✔ CraftSandbox API",
         "✔ API permissions",
+        "✔ peering",
     ]
     assert "(embedded SQLite)" in line(result, "database")
     # Serving all namespaces (no CRAFT_NAMESPACES): every grant, cluster-wide.
@@ -238,7 +257,7 @@ async def test_a_missing_peering_grant_points_at_the_base(
 ) -> None:
     monkeypatch.setenv("CRAFT_NAMESPACES", "team-a")
     cluster.denied.add(("patch", "kopf.dev", "clusterkopfpeerings"))
-    result = await doctor()
+    result = await doctor("--peering", PEERING)
     text = line(result, "API permissions")
     assert "1 missing: patch clusterkopfpeerings.kopf.dev" in text
     assert "— apply the operator's RBAC (kubectl apply -k manifests/base)" in text
@@ -249,7 +268,7 @@ async def test_a_scoped_operator_is_checked_in_each_watched_namespace(
 ) -> None:
     monkeypatch.setenv("CRAFT_NAMESPACES", "team-a,team-b")
     cluster.denied.add(("watch", "", "secrets"))
-    result = await doctor()
+    result = await doctor("--peering", PEERING)
     assert result.exit_code == 1
     text = line(result, "API permissions")
     assert "watch secrets in team-a, watch secrets in team-b" in text
@@ -262,6 +281,125 @@ async def test_a_scoped_operator_is_checked_in_each_watched_namespace(
     pod_namespaces = {r.get("namespace") for r in cluster.reviews if r["resource"] == "pods"}
     assert pod_namespaces == {"team-a", "team-b"}
     assert len(cluster.reviews) == len(access_requests(["a", "b"]))
+
+
+# -- the peering -------------------------------------------------------------------------------
+
+
+async def test_a_peered_operators_peering_object_is_found_with_its_live_replicas(
+    cluster: Cluster,
+) -> None:
+    seen = datetime.now(UTC).isoformat()
+    status = {"craft-operator-0": {"priority": 100, "lifetime": 60, "lastseen": seen}}
+    cluster.emulator.patch(PEERINGS, None, PEERING, {"status": status})
+    result = await doctor("--peering", PEERING)
+    assert result.exit_code == 0, result.output
+    assert line(result, "peering") == (
+        "✔ peering: ClusterKopfPeering craft-operator exists; live replicas: "
+        "craft-operator-0 (priority 100)"
+    )
+
+
+async def test_a_missing_peering_object_fails_as_every_replica_would_idle(
+    cluster: Cluster,
+) -> None:
+    result = await doctor("--peering", "craft-operator-east")
+    assert result.exit_code == 1
+    text = line(result, "peering")
+    assert text.startswith(
+        "✘ peering: ClusterKopfPeering craft-operator-east does not exist: every replica waits"
+    )
+    assert "— create it: kubectl apply -k manifests/base (manifests/base/peering.yaml)" in text
+
+
+async def test_the_peering_name_may_come_from_craft_peering_name(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CRAFT_PEERING_NAME", "craft-operator-east")
+    result = await doctor()
+    assert result.exit_code == 1
+    assert "ClusterKopfPeering craft-operator-east does not exist" in line(result, "peering")
+
+
+async def test_without_kopfs_peering_crd_the_peering_fails_naming_the_crd(
+    env: dict[str, str],
+) -> None:
+    async with KubeEmulator() as emulator, kmock.Server(emulator):
+        declare_core_resources(emulator)
+        declare_craft_resources(emulator)
+        write_kubeconfig(Path(env["KUBECONFIG"]), str(emulator.url).rstrip("/"))
+        emulator.before_request.append(_allow_everything)
+        result = await doctor("--peering", PEERING)
+    assert result.exit_code == 1
+    text = line(result, "peering")
+    assert text.startswith("✘ peering: the API server does not serve clusterkopfpeerings.kopf.dev")
+    assert "— install kopf's peering CRD: kubectl apply -f crds/" in text
+
+
+async def test_a_standalone_operator_is_not_asked_for_peering_grants_or_object(
+    cluster: Cluster,
+) -> None:
+    cluster.denied |= {
+        (verb, "kopf.dev", "clusterkopfpeerings") for verb in ("get", "list", "watch", "patch")
+    }
+    result = await doctor("--standalone")
+    assert result.exit_code == 0, result.output
+    assert line(result, "peering") == "✔ peering: none (standalone: one replica, no peering object)"
+    permissions = line(result, "API permissions")
+    assert permissions.startswith(
+        f"✔ API permissions: all {len(access_requests([], peering=False))} grants"
+    )
+    assert permissions.endswith("(cluster-wide, without the peering object's)")
+    assert [r for r in cluster.reviews if r["resource"] == "clusterkopfpeerings"] == []
+
+
+async def test_told_nothing_of_the_peering_doctor_says_it_did_not_check_it(
+    cluster: Cluster,
+) -> None:
+    cluster.denied.add(("patch", "kopf.dev", "clusterkopfpeerings"))
+    result = await doctor()
+    assert result.exit_code == 0, result.output
+    text = line(result, "peering")
+    assert text.startswith("⚠ peering: not checked: doctor was not told whether the operator peers")
+    assert "— pass the operator's own: --peering NAME (manifests/base: craft-operator)" in text
+    assert [r for r in cluster.reviews if r["resource"] == "clusterkopfpeerings"] == []
+
+
+async def test_standalone_contradicting_craft_peering_name_fails_the_peering(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CRAFT_PEERING_NAME", PEERING)
+    result = await doctor("--standalone")
+    assert result.exit_code == 1
+    assert line(result, "peering").startswith("✘ peering: --standalone contradicts peering")
+
+
+def test_peering_and_standalone_together_are_a_usage_error(env: dict[str, str]) -> None:
+    result = CliRunner().invoke(main, ["doctor", "--peering", PEERING, "--standalone"])
+    assert result.exit_code == 2
+    assert result.stderr == "craft-operator: use either --peering or --standalone, not both\n"
+
+
+def test_a_kubeconfig_exec_plugin_that_hangs_fails_the_api_check_without_hanging_doctor(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(doctor_kubernetes, "KUBE_TIMEOUT_S", 0.5)
+    released = threading.Event()
+
+    def hanging_login() -> Any:
+        released.wait(60)  # an exec plugin that never answers (released after the test)
+        raise AssertionError("the login must have been given up on")
+
+    started = time.monotonic()
+    try:
+        results = asyncio.run(check_kubernetes(load_settings(), connect=hanging_login))
+        elapsed = time.monotonic() - started
+    finally:
+        released.set()
+    [result] = results
+    assert result.status is Status.FAIL
+    assert result.detail.startswith("reading the Kubernetes credentials took longer than 0.5s")
+    assert elapsed < 10, "neither the check nor the event loop's close waited for the thread"
 
 
 async def test_a_refused_access_review_is_a_failure_not_a_pass(cluster: Cluster) -> None:
@@ -428,8 +566,7 @@ def test_an_unreadable_key_ring_file_fails_with_how_to_make_one(
     assert result.exit_code == 1
     text = line(result, "key ring")
     assert text.startswith(
-        f"✘ key ring: key ring file {broken}: key ring entry 1: the key is not valid "
-        "base64"
+        f"✘ key ring: key ring file {broken}: key ring entry 1: the key is not valid base64"
     )
     assert text.endswith("make one with: craft-operator keys generate")
 

@@ -4,8 +4,12 @@ value stays in a fixed set (never a user, a name or a token)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import itertools
-from collections.abc import AsyncIterator
+import logging
+import socket
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,14 +21,18 @@ import pytest
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+import craft_operator.metrics.server as metrics_server
 from craft_operator.api.models import KIND, CraftSandboxStatus, Phase
 from craft_operator.config import Settings
+from craft_operator.handlers.streams import watch_streams
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import CONFIGMAPS, PODS, KubeClient
+from craft_operator.kube.kinds import KINDS
 from craft_operator.kube.watch import WatchStream
 from craft_operator.metrics import (
     ColdStartReason,
     Metrics,
+    MetricsPortError,
     MetricsServer,
     MintReason,
     ProvisioningPhase,
@@ -35,6 +43,7 @@ from craft_operator.metrics import (
     time_to_ready,
 )
 from craft_operator.reconciler.queue import Backoff, WorkQueue
+from craft_operator.runtime import build_context
 from tests.support.emulator import KubeEmulator, declare_core_resources
 from tests.support.operator import eventually
 
@@ -59,6 +68,7 @@ def sandbox(
     created: datetime = NOW,
     ready: tuple[str, datetime] | None = None,
     deleting: bool = False,
+    woke: datetime | None = None,
 ) -> dict[str, Any]:
     metadata: dict[str, Any] = {
         "name": name,
@@ -81,6 +91,8 @@ def sandbox(
                 "lastTransitionTime": stamp(since),
             }
         ]
+    if woke is not None:
+        body.setdefault("status", {})["wokeAt"] = stamp(woke)
     return body
 
 
@@ -150,6 +162,80 @@ async def test_a_port_in_use_is_an_error_not_a_silent_second_server(
 ) -> None:
     with pytest.raises(OSError, match=r"(?i)in use"):
         await start_metrics_server(metrics.registry, server.port, host="127.0.0.1")
+
+
+async def test_a_taken_metrics_port_is_one_line_naming_the_setting(
+    metrics: Metrics, tmp_path: Any
+) -> None:
+    with listening("0.0.0.0") as port, pytest.raises(MetricsPortError) as raised:
+        await start_from_settings(metrics, Settings(metrics_port=port, state_dir=tmp_path))
+    message = str(raised.value)
+    assert f"port {port} (CRAFT_METRICS_PORT)" in message
+    assert "in use" in message
+    assert "\n" not in message
+
+
+@contextlib.contextmanager
+def listening(host: str, family: int = socket.AF_INET) -> Iterator[int]:
+    """A port something else listens on, on ``host``."""
+    with socket.socket(family, socket.SOCK_STREAM) as holder:
+        holder.bind((host, 0))
+        holder.listen()
+        yield int(holder.getsockname()[1])
+
+
+def has_ipv6() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("host", [None, "::"], ids=["default", "ipv6-wildcard"])
+async def test_the_wildcard_serves_ipv4_and_ipv6_scrapers_on_one_port(
+    metrics: Metrics, host: str | None
+) -> None:
+    if not has_ipv6():
+        pytest.skip("this machine has no IPv6 loopback")
+    server = await start_metrics_server(metrics.registry, 0, host=host)
+    try:
+        over_ipv4 = await fetch(f"http://127.0.0.1:{server.port}/metrics")
+        over_ipv6 = await fetch(f"http://[::1]:{server.port}/metrics")
+    finally:
+        await server.stop()
+    assert over_ipv4[0] == over_ipv6[0] == 200
+    assert server.url == f"http://127.0.0.1:{server.port}/metrics"
+
+
+@pytest.mark.parametrize(
+    "no_ipv6",
+    [(12345, "::"), (socket.AF_INET6, "2001:db8::1")],
+    ids=["family-not-supported", "address-not-available"],
+)
+async def test_without_ipv6_the_wildcard_serves_ipv4_alone(
+    metrics: Metrics, monkeypatch: pytest.MonkeyPatch, no_ipv6: tuple[int, str]
+) -> None:
+    # A kernel without IPv6 refuses the family; one with IPv6 turned off, the address.
+    monkeypatch.setattr(metrics_server, "_DUAL_STACK", no_ipv6)
+    server = await start_metrics_server(metrics.registry, 0)
+    try:
+        status, _, _ = await fetch(server.url)
+        if has_ipv6():
+            with pytest.raises(aiohttp.ClientConnectionError):
+                await fetch(f"http://[::1]:{server.port}/metrics")
+    finally:
+        await server.stop()
+    assert status == 200
+
+
+async def test_a_port_taken_on_the_wildcard_is_an_error_not_a_fallback_to_ipv4(
+    metrics: Metrics,
+) -> None:
+    with listening("0.0.0.0") as port, pytest.raises(OSError, match=r"(?i)in use") as raised:
+        await start_metrics_server(metrics.registry, port)
+    assert raised.value.errno == errno.EADDRINUSE
 
 
 async def test_metrics_port_zero_disables_the_endpoint(metrics: Metrics, tmp_path: Any) -> None:
@@ -371,6 +457,113 @@ def test_time_to_ready_is_measured_only_on_the_pass_that_makes_a_sandbox_ready()
     assert time_to_ready(woken, READY, NOW) == 12
 
 
+def test_a_sandbox_woken_from_a_long_sleep_waits_from_its_wake() -> None:
+    """Asleep, Ready stays False (since it fell asleep, days ago); it wakes and waits for a
+    pod: 20 seconds of waiting, not three days (CraftSandboxStuckNotReady would page)."""
+    woken = sandbox(
+        "alice",
+        "Provisioning",
+        created=NOW - timedelta(days=10),
+        ready=("False", NOW - timedelta(days=3)),
+        woke=NOW - timedelta(seconds=20),
+    )
+    assert count_sandboxes([woken], NOW).oldest_not_ready_seconds == 20
+    assert time_to_ready(woken, READY, NOW) == 20
+
+
+def test_a_sandbox_that_lost_its_pod_after_waking_waits_from_losing_it() -> None:
+    replaced = sandbox(
+        "alice",
+        "Provisioning",
+        created=NOW - timedelta(days=10),
+        ready=("False", NOW - timedelta(minutes=10)),
+        woke=NOW - timedelta(hours=2),
+    )
+    assert count_sandboxes([replaced], NOW).oldest_not_ready_seconds == 600
+    assert time_to_ready(replaced, READY, NOW) == 600
+
+
+def test_a_sandbox_woken_and_ready_in_one_pass_counts_from_that_wake() -> None:
+    """A woken sandbox may claim a warm pod and be Ready in the very pass that woke it: the
+    body that pass started from still says it sleeps."""
+    asleep = sandbox(
+        "alice",
+        "Sleeping",
+        created=NOW - timedelta(days=10),
+        ready=("False", NOW - timedelta(days=3)),
+    )
+    woken_now = CraftSandboxStatus(phase=Phase.READY, woke_at=NOW - timedelta(seconds=4))
+    assert time_to_ready(asleep, woken_now, NOW) == 4
+
+
+def test_a_time_written_without_a_zone_is_read_as_utc() -> None:
+    body = sandbox("alice", "Provisioning", created=NOW - timedelta(days=1))
+    body["status"]["conditions"] = [
+        {"type": "Ready", "status": "False", "lastTransitionTime": "2026-11-23T11:58:20"}
+    ]
+    assert count_sandboxes([body], NOW).oldest_not_ready_seconds == 100
+    assert time_to_ready(body, READY, NOW) == 100
+    body["status"]["wokeAt"] = "2026-11-23T11:59:30"
+    assert count_sandboxes([body], NOW).oldest_not_ready_seconds == 30
+    naive_wake = CraftSandboxStatus.model_validate(
+        {"phase": "Ready", "wokeAt": "2026-11-23T11:59:50"}
+    )
+    asleep = sandbox("alice", "Sleeping", created=NOW - timedelta(days=1))
+    assert time_to_ready(asleep, naive_wake, NOW) == 10
+
+
+def test_a_body_that_cannot_be_read_is_left_out_and_named_the_others_counted() -> None:
+    bodies = [
+        sandbox("slow", "Provisioning", created=NOW - timedelta(seconds=70)),
+        {"kind": KIND, "metadata": ["not", "an", "object"], "status": {"phase": "Provisioning"}},
+        sandbox("fine", "Ready", ready=("True", NOW)),
+    ]
+    counts = count_sandboxes(bodies, NOW)
+    assert counts.by_phase["Provisioning"] == 1
+    assert counts.by_phase["Ready"] == 1
+    assert counts.oldest_not_ready_seconds == 70
+    assert counts.unreadable == ("<a sandbox without metadata>",)
+
+
+class Bodies:
+    """A watch cache holding whatever bodies it is given, readable or not."""
+
+    def __init__(self, *bodies: dict[str, Any]) -> None:
+        self.bodies = list(bodies)
+
+    def items(self, kind: str) -> Iterator[tuple[Any, dict[str, Any]]]:
+        return iter(
+            [(index, body) for index, body in enumerate(self.bodies)] if kind == KIND else []
+        )
+
+
+async def test_one_unreadable_sandbox_never_fails_the_scrape_and_is_logged_once(
+    metrics: Metrics, server: MetricsServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A failed scrape is ``up`` 0: CraftOperatorDown would page for one odd status."""
+    naive = sandbox("naive", "Provisioning", created=NOW - timedelta(days=1))
+    naive["status"]["conditions"] = [
+        {"type": "Ready", "status": "False", "lastTransitionTime": "2026-11-23T11:55:00"}
+    ]
+    unreadable = {"kind": KIND, "metadata": "junk", "status": {"phase": "Pending"}}
+    cache = Bodies(naive, unreadable, sandbox("new", None))
+    metrics.track(cache=cache, clock=lambda: NOW)
+
+    with caplog.at_level(logging.WARNING, logger="craft_operator.metrics"):
+        first = await scrape(server)
+        second = await scrape(server)
+
+    assert value(first, "craft_sandbox_oldest_not_ready_seconds") == 300
+    assert value(first, "craft_sandboxes", phase="Provisioning") == 1
+    assert value(first, "craft_sandboxes", phase="Pending") == 1
+    assert value(first, "craft_sandboxes_unreadable") == 1
+    assert value(second, "craft_sandboxes_unreadable") == 1
+    [logged] = [record.getMessage() for record in caplog.records]
+    assert "left out of the metrics" in logged
+    cache.bodies.remove(unreadable)
+    assert value(await scrape(server), "craft_sandboxes_unreadable") == 0
+
+
 async def test_queue_depth_passes_and_failures_come_from_the_work_queue(
     metrics: Metrics, server: MetricsServer
 ) -> None:
@@ -462,6 +655,36 @@ async def test_the_childrens_watch_streams_report_their_lists_and_failures_by_re
     assert value(recovered, "craft_watch_lists_total", resource="configmaps") == 1
 
 
+async def test_every_stream_of_the_operator_reports_its_outcomes_not_only_the_childrens(
+    metrics: Metrics, server: MetricsServer, tmp_path: Any
+) -> None:
+    """CraftChildWatchFailing promises every stream: the sandboxes', pools', policies',
+    NetworkPolicies' and namespaces' as well as the children's."""
+    metrics.track(
+        watch_outcomes={
+            ("craftsandboxes", "failing"): 1,
+            ("craftsandboxes", "failure"): 4,
+            ("namespaces", "list"): 2,
+            ("craftsandboxpolicies", "failing"): 1,
+            ("networkpolicies", "failure"): 3,
+            ("craftsandboxpools", "list"): 5,
+        }
+    )
+    samples = await scrape(server)
+    assert value(samples, "craft_watch_streams_failing", resource="craftsandboxes") == 1
+    assert value(samples, "craft_watch_failures_total", resource="craftsandboxes") == 4
+    assert value(samples, "craft_watch_lists_total", resource="namespaces") == 2
+    assert value(samples, "craft_watch_streams_failing", resource="craftsandboxpolicies") == 1
+    assert value(samples, "craft_watch_failures_total", resource="networkpolicies") == 3
+    assert value(samples, "craft_watch_lists_total", resource="craftsandboxpools") == 5
+    assert value(samples, "craft_watch_streams_failing", resource="pods") == 0
+    context = build_context(Settings(state_dir=tmp_path, server_url="http://onyx.test:8080"))
+    streamed = {stream.name.split(" in ")[0] for stream in watch_streams(context)}
+    assert streamed == {kind.api.plural for kind in KINDS}
+    for family in ("craft_watch_streams_failing", "craft_watch_failures_total"):
+        assert label_values(samples, family, "resource") == streamed
+
+
 async def test_nothing_but_state_and_counts_reach_the_exposition(
     metrics: Metrics, server: MetricsServer
 ) -> None:
@@ -523,6 +746,23 @@ async def test_pool_pods_by_state_follow_the_pools_status_at_every_scrape(
     cache.forget("CraftSandboxPool", "team-a", "fresh")
     samples = await scrape(server)
     assert label_values(samples, "craft_pool_pods", "pool") == {"standard"}
+
+
+async def test_a_pool_whose_status_is_not_an_object_shows_zeros_and_the_scrape_goes_on(
+    metrics: Metrics, server: MetricsServer
+) -> None:
+    cache = ObjectCache()
+    metrics.track(cache=cache)
+    odd = pool_body("odd")
+    odd["status"], odd["spec"] = "scaling", ["5"]
+    cache.put("CraftSandboxPool", odd)
+    cache.put("CraftSandboxPool", pool_body("standard", ready=3))
+    samples = await scrape(server)
+    assert value(samples, "craft_pool_pods", namespace="team-a", pool="odd", state="ready") == 0
+    assert value(samples, "craft_pool_replicas", namespace="team-a", pool="odd") == 0
+    assert (
+        value(samples, "craft_pool_pods", namespace="team-a", pool="standard", state="ready") == 3
+    )
 
 
 async def test_claims_cold_starts_and_claim_latency_are_counted(

@@ -44,16 +44,36 @@ def format_result(result: CheckResult, symbols: dict[str, str]) -> str:
     is_flag=True,
     help="Check only the settings, database, key ring and S3 (no API server).",
 )
-def doctor(as_json: bool, skip_kubernetes: bool) -> None:
+@click.option(
+    "--peering",
+    "peering_name",
+    metavar="NAME",
+    help="The operator peers through this ClusterKopfPeering (as its run --peering): check "
+    "that it exists, and the grants on it. Default: CRAFT_PEERING_NAME.",
+)
+@click.option(
+    "--standalone",
+    is_flag=True,
+    help="The operator runs alone (run --standalone): no peering object or grants to check.",
+)
+def doctor(
+    as_json: bool, skip_kubernetes: bool, peering_name: str | None, standalone: bool
+) -> None:
     """Check the settings, database, key ring, S3 and Kubernetes API access.
 
     Every check prints one line; a failure says how to fix it. Exits 1 if any check
     fails (warnings do not fail). The API permissions checked are those of the identity
-    doctor runs as: run it in the operator's pod to check the operator's own, e.g.
-    kubectl -n craft-system exec craft-operator-0 -- craft-operator doctor
+    doctor runs as: run it in the operator's pod to check the operator's own, with the
+    operator's peering, e.g.
+    kubectl -n craft-system exec craft-operator-0 -- craft-operator doctor --peering craft-operator
     """
+    if peering_name is not None and standalone:
+        click.echo("craft-operator: use either --peering or --standalone, not both", err=True)
+        sys.exit(2)
     quiet_logging()
-    results = run_checks(kubernetes=not skip_kubernetes)
+    results = run_checks(
+        kubernetes=not skip_kubernetes, peering=peering_name, standalone=standalone
+    )
     failed = any(result.status is Status.FAIL for result in results)
     if as_json:
         payload = {"ok": not failed, "checks": [result.as_dict() for result in results]}

@@ -27,7 +27,7 @@ from craft_operator.peering.options import (
     PeeringOptions,
     resolve_peering,
 )
-from craft_operator.runtime import run_operator
+from craft_operator.runtime import StartupError, run_operator
 
 
 def fail(message: str, code: int = 1) -> None:
@@ -121,18 +121,21 @@ def run(
     if problem is not None:
         fail(problem)
         return
-    with (
-        contextlib.suppress(KeyboardInterrupt),
-        asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner,
-    ):
-        runner.run(
-            run_operator(
-                settings,
-                namespaces=watched,
-                peering=peering,
-                liveness_endpoint=liveness_endpoint,
+    try:
+        with (
+            contextlib.suppress(KeyboardInterrupt),
+            asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner,
+        ):
+            runner.run(
+                run_operator(
+                    settings,
+                    namespaces=watched,
+                    peering=peering,
+                    liveness_endpoint=liveness_endpoint,
+                )
             )
-        )
+    except StartupError as exc:
+        fail(str(exc))
 
 
 def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:

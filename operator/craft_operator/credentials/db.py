@@ -351,8 +351,22 @@ def check_schema(engine: Engine) -> None:
 
 
 def describe_url(url: str | URL) -> str:
-    """The database URL with any password masked, for messages."""
+    """The database URL with every secret masked (``***``), for messages: the password,
+    and the query parameters that hold one: ``password``, ``sslpassword``, ``sslkey``, and
+    any whose name has ``password``, ``passwd``, ``secret`` or ``token`` in it."""
+    from urllib.parse import quote_plus
+
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        parsed = make_url(url)
+        shown = parsed.set(query={}).render_as_string(hide_password=True)
     except (SQLAlchemyError, ValueError):
         return "<unparseable database URL>"
+    pairs: list[str] = []
+    for key, values in sorted(parsed.query.items()):
+        lowered = key.lower()
+        secret = lowered == "sslkey" or any(
+            word in lowered for word in ("password", "passwd", "secret", "token")
+        )
+        for value in (values,) if isinstance(values, str) else values:
+            pairs.append(f"{quote_plus(key)}={'***' if secret else quote_plus(value)}")
+    return f"{shown}?{'&'.join(pairs)}" if pairs else shown

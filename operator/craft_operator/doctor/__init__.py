@@ -6,8 +6,9 @@ created, and nothing is migrated. No result ever holds a secret: database URLs a
 with the password masked, key rings by key id, S3 and Kubernetes by endpoint only.
 
 One module per dependency: :mod:`.settings`, :mod:`.database`, :mod:`.key_ring`,
-:mod:`.s3` and :mod:`.kubernetes`, each returning :mod:`.results` lines;
-:func:`run_checks` runs them in order.
+:mod:`.s3` and :mod:`.kubernetes` (the API server, the operator's permissions and its
+peering object), each returning :mod:`.results` lines; :func:`run_checks` runs them in
+order.
 """
 
 from __future__ import annotations
@@ -46,8 +47,13 @@ def run_checks(
     *,
     kubernetes: bool = True,
     connect: Callable[[], kopf.ConnectionInfo] = discover_connection,
+    peering: str | None = None,
+    standalone: bool = False,
 ) -> list[CheckResult]:
-    """Every check, in order; later checks are skipped when the settings cannot be loaded."""
+    """Every check, in order; later checks are skipped when the settings cannot be loaded.
+
+    ``peering`` and ``standalone`` say how the operator peers, as ``run``'s options do.
+    """
     results, settings = check_settings()
     if settings is None:
         return results
@@ -60,5 +66,8 @@ def run_checks(
             engine.dispose()
     results.append(check_s3(settings))
     if kubernetes:
-        results.extend(asyncio.run(check_kubernetes(settings, connect=connect)))
+        checked = check_kubernetes(
+            settings, connect=connect, peering=peering, standalone=standalone
+        )
+        results.extend(asyncio.run(checked))
     return results

@@ -1,10 +1,15 @@
-"""``doctor``'s Kubernetes checks: the API server answers, serves the CraftSandbox API, and
-grants the operator every permission it needs (asked with SelfSubjectAccessReviews)."""
+"""``doctor``'s Kubernetes checks: the API server answers, serves the CraftSandbox API,
+grants the operator every permission it needs (asked with SelfSubjectAccessReviews), and
+holds the peering object of a peered operator."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TypeVar
 
 import kopf
 
@@ -12,27 +17,71 @@ from craft_operator.access import access_fix, denied_access, describe_denied
 from craft_operator.api import models
 from craft_operator.api.pool import POOL_PLURAL
 from craft_operator.config import Settings
-from craft_operator.doctor.results import CheckResult, fail, ok
-from craft_operator.kube.client import ApiError, KubeClient
+from craft_operator.doctor.results import CheckResult, fail, ok, warn
+from craft_operator.kube.client import ApiError, KubeClient, NotFoundError
 from craft_operator.kube.connection import (
     ClusterUnreachableError,
     check_reachable,
     discover_connection,
 )
+from craft_operator.peering.monitor import CLUSTER_PEERINGS, PEERING_GROUP, PEERING_VERSION
+from craft_operator.peering.options import PeeringError, PeeringOptions, resolve_peering
+from craft_operator.peering.rule import records
 from craft_operator.permissions import access_requests
 
 KUBE_TIMEOUT_S = 10.0
+PEERING = "peering"
+#: How doctor is told the operator's peering, as ``craft-operator run`` is.
+PEERING_HOW = (
+    "pass the operator's own: --peering NAME (manifests/base: craft-operator) or --standalone"
+)
+
+_T = TypeVar("_T")
+
+
+async def in_daemon_thread(function: Callable[[], _T], limit: float) -> _T:
+    """``function()`` in a thread of its own, for at most ``limit`` seconds (else
+    :class:`TimeoutError`). The thread is a daemon: one that hangs (a kubeconfig's exec
+    plugin that never answers) holds neither the event loop's close nor the exit."""
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[_T] = loop.create_future()
+
+    def settle(result: _T | None, error: BaseException | None) -> None:
+        if answer.done():
+            return  # given up on already
+        if error is not None:
+            answer.set_exception(error)
+        else:
+            answer.set_result(result)  # type: ignore[arg-type]
+
+    def work() -> None:
+        try:
+            result, error = function(), None
+        except BaseException as exc:  # handed to the caller, whatever it is
+            result, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=work, name="doctor-kubernetes-login", daemon=True).start()
+    return await asyncio.wait_for(answer, limit)
 
 
 async def check_kubernetes(
     settings: Settings,
     *,
     connect: Callable[[], kopf.ConnectionInfo] = discover_connection,
+    peering: str | None = None,
+    standalone: bool = False,
 ) -> list[CheckResult]:
-    """Reach the API server, find the CraftSandbox API, and check every permission the
-    operator's ClusterRole grants with SelfSubjectAccessReviews (as the identity in use)."""
+    """Reach the API server, find the CraftSandbox API, check every permission the
+    operator's ClusterRole grants with SelfSubjectAccessReviews (as the identity in use),
+    and that the peering object exists.
+
+    The peering is the operator's: ``peering`` (``--peering``), else CRAFT_PEERING_NAME,
+    or ``standalone``; told neither, doctor checks no peering and says so.
+    """
     try:
-        info = await asyncio.to_thread(connect)
+        info = await in_daemon_thread(connect, KUBE_TIMEOUT_S)
         version = await check_reachable(info, limit=KUBE_TIMEOUT_S)
     except ClusterUnreachableError as exc:
         return [
@@ -43,13 +92,25 @@ async def check_kubernetes(
                 "at the cluster",
             )
         ]
+    except TimeoutError:
+        return [
+            fail(
+                "Kubernetes API",
+                f"reading the Kubernetes credentials took longer than {KUBE_TIMEOUT_S:g}s "
+                "(a kubeconfig exec plugin that does not answer?)",
+                "check the kubeconfig's user with kubectl, or run doctor in the operator's pod",
+            )
+        ]
     server = f"{info.server} (Kubernetes {version.get('gitVersion', 'version unknown')})"
     results = [ok("Kubernetes API", server)]
+    options, problem = _peering_options(settings, peering, standalone)
+    peered = options is not None and not options.standalone
     kube = KubeClient(request_timeout=KUBE_TIMEOUT_S)
     kube.configure(info)
     try:
         results.append(await _check_crd(kube))
-        results.append(await _check_permissions(kube, settings))
+        results.append(await _check_permissions(kube, settings, peering=peered))
+        results.append(problem or await _check_peering(kube, options))
     finally:
         await kube.close()
     return results
@@ -74,12 +135,15 @@ async def _check_crd(kube: KubeClient) -> CheckResult:
     return ok(name, f"{served_names} are served at {models.API_VERSION}")
 
 
-async def _check_permissions(kube: KubeClient, settings: Settings) -> CheckResult:
+async def _check_permissions(kube: KubeClient, settings: Settings, *, peering: bool) -> CheckResult:
+    """Every grant the operator needs; the peering object's only when it peers."""
     name = "API permissions"
     namespaces = settings.namespaces
     template = settings.skill_template_configmap_ref
     requests = access_requests(
-        namespaces, template_namespace=template[0] if template is not None else None
+        namespaces,
+        peering=peering,
+        template_namespace=template[0] if template is not None else None,
     )
     try:
         denied = await denied_access(kube, requests)
@@ -95,4 +159,69 @@ async def _check_permissions(kube: KubeClient, settings: Settings) -> CheckResul
             name, f"{len(denied)} missing: {missing}", access_fix(denied, served=namespaces)
         )
     scope = f"in {', '.join(namespaces)}" if namespaces else "cluster-wide"
+    if not peering:
+        scope += ", without the peering object's"
     return ok(name, f"all {len(requests)} grants the operator needs are allowed ({scope})")
+
+
+def _peering_options(
+    settings: Settings, name: str | None, standalone: bool
+) -> tuple[PeeringOptions | None, CheckResult | None]:
+    """The operator's peering as ``run`` resolves it (``None``: doctor was not told), or
+    the failed line when the options contradict each other."""
+    name = name if name is not None else settings.peering_name
+    if not name and not standalone:
+        return None, None
+    try:
+        return resolve_peering(name=name, priority=0, standalone=standalone), None
+    except PeeringError as exc:
+        return None, fail(PEERING, str(exc), PEERING_HOW)
+
+
+async def _check_peering(kube: KubeClient, options: PeeringOptions | None) -> CheckResult:
+    """A peered operator's ClusterKopfPeering exists (without it every replica idles)."""
+    if options is None:
+        return warn(
+            PEERING, "not checked: doctor was not told whether the operator peers", PEERING_HOW
+        )
+    if options.name is None:
+        return ok(PEERING, "none (standalone: one replica, no peering object)")
+    name = options.name
+    try:
+        body = await kube.get(CLUSTER_PEERINGS, None, name)
+    except NotFoundError:
+        return await _missing_peering(kube, name)
+    except ApiError as exc:
+        return fail(
+            PEERING,
+            f"cannot read ClusterKopfPeering {name}: {exc}",
+            "apply the operator's RBAC (kubectl apply -k manifests/base)",
+        )
+    now = datetime.now(UTC)
+    live = [peer for peer in records(body.get("status"), now) if peer.alive(now)]
+    who = ", ".join(f"{peer.identity} (priority {peer.priority})" for peer in live)
+    return ok(PEERING, f"ClusterKopfPeering {name} exists; live replicas: {who or 'none yet'}")
+
+
+async def _missing_peering(kube: KubeClient, name: str) -> CheckResult:
+    """The peering object is not there: the object, or kopf's CRD itself."""
+    api = f"{PEERING_GROUP}/{PEERING_VERSION}"
+    try:
+        await kube.request("GET", f"/apis/{api}")
+    except NotFoundError:
+        return fail(
+            PEERING,
+            f"the API server does not serve {CLUSTER_PEERINGS.plural}.{PEERING_GROUP}: "
+            "no replica can peer, each waits as a standby",
+            "install kopf's peering CRD: kubectl apply -f crds/ (kubectl apply -k "
+            "manifests/base does too)",
+        )
+    except ApiError:
+        pass  # discovery unreadable: say what is known, the object is missing
+    return fail(
+        PEERING,
+        f"ClusterKopfPeering {name} does not exist: every replica waits as a standby and "
+        "does nothing",
+        "create it: kubectl apply -k manifests/base (manifests/base/peering.yaml), or run "
+        "a single replica with --standalone",
+    )

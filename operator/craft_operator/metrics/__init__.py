@@ -40,6 +40,7 @@ from craft_operator.metrics.sandboxes import (
     time_to_ready,
 )
 from craft_operator.metrics.server import (
+    MetricsPortError,
     MetricsServer,
     metrics_app,
     start_from_settings,
@@ -59,6 +60,7 @@ __all__ = [
     "SYNC_ERROR_REASONS",
     "ColdStartReason",
     "Metrics",
+    "MetricsPortError",
     "MetricsServer",
     "MintReason",
     "PoolPodState",

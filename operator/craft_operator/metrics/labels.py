@@ -75,6 +75,7 @@ CREDENTIAL_ERROR_REASONS = frozenset(
         "UserNotFound",
         "UserInactive",
         "DatabaseUnavailable",
+        "KeyNotInRing",
         "KeyRingError",
         "DatabaseSchemaMissing",
         "CredentialsError",

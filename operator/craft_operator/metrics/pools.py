@@ -83,6 +83,12 @@ def _count(value: Any) -> float:
     return float(value) if isinstance(value, int) and not isinstance(value, bool) else 0.0
 
 
+def _object(value: Any) -> dict[str, Any]:
+    """``value`` if it is an object, else an empty one: a pool written by hand with a status
+    that is not an object shows zeros, and never fails the scrape."""
+    return value if isinstance(value, dict) else {}
+
+
 def pool_families(bodies: Iterable[dict[str, Any]] | None) -> Iterator[Metric]:
     """``craft_pool_pods`` (by namespace, pool and state) and ``craft_pool_replicas``, from
     the pools' own status and spec (the pool controller counts its pods each pass)."""
@@ -98,10 +104,10 @@ def pool_families(bodies: Iterable[dict[str, Any]] | None) -> Iterator[Metric]:
         labels=["namespace", "pool"],
     )
     for body in bodies or ():
-        meta, status = body.get("metadata", {}), body.get("status") or {}
+        meta, status, spec = (_object(body.get(key)) for key in ("metadata", "status", "spec"))
         where = [str(meta.get("namespace", "")), str(meta.get("name", ""))]
         for state in PoolPodState:
             pods.add_metric([*where, state.value], _count(status.get(state.value)))
-        replicas.add_metric(where, _count((body.get("spec") or {}).get("replicas")))
+        replicas.add_metric(where, _count(spec.get("replicas")))
     yield pods
     yield replicas

@@ -39,8 +39,8 @@ class Metrics:
     def _declare_provisioning(self) -> None:
         self._ready = Histogram(
             metric_name("sandbox_time_to_ready_seconds"),
-            "Seconds from a sandbox's creation (or from losing Ready: pod replaced, woken "
-            "from sleep) until it is Ready.",
+            "Seconds until a sandbox is Ready from its creation, losing Ready (pod "
+            "replaced) or waking from idle sleep, whichever came last.",
             buckets=READY_BUCKETS,
             registry=self.registry,
         )

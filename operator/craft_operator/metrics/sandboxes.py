@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from craft_operator.api.models import ConditionStatus, CraftSandboxStatus, Phase
@@ -26,15 +26,29 @@ class SandboxCounts:
     oldest_not_ready_seconds: float
     #: Sandboxes kept running while the CraftSandboxPolicy is missing or unreadable.
     without_policy: int = 0
+    #: ``namespace/name`` of the bodies that could not be read, left out of every count.
+    unreadable: tuple[str, ...] = ()
+
+
+def utc(moment: datetime) -> datetime:
+    """``moment`` with a time zone: one written without (by hand, by another tool) is UTC,
+    as every time Kubernetes writes is."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _parse_time(text: Any) -> datetime | None:
     if not isinstance(text, str) or not text:
         return None
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
     except ValueError:
         return None
+
+
+def _status(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The status as stored, or nothing when it is not an object."""
+    status = body.get("status")
+    return status if isinstance(status, Mapping) else {}
 
 
 def _conditions(body: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -43,21 +57,20 @@ def _conditions(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     The metrics read the raw body: a scrape visits every sandbox, and parsing each status
     into its model would cost the scrape ten times as much.
     """
-    status = body.get("status")
-    conditions = status.get("conditions") if isinstance(status, dict) else None
+    conditions = _status(body).get("conditions")
     if not isinstance(conditions, list):
         return []
     return [condition for condition in conditions if isinstance(condition, dict)]
 
 
 def _phase(body: Mapping[str, Any]) -> str:
-    status = body.get("status")
-    phase = status.get("phase") if isinstance(status, dict) else None
+    phase = _status(body).get("phase")
     return phase if phase in _PHASES else Phase.PENDING.value
 
 
-def not_ready_since(body: Mapping[str, Any]) -> datetime | None:
-    """When a sandbox last stopped being Ready (or was created), if it is not Ready now."""
+def _lost_ready(body: Mapping[str, Any]) -> datetime | None:
+    """When Ready last turned False (or Unknown), else the sandbox's creation; ``None`` if
+    it is Ready now."""
     for condition in _conditions(body):
         if condition.get("type") == "Ready":
             if condition.get("status") == _TRUE:
@@ -69,40 +82,92 @@ def not_ready_since(body: Mapping[str, Any]) -> datetime | None:
     return _parse_time((body.get("metadata") or {}).get("creationTimestamp"))
 
 
+def _latest(*moments: datetime | None) -> datetime | None:
+    known = [moment for moment in moments if moment is not None]
+    return max(known) if known else None
+
+
+def not_ready_since(body: Mapping[str, Any]) -> datetime | None:
+    """When a sandbox last set out for Ready, if it is not Ready now: the latest of its
+    creation, Ready turning False (pod replaced or failed) and ``status.wokeAt``.
+
+    Woken from idle sleep, a sandbox's Ready is still False from when it fell asleep (it
+    stayed False while it slept): the wait for Ready starts when it woke, not days before.
+    """
+    lost = _lost_ready(body)
+    if lost is None:
+        return None
+    return _latest(lost, _parse_time(_status(body).get("wokeAt")))
+
+
 def time_to_ready(
     old_body: Mapping[str, Any], new_status: CraftSandboxStatus, now: datetime
 ) -> float | None:
     """Seconds to observe with :meth:`Metrics.observe_ready` when a reconcile pass turns a
     sandbox Ready, else ``None``: measured from :func:`not_ready_since` of the body as the
-    pass found it (its creation, or when it lost Ready: pod replaced, woken from sleep)."""
+    pass found it (its creation, when it lost Ready, when it woke), or from the wake of this
+    very pass (a woken sandbox that claims a warm pod may be Ready in the pass that woke it)."""
     if new_status.phase != Phase.READY:
         return None
     if parse_status(old_body.get("status"))[0].phase == Phase.READY:
         return None
-    since = not_ready_since(old_body)
+    woke = utc(new_status.woke_at) if new_status.woke_at is not None else None
+    since = _latest(not_ready_since(old_body), woke)
     return None if since is None else max(0.0, (now - since).total_seconds())
+
+
+def _name(body: Mapping[str, Any]) -> str:
+    """``namespace/name`` of a body, for the log line about it (whatever its shape)."""
+    meta = body.get("metadata") if isinstance(body, Mapping) else None
+    if not isinstance(meta, Mapping):
+        return "<a sandbox without metadata>"
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+@dataclass
+class _Tally:
+    """The counts as :func:`count_sandboxes` adds them up, one body at a time."""
+
+    now: datetime
+    by_phase: dict[str, int]
+    oldest: float = 0.0
+    without_policy: int = 0
+
+    def add(self, body: Mapping[str, Any]) -> None:
+        """Count one body (it raises, counting nothing, if the body cannot be read)."""
+        conditions = _conditions(body)
+        unenforced = any(
+            c.get("type") == POLICY_ENFORCED and c.get("status") == _FALSE for c in conditions
+        )
+        phase = _phase(body)
+        if (body.get("metadata") or {}).get("deletionTimestamp"):
+            phase = Phase.TERMINATING.value
+        waited = 0.0
+        if phase in _WAITING_PHASES:
+            since = not_ready_since(body)
+            waited = (self.now - since).total_seconds() if since is not None else 0.0
+        self.by_phase[phase] += 1
+        self.without_policy += int(unenforced)
+        self.oldest = max(self.oldest, waited)
 
 
 def count_sandboxes(bodies: Iterable[Mapping[str, Any]], now: datetime) -> SandboxCounts:
     """Count sandboxes by ``status.phase`` (no status yet: Pending; being deleted:
-    Terminating) and find the oldest one on its way to Ready (Pending or Provisioning)."""
-    counts = {phase.value: 0 for phase in Phase}
-    oldest = 0.0
-    without_policy = 0
+    Terminating) and find the oldest one on its way to Ready (Pending or Provisioning).
+
+    A body that cannot be read is left out and named in ``unreadable``: one odd status
+    must not fail the whole scrape (and with it ``up``, which pages as the operator down).
+    """
+    tally = _Tally(utc(now), {phase.value: 0 for phase in Phase})
+    unreadable: list[str] = []
     for body in bodies:
-        if any(
-            c.get("type") == POLICY_ENFORCED and c.get("status") == _FALSE
-            for c in _conditions(body)
-        ):
-            without_policy += 1
-        phase = _phase(body)
-        if (body.get("metadata") or {}).get("deletionTimestamp"):
-            phase = Phase.TERMINATING.value
-        counts[phase] += 1
-        if phase in _WAITING_PHASES:
-            since = not_ready_since(body)
-            if since is not None:
-                oldest = max(oldest, (now - since).total_seconds())
+        try:
+            tally.add(body)
+        except Exception:  # any shape of body: skip it, name it, go on
+            unreadable.append(_name(body))
     return SandboxCounts(
-        by_phase=counts, oldest_not_ready_seconds=oldest, without_policy=without_policy
+        by_phase=tally.by_phase,
+        oldest_not_ready_seconds=tally.oldest,
+        without_policy=tally.without_policy,
+        unreadable=tuple(unreadable),
     )

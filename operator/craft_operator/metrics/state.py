@@ -3,6 +3,7 @@ queue, API client, active replica), so that those figures cannot drift."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -12,11 +13,16 @@ from prometheus_client.registry import Collector
 
 from craft_operator.api.models import KIND
 from craft_operator.api.pool import POOL_KIND
-from craft_operator.kube.kinds import CHILDREN
+from craft_operator.kube.kinds import KINDS
 from craft_operator.kube.watch import FAILING, FAILURE, LIST
 from craft_operator.metrics.labels import API_VERBS, metric_name
 from craft_operator.metrics.pools import pool_families
-from craft_operator.metrics.sandboxes import count_sandboxes
+from craft_operator.metrics.sandboxes import SandboxCounts, count_sandboxes
+
+log = logging.getLogger("craft_operator.metrics")
+#: The resources of the operator's own watch streams: one per cached kind (children, the
+#: sandboxes, pools, the policy, NetworkPolicies and namespaces), as their counts are keyed.
+STREAMED = tuple(dict.fromkeys(kind.api.plural for kind in KINDS))
 
 
 class SandboxCache(Protocol):
@@ -47,6 +53,8 @@ class StateCollector(Collector):
         self.watch_outcomes: Mapping[tuple[str, str], int] | None = None
         self.active: Callable[[], bool] | None = None
         self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+        #: The unreadable sandboxes already logged (each once, while it stays unreadable).
+        self._reported: frozenset[str] = frozenset()
 
     def describe(self) -> Iterable[Metric]:
         """The metric names, so the registry can refuse a duplicate."""
@@ -81,16 +89,34 @@ class StateCollector(Collector):
             "Sandboxes admitted before that keep running while the CraftSandboxPolicy is "
             "missing or unreadable (condition PolicyEnforced False).",
         )
+        unreadable = GaugeMetricFamily(
+            metric_name("sandboxes_unreadable"),
+            "Sandboxes left out of the other sandbox metrics because their stored status "
+            "could not be read (the operator logs each once).",
+        )
         if with_samples and self.cache is not None:
             bodies = (body for _, body in self.cache.items(KIND))
             counts = count_sandboxes(bodies, self.clock())
+            self._report_unreadable(counts)
             for phase, count in counts.by_phase.items():
                 phases.add_metric([phase], count)
             oldest.add_metric([], counts.oldest_not_ready_seconds)
             without_policy.add_metric([], counts.without_policy)
+            unreadable.add_metric([], len(counts.unreadable))
         yield phases
         yield oldest
         yield without_policy
+        yield unreadable
+
+    def _report_unreadable(self, counts: SandboxCounts) -> None:
+        """Log each sandbox a scrape could not read once, not at every scrape (again only
+        if it was readable in between)."""
+        current = frozenset(counts.unreadable)
+        for name in sorted(current - self._reported):
+            log.warning(
+                "sandbox %s is left out of the metrics: its stored status cannot be read", name
+            )
+        self._reported = current
 
     def _queue_families(self, *, with_samples: bool) -> Iterator[Metric]:
         depth = GaugeMetricFamily(
@@ -154,7 +180,7 @@ class StateCollector(Collector):
         )
         if with_samples and self.watch_outcomes is not None:
             counts = dict(self.watch_outcomes)
-            for resource in (child.api.plural for child in CHILDREN):
+            for resource in STREAMED:
                 lists.add_metric([resource], counts.get((resource, LIST), 0))
                 failures.add_metric([resource], counts.get((resource, FAILURE), 0))
                 failing.add_metric([resource], counts.get((resource, FAILING), 0))

@@ -133,16 +133,27 @@ async def _running(p: Pass, actual: dict[str, Any], desired: dict[str, Any]) -> 
     if not pod_state.is_ready(actual):
         return _starting(p, actual)
     if not run.condition_is(POD_READY, ConditionStatus.TRUE):
-        started_at = pod_state.created_at(actual)
-        if started_at is not None:
-            seconds = (run.now - started_at).total_seconds()
-            s.metrics.observe_phase(ProvisioningPhase.POD_READY, seconds)
+        _observe_pod_ready(p, actual)
     name = actual["metadata"]["name"]
     if run.status.pod_failures and _ready_for(p) >= STABLE_AFTER:
         run.status.pod_failures = None
     run.set(ConditionState.true(POD_READY, "PodReady", f"pod {name} is ready"))
     p.pod = actual
     return None
+
+
+def _observe_pod_ready(p: Pass, pod: dict[str, Any]) -> None:
+    """The pod_ready step: from the pod's creation to Ready, for a pod made for the sandbox.
+
+    Not for a claimed pool pod: its age is how long it waited in the pool, and the claim
+    records no time of its own (its duration is ``craft_pool_claim_duration_seconds``).
+    """
+    if LABEL_CLAIMED_FROM in (pod["metadata"].get("labels") or {}):
+        return
+    started_at = pod_state.created_at(pod)
+    if started_at is not None:
+        seconds = (p.run.now - started_at).total_seconds()
+        p.services.metrics.observe_phase(ProvisioningPhase.POD_READY, seconds)
 
 
 def _ready_for(p: Pass) -> float:

@@ -1,0 +1,68 @@
+"""The pod_ready step's duration: a pod's creation to Ready, for the pods the operator makes
+for a sandbox; a claimed warm pod's age is the time it waited in its pool, not a start."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from craft_operator.reconciler.step import Pass
+from craft_operator.reconciler.steps import credentials, pod
+from craft_operator.status import format_time
+from tests.support.pod_exec import mark_pod_running
+from tests.support.pools import declare_pool_resource
+from tests.unit.reconciler.conftest import NAMESPACE
+from tests.unit.reconciler.steps.conftest import NAME, NOW, World
+from tests.unit.reconciler.steps.test_claim import POOL, warm_pods
+
+pytestmark = pytest.mark.unit
+
+
+async def pod_pass(world: World, **body: object) -> Pass:
+    p = world.pass_(**body)
+    await credentials.ensure_pat(p)
+    return p
+
+
+def sample(world: World, name: str, **labels: str) -> float:
+    found = world.services.metrics.registry.get_sample_value(name, labels)
+    assert found is not None, name
+    return found
+
+
+def pod_ready_count(world: World) -> float:
+    return sample(world, "craft_provisioning_phase_duration_seconds_count", phase="pod_ready")
+
+
+def created_before(world: World, name: str, age: timedelta) -> None:
+    """The watch delivers the pod as created ``age`` before the pass's now."""
+    body = world.emulator.get("v1/pods", NAMESPACE, name)
+    body["metadata"]["creationTimestamp"] = format_time(NOW - age)
+    world.cache.put("Pod", body)
+
+
+async def test_a_pod_made_for_the_sandbox_is_timed_from_its_creation_to_ready(
+    world: World,
+) -> None:
+    await pod.converge_pod(await pod_pass(world))
+    mark_pod_running(world.emulator, NAMESPACE, NAME)
+    created_before(world, NAME, timedelta(seconds=42))
+
+    assert await pod.converge_pod(await pod_pass(world)) is None
+
+    assert pod_ready_count(world) == 1
+    assert sample(world, "craft_provisioning_phase_duration_seconds_sum", phase="pod_ready") == 42
+
+
+async def test_a_claimed_warm_pod_is_not_timed_by_its_days_in_the_pool(world: World) -> None:
+    declare_pool_resource(world.emulator)
+    [warm] = warm_pods(world, 1)
+    created_before(world, warm, timedelta(days=3))
+
+    p = await pod_pass(world, spec={"poolRef": {"name": POOL}})
+    assert await pod.converge_pod(p) is None
+    assert p.run.status.claimed_from == POOL
+
+    assert pod_ready_count(world) == 0
+    assert sample(world, "craft_pool_claim_duration_seconds_count") == 1
