@@ -14,6 +14,7 @@ from craft_operator.api.models import GROUP
 from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
 from craft_operator.credentials.factory import build_credential_store
+from craft_operator.handlers import lifecycle
 from craft_operator.handlers import peering as peering_handlers
 from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
@@ -272,7 +273,9 @@ async def run_operator(
     for it to stop); the caller may add to the set while the operator runs.
 
     The metrics port is bound first: if it cannot be, :class:`StartupError` says so
-    before kopf starts anything.
+    before kopf starts anything. A stop (``stop_flag``, SIGTERM or SIGINT) drains the work
+    queues before kopf stops and removes the replica's peering record
+    (:mod:`craft_operator.handlers.lifecycle`).
     """
     peering = peering or PeeringOptions()
     if standalone and not peering.standalone:
@@ -286,6 +289,8 @@ async def run_operator(
         monitor = await _start_gate(context, peering, identity)
         registry = build_registry(context, login=login, monitor=monitor)
         ignored = _ignored_tasks(foreign_tasks)
+        requested = stop_flag or asyncio.Event()
+        kopf_stop = asyncio.Event()
         tasks = await kopf.spawn_tasks(
             registry=registry,
             settings=kopf_settings,
@@ -298,9 +303,17 @@ async def run_operator(
             # kopf's Identity is a NewType of str that kopf does not export.
             identity=cast("Any", identity),
             liveness_endpoint=liveness_endpoint,
-            stop_flag=stop_flag,
+            stop_flag=kopf_stop,
             ready_flag=ready_flag,
         )
-        await kopf.run_tasks(tasks, ignored=ignored)
+        lifecycle.catch_stop_signals(requested)  # after kopf's: they replace its own
+        stopping = asyncio.create_task(
+            lifecycle.stop_in_order(context, requested, kopf_stop), name="drain, then stop"
+        )
+        ignored.add(stopping)
+        try:
+            await kopf.run_tasks(tasks, ignored=ignored)
+        finally:
+            stopping.cancel()
     finally:
         await _shut_down(context, metrics_server)

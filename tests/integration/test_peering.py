@@ -7,8 +7,12 @@ writes are counted by its own API client, so the test can tell who wrote what.
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp.web
 import kmock
@@ -16,9 +20,10 @@ import pytest
 from kmock._internal import rendering
 
 from craft_operator.config import Settings
+from craft_operator.kube.exec import ExecResult, ExecTransport
 from craft_operator.peering.options import PeeringOptions
 from tests.integration.conftest import SANDBOXES
-from tests.integration.helpers import NAMESPACE, phase, pod, sandbox
+from tests.integration.helpers import NAMESPACE, condition, phase, pod, sandbox
 from tests.support.emulator import KubeEmulator, RequestHook
 from tests.support.operator import eventually
 from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
@@ -153,3 +158,77 @@ async def test_a_replica_watching_some_namespaces_peers_through_the_cluster_wide
         await replica.stop()
     # A graceful stop takes the replica out of the peering at once.
     assert PREFERRED not in (emulator.get(PEERINGS, None, PEERING).get("status") or {})
+
+
+class HeldDelivery:
+    """Exec into the emulator's pods, where the PAT's delivery (onyx-cli's exec) waits until
+    released: a pass held in progress."""
+
+    def __init__(self, inner: EmulatedPodExec) -> None:
+        self.inner = inner
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.finished_at: float | None = None
+
+    async def run(
+        self, namespace: str, pod: str, container: str, argv: Sequence[str], **kwargs: Any
+    ) -> ExecResult:
+        if list(argv[3:4]) not in (["deliver-pat"], ["deliver-pat-and-skill"]):
+            return await self.inner.run(namespace, pod, container, argv, **kwargs)
+        self.started.set()
+        await asyncio.to_thread(self.release.wait, TAKEOVER)
+        result = await self.inner.run(namespace, pod, container, argv, **kwargs)
+        self.finished_at = time.monotonic()
+        return result
+
+
+def goodbyes_of(identity: str, seen: list[float]) -> RequestHook:
+    """Note when the keep-alive that removes ``identity``'s record arrives (it goes through)."""
+
+    async def hook(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
+        if request.method.value.upper() == "PATCH" and request.url.path.endswith(
+            f"/clusterkopfpeerings/{PEERING}"
+        ):
+            status = (request.data or {}).get("status") or {}
+            if identity in status and status[identity] is None:
+                seen.append(time.monotonic())
+        return None
+
+    return hook
+
+
+async def test_a_replica_stopped_mid_pass_lets_the_pass_end_before_it_leaves_the_peering(
+    emulator: KubeEmulator, settings: Settings, tmp_path: Path
+) -> None:
+    emulator.create(PEERINGS, peering_object())
+    held = HeldDelivery(EmulatedPodExec(emulator, tmp_path / "pods", scripted_cli=lambda *_: 0))
+    replica = Replica(
+        str(emulator.url).rstrip("/"),
+        settings,
+        peering=peering_options(PREFERRED, 100),
+        exec_transport=cast(ExecTransport, held),
+    )
+    goodbyes: list[float] = []
+    emulator.before_request.append(goodbyes_of(PREFERRED, goodbyes))
+    await replica.start()
+    try:
+        await eventually(lambda: replica.active, within=TAKEOVER, what="the replica active")
+        emulator.create(SANDBOXES, sandbox("alice"))
+        await eventually(lambda: pod(emulator, "alice"), within=TAKEOVER, what="alice's pod")
+        mark_pod_running(emulator, NAMESPACE, "alice")
+        await eventually(held.started.is_set, within=TAKEOVER, what="the PAT's delivery")
+
+        # SIGTERM while the pass delivers the PAT: the replica keeps its record (a standby
+        # would otherwise take over from a half-done pass) until the pass has ended.
+        stopping = asyncio.create_task(replica.stop())
+        await asyncio.sleep(1.0)
+        assert goodbyes == [], "the replica left the peering with a pass in progress"
+        held.release.set()
+        await stopping
+    finally:
+        held.release.set()
+        await replica.stop()
+    assert held.finished_at is not None
+    assert goodbyes, "the replica never left the peering"
+    assert held.finished_at < goodbyes[0]
+    assert condition(emulator, "alice", "CLIValidated")["status"] == "True"

@@ -1,8 +1,20 @@
-"""Operator start and stop: the reconcile workers run inside kopf's context."""
+"""Operator start and stop: the reconcile workers run inside kopf's context.
+
+A stop drains first: on SIGTERM (or the caller's stop flag) no new pass starts and those in
+progress end (:data:`STOP_GRACE`), and only then is kopf told to stop, which removes the
+replica's record from the peering object. A standby takes over from finished passes, and
+the replica's own peering monitor, seeing its record gone, has no pass left to cut off.
+kopf alone would do it the other way round: its peering keep-alive ends (record removed)
+with its other root tasks, before its clean-up handlers run.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import signal
+import threading
 from typing import Any
 
 import kopf
@@ -32,6 +44,45 @@ async def start_workers(memo: OperatorContext, logger: kopf.Logger, **_: Any) ->
 #: one cut off between two writes that belong together (a sync Job and its Secret) should
 #: rather end; Kubernetes waits 30 s after SIGTERM.
 STOP_GRACE = 5.0
+
+
+#: The signals that stop the operator (they replace kopf's own handlers for them).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+log = logging.getLogger(__name__)
+
+
+async def drain_workers(memo: OperatorContext) -> None:
+    """Start no new pass, and let the passes in progress end (at most :data:`STOP_GRACE`
+    seconds, then they are cancelled)."""
+    await asyncio.gather(memo.queue.stop(grace=STOP_GRACE), memo.pool_queue.stop(grace=STOP_GRACE))
+
+
+async def stop_in_order(
+    memo: OperatorContext, requested: asyncio.Event, kopf_stop: asyncio.Event
+) -> None:
+    """Once a stop is ``requested``: drain the work queues, then set ``kopf_stop`` (kopf's
+    stop flag; see the module docstring)."""
+    await requested.wait()
+    await drain_workers(memo)
+    kopf_stop.set()
+
+
+def catch_stop_signals(requested: asyncio.Event) -> None:
+    """Make SIGTERM and SIGINT set ``requested`` (in the main thread only, where signals
+    are delivered; elsewhere the caller's stop flag is the only way to stop)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    loop = asyncio.get_running_loop()
+    for signum in STOP_SIGNALS:
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(signum, _stop_requested, signum, requested)
+
+
+def _stop_requested(signum: signal.Signals, requested: asyncio.Event) -> None:
+    if not requested.is_set():
+        log.info("%s received: draining the reconcile workers, then stopping", signum.name)
+    requested.set()
 
 
 async def stop_workers(memo: OperatorContext, **_: Any) -> None:
