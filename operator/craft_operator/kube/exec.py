@@ -5,15 +5,19 @@ SKILL.md of a claimed pod, the user-library sync): run an argv (never a shell st
 from data) with optional stdin, and get the exit code and output back. The real transport,
 :class:`~craft_operator.kube.exec_aiohttp.AiohttpExec`, speaks the Kubernetes exec API's
 websocket channel protocol on the event loop; :mod:`craft_operator.kube.exec_local` has the
-local double used by tests. What is here is pure: the result, the errors (each says whether
-waiting helps), the exit status message and the HTTP status of a refused connection.
+local double used by tests. What is here is shared by both: the result, the errors (each
+says whether waiting helps), the exit status message, the HTTP status of a refused
+connection, the excerpts of what a pod printed that messages may carry, the stdin source
+and its closing, and the clock that finds a call that stalls.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-from collections.abc import AsyncGenerator, AsyncIterable, Sequence
+import time
+from collections.abc import AsyncGenerator, AsyncIterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -40,63 +44,83 @@ class ExecResult:
     stderr: bytes
 
     def stderr_excerpt(self, limit: int = 500, *, secrets: Sequence[str] = ()) -> str:
-        """The end of stderr as one line of plain text, for conditions and events, with
-        anything like a PAT and any fragment of ``secrets`` redacted."""
-        return one_line(self.stderr.decode("utf-8", errors="replace"), limit=limit, secrets=secrets)
+        """The end of stderr as one line of plain text, for conditions and events: anything
+        like a PAT redacted, and nothing at all if it holds a piece of one of ``secrets``
+        (see :func:`one_line`)."""
+        return one_line(self.stderr, limit=limit, secrets=secrets)
 
 
 _TERMINAL_SEQUENCE = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|.)")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
-
-#: An Onyx PAT as the operator mints them (``credentials.tokens``: the prefix, an optional
-#: quoted tenant and a dot, then URL-safe base64).
-_PAT = re.compile(r"onyx_pat_[A-Za-z0-9_.%~-]*")
+#: The characters of an Onyx PAT as the operator mints them (``credentials.tokens``: the
+#: prefix, an optional URL-quoted tenant and a dot, then URL-safe base64).
+_TOKEN_CHARACTERS = "A-Za-z0-9_.%~/-"  # noqa: S105 - a character class, no secret
+_PAT = re.compile(f"onyx_pat_[{_TOKEN_CHARACTERS}]*")
+_NOT_TOKEN = re.compile(f"[^{_TOKEN_CHARACTERS}]")
 REDACTED = "[redacted]"
-#: The shortest run of a secret's characters that is redacted where it appears alone.
+#: What an excerpt says instead when the output held a piece of a secret it was given.
+WITHHELD = "output withheld: it contained the PAT"
+#: More characters than any PAT has (its random part is 256, a quoted tenant much less).
+LONGEST_TOKEN = 1024
+#: The shortest run of a secret's characters that withholds an excerpt where it appears.
 SHORTEST_FRAGMENT = 8
+#: The end of an output an excerpt is made from, in bytes (or characters): many times the
+#: longest excerpt, so that enough is left once escape sequences and blank lines are gone.
+#: Nothing before it is looked at, so a pod that prints megabytes costs no more.
+EXCERPT_WINDOW = 8 * 1024
 
 
-def one_line(text: str, *, limit: int = 500, secrets: Sequence[str] = ()) -> str:
-    """``text`` from a sandbox pod made fit for a status message: terminal escape sequences
-    and control characters removed, anything like a PAT and any run of at least
-    :data:`SHORTEST_FRAGMENT` characters of ``secrets`` redacted, lines joined with "; ",
-    and at most ``limit`` characters (its end, where a failure usually says what went
-    wrong). The agent in a pod controls what its commands print: it may print its token."""
-    lines = _TERMINAL_SEQUENCE.sub("", text).splitlines()
+def one_line(text: str | bytes, *, limit: int = 500, secrets: Sequence[str] = ()) -> str:
+    """The end of ``text`` from a sandbox pod made fit for a status message.
+
+    Only the last :data:`EXCERPT_WINDOW` bytes (or characters) are read (:func:`tail`).
+    Terminal escape sequences and control characters are removed, anything like a PAT is
+    redacted, lines are joined with "; ", and at most ``limit`` characters are kept (the
+    end, where a failure usually says what went wrong). If what is left holds
+    :data:`SHORTEST_FRAGMENT` characters in a row of one of ``secrets``, even with other
+    characters between them (:func:`holds_piece_of`), the result is :data:`WITHHELD`: the
+    agent in a pod controls what its commands print, and may print its token in pieces.
+    """
+    lines = _TERMINAL_SEQUENCE.sub("", tail(text)).splitlines()
     joined = "; ".join(
         cleaned for line in lines if (cleaned := " ".join(_CONTROL.sub(" ", line).split()))
     )
-    # Redacted before the cut, so that no cut leaves a piece of a token too short to see;
-    # the fragments are looked for near the end only (the output may be a megabyte).
-    joined = _hide_fragments(_PAT.sub(REDACTED, joined)[-(limit + 1024) :], secrets)
+    # Looked for before anything is redacted: a marker between two pieces would part them.
+    if any(holds_piece_of(joined, secret) for secret in secrets):
+        return WITHHELD
+    # Redacted before the cut, so that no cut leaves a piece of a token too short to see.
+    joined = _PAT.sub(REDACTED, joined)
     return joined if len(joined) <= limit else "…" + joined[-limit:]
 
 
-def _hide_fragments(text: str, secrets: Sequence[str]) -> str:
-    """``text`` with every run of at least :data:`SHORTEST_FRAGMENT` characters that is
-    part of one of ``secrets`` replaced by :data:`REDACTED`."""
-    for secret in secrets:
-        if len(secret) < SHORTEST_FRAGMENT:
-            continue
-        hidden = [False] * len(text)
-        for start in range(len(text) - SHORTEST_FRAGMENT + 1):
-            if text[start : start + SHORTEST_FRAGMENT] in secret:
-                hidden[start : start + SHORTEST_FRAGMENT] = [True] * SHORTEST_FRAGMENT
-        if any(hidden):
-            text = _replace_marked(text, hidden)
-    return text
+def tail(text: str | bytes, window: int = EXCERPT_WINDOW) -> str:
+    """The last ``window`` bytes (or characters) of ``text``, as text.
+
+    When that cuts something off, what comes before the first character that cannot be part
+    of a token is dropped too (at most :data:`LONGEST_TOKEN` characters: a token is no
+    longer): the cut may have fallen inside a token, and its end alone (no ``onyx_pat_``
+    prefix, maybe a few characters) would not be recognised as one.
+    """
+    if len(text) <= window:
+        return text if isinstance(text, str) else text.decode("utf-8", errors="replace")
+    end = text[-window:]
+    decoded = end if isinstance(end, str) else end.decode("utf-8", errors="replace")
+    boundary = _NOT_TOKEN.search(decoded, 0, LONGEST_TOKEN)
+    return decoded[boundary.end() if boundary else LONGEST_TOKEN :]
 
 
-def _replace_marked(text: str, hidden: list[bool]) -> str:
-    """``text`` with each run of marked characters replaced by :data:`REDACTED`."""
-    parts: list[str] = []
-    for index, char in enumerate(text):
-        if not hidden[index]:
-            parts.append(char)
-        elif index == 0 or not hidden[index - 1]:
-            parts.append(REDACTED)
-    return "".join(parts)
+def holds_piece_of(text: str, secret: str) -> bool:
+    """Whether ``text`` holds :data:`SHORTEST_FRAGMENT` characters in a row of ``secret``
+    (all of it, if shorter) once every character ``secret`` does not use is removed: a
+    token printed in short lines, or with spaces or quotes between its pieces, is found."""
+    size = min(SHORTEST_FRAGMENT, len(secret))
+    if size == 0:
+        return False
+    alphabet = set(secret)
+    kept = "".join(character for character in text if character in alphabet)
+    pieces = {secret[start : start + size] for start in range(len(secret) - size + 1)}
+    return any(kept[start : start + size] in pieces for start in range(len(kept) - size + 1))
 
 
 class ExecError(Exception):
@@ -122,6 +146,11 @@ class ExecForbiddenError(ExecError):
 
 class ExecTimeoutError(ExecError):
     """The command did not finish in time; it was abandoned."""
+
+
+class ExecStalledError(ExecTimeoutError):
+    """The call made no progress for the transport's idle timeout (the pod took none of its
+    stdin and wrote nothing, or the connection went quiet); it was abandoned."""
 
 
 class ExecOutputTooLargeError(ExecError):
@@ -162,50 +191,161 @@ class ExecTransport(Protocol):
         ``stdin`` is sent and then closed. A non-zero exit is a normal :class:`ExecResult`;
         failing to run or finish the command raises :class:`ExecError`. If iterating
         ``stdin`` raises, the command is abandoned and that exception propagates unchanged.
+        An async iterator given as ``stdin`` is closed (``aclose``) before this returns,
+        however the call ends, so that what it holds open is let go at once.
         ``max_output_bytes`` caps stdout and stderr together (default: the transport's own
         cap): a command that writes more is abandoned with :class:`ExecOutputTooLargeError`,
-        and no more than about that much of its output is ever held.
+        and no more than about that much of its output is ever held. A call that makes no
+        progress for the transport's idle timeout is abandoned with
+        :class:`ExecStalledError`.
+
+        An abandoned command is not killed (the kubelet does not): its stdin ends, early,
+        and it runs on. A command that acts on its stdin must check that all of it came.
         """
         ...
 
 
+class Progress:
+    """When a call last moved (stdin taken by the pod, output received), to find a call that
+    stalls; ``idle`` seconds without a move is a stall (``None``: never).
+
+    The clock stands still while the call waits for the caller's own stdin source: a slow
+    source is not the pod's stall.
+    """
+
+    def __init__(self, idle: float | None) -> None:
+        self.idle = idle
+        self._last = time.monotonic()
+        self._sourcing = False
+
+    def moved(self) -> None:
+        """The call moved now."""
+        self._last = time.monotonic()
+
+    @contextlib.contextmanager
+    def sourcing(self) -> Iterator[None]:
+        """While the block waits for the stdin source, the call cannot stall."""
+        self._sourcing = True
+        try:
+            yield
+        finally:
+            self._sourcing = False
+            self.moved()
+
+    def left(self) -> float | None:
+        """Seconds until the call counts as stalled (at least 0), or ``None`` if it never does."""
+        if self.idle is None:
+            return None
+        if self._sourcing:
+            return self.idle
+        return max(0.0, self._last + self.idle - time.monotonic())
+
+    def stalled(self) -> bool:
+        """Whether the call made no progress for ``idle`` seconds."""
+        return self.left() == 0.0
+
+
 async def stdin_chunks(stdin: Stdin) -> AsyncGenerator[bytes, None]:
-    """Iterate any accepted ``stdin`` value as chunks."""
+    """Iterate any accepted ``stdin`` value as chunks; the iterator taken from an async
+    iterable is closed when this generator is, however it ends."""
     if stdin is None:
         return
     if isinstance(stdin, bytes):
         if stdin:
             yield stdin
         return
-    async for chunk in stdin:
-        if chunk:
-            yield chunk
+    source = aiter(stdin)
+    try:
+        async for chunk in source:
+            if chunk:
+                yield chunk
+    finally:
+        await close_stdin(source)
+
+
+async def close_stdin(stdin: object) -> None:
+    """Close ``stdin`` if it can be closed (an async generator, or any object with
+    ``aclose``), as :meth:`ExecTransport.run` does before it returns; closing twice is
+    harmless. A source still running in a task being cancelled is left to that task."""
+    aclose = getattr(stdin, "aclose", None)
+    if aclose is None:
+        return
+    with contextlib.suppress(RuntimeError):
+        await aclose()
+
+
+#: The most of a status message (the error channel) read; the API server's is a few
+#: hundred bytes.
+STATUS_MAX_BYTES = 64 * 1024
+#: The most of its message that reaches a condition or an event.
+STATUS_MESSAGE_LIMIT = 300
+#: A code as a ``NonZeroExitCode`` cause gives it: ASCII digits only.
+_EXIT_CODE = re.compile(r"[0-9]{1,10}")
+#: Failures that running the command again cannot mend: the program is not in the image
+#: (``exec: "tar": executable file not found in $PATH``, or ``stat /x: no such file or
+#: directory`` for a path) or cannot be executed.
+_PERMANENT_FAILURE = re.compile(
+    r"executable file not found|no such file or directory|permission denied", re.IGNORECASE
+)
 
 
 def parse_exec_status(raw: bytes) -> int:
     """The exit code from the exec API's status message (the error channel).
 
-    ``Success`` is 0; ``NonZeroExitCode`` carries the code; any other failure (for example
-    "executable file not found") raises :class:`ExecError` with the server's message.
+    ``Success`` is 0; ``NonZeroExitCode`` carries the code. Any other failure raises
+    :class:`ExecError` with the server's message made one short plain line: retryable
+    (with backoff) unless it says the command is missing from the image or cannot be
+    executed. So does a status that is not what the API server sends (not JSON, not an
+    object, fields of the wrong type, nested too deep): nothing else ever escapes.
     """
     if not raw.strip():
         raise ExecUnavailableError("the exec stream ended without an exit status")
-    try:
-        status: dict[str, Any] = json.loads(raw)
-    except ValueError:
-        raise ExecError("the exec stream sent an unreadable exit status") from None
+    status = _status_object(raw)
     if status.get("status") == "Success":
         return 0
-    details = status.get("details") or {}
     if status.get("reason") == "NonZeroExitCode":
-        for cause in details.get("causes") or []:
-            if cause.get("reason") == "ExitCode":
-                try:
-                    return int(cause.get("message", ""))
-                except ValueError:
-                    break
-    message = str(status.get("message") or "unknown failure")
-    raise ExecError(f"the command could not be run: {message}", retryable=False)
+        code = _exit_code(status.get("details"))
+        if code is not None:
+            return code
+    raise _status_failure(status)
+
+
+def _status_object(raw: bytes) -> dict[str, Any]:
+    """The status message as a JSON object, or an :class:`ExecError` saying it is unreadable."""
+    unreadable = ExecError("the exec stream sent an unreadable exit status")
+    if len(raw) > STATUS_MAX_BYTES:
+        raise unreadable
+    try:
+        status = json.loads(raw)
+    except (ValueError, RecursionError):  # RecursionError: nested too deep
+        raise unreadable from None
+    if not isinstance(status, dict):
+        raise unreadable
+    return status
+
+
+def _exit_code(details: object) -> int | None:
+    """The non-zero exit code in a ``NonZeroExitCode`` status's ``details``, if it has one."""
+    causes = details.get("causes") if isinstance(details, dict) else None
+    for cause in causes if isinstance(causes, list) else []:
+        if not isinstance(cause, dict) or cause.get("reason") != "ExitCode":
+            continue
+        message = cause.get("message")
+        if isinstance(message, str) and _EXIT_CODE.fullmatch(message) and int(message):
+            return int(message)
+    return None
+
+
+def _status_failure(status: dict[str, Any]) -> ExecError:
+    """The :class:`ExecError` for a failed status: its message in one short plain line
+    (redacted), retryable unless the whole message names a permanent cause."""
+    message = status.get("message")
+    text = message if isinstance(message, str) else ""
+    said = one_line(text, limit=STATUS_MESSAGE_LIMIT) or "unknown failure"
+    return ExecError(
+        f"the command could not be run: {said}",
+        retryable=_PERMANENT_FAILURE.search(text) is None,
+    )
 
 
 def classify_handshake(status: int, reason: str, *, namespace: str, pod: str) -> ExecError:
@@ -224,7 +364,8 @@ def classify_handshake(status: int, reason: str, *, namespace: str, pod: str) ->
         return ExecUnavailableError(f"{where} cannot run commands now (not running?)")
     if status == 401:
         return ExecUnavailableError(
-            f"cannot exec into {where}: the API server refused our credentials (HTTP 401)"
+            f"cannot exec into {where}: the API server refused our credentials (HTTP 401); "
+            "they are read again"
         )
     said = one_line(reason, limit=100)
     return ExecUnavailableError(

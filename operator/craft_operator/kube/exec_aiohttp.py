@@ -8,7 +8,9 @@ needed when there is stdin (its ``255, 0`` message closes stdin, so ``tar`` sees
 its input); ``v4.channel.k8s.io`` is enough without. A call is two tasks on the loop, one
 sending stdin in frames and one receiving output, each waiting on the socket's own flow
 control: a pod that does not read its stdin stops the sender, and output is taken only as
-fast as it is collected, up to the call's cap. No thread, no ``kubernetes`` client.
+fast as it is collected, up to the call's cap. A call that moves neither way for the idle
+timeout is abandoned, and websocket pings find a connection that died silently. No thread,
+no ``kubernetes`` client.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Sequence
+import socket
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from http import HTTPStatus
 from typing import Any
 
@@ -26,6 +29,7 @@ from craft_operator.kube.client import ApiError, KubeClient
 from craft_operator.kube.exec import (
     CLOSE_CHANNEL,
     ERROR_CHANNEL,
+    STATUS_MAX_BYTES,
     STDERR_CHANNEL,
     STDIN_CHANNEL,
     STDOUT_CHANNEL,
@@ -34,16 +38,23 @@ from craft_operator.kube.exec import (
     ExecOutputTooLargeError,
     ExecProtocolError,
     ExecResult,
+    ExecStalledError,
     ExecTimeoutError,
     ExecUnavailableError,
+    Progress,
     Stdin,
     classify_handshake,
+    close_stdin,
+    one_line,
     parse_exec_status,
     stdin_chunks,
 )
 
-#: The most of the status message (channel 3) kept; the API server's is a few hundred bytes.
-_STATUS_LIMIT = 64 * 1024
+#: Seconds a call may go without progress (stdin taken, output received) by default.
+IDLE_TIMEOUT = 60.0
+#: Seconds between websocket pings on a quiet connection (client-go pings every 5 s); a
+#: ping not answered within half that ends the call.
+HEARTBEAT = 15.0
 _Socket = aiohttp.ClientWebSocketResponse
 _END = (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED)
 
@@ -64,7 +75,8 @@ class _Output:
         elif channel == bytes([STDERR_CHANNEL]):
             self.stderr += data
         elif channel == bytes([ERROR_CHANNEL]):
-            self.status += data[: _STATUS_LIMIT - len(self.status)]
+            # Over the cap, the status is cut (and so unreadable): never held whole.
+            self.status += data[: STATUS_MAX_BYTES + 1 - len(self.status)]
         if len(self.stdout) + len(self.stderr) > self.limit:
             raise ExecOutputTooLargeError(
                 f"the command wrote more than {self.limit} bytes of output", limit=self.limit
@@ -81,17 +93,23 @@ class AiohttpExec:
         frame_bytes: int = 32 * 1024,
         max_output_bytes: int = 64 * 1024 * 1024,
         close_grace: float = 2.0,
+        idle_timeout: float | None = IDLE_TIMEOUT,
+        heartbeat: float | None = HEARTBEAT,
     ) -> None:
         """Exec through ``kube``'s stream session (so with its credentials, once logged in).
 
         ``frame_bytes`` is the most stdin per websocket message; ``close_grace`` how long an
         abandoned call waits for the server to answer its close before it drops the
-        connection.
+        connection. A call that for ``idle_timeout`` seconds gets none of its stdin taken
+        and no output is abandoned (:class:`ExecStalledError`), whatever its own timeout;
+        ``heartbeat`` is the seconds between pings on a quiet connection (``None``: none).
         """
         self._kube = kube
         self._frame_bytes = frame_bytes
         self._max_output_bytes = max_output_bytes
         self._close_grace = close_grace
+        self._idle_timeout = idle_timeout
+        self._heartbeat = heartbeat
 
     async def run(
         self,
@@ -121,8 +139,8 @@ class AiohttpExec:
                 raise  # the stdin source's own
             raise ExecTimeoutError(f"exec in pod {namespace}/{pod} timed out") from None
         finally:
-            with contextlib.suppress(RuntimeError):  # still running if its task was cancelled
-                await chunks.aclose()
+            await close_stdin(chunks)
+            await close_stdin(stdin)  # also when it was never started
 
     async def _open(
         self, namespace: str, pod: str, container: str, argv: Sequence[str], stdin: bool
@@ -142,9 +160,12 @@ class AiohttpExec:
                 params=params,
                 protocols=(V5_CHANNEL_PROTOCOL, V4_CHANNEL_PROTOCOL),
                 autoping=True,
+                heartbeat=self._heartbeat,
                 timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=self._close_grace),
             )
         except aiohttp.WSServerHandshakeError as exc:
+            if exc.status == 401:
+                self._kube.unauthorized.set()  # read the credentials again (kube.relogin)
             raise classify_handshake(
                 exc.status, _reason(exc.status), namespace=namespace, pod=pod
             ) from None
@@ -152,7 +173,9 @@ class AiohttpExec:
             raise ExecUnavailableError(f"cannot exec into {where}: {exc.reason}") from None
         except (aiohttp.ClientError, OSError) as exc:
             # The exception's own text names the URL, and so the argv: keep to its kind.
-            raise ExecUnavailableError(f"cannot exec into {where}: {_failure(exc)}") from None
+            raise ExecUnavailableError(
+                f"cannot exec into {where}: {connection_failure(exc)}"
+            ) from None
         if stdin and ws.protocol != V5_CHANNEL_PROTOCOL:
             await self._close(ws)
             raise ExecProtocolError(
@@ -164,30 +187,45 @@ class AiohttpExec:
     async def _exchange(
         self, ws: _Socket, chunks: AsyncIterator[bytes] | None, limit: int, where: str
     ) -> ExecResult:
-        """Send stdin and receive the output at once, until the server ends the call."""
-        receiver = asyncio.create_task(_receive(ws, _Output(limit), where))
+        """Send stdin and receive the output at once, until the server ends the call (or
+        the call stalls: :class:`ExecStalledError`)."""
+        progress = Progress(self._idle_timeout)
+        receiver = asyncio.create_task(_receive(ws, _Output(limit), where, progress))
         tasks: list[asyncio.Task[Any]] = [receiver]
         if chunks is not None:
-            tasks.append(asyncio.create_task(self._send(ws, chunks)))
+            tasks.append(asyncio.create_task(self._send(ws, chunks, progress)))
         try:
             pending = set(tasks)
             while receiver in pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                done, pending = await asyncio.wait(
+                    pending, timeout=progress.left(), return_when=asyncio.FIRST_COMPLETED
+                )
                 sender_failed = [task.exception() for task in done if task is not receiver]
                 for error in sender_failed:
                     if error is not None:
                         raise error  # the stdin source's own, unchanged
+                if not done and progress.stalled():
+                    raise ExecStalledError(
+                        f"exec in pod {where} made no progress for {progress.idle:.0f}s "
+                        "(its stdin not taken, no output)"
+                    )
             return receiver.result()
         finally:
             await _stop(tasks)
 
-    async def _send(self, ws: _Socket, chunks: AsyncIterator[bytes]) -> None:
+    async def _send(self, ws: _Socket, chunks: AsyncIterator[bytes], progress: Progress) -> None:
         """Stdin in frames, then v5's close of the stdin channel; what the source raises
         propagates as it is."""
         prefix = bytes([STDIN_CHANNEL])
-        async for frame in framed(chunks, self._frame_bytes):
-            if not await _sent(ws, prefix + frame):
-                return
+        async with contextlib.aclosing(framed(chunks, self._frame_bytes)) as frames:
+            while True:
+                with progress.sourcing():
+                    frame = await anext(frames, None)
+                if frame is None:
+                    break
+                if not await _sent(ws, prefix + frame):
+                    return
+                progress.moved()
         await _sent(ws, bytes([CLOSE_CHANNEL, STDIN_CHANNEL]))
 
     async def _close(self, ws: _Socket) -> None:
@@ -198,7 +236,7 @@ class AiohttpExec:
                 await ws.close()
 
 
-async def framed(chunks: AsyncIterator[bytes], size: int) -> AsyncIterator[bytes]:
+async def framed(chunks: AsyncIterator[bytes], size: int) -> AsyncGenerator[bytes, None]:
     """``chunks`` regrouped into frames of ``size`` bytes, the last one shorter.
 
     A tar stream is mostly small pieces (a header and a padding per file); one frame each
@@ -233,15 +271,16 @@ async def _sent(ws: _Socket, frame: bytes) -> bool:
     return True
 
 
-async def _receive(ws: _Socket, output: _Output, where: str) -> ExecResult:
+async def _receive(ws: _Socket, output: _Output, where: str, progress: Progress) -> ExecResult:
     """Output until the server closes, then the exit status from channel 3."""
     while True:
         message = await ws.receive()
         if message.type is aiohttp.WSMsgType.BINARY:
             output.take(message.data)
+            progress.moved()
         elif message.type is aiohttp.WSMsgType.ERROR:
             raise ExecUnavailableError(
-                f"the exec connection to pod {where} broke: {_failure(message.data)}"
+                f"the exec connection to pod {where} broke: {connection_failure(message.data)}"
             )
         elif message.type in _END:
             break
@@ -268,11 +307,37 @@ def _reason(status: int) -> str:
         return ""
 
 
-def _failure(exc: BaseException | None) -> str:
-    """A transport failure in words that do not change between retries (no URL, no port)."""
+def connection_failure(exc: BaseException | None) -> str:
+    """A transport failure in words that do not change between retries: its kind and the
+    reason it gives, never its own text (that names the URL, and so the argv)."""
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        said = _ssl_reason(exc.certificate_error)
+        return f"the API server's TLS certificate was not accepted ({said})"
+    if isinstance(exc, aiohttp.ClientConnectorSSLError):
+        return f"the TLS handshake with the API server failed ({_ssl_reason(exc.os_error)})"
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        said = _os_reason(exc.os_error)
+        return f"the API server's host name could not be resolved ({said})"
     if isinstance(exc, aiohttp.ClientConnectorError):
-        error = exc.os_error
-        return os.strerror(error.errno) if error.errno else type(error).__name__
+        return _os_reason(exc.os_error)
     if isinstance(exc, asyncio.TimeoutError):
         return "the API server did not answer in time"
     return type(exc).__name__ if exc is not None else "unknown"
+
+
+def _ssl_reason(error: BaseException) -> str:
+    """What an SSL error says went wrong (e.g. "certificate has expired"), in one line."""
+    for said in (getattr(error, "verify_message", None), getattr(error, "reason", None)):
+        if isinstance(said, str) and said:
+            return one_line(said, limit=100)
+    return type(error).__name__
+
+
+def _os_reason(error: OSError) -> str:
+    """The system's words for an OS error ("Connection refused", "Name or service not
+    known"), from its number (its own text may name the address); its kind without one."""
+    if isinstance(error, socket.gaierror) and isinstance(error.strerror, str):
+        return one_line(error.strerror, limit=100)  # gai_strerror(): no host in it
+    if isinstance(error.errno, int) and error.errno > 0:
+        return os.strerror(error.errno)
+    return type(error).__name__

@@ -34,6 +34,7 @@ from craft_operator.kube.exec import (
     ExecError,
     ExecOutputTooLargeError,
     ExecResult,
+    ExecStalledError,
     ExecTimeoutError,
     ExecTransport,
     Stdin,
@@ -56,6 +57,9 @@ m="$1/.craft-sync/manifest"
 if [ -f "$m" ]; then exec head -c "$2" "$m"; fi
 """
 
+#: The archive ends with ``final`` (or ``manifest``): tar stops without a word at the end of
+#: its input between two members, and an exec whose caller went away gets the end of its
+#: stdin early, so nothing is applied unless that last member came.
 UPLOAD_SCRIPT = """\
 set -eu
 s="$1/.craft-sync"
@@ -63,6 +67,10 @@ mkdir -p "$s"
 rm -rf "$s/staging"
 mkdir "$s/staging"
 tar -x -o -f - -C "$s/staging"
+if [ ! -f "$s/staging/final" ] && [ ! -f "$s/staging/manifest" ]; then
+  echo "the upload ended before the end of its archive" >&2
+  exit 1
+fi
 cat "$s/staging/pending" >> "$s/manifest"
 """
 
@@ -183,6 +191,8 @@ class PodDestination:
                 timeout=limit or self._timeout,
                 max_output_bytes=max_output,
             )
+        except ExecStalledError as exc:
+            raise ExecTimedOutError(f"{what}: {exc}; it was abandoned") from exc
         except ExecTimeoutError as exc:
             raise ExecTimedOutError(
                 f"{what} in pod {target.namespace}/{target.pod}: the command did not finish "

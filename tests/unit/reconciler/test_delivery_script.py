@@ -33,6 +33,7 @@ def write_argv(token: bytes) -> list[str]:
         PAT_FILE,
         SKILL_FILE,
         str(len(token)),
+        str(len(SKILL)),
     ]
 
 

@@ -24,9 +24,24 @@ from craft_operator.status import SKILL_RENDERED
 
 #: Where a claimed pod's SKILL.md goes.
 SKILL_FILE = f"{SKILLS_MOUNT}/{SKILL_KEY}"
-#: Writes stdin to the file ``$1`` atomically, readable by all (the agent reads it).
-WRITE_SKILL_SCRIPT = 'umask 022 && mkdir -p "${1%/*}" && cat > "$1.new" && mv -f "$1.new" "$1"'
-DELIVER_ARGV = ("sh", "-c", WRITE_SKILL_SCRIPT, "deliver-skill", SKILL_FILE)
+#: ``has_size FILE N``: whether FILE holds exactly N bytes (its N-th byte is there, its
+#: N+1-th is not), with ``dd`` alone, which the sandbox image promises. A byte read into a
+#: command substitution is followed by a "." there, so that a newline counts too (a NUL
+#: last byte does not: such a file is refused, never cut).
+HAS_SIZE_FUNCTION = """\
+has_size() {
+  case $2 in ''|*[!0-9]*) return 1 ;; esac
+  [ "$(dd if="$1" bs=1 skip="$2" count=1 2>/dev/null; echo .)" = . ] || return 1
+  [ "$2" -eq 0 ] || [ "$(dd if="$1" bs=1 skip="$(($2 - 1))" count=1 2>/dev/null; echo .)" != . ]
+}"""
+#: Writes stdin to the file ``$1`` atomically, readable by all (the agent reads it), once it
+#: holds all ``$2`` bytes: an exec whose client went away is not ended, its stdin is, so
+#: the end of stdin does not mean that all of it came.
+WRITE_SKILL = (
+    'umask 022 && mkdir -p "${1%/*}" && cat > "$1.new" && has_size "$1.new" "$2" '
+    '&& mv -f "$1.new" "$1"'
+)
+WRITE_SKILL_SCRIPT = f"{HAS_SIZE_FUNCTION}\n{WRITE_SKILL}"
 TIMEOUT = 10.0
 WAITING = "WaitingForSkill"
 DELIVERY_FAILED = "SkillDeliveryFailed"
@@ -38,6 +53,11 @@ class PendingSkill:
 
     text: bytes
     delivered: DeliveredSkill
+
+
+def deliver_argv(skill_bytes: int) -> tuple[str, ...]:
+    """The exec that writes a SKILL.md of ``skill_bytes`` bytes, sent on its stdin."""
+    return ("sh", "-c", WRITE_SKILL_SCRIPT, "deliver-skill", SKILL_FILE, str(skill_bytes))
 
 
 def pending_skill(p: Pass) -> PendingSkill | None:
@@ -84,7 +104,7 @@ async def deliver_skill(p: Pass) -> Stop | None:
             meta.get("namespace", ""),
             meta["name"],
             SANDBOX_CONTAINER,
-            list(DELIVER_ARGV),
+            list(deliver_argv(len(pending.text))),
             stdin=pending.text,
             timeout=TIMEOUT,
             max_output_bytes=64 * 1024,

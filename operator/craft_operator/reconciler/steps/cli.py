@@ -36,19 +36,25 @@ CLI_MAX_OUTPUT = 1024 * 1024
 #: not be written (onyx-cli's own codes are 0 to 9, and 127 when it is missing).
 EXIT_NOT_DELIVERED = 90
 EXIT_SKILL_NOT_DELIVERED = 91
-#: One exec: write stdin to the PAT file atomically, readable by the pod's user only, then
-#: run onyx-cli, which reads it (the image's wrapper). The path is an argument, so the
-#: token is never on a command line (exec's command is in the request URL).
-#: Writes stdin to the file ``$1`` atomically, readable by the pod's user only.
-WRITE_PAT_SCRIPT = 'umask 077 && cat > "$1.new" && mv -f "$1.new" "$1"'
+#: One exec: write the PAT on stdin to the PAT file atomically, readable by the pod's user
+#: only, then run onyx-cli, which reads it (the image's wrapper). The path is an argument,
+#: so the token is never on a command line (exec's command is in the request URL).
+#: An exec whose client went away is not ended, its stdin is: the end of stdin does not
+#: mean that all of it came. So the PAT is sent as one line (it never holds a newline), and
+#: ``read`` fails unless that newline arrived; the file is then written from the line.
+WRITE_PAT_SCRIPT = (
+    'umask 077 && IFS= read -r t && printf \'%s\' "$t" > "$1.new" && mv -f "$1.new" "$1"'
+)
 #: With a claimed pod's SKILL.md too: the PAT is the first ``$3`` bytes of stdin (``dd``
-#: with one-byte blocks reads no further), written to ``$1``; the rest is the SKILL.md,
-#: written to ``$2`` by the SKILL.md's own script (after a ``shift``, its ``$1``).
+#: with one-byte blocks reads no further), written to ``$1`` once it holds all of them; the
+#: rest is the SKILL.md, ``$4`` bytes, written to ``$2`` by the SKILL.md's own commands
+#: (given ``$2`` and ``$4`` as their ``$1`` and ``$2``).
 WRITE_PAT_AND_SKILL_SCRIPT = (
-    'umask 077 && dd bs=1 count="$3" of="$1.new" 2>/dev/null && mv -f "$1.new" "$1" '
-    f"|| exit {EXIT_NOT_DELIVERED}\n"
-    "shift\n"
-    f"{claimed_skill.WRITE_SKILL_SCRIPT} || exit {EXIT_SKILL_NOT_DELIVERED}"
+    f"{claimed_skill.HAS_SIZE_FUNCTION}\n"
+    'umask 077 && dd bs=1 count="$3" of="$1.new" 2>/dev/null && has_size "$1.new" "$3" '
+    f'&& mv -f "$1.new" "$1" || exit {EXIT_NOT_DELIVERED}\n'
+    'set -- "$2" "$4"\n'
+    f"{claimed_skill.WRITE_SKILL} || exit {EXIT_SKILL_NOT_DELIVERED}"
 )
 VALIDATE_LINE = f"exec {' '.join(cli_validation.VALIDATE_ARGV)}"
 DELIVER_ARGV = (
@@ -60,9 +66,9 @@ DELIVER_ARGV = (
 )
 
 
-def deliver_with_skill_argv(pat_bytes: int) -> tuple[str, ...]:
-    """The one exec that writes the PAT (``pat_bytes`` long) and a claimed pod's SKILL.md,
-    then runs onyx-cli."""
+def deliver_with_skill_argv(pat_bytes: int, skill_bytes: int) -> tuple[str, ...]:
+    """The one exec that writes the PAT (``pat_bytes`` long) and a claimed pod's SKILL.md
+    (``skill_bytes`` long), sent one after the other on its stdin, then runs onyx-cli."""
     return (
         "sh",
         "-c",
@@ -71,7 +77,13 @@ def deliver_with_skill_argv(pat_bytes: int) -> tuple[str, ...]:
         PAT_FILE,
         claimed_skill.SKILL_FILE,
         str(pat_bytes),
+        str(skill_bytes),
     )
+
+
+def deliver_stdin(token: bytes, skill: bytes | None) -> bytes:
+    """What the delivery exec reads: the PAT as one line, or the PAT then the SKILL.md."""
+    return token + b"\n" if skill is None else token + skill
 
 
 async def validate_cli(p: Pass) -> Stop | None:
@@ -129,7 +141,8 @@ async def _deliver_and_validate(
     assert p.issued is not None
     meta = p.pod["metadata"]
     token = p.issued.token.get_secret_value().encode()
-    argv = DELIVER_ARGV if skill is None else deliver_with_skill_argv(len(token))
+    text = None if skill is None else skill.text
+    argv = DELIVER_ARGV if text is None else deliver_with_skill_argv(len(token), len(text))
     started = time.monotonic()
     try:
         result = await p.services.exec.run(
@@ -137,7 +150,7 @@ async def _deliver_and_validate(
             meta["name"],
             SANDBOX_CONTAINER,
             list(argv),
-            stdin=token if skill is None else token + skill.text,
+            stdin=deliver_stdin(token, text),
             timeout=CLI_TIMEOUT,
             max_output_bytes=CLI_MAX_OUTPUT,
         )
@@ -211,8 +224,9 @@ async def _judge(p: Pass, uid: str | None, result: ExecResult) -> None:
 
 
 def _excerpt(p: Pass, result: ExecResult) -> str:
-    """The end of the delivery's stderr for a message, the PAT it carried redacted (the
-    agent controls the pod, and onyx-cli, or what stands in for it, may print it)."""
+    """The end of the delivery's stderr for a message; withheld if it holds a piece of the
+    PAT it carried, however cut up (the agent controls the pod, and onyx-cli, or what
+    stands in for it, may print it)."""
     assert p.issued is not None
     return result.stderr_excerpt(300, secrets=(p.issued.token.get_secret_value(),))
 

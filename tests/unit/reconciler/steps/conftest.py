@@ -120,20 +120,26 @@ class Exec:
     ) -> ExecResult:
         self.calls.append(tuple(argv))
         if argv[0] == "sh" and "deliver-pat-and-skill" in argv:
+            # argv: sh -c SCRIPT deliver-pat-and-skill PAT_FILE SKILL_FILE PAT_BYTES SKILL_BYTES
             assert isinstance(stdin, bytes), "the PAT and the SKILL.md go on stdin"
-            self.delivered.append(stdin[: int(argv[-1])])
-            self.skills.append(stdin[int(argv[-1]) :])
+            pat_bytes, skill_bytes = int(argv[6]), int(argv[7])
+            assert len(stdin) == pat_bytes + skill_bytes, "the script checks both lengths"
+            self.delivered.append(stdin[:pat_bytes])
+            self.skills.append(stdin[pat_bytes:])
             if self.deliver_exit:
                 return ExecResult(EXIT_NOT_DELIVERED, b"", b"read-only file system")
             if self.skill_exit:
                 return ExecResult(self.skill_exit, b"", b"no space left on device")
         elif argv[0] == "sh" and "deliver-pat" in argv:
             assert isinstance(stdin, bytes), "the PAT goes on stdin"
-            self.delivered.append(stdin)
+            assert stdin.endswith(b"\n"), "as one line: the script checks that it all came"
+            self.delivered.append(stdin.removesuffix(b"\n"))
             if self.deliver_exit:  # the script's own code when the write failed
                 return ExecResult(EXIT_NOT_DELIVERED, b"", b"read-only file system")
         elif argv[0] == "sh":
+            # argv: sh -c SCRIPT deliver-skill SKILL_FILE SKILL_BYTES
             assert isinstance(stdin, bytes)
+            assert len(stdin) == int(argv[5]), "the script checks the length"
             self.skills.append(stdin)  # a claimed pod's SKILL.md, alone
             return ExecResult(1 if self.skill_exit else 0, b"", b"")
         if self.echo_stdin and isinstance(stdin, bytes):
