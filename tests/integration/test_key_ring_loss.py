@@ -1,6 +1,10 @@
-"""A stored token that no key in the ring can open is replaced at once, and the sandbox says so."""
+"""A stored token whose key is missing from the operator's key ring is kept: nothing is
+revoked or replaced, the sandbox says KeyNotInRing, and with the key back in the ring it
+goes on with the same PAT (a ring gone stale must not cost the fleet its tokens)."""
 
 from __future__ import annotations
+
+from pydantic import SecretStr
 
 from craft_operator.config import Settings
 from craft_operator.credentials.keyring import generate_key_entry
@@ -15,12 +19,11 @@ from tests.integration.helpers import (
     token_in_secret,
 )
 from tests.support.emulator import KubeEmulator
-from tests.support.events import step_messages
 from tests.support.operator import eventually, running_operator
 from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
 
 
-async def test_a_token_sealed_with_a_key_that_left_the_ring_is_revoked_and_replaced(
+async def test_a_token_sealed_with_a_key_missing_from_the_ring_is_kept_until_the_key_is_back(
     emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec
 ) -> None:
     url = str(emulator.url).rstrip("/")
@@ -33,41 +36,44 @@ async def test_a_token_sealed_with_a_key_that_left_the_ring_is_revoked_and_repla
     first_pod = pod(emulator, "alice")
     assert first_pod is not None
     first_token = token_in_secret(emulator, "alice")
+    delivered = pod_exec.local.credentials_dir(NAMESPACE, "alice") / "pat"
+    assert delivered.read_text() == first_token
+    assert settings.encryption_keys is not None
+    old_entry = settings.encryption_keys.get_secret_value()
+    new_entry = generate_key_entry("k-new")
 
-    # The old key is gone from the ring (a rotation done wrong, a lost Secret).
-    rotated = settings.model_copy(update={"encryption_keys": generate_key_entry("k-new")})
-    async with running_operator(url, rotated, exec_transport=pod_exec):
-        replaced = await eventually(
+    # The operator runs with a ring that lacks the token's key (a stale or mistaken ring).
+    stale = settings.model_copy(update={"encryption_keys": new_entry})
+    async with running_operator(url, stale, exec_transport=pod_exec):
+        said = await eventually(
             lambda: (
-                "cannot be decrypted"
-                in condition(emulator, "alice", "CredentialsReady").get("message", "")
-                and condition(emulator, "alice", "CredentialsReady")
+                (found := condition(emulator, "alice", "CredentialsReady")).get("reason")
+                == "KeyNotInRing"
+                and found
             ),
-            what="CredentialsReady naming the undecryptable token",
+            what="CredentialsReady saying KeyNotInRing",
         )
-        await eventually(
-            lambda: token_in_secret(emulator, "alice") != first_token, what="the new token"
-        )
-        delivered = pod_exec.local.credentials_dir(NAMESPACE, "alice") / "pat"
-        await eventually(
-            lambda: delivered.read_text() == token_in_secret(emulator, "alice"),
-            what="the new token delivered into the pod",
-        )
-        await phase(emulator, "alice", "Ready")
-        still = pod(emulator, "alice")
-        assert still is not None
-        assert still["metadata"]["uid"] == first_pod["metadata"]["uid"], "no restart"
-        # Said for as long as that PAT is the sandbox's, not only in the pass that minted it.
-        assert condition(emulator, "alice", "CredentialsReady")["message"] == replaced["message"]
+    assert said["status"] == "False"
+    assert "'test'" in said["message"]  # the key id the token is sealed with
+    assert "nothing was revoked" in said["message"]
+    assert f"credentials revoke {NAMESPACE}/alice" in said["message"]
+    assert live_pats(settings) == [first_pat], "the PAT is still live"
+    assert token_in_secret(emulator, "alice") == first_token
+    assert delivered.read_text() == first_token
 
-    assert replaced["status"] == "True"
-    assert f"replaced PAT {first_pat}" in replaced["message"]
-    assert "'test'" in replaced["message"]  # the key id it was sealed with
-    [second_pat] = live_pats(settings)
-    assert second_pat != first_pat
-    minted = [
-        message
-        for message in step_messages(emulator.list("v1/events", NAMESPACE), "PATMinted")
-        if "cannot be decrypted" in message
-    ]
-    assert len(minted) == 1
+    # With the key back (after the new one), the stored token is used again: same PAT.
+    both = f"{new_entry.get_secret_value()},{old_entry}"
+    mended = settings.model_copy(update={"encryption_keys": SecretStr(both)})
+    async with running_operator(url, mended, exec_transport=pod_exec):
+        try:
+            await phase(emulator, "alice", "Ready")
+        except AssertionError:
+            raise AssertionError(
+                str(emulator.get(SANDBOXES, NAMESPACE, "alice").get("status"))
+            ) from None
+        assert condition(emulator, "alice", "CredentialsReady")["status"] == "True"
+    assert live_pats(settings) == [first_pat]
+    assert token_in_secret(emulator, "alice") == first_token
+    still = pod(emulator, "alice")
+    assert still is not None
+    assert still["metadata"]["uid"] == first_pod["metadata"]["uid"], "no restart"

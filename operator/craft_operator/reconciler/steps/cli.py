@@ -93,7 +93,9 @@ async def validate_cli(p: Pass) -> Stop | None:
     assert p.issued is not None, "the credentials step runs first"
     uid = p.pod["metadata"].get("uid")
     done = run.status.validated_pod_uid == uid and run.status.validated_pat_id == p.issued.pat_id
-    if done and run.condition(CLI_VALIDATED) is not None:
+    # Only a verdict counts: an earlier row that stopped a pass (the database down, say)
+    # left the condition Unknown, and it must come back once the rows before it pass.
+    if done and run.condition_is(CLI_VALIDATED, ConditionStatus.TRUE, ConditionStatus.FALSE):
         if run.condition_is(CLI_VALIDATED, ConditionStatus.TRUE):
             await _retire_superseded(p)  # if a pass was cut off after validating
         return None

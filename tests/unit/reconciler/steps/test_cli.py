@@ -8,6 +8,7 @@ import pytest
 from craft_operator.reconciler import cli_validation
 from craft_operator.reconciler.step import Pass
 from craft_operator.reconciler.steps import cli, credentials
+from craft_operator.status import ConditionState
 from tests.unit.reconciler.conftest import NAMESPACE
 from tests.unit.reconciler.steps.conftest import CANARY, NAME, World
 
@@ -37,6 +38,22 @@ async def test_an_accepted_pat_validates_the_pod_once(world: World) -> None:
     assert world.exec.calls == [cli.DELIVER_ARGV], "one exec, once per pod and PAT"
     assert world.exec.delivered == [CANARY.encode()]
     assert all(CANARY not in " ".join(call) for call in world.exec.calls), "never in argv"
+
+
+async def test_a_validation_an_earlier_row_left_waiting_is_done_again_once_it_passes(
+    world: World,
+) -> None:
+    p = await ready_pass(world)
+    await cli.validate_cli(p)
+    # A later pass stopped at the credentials row (the database down): CLIValidated waits.
+    p.run.set(ConditionState.unknown("CLIValidated", "WaitingForCredentials", "waiting"))
+    stored = p.run.status.model_dump(by_alias=True, mode="json")
+    recovered = await ready_pass(world, status=stored)
+    await cli.validate_cli(recovered)
+    condition = recovered.run.condition("CLIValidated")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("True", "Validated")
+    assert world.exec.calls == [cli.DELIVER_ARGV, cli.DELIVER_ARGV]
 
 
 async def test_a_renewed_pat_is_delivered_into_the_same_pod(world: World) -> None:
