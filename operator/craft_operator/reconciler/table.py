@@ -25,7 +25,14 @@ from craft_operator.reconciler.steps import (
     skill,
     workspace,
 )
-from craft_operator.status import ConditionState
+from craft_operator.status import (
+    CLI_VALIDATED,
+    CREDENTIALS_READY,
+    POD_READY,
+    SKILL_RENDERED,
+    USER_LIBRARY_SYNCED,
+    ConditionState,
+)
 
 #: The rows of a pass, in order.
 STEPS: tuple[tuple[Step, ...], ...] = (
@@ -33,14 +40,20 @@ STEPS: tuple[tuple[Step, ...], ...] = (
     # SkillRendered; what the pod mounts
     (secret.STEP, skill.STEP, library_volume.STEP, workspace.STEP),
     (pod.STEP,),  # PodReady
-    # CLIValidated; a claimed pod's SKILL.md rides in its exec, else its own step writes it
-    (cli.STEP, claimed_skill.STEP),
-    (library.STEP,),  # UserLibrarySynced
+    # UserLibrarySynced first: its sync runs in the background and never stops a pass, so
+    # started before the CLI's exec it overlaps it instead of following it.
+    # CLIValidated; a claimed pod's SKILL.md rides in its exec, else its own step writes it.
+    (library.STEP, cli.STEP, claimed_skill.STEP),
 )
 
-#: The conditions Ready requires, in reporting order.
-CONDITIONS: tuple[str, ...] = tuple(
-    dict.fromkeys(step.condition for row in STEPS for step in row if step.condition is not None)
+#: The conditions Ready requires, in reporting order: the rows' order, except that the
+#: library, started first in its row, is reported last (it is the slowest to settle).
+CONDITIONS: tuple[str, ...] = (
+    CREDENTIALS_READY,
+    SKILL_RENDERED,
+    POD_READY,
+    CLI_VALIDATED,
+    USER_LIBRARY_SYNCED,
 )
 
 WAITING_MESSAGE = "waiting for an earlier step"

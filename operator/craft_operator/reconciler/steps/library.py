@@ -37,8 +37,9 @@ async def sync_library(p: Pass) -> Stop | None:
         try:
             await library_job.sync(p, location, attempt)
         except ApiError as exc:
-            # A condition, an event and a retry with backoff: the pass still writes what
-            # its earlier rows did (a validated PAT) instead of ending in a traceback.
+            # A condition, an event and a retry with backoff, never the pass's end: the
+            # CLI's step in this row still runs (a renewed PAT must reach the pod whatever
+            # the Jobs' API answers), and the pass's status is written.
             p.fail(USER_LIBRARY_SYNCED, JOB_REQUEST_FAILED, f"cannot manage the sync Job: {exc}")
         return None
     current = run.status.user_library or UserLibraryStatus()

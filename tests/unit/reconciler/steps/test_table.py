@@ -21,6 +21,15 @@ def test_ready_requires_the_conditions_of_the_rows_in_their_order() -> None:
         "UserLibrarySynced",
     )
     assert all(row for row in STEPS)
+    owned = [step.condition for row in STEPS for step in row if step.condition is not None]
+    assert sorted(owned) == sorted(CONDITIONS), "each condition has exactly one step"
+
+
+def test_the_library_sync_starts_before_the_cli_exec_in_the_same_pass() -> None:
+    from craft_operator.reconciler.steps import cli, library
+
+    row = next(row for row in STEPS if cli.STEP in row)
+    assert row.index(library.STEP) < row.index(cli.STEP)
 
 
 def recording(condition: str | None, log: list[str], stop: str | None = None) -> Step:
