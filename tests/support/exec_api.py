@@ -47,8 +47,6 @@ class FakeApiServer:
     settled: asyncio.Event = field(default_factory=asyncio.Event)
     #: Whether a command's end is reported on channel 3 (a broken server does not).
     status: bool = True
-    #: Whether websocket pings are answered (a connection that died silently does not).
-    answers_pings: bool = True
     #: Seconds an abandoned command runs on before it is killed (the kubelet never kills
     #: it; a test must not leave processes behind).
     abandon_grace: float = 5.0
@@ -69,7 +67,7 @@ class FakeApiServer:
         argv = request.query.getall("command")
         self.requests.append(argv)
         wants_stdin = request.query.get("stdin", "").lower() == "true"
-        ws = web.WebSocketResponse(protocols=self.protocols, autoping=self.answers_pings)
+        ws = web.WebSocketResponse(protocols=self.protocols)
         await ws.prepare(request)
         try:
             process = await asyncio.create_subprocess_exec(

@@ -196,8 +196,8 @@ class ExecTransport(Protocol):
         ``max_output_bytes`` caps stdout and stderr together (default: the transport's own
         cap): a command that writes more is abandoned with :class:`ExecOutputTooLargeError`,
         and no more than about that much of its output is ever held. A call that makes no
-        progress for the transport's idle timeout is abandoned with
-        :class:`ExecStalledError`.
+        progress while its stdin is sent (the pod takes none of it and writes nothing) for
+        the transport's idle timeout is abandoned with :class:`ExecStalledError`.
 
         An abandoned command is not killed (the kubelet does not): its stdin ends, early,
         and it runs on. A command that acts on its stdin must check that all of it came.
@@ -206,17 +206,24 @@ class ExecTransport(Protocol):
 
 
 class Progress:
-    """When a call last moved (stdin taken by the pod, output received), to find a call that
-    stalls; ``idle`` seconds without a move is a stall (``None``: never).
+    """When a call last moved (stdin taken by the pod, output received), to find a pod that
+    stops reading its stdin; ``idle`` seconds without a move is a stall (``None``: never).
 
-    The clock stands still while the call waits for the caller's own stdin source: a slow
-    source is not the pod's stall.
+    Only while stdin is being sent: once all of it is taken (or a call has none), a command
+    may work silently (a library upload's moves, onyx-cli waiting for its server) and only
+    the call's own timeout bounds it. The clock also stands still while the call waits for
+    the caller's own stdin source: a slow source is not the pod's stall.
     """
 
     def __init__(self, idle: float | None) -> None:
         self.idle = idle
         self._last = time.monotonic()
         self._sourcing = False
+        self._sent = False
+
+    def sent_all(self) -> None:
+        """All of stdin is taken: the call can no longer stall."""
+        self._sent = True
 
     def moved(self) -> None:
         """The call moved now."""
@@ -234,7 +241,7 @@ class Progress:
 
     def left(self) -> float | None:
         """Seconds until the call counts as stalled (at least 0), or ``None`` if it never does."""
-        if self.idle is None:
+        if self.idle is None or self._sent:
             return None
         if self._sourcing:
             return self.idle
@@ -281,11 +288,15 @@ STATUS_MAX_BYTES = 64 * 1024
 STATUS_MESSAGE_LIMIT = 300
 #: A code as a ``NonZeroExitCode`` cause gives it: ASCII digits only.
 _EXIT_CODE = re.compile(r"[0-9]{1,10}")
-#: Failures that running the command again cannot mend: the program is not in the image
-#: (``exec: "tar": executable file not found in $PATH``, or ``stat /x: no such file or
-#: directory`` for a path) or cannot be executed.
+#: Failures that running the command again cannot mend: the runtime could not start the
+#: program itself (``exec: "tar": executable file not found in $PATH``, ``exec: "/x": stat
+#: /x: no such file or directory``, ``exec: "/x": permission denied``). Anchored to the
+#: program: the same words elsewhere (a volume's file renamed under the kubelet, a
+#: runtime's own state file) are passing troubles, retried.
 _PERMANENT_FAILURE = re.compile(
-    r"executable file not found|no such file or directory|permission denied", re.IGNORECASE
+    r'exec: "[^"]*": (?:executable file not found|(?:stat [^:]*: )?no such file or directory'
+    r"|permission denied)",
+    re.IGNORECASE,
 )
 
 

@@ -8,9 +8,9 @@ needed when there is stdin (its ``255, 0`` message closes stdin, so ``tar`` sees
 its input); ``v4.channel.k8s.io`` is enough without. A call is two tasks on the loop, one
 sending stdin in frames and one receiving output, each waiting on the socket's own flow
 control: a pod that does not read its stdin stops the sender, and output is taken only as
-fast as it is collected, up to the call's cap. A call that moves neither way for the idle
-timeout is abandoned, and websocket pings find a connection that died silently. No thread,
-no ``kubernetes`` client.
+fast as it is collected, up to the call's cap. A call whose stdin the pod stops taking,
+with no output either, is abandoned after the idle timeout. No thread, no ``kubernetes``
+client.
 """
 
 from __future__ import annotations
@@ -50,11 +50,12 @@ from craft_operator.kube.exec import (
     stdin_chunks,
 )
 
-#: Seconds a call may go without progress (stdin taken, output received) by default.
+#: Seconds a call may go, while its stdin is sent, without progress (stdin taken, output
+#: received) by default. No websocket pings: behind stdin that a pod does not read, a ping
+#: waits in the same stream, and the API server, its reads paused by that backpressure,
+#: never answers it in time (a stalled pod looked like a broken connection). A connection
+#: that dies while stdin is sent stalls the call; after, the call's own timeout ends it.
 IDLE_TIMEOUT = 60.0
-#: Seconds between websocket pings on a quiet connection (client-go pings every 5 s); a
-#: ping not answered within half that ends the call.
-HEARTBEAT = 15.0
 _Socket = aiohttp.ClientWebSocketResponse
 _END = (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED)
 
@@ -94,22 +95,20 @@ class AiohttpExec:
         max_output_bytes: int = 64 * 1024 * 1024,
         close_grace: float = 2.0,
         idle_timeout: float | None = IDLE_TIMEOUT,
-        heartbeat: float | None = HEARTBEAT,
     ) -> None:
         """Exec through ``kube``'s stream session (so with its credentials, once logged in).
 
         ``frame_bytes`` is the most stdin per websocket message; ``close_grace`` how long an
         abandoned call waits for the server to answer its close before it drops the
-        connection. A call that for ``idle_timeout`` seconds gets none of its stdin taken
-        and no output is abandoned (:class:`ExecStalledError`), whatever its own timeout;
-        ``heartbeat`` is the seconds between pings on a quiet connection (``None``: none).
+        connection. A call that, while its stdin is sent, for ``idle_timeout`` seconds gets
+        none of it taken and no output is abandoned (:class:`ExecStalledError`), whatever
+        its own timeout.
         """
         self._kube = kube
         self._frame_bytes = frame_bytes
         self._max_output_bytes = max_output_bytes
         self._close_grace = close_grace
         self._idle_timeout = idle_timeout
-        self._heartbeat = heartbeat
 
     async def run(
         self,
@@ -160,7 +159,6 @@ class AiohttpExec:
                 params=params,
                 protocols=(V5_CHANNEL_PROTOCOL, V4_CHANNEL_PROTOCOL),
                 autoping=True,
-                heartbeat=self._heartbeat,
                 timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=self._close_grace),
             )
         except aiohttp.WSServerHandshakeError as exc:
@@ -189,7 +187,7 @@ class AiohttpExec:
     ) -> ExecResult:
         """Send stdin and receive the output at once, until the server ends the call (or
         the call stalls: :class:`ExecStalledError`)."""
-        progress = Progress(self._idle_timeout)
+        progress = Progress(self._idle_timeout if chunks is not None else None)
         receiver = asyncio.create_task(_receive(ws, _Output(limit), where, progress))
         tasks: list[asyncio.Task[Any]] = [receiver]
         if chunks is not None:
@@ -227,6 +225,7 @@ class AiohttpExec:
                     return
                 progress.moved()
         await _sent(ws, bytes([CLOSE_CHANNEL, STDIN_CHANNEL]))
+        progress.sent_all()
 
     async def _close(self, ws: _Socket) -> None:
         """Close the socket; if the server does not answer in time, drop the connection."""

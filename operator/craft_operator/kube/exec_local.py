@@ -81,6 +81,7 @@ class _Conversation:
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             pipe.close()
             await pipe.wait_closed()
+        self.progress.sent_all()
 
     async def drain(self, stream: asyncio.StreamReader) -> bytes:
         """All of ``stream``; :class:`ExecOutputTooLargeError` (the command killed) past the cap."""
@@ -252,7 +253,9 @@ class LocalExec:
             await close_stdin(stdin)
             raise
         limit = max_output_bytes or DEFAULT_MAX_OUTPUT_BYTES
-        talk = _Conversation(process, stdin, limit, Progress(self.idle_timeout))
+        talk = _Conversation(
+            process, stdin, limit, Progress(self.idle_timeout if stdin is not None else None)
+        )
         deadline = asyncio.timeout(timeout)
         try:
             async with deadline:

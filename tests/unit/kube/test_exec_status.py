@@ -113,6 +113,24 @@ def test_an_internal_error_or_an_unknown_failure_is_retried(
 @pytest.mark.parametrize(
     "message",
     [
+        # The stand-in kubelet refreshing a volume under two execs at once.
+        "volume skills: rename /pods/u/volumes/skills/SKILL.md.writing /pods/u/volumes/skills/"
+        "SKILL.md: no such file or directory",
+        "open /run/containerd/io.containerd.runtime.v2.task/k8s.io/abc/config.json: no such "
+        "file or directory",
+        "mkdir /var/lib/kubelet/pods/x: permission denied",
+    ],
+)
+def test_the_same_words_about_anything_but_the_program_are_retried(message: str) -> None:
+    with pytest.raises(ExecError) as raised:
+        parse_exec_status(status(reason="InternalError", message=message))
+
+    assert raised.value.retryable
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
         'OCI runtime exec failed: exec failed: unable to start container process: exec: "tar": '
         "executable file not found in $PATH: unknown",
         'exec: "/usr/local/bin/onyx-cli": stat /usr/local/bin/onyx-cli: no such file or directory',

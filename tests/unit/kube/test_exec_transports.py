@@ -81,14 +81,26 @@ class Source:
             self.closed = True
 
 
-async def test_a_call_that_makes_no_progress_is_abandoned_as_stalled_before_its_deadline(
+async def test_a_command_working_silently_once_its_stdin_is_taken_is_not_stalled(
     kind: str, tmp_path: Path
 ) -> None:
-    async with opened(kind, tmp_path, idle_timeout=0.5) as subject:
-        with pytest.raises(ExecStalledError, match="made no progress for 0s") as raised:
-            await subject.transport.run("ns", "pod", "main", ["sleep", "30"], timeout=30)
+    # A library upload's moves, or onyx-cli waiting for its server: no output for a while.
+    script = "cat >/dev/null; sleep 1.2; echo done"
+    async with opened(kind, tmp_path, idle_timeout=0.4) as subject:
+        result = await subject.transport.run(
+            "ns", "pod", "main", ["sh", "-c", script], stdin=b"x" * 1000, timeout=30
+        )
 
-    assert raised.value.retryable
+    assert result.stdout == b"done\n"
+
+
+async def test_a_call_without_stdin_is_bounded_by_its_timeout_alone(
+    kind: str, tmp_path: Path
+) -> None:
+    async with opened(kind, tmp_path, idle_timeout=0.3) as subject:
+        result = await subject.transport.run("ns", "pod", "main", ["sh", "-c", "sleep 1; echo x"])
+
+    assert result.stdout == b"x\n"
 
 
 async def test_a_pod_that_stops_reading_its_stdin_stalls_the_call(
@@ -96,11 +108,12 @@ async def test_a_pod_that_stops_reading_its_stdin_stalls_the_call(
 ) -> None:
     source = Source()
     async with opened(kind, tmp_path, idle_timeout=0.5) as subject:
-        with pytest.raises(ExecStalledError):
+        with pytest.raises(ExecStalledError, match="made no progress for 0s") as raised:
             await subject.transport.run(
                 "ns", "pod", "main", ["sleep", "30"], stdin=source(), timeout=30
             )
 
+    assert raised.value.retryable
     assert source.closed
 
 
@@ -196,18 +209,6 @@ async def test_an_abandoned_command_sees_its_stdin_end_and_runs_on(
     said = witness.read_text()
     assert said.startswith("ran on with ")
     assert 0 < int(said.split()[3]) <= 20_000
-
-
-async def test_a_connection_that_stops_answering_pings_is_given_up(
-    api_server: FakeApiServer,
-) -> None:
-    api_server.answers_pings = False
-
-    async with aiohttp_exec(api_server, heartbeat=0.2, idle_timeout=None) as transport:
-        with pytest.raises(ExecUnavailableError, match="broke") as raised:
-            await transport.run("ns", "pod", "main", ["sleep", "30"], timeout=20)
-
-    assert raised.value.retryable
 
 
 async def test_a_401_on_the_handshake_has_the_credentials_read_again(
