@@ -12,9 +12,11 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import functools
 import hashlib
+import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
@@ -51,6 +53,8 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
 
+log = logging.getLogger(__name__)
+
 #: Threads that run the credential store's (blocking) database calls: never more, however
 #: many calls a silent database leaves hanging (the calls beyond wait their turn).
 DATABASE_THREADS = 8
@@ -77,7 +81,9 @@ class StoreCredentials:
     :class:`DatabaseUnavailableError` after ``call_timeout`` seconds. A database that never
     answers therefore costs a pass a minute, not a reconcile worker for ever; the threads it
     holds stay within the pool's bound, and neither the default executor nor the exit wait
-    for them.
+    for them. An opening still pending after ``opening_bound`` seconds (twice the call
+    timeout unless given: a migration waiting on a lock) is abandoned, and the next call
+    opens afresh; the abandoned one's store, should it ever open, is closed, never used.
     """
 
     def __init__(
@@ -89,6 +95,7 @@ class StoreCredentials:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         call_timeout: float = DATABASE_CALL_TIMEOUT_S,
         threads: int = DATABASE_THREADS,
+        opening_bound: float | None = None,
     ) -> None:
         self._store: CredentialStore | None = None
         self._factory: Callable[[], CredentialStore] | None = None
@@ -97,9 +104,12 @@ class StoreCredentials:
         else:
             self._store = store
         self._opening: asyncio.Future[CredentialStore] | None = None
+        self._opening_work: concurrent.futures.Future[CredentialStore] | None = None
+        self._opening_since = 0.0
         self._calls: asyncio.Semaphore | None = None
         self._threads = DaemonThreadPool(threads, name="craft-db")
         self._call_timeout = call_timeout
+        self._opening_bound = 2 * call_timeout if opening_bound is None else opening_bound
         self._closed = False
         self._renewal_fraction = renewal_fraction
         self._recheck = timedelta(seconds=recheck_interval)
@@ -112,21 +122,54 @@ class StoreCredentials:
         condition on each sandbox (retried), not an operator that fails to start.
 
         Passes that need the store meanwhile wait for the one opening under way, each
-        within its own bound; a failed opening is tried again by the next call.
+        within its own bound; a failed opening is tried again by the next call, and so is
+        one pending for longer than the opening bound. A pass whose opening was abandoned
+        (or cancelled) meanwhile goes on to the current one, never to the abandoned one's
+        store.
         """
-        if self._store is not None:
-            return self._store
+        while self._store is None:
+            opening = self._current_opening()
+            await asyncio.wait([opening])  # a timed-out pass leaves the opening running
+            if not opening.cancelled():
+                opening.result()  # its error, if it failed; its store is kept by settling
+        return self._store
+
+    def _current_opening(self) -> asyncio.Future[CredentialStore]:
+        """The opening under way, or a new one if there is none or it is overdue."""
+        loop = asyncio.get_running_loop()
+        if self._opening is not None and loop.time() - self._opening_since > self._opening_bound:
+            self._abandon_opening()
         if self._opening is None:
             assert self._factory is not None
-            self._opening = self._in_thread(self._factory)
+            if self._closed:
+                raise DatabaseUnavailableError("the credential store is closed: the operator stops")
+            work = self._threads.submit(self._factory)
+            self._opening, self._opening_work = asyncio.wrap_future(work), work
+            self._opening_since = loop.time()
             self._opening.add_done_callback(self._settle_opening)
-        return await asyncio.shield(self._opening)
+        return self._opening
+
+    def _abandon_opening(self) -> None:
+        """Give up on the opening under way (its thread hangs): unless it is still queued
+        (then it never runs), the store it opens, if it ever does, is closed in its thread."""
+        work = self._opening_work
+        self._opening = self._opening_work = None
+        log.warning(
+            "opening the credential store took over %g s: abandoned, opening it afresh",
+            self._opening_bound,
+        )
+        if work is not None and not work.cancel():
+            work.add_done_callback(_close_abandoned)
 
     def _settle_opening(self, opening: asyncio.Future[CredentialStore]) -> None:
         """Keep the opened store (closed at once if :meth:`close` came first), or forget
-        the failed opening so that the next call tries again."""
-        self._opening = None
-        if opening.cancelled() or opening.exception() is not None:
+        the failed opening so that the next call tries again. An abandoned opening's
+        outcome is not this one's: see :meth:`_abandon_opening`."""
+        failed = opening.cancelled() or opening.exception() is not None
+        if opening is not self._opening:
+            return
+        self._opening = self._opening_work = None
+        if failed:
             return
         self._store = opening.result()
         if self._closed:
@@ -242,6 +285,18 @@ class StoreCredentials:
         return await self._bounded(
             "querying the credentials database", lambda store: call(store.engine)
         )
+
+
+def _close_abandoned(work: concurrent.futures.Future[CredentialStore]) -> None:
+    """Close the store an abandoned opening opened after all (it was never used)."""
+    if work.cancelled() or work.exception() is not None:
+        return
+    try:
+        work.result().close()
+    except Exception as exc:  # a callback's error would only be logged less clearly
+        log.warning("closing the store of an abandoned opening failed: %s", exc)
+    else:
+        log.info("closed the credential store of an opening abandoned earlier")
 
 
 def _reused(issued: IssuedCredential, now: datetime) -> IssuedCredential:

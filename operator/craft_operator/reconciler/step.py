@@ -24,6 +24,8 @@ from craft_operator.reconciler.run import Run
 from craft_operator.status import POD_READY, ConditionState
 
 NORMAL, WARNING = "Normal", "Warning"
+#: The message of a condition a stopped pass left to wait (its reason is the stop's).
+WAITING_MESSAGE = "waiting for an earlier step"
 
 
 @dataclass(frozen=True)

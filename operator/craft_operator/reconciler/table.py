@@ -13,7 +13,7 @@ Adding a condition is one new module under ``steps/`` defining ``STEP`` and one 
 from __future__ import annotations
 
 from craft_operator.api.models import ConditionStatus
-from craft_operator.reconciler.step import Pass, Step, Stop
+from craft_operator.reconciler.step import WAITING_MESSAGE, Pass, Step, Stop
 from craft_operator.reconciler.steps import (
     claimed_skill,
     cli,
@@ -56,7 +56,6 @@ CONDITIONS: tuple[str, ...] = (
     USER_LIBRARY_SYNCED,
 )
 
-WAITING_MESSAGE = "waiting for an earlier step"
 #: The row of the pod step: a pass stopped before it may still deliver a renewed PAT.
 POD_ROW = next(index for index, row in enumerate(STEPS) if pod.STEP in row)
 

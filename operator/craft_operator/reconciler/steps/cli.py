@@ -23,7 +23,7 @@ from craft_operator.kube.exec import ExecError, ExecResult
 from craft_operator.metrics import ProvisioningPhase
 from craft_operator.reconciler import cli_validation
 from craft_operator.reconciler.children import controlled_by
-from craft_operator.reconciler.step import Pass, Step, Stop
+from craft_operator.reconciler.step import WAITING_MESSAGE, Pass, Step, Stop
 from craft_operator.reconciler.steps import claimed_skill, credentials, pod_state
 from craft_operator.status import CLI_VALIDATED, ConditionState
 
@@ -93,8 +93,12 @@ async def validate_cli(p: Pass) -> Stop | None:
     assert p.issued is not None, "the credentials step runs first"
     uid = p.pod["metadata"].get("uid")
     done = run.status.validated_pod_uid == uid and run.status.validated_pat_id == p.issued.pat_id
-    # Only a verdict counts: an earlier row that stopped a pass (the database down, say)
-    # left the condition Unknown, and it must come back once the rows before it pass.
+    if done and _waited(p):
+        # This pod took this PAT, and only an earlier row stopped a pass since (the
+        # database down, say): the verdict comes back without an exec (a fleet of them
+        # after an outage otherwise).
+        reason, meaning = cli_validation.describe_exit(cli_validation.EXIT_OK)
+        run.set(ConditionState.true(CLI_VALIDATED, reason, meaning))
     if done and run.condition_is(CLI_VALIDATED, ConditionStatus.TRUE, ConditionStatus.FALSE):
         if run.condition_is(CLI_VALIDATED, ConditionStatus.TRUE):
             await _retire_superseded(p)  # if a pass was cut off after validating
@@ -103,7 +107,9 @@ async def validate_cli(p: Pass) -> Stop | None:
     result = await _deliver_and_validate(p, skill)
     if result is None:
         return None
-    if skill is not None and result.exit_code not in (EXIT_NOT_DELIVERED, EXIT_SKILL_NOT_DELIVERED):
+    if skill is not None and result.exit_code in cli_validation.EXIT_MEANINGS:
+        # The script reached onyx-cli, so the SKILL.md was written (90 and 91 say it was
+        # not; a shell killed before, 137 say, proves nothing).
         run.status.delivered_skill = skill.delivered
     await _judge(p, uid, result)
     return None
@@ -180,6 +186,16 @@ async def _retire_superseded(p: Pass) -> None:
         return
     if retired is not None:
         p.event("PATRetired", f"revoked PAT {retired}: the pod uses PAT {p.issued.pat_id} now")
+
+
+def _waited(p: Pass) -> bool:
+    """Whether CLIValidated is Unknown only because a pass stopped before this row."""
+    held = p.run.condition(CLI_VALIDATED)
+    return (
+        held is not None
+        and held.status == ConditionStatus.UNKNOWN
+        and held.message == WAITING_MESSAGE
+    )
 
 
 def _exec_failed(p: Pass, exc: ExecError) -> None:

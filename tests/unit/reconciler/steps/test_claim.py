@@ -221,6 +221,17 @@ async def test_a_skill_the_pod_refuses_is_reported_on_skill_rendered_and_retried
     assert p.run.verdict.backoff == "SkillDeliveryFailed"
 
 
+async def test_a_delivery_killed_before_onyx_cli_does_not_count_the_skill_as_delivered(
+    pooled: World,
+) -> None:
+    warm_pods(pooled, 1)
+    pooled.exec.skill_exit = 137  # the shell killed (the agent, the OOM killer) mid-script
+    p = pooled.pass_(spec={"poolRef": {"name": POOL}})
+    await run_steps(p)
+
+    assert p.run.status.delivered_skill is None, "sent again by the next delivery"
+
+
 async def test_a_pod_claimed_meanwhile_is_not_taken_over_the_claim_loses_the_race(
     pooled: World,
 ) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from craft_operator.reconciler import cli_validation
-from craft_operator.reconciler.step import Pass
+from craft_operator.reconciler.step import WAITING_MESSAGE, Pass
 from craft_operator.reconciler.steps import cli, credentials
 from craft_operator.status import ConditionState
 from tests.unit.reconciler.conftest import NAMESPACE
@@ -40,17 +40,30 @@ async def test_an_accepted_pat_validates_the_pod_once(world: World) -> None:
     assert all(CANARY not in " ".join(call) for call in world.exec.calls), "never in argv"
 
 
-async def test_a_validation_an_earlier_row_left_waiting_is_done_again_once_it_passes(
+async def test_a_validation_an_earlier_row_left_waiting_comes_back_without_an_exec(
     world: World,
 ) -> None:
     p = await ready_pass(world)
     await cli.validate_cli(p)
     # A later pass stopped at the credentials row (the database down): CLIValidated waits.
-    p.run.set(ConditionState.unknown("CLIValidated", "WaitingForCredentials", "waiting"))
+    p.run.set(ConditionState.unknown("CLIValidated", "WaitingForCredentials", WAITING_MESSAGE))
     stored = p.run.status.model_dump(by_alias=True, mode="json")
     recovered = await ready_pass(world, status=stored)
     await cli.validate_cli(recovered)
     condition = recovered.run.condition("CLIValidated")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("True", "Validated")
+    assert world.exec.calls == [cli.DELIVER_ARGV], "the pod took this PAT already"
+
+
+async def test_a_validation_left_unknown_by_its_own_failure_is_tried_again(world: World) -> None:
+    p = await ready_pass(world)
+    await cli.validate_cli(p)
+    p.run.set(ConditionState.unknown("CLIValidated", "ExecFailed", "the exec broke"))
+    stored = p.run.status.model_dump(by_alias=True, mode="json")
+    again = await ready_pass(world, status=stored)
+    await cli.validate_cli(again)
+    condition = again.run.condition("CLIValidated")
     assert condition is not None
     assert (condition.status, condition.reason) == ("True", "Validated")
     assert world.exec.calls == [cli.DELIVER_ARGV, cli.DELIVER_ARGV]
