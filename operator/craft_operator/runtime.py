@@ -306,7 +306,7 @@ async def run_operator(
             stop_flag=kopf_stop,
             ready_flag=ready_flag,
         )
-        lifecycle.catch_stop_signals(requested)  # after kopf's: they replace its own
+        lifecycle.catch_stop_signals(requested, kopf_stop)  # after kopf's: they replace its own
         stopping = asyncio.create_task(
             lifecycle.stop_in_order(context, requested, kopf_stop), name="drain, then stop"
         )

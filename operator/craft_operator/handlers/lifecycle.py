@@ -53,9 +53,13 @@ log = logging.getLogger(__name__)
 
 
 async def drain_workers(memo: OperatorContext) -> None:
-    """Start no new pass, and let the passes in progress end (at most :data:`STOP_GRACE`
-    seconds, then they are cancelled)."""
-    await asyncio.gather(memo.queue.stop(grace=STOP_GRACE), memo.pool_queue.stop(grace=STOP_GRACE))
+    """Start no new pass, and let the passes and library syncs in progress end (at most
+    :data:`STOP_GRACE` seconds, then they are cancelled)."""
+    await asyncio.gather(
+        memo.queue.stop(grace=STOP_GRACE),
+        memo.pool_queue.stop(grace=STOP_GRACE),
+        memo.services.library_pool.drain(STOP_GRACE),
+    )
 
 
 async def stop_in_order(
@@ -68,20 +72,26 @@ async def stop_in_order(
     kopf_stop.set()
 
 
-def catch_stop_signals(requested: asyncio.Event) -> None:
-    """Make SIGTERM and SIGINT set ``requested`` (in the main thread only, where signals
-    are delivered; elsewhere the caller's stop flag is the only way to stop)."""
+def catch_stop_signals(requested: asyncio.Event, kopf_stop: asyncio.Event) -> None:
+    """Make SIGTERM and SIGINT set ``requested``, and a second one ``kopf_stop`` at once
+    (no drain), in the main thread only, where signals are delivered; elsewhere the
+    caller's stop flag is the only way to stop."""
     if threading.current_thread() is not threading.main_thread():
         return
     loop = asyncio.get_running_loop()
     for signum in STOP_SIGNALS:
         with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(signum, _stop_requested, signum, requested)
+            loop.add_signal_handler(signum, _stop_requested, signum, requested, kopf_stop)
 
 
-def _stop_requested(signum: signal.Signals, requested: asyncio.Event) -> None:
-    if not requested.is_set():
-        log.info("%s received: draining the reconcile workers, then stopping", signum.name)
+def _stop_requested(
+    signum: signal.Signals, requested: asyncio.Event, kopf_stop: asyncio.Event
+) -> None:
+    if requested.is_set():
+        log.info("%s received again: stopping without waiting for the drain", signum.name)
+        kopf_stop.set()
+        return
+    log.info("%s received: draining the reconcile workers, then stopping", signum.name)
     requested.set()
 
 

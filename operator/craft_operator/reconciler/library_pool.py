@@ -118,6 +118,14 @@ class LibrarySyncPool:
         self._outcomes.pop(key, None)
         self._failures.pop(key, None)
 
+    async def drain(self, grace: float) -> None:
+        """Let the syncs under way end within ``grace`` seconds, then cancel the rest (the
+        replica stops; a standby may take over its sandboxes next)."""
+        running = [job.task for job in self._jobs.values()]
+        if running and grace > 0:
+            await asyncio.wait(running, timeout=grace)
+        await self.close()
+
     async def close(self) -> None:
         """Cancel every sync and forget every outcome (the operator stops, or stands by)."""
         jobs, self._jobs = list(self._jobs.values()), {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -173,3 +174,29 @@ async def test_a_forgotten_sandbox_frees_its_slot_and_wakes_nobody(how: str) -> 
 
     assert woken == [key(2)]
     assert not pool.busy(key(1), "uid-1")
+
+
+async def test_a_drain_lets_syncs_under_way_end_within_its_grace_then_cancels_the_rest() -> None:
+    pool = LibrarySyncPool(4)
+    finished: list[str] = []
+    cancelled: list[str] = []
+
+    def sync(name: str, seconds: float) -> Callable[[], Awaitable[SyncResult]]:
+        async def work() -> SyncResult:
+            try:
+                await asyncio.sleep(seconds)
+            except asyncio.CancelledError:
+                cancelled.append(name)
+                raise
+            finished.append(name)
+            return RESULT
+
+        return work
+
+    pool.submit(key(1), "uid-1", "attempt", sync("quick", 0.05))
+    pool.submit(key(2), "uid-2", "attempt", sync("endless", 60))
+    await asyncio.wait_for(pool.drain(0.5), 10)
+
+    assert finished == ["quick"], "the sync that could end did, before the replica stopped"
+    assert cancelled == ["endless"]
+    assert not pool.busy(key(2), "uid-2")
