@@ -9,7 +9,8 @@ The associated data is the envelope header plus the sandbox's uid, so a cipherte
 into another sandbox's row, or relabelled with another key id, fails authentication.
 Key ring text: ``id:base64key`` entries separated by commas or newlines; the first entry
 encrypts, every entry decrypts. A ring read from a file (a mounted Secret, which Kubernetes
-updates in place) can be re-read while the operator runs: see :meth:`KeyRing.reload`.
+updates in place) can be re-read while the operator runs: see :meth:`KeyRing.reload`, and
+:meth:`FileKeyRing.encrypt`, which re-reads a file last read over an interval ago.
 """
 
 from __future__ import annotations
@@ -314,7 +315,8 @@ class FileKeyRing(KeyRing):
 
     A Secret mounted as a volume is updated in place when the Secret changes, and the
     operator is not restarted: a token sealed under a key added there since (by
-    ``craft-operator keys rotate`` run with the new ring) opens once the file is re-read.
+    ``craft-operator keys rotate`` run with the new ring) opens once the file is re-read,
+    and a key put first there since seals the tokens encrypted after the next re-read.
     """
 
     def __init__(
@@ -356,8 +358,19 @@ class FileKeyRing(KeyRing):
             self._keys = fresh
             return True
 
+    def encrypt(self, plaintext: bytes, *, context: bytes) -> bytes:
+        """Encrypt under the current key, after re-reading the file if its last read is
+        older than the interval (see :meth:`reload`): a key put first in the Secret seals
+        the tokens minted from then on. Sealed under the key it replaces, they would miss a
+        ``keys rotate`` already run, and be stranded once that key is dropped. Within the
+        interval this costs a clock read."""
+        if self._monotonic() - self._read_at >= self._interval:
+            self.reload()
+        return super().encrypt(plaintext, context=context)
+
 
 def key_ring_from_file(path: Path, *, monotonic: Callable[[], float] = time.monotonic) -> KeyRing:
     """Read a key ring file (the same text as CRAFT_ENCRYPTION_KEYS); the ring re-reads it
-    on :meth:`KeyRing.reload`, at most once per :data:`RELOAD_INTERVAL` seconds."""
+    on :meth:`KeyRing.reload` and before encrypting, at most once per
+    :data:`RELOAD_INTERVAL` seconds."""
     return FileKeyRing(path, monotonic=monotonic)

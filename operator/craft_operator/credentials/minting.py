@@ -26,7 +26,7 @@ from sqlalchemy.engine import Connection
 
 from craft_operator.credentials.backend import CRED, PAT, USER, StoreBackend, log
 from craft_operator.credentials.errors import UserInactiveError, UserNotFoundError
-from craft_operator.credentials.keyring import seal_token
+from craft_operator.credentials.keyring import parse_header, seal_token
 from craft_operator.credentials.model import IssuedCredential, SandboxIdentity
 from craft_operator.credentials.renewal import GRACEFUL, EnsurePolicy
 from craft_operator.credentials.revocation import grace_statement, revoke_pats_statement
@@ -68,14 +68,16 @@ def mint(
         pat_id = insert_pat(
             backend, connection, identity, policy.user_id, token, now, expires_at, retiring
         )
+        sealed = seal_token(backend.keyring, token, sandbox_uid=identity.uid)
         values: dict[str, Any] = {
             "sandbox_uid": identity.uid,
             "user_id": policy.user_id,
             "tenant_id": policy.tenant_id,
             "pat_id": pat_id,
             "token_display": display_form(token),
-            "encrypted_token": seal_token(backend.keyring, token, sandbox_uid=identity.uid),
-            "key_id": backend.keyring.current_key_id,
+            "encrypted_token": sealed,
+            # The envelope's own key id: the ring may be re-read between the two.
+            "key_id": parse_header(sealed, subject=str(identity))[0],
             "created_at": now,
             "expires_at": expires_at,
             "updated_at": now,

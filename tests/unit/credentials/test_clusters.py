@@ -4,18 +4,31 @@ Onyx's Postgres may serve the operators of several clusters, each with a sandbox
 same namespace and name. Each cluster keeps its own row (keyed by its cluster id) and its
 own PAT through mint, renewal, revocation, key rotation and show. Rows from before
 cluster ids are claimed only on proof: the sandbox's uid, and a token this key ring opens
-for that uid. Runs on SQLite and on a throwaway Postgres.
+for that uid; one sealed under a key id the ring lacks is neither claimed nor replaced.
+Runs on SQLite and on a throwaway Postgres.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
-from craft_operator.credentials import CredentialStore, KeyRing, SandboxIdentity, generate_key_entry
+from craft_operator.credentials import (
+    CredentialStore,
+    IssuedCredential,
+    KeyRing,
+    SandboxIdentity,
+    generate_key_entry,
+)
+from craft_operator.credentials.errors import KeyNotInRingError
+from craft_operator.credentials.keyring import RELOAD_INTERVAL, key_ring_from_file
+from craft_operator.credentials.orphans import adopt_rows, unclaimed_rows
 from craft_operator.credentials.tables import PersonalAccessToken, SandboxCredential
+from craft_operator.reconciler.steps.credentials import failure_reason
 
 from .conftest import Clock, Database
 
@@ -150,13 +163,14 @@ def test_a_row_from_before_cluster_ids_of_another_sandbox_is_neither_reused_nor_
     assert not live(database, ours.pat_id)
 
 
-def test_a_row_from_before_cluster_ids_this_key_ring_cannot_open_is_left_alone(
+def test_a_row_from_before_cluster_ids_failing_authentication_under_this_ring_is_left_alone(
     make_store: StoreFactory, database: Database
 ) -> None:
     # Another cluster with the same sandbox uid (restored from the same etcd backup) but
-    # its own key ring wrote the row: it is not this cluster's to reuse or revoke.
+    # its own key ring, whose key has this ring's key id, wrote the row: it is not this
+    # cluster's to reuse or revoke.
     user = database.new_user()
-    other_ring = KeyRing.parse(generate_key_entry("other").get_secret_value())
+    other_ring = KeyRing.parse(generate_key_entry("k1").get_secret_value())
     theirs = make_store(other_ring, cluster_id="west").ensure(
         EAST_X, user_id=user, tenant_id="public"
     )
@@ -169,6 +183,71 @@ def test_a_row_from_before_cluster_ids_this_key_ring_cannot_open_is_left_alone(
     assert ours.minted
     assert ours.superseded_pat_id is None
     assert live(database, theirs.pat_id)
+
+
+def stored_rows(database: Database) -> list[tuple[str | None, bytes]]:
+    """The cluster id and sealed token of every credential row."""
+    table = SandboxCredential.__table__
+    with database.engine.connect() as connection:
+        rows = connection.execute(sa.select(table.c.cluster_id, table.c.encrypted_token))
+        return [(row.cluster_id, row.encrypted_token) for row in rows]
+
+
+def test_a_row_from_before_cluster_ids_under_a_key_the_ring_lacks_is_neither_claimed_nor_replaced(
+    make_store: StoreFactory, database: Database
+) -> None:
+    user = database.new_user()
+    before = make_store(cluster_id="east").ensure(EAST_X, user_id=user, tenant_id="public")
+    forget_clusters(database)
+    rows = stored_rows(database)
+    east = make_store(KeyRing.parse(generate_key_entry("k2").get_secret_value()), cluster_id="east")
+
+    def ensure() -> IssuedCredential:
+        return east.ensure(EAST_X, user_id=user, tenant_id="public")
+
+    def finalize() -> bool:
+        return east.revoke(EAST_X)
+
+    for attempt in (ensure, ensure, finalize):  # every retry, and the finalizer, say the same
+        with pytest.raises(KeyNotInRingError) as caught:
+            attempt()
+        assert failure_reason(caught.value) == "KeyNotInRing"
+        assert (caught.value.key_id, caught.value.ring_key_ids) == ("k1", ("k2",))
+        assert "put key 'k1' back in the key ring" in str(caught.value)
+        assert (
+            "craft-operator credentials adopt --namespace craft-sandboxes, then: "
+            "craft-operator credentials revoke craft-sandboxes/x"
+        ) in str(caught.value)
+
+    assert live(database, before.pat_id)
+    assert database.live_pats() == 1
+    assert stored_rows(database) == rows
+
+    # The way out it names: adopt the row, then revoke it for a new PAT.
+    adopt_rows(east, unclaimed_rows(east), {("craft-sandboxes", "x"): EAST_X.uid})
+    assert east.revoke_named("craft-sandboxes", "x") is not None
+    assert ensure().minted
+    assert not live(database, before.pat_id)
+    assert database.live_pats() == 1
+
+
+def test_a_row_from_before_cluster_ids_is_claimed_once_the_key_ring_file_gains_its_key(
+    make_store: StoreFactory, database: Database, tmp_path: Path, key_entry: str
+) -> None:
+    user = database.new_user()
+    before = make_store(cluster_id="east").ensure(EAST_X, user_id=user, tenant_id="public")
+    forget_clusters(database)
+    k2 = generate_key_entry("k2").get_secret_value()
+    path, now = tmp_path / "keys", [1000.0]
+    path.write_text(k2, encoding="utf-8")
+    east = make_store(key_ring_from_file(path, monotonic=lambda: now[0]), cluster_id="east")
+    path.write_text(f"{k2}\n{key_entry}", encoding="utf-8")  # the Secret volume catches up
+    now[0] += RELOAD_INTERVAL
+
+    issued = east.ensure(EAST_X, user_id=user, tenant_id="public")
+
+    assert (issued.minted, issued.pat_id) == (False, before.pat_id)
+    assert [cluster for cluster, _ in stored_rows(database)] == ["east"]
 
 
 def test_the_finalizer_revokes_this_sandbox_s_row_from_before_cluster_ids(

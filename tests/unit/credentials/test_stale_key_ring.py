@@ -20,7 +20,7 @@ from craft_operator.credentials import (
     generate_key_entry,
 )
 from craft_operator.credentials.errors import KeyNotInRingError
-from craft_operator.credentials.keyring import RELOAD_INTERVAL, key_ring_from_file
+from craft_operator.credentials.keyring import RELOAD_INTERVAL, key_ring_from_file, parse_header
 from craft_operator.credentials.store import UNDECRYPTABLE
 from craft_operator.credentials.tables import PersonalAccessToken, SandboxCredential
 from craft_operator.reconciler.steps.credentials import failure_reason
@@ -28,6 +28,7 @@ from craft_operator.reconciler.steps.credentials import failure_reason
 from .conftest import Database
 
 SANDBOX = SandboxIdentity("team-a", "alice", "6c1f5a52-0000-4000-8000-000000000001")
+NEWER_SANDBOX = SandboxIdentity("team-a", "bob", "6c1f5a52-0000-4000-8000-000000000002")
 
 
 class Ticker:
@@ -140,6 +141,80 @@ def test_a_bad_key_ring_file_keeps_the_ring_and_logs_no_key_material(
     logged = "\n".join(record.getMessage() for record in caplog.records)
     assert "keeping the key ring as it was" in logged
     assert "key ring entry 1" in logged
+    assert key not in logged
+    assert key.rstrip("=")[:16] not in logged
+
+
+def sealed_with(ring: KeyRing) -> str:
+    """The key id of a token the ring encrypts now."""
+    return parse_header(ring.encrypt(b"a token", context=b"uid"), subject="test")[0]
+
+
+def test_a_new_first_key_in_the_file_encrypts_once_the_interval_has_passed(
+    tmp_path: Path, k1: str, k2: str
+) -> None:
+    path, ticker = tmp_path / "keys", Ticker()
+    write_ring(path, k1)
+    ring = key_ring_from_file(path, monotonic=ticker)
+    write_ring(path, k2, k1)  # the kubelet updates the Secret volume; no token needs k2 yet
+
+    ticker.now += RELOAD_INTERVAL / 2
+    soon = sealed_with(ring)
+    ticker.now += RELOAD_INTERVAL / 2
+    later = sealed_with(ring)
+
+    assert (soon, later) == ("k1", "k2")
+    assert ring.current_key_id == "k2"
+
+
+def test_a_pat_minted_after_a_rotation_is_sealed_under_the_new_key_and_survives_the_old_s_removal(
+    make_store: Callable[..., CredentialStore],
+    database: Database,
+    tmp_path: Path,
+    k1: str,
+    k2: str,
+) -> None:
+    # On-call puts k2 first in the Secret and runs keys rotate; the operator, not restarted,
+    # then mints for a new sandbox; later k1 is dropped and the operator restarted.
+    path, ticker = tmp_path / "keys", Ticker()
+    write_ring(path, k1)
+    operator = make_store(key_ring_from_file(path, monotonic=ticker))
+    user = database.new_user()
+    operator.ensure(SANDBOX, user_id=user, tenant_id="public")
+    write_ring(path, k2, k1)
+    make_store(KeyRing.parse(f"{k2},{k1}")).rotate()
+    ticker.now += RELOAD_INTERVAL
+
+    minted = operator.ensure(NEWER_SANDBOX, user_id=user, tenant_id="public")
+    write_ring(path, k2)
+    restarted = make_store(key_ring_from_file(path))
+    again = restarted.ensure(NEWER_SANDBOX, user_id=user, tenant_id="public")
+
+    assert operator.key_ids_in_use() == {"k2": 2}
+    assert (again.minted, again.pat_id) == (False, minted.pat_id)
+
+
+def test_a_bad_key_ring_file_keeps_encrypting_with_the_current_key_and_logs_no_key_material(
+    tmp_path: Path, k1: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    path, ticker = tmp_path / "keys", Ticker()
+    write_ring(path, k1)
+    ring = key_ring_from_file(path, monotonic=ticker)
+    key = k1.split(":")[1]
+    write_ring(path, f"{key}:k2")  # written the wrong way round
+    ticker.now += RELOAD_INTERVAL
+
+    with caplog.at_level(logging.DEBUG):
+        sealed = sealed_with(ring)
+        path.unlink()
+        ticker.now += RELOAD_INTERVAL
+        sealed_when_gone = sealed_with(ring)
+
+    assert (sealed, sealed_when_gone) == ("k1", "k1")
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert logged.count("keeping the key ring as it was") == 2
+    assert "key ring entry 1" in logged
+    assert "cannot read the key ring file" in logged
     assert key not in logged
     assert key.rstrip("=")[:16] not in logged
 

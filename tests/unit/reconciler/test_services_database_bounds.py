@@ -109,7 +109,9 @@ async def test_passes_waiting_for_a_hung_opening_share_it_and_each_ends_within_t
 ) -> None:
     settings = silent_settings(tmp_path, silent)
     before = set(threading.enumerate())
-    credentials = StoreCredentials(lambda: build_credential_store(settings), call_timeout=BOUND)
+    credentials = StoreCredentials(
+        lambda: build_credential_store(settings), call_timeout=BOUND, opening_bound=10 * BOUND
+    )
 
     for _ in range(3):  # one pass after the other, as the reconciler retries
         outcomes = await asyncio.gather(
@@ -171,6 +173,52 @@ async def test_a_call_abandoned_while_queued_never_runs(
     assert await credentials.call(lambda store: "later") == "later"
     assert ran == []
     credentials.close()
+
+
+def recording(
+    close: Callable[[], None], closed: list[CredentialStore], store: CredentialStore
+) -> Callable[[], None]:
+    """``close``, which also appends ``store`` to ``closed``."""
+
+    def closing() -> None:
+        closed.append(store)
+        close()
+
+    return closing
+
+
+async def test_an_opening_hung_for_twice_the_call_timeout_is_abandoned_and_its_late_store_closed(
+    tmp_path: Path, release: threading.Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = Settings(state_dir=tmp_path, encryption_keys=generate_key_entry("t"))
+    opened: list[CredentialStore] = []
+    closed: list[CredentialStore] = []
+
+    def factory() -> CredentialStore:
+        store = build_credential_store(settings)
+        monkeypatch.setattr(store, "close", recording(store.close, closed, store))
+        opened.append(store)
+        if len(opened) == 1:
+            release.wait()  # the first opening hangs, as a migration waiting on a lock does
+        return store
+
+    credentials = StoreCredentials(factory, call_timeout=BOUND)
+    with pytest.raises(DatabaseUnavailableError, match="did not answer"):
+        await credentials.ensure(make_sandbox())
+    await asyncio.sleep(BOUND + 0.05)  # the opening has now been pending for over 2 x BOUND
+
+    issued = await credentials.ensure(make_sandbox())
+    release.set()  # the abandoned opening ends after all
+    for _ in range(200):
+        if closed:
+            break
+        await asyncio.sleep(0.01)
+
+    assert issued.minted
+    assert closed == [opened[0]]
+    assert await credentials.call(lambda store: store) is opened[1]
+    credentials.close()
+    assert closed == [opened[0], opened[1]]
 
 
 async def test_a_closed_adapter_refuses_calls_with_a_clear_error(
