@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from craft_operator.api.constants import LABEL_SANDBOX
@@ -171,11 +172,26 @@ def _claimed_template(p: Pass, pod: dict[str, Any]) -> str | None:
     return sandbox_template_hash(p.sandbox, p.services.settings)
 
 
+def _starting_since(p: Pass, pod: dict[str, Any]) -> datetime | None:
+    """Since when the pod has been getting ready for this sandbox: its creation, or, if
+    later, when PodReady last left True (a pod that was Ready and is no longer; a claim
+    marks a warm pod's PodReady Unknown): a pod's age alone is not how long it has kept the
+    sandbox waiting (a warm pod's age is its time in the pool)."""
+    created = pod_state.created_at(pod)
+    held = p.run.condition(POD_READY)
+    if held is None or held.last_transition_time is None:
+        return created
+    if held.status == ConditionStatus.TRUE:
+        return p.run.now  # Ready until now
+    left = held.last_transition_time
+    return left if created is None else max(created, left)
+
+
 def _starting(p: Pass, pod: dict[str, Any]) -> Stop:
     """The pod is not Ready yet: say why, and time it out after the provisioning timeout."""
     run = p.run
     detail = pod_state.waiting_detail(pod)
-    created = pod_state.created_at(pod)
+    created = _starting_since(p, pod)
     timeout = p.services.settings.provisioning_timeout
     if created and (run.now - created).total_seconds() > timeout:
         held = run.condition(POD_READY)

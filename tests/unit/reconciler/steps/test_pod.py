@@ -153,3 +153,43 @@ async def test_failures_are_forgotten_only_once_a_pod_has_stayed_ready_ten_minut
     p = await pod_pass(world, status=status)
     assert await pod.converge_pod(p) is None
     assert p.run.status.pod_failures == failures_after
+
+
+def aged(world: World, hours: int) -> None:
+    """The cached pod as if created ``hours`` before the pass (a long-lived or warm pod)."""
+    found = world.emulator.get("v1/pods", NAMESPACE, NAME)
+    created = (NOW - timedelta(hours=hours)).isoformat().replace("+00:00", "Z")
+    world.cache.put(
+        "Pod", {**found, "metadata": {**found["metadata"], "creationTimestamp": created}}
+    )
+
+
+async def test_an_old_pod_that_stops_being_ready_is_starting_not_timed_out(world: World) -> None:
+    await pod.converge_pod(await pod_pass(world))
+    mark_pod_running(world.emulator, NAMESPACE, NAME, ready=False)
+    aged(world, hours=3)
+    since = (NOW - timedelta(hours=1)).isoformat().replace("+00:00", "Z")
+    ready = {"type": "PodReady", "status": "True", "reason": "PodReady", "message": "m"}
+    p = await pod_pass(world, status={"conditions": [{**ready, "lastTransitionTime": since}]})
+
+    assert await pod.converge_pod(p) == Stop("WaitingForPod")
+    condition = p.run.condition("PodReady")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("False", "PodStarting")
+    assert "ProvisioningTimedOut" not in world.events.reasons
+
+
+async def test_a_pod_not_ready_since_it_left_ready_longer_than_the_timeout_is_timed_out(
+    world: World,
+) -> None:
+    await pod.converge_pod(await pod_pass(world))
+    mark_pod_running(world.emulator, NAMESPACE, NAME, ready=False)
+    aged(world, hours=3)
+    left = (NOW - timedelta(hours=2)).isoformat().replace("+00:00", "Z")
+    starting = {"type": "PodReady", "status": "False", "reason": "PodStarting", "message": "m"}
+    p = await pod_pass(world, status={"conditions": [{**starting, "lastTransitionTime": left}]})
+
+    await pod.converge_pod(p)
+    condition = p.run.condition("PodReady")
+    assert condition is not None
+    assert condition.reason == "ProvisioningTimedOut"
