@@ -45,8 +45,12 @@ DOCKER_BUILDKIT=1 docker build -t "$SANDBOX_IMAGE" sandbox-image
 kind load docker-image "$OPERATOR_IMAGE" "$SANDBOX_IMAGE" --name "$CLUSTER"
 
 step "applying manifests/overlays/dev"
+# The CRDs first: one apply cannot create an object of a CRD it creates (the peering object).
+k apply -k crds
+k wait --for=condition=Established --timeout=60s crd/clusterkopfpeerings.kopf.dev \
+    crd/craftsandboxes.craft.onyx.app crd/craftsandboxpools.craft.onyx.app \
+    crd/craftsandboxpolicies.craft.onyx.app
 k apply -k manifests/overlays/dev
-k wait --for=condition=Established crd/craftsandboxes.craft.onyx.app --timeout=60s
 k -n "$SYSTEM" rollout restart statefulset/craft-operator deployment/onyx-api
 for workload in deployment/postgres deployment/minio deployment/onyx-api statefulset/craft-operator; do
     k -n "$SYSTEM" rollout status "$workload" --timeout=300s \
