@@ -20,7 +20,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from craft_operator.api.models import LibraryMode
+from craft_operator.api.models import CraftSandbox, LibraryMode
 from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL, InvalidPoolError, parse_pool
 from craft_operator.builders.naming import child_labels, owner_reference
 from craft_operator.builders.pod import SandboxConfigError
@@ -56,9 +56,7 @@ async def claim(p: Pass) -> dict[str, Any] | Stop | None:
     if not wants_pool(p):
         return None
     started = time.monotonic()
-    blocked = cold_start_reason(p.sandbox) or (
-        JOB_MODE if p.sandbox.spec.user_library.mode == LibraryMode.JOB else None
-    )
+    blocked = needs_own_volume(p.sandbox)
     if blocked is not None:
         if p.sandbox.spec.pool_ref is not None or _pools_here(p):
             _cold(p, blocked, "its pod mounts a volume of its own, which a warm pod has not")
@@ -93,6 +91,14 @@ async def claim(p: Pass) -> dict[str, Any] | Stop | None:
             return None
     _cold(p, ColdStartReason.CLAIM_CONFLICT, f"other sandboxes claimed {pool}'s pods first")
     return None
+
+
+def needs_own_volume(sandbox: CraftSandbox) -> str | None:
+    """Why ``sandbox``'s pod must mount a volume of its own, which a warm pod has not (a
+    workspace, or the library's PVC in Job mode): the reason, or ``None``."""
+    if (reason := cold_start_reason(sandbox)) is not None:
+        return reason
+    return JOB_MODE if sandbox.spec.user_library.mode == LibraryMode.JOB else None
 
 
 def _candidates(p: Pass, wanted: str) -> tuple[str | None, list[dict[str, Any]]]:

@@ -119,7 +119,9 @@ async def _running(p: Pass, actual: dict[str, Any], desired: dict[str, Any]) -> 
     s, run = p.services, p.run
     run.pod_exists = True
     run.status.pod_uid = actual["metadata"].get("uid")
-    stale = pod_state.drift(actual, desired, claimed_as=_claimed_template(p, actual))
+    stale = _volume_needed(p, actual) or pod_state.drift(
+        actual, desired, claimed_as=_claimed_template(p, actual)
+    )
     if stale:
         return await pod_lifecycle.replace(p, actual, reason="PodReplaced", message=stale)
     if actual.get("status", {}).get("phase") in ("Failed", "Succeeded"):
@@ -163,6 +165,19 @@ def _ready_for(p: Pass) -> float:
     if held is None or held.status != ConditionStatus.TRUE or held.last_transition_time is None:
         return 0.0
     return (p.run.now - held.last_transition_time).total_seconds()
+
+
+def _volume_needed(p: Pass, pod: dict[str, Any]) -> str | None:
+    """Why a claimed warm pod no longer fits: the sandbox now needs a volume of its own (a
+    workspace added, the library switched to Job mode), which the pod cannot mount."""
+    if LABEL_CLAIMED_FROM not in (pod["metadata"].get("labels") or {}):
+        return None
+    if claim.needs_own_volume(p.sandbox) is None:
+        return None
+    return (
+        "the sandbox now needs a volume of its own (a workspace, or the library in Job "
+        "mode), which the claimed warm pod cannot mount; replacing it with a new pod"
+    )
 
 
 def _claimed_template(p: Pass, pod: dict[str, Any]) -> str | None:

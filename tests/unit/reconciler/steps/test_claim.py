@@ -450,3 +450,25 @@ async def test_a_pod_stopped_for_sleep_after_running_ends_the_row_of_failures(
     )
     assert await pod.converge_pod(asleep) == Stop("Suspended")
     assert asleep.run.status.pod_failures is None
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"workspace": {"size": "1Gi"}}, {"userLibrary": {"mode": "Job"}}],
+    ids=["workspace-added", "library-to-job-mode"],
+)
+async def test_a_claimed_pod_whose_sandbox_now_needs_its_own_volume_is_replaced(
+    pooled: World, change: dict[str, Any]
+) -> None:
+    [warm] = warm_pods(pooled, 1)
+    first = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    assert await pod.converge_pod(first) is None
+    stored = dump_status(first.run.status)
+
+    again = await pod_pass(pooled, spec={"poolRef": {"name": POOL}, **change}, status=stored)
+    assert await pod.converge_pod(again) is not None, "the claimed pod is not kept as Ready"
+
+    assert again.pod is None
+    assert "PodReplaced" in pooled.events.reasons
+    kept = pooled.emulator.find("v1/pods", NAMESPACE, warm)
+    assert kept is None or kept["metadata"].get("deletionTimestamp"), "the warm pod goes"
