@@ -82,10 +82,12 @@ class PoolRetryLaterError(RetryableError):
 
 @dataclass(frozen=True)
 class _Failures:
-    """Pool pods that ended in a row, and when the last did (new ones wait a backoff)."""
+    """Waves of pool pods ending in a row (new ones wait a backoff): how many, when the
+    last came, and the pods it saw (a pod seen ended by several passes counts once)."""
 
     count: int
     at: datetime
+    seen: frozenset[str]
 
 
 @dataclass
@@ -95,8 +97,25 @@ class _Outcome:
     created: int = 0
     create_error: ApiError | None = None
     conflicts: int = 0
+    #: The last refusal of pod creates, while new ones wait out its backoff.
+    held_refusal: str | None = None
     #: The pass's Normal events (reason, message), posted as one at its end.
     notes: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Refusals:
+    """Pod creates the API server refused in a row (a quota, say), and until when new ones
+    wait: events of the pool's pods, which come often under claims, do not shorten it."""
+
+    count: int
+    until: datetime
+    error: str
+
+
+#: Seconds without a pool pod ending after which its failures are forgotten (a sandbox's
+#: pod failures likewise, once its pod stayed Ready ten minutes).
+FAILURES_FORGOTTEN_AFTER = 600.0
 
 
 def _backoff(base: float, failures: int) -> float:
@@ -117,12 +136,14 @@ class PoolReconciler:
         self.max_creates = max_creates
         self.status_interval = status_interval
         self._failures: dict[PoolKey, _Failures] = {}
+        self._refusals: dict[PoolKey, _Refusals] = {}
         #: When a routine status change held back is written at the latest, per pool.
         self._status_due: dict[PoolKey, datetime] = {}
 
     def forget(self, key: PoolKey) -> None:
         """Drop what is remembered about a pool that is gone."""
         self._failures.pop(key, None)
+        self._refusals.pop(key, None)
         self._status_due.pop(key, None)
 
     async def reconcile(self, key: PoolKey) -> float | None:
@@ -155,17 +176,23 @@ class PoolReconciler:
         strays = [pod for pod in pods if not belongs_to(pod, name, pool.metadata.uid)]
         ours = view([pod for pod in pods if pod not in strays], hash_)
         refused = egress.refusal(s.cache, s.settings, desired)
-        waiting = self._failure_wait(key, ours, pool.spec.replicas, s.clock())
+        now = s.clock()
+        waiting = self._failure_wait(key, ours, pool.spec.replicas, now)
+        held = self._refusals.get(key)
+        refusal_wait = 0.0 if held is None else (held.until - now).total_seconds()
         claimed = claimed_pods(s.cache, namespace, name)
         todo = plan(
             ours,
             pool.spec.replicas,
             max_creates=self.max_creates,
-            may_create=refused is None and waiting <= 0,
+            may_create=refused is None and waiting <= 0 and refusal_wait <= 0,
             claimed_since_update=claimed_since_update(claimed, ours, hash_),
         )
         todo = Plan((*todo.delete, *((pod, "PoolPodOrphaned") for pod in strays)), todo.create)
         outcome = await self._act(body, todo, desired)
+        self._count_refusals(key, outcome, now)
+        if held is not None and refusal_wait > 0 and outcome.create_error is None:
+            outcome.held_refusal = f"{held.error}; new pods are tried in {refusal_wait:.0f}s"
         after = view(pool_pods(s.cache, namespace, name, pool.metadata.uid), hash_)
         states = self._conditions(body, pool, after, refused, outcome, waiting)
         status = count_status(
@@ -182,7 +209,7 @@ class PoolReconciler:
             raise PoolRetryLaterError(message, retry_after=0.0 if changed_meanwhile else None)
         if changed_meanwhile:
             return 0.0
-        revisit = self._revisit(after, todo, outcome, waiting)
+        revisit = self._revisit(after, todo, outcome, max(waiting, refusal_wait))
         return revisit if wait is None else min(revisit, wait)
 
     def _status_wait(
@@ -200,14 +227,35 @@ class PoolReconciler:
             return None
         return (due - now).total_seconds()
 
+    def _count_refusals(self, key: PoolKey, outcome: _Outcome, now: datetime) -> None:
+        """A refused create starts (or doubles) the wait before the next ones; a create
+        that went through ends it."""
+        if outcome.create_error is not None:
+            held = self._refusals.get(key)
+            count = (held.count if held else 0) + 1
+            delay = _backoff(self.services.settings.pod_restart_backoff, count)
+            until = now + timedelta(seconds=delay)
+            self._refusals[key] = _Refusals(count, until, str(outcome.create_error))
+        elif outcome.created:
+            self._refusals.pop(key, None)
+
     def _failure_wait(self, key: PoolKey, pods: PoolView, replicas: int, now: datetime) -> float:
-        """Seconds new pods must still wait after pods that ended (0: none)."""
-        if pods.ended:
-            held = self._failures.get(key)
-            self._failures[key] = _Failures((held.count if held else 0) + len(pods.ended), now)
-        elif pods.ready >= replicas and not pods.creating:
-            # Only a full pool is past its failures: a crashing image's replacements never
-            # get there, so their backoff keeps doubling.
+        """Seconds new pods must still wait after pods that ended (0: none).
+
+        The backoff doubles per wave of failures, not per pod (six pods evicted by one node
+        drain are one wave), and is forgotten once the pool is full again or no pod has
+        ended for FAILURES_FORGOTTEN_AFTER (under steady claims a pool is rarely full: one
+        failure an hour must not climb to the 300 s cap). A crashing image's replacements
+        keep ending, wave after wave, so their backoff keeps doubling.
+        """
+        held = self._failures.get(key)
+        ended = frozenset(str(pod["metadata"].get("uid", "")) for pod in pods.ended)
+        if ended - (held.seen if held else frozenset()):
+            self._failures[key] = _Failures((held.count if held else 0) + 1, now, ended)
+        elif held is not None and (
+            (pods.ready >= replicas and not pods.creating)
+            or (now - held.at).total_seconds() >= FAILURES_FORGOTTEN_AFTER
+        ):
             self._failures.pop(key, None)
         held = self._failures.get(key)
         if held is None:
@@ -366,6 +414,8 @@ def _ready(
         return ConditionState.false(POOL_READY, refused.reason, f"{count}; {refused.message}")
     if outcome.create_error is not None:
         return ConditionState.false(POOL_READY, "PodCreateFailed", str(outcome.create_error))
+    if outcome.held_refusal is not None:
+        return ConditionState.false(POOL_READY, "PodCreateFailed", outcome.held_refusal)
     if waiting > 0:
         message = f"{count}; pool pods ended, new ones start in {waiting:.0f}s"
         return ConditionState.false(POOL_READY, "PoolPodsFailing", message)

@@ -17,10 +17,10 @@ from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL, LABEL_POOL_T
 from craft_operator.config import Settings
 from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
-from craft_operator.kube.client import KubeClient
+from craft_operator.kube.client import ApiError, KubeClient
 from craft_operator.metrics import Metrics
 from craft_operator.reconciler.deps import Services
-from craft_operator.reconciler.pool import STATUS_INTERVAL, PoolReconciler
+from craft_operator.reconciler.pool import STATUS_INTERVAL, PoolReconciler, PoolRetryLaterError
 from craft_operator.reconciler.pool_pods import ready_pool_pods
 from tests.support.emulator import KubeEmulator
 from tests.support.pod_exec import mark_pod_running
@@ -288,6 +288,74 @@ async def test_a_replacement_that_ends_too_waits_twice_as_long(world: PoolWorld)
     world.now[0] = START + timedelta(seconds=33)
     await world.pass_()
     assert len(world.unclaimed()) == 2
+
+
+def fail(world: PoolWorld, name: str, reason: str = "Evicted") -> None:
+    status = {"status": {"phase": "Failed", "reason": reason}}
+    world.emulator.patch("v1/pods", NAMESPACE, name, status, subresource="status")
+
+
+async def test_pods_that_end_together_are_one_failure_not_one_each(world: PoolWorld) -> None:
+    world.create_pool(replicas=10)
+    await world.pass_()
+    await world.pass_()
+    world.ready_all()
+    for pod in world.unclaimed()[:6]:  # one node drained: six evicted at once
+        fail(world, pod["metadata"]["name"])
+
+    revisit = await world.pass_()
+    again = await world.pass_()  # the same six, seen again before their deletion lands
+
+    assert revisit is not None
+    assert 0 < revisit <= 10, "the first wave's backoff, not six doublings (300 s)"
+    assert again is not None
+    assert again <= 10
+
+
+async def test_failures_hours_apart_each_wait_the_first_backoff_only(world: PoolWorld) -> None:
+    world.create_pool(replicas=3)
+    await world.pass_()
+    world.ready_all()
+    waits = []
+    for hour in range(1, 5):
+        # Claims keep the pool one short, so it is never full between the failures.
+        victim = world.unclaimed()[0]["metadata"]["name"]
+        fail(world, victim, reason="Error")
+        waits.append(await world.pass_())
+        world.now[0] = START + timedelta(hours=hour)
+        await world.pass_()
+        world.ready_all()
+
+    assert all(wait is not None and 0 < wait <= 10 for wait in waits), waits
+
+
+async def test_a_refused_create_waits_its_backoff_whatever_events_come(
+    world: PoolWorld,
+) -> None:
+    world.create_pool(replicas=5)
+    creates: list[str] = []
+    real = world.services.kube.create
+
+    async def over_quota(kind: Any, body: Any) -> Any:
+        creates.append(body["metadata"].get("generateName", ""))
+        raise ApiError(403, "Forbidden", "pods is forbidden: exceeded quota: sandboxes")
+
+    world.services.kube.create = over_quota  # type: ignore[method-assign]
+    with pytest.raises(PoolRetryLaterError):
+        await world.pass_()
+    refused_once = len(creates)
+    for _ in range(4):  # events of the pool's pods, within the backoff
+        await world.pass_()
+
+    assert len(creates) == refused_once, "no create is tried again before the backoff"
+    ready = world.condition("Ready")
+    assert ready["reason"] == "PodCreateFailed"
+    assert "exceeded quota" in ready["message"]
+
+    world.services.kube.create = real  # type: ignore[method-assign]
+    world.now[0] = START + timedelta(seconds=11)
+    await world.pass_()
+    assert len(world.unclaimed()) == 5
 
 
 async def test_scaling_down_deletes_pods_that_are_not_ready_first(world: PoolWorld) -> None:
