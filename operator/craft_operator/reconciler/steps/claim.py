@@ -109,6 +109,9 @@ def _candidates(p: Pass, wanted: str) -> tuple[str | None, list[dict[str, Any]]]
         if not _live(s.cache.get(POOL.name, namespace, ref.name)):
             return None, []
         return ref.name, ready_pool_pods(s.cache, namespace, ref.name, template_hash=wanted)
+    # Woken from sleep: the first pool with a Ready pod like the sandbox's, else a pool
+    # whose pods would be (empty now: the cold start is said), else none.
+    matching = None
     for body in s.cache.in_namespace(POOL.name, namespace):
         if not _live(body):
             continue
@@ -116,7 +119,9 @@ def _candidates(p: Pass, wanted: str) -> tuple[str | None, list[dict[str, Any]]]
         pods = ready_pool_pods(s.cache, namespace, name, template_hash=wanted)
         if pods:
             return name, pods
-    return None, []
+        if matching is None and _pool_template(p, name) == wanted:
+            matching = name
+    return matching, []
 
 
 def _live(pool: Mapping[str, Any] | None) -> bool:

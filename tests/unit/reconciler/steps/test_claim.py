@@ -472,3 +472,15 @@ async def test_a_claimed_pod_whose_sandbox_now_needs_its_own_volume_is_replaced(
     assert "PodReplaced" in pooled.events.reasons
     kept = pooled.emulator.find("v1/pods", NAMESPACE, warm)
     assert kept is None or kept["metadata"].get("deletionTimestamp"), "the warm pod goes"
+
+
+async def test_a_sandbox_woken_while_a_pool_like_it_has_no_ready_pod_says_it_starts_cold(
+    pooled: World,
+) -> None:
+    warm_pods(pooled, 0)
+    p = await pod_pass(pooled, status={"wokeAt": "2026-11-23T11:59:00Z"})
+    await pod.converge_pod(p)
+
+    said = [message for type_, reason, message in pooled.events.posted if reason == "ColdStart"]
+    assert said, pooled.events.reasons
+    assert "(PoolEmpty)" in said[0]
