@@ -75,17 +75,23 @@ def egress_policy(policies: Iterable[Mapping[str, Any]], labels: Mapping[str, st
     return None
 
 
+def unrestricted(cache: ObjectCache, settings: Settings, pod: Mapping[str, Any]) -> bool:
+    """Whether a pod like ``pod`` (its namespace and labels) would run with its egress
+    unrestricted, and the settings do not allow it."""
+    if settings.allow_unrestricted_egress:
+        return False
+    meta = pod.get("metadata") or {}
+    policies = cache.in_namespace(NETWORK_POLICY, meta.get("namespace"))
+    return egress_policy(policies, meta.get("labels") or {}) is None
+
+
 def refusal(
     cache: ObjectCache, settings: Settings, pod: Mapping[str, Any]
 ) -> ConditionState | None:
     """Why ``pod`` must not be created yet (a ``PodReady`` condition), or ``None``."""
-    if settings.allow_unrestricted_egress:
+    if not unrestricted(cache, settings, pod):
         return None
-    meta = pod.get("metadata") or {}
-    namespace = meta.get("namespace")
-    policies = cache.in_namespace(NETWORK_POLICY, namespace)
-    if egress_policy(policies, meta.get("labels") or {}) is not None:
-        return None
+    namespace = (pod.get("metadata") or {}).get("namespace")
     return ConditionState.false(
         POD_READY,
         REASON,
@@ -107,8 +113,9 @@ def waiting_on(
     waiting = []
     for body in cache.in_namespace(sandbox_kind, namespace):
         name = str(body["metadata"]["name"])
+        # Its pod, or its library's sync Job (Job mode), waits for a policy.
         refused = any(
-            condition.type == POD_READY and condition.reason == REASON
+            condition.reason == REASON
             for condition in parse_status(body.get("status"))[0].conditions
         )
         if refused or cache.get(pod_kind, namespace, name) is None:

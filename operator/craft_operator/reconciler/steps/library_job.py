@@ -7,10 +7,12 @@ status says about it.
 
 from __future__ import annotations
 
+from typing import Any
+
 from craft_operator.api.models import ConditionStatus, UserLibraryStatus
 from craft_operator.kube import kinds
 from craft_operator.library import LibraryLocation, LibrarySyncError
-from craft_operator.reconciler import sync_jobs
+from craft_operator.reconciler import egress, sync_jobs
 from craft_operator.reconciler.children import ForeignObjectError, controlled_by
 from craft_operator.reconciler.library_pool import Outcome
 from craft_operator.reconciler.step import Pass
@@ -94,6 +96,8 @@ async def _start(
             pod_uid=attempt.pod_uid,
             config=attempt.config,
         )
+        if _egress_unrestricted(p, job):
+            return
         scoped = await sync_jobs.scoped_credentials(s.settings, location, job)
     except LibrarySyncError as exc:
         s.metrics.sync_failed(exc.reason)
@@ -122,6 +126,32 @@ async def _start(
     run.status.user_library = current
     _syncing(p, f"sync Job {name} started")
     p.event("LibrarySyncJobCreated", f"created sync Job {name}")
+
+
+def _egress_unrestricted(p: Pass, job: dict[str, Any]) -> bool:
+    """No sync Job while no NetworkPolicy restricts the egress of its pod: it holds S3
+    credentials and reads a volume the agent writes. Said once (a Warning); the Job starts
+    once such a policy appears (the NetworkPolicy watch wakes the sandbox)."""
+    template = job["spec"]["template"]
+    pod = {
+        "metadata": {
+            "namespace": job["metadata"].get("namespace"),
+            "labels": template["metadata"].get("labels") or {},
+        }
+    }
+    if not egress.unrestricted(p.services.cache, p.services.settings, pod):
+        return False
+    namespace = pod["metadata"]["namespace"]
+    message = (
+        f"no NetworkPolicy in namespace {namespace} restricts the egress of library sync "
+        "Job pods: the Job starts once one does (manifests/sandbox-namespace's "
+        "library-sync-networkpolicy.yaml), or set CRAFT_ALLOW_UNRESTRICTED_EGRESS=true"
+    )
+    held = p.run.condition(USER_LIBRARY_SYNCED)
+    if held is None or held.reason != egress.REASON:
+        p.event(egress.REASON, message, warning=True)
+    p.run.set(ConditionState.false(USER_LIBRARY_SYNCED, egress.REASON, message))
+    return True
 
 
 def _sequence(p: Pass, name: str) -> int:

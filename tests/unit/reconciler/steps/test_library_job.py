@@ -349,3 +349,51 @@ async def test_a_foreign_object_at_the_next_job_name_is_skipped_not_retried_fore
     untouched = job_world.stored("batch/v1/jobs", "alice-library-1")
     assert untouched is not None
     assert not untouched["metadata"].get("ownerReferences"), "never adopted"
+
+
+async def test_no_sync_job_starts_while_no_policy_restricts_the_egress_of_its_pod(
+    make_world: Callable[..., World],
+) -> None:
+    world = make_world(
+        s3_bucket="onyx-user-files",
+        library_s3_secret="library-s3",
+        allow_unrestricted_egress=False,
+    )
+    # A policy for sandbox pods only: the sync Job's pod (component library-sync) is not in it.
+    world.cache.put(
+        "NetworkPolicy",
+        {
+            "metadata": {"name": "sandboxes", "namespace": NAMESPACE},
+            "spec": {
+                "podSelector": {"matchLabels": {"app.kubernetes.io/component": "sandbox"}},
+                "policyTypes": ["Egress"],
+            },
+        },
+    )
+    first = await next_pass(world, {})
+    assert jobs_created(world) == 0, "no Job holds S3 credentials with its egress open"
+    condition = first.run.condition("UserLibrarySynced")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("False", "EgressNotRestricted")
+    assert world.events.reasons.count("EgressNotRestricted") == 1
+
+    again = await next_pass(world, first)
+    assert world.events.reasons.count("EgressNotRestricted") == 1, "said once"
+
+    world.cache.put(
+        "NetworkPolicy",
+        {
+            "metadata": {"name": "craft-library-sync-egress", "namespace": NAMESPACE},
+            "spec": {
+                "podSelector": {
+                    "matchLabels": {
+                        "app.kubernetes.io/name": "craft-sandbox",
+                        "app.kubernetes.io/component": "library-sync",
+                    }
+                },
+                "policyTypes": ["Ingress", "Egress"],
+            },
+        },
+    )
+    await next_pass(world, again)
+    assert jobs_created(world) == 1
