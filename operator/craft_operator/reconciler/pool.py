@@ -51,6 +51,7 @@ from craft_operator.reconciler.pool_plan import (
 from craft_operator.reconciler.pool_pods import (
     belongs_to,
     claimed_pods,
+    is_running_and_ready,
     pool_pods,
     template_of,
 )
@@ -63,6 +64,7 @@ from craft_operator.reconciler.pool_status import (
     write_pool_status,
 )
 from craft_operator.reconciler.queue import RetryableError
+from craft_operator.reconciler.steps import pod_state
 from craft_operator.status import ConditionState
 
 POD = kinds.POD
@@ -419,6 +421,23 @@ def _ready(
     if waiting > 0:
         message = f"{count}; pool pods ended, new ones start in {waiting:.0f}s"
         return ConditionState.false(POOL_READY, "PoolPodsFailing", message)
+    why = _oldest_waiting(pods)
     if pods.old:
-        return ConditionState.false(POOL_READY, "Updating", f"{count}; {len(pods.old)} outdated")
-    return ConditionState.false(POOL_READY, "Filling", count)
+        message = f"{count}; {len(pods.old)} outdated{why}"
+        return ConditionState.false(POOL_READY, "Updating", message)
+    return ConditionState.false(POOL_READY, "Filling", f"{count}{why}")
+
+
+#: The most of a pod's waiting reason a pool's Ready condition repeats.
+WAITING_DETAIL_LIMIT = 200
+
+
+def _oldest_waiting(pods: PoolView) -> str:
+    """Why the pool's oldest pod that is not Ready waits (an image pull, scheduling), as
+    a clause of the Ready condition's message; empty when every live pod is Ready."""
+    waiting = [pod for pod in (*pods.current, *pods.old) if not is_running_and_ready(pod)]
+    if not waiting:
+        return ""
+    oldest = min(waiting, key=lambda pod: pod["metadata"].get("creationTimestamp") or "")
+    detail = pod_state.waiting_detail(oldest)[:WAITING_DETAIL_LIMIT]
+    return f"; {oldest['metadata']['name']} waits: {detail}"

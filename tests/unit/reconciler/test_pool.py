@@ -193,6 +193,30 @@ async def test_a_new_pool_is_filled_to_its_replicas(world: PoolWorld) -> None:
     assert "PoolPodsCreated" in world.events.steps
 
 
+async def test_a_pool_says_why_its_oldest_pod_is_not_ready(world: PoolWorld) -> None:
+    world.create_pool(replicas=2)
+    await world.pass_()
+    stuck, fine = (pod["metadata"]["name"] for pod in world.unclaimed())
+    mark_pod_running(world.emulator, NAMESPACE, fine)
+    waiting = {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "craft:9"'}
+    container = {
+        "name": "sandbox",
+        "ready": False,
+        "restartCount": 0,
+        "image": "craft:9",
+        "imageID": "",
+        "state": {"waiting": waiting},
+    }
+    status = {"phase": "Pending", "containerStatuses": [container]}
+    world.emulator.patch("v1/pods", NAMESPACE, stuck, {"status": status}, subresource="status")
+    await world.pass_()
+    world.now[0] = START + timedelta(seconds=STATUS_INTERVAL + 1)  # a routine change: held
+    await world.pass_()
+
+    message = world.condition("Ready")["message"]
+    assert f"{stuck} waits: ImagePullBackOff: Back-off pulling image" in message, message
+
+
 async def test_once_its_pods_are_ready_the_pool_is_ready(world: PoolWorld) -> None:
     world.create_pool(replicas=2)
     await world.pass_()
