@@ -59,6 +59,7 @@ class SandboxReconciler:
         """Drop what is remembered about a sandbox that is gone (and cancel its sync)."""
         self._memory.reported.pop(key, None)
         self._memory.held.pop(key, None)
+        self._memory.cold_start.pop(key, None)
         self.services.library_pool.forget(key)
 
     async def reconcile(self, key: tuple[str, str]) -> float | None:

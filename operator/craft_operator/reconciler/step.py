@@ -71,6 +71,9 @@ class Memory:
     reported: dict[tuple[str, str], str] = field(default_factory=dict)
     #: What a pass held for the next one, per sandbox (see ``Run.hold``).
     held: dict[tuple[str, str], Held] = field(default_factory=dict)
+    #: The reason of the cold start said while the sandbox has no pod yet, per sandbox: a
+    #: cold pod whose creation is retried (a quota, say) is one cold start, not one a pass.
+    cold_start: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
 @dataclass

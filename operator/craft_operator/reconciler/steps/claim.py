@@ -214,6 +214,11 @@ async def _settle(
 
 
 def _cold(p: Pass, reason: str, why: str) -> None:
-    """Say once per pass that the sandbox starts cold, and why."""
+    """Say (and count) that the sandbox starts cold, and why: once until it has a pod, not
+    once per pass that retries the cold pod's creation."""
+    said = p.memory.cold_start
+    if said.get(p.run.key) == reason:
+        return
+    said[p.run.key] = reason
     p.services.metrics.pool_cold_start(reason)
     p.event("ColdStart", f"no warm pod ({reason}): {why}; starting a new pod")

@@ -118,6 +118,7 @@ async def _running(p: Pass, actual: dict[str, Any], desired: dict[str, Any]) -> 
     """The pod exists: replace it if it drifted or ended, else wait until it is Ready."""
     s, run = p.services, p.run
     run.pod_exists = True
+    p.memory.cold_start.pop(run.key, None)  # the next start without a pod is said anew
     run.status.pod_uid = actual["metadata"].get("uid")
     stale = _volume_needed(p, actual) or pod_state.drift(
         actual, desired, claimed_as=_claimed_template(p, actual)

@@ -4,6 +4,7 @@ and the sandbox is Ready in that same pass; anything else starts cold and says w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 from typing import Any
 
@@ -17,8 +18,9 @@ from craft_operator.builders.naming import SKILL_KEY, skills_configmap_name
 from craft_operator.builders.pod import build_pod
 from craft_operator.builders.pool import build_pool_pod
 from craft_operator.kube import kinds
+from craft_operator.kube.client import ApiError
 from craft_operator.reconciler.run import Run
-from craft_operator.reconciler.step import Pass, Stop
+from craft_operator.reconciler.step import Memory, Pass, Stop
 from craft_operator.reconciler.steps import credentials, pod, pod_lifecycle
 from craft_operator.reconciler.steps.claimed_skill import SKILL_FILE
 from craft_operator.reconciler.steps.cli import EXIT_SKILL_NOT_DELIVERED
@@ -484,3 +486,30 @@ async def test_a_sandbox_woken_while_a_pool_like_it_has_no_ready_pod_says_it_sta
     said = [message for type_, reason, message in pooled.events.posted if reason == "ColdStart"]
     assert said, pooled.events.reasons
     assert "(PoolEmpty)" in said[0]
+
+
+async def test_a_cold_pod_whose_creation_is_retried_is_one_cold_start(pooled: World) -> None:
+    warm_pods(pooled, 0)
+    memory = Memory()
+    real = pooled.services.kube.create
+
+    async def over_quota(kind: Any, body: Any) -> Any:
+        if body.get("kind") == "Pod":
+            raise ApiError(403, "Forbidden", "pods is forbidden: exceeded quota")
+        return await real(kind, body)
+
+    pooled.services.kube.create = over_quota  # type: ignore[method-assign]
+    for _ in range(3):  # the pod step retries the cold pod's creation, pass after pass
+        p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+        p.memory = memory
+        with contextlib.suppress(Exception):
+            await pod.converge_pod(p)
+    pooled.services.kube.create = real  # type: ignore[method-assign]
+    p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    p.memory = memory
+    await pod.converge_pod(p)
+
+    registry = pooled.services.metrics.registry
+    cold = {"reason": "PoolEmpty"}
+    assert registry.get_sample_value("craft_pool_cold_starts_total", cold) == 1
+    assert pooled.stored("v1/pods", NAME) is not None
