@@ -183,10 +183,16 @@ class PoolReconciler:
         held = self._refusals.get(key)
         refusal_wait = 0.0 if held is None else (held.until - now).total_seconds()
         claimed = claimed_pods(s.cache, namespace, name)
+        # Waves of pods keep ending and none of this template is Ready (an image that
+        # crashes, a command that exits): one pod at a time, and only once the last one has
+        # come up or ended, proves the template before a batch. One wave (a node drained)
+        # refills at full speed.
+        failures = self._failures.get(key)
+        probing = failures is not None and failures.count > 1 and ours.ready == 0
         todo = plan(
             ours,
             pool.spec.replicas,
-            max_creates=self.max_creates,
+            max_creates=(0 if ours.creating else 1) if probing else self.max_creates,
             may_create=refused is None and waiting <= 0 and refusal_wait <= 0,
             claimed_since_update=claimed_since_update(claimed, ours, hash_),
         )

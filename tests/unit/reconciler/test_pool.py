@@ -382,6 +382,33 @@ async def test_a_refused_create_waits_its_backoff_whatever_events_come(
     assert len(world.unclaimed()) == 5
 
 
+async def test_while_pods_of_a_template_keep_ending_one_at_a_time_proves_it(
+    world: PoolWorld,
+) -> None:
+    world.create_pool(replicas=10)
+    await world.pass_()
+    await world.pass_()
+    for pod in world.unclaimed():  # an image that crashes at start: every pod ends
+        fail(world, pod["metadata"]["name"], reason="Error")
+    await world.pass_()
+    world.now[0] = START + timedelta(seconds=11)
+    await world.pass_()
+    await world.pass_()
+    assert len(world.unclaimed()) == 10, "after one wave, a full refill (a node drain)"
+    for pod in world.unclaimed():  # and they end again
+        fail(world, pod["metadata"]["name"], reason="Error")
+    await world.pass_()
+    world.now[0] = START + timedelta(seconds=40)
+    await world.pass_()
+    await world.pass_()
+    assert len(world.unclaimed()) == 1, "one probe, not the whole pool again"
+
+    world.ready_all()  # the probe comes up: the template works
+    await world.pass_()
+    await world.pass_()
+    assert len(world.unclaimed()) == 10
+
+
 async def test_scaling_down_deletes_pods_that_are_not_ready_first(world: PoolWorld) -> None:
     world.create_pool(replicas=3)
     await world.pass_()
