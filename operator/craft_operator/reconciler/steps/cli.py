@@ -36,8 +36,6 @@ CLI_MAX_OUTPUT = 1024 * 1024
 #: not be written (onyx-cli's own codes are 0 to 9, and 127 when it is missing).
 EXIT_NOT_DELIVERED = 90
 EXIT_SKILL_NOT_DELIVERED = 91
-#: CLIValidated's reason while a delivery runs on without the pass that started it.
-VALIDATING = "Validating"
 #: One exec: write the PAT on stdin to the PAT file atomically, readable by the pod's user
 #: only, then run onyx-cli, which reads it (the image's wrapper). The path is an argument,
 #: so the token is never on a command line (exec's command is in the request URL).
@@ -149,14 +147,13 @@ async def _deliver_and_validate(
     with it, in one exec; ``None`` if exec itself failed (the condition says why)."""
     assert p.pod is not None
     assert p.issued is not None
-    s, meta = p.services, p.pod["metadata"]
+    meta = p.pod["metadata"]
     token = p.issued.token.get_secret_value().encode()
     text = None if skill is None else skill.text
     argv = DELIVER_ARGV if text is None else deliver_with_skill_argv(len(token), len(text))
-
-    async def deliver() -> ExecResult:
-        started = time.monotonic()
-        result = await s.exec.run(
+    started = time.monotonic()
+    try:
+        result = await p.services.exec.run(
             meta.get("namespace", ""),
             meta["name"],
             SANDBOX_CONTAINER,
@@ -165,30 +162,11 @@ async def _deliver_and_validate(
             timeout=CLI_TIMEOUT,
             max_output_bytes=CLI_MAX_OUTPUT,
         )
-        s.metrics.observe_phase(ProvisioningPhase.CLI_VALIDATION, time.monotonic() - started)
-        return result
-
-    # One delivery per pod, PAT and SKILL.md; a slow one runs on without the pass.
-    skill_hash = "" if skill is None else skill.delivered.content_hash
-    attempt = f"{meta.get('uid', '')}|{p.issued.pat_id}|{skill_hash}"
-    try:
-        result = await s.deliveries.result(p.run.key, attempt, deliver)
     except ExecError as exc:
         _exec_failed(p, exc)
         return None
-    if result is None:
-        _validating(p)
+    p.services.metrics.observe_phase(ProvisioningPhase.CLI_VALIDATION, time.monotonic() - started)
     return result
-
-
-def _validating(p: Pass) -> None:
-    """The delivery runs on without the pass (onyx-cli slow to answer, or a pod that holds
-    it): its end wakes the sandbox. A verdict already given stays meanwhile (a renewal
-    keeps a Ready sandbox Ready)."""
-    if not p.run.condition_is(CLI_VALIDATED, ConditionStatus.TRUE, ConditionStatus.FALSE):
-        message = "onyx-cli is still validating the PAT in the pod"
-        p.run.set(ConditionState.unknown(CLI_VALIDATED, VALIDATING, message))
-    p.run.revisit(after=CLI_TIMEOUT + 5)  # woken when it ends; this in case it is lost
 
 
 async def _retire_superseded(p: Pass) -> None:

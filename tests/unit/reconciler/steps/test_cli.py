@@ -3,12 +3,9 @@ PAT; a renewed PAT goes into the same pod; a refused PAT gets one fresh one."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from craft_operator.reconciler import cli_validation
-from craft_operator.reconciler.detached import DetachedCalls
 from craft_operator.reconciler.step import WAITING_MESSAGE, Pass
 from craft_operator.reconciler.steps import cli, credentials
 from craft_operator.status import ConditionState
@@ -70,32 +67,6 @@ async def test_a_validation_left_unknown_by_its_own_failure_is_tried_again(world
     assert condition is not None
     assert (condition.status, condition.reason) == ("True", "Validated")
     assert world.exec.calls == [cli.DELIVER_ARGV, cli.DELIVER_ARGV]
-
-
-async def test_a_slow_delivery_runs_on_without_the_pass_and_the_next_pass_judges_it(
-    world: World,
-) -> None:
-    world.services.deliveries = DetachedCalls(inline=0.05)
-    woken: list[tuple[str, str]] = []
-    world.services.deliveries.wake = woken.append
-    world.exec.hold_delivery = asyncio.Event()  # onyx-cli waits for a slow server
-
-    p = await ready_pass(world)
-    await asyncio.wait_for(cli.validate_cli(p), 5)  # the worker is not held
-    condition = p.run.condition("CLIValidated")
-    assert condition is not None
-    assert (condition.status, condition.reason) == ("Unknown", "Validating")
-
-    world.exec.hold_delivery.set()
-    await asyncio.sleep(0.05)
-    assert woken == [p.run.key], "its end wakes the sandbox"
-    stored = p.run.status.model_dump(by_alias=True, mode="json")
-    judged = await ready_pass(world, status=stored)
-    await cli.validate_cli(judged)
-    condition = judged.run.condition("CLIValidated")
-    assert condition is not None
-    assert (condition.status, condition.reason) == ("True", "Validated")
-    assert world.exec.calls == [cli.DELIVER_ARGV], "one delivery, judged by the next pass"
 
 
 async def test_a_renewed_pat_is_delivered_into_the_same_pod(world: World) -> None:
