@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from craft_operator.api.pool import (
@@ -120,6 +120,11 @@ class _Refusals:
 FAILURES_FORGOTTEN_AFTER = 600.0
 
 
+def _wave_end(failures: _Failures, base: float) -> datetime:
+    """When new pods may start again after the last wave of failures."""
+    return failures.at + timedelta(seconds=_backoff(base, failures.count))
+
+
 def _backoff(base: float, failures: int) -> float:
     return float(min(300.0, base * 2 ** max(0, failures - 1)))
 
@@ -188,7 +193,12 @@ class PoolReconciler:
         # come up or ended, proves the template before a batch. One wave (a node drained)
         # refills at full speed.
         failures = self._failures.get(key)
-        probing = failures is not None and failures.count > 1 and ours.ready == 0
+        probing = (
+            failures is not None
+            and failures.count > 1
+            and ours.ready == 0
+            and not _proven_since(claimed, hash_, failures.at)
+        )
         todo = plan(
             ours,
             pool.spec.replicas,
@@ -199,8 +209,12 @@ class PoolReconciler:
         todo = Plan((*todo.delete, *((pod, "PoolPodOrphaned") for pod in strays)), todo.create)
         outcome = await self._act(body, todo, desired)
         self._count_refusals(key, outcome, now)
-        if held is not None and refusal_wait > 0 and outcome.create_error is None:
-            outcome.held_refusal = f"{held.error}; new pods are tried in {refusal_wait:.0f}s"
+        refusal = self._refusals.get(key)
+        if refusal is not None and (outcome.create_error is not None or refusal_wait > 0):
+            # The same words from the refusal until the next try: one status write.
+            outcome.held_refusal = (
+                f"{refusal.error}; new pods are tried after {_clock(refusal.until)}"
+            )
         after = view(pool_pods(s.cache, namespace, name, pool.metadata.uid), hash_)
         states = self._conditions(body, pool, after, refused, outcome, waiting)
         status = count_status(
@@ -258,7 +272,12 @@ class PoolReconciler:
         """
         held = self._failures.get(key)
         ended = frozenset(str(pod["metadata"].get("uid", "")) for pod in pods.ended)
-        if ended - (held.seen if held else frozenset()):
+        base = self.services.settings.pod_restart_backoff
+        if held is not None and ended - held.seen and now < _wave_end(held, base):
+            # Ends that come while the wave's backoff runs are that wave (a kubelet evicts
+            # a node's pods one at a time, each its own event and pass).
+            self._failures[key] = _Failures(held.count, held.at, held.seen | ended)
+        elif ended - (held.seen if held else frozenset()):
             self._failures[key] = _Failures((held.count if held else 0) + 1, now, ended)
         elif held is not None and (
             (pods.ready >= replicas and not pods.creating)
@@ -268,8 +287,7 @@ class PoolReconciler:
         held = self._failures.get(key)
         if held is None:
             return 0.0
-        base = self.services.settings.pod_restart_backoff
-        return _backoff(base, held.count) - (now - held.at).total_seconds()
+        return (_wave_end(held, base) - now).total_seconds()
 
     async def _act(self, body: dict[str, Any], todo: Plan, desired: dict[str, Any]) -> _Outcome:
         outcome = _Outcome()
@@ -371,7 +389,7 @@ class PoolReconciler:
             self.services.events.post(
                 body, type="Warning", reason=refused.reason, message=refused.message
             )
-        return [egress_state, _ready(pool, pods, refused, outcome, waiting)]
+        return [egress_state, _ready(pool, pods, refused, outcome, waiting, self.services.clock())]
 
     def _revisit(self, pods: PoolView, todo: Plan, outcome: _Outcome, waiting: float) -> float:
         resync = self.services.settings.resync_interval
@@ -406,26 +424,44 @@ class PoolReconciler:
         self.forget((namespace, name))
 
 
+def _clock(moment: datetime) -> str:
+    """A moment as a condition message says it: fixed while it stands (a countdown would
+    change the message, and so write the status, on every pass)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _proven_since(claimed: list[dict[str, Any]], template_hash: str, since: datetime) -> bool:
+    """Whether a pod of this template came up Ready since ``since``: one was claimed (a
+    claim takes Ready pods only), which under steady claims is where Ready pods go."""
+    for pod in claimed:
+        created = pod_state.created_at(pod)
+        if template_of(pod) == template_hash and created is not None and created >= since:
+            return True
+    return False
+
+
 def _ready(
     pool: CraftSandboxPool,
     pods: PoolView,
     refused: ConditionState | None,
     outcome: _Outcome,
     waiting: float,
+    now: datetime,
 ) -> ConditionState:
     """The pool's Ready condition: it holds ``replicas`` Ready pods, all of its template."""
+    resume_at = now + timedelta(seconds=waiting)
     replicas = pool.spec.replicas
     count = f"{pods.ready}/{replicas} pods ready"
     if pods.ready >= replicas and not pods.old:
         return ConditionState.true(POOL_READY, "PoolReady", count)
     if refused is not None:
         return ConditionState.false(POOL_READY, refused.reason, f"{count}; {refused.message}")
-    if outcome.create_error is not None:
-        return ConditionState.false(POOL_READY, "PodCreateFailed", str(outcome.create_error))
     if outcome.held_refusal is not None:
         return ConditionState.false(POOL_READY, "PodCreateFailed", outcome.held_refusal)
+    if outcome.create_error is not None:
+        return ConditionState.false(POOL_READY, "PodCreateFailed", str(outcome.create_error))
     if waiting > 0:
-        message = f"{count}; pool pods ended, new ones start in {waiting:.0f}s"
+        message = f"{count}; pool pods ended, new ones start after {_clock(resume_at)}"
         return ConditionState.false(POOL_READY, "PoolPodsFailing", message)
     why = _oldest_waiting(pods)
     if pods.old:

@@ -409,6 +409,58 @@ async def test_while_pods_of_a_template_keep_ending_one_at_a_time_proves_it(
     assert len(world.unclaimed()) == 10
 
 
+async def test_pods_ending_one_by_one_within_a_backoff_are_one_wave(world: PoolWorld) -> None:
+    world.create_pool(replicas=10)
+    await world.pass_()
+    await world.pass_()
+    world.ready_all()
+    waits = []
+    for second, pod in enumerate(world.unclaimed()[:6]):  # a kubelet evicting one at a time
+        fail(world, pod["metadata"]["name"])
+        world.now[0] = START + timedelta(seconds=second)
+        waits.append(await world.pass_())
+
+    assert all(wait is not None and wait <= 10 for wait in waits), waits
+
+
+async def test_probing_ends_once_a_probe_comes_up_though_claims_take_it_at_once(
+    world: PoolWorld,
+) -> None:
+    world.create_pool(replicas=10)
+    await world.pass_()
+    await world.pass_()
+    for wave, at in enumerate((11, 40)):  # two waves: the template is in doubt
+        for pod in world.unclaimed():
+            fail(world, pod["metadata"]["name"], reason="Error")
+        await world.pass_()
+        world.now[0] = START + timedelta(seconds=at)
+        await world.pass_()
+        if wave == 0:
+            await world.pass_()
+    [probe] = world.unclaimed()
+    world.ready_all()
+    world.claim(probe["metadata"]["name"])  # steady claims: a Ready pod is taken at once
+    await world.pass_()
+    assert len(world.unclaimed()) == 10, "the claimed probe proved the template: a batch"
+
+
+async def test_a_pool_waiting_out_a_backoff_writes_its_status_once(world: PoolWorld) -> None:
+    world.create_pool(replicas=5)
+
+    async def over_quota(kind: Any, body: Any) -> Any:
+        raise ApiError(403, "Forbidden", "pods is forbidden: exceeded quota: sandboxes")
+
+    world.services.kube.create = over_quota  # type: ignore[method-assign]
+    with pytest.raises(PoolRetryLaterError):
+        await world.pass_()
+    version = world.pool_body()["metadata"]["resourceVersion"]
+    for second in (1, 2, 3):  # pod events within the backoff
+        world.now[0] = START + timedelta(seconds=second)
+        await world.pass_()
+
+    assert world.pool_body()["metadata"]["resourceVersion"] == version, "no write per pass"
+
+
 async def test_scaling_down_deletes_pods_that_are_not_ready_first(world: PoolWorld) -> None:
     world.create_pool(replicas=3)
     await world.pass_()
