@@ -5,8 +5,6 @@ holds the peering object of a peered operator."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -17,6 +15,7 @@ from craft_operator.access import access_fix, denied_access, describe_denied
 from craft_operator.api import models
 from craft_operator.api.pool import POOL_PLURAL
 from craft_operator.config import Settings
+from craft_operator.daemon_threads import DaemonThreadPool
 from craft_operator.doctor.results import CheckResult, fail, ok, warn
 from craft_operator.kube.client import ApiError, KubeClient, NotFoundError
 from craft_operator.kube.connection import (
@@ -40,30 +39,16 @@ _T = TypeVar("_T")
 
 
 async def in_daemon_thread(function: Callable[[], _T], limit: float) -> _T:
-    """``function()`` in a thread of its own, for at most ``limit`` seconds (else
-    :class:`TimeoutError`). The thread is a daemon: one that hangs (a kubeconfig's exec
-    plugin that never answers) holds neither the event loop's close nor the exit."""
-    loop = asyncio.get_running_loop()
-    answer: asyncio.Future[_T] = loop.create_future()
-
-    def settle(result: _T | None, error: BaseException | None) -> None:
-        if answer.done():
-            return  # given up on already
-        if error is not None:
-            answer.set_exception(error)
-        else:
-            answer.set_result(result)  # type: ignore[arg-type]
-
-    def work() -> None:
-        try:
-            result, error = function(), None
-        except BaseException as exc:  # handed to the caller, whatever it is
-            result, error = None, exc
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
-            loop.call_soon_threadsafe(settle, result, error)
-
-    threading.Thread(target=work, name="doctor-kubernetes-login", daemon=True).start()
-    return await asyncio.wait_for(answer, limit)
+    """``function()`` in a daemon thread (:class:`DaemonThreadPool`), for at most ``limit``
+    seconds (else :class:`TimeoutError`): one that hangs (a kubeconfig's exec plugin that
+    never answers) holds neither the event loop's close nor the exit."""
+    pool = DaemonThreadPool(1, name="doctor-kubernetes-login")
+    try:
+        return await asyncio.wait_for(
+            asyncio.get_running_loop().run_in_executor(pool, function), limit
+        )
+    finally:
+        pool.shutdown(wait=False)
 
 
 async def check_kubernetes(
