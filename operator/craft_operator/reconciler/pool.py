@@ -216,7 +216,7 @@ class PoolReconciler:
                 f"{refusal.error}; new pods are tried after {_clock(refusal.until)}"
             )
         after = view(pool_pods(s.cache, namespace, name, pool.metadata.uid), hash_)
-        states = self._conditions(body, pool, after, refused, outcome, waiting)
+        states = self._conditions(body, pool, after, refused, outcome, waiting, now)
         status = count_status(
             body,
             after,
@@ -379,6 +379,7 @@ class PoolReconciler:
         refused: ConditionState | None,
         outcome: _Outcome,
         waiting: float,
+        now: datetime,
     ) -> list[ConditionState]:
         egress_state = (
             ConditionState.true(EGRESS_RESTRICTED, "EgressRestricted", "new pods may start")
@@ -389,7 +390,7 @@ class PoolReconciler:
             self.services.events.post(
                 body, type="Warning", reason=refused.reason, message=refused.message
             )
-        return [egress_state, _ready(pool, pods, refused, outcome, waiting, self.services.clock())]
+        return [egress_state, _ready(pool, pods, refused, outcome, waiting, now)]
 
     def _revisit(self, pods: PoolView, todo: Plan, outcome: _Outcome, waiting: float) -> float:
         resync = self.services.settings.resync_interval
