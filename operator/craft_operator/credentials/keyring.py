@@ -363,9 +363,8 @@ class FileKeyRing(KeyRing):
         older than the interval (see :meth:`reload`): a key put first in the Secret seals
         the tokens minted from then on. Sealed under the key it replaces, they would miss a
         ``keys rotate`` already run, and be stranded once that key is dropped. Within the
-        interval this costs a clock read."""
-        if self._monotonic() - self._read_at >= self._interval:
-            self.reload()
+        interval this costs a lock and a clock read."""
+        self.reload()
         return super().encrypt(plaintext, context=context)
 
 
