@@ -45,7 +45,7 @@ def claim_unclaimed(backend: StoreBackend, identity: SandboxIdentity) -> bool:
     if row is None or row.sandbox_uid != identity.uid:
         return False
     try:
-        _open_with_fresh_ring(backend, row.encrypted_token, identity)
+        _open(backend, row.encrypted_token, identity)
     except KeyNotInRingError as exc:
         raise _stranded(exc, identity) from None
     except CredentialsError:
@@ -68,20 +68,6 @@ def claim_unclaimed(backend: StoreBackend, identity: SandboxIdentity) -> bool:
     if claimed:
         log.info("%s: claimed its credential row from before cluster ids", identity)
     return True
-
-
-def _open_with_fresh_ring(
-    backend: StoreBackend, envelope: bytes, identity: SandboxIdentity
-) -> None:
-    """Open the token for the sandbox's uid, once more when its key is not in the ring but
-    the ring has just been re-read from its file (here or by another thread)."""
-    try:
-        _open(backend, envelope, identity)
-    except KeyNotInRingError as exc:
-        ring = backend.keyring
-        if not (ring.reload() or exc.key_id in ring.key_ids):
-            raise
-    _open(backend, envelope, identity)
 
 
 def _open(backend: StoreBackend, envelope: bytes, identity: SandboxIdentity) -> None:

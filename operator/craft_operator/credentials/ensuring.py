@@ -76,7 +76,7 @@ def _attempt_once(backend: StoreBackend, policy: EnsurePolicy) -> IssuedCredenti
     if reason is None:
         assert row is not None
         try:
-            issued = _reuse_with_fresh_ring(backend, row, identity)
+            issued = _reuse(backend, row, identity)
         except KeyNotInRingError as exc:
             raise _stranded(exc, identity) from None
         except KeyRingError as exc:
@@ -104,20 +104,6 @@ def _attempt_once(backend: StoreBackend, policy: EnsurePolicy) -> IssuedCredenti
 def _check_user(backend: StoreBackend, row: Row[Any] | None, identity: SandboxIdentity) -> None:
     if backend.onyx_mode and row is not None and row.user_active is False:
         raise UserInactiveError(f"{identity}: user {row.user_id} is inactive in Onyx")
-
-
-def _reuse_with_fresh_ring(
-    backend: StoreBackend, row: Row[Any], identity: SandboxIdentity
-) -> IssuedCredential | None:
-    """:func:`_reuse`, tried once more when the token's key is not in the ring but the
-    ring has just been re-read from its file (here or by another thread)."""
-    try:
-        return _reuse(backend, row, identity)
-    except KeyNotInRingError as exc:
-        ring = backend.keyring
-        if not (ring.reload() or exc.key_id in ring.key_ids):
-            raise
-    return _reuse(backend, row, identity)
 
 
 def _stranded(exc: KeyNotInRingError, identity: SandboxIdentity) -> KeyNotInRingError:

@@ -311,7 +311,8 @@ def _read_key_file(path: Path) -> _Keys:
 
 
 class FileKeyRing(KeyRing):
-    """A key ring read from a file, which :meth:`reload` reads again.
+    """A key ring read from a file, which :meth:`reload` reads again (before sealing, and
+    when a token names a key the ring lacks).
 
     A Secret mounted as a volume is updated in place when the Secret changes, and the
     operator is not restarted: a token sealed under a key added there since (by
@@ -366,6 +367,16 @@ class FileKeyRing(KeyRing):
         interval this costs a lock and a clock read."""
         self.reload()
         return super().encrypt(plaintext, context=context)
+
+    def decrypt(self, envelope: bytes, *, context: bytes, subject: str) -> bytes:
+        """:meth:`KeyRing.decrypt`, once more after a re-read of the file (see
+        :meth:`reload`) when the envelope's key is not in the ring: ``keys rotate`` run
+        elsewhere with a newer ring, or another thread re-read it a moment ago."""
+        try:
+            return super().decrypt(envelope, context=context, subject=subject)
+        except KeyNotInRingError:
+            self.reload()
+        return super().decrypt(envelope, context=context, subject=subject)
 
 
 def key_ring_from_file(path: Path, *, monotonic: Callable[[], float] = time.monotonic) -> KeyRing:
