@@ -251,6 +251,13 @@ class Progress:
         """Whether the call made no progress for ``idle`` seconds."""
         return self.left() == 0.0
 
+    def stalled_error(self, where: str) -> ExecStalledError:
+        """The error that abandons a stalled call into pod ``where``."""
+        return ExecStalledError(
+            f"exec in pod {where} made no progress for {self.idle or 0:.0f}s "
+            "(its stdin not taken, no output)"
+        )
+
 
 async def stdin_chunks(stdin: Stdin) -> AsyncGenerator[bytes, None]:
     """Iterate any accepted ``stdin`` value as chunks; the iterator taken from an async

@@ -38,7 +38,6 @@ from craft_operator.kube.exec import (
     ExecOutputTooLargeError,
     ExecProtocolError,
     ExecResult,
-    ExecStalledError,
     ExecTimeoutError,
     ExecUnavailableError,
     Progress,
@@ -203,10 +202,7 @@ class AiohttpExec:
                     if error is not None:
                         raise error  # the stdin source's own, unchanged
                 if not done and progress.stalled():
-                    raise ExecStalledError(
-                        f"exec in pod {where} made no progress for {progress.idle:.0f}s "
-                        "(its stdin not taken, no output)"
-                    )
+                    raise progress.stalled_error(where)
             return receiver.result()
         finally:
             await _stop(tasks)

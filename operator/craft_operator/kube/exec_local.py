@@ -23,7 +23,6 @@ from craft_operator.kube.exec import (
     ExecError,
     ExecOutputTooLargeError,
     ExecResult,
-    ExecStalledError,
     ExecTimeoutError,
     ExecUnavailableError,
     Progress,
@@ -133,10 +132,7 @@ class _Conversation:
                 if done:
                     return talk.result()
                 if self.progress.stalled():
-                    raise ExecStalledError(
-                        f"exec in pod {where} made no progress for {self.progress.idle:.0f}s "
-                        "(its stdin not taken, no output)"
-                    )
+                    raise self.progress.stalled_error(where)
         finally:
             if not talk.done():
                 talk.cancel()
