@@ -70,6 +70,9 @@ class OperatorContext:
         pool = self.services.library_pool
         pool.wake = self.queue.add
         self.gate.stop_also.append(pool.close)
+        deliveries = self.services.deliveries
+        deliveries.wake = self.queue.add
+        self.gate.stop_also.append(deliveries.close)
 
     @property
     def settings(self) -> Settings:

@@ -59,6 +59,7 @@ async def drain_workers(memo: OperatorContext) -> None:
         memo.queue.stop(grace=STOP_GRACE),
         memo.pool_queue.stop(grace=STOP_GRACE),
         memo.services.library_pool.drain(STOP_GRACE),
+        memo.services.deliveries.drain(STOP_GRACE),
     )
 
 

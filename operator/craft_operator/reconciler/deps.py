@@ -15,8 +15,9 @@ from datetime import UTC, datetime
 from craft_operator.config import Settings
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import KubeClient
-from craft_operator.kube.exec import ExecTransport
+from craft_operator.kube.exec import ExecResult, ExecTransport
 from craft_operator.metrics import Metrics
+from craft_operator.reconciler.detached import DetachedCalls
 from craft_operator.reconciler.library_pool import LibrarySyncPool
 from craft_operator.reconciler.ports import (
     CredentialsPort,
@@ -41,3 +42,5 @@ class Services:
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     metrics: Metrics = field(default_factory=Metrics)
     library_pool: LibrarySyncPool = field(default_factory=LibrarySyncPool)
+    #: The PAT deliveries (onyx-cli's exec) that outlive the pass that started them.
+    deliveries: DetachedCalls[ExecResult] = field(default_factory=DetachedCalls)

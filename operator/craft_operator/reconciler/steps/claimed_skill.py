@@ -95,8 +95,8 @@ async def deliver_skill(p: Pass) -> Stop | None:
     the CLIValidated step, which runs first, carried it with the PAT this pass, or failed
     to: the next pass tries again, after the backoff)."""
     pending = pending_skill(p)
-    if pending is None or _failed_this_pass(p):
-        return None
+    if pending is None or _failed_this_pass(p) or p.services.deliveries.running(p.run.key):
+        return None  # a PAT delivery still running may carry it: the pass it wakes sees
     assert p.pod is not None
     meta = p.pod["metadata"]
     try:

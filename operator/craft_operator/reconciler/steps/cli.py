@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import timedelta
 
 from craft_operator.api.models import ConditionStatus
 from craft_operator.builders.naming import SANDBOX_CONTAINER, pod_name
@@ -36,6 +37,11 @@ CLI_MAX_OUTPUT = 1024 * 1024
 #: not be written (onyx-cli's own codes are 0 to 9, and 127 when it is missing).
 EXIT_NOT_DELIVERED = 90
 EXIT_SKILL_NOT_DELIVERED = 91
+#: CLIValidated's reason while a delivery runs on without the pass that started it.
+VALIDATING = "Validating"
+#: CLIValidated's reason while a failed delivery waits for its backoff, if an earlier row
+#: stopped a pass since it failed (its own verdict stays otherwise).
+RETRY_PENDING = "RetryPending"
 #: One exec: write the PAT on stdin to the PAT file atomically, readable by the pod's user
 #: only, then run onyx-cli, which reads it (the image's wrapper). The path is an argument,
 #: so the token is never on a command line (exec's command is in the request URL).
@@ -104,14 +110,23 @@ async def validate_cli(p: Pass) -> Stop | None:
             await _retire_superseded(p)  # if a pass was cut off after validating
         return None
     skill = claimed_skill.pending_skill(p)
-    result = await _deliver_and_validate(p, skill)
+    attempt = _attempt(p, skill)
+    deliveries = p.services.deliveries
+    wait = deliveries.retry_in(run.key, attempt)
+    if wait > 0:
+        _backing_off(p, wait)
+        return None
+    result = await _deliver_and_validate(p, skill, attempt)
     if result is None:
         return None
     if skill is not None and result.exit_code in cli_validation.EXIT_MEANINGS:
         # The script reached onyx-cli, so the SKILL.md was written (90 and 91 say it was
         # not; a shell killed before, 137 say, proves nothing).
         run.status.delivered_skill = skill.delivered
-    await _judge(p, uid, result)
+    if await _judge(p, uid, result):
+        deliveries.succeeded(run.key)
+    else:
+        deliveries.failed(run.key, attempt)
     return None
 
 
@@ -140,20 +155,41 @@ async def deliver_renewal(p: Pass) -> None:
     await validate_cli(p)
 
 
+def _attempt(p: Pass, skill: claimed_skill.PendingSkill | None) -> str:
+    """What one delivery is for: this pod, this PAT and this SKILL.md (if it rides along)."""
+    assert p.pod is not None
+    assert p.issued is not None
+    skill_hash = "" if skill is None else skill.delivered.content_hash
+    return f"{p.pod['metadata'].get('uid', '')}|{p.issued.pat_id}|{skill_hash}"
+
+
+def _backing_off(p: Pass, wait: float) -> None:
+    """The last delivery of this PAT into this pod failed, and its backoff has not passed
+    (passes come sooner, woken by the pod's events): the verdict it left stays, and the
+    delivery is tried again once the backoff has passed."""
+    if _waited(p):
+        # An earlier row stopped a pass since, and its Waiting says nothing of this.
+        at = (p.run.moment() + timedelta(seconds=wait)).strftime("%H:%M:%SZ")
+        message = f"the last delivery of the PAT failed; it is tried again at {at}"
+        p.run.set(ConditionState.unknown(CLI_VALIDATED, RETRY_PENDING, message))
+    p.run.revisit(after=wait)
+
+
 async def _deliver_and_validate(
-    p: Pass, skill: claimed_skill.PendingSkill | None
+    p: Pass, skill: claimed_skill.PendingSkill | None, attempt: str
 ) -> ExecResult | None:
     """Write the PAT (and a claimed pod's pending SKILL.md) into the pod and run onyx-cli
     with it, in one exec; ``None`` if exec itself failed (the condition says why)."""
     assert p.pod is not None
     assert p.issued is not None
-    meta = p.pod["metadata"]
+    s, meta = p.services, p.pod["metadata"]
     token = p.issued.token.get_secret_value().encode()
     text = None if skill is None else skill.text
     argv = DELIVER_ARGV if text is None else deliver_with_skill_argv(len(token), len(text))
-    started = time.monotonic()
-    try:
-        result = await p.services.exec.run(
+
+    async def deliver() -> ExecResult:
+        started = time.monotonic()
+        result = await s.exec.run(
             meta.get("namespace", ""),
             meta["name"],
             SANDBOX_CONTAINER,
@@ -162,11 +198,30 @@ async def _deliver_and_validate(
             timeout=CLI_TIMEOUT,
             max_output_bytes=CLI_MAX_OUTPUT,
         )
+        s.metrics.observe_phase(ProvisioningPhase.CLI_VALIDATION, time.monotonic() - started)
+        return result
+
+    # One delivery per pod, PAT and SKILL.md; a slow one runs on without the pass.
+    try:
+        result = await s.deliveries.result(p.run.key, attempt, deliver)
     except ExecError as exc:
         _exec_failed(p, exc)
+        if exc.retryable:
+            s.deliveries.failed(p.run.key, attempt)
         return None
-    p.services.metrics.observe_phase(ProvisioningPhase.CLI_VALIDATION, time.monotonic() - started)
+    if result is None:
+        _validating(p)
     return result
+
+
+def _validating(p: Pass) -> None:
+    """The delivery runs on without the pass (onyx-cli slow to answer, or a pod that holds
+    it): its end wakes the sandbox. A verdict already given stays meanwhile (a renewal
+    keeps a Ready sandbox Ready)."""
+    if not p.run.condition_is(CLI_VALIDATED, ConditionStatus.TRUE, ConditionStatus.FALSE):
+        message = "onyx-cli is still validating the PAT in the pod"
+        p.run.set(ConditionState.unknown(CLI_VALIDATED, VALIDATING, message))
+    p.run.revisit(after=CLI_TIMEOUT + 5)  # woken when it ends; this in case it is lost
 
 
 async def _retire_superseded(p: Pass) -> None:
@@ -204,22 +259,23 @@ def _exec_failed(p: Pass, exc: ExecError) -> None:
         p.run.revisit(backoff="ExecFailed")
 
 
-async def _judge(p: Pass, uid: str | None, result: ExecResult) -> None:
-    """Record what onyx-cli's exit code says; a refused PAT gets one fresh one."""
+async def _judge(p: Pass, uid: str | None, result: ExecResult) -> bool:
+    """Record what onyx-cli's exit code says, and whether it validated the PAT; a refused
+    PAT gets one fresh one."""
     run = p.run
     assert p.issued is not None
     if result.exit_code == EXIT_NOT_DELIVERED:
         detail = f"could not write the PAT to {PAT_FILE}"
         excerpt = _excerpt(p, result)
         p.fail(CLI_VALIDATED, "DeliveryFailed", f"{detail}: {excerpt}" if excerpt else detail)
-        return
+        return False
     if result.exit_code == EXIT_SKILL_NOT_DELIVERED:
         detail = f"could not write {claimed_skill.SKILL_FILE} into the pod"
         excerpt = _excerpt(p, result)
         claimed_skill.skill_failed(p, f"{detail}: {excerpt}" if excerpt else detail)
         run.set(ConditionState.unknown(CLI_VALIDATED, claimed_skill.DELIVERY_FAILED, detail))
         run.revisit(backoff=claimed_skill.DELIVERY_FAILED)
-        return
+        return False
     reason, meaning = cli_validation.describe_exit(result.exit_code)
     if result.exit_code == cli_validation.EXIT_OK:
         run.status.validated_pod_uid = uid
@@ -228,17 +284,18 @@ async def _judge(p: Pass, uid: str | None, result: ExecResult) -> None:
         run.set(ConditionState.true(CLI_VALIDATED, reason, meaning))
         p.event("CLIValidated", meaning)
         await _retire_superseded(p)
-        return
+        return True
     detail = f"{meaning} (exit {result.exit_code})"
     excerpt = _excerpt(p, result)
     if excerpt:
         detail += f": {excerpt}"
     if result.exit_code == cli_validation.EXIT_AUTH_FAILURE:
         await _auth_failed(p, uid, detail)
-        return
+        return False
     run.set(ConditionState.false(CLI_VALIDATED, reason, detail))
     p.event(reason, detail, warning=True)
     run.revisit(backoff=reason)
+    return False
 
 
 def _excerpt(p: Pass, result: ExecResult) -> str:

@@ -8,6 +8,7 @@ store, the exec transport, the event sink).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -106,6 +107,8 @@ class Exec:
     delivered: list[bytes] = field(default_factory=list)
     #: SKILL.md contents written into claimed pods, alone or with a PAT.
     skills: list[bytes] = field(default_factory=list)
+    #: When set, a PAT delivery waits for it (onyx-cli slow to answer).
+    hold_delivery: asyncio.Event | None = None
 
     async def run(
         self,
@@ -119,6 +122,8 @@ class Exec:
         max_output_bytes: int | None = None,
     ) -> ExecResult:
         self.calls.append(tuple(argv))
+        if self.hold_delivery is not None and argv[3:4] in (["deliver-pat"], ("deliver-pat",)):
+            await self.hold_delivery.wait()
         if argv[0] == "sh" and "deliver-pat-and-skill" in argv:
             # argv: sh -c SCRIPT deliver-pat-and-skill PAT_FILE SKILL_FILE PAT_BYTES SKILL_BYTES
             assert isinstance(stdin, bytes), "the PAT and the SKILL.md go on stdin"

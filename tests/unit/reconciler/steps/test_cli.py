@@ -3,9 +3,14 @@ PAT; a renewed PAT goes into the same pod; a refused PAT gets one fresh one."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from craft_operator.kube.exec import ExecResult
 from craft_operator.reconciler import cli_validation
+from craft_operator.reconciler.detached import DetachedCalls
+from craft_operator.reconciler.queue import Backoff
 from craft_operator.reconciler.step import WAITING_MESSAGE, Pass
 from craft_operator.reconciler.steps import cli, credentials
 from craft_operator.status import ConditionState
@@ -67,6 +72,140 @@ async def test_a_validation_left_unknown_by_its_own_failure_is_tried_again(world
     assert condition is not None
     assert (condition.status, condition.reason) == ("True", "Validated")
     assert world.exec.calls == [cli.DELIVER_ARGV, cli.DELIVER_ARGV]
+
+
+async def test_a_slow_delivery_runs_on_without_the_pass_and_the_next_pass_judges_it(
+    world: World,
+) -> None:
+    world.services.deliveries = DetachedCalls(inline=0.05)
+    woken: list[tuple[str, str]] = []
+    world.services.deliveries.wake = woken.append
+    world.exec.hold_delivery = asyncio.Event()  # onyx-cli waits for a slow server
+
+    p = await ready_pass(world)
+    await asyncio.wait_for(cli.validate_cli(p), 5)  # the worker is not held
+    condition = p.run.condition("CLIValidated")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("Unknown", "Validating")
+
+    world.exec.hold_delivery.set()
+    await asyncio.sleep(0.05)
+    assert woken == [p.run.key], "its end wakes the sandbox"
+    stored = p.run.status.model_dump(by_alias=True, mode="json")
+    judged = await ready_pass(world, status=stored)
+    await cli.validate_cli(judged)
+    condition = judged.run.condition("CLIValidated")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("True", "Validated")
+    assert world.exec.calls == [cli.DELIVER_ARGV], "one delivery, judged by the next pass"
+
+
+UNREACHABLE = 5  # onyx-cli: the Onyx server could not be reached from the pod
+
+
+def backoff_of(world: World, base: float) -> DetachedCalls[ExecResult]:
+    """The world's deliveries with a backoff of ``base`` seconds doubling, without jitter."""
+    deliveries = DetachedCalls[ExecResult](backoff=Backoff(base=base, cap=60.0, jitter=0.0))
+    world.services.deliveries = deliveries
+    return deliveries
+
+
+async def test_a_failed_delivery_waits_its_backoff_however_often_passes_come(
+    world: World,
+) -> None:
+    deliveries = backoff_of(world, base=0.2)
+    world.exec.cli_exit = UNREACHABLE
+    p = await ready_pass(world)
+    await cli.validate_cli(p)
+    stored = p.run.status.model_dump(by_alias=True, mode="json")
+
+    for _ in range(3):  # the pod's events bring the sandbox back at once, again and again
+        soon = await ready_pass(world, status=stored)
+        await cli.validate_cli(soon)
+        condition = soon.run.condition("CLIValidated")
+        assert condition is not None
+        assert (condition.status, condition.reason) == ("False", "ServerUnreachable")
+        after = soon.run.verdict.after
+        assert after is not None
+        assert 0 < after <= 0.2, "comes back when the backoff ends"
+    assert world.exec.calls == [cli.DELIVER_ARGV], "no exec within the backoff"
+
+    await asyncio.sleep(0.25)
+    retried = await ready_pass(world, status=stored)
+    await cli.validate_cli(retried)
+    assert world.exec.calls == [cli.DELIVER_ARGV] * 2
+    assert deliveries.retry_in(retried.run.key, "pod-1|1|") > 0.2, "the backoff grows"
+
+    await asyncio.sleep(0.45)
+    world.exec.cli_exit = 0  # the server is back
+    healed = await ready_pass(world, status=stored)
+    await cli.validate_cli(healed)
+    condition = healed.run.condition("CLIValidated")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("True", "Validated")
+    assert deliveries.retry_in(healed.run.key, "pod-1|1|") == 0
+
+
+async def test_a_delivery_that_fails_slowly_backs_off_like_one_that_fails_at_once(
+    world: World,
+) -> None:
+    deliveries = backoff_of(world, base=30.0)
+    deliveries.inline = 0.05
+    world.exec.cli_exit, world.exec.hold_delivery = UNREACHABLE, asyncio.Event()
+    p = await ready_pass(world)
+    await cli.validate_cli(p)  # runs on: this pass ends well, and counts no failure
+    world.exec.hold_delivery.set()  # onyx-cli gives up on the server, slowly
+    await asyncio.sleep(0.05)
+    stored = p.run.status.model_dump(by_alias=True, mode="json")
+    judged = await ready_pass(world, status=stored)
+    await cli.validate_cli(judged)
+    condition = judged.run.condition("CLIValidated")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("False", "ServerUnreachable")
+
+    stored = judged.run.status.model_dump(by_alias=True, mode="json")
+    later = await ready_pass(world, status=stored)
+    await cli.validate_cli(later)
+    assert world.exec.calls == [cli.DELIVER_ARGV], "the next try waits for the backoff"
+    after = later.run.verdict.after
+    assert after is not None
+    assert after > 25
+
+
+async def test_a_backoff_after_an_earlier_row_stopped_a_pass_says_when_it_is_tried_again(
+    world: World,
+) -> None:
+    backoff_of(world, base=30.0)
+    world.exec.cli_exit = UNREACHABLE
+    p = await ready_pass(world)
+    await cli.validate_cli(p)
+    p.run.set(ConditionState.unknown("CLIValidated", "WaitingForCredentials", WAITING_MESSAGE))
+    stored = p.run.status.model_dump(by_alias=True, mode="json")
+    recovered = await ready_pass(world, status=stored)
+    await cli.validate_cli(recovered)
+    condition = recovered.run.condition("CLIValidated")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("Unknown", "RetryPending")
+    assert "tried again at" in condition.message
+    assert world.exec.calls == [cli.DELIVER_ARGV]
+
+
+async def test_a_new_pod_is_delivered_to_at_once_whatever_the_last_one_failed(
+    world: World,
+) -> None:
+    backoff_of(world, base=30.0)
+    world.exec.cli_exit = UNREACHABLE
+    p = await ready_pass(world)
+    await cli.validate_cli(p)
+    world.exec.cli_exit = 0
+    stored = p.run.status.model_dump(by_alias=True, mode="json")
+    replaced = await ready_pass(world, status=stored)
+    replaced.pod = {"metadata": {**POD["metadata"], "uid": "pod-2"}}
+    await cli.validate_cli(replaced)
+    condition = replaced.run.condition("CLIValidated")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("True", "Validated")
+    assert world.exec.calls == [cli.DELIVER_ARGV] * 2
 
 
 async def test_a_renewed_pat_is_delivered_into_the_same_pod(world: World) -> None:

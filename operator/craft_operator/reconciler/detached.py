@@ -1,0 +1,160 @@
+"""Calls that a pass waits for a little, and that outlive it when they take longer.
+
+The PAT's delivery runs onyx-cli in the sandbox pod, which the agent controls: it may make
+the call hang until its timeout (60 s). A pass that waited that long would hold one of the
+reconcile workers the whole time, and some dozens of such pods could hold them all. So a
+pass waits :attr:`DetachedCalls.inline` seconds (nearly every delivery ends well within),
+and a call still running then goes on without it: the sandbox is woken
+(:attr:`DetachedCalls.wake`) when it ends, and its next pass takes the result. At most
+``limit`` calls run detached at once; beyond that a pass waits for its call as before (each
+holds a connection of the exec session, which the library syncs share).
+
+A pass that leaves its call running ends well, which resets the work queue's backoff; so
+the calls' failures are counted here (:meth:`DetachedCalls.failed`), and a failed call is
+not started again before its own backoff has passed (:meth:`DetachedCalls.retry_in`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from craft_operator.reconciler.queue import Backoff
+
+T = TypeVar("T")
+#: A sandbox: (namespace, name).
+Key = tuple[str, str]
+
+
+@dataclass
+class _Call(Generic[T]):
+    attempt: str
+    task: asyncio.Task[T]
+    detached: bool = field(default=False)
+
+
+@dataclass(frozen=True)
+class _Failures:
+    attempt: str
+    count: int
+    #: The event loop's time before which the attempt is not started again.
+    until: float
+
+
+class DetachedCalls(Generic[T]):
+    """One call at a time per sandbox, waited for ``inline`` seconds by the pass that asks
+    for it; see the module docstring."""
+
+    def __init__(
+        self, *, inline: float = 2.0, limit: int = 32, backoff: Backoff | None = None
+    ) -> None:
+        """``backoff`` spaces the retries of a call that failed (1 s doubling to 5 min)."""
+        self.inline = inline
+        self.limit = limit
+        self._backoff = backoff or Backoff()
+        self._calls: dict[Key, _Call[T]] = {}
+        self._failures: dict[Key, _Failures] = {}
+        #: Called with a sandbox's key when a call no pass waits for ends (the queue's add).
+        self.wake: Callable[[Key], None] | None = None
+
+    @property
+    def detached(self) -> int:
+        """Calls running that no pass waits for."""
+        return sum(1 for call in self._calls.values() if call.detached and not call.task.done())
+
+    async def result(self, key: Key, attempt: str, start: Callable[[], Awaitable[T]]) -> T | None:
+        """The result of the call ``attempt`` for ``key`` (what it raised, raised): started
+        unless it runs already, waited for up to ``inline`` seconds; ``None`` while it runs
+        on (the sandbox is woken when it ends) or if it was cancelled meanwhile (the sandbox
+        is gone, or the operator stands by). A call for another attempt (another pod or PAT)
+        is cancelled first."""
+        call = self._calls.get(key)
+        if call is not None and call.attempt != attempt:
+            self._drop(key, call)
+            call = None
+        if call is not None and call.detached and not call.task.done():
+            return None  # a pass waited for it already: the sandbox is woken when it ends
+        if call is None:
+            if self.detached >= self.limit:
+                return await start()  # no room to run on: wait for it, as a pass once did
+            call = _Call(attempt, asyncio.ensure_future(start()))
+            self._calls[key] = call
+            call.task.add_done_callback(lambda _: self._ended(key, call))
+        done, _ = await asyncio.wait({call.task}, timeout=self.inline)
+        if not done:
+            call.detached = True
+            return None
+        if self._calls.get(key) is call:
+            del self._calls[key]
+        if call.task.cancelled():
+            # Forgotten or closed while this pass waited: a CancelledError raised here
+            # would end the reconcile worker, not the pass.
+            return None
+        return call.task.result()
+
+    def running(self, key: Key) -> bool:
+        """Whether a call for ``key`` runs now."""
+        call = self._calls.get(key)
+        return call is not None and not call.task.done()
+
+    def retry_in(self, key: Key, attempt: str) -> float:
+        """Seconds before ``attempt`` may be started again after it failed (0: now; a
+        call for another attempt, a new pod or PAT, is never held back)."""
+        failures = self._failures.get(key)
+        if failures is None or failures.attempt != attempt:
+            return 0.0
+        return max(0.0, failures.until - asyncio.get_running_loop().time())
+
+    def failed(self, key: Key, attempt: str) -> float:
+        """Count a failure of ``attempt`` (one that may pass when tried again); returns the
+        seconds before it may be. The count goes on across attempts until one succeeds."""
+        previous = self._failures.get(key)
+        count = 1 if previous is None else previous.count + 1
+        delay = self._backoff.delay(count)
+        until = asyncio.get_running_loop().time() + delay
+        self._failures[key] = _Failures(attempt, count, until)
+        return delay
+
+    def succeeded(self, key: Key) -> None:
+        """A call for ``key`` succeeded: its failures are forgotten."""
+        self._failures.pop(key, None)
+
+    def forget(self, key: Key) -> None:
+        """The sandbox is gone: cancel its call and forget its failures."""
+        self._failures.pop(key, None)
+        call = self._calls.get(key)
+        if call is not None:
+            self._drop(key, call)
+
+    async def drain(self, grace: float) -> None:
+        """Let the calls under way end within ``grace`` seconds, then cancel the rest."""
+        running = [call.task for call in self._calls.values() if not call.task.done()]
+        if running and grace > 0:
+            await asyncio.wait(running, timeout=grace)
+        await self.close()
+
+    async def close(self) -> None:
+        """Cancel every call and forget every result and failure (the operator stops, or
+        stands by)."""
+        calls, self._calls = list(self._calls.values()), {}
+        self._failures.clear()
+        for call in calls:
+            call.task.cancel()
+        await asyncio.gather(*(call.task for call in calls), return_exceptions=True)
+
+    def _drop(self, key: Key, call: _Call[T]) -> None:
+        del self._calls[key]
+        call.task.cancel()
+        call.task.add_done_callback(_consume)
+
+    def _ended(self, key: Key, call: _Call[T]) -> None:
+        if self._calls.get(key) is call and call.detached and self.wake is not None:
+            self.wake(key)
+
+
+def _consume(task: asyncio.Task[object]) -> None:
+    """Retrieve what a cancelled or abandoned task raised (no 'never retrieved' warning)."""
+    if not task.cancelled():
+        task.exception()

@@ -1,0 +1,148 @@
+"""Specification of detached calls: a pass waits a little for its call; a slower one runs
+on without the pass, wakes the sandbox when it ends, and the next pass takes its result."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from craft_operator.reconciler.detached import DetachedCalls
+from craft_operator.reconciler.queue import Backoff
+
+pytestmark = pytest.mark.unit
+
+KEY = ("ns", "alice")
+
+
+async def test_a_call_that_ends_within_the_inline_wait_is_returned_at_once() -> None:
+    calls = DetachedCalls[int](inline=1.0)
+
+    async def quick() -> int:
+        return 7
+
+    assert await calls.result(KEY, "a", quick) == 7
+    assert not calls.running(KEY)
+
+
+async def test_a_slow_call_runs_on_wakes_the_sandbox_and_the_next_pass_takes_it() -> None:
+    calls = DetachedCalls[int](inline=0.05)
+    woken: list[tuple[str, str]] = []
+    calls.wake = woken.append
+    release = asyncio.Event()
+    started = 0
+
+    async def slow() -> int:
+        nonlocal started
+        started += 1
+        await release.wait()
+        return 42
+
+    assert await calls.result(KEY, "a", slow) is None, "the pass goes on without it"
+    assert await calls.result(KEY, "a", slow) is None, "a pass meanwhile does not wait again"
+    assert calls.running(KEY)
+    release.set()
+    await asyncio.sleep(0.01)
+    assert woken == [KEY]
+    assert await calls.result(KEY, "a", slow) == 42
+    assert started == 1, "one call, never two at once"
+
+
+async def test_a_call_for_another_attempt_cancels_the_one_running() -> None:
+    calls = DetachedCalls[str](inline=0.05)
+    cancelled = asyncio.Event()
+
+    async def hangs() -> str:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "old"
+
+    async def new() -> str:
+        return "new"
+
+    assert await calls.result(KEY, "old-pat", hangs) is None
+    assert await calls.result(KEY, "new-pat", new) == "new"
+    await asyncio.wait_for(cancelled.wait(), 5)
+
+
+async def test_what_a_call_raises_reaches_the_pass_that_takes_it() -> None:
+    calls = DetachedCalls[int](inline=1.0)
+
+    async def broken() -> int:
+        raise LookupError("the exec broke")
+
+    with pytest.raises(LookupError, match="broke"):
+        await calls.result(KEY, "a", broken)
+
+
+async def test_beyond_the_limit_a_pass_waits_for_its_call_as_before() -> None:
+    calls = DetachedCalls[int](inline=0.01, limit=1)
+    release = asyncio.Event()
+
+    async def slow() -> int:
+        await release.wait()
+        return 1
+
+    assert await calls.result(("ns", "a"), "x", slow) is None
+    waiting = asyncio.ensure_future(calls.result(("ns", "b"), "x", slow))
+    await asyncio.sleep(0.05)
+    assert not waiting.done(), "no room to run on: this pass waits"
+    release.set()
+    assert await waiting == 1
+
+
+async def test_a_drain_lets_calls_end_within_its_grace_then_cancels_the_rest() -> None:
+    calls = DetachedCalls[int](inline=0.01)
+    ended: list[str] = []
+
+    async def quick() -> int:
+        await asyncio.sleep(0.05)
+        ended.append("quick")
+        return 1
+
+    async def endless() -> int:
+        await asyncio.sleep(60)
+        return 2
+
+    await calls.result(("ns", "a"), "x", quick)
+    await calls.result(("ns", "b"), "x", endless)
+    await asyncio.wait_for(calls.drain(0.5), 10)
+    assert ended == ["quick"]
+    assert not calls.running(("ns", "b"))
+
+
+@pytest.mark.parametrize("end", ["forget", "close"])
+async def test_a_call_cancelled_while_a_pass_waits_for_it_ends_that_wait_without_raising(
+    end: str,
+) -> None:
+    calls = DetachedCalls[int](inline=5.0)
+
+    async def hangs() -> int:
+        await asyncio.sleep(60)
+        return 1
+
+    waiting = asyncio.ensure_future(calls.result(KEY, "a", hangs))
+    await asyncio.sleep(0.01)
+    if end == "forget":
+        calls.forget(KEY)  # the sandbox was deleted
+    else:
+        await calls.close()  # the replica stands by
+    assert await asyncio.wait_for(waiting, 1) is None, "not a CancelledError in the worker"
+
+
+async def test_a_failed_attempt_waits_a_backoff_that_grows_until_one_succeeds() -> None:
+    calls = DetachedCalls[int](backoff=Backoff(base=10.0, cap=300.0, jitter=0.0))
+    assert calls.retry_in(KEY, "a") == 0
+    assert calls.failed(KEY, "a") == 10.0
+    assert 9 < calls.retry_in(KEY, "a") <= 10
+    assert calls.retry_in(KEY, "b") == 0, "another attempt (a new pod or PAT) goes at once"
+    assert calls.failed(KEY, "b") == 20.0, "the count goes on across attempts"
+    assert calls.retry_in(KEY, "a") == 0
+    calls.succeeded(KEY)
+    assert calls.retry_in(KEY, "b") == 0
+    assert calls.failed(KEY, "b") == 10.0, "a success starts the count again"
+    calls.forget(KEY)
+    assert calls.retry_in(KEY, "b") == 0
