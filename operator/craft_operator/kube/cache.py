@@ -17,9 +17,11 @@ objects).
 
 from __future__ import annotations
 
+import bisect
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from craft_operator.api.constants import LABEL_SANDBOX
@@ -113,6 +115,42 @@ def compact_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     return compact
 
 
+@dataclass(frozen=True, eq=False)
+class OrderedIndex:
+    """A view of one kind that the cache keeps up to date as objects come and go: each
+    object's group (``None``: in none), computed from the object as cached, and the
+    group's names in ``order`` (then by name; a group names its namespace, if the kind has
+    one, for its entries are names only). Reading a group costs nothing like a scan:
+    what :meth:`ObjectCache.ordered` returns is kept as objects change, not built per read.
+    Compared by identity: one instance per index."""
+
+    kind: str
+    group: Callable[[Mapping[str, Any]], Hashable | None]
+    order: Callable[[Mapping[str, Any]], str]
+
+
+class _Group:
+    """One group of an :class:`OrderedIndex`: its (order, name) entries, sorted, and their
+    names in the same places (what a read returns, without building a list)."""
+
+    __slots__ = ("entries", "names")
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[str, str]] = []
+        self.names: list[str] = []
+
+    def add(self, entry: tuple[str, str]) -> None:
+        at = bisect.bisect_left(self.entries, entry)
+        self.entries.insert(at, entry)
+        self.names.insert(at, entry[1])
+
+    def discard(self, entry: tuple[str, str]) -> None:
+        at = bisect.bisect_left(self.entries, entry)
+        if at < len(self.entries) and self.entries[at] == entry:
+            del self.entries[at]
+            del self.names[at]
+
+
 class ObjectCache:
     """Latest known object per (kind, namespace, name)."""
 
@@ -125,6 +163,10 @@ class ObjectCache:
         self._names: dict[tuple[str, str | None], set[str]] = {}
         #: The names per (kind, namespace, label, value) of the :data:`INDEXED_LABELS`.
         self._labelled: dict[LabelKey, set[str]] = {}
+        #: Per ordered index in use: each group's (order, name) entries, sorted, and where
+        #: each object of its kind is placed.
+        self._groups: dict[OrderedIndex, dict[Hashable, _Group]] = {}
+        self._placed: dict[OrderedIndex, dict[Key, tuple[Hashable, tuple[str, str]]]] = {}
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -153,9 +195,12 @@ class ObjectCache:
         self._tombstones.pop(key, None)
         if current is not None:
             self._index(key, current, add=False)
-        self._objects[key] = _trimmed(kind, obj)
+        stored = self._objects[key] = _trimmed(kind, obj)
         self._names.setdefault(key[:2], set()).add(key[2])
         self._index(key, obj, add=True)
+        for index in self._groups:
+            if index.kind == kind:
+                self._place(index, key, stored)
         return True
 
     def _index(self, key: Key, obj: Mapping[str, Any], *, add: bool) -> None:
@@ -173,6 +218,39 @@ class ObjectCache:
                 names.discard(key[2])
                 if not names:
                     del self._labelled[index]
+
+    def ordered(self, index: OrderedIndex, group: Hashable) -> Sequence[str]:
+        """The names in ``group`` of ``index``, in its order; the cache's own, kept as
+        objects change: read it before the next await, never change it. The first read of
+        an index builds it from the objects cached then."""
+        groups = self._groups.get(index)
+        if groups is None:
+            groups = self._groups[index] = {}
+            self._placed[index] = {}
+            for key, obj in self._objects.items():
+                if key[0] == index.kind:
+                    self._place(index, key, obj)
+        found = groups.get(group)
+        return () if found is None else found.names
+
+    def _place(self, index: OrderedIndex, key: Key, obj: Mapping[str, Any] | None) -> None:
+        """Put ``key`` where ``obj`` (``None``: gone) belongs in ``index``."""
+        placed = self._placed[index]
+        group = None if obj is None else index.group(obj)
+        entry = ("", "") if obj is None or group is None else (index.order(obj), key[2])
+        before = placed.get(key)
+        if before == (group, entry):
+            return
+        groups = self._groups[index]
+        if before is not None:
+            members = groups[before[0]]
+            members.discard(before[1])
+            if not members.names:
+                del groups[before[0]]
+            del placed[key]
+        if group is not None:
+            groups.setdefault(group, _Group()).add(entry)
+            placed[key] = (group, entry)
 
     def remove(self, kind: str, obj: Mapping[str, Any]) -> None:
         """Forget an object that was deleted (a later, older event cannot bring it back)."""
@@ -207,6 +285,9 @@ class ObjectCache:
         current = self._objects.pop(key, None)
         if current is not None:
             self._index(key, current, add=False)
+            for index in self._groups:
+                if index.kind == key[0]:
+                    self._place(index, key, None)
         names = self._names.get(key[:2])
         if names is not None:
             names.discard(key[2])
@@ -219,6 +300,9 @@ class ObjectCache:
         self._tombstones.clear()
         self._names.clear()
         self._labelled.clear()
+        for index in self._groups:
+            self._groups[index] = {}
+            self._placed[index] = {}
 
     def items(self, kind: str) -> Iterator[tuple[Key, dict[str, Any]]]:
         """All cached objects of ``kind``."""

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL
-from craft_operator.kube.cache import TOMBSTONE_SECONDS, ObjectCache
+from craft_operator.kube.cache import TOMBSTONE_SECONDS, ObjectCache, OrderedIndex
 
 
 def obj(
@@ -274,3 +274,44 @@ def test_tombstones_last_ten_minutes_then_go_so_deletions_never_pile_up() -> Non
     assert len(cache._tombstones) == 1
     cache.put("Pod", obj("warm-0", "3"))
     assert cache.get("Pod", "ns", "warm-0") is not None
+
+
+#: Secrets by their "team" label, ordered by their "rank".
+BY_TEAM = OrderedIndex(
+    "Secret",
+    lambda o: (o["metadata"]["namespace"], o.get("team")) if o.get("team") else None,
+    lambda o: str(o.get("rank", "")),
+)
+
+
+def test_an_ordered_index_keeps_each_group_in_order_as_objects_come_change_and_go() -> None:
+    cache = ObjectCache()
+    cache.put("Secret", obj("c", "1", team="red", rank="2"))
+    cache.put("Secret", obj("a", "1", team="red", rank="3"))
+    assert list(cache.ordered(BY_TEAM, ("ns", "red"))) == ["c", "a"], "built at the first read"
+    cache.put("Secret", obj("b", "1", team="red", rank="2"))
+    cache.put("Secret", obj("x", "1", team="blue", rank="1"))
+    cache.put("Pod", obj("p", "1", team="red", rank="0"))
+    assert list(cache.ordered(BY_TEAM, ("ns", "red"))) == ["b", "c", "a"], "then by name"
+    cache.put("Secret", obj("a", "2", team="red", rank="1"))  # its place changes
+    cache.put("Secret", obj("c", "2", team="blue", rank="2"))  # it changes group
+    cache.put("Secret", obj("b", "2"))  # it leaves every group
+    assert list(cache.ordered(BY_TEAM, ("ns", "red"))) == ["a"]
+    assert list(cache.ordered(BY_TEAM, ("ns", "blue"))) == ["x", "c"]
+    cache.remove("Secret", obj("x", "3"))
+    cache.forget("Secret", "ns", "a")
+    assert list(cache.ordered(BY_TEAM, ("ns", "red"))) == []
+    assert list(cache.ordered(BY_TEAM, ("ns", "blue"))) == ["c"]
+    cache.clear()
+    assert list(cache.ordered(BY_TEAM, ("ns", "blue"))) == []
+    cache.put("Secret", obj("d", "1", team="blue", rank="0"))
+    assert list(cache.ordered(BY_TEAM, ("ns", "blue"))) == ["d"], "kept after a clear"
+
+
+def test_an_older_version_does_not_move_an_ordered_index() -> None:
+    cache = ObjectCache()
+    cache.put("Secret", obj("a", "5", team="red", rank="1"))
+    assert list(cache.ordered(BY_TEAM, ("ns", "red"))) == ["a"]
+    cache.put("Secret", obj("a", "4", team="blue", rank="1"))
+    assert list(cache.ordered(BY_TEAM, ("ns", "red"))) == ["a"]
+    assert list(cache.ordered(BY_TEAM, ("ns", "blue"))) == []

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from craft_operator.api.models import CraftSandbox, LibraryMode
@@ -29,7 +29,7 @@ from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
 from craft_operator.metrics.pools import ColdStartReason
 from craft_operator.reconciler.children import controlled_by
-from craft_operator.reconciler.pool_pods import ready_pool_pods
+from craft_operator.reconciler.pool_pods import ready_pool_pod_names
 from craft_operator.reconciler.step import Pass, Stop
 from craft_operator.reconciler.steps.workspace import cold_start_reason
 from craft_operator.status import POD_READY, ConditionState
@@ -76,7 +76,7 @@ async def claim(p: Pass) -> dict[str, Any] | Stop | None:
         else:
             _cold(p, ColdStartReason.POOL_EMPTY, f"pool {pool} has no Ready pod")
         return None
-    for pod in _spread(p, candidates)[:MAX_TRIES]:
+    for pod in _spread(p, candidates):
         claimed = await _take(p, pod, pool)
         if isinstance(claimed, Stop):
             return claimed
@@ -101,14 +101,15 @@ def needs_own_volume(sandbox: CraftSandbox) -> str | None:
     return JOB_MODE if sandbox.spec.user_library.mode == LibraryMode.JOB else None
 
 
-def _candidates(p: Pass, wanted: str) -> tuple[str | None, list[dict[str, Any]]]:
-    """The pool to claim from and its Ready pods like the sandbox's own pod."""
+def _candidates(p: Pass, wanted: str) -> tuple[str | None, Sequence[str]]:
+    """The pool to claim from and the names of its Ready pods like the sandbox's own pod
+    (the cache's sequence: read before the next await)."""
     s, namespace = p.services, p.sandbox.metadata.namespace or ""
     ref = p.sandbox.spec.pool_ref
     if ref is not None:
         if not _live(s.cache.get(POOL.name, namespace, ref.name)):
-            return None, []
-        return ref.name, ready_pool_pods(s.cache, namespace, ref.name, template_hash=wanted)
+            return None, ()
+        return ref.name, ready_pool_pod_names(s.cache, namespace, ref.name, template_hash=wanted)
     # Woken from sleep: the first pool with a Ready pod like the sandbox's, else a pool
     # whose pods would be (empty now: the cold start is said), else none.
     matching = None
@@ -116,12 +117,12 @@ def _candidates(p: Pass, wanted: str) -> tuple[str | None, list[dict[str, Any]]]
         if not _live(body):
             continue
         name = body["metadata"]["name"]
-        pods = ready_pool_pods(s.cache, namespace, name, template_hash=wanted)
-        if pods:
-            return name, pods
+        names = ready_pool_pod_names(s.cache, namespace, name, template_hash=wanted)
+        if names:
+            return name, names
         if matching is None and _pool_template(p, name) == wanted:
             matching = name
-    return matching, []
+    return matching, ()
 
 
 def _live(pool: Mapping[str, Any] | None) -> bool:
@@ -153,12 +154,15 @@ def _cold_without_pool(p: Pass) -> None:
         _cold(p, ColdStartReason.NO_POOL, f"CraftSandboxPool {ref.name} {why}")
 
 
-def _spread(p: Pass, candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The candidates, starting at a place of this sandbox's own, so that sandboxes
-    claiming at the same moment mostly try different pods."""
+def _spread(p: Pass, names: Sequence[str]) -> list[dict[str, Any]]:
+    """Up to :data:`MAX_TRIES` of the candidates, oldest first from a place of this
+    sandbox's own, so that sandboxes claiming at the same moment mostly try different pods
+    (read before any await: ``names`` is the cache's own)."""
     seed = hashlib.sha256((p.sandbox.metadata.uid or p.run.name).encode()).digest()
-    start = int.from_bytes(seed[:4], "big") % len(candidates)
-    return candidates[start:] + candidates[:start]
+    start = int.from_bytes(seed[:4], "big") % len(names)
+    picked = [names[(start + offset) % len(names)] for offset in range(min(MAX_TRIES, len(names)))]
+    namespace = p.sandbox.metadata.namespace
+    return [pod for name in picked if (pod := p.services.cache.get(POD.name, namespace, name))]
 
 
 def claim_patch(pod: Mapping[str, Any], p: Pass, pool: str) -> dict[str, Any]:
