@@ -56,6 +56,25 @@ async def test_suspend_deletes_the_pod_and_keeps_credentials_and_resume_brings_i
     assert len(live_pats(settings)) == 1
 
 
+async def test_a_resumed_sandbox_gets_a_fresh_idle_window_not_a_sleep_at_once(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    # Created suspended with its last activity two hours old, under a one-hour timeout.
+    manifest = sandbox("alice", idleTimeout="1h", suspend=True)
+    manifest["metadata"]["annotations"] = {ACTIVITY: stamp(datetime.now(UTC) - timedelta(hours=2))}
+    emulator.create(SANDBOXES, manifest)
+    await phase(emulator, "alice", "Suspended")
+
+    emulator.patch(SANDBOXES, NAMESPACE, "alice", {"spec": {"suspend": False}})
+
+    await eventually(lambda: pod(emulator, "alice"), what="the pod after the resume")
+    mark_pod_running(emulator, NAMESPACE, "alice")
+    resumed = await phase(emulator, "alice", "Ready")
+    assert resumed["wokeAt"], "a resume is a wake: the idle window starts now"
+    assert "sleepingSince" not in resumed
+    await event_posted(emulator, "alice", "SandboxResumed")
+
+
 async def test_an_idle_sandbox_sleeps_and_newer_activity_wakes_it(
     emulator: KubeEmulator, operator: OperatorContext
 ) -> None:

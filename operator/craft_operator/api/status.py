@@ -206,8 +206,8 @@ class CraftSandboxStatus(StatusModel):
     woke_at: datetime | None = Field(
         default=None,
         description=(
-            "When the sandbox last woke from idle sleep; it does not fall asleep again "
-            "within idleTimeout of that moment."
+            "When the sandbox last woke from idle sleep or was resumed from suspend; it "
+            "does not fall asleep again within idleTimeout of that moment."
         ),
     )
     conditions: list[Condition] = Field(
