@@ -6,8 +6,10 @@ reconcile workers the whole time, and some dozens of such pods could hold them a
 pass waits :attr:`DetachedCalls.inline` seconds (nearly every delivery ends well within),
 and a call still running then goes on without it: the sandbox is woken
 (:attr:`DetachedCalls.wake`) when it ends, and its next pass takes the result. At most
-``limit`` calls run detached at once; beyond that a pass waits for its call as before (each
-holds a connection of the exec session, which the library syncs share).
+``limit`` calls run detached at once (each holds a connection of the exec session, which
+the library syncs share); beyond that a call is not started, and the sandbox waits: it is
+woken when a detached call ends, the one that waited longest first. A pass never waits
+longer than ``inline`` seconds.
 
 A pass that leaves its call running ends well, which resets the work queue's backoff; so
 the calls' failures are counted here (:meth:`DetachedCalls.failed`), and a failed call is
@@ -56,6 +58,10 @@ class DetachedCalls(Generic[T]):
         self._backoff = backoff or Backoff()
         self._calls: dict[Key, _Call[T]] = {}
         self._failures: dict[Key, _Failures] = {}
+        #: Sandboxes whose call waits for room, in the order they came (a dict as a set).
+        self._turns: dict[Key, None] = {}
+        #: Set by :meth:`drain`: the operator stops, and no call outlives a pass any more.
+        self._stopping = False
         #: Called with a sandbox's key when a call no pass waits for ends (the queue's add).
         self.wake: Callable[[Key], None] | None = None
 
@@ -67,9 +73,10 @@ class DetachedCalls(Generic[T]):
     async def result(self, key: Key, attempt: str, start: Callable[[], Awaitable[T]]) -> T | None:
         """The result of the call ``attempt`` for ``key`` (what it raised, raised): started
         unless it runs already, waited for up to ``inline`` seconds; ``None`` while it runs
-        on (the sandbox is woken when it ends) or if it was cancelled meanwhile (the sandbox
+        on (the sandbox is woken when it ends), while it waits for room to run (see
+        :meth:`waiting`; woken when there is), or if it was cancelled meanwhile (the sandbox
         is gone, or the operator stands by). A call for another attempt (another pod or PAT)
-        is cancelled first."""
+        is cancelled first. Once the operator stops, a call runs within its pass."""
         call = self._calls.get(key)
         if call is not None and call.attempt != attempt:
             self._drop(key, call)
@@ -77,8 +84,12 @@ class DetachedCalls(Generic[T]):
         if call is not None and call.detached and not call.task.done():
             return None  # a pass waited for it already: the sandbox is woken when it ends
         if call is None:
+            if self._stopping:
+                return await start()  # the queue's stop bounds (and cancels) the pass
             if self.detached >= self.limit:
-                return await start()  # no room to run on: wait for it, as a pass once did
+                self._turns[key] = None  # no room: woken when a detached call ends
+                return None
+            self._turns.pop(key, None)
             call = _Call(attempt, asyncio.ensure_future(start()))
             self._calls[key] = call
             call.task.add_done_callback(lambda _: self._ended(key, call))
@@ -99,47 +110,61 @@ class DetachedCalls(Generic[T]):
         call = self._calls.get(key)
         return call is not None and not call.task.done()
 
-    def retry_in(self, key: Key, attempt: str) -> float:
-        """Seconds before ``attempt`` may be started again after it failed (0: now; a
-        call for another attempt, a new pod or PAT, is never held back)."""
+    def waiting(self, key: Key) -> bool:
+        """Whether ``key``'s call waits for room to run (``limit`` calls run on)."""
+        return key in self._turns
+
+    def retry_in(self, key: Key, target: str) -> float:
+        """Seconds before a call for ``target`` (a pod and PAT, say) may be started again
+        after it failed (0: now; another target is never held back)."""
         failures = self._failures.get(key)
-        if failures is None or failures.attempt != attempt:
+        if failures is None or failures.attempt != target:
             return 0.0
         return max(0.0, failures.until - asyncio.get_running_loop().time())
 
-    def failed(self, key: Key, attempt: str) -> float:
-        """Count a failure of ``attempt`` (one that may pass when tried again); returns the
-        seconds before it may be. The count goes on across attempts until one succeeds."""
+    def failed(self, key: Key, target: str) -> float:
+        """Count a failure of a call for ``target`` (one that may pass when tried again);
+        returns the seconds before it may be. A new target counts from one again."""
         previous = self._failures.get(key)
-        count = 1 if previous is None else previous.count + 1
+        count = 1 if previous is None or previous.attempt != target else previous.count + 1
         delay = self._backoff.delay(count)
         until = asyncio.get_running_loop().time() + delay
-        self._failures[key] = _Failures(attempt, count, until)
+        self._failures[key] = _Failures(target, count, until)
         return delay
 
-    def succeeded(self, key: Key) -> None:
-        """A call for ``key`` succeeded: its failures are forgotten."""
+    def backing_off(self, key: Key) -> bool:
+        """Whether the last call for ``key`` failed and its backoff has not passed."""
+        failures = self._failures.get(key)
+        return failures is not None and failures.until > asyncio.get_running_loop().time()
+
+    def clear_failures(self, key: Key) -> None:
+        """A call for ``key`` succeeded, or what it failed for changed (its spec was
+        edited, say): its failures are forgotten."""
         self._failures.pop(key, None)
 
     def forget(self, key: Key) -> None:
-        """The sandbox is gone: cancel its call and forget its failures."""
+        """The sandbox is gone: cancel its call and forget its failures and its turn."""
         self._failures.pop(key, None)
+        self._turns.pop(key, None)
         call = self._calls.get(key)
         if call is not None:
             self._drop(key, call)
 
     async def drain(self, grace: float) -> None:
-        """Let the calls under way end within ``grace`` seconds, then cancel the rest."""
+        """The operator stops: let the calls under way end within ``grace`` seconds, then
+        cancel the rest; from now on no call outlives its pass."""
+        self._stopping = True
         running = [call.task for call in self._calls.values() if not call.task.done()]
         if running and grace > 0:
             await asyncio.wait(running, timeout=grace)
         await self.close()
 
     async def close(self) -> None:
-        """Cancel every call and forget every result and failure (the operator stops, or
-        stands by)."""
+        """Cancel every call and forget every result, failure and turn (the operator stops,
+        or stands by)."""
         calls, self._calls = list(self._calls.values()), {}
         self._failures.clear()
+        self._turns.clear()
         for call in calls:
             call.task.cancel()
         await asyncio.gather(*(call.task for call in calls), return_exceptions=True)
@@ -151,6 +176,16 @@ class DetachedCalls(Generic[T]):
 
     def _ended(self, key: Key, call: _Call[T]) -> None:
         if self._calls.get(key) is call and call.detached and self.wake is not None:
+            self.wake(key)
+        self._next_turn(call)
+
+    def _next_turn(self, call: _Call[T]) -> None:
+        """A detached call ended: wake the sandbox whose call waited longest for room (no
+        place is kept for it: a sandbox that no longer needs its call must not hold up the
+        others; the step comes back on its own too)."""
+        if call.detached and self._turns and self.wake is not None:
+            key = next(iter(self._turns))
+            del self._turns[key]
             self.wake(key)
 
 

@@ -105,6 +105,7 @@ class SandboxReconciler:
             return None
         if run.spec_changed:
             run.status.pod_failures = None
+            s.deliveries.clear_failures(key)  # any spec change retries the PAT's delivery
             if run.status.cli_auth_failures:
                 # A twice-refused PAT stopped the deliveries ("until the spec changes"): the
                 # pod and PAT it was refused for count as validated, so validate again.

@@ -62,16 +62,15 @@ async def test_the_pat_and_the_skill_are_split_from_one_stdin_and_written_whole(
     assert stat.S_IMODE(pat.stat().st_mode) == 0o600
     assert skill.read_bytes() == SKILL
     assert stat.S_IMODE(skill.stat().st_mode) == 0o644
-    assert not list(pat.parent.glob("*.new"))
-    assert not list(skill.parent.glob("*.new"))
+    assert [path.name for path in pat.parent.iterdir()] == ["pat"], "no temporary file left"
+    assert [path.name for path in skill.parent.iterdir()] == ["SKILL.md"]
 
 
 async def test_a_pat_that_cannot_be_written_stops_before_the_skill(pods: LocalExec) -> None:
-    credentials = pods.credentials_dir("ns", "pod")
-    credentials.mkdir(parents=True)
-    (credentials / "pat.new").mkdir()  # the write cannot land
+    argv = write_argv(TOKEN)
+    argv[4] = f"{PAT_FILE}-missing-directory/pat"  # the write cannot land
 
-    result = await pods.run("ns", "pod", "sandbox", write_argv(TOKEN), stdin=TOKEN + SKILL)
+    result = await pods.run("ns", "pod", "sandbox", argv, stdin=TOKEN + SKILL)
 
     assert result.exit_code == EXIT_NOT_DELIVERED
     assert not (pods.workspace("ns", "pod") / "skills" / "company-search" / "SKILL.md").exists()

@@ -78,20 +78,40 @@ async def test_what_a_call_raises_reaches_the_pass_that_takes_it() -> None:
         await calls.result(KEY, "a", broken)
 
 
-async def test_beyond_the_limit_a_pass_waits_for_its_call_as_before() -> None:
+async def test_beyond_the_limit_a_call_waits_for_room_and_its_pass_does_not() -> None:
     calls = DetachedCalls[int](inline=0.01, limit=1)
+    woken: list[tuple[str, str]] = []
+    calls.wake = woken.append
     release = asyncio.Event()
 
     async def slow() -> int:
         await release.wait()
         return 1
 
+    async def quick() -> int:
+        return 2
+
     assert await calls.result(("ns", "a"), "x", slow) is None
-    waiting = asyncio.ensure_future(calls.result(("ns", "b"), "x", slow))
-    await asyncio.sleep(0.05)
-    assert not waiting.done(), "no room to run on: this pass waits"
+    assert await asyncio.wait_for(calls.result(("ns", "b"), "x", quick), 1) is None
+    assert calls.waiting(("ns", "b")), "no room: not started"
+    assert not calls.running(("ns", "b"))
     release.set()
-    assert await waiting == 1
+    await asyncio.sleep(0.01)
+    assert woken == [("ns", "a"), ("ns", "b")], "a's end wakes a, then the one waiting"
+    assert not calls.waiting(("ns", "b"))
+    assert await calls.result(("ns", "b"), "x", quick) == 2
+
+
+async def test_once_the_operator_stops_a_call_runs_within_its_pass() -> None:
+    calls = DetachedCalls[int](inline=0.01)
+    await calls.drain(0)
+
+    async def slow() -> int:
+        await asyncio.sleep(0.05)
+        return 3
+
+    assert await calls.result(KEY, "x", slow) == 3, "nothing left running after the stop"
+    assert not calls.running(KEY)
 
 
 async def test_a_drain_lets_calls_end_within_its_grace_then_cancels_the_rest() -> None:
@@ -133,16 +153,20 @@ async def test_a_call_cancelled_while_a_pass_waits_for_it_ends_that_wait_without
     assert await asyncio.wait_for(waiting, 1) is None, "not a CancelledError in the worker"
 
 
-async def test_a_failed_attempt_waits_a_backoff_that_grows_until_one_succeeds() -> None:
+async def test_a_failed_target_waits_a_backoff_that_grows_until_one_succeeds() -> None:
     calls = DetachedCalls[int](backoff=Backoff(base=10.0, cap=300.0, jitter=0.0))
     assert calls.retry_in(KEY, "a") == 0
+    assert not calls.backing_off(KEY)
     assert calls.failed(KEY, "a") == 10.0
     assert 9 < calls.retry_in(KEY, "a") <= 10
-    assert calls.retry_in(KEY, "b") == 0, "another attempt (a new pod or PAT) goes at once"
-    assert calls.failed(KEY, "b") == 20.0, "the count goes on across attempts"
+    assert calls.backing_off(KEY)
+    assert calls.failed(KEY, "a") == 20.0, "it grows"
+    assert calls.retry_in(KEY, "b") == 0, "another target (a new pod or PAT) goes at once"
+    assert calls.failed(KEY, "b") == 10.0, "and counts from one"
     assert calls.retry_in(KEY, "a") == 0
-    calls.succeeded(KEY)
+    calls.clear_failures(KEY)
     assert calls.retry_in(KEY, "b") == 0
-    assert calls.failed(KEY, "b") == 10.0, "a success starts the count again"
+    assert not calls.backing_off(KEY)
+    calls.failed(KEY, "b")
     calls.forget(KEY)
     assert calls.retry_in(KEY, "b") == 0

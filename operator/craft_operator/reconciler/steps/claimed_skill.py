@@ -38,8 +38,8 @@ has_size() {
 #: holds all ``$2`` bytes: an exec whose client went away is not ended, its stdin is, so
 #: the end of stdin does not mean that all of it came.
 WRITE_SKILL = (
-    'umask 022 && mkdir -p "${1%/*}" && cat > "$1.new" && has_size "$1.new" "$2" '
-    '&& mv -f "$1.new" "$1"'
+    'umask 022 && mkdir -p "${1%/*}" && cat > "$1.$$" && has_size "$1.$$" "$2" '
+    '&& mv -f "$1.$$" "$1"'
 )
 WRITE_SKILL_SCRIPT = f"{HAS_SIZE_FUNCTION}\n{WRITE_SKILL}"
 TIMEOUT = 10.0
@@ -92,11 +92,15 @@ def _failed_this_pass(p: Pass) -> bool:
 
 async def deliver_skill(p: Pass) -> Stop | None:
     """Write the skill into a claimed pod if it is not there at this content yet (unless
-    the CLIValidated step, which runs first, carried it with the PAT this pass, or failed
-    to: the next pass tries again, after the backoff)."""
-    pending = pending_skill(p)
-    if pending is None or _failed_this_pass(p) or p.services.deliveries.running(p.run.key):
-        return None  # a PAT delivery still running may carry it: the pass it wakes sees
+    the CLIValidated step, which runs first, carried it with the PAT this pass, failed to,
+    or runs on without the pass: the next pass tries again, after the backoff)."""
+    pending, deliveries, key = pending_skill(p), p.services.deliveries, p.run.key
+    if pending is None or _failed_this_pass(p):
+        return None
+    if deliveries.running(key) or deliveries.waiting(key) or deliveries.backing_off(key):
+        # A PAT delivery running, or to come, carries it; one that failed waits for its
+        # backoff, and so does this (a pod that stalls one exec would stall this one).
+        return None
     assert p.pod is not None
     meta = p.pod["metadata"]
     try:

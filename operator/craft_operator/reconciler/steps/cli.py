@@ -42,6 +42,9 @@ VALIDATING = "Validating"
 #: CLIValidated's reason while a failed delivery waits for its backoff, if an earlier row
 #: stopped a pass since it failed (its own verdict stays otherwise).
 RETRY_PENDING = "RetryPending"
+#: Seconds before a delivery that found no room to run on is tried again, if no detached
+#: delivery's end wakes it first.
+WAITING_RETRY = 10.0
 #: One exec: write the PAT on stdin to the PAT file atomically, readable by the pod's user
 #: only, then run onyx-cli, which reads it (the image's wrapper). The path is an argument,
 #: so the token is never on a command line (exec's command is in the request URL).
@@ -49,7 +52,7 @@ RETRY_PENDING = "RetryPending"
 #: mean that all of it came. So the PAT is sent as one line (it never holds a newline), and
 #: ``read`` fails unless that newline arrived; the file is then written from the line.
 WRITE_PAT_SCRIPT = (
-    'umask 077 && IFS= read -r t && printf \'%s\' "$t" > "$1.new" && mv -f "$1.new" "$1"'
+    'umask 077 && IFS= read -r t && printf \'%s\' "$t" > "$1.$$" && mv -f "$1.$$" "$1"'
 )
 #: With a claimed pod's SKILL.md too: the PAT is the first ``$3`` bytes of stdin (``dd``
 #: with one-byte blocks reads no further), written to ``$1`` once it holds all of them; the
@@ -57,8 +60,8 @@ WRITE_PAT_SCRIPT = (
 #: (given ``$2`` and ``$4`` as their ``$1`` and ``$2``).
 WRITE_PAT_AND_SKILL_SCRIPT = (
     f"{claimed_skill.HAS_SIZE_FUNCTION}\n"
-    'umask 077 && dd bs=1 count="$3" of="$1.new" 2>/dev/null && has_size "$1.new" "$3" '
-    f'&& mv -f "$1.new" "$1" || exit {EXIT_NOT_DELIVERED}\n'
+    'umask 077 && dd bs=1 count="$3" of="$1.$$" 2>/dev/null && has_size "$1.$$" "$3" '
+    f'&& mv -f "$1.$$" "$1" || exit {EXIT_NOT_DELIVERED}\n'
     'set -- "$2" "$4"\n'
     f"{claimed_skill.WRITE_SKILL} || exit {EXIT_SKILL_NOT_DELIVERED}"
 )
@@ -110,13 +113,12 @@ async def validate_cli(p: Pass) -> Stop | None:
             await _retire_superseded(p)  # if a pass was cut off after validating
         return None
     skill = claimed_skill.pending_skill(p)
-    attempt = _attempt(p, skill)
-    deliveries = p.services.deliveries
-    wait = deliveries.retry_in(run.key, attempt)
+    deliveries, target = p.services.deliveries, _target(p)
+    wait = deliveries.retry_in(run.key, target)
     if wait > 0:
         _backing_off(p, wait)
         return None
-    result = await _deliver_and_validate(p, skill, attempt)
+    result = await _deliver_and_validate(p, skill, target)
     if result is None:
         return None
     if skill is not None and result.exit_code in cli_validation.EXIT_MEANINGS:
@@ -124,9 +126,9 @@ async def validate_cli(p: Pass) -> Stop | None:
         # not; a shell killed before, 137 say, proves nothing).
         run.status.delivered_skill = skill.delivered
     if await _judge(p, uid, result):
-        deliveries.succeeded(run.key)
+        deliveries.failed(run.key, target)
     else:
-        deliveries.failed(run.key, attempt)
+        deliveries.clear_failures(run.key)
     return None
 
 
@@ -155,20 +157,22 @@ async def deliver_renewal(p: Pass) -> None:
     await validate_cli(p)
 
 
-def _attempt(p: Pass, skill: claimed_skill.PendingSkill | None) -> str:
-    """What one delivery is for: this pod, this PAT and this SKILL.md (if it rides along)."""
+def _target(p: Pass) -> str:
+    """What the deliveries' backoff is for: this pod and this PAT (a new pod or PAT is
+    tried at once; a SKILL.md delivered meanwhile by its own step changes neither)."""
     assert p.pod is not None
     assert p.issued is not None
-    skill_hash = "" if skill is None else skill.delivered.content_hash
-    return f"{p.pod['metadata'].get('uid', '')}|{p.issued.pat_id}|{skill_hash}"
+    return f"{p.pod['metadata'].get('uid', '')}|{p.issued.pat_id}"
 
 
 def _backing_off(p: Pass, wait: float) -> None:
     """The last delivery of this PAT into this pod failed, and its backoff has not passed
     (passes come sooner, woken by the pod's events): the verdict it left stays, and the
-    delivery is tried again once the backoff has passed."""
-    if _waited(p):
-        # An earlier row stopped a pass since, and its Waiting says nothing of this.
+    delivery is tried again once the backoff has passed. A False verdict always stays;
+    an Unknown one that no longer says what happens (an earlier row stopped a pass since,
+    or the pass that took the failure could not write it) says when the next try is."""
+    held = p.run.condition(CLI_VALIDATED)
+    if _waited(p) or (held is not None and held.reason == VALIDATING):
         at = (p.run.moment() + timedelta(seconds=wait)).strftime("%H:%M:%SZ")
         message = f"the last delivery of the PAT failed; it is tried again at {at}"
         p.run.set(ConditionState.unknown(CLI_VALIDATED, RETRY_PENDING, message))
@@ -176,13 +180,14 @@ def _backing_off(p: Pass, wait: float) -> None:
 
 
 async def _deliver_and_validate(
-    p: Pass, skill: claimed_skill.PendingSkill | None, attempt: str
+    p: Pass, skill: claimed_skill.PendingSkill | None, target: str
 ) -> ExecResult | None:
     """Write the PAT (and a claimed pod's pending SKILL.md) into the pod and run onyx-cli
-    with it, in one exec; ``None`` if exec itself failed (the condition says why)."""
+    with it, in one exec; ``None`` if exec itself failed (the condition says why), or if
+    the exec runs on without the pass or waits for room to."""
     assert p.pod is not None
     assert p.issued is not None
-    s, meta = p.services, p.pod["metadata"]
+    s, meta, key = p.services, p.pod["metadata"], p.run.key
     token = p.issued.token.get_secret_value().encode()
     text = None if skill is None else skill.text
     argv = DELIVER_ARGV if text is None else deliver_with_skill_argv(len(token), len(text))
@@ -202,26 +207,35 @@ async def _deliver_and_validate(
         return result
 
     # One delivery per pod, PAT and SKILL.md; a slow one runs on without the pass.
+    skill_hash = "" if skill is None else skill.delivered.content_hash
     try:
-        result = await s.deliveries.result(p.run.key, attempt, deliver)
+        result = await s.deliveries.result(key, f"{target}|{skill_hash}", deliver)
     except ExecError as exc:
+        # Backed off whatever it was: one that cannot pass (an onyx-cli that prints more
+        # than is read, say) is not run again on every event of its pod.
+        s.deliveries.failed(key, target)
         _exec_failed(p, exc)
-        if exc.retryable:
-            s.deliveries.failed(p.run.key, attempt)
         return None
+    except Exception:
+        s.deliveries.failed(key, target)  # the pass fails (and says why in the log)
+        raise
     if result is None:
-        _validating(p)
+        _validating(p, waiting=s.deliveries.waiting(key))
     return result
 
 
-def _validating(p: Pass) -> None:
+def _validating(p: Pass, *, waiting: bool) -> None:
     """The delivery runs on without the pass (onyx-cli slow to answer, or a pod that holds
-    it): its end wakes the sandbox. A verdict already given stays meanwhile (a renewal
-    keeps a Ready sandbox Ready)."""
+    it), or waits for room to (``waiting``: as many run on as may): either way its end,
+    or room, wakes the sandbox. A verdict already given stays meanwhile (a renewal keeps a
+    Ready sandbox Ready)."""
     if not p.run.condition_is(CLI_VALIDATED, ConditionStatus.TRUE, ConditionStatus.FALSE):
         message = "onyx-cli is still validating the PAT in the pod"
+        if waiting:
+            message = "waiting for room among the PAT deliveries that run on (onyx-cli slow)"
         p.run.set(ConditionState.unknown(CLI_VALIDATED, VALIDATING, message))
-    p.run.revisit(after=CLI_TIMEOUT + 5)  # woken when it ends; this in case it is lost
+    # Woken when it ends (or when there is room); these in case that is lost.
+    p.run.revisit(after=WAITING_RETRY if waiting else CLI_TIMEOUT + 5)
 
 
 async def _retire_superseded(p: Pass) -> None:
@@ -260,22 +274,24 @@ def _exec_failed(p: Pass, exc: ExecError) -> None:
 
 
 async def _judge(p: Pass, uid: str | None, result: ExecResult) -> bool:
-    """Record what onyx-cli's exit code says, and whether it validated the PAT; a refused
-    PAT gets one fresh one."""
+    """Record what onyx-cli's exit code says; a refused PAT gets one fresh one. Whether the
+    delivery failed in a way it is tried again for, after the deliveries' backoff (not
+    when the PAT was validated, nor when it was refused: a new PAT goes at once, a second
+    refusal until the spec changes)."""
     run = p.run
     assert p.issued is not None
     if result.exit_code == EXIT_NOT_DELIVERED:
         detail = f"could not write the PAT to {PAT_FILE}"
         excerpt = _excerpt(p, result)
         p.fail(CLI_VALIDATED, "DeliveryFailed", f"{detail}: {excerpt}" if excerpt else detail)
-        return False
+        return True
     if result.exit_code == EXIT_SKILL_NOT_DELIVERED:
         detail = f"could not write {claimed_skill.SKILL_FILE} into the pod"
         excerpt = _excerpt(p, result)
         claimed_skill.skill_failed(p, f"{detail}: {excerpt}" if excerpt else detail)
         run.set(ConditionState.unknown(CLI_VALIDATED, claimed_skill.DELIVERY_FAILED, detail))
         run.revisit(backoff=claimed_skill.DELIVERY_FAILED)
-        return False
+        return True
     reason, meaning = cli_validation.describe_exit(result.exit_code)
     if result.exit_code == cli_validation.EXIT_OK:
         run.status.validated_pod_uid = uid
@@ -284,7 +300,7 @@ async def _judge(p: Pass, uid: str | None, result: ExecResult) -> bool:
         run.set(ConditionState.true(CLI_VALIDATED, reason, meaning))
         p.event("CLIValidated", meaning)
         await _retire_superseded(p)
-        return True
+        return False
     detail = f"{meaning} (exit {result.exit_code})"
     excerpt = _excerpt(p, result)
     if excerpt:
@@ -295,7 +311,7 @@ async def _judge(p: Pass, uid: str | None, result: ExecResult) -> bool:
     run.set(ConditionState.false(CLI_VALIDATED, reason, detail))
     p.event(reason, detail, warning=True)
     run.revisit(backoff=reason)
-    return False
+    return True
 
 
 def _excerpt(p: Pass, result: ExecResult) -> str:

@@ -26,7 +26,7 @@ from craft_operator.credentials.model import IssuedCredential
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import KubeClient
 from craft_operator.kube.event_batch import steps_of
-from craft_operator.kube.exec import ExecResult, Stdin
+from craft_operator.kube.exec import ExecError, ExecResult, Stdin
 from craft_operator.library import LibraryLocation, SyncResult
 from craft_operator.metrics import Metrics
 from craft_operator.reconciler.deps import Services
@@ -107,8 +107,10 @@ class Exec:
     delivered: list[bytes] = field(default_factory=list)
     #: SKILL.md contents written into claimed pods, alone or with a PAT.
     skills: list[bytes] = field(default_factory=list)
-    #: When set, a PAT delivery waits for it (onyx-cli slow to answer).
+    #: When set, a PAT delivery (with a SKILL.md or not) waits for it (onyx-cli slow).
     hold_delivery: asyncio.Event | None = None
+    #: When set, a PAT delivery raises it (the exec itself failed).
+    delivery_error: ExecError | None = None
 
     async def run(
         self,
@@ -122,8 +124,11 @@ class Exec:
         max_output_bytes: int | None = None,
     ) -> ExecResult:
         self.calls.append(tuple(argv))
-        if self.hold_delivery is not None and argv[3:4] in (["deliver-pat"], ("deliver-pat",)):
+        delivery = argv[0] == "sh" and argv[3] in ("deliver-pat", "deliver-pat-and-skill")
+        if delivery and self.hold_delivery is not None:
             await self.hold_delivery.wait()
+        if delivery and self.delivery_error is not None:
+            raise self.delivery_error
         if argv[0] == "sh" and "deliver-pat-and-skill" in argv:
             # argv: sh -c SCRIPT deliver-pat-and-skill PAT_FILE SKILL_FILE PAT_BYTES SKILL_BYTES
             assert isinstance(stdin, bytes), "the PAT and the SKILL.md go on stdin"

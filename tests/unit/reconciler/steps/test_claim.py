@@ -19,6 +19,7 @@ from craft_operator.builders.pod import build_pod
 from craft_operator.builders.pool import build_pool_pod
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError
+from craft_operator.reconciler.detached import DetachedCalls
 from craft_operator.reconciler.run import Run
 from craft_operator.reconciler.step import Memory, Pass, Stop
 from craft_operator.reconciler.steps import credentials, pod, pod_lifecycle
@@ -513,3 +514,35 @@ async def test_a_cold_pod_whose_creation_is_retried_is_one_cold_start(pooled: Wo
     cold = {"reason": "PoolEmpty"}
     assert registry.get_sample_value("craft_pool_cold_starts_total", cold) == 1
     assert pooled.stored("v1/pods", NAME) is not None
+
+
+async def test_a_claimed_pods_skill_is_not_written_alone_while_its_pat_delivery_runs_on(
+    pooled: World,
+) -> None:
+    pooled.services.deliveries = DetachedCalls(inline=0.05)
+    pooled.exec.hold_delivery = asyncio.Event()  # onyx-cli slow to answer
+    warm_pods(pooled, 1)
+    p = pooled.pass_(spec={"poolRef": {"name": POOL}})
+    await asyncio.wait_for(run_steps(p), 5)
+    assert [call[3] for call in pooled.exec.calls] == ["deliver-pat-and-skill"], (
+        "the delivery running on carries the SKILL.md: no second exec beside it"
+    )
+    pooled.exec.hold_delivery.set()
+    await asyncio.sleep(0.05)
+    judged = pooled.pass_(spec={"poolRef": {"name": POOL}}, status=dump_status(p.run.status))
+    await run_steps(judged)
+    assert [call[3] for call in pooled.exec.calls] == ["deliver-pat-and-skill"]
+    assert judged.run.status.delivered_skill is not None
+
+
+async def test_a_skill_the_pod_refused_is_not_tried_alone_within_the_backoff(
+    pooled: World,
+) -> None:
+    warm_pods(pooled, 1)
+    pooled.exec.skill_exit = EXIT_SKILL_NOT_DELIVERED
+    p = pooled.pass_(spec={"poolRef": {"name": POOL}})
+    await run_steps(p)
+    pooled.exec.skill_exit = 0
+    soon = pooled.pass_(spec={"poolRef": {"name": POOL}}, status=dump_status(p.run.status))
+    await run_steps(soon)  # a pod event brings the sandbox back at once
+    assert len(pooled.exec.calls) == 1, "neither the delivery nor the SKILL.md alone"

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from craft_operator.kube.exec import ExecResult
+from craft_operator.kube.exec import ExecError, ExecOutputTooLargeError, ExecResult
 from craft_operator.reconciler import cli_validation
 from craft_operator.reconciler.detached import DetachedCalls
 from craft_operator.reconciler.queue import Backoff
@@ -134,7 +134,7 @@ async def test_a_failed_delivery_waits_its_backoff_however_often_passes_come(
     retried = await ready_pass(world, status=stored)
     await cli.validate_cli(retried)
     assert world.exec.calls == [cli.DELIVER_ARGV] * 2
-    assert deliveries.retry_in(retried.run.key, "pod-1|1|") > 0.2, "the backoff grows"
+    assert deliveries.retry_in(retried.run.key, "pod-1|1") > 0.2, "the backoff grows"
 
     await asyncio.sleep(0.45)
     world.exec.cli_exit = 0  # the server is back
@@ -143,7 +143,7 @@ async def test_a_failed_delivery_waits_its_backoff_however_often_passes_come(
     condition = healed.run.condition("CLIValidated")
     assert condition is not None
     assert (condition.status, condition.reason) == ("True", "Validated")
-    assert deliveries.retry_in(healed.run.key, "pod-1|1|") == 0
+    assert deliveries.retry_in(healed.run.key, "pod-1|1") == 0
 
 
 async def test_a_delivery_that_fails_slowly_backs_off_like_one_that_fails_at_once(
@@ -172,14 +172,22 @@ async def test_a_delivery_that_fails_slowly_backs_off_like_one_that_fails_at_onc
     assert after > 25
 
 
-async def test_a_backoff_after_an_earlier_row_stopped_a_pass_says_when_it_is_tried_again(
-    world: World,
+@pytest.mark.parametrize("held", ["waiting", "validating"])
+async def test_a_backoff_says_when_the_next_try_is_where_the_condition_says_nothing_of_it(
+    world: World, held: str
 ) -> None:
     backoff_of(world, base=30.0)
-    world.exec.cli_exit = UNREACHABLE
+    world.exec.delivery_error = ExecError("the connection broke")
     p = await ready_pass(world)
     await cli.validate_cli(p)
-    p.run.set(ConditionState.unknown("CLIValidated", "WaitingForCredentials", WAITING_MESSAGE))
+    condition = p.run.condition("CLIValidated")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("Unknown", "ExecFailed")
+    if held == "waiting":  # a later pass stopped at the credentials row (the database down)
+        state = ConditionState.unknown("CLIValidated", "WaitingForCredentials", WAITING_MESSAGE)
+    else:  # the pass that took a slow delivery's failure could not write its status
+        state = ConditionState.unknown("CLIValidated", "Validating", "onyx-cli is still ...")
+    p.run.set(state)
     stored = p.run.status.model_dump(by_alias=True, mode="json")
     recovered = await ready_pass(world, status=stored)
     await cli.validate_cli(recovered)
@@ -188,6 +196,40 @@ async def test_a_backoff_after_an_earlier_row_stopped_a_pass_says_when_it_is_tri
     assert (condition.status, condition.reason) == ("Unknown", "RetryPending")
     assert "tried again at" in condition.message
     assert world.exec.calls == [cli.DELIVER_ARGV]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [ExecOutputTooLargeError("onyx-cli printed too much", limit=1024), RuntimeError("closed")],
+    ids=["cannot-pass", "unexpected"],
+)
+async def test_every_failure_of_the_exec_itself_waits_its_backoff(
+    world: World, error: Exception
+) -> None:
+    backoff_of(world, base=30.0)
+    world.exec.delivery_error = error  # type: ignore[assignment]
+    p = await ready_pass(world)
+    if isinstance(error, ExecError):
+        await cli.validate_cli(p)
+    else:
+        with pytest.raises(RuntimeError):
+            await cli.validate_cli(p)  # the pass fails, and says why in the log
+    for _ in range(3):
+        again = await ready_pass(world)
+        await cli.validate_cli(again)
+    assert world.exec.calls == [cli.DELIVER_ARGV], "not run again on every event of its pod"
+
+
+async def test_a_refused_pat_twice_is_retried_at_once_when_the_spec_changes(world: World) -> None:
+    backoff_of(world, base=30.0)
+    world.exec.cli_exit = UNREACHABLE
+    p = await ready_pass(world)
+    await cli.validate_cli(p)  # a failure: the backoff starts
+    world.services.deliveries.clear_failures(p.run.key)  # what a spec change does
+    world.exec.cli_exit = 0
+    again = await ready_pass(world)
+    await cli.validate_cli(again)
+    assert world.exec.calls == [cli.DELIVER_ARGV] * 2
 
 
 async def test_a_new_pod_is_delivered_to_at_once_whatever_the_last_one_failed(
