@@ -134,6 +134,9 @@ def build_context(
         cache=cache,
         queue=context.queue,
         queue_backlog=context.queue.backlog,
+        longest_running=lambda: max(
+            context.queue.longest_running(), context.pool_queue.longest_running()
+        ),
         api_requests=kube.requests,
         watch_outcomes=kube.watch_outcomes,
         active=lambda: context.gate.active,
@@ -227,10 +230,12 @@ def _ignored_tasks(foreign_tasks: set[asyncio.Task[Any]] | None) -> set[asyncio.
 
 
 async def _shut_down(context: OperatorContext, metrics_server: MetricsServer | None) -> None:
-    """Stop the metrics server, the library sync pool and the credential store."""
+    """Stop the metrics server, the library syncs and PAT deliveries still running (a stop
+    without a drain: a second signal, the caller's flag) and the credential store."""
     if metrics_server is not None:
         await metrics_server.stop()
     await context.services.library_pool.close()
+    await context.services.deliveries.drain(0)
     credentials = context.services.credentials
     if isinstance(credentials, StoreCredentials):
         credentials.close()
@@ -307,6 +312,7 @@ async def run_operator(
             ready_flag=ready_flag,
         )
         lifecycle.catch_stop_signals(requested, kopf_stop)  # after kopf's: they replace its own
+        lifecycle.dump_tasks_on_signal()
         stopping = asyncio.create_task(
             lifecycle.stop_in_order(context, requested, kopf_stop), name="drain, then stop"
         )

@@ -783,3 +783,29 @@ async def test_claims_cold_starts_and_claim_latency_are_counted(
         *(reason.value for reason in ColdStartReason),
         "Other",
     }
+
+
+async def test_the_longest_running_pass_is_exported_and_falls_to_zero_when_it_ends(
+    metrics: Metrics, server: MetricsServer
+) -> None:
+    stuck = asyncio.Event()
+
+    async def handler(key: str) -> float | None:
+        await stuck.wait()
+        return None
+
+    queue: WorkQueue[str] = WorkQueue(handler, concurrency=2)
+    metrics.track(longest_running=queue.longest_running)
+    assert value(await scrape(server), "craft_workqueue_longest_running_processor_seconds") == 0
+    queue.add("stuck")
+    queue.start()
+    try:
+        await asyncio.sleep(0.3)
+        running = value(await scrape(server), "craft_workqueue_longest_running_processor_seconds")
+        assert running is not None
+        assert running >= 0.25
+        stuck.set()
+        await eventually(lambda: queue.processed == 1, what="the pass to end")
+        assert value(await scrape(server), "craft_workqueue_longest_running_processor_seconds") == 0
+    finally:
+        await queue.stop()

@@ -85,6 +85,46 @@ def catch_stop_signals(requested: asyncio.Event, kopf_stop: asyncio.Event) -> No
             loop.add_signal_handler(signum, _stop_requested, signum, requested, kopf_stop)
 
 
+#: The deepest await chain written per task.
+MAX_DUMPED_FRAMES = 40
+#: The signal that writes every task's stack to the log (for a stuck worker:
+#: ``kubectl exec POD -- sh -c 'kill -USR1 1'``); the operator goes on.
+DUMP_SIGNAL = signal.SIGUSR1
+
+
+def dump_tasks_on_signal() -> None:
+    """Make :data:`DUMP_SIGNAL` log the stack of every asyncio task (where each waits: the
+    code's file and line, never a value), in the main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    with contextlib.suppress(NotImplementedError):
+        asyncio.get_running_loop().add_signal_handler(DUMP_SIGNAL, dump_tasks)
+
+
+def dump_tasks() -> None:
+    """Log the stack of every asyncio task of the running loop, one record per task."""
+    tasks = sorted(asyncio.all_tasks(), key=lambda task: task.get_name())
+    log.warning("%s: the stacks of %d tasks follow", DUMP_SIGNAL.name, len(tasks))
+    for task in tasks:
+        where = "\n".join(awaiting(task)) or "  (done)"
+        log.warning("task %s:\n%s", task.get_name(), where)
+
+
+def awaiting(task: asyncio.Task[Any]) -> list[str]:
+    """Where ``task`` waits: each coroutine of its await chain, outermost first, as a
+    traceback writes a frame (a task's own stack has its outermost coroutine only)."""
+    lines: list[str] = []
+    awaited: Any = task.get_coro()
+    while awaited is not None and len(lines) < MAX_DUMPED_FRAMES:
+        frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+        if frame is None:
+            break
+        code = frame.f_code
+        lines.append(f'  File "{code.co_filename}", line {frame.f_lineno}, in {code.co_name}')
+        awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+    return lines
+
+
 def _stop_requested(
     signum: signal.Signals, requested: asyncio.Event, kopf_stop: asyncio.Event
 ) -> None:

@@ -113,13 +113,15 @@ class Metrics:
         cache: SandboxCache | None = None,
         queue: QueueStats | None = None,
         queue_backlog: Callable[[], int] | None = None,
+        longest_running: Callable[[], float] | None = None,
         api_requests: Mapping[str, int] | None = None,
         watch_outcomes: Mapping[tuple[str, str], int] | None = None,
         active: Callable[[], bool] | None = None,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
         """Read these at each scrape: the watch cache (sandboxes by phase), the work queue
-        (depth, passes, failures), a backlog callback, the API client's request counts
+        (depth, passes, failures), a backlog callback, one for the age of the oldest pass
+        running, the API client's request counts
         (``KubeClient.requests``), the watch streams' lists and failures
         (``KubeClient.watch_outcomes``) and whether the replica is active. Call again to
         replace one; ``None`` keeps the current."""
@@ -127,6 +129,8 @@ class Metrics:
         state.cache = cache if cache is not None else state.cache
         state.queue = queue if queue is not None else state.queue
         state.queue_backlog = queue_backlog if queue_backlog is not None else state.queue_backlog
+        if longest_running is not None:
+            state.longest_running = longest_running
         state.api_requests = api_requests if api_requests is not None else state.api_requests
         if watch_outcomes is not None:
             state.watch_outcomes = watch_outcomes

@@ -49,6 +49,7 @@ class StateCollector(Collector):
         self.cache: SandboxCache | None = None
         self.queue: QueueStats | None = None
         self.queue_backlog: Callable[[], int] | None = None
+        self.longest_running: Callable[[], float] | None = None
         self.api_requests: Mapping[str, int] | None = None
         self.watch_outcomes: Mapping[tuple[str, str], int] | None = None
         self.active: Callable[[], bool] | None = None
@@ -138,10 +139,19 @@ class StateCollector(Collector):
             depth.add_metric([], len(self.queue))
             passes.add_metric([], self.queue.processed + self.queue.failed)
             failures.add_metric([], self.queue.failed)
+        longest = GaugeMetricFamily(
+            metric_name("workqueue_longest_running_processor_seconds"),
+            "Seconds the oldest reconcile pass still running (sandboxes or pools) has run; "
+            "every step is bounded (exec and database calls at 60 s), so minutes mean a "
+            "stuck worker.",
+        )
         if with_samples and self.queue_backlog is not None:
             backlog.add_metric([], self.queue_backlog())
+        if with_samples and self.longest_running is not None:
+            longest.add_metric([], self.longest_running())
         yield depth
         yield backlog
+        yield longest
         yield passes
         yield failures
 

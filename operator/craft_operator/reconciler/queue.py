@@ -68,6 +68,8 @@ class WorkQueue(Generic[K]):
         self._heap: list[tuple[float, int, K]] = []
         self._due: dict[K, float] = {}
         self._processing: set[K] = set()
+        #: When each pass running now started (the event loop's time).
+        self._started_at: dict[K, float] = {}
         self._dirty: set[K] = set()
         self._forgotten: set[K] = set()
         self._failures: dict[K, int] = {}
@@ -89,6 +91,13 @@ class WorkQueue(Generic[K]):
         """Keys that are due now but that no worker has started yet."""
         now = asyncio.get_running_loop().time()
         return sum(1 for due in self._due.values() if due <= now)
+
+    def longest_running(self) -> float:
+        """Seconds the oldest pass still running has run (0 when none runs). Every step of
+        a pass is bounded (exec, database, API calls), so minutes mean a stuck worker."""
+        if not self._started_at:
+            return 0.0
+        return max(0.0, asyncio.get_running_loop().time() - min(self._started_at.values()))
 
     def failures(self, key: K) -> int:
         """Failures of ``key`` in a row (0 after a success)."""
@@ -204,6 +213,7 @@ class WorkQueue(Generic[K]):
         while True:
             key = await self._next()
             self._processing.add(key)
+            self._started_at[key] = asyncio.get_running_loop().time()
             self._forgotten.discard(key)
             try:
                 requeue_after = await self._handler(key)
@@ -234,6 +244,7 @@ class WorkQueue(Generic[K]):
                     self.add(key, requeue_after)
             finally:
                 self._processing.discard(key)
+                self._started_at.pop(key, None)
                 if not self._processing:
                     self._drained.set()
                 if key in self._dirty:
