@@ -72,6 +72,8 @@ class OperatorProcess:
             ),
             "CRAFT_STATE_DIR": str(self.state),
             "CRAFT_METRICS_PORT": str(self._metrics_port),
+            # The code under test, when the tests run another checkout's (a worktree's).
+            **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}),
             **self.env,
         }
         binary = Path(sys.executable).parent / "craft-operator"
