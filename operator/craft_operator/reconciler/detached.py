@@ -6,10 +6,11 @@ reconcile workers the whole time, and some dozens of such pods could hold them a
 pass waits :attr:`DetachedCalls.inline` seconds (nearly every delivery ends well within),
 and a call still running then goes on without it: the sandbox is woken
 (:attr:`DetachedCalls.wake`) when it ends, and its next pass takes the result. At most
-``limit`` calls run detached at once (each holds a connection of the exec session, which
-the library syncs share); beyond that a call is not started, and the sandbox waits: it is
-woken when a detached call ends, the one that waited longest first. A pass never waits
-longer than ``inline`` seconds.
+``limit`` calls run at once, within their pass's wait or detached (each holds a connection
+of the exec session, which the library syncs share); beyond that a call is not started,
+and the sandbox waits: a detached call's end wakes the sandbox that has waited longest
+(which may find the room taken again: its step also comes back on its own). A pass never
+waits longer than ``inline`` seconds.
 
 A pass that leaves its call running ends well, which resets the work queue's backoff; so
 the calls' failures are counted here (:meth:`DetachedCalls.failed`), and a failed call is
@@ -70,6 +71,11 @@ class DetachedCalls(Generic[T]):
         """Calls running that no pass waits for."""
         return sum(1 for call in self._calls.values() if call.detached and not call.task.done())
 
+    @property
+    def unfinished(self) -> int:
+        """Calls running, whether a pass waits for them or not (what ``limit`` bounds)."""
+        return sum(1 for call in self._calls.values() if not call.task.done())
+
     async def result(self, key: Key, attempt: str, start: Callable[[], Awaitable[T]]) -> T | None:
         """The result of the call ``attempt`` for ``key`` (what it raised, raised): started
         unless it runs already, waited for up to ``inline`` seconds; ``None`` while it runs
@@ -86,7 +92,7 @@ class DetachedCalls(Generic[T]):
         if call is None:
             if self._stopping:
                 return await start()  # the queue's stop bounds (and cancels) the pass
-            if self.detached >= self.limit:
+            if self.unfinished >= self.limit:
                 self._turns[key] = None  # no room: woken when a detached call ends
                 return None
             self._turns.pop(key, None)

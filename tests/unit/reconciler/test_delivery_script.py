@@ -13,6 +13,7 @@ from craft_operator.builders.pod import PAT_FILE
 from craft_operator.kube.exec_local import LocalExec
 from craft_operator.reconciler.steps.claimed_skill import SKILL_FILE
 from craft_operator.reconciler.steps.cli import (
+    DELIVER_ARGV,
     EXIT_NOT_DELIVERED,
     EXIT_SKILL_NOT_DELIVERED,
     WRITE_PAT_AND_SKILL_SCRIPT,
@@ -45,7 +46,7 @@ def pods(request: pytest.FixtureRequest, tmp_path: Path) -> LocalExec:
         pytest.skip("busybox is not installed (apt install busybox)")
     bin_dir = tmp_path / "busybox-bin"
     bin_dir.mkdir()
-    for applet in ("sh", "dd", "mv", "mkdir", "cat"):
+    for applet in ("sh", "dd", "mv", "mkdir", "cat", "rm"):
         (bin_dir / applet).symlink_to(BUSYBOX)
     return LocalExec(root=tmp_path / "pods", path=str(bin_dir))
 
@@ -85,3 +86,25 @@ async def test_a_skill_that_cannot_be_written_has_its_own_exit_code(pods: LocalE
 
     assert result.exit_code == EXIT_SKILL_NOT_DELIVERED
     assert (pods.credentials_dir("ns", "pod") / "pat").read_bytes() == TOKEN
+
+
+@pytest.mark.parametrize(
+    ("argv", "stdin", "exit_code"),
+    [
+        pytest.param(list(DELIVER_ARGV), TOKEN[:20], EXIT_NOT_DELIVERED, id="pat-alone"),
+        pytest.param(write_argv(TOKEN), TOKEN[:20], EXIT_NOT_DELIVERED, id="pat-with-skill"),
+        pytest.param(write_argv(TOKEN), TOKEN + SKILL[:50], EXIT_SKILL_NOT_DELIVERED, id="skill"),
+    ],
+)
+async def test_a_delivery_cut_short_installs_nothing_and_leaves_no_file_behind(
+    pods: LocalExec, argv: list[str], stdin: bytes, exit_code: int
+) -> None:
+    result = await pods.run("ns", "pod", "sandbox", argv, stdin=stdin)
+
+    assert result.exit_code == exit_code, result.stderr
+    credentials = pods.credentials_dir("ns", "pod")
+    assert [path.name for path in credentials.iterdir()] == (
+        [] if exit_code == EXIT_NOT_DELIVERED else ["pat"]
+    ), "no piece of the token left in a temporary file"
+    skills = pods.workspace("ns", "pod") / "skills" / "company-search"
+    assert not skills.exists() or list(skills.iterdir()) == []

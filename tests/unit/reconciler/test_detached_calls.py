@@ -170,3 +170,23 @@ async def test_a_failed_target_waits_a_backoff_that_grows_until_one_succeeds() -
     calls.failed(KEY, "b")
     calls.forget(KEY)
     assert calls.retry_in(KEY, "b") == 0
+
+
+async def test_the_limit_counts_the_calls_passes_still_wait_for() -> None:
+    calls = DetachedCalls[int](inline=0.05, limit=2)
+    release = asyncio.Event()
+    started = 0
+
+    async def slow() -> int:
+        nonlocal started
+        started += 1
+        await release.wait()
+        return 1
+
+    keys = [("ns", f"s{index}") for index in range(10)]
+    results = await asyncio.gather(*(calls.result(key, "x", slow) for key in keys))
+    assert results == [None] * 10
+    assert started == 2, "ten passes at once start two calls, not ten"
+    assert sum(calls.waiting(key) for key in keys) == 8
+    release.set()
+    await calls.close()

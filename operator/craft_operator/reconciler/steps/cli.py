@@ -50,9 +50,12 @@ WAITING_RETRY = 10.0
 #: so the token is never on a command line (exec's command is in the request URL).
 #: An exec whose client went away is not ended, its stdin is: the end of stdin does not
 #: mean that all of it came. So the PAT is sent as one line (it never holds a newline), and
-#: ``read`` fails unless that newline arrived; the file is then written from the line.
+#: ``read`` fails unless that newline arrived; the file is then written from the line,
+#: through a file of this shell's own (a cancelled delivery's shell may still be writing),
+#: removed if it is not installed (``exec`` of onyx-cli runs no trap: it is installed).
 WRITE_PAT_SCRIPT = (
-    'umask 077 && IFS= read -r t && printf \'%s\' "$t" > "$1.$$" && mv -f "$1.$$" "$1"'
+    'umask 077 && pat_tmp="$1.$$" && trap \'rm -f "$pat_tmp"\' EXIT && IFS= read -r t '
+    '&& printf \'%s\' "$t" > "$pat_tmp" && mv -f "$pat_tmp" "$1"'
 )
 #: With a claimed pod's SKILL.md too: the PAT is the first ``$3`` bytes of stdin (``dd``
 #: with one-byte blocks reads no further), written to ``$1`` once it holds all of them; the
@@ -60,8 +63,9 @@ WRITE_PAT_SCRIPT = (
 #: (given ``$2`` and ``$4`` as their ``$1`` and ``$2``).
 WRITE_PAT_AND_SKILL_SCRIPT = (
     f"{claimed_skill.HAS_SIZE_FUNCTION}\n"
-    'umask 077 && dd bs=1 count="$3" of="$1.$$" 2>/dev/null && has_size "$1.$$" "$3" '
-    f'&& mv -f "$1.$$" "$1" || exit {EXIT_NOT_DELIVERED}\n'
+    'umask 077 && pat_tmp="$1.$$" && trap \'rm -f "$pat_tmp"\' EXIT '
+    '&& dd bs=1 count="$3" of="$pat_tmp" 2>/dev/null && has_size "$pat_tmp" "$3" '
+    f'&& mv -f "$pat_tmp" "$1" || exit {EXIT_NOT_DELIVERED}\n'
     'set -- "$2" "$4"\n'
     f"{claimed_skill.WRITE_SKILL} || exit {EXIT_SKILL_NOT_DELIVERED}"
 )
