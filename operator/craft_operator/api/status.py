@@ -203,6 +203,13 @@ class CraftSandboxStatus(StatusModel):
             "annotation later than this wakes it."
         ),
     )
+    suspended_at: datetime | None = Field(
+        default=None,
+        description=(
+            "When spec.suspend was first seen true; cleared when the sandbox is resumed "
+            "(which is a wake: see wokeAt)."
+        ),
+    )
     woke_at: datetime | None = Field(
         default=None,
         description=(

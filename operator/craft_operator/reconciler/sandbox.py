@@ -18,7 +18,7 @@ from craft_operator.api.models import CraftSandboxStatus, Phase
 from craft_operator.api.parse import InvalidSandboxError, parse_sandbox
 from craft_operator.kube import kinds
 from craft_operator.kube.event_batch import EventBatch
-from craft_operator.reconciler import finalizer
+from craft_operator.reconciler import finalizer, suspension
 from craft_operator.reconciler import policy_step as policy
 from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.queue import RetryableError
@@ -60,6 +60,7 @@ class SandboxReconciler:
         self._memory.reported.pop(key, None)
         self._memory.held.pop(key, None)
         self._memory.cold_start.pop(key, None)
+        self._memory.resumed.pop(key, None)
         self.services.library_pool.forget(key)
         self.services.deliveries.forget(key)
 
@@ -111,11 +112,13 @@ class SandboxReconciler:
                 # pod and PAT it was refused for count as validated, so validate again.
                 run.status.cli_auth_failures = None
                 run.status.validated_pat_id = None
+        p = Pass(s, sandbox, run, self._memory)
+        suspension.note(p)  # before anything that may stop the pass
         completed = False
         try:
             # The platform's policy comes first: a sandbox it does not allow gets no PAT.
             if not await policy.enforce(s, sandbox, run):
-                await run_steps(Pass(s, sandbox, run, self._memory))
+                await run_steps(p)
             completed = True
         finally:
             if not (completed and self._hold(run, batch)):

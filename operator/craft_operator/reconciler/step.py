@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from craft_operator.api.models import CraftSandbox, CraftSandboxStatus, Phase
@@ -74,6 +75,10 @@ class Memory:
     #: The reason of the cold start said while the sandbox has no pod yet, per sandbox: a
     #: cold pod whose creation is retried (a quota, say) is one cold start, not one a pass.
     cold_start: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: The suspension each sandbox was last resumed from, and the moment of that resume: a
+    #: pass that finds the same suspension again (its resume's status was never written)
+    #: resumes it as before, once.
+    resumed: dict[tuple[str, str], tuple[datetime, datetime]] = field(default_factory=dict)
 
 
 @dataclass

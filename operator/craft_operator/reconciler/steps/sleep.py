@@ -16,8 +16,6 @@ async def hold(p: Pass, actual: dict[str, Any] | None) -> Stop | None:
     """Stop the pod while the sandbox is suspended or asleep (a Stop says which); ``None``
     when the pod may run, waking the sandbox if activity resumed."""
     s, run, sandbox = p.services, p.run, p.sandbox
-    if not sandbox.spec.suspend and run.status.phase == Phase.SUSPENDED:
-        _resumed(p)
     decision = decide_idle(
         idle_timeout=sandbox.spec.idle_timeout,
         last_activity=sandbox.metadata.annotations.get(ANNOTATION_LAST_ACTIVITY),
@@ -47,19 +45,6 @@ async def hold(p: Pass, actual: dict[str, Any] | None) -> Stop | None:
         # Precise, but never longer than the check interval (robust to clock jumps).
         run.revisit(after=min(decision.recheck_after + 1, s.settings.idle_check_interval))
     return None
-
-
-def _resumed(p: Pass) -> None:
-    """``spec.suspend`` turned false: a wake, unless it was asleep before it was suspended
-    (it sleeps on until its next activity). A wake gives it a fresh idle window (its last
-    activity is from before the suspension: it would fall asleep at once), lets it claim a
-    warm pod like any woken sandbox, and times its return to Ready from now, not from the
-    suspension."""
-    run = p.run
-    if run.status.sleeping_since is not None:
-        return
-    run.status.woke_at = run.moment()
-    p.event("SandboxResumed", "spec.suspend is false again: the pod starts")
 
 
 def _report_problem(p: Pass, decision: IdleDecision) -> None:

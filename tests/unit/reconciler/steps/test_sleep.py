@@ -1,11 +1,16 @@
 """Suspend and resume: a resumed sandbox wakes (a fresh idle window, a warm pod if a pool
-matches, its time to Ready from now), unless it was asleep before it was suspended."""
+matches, its time to Ready from now), unless it was asleep before it was suspended; the
+suspension and the resume are noted before any step may stop the pass."""
 
 from __future__ import annotations
+
+from datetime import datetime
 
 import pytest
 
 from craft_operator.metrics import time_to_ready
+from craft_operator.reconciler import suspension
+from craft_operator.reconciler.step import Memory
 from craft_operator.reconciler.steps import sleep
 from tests.unit.reconciler.steps.conftest import NOW, World
 
@@ -15,41 +20,79 @@ LONG_AGO = "2026-11-20T12:00:00Z"  # three days before NOW
 OLD_ACTIVITY = {"craft.onyx.app/last-activity": "2026-11-23T10:00:00Z"}  # 2 h before NOW
 
 
+def parsed(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+async def test_the_first_pass_that_sees_suspend_notes_it_once(world: World) -> None:
+    p = world.pass_(spec={"suspend": True}, status={"phase": "Ready"})
+    suspension.note(p)
+    assert p.run.status.suspended_at == NOW
+    later = world.pass_(spec={"suspend": True}, status={"suspendedAt": LONG_AGO})
+    suspension.note(later)
+    assert later.run.status.suspended_at == parsed(LONG_AGO), "the first moment stays"
+
+
 async def test_a_resumed_sandbox_wakes_with_a_fresh_idle_window(world: World) -> None:
     p = world.pass_(
         spec={"idleTimeout": "1h"},
-        status={"phase": "Suspended"},
+        # Suspended during a database outage, say: the phase says nothing any more.
+        status={"phase": "Pending", "suspendedAt": LONG_AGO},
         annotations=OLD_ACTIVITY,
     )
-    assert await sleep.hold(p, None) is None, "not asleep at once on its old activity"
+    suspension.note(p)
     assert p.run.status.woke_at == NOW
+    assert p.run.status.suspended_at is None
+    assert world.events.reasons == ["SandboxResumed"]
+    assert await sleep.hold(p, None) is None, "not asleep at once on its old activity"
+
+
+async def test_a_sandbox_suspended_before_suspended_at_existed_is_resumed_by_its_phase(
+    world: World,
+) -> None:
+    p = world.pass_(status={"phase": "Suspended"})
+    suspension.note(p)
+    assert p.run.status.woke_at == NOW
+    assert world.events.reasons == ["SandboxResumed"]
+
+
+async def test_a_resume_whose_status_was_not_written_is_not_said_twice(world: World) -> None:
+    memory = Memory()
+    stored = {"phase": "Suspended", "suspendedAt": LONG_AGO}
+    first = world.pass_(status=stored)
+    first.memory = memory
+    suspension.note(first)
+    again = world.pass_(status=stored)  # the first pass's status never reached the server
+    again.memory = memory
+    again.run.now = NOW.replace(minute=5)
+    suspension.note(again)
+    assert again.run.status.woke_at == NOW, "the wake stays the first resume's moment"
     assert world.events.reasons == ["SandboxResumed"]
 
 
 async def test_a_sandbox_asleep_when_suspended_sleeps_on_after_the_resume(world: World) -> None:
     p = world.pass_(
         spec={"idleTimeout": "1h"},
-        status={"phase": "Suspended", "sleepingSince": "2026-11-23T11:00:00Z"},
+        status={
+            "phase": "Suspended",
+            "suspendedAt": LONG_AGO,
+            "sleepingSince": "2026-11-23T11:00:00Z",
+        },
         annotations=OLD_ACTIVITY,
     )
+    suspension.note(p)
+    assert p.run.status.woke_at is None
+    assert p.run.status.suspended_at is None
     stop = await sleep.hold(p, None)
     assert stop is not None
     assert stop.reason == "Sleeping"
-    assert p.run.status.woke_at is None
     assert "SandboxResumed" not in world.events.reasons
-
-
-async def test_a_sandbox_still_suspended_does_not_wake(world: World) -> None:
-    p = world.pass_(spec={"suspend": True}, status={"phase": "Suspended"})
-    stop = await sleep.hold(p, None)
-    assert stop is not None
-    assert stop.reason == "Suspended"
-    assert p.run.status.woke_at is None
 
 
 async def test_the_time_to_ready_after_a_resume_counts_from_the_resume(world: World) -> None:
     suspended_long_ago = {
         "phase": "Suspended",
+        "suspendedAt": LONG_AGO,
         "conditions": [
             {
                 "type": "Ready",
@@ -61,7 +104,7 @@ async def test_the_time_to_ready_after_a_resume_counts_from_the_resume(world: Wo
         ],
     }
     p = world.pass_(status=suspended_long_ago)
-    await sleep.hold(p, None)
+    suspension.note(p)
     p.run.status.phase = "Ready"  # what the pass that brings it back writes
     seconds = time_to_ready(p.run.body, p.run.status, NOW.replace(second=3))
     assert seconds == 3.0
