@@ -61,6 +61,7 @@ class SandboxReconciler:
         self._memory.held.pop(key, None)
         self._memory.cold_start.pop(key, None)
         self._memory.resumed.pop(key, None)
+        self._memory.starting.pop(key, None)
         self.services.library_pool.forget(key)
         self.services.deliveries.forget(key)
 

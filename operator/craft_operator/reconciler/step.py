@@ -75,6 +75,10 @@ class Memory:
     #: The reason of the cold start said while the sandbox has no pod yet, per sandbox: a
     #: cold pod whose creation is retried (a quota, say) is one cold start, not one a pass.
     cold_start: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: Since when the sandbox's pod (by uid) has been seen not Ready, per sandbox: a pass
+    #: stopped by an earlier row (the database down, say) marks PodReady Unknown, and the
+    #: False that follows would restart the provisioning timeout's clock.
+    starting: dict[tuple[str, str], tuple[str, datetime]] = field(default_factory=dict)
     #: The suspension each sandbox was last resumed from, and the moment of that resume: a
     #: pass that finds the same suspension again (its resume's status was never written)
     #: resumes it as before, once.

@@ -136,6 +136,7 @@ async def _running(p: Pass, actual: dict[str, Any], desired: dict[str, Any]) -> 
         s.cache.put(POD.name, actual)
     if not pod_state.is_ready(actual):
         return _starting(p, actual)
+    p.memory.starting.pop(run.key, None)
     if not run.condition_is(POD_READY, ConditionStatus.TRUE):
         _observe_pod_ready(p, actual)
     name = actual["metadata"]["name"]
@@ -193,6 +194,18 @@ def _starting_since(p: Pass, pod: dict[str, Any]) -> datetime | None:
     later, when PodReady last left True (a pod that was Ready and is no longer; a claim
     marks a warm pod's PodReady Unknown): a pod's age alone is not how long it has kept the
     sandbox waiting (a warm pod's age is its time in the pool)."""
+    since = _since_status(p, pod)
+    uid = str(pod["metadata"].get("uid", ""))
+    remembered = p.memory.starting.get(p.run.key)
+    if remembered is not None and remembered[0] == uid and since is not None:
+        since = min(since, remembered[1])  # an Unknown wait in between restarts no clock
+    if since is not None:
+        p.memory.starting[p.run.key] = (uid, since)
+    return since
+
+
+def _since_status(p: Pass, pod: dict[str, Any]) -> datetime | None:
+    """:func:`_starting_since` as the pod and the stored PodReady condition tell it."""
     created = pod_state.created_at(pod)
     held = p.run.condition(POD_READY)
     if held is None or held.last_transition_time is None:

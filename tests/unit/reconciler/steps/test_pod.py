@@ -193,3 +193,27 @@ async def test_a_pod_not_ready_since_it_left_ready_longer_than_the_timeout_is_ti
     condition = p.run.condition("PodReady")
     assert condition is not None
     assert condition.reason == "ProvisioningTimedOut"
+
+
+async def test_a_wait_for_an_earlier_step_does_not_restart_the_provisioning_clock(
+    world: World,
+) -> None:
+    await pod.converge_pod(await pod_pass(world))
+    mark_pod_running(world.emulator, NAMESPACE, NAME, ready=False)
+    aged(world, hours=3)
+    starting = {"type": "PodReady", "status": "False", "reason": "PodStarting", "message": "m"}
+    left = (NOW - timedelta(minutes=2)).isoformat().replace("+00:00", "Z")
+    first = await pod_pass(world, status={"conditions": [{**starting, "lastTransitionTime": left}]})
+    await pod.converge_pod(first)
+    assert first.run.condition("PodReady").reason == "PodStarting"  # type: ignore[union-attr]
+
+    # The database was down for a pass: PodReady went Unknown, then False again, anew.
+    later = NOW + timedelta(minutes=2)
+    again = (later - timedelta(seconds=5)).isoformat().replace("+00:00", "Z")
+    p = await pod_pass(world, status={"conditions": [{**starting, "lastTransitionTime": again}]})
+    p.memory = first.memory
+    p.run.now = later
+    await pod.converge_pod(p)
+    condition = p.run.condition("PodReady")
+    assert condition is not None
+    assert condition.reason == "ProvisioningTimedOut", "4 min since it left Ready, not 5 s"
