@@ -49,10 +49,11 @@ async def test_sandboxes_naming_a_pool_are_ready_on_its_pods_and_the_pool_refill
     assert pod(emulator, late) is not None, "the one without a warm pod started cold"
     await full(emulator, 2, claimed=2)
     registry = operator.services.metrics.registry
-    assert registry.get_sample_value("craft_pool_claims_total") == 2
-    assert registry.get_sample_value("craft_pool_claim_duration_seconds_count") == 2
+    where = {"namespace": NAMESPACE, "pool": NAME}
+    assert registry.get_sample_value("craft_pool_claims_total", where) == 2
+    assert registry.get_sample_value("craft_pool_claim_duration_seconds_count", where) == 2
     cold = sum(
-        registry.get_sample_value("craft_pool_cold_starts_total", {"reason": reason}) or 0
+        registry.get_sample_value("craft_pool_cold_starts_total", {**where, "reason": reason}) or 0
         for reason in ("PoolEmpty", "ClaimConflict")
     )
     assert cold >= 1

@@ -768,21 +768,30 @@ async def test_a_pool_whose_status_is_not_an_object_shows_zeros_and_the_scrape_g
 async def test_claims_cold_starts_and_claim_latency_are_counted(
     metrics: Metrics, server: MetricsServer
 ) -> None:
-    metrics.pool_claimed(0.04)
-    metrics.pool_claimed()
-    metrics.pool_cold_start(ColdStartReason.POOL_EMPTY)
-    metrics.pool_cold_start("user alice had no luck")
+    metrics.pool_seen("team-a", "standard")
+    metrics.pool_seen("team-a", "big")
+    metrics.pool_claimed("team-a", "standard", 0.04)
+    metrics.pool_claimed("team-a", "standard")
+    metrics.pool_cold_start(ColdStartReason.POOL_EMPTY, "team-a", "standard")
+    metrics.pool_cold_start(ColdStartReason.NO_POOL, "team-a")  # a name that is no pool
+    metrics.pool_cold_start("user alice had no luck", "team-a")
     samples = await scrape(server)
-    assert value(samples, "craft_pool_claims_total") == 2
-    assert value(samples, "craft_pool_claim_duration_seconds_count") == 1
-    assert value(samples, "craft_pool_claim_duration_seconds_bucket", le="0.05") == 1
-    assert value(samples, "craft_pool_cold_starts_total", reason="PoolEmpty") == 1
-    assert value(samples, "craft_pool_cold_starts_total", reason="Other") == 1
-    assert value(samples, "craft_pool_cold_starts_total", reason="NoMatchingPool") == 0
-    assert label_values(samples, "craft_pool_cold_starts_total", "reason") == {
-        *(reason.value for reason in ColdStartReason),
-        "Other",
-    }
+    standard = {"namespace": "team-a", "pool": "standard"}
+    assert value(samples, "craft_pool_claims_total", **standard) == 2
+    assert value(samples, "craft_pool_claims_total", namespace="team-a", pool="big") == 0
+    assert value(samples, "craft_pool_claim_duration_seconds_count", **standard) == 1
+    assert value(samples, "craft_pool_claim_duration_seconds_bucket", le="0.05", **standard) == 1
+    assert value(samples, "craft_pool_cold_starts_total", reason="PoolEmpty", **standard) == 1
+    assert value(samples, "craft_pool_cold_starts_total", reason="NoMatchingPool", **standard) == 0
+    nowhere = {"namespace": "team-a", "pool": ""}
+    assert value(samples, "craft_pool_cold_starts_total", reason="NoPool", **nowhere) == 1
+    assert value(samples, "craft_pool_cold_starts_total", reason="Other", **nowhere) == 1
+    assert label_values(samples, "craft_pool_cold_starts_total", "pool") == {"standard", "big", ""}
+
+    metrics.pool_gone("team-a", "big")
+    samples = await scrape(server)
+    assert label_values(samples, "craft_pool_claims_total", "pool") == {"standard"}
+    assert label_values(samples, "craft_pool_cold_starts_total", "pool") == {"standard", ""}
 
 
 async def test_the_longest_running_pass_is_exported_and_falls_to_zero_when_it_ends(

@@ -2,11 +2,13 @@
 what a claim reports (claims, cold starts by reason, claim latency).
 
 The ``namespace`` and ``pool`` labels name the platform's pools, a handful that an
-administrator creates, never a user or a sandbox; the states and reasons are fixed sets.
+administrator creates, never a user or a sandbox (nor a pool name a sandbox gave that is
+not a pool); the states and reasons are fixed sets.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator
 from enum import StrEnum
 from typing import Any
@@ -43,40 +45,74 @@ def cold_start_reason(reason: str) -> str:
     return reason if reason in set(ColdStartReason) else OTHER
 
 
+#: The reasons a cold start can have with a pool named: a pool that exists, whose pods
+#: were missing, unlike the sandbox's, taken, or not claimable (NoPool names none: the name
+#: the sandbox gave is not a pool, and a label never carries what a CR author wrote).
+POOL_REASONS = (
+    ColdStartReason.NO_MATCHING_POOL,
+    ColdStartReason.POOL_EMPTY,
+    ColdStartReason.CLAIM_CONFLICT,
+    ColdStartReason.CLAIM_FAILED,
+)
+
+
 class PoolCounters:
-    """The metrics a claim reports; :class:`~craft_operator.metrics.Metrics` holds one."""
+    """The metrics a claim reports; :class:`~craft_operator.metrics.Metrics` holds one.
+
+    Labelled by the pool's ``namespace`` and name (``pool``; empty when the cold start
+    concerns no existing pool). A pool's series start at zero when its controller first
+    sees it (:meth:`seen`) and go with it (:meth:`gone`).
+    """
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self._claims = Counter(
             metric_name("pool_claims"),
-            "Sandboxes that claimed a warm pool pod.",
+            "Sandboxes that claimed a warm pool pod, by the pool's namespace and name.",
+            ["namespace", "pool"],
             registry=registry,
         )
         self._cold = Counter(
             metric_name("pool_cold_starts"),
-            "Sandboxes that could have used a pool but started a pod cold, by reason.",
-            ["reason"],
+            "Sandboxes that could have used a pool but started a pod cold, by reason, and by "
+            "the pool's namespace and name (empty when no existing pool was involved).",
+            ["namespace", "pool", "reason"],
             registry=registry,
         )
         self._latency = Histogram(
             metric_name("pool_claim_duration_seconds"),
             "Seconds a claim took: finding a Ready pool pod and writing the claim (the "
-            "deliveries by exec that follow are in the time to Ready).",
+            "deliveries by exec that follow are in the time to Ready), by pool.",
+            ["namespace", "pool"],
             buckets=CLAIM_BUCKETS,
             registry=registry,
         )
+
+    def seen(self, namespace: str, pool: str) -> None:
+        """The pool exists: its series are exported (at zero until something happens)."""
+        self._claims.labels(namespace, pool)
+        self._latency.labels(namespace, pool)
+        for reason in POOL_REASONS:
+            self._cold.labels(namespace, pool, str(reason))
+
+    def gone(self, namespace: str, pool: str) -> None:
+        """The pool was deleted: its series go (its name may never come back)."""
+        for metric in (self._claims, self._latency):
+            with contextlib.suppress(KeyError):
+                metric.remove(namespace, pool)
         for reason in (*ColdStartReason, OTHER):
-            self._cold.labels(str(reason))
+            with contextlib.suppress(KeyError):
+                self._cold.remove(namespace, pool, str(reason))
 
-    def claimed(self, seconds: float | None = None) -> None:
-        """A sandbox claimed a pool pod (in ``seconds``, if given)."""
-        self._claims.inc()
+    def claimed(self, namespace: str, pool: str, seconds: float | None = None) -> None:
+        """A sandbox claimed a pod of ``pool`` (in ``seconds``, if given)."""
+        self._claims.labels(namespace, pool).inc()
         if seconds is not None:
-            self._latency.observe(max(0.0, seconds))
+            self._latency.labels(namespace, pool).observe(max(0.0, seconds))
 
-    def cold_start(self, reason: ColdStartReason | str) -> None:
-        """A sandbox started cold; ``reason`` outside :class:`ColdStartReason` counts as Other."""
-        self._cold.labels(cold_start_reason(str(reason))).inc()
+    def cold_start(self, reason: ColdStartReason | str, namespace: str, pool: str = "") -> None:
+        """A sandbox started cold; ``reason`` outside :class:`ColdStartReason` counts as Other;
+        ``pool``: the existing pool involved, if any."""
+        self._cold.labels(namespace, pool, cold_start_reason(str(reason))).inc()
 
 
 def _count(value: Any) -> float:

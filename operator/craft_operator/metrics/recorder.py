@@ -177,11 +177,22 @@ class Metrics:
 
     # -- warm pools (reported by the claim) -----------------------------------------------------
 
-    def pool_claimed(self, seconds: float | None = None) -> None:
-        """A sandbox claimed a warm pool pod; ``seconds``: how long the claim took."""
-        self._pools.claimed(seconds)
+    def pool_seen(self, namespace: str, pool: str) -> None:
+        """The pool controller saw this pool: its claim metrics are exported from zero."""
+        self._pools.seen(namespace, pool)
 
-    def pool_cold_start(self, reason: ColdStartReason | str) -> None:
+    def pool_gone(self, namespace: str, pool: str) -> None:
+        """The pool was deleted: its claim metrics go."""
+        self._pools.gone(namespace, pool)
+
+    def pool_claimed(self, namespace: str, pool: str, seconds: float | None = None) -> None:
+        """A sandbox claimed a pod of this warm pool; ``seconds``: how long the claim took."""
+        self._pools.claimed(namespace, pool, seconds)
+
+    def pool_cold_start(
+        self, reason: ColdStartReason | str, namespace: str, pool: str = ""
+    ) -> None:
         """A sandbox that could have used a pool started cold, for this
-        :class:`~craft_operator.metrics.pools.ColdStartReason` (others count as Other)."""
-        self._pools.cold_start(reason)
+        :class:`~craft_operator.metrics.pools.ColdStartReason` (others count as Other);
+        ``pool``: the existing pool involved, if any."""
+        self._pools.cold_start(reason, namespace, pool)

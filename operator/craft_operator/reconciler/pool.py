@@ -148,7 +148,8 @@ class PoolReconciler:
         self._status_due: dict[PoolKey, datetime] = {}
 
     def forget(self, key: PoolKey) -> None:
-        """Drop what is remembered about a pool that is gone."""
+        """Drop what is remembered about a pool that is gone, and its claim metrics."""
+        self.services.metrics.pool_gone(*key)
         self._failures.pop(key, None)
         self._refusals.pop(key, None)
         self._status_due.pop(key, None)
@@ -164,6 +165,7 @@ class PoolReconciler:
         if body is None or body.get("metadata", {}).get("deletionTimestamp"):
             await self._release(namespace, name)
             return None
+        s.metrics.pool_seen(namespace, name)
         try:
             pool = parse_pool(body)
             desired = build_pool_pod(pool, s.settings)

@@ -72,24 +72,25 @@ async def claim(p: Pass) -> dict[str, Any] | Stop | None:
     if not candidates:
         if _pool_template(p, pool) not in (None, wanted):
             why = f"pool {pool}'s pods differ from this sandbox's (image, resources, scheduling)"
-            _cold(p, ColdStartReason.NO_MATCHING_POOL, why)
+            _cold(p, ColdStartReason.NO_MATCHING_POOL, why, pool)
         else:
-            _cold(p, ColdStartReason.POOL_EMPTY, f"pool {pool} has no Ready pod")
+            _cold(p, ColdStartReason.POOL_EMPTY, f"pool {pool} has no Ready pod", pool)
         return None
     for pod in _spread(p, candidates):
         claimed = await _take(p, pod, pool)
         if isinstance(claimed, Stop):
             return claimed
         if claimed is not None:
-            p.services.metrics.pool_claimed(time.monotonic() - started)
+            namespace = p.sandbox.metadata.namespace or ""
+            p.services.metrics.pool_claimed(namespace, pool, time.monotonic() - started)
             p.run.status.claimed_from = pool
             name = claimed["metadata"]["name"]
             p.event("PodClaimed", f"claimed warm pod {name} from pool {pool}")
             return claimed
         if p.run.verdict.backoff:
-            _cold(p, ColdStartReason.CLAIM_FAILED, "the claim could not be written")
+            _cold(p, ColdStartReason.CLAIM_FAILED, "the claim could not be written", pool)
             return None
-    _cold(p, ColdStartReason.CLAIM_CONFLICT, f"other sandboxes claimed {pool}'s pods first")
+    _cold(p, ColdStartReason.CLAIM_CONFLICT, f"other sandboxes claimed {pool}'s pods first", pool)
     return None
 
 
@@ -217,12 +218,13 @@ async def _settle(
     return now
 
 
-def _cold(p: Pass, reason: str, why: str) -> None:
-    """Say (and count) that the sandbox starts cold, and why: once until it has a pod, not
-    once per pass that retries the cold pod's creation."""
+def _cold(p: Pass, reason: str, why: str, pool: str = "") -> None:
+    """Say (and count) that the sandbox starts cold, and why (``pool``: the existing pool
+    involved, if any): once until it has a pod, not once per pass that retries the cold
+    pod's creation."""
     said = p.memory.cold_start
     if said.get(p.run.key) == reason:
         return
     said[p.run.key] = reason
-    p.services.metrics.pool_cold_start(reason)
+    p.services.metrics.pool_cold_start(reason, p.sandbox.metadata.namespace or "", pool)
     p.event("ColdStart", f"no warm pod ({reason}): {why}; starting a new pod")

@@ -268,8 +268,9 @@ async def test_a_claim_and_a_cold_start_are_counted(pooled: World) -> None:
         await credentials.ensure_pat(p)
         await pod.converge_pod(p)
     registry = pooled.services.metrics.registry
-    assert registry.get_sample_value("craft_pool_claims_total") == 1
-    cold = {"reason": "PoolEmpty"}
+    where = {"namespace": NAMESPACE, "pool": POOL}
+    assert registry.get_sample_value("craft_pool_claims_total", where) == 1
+    cold = {**where, "reason": "PoolEmpty"}
     assert registry.get_sample_value("craft_pool_cold_starts_total", cold) == 1
 
 
@@ -511,7 +512,7 @@ async def test_a_cold_pod_whose_creation_is_retried_is_one_cold_start(pooled: Wo
     await pod.converge_pod(p)
 
     registry = pooled.services.metrics.registry
-    cold = {"reason": "PoolEmpty"}
+    cold = {"namespace": NAMESPACE, "pool": POOL, "reason": "PoolEmpty"}
     assert registry.get_sample_value("craft_pool_cold_starts_total", cold) == 1
     assert pooled.stored("v1/pods", NAME) is not None
 

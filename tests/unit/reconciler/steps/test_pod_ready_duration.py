@@ -65,4 +65,5 @@ async def test_a_claimed_warm_pod_is_not_timed_by_its_days_in_the_pool(world: Wo
     assert p.run.status.claimed_from == POOL
 
     assert pod_ready_count(world) == 0
-    assert sample(world, "craft_pool_claim_duration_seconds_count") == 1
+    where = {"namespace": NAMESPACE, "pool": POOL}
+    assert sample(world, "craft_pool_claim_duration_seconds_count", **where) == 1
