@@ -172,9 +172,9 @@ def cpu_seconds(process: psutil.Process) -> float:
     return float(times.user + times.system)
 
 
-#: How :func:`machine_cpu` names the processes of a benchmark's stack.
+#: How :func:`machine_cpu` names the processes of a benchmark's stack (the operator last:
+#: the control plane's command lines hold its cache directory, ~/.cache/craft-operator).
 PROCESS_GROUPS = {
-    "craft-operator": "operator",
     "kube-apiserver": "kube-apiserver",
     "etcd": "etcd",
     "kwok": "kwok",
@@ -182,6 +182,7 @@ PROCESS_GROUPS = {
     "kube-controller-manager": "controllers",
     "kube-scheduler": "controllers",
     "py-spy": "py-spy",
+    "craft-operator": "operator",
 }
 
 
@@ -198,9 +199,14 @@ def machine_cpu() -> dict[str, float]:
             command = " ".join(process.cmdline()[:3])
         except psutil.Error:
             continue
+        # By the executable's name first: the control plane's binaries live under
+        # ~/.cache/craft-operator/, so their command lines name the operator too.
         group = next(
-            (label for key, label in PROCESS_GROUPS.items() if key in name or key in command),
-            "benchmark, moto S3" if process.pid == me.pid else "stand-in Onyx API, other",
+            (label for key, label in PROCESS_GROUPS.items() if key in name),
+            next(
+                (label for key, label in PROCESS_GROUPS.items() if key in command),
+                "benchmark, moto S3" if process.pid == me.pid else "stand-in Onyx API, other",
+            ),
         )
         totals[group] += times.user + times.system + times.children_user + times.children_system
     return dict(totals)
