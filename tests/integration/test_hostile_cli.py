@@ -6,51 +6,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from craft_operator.config import Settings
-from craft_operator.kube.exec import ExecResult, Stdin
+from craft_operator.kube.exec import Stdin
 from craft_operator.reconciler.steps.cli import DELIVER_ARGV
-from tests.integration.conftest import SANDBOXES
-from tests.integration.helpers import NAMESPACE, condition, phase, pod, sandbox
+from tests.integration.helpers import condition, phase
+from tests.integration.test_hostile_library import StoppedCommands, start
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually, running_operator
-from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
+from tests.support.pod_exec import EmulatedPodExec
 
 
-class StoppedValidations:
-    """Exec into the emulator's pods, but in the ``stopped`` pods the agent stops the PAT's
-    delivery (SIGSTOP on its shell): it never reads the PAT nor runs onyx-cli."""
-
-    def __init__(self, inner: EmulatedPodExec, stopped: set[str]) -> None:
-        self.inner = inner
-        self.stopped = stopped
-
-    async def run(
-        self,
-        namespace: str,
-        pod: str,
-        container: str,
-        argv: Sequence[str],
-        *,
-        stdin: Stdin = None,
-        timeout: float | None = None,  # noqa: ASYNC109 -- the ExecTransport interface
-        max_output_bytes: int | None = None,
-    ) -> ExecResult:
-        if pod in self.stopped and tuple(argv) == DELIVER_ARGV:
-            argv = [argv[0], argv[1], "kill -STOP $$\n" + argv[2], *argv[3:]]
-        return await self.inner.run(
-            namespace,
-            pod,
-            container,
-            argv,
-            stdin=stdin,
-            timeout=timeout,
-            max_output_bytes=max_output_bytes,
-        )
-
-
-async def start(emulator: KubeEmulator, name: str) -> None:
-    emulator.create(SANDBOXES, sandbox(name))
-    await eventually(lambda: pod(emulator, name), what=f"the pod of {name}")
-    mark_pod_running(emulator, NAMESPACE, name)
+def is_delivery(argv: Sequence[str], stdin: Stdin) -> bool:
+    """The PAT's delivery: its shell never reads the PAT nor runs onyx-cli."""
+    return tuple(argv) == DELIVER_ARGV
 
 
 async def test_a_pod_that_holds_its_validation_holds_no_reconcile_worker(
@@ -59,7 +26,7 @@ async def test_a_pod_that_holds_its_validation_holds_no_reconcile_worker(
     # One reconcile worker only: a pass that waited on mallory's onyx-cli (up to its 60 s
     # timeout) would starve alice.
     one_worker = settings.model_copy(update={"workers": 1})
-    transport = StoppedValidations(pod_exec, {"mallory"})
+    transport = StoppedCommands(pod_exec, {"mallory"}, is_delivery)
     url = str(emulator.url).rstrip("/")
     async with running_operator(url, one_worker, exec_transport=transport):
         await start(emulator, "mallory")

@@ -4,7 +4,7 @@ and says so in its status; the operator's record of the sync outlives no sandbox
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -46,13 +46,25 @@ def s3_client(s3: S3Server) -> Any:
     return client
 
 
-class StoppedUploads:
-    """Exec into the emulator's pods, but in the ``stopped`` pods the agent stops every
-    upload (SIGSTOP on the shell that would feed tar): it never reads its stdin."""
+def is_upload(argv: Sequence[str], stdin: Stdin) -> bool:
+    """The library's uploads (the PAT's delivery is another test's subject)."""
+    return stdin is not None and tuple(argv) != DELIVER_ARGV
 
-    def __init__(self, inner: EmulatedPodExec, stopped: set[str]) -> None:
+
+class StoppedCommands:
+    """Exec into the emulator's pods, but in the ``stopped`` pods the agent stops every
+    shell command that ``chosen`` picks (SIGSTOP on its shell, first thing): it never reads
+    its stdin nor runs anything (by default the uploads: tar is never fed)."""
+
+    def __init__(
+        self,
+        inner: EmulatedPodExec,
+        stopped: set[str],
+        chosen: Callable[[Sequence[str], Stdin], bool] = is_upload,
+    ) -> None:
         self.inner = inner
         self.stopped = stopped
+        self.chosen = chosen
 
     async def run(
         self,
@@ -65,8 +77,7 @@ class StoppedUploads:
         timeout: float | None = None,  # noqa: ASYNC109 -- the ExecTransport interface
         max_output_bytes: int | None = None,
     ) -> ExecResult:
-        # The library's uploads (the PAT's delivery is another test's subject).
-        if pod in self.stopped and stdin is not None and tuple(argv) != DELIVER_ARGV:
+        if pod in self.stopped and self.chosen(argv, stdin):
             argv = [argv[0], argv[1], "kill -STOP $$\n" + argv[2], *argv[3:]]
         return await self.inner.run(
             namespace,
@@ -101,7 +112,7 @@ async def test_a_pod_that_never_reads_its_upload_holds_no_reconcile_worker(
             "library_exec_timeout": 2.0,
         }
     )
-    transport = StoppedUploads(pod_exec, {"mallory"})
+    transport = StoppedCommands(pod_exec, {"mallory"})
     async with running_operator(str(emulator.url).rstrip("/"), hostile, exec_transport=transport):
         await start(emulator, "mallory")
         await eventually(
