@@ -73,6 +73,7 @@ class OperatorContext:
         deliveries = self.services.deliveries
         deliveries.wake = self.queue.add
         self.gate.stop_also.append(deliveries.close)
+        self.gate.stop_also.append(self.reconciler.forget_all)
 
     @property
     def settings(self) -> Settings:

@@ -65,6 +65,11 @@ class SandboxReconciler:
         self.services.library_pool.forget(key)
         self.services.deliveries.forget(key)
 
+    async def forget_all(self) -> None:
+        """The replica stands by: what it remembers of every sandbox goes stale (the other
+        replica acts meanwhile), so it starts afresh from the cluster's state when active."""
+        self._memory = Memory()
+
     async def reconcile(self, key: tuple[str, str]) -> float | None:
         """One pass for the sandbox ``key``; returns when to revisit (seconds) or ``None``.
 

@@ -217,3 +217,17 @@ async def test_a_wait_for_an_earlier_step_does_not_restart_the_provisioning_cloc
     condition = p.run.condition("PodReady")
     assert condition is not None
     assert condition.reason == "ProvisioningTimedOut", "4 min since it left Ready, not 5 s"
+
+
+async def test_a_replica_that_stood_by_remembers_no_provisioning_clock(world: World) -> None:
+    from craft_operator.reconciler.sandbox import SandboxReconciler
+
+    reconciler = SandboxReconciler(world.services)
+    await pod.converge_pod(await pod_pass(world))
+    observed(world)
+    p = await pod_pass(world)
+    p.memory = reconciler._memory
+    await pod.converge_pod(p)  # the pod is not Ready: its clock is remembered
+    assert reconciler._memory.starting
+    await reconciler.forget_all()  # the other replica acted meanwhile, for days maybe
+    assert not reconciler._memory.starting
