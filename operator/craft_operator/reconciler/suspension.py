@@ -13,8 +13,14 @@ until its next activity. The pod itself is stopped and started by the pod step
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from craft_operator.api.models import Phase
 from craft_operator.reconciler.step import Pass
+
+#: The suspension of a sandbox known by its phase alone (from before suspendedAt): one
+#: fixed moment, so that a pass that finds it again resumes it once.
+PHASE_ONLY = datetime.min.replace(tzinfo=UTC)
 
 
 def note(p: Pass) -> None:
@@ -24,6 +30,7 @@ def note(p: Pass) -> None:
     if p.sandbox.spec.suspend:
         if status.suspended_at is None:
             status.suspended_at = run.moment()
+        p.memory.resumed.pop(key, None)  # the next resume is a new one
         return
     suspended_at = status.suspended_at
     # A sandbox suspended before suspendedAt existed says so by its phase alone.
@@ -32,7 +39,7 @@ def note(p: Pass) -> None:
     status.suspended_at = None
     if status.sleeping_since is not None:
         return
-    since = suspended_at or run.moment()
+    since = suspended_at or PHASE_ONLY
     remembered = p.memory.resumed.get(key)
     if remembered is not None and remembered[0] == since:
         status.woke_at = remembered[1]  # resumed by a pass whose status was not written

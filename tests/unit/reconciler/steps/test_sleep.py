@@ -108,3 +108,33 @@ async def test_the_time_to_ready_after_a_resume_counts_from_the_resume(world: Wo
     p.run.status.phase = "Ready"  # what the pass that brings it back writes
     seconds = time_to_ready(p.run.body, p.run.status, NOW.replace(second=3))
     assert seconds == 3.0
+
+
+async def test_a_second_suspension_is_a_new_resume_with_its_own_moment(world: World) -> None:
+    memory = Memory()
+    first = world.pass_(status={"phase": "Suspended", "suspendedAt": LONG_AGO})
+    first.memory = memory
+    suspension.note(first)  # resumed at NOW; its status never written
+    again = world.pass_(spec={"suspend": True}, status={"suspendedAt": LONG_AGO})
+    again.memory = memory
+    suspension.note(again)  # suspended again (the same stored suspendedAt)
+    later = NOW.replace(hour=18)
+    resumed = world.pass_(status={"phase": "Suspended", "suspendedAt": LONG_AGO})
+    resumed.memory = memory
+    resumed.run.now = later
+    suspension.note(resumed)
+    assert resumed.run.status.woke_at == later, "not the first resume's moment"
+    assert world.events.reasons == ["SandboxResumed", "SandboxResumed"]
+
+
+async def test_a_sandbox_known_suspended_by_its_phase_alone_is_resumed_once(
+    world: World,
+) -> None:
+    memory = Memory()
+    for minute in (0, 5):  # the first pass's status never written
+        p = world.pass_(status={"phase": "Suspended"})
+        p.memory = memory
+        p.run.now = NOW.replace(minute=minute)
+        suspension.note(p)
+        assert p.run.status.woke_at == NOW
+    assert world.events.reasons == ["SandboxResumed"]
