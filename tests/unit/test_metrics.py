@@ -783,7 +783,7 @@ async def test_claims_cold_starts_and_claim_latency_are_counted(
     assert value(samples, "craft_pool_claim_duration_seconds_bucket", le="0.05", **standard) == 1
     assert value(samples, "craft_pool_cold_starts_total", reason="PoolEmpty", **standard) == 1
     assert value(samples, "craft_pool_cold_starts_total", reason="NoMatchingPool", **standard) == 0
-    nowhere = {"namespace": "team-a", "pool": ""}
+    nowhere = {"namespace": "", "pool": ""}  # no series per namespace without a pool
     assert value(samples, "craft_pool_cold_starts_total", reason="NoPool", **nowhere) == 1
     assert value(samples, "craft_pool_cold_starts_total", reason="Other", **nowhere) == 1
     assert label_values(samples, "craft_pool_cold_starts_total", "pool") == {"standard", "big", ""}

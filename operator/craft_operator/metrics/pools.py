@@ -105,14 +105,21 @@ class PoolCounters:
 
     def claimed(self, namespace: str, pool: str, seconds: float | None = None) -> None:
         """A sandbox claimed a pod of ``pool`` (in ``seconds``, if given)."""
-        self._claims.labels(namespace, pool).inc()
+        where = _where(namespace, pool)
+        self._claims.labels(*where).inc()
         if seconds is not None:
-            self._latency.labels(namespace, pool).observe(max(0.0, seconds))
+            self._latency.labels(*where).observe(max(0.0, seconds))
 
     def cold_start(self, reason: ColdStartReason | str, namespace: str, pool: str = "") -> None:
         """A sandbox started cold; ``reason`` outside :class:`ColdStartReason` counts as Other;
         ``pool``: the existing pool involved, if any."""
-        self._cold.labels(namespace, pool, cold_start_reason(str(reason))).inc()
+        self._cold.labels(*_where(namespace, pool), cold_start_reason(str(reason))).inc()
+
+
+def _where(namespace: str, pool: str) -> tuple[str, str]:
+    """The labels of a pool's series; without a pool, no namespace either: a sandbox in any
+    namespace (all namespaces come and go) must not mint a series of its own."""
+    return (namespace, pool) if pool else ("", "")
 
 
 def _count(value: Any) -> float:

@@ -82,7 +82,8 @@ async def claim(p: Pass) -> dict[str, Any] | Stop | None:
             return claimed
         if claimed is not None:
             namespace = p.sandbox.metadata.namespace or ""
-            p.services.metrics.pool_claimed(namespace, pool, time.monotonic() - started)
+            seconds = time.monotonic() - started
+            p.services.metrics.pool_claimed(namespace, _counted_as(p, pool), seconds)
             p.run.status.claimed_from = pool
             name = claimed["metadata"]["name"]
             p.event("PodClaimed", f"claimed warm pod {name} from pool {pool}")
@@ -124,6 +125,14 @@ def _candidates(p: Pass, wanted: str) -> tuple[str | None, Sequence[str]]:
         if matching is None and _pool_template(p, name) == wanted:
             matching = name
     return matching, ()
+
+
+def _counted_as(p: Pass, pool: str) -> str:
+    """The pool a claim or cold start is counted for: ``pool`` while it exists, else none
+    (a pool deleted meanwhile has had its series removed: they must not come back)."""
+    if pool and _live(p.services.cache.get(POOL.name, p.sandbox.metadata.namespace, pool)):
+        return pool
+    return ""
 
 
 def _live(pool: Mapping[str, Any] | None) -> bool:
@@ -226,5 +235,6 @@ def _cold(p: Pass, reason: str, why: str, pool: str = "") -> None:
     if said.get(p.run.key) == reason:
         return
     said[p.run.key] = reason
-    p.services.metrics.pool_cold_start(reason, p.sandbox.metadata.namespace or "", pool)
+    namespace = p.sandbox.metadata.namespace or ""
+    p.services.metrics.pool_cold_start(reason, namespace, _counted_as(p, pool))
     p.event("ColdStart", f"no warm pod ({reason}): {why}; starting a new pod")
