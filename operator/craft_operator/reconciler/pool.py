@@ -20,7 +20,7 @@ deletes what is left); claimed pods are owned by their sandboxes and stay.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -72,6 +72,10 @@ POOL = kinds.POOL.name
 PoolKey = tuple[str, str]
 #: Pods one pass creates at most; the pass comes back at once for more.
 CREATES_PER_PASS = 10
+#: Pods deleted at once: a pool of hundreds deleted, scaled to zero or replaced takes
+#: seconds, not one round trip after another (a pass that ran for many minutes would be
+#: taken for a stuck worker).
+DELETES_AT_ONCE = 10
 #: Workers of the pools' own queue.
 POOL_WORKERS = 2
 #: Seconds the status changes of claims and refills wait so that they share one write.
@@ -294,8 +298,9 @@ class PoolReconciler:
     async def _act(self, body: dict[str, Any], todo: Plan, desired: dict[str, Any]) -> _Outcome:
         outcome = _Outcome()
         deleted: dict[str, list[Mapping[str, Any]]] = {}
-        for pod, why in todo.delete:
-            if await self._delete(pod):
+        done = await self._delete_all([pod for pod, _ in todo.delete])
+        for (pod, why), ok in zip(todo.delete, done, strict=True):
+            if ok:
                 deleted.setdefault(why, []).append(pod)
             else:
                 outcome.conflicts += 1
@@ -328,6 +333,21 @@ class PoolReconciler:
         if outcome.create_error is not None:
             message = f"cannot create pool pods: {outcome.create_error}"
             s.events.post(body, type="Warning", reason="PodCreateFailed", message=message)
+
+    async def _delete_all(self, pods: Sequence[Mapping[str, Any]]) -> list[bool]:
+        """:meth:`_delete` each pod, :data:`DELETES_AT_ONCE` at a time; what one raised is
+        raised once the others of its batch are done."""
+        done: list[bool] = []
+        for start in range(0, len(pods), DELETES_AT_ONCE):
+            batch = pods[start : start + DELETES_AT_ONCE]
+            results = await asyncio.gather(
+                *(self._delete(pod) for pod in batch), return_exceptions=True
+            )
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise result
+                done.append(result)
+        return done
 
     async def _delete(self, pod: Mapping[str, Any]) -> bool:
         """Delete this very pod as it was seen; False if it changed since (e.g. claimed)."""
@@ -421,9 +441,10 @@ class PoolReconciler:
 
     async def _release(self, namespace: str, name: str) -> None:
         """The pool is gone or going: delete what is left of its unclaimed pods."""
-        for pod in pool_pods(self.services.cache, namespace, name):
-            if not pod.get("metadata", {}).get("deletionTimestamp"):
-                await self._delete(pod)
+        pods = pool_pods(self.services.cache, namespace, name)
+        await self._delete_all(
+            [pod for pod in pods if not pod["metadata"].get("deletionTimestamp")]
+        )
         self.forget((namespace, name))
 
 

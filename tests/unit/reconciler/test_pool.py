@@ -5,6 +5,7 @@ for a NetworkPolicy like a sandbox pod does."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -731,3 +732,33 @@ async def test_an_update_goes_through_while_every_new_pod_is_claimed_at_once(
         if pod["metadata"]["labels"][LABEL_POOL_TEMPLATE_HASH] == old_hash
     ]
     assert left == [], "no old pod is kept for claims that never come"
+
+
+async def test_a_large_pool_is_deleted_ten_pods_at_a_time_not_one_after_another(
+    world: PoolWorld,
+) -> None:
+    world.create_pool(replicas=25)
+    for _ in range(3):  # CREATES_PER_PASS at a time
+        await world.pass_()
+    assert len(world.unclaimed()) == 25
+    world.refresh()
+    kube = world.services.kube
+    real, running, peak = kube.request, 0, 0
+
+    async def counting(method: str, path: str, **kw: Any) -> Any:
+        nonlocal running, peak
+        if method != "DELETE":
+            return await real(method, path, **kw)
+        running += 1
+        peak = max(peak, running)
+        try:
+            await asyncio.sleep(0.01)
+            return await real(method, path, **kw)
+        finally:
+            running -= 1
+
+    kube.request = counting  # type: ignore[method-assign]
+    world.services.cache.forget(kinds.POOL.name, NAMESPACE, NAME)  # as after its DELETED event
+    assert await world.reconciler.reconcile(KEY) is None
+    assert world.pods() == []
+    assert peak == 10
