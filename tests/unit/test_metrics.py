@@ -793,6 +793,13 @@ async def test_claims_cold_starts_and_claim_latency_are_counted(
     assert label_values(samples, "craft_pool_claims_total", "pool") == {"standard"}
     assert label_values(samples, "craft_pool_cold_starts_total", "pool") == {"standard", ""}
 
+    await metrics.pools_forgotten()  # standby: a pool deleted meanwhile would stay for good
+    samples = await scrape(server)
+    assert label_values(samples, "craft_pool_claims_total", "pool") == set()
+    metrics.pool_seen("team-a", "standard")  # active again: each pool from zero when seen
+    samples = await scrape(server)
+    assert value(samples, "craft_pool_claims_total", **standard) == 0
+
 
 async def test_the_longest_running_pass_is_exported_and_falls_to_zero_when_it_ends(
     metrics: Metrics, server: MetricsServer

@@ -103,6 +103,12 @@ class PoolCounters:
             with contextlib.suppress(KeyError):
                 self._cold.remove(namespace, pool, str(reason))
 
+    def forget_all(self) -> None:
+        """The replica stands by: every pool's series go (a pool deleted meanwhile would
+        keep its own for good); on activation each pool's come back at zero when seen."""
+        for metric in (self._claims, self._latency, self._cold):
+            metric.clear()
+
     def claimed(self, namespace: str, pool: str, seconds: float | None = None) -> None:
         """A sandbox claimed a pod of ``pool`` (in ``seconds``, if given)."""
         where = _where(namespace, pool)

@@ -185,6 +185,10 @@ class Metrics:
         """The pool was deleted: its claim metrics go."""
         self._pools.gone(namespace, pool)
 
+    async def pools_forgotten(self) -> None:
+        """The replica stands by: every pool's claim metrics go (see ``PoolCounters``)."""
+        self._pools.forget_all()
+
     def pool_claimed(self, namespace: str, pool: str, seconds: float | None = None) -> None:
         """A sandbox claimed a pod of this warm pool; ``seconds``: how long the claim took."""
         self._pools.claimed(namespace, pool, seconds)
