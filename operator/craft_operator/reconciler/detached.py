@@ -40,7 +40,8 @@ class _Call(Generic[T]):
 
 @dataclass(frozen=True)
 class _Failures:
-    attempt: str
+    #: What the failed calls were for (a pod and PAT, say).
+    target: str
     count: int
     #: The event loop's time before which the attempt is not started again.
     until: float
@@ -65,11 +66,6 @@ class DetachedCalls(Generic[T]):
         self._stopping = False
         #: Called with a sandbox's key when a call no pass waits for ends (the queue's add).
         self.wake: Callable[[Key], None] | None = None
-
-    @property
-    def detached(self) -> int:
-        """Calls running that no pass waits for."""
-        return sum(1 for call in self._calls.values() if call.detached and not call.task.done())
 
     @property
     def unfinished(self) -> int:
@@ -124,7 +120,7 @@ class DetachedCalls(Generic[T]):
         """Seconds before a call for ``target`` (a pod and PAT, say) may be started again
         after it failed (0: now; another target is never held back)."""
         failures = self._failures.get(key)
-        if failures is None or failures.attempt != target:
+        if failures is None or failures.target != target:
             return 0.0
         return max(0.0, failures.until - asyncio.get_running_loop().time())
 
@@ -132,7 +128,7 @@ class DetachedCalls(Generic[T]):
         """Count a failure of a call for ``target`` (one that may pass when tried again);
         returns the seconds before it may be. A new target counts from one again."""
         previous = self._failures.get(key)
-        count = 1 if previous is None or previous.attempt != target else previous.count + 1
+        count = 1 if previous is None or previous.target != target else previous.count + 1
         delay = self._backoff.delay(count)
         until = asyncio.get_running_loop().time() + delay
         self._failures[key] = _Failures(target, count, until)

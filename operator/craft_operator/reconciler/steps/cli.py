@@ -214,15 +214,14 @@ async def _deliver_and_validate(
     skill_hash = "" if skill is None else skill.delivered.content_hash
     try:
         result = await s.deliveries.result(key, f"{target}|{skill_hash}", deliver)
-    except ExecError as exc:
+    except Exception as exc:
         # Backed off whatever it was: one that cannot pass (an onyx-cli that prints more
         # than is read, say) is not run again on every event of its pod.
         s.deliveries.failed(key, target)
+        if not isinstance(exc, ExecError):
+            raise  # the pass fails (and says why in the log)
         _exec_failed(p, exc)
         return None
-    except Exception:
-        s.deliveries.failed(key, target)  # the pass fails (and says why in the log)
-        raise
     if result is None:
         _validating(p, waiting=s.deliveries.waiting(key))
     return result
