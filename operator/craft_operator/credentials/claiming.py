@@ -45,7 +45,9 @@ def claim_unclaimed(backend: StoreBackend, identity: SandboxIdentity) -> bool:
     if row is None or row.sandbox_uid != identity.uid:
         return False
     try:
-        _open(backend, row.encrypted_token, identity)
+        open_token(
+            backend.keyring, row.encrypted_token, sandbox_uid=identity.uid, subject=str(identity)
+        )
     except KeyNotInRingError as exc:
         raise _stranded(exc, identity) from None
     except CredentialsError:
@@ -68,10 +70,6 @@ def claim_unclaimed(backend: StoreBackend, identity: SandboxIdentity) -> bool:
     if claimed:
         log.info("%s: claimed its credential row from before cluster ids", identity)
     return True
-
-
-def _open(backend: StoreBackend, envelope: bytes, identity: SandboxIdentity) -> None:
-    open_token(backend.keyring, envelope, sandbox_uid=identity.uid, subject=str(identity))
 
 
 def _stranded(exc: KeyNotInRingError, identity: SandboxIdentity) -> KeyNotInRingError:
