@@ -358,6 +358,7 @@ def test_suspend_stops_the_pod_and_keeps_the_credentials_until_resumed(
     wait_for(lambda: pod(cluster, namespace, "alice") is None, what="the pod gone")
     assert cluster.condition(namespace, "alice", "PodReady")["reason"] == "Suspended"
     assert "podUID" not in suspended
+    assert suspended["suspendedAt"], "the suspension is noted in the status"
     assert suspended["credentials"] == before["credentials"]
     assert token_in_secret(cluster, namespace, "alice") == token
     assert pats(state) == {before["credentials"]["patId"]: False}
@@ -366,6 +367,12 @@ def test_suspend_stops_the_pod_and_keeps_the_credentials_until_resumed(
 
     resumed = ready(cluster, namespace, "alice", operator)
     assert resumed["podUID"] == uid(pod(cluster, namespace, "alice"))
+    assert "suspendedAt" not in resumed
+    assert resumed["wokeAt"], "a resume is a wake"
+    wait_for(
+        lambda: "SandboxResumed" in step_reasons(cluster.events(namespace, "alice")),
+        what="SandboxResumed said (a step of the resume pass's event)",
+    )
     assert token_in_secret(cluster, namespace, "alice") == token
     assert pats(state) == {before["credentials"]["patId"]: False}
 
