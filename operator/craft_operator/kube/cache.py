@@ -336,3 +336,9 @@ class ObjectCache:
             raise ValueError(f"the cache does not index the label {label}")
         names = sorted(self._labelled.get((kind, namespace, label, value), ()))
         return [self._objects[(kind, namespace, name)] for name in names]
+
+    def count_labelled(self, kind: str, namespace: str | None, label: str, value: str) -> int:
+        """How many objects :meth:`labelled` would return, without reading them."""
+        if label not in INDEXED_LABELS:
+            raise ValueError(f"the cache does not index the label {label}")
+        return len(self._labelled.get((kind, namespace, label, value), ()))

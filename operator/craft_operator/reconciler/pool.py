@@ -49,9 +49,9 @@ from craft_operator.reconciler.pool_plan import (
     view,
 )
 from craft_operator.reconciler.pool_pods import (
-    belongs_to,
     claimed_pods,
-    is_running_and_ready,
+    count_claimed,
+    pool_members,
     pool_pods,
     template_of,
 )
@@ -185,32 +185,35 @@ class PoolReconciler:
         s = self.services
         namespace, name = key
         hash_ = template_of(desired) or ""
-        pods = pool_pods(s.cache, namespace, name)
-        strays = [pod for pod in pods if not belongs_to(pod, name, pool.metadata.uid)]
-        ours = view([pod for pod in pods if pod not in strays], hash_)
+        members, strays = pool_members(s.cache, namespace, name, pool.metadata.uid or "")
+        ours = view(members, hash_)
         refused = egress.refusal(s.cache, s.settings, desired)
         now = s.clock()
         waiting = self._failure_wait(key, ours, pool.spec.replicas, now)
         held = self._refusals.get(key)
         refusal_wait = 0.0 if held is None else (held.until - now).total_seconds()
-        claimed = claimed_pods(s.cache, namespace, name)
         # Waves of pods keep ending and none of this template is Ready (an image that
         # crashes, a command that exits): one pod at a time, and only once the last one has
         # come up or ended, proves the template before a batch. One wave (a node drained)
-        # refills at full speed.
+        # refills at full speed. The claimed pods are read only when needed: a pool's
+        # live sandboxes' pods, thousands in time, and a pass comes with every claim.
         failures = self._failures.get(key)
         probing = (
             failures is not None
             and failures.count > 1
             and ours.ready == 0
-            and not _proven_since(claimed, hash_, failures.at)
+            and not _proven_since(claimed_pods(s.cache, namespace, name), hash_, failures.at)
         )
         todo = plan(
             ours,
             pool.spec.replicas,
             max_creates=(0 if ours.creating else 1) if probing else self.max_creates,
             may_create=refused is None and waiting <= 0 and refusal_wait <= 0,
-            claimed_since_update=claimed_since_update(claimed, ours, hash_),
+            claimed_since_update=(
+                claimed_since_update(claimed_pods(s.cache, namespace, name), ours, hash_)
+                if ours.has_old
+                else 0
+            ),
         )
         todo = Plan((*todo.delete, *((pod, "PoolPodOrphaned") for pod in strays)), todo.create)
         outcome = await self._act(body, todo, desired)
@@ -221,12 +224,15 @@ class PoolReconciler:
             outcome.held_refusal = (
                 f"{refusal.error}; new pods are tried after {_clock(refusal.until)}"
             )
-        after = view(pool_pods(s.cache, namespace, name, pool.metadata.uid), hash_)
+        after = ours
+        if todo.delete or todo.create or strays:
+            members, strays = pool_members(s.cache, namespace, name, pool.metadata.uid or "")
+            after = view(members, hash_)
         states = self._conditions(body, pool, after, refused, outcome, waiting, now)
         status = count_status(
             body,
             after,
-            claimed=len(claimed_pods(s.cache, namespace, name)),
+            claimed=count_claimed(s.cache, namespace, name, (*members, *strays)),
             template_hash=hash_,
             conditions=with_conditions(body, states, s.clock()),
         )
@@ -429,11 +435,12 @@ class PoolReconciler:
             s.events.post(body, type="Warning", reason=reason, message=message)
         state = ConditionState.false(POOL_READY, reason, message)
         meta = body["metadata"]
-        after = view(pool_pods(s.cache, meta["namespace"], meta["name"], meta.get("uid")), "")
+        namespace, name = meta["namespace"], meta["name"]
+        members, strays = pool_members(s.cache, namespace, name, str(meta.get("uid", "")))
         status = count_status(
             body,
-            after,
-            claimed=len(claimed_pods(s.cache, meta["namespace"], meta["name"])),
+            view(members, ""),
+            claimed=count_claimed(s.cache, namespace, name, (*members, *strays)),
             template_hash=(body.get("status") or {}).get("templateHash"),
             conditions=with_conditions(body, [state], s.clock()),
         )
@@ -476,7 +483,7 @@ def _ready(
     resume_at = now + timedelta(seconds=waiting)
     replicas = pool.spec.replicas
     count = f"{pods.ready}/{replicas} pods ready"
-    if pods.ready >= replicas and not pods.old:
+    if pods.ready >= replicas and not pods.has_old:
         return ConditionState.true(POOL_READY, "PoolReady", count)
     if refused is not None:
         return ConditionState.false(POOL_READY, refused.reason, f"{count}; {refused.message}")
@@ -488,7 +495,7 @@ def _ready(
         message = f"{count}; pool pods ended, new ones start after {_clock(resume_at)}"
         return ConditionState.false(POOL_READY, "PoolPodsFailing", message)
     why = _oldest_waiting(pods)
-    if pods.old:
+    if pods.has_old:
         message = f"{count}; {len(pods.old)} outdated{why}"
         return ConditionState.false(POOL_READY, "Updating", message)
     return ConditionState.false(POOL_READY, "Filling", f"{count}{why}")
@@ -501,7 +508,7 @@ WAITING_DETAIL_LIMIT = 200
 def _oldest_waiting(pods: PoolView) -> str:
     """Why the pool's oldest pod that is not Ready waits (an image pull, scheduling), as
     a clause of the Ready condition's message; empty when every live pod is Ready."""
-    waiting = [pod for pod in (*pods.current, *pods.old) if not is_running_and_ready(pod)]
+    waiting = pods.waiting
     if not waiting:
         return ""
     oldest = min(waiting, key=lambda pod: pod["metadata"].get("creationTimestamp") or "")

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 from craft_operator.reconciler.pool_pods import (
@@ -42,27 +41,55 @@ EXCESS = "PoolScaledDown"
 
 @dataclass(frozen=True)
 class PoolView:
-    """A pool's unclaimed pods, sorted by what a pass does with them."""
+    """A pool's unclaimed pods, sorted by what a pass does with them: each pod's state is
+    read once (a pass over a pool of hundreds comes with every claim's events)."""
 
-    current: list[Pod] = field(default_factory=list)
-    old: list[Pod] = field(default_factory=list)
+    ready_current: list[Pod] = field(default_factory=list)
+    waiting_current: list[Pod] = field(default_factory=list)
+    ready_old: list[Pod] = field(default_factory=list)
+    waiting_old: list[Pod] = field(default_factory=list)
     ended: list[Pod] = field(default_factory=list)
     terminating: list[Pod] = field(default_factory=list)
 
-    @cached_property
+    @property
+    def current(self) -> list[Pod]:
+        """Live pods of the current template."""
+        return [*self.ready_current, *self.waiting_current]
+
+    @property
+    def old(self) -> list[Pod]:
+        """Live pods of an earlier template."""
+        return [*self.ready_old, *self.waiting_old]
+
+    @property
+    def has_old(self) -> bool:
+        """Whether live pods of an earlier template are left (an update is under way)."""
+        return bool(self.ready_old or self.waiting_old)
+
+    @property
+    def waiting(self) -> list[Pod]:
+        """Live pods (of any template) that are not Ready yet."""
+        return [*self.waiting_current, *self.waiting_old]
+
+    @property
     def ready(self) -> int:
         """Pods of the current template that are Running and Ready."""
-        return sum(1 for pod in self.current if is_running_and_ready(pod))
+        return len(self.ready_current)
 
-    @cached_property
+    @property
     def creating(self) -> int:
         """Live pods (of any template) that are not Ready yet."""
-        return sum(1 for pod in (*self.current, *self.old) if not is_running_and_ready(pod))
+        return len(self.waiting_current) + len(self.waiting_old)
 
     @property
     def alive(self) -> int:
         """Pods that neither ended nor are being deleted."""
-        return len(self.current) + len(self.old)
+        return (
+            len(self.ready_current)
+            + len(self.waiting_current)
+            + len(self.ready_old)
+            + len(self.waiting_old)
+        )
 
 
 def view(pods: Iterable[Pod], template_hash: str) -> PoolView:
@@ -74,9 +101,11 @@ def view(pods: Iterable[Pod], template_hash: str) -> PoolView:
         elif has_ended(pod):
             result.ended.append(pod)
         elif template_of(pod) == template_hash:
-            result.current.append(pod)
+            ready = is_running_and_ready(pod)
+            (result.ready_current if ready else result.waiting_current).append(pod)
         else:
-            result.old.append(pod)
+            ready = is_running_and_ready(pod)
+            (result.ready_old if ready else result.waiting_old).append(pod)
     return result
 
 
@@ -97,15 +126,18 @@ def _created(pod: Pod) -> str:
     return str(pod.get("metadata", {}).get("creationTimestamp") or "")
 
 
-def _not_ready_first_then_newest(pods: Iterable[Pod]) -> list[Pod]:
-    newest_first = sorted(pods, key=_created, reverse=True)
-    return sorted(newest_first, key=is_running_and_ready)
+def _not_ready_first_then_newest(pods: PoolView) -> list[Pod]:
+    """The current template's pods, those not Ready first, each part newest first."""
+    return [
+        *sorted(pods.waiting_current, key=_created, reverse=True),
+        *sorted(pods.ready_current, key=_created, reverse=True),
+    ]
 
 
 def claimed_since_update(claimed: Iterable[Pod], pods: PoolView, template_hash: str) -> int:
     """Pods of the current template claimed from the pool since its template changed:
     those made after its newest old pod, to the second (no old pod: no update under way, 0)."""
-    if not pods.old:
+    if not pods.has_old:
         return 0
     newest_old = max(_created(pod) for pod in pods.old)
     return sum(
@@ -124,15 +156,18 @@ def plan(
     """What to do now to move ``pods`` towards ``replicas`` current ones (see the module);
     ``claimed_since_update`` is what :func:`claimed_since_update` counts."""
     delete: list[tuple[Pod, str]] = [(pod, ENDED) for pod in pods.ended]
-    old_ready = [pod for pod in pods.old if is_running_and_ready(pod)]
-    delete += [(pod, OUTDATED) for pod in pods.old if not is_running_and_ready(pod)]
+    old_ready = pods.ready_old
+    delete += [(pod, OUTDATED) for pod in pods.waiting_old]
     spare = max(0, pods.ready + claimed_since_update + len(old_ready) - replicas)
-    delete += [(pod, OUTDATED) for pod in sorted(old_ready, key=_created)[:spare]]
-    excess = max(0, len(pods.current) - replicas)
-    delete += [(pod, EXCESS) for pod in _not_ready_first_then_newest(pods.current)[:excess]]
+    if spare:
+        delete += [(pod, OUTDATED) for pod in sorted(old_ready, key=_created)[:spare]]
+    current = len(pods.ready_current) + len(pods.waiting_current)
+    excess = max(0, current - replicas)
+    if excess:
+        delete += [(pod, EXCESS) for pod in _not_ready_first_then_newest(pods)[:excess]]
     removed_alive = sum(1 for _, why in delete if why != ENDED)
     alive_after = pods.alive - removed_alive
-    missing = max(0, replicas - (len(pods.current) - excess))
-    room = replicas + surge_for(replicas) - alive_after if pods.old else missing
+    missing = max(0, replicas - (current - excess))
+    room = replicas + surge_for(replicas) - alive_after if pods.has_old else missing
     create = max(0, min(missing, room, max_creates)) if may_create else 0
     return Plan(tuple(delete), create)

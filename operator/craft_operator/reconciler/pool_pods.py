@@ -12,7 +12,7 @@ from an index the cache keeps (:data:`CLAIMABLE`), not a scan of the pool.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from craft_operator.api.pool import (
@@ -57,6 +57,32 @@ def pool_pods(
         for pod in cache.labelled(POD, namespace, LABEL_POOL, pool_name)
         if belongs_to(pod, pool_name, pool_uid)
     ]
+
+
+def pool_members(
+    cache: ObjectCache, namespace: str, pool_name: str, pool_uid: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The unclaimed pods of the pool (terminating ones included), and those of an earlier
+    pool of its name (another uid: strays, which a pass deletes), in one read."""
+    ours: list[dict[str, Any]] = []
+    strays: list[dict[str, Any]] = []
+    for pod in cache.labelled(POD, namespace, LABEL_POOL, pool_name):
+        owner = pool_controller(pod)
+        if owner is not None and owner[0] == pool_name:
+            (ours if owner[1] == pool_uid else strays).append(pod)
+    return ours, strays
+
+
+def count_claimed(
+    cache: ObjectCache, namespace: str, pool_name: str, members: Iterable[Mapping[str, Any]]
+) -> int:
+    """How many :func:`claimed_pods` there are, from the cache's label index: every pod
+    labelled as claimed from the pool but ``members``, the pool's own pods (every pod that
+    :func:`belongs_to` it, of any uid), which may carry that label too. Counted, not read:
+    the pods claimed from a pool are those of its live sandboxes, thousands in time."""
+    labelled = cache.count_labelled(POD, namespace, LABEL_CLAIMED_FROM, pool_name)
+    also_members = sum(1 for pod in members if _labels(pod).get(LABEL_CLAIMED_FROM) == pool_name)
+    return labelled - also_members
 
 
 def claimed_pods(cache: ObjectCache, namespace: str, pool_name: str) -> list[dict[str, Any]]:

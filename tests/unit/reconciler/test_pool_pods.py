@@ -8,10 +8,21 @@ from typing import Any
 
 import pytest
 
-from craft_operator.api.pool import LABEL_POOL, LABEL_POOL_TEMPLATE_HASH, POOL_KIND
+from craft_operator.api.pool import (
+    LABEL_CLAIMED_FROM,
+    LABEL_POOL,
+    LABEL_POOL_TEMPLATE_HASH,
+    POOL_KIND,
+)
 from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
-from craft_operator.reconciler.pool_pods import ready_pool_pod_names, ready_pool_pods
+from craft_operator.reconciler.pool_pods import (
+    claimed_pods,
+    count_claimed,
+    pool_members,
+    ready_pool_pod_names,
+    ready_pool_pods,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -112,3 +123,50 @@ def test_nothing_is_offered_from_a_pool_that_is_gone_or_whose_status_is_behind()
     assert list(ready_pool_pod_names(cache, "ns", "warm")) == []
     cache.remove(kinds.POOL.name, pool(version="3"))
     assert list(ready_pool_pod_names(cache, "ns", "warm", template_hash="h1")) == []
+
+
+def claimed(
+    name: str, pool_name: str = "warm", *, keeps_pool_label: bool = False
+) -> dict[str, Any]:
+    """A pod claimed from ``pool_name`` by a sandbox (one that someone labelled back into
+    the pool, if ``keeps_pool_label``)."""
+    body = pod(name, "2026-11-27T10:00:00Z", owner=("CraftSandbox", name, f"s-{name}"))
+    labels = body["metadata"]["labels"]
+    labels[LABEL_CLAIMED_FROM] = pool_name
+    if not keeps_pool_label:
+        del labels[LABEL_POOL]
+    return body
+
+
+def test_a_pass_reads_the_pools_members_and_the_strays_of_an_earlier_pool_in_one_go() -> None:
+    cache = cache_with(
+        pod("ours", "2026-11-27T10:00:00Z"),
+        pod("stray", "2026-11-27T10:00:00Z", owner=(POOL_KIND, "warm", "old-uid")),
+        pod("labelled-by-hand", "2026-11-27T10:00:00Z", owner=("CraftSandbox", "warm", "x")),
+        pod("another-pools", "2026-11-27T10:00:00Z", owner=(POOL_KIND, "cold", "x")),
+        claimed("alice"),
+    )
+    ours, strays = pool_members(cache, "ns", "warm", POOL_UID)
+    assert [p["metadata"]["name"] for p in ours] == ["ours"]
+    assert [p["metadata"]["name"] for p in strays] == ["stray"]
+
+
+def test_the_claimed_count_from_the_index_agrees_with_the_claimed_pods_read_one_by_one() -> None:
+    back_in_the_pool = claimed("carol", keeps_pool_label=True)
+    back_in_the_pool["metadata"]["ownerReferences"] = [
+        {"kind": POOL_KIND, "name": "warm", "uid": POOL_UID, "controller": True}
+    ]
+    cache = cache_with(
+        pod("ours", "2026-11-27T10:00:00Z"),
+        claimed("alice"),
+        claimed("bob"),
+        claimed("dave", keeps_pool_label=True),  # labelled back, still the sandbox's
+        claimed("erin", pool_name="cold"),
+        back_in_the_pool,  # the pool's controller again: a member, not a claimed pod
+    )
+    members, strays = pool_members(cache, "ns", "warm", POOL_UID)
+    expected = len(claimed_pods(cache, "ns", "warm"))
+    assert expected == 3
+    assert count_claimed(cache, "ns", "warm", (*members, *strays)) == expected
+    cache.remove(kinds.POD.name, claimed("alice"))
+    assert count_claimed(cache, "ns", "warm", (*members, *strays)) == expected - 1
