@@ -305,9 +305,16 @@ class ObjectCache:
             self._placed[index] = {}
 
     def items(self, kind: str) -> Iterator[tuple[Key, dict[str, Any]]]:
-        """All cached objects of ``kind``."""
-        for key, obj in list(self._objects.items()):
-            if key[0] == kind:
+        """All cached objects of ``kind`` (without reading those of other kinds)."""
+        keys = [
+            (kind, namespace, name)
+            for (cached, namespace), names in self._names.items()
+            if cached == kind
+            for name in names
+        ]
+        for key in keys:
+            obj = self._objects.get(key)
+            if obj is not None:
                 yield key, obj
 
     def keys(self, kind: str, namespace: str | None) -> list[tuple[str, str]]:

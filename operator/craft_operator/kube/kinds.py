@@ -171,8 +171,8 @@ def child_targets(
             targets += [(kind, child) for child in named]
             continue
         targets += [
-            (kind, key[2])
-            for key, obj in cache.items(kind.name)
-            if key[1] == namespace and owned(obj)
+            (kind, obj["metadata"]["name"])
+            for obj in cache.in_namespace(kind.name, namespace)
+            if owned(obj)
         ]
     return targets

@@ -85,10 +85,8 @@ def _termination(
     """
     found: tuple[dict[str, Any], int | None] = ({}, None)
     newest = ""
-    for (_, pod_namespace, _), pod in cache.items(POD):
+    for pod in cache.in_namespace(POD, namespace):
         meta = pod.get("metadata", {})
-        if pod_namespace != namespace:
-            continue
         labels = meta.get("labels") or {}
         if job_name not in (labels.get(JOB_NAME_LABEL), labels.get("job-name")):
             continue
@@ -264,10 +262,8 @@ def sandbox_jobs(cache: ObjectCache, sandbox: CraftSandbox) -> list[dict[str, An
     namespace, uid = sandbox.metadata.namespace or "", sandbox.metadata.uid
     return [
         job
-        for (_, job_namespace, name), job in cache.items(JOB)
-        if job_namespace == namespace
-        and job_sequence(sandbox, name) is not None
-        and controlled_by(job, uid)
+        for job in cache.in_namespace(JOB, namespace)
+        if job_sequence(sandbox, job["metadata"]["name"]) is not None and controlled_by(job, uid)
     ]
 
 
