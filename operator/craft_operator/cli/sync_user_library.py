@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import sys
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from craft_operator.library.errors import LibrarySyncError
 from craft_operator.library.local import MANIFEST_READ_LIMIT
 from craft_operator.library.location import caps_from_settings
 from craft_operator.library.plan import SyncCaps
-from craft_operator.library.s3 import make_s3_store
+from craft_operator.library.s3 import S3ObjectStore, make_s3_store
 from craft_operator.library.sync import SyncResult, sync_user_library_local
 
 logger = logging.getLogger(__name__)
@@ -34,6 +35,14 @@ EXIT_PERMANENT = 3
 UNEXPECTED = LibrarySyncError.reason
 #: Kubernetes keeps at most 4096 bytes of a termination message.
 RESULT_FILE_LIMIT = 4096
+
+
+async def _closing(store: S3ObjectStore, sync: Awaitable[SyncResult]) -> SyncResult:
+    """``sync``'s result, with the store's connections closed however it ends."""
+    try:
+        return await sync
+    finally:
+        await store.close()
 
 
 def _fail(message: str, code: int, result_file: Path | None, extra: dict[str, Any]) -> None:
@@ -122,14 +131,17 @@ def sync_user_library(
             max_attempts=3,
         )
         result: SyncResult = asyncio.run(
-            sync_user_library_local(
-                store=store,
-                bucket=bucket,
-                prefix=prefix,
-                dest=dest,
-                excludes=excludes,
-                disabled=disabled,
-                caps=caps,
+            _closing(
+                store,
+                sync_user_library_local(
+                    store=store,
+                    bucket=bucket,
+                    prefix=prefix,
+                    dest=dest,
+                    excludes=excludes,
+                    disabled=disabled,
+                    caps=caps,
+                ),
             )
         )
     except LibrarySyncError as exc:

@@ -237,9 +237,21 @@ class WholeObjectReader(Protocol):
         ...
 
 
+@runtime_checkable
+class LoopLister(Protocol):
+    """A store that can also list without a thread (most of the time)."""
+
+    async def list_objects_on_loop(
+        self, bucket: str, prefix: str, *, limit: int | None = None
+    ) -> list[S3Object] | None:
+        """What :meth:`ObjectStore.list_objects` returns, or ``None``: list with it."""
+        ...
+
+
 class S3ObjectStore:
-    """:class:`ObjectStore` over a boto3 S3 client, and a :class:`WholeObjectReader`
-    (presigned GETs on the event loop, :mod:`craft_operator.library.s3_fetch`)."""
+    """:class:`ObjectStore` over a boto3 S3 client, a :class:`WholeObjectReader` and a
+    :class:`LoopLister` (presigned GETs on the event loop,
+    :mod:`craft_operator.library.s3_fetch`)."""
 
     def __init__(
         self,
@@ -254,6 +266,7 @@ class S3ObjectStore:
         from craft_operator.library.s3_fetch import ObjectFetcher
 
         self._client = client
+        self._page_size = page_size
         self._pagination: PaginatorConfigTypeDef = {"PageSize": page_size} if page_size else {}
         self._fetcher = ObjectFetcher(client, credentials=credentials)
 
@@ -261,8 +274,16 @@ class S3ObjectStore:
         """Up to ``limit + 1`` bytes of ``key`` (a small file), read on the event loop."""
         return await self._fetcher.fetch(bucket, key, etag, limit)
 
+    async def list_objects_on_loop(
+        self, bucket: str, prefix: str, *, limit: int | None = None
+    ) -> list[S3Object] | None:
+        """:meth:`list_objects` on the event loop, or ``None`` where boto3 must list."""
+        return await self._fetcher.list_objects(
+            bucket, prefix, limit=limit, page_size=self._page_size
+        )
+
     async def close(self) -> None:
-        """Close the connections of :meth:`fetch_object`."""
+        """Close the connections of :meth:`fetch_object` and of the listings."""
         await self._fetcher.close()
 
     def list_objects(self, bucket: str, prefix: str, *, limit: int | None = None) -> list[S3Object]:

@@ -145,8 +145,60 @@ class UrlSigner:
         """The presigned URL of ``key`` at ``endpoint``, signed at ``stamp`` (UTC,
         ``YYYYMMDDTHHMMSSZ``)."""
         encoded_key = quote(key, safe="/~")
+        return self._signed(
+            endpoint.address + encoded_key,
+            endpoint.path + encoded_key,
+            [],
+            endpoint,
+            credentials,
+            stamp,
+        )
+
+    def listing_url(self, bucket: str, params: list[tuple[str, str]]) -> str | None:
+        """A presigned URL for ``ListObjectsV2`` of ``bucket`` with the request parameters
+        ``params`` (``prefix``, ``continuation-token``, ``max-keys``; ``list-type=2`` and
+        ``encoding-type=url`` are added, as botocore adds them), or ``None`` where this
+        signer leaves the bucket to botocore (list through boto3 then)."""
+        if self._credentials is None:
+            return None
+        if bucket in self._endpoints:
+            endpoint = self._endpoints[bucket]
+        else:
+            endpoint = self._probe(bucket, self._credentials)
+        keys = None if endpoint is None else _current_keys(self._credentials)
+        if endpoint is None or keys is None:
+            return None
+        stamp = time.strftime(_TIMESTAMP, time.gmtime(self._clock()))
+        return self.sign_listing(endpoint, params, keys, stamp)
+
+    def sign_listing(
+        self,
+        endpoint: BucketEndpoint,
+        params: list[tuple[str, str]],
+        credentials: SigningKeys,
+        stamp: str,
+    ) -> str:
+        """The presigned ``ListObjectsV2`` URL of the bucket at ``endpoint``, signed at
+        ``stamp``: the bucket's own address (``/bucket`` in path style, ``/`` on its host)."""
+        path = endpoint.path.rstrip("/") or "/"
+        address = endpoint.address[: len(endpoint.address) - len(endpoint.path)] + path
+        request = [("list-type", "2"), *params, ("encoding-type", "url")]
+        return self._signed(address, path, request, endpoint, credentials, stamp)
+
+    def _signed(
+        self,
+        address: str,
+        path: str,
+        request: list[tuple[str, str]],
+        endpoint: BucketEndpoint,
+        credentials: SigningKeys,
+        stamp: str,
+    ) -> str:
+        """``address`` (whose canonical URI is ``path``) with the request parameters and
+        AWS Signature Version 4 query authentication for a GET."""
         scope = f"{stamp[:8]}/{endpoint.region}/s3/aws4_request"
         params = [
+            *request,
             ("X-Amz-Algorithm", ALGORITHM),
             ("X-Amz-Credential", f"{credentials.access_key}/{scope}"),
             ("X-Amz-Date", stamp),
@@ -160,7 +212,7 @@ class UrlSigner:
         canonical_request = "\n".join(
             (
                 "GET",
-                endpoint.path + encoded_key,
+                path,
                 "&".join(f"{name}={value}" for name, value in sorted(encoded)),
                 f"host:{endpoint.host}\n",
                 "host",
@@ -172,7 +224,7 @@ class UrlSigner:
         )
         signing_key = self._signing_key(credentials.secret_key, stamp[:8], endpoint.region)
         signature = hmac.new(signing_key, string_to_sign.encode(), hashlib.sha256).hexdigest()
-        return f"{endpoint.address}{encoded_key}?{query}&X-Amz-Signature={signature}"
+        return f"{address}?{query}&X-Amz-Signature={signature}"
 
     def _signing_key(self, secret: str, date: str, region: str) -> bytes:
         cached = self._signing_keys.get((secret, date, region))

@@ -40,7 +40,7 @@ from craft_operator.library.record import (
     digest,
     lines_of,
 )
-from craft_operator.library.s3 import ObjectStore
+from craft_operator.library.s3 import LoopLister, ObjectStore
 from craft_operator.library.transfer import (
     LIBRARY_ROOT,
     MANIFEST_MAX_BYTES,
@@ -114,7 +114,11 @@ async def _list(store: ObjectStore, bucket: str, prefix: str, caps: SyncCaps) ->
     applied) before it is held whole: a prefix of a million empty objects would take the
     operator's memory, whatever their bytes."""
     most = caps.max_listed_keys
-    listing = await asyncio.to_thread(partial(store.list_objects, bucket, prefix, limit=most))
+    listing = None
+    if isinstance(store, LoopLister):
+        listing = await store.list_objects_on_loop(bucket, prefix, limit=most)
+    if listing is None:
+        listing = await asyncio.to_thread(partial(store.list_objects, bucket, prefix, limit=most))
     if len(listing) > most:
         raise LibraryCapExceededError(
             f"more than {most} keys under s3://{bucket}/{prefix} (ten times "

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from craft_operator.kube.exec_local import LocalExec
 from craft_operator.library.s3 import S3ObjectStore, make_s3_client, make_s3_store
@@ -60,3 +61,30 @@ def bucket(s3_server: S3Server) -> Bucket:
 def pods(tmp_path: Path) -> LocalExec:
     """The local stand-in for pod exec, with pods' /workspace under tmp_path."""
     return LocalExec(root=tmp_path / "pods")
+
+
+Handler = Callable[[web.Request], web.StreamResponse]
+
+
+@pytest.fixture
+async def stand_in_s3(unused_tcp_port: int) -> AsyncIterator[Callable[[Handler], str]]:
+    """An S3 endpoint whose answers a test writes; returns its URL."""
+    runners: list[web.AppRunner] = []
+
+    async def serve(handler: Handler) -> str:
+        app = web.Application()
+        app.router.add_route("GET", "/{tail:.*}", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", unused_tcp_port).start()
+        runners.append(runner)
+        return f"http://127.0.0.1:{unused_tcp_port}"
+
+    yield serve  # type: ignore[misc]
+    for runner in runners:
+        await runner.cleanup()
+
+
+def s3_error(status: int, code: str) -> web.Response:
+    body = f"<?xml version='1.0'?><Error><Code>{code}</Code><Message>{code} here</Message></Error>"
+    return web.Response(status=status, body=body, content_type="application/xml")

@@ -26,7 +26,7 @@ from craft_operator.library.s3_fetch import ObjectFetcher
 from craft_operator.library.s3_presign import PROBE_KEY
 from tests.support.s3 import S3Server
 
-from .conftest import Bucket
+from .conftest import Bucket, Handler, s3_error
 
 pytestmark = [pytest.mark.s3]
 
@@ -140,33 +140,6 @@ async def test_a_garbled_answer_is_retryable_and_its_message_holds_no_credential
     assert "Content-Length" in str(raised.value)
     assert CANARY_TOKEN not in str(raised.value)
     assert "Signature" not in str(raised.value)
-
-
-Handler = Callable[[web.Request], web.StreamResponse]
-
-
-@pytest.fixture
-async def stand_in_s3(unused_tcp_port: int) -> AsyncIterator[Callable[[Handler], str]]:
-    """An S3 endpoint whose answers a test writes; returns its URL."""
-    runners: list[web.AppRunner] = []
-
-    async def serve(handler: Handler) -> str:
-        app = web.Application()
-        app.router.add_route("GET", "/{tail:.*}", handler)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", unused_tcp_port).start()
-        runners.append(runner)
-        return f"http://127.0.0.1:{unused_tcp_port}"
-
-    yield serve  # type: ignore[misc]
-    for runner in runners:
-        await runner.cleanup()
-
-
-def s3_error(status: int, code: str) -> web.Response:
-    body = f"<?xml version='1.0'?><Error><Code>{code}</Code><Message>{code} here</Message></Error>"
-    return web.Response(status=status, body=body, content_type="application/xml")
 
 
 @pytest.mark.parametrize(

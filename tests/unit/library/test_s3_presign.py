@@ -257,3 +257,45 @@ def test_a_url_signed_on_a_later_day_uses_that_days_key(monkeypatch: pytest.Monk
 
     assert all(ours == botocore for ours, botocore in urls)
     assert counting.presigned == 1
+
+
+def botocore_listing_url(client: Any, bucket: str, params: dict[str, Any]) -> str:
+    url: str = client.generate_presigned_url(
+        "list_objects_v2", Params={"Bucket": bucket, **params}, ExpiresIn=300
+    )
+    return url
+
+
+@pytest.mark.parametrize("where", ENDPOINTS[:3])
+@pytest.mark.parametrize("token", [None, "canary-session-token/with+plus=="])
+@pytest.mark.parametrize(
+    "prefix", ["public/knowledge/3f2b8c1e/user_library/", "dir/héllo wörld+100%/"]
+)
+def test_a_listing_url_is_botocores_own(
+    where: dict[str, str], token: str | None, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if token:
+        monkeypatch.setenv("AWS_SESSION_TOKEN", token)
+    session = boto3.session.Session()
+    counting = Counting(make_s3_client(**where, session=session))
+    signer = signer_for(counting, session.get_credentials())
+
+    first = signer.listing_url("craft-user-files", [("prefix", prefix)])
+    later = signer.listing_url(
+        "craft-user-files",
+        [("prefix", prefix), ("continuation-token", "1/ab+cd=="), ("max-keys", "100")],
+    )
+
+    assert first == botocore_listing_url(counting.client, "craft-user-files", {"Prefix": prefix})
+    assert later == botocore_listing_url(
+        counting.client,
+        "craft-user-files",
+        {"Prefix": prefix, "ContinuationToken": "1/ab+cd==", "MaxKeys": 100},
+    )
+    assert counting.presigned == 1  # the probe of the bucket: both were signed here
+
+
+def test_a_bucket_left_to_botocore_is_listed_through_boto3() -> None:
+    session = boto3.session.Session()
+    client = make_s3_client(endpoint_url="http://127.0.0.1:9000", session=session)
+    assert signer_for(client, None).listing_url("craft-user-files", [("prefix", "p/")]) is None
