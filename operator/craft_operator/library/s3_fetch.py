@@ -84,8 +84,13 @@ class ObjectFetcher:
             timeout = aiohttp.ClientTimeout(
                 sock_connect=self._connect_timeout, sock_read=self._read_timeout
             )
+            # botocore asks for no compression, and a compressed answer is not what S3
+            # stores (a proxy's doing): identity, as botocore gets.
             self._session = aiohttp.ClientSession(
-                connector=connector, timeout=timeout, auto_decompress=False
+                connector=connector,
+                timeout=timeout,
+                auto_decompress=False,
+                headers={"Accept-Encoding": "identity"},
             )
         return self._session
 
@@ -192,6 +197,8 @@ class ObjectFetcher:
                 if response.status in _SIGNER_DOUBTS:
                     self._signer.forget(bucket)
                     return None
+                if response.headers.get("Content-Encoding", "identity") != "identity":
+                    return None  # compressed all the same: boto3 reads what it can
                 if response.status != 200:
                     body = await response.content.read(ERROR_BODY_BYTES)
                     raise _refused(response.status, body, bucket, None)

@@ -48,7 +48,7 @@ def parse_listing_page(body: bytes, *, bucket: str) -> ListingPage:
     """The page ``body`` holds; :class:`S3Error` if it is not a ``ListBucketResult``."""
     try:
         root = ET.fromstring(body)  # noqa: S314 -- see the import
-    except ET.ParseError as exc:
+    except (ET.ParseError, LookupError, ValueError) as exc:  # LookupError: an odd encoding
         raise _unreadable(f"that is not XML ({exc})", bucket) from None
     if _local(root.tag) != "ListBucketResult":
         raise _unreadable(f"of {_local(root.tag)!r}, not a ListBucketResult", bucket)
@@ -59,8 +59,8 @@ def parse_listing_page(body: bytes, *, bucket: str) -> ListingPage:
         if _local(element.tag) != "Contents":
             continue
         item = _children(element)
-        key, size = item.get("Key", ""), item.get("Size", "")
-        if not key or not size.isdigit():
+        key, size = item.get("Key", ""), item.get("Size", "").strip()
+        if not key or not (size.isascii() and size.isdigit()):
             raise _unreadable("with an object without a key or a size", bucket)
         objects.append(
             S3Object(

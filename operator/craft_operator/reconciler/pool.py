@@ -185,7 +185,7 @@ class PoolReconciler:
         s = self.services
         namespace, name = key
         hash_ = template_of(desired) or ""
-        members, strays = pool_members(s.cache, namespace, name, pool.metadata.uid or "")
+        members, strays = pool_members(s.cache, namespace, name, pool.metadata.uid)
         ours = view(members, hash_)
         refused = egress.refusal(s.cache, s.settings, desired)
         now = s.clock()
@@ -224,9 +224,11 @@ class PoolReconciler:
             outcome.held_refusal = (
                 f"{refusal.error}; new pods are tried after {_clock(refusal.until)}"
             )
+        # A pass with nothing to do changed nothing (and awaited nothing: no event came in
+        # meanwhile), so what it read still holds.
         after = ours
         if todo.delete or todo.create or strays:
-            members, strays = pool_members(s.cache, namespace, name, pool.metadata.uid or "")
+            members, strays = pool_members(s.cache, namespace, name, pool.metadata.uid)
             after = view(members, hash_)
         states = self._conditions(body, pool, after, refused, outcome, waiting, now)
         status = count_status(
@@ -436,7 +438,7 @@ class PoolReconciler:
         state = ConditionState.false(POOL_READY, reason, message)
         meta = body["metadata"]
         namespace, name = meta["namespace"], meta["name"]
-        members, strays = pool_members(s.cache, namespace, name, str(meta.get("uid", "")))
+        members, strays = pool_members(s.cache, namespace, name, meta.get("uid"))
         status = count_status(
             body,
             view(members, ""),

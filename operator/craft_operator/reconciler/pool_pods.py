@@ -60,16 +60,17 @@ def pool_pods(
 
 
 def pool_members(
-    cache: ObjectCache, namespace: str, pool_name: str, pool_uid: str
+    cache: ObjectCache, namespace: str, pool_name: str, pool_uid: str | None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The unclaimed pods of the pool (terminating ones included), and those of an earlier
-    pool of its name (another uid: strays, which a pass deletes), in one read."""
+    pool of its name (another uid: strays, which a pass deletes), in one read; without
+    ``pool_uid``, every pod the pool's name controls is the pool's."""
     ours: list[dict[str, Any]] = []
     strays: list[dict[str, Any]] = []
     for pod in cache.labelled(POD, namespace, LABEL_POOL, pool_name):
         owner = pool_controller(pod)
         if owner is not None and owner[0] == pool_name:
-            (ours if owner[1] == pool_uid else strays).append(pod)
+            (ours if pool_uid in (None, owner[1]) else strays).append(pod)
     return ours, strays
 
 

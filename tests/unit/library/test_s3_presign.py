@@ -266,7 +266,7 @@ def botocore_listing_url(client: Any, bucket: str, params: dict[str, Any]) -> st
     return url
 
 
-@pytest.mark.parametrize("where", ENDPOINTS[:3])
+@pytest.mark.parametrize("where", ENDPOINTS)
 @pytest.mark.parametrize("token", [None, "canary-session-token/with+plus=="])
 @pytest.mark.parametrize(
     "prefix", ["public/knowledge/3f2b8c1e/user_library/", "dir/héllo wörld+100%/"]
