@@ -129,17 +129,25 @@ class UrlSigner:
         """
         if not key:
             raise ValueError("an S3 object key cannot be empty")
+        signing = self._signing(bucket)
+        if signing is None:
+            return self._botocore_url(bucket, key)  # botocore says what is missing
+        endpoint, keys, stamp = signing
+        return self.sign(endpoint, key, keys, stamp)
+
+    def _signing(self, bucket: str) -> tuple[BucketEndpoint, SigningKeys, str] | None:
+        """The bucket's endpoint, the keys and the moment to sign with now; ``None`` where
+        the bucket is left to botocore (no credentials at hand, or not vouched for)."""
         if self._credentials is None:
-            return self._botocore_url(bucket, key)
+            return None
         if bucket in self._endpoints:
             endpoint = self._endpoints[bucket]
         else:
             endpoint = self._probe(bucket, self._credentials)
         keys = None if endpoint is None else _current_keys(self._credentials)
         if endpoint is None or keys is None:
-            return self._botocore_url(bucket, key)  # botocore says what is missing
-        stamp = time.strftime(_TIMESTAMP, time.gmtime(self._clock()))
-        return self.sign(endpoint, key, keys, stamp)
+            return None
+        return endpoint, keys, time.strftime(_TIMESTAMP, time.gmtime(self._clock()))
 
     def sign(self, endpoint: BucketEndpoint, key: str, credentials: SigningKeys, stamp: str) -> str:
         """The presigned URL of ``key`` at ``endpoint``, signed at ``stamp`` (UTC,
@@ -159,16 +167,10 @@ class UrlSigner:
         ``params`` (``prefix``, ``continuation-token``, ``max-keys``; ``list-type=2`` and
         ``encoding-type=url`` are added, as botocore adds them), or ``None`` where this
         signer leaves the bucket to botocore (list through boto3 then)."""
-        if self._credentials is None:
+        signing = self._signing(bucket)
+        if signing is None:
             return None
-        if bucket in self._endpoints:
-            endpoint = self._endpoints[bucket]
-        else:
-            endpoint = self._probe(bucket, self._credentials)
-        keys = None if endpoint is None else _current_keys(self._credentials)
-        if endpoint is None or keys is None:
-            return None
-        stamp = time.strftime(_TIMESTAMP, time.gmtime(self._clock()))
+        endpoint, keys, stamp = signing
         return self.sign_listing(endpoint, params, keys, stamp)
 
     def sign_listing(

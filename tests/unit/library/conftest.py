@@ -7,11 +7,13 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import boto3
 import pytest
 from aiohttp import web
 
 from craft_operator.kube.exec_local import LocalExec
 from craft_operator.library.s3 import S3ObjectStore, make_s3_client, make_s3_store
+from craft_operator.library.s3_fetch import ObjectFetcher
 from tests.support.s3 import S3Server, running_s3_server, use_fake_aws_credentials
 
 
@@ -88,3 +90,20 @@ async def stand_in_s3(unused_tcp_port: int) -> AsyncIterator[Callable[[Handler],
 def s3_error(status: int, code: str) -> web.Response:
     body = f"<?xml version='1.0'?><Error><Code>{code}</Code><Message>{code} here</Message></Error>"
     return web.Response(status=status, body=body, content_type="application/xml")
+
+
+def fetcher_counting_presigns(url: str) -> tuple[ObjectFetcher, list[str]]:
+    """The operator's reader of the S3 at ``url`` (URLs signed with the client's own
+    credentials), and the keys botocore presigns for it, as it presigns them."""
+    session = boto3.session.Session()
+    client = make_s3_client(endpoint_url=url, region="us-east-1", session=session)
+    presigned: list[str] = []
+    botocore_presign = client.generate_presigned_url
+
+    def counted(*args: object, **kwargs: dict[str, str]) -> str:
+        presigned.append(kwargs["Params"]["Key"])
+        return str(botocore_presign(*args, **kwargs))
+
+    client.generate_presigned_url = counted  # type: ignore[method-assign]
+    fetcher = ObjectFetcher(client, credentials=session.get_credentials(), retry_pause=0.01)
+    return fetcher, presigned

@@ -26,7 +26,7 @@ from craft_operator.library.s3_fetch import ObjectFetcher
 from craft_operator.library.s3_presign import PROBE_KEY
 from tests.support.s3 import S3Server
 
-from .conftest import Bucket, Handler, s3_error
+from .conftest import Bucket, Handler, fetcher_counting_presigns, s3_error
 
 pytestmark = [pytest.mark.s3]
 
@@ -184,17 +184,7 @@ async def test_a_refused_signature_has_the_buckets_next_url_checked_against_boto
         return answers.pop(0)
 
     url = await stand_in_s3(answer)
-    session = boto3.session.Session()
-    client = make_s3_client(endpoint_url=url, region="us-east-1", session=session)
-    presigned: list[str] = []
-    botocore_presign = client.generate_presigned_url
-
-    def counted(*args: object, **kwargs: dict[str, str]) -> str:
-        presigned.append(kwargs["Params"]["Key"])
-        return str(botocore_presign(*args, **kwargs))
-
-    client.generate_presigned_url = counted  # type: ignore[method-assign]
-    reader = ObjectFetcher(client, credentials=session.get_credentials(), retry_pause=0.01)
+    reader, presigned = fetcher_counting_presigns(url)
     try:
         with pytest.raises(S3AccessDeniedError):
             await reader.fetch("files", "k", '"e"', 4)

@@ -22,7 +22,7 @@ from craft_operator.library.s3_listing import parse_listing_page
 from craft_operator.library.s3_presign import PROBE_KEY
 from craft_operator.library.sync import _list
 
-from .conftest import Bucket, Handler, s3_error
+from .conftest import Bucket, Handler, fetcher_counting_presigns, s3_error
 
 pytestmark = [pytest.mark.s3]
 
@@ -132,17 +132,7 @@ async def test_a_refused_listing_url_leaves_the_listing_to_boto3_and_is_checked_
         return answers.pop(0)
 
     url = await stand_in_s3(answer)
-    session = boto3.session.Session()
-    client = make_s3_client(endpoint_url=url, region="us-east-1", session=session)
-    presigned: list[str] = []
-    botocore_presign = client.generate_presigned_url
-
-    def counted(*args: object, **kwargs: dict[str, str]) -> str:
-        presigned.append(kwargs["Params"]["Key"])
-        return str(botocore_presign(*args, **kwargs))
-
-    client.generate_presigned_url = counted  # type: ignore[method-assign]
-    fetcher = ObjectFetcher(client, credentials=session.get_credentials(), retry_pause=0.01)
+    fetcher, presigned = fetcher_counting_presigns(url)
     try:
         assert await fetcher.list_objects("files", "p/", limit=None) is None
         found = await fetcher.list_objects("files", "p/", limit=None)

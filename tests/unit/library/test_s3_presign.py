@@ -72,6 +72,18 @@ class Counting:
         return url
 
 
+def counted_signer(
+    where: dict[str, str], token: str | None, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Counting, UrlSigner]:
+    """A client at ``where`` whose presigns are counted, and a signer over it (with a
+    session token, if ``token``)."""
+    if token:
+        monkeypatch.setenv("AWS_SESSION_TOKEN", token)
+    session = boto3.session.Session()
+    counting = Counting(make_s3_client(**where, session=session))
+    return counting, signer_for(counting, session.get_credentials())
+
+
 ENDPOINTS = [
     pytest.param({"endpoint_url": "http://127.0.0.1:9000", "region": "us-east-1"}, id="path"),
     pytest.param({"endpoint_url": "http://[::1]:9000", "region": "us-east-1"}, id="ipv6"),
@@ -85,11 +97,7 @@ ENDPOINTS = [
 def test_every_url_is_botocores_own(
     where: dict[str, str], token: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if token:
-        monkeypatch.setenv("AWS_SESSION_TOKEN", token)
-    session = boto3.session.Session()
-    counting = Counting(make_s3_client(**where, session=session))
-    signer = signer_for(counting, session.get_credentials())
+    counting, signer = counted_signer(where, token, monkeypatch)
 
     for key in KEYS:
         url = signer.url("craft-user-files", key)
@@ -274,11 +282,7 @@ def botocore_listing_url(client: Any, bucket: str, params: dict[str, Any]) -> st
 def test_a_listing_url_is_botocores_own(
     where: dict[str, str], token: str | None, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if token:
-        monkeypatch.setenv("AWS_SESSION_TOKEN", token)
-    session = boto3.session.Session()
-    counting = Counting(make_s3_client(**where, session=session))
-    signer = signer_for(counting, session.get_credentials())
+    counting, signer = counted_signer(where, token, monkeypatch)
 
     first = signer.listing_url("craft-user-files", [("prefix", prefix)])
     later = signer.listing_url(
