@@ -28,7 +28,7 @@ import re
 import ssl
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from craft_operator.library.errors import S3Error, S3UnavailableError
 from craft_operator.library.plan import S3Object
@@ -39,6 +39,8 @@ from craft_operator.library.s3_presign import CredentialSource, UrlSigner
 if TYPE_CHECKING:
     import aiohttp
     from mypy_boto3_s3.client import S3Client
+
+_Url = TypeVar("_Url", str, str | None)
 
 #: Seconds a presigned URL stays valid: it is used at once, once.
 URL_LIFETIME = 300
@@ -114,7 +116,7 @@ class ObjectFetcher:
         from yarl import URL
 
         try:
-            url = self._signer.url(bucket, key)
+            url = await self._url_for(bucket, partial(self._signer.url, bucket, key))
         except Exception as exc:  # botocore: no credentials, bad parameters
             raise classify_s3_error(exc, bucket=bucket, key=key) from None
         try:
@@ -185,7 +187,7 @@ class ObjectFetcher:
         from yarl import URL
 
         try:
-            url = self._signer.listing_url(bucket, params)
+            url = await self._url_for(bucket, partial(self._signer.listing_url, bucket, params))
         except Exception as exc:  # botocore: no credentials, bad parameters
             raise classify_s3_error(exc, bucket=bucket) from None
         if url is None:
@@ -221,6 +223,13 @@ class ObjectFetcher:
                 retryable=True,
             )
         return parse_listing_page(body, bucket=bucket)
+
+    async def _url_for(self, bucket: str, sign: Callable[[], _Url]) -> _Url:
+        """``sign()``, in a thread when it may wait on the network (botocore presigning, a
+        credentials refresh): the event loop runs every sandbox's work."""
+        if self._signer.may_block(bucket):
+            return await asyncio.to_thread(sign)
+        return sign()
 
     async def close(self) -> None:
         """Close the connections (the next fetch opens new ones)."""

@@ -135,6 +135,21 @@ class UrlSigner:
         endpoint, keys, stamp = signing
         return self.sign(endpoint, key, keys, stamp)
 
+    def may_block(self, bucket: str) -> bool:
+        """Whether the next URL for ``bucket`` may wait on the network, so that it belongs
+        in a thread: botocore presigns it (the bucket's first, or every one of a bucket
+        left to botocore), or the credentials are due for a refresh (with web identity or
+        an assumed role, a call to STS that may take seconds)."""
+        if self._credentials is None or self._endpoints.get(bucket) is None:
+            return True
+        refresh_needed = getattr(self._credentials, "refresh_needed", None)
+        if not callable(refresh_needed):
+            return False
+        try:
+            return bool(refresh_needed())
+        except Exception:  # botocore says what is wrong, in the thread
+            return True
+
     def _signing(self, bucket: str) -> tuple[BucketEndpoint, SigningKeys, str] | None:
         """The bucket's endpoint, the keys and the moment to sign with now; ``None`` where
         the bucket is left to botocore (no credentials at hand, or not vouched for)."""

@@ -4,8 +4,10 @@ stand-in S3 that answers with the errors real S3 gives."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -249,3 +251,46 @@ async def test_an_exec_sync_reads_small_files_on_the_event_loop_and_streams_larg
     assert (library / "large.bin").read_bytes() == b"L" * 5000
     assert result.copied == 2
     assert opened == ["large.bin"]
+
+
+class RefreshingCredentials:
+    """botocore's refreshable credentials as a signer sees them: due for a refresh (an STS
+    call) or not; each read says which thread it ran in."""
+
+    def __init__(self, source: Any, *, due: bool) -> None:
+        self.source, self.due = source, due
+        self.read_in: list[int] = []
+
+    def refresh_needed(self) -> bool:
+        return self.due
+
+    def get_frozen_credentials(self) -> Any:
+        self.read_in.append(threading.get_ident())
+        return self.source.get_frozen_credentials()
+
+
+@pytest.mark.parametrize("due", [True, False], ids=["refresh-due", "fresh"])
+async def test_credentials_due_for_a_refresh_are_read_off_the_event_loop(
+    stand_in_s3: Callable[[Handler], asyncio.Future[str]], due: bool
+) -> None:
+    """A refresh with web identity is a call to STS: it must not stop every sandbox's work."""
+
+    async def answer(request: web.Request) -> web.Response:
+        return web.Response(body=b"data")
+
+    url = await stand_in_s3(answer)
+    session = boto3.session.Session()
+    client = make_s3_client(endpoint_url=url, region="us-east-1", session=session)
+    credentials = RefreshingCredentials(session.get_credentials(), due=False)
+    reader = ObjectFetcher(client, credentials=credentials)
+    try:
+        assert await reader.fetch("files", "k", '"e"', 4) == b"data"  # the bucket's probe
+        credentials.due = due
+        credentials.read_in.clear()
+        assert await reader.fetch("files", "k", '"e"', 4) == b"data"
+    finally:
+        await reader.close()
+
+    on_loop = threading.get_ident()
+    assert credentials.read_in, "the keys were read"
+    assert all((thread == on_loop) is not due for thread in credentials.read_in)
