@@ -74,6 +74,7 @@ class OperatorContext:
         deliveries.wake = self.queue.add
         self.gate.stop_also.append(deliveries.close)
         self.gate.stop_also.append(self.reconciler.forget_all)
+        self.gate.stop_also.append(self.pool_reconciler.forget_all)
         self.gate.stop_also.append(self.services.metrics.pools_forgotten)
 
     @property

@@ -158,6 +158,14 @@ class PoolReconciler:
         self._refusals.pop(key, None)
         self._status_due.pop(key, None)
 
+    async def forget_all(self) -> None:
+        """The replica stands by: the backoffs and held status changes it remembers go
+        stale (the other replica acts meanwhile, and a pool may be recreated under its
+        name), so it starts afresh from the cluster's state when active."""
+        self._failures.clear()
+        self._refusals.clear()
+        self._status_due.clear()
+
     async def reconcile(self, key: PoolKey) -> float | None:
         """One pass over the pool ``key``; returns when to revisit (seconds) or ``None``.
 
@@ -215,7 +223,9 @@ class PoolReconciler:
                 else 0
             ),
         )
-        todo = Plan((*todo.delete, *((pod, "PoolPodOrphaned") for pod in strays)), todo.create)
+        # A stray already being deleted is not deleted (and reported) again on every pass.
+        orphaned = [pod for pod in strays if not pod["metadata"].get("deletionTimestamp")]
+        todo = Plan((*todo.delete, *((pod, "PoolPodOrphaned") for pod in orphaned)), todo.create)
         outcome = await self._act(body, todo, desired)
         self._count_refusals(key, outcome, now)
         refusal = self._refusals.get(key)
@@ -227,7 +237,7 @@ class PoolReconciler:
         # A pass with nothing to do changed nothing (and awaited nothing: no event came in
         # meanwhile), so what it read still holds.
         after = ours
-        if todo.delete or todo.create or strays:
+        if todo.delete or todo.create:
             members, strays = pool_members(s.cache, namespace, name, pool.metadata.uid)
             after = view(members, hash_)
         states = self._conditions(body, pool, after, refused, outcome, waiting, now)

@@ -383,6 +383,25 @@ async def test_a_refused_create_waits_its_backoff_whatever_events_come(
     assert len(world.unclaimed()) == 5
 
 
+async def test_a_replica_that_stood_by_keeps_no_backoff_of_a_pool(world: PoolWorld) -> None:
+    """The other replica acted meanwhile (the quota may be gone, the pool recreated)."""
+    world.create_pool(replicas=2)
+    real = world.services.kube.create
+
+    async def over_quota(kind: Any, body: Any) -> Any:
+        raise ApiError(403, "Forbidden", "pods is forbidden: exceeded quota: sandboxes")
+
+    world.services.kube.create = over_quota  # type: ignore[method-assign]
+    with pytest.raises(PoolRetryLaterError):
+        await world.pass_()
+    world.services.kube.create = real  # type: ignore[method-assign]
+
+    await world.reconciler.forget_all()  # stood by, and is active again
+    await world.pass_()
+
+    assert len(world.unclaimed()) == 2, "created at once, no backoff remembered"
+
+
 async def test_while_pods_of_a_template_keep_ending_one_at_a_time_proves_it(
     world: PoolWorld,
 ) -> None:
@@ -556,6 +575,28 @@ async def test_deleting_the_pool_deletes_its_unclaimed_pods_only(world: PoolWorl
     world.emulator.remove(POOLS, NAMESPACE, NAME)
     await world.pass_()
     assert [pod["metadata"]["name"] for pod in world.pods()] == [claimed]
+
+
+async def test_pods_of_an_earlier_pool_of_the_name_are_deleted_once_not_on_every_pass(
+    world: PoolWorld,
+) -> None:
+    world.create_pool(replicas=2)
+    await world.pass_()
+    earlier = [pod["metadata"]["name"] for pod in world.unclaimed()]
+    for pod in world.unclaimed():  # made by an earlier pool of the name; they stop slowly
+        owner = {**pod["metadata"]["ownerReferences"][0], "uid": "uid-of-an-earlier-pool"}
+        change = {"metadata": {"finalizers": ["x/y"], "ownerReferences": [owner]}}
+        world.emulator.patch("v1/pods", NAMESPACE, pod["metadata"]["name"], change)
+    world.events.posted.clear()
+
+    await world.pass_()
+    await world.pass_()
+
+    assert world.events.steps.count("PoolPodOrphaned") == 1, world.events.posted
+    assert all(
+        world.emulator.get("v1/pods", NAMESPACE, name)["metadata"].get("deletionTimestamp")
+        for name in earlier
+    )
 
 
 async def test_a_pass_over_a_pool_that_is_gone_deletes_what_is_left(world: PoolWorld) -> None:

@@ -45,7 +45,9 @@ async def converge_pod(p: Pass) -> Stop | None:
     taken = claimed_pod(p) if named is None or not is_ours(named, desired) else None
     actual = taken or named
     run.status.pod_name = actual["metadata"]["name"] if actual is not None else name
-    held = await sleep.hold(p, actual)
+    # Only the sandbox's own pod is stopped: a pod of its name may be another's (a pool
+    # pod's or a claimed pod's name is anyone's to give a sandbox).
+    held = await sleep.hold(p, actual if actual is not None and is_ours(actual, desired) else None)
     if held is not None:
         return held
     if actual is not None and not is_ours(actual, desired):

@@ -6,6 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 from craft_operator.api.models import ANNOTATION_LAST_ACTIVITY, Phase
+from craft_operator.reconciler.children import controlled_by
 from craft_operator.reconciler.idle import IdleDecision, decide_idle
 from craft_operator.reconciler.step import Pass, Stop
 from craft_operator.reconciler.steps import pod_lifecycle, pod_state
@@ -58,6 +59,8 @@ def _report_problem(p: Pass, decision: IdleDecision) -> None:
 
 
 async def _stop_pod(p: Pass, actual: dict[str, Any] | None, reason: str, message: str) -> Stop:
+    if actual is not None and not controlled_by(actual, p.sandbox.metadata.uid):
+        actual = None  # never another's pod, whatever its name
     if actual is not None and not actual["metadata"].get("deletionTimestamp"):
         if pod_state.is_ready(actual):
             p.run.status.pod_failures = None  # a pod that ran until stopped ends the row

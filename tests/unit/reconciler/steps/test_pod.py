@@ -140,6 +140,46 @@ async def test_a_pod_of_someone_else_by_that_name_is_reported_not_touched(world:
     assert world.stored("v1/pods", NAME) is not None
 
 
+@pytest.mark.parametrize(
+    ("spec", "annotations"),
+    [
+        ({"suspend": True}, {}),
+        ({"idleTimeout": "1h"}, {"craft.onyx.app/last-activity": "2026-11-20T12:00:00Z"}),
+    ],
+    ids=["suspended", "asleep"],
+)
+async def test_a_sandbox_that_stops_its_pod_never_stops_another_sandboxs_pod_of_its_name(
+    world: World, spec: dict[str, object], annotations: dict[str, str]
+) -> None:
+    """A claimed pod's name (``<pool>-xxxxx``, shown in its sandbox's status) is anyone's
+    to give a new CraftSandbox: suspending that one must not delete the other's pod."""
+    others = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": NAME,
+            "namespace": NAMESPACE,
+            "labels": {"app.kubernetes.io/managed-by": "craft-operator"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "craft.onyx.app/v1alpha1",
+                    "kind": "CraftSandbox",
+                    "name": "someone-else",
+                    "uid": "uid-of-someone-else",
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {"containers": [{"name": "sandbox", "image": "busybox"}]},
+    }
+    world.emulator.create("v1/pods", others)
+    observed(world)
+    p = await pod_pass(world, spec=spec, annotations=annotations)
+    assert await pod.converge_pod(p) in (Stop("Suspended"), Stop("Sleeping"))
+    assert world.stored("v1/pods", NAME) is not None, "the other sandbox's pod stays"
+    assert not any(reason.startswith("Pod") for reason in world.events.reasons)
+
+
 @pytest.mark.parametrize(("ready_minutes", "failures_after"), [(1, 2), (11, None)])
 async def test_failures_are_forgotten_only_once_a_pod_has_stayed_ready_ten_minutes(
     world: World, ready_minutes: int, failures_after: int | None
