@@ -22,6 +22,19 @@ EXIT_MEANINGS: dict[int, tuple[str, str]] = {
 }
 
 
+#: What onyx-cli (1.4.4, the image's pin) prints when the server refuses ``GET /api/``, the
+#: request it sends before any with the PAT: the server (or a firewall, WAF or allowlist
+#: before it) blocks all traffic, and a new PAT would be refused as well.
+BLOCKED_BEFORE_AUTH = "on base URL"
+#: The condition reason for that refusal.
+SERVER_REFUSED = "ServerRefused"
+
+
+def refused_before_auth(code: int, stderr: str) -> bool:
+    """Whether an auth failure came before the PAT was sent (see BLOCKED_BEFORE_AUTH)."""
+    return code == EXIT_AUTH_FAILURE and BLOCKED_BEFORE_AUTH in stderr
+
+
 def describe_exit(code: int) -> tuple[str, str]:
     """The condition reason and message for ``code``."""
     return EXIT_MEANINGS.get(code, ("CLIError", f"onyx-cli exited with code {code}"))

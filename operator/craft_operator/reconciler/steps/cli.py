@@ -308,7 +308,14 @@ async def _judge(p: Pass, uid: str | None, result: ExecResult) -> bool:
     excerpt = _excerpt(p, result)
     if excerpt:
         detail += f": {excerpt}"
-    if result.exit_code == cli_validation.EXIT_AUTH_FAILURE:
+    if cli_validation.refused_before_auth(result.exit_code, excerpt):
+        # Not the PAT's fault: minting another would revoke a good one for nothing.
+        reason = cli_validation.SERVER_REFUSED
+        detail = (
+            f"the Onyx server, or a firewall before it, refused all traffic before the PAT "
+            f"was sent, so no new PAT is minted; tried again with a backoff: {detail}"
+        )
+    elif result.exit_code == cli_validation.EXIT_AUTH_FAILURE:
         await _auth_failed(p, uid, detail)
         return False
     run.set(ConditionState.false(CLI_VALIDATED, reason, detail))

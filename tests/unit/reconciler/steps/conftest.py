@@ -97,6 +97,8 @@ class Exec:
     ``delivered``), onyx-cli run after it exits with ``cli_exit``; every call is recorded."""
 
     cli_exit: int = 0
+    #: What onyx-cli prints on stderr (``b"refused"`` when it fails, if empty).
+    cli_stderr: bytes = b""
     deliver_exit: int = 0
     #: The exit code of the script when the SKILL.md carried with the PAT fails (0: none;
     #: the SKILL.md's own script then fails too).
@@ -155,7 +157,9 @@ class Exec:
         if self.echo_stdin and isinstance(stdin, bytes):
             # The token whole, then its tail alone (no prefix) as the last thing printed.
             return ExecResult(self.cli_exit, b"", stdin + b"\nKilled " + stdin[-30:])
-        return ExecResult(self.cli_exit, b"", b"refused" if self.cli_exit else b"")
+        return ExecResult(
+            self.cli_exit, b"", self.cli_stderr or (b"refused" if self.cli_exit else b"")
+        )
 
 
 @dataclass

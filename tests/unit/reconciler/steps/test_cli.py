@@ -290,6 +290,29 @@ async def test_a_refused_pat_is_replaced_once_then_the_operator_stops(world: Wor
     assert second.run.verdict.backoff is None
 
 
+async def test_a_server_that_blocks_all_traffic_costs_no_pat_and_is_tried_again(
+    world: World,
+) -> None:
+    """A firewall's 403 on ``/api/`` (before the PAT is sent) is also onyx-cli's exit 4:
+    minting would revoke a good PAT, and a fleet's at once."""
+    world.exec.cli_exit = cli_validation.EXIT_AUTH_FAILURE
+    world.exec.cli_stderr = (
+        "Error: connection check failed: HTTP 403 on base URL \u2014 the server is blocking "
+        "all traffic.\n  This is likely a firewall, WAF, or IP allowlist restriction\n"
+    ).encode()
+    p = await ready_pass(world)
+    await cli.validate_cli(p)
+
+    condition = p.run.condition("CLIValidated")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("False", "ServerRefused")
+    assert "no new PAT is minted" in condition.message
+    assert world.credentials.calls[-1] is None, "no PAT named as rejected"
+    assert p.run.verdict.backoff == "ServerRefused"
+    assert p.run.status.cli_auth_failures is None
+    assert p.run.status.validated_pat_id is None, "the same PAT is tried again"
+
+
 @pytest.mark.parametrize("exit_code", [1, cli.EXIT_NOT_DELIVERED, cli_validation.EXIT_AUTH_FAILURE])
 async def test_a_pod_that_prints_its_token_never_gets_it_into_status_or_events(
     world: World, exit_code: int
