@@ -120,6 +120,7 @@ def build_context(
         ),
     )
     context = OperatorContext(services=services, events=events)
+    context.gate.stop_also.append(credentials.forget_all)
     context.sweeper = OrphanSweeper(
         credentials=credentials,
         kube=kube,

@@ -117,6 +117,11 @@ class StoreCredentials:
         self._known: dict[str, tuple[IssuedCredential, datetime, datetime | None]] = {}
         self.database_calls = 0
 
+    async def forget_all(self) -> None:
+        """The replica stands by: the PATs it remembers may be renewed and retired by the
+        other replica meanwhile, so each is read from the database again when active."""
+        self._known.clear()
+
     async def _opened(self) -> CredentialStore:
         """The store, opened on first use: a database that is down at start-up is then a
         condition on each sandbox (retried), not an operator that fails to start.

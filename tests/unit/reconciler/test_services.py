@@ -129,6 +129,16 @@ async def test_after_the_recheck_interval_the_database_is_asked_again(
     assert second.pat_id == first.pat_id
 
 
+async def test_a_replica_that_stood_by_asks_the_database_again(
+    credentials: StoreCredentials,
+) -> None:
+    """The other replica may have renewed and retired the PAT meanwhile."""
+    await credentials.ensure(make_sandbox())
+    await credentials.forget_all()
+    await credentials.ensure(make_sandbox())
+    assert credentials.database_calls == 2
+
+
 async def test_the_memory_is_per_sandbox(credentials: StoreCredentials) -> None:
     alice = await credentials.ensure(make_sandbox("alice", "uid-alice"))
     bob = await credentials.ensure(make_sandbox("bob", "uid-bob"))
