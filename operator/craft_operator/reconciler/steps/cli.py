@@ -137,18 +137,21 @@ async def validate_cli(p: Pass) -> Stop | None:
 
 
 async def deliver_renewal(p: Pass) -> None:
-    """Deliver a renewed PAT into the sandbox's Ready pod though an earlier row stopped the
-    pass (a Secret or ConfigMap write refused, say): its predecessor expires at the end of
-    its grace period whatever happens, and the pod needs nothing else to take the new one.
-    Only when the pass did not reach the pod step; a pod not Ready, being deleted or not
-    the sandbox's controlled pod gets nothing."""
+    """Deliver a new PAT into the sandbox's Ready pod though an earlier row stopped the
+    pass (a Secret or ConfigMap write refused, say): a renewed one's predecessor expires at
+    the end of its grace period whatever happens, and one that replaced a PAT the pod used
+    (revoked by an admin, say, or refused) is what the pod needs most; the pod needs nothing
+    else to take it. Only when the pass did not reach the pod step; a pod not Ready, being
+    deleted or not the sandbox's controlled pod gets nothing, nor one that has validated no
+    PAT yet (its first comes with the pod step)."""
     issued = p.issued
-    if p.pod is not None or issued is None or issued.grace_pat_id is None:
+    if p.pod is not None or issued is None:
         return
-    if p.run.status.validated_pat_id == issued.pat_id:
+    status = p.run.status
+    if status.validated_pat_id == issued.pat_id:
         return
     s, meta = p.services, p.sandbox.metadata
-    name = p.run.status.pod_name or pod_name(p.sandbox)
+    name = status.pod_name or pod_name(p.sandbox)
     found = s.cache.get(POD.name, meta.namespace, name)
     if (
         found is None
@@ -156,6 +159,11 @@ async def deliver_renewal(p: Pass) -> None:
         or not controlled_by(found, meta.uid)
         or not pod_state.is_ready(found)
     ):
+        return
+    replaces = status.validated_pat_id is not None and (
+        status.validated_pod_uid == found["metadata"].get("uid")
+    )
+    if issued.grace_pat_id is None and not replaces:
         return
     p.pod = found
     await validate_cli(p)

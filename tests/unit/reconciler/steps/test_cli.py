@@ -15,7 +15,7 @@ from craft_operator.reconciler.step import WAITING_MESSAGE, Pass
 from craft_operator.reconciler.steps import cli, credentials
 from craft_operator.status import ConditionState
 from tests.unit.reconciler.conftest import NAMESPACE
-from tests.unit.reconciler.steps.conftest import CANARY, NAME, World
+from tests.unit.reconciler.steps.conftest import CANARY, NAME, UID, World
 
 pytestmark = pytest.mark.unit
 
@@ -337,6 +337,42 @@ async def test_an_unreachable_server_is_retried_with_backoff(world: World) -> No
     await cli.validate_cli(p)
     assert p.run.verdict.backoff == "ServerUnreachable"
     assert world.events.reasons == ["ServerUnreachable"]
+
+
+@pytest.mark.parametrize("validated_before", [True, False], ids=["replaced", "first"])
+async def test_a_pat_that_replaced_the_pods_goes_in_though_an_earlier_row_stopped_the_pass(
+    world: World, validated_before: bool
+) -> None:
+    """The PAT the pod used was revoked (by an admin, say) and a new one minted, with no
+    grace: a refused Secret write must not leave the pod with a dead token. A pod that
+    validated none yet gets its first from the pod step, as ever."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": NAME,
+            "namespace": NAMESPACE,
+            "uid": "pod-1",
+            "resourceVersion": "1",
+            "ownerReferences": [
+                {"kind": "CraftSandbox", "name": NAME, "uid": UID, "controller": True}
+            ],
+        },
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    world.cache.put("Pod", pod)
+    world.credentials.pat_id = 2  # PAT 1 was revoked; no grace
+    status = {"validatedPatID": 1, "validatedPodUID": "pod-1"} if validated_before else {}
+    p = world.pass_(status=status)
+    await credentials.ensure_pat(p)  # the rows before the pod step stop after this
+
+    await cli.deliver_renewal(p)
+
+    if validated_before:
+        assert p.run.status.validated_pat_id == 2
+        assert world.exec.calls == [cli.DELIVER_ARGV]
+    else:
+        assert world.exec.calls == []
 
 
 async def test_once_the_pod_uses_a_renewed_pat_the_superseded_one_is_retired(world: World) -> None:
