@@ -42,6 +42,11 @@ async def test_the_pat_is_delivered_and_validated_once_per_pod_with_argv_only(
     assert delivered.stat().st_mode & 0o777 == 0o600, "readable by the pod's user only"
 
 
+def minting_no_more(emulator: KubeEmulator) -> bool:
+    """Whether alice's CLIValidated says a fresh PAT was refused too: no more are minted."""
+    return "no more are minted" in condition(emulator, "alice", "CLIValidated").get("message", "")
+
+
 async def test_an_auth_failure_mints_a_new_pat_and_delivers_it_into_the_same_pod_once(
     emulator: KubeEmulator,
     operator: OperatorContext,
@@ -55,11 +60,11 @@ async def test_an_auth_failure_mints_a_new_pat_and_delivers_it_into_the_same_pod
     mark_pod_running(emulator, NAMESPACE, "alice")
 
     await eventually(
-        lambda: "stops retrying" in condition(emulator, "alice", "CLIValidated").get("message", ""),
-        what="the operator giving up after the fresh PAT is refused too",
+        lambda: minting_no_more(emulator),
+        what="the operator minting no more after the fresh PAT is refused too",
     )
     assert token_in_secret(emulator, "alice") != first_token
-    assert status(emulator, "alice")["cliAuthFailures"] == 2
+    assert status(emulator, "alice")["cliAuthFailures"] >= 2
     assert pod(emulator, "alice")["metadata"]["uid"] == first["metadata"]["uid"]  # type: ignore[index]
     assert len(live_pats(settings)) == 1, "the refused PAT is revoked at once"
     await event_posted(emulator, "alice", "AuthFailed")
@@ -93,8 +98,8 @@ async def test_a_spec_change_after_refused_pats_validates_again_in_the_same_pod(
     first = await eventually(lambda: pod(emulator, "alice"), what="the pod")
     mark_pod_running(emulator, NAMESPACE, "alice")
     await eventually(
-        lambda: "stops retrying" in condition(emulator, "alice", "CLIValidated").get("message", ""),
-        what="the operator giving up after the fresh PAT is refused too",
+        lambda: minting_no_more(emulator),
+        what="the operator minting no more after the fresh PAT is refused too",
     )
     assert event_reasons(emulator, "alice").count("PATMinted") == 2, "the fresh PAT is said"
 

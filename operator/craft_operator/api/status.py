@@ -193,7 +193,8 @@ class CraftSandboxStatus(StatusModel):
         default=None,
         description=(
             "onyx-cli validate-config auth failures in a row; after a fresh PAT also fails, "
-            "the operator stops retrying until the spec changes."
+            "the operator mints no more until the spec changes (the same PAT is tried "
+            "again with a backoff)."
         ),
     )
     sleeping_since: datetime | None = Field(

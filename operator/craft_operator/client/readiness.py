@@ -157,7 +157,7 @@ def _first_failure(
         final = (
             condition.reason in NEEDS_A_CHANGE.get(type_, frozenset())
             or status.phase == Phase.FAILED
-            # A freshly minted PAT was refused too: the operator stops until the spec changes.
+            # A freshly minted PAT was refused too: no more are minted until the spec changes.
             or (condition.reason == "AuthFailed" and (status.cli_auth_failures or 0) > 1)
             # A library sync failed in a way retrying cannot fix (over a cap, no bucket, ...).
             or (

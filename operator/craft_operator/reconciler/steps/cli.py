@@ -324,8 +324,7 @@ async def _judge(p: Pass, uid: str | None, result: ExecResult) -> bool:
             f"was sent, so no new PAT is minted; tried again with a backoff: {detail}"
         )
     elif result.exit_code == cli_validation.EXIT_AUTH_FAILURE:
-        await _auth_failed(p, uid, detail)
-        return False
+        return await _auth_failed(p, detail)
     run.set(ConditionState.false(CLI_VALIDATED, reason, detail))
     p.event(reason, detail, warning=True)
     run.revisit(backoff=reason)
@@ -340,20 +339,24 @@ def _excerpt(p: Pass, result: ExecResult) -> str:
     return result.stderr_excerpt(300, secrets=(p.issued.token.get_secret_value(),))
 
 
-async def _auth_failed(p: Pass, uid: str | None, detail: str) -> None:
-    """The server refused the PAT: mint a new one once; a second refusal stops retrying."""
+async def _auth_failed(p: Pass, detail: str) -> bool:
+    """The server refused the PAT: mint a new one once and deliver it at once. If that is
+    refused too, no more are minted (a server that refuses every PAT would otherwise burn
+    one per try), but the same one is tried again with the deliveries' backoff (up to 5
+    minutes): an outage of the server's authentication ends by itself. Returns whether
+    the delivery counts as failed (backs off)."""
     run = p.run
     assert p.issued is not None
     failures = (run.status.cli_auth_failures or 0) + 1
     run.status.cli_auth_failures = failures
     if failures > 1:
-        run.status.validated_pod_uid = uid
-        run.status.validated_pat_id = p.issued.pat_id
-        message = f"{detail}; a freshly minted PAT was refused too, so the operator stops "
-        message += "retrying until the spec changes"
+        message = f"{detail}; a freshly minted PAT was refused too, so no more are minted "
+        message += "until the spec changes: the same one is tried again with a backoff"
         run.set(ConditionState.false(CLI_VALIDATED, "AuthFailed", message))
-        p.event("AuthFailed", message, warning=True)
-        return
+        if failures == 2:
+            p.event("AuthFailed", message, warning=True)
+        run.revisit(backoff="AuthFailed")
+        return True
     message = f"{detail}; minting a new PAT and delivering it into the pod"
     run.set(ConditionState.false(CLI_VALIDATED, "AuthFailed", message))
     p.event("AuthFailed", message, warning=True)
@@ -361,10 +364,11 @@ async def _auth_failed(p: Pass, uid: str | None, detail: str) -> None:
         issued = await p.services.credentials.ensure(p.sandbox, rejected_pat_id=p.issued.pat_id)
     except CredentialsError as exc:
         credentials.failed(p, "CredentialsError", str(exc))
-        return
+        return False
     if issued.minted:
         credentials.record(p, issued)  # said and counted as any mint
     run.revisit(after=0)  # the next pass delivers the new PAT into the same pod
+    return False
 
 
 STEP = Step(CLI_VALIDATED, validate_cli, keeps_failure=True)

@@ -274,7 +274,9 @@ async def test_a_pat_that_cannot_be_written_into_the_pod_is_retried(world: World
     assert p.run.status.validated_pat_id is None
 
 
-async def test_a_refused_pat_is_replaced_once_then_the_operator_stops(world: World) -> None:
+async def test_a_refused_pat_is_replaced_once_then_tried_again_with_backoff(world: World) -> None:
+    """A server that refuses every PAT must not burn one per try; one whose authentication
+    was down for a while validates the PAT it refused once it is back."""
     world.exec.cli_exit = 4
     p = await ready_pass(world)
     await cli.validate_cli(p)
@@ -286,8 +288,19 @@ async def test_a_refused_pat_is_replaced_once_then_the_operator_stops(world: Wor
     condition = second.run.condition("CLIValidated")
     assert condition is not None
     assert condition.reason == "AuthFailed"
-    assert "stops retrying" in condition.message
-    assert second.run.verdict.backoff is None
+    assert "no more are minted" in condition.message
+    assert second.run.verdict.backoff == "AuthFailed"
+    assert second.run.status.validated_pat_id is None, "the same PAT is tried again"
+    minted = len(world.credentials.calls)
+
+    world.exec.cli_exit = 0  # the server's authentication is back
+    world.services.deliveries.clear_failures(second.run.key)  # its backoff has passed
+    stored = second.run.status.model_dump(by_alias=True, mode="json")
+    third = await ready_pass(world, status=stored)
+    await cli.validate_cli(third)
+    assert third.run.status.validated_pat_id == second.issued.pat_id  # type: ignore[union-attr]
+    assert third.run.status.cli_auth_failures is None
+    assert world.credentials.calls[minted:] == [None], "no PAT named as rejected since"
 
 
 async def test_a_server_that_blocks_all_traffic_costs_no_pat_and_is_tried_again(
