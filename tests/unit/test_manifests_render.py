@@ -29,8 +29,11 @@ import yaml
 from click.testing import CliRunner
 
 from craft_operator.api.parse import parse_sandbox
+from craft_operator.api.pool import parse_pool
 from craft_operator.builders.library_job import build_sync_job
 from craft_operator.builders.pod import build_pod
+from craft_operator.builders.pool import build_pool_pod
+from craft_operator.builders.quantities import parse_quantity
 from craft_operator.cli import main
 from craft_operator.config import Settings, load_settings
 from craft_operator.credentials.keyring import KeyRing
@@ -751,3 +754,83 @@ def test_the_secrets_the_readme_says_to_create_are_the_ones_the_operator_reads(
     assert created == read
     dev = {obj["metadata"]["name"] for obj in all_files_objects(DEV) if obj["kind"] == "Secret"}
     assert read <= dev, "the dev overlay provides every Secret the operator reads"
+
+
+QUOTA = SANDBOX_NAMESPACE / "quota"
+#: The sandbox and Job pods the shipped quota is sized for, at once.
+QUOTA_SANDBOXES, QUOTA_JOBS = 50, 10
+
+
+def with_limit_range_defaults(
+    container: Mapping[str, Any], limit_range: Mapping[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """The container's resources as the API server admits them in a namespace with
+    ``limit_range``: its defaults fill what the container does not name."""
+    (limits,) = (item for item in limit_range["spec"]["limits"] if item["type"] == "Container")
+    resources = container.get("resources") or {}
+    requests = dict(resources.get("requests") or {})
+    maxima = dict(resources.get("limits") or {})
+    for name, value in limits["default"].items():
+        maxima.setdefault(name, value)
+    for name, value in limits["defaultRequest"].items():
+        requests.setdefault(name, value)
+    return {"requests": requests, "limits": maxima}
+
+
+def quota_pods() -> dict[str, dict[str, Any]]:
+    """A sandbox's pod with the default resources, a warm pool's pod and a library-sync
+    Job's pod, as the operator builds them."""
+    settings = Settings(server_url="http://onyx.test:8080", state_dir=Path("/nonexistent"))
+    body = documents(EXAMPLES / "minimal.yaml")[0]  # every setting from the operator
+    body["metadata"].update(namespace="team-a", uid="u-1", generation=1)
+    sandbox = parse_sandbox(body)
+    pool = parse_pool(
+        {
+            "apiVersion": "craft.onyx.app/v1alpha1",
+            "kind": "CraftSandboxPool",
+            "metadata": {"name": "warm", "namespace": "team-a", "uid": "p-1", "generation": 1},
+            "spec": {"replicas": 10},
+        }
+    )
+    job = build_sync_job(
+        sandbox,
+        image="craft-operator:dev",
+        location=LibraryLocation(bucket="b", prefix="p/"),
+        credentials=S3CredentialsSecret(name="s3"),
+        sequence=1,
+        caps=SyncCaps(),
+    )
+    return {
+        "sandbox": build_pod(sandbox, settings)["spec"],
+        "pool": build_pool_pod(pool, settings)["spec"],
+        "job": job["spec"]["template"]["spec"],
+    }
+
+
+def test_the_optional_quota_admits_every_pod_the_operator_makes_and_the_sandboxes_it_says() -> None:
+    """A namespace with a quota on a resource refuses a pod that does not name it: the
+    limit range's defaults must cover what the operator's pods leave out, its maxima must
+    let them in, and the quota must hold the sandboxes and Jobs its comment promises."""
+    (quota,) = documents(QUOTA / "quota.yaml")
+    (limit_range,) = documents(QUOTA / "limitrange.yaml")
+    hard = quota["spec"]["hard"]
+    (container_limits,) = limit_range["spec"]["limits"]
+    totals: dict[str, float] = {}
+    for kind, spec in quota_pods().items():
+        count = QUOTA_JOBS if kind == "job" else QUOTA_SANDBOXES
+        for container in [*spec.get("initContainers", []), *spec["containers"]]:
+            admitted = with_limit_range_defaults(container, limit_range)
+            for key in hard:
+                side, _, resource = key.partition(".")
+                if side not in ("requests", "limits") or resource == "storage":
+                    continue
+                value = admitted[side].get(resource)
+                assert value is not None, f"the {kind} pod's {container['name']} names no {key}"
+                assert parse_quantity(value) <= parse_quantity(
+                    container_limits["max"].get(resource, value)
+                ), f"the {kind} pod's {container['name']} asks more {key} than the maximum"
+                if kind != "pool":  # a pool pod is one of the sandboxes once claimed
+                    totals[key] = totals.get(key, 0) + count * float(parse_quantity(value))
+    assert int(hard["pods"]) >= QUOTA_SANDBOXES + QUOTA_JOBS
+    for key, total in totals.items():
+        assert total <= float(parse_quantity(hard[key])), f"{key}: {total} > {hard[key]}"
