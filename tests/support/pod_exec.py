@@ -102,7 +102,10 @@ class EmulatedPodExec:
             argv = ["onyx-cli", "validate-config"]
         if argv and argv[0] == "onyx-cli":
             if self.scripted_cli is not None:
-                return ExecResult(self.scripted_cli(namespace, pod), b"", b"")
+                code = self.scripted_cli(namespace, pod)
+                # Exit 4 as onyx-cli says Onyx refused the PAT (not a firewall's refusal).
+                said = b"Error: connection check failed: invalid personal access token.\n"
+                return ExecResult(code, b"", said if code == 4 else b"")
             return await self._onyx_cli(namespace, pod, argv, limit=timeout)
         return await self.local.run(
             namespace,

@@ -832,5 +832,9 @@ def test_the_optional_quota_admits_every_pod_the_operator_makes_and_the_sandboxe
                 if kind != "pool":  # a pool pod is one of the sandboxes once claimed
                     totals[key] = totals.get(key, 0) + count * float(parse_quantity(value))
     assert int(hard["pods"]) >= QUOTA_SANDBOXES + QUOTA_JOBS
+    library = Settings(server_url="http://onyx.test:8080").library_volume_size
+    claims = QUOTA_SANDBOXES * (parse_quantity(library) + parse_quantity("10Gi"))
+    assert claims <= parse_quantity(hard["requests.storage"]), "a library and a workspace each"
+    assert int(hard["persistentvolumeclaims"]) >= 2 * QUOTA_SANDBOXES
     for key, total in totals.items():
         assert total <= float(parse_quantity(hard[key])), f"{key}: {total} > {hard[key]}"

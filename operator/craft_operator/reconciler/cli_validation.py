@@ -22,17 +22,25 @@ EXIT_MEANINGS: dict[int, tuple[str, str]] = {
 }
 
 
-#: What onyx-cli (1.4.4, the image's pin) prints when the server refuses ``GET /api/``, the
-#: request it sends before any with the PAT: the server (or a firewall, WAF or allowlist
-#: before it) blocks all traffic, and a new PAT would be refused as well.
-BLOCKED_BEFORE_AUTH = "on base URL"
-#: The condition reason for that refusal.
+#: What onyx-cli (1.4.4, the image's pin; ``TestConnection`` in its ``internal/api``) prints
+#: for the two exit-4 failures that are Onyx's verdict on the PAT: ``/api/me`` answered 401
+#: or 403 by the Onyx backend itself. Its other exit-4 failures are not about the PAT: a 403
+#: on ``/api/`` (a firewall, WAF or allowlist blocking all traffic, or an AWS load
+#: balancer), or a 401/403 on ``/api/me`` from a reverse proxy (an HTML answer, or an AWS
+#: load balancer's); minting a new PAT would revoke a good one for nothing.
+PAT_REFUSED = ("invalid personal access token", "check that the personal access token is valid")
+#: The condition reason for an exit 4 that is not Onyx refusing the PAT.
 SERVER_REFUSED = "ServerRefused"
 
 
-def refused_before_auth(code: int, stderr: str) -> bool:
-    """Whether an auth failure came before the PAT was sent (see BLOCKED_BEFORE_AUTH)."""
-    return code == EXIT_AUTH_FAILURE and BLOCKED_BEFORE_AUTH in stderr
+def refused_before_auth(code: int, stderr: bytes) -> bool:
+    """Whether an exit 4 is not Onyx's verdict on the PAT (see :data:`PAT_REFUSED`); read
+    from onyx-cli's whole stderr (an excerpt may have lost the start of its message to the
+    server's answer it quotes)."""
+    if code != EXIT_AUTH_FAILURE:
+        return False
+    text = stderr.decode(errors="replace")
+    return not any(marker in text for marker in PAT_REFUSED)
 
 
 def describe_exit(code: int) -> tuple[str, str]:

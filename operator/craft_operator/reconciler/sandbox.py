@@ -114,8 +114,8 @@ class SandboxReconciler:
             run.status.pod_failures = None
             s.deliveries.clear_failures(key)  # any spec change retries the PAT's delivery
             if run.status.cli_auth_failures:
-                # A twice-refused PAT stopped the deliveries ("until the spec changes"): the
-                # pod and PAT it was refused for count as validated, so validate again.
+                # A fresh PAT refused too stops the minting until the spec changes; operators
+                # before 2026-11-27 also marked it validated in its pod: validate again.
                 run.status.cli_auth_failures = None
                 run.status.validated_pat_id = None
         p = Pass(s, sandbox, run, self._memory)

@@ -287,8 +287,8 @@ def _exec_failed(p: Pass, exc: ExecError) -> None:
 async def _judge(p: Pass, uid: str | None, result: ExecResult) -> bool:
     """Record what onyx-cli's exit code says; a refused PAT gets one fresh one. Whether the
     delivery failed in a way it is tried again for, after the deliveries' backoff (not
-    when the PAT was validated, nor when it was refused: a new PAT goes at once, a second
-    refusal until the spec changes)."""
+    when the PAT was validated, nor at a first refusal: the new PAT goes at once; a fresh
+    PAT refused too is tried again with backoff, and no other is minted)."""
     run = p.run
     assert p.issued is not None
     if result.exit_code == EXIT_NOT_DELIVERED:
@@ -316,12 +316,13 @@ async def _judge(p: Pass, uid: str | None, result: ExecResult) -> bool:
     excerpt = _excerpt(p, result)
     if excerpt:
         detail += f": {excerpt}"
-    if cli_validation.refused_before_auth(result.exit_code, excerpt):
-        # Not the PAT's fault: minting another would revoke a good one for nothing.
+    if cli_validation.refused_before_auth(result.exit_code, result.stderr):
+        # Not Onyx's verdict on the PAT: minting another would revoke a good one for nothing.
         reason = cli_validation.SERVER_REFUSED
         detail = (
-            f"the Onyx server, or a firewall before it, refused all traffic before the PAT "
-            f"was sent, so no new PAT is minted; tried again with a backoff: {detail}"
+            "something before Onyx's check of the PAT (a firewall, WAF, load balancer or "
+            "reverse proxy) refused onyx-cli, so no new PAT is minted; tried again with a "
+            f"backoff: {detail}"
         )
     elif result.exit_code == cli_validation.EXIT_AUTH_FAILURE:
         return await _auth_failed(p, detail)
@@ -363,8 +364,13 @@ async def _auth_failed(p: Pass, detail: str) -> bool:
     try:
         issued = await p.services.credentials.ensure(p.sandbox, rejected_pat_id=p.issued.pat_id)
     except CredentialsError as exc:
+        # No fresh PAT exists: the next refusal is still the first (a second would stop
+        # the minting, though no fresh PAT was refused).
+        run.status.cli_auth_failures = None
         credentials.failed(p, "CredentialsError", str(exc))
         return False
+    if issued.pat_id == p.issued.pat_id:
+        run.status.cli_auth_failures = None  # no new PAT came of it, likewise
     if issued.minted:
         credentials.record(p, issued)  # said and counted as any mint
     run.revisit(after=0)  # the next pass delivers the new PAT into the same pod

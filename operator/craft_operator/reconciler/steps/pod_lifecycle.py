@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -38,6 +39,18 @@ def restart_wait(p: Pass) -> Stop | None:
     return None
 
 
+#: How the API server's LimitRanger says a pod's resources are out of a LimitRange's
+#: bounds ("maximum cpu usage per Container is 4, but limit is 8"), which it answers 403.
+_LIMIT_RANGE = re.compile(
+    r"(maximum|minimum) \S+ usage per (Container|Pod) is|limit to request ratio per"
+)
+
+
+def refused_by_limit_range(exc: ApiError) -> bool:
+    """Whether the API server refused a pod for resources out of a LimitRange's bounds."""
+    return exc.status == 403 and _LIMIT_RANGE.search(str(exc)) is not None
+
+
 async def create(p: Pass, desired: dict[str, Any]) -> Stop:
     """Create the pod (the caller waited out :func:`restart_wait`); the pass waits for it
     to start."""
@@ -48,9 +61,10 @@ async def create(p: Pass, desired: dict[str, Any]) -> Stop:
     except ConflictError:
         return await _exists_already(p, desired)
     except ApiError as exc:
-        if exc.status in (400, 422):
-            # The API server refuses this pod (e.g. an admission policy); retrying the
-            # same spec cannot help, so wait for the spec or the settings to change.
+        if exc.status in (400, 422) or refused_by_limit_range(exc):
+            # The API server refuses this pod (e.g. an admission policy, or resources over
+            # a LimitRange's bounds); retrying the same spec cannot help, so wait for the
+            # spec or the settings to change. (A quota's 403 passes: retried.)
             p.fail_spec("PodRejected", str(exc))
         else:
             p.fail(POD_READY, "PodCreateFailed", str(exc))

@@ -91,13 +91,20 @@ class Credentials:
         return None
 
 
+def onyx_cli_stderr(exit_code: int) -> bytes:
+    """What onyx-cli prints when it exits with ``exit_code`` (4: Onyx refused the PAT)."""
+    if exit_code == 4:
+        return b"Error: connection check failed: invalid personal access token.\n"
+    return b"refused" if exit_code else b""
+
+
 @dataclass
 class Exec:
     """The exec port: the PAT's delivery fails if ``deliver_exit`` (what it was sent is in
     ``delivered``), onyx-cli run after it exits with ``cli_exit``; every call is recorded."""
 
     cli_exit: int = 0
-    #: What onyx-cli prints on stderr (``b"refused"`` when it fails, if empty).
+    #: What onyx-cli prints on stderr (if empty: :func:`onyx_cli_stderr` of ``cli_exit``).
     cli_stderr: bytes = b""
     deliver_exit: int = 0
     #: The exit code of the script when the SKILL.md carried with the PAT fails (0: none;
@@ -157,9 +164,7 @@ class Exec:
         if self.echo_stdin and isinstance(stdin, bytes):
             # The token whole, then its tail alone (no prefix) as the last thing printed.
             return ExecResult(self.cli_exit, b"", stdin + b"\nKilled " + stdin[-30:])
-        return ExecResult(
-            self.cli_exit, b"", self.cli_stderr or (b"refused" if self.cli_exit else b"")
-        )
+        return ExecResult(self.cli_exit, b"", self.cli_stderr or onyx_cli_stderr(self.cli_exit))
 
 
 @dataclass

@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from craft_operator.credentials.errors import CredentialsError
 from craft_operator.kube.exec import ExecError, ExecOutputTooLargeError, ExecResult
 from craft_operator.reconciler import cli_validation
 from craft_operator.reconciler.detached import DetachedCalls
@@ -303,16 +304,39 @@ async def test_a_refused_pat_is_replaced_once_then_tried_again_with_backoff(worl
     assert world.credentials.calls[minted:] == [None], "no PAT named as rejected since"
 
 
-async def test_a_server_that_blocks_all_traffic_costs_no_pat_and_is_tried_again(
-    world: World,
+#: What onyx-cli 1.4.4 prints for each of its exit-4 failures (``TestConnection`` in its
+#: ``internal/api/client.go``), after ``Error: connection check failed: ``; the last two
+#: quote up to 300 bytes of the server's answer.
+BLOCKED_BASE_URL = (
+    "HTTP 403 on base URL \u2014 the server is blocking all traffic.\n"
+    "  This is likely a firewall, WAF, or IP allowlist restriction"
+)
+AWS_LOAD_BALANCER = (
+    "blocked by AWS load balancer (HTTP 403 on all requests).\n"
+    "  Your IP address may not be in the ALB's security group or WAF allowlist"
+)
+REVERSE_PROXY = (
+    "HTTP 403 from a reverse proxy (not the Onyx backend).\n"
+    "  Check your deployment's ingress / proxy configuration"
+)
+INVALID_PAT = "invalid personal access token.\n  " + '{"detail":"' + "x" * 280 + '"}'
+DENIED_PAT = "access denied \u2014 check that the personal access token is valid.\n  forbidden"
+
+
+def onyx_cli_stderr(message: str) -> bytes:
+    return f"Config:  environment variables\nError: connection check failed: {message}\n".encode()
+
+
+@pytest.mark.parametrize(
+    "message", [BLOCKED_BASE_URL, AWS_LOAD_BALANCER, REVERSE_PROXY], ids=["base", "alb", "proxy"]
+)
+async def test_a_refusal_that_is_not_onyxs_verdict_on_the_pat_costs_no_pat(
+    world: World, message: str
 ) -> None:
-    """A firewall's 403 on ``/api/`` (before the PAT is sent) is also onyx-cli's exit 4:
-    minting would revoke a good PAT, and a fleet's at once."""
+    """A firewall's, load balancer's or proxy's 401/403 is also onyx-cli's exit 4: minting
+    would revoke a good PAT, and a fleet's at once; the same one is tried again."""
     world.exec.cli_exit = cli_validation.EXIT_AUTH_FAILURE
-    world.exec.cli_stderr = (
-        "Error: connection check failed: HTTP 403 on base URL \u2014 the server is blocking "
-        "all traffic.\n  This is likely a firewall, WAF, or IP allowlist restriction\n"
-    ).encode()
+    world.exec.cli_stderr = onyx_cli_stderr(message)
     p = await ready_pass(world)
     await cli.validate_cli(p)
 
@@ -324,6 +348,31 @@ async def test_a_server_that_blocks_all_traffic_costs_no_pat_and_is_tried_again(
     assert p.run.verdict.backoff == "ServerRefused"
     assert p.run.status.cli_auth_failures is None
     assert p.run.status.validated_pat_id is None, "the same PAT is tried again"
+
+
+@pytest.mark.parametrize("message", [INVALID_PAT, DENIED_PAT], ids=["401", "403"])
+async def test_onyxs_refusal_of_the_pat_mints_a_new_one_whatever_answer_it_quotes(
+    world: World, message: str
+) -> None:
+    world.exec.cli_exit = cli_validation.EXIT_AUTH_FAILURE
+    world.exec.cli_stderr = onyx_cli_stderr(message)
+    p = await ready_pass(world)
+    await cli.validate_cli(p)
+    condition = p.run.condition("CLIValidated")
+    assert condition is not None
+    assert condition.reason == "AuthFailed"
+    assert world.credentials.calls[-1] == 1, "PAT 1 is named as rejected"
+
+
+async def test_a_refusal_whose_new_pat_could_not_be_minted_is_still_the_first(
+    world: World,
+) -> None:
+    """No fresh PAT was refused: the next refusal mints again (it does not stop minting)."""
+    world.exec.cli_exit = cli_validation.EXIT_AUTH_FAILURE
+    p = await ready_pass(world)
+    world.credentials.error = CredentialsError("the database is down")
+    await cli.validate_cli(p)
+    assert p.run.status.cli_auth_failures is None
 
 
 @pytest.mark.parametrize("exit_code", [1, cli.EXIT_NOT_DELIVERED, cli_validation.EXIT_AUTH_FAILURE])

@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 
 from craft_operator.api.status_codec import dump_status
+from craft_operator.kube.client import ApiError
 from craft_operator.reconciler.step import Pass, Stop
 from craft_operator.reconciler.steps import credentials, pod
 from tests.support.pod_exec import mark_pod_failed, mark_pod_running
@@ -110,6 +111,40 @@ async def test_a_suspended_sandbox_has_no_pod(world: World) -> None:
     assert await pod.converge_pod(p) == Stop("Suspended")
     assert world.stored("v1/pods", NAME) is None
     assert p.run.phase == "Suspended"
+
+
+@pytest.mark.parametrize(
+    ("message", "reason", "phase"),
+    [
+        (
+            'pods "alice" is forbidden: maximum cpu usage per Container is 4, but limit is 8',
+            "PodRejected",
+            "Failed",
+        ),
+        (
+            'pods "alice" is forbidden: exceeded quota: craft-sandboxes, requested: pods=1',
+            "PodCreateFailed",
+            None,
+        ),
+    ],
+    ids=["limit-range", "quota"],
+)
+async def test_a_pod_over_a_limit_range_waits_for_its_spec_but_one_over_a_quota_is_retried(
+    world: World, message: str, reason: str, phase: str | None
+) -> None:
+    """Both are 403s: retrying cannot fit a pod into a LimitRange's bounds, but a quota
+    frees up as other sandboxes go."""
+
+    async def refused(kind: object, body: object) -> object:
+        raise ApiError(403, "Forbidden", message)
+
+    world.services.kube.create = refused  # type: ignore[method-assign]
+    p = await pod_pass(world)
+    await pod.converge_pod(p)
+    condition = p.run.condition("PodReady")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("False", reason)
+    assert p.run.phase == phase
 
 
 async def test_no_pod_while_nothing_restricts_its_egress(
