@@ -6,7 +6,7 @@ the same ones against SQLite, the emulator and a local exec double.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -119,8 +119,10 @@ class LibraryPort(Protocol):
         namespace: str,
         pod: str,
         pod_uid: str = "",
+        check: Callable[[], None] | None = None,
     ) -> SyncResult:
-        """Sync; raises :class:`~craft_operator.library.errors.LibrarySyncError` subclasses."""
+        """Sync; raises :class:`~craft_operator.library.errors.LibrarySyncError` subclasses.
+        ``check`` runs before each exec (:mod:`craft_operator.reconciler.pod_guard`)."""
         ...
 
     async def forget(self, uid: str) -> None:

@@ -39,6 +39,7 @@ from craft_operator.library import (
     sync_user_library_exec,
 )
 from craft_operator.library.record import SyncRecord
+from craft_operator.reconciler.pod_guard import GuardedExec
 from craft_operator.skills.memo import RenderMemo
 from craft_operator.skills.render import RenderedSkill, render_skill, sources_digest
 from craft_operator.skills.template import SkillTemplateError, template_from_configmap
@@ -455,8 +456,10 @@ class LibrarySyncer:
         namespace: str,
         pod: str,
         pod_uid: str = "",
+        check: Callable[[], None] | None = None,
     ) -> SyncResult:
-        """Make ``/workspace/user_library`` in the pod match the library in S3."""
+        """Make ``/workspace/user_library`` in the pod match the library in S3; ``check``
+        runs before each exec (:mod:`craft_operator.reconciler.pod_guard`)."""
         library = sandbox.spec.user_library
         meta = sandbox.metadata
         records = (
@@ -468,7 +471,7 @@ class LibrarySyncer:
             store=self._store(location),
             bucket=location.bucket,
             prefix=location.prefix,
-            exec_transport=self._exec,
+            exec_transport=self._exec if check is None else GuardedExec(self._exec, check),
             namespace=namespace,
             pod=pod,
             container=SANDBOX_CONTAINER,

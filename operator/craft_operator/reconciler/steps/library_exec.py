@@ -13,6 +13,7 @@ from craft_operator.api.models import ConditionStatus, UserLibraryStatus
 from craft_operator.library import LibraryLocation, LibrarySyncError, SyncResult
 from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.library_pool import Outcome
+from craft_operator.reconciler.pod_guard import pod_check
 from craft_operator.reconciler.run import Run
 from craft_operator.reconciler.step import Pass
 from craft_operator.reconciler.steps.library_attempt import RESYNCED, SYNCED, Attempt
@@ -42,12 +43,19 @@ def step(p: Pass, location: LibraryLocation, attempt: Attempt) -> None:
         run.revisit(after=wait)
         return
     namespace, name = p.pod["metadata"].get("namespace", ""), p.pod["metadata"]["name"]
+    # Run maybe much later (queued behind others): only into this very pod.
+    check = pod_check(s.cache, p.pod, uid)
     pool.submit(
         run.key,
         uid,
         attempt.key,
         lambda: s.library.sync(
-            sandbox, location, namespace=namespace, pod=name, pod_uid=attempt.pod_uid
+            sandbox,
+            location,
+            namespace=namespace,
+            pod=name,
+            pod_uid=attempt.pod_uid,
+            check=check,
         ),
     )
     _syncing(run, "a library sync is queued or running")

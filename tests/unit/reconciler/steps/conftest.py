@@ -203,6 +203,7 @@ class NoLibrary:
         namespace: str,
         pod: str,
         pod_uid: str = "",
+        check: Callable[[], None] | None = None,
     ) -> SyncResult:
         raise AssertionError("no library sync expected")
 

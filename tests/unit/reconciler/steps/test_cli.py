@@ -20,13 +20,29 @@ from tests.unit.reconciler.steps.conftest import CANARY, NAME, UID, World
 
 pytestmark = pytest.mark.unit
 
-POD = {"metadata": {"name": NAME, "namespace": NAMESPACE, "uid": "pod-1"}}
+
+def sandbox_pod(uid: str = "pod-1", version: str = "1") -> dict[str, object]:
+    """The sandbox's pod as the cache holds it (the deliveries exec only into it)."""
+    owner = {"kind": "CraftSandbox", "name": NAME, "uid": UID, "controller": True}
+    return {
+        "metadata": {
+            "name": NAME,
+            "namespace": NAMESPACE,
+            "uid": uid,
+            "resourceVersion": version,
+            "ownerReferences": [owner],
+        }
+    }
+
+
+POD = sandbox_pod()
 
 
 async def ready_pass(world: World, **body: object) -> Pass:
     p = world.pass_(**body)
     await credentials.ensure_pat(p)
     p.pod = POD
+    world.cache.put("Pod", POD)
     world.events.posted.clear()
     return p
 
@@ -243,12 +259,35 @@ async def test_a_new_pod_is_delivered_to_at_once_whatever_the_last_one_failed(
     world.exec.cli_exit = 0
     stored = p.run.status.model_dump(by_alias=True, mode="json")
     replaced = await ready_pass(world, status=stored)
-    replaced.pod = {"metadata": {**POD["metadata"], "uid": "pod-2"}}
+    replaced.pod = sandbox_pod("pod-2", version="2")
+    world.cache.put("Pod", replaced.pod)
     await cli.validate_cli(replaced)
     condition = replaced.run.condition("CLIValidated")
     assert condition is not None
     assert (condition.status, condition.reason) == ("True", "Validated")
     assert world.exec.calls == [cli.DELIVER_ARGV] * 2
+
+
+async def test_no_pat_goes_into_a_pod_that_took_the_sandboxs_pod_name_since_it_was_read(
+    world: World,
+) -> None:
+    """The exec API takes a name: a pass slowed by the database, or a delivery waiting for
+    room, must not hand this user's PAT to another sandbox's pod of that name."""
+    p = await ready_pass(world)
+    world.cache.remove("Pod", sandbox_pod(version="2"))
+    theirs = sandbox_pod("pod-9", version="3")
+    theirs["metadata"]["ownerReferences"] = [  # type: ignore[index]
+        {"kind": "CraftSandbox", "name": "mallory", "uid": "uid-m", "controller": True}
+    ]
+    world.cache.put("Pod", theirs)
+
+    await cli.validate_cli(p)
+
+    assert world.exec.calls == [], "nothing was run in the other pod"
+    assert world.exec.delivered == []
+    condition = p.run.condition("CLIValidated")
+    assert condition is not None
+    assert condition.reason == "ExecFailed"
 
 
 async def test_a_renewed_pat_is_delivered_into_the_same_pod(world: World) -> None:

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from craft_operator.api.models import UserLibraryStatus
 from craft_operator.api.status_codec import dump_status
 from craft_operator.library import resolve_location
+from craft_operator.library.errors import ExecFailedError
+from craft_operator.library.sync import SyncResult
+from craft_operator.reconciler.pod_guard import PodChangedError
 from craft_operator.reconciler.step import Pass
 from craft_operator.reconciler.steps import library
 from craft_operator.reconciler.steps.library_attempt import attempt_for
 from craft_operator.status import ConditionState
 from tests.unit.reconciler.conftest import NAMESPACE
-from tests.unit.reconciler.steps.conftest import NAME, World
+from tests.unit.reconciler.steps.conftest import NAME, UID, World
 
 pytestmark = pytest.mark.unit
 
@@ -64,3 +69,59 @@ async def test_a_library_synced_for_this_revision_and_pod_is_left_alone(
     assert await library.sync_library(p) is None
     assert not world.services.library_pool.busy(p.run.key, p.sandbox.metadata.uid or "")
     assert p.run.touched == set()
+
+
+class CapturingLibrary:
+    """The library port, keeping what each sync was given instead of syncing."""
+
+    def __init__(self) -> None:
+        self.checks: list[Any] = []
+        self.called = asyncio.Event()
+
+    async def sync(self, *args: object, check: Any = None, **kwargs: object) -> SyncResult:
+        self.checks.append(check)
+        self.called.set()
+        raise ExecFailedError("not synced here")
+
+    async def forget(self, uid: str) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_a_queued_sync_execs_into_no_pod_that_took_its_pods_name_meanwhile(
+    make_world: Callable[..., World],
+) -> None:
+    """A sync may wait for a free slot long after its pass; if the sandbox's pod went and
+    another sandbox's took the name (a claimed pool pod's name is anyone's to give a new
+    sandbox), the other user must not receive this user's library."""
+    world = make_world(s3_bucket="onyx-user-files")
+    capturing = CapturingLibrary()
+    world.services.library = capturing  # type: ignore[misc]
+    owner = {"kind": "CraftSandbox", "name": NAME, "uid": UID, "controller": True}
+    mine = {"metadata": {**POD["metadata"], "resourceVersion": "1", "ownerReferences": [owner]}}
+    world.cache.put("Pod", mine)
+    p = ready_pass(world)
+    p.pod = mine
+    await library.sync_library(p)
+    await asyncio.wait_for(capturing.called.wait(), 5)
+    (check,) = capturing.checks
+    check()  # still the pod it was read as: the sync may exec
+
+    world.cache.remove("Pod", {"metadata": {**mine["metadata"], "resourceVersion": "2"}})
+    theirs = {"kind": "CraftSandbox", "name": "mallory", "uid": "uid-m", "controller": True}
+    world.cache.put(
+        "Pod",
+        {
+            "metadata": {
+                **POD["metadata"],
+                "uid": "pod-9",
+                "resourceVersion": "3",
+                "ownerReferences": [theirs],
+            }
+        },
+    )
+    with pytest.raises(PodChangedError):
+        check()
+    await world.services.library_pool.close()
