@@ -53,7 +53,10 @@ async def _collect(p: Pass, current: UserLibraryStatus) -> UserLibraryStatus | N
         # The Job's end can arrive before its pod's: read the pods once, directly.
         selector = f"{sync_jobs.JOB_NAME_LABEL}={running}"
         for job_pod in await s.kube.list(POD.api, namespace, label_selector=selector):
-            s.cache.put(POD.name, job_pod)
+            # Only the Job's own: the watches never see a pod someone labelled so change
+            # or go, so one put here would stay in the cache for good.
+            if controlled_by(job_pod, job["metadata"].get("uid")):
+                s.cache.put(POD.name, job_pod)
         outcome = sync_jobs.read_outcome(s.cache, job)
     if job is not None and outcome is None:
         _syncing(p, f"sync Job {running} is running")

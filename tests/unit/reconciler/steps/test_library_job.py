@@ -397,3 +397,48 @@ async def test_no_sync_job_starts_while_no_policy_restricts_the_egress_of_its_po
     )
     await next_pass(world, again)
     assert jobs_created(world) == 1
+
+
+async def test_a_job_pod_read_directly_is_cached_only_if_the_job_controls_it(
+    job_world: World,
+) -> None:
+    """The Job's end can come before its pod's, so its pods are listed once by the Job's
+    label; a pod someone labelled so is never put in the cache, whose watches (on the
+    operator's own pods) would never see it change or go."""
+    first = await next_pass(job_world, {})
+    name = "alice-library-1"
+    job = copy.deepcopy(job_world.cache.get("Job", NAMESPACE, name))
+    assert job is not None
+    job["metadata"]["resourceVersion"] = str(int(job["metadata"]["resourceVersion"]) + 1000)
+    job["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    job_world.cache.put("Job", job)
+    owner = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": name,
+        "uid": job["metadata"]["uid"],
+        "controller": True,
+    }
+    state = {"terminated": {"exitCode": 0, "message": json.dumps(SYNCED)}}
+    for pod_name, owners in ((f"{name}-abcde", [owner]), (f"{name}-plant", [])):
+        job_world.emulator.create(
+            "v1/pods",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": pod_name,
+                    "namespace": NAMESPACE,
+                    "labels": {"batch.kubernetes.io/job-name": name},
+                    "ownerReferences": owners,
+                },
+                "spec": {"containers": [{"name": "sync", "image": "craft-operator:dev"}]},
+                "status": {"containerStatuses": [{"name": "sync", "state": state}]},
+            },
+        )
+
+    collected = await next_pass(job_world, first)
+
+    assert condition(collected)[:2] == ("True", "Synced")
+    assert job_world.cache.get("Pod", NAMESPACE, f"{name}-abcde") is not None
+    assert job_world.cache.get("Pod", NAMESPACE, f"{name}-plant") is None
