@@ -547,7 +547,13 @@ def sandbox_and_job_labels() -> tuple[dict[str, str], dict[str, str]]:
     sandbox = sample_sandbox()
     settings = Settings(server_url="http://onyx.test:8080", state_dir=Path("/nonexistent"))
     pod = build_pod(sandbox, settings)
-    job = build_sync_job(
+    job = sync_job_of(sandbox)
+    return pod["metadata"]["labels"], job["spec"]["template"]["metadata"]["labels"]
+
+
+def sync_job_of(sandbox: Any) -> dict[str, Any]:
+    """The first library-sync Job of ``sandbox``, as the operator builds it."""
+    return build_sync_job(
         sandbox,
         image="craft-operator:dev",
         location=LibraryLocation(bucket="b", prefix="p/"),
@@ -555,7 +561,6 @@ def sandbox_and_job_labels() -> tuple[dict[str, str], dict[str, str]]:
         sequence=1,
         caps=SyncCaps(),
     )
-    return pod["metadata"]["labels"], job["spec"]["template"]["metadata"]["labels"]
 
 
 def test_the_sandbox_policy_selects_sandbox_pods_but_not_library_sync_jobs(
@@ -792,14 +797,7 @@ def quota_pods() -> dict[str, dict[str, Any]]:
             "spec": {"replicas": 10},
         }
     )
-    job = build_sync_job(
-        sandbox,
-        image="craft-operator:dev",
-        location=LibraryLocation(bucket="b", prefix="p/"),
-        credentials=S3CredentialsSecret(name="s3"),
-        sequence=1,
-        caps=SyncCaps(),
-    )
+    job = sync_job_of(sandbox)
     return {
         "sandbox": build_pod(sandbox, settings)["spec"],
         "pool": build_pool_pod(pool, settings)["spec"],
