@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client
 
 _Url = TypeVar("_Url", str, str | None)
+_T = TypeVar("_T")
 
 #: Seconds a presigned URL stays valid: it is used at once, once.
 URL_LIFETIME = 300
@@ -102,14 +103,7 @@ class ObjectFetcher:
         Raises :class:`~craft_operator.library.errors.S3ObjectChangedError` if its ETag
         is no longer ``etag``, other :class:`S3Error` subclasses on other failures.
         """
-        for attempt in range(1, self._attempts + 1):
-            try:
-                return await self._fetch_once(bucket, key, etag, limit)
-            except S3UnavailableError:
-                if attempt == self._attempts:
-                    raise
-            await asyncio.sleep(self._retry_pause * (0.5 + random.random()))  # noqa: S311
-        raise AssertionError("unreachable")
+        return await self._retried(partial(self._fetch_once, bucket, key, etag, limit))
 
     async def _fetch_once(self, bucket: str, key: str, etag: str, limit: int) -> bytes:
         import aiohttp
@@ -170,9 +164,9 @@ class ObjectFetcher:
             token = page.next_token
             tokens.add(token)
 
-    async def _retried(
-        self, once: Callable[[], Awaitable[ListingPage | None]]
-    ) -> ListingPage | None:
+    async def _retried(self, once: Callable[[], Awaitable[_T]]) -> _T:
+        """``once()``, tried again after a short pause if it fails in a way that waiting
+        may cure (:class:`S3UnavailableError`), up to the fetcher's attempts."""
         for attempt in range(1, self._attempts + 1):
             try:
                 return await once()
