@@ -12,12 +12,15 @@ being deleted.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.exec import ExecError, ExecResult, ExecTransport, Stdin
 from craft_operator.reconciler.children import controlled_by
+
+if TYPE_CHECKING:
+    from craft_operator.reconciler.step import Pass
 
 
 class PodChangedError(ExecError):
@@ -74,3 +77,10 @@ class GuardedExec:
             timeout=timeout,
             max_output_bytes=max_output_bytes,
         )
+
+
+def exec_into_pod_of(p: Pass) -> GuardedExec:
+    """The services' exec, for the pod this pass read (``p.pod``) only."""
+    assert p.pod is not None
+    check = pod_check(p.services.cache, p.pod, p.sandbox.metadata.uid)
+    return GuardedExec(p.services.exec, check)

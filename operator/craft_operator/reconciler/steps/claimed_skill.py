@@ -19,7 +19,7 @@ from craft_operator.builders.naming import SANDBOX_CONTAINER, SKILL_KEY, skills_
 from craft_operator.builders.pod import SKILLS_MOUNT
 from craft_operator.kube import kinds
 from craft_operator.kube.exec import ExecError
-from craft_operator.reconciler.pod_guard import GuardedExec, pod_check
+from craft_operator.reconciler.pod_guard import exec_into_pod_of
 from craft_operator.reconciler.step import Pass, Step, Stop
 from craft_operator.status import SKILL_RENDERED
 
@@ -105,9 +105,8 @@ async def deliver_skill(p: Pass) -> Stop | None:
         return None
     assert p.pod is not None
     meta = p.pod["metadata"]
-    exec_ = GuardedExec(p.services.exec, pod_check(p.services.cache, p.pod, p.sandbox.metadata.uid))
     try:
-        result = await exec_.run(
+        result = await exec_into_pod_of(p).run(
             meta.get("namespace", ""),
             meta["name"],
             SANDBOX_CONTAINER,

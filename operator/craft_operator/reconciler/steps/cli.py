@@ -24,7 +24,7 @@ from craft_operator.kube.exec import ExecError, ExecResult
 from craft_operator.metrics import ProvisioningPhase
 from craft_operator.reconciler import cli_validation
 from craft_operator.reconciler.children import controlled_by
-from craft_operator.reconciler.pod_guard import GuardedExec, pod_check
+from craft_operator.reconciler.pod_guard import exec_into_pod_of
 from craft_operator.reconciler.step import WAITING_MESSAGE, Pass, Step, Stop
 from craft_operator.reconciler.steps import claimed_skill, credentials, pod_state
 from craft_operator.status import CLI_VALIDATED, ConditionState
@@ -205,7 +205,7 @@ async def _deliver_and_validate(
     text = None if skill is None else skill.text
     argv = DELIVER_ARGV if text is None else deliver_with_skill_argv(len(token), len(text))
     # It may run a while from now (waiting for room): only into this very pod.
-    exec_ = GuardedExec(s.exec, pod_check(s.cache, p.pod, p.sandbox.metadata.uid))
+    exec_ = exec_into_pod_of(p)
 
     async def deliver() -> ExecResult:
         started = time.monotonic()
