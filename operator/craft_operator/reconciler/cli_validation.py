@@ -33,7 +33,7 @@ PAT_REFUSED = ("invalid personal access token", "check that the personal access 
 SERVER_REFUSED = "ServerRefused"
 
 
-def refused_before_auth(code: int, stderr: bytes) -> bool:
+def refused_not_for_the_pat(code: int, stderr: bytes) -> bool:
     """Whether an exit 4 is not Onyx's verdict on the PAT (see :data:`PAT_REFUSED`); read
     from onyx-cli's whole stderr (an excerpt may have lost the start of its message to the
     server's answer it quotes)."""

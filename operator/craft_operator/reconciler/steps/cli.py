@@ -319,7 +319,7 @@ async def _judge(p: Pass, uid: str | None, result: ExecResult) -> bool:
     excerpt = _excerpt(p, result)
     if excerpt:
         detail += f": {excerpt}"
-    if cli_validation.refused_before_auth(result.exit_code, result.stderr):
+    if cli_validation.refused_not_for_the_pat(result.exit_code, result.stderr):
         # Not Onyx's verdict on the PAT: minting another would revoke a good one for nothing.
         reason = cli_validation.SERVER_REFUSED
         detail = (
