@@ -100,12 +100,12 @@ def view(pods: Iterable[Pod], template_hash: str) -> PoolView:
             result.terminating.append(pod)
         elif has_ended(pod):
             result.ended.append(pod)
-        elif template_of(pod) == template_hash:
-            ready = is_running_and_ready(pod)
-            (result.ready_current if ready else result.waiting_current).append(pod)
         else:
-            ready = is_running_and_ready(pod)
-            (result.ready_old if ready else result.waiting_old).append(pod)
+            current = template_of(pod) == template_hash
+            if is_running_and_ready(pod):
+                (result.ready_current if current else result.ready_old).append(pod)
+            else:
+                (result.waiting_current if current else result.waiting_old).append(pod)
     return result
 
 
