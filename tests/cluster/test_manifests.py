@@ -22,7 +22,16 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.cluster import CRAFT, REPO, Cluster
+from craft_operator.api.parse import parse_sandbox
+from craft_operator.builders.library_job import build_sync_job
+from craft_operator.builders.pod import build_pod
+from craft_operator.config import Settings
+from craft_operator.kube.client import ApiError as OperatorApiError
+from craft_operator.library import S3CredentialsSecret
+from craft_operator.library.location import LibraryLocation
+from craft_operator.library.plan import SyncCaps
+from craft_operator.reconciler.steps.pod_lifecycle import refused_by_limit_range
+from tests.support.cluster import CRAFT, REPO, ApiError, Cluster
 
 MANIFESTS = REPO / "manifests"
 BASE = MANIFESTS / "base"
@@ -162,3 +171,61 @@ def test_a_pod_template_that_breaks_restricted_pod_security_is_not_admitted_clea
 
     with pytest.raises(AssertionError, match=r'would violate PodSecurity "restricted:latest"'):
         apply_dry_run(cluster, "-f", "-", stdin=yaml.safe_dump(deployment))
+
+
+QUOTA = SANDBOX_NAMESPACE / "quota"
+
+
+def operator_pods(namespace: str) -> dict[str, dict[str, Any]]:
+    """A sandbox's pod with the default resources and its first library-sync Job's pod, as
+    the operator builds them for ``namespace``."""
+    body = yaml.safe_load((MANIFESTS / "examples" / "minimal.yaml").read_text())
+    body["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()), generation=1)
+    sandbox = parse_sandbox(body)
+    settings = Settings(server_url="http://onyx.test:8080", state_dir=Path("/nonexistent"))
+    job = build_sync_job(
+        sandbox,
+        image="craft-operator:dev",
+        location=LibraryLocation(bucket="b", prefix="p/"),
+        credentials=S3CredentialsSecret(name="s3"),
+        sequence=1,
+        caps=SyncCaps(),
+    )
+    job_pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "alice-library-1-abcde", "namespace": namespace},
+        "spec": job["spec"]["template"]["spec"],
+    }
+    sandbox_pod = build_pod(sandbox, settings)
+    for pod in (sandbox_pod, job_pod):
+        pod["metadata"].pop("ownerReferences", None)  # no such owner here
+    return {"sandbox": sandbox_pod, "job": job_pod}
+
+
+def test_the_optional_quota_admits_the_operators_pods_and_its_limit_range_refusal_is_known(
+    cluster: Cluster,
+) -> None:
+    """On the real admission chain (LimitRanger, ResourceQuota): the operator's pods are
+    admitted in a namespace with the quota (the limit range fills what the sync Job's
+    container does not name), a pod over the limit range is refused in words the operator
+    takes as permanent (PodRejected), and a quota's refusal in words it retries."""
+    namespace = plain_namespace(cluster)
+    cluster.kubectl("apply", "-n", namespace, "-k", str(QUOTA))
+    pods = operator_pods(namespace)
+    for pod in pods.values():
+        cluster.create("/api/v1/pods", namespace, pod, dry_run=True)
+
+    over = pods["sandbox"]
+    over["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "8"
+    with pytest.raises(ApiError) as limit_range:
+        cluster.create("/api/v1/pods", namespace, over, dry_run=True)
+    assert refused_by_limit_range(OperatorApiError(403, "Forbidden", limit_range.value.message))
+
+    cluster.patch(
+        "/api/v1/resourcequotas", namespace, "craft-sandboxes", {"spec": {"hard": {"pods": "0"}}}
+    )
+    with pytest.raises(ApiError) as quota:
+        cluster.create("/api/v1/pods", namespace, pods["job"], dry_run=True)
+    assert "exceeded quota" in quota.value.message
+    assert not refused_by_limit_range(OperatorApiError(403, "Forbidden", quota.value.message))
