@@ -23,15 +23,12 @@ import pytest
 import yaml
 
 from craft_operator.api.parse import parse_sandbox
-from craft_operator.builders.library_job import build_sync_job
 from craft_operator.builders.pod import build_pod
 from craft_operator.config import Settings
 from craft_operator.kube.client import ApiError as OperatorApiError
-from craft_operator.library import S3CredentialsSecret
-from craft_operator.library.location import LibraryLocation
-from craft_operator.library.plan import SyncCaps
 from craft_operator.reconciler.steps.pod_lifecycle import refused_by_limit_range
 from tests.support.cluster import CRAFT, REPO, ApiError, Cluster
+from tests.support.sync_job import sample_sync_job
 
 MANIFESTS = REPO / "manifests"
 BASE = MANIFESTS / "base"
@@ -183,14 +180,7 @@ def operator_pods(namespace: str) -> dict[str, dict[str, Any]]:
     body["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()), generation=1)
     sandbox = parse_sandbox(body)
     settings = Settings(server_url="http://onyx.test:8080", state_dir=Path("/nonexistent"))
-    job = build_sync_job(
-        sandbox,
-        image="craft-operator:dev",
-        location=LibraryLocation(bucket="b", prefix="p/"),
-        credentials=S3CredentialsSecret(name="s3"),
-        sequence=1,
-        caps=SyncCaps(),
-    )
+    job = sample_sync_job(sandbox)
     job_pod = {
         "apiVersion": "v1",
         "kind": "Pod",

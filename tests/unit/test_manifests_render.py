@@ -30,7 +30,6 @@ from click.testing import CliRunner
 
 from craft_operator.api.parse import parse_sandbox
 from craft_operator.api.pool import parse_pool
-from craft_operator.builders.library_job import build_sync_job
 from craft_operator.builders.pod import build_pod
 from craft_operator.builders.pool import build_pool_pod
 from craft_operator.builders.quantities import parse_quantity
@@ -38,9 +37,6 @@ from craft_operator.cli import main
 from craft_operator.config import Settings, load_settings
 from craft_operator.credentials.keyring import KeyRing
 from craft_operator.devtools import onyx_api
-from craft_operator.library import S3CredentialsSecret
-from craft_operator.library.location import LibraryLocation
-from craft_operator.library.plan import SyncCaps
 from craft_operator.peering.options import POD_NAME_VARIABLE, resolve_peering
 from craft_operator.reconciler.egress import restricts_egress
 from tests.support.crd_validation import validate_create
@@ -48,6 +44,7 @@ from tests.support.peering_crd import PEERING_GROUP, peering_problems
 from tests.support.policy import policy_validator
 from tests.support.pss import restricted_violations
 from tests.support.schemas import KUBERNETES_VERSION, kubernetes_schema_problems
+from tests.support.sync_job import sample_sync_job
 
 pytestmark = pytest.mark.unit
 
@@ -547,20 +544,8 @@ def sandbox_and_job_labels() -> tuple[dict[str, str], dict[str, str]]:
     sandbox = sample_sandbox()
     settings = Settings(server_url="http://onyx.test:8080", state_dir=Path("/nonexistent"))
     pod = build_pod(sandbox, settings)
-    job = sync_job_of(sandbox)
+    job = sample_sync_job(sandbox)
     return pod["metadata"]["labels"], job["spec"]["template"]["metadata"]["labels"]
-
-
-def sync_job_of(sandbox: Any) -> dict[str, Any]:
-    """The first library-sync Job of ``sandbox``, as the operator builds it."""
-    return build_sync_job(
-        sandbox,
-        image="craft-operator:dev",
-        location=LibraryLocation(bucket="b", prefix="p/"),
-        credentials=S3CredentialsSecret(name="s3"),
-        sequence=1,
-        caps=SyncCaps(),
-    )
 
 
 def test_the_sandbox_policy_selects_sandbox_pods_but_not_library_sync_jobs(
@@ -797,7 +782,7 @@ def quota_pods() -> dict[str, dict[str, Any]]:
             "spec": {"replicas": 10},
         }
     )
-    job = sync_job_of(sandbox)
+    job = sample_sync_job(sandbox)
     return {
         "sandbox": build_pod(sandbox, settings)["spec"],
         "pool": build_pool_pod(pool, settings)["spec"],
