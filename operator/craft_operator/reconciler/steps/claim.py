@@ -80,7 +80,7 @@ async def claim(p: Pass) -> dict[str, Any] | Stop | None:
         claimed = await _take(p, pod, pool)
         if isinstance(claimed, Stop):
             return claimed
-        if claimed is not None:
+        if isinstance(claimed, dict):
             namespace = p.sandbox.metadata.namespace or ""
             seconds = time.monotonic() - started
             p.services.metrics.pool_claimed(namespace, _counted_as(p, pool), seconds)
@@ -88,9 +88,10 @@ async def claim(p: Pass) -> dict[str, Any] | Stop | None:
             name = claimed["metadata"]["name"]
             p.event("PodClaimed", f"claimed warm pod {name} from pool {pool}")
             return claimed
-        if p.run.verdict.backoff:
-            _cold(p, ColdStartReason.CLAIM_FAILED, "the claim could not be written", pool)
-            return None
+        if claimed is None:
+            continue
+        _cold(p, ColdStartReason.CLAIM_FAILED, "the claim could not be written", pool)
+        return None
     _cold(p, ColdStartReason.CLAIM_CONFLICT, f"other sandboxes claimed {pool}'s pods first", pool)
     return None
 
@@ -189,9 +190,20 @@ def claim_patch(pod: Mapping[str, Any], p: Pass, pool: str) -> dict[str, Any]:
     }
 
 
-async def _take(p: Pass, pod: Mapping[str, Any], pool: str) -> dict[str, Any] | Stop | None:
-    """Claim this pod; ``None`` if another sandbox (or the pool) got to it first, or the
-    claim failed and did not land."""
+class _NotWritten:
+    """A claim that failed, not for a race: the API server refused or lost it, and it did
+    not land (the pass's backoff says why). Its own answer, not read from the pass's
+    verdict, which an earlier step may have set for reasons of its own."""
+
+
+NOT_WRITTEN = _NotWritten()
+
+
+async def _take(
+    p: Pass, pod: Mapping[str, Any], pool: str
+) -> dict[str, Any] | Stop | _NotWritten | None:
+    """Claim this pod; ``None`` if another sandbox (or the pool) got to it first,
+    :data:`NOT_WRITTEN` if the claim failed and did not land."""
     s, meta = p.services, pod["metadata"]
     try:
         claimed = await s.kube.patch(
@@ -201,7 +213,8 @@ async def _take(p: Pass, pod: Mapping[str, Any], pool: str) -> dict[str, Any] | 
         return None
     except ApiError as exc:
         p.run.revisit(backoff=f"PodClaimFailed: {exc.reason}")
-        return await _settle(p, meta, exc)
+        settled = await _settle(p, meta, exc)
+        return NOT_WRITTEN if settled is None else settled
     s.cache.put(POD.name, claimed)
     return claimed
 

@@ -22,7 +22,7 @@ from craft_operator.kube.client import ApiError
 from craft_operator.reconciler.detached import DetachedCalls
 from craft_operator.reconciler.run import Run
 from craft_operator.reconciler.step import Memory, Pass, Stop
-from craft_operator.reconciler.steps import credentials, pod, pod_lifecycle
+from craft_operator.reconciler.steps import claim, credentials, pod, pod_lifecycle
 from craft_operator.reconciler.steps.claimed_skill import SKILL_FILE
 from craft_operator.reconciler.steps.cli import EXIT_SKILL_NOT_DELIVERED
 from craft_operator.reconciler.table import CONDITIONS, run_steps
@@ -257,6 +257,33 @@ async def test_a_pod_claimed_meanwhile_is_not_taken_over_the_claim_loses_the_rac
     assert owner["uid"] == "uid-bob"
     assert "ClaimConflict" in pooled.events.posted[0][2]
     assert pooled.stored("v1/pods", NAME) is not None, "cold instead"
+
+
+async def test_a_lost_race_tries_the_next_pod_even_after_an_earlier_step_asked_for_a_backoff(
+    pooled: World,
+) -> None:
+    names = warm_pods(pooled, 3)
+    p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    first, second = (body["metadata"]["name"] for body in claim._spread(p, names)[:2])
+    other = {"apiVersion": "craft.onyx.app/v1alpha1", "kind": "CraftSandbox", "name": "bob"}
+    pooled.emulator.patch(  # bob's claim of the first pod tried, unseen by this cache
+        "v1/pods",
+        NAMESPACE,
+        first,
+        {
+            "metadata": {
+                "labels": {LABEL_POOL: None, LABEL_CLAIMED_FROM: POOL},
+                "ownerReferences": [{**other, "uid": "uid-bob", "controller": True}],
+            }
+        },
+    )
+    p.run.revisit(
+        backoff="TemplateError"
+    )  # the skill step's, for a shared template it fell back from
+    await pod.converge_pod(p)
+    assert p.pod is not None
+    assert p.pod["metadata"]["name"] == second
+    assert not any("ColdStart" in event[1] for event in pooled.events.posted)
 
 
 async def test_a_claim_and_a_cold_start_are_counted(pooled: World) -> None:
