@@ -107,11 +107,17 @@ def pool_template_hash(spec: CraftSandboxPoolSpec, settings: Settings) -> str:
     return template_hash(pool_pod_spec(spec, settings))
 
 
+def claimable_pod_spec(sandbox: CraftSandbox, settings: Settings) -> dict[str, Any]:
+    """The spec of the pool pods ``sandbox`` may claim: a pool pod of its image, server URL,
+    resources and scheduling, as the pool builds it (raises ``SandboxConfigError``)."""
+    return _pod_spec(sandbox, settings)
+
+
 def sandbox_template_hash(sandbox: CraftSandbox, settings: Settings) -> str:
     """The template hash of the pool pods ``sandbox`` may claim: equal to a pool's
     :func:`pool_template_hash` exactly when that pool's pods have the image, server URL,
     resources and scheduling the sandbox's own pod would have."""
-    return template_hash(_pod_spec(sandbox, settings))
+    return template_hash(claimable_pod_spec(sandbox, settings))
 
 
 def pool_owner_reference(pool: CraftSandboxPool) -> dict[str, Any]:

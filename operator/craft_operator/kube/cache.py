@@ -26,6 +26,7 @@ from typing import Any
 
 from craft_operator.api.constants import LABEL_SANDBOX
 from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL
+from craft_operator.kube.pod_shape import SHAPE, shape_of
 
 Key = tuple[str, str | None, str]
 #: Seconds a deletion's tombstone is kept: long enough for any event older than the
@@ -95,13 +96,15 @@ def _pick(obj: Any, fields: tuple[str, ...]) -> Any:
 
 def compact_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     """The fields of a pod the operator reads: its metadata, its containers' names and
-    images, and :data:`POD_STATUS_FIELDS` (conditions and container statuses without their
-    timestamps, IDs and mounts)."""
+    images, :data:`POD_STATUS_FIELDS` (conditions and container statuses without their
+    timestamps, IDs and mounts), and an unclaimed pool pod's shape (:mod:`.pod_shape`)."""
     compact: dict[str, Any] = {k: v for k, v in pod.items() if k not in ("spec", "status")}
     spec = pod.get("spec")
     if isinstance(spec, Mapping):
         containers = spec.get("containers") or []
         compact["spec"] = {"containers": [_pick(c, CONTAINER_FIELDS) for c in containers]}
+        if LABEL_POOL in (pod.get("metadata", {}).get("labels") or {}):
+            compact["spec"][SHAPE] = shape_of(spec)  # a claim checks it (pool pods only)
     status = pod.get("status")
     if isinstance(status, Mapping):
         kept = _pick(status, POD_STATUS_FIELDS)

@@ -38,6 +38,7 @@ class ColdStartReason(StrEnum):
     POOL_EMPTY = "PoolEmpty"  # the pool had no Ready pod
     CLAIM_CONFLICT = "ClaimConflict"  # every Ready pod was claimed by another sandbox first
     CLAIM_FAILED = "ClaimFailed"  # the claim's write or delivery failed
+    NOT_AS_BUILT = "PoolPodNotAsBuilt"  # the Ready pods it looked at were not the operator's make
 
 
 def cold_start_reason(reason: str) -> str:
@@ -53,6 +54,7 @@ POOL_REASONS = (
     ColdStartReason.POOL_EMPTY,
     ColdStartReason.CLAIM_CONFLICT,
     ColdStartReason.CLAIM_FAILED,
+    ColdStartReason.NOT_AS_BUILT,
 )
 
 

@@ -16,6 +16,7 @@ no pod can be claimed the sandbox starts cold, as without a pool, and an event s
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -23,10 +24,11 @@ from typing import Any
 from craft_operator.api.models import CraftSandbox, LibraryMode
 from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL, InvalidPoolError, parse_pool
 from craft_operator.builders.naming import child_labels, owner_reference
-from craft_operator.builders.pod import SandboxConfigError
-from craft_operator.builders.pool import pool_template_hash, sandbox_template_hash
+from craft_operator.builders.pod import SandboxConfigError, template_hash
+from craft_operator.builders.pool import claimable_pod_spec, pool_template_hash
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
+from craft_operator.kube.pod_shape import SHAPE, first_difference, shape_of
 from craft_operator.metrics.pools import ColdStartReason
 from craft_operator.reconciler.children import controlled_by
 from craft_operator.reconciler.pool_pods import ready_pool_pod_names
@@ -35,8 +37,11 @@ from craft_operator.reconciler.steps.workspace import cold_start_reason
 from craft_operator.status import POD_READY, ConditionState
 
 POD, POOL = kinds.POD, kinds.POOL
+log = logging.getLogger(__name__)
 #: Pods tried per pass before starting cold (each try is one write that lost a race).
 MAX_TRIES = 3
+#: Candidates looked at per pass for those tries (some may not be as built).
+MAX_LOOKED_AT = 16
 #: Why a sandbox cannot use a pool pod at all: its pod mounts a volume of its own.
 JOB_MODE = "LibraryJobModeNeedsColdStart"
 #: A claim went unanswered and its pod could not be read: it may have landed.
@@ -62,21 +67,26 @@ async def claim(p: Pass) -> dict[str, Any] | Stop | None:
             _cold(p, blocked, "its pod mounts a volume of its own, which a warm pod has not")
         return None
     try:
-        wanted = sandbox_template_hash(p.sandbox, p.services.settings)
+        built = claimable_pod_spec(p.sandbox, p.services.settings)
     except SandboxConfigError:
         return None  # the pod step reports why no pod can be made at all
-    pool, candidates = _candidates(p, wanted)
+    pool, candidates = _candidates(p, template_hash(built))
     if pool is None:
         _cold_without_pool(p)
         return None
     if not candidates:
-        if _pool_template(p, pool) not in (None, wanted):
+        if _pool_template(p, pool) not in (None, template_hash(built)):
             why = f"pool {pool}'s pods differ from this sandbox's (image, resources, scheduling)"
             _cold(p, ColdStartReason.NO_MATCHING_POOL, why, pool)
         else:
             _cold(p, ColdStartReason.POOL_EMPTY, f"pool {pool} has no Ready pod", pool)
         return None
-    for pod in _spread(p, candidates):
+    tries = _spread(p, candidates, built)
+    if not tries:
+        why = f"the Ready pods of pool {pool} it looked at are not as the operator builds them"
+        _cold(p, ColdStartReason.NOT_AS_BUILT, why, pool)
+        return None
+    for pod in tries:
         claimed = await _take(p, pod, pool)
         if isinstance(claimed, Stop):
             return claimed
@@ -165,15 +175,45 @@ def _cold_without_pool(p: Pass) -> None:
         _cold(p, ColdStartReason.NO_POOL, f"CraftSandboxPool {ref.name} {why}")
 
 
-def _spread(p: Pass, names: Sequence[str]) -> list[dict[str, Any]]:
-    """Up to :data:`MAX_TRIES` of the candidates, oldest first from a place of this
-    sandbox's own, so that sandboxes claiming at the same moment mostly try different pods
-    (read before any await: ``names`` is the cache's own)."""
+def _spread(p: Pass, names: Sequence[str], built: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Up to :data:`MAX_TRIES` of the candidates that are as the pool builds them (others
+    are said and passed over), oldest first from a place of this sandbox's own, so that
+    sandboxes claiming at the same moment mostly try different pods (read before any
+    await: ``names`` is the cache's own)."""
+    shape = shape_of(built)
     seed = hashlib.sha256((p.sandbox.metadata.uid or p.run.name).encode()).digest()
     start = int.from_bytes(seed[:4], "big") % len(names)
-    picked = [names[(start + offset) % len(names)] for offset in range(min(MAX_TRIES, len(names)))]
     namespace = p.sandbox.metadata.namespace
-    return [pod for name in picked if (pod := p.services.cache.get(POD.name, namespace, name))]
+    picked: list[dict[str, Any]] = []
+    for offset in range(min(MAX_LOOKED_AT, len(names))):
+        pod = p.services.cache.get(POD.name, namespace, names[(start + offset) % len(names)])
+        if pod is None:
+            continue
+        if (where := _unlike(pod, shape)) is not None:
+            _not_as_built(p, pod, where)
+            continue
+        picked.append(pod)
+        if len(picked) == MAX_TRIES:
+            break
+    return picked
+
+
+def _unlike(pod: Mapping[str, Any], shape: Mapping[str, Any]) -> str | None:
+    """Where the cached pool pod is unlike the pod of ``shape``; ``None``: as built."""
+    cached = (pod.get("spec") or {}).get(SHAPE)
+    return "spec" if cached is None else first_difference(cached, shape)
+
+
+def _not_as_built(p: Pass, pod: Mapping[str, Any], where: str) -> None:
+    """Say that a pool's pod is not as the operator builds it: never claimed (whoever made
+    it could read the token written into it), left alone (not the operator's to delete)."""
+    name = pod["metadata"]["name"]
+    message = (
+        f"pod {name} carries a pool's labels and owner but its {where} is not as the "
+        "operator builds it: not claimed (made by someone else?)"
+    )
+    log.warning("%s/%s: %s", p.sandbox.metadata.namespace, p.run.name, message)
+    p.event(ColdStartReason.NOT_AS_BUILT, message, warning=True)
 
 
 def claim_patch(pod: Mapping[str, Any], p: Pass, pool: str) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL, parse_pool
 from craft_operator.api.status_codec import dump_status
 from craft_operator.builders.naming import SKILL_KEY, skills_configmap_name
 from craft_operator.builders.pod import build_pod
-from craft_operator.builders.pool import build_pool_pod
+from craft_operator.builders.pool import build_pool_pod, claimable_pod_spec
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError
 from craft_operator.reconciler.detached import DetachedCalls
@@ -264,7 +264,8 @@ async def test_a_lost_race_tries_the_next_pod_even_after_an_earlier_step_asked_f
 ) -> None:
     names = warm_pods(pooled, 3)
     p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
-    first, second = (body["metadata"]["name"] for body in claim._spread(p, names)[:2])
+    built = claimable_pod_spec(p.sandbox, pooled.services.settings)
+    first, second = (body["metadata"]["name"] for body in claim._spread(p, names, built)[:2])
     other = {"apiVersion": "craft.onyx.app/v1alpha1", "kind": "CraftSandbox", "name": "bob"}
     pooled.emulator.patch(  # bob's claim of the first pod tried, unseen by this cache
         "v1/pods",
@@ -277,13 +278,61 @@ async def test_a_lost_race_tries_the_next_pod_even_after_an_earlier_step_asked_f
             }
         },
     )
-    p.run.revisit(
-        backoff="TemplateError"
-    )  # the skill step's, for a shared template it fell back from
+    # What the skill step asks for when the shared template fails and it falls back:
+    p.run.revisit(backoff="TemplateError")
     await pod.converge_pod(p)
     assert p.pod is not None
     assert p.pod["metadata"]["name"] == second
     assert not any("ColdStart" in event[1] for event in pooled.events.posted)
+
+
+def forged_pod(world: World, name: str) -> None:
+    """A Ready pod someone else made with the pool's labels and controller reference, whose
+    ``/run/onyx`` is a host directory: it would keep the token written into it."""
+    pool_body = world.emulator.get(POOLS, NAMESPACE, POOL)
+    manifest = build_pool_pod(parse_pool(pool_body), world.services.settings)
+    manifest["metadata"]["name"] = name
+    [volume] = (v for v in manifest["spec"]["volumes"] if v["name"] == "onyx-credentials")
+    volume.pop("emptyDir")
+    volume["hostPath"] = {"path": "/var/tmp/loot"}
+    world.emulator.create("v1/pods", manifest)
+    mark_pod_running(world.emulator, NAMESPACE, name)
+    world.cache.put(kinds.POD.name, world.emulator.get("v1/pods", NAMESPACE, name))
+
+
+async def test_a_pod_not_as_the_operator_builds_it_is_never_claimed(pooled: World) -> None:
+    [warm] = warm_pods(pooled, 1)
+    forged_pod(pooled, "warm-forged")
+    forged = copy.deepcopy(pooled.emulator.get("v1/pods", NAMESPACE, "warm-forged"))
+    p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    await pod.converge_pod(p)
+    assert p.pod is not None
+    assert p.pod["metadata"]["name"] == warm
+    untouched = pooled.emulator.get("v1/pods", NAMESPACE, "warm-forged")
+    assert untouched["metadata"]["labels"] == forged["metadata"]["labels"]
+    assert untouched["metadata"]["ownerReferences"] == forged["metadata"]["ownerReferences"]
+
+
+async def test_a_pool_of_pods_not_as_built_means_a_cold_start_and_a_warning(
+    pooled: World,
+) -> None:
+    warm_pods(pooled, 0)
+    forged_pod(pooled, "warm-forged")
+    p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    await pod.converge_pod(p)
+    assert pooled.stored("v1/pods", NAME) is not None, "a cold pod"
+    warnings = [event for event in pooled.events.posted if event[0] == "Warning"]
+    assert [(kind, reason) for kind, reason, _ in warnings] == [("Warning", "PoolPodNotAsBuilt")]
+    assert "warm-forged" in warnings[0][2]
+    assert "spec.volumes[onyx-credentials]" in warnings[0][2]
+    assert any(
+        reason == "ColdStart" and "PoolPodNotAsBuilt" in message
+        for _, reason, message in pooled.events.posted
+    )
+    assert (
+        "craft.onyx.app/claimed-from"
+        not in (pooled.emulator.get("v1/pods", NAMESPACE, "warm-forged")["metadata"]["labels"])
+    )
 
 
 async def test_a_claim_and_a_cold_start_are_counted(pooled: World) -> None:
