@@ -244,7 +244,7 @@ class PoolReconciler:
         status = count_status(
             body,
             after,
-            claimed=count_claimed(s.cache, namespace, name, (*members, *strays)),
+            claimed=count_claimed(s.cache, namespace, name),
             template_hash=hash_,
             conditions=with_conditions(body, states, s.clock()),
         )
@@ -448,11 +448,11 @@ class PoolReconciler:
         state = ConditionState.false(POOL_READY, reason, message)
         meta = body["metadata"]
         namespace, name = meta["namespace"], meta["name"]
-        members, strays = pool_members(s.cache, namespace, name, meta.get("uid"))
+        members, _ = pool_members(s.cache, namespace, name, meta.get("uid"))
         status = count_status(
             body,
             view(members, ""),
-            claimed=count_claimed(s.cache, namespace, name, (*members, *strays)),
+            claimed=count_claimed(s.cache, namespace, name),
             template_hash=(body.get("status") or {}).get("templateHash"),
             conditions=with_conditions(body, [state], s.clock()),
         )

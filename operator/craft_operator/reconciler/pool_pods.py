@@ -12,7 +12,7 @@ from an index the cache keeps (:data:`CLAIMABLE`), not a scan of the pool.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from craft_operator.api.pool import (
@@ -26,6 +26,8 @@ from craft_operator.kube.cache import ObjectCache, OrderedIndex
 
 POD = kinds.POD.name
 POOL = kinds.POOL.name
+SANDBOX = kinds.SANDBOX.name
+SANDBOX_KIND = "CraftSandbox"
 
 
 def _labels(pod: Mapping[str, Any]) -> Mapping[str, str]:
@@ -74,25 +76,48 @@ def pool_members(
     return ours, strays
 
 
-def count_claimed(
-    cache: ObjectCache, namespace: str, pool_name: str, members: Iterable[Mapping[str, Any]]
-) -> int:
-    """How many :func:`claimed_pods` there are, from the cache's label index: every pod
-    labelled as claimed from the pool but ``members``, the pool's own pods (every pod that
-    :func:`belongs_to` it, of any uid), which may carry that label too. Counted, not read:
-    the pods claimed from a pool are those of its live sandboxes, thousands in time."""
-    labelled = cache.count_labelled(POD, namespace, LABEL_CLAIMED_FROM, pool_name)
-    also_members = sum(1 for pod in members if _labels(pod).get(LABEL_CLAIMED_FROM) == pool_name)
-    return labelled - also_members
+def _sandbox_controller(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The (name, uid) of the CraftSandbox that controls ``pod``, if one does."""
+    for ref in pod.get("metadata", {}).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == SANDBOX_KIND:
+            return str(ref.get("name", "")), str(ref.get("uid", ""))
+    return None
+
+
+def _claimed_group(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(namespace, pool) of a pod claimed from that pool: labelled so, and controlled by a
+    CraftSandbox (a label alone is anyone's to write)."""
+    pool_name = _labels(pod).get(LABEL_CLAIMED_FROM)
+    if pool_name is None or _sandbox_controller(pod) is None:
+        return None
+    return str(pod["metadata"].get("namespace", "")), pool_name
+
+
+#: The pods claimed from each pool, kept by the cache as pods change: a pool's status
+#: counts them on every pass, and they are its live sandboxes' pods, thousands in time.
+CLAIMED = OrderedIndex(POD, _claimed_group, lambda pod: "")
+
+
+def count_claimed(cache: ObjectCache, namespace: str, pool_name: str) -> int:
+    """How many pods claimed from the pool exist (controlled by a sandbox), counted from
+    the cache's index without reading them."""
+    return len(cache.ordered(CLAIMED, (namespace, pool_name)))
 
 
 def claimed_pods(cache: ObjectCache, namespace: str, pool_name: str) -> list[dict[str, Any]]:
-    """The pods claimed from the pool that still exist (they are their sandboxes' now)."""
-    return [
-        pod
-        for pod in cache.labelled(POD, namespace, LABEL_CLAIMED_FROM, pool_name)
-        if not belongs_to(pod, pool_name)
-    ]
+    """The pods claimed from the pool that still exist (they are their sandboxes' now):
+    each controlled by a sandbox the cache holds with that uid, so that nobody's pod
+    labelled as claimed passes for one (it would retire the pool's Ready pods early)."""
+    found = []
+    for name in cache.ordered(CLAIMED, (namespace, pool_name)):
+        pod = cache.get(POD, namespace, name)
+        owner = None if pod is None else _sandbox_controller(pod)
+        if pod is None or owner is None:
+            continue
+        sandbox = cache.get(SANDBOX, namespace, owner[0])
+        if sandbox is not None and sandbox["metadata"].get("uid") == owner[1]:
+            found.append(pod)
+    return found
 
 
 def template_of(pod: Mapping[str, Any]) -> str | None:

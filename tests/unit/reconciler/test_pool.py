@@ -41,6 +41,11 @@ SANDBOX_OWNER = {
     "uid": "sandbox-uid-alice",
     "controller": True,
 }
+ALICE = {
+    "apiVersion": "craft.onyx.app/v1alpha1",
+    "kind": "CraftSandbox",
+    "metadata": {"name": "alice", "namespace": NAMESPACE, "uid": "sandbox-uid-alice"},
+}
 EGRESS_POLICY = {
     "apiVersion": "networking.k8s.io/v1",
     "kind": "NetworkPolicy",
@@ -80,6 +85,7 @@ class PoolWorld:
             cache.put(kinds.POD.name, pod)
         for body in self.emulator.list(POOLS, NAMESPACE):
             cache.put(kinds.POOL.name, body)
+        cache.put(kinds.SANDBOX.name, ALICE)  # the sandbox that claims the pods
 
     def create_pool(self, **spec: Any) -> dict[str, Any]:
         return self.emulator.create(
@@ -773,6 +779,31 @@ async def test_an_update_goes_through_while_every_new_pod_is_claimed_at_once(
         if pod["metadata"]["labels"][LABEL_POOL_TEMPLATE_HASH] == old_hash
     ]
     assert left == [], "no old pod is kept for claims that never come"
+
+
+async def test_pods_labelled_as_claimed_by_hand_retire_no_old_pod_and_count_for_nothing(
+    world: PoolWorld,
+) -> None:
+    await updating(world, replicas=3)
+    await world.pass_()  # the first new pod
+    new_hash = world.status()["templateHash"]
+    for index in range(3):  # anyone may write labels: no sandbox controls these
+        name = f"by-hand-{index}"
+        labels = {LABEL_CLAIMED_FROM: NAME, LABEL_POOL_TEMPLATE_HASH: new_hash}
+        world.emulator.create(
+            "v1/pods",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels},
+                "spec": {"containers": [{"name": "x", "image": "busybox"}]},
+            },
+        )
+        mark_pod_running(world.emulator, NAMESPACE, name)
+    await world.pass_()
+    ready = [pod for pod in world.unclaimed() if pod.get("status", {}).get("phase") == "Running"]
+    assert len(ready) == 3, "the old Ready pods stay until new ones are Ready"
+    assert world.status()["claimed"] == 0
 
 
 async def test_a_large_pool_is_deleted_ten_pods_at_a_time_not_one_after_another(
