@@ -35,6 +35,7 @@ from craft_operator.client.errors import (
     NotFoundError,
     Request,
     SandboxGoneError,
+    UnreachableError,
 )
 from craft_operator.client.objects import (
     apply_body,
@@ -55,8 +56,10 @@ from craft_operator.client.transport import APPLY_PATCH, MERGE_PATCH, RetryPolic
 from craft_operator.client.watching import Watcher
 
 FIELD_MANAGER = "onyx-backend"
-#: Statuses of a failed try that the server may have carried out all the same.
-LOST_ANSWER = frozenset({0, 500, 502, 504})
+#: Statuses of a failed try that the server may have carried out all the same (a gateway's
+#: timeout or error, not a 503 or 429 refusal); network failures count when the request
+#: may have been sent (:attr:`UnreachableError.sent`).
+LOST_ANSWER = frozenset({500, 502, 504})
 T = TypeVar("T")
 ProgressCallback = Callable[[Progress], object]
 
@@ -177,12 +180,8 @@ class AsyncSandboxClient:
         seen: list[tuple[object, ...]] = []
         first: list[dict[str, Any]] = []
 
-        async def decide(obj: dict[str, Any] | None) -> dict[str, Any] | None:
-            if obj is None or obj["metadata"].get("deletionTimestamp"):
-                raise SandboxGoneError(
-                    f'CraftSandbox "{name}" in namespace "{namespace}" does not exist or is '
-                    "being deleted"
-                )
+        async def decide(found: dict[str, Any] | None) -> dict[str, Any] | None:
+            obj = _present(found, namespace, name)
             first[:] = first or [obj]
             progress = progress_of(obj)
             if on_progress is not None and (not seen or seen[-1] != progress.key):
@@ -220,8 +219,11 @@ class AsyncSandboxClient:
         """Say the user's files in S3 changed: the operator syncs them (revision annotation).
 
         ``revision`` defaults to a fresh value; any new value triggers one sync. ``wait``
-        until the operator synced it (a sleeping sandbox syncs when it wakes); a sync that
-        fails in a way retrying cannot fix raises :class:`SandboxFailedError`.
+        until the operator synced it, or a later revision written over it (that sync lists
+        the whole library, these files too); a sleeping sandbox syncs when it wakes. A sync
+        that fails in a way retrying cannot fix raises :class:`SandboxFailedError`, and so
+        does a sandbox with no bucket configured (``UserLibrarySynced`` True
+        ``NotConfigured``: nothing is synced); :class:`SandboxGoneError` if it is deleted.
         """
         value = revision if revision is not None else str(time.time_ns())
         patch = {"metadata": {"annotations": {ANNOTATION_LIBRARY_REVISION: value}}}
@@ -230,9 +232,7 @@ class AsyncSandboxClient:
             before = library_failure_key(written)
 
             async def decide(obj: dict[str, Any] | None) -> bool | None:
-                if obj is None:
-                    raise SandboxGoneError(f'CraftSandbox "{name}" in "{namespace}" was deleted')
-                return library_synced(obj, value, before)
+                return library_synced(_present(obj, namespace, name), value, before)
 
             await self._watcher.until(namespace, name, decide, timeout, f"library sync {value}")
         return value
@@ -246,15 +246,14 @@ class AsyncSandboxClient:
         timeout: float = 120.0,  # noqa: ASYNC109
     ) -> None:
         """Put the sandbox to sleep now (``spec.suspend: true``): its pod is deleted, its
-        credentials, status and library record kept. ``wait`` until the operator did."""
+        credentials, status and library record kept. ``wait`` until the operator did
+        (:class:`SandboxGoneError` if the sandbox is deleted meanwhile)."""
         await self._merge(namespace, name, {"spec": {"suspend": True}})
         if not wait:
             return
 
         async def decide(obj: dict[str, Any] | None) -> bool | None:
-            if obj is None:
-                raise SandboxGoneError(f'CraftSandbox "{name}" in "{namespace}" was deleted')
-            progress = progress_of(obj)
+            progress = progress_of(_present(obj, namespace, name))
             asleep = progress.current and progress.phase == Phase.SUSPENDED.value
             return True if asleep and not progress.status.pod_uid else None
 
@@ -301,9 +300,9 @@ class AsyncSandboxClient:
         except CrdMissingError:
             raise
         except NotFoundError:
-            # A retry that finds nothing after a try whose answer was lost (the network, a
-            # gateway's 500/502/504, not a 503 or 429 refusal): that try deleted it.
-            if not any(exc.status in LOST_ANSWER for exc in retried):
+            # A retry that finds nothing after a try the server may have carried out: that
+            # try deleted it.
+            if not any(_maybe_carried_out(exc) for exc in retried):
                 return False
         if wait:
 
@@ -399,6 +398,22 @@ class AsyncSandboxClient:
             params=params,
             retried=retried,
         )
+
+
+def _present(obj: dict[str, Any] | None, namespace: str, name: str) -> dict[str, Any]:
+    """The sandbox a wait saw; :class:`SandboxGoneError` if it is gone or being deleted."""
+    if obj is None or obj["metadata"].get("deletionTimestamp"):
+        raise SandboxGoneError(
+            f'CraftSandbox "{name}" in namespace "{namespace}" does not exist or is being deleted'
+        )
+    return obj
+
+
+def _maybe_carried_out(exc: ApiError) -> bool:
+    """Whether the server may have done what a failed try asked: its answer was lost."""
+    if isinstance(exc, UnreachableError):
+        return exc.sent
+    return exc.status in LOST_ANSWER
 
 
 async def _call_back(callback: ProgressCallback, progress: Progress) -> None:

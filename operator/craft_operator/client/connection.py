@@ -14,12 +14,14 @@ import os
 import ssl
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.reader import ReaderError
 
 from craft_operator.client.errors import ConfigurationError
 
@@ -57,12 +59,25 @@ class Connection:
         now = time.monotonic()
         if self._token_read is None or now - self._token_read[0] > TOKEN_REFRESH_SECONDS:
             try:
-                self._token_read = (now, self.token_path.read_text().strip())
+                self._token_read = (now, self.token_path.read_text(encoding="utf-8").strip())
             except OSError as exc:
                 raise ConfigurationError(
                     f"cannot read the token file {self.token_path} ({self.source}): {exc.strerror}"
                 ) from None
+            except UnicodeDecodeError:
+                raise ConfigurationError(
+                    f"the token file {self.token_path} ({self.source}) is not UTF-8 text"
+                ) from None
         return self._token_read[1]
+
+    def ca_description(self) -> str:
+        """Which CAs verify the server, for messages: the file, the inline data, or the
+        system's."""
+        if self.ca_path:
+            return f"the CA {self.ca_path}"
+        if self.ca_data:
+            return f"the CA data of {self.source}" if self.source else "the CA data"
+        return "the system's CAs"
 
     def ssl_context(self) -> ssl.SSLContext:
         """TLS that trusts the cluster's CA and presents the client certificate, if any.
@@ -78,8 +93,7 @@ class Connection:
             context.verify_mode = ssl.CERT_NONE
         else:
             cafile = str(self.ca_path) if self.ca_path else None
-            what = f"the CA {cafile}" if cafile else "the CA data"
-            with self._loading(what if cafile or self.ca_data else "the system's CAs"):
+            with self._loading(self.ca_description()):
                 context = ssl.create_default_context(cafile=cafile, cadata=self.ca_data)
         if self.cert_path and self.key_path:
             with self._loading(f"the client certificate {self.cert_path} and key {self.key_path}"):
@@ -93,7 +107,7 @@ class Connection:
     def _loading(self, what: str) -> Iterator[None]:
         try:
             yield
-        except (OSError, ssl.SSLError, ValueError) as exc:
+        except (OSError, ssl.SSLError, ValueError, TypeError) as exc:
             # The OS's or OpenSSL's own words ("PEM lib", "no start line"), never text that
             # could quote what was read.
             why = exc.strerror if isinstance(exc, OSError) else None
@@ -170,13 +184,14 @@ def from_kubeconfig(paths: list[Path], context: str | None = None) -> Connection
             f"{merged.origin}: no current-context (kubectl config use-context)"
         )
     ctx_entry, ctx_origin = merged.named("contexts", name, merged.origin)
-    ctx = ctx_entry.get("context") or {}
+    ctx = _section(ctx_entry, "context", ctx_origin)
     cluster_entry, cluster_origin = merged.named("clusters", ctx.get("cluster"), ctx_origin)
-    cluster = cluster_entry.get("cluster") or {}
+    cluster = _section(cluster_entry, "cluster", cluster_origin)
     user_entry, user_origin = merged.named("users", ctx.get("user"), ctx_origin, required=False)
-    user = user_entry.get("user") or {}
+    user = _section(user_entry, "user", user_origin)
+    cluster_name = ctx.get("cluster")
     if not cluster.get("server"):
-        raise ConfigurationError(f"{cluster_origin}: cluster {ctx.get('cluster')!r} has no server")
+        raise ConfigurationError(f"{cluster_origin}: cluster {cluster_name!r} has no server")
     if "exec" in user or "auth-provider" in user:
         raise ConfigurationError(
             f"{user_origin}: user {ctx.get('user')!r} uses a credential plugin, which this "
@@ -184,32 +199,98 @@ def from_kubeconfig(paths: list[Path], context: str | None = None) -> Connection
             "kubectl create token <service-account>)"
         )
     cluster_dir, user_dir = Path(cluster_origin).parent, Path(user_origin).parent
+    where = f"{cluster_origin}: cluster {cluster_name!r}"
     return Connection(
-        server=str(cluster["server"]).rstrip("/"),
+        server=_server_url(cluster["server"], where),
         token=user.get("token"),
         token_path=_path(user_dir, user.get("tokenFile")),
         ca_path=_path(cluster_dir, cluster.get("certificate-authority")),
-        ca_data=(
-            _decoded(cluster.get("certificate-authority-data"), cluster_origin) or b""
-        ).decode()
-        or None,
+        ca_data=_pem(cluster.get("certificate-authority-data"), where),
         cert_path=_path(user_dir, user.get("client-certificate")),
         key_path=_path(user_dir, user.get("client-key")),
-        cert_data=_decoded(user.get("client-certificate-data"), user_origin),
-        key_data=_decoded(user.get("client-key-data"), user_origin),
-        insecure=bool(cluster.get("insecure-skip-tls-verify")),
+        cert_data=_decoded(
+            user.get("client-certificate-data"), user_origin, "client-certificate-data"
+        ),
+        key_data=_decoded(user.get("client-key-data"), user_origin, "client-key-data"),
+        insecure=_flag(cluster.get("insecure-skip-tls-verify"), where),
         source=f"kubeconfig {merged.origin}, context {name}",
     )
 
 
 def _read(path: Path) -> tuple[dict[str, Any], str]:
     try:
-        loaded = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigurationError(f"cannot read the kubeconfig {path}: {exc}") from None
+        loaded = yaml.safe_load(path.read_bytes()) or {}
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read the kubeconfig {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigurationError(
+            f"the kubeconfig {path} is not valid YAML: {_yaml_problem(exc)}"
+        ) from None
+    except ValueError:  # a tagged or date-like value that is no such thing (``!!int abc``)
+        raise ConfigurationError(
+            f"the kubeconfig {path} is not valid YAML: a value is not of its type"
+        ) from None
     if not isinstance(loaded, dict):
         raise ConfigurationError(f"the kubeconfig {path} is not a mapping")
     return loaded, str(path)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """What is wrong and where, never PyYAML's own message: it quotes the lines around the
+    problem, which may hold a token or a key."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        return f"{exc.problem or 'a syntax error'}{where}"
+    if isinstance(exc, ReaderError):  # not UTF-8 (or UTF-16), or a control character
+        return f"{exc.reason} at character {exc.position}"
+    return type(exc).__name__
+
+
+def _section(entry: Mapping[str, Any], key: str, origin: str) -> dict[str, Any]:
+    """An entry's ``cluster``, ``context`` or ``user`` mapping (empty if absent)."""
+    section = entry.get(key) or {}
+    if not isinstance(section, dict):
+        raise ConfigurationError(f"{origin}: the {key} of {entry.get('name')!r} is not a mapping")
+    return section
+
+
+def _server_url(value: object, where: str) -> str:
+    """The cluster's server as an http(s) URL. A bare ``host:port`` means https: client-go
+    guesses http unless TLS is configured, but a guess never sends a token in clear text."""
+    url = str(value)
+    if "://" not in url:
+        url = f"https://{url}"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 - raises for a port that is not a number
+    except ValueError:  # that port, or a bracket left open
+        valid = False
+    if not valid:
+        raise ConfigurationError(f"{where}: its server is not an http:// or https:// URL")
+    return url.rstrip("/")
+
+
+def _flag(value: object, where: str) -> bool:
+    """``insecure-skip-tls-verify``: a YAML boolean, as client-go requires (a string
+    ``"false"`` must not turn verification off)."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    raise ConfigurationError(f"{where}: insecure-skip-tls-verify is not true or false")
+
+
+def _pem(value: object, where: str) -> str | None:
+    """``certificate-authority-data``: base64 of PEM text, as client-go requires."""
+    data = _decoded(value, where, "certificate-authority-data")
+    if not data:
+        return None
+    try:
+        return data.decode("ascii")
+    except UnicodeDecodeError:
+        raise ConfigurationError(
+            f"{where}: certificate-authority-data is not PEM (base64 of PEM text, not DER)"
+        ) from None
 
 
 @dataclass
@@ -257,10 +338,10 @@ def _path(base: Path, value: object) -> Path | None:
     return path if path.is_absolute() else base / path
 
 
-def _decoded(value: object, origin: str) -> bytes | None:
+def _decoded(value: object, origin: str, name: str) -> bytes | None:
     if not value:
         return None
     try:
         return base64.b64decode(str(value), validate=True)
     except ValueError:
-        raise ConfigurationError(f"{origin}: a *-data field is not valid base64") from None
+        raise ConfigurationError(f"{origin}: {name} is not valid base64") from None

@@ -67,7 +67,17 @@ class ApiError(SandboxClientError):
 
 
 class UnreachableError(ApiError):
-    """The API server could not be reached, or answered with something that is not the API."""
+    """The API server could not be reached, or answered with something that is not the API.
+
+    ``sent`` is False when no connection was made (refused, no such host, connect timeout):
+    the request never reached the server, so it cannot have been carried out.
+    """
+
+    def __init__(
+        self, status: int, reason: str, message: str, request: Request, *, sent: bool = True
+    ) -> None:
+        self.sent = sent
+        super().__init__(status, reason, message, request)
 
     def explain(self) -> str:
         """Where it tried and what to check."""
@@ -97,7 +107,7 @@ class ForbiddenError(ApiError):
         return (
             f"{self.request.describe()} is forbidden: {self.message}. The Onyx backend's "
             "service account needs the Role in "
-            f"{RBAC_MANIFEST} (create, patch, get, list, watch, delete on "
+            f"{RBAC_MANIFEST} (create, patch, get, watch, delete on "
             "craftsandboxes.craft.onyx.app) bound to it in this namespace"
         )
 
@@ -147,22 +157,30 @@ class InvalidError(ApiError):
 
 @dataclass(frozen=True)
 class ConditionReport:
-    """One condition as the sandbox reports it."""
+    """One condition as the sandbox reports it (``status`` ``True``, ``False`` or ``Unknown``)."""
 
     type: str
     reason: str
     message: str
+    status: str = "False"
 
 
 class SandboxFailedError(SandboxClientError):
-    """The sandbox cannot become Ready until someone changes something.
+    """The sandbox cannot become Ready (or do what was waited for: ``goal``) until someone
+    changes something.
 
     ``condition_type``, ``reason`` and ``message`` are those of the condition that says why
     (e.g. ``PodReady``, ``PolicyDenied``); ``phase`` is the sandbox's phase.
     """
 
     def __init__(
-        self, namespace: str, name: str, phase: str | None, condition: ConditionReport
+        self,
+        namespace: str,
+        name: str,
+        phase: str | None,
+        condition: ConditionReport,
+        *,
+        goal: str = "become Ready",
     ) -> None:
         self.namespace = namespace
         self.name = name
@@ -171,9 +189,9 @@ class SandboxFailedError(SandboxClientError):
         self.reason = condition.reason
         self.message = condition.message
         super().__init__(
-            f'CraftSandbox "{name}" in namespace "{namespace}" cannot become Ready '
-            f"(phase {phase or 'unknown'}): {condition.type} is False, {condition.reason}: "
-            f"{condition.message} (kubectl describe csb {name} -n {namespace})"
+            f'CraftSandbox "{name}" in namespace "{namespace}" cannot {goal} '
+            f"(phase {phase or 'unknown'}): {condition.type} is {condition.status}, "
+            f"{condition.reason}: {condition.message} (kubectl describe csb {name} -n {namespace})"
         )
 
 

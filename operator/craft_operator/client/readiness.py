@@ -22,6 +22,8 @@ from craft_operator.api.status_codec import parse_status
 from craft_operator.client.errors import ConditionReport, SandboxFailedError
 
 READY = "Ready"
+#: UserLibrarySynced's reason (condition True) when no bucket is configured.
+NOT_CONFIGURED = "NotConfigured"
 #: The conditions Ready requires, in the operator's order (``craft_operator.reconciler.table``; a
 #: test keeps the two equal, as this room may not import that one).
 REQUIRED = ("CredentialsReady", "SkillRendered", "PodReady", "CLIValidated", "UserLibrarySynced")
@@ -179,12 +181,16 @@ def library_failure_key(obj: Mapping[str, Any]) -> str | None:
 def library_synced(obj: Mapping[str, Any], revision: str, failed_before: str | None) -> bool | None:
     """True once ``revision`` is synced; raises if its sync failed for good; else None.
 
-    A failure is this revision's only if the operator recorded a new failed attempt since
-    ``failed_before`` (its record names the revision, the pod and the configuration).
+    ``obj`` is read after ``revision`` was annotated. Once a later write replaced it, a sync
+    of the revision annotated now counts too: the operator syncs the whole library as the
+    annotation stands when the sync starts, so that sync started after ``revision`` was
+    written. A failure is this revision's only if the operator recorded a new failed
+    attempt since ``failed_before`` (its record names the revision, the pod and the
+    configuration). With no bucket configured there is nothing to sync it from: raises.
     """
     progress = progress_of(obj)
     library = progress.status.user_library
-    if library is not None and library.observed_revision == revision:
+    if library is not None and library.observed_revision in _covering(obj, revision):
         return True
     failed = library_failure_key(obj)
     if failed and failed != failed_before:
@@ -195,7 +201,35 @@ def library_synced(obj: Mapping[str, Any], revision: str, failed_before: str | N
             condition.message if condition else str((library and library.last_error) or ""),
         )
         raise SandboxFailedError(progress.namespace, progress.name, progress.phase, report)
+    unconfigured = _library_not_configured(progress)
+    if unconfigured is not None:
+        raise SandboxFailedError(
+            progress.namespace,
+            progress.name,
+            progress.phase,
+            unconfigured,
+            goal="sync its library",
+        )
     return None
+
+
+def _covering(obj: Mapping[str, Any], revision: str) -> set[str]:
+    """The observed revisions whose sync includes the files ``revision`` announced."""
+    annotated = ((obj.get("metadata") or {}).get("annotations") or {}).get(
+        ANNOTATION_LIBRARY_REVISION
+    )
+    return {revision, annotated} if annotated else {revision}
+
+
+def _library_not_configured(progress: Progress) -> ConditionReport | None:
+    """UserLibrarySynced True ``NotConfigured`` for the current spec: no bucket, so the
+    operator syncs nothing (and records no revision) until one is configured."""
+    if not progress.current:
+        return None
+    synced = next((c for c in progress.conditions if c.type == "UserLibrarySynced"), None)
+    if synced is None or (synced.status, synced.reason) != ("True", NOT_CONFIGURED):
+        return None
+    return ConditionReport(synced.type, synced.reason, synced.message, synced.status)
 
 
 def _library_gave_up(

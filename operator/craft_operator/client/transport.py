@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import random
+import ssl
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from craft_operator import __version__
 from craft_operator.client.connection import Connection
 from craft_operator.client.errors import (
     ApiError,
+    ConfigurationError,
     ConflictError,
     CrdMissingError,
     FieldConflictError,
@@ -40,6 +42,12 @@ MERGE_PATCH = "application/merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 #: The longest single line of a watch stream (one object) the client accepts.
 MAX_EVENT_BYTES = 16 * 1024 * 1024
+#: Failures to connect: the request was never sent. (``ConnectionTimeoutError`` is
+#: aiohttp 3.10's; before it a connect timeout was a plain timeout, which may have been sent.)
+NOT_SENT: tuple[type[BaseException], ...] = (
+    aiohttp.ClientConnectorError,
+    getattr(aiohttp, "ConnectionTimeoutError", aiohttp.ClientConnectorError),
+)
 
 
 @dataclass(frozen=True)
@@ -193,7 +201,7 @@ class Transport:
                     raise api_error(response.status, text, what, response.headers)
                 answer = json.loads(text) if text else {}
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise _unreachable(exc, what, self.connection) from None
+            raise _connection_error(exc, what, self.connection) from None
         except ValueError:
             raise UnreachableError(0, "InvalidResponse", "the answer is not JSON", what) from None
         return answer if isinstance(answer, dict) else {}
@@ -217,7 +225,7 @@ class Transport:
                 async for line in _lines(response.content):
                     yield json.loads(line)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise _unreachable(exc, what, self.connection) from None
+            raise _connection_error(exc, what, self.connection) from None
         except ValueError:
             message = "a watch event is not JSON"
             raise UnreachableError(0, "InvalidResponse", message, what) from None
@@ -251,11 +259,31 @@ async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:
         yield bytes(buffer).strip()
 
 
-def _unreachable(exc: BaseException, what: Request, connection: Connection) -> UnreachableError:
-    detail = str(exc) or type(exc).__name__
+def _connection_error(
+    exc: BaseException, what: Request, connection: Connection
+) -> ConfigurationError | UnreachableError:
+    """What a network failure means: a server certificate the CA does not vouch for (not
+    retried: it will not verify the next time either), else an unreachable server."""
     where = f"{connection.server} ({connection.source})" if connection.source else connection.server
+    unverified = _verification_failure(exc)
+    if unverified is not None:
+        return ConfigurationError(
+            f"{what.describe()}: the API server's certificate at {where} could not be "
+            f"verified against {connection.ca_description()}: {unverified}; give the CA that "
+            "signed it (certificate-authority or certificate-authority-data in the kubeconfig)"
+        )
+    detail = str(exc) or type(exc).__name__
     message = f"cannot reach the API server at {where}: {detail}"
-    return UnreachableError(0, "Unreachable", message, what)
+    return UnreachableError(0, "Unreachable", message, what, sent=not isinstance(exc, NOT_SENT))
+
+
+def _verification_failure(exc: BaseException) -> str | None:
+    """OpenSSL's reason when ``exc`` is a failed verification of the server's certificate."""
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        exc = exc.certificate_error
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return exc.verify_message or exc.reason or "verification failed"
+    return None
 
 
 def api_error(

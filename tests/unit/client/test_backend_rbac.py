@@ -8,8 +8,10 @@ uses every grant.
 from __future__ import annotations
 
 import asyncio
+import re
 
-from craft_operator.client import AsyncSandboxClient
+from craft_operator.client import AsyncSandboxClient, ForbiddenError
+from craft_operator.client.errors import Request
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually
 from tests.support.rbac import MANIFESTS, access_of, grants, role_rules
@@ -43,3 +45,13 @@ async def test_a_whole_life_uses_every_grant_of_the_backends_role(
     # A server-side apply that creates the object is authorized as create as well as patch.
     used.add(("create", "craft.onyx.app", "craftsandboxes"))
     assert grants(role_rules(BACKEND_RBAC, "Role")) == used
+
+
+def test_a_forbidden_error_names_the_verbs_the_role_grants_and_no_others() -> None:
+    (rule,) = role_rules(BACKEND_RBAC, "Role")
+    error = ForbiddenError(403, "Forbidden", "denied", Request("patch", NAMESPACE, "alice"))
+
+    named = re.search(r"\(([a-z, ]+) on craftsandboxes", str(error))
+
+    assert named is not None
+    assert named.group(1).split(", ") == rule["verbs"]

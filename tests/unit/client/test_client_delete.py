@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import aiohttp.web
 import pytest
 from kmock._internal import rendering
@@ -41,6 +43,32 @@ async def test_delete_of_a_sandbox_that_never_existed_is_false_even_after_a_refu
     aclient: AsyncSandboxClient, emulator: KubeEmulator
 ) -> None:
     refused = answer_lost(emulator, 503)  # 503: refused, not carried out (nothing to delete)
+
+    assert await aclient.delete(NAMESPACE, "nobody") is False
+    assert len(refused) == 1
+
+
+def refuse_first_connection(monkeypatch: pytest.MonkeyPatch, method: str) -> list[str]:
+    """Refuse the connection for the first ``method`` request, as a server that is
+    restarting would: it is never sent. The requests refused so."""
+    refused: list[str] = []
+    connect = aiohttp.TCPConnector.connect
+
+    async def refusing(self: aiohttp.TCPConnector, request: Any, *args: Any, **kw: Any) -> Any:
+        if request.method == method and not refused:
+            refused.append(str(request.url))
+            error = ConnectionRefusedError(111, "Connection refused")
+            raise aiohttp.ClientConnectorError(request.connection_key, error)
+        return await connect(self, request, *args, **kw)
+
+    monkeypatch.setattr(aiohttp.TCPConnector, "connect", refusing)
+    return refused
+
+
+async def test_delete_of_a_sandbox_that_never_existed_is_false_after_a_refused_connection(
+    aclient: AsyncSandboxClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refused = refuse_first_connection(monkeypatch, "DELETE")
 
     assert await aclient.delete(NAMESPACE, "nobody") is False
     assert len(refused) == 1

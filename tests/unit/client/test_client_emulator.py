@@ -327,6 +327,25 @@ async def test_a_deleted_sandbox_ends_the_wait(
         await waiting
 
 
+@pytest.mark.parametrize("operation", ["notify_library_changed", "sleep"])
+async def test_the_triggers_waits_end_for_a_sandbox_being_deleted_as_wait_ready_does(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator, operation: str
+) -> None:
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID)
+    write_status(emulator, "alice", "Ready", all_true(), podName="alice", podUID="u1")
+    finalizer = {"metadata": {"finalizers": ["craft.onyx.app/finalizer"]}}
+    emulator.patch(SANDBOXES, NAMESPACE, "alice", finalizer)  # the operator's: it stays a while
+    waiting = asyncio.create_task(
+        getattr(aclient, operation)(NAMESPACE, "alice", wait=True, timeout=30)
+    )
+    await watching(aclient)
+
+    await aclient.delete(NAMESPACE, "alice")
+
+    with pytest.raises(SandboxGoneError, match="is being deleted"):
+        await waiting
+
+
 async def test_a_dropped_watch_is_resumed_from_the_last_version(
     aclient: AsyncSandboxClient, emulator: KubeEmulator
 ) -> None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import ssl
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp.web
 import pytest
@@ -20,6 +22,7 @@ from craft_operator.client import (
     from_kubeconfig,
     in_cluster,
 )
+from craft_operator.client.transport import Transport
 from craft_operator.devtools.pki import ensure_pki
 
 
@@ -256,3 +259,148 @@ def test_a_ca_that_does_not_load_is_a_configuration_error(tmp_path: Path) -> Non
 
     with pytest.raises(ConfigurationError, match=r"the CA .*ca\.crt"):
         from_kubeconfig([path]).ssl_context()
+
+
+# -- broken kubeconfigs: a ConfigurationError that names the file, never its content --------
+
+SECRET = "sha256~SUPERSECRETTOKENVALUE0123456789"
+HEAD = (
+    "apiVersion: v1\ncurrent-context: c\n"
+    "clusters: [{name: k, cluster: {server: 'https://h:6443'}}]\n"
+    "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("users", "where"),
+    [
+        pytest.param(f'users:\n- name: u\n  user:\n    token: "{SECRET}\n', "line 9", id="quote"),
+        pytest.param(f"users:\n- name: u\n  user:\n    token: {SECRET}: x\n", "line 8", id="colon"),
+    ],
+)
+def test_a_kubeconfig_that_is_not_yaml_says_where_without_quoting_it(
+    tmp_path: Path, users: str, where: str
+) -> None:
+    path = tmp_path / "config"
+    path.write_text(HEAD + users)
+
+    with pytest.raises(ConfigurationError) as failure:
+        from_kubeconfig([path])
+
+    message = str(failure.value)
+    assert str(path) in message
+    assert f"{where}, column" in message
+    assert "SUPERSECRET" not in message
+
+
+@pytest.mark.parametrize("value", [f"!!int {SECRET}", "2001-13-01"])
+def test_a_kubeconfig_value_that_is_not_of_its_type_is_a_configuration_error(
+    tmp_path: Path, value: str
+) -> None:
+    path = tmp_path / "config"
+    path.write_text(HEAD + f"users: [{{name: u, user: {{token: {value}}}}}]\n")
+
+    with pytest.raises(ConfigurationError, match="a value is not of its type") as failure:
+        from_kubeconfig([path])
+    assert "SUPERSECRET" not in str(failure.value)
+
+
+def test_a_kubeconfig_that_is_not_utf8_is_a_configuration_error(tmp_path: Path) -> None:
+    path = tmp_path / "config"
+    path.write_bytes(HEAD.encode() + b"users: [{name: u, user: {token: \xff\xfe}}]\n")
+
+    with pytest.raises(ConfigurationError, match=re.escape(f"{path} is not valid YAML")):
+        from_kubeconfig([path])
+
+
+def test_a_token_file_that_is_not_utf8_is_a_configuration_error(tmp_path: Path) -> None:
+    (tmp_path / "token").write_bytes(b"\xff\xfe-" + SECRET.encode())
+    connection = from_kubeconfig([kubeconfig(tmp_path / "config", {"tokenFile": "token"})])
+
+    with pytest.raises(ConfigurationError, match=r"token file .*token .*is not UTF-8") as failure:
+        connection.authorization()
+    assert "SUPERSECRET" not in str(failure.value)
+
+
+def test_certificate_authority_data_that_is_not_pem_text_is_a_configuration_error(
+    tmp_path: Path,
+) -> None:
+    der = base64.b64encode(b"\x30\x82\x03\xff\xfe").decode()
+    path = kubeconfig(tmp_path / "config", {"token": "t"}, **{"certificate-authority-data": der})
+
+    with pytest.raises(ConfigurationError, match="cluster 'c': certificate-authority-data"):
+        from_kubeconfig([path])
+
+
+def test_a_server_without_a_scheme_is_https(tmp_path: Path) -> None:
+    path = kubeconfig(tmp_path / "config", {"token": "t"}, server="10.0.0.1:6443")
+
+    assert from_kubeconfig([path]).server == "https://10.0.0.1:6443"
+
+
+@pytest.mark.parametrize("server", ["ftp://k8s.example", "https://", "https://k8s.example:port"])
+def test_a_server_that_is_not_an_http_url_is_a_configuration_error(
+    tmp_path: Path, server: str
+) -> None:
+    path = kubeconfig(tmp_path / "config", {"token": "t"}, server=server)
+
+    with pytest.raises(ConfigurationError, match="cluster 'c': its server is not an http"):
+        from_kubeconfig([path])
+
+
+def test_insecure_skip_tls_verify_as_a_string_is_refused_not_taken_as_true(
+    tmp_path: Path,
+) -> None:
+    path = kubeconfig(tmp_path / "config", {"token": "t"}, **{"insecure-skip-tls-verify": "false"})
+
+    with pytest.raises(ConfigurationError, match="insecure-skip-tls-verify is not true or false"):
+        from_kubeconfig([path])
+
+
+def test_a_user_that_is_not_a_mapping_is_a_configuration_error(tmp_path: Path) -> None:
+    path = tmp_path / "config"
+    path.write_text(HEAD + f"users: [{{name: u, user: {SECRET}}}]\n")
+
+    with pytest.raises(ConfigurationError, match="the user of 'u' is not a mapping") as failure:
+        from_kubeconfig([path])
+    assert "SUPERSECRET" not in str(failure.value)
+
+
+# -- the server's certificate ------------------------------------------------------------------
+
+
+async def test_a_server_certificate_the_ca_does_not_sign_fails_at_once_naming_the_ca(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pki, other = ensure_pki(tmp_path / "pki"), ensure_pki(tmp_path / "other")
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(pki.serving_cert, pki.serving_key)
+    app = aiohttp.web.Application()
+    runner = aiohttp.web.AppRunner(app)
+    await runner.setup()
+    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_tls)
+    await site.start()
+    tries: list[str] = []
+    original = Transport._once
+
+    async def counted(self: Transport, method: str, *args: Any) -> dict[str, Any]:
+        tries.append(method)
+        return await original(self, method, *args)
+
+    monkeypatch.setattr(Transport, "_once", counted)
+    connection = Connection(
+        server=f"https://127.0.0.1:{runner.addresses[0][1]}",
+        ca_path=other.ca_cert,  # not the CA that signed the serving certificate
+        source="kubeconfig k, context c",
+    )
+    try:
+        async with AsyncSandboxClient(connection, retry=RetryPolicy(attempts=6)) as client:
+            with pytest.raises(ConfigurationError) as failure:
+                await client.status("craft", "alice")
+    finally:
+        await runner.cleanup()
+
+    assert tries == ["GET"], "verification fails the same way every time: not retried"
+    message = str(failure.value)
+    assert "certificate at https://127.0.0.1:" in message
+    assert f"could not be verified against the CA {other.ca_cert}" in message
