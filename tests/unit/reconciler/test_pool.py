@@ -224,6 +224,22 @@ async def test_a_pool_says_why_its_oldest_pod_is_not_ready(world: PoolWorld) -> 
     assert f"{stuck} waits: ImagePullBackOff: Back-off pulling image" in message, message
 
 
+async def test_a_pod_running_but_no_longer_ready_is_said_to_be_so_not_to_be_starting(
+    world: PoolWorld,
+) -> None:
+    world.create_pool(replicas=2)
+    await world.pass_()
+    world.ready_all()
+    await world.pass_()
+    lost = world.unclaimed()[0]["metadata"]["name"]
+    mark_pod_running(world.emulator, NAMESPACE, lost, ready=False)  # its node went NotReady
+    world.now[0] = START + timedelta(seconds=STATUS_INTERVAL + 1)
+    await world.pass_()
+
+    message = world.condition("Ready")["message"]
+    assert f"{lost} waits: running but not Ready" in message, message
+
+
 async def test_once_its_pods_are_ready_the_pool_is_ready(world: PoolWorld) -> None:
     world.create_pool(replicas=2)
     await world.pass_()

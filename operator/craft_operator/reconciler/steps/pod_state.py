@@ -30,6 +30,10 @@ def waiting_detail(pod: Mapping[str, Any]) -> str:
     for condition in status.get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
             return f"{condition.get('reason', 'Unschedulable')}: {condition.get('message', '')}"
+    if status.get("phase") == "Running":  # up, but not Ready (any more): its node, a probe
+        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+        why = f"{ready.get('reason') or ''}: {ready.get('message') or ''}".strip(": ")
+        return f"running but not Ready ({why})" if why else "running but not Ready"
     return f"pod phase {status.get('phase') or 'Pending'}"
 
 
