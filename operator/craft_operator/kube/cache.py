@@ -26,7 +26,7 @@ from typing import Any
 
 from craft_operator.api.constants import LABEL_SANDBOX
 from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL
-from craft_operator.kube.pod_shape import SHAPE, shape_of
+from craft_operator.kube.pod_shape import DIGEST, SHAPE, digest_of, shape_of
 
 Key = tuple[str, str | None, str]
 #: Seconds a deletion's tombstone is kept: long enough for any event older than the
@@ -103,8 +103,9 @@ def compact_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(spec, Mapping):
         containers = spec.get("containers") or []
         compact["spec"] = {"containers": [_pick(c, CONTAINER_FIELDS) for c in containers]}
-        if LABEL_POOL in (pod.get("metadata", {}).get("labels") or {}):
-            compact["spec"][SHAPE] = shape_of(spec)  # a claim checks it (pool pods only)
+        if LABEL_POOL in (pod.get("metadata", {}).get("labels") or {}):  # pool pods only
+            shape = shape_of(spec)  # what a claim and the pool check (see pod_shape)
+            compact["spec"][SHAPE], compact["spec"][DIGEST] = shape, digest_of(shape)
     status = pod.get("status")
     if isinstance(status, Mapping):
         kept = _pick(status, POD_STATUS_FIELDS)

@@ -20,6 +20,7 @@ deletes what is left); claimed pods are owned by their sandboxes and stay.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -38,6 +39,7 @@ from craft_operator.builders.pool import build_pool_pod
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
 from craft_operator.kube.event_batch import post_coalesced
+from craft_operator.kube.pod_shape import DIGEST, SHAPE, digest_of, first_difference, shape_of
 from craft_operator.reconciler import egress
 from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.pool_plan import (
@@ -69,6 +71,9 @@ from craft_operator.status import ConditionState
 
 POD = kinds.POD
 POOL = kinds.POOL.name
+#: A pod with a pool's labels and owner that the operator did not make (a Warning event).
+NOT_AS_BUILT = "PoolPodNotAsBuilt"
+log = logging.getLogger(__name__)
 PoolKey = tuple[str, str]
 #: Pods one pass creates at most; the pass comes back at once for more.
 CREATES_PER_PASS = 10
@@ -150,6 +155,10 @@ class PoolReconciler:
         self._refusals: dict[PoolKey, _Refusals] = {}
         #: When a routine status change held back is written at the latest, per pool.
         self._status_due: dict[PoolKey, datetime] = {}
+        #: The pods of each pool's current template said not to be as built (by uid).
+        self._foreign: dict[PoolKey, set[str]] = {}
+        #: The shape digest of each template's pod, by template hash.
+        self._digests: dict[str, str] = {}
 
     def forget(self, key: PoolKey) -> None:
         """Drop what is remembered about a pool that is gone, and its claim metrics."""
@@ -157,6 +166,7 @@ class PoolReconciler:
         self._failures.pop(key, None)
         self._refusals.pop(key, None)
         self._status_due.pop(key, None)
+        self._foreign.pop(key, None)
 
     async def forget_all(self) -> None:
         """The replica stands by: the backoffs and held status changes it remembers go
@@ -165,6 +175,7 @@ class PoolReconciler:
         self._failures.clear()
         self._refusals.clear()
         self._status_due.clear()
+        self._foreign.clear()
 
     async def reconcile(self, key: PoolKey) -> float | None:
         """One pass over the pool ``key``; returns when to revisit (seconds) or ``None``.
@@ -193,7 +204,7 @@ class PoolReconciler:
         s = self.services
         namespace, name = key
         hash_ = template_of(desired) or ""
-        members, strays = pool_members(s.cache, namespace, name, pool.metadata.uid)
+        members, strays = self._members(body, key, pool, desired)
         ours = view(members, hash_)
         refused = egress.refusal(s.cache, s.settings, desired)
         now = s.clock()
@@ -238,7 +249,7 @@ class PoolReconciler:
         # meanwhile), so what it read still holds.
         after = ours
         if todo.delete or todo.create:
-            members, strays = pool_members(s.cache, namespace, name, pool.metadata.uid)
+            members, strays = self._members(body, key, pool, desired)
             after = view(members, hash_)
         states = self._conditions(body, pool, after, refused, outcome, waiting, now)
         status = count_status(
@@ -439,6 +450,45 @@ class PoolReconciler:
         if waiting > 0:
             return min(resync, waiting)
         return resync
+
+    def _members(
+        self, body: dict[str, Any], key: PoolKey, pool: CraftSandboxPool, desired: dict[str, Any]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The pool's pods and the strays of an earlier pool of its name (as
+        :func:`pool_members`), but for pods of its current template that are not as built:
+        someone else's with the pool's labels and owner (see
+        :mod:`~craft_operator.kube.pod_shape`), which the pool neither counts nor touches
+        and a claim never takes. A Warning event names each, once."""
+        members, strays = pool_members(self.services.cache, *key, pool.metadata.uid)
+        hash_ = template_of(desired) or ""
+        digest = self._digests.get(hash_)
+        if digest is None:
+            if len(self._digests) > 64:  # templates come and go
+                self._digests.clear()
+            digest = self._digests[hash_] = digest_of(shape_of(desired["spec"]))
+        ours: list[dict[str, Any]] = []
+        foreign: list[dict[str, Any]] = []
+        for pod in members:
+            as_built = template_of(pod) != hash_ or pod["spec"].get(DIGEST) == digest
+            (ours if as_built else foreign).append(pod)
+        said = self._foreign.get(key, set())
+        for pod in foreign:
+            if pod["metadata"].get("uid") not in said:
+                self._say_foreign(body, pod, desired)
+        self._foreign[key] = {str(pod["metadata"].get("uid")) for pod in foreign}
+        return ours, strays
+
+    def _say_foreign(
+        self, body: dict[str, Any], pod: dict[str, Any], desired: dict[str, Any]
+    ) -> None:
+        where = first_difference(pod["spec"].get(SHAPE) or {}, shape_of(desired["spec"]))
+        message = (
+            f"pod {pod['metadata']['name']} carries this pool's labels and owner but its "
+            f"{where or 'spec'} is not as the operator builds it: neither counted nor claimed "
+            "(made by someone else?)"
+        )
+        log.warning("%s/%s: %s", body["metadata"]["namespace"], body["metadata"]["name"], message)
+        self.services.events.post(body, type="Warning", reason=NOT_AS_BUILT, message=message)
 
     async def _cannot_make_pods(self, body: dict[str, Any], reason: str, message: str) -> bool:
         """The spec or the settings cannot make a pod: say so once; nothing is created."""

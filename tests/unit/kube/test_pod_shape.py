@@ -15,7 +15,7 @@ from craft_operator.api.pool import parse_pool
 from craft_operator.builders.pool import build_pool_pod
 from craft_operator.config import Settings
 from craft_operator.kube.cache import compact_pod
-from craft_operator.kube.pod_shape import SHAPE, first_difference, shape_of
+from craft_operator.kube.pod_shape import DIGEST, SHAPE, digest_of, first_difference, shape_of
 
 pytestmark = pytest.mark.unit
 
@@ -158,6 +158,27 @@ def the_token_mounted_elsewhere(spec: dict[str, Any]) -> None:
     spec["containers"][0]["volumeMounts"][2]["mountPath"] = "/workspace/user_library/onyx"
 
 
+def a_host_file_at_the_token(spec: dict[str, Any]) -> None:
+    # The kubelet binds a host file there, and copies it into the pod's status at its end.
+    spec["containers"][0]["terminationMessagePath"] = "/run/onyx/pat.12"
+
+
+def the_servers_name_elsewhere(spec: dict[str, Any]) -> None:
+    spec["hostAliases"] = [{"ip": "10.9.9.9", "hostnames": ["onyx.invalid"]}]
+
+
+def another_runtime(spec: dict[str, Any]) -> None:
+    spec["runtimeClassName"] = "runc-unsandboxed"
+
+
+def an_end_of_its_choosing(spec: dict[str, Any]) -> None:
+    spec["activeDeadlineSeconds"] = 60
+
+
+def a_field_of_a_later_kubernetes(spec: dict[str, Any]) -> None:
+    spec["somethingNew"] = {"enabled": True}
+
+
 @pytest.mark.parametrize(
     ("forge", "where"),
     [
@@ -174,6 +195,11 @@ def the_token_mounted_elsewhere(spec: dict[str, Any]) -> None:
         (a_service_account_token, "spec.automountServiceAccountToken"),
         (root, "spec.containers[sandbox].securityContext"),
         (the_token_mounted_elsewhere, "spec.containers[sandbox].volumeMounts"),
+        (a_host_file_at_the_token, "spec.containers[sandbox].terminationMessagePath"),
+        (the_servers_name_elsewhere, "spec.hostAliases"),
+        (another_runtime, "spec.runtimeClassName"),
+        (an_end_of_its_choosing, "spec.activeDeadlineSeconds"),
+        (a_field_of_a_later_kubernetes, "spec.somethingNew"),
     ],
 )
 def test_a_pod_made_otherwise_differs_where_it_was_changed(
@@ -185,9 +211,25 @@ def test_a_pod_made_otherwise_differs_where_it_was_changed(
     assert first_difference(shape_of(forged), shape_of(built)) == where
 
 
+def test_where_it_runs_and_how_big_it_is_make_no_difference(settings: Settings) -> None:
+    built = built_spec(settings)
+    placed = as_stored(built)
+    placed.update(
+        nodeSelector={"pool": "b"},
+        affinity={"nodeAffinity": {}},
+        priorityClassName="high",
+        priority=1000,
+        overhead={"cpu": "250m"},
+    )
+    placed["containers"][0]["resources"] = {"requests": {"cpu": "500m"}}
+    assert digest_of(shape_of(placed)) == digest_of(shape_of(built))
+
+
 def test_the_cache_keeps_the_shape_of_unclaimed_pool_pods_only(settings: Settings) -> None:
     spec = as_stored(built_spec(settings))
     pool_pod = {"metadata": {"name": "warm-1", "labels": {"craft.onyx.app/pool": "warm"}}}
     claimed = {"metadata": {"name": "warm-2", "labels": {"craft.onyx.app/claimed-from": "warm"}}}
-    assert compact_pod({**pool_pod, "spec": spec})["spec"][SHAPE] == shape_of(spec)
+    kept = compact_pod({**pool_pod, "spec": spec})["spec"]
+    assert kept[SHAPE] == shape_of(spec)
+    assert kept[DIGEST] == digest_of(shape_of(spec))
     assert SHAPE not in compact_pod({**claimed, "spec": spec})["spec"]

@@ -6,6 +6,7 @@ for a NetworkPolicy like a sandbox pod does."""
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -238,6 +239,44 @@ async def test_a_pod_running_but_no_longer_ready_is_said_to_be_so_not_to_be_star
 
     message = world.condition("Ready")["message"]
     assert f"{lost} waits: running but not Ready" in message, message
+
+
+async def test_a_pod_with_the_pools_labels_and_owner_not_as_built_is_neither_counted_nor_touched(
+    world: PoolWorld,
+) -> None:
+    world.create_pool(replicas=2)
+    await world.pass_()
+    world.ready_all()
+    await world.pass_()
+    forged = copy.deepcopy(world.unclaimed()[0])
+    forged["metadata"] = {
+        key: forged["metadata"][key] for key in ("labels", "ownerReferences", "namespace")
+    }
+    forged["metadata"]["name"] = "forged"
+    forged["spec"]["containers"][0]["command"] = ["sh", "-c", "cat /run/onyx/pat"]
+    forged.pop("status")
+    world.emulator.create("v1/pods", forged)
+    mark_pod_running(world.emulator, NAMESPACE, "forged")
+
+    for _ in range(2):
+        await world.pass_()
+    world.now[0] += timedelta(seconds=STATUS_INTERVAL)
+    await world.pass_()
+
+    assert len(world.pods()) == 3, "no pod deleted, none created"
+    assert (
+        world.emulator.get("v1/pods", NAMESPACE, "forged")["metadata"].get("deletionTimestamp")
+        is None
+    )
+    assert world.status()["ready"] == 2
+    warnings = [m for t, r, m in world.events.posted if r == "PoolPodNotAsBuilt"]
+    assert len(warnings) == 1, "said once"
+    assert "forged" in warnings[0]
+    assert "spec.containers[sandbox].command" in warnings[0]
+    names = [
+        pod["metadata"]["name"] for pod in ready_pool_pods(world.services.cache, NAMESPACE, NAME)
+    ]
+    assert "forged" in names, "the claim's own check refuses it (tests/unit/reconciler/steps)"
 
 
 async def test_once_its_pods_are_ready_the_pool_is_ready(world: PoolWorld) -> None:

@@ -28,7 +28,7 @@ from craft_operator.builders.pod import SandboxConfigError, template_hash
 from craft_operator.builders.pool import claimable_pod_spec, pool_template_hash
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
-from craft_operator.kube.pod_shape import SHAPE, first_difference, shape_of
+from craft_operator.kube.pod_shape import DIGEST, SHAPE, digest_of, first_difference, shape_of
 from craft_operator.metrics.pools import ColdStartReason
 from craft_operator.reconciler.children import controlled_by
 from craft_operator.reconciler.pool_pods import ready_pool_pod_names
@@ -177,40 +177,38 @@ def _cold_without_pool(p: Pass) -> None:
 
 def _spread(p: Pass, names: Sequence[str], built: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Up to :data:`MAX_TRIES` of the candidates that are as the pool builds them (others
-    are said and passed over), oldest first from a place of this sandbox's own, so that
-    sandboxes claiming at the same moment mostly try different pods (read before any
-    await: ``names`` is the cache's own)."""
+    are said, in one event, and passed over), oldest first from a place of this sandbox's
+    own, so that sandboxes claiming at the same moment mostly try different pods (read
+    before any await: ``names`` is the cache's own)."""
     shape = shape_of(built)
+    digest = digest_of(shape)
     seed = hashlib.sha256((p.sandbox.metadata.uid or p.run.name).encode()).digest()
     start = int.from_bytes(seed[:4], "big") % len(names)
     namespace = p.sandbox.metadata.namespace
     picked: list[dict[str, Any]] = []
+    unlike: list[str] = []
     for offset in range(min(MAX_LOOKED_AT, len(names))):
         pod = p.services.cache.get(POD.name, namespace, names[(start + offset) % len(names)])
         if pod is None:
             continue
-        if (where := _unlike(pod, shape)) is not None:
-            _not_as_built(p, pod, where)
+        if pod["spec"].get(DIGEST) != digest:
+            where = first_difference(pod["spec"].get(SHAPE) or {}, shape) or "spec"
+            unlike.append(f"{pod['metadata']['name']} ({where})")
             continue
         picked.append(pod)
         if len(picked) == MAX_TRIES:
             break
+    if unlike:
+        _not_as_built(p, unlike)
     return picked
 
 
-def _unlike(pod: Mapping[str, Any], shape: Mapping[str, Any]) -> str | None:
-    """Where the cached pool pod is unlike the pod of ``shape``; ``None``: as built."""
-    cached = (pod.get("spec") or {}).get(SHAPE)
-    return "spec" if cached is None else first_difference(cached, shape)
-
-
-def _not_as_built(p: Pass, pod: Mapping[str, Any], where: str) -> None:
-    """Say that a pool's pod is not as the operator builds it: never claimed (whoever made
-    it could read the token written into it), left alone (not the operator's to delete)."""
-    name = pod["metadata"]["name"]
+def _not_as_built(p: Pass, pods: Sequence[str]) -> None:
+    """Say that pods of a pool are not as the operator builds them: never claimed (whoever
+    made them could read the token written into them), left alone (not the operator's)."""
     message = (
-        f"pod {name} carries a pool's labels and owner but its {where} is not as the "
-        "operator builds it: not claimed (made by someone else?)"
+        f"pods with a pool's labels and owner are not as the operator builds them, not "
+        f"claimed (made by someone else?): {', '.join(pods)}"
     )
     log.warning("%s/%s: %s", p.sandbox.metadata.namespace, p.run.name, message)
     p.event(ColdStartReason.NOT_AS_BUILT, message, warning=True)

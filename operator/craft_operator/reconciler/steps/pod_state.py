@@ -31,7 +31,8 @@ def waiting_detail(pod: Mapping[str, Any]) -> str:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
             return f"{condition.get('reason', 'Unschedulable')}: {condition.get('message', '')}"
     if status.get("phase") == "Running":  # up, but not Ready (any more): its node, a probe
-        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+        conditions = status.get("conditions") or []
+        ready: Mapping[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
         why = f"{ready.get('reason') or ''}: {ready.get('message') or ''}".strip(": ")
         return f"running but not Ready ({why})" if why else "running but not Ready"
     return f"pod phase {status.get('phase') or 'Pending'}"

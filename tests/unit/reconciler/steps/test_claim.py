@@ -286,6 +286,20 @@ async def test_a_lost_race_tries_the_next_pod_even_after_an_earlier_step_asked_f
     assert not any("ColdStart" in event[1] for event in pooled.events.posted)
 
 
+def warm_pods_of_existing_pool(world: World, count: int) -> list[str]:
+    """``count`` more Ready pods of the pool :func:`warm_pods` made, as its controller would."""
+    body = world.emulator.get(POOLS, NAMESPACE, POOL)
+    names = []
+    for index in range(count):
+        manifest = build_pool_pod(parse_pool(body), world.services.settings)
+        manifest["metadata"]["name"] = name = f"{POOL}-more-{index}"
+        world.emulator.create("v1/pods", manifest)
+        mark_pod_running(world.emulator, NAMESPACE, name)
+        world.cache.put(kinds.POD.name, world.emulator.get("v1/pods", NAMESPACE, name))
+        names.append(name)
+    return names
+
+
 def forged_pod(world: World, name: str) -> None:
     """A Ready pod someone else made with the pool's labels and controller reference, whose
     ``/run/onyx`` is a host directory: it would keep the token written into it."""
@@ -333,6 +347,19 @@ async def test_a_pool_of_pods_not_as_built_means_a_cold_start_and_a_warning(
         "craft.onyx.app/claimed-from"
         not in (pooled.emulator.get("v1/pods", NAMESPACE, "warm-forged")["metadata"]["labels"])
     )
+
+
+async def test_pods_not_as_built_ahead_of_a_real_one_do_not_hide_it(pooled: World) -> None:
+    warm_pods(pooled, 0)
+    for index in range(8):
+        forged_pod(pooled, f"warm-forged-{index}")
+    [warm] = warm_pods_of_existing_pool(pooled, 1)
+    p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    await pod.converge_pod(p)
+    assert p.pod is not None
+    assert p.pod["metadata"]["name"] == warm
+    [warning] = [event for event in pooled.events.posted if event[0] == "Warning"]
+    assert warning[2].count("warm-forged-") >= 3, "said in one event"
 
 
 async def test_a_claim_and_a_cold_start_are_counted(pooled: World) -> None:
