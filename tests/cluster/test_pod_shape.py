@@ -56,8 +56,8 @@ def test_the_pod_the_operator_builds_keeps_its_shape_as_the_api_server_stores_it
 ) -> None:
     built = built_pool_pod(namespace, tmp_path, **spec)
     stored = cluster.create(PODS, namespace, copy.deepcopy(built), dry_run=True)
-    assert stored["spec"].get("terminationMessagePath") is None  # a pod's, not a container's
-    assert stored["spec"]["containers"][0]["terminationMessagePath"], "defaults were filled in"
+    assert stored["spec"]["dnsPolicy"] == "ClusterFirst", "the server filled in its defaults"
+    assert stored["spec"]["containers"][0]["terminationMessagePath"] == "/dev/termination-log"
     cached = compact_pod(stored)["spec"][SHAPE]
     assert first_difference(cached, shape_of(built["spec"])) is None
 
@@ -82,3 +82,14 @@ def test_a_pod_made_with_another_command_or_a_container_beside_it_differs(
     ]
 
     assert found == ["spec.containers[sandbox].command", "spec.containers"]
+
+
+def test_a_pod_with_a_host_file_where_the_token_goes_differs(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    built = built_pool_pod(namespace, tmp_path)
+    forged = copy.deepcopy(built)
+    forged["spec"]["containers"][0]["terminationMessagePath"] = "/run/onyx/pat.12"
+    stored = cluster.create(PODS, namespace, forged, dry_run=True)
+    where = first_difference(compact_pod(stored)["spec"][SHAPE], shape_of(built["spec"]))
+    assert where == "spec.containers[sandbox].terminationMessagePath"

@@ -100,7 +100,9 @@ def test_a_pool_fills_updates_around_a_claimed_pod_and_leaves_it_when_deleted(
     wait_for(
         lambda: (
             full(cluster, namespace, "craft-sandbox:0.1.0")
-            and pool_status(cluster, namespace).get("claimed") == 1
+            # Taken by a ConfigMap, not a sandbox: not counted as claimed (a label and an
+            # owner are anyone's to write; test_pool_claims counts real claims).
+            and pool_status(cluster, namespace).get("claimed") == 0
         ),
         within=90,
         what=described("the claimed pod replaced"),
