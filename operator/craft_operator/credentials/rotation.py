@@ -131,7 +131,7 @@ def _rotate_batch(backend: StoreBackend, current: str, *, after_id: int, batch_s
             except CredentialsError as exc:
                 batch.failures.append(str(exc))
                 continue
-            connection.execute(_re_encrypted(backend, row.id, row.sandbox_uid, token, current))
+            connection.execute(_re_encrypted(backend, row.id, row.sandbox_uid, token))
             batch.changed += 1
     batch.last_id = int(rows[-1].id) if rows else None
     return batch
@@ -144,15 +144,17 @@ def _count(connection: Connection, *conditions: ColumnElement[bool]) -> int:
 
 
 def _re_encrypted(
-    backend: StoreBackend, row_id: int, sandbox_uid: str, token: SecretStr, key_id: str
+    backend: StoreBackend, row_id: int, sandbox_uid: str, token: SecretStr
 ) -> Any:
-    """The update that stores one row's token sealed again under the current key."""
+    """The update that stores one row's token sealed again under the current key, recording
+    the key that sealed it (the ring may have been re-read since the rotation began)."""
+    sealed = seal_token(backend.keyring, token, sandbox_uid=sandbox_uid)
     return (
         update(CRED)
         .where(CRED.c.id == row_id)
         .values(
-            encrypted_token=seal_token(backend.keyring, token, sandbox_uid=sandbox_uid),
-            key_id=key_id,
+            encrypted_token=sealed,
+            key_id=parse_header(sealed, subject=f"credential row {row_id}")[0],
             version=CRED.c.version + 1,
             updated_at=backend.clock(),
         )

@@ -12,11 +12,13 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import dataclasses
 import functools
 import hashlib
 import logging
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
@@ -116,6 +118,10 @@ class StoreCredentials:
         self._recheck = timedelta(seconds=recheck_interval)
         self._clock = clock
         self._known: dict[str, tuple[IssuedCredential, datetime, datetime | None]] = {}
+        #: Database calls still running per sandbox uid, those whose pass gave up on them
+        #: (past the call timeout) included: their writes may still land.
+        self._running: collections.Counter[str] = collections.Counter()
+        self._running_lock = threading.Lock()
         self.database_calls = 0
 
     async def forget_all(self) -> None:
@@ -194,15 +200,21 @@ class StoreCredentials:
             raise DatabaseUnavailableError("the credential store is closed: the operator stops")
         return asyncio.get_running_loop().run_in_executor(self._threads, function)
 
-    async def _bounded(self, subject: str, use: Callable[[CredentialStore], _T]) -> _T:
+    async def _bounded(
+        self, subject: str, use: Callable[[CredentialStore], _T], *, uid: str | None = None
+    ) -> _T:
         """``use(store)`` in a database thread, within the store's call slots and the call
-        timeout; ``subject`` says what was done, for the error."""
+        timeout; ``subject`` says what was done, for the error. A call for sandbox ``uid``
+        is counted while its thread runs, even after the pass gave up waiting for it."""
         scope = asyncio.timeout(self._call_timeout)
         try:
             async with scope:
                 store = await self._opened()
                 async with self._slots(store):
-                    return await self._in_thread(functools.partial(use, store))
+                    call = functools.partial(use, store)
+                    if uid:
+                        call = functools.partial(self._counted, uid, call)
+                    return await self._in_thread(call)
         except TimeoutError:
             if not scope.expired():
                 raise  # the call's own, not the bound's
@@ -210,6 +222,23 @@ class StoreCredentials:
                 f"{subject}: the credentials database did not answer within "
                 f"{self._call_timeout:g} s (retried)"
             ) from None
+
+    def _counted(self, uid: str, call: Callable[[], _T]) -> _T:
+        """``call()``, counted in :attr:`_running` for ``uid`` while it runs (in its thread:
+        a call still queued when its pass gave up is cancelled and never runs)."""
+        with self._running_lock:
+            self._running[uid] += 1
+        try:
+            return call()
+        finally:
+            with self._running_lock:
+                self._running[uid] -= 1
+                if not self._running[uid]:
+                    del self._running[uid]
+
+    def _still_running(self, uid: str) -> bool:
+        with self._running_lock:
+            return self._running[uid] > 0
 
     def close(self) -> None:
         """Release the database connections, and let the database threads go without
@@ -253,6 +282,7 @@ class StoreCredentials:
                 lifetime=lifetime,
                 rejected_pat_id=rejected_pat_id,
             ),
+            uid=uid,
         )
         renew_at = (
             issued.expires_at - lifetime * self._renewal_fraction if issued.expires_at else None
@@ -261,8 +291,18 @@ class StoreCredentials:
         return issued
 
     async def revoke(self, namespace: str, name: str, uid: str) -> bool:
-        """Revoke the sandbox's PAT (idempotent)."""
+        """Revoke the sandbox's PAT (idempotent).
+
+        Not while an earlier call for this sandbox still runs in the database after its
+        pass gave up on it (:class:`DatabaseUnavailableError`, retried): an ensure that
+        lands after the revoke would leave a PAT nobody revokes, or take the row of a
+        sandbox created later under the same name."""
         self._known.pop(uid, None)
+        if self._still_running(uid):
+            raise DatabaseUnavailableError(
+                f"revoking the PAT of {namespace}/{name}: an earlier call for this sandbox "
+                "still runs in the credentials database (retried once it ends)"
+            )
         self.database_calls += 1
         identity = _identity(namespace, name, uid)
         return await self._bounded(
@@ -277,6 +317,7 @@ class StoreCredentials:
         revoked = await self._bounded(
             f"retiring the PAT that PAT {pat_id} of {namespace}/{name} superseded",
             lambda store: store.retire(identity, pat_id),
+            uid=uid,
         )
         known = self._known.get(uid)
         if known is not None and known[0].pat_id == pat_id:

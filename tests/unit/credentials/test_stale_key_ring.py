@@ -316,3 +316,31 @@ def test_a_missing_key_is_its_own_kind_of_key_ring_error() -> None:
     assert not isinstance(missing, DecryptionError)
     assert failure_reason(missing) == "KeyNotInRing"
     assert failure_reason(DecryptionError("altered")) == "KeyRingError"
+
+
+def test_a_rotation_records_the_key_each_token_was_sealed_with_when_the_file_changes_meanwhile(
+    make_store: Callable[..., CredentialStore], database: Database, tmp_path: Path, k1: str, k2: str
+) -> None:
+    path, ticker = tmp_path / "keys", Ticker()
+    write_ring(path, k1)
+    user = database.new_user()
+    minting = make_store(key_ring_from_file(path, monotonic=ticker))
+    for index in range(4):
+        identity = SandboxIdentity("team-a", f"box-{index}", f"uid-{index}")
+        minting.ensure(identity, user_id=user, tenant_id="public")
+    k3 = generate_key_entry("k3").get_secret_value()
+    write_ring(path, k2, k1)
+    ticker.now += RELOAD_INTERVAL
+    ring = key_ring_from_file(path, monotonic=ticker)
+
+    def a_newer_key_arrives(_: object) -> None:  # the kubelet updates the Secret mid-run
+        write_ring(path, k3, k2, k1)
+        ticker.now += RELOAD_INTERVAL
+
+    make_store(ring).rotate(batch_size=2, progress=a_newer_key_arrives)
+
+    table = SandboxCredential.__table__
+    with database.engine.connect() as connection:
+        rows = connection.execute(select(table.c.key_id, table.c.encrypted_token)).all()
+    recorded = {(key_id, parse_header(token, subject="test")[0]) for key_id, token in rows}
+    assert all(key_id == sealed for key_id, sealed in recorded), recorded

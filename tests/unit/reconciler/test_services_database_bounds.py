@@ -295,3 +295,38 @@ def test_a_process_exits_promptly_after_close_though_a_database_thread_hangs(
 
     assert (process.returncode, out.split()) == (0, ["timed", "out", "closed"]), err
     assert silent.connections == 1  # the thread was still waiting on it at exit
+
+
+class HangingEnsure(CredentialStore):
+    """A real store on SQLite whose ensure waits for ``release`` before it runs."""
+
+    release: threading.Event
+
+    def ensure(self, *args: object, **kwargs: object) -> object:  # type: ignore[override]
+        self.release.wait()
+        return super().ensure(*args, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_a_pat_is_not_revoked_while_an_ensure_its_pass_gave_up_on_still_runs(
+    sqlite_store: CredentialStore, release: threading.Event
+) -> None:
+    """Else the ensure, landing after the revoke, would mint a PAT nobody revokes (or take
+    the row of a sandbox created later under the same name)."""
+    sqlite_store.__class__ = HangingEnsure
+    sqlite_store.release = release  # type: ignore[attr-defined]
+    credentials = StoreCredentials(sqlite_store, call_timeout=BOUND)
+    sandbox = make_sandbox()
+
+    with pytest.raises(DatabaseUnavailableError):
+        await credentials.ensure(sandbox)  # the database is slow: the pass gives up
+    with pytest.raises(DatabaseUnavailableError, match="an earlier call for this sandbox"):
+        await credentials.revoke("craft-sandboxes", "alice", "uid-alice")  # the finalizer
+
+    release.set()  # the slow call ends: it minted after all
+    for _ in range(50):
+        if not credentials._still_running("uid-alice"):
+            break
+        await asyncio.sleep(0.02)
+    assert await credentials.revoke("craft-sandboxes", "alice", "uid-alice") is True
+    assert sqlite_store.show("craft-sandboxes", "alice") is None, "nothing left unrevoked"
+    credentials.close()

@@ -370,7 +370,7 @@ async def _auth_failed(p: Pass, detail: str) -> bool:
         # No fresh PAT exists: the next refusal is still the first (a second would stop
         # the minting, though no fresh PAT was refused).
         run.status.cli_auth_failures = None
-        credentials.failed(p, "CredentialsError", str(exc))
+        credentials.failed(p, credentials.failure_reason(exc), str(exc))
         return False
     if issued.pat_id == p.issued.pat_id:
         run.status.cli_auth_failures = None  # no new PAT came of it, likewise

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from craft_operator.credentials.errors import CredentialsError
+from craft_operator.credentials.errors import CredentialsError, DatabaseUnavailableError
 from craft_operator.kube.exec import ExecError, ExecOutputTooLargeError, ExecResult
 from craft_operator.reconciler import cli_validation
 from craft_operator.reconciler.detached import DetachedCalls
@@ -312,6 +312,18 @@ async def test_a_pat_that_cannot_be_written_into_the_pod_is_retried(world: World
     assert (condition.status, condition.reason) == ("False", "DeliveryFailed")
     assert p.run.verdict.backoff == "DeliveryFailed"
     assert p.run.status.validated_pat_id is None
+
+
+async def test_a_refused_pat_whose_replacement_cannot_be_minted_says_why_as_any_mint_failure(
+    world: World,
+) -> None:
+    world.exec.cli_exit = 4
+    p = await ready_pass(world)
+    world.credentials.error = DatabaseUnavailableError("the credentials database is down")
+    await cli.validate_cli(p)
+    condition = p.run.condition("CredentialsReady")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("False", "DatabaseUnavailable")
 
 
 async def test_a_refused_pat_is_replaced_once_then_tried_again_with_backoff(world: World) -> None:
