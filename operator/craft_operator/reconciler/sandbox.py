@@ -9,6 +9,7 @@ converges from wherever the last one stopped. The steps and their order are
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import time
 from collections.abc import Mapping
@@ -120,15 +121,19 @@ class SandboxReconciler:
                 run.status.validated_pat_id = None
         p = Pass(s, sandbox, run, self._memory)
         suspension.note(p)  # before anything that may stop the pass
-        completed = False
         try:
             # The platform's policy comes first: a sandbox it does not allow gets no PAT.
             if not await policy.enforce(s, sandbox, run):
                 await run_steps(p)
-            completed = True
-        finally:
-            if not (completed and self._hold(run, batch)):
-                await write_status(s, run)
+        except asyncio.CancelledError:
+            # The replica stops or stands by: no status of a pass cut short (the next pass,
+            # here or on the other replica, writes its own), no wait on the API server.
+            raise
+        except Exception:
+            await write_status(s, run)  # what a pass that failed found, then its error
+            raise
+        if not self._hold(run, batch):
+            await write_status(s, run)
         return run.verdict
 
     def _held(
