@@ -22,15 +22,23 @@ class Queue:
     def __init__(self) -> None:
         self.added: list[tuple[str, str]] = []
         self.delays: list[float] = []
+        self.forgotten: list[tuple[str, str]] = []
 
     def add(self, key: tuple[str, str], delay: float = 0.0) -> None:
         self.added.append(key)
         self.delays.append(delay)
 
+    def forget(self, key: tuple[str, str]) -> None:
+        self.forgotten.append(key)
+
 
 def memo() -> Any:
     return SimpleNamespace(
-        gate=SimpleNamespace(active=True), cache=ObjectCache(), queue=Queue(), pool_queue=Queue()
+        gate=SimpleNamespace(active=True),
+        cache=ObjectCache(),
+        queue=Queue(),
+        pool_queue=Queue(),
+        pool_reconciler=Queue(),  # what it is told to forget
     )
 
 
@@ -97,6 +105,21 @@ async def test_pool_events_queue_the_pool_and_a_deleted_pool_is_visited_once_mor
     pools.on_pool_event(m, "DELETED", body)
     assert m.pool_queue.added == [("team-a", "warm"), ("team-a", "warm")]
     assert m.cache.get(kinds.POOL.name, "team-a", "warm") is None
+
+
+async def test_a_pool_recreated_under_its_name_before_a_pass_saw_it_gone_starts_afresh() -> None:
+    m = memo()
+    old = {"metadata": {"name": "warm", "namespace": "team-a", "uid": "u1", "resourceVersion": "1"}}
+    pools.on_pool_event(m, "ADDED", old)
+    pools.on_pool_event(
+        m, "MODIFIED", {**old, "metadata": {**old["metadata"], "resourceVersion": "2"}}
+    )
+    assert m.pool_reconciler.forgotten == []
+    new = {"metadata": {"name": "warm", "namespace": "team-a", "uid": "u2", "resourceVersion": "9"}}
+    pools.on_pool_event(m, "ADDED", new)  # its deletion unseen (a relist)
+    assert m.pool_reconciler.forgotten == [("team-a", "warm")]
+    assert m.pool_queue.forgotten == [("team-a", "warm")]
+    assert m.pool_queue.added[-1] == ("team-a", "warm")
 
 
 async def test_pod_events_wake_their_pool_a_moment_later_so_a_burst_costs_one_pass() -> None:

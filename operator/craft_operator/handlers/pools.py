@@ -19,7 +19,13 @@ def on_pool_event(memo: OperatorContext, event_type: str, obj: dict[str, Any]) -
         memo.cache.remove(kinds.POOL.name, obj)
         memo.pool_queue.add(key)
         return
+    before = memo.cache.get(kinds.POOL.name, *key)
     if memo.cache.put(kinds.POOL.name, obj):
+        if before is not None and before["metadata"].get("uid") != meta.get("uid"):
+            # Recreated under its name before a pass saw the old one gone: the new pool
+            # inherits none of its backoffs (a quota's refusal, a crashing template).
+            memo.pool_queue.forget(key)
+            memo.pool_reconciler.forget(key)
         memo.pool_queue.add(key)
 
 

@@ -24,5 +24,11 @@ def on_sandbox_event(memo: OperatorContext, event_type: str, obj: dict[str, Any]
         memo.queue.forget(key)
         memo.reconciler.forget(key)
         return
+    before = memo.cache.get(kinds.SANDBOX.name, *key)
     if memo.cache.put(kinds.SANDBOX.name, obj):
+        if before is not None and before["metadata"].get("uid") != meta.get("uid"):
+            # Recreated under its name while its deletion went unseen (a relist): the new
+            # sandbox inherits nothing of the old one's backoffs and memory.
+            memo.queue.forget(key)
+            memo.reconciler.forget(key)
         memo.queue.add(key)  # new to us, not the echo of our own write

@@ -131,6 +131,8 @@ class OrphanSweeper:
         revoked: list[int] = []
         unconfirmed = failed = 0
         for row in rows:
+            if not self._active():
+                break  # stood by meanwhile (its cache is emptied): the active one sweeps
             if self._alive_in_cache(row):
                 continue
             try:

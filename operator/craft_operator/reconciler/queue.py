@@ -222,7 +222,8 @@ class WorkQueue(Generic[K]):
             except Exception as exc:
                 self.failed += 1
                 failures = self._failures.get(key, 0) + 1
-                self._failures[key] = failures
+                if key not in self._forgotten:  # (gone meanwhile: nothing to remember)
+                    self._failures[key] = failures
                 delay = self._backoff.delay(failures)
                 if isinstance(exc, RetryableError) and exc.retry_after is not None:
                     delay = exc.retry_after  # counted as a failure all the same

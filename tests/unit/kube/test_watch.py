@@ -616,3 +616,12 @@ async def test_a_stream_waits_for_the_login() -> None:
     assert not task.done()
     await stopped(task)
     await kube.close()
+
+
+def test_streams_cut_at_once_come_back_spread_out_not_in_step() -> None:
+    from craft_operator.kube.watch import _default_backoff
+
+    for failures, base in ((1, 1), (3, 4), (7, 60), (20, 60)):
+        delays = {_default_backoff(failures) for _ in range(50)}
+        assert all(0.75 * base <= delay <= 1.25 * base for delay in delays)
+        assert len(delays) > 1

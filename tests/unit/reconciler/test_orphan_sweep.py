@@ -301,6 +301,21 @@ async def test_a_standby_or_an_unprimed_replica_sweeps_nothing(world: World) -> 
     assert world.api.gets == []
 
 
+async def test_a_replica_that_stands_by_during_a_sweep_stops_sweeping(world: World) -> None:
+    for index in range(3):
+        world.mint(f"gone-{index}")
+    real_get = world.api.get
+
+    async def standing_by_after_the_first(kind: Kind, namespace: str | None, name: str) -> Any:
+        world.active = False  # the peer took over while this GET was under way
+        return await real_get(kind, namespace, name)
+
+    world.api.get = standing_by_after_the_first  # type: ignore[method-assign]
+
+    await world.sweeper.tick()
+    assert len(world.api.gets) == 1, "no GET per row left once standing by"
+
+
 async def test_without_a_cluster_id_the_sweep_does_not_run(
     world: World, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -275,6 +275,22 @@ async def test_forget_while_running_cancels_the_rerun(
     assert recorder.calls == ["a"]
 
 
+async def test_a_pass_that_fails_after_its_key_was_forgotten_leaves_no_failure_behind(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    queue = make_queue(concurrency=1)
+    gate = recorder.gate("a")
+    recorder.fail["a"] = 1
+    queue.add("a")
+    await eventually(lambda: recorder.started_event("a").is_set())
+    queue.forget("a")  # the sandbox is gone
+    gate.set()
+    await eventually(lambda: queue.failed == 1)
+    await settle()
+    assert queue.failures("a") == 0
+    assert len(queue) == 0
+
+
 @pytest.mark.parametrize("concurrency", [1, 3])
 async def test_no_more_keys_run_at_once_than_the_concurrency_allows(
     recorder: Recorder, make_queue: Callable[..., WorkQueue[str]], concurrency: int
