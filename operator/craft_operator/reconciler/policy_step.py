@@ -180,8 +180,15 @@ def _wait_for_namespace(run: Run) -> None:
 
 def _admitted_before(run: Run, children: list[tuple[str, Kind, dict[str, Any]]]) -> bool:
     """Whether the sandbox runs on a spec the operator already accepted: it holds a PAT or
-    children, and its spec has not changed since (a changed spec is judged as new)."""
-    return not run.spec_changed and (run.status.credentials is not None or bool(children))
+    children, and its spec has not changed since (a changed spec is judged as new), and
+    the operator's last word on it was no denial (a PAT whose revocation failed, or a
+    child whose deletion is yet to be seen, is what is left of a withdrawal)."""
+    if run.spec_changed:
+        return False
+    credentials = run.condition(CREDENTIALS_READY)
+    if credentials is not None and credentials.reason in (REASON, "RevokeFailed"):
+        return False
+    return run.status.credentials is not None or bool(children)
 
 
 def _keep_without_policy(services: PolicyServices, run: Run, absent: str, message: str) -> None:
@@ -268,6 +275,7 @@ async def _deny(services: PolicyServices, sandbox: CraftSandbox, run: Run, messa
         except ApiError as exc:
             run.revisit(backoff=f"cannot delete {meta['name']}: {exc.reason}")
             continue
+        services.cache.forget(cache_kind, namespace, meta["name"])  # not a sign of a PAT now
         withdrawn.append(f"deleted {cache_kind} {meta['name']}")
     live = run.status.credentials if unrevoked else None
     _forget_running(run.status)

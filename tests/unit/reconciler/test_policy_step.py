@@ -241,3 +241,62 @@ def test_an_unreadable_policy_is_logged_with_what_is_wrong_in_it(
         assert read_policy(cache).absent == UNREADABLE
     [record] = [r for r in caplog.records if "unreadable" in r.getMessage()]
     assert "spec.serverURLs.0: String should match pattern" in record.getMessage()
+
+
+class Kube:
+    """Deletes whatever it is asked to, and says what."""
+
+    def __init__(self) -> None:
+        self.deleted: list[str] = []
+
+    async def delete(self, kind: Any, namespace: str, name: str, *, uid: str | None = None) -> Any:
+        self.deleted.append(name)
+        return {}
+
+
+class Revoking:
+    async def revoke(self, namespace: str, name: str, uid: str) -> bool:
+        return True
+
+
+async def test_a_spec_denied_while_the_policy_is_missing_is_not_let_back_in_by_the_next_pass() -> (
+    None
+):
+    owner = {"kind": "CraftSandbox", "name": "alice", "uid": "u-1", "controller": True}
+    cache = cache_with(labels={})  # no policy object
+    secret = {
+        "metadata": {
+            "name": "alice-credentials",
+            "namespace": "team-a",
+            "uid": "s-1",
+            "labels": {"craft.onyx.app/sandbox": "alice"},
+            "ownerReferences": [owner],
+        }
+    }
+    cache.put("Secret", secret)
+    sink = services(cache)
+    sink.kube, sink.credentials = Kube(), Revoking()
+    admitted = {"phase": "Ready", "observedGeneration": 1, "credentials": {"patId": 7}}
+    first = Run({**BODY, "status": admitted}, NOW, CONDITIONS)  # now at generation 2
+
+    assert await enforce(sink, SANDBOX, first) is True  # a changed spec is judged as new
+    assert sink.kube.deleted == ["alice-credentials"]
+    first.finish()
+    # The next pass comes before the Secret's deletion does: nothing is left to excuse it.
+    second = Run({**BODY, "status": dump_status(first.status)}, NOW, CONDITIONS)
+    assert await enforce(sink, SANDBOX, second) is True
+
+
+async def test_a_withdrawal_whose_revocation_failed_stays_one_when_the_policy_goes_missing() -> (
+    None
+):
+    sink = services(cache_with(labels={}, spec={"images": []}))  # the image no longer allowed
+    sink.credentials = FlakyRevocation()
+    first = Run({**BODY, "status": RUNNING}, NOW, CONDITIONS)
+    assert await enforce(sink, SANDBOX, first) is True
+    first.finish()
+
+    gone = services(cache_with(labels={}))  # then the policy object is pruned
+    gone.credentials = Revoking()
+    retry = Run({**BODY, "status": dump_status(first.status)}, NOW, CONDITIONS)
+    assert await enforce(gone, SANDBOX, retry) is True
