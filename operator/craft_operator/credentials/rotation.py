@@ -143,9 +143,7 @@ def _count(connection: Connection, *conditions: ColumnElement[bool]) -> int:
     return int(connection.execute(query).scalar_one())
 
 
-def _re_encrypted(
-    backend: StoreBackend, row_id: int, sandbox_uid: str, token: SecretStr
-) -> Any:
+def _re_encrypted(backend: StoreBackend, row_id: int, sandbox_uid: str, token: SecretStr) -> Any:
     """The update that stores one row's token sealed again under the current key, recording
     the key that sealed it (the ring may have been re-read since the rotation began)."""
     sealed = seal_token(backend.keyring, token, sandbox_uid=sandbox_uid)
