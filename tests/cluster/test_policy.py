@@ -156,6 +156,37 @@ def test_with_the_admission_policy_a_disallowed_sandbox_is_refused_and_no_token_
     assert (live, rows) == ({}, [])
 
 
+def pool_verdict(cluster: Cluster, namespace: str, spec: dict[str, Any]) -> str | None:
+    """None if the API server admits a CraftSandboxPool with ``spec`` (dry run), else why."""
+    body = {
+        "apiVersion": "craft.onyx.app/v1alpha1",
+        "kind": "CraftSandboxPool",
+        "metadata": {"name": "warm"},
+        "spec": {"replicas": 1, **spec},
+    }
+    try:
+        cluster.create(f"{CRAFT}/craftsandboxpools", namespace, body, dry_run=True)
+    except ApiError as error:
+        if error.status != 403:
+            raise
+        return error.message
+    return None
+
+
+@pytest.mark.usefixtures("admission_policy")
+def test_with_the_admission_policy_a_pools_pod_settings_are_judged_as_a_sandboxs(
+    cluster: Cluster, namespace: str, bound_namespace: str
+) -> None:
+    refused = pool_verdict(cluster, namespace, {"image": "attacker/sandbox:1"})
+    assert refused is not None
+    assert "spec.image attacker/sandbox:1 is not allowed by the CraftSandboxPolicy" in refused
+    runtime = pool_verdict(cluster, namespace, {"runtimeClassName": "runc-unsandboxed"})
+    assert runtime is not None
+    assert "spec.runtimeClassName runc-unsandboxed is not allowed" in runtime
+    # A pool has no user: the tenant rule does not apply to it (its claims are judged).
+    assert pool_verdict(cluster, bound_namespace, {}) is None
+
+
 @pytest.mark.parametrize(
     "spec",
     [

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tests.cluster.test_user_library import REVISION, exec_in_pod, library_in_pod, upload
-from tests.support.cluster import CRAFT, Cluster, audited_requests, wait_for
+from tests.support.cluster import CRAFT, Cluster, audited_requests, platform_allowing, wait_for
 from tests.support.events import step_messages, step_reasons
 from tests.support.operator_process import OperatorProcess
 
@@ -277,14 +277,15 @@ def test_a_resumed_sandbox_claims_again_and_a_pool_update_leaves_claimed_pods_al
 
     # An image change replaces the pool's unclaimed pods, never the one alice claimed.
     until(cluster, namespace, operator, lambda: pool_full(cluster, namespace, 2), "refilled")
-    cluster.patch(POOLS, namespace, "warm", {"spec": {"image": "craft-sandbox:0.2.0"}})
-    until(
-        cluster,
-        namespace,
-        operator,
-        lambda: pool_full(cluster, namespace, 2, image="craft-sandbox:0.2.0"),
-        "the pool's pods replaced",
-    )
+    with platform_allowing(cluster, images=["craft-sandbox"]):  # the new image, allowed
+        cluster.patch(POOLS, namespace, "warm", {"spec": {"image": "craft-sandbox:0.2.0"}})
+        until(
+            cluster,
+            namespace,
+            operator,
+            lambda: pool_full(cluster, namespace, 2, image="craft-sandbox:0.2.0"),
+            "the pool's pods replaced",
+        )
     kept = cluster.get(PODS, namespace, woken["metadata"]["name"])
     assert kept is not None
     assert kept["metadata"]["uid"] == woken["metadata"]["uid"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.support.cluster import CRAFT, Cluster, wait_for
+from tests.support.cluster import CRAFT, Cluster, platform_allowing, wait_for
 from tests.support.operator_process import OperatorProcess
 
 POOLS = f"{CRAFT}/craftsandboxpools"
@@ -108,12 +108,13 @@ def test_a_pool_fills_updates_around_a_claimed_pod_and_leaves_it_when_deleted(
         what=described("the claimed pod replaced"),
     )
 
-    cluster.patch(POOLS, namespace, "warm", {"spec": {"image": "craft-sandbox:0.2.0"}})
-    wait_for(
-        lambda: full(cluster, namespace, "craft-sandbox:0.2.0"),
-        within=120,
-        what=described("all replaced"),
-    )
+    with platform_allowing(cluster, images=["craft-sandbox"]):  # the new image, allowed
+        cluster.patch(POOLS, namespace, "warm", {"spec": {"image": "craft-sandbox:0.2.0"}})
+        wait_for(
+            lambda: full(cluster, namespace, "craft-sandbox:0.2.0"),
+            within=120,
+            what=described("all replaced"),
+        )
     kept = cluster.get(PODS, namespace, name)
     assert kept is not None, "the claimed pod was deleted"
     assert kept["metadata"]["uid"] == claimed["metadata"]["uid"]

@@ -12,6 +12,7 @@ from tests.integration.helpers import NAMESPACE
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually
 from tests.support.pod_exec import mark_pod_running
+from tests.support.policy import allow
 from tests.support.pools import POOLS, pool
 
 NAME = "warm"
@@ -89,6 +90,7 @@ async def test_the_operator_keeps_a_pool_full(
     )
     await full(emulator, 3, claimed=1)
 
+    allow(emulator, images=["craft-sandbox"])  # the platform allows the new image
     emulator.patch(POOLS, NAMESPACE, NAME, {"spec": {"image": "craft-sandbox:0.2.0"}})
     await eventually(
         lambda: (

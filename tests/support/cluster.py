@@ -7,12 +7,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -304,3 +305,20 @@ def wait_for(
 def names(objects: Iterable[dict[str, Any]]) -> list[str]:
     """The sorted names of ``objects``."""
     return sorted(obj["metadata"]["name"] for obj in objects)
+
+
+@contextlib.contextmanager
+def platform_allowing(cluster: Cluster, **spec: Any) -> Iterator[None]:
+    """The CraftSandboxPolicy ``default`` with ``spec`` (camelCase), for the block; deleted
+    after it (the policy is cluster-wide: no other test must see it)."""
+    body = {
+        "apiVersion": "craft.onyx.app/v1alpha1",
+        "kind": "CraftSandboxPolicy",
+        "metadata": {"name": "default"},
+        "spec": spec,
+    }
+    cluster.create(f"{CRAFT}/craftsandboxpolicies", None, body)
+    try:
+        yield
+    finally:
+        cluster.delete(f"{CRAFT}/craftsandboxpolicies", None, "default")

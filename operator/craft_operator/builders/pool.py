@@ -50,8 +50,9 @@ CREDENTIALS_SIZE_LIMIT = "1Mi"
 _NOBODY = "00000000-0000-0000-0000-000000000000"
 
 
-def _template_sandbox(spec: CraftSandboxPoolSpec) -> CraftSandbox:
-    """A sandbox with the pool's pod settings and nothing else, for the pod helpers."""
+def template_sandbox(spec: CraftSandboxPoolSpec) -> CraftSandbox:
+    """A sandbox with the pool's pod settings and nothing else, for the pod helpers (and
+    for the platform's policy, which judges a pool's pod settings as a sandbox's)."""
     return CraftSandbox(
         metadata=ObjectMeta(name="pool-template"),
         spec=CraftSandboxSpec(
@@ -99,7 +100,7 @@ def _pod_spec(sandbox: CraftSandbox, settings: Settings) -> dict[str, Any]:
 def pool_pod_spec(spec: CraftSandboxPoolSpec, settings: Settings) -> dict[str, Any]:
     """The pod spec of the pool's pods (``SandboxConfigError`` if the settings cannot make one,
     e.g. no server URL, or requests above limits)."""
-    return _pod_spec(_template_sandbox(spec), settings)
+    return _pod_spec(template_sandbox(spec), settings)
 
 
 def pool_template_hash(spec: CraftSandboxPoolSpec, settings: Settings) -> str:

@@ -1,8 +1,9 @@
 """The CraftSandboxPolicy and namespaces: cache them, and queue the sandboxes they judge.
 
-A changed policy queues every sandbox (a tightened one must reach running sandboxes, a
-loosened one revives refused ones); a namespace's change queues the sandboxes in it (its
-tenant label may have moved). Both kinds are cluster-scoped and watched cluster-wide.
+A changed policy queues every sandbox and every pool (a tightened one must reach running
+sandboxes and warm pods, a loosened one revives refused ones); a namespace's change queues
+the sandboxes in it (its tenant label may have moved). Both kinds are cluster-scoped and
+watched cluster-wide.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def _queue_sandboxes(memo: OperatorContext, namespace: str | None = None) -> Non
 
 
 def on_policy_event(memo: OperatorContext, event_type: str, obj: dict[str, Any]) -> None:
-    """The CraftSandboxPolicy changed: every sandbox is judged again."""
+    """The CraftSandboxPolicy changed: every sandbox and every pool is judged again."""
     if not memo.gate.active:
         return
     if obj.get("metadata", {}).get("name") != POLICY_NAME:
@@ -32,6 +33,8 @@ def on_policy_event(memo: OperatorContext, event_type: str, obj: dict[str, Any])
     elif not memo.cache.put(POLICY, obj):
         return
     _queue_sandboxes(memo)
+    for key, _ in memo.cache.items(kinds.POOL.name):  # a pool's pod settings are judged too
+        memo.pool_queue.add((key[1] or "", key[2]))
 
 
 def on_namespace_event(memo: OperatorContext, event_type: str, obj: dict[str, Any]) -> None:

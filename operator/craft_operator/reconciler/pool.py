@@ -57,6 +57,7 @@ from craft_operator.reconciler.pool_pods import (
     pool_pods,
     template_of,
 )
+from craft_operator.reconciler.pool_policy import PoolVerdict, judge_pool
 from craft_operator.reconciler.pool_status import (
     count_status,
     is_routine,
@@ -71,6 +72,10 @@ from craft_operator.status import ConditionState
 
 POD = kinds.POD
 POOL = kinds.POOL.name
+#: The Ready reasons of a pool whose pod settings the platform's policy does not allow,
+#: or may not allow while the policy object is missing or unreadable.
+POLICY_DENIED = "PolicyDenied"
+POLICY_ABSENT = "PolicyMissing"
 #: A pod with a pool's labels and owner that the operator did not make (a Warning event).
 NOT_AS_BUILT = "PoolPodNotAsBuilt"
 log = logging.getLogger(__name__)
@@ -196,7 +201,27 @@ class PoolReconciler:
             reason = exc.reason if isinstance(exc, SandboxConfigError) else "InvalidSpec"
             changed_meanwhile = await self._cannot_make_pods(body, reason, str(exc))
             return 0.0 if changed_meanwhile else None
+        denied = judge_pool(pool, s.cache, s.settings)
+        if denied is not None:
+            return await self._denied(body, key, denied)
         return await self._converge(key, body, pool, desired)
+
+    async def _denied(
+        self, body: dict[str, Any], key: PoolKey, denied: PoolVerdict
+    ) -> float | None:
+        """The platform's policy does not allow the pool's pod settings: no pod is made, and
+        its unclaimed pods go (a policy that tightened reaches them too), unless the policy
+        object is only missing or unreadable (a GitOps prune): those then wait for it."""
+        if denied.absent is None:
+            pods = pool_pods(self.services.cache, *key, body["metadata"].get("uid"))
+            await self._delete_all(
+                [pod for pod in pods if not pod["metadata"].get("deletionTimestamp")]
+            )
+            changed_meanwhile = await self._cannot_make_pods(body, POLICY_DENIED, denied.message)
+        else:
+            message = f"{denied.message}; no new pods until the CraftSandboxPolicy is back"
+            changed_meanwhile = await self._cannot_make_pods(body, POLICY_ABSENT, message)
+        return 0.0 if changed_meanwhile else None
 
     async def _converge(
         self, key: PoolKey, body: dict[str, Any], pool: CraftSandboxPool, desired: dict[str, Any]

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from craft_operator.api import models
+from craft_operator.api.pool import POOL_PLURAL
 from craft_operator.policy.models import (
     POLICY_KIND,
     POLICY_NAME,
@@ -52,14 +53,14 @@ def test_the_binding_reads_the_policy_object_the_operator_reads_and_denies_witho
     assert parameters.metadata.name == POLICY_NAME
 
 
-def test_the_admission_policy_matches_craftsandboxes_and_names_the_tenant_label() -> None:
+def test_the_admission_policy_matches_sandboxes_and_pools_and_names_the_tenant_label() -> None:
     spec = objects()["ValidatingAdmissionPolicy"]["spec"]
     assert spec["matchConstraints"]["resourceRules"] == [
         {
             "apiGroups": [models.GROUP],
             "apiVersions": ["*"],
             "operations": ["CREATE", "UPDATE"],
-            "resources": [models.PLURAL],
+            "resources": [models.PLURAL, POOL_PLURAL],
         }
     ]
     assert f"'{TENANT_LABEL}'" in str(spec["variables"])

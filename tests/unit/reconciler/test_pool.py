@@ -22,10 +22,12 @@ from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import ApiError, KubeClient
 from craft_operator.metrics import Metrics
 from craft_operator.reconciler.deps import Services
+from craft_operator.reconciler.policy_step import POLICY as PLATFORM_POLICY
 from craft_operator.reconciler.pool import STATUS_INTERVAL, PoolReconciler, PoolRetryLaterError
 from craft_operator.reconciler.pool_pods import ready_pool_pods
 from tests.support.emulator import KubeEmulator
 from tests.support.pod_exec import mark_pod_running
+from tests.support.policy import policy as platform_policy
 from tests.support.pools import POOLS, declare_pool_resource, pool
 from tests.unit.reconciler.conftest import NAMESPACE
 from tests.unit.reconciler.steps.conftest import Events, NoLibrary
@@ -79,9 +81,12 @@ class PoolWorld:
         """Rebuild the cache from what the API server holds."""
         cache = self.services.cache
         policies = cache.in_namespace(kinds.NETWORK_POLICY.name, NAMESPACE)
+        platform = cache.get(PLATFORM_POLICY, None, "default")
         cache.clear()
         for policy in policies:
             cache.put(kinds.NETWORK_POLICY.name, policy)
+        if platform is not None:
+            cache.put(PLATFORM_POLICY, platform)
         for pod in self.emulator.list("v1/pods", NAMESPACE):
             cache.put(kinds.POD.name, pod)
         for body in self.emulator.list(POOLS, NAMESPACE):
@@ -168,6 +173,7 @@ def make_world(
         world = PoolWorld(
             emulator, services, PoolReconciler(services, max_creates=max_creates), events, now
         )
+        set_platform_policy(world, images=["registry.example.com/craft/"])  # updates' images
         return world
 
     return build
@@ -277,6 +283,57 @@ async def test_a_pod_with_the_pools_labels_and_owner_not_as_built_is_neither_cou
         pod["metadata"]["name"] for pod in ready_pool_pods(world.services.cache, NAMESPACE, NAME)
     ]
     assert "forged" in names, "the claim's own check refuses it (tests/unit/reconciler/steps)"
+
+
+def set_platform_policy(world: PoolWorld, **spec: Any) -> None:
+    """The CraftSandboxPolicy ``default`` with ``spec``, as its watch would cache it."""
+    cache = world.services.cache
+    before = cache.get(PLATFORM_POLICY, None, "default")
+    version = int(before["metadata"]["resourceVersion"]) + 1 if before else 1
+    meta = {"name": "default", "resourceVersion": str(version)}
+    cache.put(PLATFORM_POLICY, {**platform_policy(**spec), "metadata": meta})
+
+
+async def test_a_pool_of_an_image_the_platform_does_not_allow_makes_no_pod(
+    world: PoolWorld,
+) -> None:
+    set_platform_policy(world, images=["registry.example.com/craft/"])
+    world.create_pool(replicas=2, image="attacker.example/x:1")
+    await world.pass_()
+    assert world.pods() == []
+    ready = world.condition("Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "PolicyDenied")
+    assert "spec.image attacker.example/x:1 is not allowed" in ready["message"]
+    assert ("Warning", "PolicyDenied") in {(t, r) for t, r, _ in world.events.posted}
+
+
+async def test_a_policy_that_tightens_takes_the_pools_unclaimed_pods_not_its_claimed_ones(
+    world: PoolWorld,
+) -> None:
+    set_platform_policy(world, images=["registry.example.com/"])
+    world.create_pool(replicas=2, image="registry.example.com/other:1")
+    await world.pass_()
+    world.ready_all()
+    await world.pass_()
+    claimed = world.unclaimed()[0]["metadata"]["name"]
+    world.claim(claimed)
+    set_platform_policy(world, images=["registry.example.com/craft/"])
+    await world.pass_()
+    live = [pod["metadata"]["name"] for pod in world.pods()]
+    assert live == [claimed], "the claimed pod is its sandbox's (judged as the sandbox is)"
+
+
+async def test_while_the_policy_object_is_missing_a_pool_keeps_its_pods_and_makes_none(
+    world: PoolWorld,
+) -> None:
+    set_platform_policy(world, images=["registry.example.com/"])
+    world.create_pool(replicas=2, image="registry.example.com/other:1")
+    await world.pass_()
+    world.services.cache.forget(PLATFORM_POLICY, None, "default")  # a GitOps prune
+    world.emulator.remove("v1/pods", NAMESPACE, world.unclaimed()[0]["metadata"]["name"])
+    await world.pass_()
+    assert len(world.pods()) == 1, "kept, and not refilled"
+    assert world.condition("Ready")["reason"] == "PolicyMissing"
 
 
 async def test_once_its_pods_are_ready_the_pool_is_ready(world: PoolWorld) -> None:

@@ -1,0 +1,56 @@
+"""What the platform's CraftSandboxPolicy says of a pool's pod settings.
+
+A pool's pods run on the operator's ServiceAccount, so whoever writes a CraftSandboxPool
+would otherwise choose images, runtime classes, priority classes, tolerations and node
+selectors that the platform refuses to sandboxes. The pool's settings are judged by the
+same rules as a sandbox's (:func:`craft_operator.policy.rules.evaluate`, on the stand-in
+sandbox the pool's pods are built from), field for field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from craft_operator.api.pool import CraftSandboxPool
+from craft_operator.builders.pool import template_sandbox
+from craft_operator.config import Settings
+from craft_operator.kube.cache import ObjectCache
+from craft_operator.policy.rules import Violation, describe, evaluate
+from craft_operator.reconciler.policy_step import read_policy
+
+#: The fields a pool shares with a sandbox that the policy judges.
+POOL_FIELDS = frozenset(
+    {
+        "spec.image",
+        "spec.runtimeClassName",
+        "spec.priorityClassName",
+        "spec.tolerations",
+        "spec.nodeSelector",
+    }
+)
+
+
+@dataclass(frozen=True)
+class PoolVerdict:
+    """Why the pool may not have pods of its settings (``message``), and whether only
+    because the policy object is missing or unreadable (``absent``: its name for that)."""
+
+    message: str
+    absent: str | None
+
+
+def judge_pool(
+    pool: CraftSandboxPool, cache: ObjectCache, settings: Settings
+) -> PoolVerdict | None:
+    """``None`` if the policy allows the pool's pod settings, else why not."""
+    policy = read_policy(cache)
+    found: list[Violation] = [
+        violation
+        for violation in evaluate(
+            template_sandbox(pool.spec), policy.spec, namespace_labels={}, settings=settings
+        )
+        if violation.field in POOL_FIELDS
+    ]
+    if not found:
+        return None
+    return PoolVerdict(describe(found), policy.absent)
