@@ -7,6 +7,8 @@ The reconciler calls :func:`sync_user_library_exec` (Exec mode) or creates the J
 
 from craft_operator.library.errors import (
     DestinationError,
+    DestinationUnwritableError,
+    ExecCommandFailedError,
     ExecFailedError,
     LibraryCapExceededError,
     LibraryConfigError,
@@ -36,6 +38,8 @@ from craft_operator.library.sync import (
 __all__ = [
     "CapViolation",
     "DestinationError",
+    "DestinationUnwritableError",
+    "ExecCommandFailedError",
     "ExecFailedError",
     "LibraryCapExceededError",
     "LibraryConfigError",

@@ -94,6 +94,20 @@ class ExecFailedError(DestinationError):
     retryable = True
 
 
+class ExecCommandFailedError(ExecFailedError):
+    """A command of the sync exited with an error in the sandbox pod: the pod's state (a
+    full disk, files the agent changed) stopped it. Each retry may send the whole upload
+    again, so the reconciler retries only a few times in a row for the same sync."""
+
+
+class DestinationUnwritableError(DestinationError):
+    """The library's state directory or manifest in the pod is not something the sync can
+    write (the agent in the pod controls those files); found before the upload is applied.
+    Retrying cannot help until the pod's files change: not retried."""
+
+    reason = "DestinationUnwritable"
+
+
 class ExecTimedOutError(ExecFailedError):
     """A command in the sandbox pod did not finish in time (a pod that does not read its
     input, or a stopped process); it was abandoned and the sync is retried later."""

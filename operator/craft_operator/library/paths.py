@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 from posixpath import normpath
@@ -127,72 +128,191 @@ def _re2_options() -> Any:
 
 
 _RE2_OPTIONS = _re2_options()
+_SLASH = ord("/")
+#: A class of no character: what a class of nothing but ``/`` matches.
+_NOTHING = r"[^\x{0}-\x{10FFFF}]"
+
+
+@dataclass(frozen=True)
+class _Glob:
+    """One exclude glob translated for RE2: its ``source`` (unanchored), whether it is
+    anchored at the library root, whether it matches directories only, and its longest
+    ``literal`` run of plain characters (in every path it covers)."""
+
+    source: str
+    anchored: bool
+    directory_only: bool
+    literal: str
 
 
 @lru_cache(maxsize=512)
-def _glob_regex(pattern: str) -> tuple[Any, bool, bool]:
-    """Compile one exclude glob: (regex, anchored at the root, matches directories only).
+def _translate(pattern: str) -> _Glob:
+    """Translate one exclude glob, or raise :class:`InvalidGlobError`."""
+    directory_only = pattern.endswith("/")
+    body = unicodedata.normalize("NFC", pattern.strip("/"))
+    anchored = pattern.startswith("/") or "/" in body
+    try:
+        source, literals = _glob_source(body, within_name=not anchored)
+    except InvalidGlobError as exc:
+        raise InvalidGlobError(f"exclude glob {pattern!r} is invalid: {exc}") from None
+    return _Glob(source, anchored, directory_only, max(literals, key=len))
+
+
+def _glob_source(body: str, *, within_name: bool) -> tuple[str, list[str]]:
+    """The RE2 source of a glob's ``body`` (its leading and trailing ``/`` stripped), read
+    as git's wildmatch reads it with ``WM_PATHNAME`` (only a ``**`` that is a whole
+    segment matches across ``/``), and its runs of plain characters. ``within_name``: the
+    glob is matched against one name."""
+    out: list[str] = []
+    literals = [""]
+    index = 0
+    while index < len(body):
+        char = body[index]
+        found = _char_class(body, index) if char == "[" else None
+        plain: str | None = None
+        if char == "*":
+            source, index = _stars(body, index, within_name=within_name)
+        elif found is not None:
+            source, index = found
+        elif char == "?":
+            source, index = "[^/]", index + 1
+        elif char == "\\" and index + 1 < len(body):
+            plain, index = body[index + 1], index + 2
+        else:
+            plain, index = char, index + 1
+        if plain is None:
+            out.append(source)
+            literals.append("")
+        else:
+            out.append(re.escape(plain))
+            literals[-1] += plain
+    return "".join(out), literals
+
+
+def _stars(body: str, start: int, *, within_name: bool) -> tuple[str, int]:
+    """The source of the run of ``*`` at ``start``, and the index past it (and past the
+    ``/`` that follows a leading or middle ``**``, which it matches too).
+
+    A run of two or more between ``/`` (or the body's ends) matches across directories:
+    ``**/`` any number of whole directories, a trailing ``**`` everything. Any other run,
+    ``a**b`` say, is one ``*``: anything within one name.
+    """
+    end = start
+    while end < len(body) and body[end] == "*":
+        end += 1
+    after = body[end : end + 2]
+    segment = (start == 0 or body[start - 1] == "/") and (
+        end == len(body) or after.startswith("/") or after == "\\/"
+    )
+    if end - start < 2 or not segment:
+        return "[^/]*", end
+    if end == len(body):
+        return ("[^/]*" if within_name else ".*"), end
+    return "(?:[^/]+/)*", end + (1 if after.startswith("/") else 2)
+
+
+def _char_class(body: str, start: int) -> tuple[str, int] | None:
+    """The source of the class opened by ``[`` at ``start``, and the index past it;
+    ``None`` if it is never closed (the ``[`` is then itself).
+
+    As git's wildmatch reads a class: ``!`` or ``^`` first negates it, a ``]`` first (after
+    them) is a member, ``\\`` escapes the next character, ``a-z`` is a range; and, as
+    with ``WM_PATHNAME``, it never matches ``/``. POSIX classes are not read as such:
+    ``[[:digit:]]`` is ``[`` ``:`` ``d`` ... then a ``]``.
+    """
+    index = start + 1
+    negated = body.startswith(("!", "^"), index)
+    first = index = index + negated
+    members: list[tuple[int, int]] = []
+    low: str | None = None  # the last lone member: where a range may start
+    while index < len(body):
+        char = body[index]
+        if char == "]" and index > first:
+            return _class_source(members, negated=negated), index + 1
+        if char == "-" and low is not None and body[index + 1 : index + 2] not in ("", "]"):
+            high, index = _class_member(body, index + 1)
+            if high is None:
+                return None
+            if high < low:
+                raise InvalidGlobError(f"reversed range {low}-{high}")
+            members[-1] = (ord(low), ord(high))
+            low = None
+            continue
+        member, index = _class_member(body, index)
+        if member is None:
+            return None
+        members.append((ord(member), ord(member)))
+        low = member
+    return None
+
+
+def _class_member(body: str, index: int) -> tuple[str | None, int]:
+    """The character at ``index`` of a class (``\\`` escapes the next one), and the index
+    past it; ``None`` for a ``\\`` that ends the glob."""
+    if body[index] != "\\":
+        return body[index], index + 1
+    if index + 1 == len(body):
+        return None, index + 1
+    return body[index + 1], index + 2
+
+
+def _class_source(members: list[tuple[int, int]], *, negated: bool) -> str:
+    """An RE2 class of the code point ranges ``members`` (or of all others, ``negated``),
+    ``/`` never among the characters it matches."""
+    if negated:
+        members = [*members, (_SLASH, _SLASH)]
+    else:
+        members = [piece for low, high in members for piece in _without_slash(low, high)]
+        if not members:
+            return _NOTHING
+    ranges = "".join(
+        f"\\x{{{low:x}}}" if low == high else f"\\x{{{low:x}}}-\\x{{{high:x}}}"
+        for low, high in members
+    )
+    return f"[{'^' if negated else ''}{ranges}]"
+
+
+def _without_slash(low: int, high: int) -> list[tuple[int, int]]:
+    """The range ``low``-``high`` without ``/``: itself, two ranges or none."""
+    if not low <= _SLASH <= high:
+        return [(low, high)]
+    return [piece for piece in ((low, _SLASH - 1), (_SLASH + 1, high)) if piece[0] <= piece[1]]
+
+
+def _compile(pattern: str, source: str) -> Any:
+    """The RE2 regex of ``source``, translated from the exclude glob ``pattern``.
 
     RE2, not :mod:`re`: the spec's writer chooses the globs, and with backtracking
     ``*a*a*a*a*b`` took 15 s on one 255-character name (each further ``*`` multiplies it);
     RE2 matches in time linear in the name.
     """
-    directory_only = pattern.endswith("/")
-    body = unicodedata.normalize("NFC", pattern.strip("/"))
-    anchored = pattern.startswith("/") or "/" in body
-    out: list[str] = []
-    index = 0
-    while index < len(body):
-        char = body[index]
-        if body.startswith("**/", index):
-            out.append("(?:[^/]+/)*")
-            index += 3
-        elif body.startswith("**", index):
-            out.append(".*")
-            index += 2
-        elif char == "*":
-            out.append("[^/]*")
-            index += 1
-        elif char == "?":
-            out.append("[^/]")
-            index += 1
-        elif char == "[":
-            # A "]" first in the class (after a "!") is one of its characters.
-            first = index + (2 if body.startswith("!", index + 1) else 1)
-            end = body.find("]", first + 1)
-            if end == -1:
-                out.append(re.escape(char))
-                index += 1
-            else:
-                inner = body[index + 1 : end]
-                if inner.startswith("!"):
-                    inner = "^" + inner[1:]
-                # "[" escaped: RE2 would read "[:alpha:]" inside as a POSIX class.
-                out.append("[" + inner.replace("\\", "\\\\").replace("[", "\\[") + "]")
-                index = end + 1
-        else:
-            out.append(re.escape(char))
-            index += 1
     try:
-        regex = re2.compile("(?s)" + "".join(out) + r"\z", _RE2_OPTIONS)
-    except re2.error as exc:
+        return re2.compile("(?s)" + source, _RE2_OPTIONS)
+    except (re2.error, UnicodeEncodeError) as exc:  # the latter: not UTF-8 (a lone surrogate)
         raise InvalidGlobError(f"exclude glob {pattern!r} is invalid: {exc}") from None
-    return regex, anchored, directory_only
+
+
+@lru_cache(maxsize=512)
+def _glob_regex(pattern: str) -> tuple[Any, bool, bool]:
+    """Compile one exclude glob: (regex, anchored at the root, matches directories only)."""
+    glob = _translate(pattern)
+    return _compile(pattern, glob.source + r"\z"), glob.anchored, glob.directory_only
 
 
 def check_globs(patterns: Iterable[str]) -> None:
     """Raise :class:`InvalidGlobError` for the first exclude glob that cannot be compiled."""
     for pattern in patterns:
-        _glob_regex(pattern)
+        _path_regex(pattern)
 
 
 def glob_matches(pattern: str, path: str) -> bool:
     """True if the exclude glob ``pattern`` covers ``path`` (a normalised relative path).
 
-    Globs follow .gitignore conventions: ``*`` and ``?`` stay within one name, ``**``
-    crosses directories, a pattern without a ``/`` matches a name at any depth, a pattern
-    with one is anchored at the library root, a trailing ``/`` matches only directories,
-    and a matched directory covers everything beneath it.
+    Globs follow .gitignore conventions: ``*``, ``?`` and ``[...]`` stay within one name,
+    ``**`` between slashes crosses directories (elsewhere it is ``*``), a pattern without
+    a ``/`` matches a name at any depth, a pattern with one is anchored at the library
+    root, a trailing ``/`` matches only directories, and a matched directory covers
+    everything beneath it.
     """
     regex, anchored, directory_only = _glob_regex(pattern)
     segments = path.split("/")
@@ -204,6 +324,47 @@ def glob_matches(pattern: str, path: str) -> bool:
     else:
         candidates = segments[:-1] if directory_only else segments
     return any(regex.match(candidate) for candidate in candidates)
+
+
+class ExcludeMatcher:
+    """The exclude globs of one sync, compiled once: what :func:`glob_matches` says of each
+    glob, for all of them, at a cost per path linear in its length.
+
+    Each glob is one regex over the whole path (matching a directory of it, a name, or
+    itself), tried only on paths that hold the glob's longest run of plain characters:
+    with the usual globs (``*.tmp``, ``node_modules/``, ``docs/**/*.md``) most paths are
+    tried against none. One regex of all the globs would be faster still on usual names,
+    but its automaton is the product of theirs: on long varied names it is rebuilt at
+    almost every character, several times slower than the globs one by one.
+    """
+
+    def __init__(self, patterns: Iterable[str]) -> None:
+        """Compile ``patterns``; raise :class:`InvalidGlobError` for one that cannot be."""
+        unique = dict.fromkeys(patterns)
+        self._globs = [(_translate(pattern).literal, _path_regex(pattern)) for pattern in unique]
+
+    def excludes(self, path: str) -> bool:
+        """True if an exclude glob covers ``path`` (a normalised relative path)."""
+        encoded = b""  # RE2 reads UTF-8: encoded once, not once per glob tried
+        for literal, regex in self._globs:
+            if literal in path:
+                encoded = encoded or path.encode()
+                if regex.match(encoded):
+                    return True
+        return False
+
+
+@lru_cache(maxsize=512)
+def _path_regex(pattern: str) -> Any:
+    """The regex of one (valid) glob over a whole path: it matches a path the glob covers.
+
+    An anchored glob matches from the root up to a ``/`` (a directory) or the end; an
+    unanchored one, which never matches a ``/``, from a name's start to its end.
+    """
+    glob = _translate(pattern)
+    end = "/" if glob.directory_only else r"(?:/|\z)"
+    start = "" if glob.anchored else "(?:[^/]+/)*"
+    return _compile(pattern, start + glob.source + end)
 
 
 def normalise_disabled(paths: Iterable[str]) -> frozenset[str]:
@@ -222,8 +383,3 @@ def is_disabled(path: str, disabled: frozenset[str]) -> bool:
     if not disabled:
         return False
     return path in disabled or any(parent in disabled for parent in ancestors(path))
-
-
-def is_excluded(path: str, excludes: Sequence[str]) -> bool:
-    """True if any exclude glob covers ``path``."""
-    return any(glob_matches(pattern, path) for pattern in excludes)

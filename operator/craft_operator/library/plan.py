@@ -17,11 +17,11 @@ from datetime import datetime
 
 from craft_operator.library.manifest import ManifestEntry, is_safe_etag, render_manifest
 from craft_operator.library.paths import (
+    ExcludeMatcher,
     SkipReason,
     UnsafePathError,
     ancestors,
     is_disabled,
-    is_excluded,
     normalise_disabled,
     normalise_path,
     normalise_prefix,
@@ -259,9 +259,10 @@ def plan_sync(
     prefix = normalise_prefix(prefix)
     caps = caps or SyncCaps()
     disabled_paths = normalise_disabled(disabled)
+    matcher = ExcludeMatcher(excludes)
     groups, skipped = _validated(listing, prefix)
     excluded = sorted(
-        path for path in groups if is_disabled(path, disabled_paths) or is_excluded(path, excludes)
+        path for path in groups if is_disabled(path, disabled_paths) or matcher.excludes(path)
     )
     for path in excluded:
         del groups[path]

@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     import aiohttp
     from mypy_boto3_s3.client import S3Client
 
-_Url = TypeVar("_Url", str, str | None)
 _T = TypeVar("_T")
 
 #: Seconds a presigned URL stays valid: it is used at once, once.
@@ -101,16 +100,32 @@ class ObjectFetcher:
         """The object's bytes, up to ``limit + 1`` (the caller compares with its size).
 
         Raises :class:`~craft_operator.library.errors.S3ObjectChangedError` if its ETag
-        is no longer ``etag``, other :class:`S3Error` subclasses on other failures.
+        is no longer ``etag``, other :class:`S3Error` subclasses on other failures. A URL
+        signed here that S3 refuses as if it were wrong (:data:`_SIGNER_DOUBTS`) is tried
+        again at once as botocore signs it: the refusal is the error only if botocore's
+        own URL gets it too.
         """
-        return await self._retried(partial(self._fetch_once, bucket, key, etag, limit))
+        once = partial(self._fetch_once, bucket, key, etag, limit)
+        try:
+            return await self._retried(partial(once, botocore=False))
+        except _SignedHereRefusedError:
+            return await self._retried(partial(once, botocore=True))
 
-    async def _fetch_once(self, bucket: str, key: str, etag: str, limit: int) -> bytes:
+    async def _presign(self, bucket: str, key: str, *, botocore: bool) -> tuple[str, bool]:
+        """A URL for ``key``, and whether it was signed here; ``botocore``: as botocore
+        signs it (in a thread: it may wait on the network)."""
+        if botocore:
+            return await asyncio.to_thread(self._signer.botocore_url, bucket, key), False
+        return await self._url_for(bucket, partial(self._signer.presign, bucket, key))
+
+    async def _fetch_once(
+        self, bucket: str, key: str, etag: str, limit: int, *, botocore: bool
+    ) -> bytes:
         import aiohttp
         from yarl import URL
 
         try:
-            url = await self._url_for(bucket, partial(self._signer.url, bucket, key))
+            url, signed_here = await self._presign(bucket, key, botocore=botocore)
         except Exception as exc:  # botocore: no credentials, bad parameters
             raise classify_s3_error(exc, bucket=bucket, key=key) from None
         try:
@@ -120,10 +135,12 @@ class ObjectFetcher:
                 if response.status != 200:
                     if response.status in _SIGNER_DOUBTS:
                         self._signer.forget(bucket)
+                        if signed_here:
+                            raise _SignedHereRefusedError
                     body = await response.content.read(ERROR_BODY_BYTES)
                     raise _refused(response.status, body, bucket, key)
                 return await _read_up_to(response.content, limit + 1)
-        except S3Error:
+        except (S3Error, _SignedHereRefusedError):
             raise
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             where = f"s3://{bucket}/{key}"
@@ -218,7 +235,7 @@ class ObjectFetcher:
             )
         return parse_listing_page(body, bucket=bucket)
 
-    async def _url_for(self, bucket: str, sign: Callable[[], _Url]) -> _Url:
+    async def _url_for(self, bucket: str, sign: Callable[[], _T]) -> _T:
         """``sign()``, in a thread when it may wait on the network (botocore presigning, a
         credentials refresh): the event loop runs every sandbox's work."""
         if self._signer.may_block(bucket):
@@ -234,8 +251,12 @@ class ObjectFetcher:
 
 #: Answers that may mean a URL was signed with credentials, or for an endpoint, that are
 #: no longer right (403 also answers a missing key to a reader without ListBucket: a probe
-#: more, 0.2 ms).
+#: more, 0.2 ms, and a GET more).
 _SIGNER_DOUBTS = frozenset({301, 307, 400, 403})
+
+
+class _SignedHereRefusedError(Exception):
+    """S3 refused a URL this signer made as if it were wrong (:data:`_SIGNER_DOUBTS`)."""
 
 
 async def _read_up_to(stream: aiohttp.StreamReader, most: int) -> bytes:

@@ -127,13 +127,18 @@ class UrlSigner:
         Raises what botocore raises when it cannot presign (no credentials, bad names),
         and :class:`ValueError` for an empty key (whose URL would be the bucket's listing).
         """
+        return self.presign(bucket, key)[0]
+
+    def presign(self, bucket: str, key: str) -> tuple[str, bool]:
+        """:meth:`url`, and whether it was signed here (not by botocore): S3 refusing it
+        may be this signer's doing, so a URL botocore signs may still pass."""
         if not key:
             raise ValueError("an S3 object key cannot be empty")
         signing = self._signing(bucket)
         if signing is None:
-            return self._botocore_url(bucket, key)  # botocore says what is missing
+            return self.botocore_url(bucket, key), False  # botocore says what is missing
         endpoint, keys, stamp = signing
-        return self.sign(endpoint, key, keys, stamp)
+        return self.sign(endpoint, key, keys, stamp), True
 
     def may_block(self, bucket: str) -> bool:
         """Whether the next URL for ``bucket`` may wait on the network, so that it belongs
@@ -260,7 +265,9 @@ class UrlSigner:
         if self._endpoints.get(bucket) is not None:
             del self._endpoints[bucket]
 
-    def _botocore_url(self, bucket: str, key: str) -> str:
+    def botocore_url(self, bucket: str, key: str) -> str:
+        """The presigned URL of ``key`` as botocore signs it (it may wait on the network:
+        endpoint rules, a credentials refresh)."""
         url: str = self._client.generate_presigned_url(
             "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=self._lifetime
         )
@@ -270,7 +277,7 @@ class UrlSigner:
         """Learn ``bucket``'s endpoint from a URL botocore presigns, and check that this
         signer computes botocore's very URL for it. The outcome is remembered, unless the
         credentials were refreshed between the two: then a later URL asks again."""
-        probe = self._botocore_url(bucket, PROBE_KEY)
+        probe = self.botocore_url(bucket, PROBE_KEY)
         keys = _current_keys(credentials)
         read = _read_probe(probe)
         if read is None:

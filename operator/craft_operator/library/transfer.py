@@ -6,7 +6,9 @@ is ever parsed by a shell. One sync runs
 
 1. ``READ``: print the manifest (not for a pod the operator has no record of: its
    manifest, if any, is replaced unread);
-2. ``UPLOAD``: a tar stream on stdin (the new files, then the ``pending`` and ``final``
+2. ``UPLOAD``: once the state directory and the manifest are found writable (else
+   :class:`~craft_operator.library.errors.DestinationUnwritableError`, before the archive
+   is read), a tar stream on stdin (the new files, then the ``pending`` and ``final``
    manifest pieces) is unpacked into ``.craft-sync/staging``; then ``pending`` is appended
    to the manifest;
 3. ``APPLY`` (in batches that keep each exec request small): delete, rename staged files
@@ -40,7 +42,12 @@ from craft_operator.kube.exec import (
     Stdin,
 )
 from craft_operator.library.destination import ChangeSet
-from craft_operator.library.errors import ExecFailedError, ExecTimedOutError
+from craft_operator.library.errors import (
+    DestinationUnwritableError,
+    ExecCommandFailedError,
+    ExecFailedError,
+    ExecTimedOutError,
+)
 from craft_operator.library.paths import STATE_DIR
 from craft_operator.library.record import PodManifest
 from craft_operator.library.s3 import ObjectStore, WholeObjectReader
@@ -57,12 +64,27 @@ m="$1/.craft-sync/manifest"
 if [ -f "$m" ]; then exec head -c "$2" "$m"; fi
 """
 
+#: Exit status of the upload when the state directory or the manifest cannot be written
+#: (none of the commands the scripts run exits with it).
+UNWRITABLE_EXIT = 77
+
 #: The archive ends with ``final`` (or ``manifest``): tar stops without a word at the end of
 #: its input between two members, and an exec whose caller went away gets the end of its
-#: stdin early, so nothing is applied unless that last member came.
-UPLOAD_SCRIPT = """\
+#: stdin early, so nothing is applied unless that last member came. Before tar reads the
+#: archive, the state directory and the manifest are checked: writing to them fails only
+#: once the whole archive is in, and every retry would send it again.
+UPLOAD_SCRIPT = f"""\
 set -eu
 s="$1/.craft-sync"
+m="$s/manifest"
+if [ -e "$s" ] && {{ [ ! -d "$s" ] || [ ! -w "$s" ] || [ ! -x "$s" ]; }}; then
+  echo "$s is not a directory the sync can write" >&2
+  exit {UNWRITABLE_EXIT}
+fi
+if [ -e "$m" ] && {{ [ ! -f "$m" ] || [ ! -w "$m" ]; }}; then
+  echo "$m is not a regular file the sync can write" >&2
+  exit {UNWRITABLE_EXIT}
+fi
 mkdir -p "$s"
 rm -rf "$s/staging"
 mkdir "$s/staging"
@@ -71,7 +93,7 @@ if [ ! -f "$s/staging/final" ] && [ ! -f "$s/staging/manifest" ]; then
   echo "the upload ended before the end of its archive" >&2
   exit 1
 fi
-cat "$s/staging/pending" >> "$s/manifest"
+cat "$s/staging/pending" >> "$m"
 """
 
 APPLY_SCRIPT = """\
@@ -202,12 +224,20 @@ class PodDestination:
             raise ExecFailedError(
                 f"{what} in pod {target.namespace}/{target.pod}: {exc}", retryable=exc.retryable
             ) from exc
-        if result.exit_code != 0:
-            raise ExecFailedError(
-                f"{what} in pod {target.namespace}/{target.pod} exited with "
-                f"{result.exit_code}: {result.stderr_excerpt() or 'no message'}"
+        if result.exit_code == 0:
+            return result
+        message = result.stderr_excerpt() or "no message"
+        if result.exit_code == UNWRITABLE_EXIT:
+            raise DestinationUnwritableError(
+                f"the library in pod {target.namespace}/{target.pod} cannot be written: "
+                f"{message} (the agent in the pod may have changed it); nothing was applied, "
+                "and the library is synced again once it has a new revision, a new pod or a "
+                "new configuration"
             )
-        return result
+        raise ExecCommandFailedError(
+            f"{what} in pod {target.namespace}/{target.pod} exited with "
+            f"{result.exit_code}: {message}"
+        )
 
     async def read_pod_manifest(self) -> PodManifest:
         """The manifest in the pod (``data`` None: there is none), or that it is too large.

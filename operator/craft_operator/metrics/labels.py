@@ -96,7 +96,9 @@ SYNC_ERROR_REASONS = frozenset(
         "S3BucketNotFound",
         "LibraryChangedDuringSync",
         "DestinationFailed",
+        "DestinationUnwritable",
         "ExecFailed",
+        "ExecTimedOut",
         "SyncJobFailed",
     }
 )

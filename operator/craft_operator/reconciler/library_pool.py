@@ -9,7 +9,11 @@ the outcome (:meth:`LibrarySyncPool.take`). A hostile pod holds one slot, for at
 command's timeout at a time, and never a reconcile worker.
 
 A sync that failed in a way that may pass is retried with exponential backoff
-(:meth:`LibrarySyncPool.retry_in`), kept here because the passes in between succeed.
+(:meth:`LibrarySyncPool.retry_in`), kept here because the passes in between succeed. One
+whose commands the pod ran and failed (a full disk, files the agent changed) is retried
+only :data:`POD_FAILURES` times in a row for the same attempt: each try may download the
+whole library again and send it through the API server. Then its failure is final, until
+the revision, the pod or the configuration (the attempt) changes.
 """
 
 from __future__ import annotations
@@ -19,13 +23,15 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from craft_operator.library import LibrarySyncError, SyncResult
+from craft_operator.library import ExecCommandFailedError, LibrarySyncError, SyncResult
 from craft_operator.reconciler.queue import Backoff
 
 logger = logging.getLogger(__name__)
 
 #: A sandbox: (namespace, name).
 Key = tuple[str, str]
+#: Failures in a row of one attempt's commands in the pod before the failure is final.
+POD_FAILURES = 3
 
 
 class SyncTimedOutError(LibrarySyncError):
@@ -70,6 +76,7 @@ class LibrarySyncPool:
         self._jobs: dict[Key, _Job] = {}
         self._outcomes: dict[Key, tuple[str, Outcome]] = {}
         self._failures: dict[Key, tuple[int, float]] = {}
+        self._pod_failures: dict[Key, tuple[str, int]] = {}
         #: Called with a sandbox's key when its sync ends (the work queue's ``add``).
         self.wake: Callable[[Key], None] | None = None
         #: Most syncs that ever ran at once (for tests and metrics).
@@ -117,6 +124,7 @@ class LibrarySyncPool:
             job.task.cancel()
         self._outcomes.pop(key, None)
         self._failures.pop(key, None)
+        self._pod_failures.pop(key, None)
 
     async def drain(self, grace: float) -> None:
         """Let the syncs under way end within ``grace`` seconds, then cancel the rest (the
@@ -131,6 +139,7 @@ class LibrarySyncPool:
         jobs, self._jobs = list(self._jobs.values()), {}
         self._outcomes.clear()
         self._failures.clear()
+        self._pod_failures.clear()
         for job in jobs:
             job.task.cancel()
         await asyncio.gather(*(job.task for job in jobs), return_exceptions=True)
@@ -155,6 +164,7 @@ class LibrarySyncPool:
         if self._jobs.get(key) is not job:
             return  # forgotten meanwhile
         del self._jobs[key]
+        outcome = self._bounded(key, outcome)
         self._outcomes[key] = (job.uid, outcome)
         self.count(key, outcome)
         if self.wake is not None:
@@ -174,6 +184,27 @@ class LibrarySyncPool:
             error = LibrarySyncError("the sync failed unexpectedly (see the operator's log)")
             error.retryable = True
             return Outcome(attempt, error=error)
+
+    def _bounded(self, key: Key, outcome: Outcome) -> Outcome:
+        """The outcome, its failure made final if it is the attempt's :data:`POD_FAILURES`-th
+        in a row of commands the pod ran and failed."""
+        error = outcome.error
+        if not isinstance(error, ExecCommandFailedError) or not error.retryable:
+            self._pod_failures.pop(key, None)
+            return outcome
+        attempt, failures = self._pod_failures.get(key, (outcome.attempt, 0))
+        failures = failures + 1 if attempt == outcome.attempt else 1
+        if failures < POD_FAILURES:
+            self._pod_failures[key] = (outcome.attempt, failures)
+            return outcome
+        self._pod_failures.pop(key, None)
+        final = ExecCommandFailedError(
+            f"{error.message}; failed {failures} times in a row, so not retried until the "
+            "library has a new revision, the sandbox a new pod or the library a new "
+            "configuration",
+            retryable=False,
+        )
+        return Outcome(outcome.attempt, error=final)
 
     def count(self, key: Key, outcome: Outcome) -> None:
         """Count a sync's outcome towards the sandbox's retry backoff (:meth:`retry_in`): a

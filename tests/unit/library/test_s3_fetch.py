@@ -176,11 +176,21 @@ async def test_s3_error_answers_are_classified_like_boto3s(
     assert raised.value.retryable is retryable
 
 
-async def test_a_refused_signature_has_the_buckets_next_url_checked_against_botocore_again(
-    stand_in_s3: Callable[[Handler], asyncio.Future[str]],
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [
+        (403, "SignatureDoesNotMatch"),
+        (400, "AuthorizationHeaderMalformed"),
+        (301, "PermanentRedirect"),
+        (307, "TemporaryRedirect"),
+    ],
+)
+async def test_a_url_signed_here_that_s3_refuses_is_sent_again_at_once_as_botocore_signs_it(
+    stand_in_s3: Callable[[Handler], asyncio.Future[str]], status: int, code: str
 ) -> None:
-    """The endpoint or credentials the signer learnt may have moved: it learns them again."""
-    answers = [s3_error(403, "SignatureDoesNotMatch"), web.Response(body=b"data")]
+    """The endpoint or credentials the signer learnt may have moved: one such answer is no
+    verdict on the sync (a denial is final for its attempt). The bucket is learnt again."""
+    answers = [s3_error(status, code), web.Response(body=b"data"), web.Response(body=b"next")]
 
     async def answer(request: web.Request) -> web.Response:
         return answers.pop(0)
@@ -188,13 +198,76 @@ async def test_a_refused_signature_has_the_buckets_next_url_checked_against_boto
     url = await stand_in_s3(answer)
     reader, presigned = fetcher_counting_presigns(url)
     try:
-        with pytest.raises(S3AccessDeniedError):
-            await reader.fetch("files", "k", '"e"', 4)
         assert await reader.fetch("files", "k", '"e"', 4) == b"data"
+        assert await reader.fetch("files", "k2", '"e"', 4) == b"next"
     finally:
         await reader.close()
 
-    assert presigned == [PROBE_KEY, PROBE_KEY]
+    assert presigned == [PROBE_KEY, "k", PROBE_KEY]
+
+
+async def test_a_refusal_of_botocores_own_url_is_the_error(
+    stand_in_s3: Callable[[Handler], asyncio.Future[str]],
+) -> None:
+    gets: list[str] = []
+
+    async def denying(request: web.Request) -> web.Response:
+        gets.append(request.path)
+        return s3_error(403, "AccessDenied")
+
+    url = await stand_in_s3(denying)
+    reader, presigned = fetcher_counting_presigns(url)
+    try:
+        with pytest.raises(S3AccessDeniedError) as raised:
+            await reader.fetch("files", "k", '"e"', 4)
+    finally:
+        await reader.close()
+
+    assert raised.value.retryable is False
+    assert presigned == [PROBE_KEY, "k"]
+    assert gets == ["/files/k", "/files/k"]
+
+
+LISTING = b"""<?xml version="1.0"?>
+<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">
+<Name>files</Name><Prefix>p/</Prefix><EncodingType>url</EncodingType>
+<IsTruncated>false</IsTruncated><Contents><Key>p/a.txt</Key><Size>4</Size><ETag>"e"</ETag>
+<LastModified>2024-01-01T00:00:00.000Z</LastModified></Contents></ListBucketResult>"""
+
+
+async def test_one_refused_url_signed_here_does_not_fail_an_exec_sync(
+    stand_in_s3: Callable[[Handler], asyncio.Future[str]], tmp_path: Path
+) -> None:
+    gets = 0
+
+    async def answer(request: web.Request) -> web.Response:
+        nonlocal gets
+        if "list-type" in request.query:
+            return web.Response(body=LISTING, content_type="application/xml")
+        gets += 1
+        return s3_error(403, "SignatureDoesNotMatch") if gets == 1 else web.Response(body=b"data")
+
+    url = await stand_in_s3(answer)
+    session = boto3.session.Session()
+    client = make_s3_client(endpoint_url=url, region="us-east-1", session=session)
+    store = S3ObjectStore(client, credentials=session.get_credentials())
+    pods = LocalExec(root=tmp_path / "pods")
+    try:
+        result = await sync_user_library_exec(
+            store=store,
+            bucket="files",
+            prefix="p/",
+            exec_transport=pods,
+            namespace="craft",
+            pod="sandbox-a",
+            container="sandbox",
+        )
+    finally:
+        await store.close()
+
+    library = pods.workspace("craft", "sandbox-a") / "user_library"
+    assert result.copied == 1
+    assert (library / "a.txt").read_bytes() == b"data"
 
 
 async def test_a_passing_outage_is_tried_once_more_and_the_etag_is_sent_each_time(

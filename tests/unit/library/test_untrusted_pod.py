@@ -3,7 +3,9 @@ huge, or stop the commands the sync runs, and the operator neither trusts nor wa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import shutil
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ import pytest
 from craft_operator.kube.exec import ExecOutputTooLargeError, ExecResult, Stdin
 from craft_operator.kube.exec_local import LocalExec
 from craft_operator.library import SyncResult, sync_user_library_exec
-from craft_operator.library.errors import ExecTimedOutError
+from craft_operator.library.errors import DestinationUnwritableError, ExecTimedOutError
 from craft_operator.library.record import TAMPERED, TOO_LARGE, SyncRecord
 from craft_operator.library.transfer import APPLY_SCRIPT, COMMAND_MAX_OUTPUT, UPLOAD_SCRIPT
 from tests.support.s3 import S3Server
@@ -306,3 +308,61 @@ async def test_a_stopped_exec_process_times_out_in_seconds_not_the_whole_sync_bu
     assert raised.value.reason == "ExecTimedOut"
     assert raised.value.retryable
     assert "did not finish within" in raised.value.message
+
+
+def manifest_made_a_directory(state: Path) -> None:
+    (state / "manifest").unlink()
+    (state / "manifest").mkdir()
+
+
+def manifest_made_a_fifo(state: Path) -> None:
+    (state / "manifest").unlink()
+    os.mkfifo(state / "manifest")
+
+
+def state_made_a_file(state: Path) -> None:
+    shutil.rmtree(state)
+    state.write_bytes(b"")
+
+
+def manifest_made_read_only(state: Path) -> None:
+    (state / "manifest").chmod(0o444)
+
+
+def state_made_read_only(state: Path) -> None:
+    state.chmod(0o555)
+
+
+AS_ROOT = pytest.mark.skipif(os.geteuid() == 0, reason="root writes whatever the modes say")
+
+
+@pytest.mark.parametrize(
+    "break_state",
+    [
+        manifest_made_a_directory,
+        manifest_made_a_fifo,
+        state_made_a_file,
+        pytest.param(manifest_made_read_only, marks=AS_ROOT),
+        pytest.param(state_made_read_only, marks=AS_ROOT),
+    ],
+)
+async def test_a_state_the_agent_made_unwritable_fails_the_sync_before_its_upload_is_read(
+    synced_twice: Bucket, pods: LocalExec, break_state: Callable[[Path], None]
+) -> None:
+    """Appending to the manifest fails only once tar has read the whole archive, and every
+    retry would download the library again and send it through the API server: the upload
+    checks first, and the failure is final (until the revision, the pod or the
+    configuration changes)."""
+    records = MemoryRecords()
+    await sync(synced_twice, pods, records)
+    synced_twice.put("large.bin", b"L" * 2_000_000)
+    break_state(library_dir(pods) / ".craft-sync")
+
+    with pytest.raises(DestinationUnwritableError) as raised:
+        await sync(synced_twice, pods, records)
+
+    assert raised.value.retryable is False
+    assert raised.value.reason == "DestinationUnwritable"
+    assert ".craft-sync" in raised.value.message
+    assert pods.calls[-1].stdin_bytes < 200_000
+    assert not (library_dir(pods) / "large.bin").exists()

@@ -15,7 +15,13 @@ import pytest
 from craft_operator.kube.exec import ExecResult, ExecStalledError, Stdin
 from craft_operator.kube.exec_local import LocalExec
 from craft_operator.library.errors import ExecTimedOutError
-from craft_operator.library.transfer import APPLY_SCRIPT, UPLOAD_SCRIPT, PodDestination, PodTarget
+from craft_operator.library.transfer import (
+    APPLY_SCRIPT,
+    UNWRITABLE_EXIT,
+    UPLOAD_SCRIPT,
+    PodDestination,
+    PodTarget,
+)
 
 pytestmark = [pytest.mark.unit]
 BUSYBOX = shutil.which("busybox")
@@ -81,6 +87,25 @@ async def test_an_upload_cut_before_its_last_member_applies_nothing(pods: LocalE
 
     assert result.exit_code != 0
     assert b"ended before the end of its archive" in result.stderr
+    assert not (library / "new.txt").exists()
+    assert (library / "kept.txt").read_bytes() == b"kept"
+
+
+async def test_an_upload_into_a_manifest_it_cannot_write_stops_before_unpacking_anything(
+    pods: LocalExec,
+) -> None:
+    """Else tar reads the whole archive, the append to the manifest fails, and each retry
+    sends it all again."""
+    library = pods.workspace("ns", "pod") / "user_library"
+    (library / ".craft-sync" / "manifest").mkdir(parents=True)
+    (library / "kept.txt").write_bytes(b"kept")
+    data = archive({**WHOLE, "files/new.txt": b"n" * 1_000_000})
+
+    result, _ = await upload(pods, data)
+
+    assert result.exit_code == UNWRITABLE_EXIT
+    assert b"manifest is not a regular file the sync can write" in result.stderr
+    assert not (library / ".craft-sync" / "staging").exists()
     assert not (library / "new.txt").exists()
     assert (library / "kept.txt").read_bytes() == b"kept"
 

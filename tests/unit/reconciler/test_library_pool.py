@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from craft_operator.library import LibrarySyncError, SyncResult
-from craft_operator.library.errors import ExecTimedOutError
-from craft_operator.reconciler.library_pool import LibrarySyncPool
+from craft_operator.library.errors import ExecCommandFailedError, ExecTimedOutError
+from craft_operator.reconciler.library_pool import POD_FAILURES, LibrarySyncPool, Outcome
 from craft_operator.reconciler.queue import Backoff
 
 RESULT = SyncResult(
@@ -116,6 +116,62 @@ async def test_a_failure_that_may_pass_is_retried_after_a_growing_backoff() -> N
     assert 9 < waits[0] <= 10
     assert 19 < waits[1] <= 20
     assert 39 < waits[2] <= 40
+
+
+async def outcome_of(
+    pool: LibrarySyncPool, attempt: str, work: Callable[[], Awaitable[SyncResult]]
+) -> Outcome:
+    """Run one sync of sandbox 1 for ``attempt`` in ``pool``; its outcome."""
+    pool.submit(key(1), "uid", attempt, work)
+    await asyncio.sleep(0.01)
+    outcome = pool.take(key(1), "uid")
+    assert outcome is not None
+    return outcome
+
+
+async def failing_in_the_pod() -> SyncResult:
+    raise ExecCommandFailedError("applying the library upload exited with 1: No space left")
+
+
+async def timing_out() -> SyncResult:
+    raise ExecTimedOutError("the upload did not finish within 60s")
+
+
+async def test_a_sync_the_pod_fails_again_and_again_is_not_retried_for_ever() -> None:
+    """Each try may download the whole library again and send it through the API server:
+    the pod's failure of one attempt is final at the third in a row (backoff reset)."""
+    pool = LibrarySyncPool(1, backoff=Backoff(base=10.0, cap=300.0, jitter=0.0))
+
+    outcomes = [await outcome_of(pool, "a", failing_in_the_pod) for _ in range(POD_FAILURES)]
+
+    errors = [outcome.error for outcome in outcomes]
+    assert all(error is not None and error.reason == "ExecFailed" for error in errors)
+    assert [error.retryable for error in errors if error] == [True, True, False]
+    final = errors[-1]
+    assert final is not None
+    assert "No space left" in final.message
+    assert "failed 3 times in a row, so not retried until" in final.message
+    assert pool.retry_in(key(1)) == 0
+
+
+async def test_only_failures_of_the_same_attempt_in_a_row_count_towards_the_last() -> None:
+    pool = LibrarySyncPool(1, backoff=Backoff(base=0.001, cap=0.001, jitter=0.0))
+
+    retried = []
+    for attempt, work in [
+        ("a", failing_in_the_pod),
+        ("a", failing_in_the_pod),
+        ("b", failing_in_the_pod),  # a new revision, pod or configuration
+        ("b", failing_in_the_pod),
+        ("b", timing_out),  # a stopped tar costs no upload: retried with backoff
+        ("b", failing_in_the_pod),
+        ("b", failing_in_the_pod),
+    ]:
+        outcome = await outcome_of(pool, attempt, work)
+        assert outcome.error is not None
+        retried.append(outcome.error.retryable)
+
+    assert all(retried)
 
 
 async def test_a_sync_over_its_whole_budget_is_abandoned_and_reported() -> None:

@@ -11,7 +11,7 @@ import pytest
 from craft_operator.api.models import UserLibraryStatus
 from craft_operator.api.status_codec import dump_status
 from craft_operator.library import resolve_location
-from craft_operator.library.errors import ExecFailedError
+from craft_operator.library.errors import DestinationUnwritableError, ExecFailedError
 from craft_operator.library.sync import SyncResult
 from craft_operator.reconciler.pod_guard import PodChangedError
 from craft_operator.reconciler.step import Pass
@@ -125,3 +125,52 @@ async def test_a_queued_sync_execs_into_no_pod_that_took_its_pods_name_meanwhile
     with pytest.raises(PodChangedError):
         check()
     await world.services.library_pool.close()
+
+
+class UnwritablePodLibrary:
+    """The library port, as if the agent had made the manifest in its pod a directory."""
+
+    def __init__(self) -> None:
+        self.syncs = 0
+
+    async def sync(self, *args: object, **kwargs: object) -> SyncResult:
+        self.syncs += 1
+        raise DestinationUnwritableError(
+            "the library in pod ns/pod cannot be written: .craft-sync/manifest is not a "
+            "regular file the sync can write"
+        )
+
+    async def forget(self, uid: str) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_a_library_the_pod_cannot_take_is_reported_and_not_sent_again(
+    make_world: Callable[..., World],
+) -> None:
+    world = make_world(s3_bucket="onyx-user-files")
+    unwritable = UnwritablePodLibrary()
+    world.services.library = unwritable  # type: ignore[misc]
+    pool = world.services.library_pool
+    first = ready_pass(world)
+    await library.sync_library(first)
+    for _ in range(100):
+        if not pool.busy(first.run.key, UID):
+            break
+        await asyncio.sleep(0.01)
+
+    collecting = ready_pass(world, status=dump_status(first.run.status))
+    await library.sync_library(collecting)
+    later = ready_pass(world, status=dump_status(collecting.run.status))
+    await library.sync_library(later)
+
+    condition = collecting.run.condition("UserLibrarySynced")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("False", "DestinationUnwritable")
+    assert "manifest is not a regular file" in condition.message
+    assert "retried" not in condition.message
+    assert unwritable.syncs == 1
+    assert not pool.busy(later.run.key, UID)
+    await pool.close()
