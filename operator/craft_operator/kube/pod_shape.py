@@ -32,10 +32,12 @@ import orjson
 #: real fields).
 SHAPE = "craft.onyx.app/shape"
 DIGEST = "craft.onyx.app/shape-digest"
-#: Pod fields of where the pod runs and how big it is, which admission rewrites
-#: (tolerations, priority, overhead): left to the pool's template hash.
+#: Pod fields of where the pod runs, how big it is and how its image is pulled, which
+#: Kubernetes' own admission plugins rewrite (tolerations, priority, overhead; the
+#: ServiceAccount plugin's ``imagePullSecrets``): left to the pool's template hash.
 PLACEMENT = frozenset(
     {
+        "imagePullSecrets",
         "nodeName",
         "nodeSelector",
         "affinity",
@@ -59,12 +61,13 @@ POD_DEFAULTS: Mapping[str, Any] = {
     "restartPolicy": "Always",
     "enableServiceLinks": True,
 }
-#: What the API server sets for a container field left unset (``resources``: quantities
-#: come back in canonical form; how big, not what runs).
+#: What the API server sets for a container field left unset (``None``: left out whatever
+#: it holds: ``resources`` come back in canonical form, and say how big, not what runs).
 CONTAINER_DEFAULTS: Mapping[str, Any] = {
     "terminationMessagePath": "/dev/termination-log",
     "terminationMessagePolicy": "File",
     "resources": None,
+    "imagePullPolicy": None,  # AlwaysPullImages rewrites it: how, not what, is pulled
 }
 PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
 #: A probe's fields the API server defaults, with their defaults.

@@ -42,6 +42,7 @@ from craft_operator.kube.event_batch import post_coalesced
 from craft_operator.kube.pod_shape import DIGEST, SHAPE, digest_of, first_difference, shape_of
 from craft_operator.reconciler import egress
 from craft_operator.reconciler.deps import Services
+from craft_operator.reconciler.policy_step import MISSING
 from craft_operator.reconciler.pool_plan import (
     ENDED,
     Plan,
@@ -76,6 +77,7 @@ POOL = kinds.POOL.name
 #: or may not allow while the policy object is missing or unreadable.
 POLICY_DENIED = "PolicyDenied"
 POLICY_ABSENT = "PolicyMissing"
+POLICY_UNREADABLE = "PolicyUnreadable"
 #: A pod with a pool's labels and owner that the operator did not make (a Warning event).
 NOT_AS_BUILT = "PoolPodNotAsBuilt"
 log = logging.getLogger(__name__)
@@ -220,7 +222,8 @@ class PoolReconciler:
             changed_meanwhile = await self._cannot_make_pods(body, POLICY_DENIED, denied.message)
         else:
             message = f"{denied.message}; no new pods until the CraftSandboxPolicy is back"
-            changed_meanwhile = await self._cannot_make_pods(body, POLICY_ABSENT, message)
+            reason = POLICY_ABSENT if denied.absent == MISSING else POLICY_UNREADABLE
+            changed_meanwhile = await self._cannot_make_pods(body, reason, message)
         return 0.0 if changed_meanwhile else None
 
     async def _converge(
@@ -480,10 +483,11 @@ class PoolReconciler:
         self, body: dict[str, Any], key: PoolKey, pool: CraftSandboxPool, desired: dict[str, Any]
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """The pool's pods and the strays of an earlier pool of its name (as
-        :func:`pool_members`), but for pods of its current template that are not as built:
-        someone else's with the pool's labels and owner (see
-        :mod:`~craft_operator.kube.pod_shape`), which the pool neither counts nor touches
-        and a claim never takes. A Warning event names each, once."""
+        :func:`pool_members`). A pod of its current template that is not as built (someone
+        else's with the pool's labels and owner, or one an admission webhook changed; see
+        :mod:`~craft_operator.kube.pod_shape`) is said in a Warning event, once: no claim
+        takes it, but it still counts towards ``replicas``, so that a mutation the shape
+        does not expect never has the pool create pods without end."""
         members, strays = pool_members(self.services.cache, *key, pool.metadata.uid)
         hash_ = template_of(desired) or ""
         digest = self._digests.get(hash_)
@@ -491,17 +495,17 @@ class PoolReconciler:
             if len(self._digests) > 64:  # templates come and go
                 self._digests.clear()
             digest = self._digests[hash_] = digest_of(shape_of(desired["spec"]))
-        ours: list[dict[str, Any]] = []
-        foreign: list[dict[str, Any]] = []
-        for pod in members:
-            as_built = template_of(pod) != hash_ or pod["spec"].get(DIGEST) == digest
-            (ours if as_built else foreign).append(pod)
+        foreign = [
+            pod
+            for pod in members
+            if template_of(pod) == hash_ and pod["spec"].get(DIGEST) != digest
+        ]
         said = self._foreign.get(key, set())
         for pod in foreign:
             if pod["metadata"].get("uid") not in said:
                 self._say_foreign(body, pod, desired)
         self._foreign[key] = {str(pod["metadata"].get("uid")) for pod in foreign}
-        return ours, strays
+        return members, strays
 
     def _say_foreign(
         self, body: dict[str, Any], pod: dict[str, Any], desired: dict[str, Any]
@@ -509,8 +513,8 @@ class PoolReconciler:
         where = first_difference(pod["spec"].get(SHAPE) or {}, shape_of(desired["spec"]))
         message = (
             f"pod {pod['metadata']['name']} carries this pool's labels and owner but its "
-            f"{where or 'spec'} is not as the operator builds it: neither counted nor claimed "
-            "(made by someone else?)"
+            f"{where or 'spec'} is not as the operator builds it: never claimed (made by "
+            "someone else, or changed by an admission webhook?)"
         )
         log.warning("%s/%s: %s", body["metadata"]["namespace"], body["metadata"]["name"], message)
         self.services.events.post(body, type="Warning", reason=NOT_AS_BUILT, message=message)

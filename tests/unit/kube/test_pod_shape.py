@@ -233,3 +233,12 @@ def test_the_cache_keeps_the_shape_of_unclaimed_pool_pods_only(settings: Setting
     assert kept[SHAPE] == shape_of(spec)
     assert kept[DIGEST] == digest_of(shape_of(spec))
     assert SHAPE not in compact_pod({**claimed, "spec": spec})["spec"]
+
+
+def test_what_kubernetes_own_admission_plugins_add_makes_no_difference(settings: Settings) -> None:
+    built = built_spec(settings)
+    admitted = as_stored(built)
+    admitted["imagePullSecrets"] = [{"name": "registry"}]  # the ServiceAccount plugin
+    admitted["containers"][0]["imagePullPolicy"] = "Always"  # AlwaysPullImages
+    admitted["nodeSelector"] = {"zone": "a"}  # PodNodeSelector
+    assert digest_of(shape_of(admitted)) == digest_of(shape_of(built))
