@@ -319,6 +319,6 @@ class WatchStream:
 
 
 def _default_backoff(failures: int) -> float:
-    """1, 2, 4 ... 60 s, each from 75 % to 125 % of that: the streams of a replica (kinds
-    times namespaces) that an API server's restart cut at once come back spread out."""
+    """1, 2, 4 ... 60 s, each from 75 % to 125 % of that (up to 75 s): the streams of a
+    replica (kinds times namespaces) that an API server's restart cut come back spread out."""
     return float(min(60, 2 ** min(failures - 1, 6))) * random.uniform(0.75, 1.25)  # noqa: S311

@@ -12,13 +12,13 @@
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import dataclasses
 import functools
 import hashlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
@@ -112,6 +112,9 @@ class StoreCredentials:
         self._calls: asyncio.Semaphore | None = None
         self._threads = DaemonThreadPool(threads, name="craft-db")
         self._call_timeout = call_timeout
+        #: How long a revoke waits for a call of its sandbox that still runs (a database
+        #: that holds a lock for ever must not hold a deletion for ever).
+        self._revoke_wait = 5 * call_timeout
         self._opening_bound = 2 * call_timeout if opening_bound is None else opening_bound
         self._closed = False
         self._renewal_fraction = renewal_fraction
@@ -120,7 +123,7 @@ class StoreCredentials:
         self._known: dict[str, tuple[IssuedCredential, datetime, datetime | None]] = {}
         #: Database calls still running per sandbox uid, those whose pass gave up on them
         #: (past the call timeout) included: their writes may still land.
-        self._running: collections.Counter[str] = collections.Counter()
+        self._running: dict[str, list[float]] = {}  # uid: when each such call began
         self._running_lock = threading.Lock()
         self.database_calls = 0
 
@@ -224,21 +227,25 @@ class StoreCredentials:
             ) from None
 
     def _counted(self, uid: str, call: Callable[[], _T]) -> _T:
-        """``call()``, counted in :attr:`_running` for ``uid`` while it runs (in its thread:
-        a call still queued when its pass gave up is cancelled and never runs)."""
+        """``call()``, recorded in :attr:`_running` for ``uid`` while it runs (in its
+        thread: a call still queued when its pass gave up is cancelled and never runs)."""
+        began = time.monotonic()
         with self._running_lock:
-            self._running[uid] += 1
+            self._running.setdefault(uid, []).append(began)
         try:
             return call()
         finally:
             with self._running_lock:
-                self._running[uid] -= 1
-                if not self._running[uid]:
+                calls = self._running[uid]
+                calls.remove(began)
+                if not calls:
                     del self._running[uid]
 
-    def _still_running(self, uid: str) -> bool:
+    def _still_running(self, uid: str) -> float | None:
+        """How long the oldest call for ``uid`` still running has run (seconds), if any."""
         with self._running_lock:
-            return self._running[uid] > 0
+            calls = self._running.get(uid)
+            return time.monotonic() - min(calls) if calls else None
 
     def close(self) -> None:
         """Release the database connections, and let the database threads go without
@@ -294,14 +301,24 @@ class StoreCredentials:
         """Revoke the sandbox's PAT (idempotent).
 
         Not while an earlier call for this sandbox still runs in the database after its
-        pass gave up on it (:class:`DatabaseUnavailableError`, retried): an ensure that
-        lands after the revoke would leave a PAT nobody revokes, or take the row of a
-        sandbox created later under the same name."""
+        pass gave up on it (:class:`DatabaseUnavailableError`, retried), for up to five call
+        timeouts: an ensure that lands after the revoke would leave a PAT only the orphan
+        sweep revokes, or take the row of a sandbox created later under the same name."""
         self._known.pop(uid, None)
-        if self._still_running(uid):
+        running = self._still_running(uid)
+        if running is not None and running < self._revoke_wait:
             raise DatabaseUnavailableError(
                 f"revoking the PAT of {namespace}/{name}: an earlier call for this sandbox "
-                "still runs in the credentials database (retried once it ends)"
+                f"still runs in the credentials database (retried once it ends, or after "
+                f"{self._revoke_wait:g} s)"
+            )
+        if running is not None:
+            log.warning(
+                "revoking the PAT of %s/%s although a database call for it has run for %.0f "
+                "s: a PAT it mints afterwards is revoked by the orphan sweep",
+                namespace,
+                name,
+                running,
             )
         self.database_calls += 1
         identity = _identity(namespace, name, uid)

@@ -330,3 +330,21 @@ async def test_a_pat_is_not_revoked_while_an_ensure_its_pass_gave_up_on_still_ru
     assert await credentials.revoke("craft-sandboxes", "alice", "uid-alice") is True
     assert sqlite_store.show("craft-sandboxes", "alice") is None, "nothing left unrevoked"
     credentials.close()
+
+
+async def test_a_call_that_never_ends_holds_a_sandboxs_revocation_for_five_call_timeouts_only(
+    sqlite_store: CredentialStore, release: threading.Event, caplog: pytest.LogCaptureFixture
+) -> None:
+    sqlite_store.__class__ = HangingEnsure
+    sqlite_store.release = release  # type: ignore[attr-defined]
+    credentials = StoreCredentials(sqlite_store, call_timeout=BOUND)
+    with pytest.raises(DatabaseUnavailableError):
+        await credentials.ensure(make_sandbox())  # a lock the database never gives
+    with pytest.raises(DatabaseUnavailableError):
+        await credentials.revoke("craft-sandboxes", "alice", "uid-alice")
+
+    await asyncio.sleep(5 * BOUND)
+    await credentials.revoke("craft-sandboxes", "alice", "uid-alice")
+
+    assert "a PAT it mints afterwards is revoked by the orphan sweep" in caplog.text
+    credentials.close()
