@@ -217,8 +217,8 @@ def _char_class(body: str, start: int) -> tuple[str, int] | None:
 
     As git's wildmatch reads a class: ``!`` or ``^`` first negates it, a ``]`` first (after
     them) is a member, ``\\`` escapes the next character, ``a-z`` is a range; and, as
-    with ``WM_PATHNAME``, it never matches ``/``. POSIX classes are not read as such:
-    ``[[:digit:]]`` is ``[`` ``:`` ``d`` ... then a ``]``.
+    with ``WM_PATHNAME``, it never matches ``/``. POSIX classes (``[[:digit:]]``) are
+    refused, not read otherwise than git reads them.
     """
     index = start + 1
     negated = body.startswith(("!", "^"), index)
@@ -227,6 +227,8 @@ def _char_class(body: str, start: int) -> tuple[str, int] | None:
     low: str | None = None  # the last lone member: where a range may start
     while index < len(body):
         char = body[index]
+        if body.startswith("[:", index):
+            raise InvalidGlobError("POSIX classes such as [[:digit:]] are not supported")
         if char == "]" and index > first:
             return _class_source(members, negated=negated), index + 1
         if char == "-" and low is not None and body[index + 1 : index + 2] not in ("", "]"):
