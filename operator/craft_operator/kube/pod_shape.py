@@ -68,6 +68,7 @@ CONTAINER_DEFAULTS: Mapping[str, Any] = {
     "terminationMessagePolicy": "File",
     "resources": None,
     "imagePullPolicy": None,  # AlwaysPullImages rewrites it: how, not what, is pulled
+    "resizePolicy": None,  # defaulted with InPlacePodVerticalScaling before 1.33: how big
 }
 PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
 #: A probe's fields the API server defaults, with their defaults.

@@ -233,7 +233,7 @@ class PoolReconciler:
         namespace, name = key
         hash_ = template_of(desired) or ""
         members, strays = self._members(body, key, pool, desired)
-        ours = view(members, hash_)
+        ours = view(members, hash_, self._foreign.get(key, ()))
         refused = egress.refusal(s.cache, s.settings, desired)
         now = s.clock()
         waiting = self._failure_wait(key, ours, pool.spec.replicas, now)
@@ -278,7 +278,7 @@ class PoolReconciler:
         after = ours
         if todo.delete or todo.create:
             members, strays = self._members(body, key, pool, desired)
-            after = view(members, hash_)
+            after = view(members, hash_, self._foreign.get(key, ()))
         states = self._conditions(body, pool, after, refused, outcome, waiting, now)
         status = count_status(
             body,
@@ -485,8 +485,9 @@ class PoolReconciler:
         """The pool's pods and the strays of an earlier pool of its name (as
         :func:`pool_members`). A pod of its current template that is not as built (someone
         else's with the pool's labels and owner, or one an admission webhook changed; see
-        :mod:`~craft_operator.kube.pod_shape`) is said in a Warning event, once: no claim
-        takes it, but it still counts towards ``replicas``, so that a mutation the shape
+        :mod:`~craft_operator.kube.pod_shape`) is said in a Warning event, once, and its
+        uid kept in :attr:`_foreign`: no claim takes it and it is not counted Ready, but it
+        counts towards ``replicas`` (a surplus goes first), so that a mutation the shape
         does not expect never has the pool create pods without end."""
         members, strays = pool_members(self.services.cache, *key, pool.metadata.uid)
         hash_ = template_of(desired) or ""
@@ -585,6 +586,14 @@ def _ready(
     if waiting > 0:
         message = f"{count}; pool pods ended, new ones start after {_clock(resume_at)}"
         return ConditionState.false(POOL_READY, "PoolPodsFailing", message)
+    if pods.unlike:
+        first = min(pods.unlike, key=lambda pod: pod["metadata"].get("name", ""))
+        message = (
+            f"{count}; {len(pods.unlike)} pods with this pool's labels and owner are not as "
+            f"the operator builds them, never claimed ({first['metadata']['name']}, ...: made "
+            "by someone else, or changed by an admission webhook? see its events)"
+        )
+        return ConditionState.false(POOL_READY, NOT_AS_BUILT, message)
     why = _oldest_waiting(pods)
     if pods.has_old:
         message = f"{count}; {len(pods.old)} outdated{why}"

@@ -20,7 +20,7 @@ appear here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,11 +50,15 @@ class PoolView:
     waiting_old: list[Pod] = field(default_factory=list)
     ended: list[Pod] = field(default_factory=list)
     terminating: list[Pod] = field(default_factory=list)
+    #: Live pods with the current template's label that are not as the operator builds
+    #: them (someone else's, or changed by a webhook): never claimed nor counted Ready,
+    #: but counted towards ``replicas`` (a surplus goes first).
+    unlike: list[Pod] = field(default_factory=list)
 
     @property
     def current(self) -> list[Pod]:
-        """Live pods of the current template."""
-        return [*self.ready_current, *self.waiting_current]
+        """Live pods of the current template (those not as built included)."""
+        return [*self.ready_current, *self.waiting_current, *self.unlike]
 
     @property
     def old(self) -> list[Pod]:
@@ -89,17 +93,21 @@ class PoolView:
             + len(self.waiting_current)
             + len(self.ready_old)
             + len(self.waiting_old)
+            + len(self.unlike)
         )
 
 
-def view(pods: Iterable[Pod], template_hash: str) -> PoolView:
-    """Sort a pool's pods by state and template."""
+def view(pods: Iterable[Pod], template_hash: str, unlike: Collection[str] = ()) -> PoolView:
+    """Sort a pool's pods by state and template (``unlike``: the uids of pods that are not
+    as built)."""
     result = PoolView()
     for pod in pods:
         if is_terminating(pod):
             result.terminating.append(pod)
         elif has_ended(pod):
             result.ended.append(pod)
+        elif pod.get("metadata", {}).get("uid") in unlike:
+            result.unlike.append(pod)
         else:
             current = template_of(pod) == template_hash
             if is_running_and_ready(pod):
@@ -127,8 +135,10 @@ def _created(pod: Pod) -> str:
 
 
 def _not_ready_first_then_newest(pods: PoolView) -> list[Pod]:
-    """The current template's pods, those not Ready first, each part newest first."""
+    """The current template's pods, those not as built first, then those not Ready, each
+    part newest first."""
     return [
+        *sorted(pods.unlike, key=_created, reverse=True),
         *sorted(pods.waiting_current, key=_created, reverse=True),
         *sorted(pods.ready_current, key=_created, reverse=True),
     ]
@@ -161,7 +171,7 @@ def plan(
     spare = max(0, pods.ready + claimed_since_update + len(old_ready) - replicas)
     if spare:
         delete += [(pod, OUTDATED) for pod in sorted(old_ready, key=_created)[:spare]]
-    current = len(pods.ready_current) + len(pods.waiting_current)
+    current = len(pods.current)
     excess = max(0, current - replicas)
     if excess:
         delete += [(pod, EXCESS) for pod in _not_ready_first_then_newest(pods)[:excess]]

@@ -49,7 +49,7 @@ def judge_pool(
         for violation in evaluate(
             template_sandbox(pool.spec), policy.spec, namespace_labels={}, settings=settings
         )
-        if violation.field in POOL_FIELDS
+        if violation.field.split("[", 1)[0] in POOL_FIELDS  # spec.tolerations[0] too
     ]
     if not found:
         return None

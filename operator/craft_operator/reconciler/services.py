@@ -242,10 +242,11 @@ class StoreCredentials:
                     del self._running[uid]
 
     def _still_running(self, uid: str) -> float | None:
-        """How long the oldest call for ``uid`` still running has run (seconds), if any."""
+        """How long the youngest call for ``uid`` still running has run (seconds), if any:
+        each may still land (none starts once the sandbox is being deleted)."""
         with self._running_lock:
             calls = self._running.get(uid)
-            return time.monotonic() - min(calls) if calls else None
+            return time.monotonic() - max(calls) if calls else None
 
     def close(self) -> None:
         """Release the database connections, and let the database threads go without

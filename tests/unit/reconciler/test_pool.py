@@ -247,34 +247,56 @@ async def test_a_pod_running_but_no_longer_ready_is_said_to_be_so_not_to_be_star
     assert f"{lost} waits: running but not Ready" in message, message
 
 
-async def test_a_pod_with_the_pools_labels_and_owner_not_as_built_is_said_and_never_claimed(
+def forge_pod(world: PoolWorld, name: str) -> None:
+    """A Ready pod someone else made from a pool pod's spec, with another command."""
+    forged = copy.deepcopy(world.unclaimed()[0])
+    forged["metadata"] = {
+        key: forged["metadata"][key] for key in ("labels", "ownerReferences", "namespace")
+    }
+    forged["metadata"]["name"] = name
+    forged["spec"]["containers"][0]["command"] = ["sh", "-c", "cat /run/onyx/pat"]
+    forged.pop("status", None)
+    world.emulator.create("v1/pods", forged)
+    mark_pod_running(world.emulator, NAMESPACE, name)
+
+
+async def test_a_pod_not_as_built_fills_a_slot_but_the_pool_says_so_and_never_counts_it_ready(
+    world: PoolWorld,
+) -> None:
+    world.create_pool(replicas=2)
+    await world.pass_()
+    world.ready_all()
+    world.emulator.remove("v1/pods", NAMESPACE, world.unclaimed()[1]["metadata"]["name"])
+    forge_pod(world, "forged")  # in the slot the pool would refill
+
+    for _ in range(3):
+        await world.pass_()
+        world.ready_all()
+    world.now[0] += timedelta(seconds=STATUS_INTERVAL)
+    await world.pass_()
+
+    assert len(world.pods()) == 2, "it counts towards replicas: no pod made in its place"
+    assert world.status()["ready"] == 1
+    ready = world.condition("Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "PoolPodNotAsBuilt")
+    assert "forged" in ready["message"]
+    warnings = [m for t, r, m in world.events.posted if r == "PoolPodNotAsBuilt"]
+    assert len(warnings) == 1, "said once"
+    assert "spec.containers[sandbox].command" in warnings[0]
+
+
+async def test_a_pod_not_as_built_in_a_full_pool_is_the_surplus_deleted_first(
     world: PoolWorld,
 ) -> None:
     world.create_pool(replicas=2)
     await world.pass_()
     world.ready_all()
     await world.pass_()
-    forged = copy.deepcopy(world.unclaimed()[0])
-    forged["metadata"] = {
-        key: forged["metadata"][key] for key in ("labels", "ownerReferences", "namespace")
-    }
-    forged["metadata"]["name"] = "forged"
-    forged["spec"]["containers"][0]["command"] = ["sh", "-c", "cat /run/onyx/pat"]
-    forged.pop("status")
-    world.emulator.create("v1/pods", forged)
-    mark_pod_running(world.emulator, NAMESPACE, "forged")
-
-    counts = []
-    for _ in range(4):
-        await world.pass_()
-        world.ready_all()
-        counts.append(len(world.pods()))
-
-    assert max(counts) <= 3, f"it counts towards replicas: no pod made in its place {counts}"
-    warnings = [m for t, r, m in world.events.posted if r == "PoolPodNotAsBuilt"]
-    assert len(warnings) == 1, "said once"
-    assert "forged" in warnings[0]
-    assert "spec.containers[sandbox].command" in warnings[0]
+    ours = {pod["metadata"]["name"] for pod in world.unclaimed()}
+    forge_pod(world, "forged")
+    mark_pod_running(world.emulator, NAMESPACE, min(ours), ready=False)  # before it, even
+    await world.pass_()
+    assert {pod["metadata"]["name"] for pod in world.pods()} == ours
 
 
 async def test_what_kubernetes_own_admission_adds_to_a_pool_pod_is_no_reason_to_make_more(
@@ -314,6 +336,18 @@ async def test_a_pool_of_an_image_the_platform_does_not_allow_makes_no_pod(
     assert (ready["status"], ready["reason"]) == ("False", "PolicyDenied")
     assert "spec.image attacker.example/x:1 is not allowed" in ready["message"]
     assert ("Warning", "PolicyDenied") in {(t, r) for t, r, _ in world.events.posted}
+
+
+async def test_a_pool_whose_tolerations_the_platform_does_not_allow_makes_no_pod(
+    world: PoolWorld,
+) -> None:
+    toleration = {"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}
+    world.create_pool(replicas=2, tolerations=[toleration])
+    await world.pass_()
+    assert world.pods() == []
+    ready = world.condition("Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "PolicyDenied")
+    assert "spec.tolerations" in ready["message"]
 
 
 async def test_a_policy_that_tightens_takes_the_pools_unclaimed_pods_not_its_claimed_ones(

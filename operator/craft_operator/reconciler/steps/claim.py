@@ -205,7 +205,7 @@ def _spread(p: Pass, names: Sequence[str], built: Mapping[str, Any]) -> list[dic
 
 def _not_as_built(p: Pass, pods: Sequence[str]) -> None:
     """Say that pods of a pool are not as the operator builds them: never claimed (whoever
-    made them could read the token written into them), left alone (not the operator's)."""
+    made them could read the token written into them; the pool says so too)."""
     message = (
         f"pods with a pool's labels and owner are not as the operator builds them, not "
         f"claimed (made by someone else?): {', '.join(pods)}"
