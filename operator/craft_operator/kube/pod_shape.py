@@ -101,6 +101,34 @@ def digest_of(shape: Mapping[str, Any]) -> str:
     return hashlib.sha256(orjson.dumps(shape, option=orjson.OPT_SORT_KEYS)).hexdigest()[:32]
 
 
+#: The digest of each template's built spec, by template hash (a hash of the whole spec:
+#: equal hashes, equal specs); a handful live at once, so the memo is simply bounded.
+_BUILT_DIGESTS: dict[str, str] = {}
+
+
+def built_digest(template_hash: str, spec: Mapping[str, Any]) -> str:
+    """The shape digest of ``spec``, the pod spec the operator builds for the template of
+    ``template_hash``: computed once per template, for the pool's passes and the claims."""
+    digest = _BUILT_DIGESTS.get(template_hash)
+    if digest is None:
+        if len(_BUILT_DIGESTS) >= 64:  # templates come and go
+            _BUILT_DIGESTS.clear()
+        digest = _BUILT_DIGESTS[template_hash] = digest_of(shape_of(spec))
+    return digest
+
+
+def is_as_built(pod: Mapping[str, Any], digest: str) -> bool:
+    """Whether the cached pool pod ``pod`` has the shape of ``digest``'s (see the cache's
+    :func:`~craft_operator.kube.cache.compact_pod`)."""
+    return bool((pod.get("spec") or {}).get(DIGEST) == digest)
+
+
+def where_unlike(pod: Mapping[str, Any], spec: Mapping[str, Any]) -> str:
+    """Where the cached pool pod ``pod`` first differs from the built ``spec``, for a
+    message (``spec`` when its shape is unknown)."""
+    return first_difference((pod.get("spec") or {}).get(SHAPE) or {}, shape_of(spec)) or "spec"
+
+
 def first_difference(live: Mapping[str, Any], built: Mapping[str, Any]) -> str | None:
     """Where shape ``live`` differs from shape ``built`` (a field's path, such as
     ``spec.volumes[onyx-credentials]``), or ``None`` if they are the same."""

@@ -39,7 +39,7 @@ from craft_operator.builders.pool import build_pool_pod
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
 from craft_operator.kube.event_batch import post_coalesced
-from craft_operator.kube.pod_shape import DIGEST, SHAPE, digest_of, first_difference, shape_of
+from craft_operator.kube.pod_shape import built_digest, is_as_built, where_unlike
 from craft_operator.reconciler import egress
 from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.policy_step import MISSING
@@ -54,6 +54,7 @@ from craft_operator.reconciler.pool_plan import (
 from craft_operator.reconciler.pool_pods import (
     claimed_pods,
     count_claimed,
+    is_terminating,
     pool_members,
     pool_pods,
     template_of,
@@ -164,8 +165,6 @@ class PoolReconciler:
         self._status_due: dict[PoolKey, datetime] = {}
         #: The pods of each pool's current template said not to be as built (by uid).
         self._foreign: dict[PoolKey, set[str]] = {}
-        #: The shape digest of each template's pod, by template hash.
-        self._digests: dict[str, str] = {}
 
     def forget(self, key: PoolKey) -> None:
         """Drop what is remembered about a pool that is gone, and its claim metrics."""
@@ -215,10 +214,7 @@ class PoolReconciler:
         its unclaimed pods go (a policy that tightened reaches them too), unless the policy
         object is only missing or unreadable (a GitOps prune): those then wait for it."""
         if denied.absent is None:
-            pods = pool_pods(self.services.cache, *key, body["metadata"].get("uid"))
-            await self._delete_all(
-                [pod for pod in pods if not pod["metadata"].get("deletionTimestamp")]
-            )
+            await self._delete_unclaimed(*key, body["metadata"].get("uid"))
             changed_meanwhile = await self._cannot_make_pods(body, POLICY_DENIED, denied.message)
         else:
             message = f"{denied.message}; no new pods until the CraftSandboxPolicy is back"
@@ -491,15 +487,9 @@ class PoolReconciler:
         does not expect never has the pool create pods without end."""
         members, strays = pool_members(self.services.cache, *key, pool.metadata.uid)
         hash_ = template_of(desired) or ""
-        digest = self._digests.get(hash_)
-        if digest is None:
-            if len(self._digests) > 64:  # templates come and go
-                self._digests.clear()
-            digest = self._digests[hash_] = digest_of(shape_of(desired["spec"]))
+        digest = built_digest(hash_, desired["spec"])
         foreign = [
-            pod
-            for pod in members
-            if template_of(pod) == hash_ and pod["spec"].get(DIGEST) != digest
+            pod for pod in members if template_of(pod) == hash_ and not is_as_built(pod, digest)
         ]
         said = self._foreign.get(key, set())
         for pod in foreign:
@@ -511,10 +501,10 @@ class PoolReconciler:
     def _say_foreign(
         self, body: dict[str, Any], pod: dict[str, Any], desired: dict[str, Any]
     ) -> None:
-        where = first_difference(pod["spec"].get(SHAPE) or {}, shape_of(desired["spec"]))
+        where = where_unlike(pod, desired["spec"])
         message = (
             f"pod {pod['metadata']['name']} carries this pool's labels and owner but its "
-            f"{where or 'spec'} is not as the operator builds it: never claimed (made by "
+            f"{where} is not as the operator builds it: never claimed (made by "
             "someone else, or changed by an admission webhook?)"
         )
         log.warning("%s/%s: %s", body["metadata"]["namespace"], body["metadata"]["name"], message)
@@ -540,11 +530,13 @@ class PoolReconciler:
 
     async def _release(self, namespace: str, name: str) -> None:
         """The pool is gone or going: delete what is left of its unclaimed pods."""
-        pods = pool_pods(self.services.cache, namespace, name)
-        await self._delete_all(
-            [pod for pod in pods if not pod["metadata"].get("deletionTimestamp")]
-        )
+        await self._delete_unclaimed(namespace, name)
         self.forget((namespace, name))
+
+    async def _delete_unclaimed(self, namespace: str, name: str, uid: str | None = None) -> None:
+        """Delete the pool's unclaimed pods (of that uid, if given) not being deleted yet."""
+        pods = pool_pods(self.services.cache, namespace, name, uid)
+        await self._delete_all([pod for pod in pods if not is_terminating(pod)])
 
 
 def _clock(moment: datetime) -> str:

@@ -34,12 +34,17 @@ def _labels(pod: Mapping[str, Any]) -> Mapping[str, str]:
     return pod.get("metadata", {}).get("labels") or {}
 
 
-def pool_controller(pod: Mapping[str, Any]) -> tuple[str, str] | None:
-    """The (name, uid) of the pool that controls ``pod``, if a pool does."""
+def _controller(pod: Mapping[str, Any], kind: str) -> tuple[str, str] | None:
+    """The (name, uid) of the object of ``kind`` that controls ``pod``, if one does."""
     for ref in pod.get("metadata", {}).get("ownerReferences") or []:
-        if ref.get("controller") and ref.get("kind") == POOL_KIND:
+        if ref.get("controller") and ref.get("kind") == kind:
             return str(ref.get("name", "")), str(ref.get("uid", ""))
     return None
+
+
+def pool_controller(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The (name, uid) of the pool that controls ``pod``, if a pool does."""
+    return _controller(pod, POOL_KIND)
 
 
 def belongs_to(pod: Mapping[str, Any], pool_name: str, pool_uid: str | None = None) -> bool:
@@ -76,19 +81,11 @@ def pool_members(
     return ours, strays
 
 
-def _sandbox_controller(pod: Mapping[str, Any]) -> tuple[str, str] | None:
-    """The (name, uid) of the CraftSandbox that controls ``pod``, if one does."""
-    for ref in pod.get("metadata", {}).get("ownerReferences") or []:
-        if ref.get("controller") and ref.get("kind") == SANDBOX_KIND:
-            return str(ref.get("name", "")), str(ref.get("uid", ""))
-    return None
-
-
 def _claimed_group(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     """(namespace, pool) of a pod claimed from that pool: labelled so, and controlled by a
     CraftSandbox (a label alone is anyone's to write)."""
     pool_name = _labels(pod).get(LABEL_CLAIMED_FROM)
-    if pool_name is None or _sandbox_controller(pod) is None:
+    if pool_name is None or _controller(pod, SANDBOX_KIND) is None:
         return None
     return str(pod["metadata"].get("namespace", "")), pool_name
 
@@ -111,7 +108,7 @@ def claimed_pods(cache: ObjectCache, namespace: str, pool_name: str) -> list[dic
     found = []
     for name in cache.ordered(CLAIMED, (namespace, pool_name)):
         pod = cache.get(POD, namespace, name)
-        owner = None if pod is None else _sandbox_controller(pod)
+        owner = None if pod is None else _controller(pod, SANDBOX_KIND)
         if pod is None or owner is None:
             continue
         sandbox = cache.get(SANDBOX, namespace, owner[0])

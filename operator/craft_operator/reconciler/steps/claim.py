@@ -28,7 +28,7 @@ from craft_operator.builders.pod import SandboxConfigError, template_hash
 from craft_operator.builders.pool import claimable_pod_spec, pool_template_hash
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
-from craft_operator.kube.pod_shape import DIGEST, SHAPE, digest_of, first_difference, shape_of
+from craft_operator.kube.pod_shape import built_digest, is_as_built, where_unlike
 from craft_operator.metrics.pools import ColdStartReason
 from craft_operator.reconciler.children import controlled_by
 from craft_operator.reconciler.pool_pods import ready_pool_pod_names
@@ -70,18 +70,19 @@ async def claim(p: Pass) -> dict[str, Any] | Stop | None:
         built = claimable_pod_spec(p.sandbox, p.services.settings)
     except SandboxConfigError:
         return None  # the pod step reports why no pod can be made at all
-    pool, candidates = _candidates(p, template_hash(built))
+    wanted = template_hash(built)
+    pool, candidates = _candidates(p, wanted)
     if pool is None:
         _cold_without_pool(p)
         return None
     if not candidates:
-        if _pool_template(p, pool) not in (None, template_hash(built)):
+        if _pool_template(p, pool) not in (None, wanted):
             why = f"pool {pool}'s pods differ from this sandbox's (image, resources, scheduling)"
             _cold(p, ColdStartReason.NO_MATCHING_POOL, why, pool)
         else:
             _cold(p, ColdStartReason.POOL_EMPTY, f"pool {pool} has no Ready pod", pool)
         return None
-    tries = _spread(p, candidates, built)
+    tries = _spread(p, candidates, built, built_digest(wanted, built))
     if not tries:
         why = f"the Ready pods of pool {pool} it looked at are not as the operator builds them"
         _cold(p, ColdStartReason.NOT_AS_BUILT, why, pool)
@@ -175,13 +176,14 @@ def _cold_without_pool(p: Pass) -> None:
         _cold(p, ColdStartReason.NO_POOL, f"CraftSandboxPool {ref.name} {why}")
 
 
-def _spread(p: Pass, names: Sequence[str], built: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Up to :data:`MAX_TRIES` of the candidates that are as the pool builds them (others
-    are said, in one event, and passed over), oldest first from a place of this sandbox's
-    own, so that sandboxes claiming at the same moment mostly try different pods (read
-    before any await: ``names`` is the cache's own)."""
-    shape = shape_of(built)
-    digest = digest_of(shape)
+def _spread(
+    p: Pass, names: Sequence[str], built: Mapping[str, Any], digest: str
+) -> list[dict[str, Any]]:
+    """Up to :data:`MAX_TRIES` of the candidates that are as the pool builds them (the
+    spec ``built``, of shape digest ``digest``; others are said, in one event, and passed
+    over), oldest first from a place of this sandbox's own, so that sandboxes claiming at
+    the same moment mostly try different pods (read before any await: ``names`` is the
+    cache's own)."""
     seed = hashlib.sha256((p.sandbox.metadata.uid or p.run.name).encode()).digest()
     start = int.from_bytes(seed[:4], "big") % len(names)
     namespace = p.sandbox.metadata.namespace
@@ -191,9 +193,8 @@ def _spread(p: Pass, names: Sequence[str], built: Mapping[str, Any]) -> list[dic
         pod = p.services.cache.get(POD.name, namespace, names[(start + offset) % len(names)])
         if pod is None:
             continue
-        if pod["spec"].get(DIGEST) != digest:
-            where = first_difference(pod["spec"].get(SHAPE) or {}, shape) or "spec"
-            unlike.append(f"{pod['metadata']['name']} ({where})")
+        if not is_as_built(pod, digest):
+            unlike.append(f"{pod['metadata']['name']} ({where_unlike(pod, built)})")
             continue
         picked.append(pod)
         if len(picked) == MAX_TRIES:

@@ -15,10 +15,11 @@ from craft_operator.api.parse import parse_sandbox
 from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL, parse_pool
 from craft_operator.api.status_codec import dump_status
 from craft_operator.builders.naming import SKILL_KEY, skills_configmap_name
-from craft_operator.builders.pod import build_pod
+from craft_operator.builders.pod import build_pod, template_hash
 from craft_operator.builders.pool import build_pool_pod, claimable_pod_spec
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError
+from craft_operator.kube.pod_shape import built_digest
 from craft_operator.reconciler.detached import DetachedCalls
 from craft_operator.reconciler.run import Run
 from craft_operator.reconciler.step import Memory, Pass, Stop
@@ -265,7 +266,9 @@ async def test_a_lost_race_tries_the_next_pod_even_after_an_earlier_step_asked_f
     names = warm_pods(pooled, 3)
     p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
     built = claimable_pod_spec(p.sandbox, pooled.services.settings)
-    first, second = (body["metadata"]["name"] for body in claim._spread(p, names, built)[:2])
+    digest = built_digest(template_hash(built), built)
+    tried = claim._spread(p, names, built, digest)[:2]
+    first, second = (body["metadata"]["name"] for body in tried)
     other = {"apiVersion": "craft.onyx.app/v1alpha1", "kind": "CraftSandbox", "name": "bob"}
     pooled.emulator.patch(  # bob's claim of the first pod tried, unseen by this cache
         "v1/pods",
