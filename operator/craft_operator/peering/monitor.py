@@ -26,6 +26,7 @@ import logging
 import os
 import secrets
 import socket
+import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -68,6 +69,7 @@ class PeeringMonitor:
         options: PeeringOptions,
         identity: str,
         clock: Clock = lambda: datetime.now(UTC),
+        steady: Callable[[], float] = time.monotonic,
     ) -> None:
         assert options.name is not None, "a standalone replica has no peering to monitor"
         self._kube = kube
@@ -77,8 +79,11 @@ class PeeringMonitor:
         self._lifetime = options.lifetime
         self._identity = identity
         self._clock = clock
+        self._steady = steady
         self._status: Mapping[str, Any] | None = None
-        self._last_read: datetime | None = None
+        #: When the peering object was last read (``steady`` seconds: a wall clock stepped
+        #: back must not keep an unreadable peering from ever going stale).
+        self._last_read: float | None = None
         self._missing_reported = False
         self._task: asyncio.Task[None] | None = None
         self.interval = check_interval(options.lifetime)
@@ -135,13 +140,11 @@ class PeeringMonitor:
             return
         self._status = body.get("status") or {}
         self._missing_reported = False
-        self._last_read = self._clock()
+        self._last_read = self._steady()
         await self._apply(self.verdict())
 
     async def _unreadable(self, exc: ApiError) -> None:
-        stale = self._last_read is None or (
-            (self._clock() - self._last_read).total_seconds() > self._lifetime
-        )
+        stale = self._last_read is None or (self._steady() - self._last_read > self._lifetime)
         logger.warning("cannot read peering object %r: %s", self._name, exc)
         if stale:
             await self._gate.deactivate(f"peering object {self._name!r} cannot be read")

@@ -8,6 +8,7 @@ the credentials.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,6 +41,8 @@ class Services:
     events: EventSink
     library: LibraryPort
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    #: Seconds of a clock that never steps, for waits kept in memory (see ``deadline``).
+    steady: Callable[[], float] = time.monotonic
     metrics: Metrics = field(default_factory=Metrics)
     library_pool: LibrarySyncPool = field(default_factory=LibrarySyncPool)
     #: The PAT deliveries (onyx-cli's exec) that outlive the pass that started them.

@@ -23,7 +23,7 @@ import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from craft_operator.api.pool import (
@@ -41,6 +41,7 @@ from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
 from craft_operator.kube.event_batch import post_coalesced
 from craft_operator.kube.pod_shape import built_digest, is_as_built, where_unlike
 from craft_operator.reconciler import egress
+from craft_operator.reconciler.deadline import Moment
 from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.policy_step import MISSING
 from craft_operator.reconciler.pool_plan import (
@@ -105,7 +106,7 @@ class _Failures:
     last came, and the pods it saw (a pod seen ended by several passes counts once)."""
 
     count: int
-    at: datetime
+    at: Moment
     seen: frozenset[str]
 
 
@@ -128,7 +129,7 @@ class _Refusals:
     wait: events of the pool's pods, which come often under claims, do not shorten it."""
 
     count: int
-    until: datetime
+    until: Moment
     error: str
 
 
@@ -137,9 +138,9 @@ class _Refusals:
 FAILURES_FORGOTTEN_AFTER = 600.0
 
 
-def _wave_end(failures: _Failures, base: float) -> datetime:
+def _wave_end(failures: _Failures, base: float) -> Moment:
     """When new pods may start again after the last wave of failures."""
-    return failures.at + timedelta(seconds=_backoff(base, failures.count))
+    return failures.at.after(_backoff(base, failures.count))
 
 
 def _backoff(base: float, failures: int) -> float:
@@ -162,7 +163,7 @@ class PoolReconciler:
         self._failures: dict[PoolKey, _Failures] = {}
         self._refusals: dict[PoolKey, _Refusals] = {}
         #: When a routine status change held back is written at the latest, per pool.
-        self._status_due: dict[PoolKey, datetime] = {}
+        self._status_due: dict[PoolKey, Moment] = {}
         #: The pods of each pool's current template said not to be as built (by uid).
         self._foreign: dict[PoolKey, set[str]] = {}
 
@@ -231,10 +232,10 @@ class PoolReconciler:
         members, strays = self._members(body, key, pool, desired)
         ours = view(members, hash_, self._foreign.get(key, ()))
         refused = egress.refusal(s.cache, s.settings, desired)
-        now = s.clock()
+        now = Moment.now(s.steady, s.clock)
         waiting = self._failure_wait(key, ours, pool.spec.replicas, now)
         held = self._refusals.get(key)
-        refusal_wait = 0.0 if held is None else (held.until - now).total_seconds()
+        refusal_wait = 0.0 if held is None else now.until(held.until)
         # Waves of pods keep ending and none of this template is Ready (an image that
         # crashes, a command that exits): one pod at a time, and only once the last one has
         # come up or ended, proves the template before a batch. One wave (a node drained)
@@ -245,7 +246,7 @@ class PoolReconciler:
             failures is not None
             and failures.count > 1
             and ours.ready == 0
-            and not _proven_since(claimed_pods(s.cache, namespace, name), hash_, failures.at)
+            and not _proven_since(claimed_pods(s.cache, namespace, name), hash_, failures.at.wall)
         )
         todo = plan(
             ours,
@@ -267,7 +268,7 @@ class PoolReconciler:
         if refusal is not None and (outcome.create_error is not None or refusal_wait > 0):
             # The same words from the refusal until the next try: one status write.
             outcome.held_refusal = (
-                f"{refusal.error}; new pods are tried after {_clock(refusal.until)}"
+                f"{refusal.error}; new pods are tried after {_clock(refusal.until.wall)}"
             )
         # A pass with nothing to do changed nothing (and awaited nothing: no event came in
         # meanwhile), so what it read still holds.
@@ -275,7 +276,9 @@ class PoolReconciler:
         if todo.delete or todo.create:
             members, strays = self._members(body, key, pool, desired)
             after = view(members, hash_, self._foreign.get(key, ()))
-        states = self._conditions(body, pool, after, refused, outcome, waiting, now)
+        base = s.settings.pod_restart_backoff
+        resume_at = None if failures is None or waiting <= 0 else _wave_end(failures, base).wall
+        states = self._conditions(body, pool, after, refused, outcome, resume_at)
         status = count_status(
             body,
             after,
@@ -301,26 +304,26 @@ class PoolReconciler:
         if not is_routine(body, status) or not status_patch(body, status):
             self._status_due.pop(key, None)
             return None
-        now = self.services.clock()
-        due = self._status_due.setdefault(key, now + timedelta(seconds=self.status_interval))
-        if now >= due:
+        now = Moment.now(self.services.steady, self.services.clock)
+        due = self._status_due.setdefault(key, now.after(self.status_interval))
+        wait = now.until(due)
+        if wait <= 0:
             del self._status_due[key]
             return None
-        return (due - now).total_seconds()
+        return wait
 
-    def _count_refusals(self, key: PoolKey, outcome: _Outcome, now: datetime) -> None:
+    def _count_refusals(self, key: PoolKey, outcome: _Outcome, now: Moment) -> None:
         """A refused create starts (or doubles) the wait before the next ones; a create
         that went through ends it."""
         if outcome.create_error is not None:
             held = self._refusals.get(key)
             count = (held.count if held else 0) + 1
             delay = _backoff(self.services.settings.pod_restart_backoff, count)
-            until = now + timedelta(seconds=delay)
-            self._refusals[key] = _Refusals(count, until, str(outcome.create_error))
+            self._refusals[key] = _Refusals(count, now.after(delay), str(outcome.create_error))
         elif outcome.created:
             self._refusals.pop(key, None)
 
-    def _failure_wait(self, key: PoolKey, pods: PoolView, replicas: int, now: datetime) -> float:
+    def _failure_wait(self, key: PoolKey, pods: PoolView, replicas: int, now: Moment) -> float:
         """Seconds new pods must still wait after pods that ended (0: none).
 
         The backoff doubles per wave of failures, not per pod (six pods evicted by one node
@@ -332,7 +335,7 @@ class PoolReconciler:
         held = self._failures.get(key)
         ended = frozenset(str(pod["metadata"].get("uid", "")) for pod in pods.ended)
         base = self.services.settings.pod_restart_backoff
-        if held is not None and ended - held.seen and now < _wave_end(held, base):
+        if held is not None and ended - held.seen and now.until(_wave_end(held, base)) > 0:
             # Ends that come while the wave's backoff runs are that wave (a kubelet evicts
             # a node's pods one at a time, each its own event and pass).
             self._failures[key] = _Failures(held.count, held.at, held.seen | ended)
@@ -340,13 +343,13 @@ class PoolReconciler:
             self._failures[key] = _Failures((held.count if held else 0) + 1, now, ended)
         elif held is not None and (
             (pods.ready >= replicas and not pods.creating)
-            or (now - held.at).total_seconds() >= FAILURES_FORGOTTEN_AFTER
+            or now.since(held.at) >= FAILURES_FORGOTTEN_AFTER
         ):
             self._failures.pop(key, None)
         held = self._failures.get(key)
         if held is None:
             return 0.0
-        return (_wave_end(held, base) - now).total_seconds()
+        return now.until(_wave_end(held, base))
 
     async def _act(self, body: dict[str, Any], todo: Plan, desired: dict[str, Any]) -> _Outcome:
         outcome = _Outcome()
@@ -453,8 +456,7 @@ class PoolReconciler:
         pods: PoolView,
         refused: ConditionState | None,
         outcome: _Outcome,
-        waiting: float,
-        now: datetime,
+        resume_at: datetime | None,
     ) -> list[ConditionState]:
         egress_state = (
             ConditionState.true(EGRESS_RESTRICTED, "EgressRestricted", "new pods may start")
@@ -465,7 +467,7 @@ class PoolReconciler:
             self.services.events.post(
                 body, type="Warning", reason=refused.reason, message=refused.message
             )
-        return [egress_state, _ready(pool, pods, refused, outcome, waiting, now)]
+        return [egress_state, _ready(pool, pods, refused, outcome, resume_at)]
 
     def _revisit(self, pods: PoolView, todo: Plan, outcome: _Outcome, waiting: float) -> float:
         resync = self.services.settings.resync_interval
@@ -560,11 +562,10 @@ def _ready(
     pods: PoolView,
     refused: ConditionState | None,
     outcome: _Outcome,
-    waiting: float,
-    now: datetime,
+    resume_at: datetime | None,
 ) -> ConditionState:
-    """The pool's Ready condition: it holds ``replicas`` Ready pods, all of its template."""
-    resume_at = now + timedelta(seconds=waiting)
+    """The pool's Ready condition: it holds ``replicas`` Ready pods, all of its template
+    (``resume_at``: when new pods may start after pods that ended, if they wait)."""
     replicas = pool.spec.replicas
     count = f"{pods.ready}/{replicas} pods ready"
     if pods.ready >= replicas and not pods.has_old:
@@ -575,7 +576,7 @@ def _ready(
         return ConditionState.false(POOL_READY, "PodCreateFailed", outcome.held_refusal)
     if outcome.create_error is not None:
         return ConditionState.false(POOL_READY, "PodCreateFailed", str(outcome.create_error))
-    if waiting > 0:
+    if resume_at is not None:
         message = f"{count}; pool pods ended, new ones start after {_clock(resume_at)}"
         return ConditionState.false(POOL_READY, "PoolPodsFailing", message)
     if pods.unlike:

@@ -36,9 +36,14 @@ class Clock:
 
     def __init__(self) -> None:
         self.now = START
+        #: How far the wall clock has been stepped (NTP) from the time that passed.
+        self.wall_step = timedelta(0)
 
     def __call__(self) -> datetime:
-        return self.now
+        return self.now + self.wall_step
+
+    def steady(self) -> float:
+        return (self.now - START).total_seconds()
 
 
 def keepalive(priority: int, seen: datetime, lifetime: int = 60) -> dict[str, Any]:
@@ -65,7 +70,9 @@ async def monitor(
     clock = Clock()
     options = PeeringOptions(name=NAME, priority=99, identity=ME, lifetime=60)
     yield (
-        PeeringMonitor(kube=kube, gate=gate, options=options, identity=ME, clock=clock),
+        PeeringMonitor(
+            kube=kube, gate=gate, options=options, identity=ME, clock=clock, steady=clock.steady
+        ),
         gate,
         clock,
     )
@@ -176,6 +183,27 @@ async def test_it_steps_down_when_the_peering_is_unreadable_for_longer_than_the_
     clock.now = START + timedelta(seconds=61)
     await watcher.check()
     assert not gate.active
+
+
+@pytest.mark.usefixtures("peering")
+async def test_an_unreadable_peering_goes_stale_after_the_lifetime_whatever_the_wall_clock_says(
+    emulator: KubeEmulator, monitor: tuple[PeeringMonitor, ActivityGate, Clock]
+) -> None:
+    watcher, gate, clock = monitor
+    write_status(emulator, {ME: keepalive(99, START)})
+    await watcher.check()
+
+    async def unavailable(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
+        if "clusterkopfpeerings" in request.url.path:
+            return aiohttp.web.json_response({"kind": "Status", "code": 503}, status=503)
+        return None
+
+    emulator.before_request.append(unavailable)
+    clock.wall_step = -timedelta(hours=1)  # NTP steps the wall clock back meanwhile
+    clock.now = START + timedelta(seconds=61)
+    await watcher.check()
+
+    assert not gate.active, "its peers may have taken over: it must not go on unseen"
 
 
 @pytest.mark.parametrize(("lifetime", "interval"), [(60, 5.0), (20, 2.0), (3, 0.3), (1, 0.2)])

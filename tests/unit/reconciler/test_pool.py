@@ -69,6 +69,8 @@ class PoolWorld:
     reconciler: PoolReconciler
     events: Events
     now: list[datetime] = field(default_factory=lambda: [START])
+    #: How far the wall clock has been stepped (NTP) from the time that passed.
+    wall_step: list[timedelta] = field(default_factory=lambda: [timedelta(0)])
 
     async def pass_(self) -> float | None:
         """One pass over the pool, with the cache as fresh as the watches would make it."""
@@ -158,6 +160,7 @@ def make_world(
         settings = Settings(**values)
         events = Events()
         now = [START]
+        wall_step = [timedelta(0)]
         services = Services(
             settings=settings,
             kube=kube,
@@ -167,11 +170,17 @@ def make_world(
             exec=None,  # type: ignore[arg-type]
             events=events,
             library=NoLibrary(),
-            clock=lambda: now[0],
+            clock=lambda: now[0] + wall_step[0],
+            steady=lambda: (now[0] - START).total_seconds(),
             metrics=Metrics(),
         )
         world = PoolWorld(
-            emulator, services, PoolReconciler(services, max_creates=max_creates), events, now
+            emulator,
+            services,
+            PoolReconciler(services, max_creates=max_creates),
+            events,
+            now,
+            wall_step,
         )
         set_platform_policy(world, images=["registry.example.com/craft/"])  # updates' images
         return world
@@ -542,6 +551,46 @@ async def test_a_refused_create_waits_its_backoff_whatever_events_come(
     world.now[0] = START + timedelta(seconds=11)
     await world.pass_()
     assert len(world.unclaimed()) == 5
+
+
+async def test_a_wall_clock_stepped_back_an_hour_holds_no_refill_past_its_backoff(
+    world: PoolWorld,
+) -> None:
+    """An NTP correction moves the wall clock, not the time that passes: the waits a pool
+    keeps in memory (failure waves, refused creates, held status writes) are its own."""
+    world.create_pool(replicas=2)
+    await world.pass_()
+    world.ready_all()
+    fail(world, world.unclaimed()[0]["metadata"]["name"])
+    await world.pass_()
+    assert len(world.unclaimed()) == 1, "the first wave's backoff (10 s) runs"
+
+    world.wall_step[0] = -timedelta(hours=1)
+    world.now[0] = START + timedelta(seconds=11)
+    revisit = await world.pass_()
+
+    assert len(world.unclaimed()) == 2, "refilled 11 s later, whatever the wall clock says"
+    assert revisit is None or revisit <= world.services.settings.resync_interval
+
+
+async def test_a_refused_create_after_a_wall_clock_step_back_waits_its_backoff_only(
+    world: PoolWorld,
+) -> None:
+    world.create_pool(replicas=2)
+    real = world.services.kube.create
+
+    async def over_quota(kind: Any, body: Any) -> Any:
+        raise ApiError(403, "Forbidden", "pods is forbidden: exceeded quota: sandboxes")
+
+    world.services.kube.create = over_quota  # type: ignore[method-assign]
+    with pytest.raises(PoolRetryLaterError):
+        await world.pass_()
+    world.services.kube.create = real  # type: ignore[method-assign]
+    world.wall_step[0] = -timedelta(hours=1)
+    world.now[0] = START + timedelta(seconds=11)
+    await world.pass_()
+
+    assert len(world.unclaimed()) == 2
 
 
 async def test_a_replica_that_stood_by_keeps_no_backoff_of_a_pool(world: PoolWorld) -> None:
