@@ -82,6 +82,8 @@ LIBRARY_FILES = 10
 CLAIM_SECONDS = ("craft_pool_claim_duration_seconds", {})
 CLI_SECONDS = ("craft_provisioning_phase_duration_seconds", {"phase": "cli_validation"})
 SYNC_SECONDS = ("craft_user_library_sync_duration_seconds", {})
+#: The sandbox reconciler's passes (the pool's are not counted there).
+PASSES = "craft_reconcile_passes_total"
 Sample = tuple[str, tuple[tuple[str, str], ...]]
 
 
@@ -109,6 +111,11 @@ def mean_ms(before: dict[Sample, float], after: dict[Sample, float], which: Any)
 
     count = total("_count", after) - total("_count", before)
     return (total("_sum", after) - total("_sum", before)) / count * 1000 if count else math.nan
+
+
+def increase(before: dict[Sample, float], after: dict[Sample, float], name: str) -> float:
+    """How much an unlabelled counter grew between two scrapes."""
+    return after.get((name, ()), 0.0) - before.get((name, ()), 0.0)
 
 
 def writes_by_kind(stack: Stack, skip: int) -> str:
@@ -287,6 +294,7 @@ def run_phase(
         "events": requests.events / n,
         "execs": requests.execs / n,
         "reads": requests.reads / n,
+        "passes": increase(metrics_before, metrics, PASSES) / n,
         "claim_ms": mean_ms(metrics_before, metrics, CLAIM_SECONDS),
         "cli_ms": mean_ms(metrics_before, metrics, CLI_SECONDS),
         "sync_ms": mean_ms(metrics_before, metrics, SYNC_SECONDS),
@@ -308,7 +316,7 @@ def print_row(r: dict[str, Any]) -> None:
         f"{r['p50_ms']:>8.0f} {r['p99_ms']:>8.0f} {r['max_ms']:>8.0f} {r['late_p50_ms']:>8.0f} "
         f"{r['cpu_ms']:>7.1f} "
         f"{r['writes']:>7.2f} {r['events']:>7.2f} {r['execs']:>6.2f} {r['reads']:>6.2f} "
-        f"{r['claim_ms']:>6.1f} {r['cli_ms']:>6.0f} {r['sync_ms']:>6.0f}",
+        f"{r['passes']:>6.2f} {r['claim_ms']:>6.1f} {r['cli_ms']:>6.0f} {r['sync_ms']:>6.0f}",
         flush=True,
     )
     print(f"  {phase.label} machine CPU: {r['machine']}", flush=True)
@@ -317,7 +325,7 @@ def print_row(r: dict[str, Any]) -> None:
 HEADER = (
     f"{'path':>5} {'rate/s':>7} {'secs':>6} {'N':>6} {'claimed':>11} {'p50 ms':>8} "
     f"{'p99 ms':>8} {'max ms':>8} {'last p50':>8} {'CPU ms':>7} {'writes':>7} {'events':>7} "
-    f"{'execs':>6} {'reads':>6} {'claim':>6} {'cli':>6} {'sync':>6}"
+    f"{'execs':>6} {'reads':>6} {'passes':>6} {'claim':>6} {'cli':>6} {'sync':>6}"
 )
 
 
@@ -327,13 +335,14 @@ delivered and onyx-cli validated in the pod, SKILL.md there, 10 library files sy
 S3; all by exec). last p50: the p50 of the phase's last fifth (far above p50: the rate was
 not sustained, a backlog grew). claimed: pool sandboxes that got a pool pod (the rest
 started cold). Per sandbox, the operator's own: CPU (user+system of its process, until
-quiet with the pool refilled), API writes (pool refills and status included), events,
-execs and reads, from the API server's audit log. Means (ms) of the operator's own
-histograms: claim (finding a Ready pool pod and the claim's one write), cli (exec of
-onyx-cli validate-config), sync (the library's sync by exec). Machine CPU: every process
-of the run per sandbox (the operator, the control plane, podexec with the processes it
-runs in the pods, the benchmark with moto's S3). Two sandboxes of each path run first,
-unreported: a new operator's one-off costs (imports, first connections) are not a claim's."""
+quiet with the pool refilled), API writes (pool refills and status included), events, execs
+and reads, from the API server's audit log; passes: the sandbox reconciler's. Means (ms) of
+the operator's own histograms: claim (finding a Ready pool pod and the claim's one write),
+cli (exec of onyx-cli validate-config), sync (the library's sync by exec). Machine CPU:
+every process of the run per sandbox (the operator, the control plane, podexec with the
+processes it runs in the pods, the benchmark with moto's S3). Two sandboxes of each path
+run first, unreported: a new operator's one-off costs (imports, first connections) are not
+a claim's."""
 
 
 def main() -> None:
