@@ -106,6 +106,13 @@ async def _remove_extra_pods(p: Pass, kept: dict[str, Any]) -> None:
         p.event("ExtraPodDeleted", message, warning=True)
 
 
+def has_pod(p: Pass) -> bool:
+    """Whether a pod the sandbox controls exists (made for it or claimed), as cached."""
+    meta = p.sandbox.metadata
+    pods = p.services.cache.labelled(POD.name, meta.namespace, LABEL_SANDBOX, meta.name)
+    return any(controlled_by(pod, meta.uid) for pod in pods)
+
+
 def claimed_pod(p: Pass) -> dict[str, Any] | None:
     """The pool pod this sandbox claimed (named after its pool, not the sandbox), if any."""
     s, meta = p.services, p.sandbox.metadata
@@ -139,7 +146,7 @@ async def _running(p: Pass, actual: dict[str, Any], desired: dict[str, Any]) -> 
     if not pod_state.is_ready(actual):
         return _starting(p, actual)
     p.memory.starting.pop(run.key, None)
-    if not run.condition_is(POD_READY, ConditionStatus.TRUE):
+    if _turns_ready(p, actual):
         _observe_pod_ready(p, actual)
     name = actual["metadata"]["name"]
     if run.status.pod_failures and _ready_for(p) >= STABLE_AFTER:
@@ -147,6 +154,18 @@ async def _running(p: Pass, actual: dict[str, Any], desired: dict[str, Any]) -> 
     run.set(ConditionState.true(POD_READY, "PodReady", f"pod {name} is ready"))
     p.pod = actual
     return None
+
+
+def _turns_ready(p: Pass, pod: dict[str, Any]) -> bool:
+    """Whether this pass sees the pod Ready for the first time: PodReady was not True, and
+    not Unknown over this same pod (an earlier row stopped the last passes: the database
+    down, say) after which the pod may well have been Ready all along."""
+    held = p.run.condition(POD_READY)
+    if held is None or held.status == ConditionStatus.FALSE:
+        return True
+    if held.status == ConditionStatus.TRUE:
+        return False
+    return bool(p.run.old_status.pod_uid != pod["metadata"].get("uid"))
 
 
 def _observe_pod_ready(p: Pass, pod: dict[str, Any]) -> None:

@@ -67,3 +67,44 @@ async def test_a_claimed_warm_pod_is_not_timed_by_its_days_in_the_pool(world: Wo
     assert pod_ready_count(world) == 0
     where = {"namespace": NAMESPACE, "pool": POOL}
     assert sample(world, "craft_pool_claim_duration_seconds_count", **where) == 1
+
+
+async def test_a_pod_ready_before_a_database_outage_is_not_timed_again_after_it(
+    world: World,
+) -> None:
+    """While the database was down, passes stopped before the pod's row and left PodReady
+    Unknown; the pod Ready again after it is no new start (its age would be days)."""
+    await pod.converge_pod(await pod_pass(world))
+    mark_pod_running(world.emulator, NAMESPACE, NAME)
+    created_before(world, NAME, timedelta(days=3))
+    uid = world.emulator.get("v1/pods", NAMESPACE, NAME)["metadata"]["uid"]
+    waiting = {
+        "type": "PodReady",
+        "status": "Unknown",
+        "reason": "WaitingForCredentials",
+        "message": "waiting for an earlier step",
+        "lastTransitionTime": format_time(NOW - timedelta(minutes=5)),
+    }
+
+    p = await pod_pass(world, status={"podUID": uid, "conditions": [waiting]})
+    assert await pod.converge_pod(p) is None
+
+    assert pod_ready_count(world) == 0
+
+
+async def test_a_new_pod_after_an_unknown_pod_ready_is_timed(world: World) -> None:
+    await pod.converge_pod(await pod_pass(world))
+    mark_pod_running(world.emulator, NAMESPACE, NAME)
+    created_before(world, NAME, timedelta(seconds=30))
+    waiting = {
+        "type": "PodReady",
+        "status": "Unknown",
+        "reason": "WaitingForCredentials",
+        "message": "waiting for an earlier step",
+        "lastTransitionTime": format_time(NOW - timedelta(minutes=5)),
+    }
+
+    p = await pod_pass(world, status={"podUID": "an-earlier-pod", "conditions": [waiting]})
+    assert await pod.converge_pod(p) is None
+
+    assert pod_ready_count(world) == 1

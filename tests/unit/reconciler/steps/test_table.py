@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from craft_operator.api.status_codec import dump_status
+from craft_operator.credentials.errors import DatabaseUnavailableError
+from craft_operator.metrics import count_sandboxes
 from craft_operator.reconciler.step import Pass, Step, Stop
+from craft_operator.reconciler.steps import pod
 from craft_operator.reconciler.table import CONDITIONS, STEPS, run_steps
 from craft_operator.status import ConditionState
-from tests.unit.reconciler.steps.conftest import World
+from tests.unit.reconciler.conftest import NAMESPACE
+from tests.unit.reconciler.steps.conftest import NAME, NOW, World
 
 pytestmark = pytest.mark.unit
 
@@ -142,3 +149,72 @@ async def test_a_first_pass_makes_the_children_and_the_pod_and_waits_for_it(
         "UserLibrarySynced": ("Unknown", "WaitingForPod"),
     }
     assert world.events.reasons == ["PATMinted", "SecretCreated", "ConfigMapCreated", "PodCreated"]
+
+
+def _true(type_: str) -> dict[str, str]:
+    return {
+        "type": type_,
+        "status": "True",
+        "reason": "Done",
+        "message": "",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+
+
+async def test_a_running_sandbox_stopped_at_its_credentials_is_provisioning_not_pending(
+    world: World,
+) -> None:
+    """The credential database down: the pass stops before the pod's row, and the sandbox,
+    whose pod runs, must not pass for one that has none (Pending, to alerts and people)."""
+    await pod.converge_pod(world.pass_())
+    world.cache.put("Pod", world.emulator.get("v1/pods", NAMESPACE, NAME))
+    world.credentials.error = DatabaseUnavailableError("the database is unreachable")
+    conditions = [_true(type_) for type_ in (*CONDITIONS, "Ready")]
+
+    p = world.pass_(status={"phase": "Ready", "conditions": conditions})
+    await run_steps(p)
+    status = p.run.finish()
+
+    assert status.phase == "Provisioning"
+    ready = p.run.condition("Ready")
+    assert ready is not None
+    assert (ready.status, ready.reason) == ("False", "DatabaseUnavailable")
+
+
+async def test_a_sandbox_without_a_pod_stopped_at_its_credentials_is_pending(
+    world: World,
+) -> None:
+    world.credentials.error = DatabaseUnavailableError("the database is unreachable")
+    p = world.pass_()
+    await run_steps(p)
+    assert p.run.finish().phase == "Pending"
+
+
+@pytest.mark.parametrize(
+    ("body", "phase"),
+    [
+        (
+            {
+                "spec": {"idleTimeout": "1h"},
+                "status": {"phase": "Sleeping", "sleepingSince": "2026-01-01T00:00:00Z"},
+                "annotations": {"craft.onyx.app/last-activity": "2025-12-31T00:00:00Z"},
+            },
+            "Sleeping",
+        ),
+        ({"spec": {"suspend": True}, "status": {"phase": "Suspended"}}, "Suspended"),
+    ],
+)
+async def test_a_sleeping_or_suspended_sandbox_stopped_at_its_credentials_stays_so(
+    world: World, body: dict[str, Any], phase: str
+) -> None:
+    """Else it would count as on its way to Ready since it fell asleep (days, to the
+    StuckNotReady alert)."""
+    world.credentials.error = DatabaseUnavailableError("the database is unreachable")
+    p = world.pass_(**body)
+    await run_steps(p)
+    status = p.run.finish()
+
+    assert status.phase == phase
+    counted = dict(p.run.body)
+    counted["status"] = dump_status(status)
+    assert count_sandboxes([counted], NOW).oldest_not_ready_seconds == 0
