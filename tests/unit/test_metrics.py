@@ -799,6 +799,17 @@ async def test_claims_cold_starts_and_claim_latency_are_counted(
     metrics.pool_seen("team-a", "standard")  # active again: each pool from zero when seen
     samples = await scrape(server)
     assert value(samples, "craft_pool_claims_total", **standard) == 0
+    assert value(samples, "craft_pool_cold_starts_total", reason="NoPool", **nowhere) == 0
+
+
+async def test_cold_starts_without_a_pool_are_exported_at_zero_from_the_start(
+    metrics: Metrics, server: MetricsServer
+) -> None:
+    """So that the first one after a start or a failover shows in increase() and rate()."""
+    samples = await scrape(server)
+    nowhere = {"namespace": "", "pool": ""}
+    assert value(samples, "craft_pool_cold_starts_total", reason="NoPool", **nowhere) == 0
+    assert value(samples, "craft_pool_cold_starts_total", reason="Other", **nowhere) == 0
 
 
 async def test_the_longest_running_pass_is_exported_and_falls_to_zero_when_it_ends(
@@ -825,3 +836,17 @@ async def test_the_longest_running_pass_is_exported_and_falls_to_zero_when_it_en
         assert value(await scrape(server), "craft_workqueue_longest_running_processor_seconds") == 0
     finally:
         await queue.stop()
+
+
+def test_every_reason_a_library_sync_fails_with_is_its_own_label_not_other() -> None:
+    """A reason missing from the set is counted as Other, which no runbook explains."""
+    import craft_operator.reconciler.library_pool  # noqa: F401  # its errors, as subclasses
+    from craft_operator.library.errors import LibrarySyncError
+    from craft_operator.metrics.labels import SYNC_ERROR_REASONS
+
+    def subclasses(cls: type) -> list[type]:
+        return [cls, *(sub for child in cls.__subclasses__() for sub in subclasses(child))]
+
+    reasons = {str(cls.reason) for cls in subclasses(LibrarySyncError)}
+    assert reasons <= SYNC_ERROR_REASONS, reasons - SYNC_ERROR_REASONS
+    assert {"SyncTimedOut", "SyncJobFailed"} <= SYNC_ERROR_REASONS  # Job mode's outcomes

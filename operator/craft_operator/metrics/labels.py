@@ -100,6 +100,7 @@ SYNC_ERROR_REASONS = frozenset(
         "ExecFailed",
         "ExecTimedOut",
         "SyncJobFailed",
+        "SyncTimedOut",
     }
 )
 OTHER = "Other"

@@ -88,6 +88,13 @@ class PoolCounters:
             buckets=CLAIM_BUCKETS,
             registry=registry,
         )
+        self._declare_poolless()
+
+    def _declare_poolless(self) -> None:
+        """The cold starts that concern no existing pool are exported from the start (at
+        zero), so that the first one shows in ``increase()`` after a start or a failover."""
+        for reason in (ColdStartReason.NO_POOL, OTHER):
+            self._cold.labels("", "", str(reason))
 
     def seen(self, namespace: str, pool: str) -> None:
         """The pool exists: its series are exported (at zero until something happens)."""
@@ -110,6 +117,7 @@ class PoolCounters:
         keep its own for good); on activation each pool's come back at zero when seen."""
         for metric in (self._claims, self._latency, self._cold):
             metric.clear()
+        self._declare_poolless()
 
     def claimed(self, namespace: str, pool: str, seconds: float | None = None) -> None:
         """A sandbox claimed a pod of ``pool`` (in ``seconds``, if given)."""

@@ -129,11 +129,12 @@ class StateCollector(Collector):
             "Sandboxes whose reconcile is due but not started yet (workers busy).",
         )
         passes = CounterMetricFamily(
-            metric_name("reconcile_passes"), "Reconcile passes run (successful or not)."
+            metric_name("reconcile_passes"),
+            "Reconcile passes of sandboxes run (successful or not; a pool's are not counted).",
         )
         failures = CounterMetricFamily(
             metric_name("reconcile_failures"),
-            "Reconcile passes that failed and were retried with backoff.",
+            "Reconcile passes of sandboxes that failed and were retried with backoff.",
         )
         if with_samples and self.queue is not None:
             depth.add_metric([], len(self.queue))
