@@ -57,13 +57,17 @@ _MIGRATION_LOCK_KEY = 0x6372616674  # "craft"
 _SQLITE_BUSY_TIMEOUT_S = 30.0
 #: libpq parameters of the operator's Postgres connections, unless the URL sets them: a
 #: database that accepts TCP and never answers fails the connection in 10 s, and a peer
-#: that vanished under an idle or waiting connection is noticed in about a minute.
+#: that vanished under an idle or waiting connection is noticed in about a minute. Under a
+#: query already sent, keepalives do not probe (data is unacknowledged): the kernel would
+#: retransmit for about 15 minutes (tcp_retries2), so ``tcp_user_timeout`` (ms) gives up
+#: after a minute of unacknowledged data (a failover whose old address drops packets).
 POSTGRES_CONNECT_DEFAULTS: Mapping[str, int] = {
     "connect_timeout": 10,
     "keepalives": 1,
     "keepalives_idle": 30,
     "keepalives_interval": 10,
     "keepalives_count": 3,
+    "tcp_user_timeout": 60_000,
 }
 #: libpq's environment variables that, like the URL, set a parameter explicitly.
 _LIBPQ_ENVIRONMENT = {"connect_timeout": "PGCONNECT_TIMEOUT"}
@@ -91,7 +95,9 @@ def create_credentials_engine(url: str | URL, *, echo: bool = False) -> Engine:
                 parsed,
                 hide_parameters=True,
                 echo=echo,
-                pool_pre_ping=False,
+                # A pooled connection a failover or a restart of Postgres dropped is
+                # replaced before use, not failed on the next call (one per connection).
+                pool_pre_ping=True,
                 connect_args=postgres_connect_args(parsed),
             )
         except ImportError as exc:
@@ -145,7 +151,14 @@ def postgres_connect_args(url: URL, environ: Mapping[str, str] | None = None) ->
 def _create_sqlite_engine(parsed: URL, *, echo: bool) -> Engine:
     """The embedded database's engine: WAL for files, ``BEGIN IMMEDIATE`` for writers."""
     if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        folder = Path(parsed.database).expanduser().parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            raise CredentialsError(
+                f"cannot create the SQLite database's folder {folder} ({exc.strerror}): set "
+                "CRAFT_DATABASE_URL (or CRAFT_STATE_DIR) to a writable path, e.g. a volume"
+            ) from None
     engine = create_engine(
         parsed,
         hide_parameters=True,
@@ -252,9 +265,18 @@ def alembic_config(connection: Connection) -> Config:
 
 def head_revision() -> str | None:
     """The newest migration shipped with this operator."""
+    return _scripts().get_current_head()
+
+
+def is_known_revision(revision: str) -> bool:
+    """Whether ``revision`` is one of this operator's migrations (else a newer one's)."""
+    return any(script.revision == revision for script in _scripts().walk_revisions())
+
+
+def _scripts() -> ScriptDirectory:
     config = Config()
     config.set_main_option("script_location", _MIGRATIONS)
-    return ScriptDirectory.from_config(config).get_current_head()
+    return ScriptDirectory.from_config(config)
 
 
 def current_revision(connection: Connection) -> str | None:
@@ -342,6 +364,12 @@ def check_schema(engine: Engine) -> None:
                 f"the embedded database lacks {PAT_TABLE}; run: craft-operator db upgrade"
             )
         revision, head = current_revision(connection), head_revision()
+        if revision is not None and revision != head and not is_known_revision(revision):
+            raise SchemaMissingError(
+                f"the {CREDENTIAL_TABLE} table is at revision {revision}, which a newer "
+                f"operator migrated to (this one knows up to {head}): run that version again; "
+                "going back to an older operator after a migration is not supported"
+            )
         if revision != head:
             raise SchemaMissingError(
                 f"the {CREDENTIAL_TABLE} table is at revision {revision or 'none'}, "

@@ -67,6 +67,9 @@ def test_a_postgres_connection_has_a_connect_timeout_and_keepalives_and_no_start
         parameters["keepalives_interval"],
         parameters["keepalives_count"],
     ) == (1, 30, 10, 3)
+    # Under a query already sent keepalives do not probe: the kernel's retransmissions
+    # (about 15 minutes) are cut to a minute.
+    assert parameters["tcp_user_timeout"] == 60_000
     assert "options" not in parameters
 
 
@@ -130,3 +133,32 @@ def test_a_statement_timeout_the_url_gives_is_in_force_on_the_operators_connecti
     assert _setting(given, "statement_timeout") == "5s"
     engine.dispose()
     given.dispose()
+
+
+@pytest.mark.postgres
+def test_connections_postgres_dropped_under_the_pool_fail_no_call(
+    postgres_server: ThrowawayPostgres,
+) -> None:
+    """A failover or a restart of Postgres drops the pooled connections: each is replaced
+    before use, not found broken by the next call (DatabaseUnavailable on a sandbox)."""
+    url = postgres_server.create_database()
+    engine = create_credentials_engine(url)
+    held = [engine.connect() for _ in range(3)]  # three pooled connections
+    for connection in held:
+        connection.execute(text("SELECT 1"))
+        connection.close()
+    admin = create_credentials_engine(url)
+    with admin.connect() as connection:
+        connection.execute(
+            text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        )
+        connection.commit()
+
+    for _ in range(3):
+        with translated_errors("reading"), engine.connect() as connection:
+            assert connection.execute(text("SELECT 1")).scalar_one() == 1
+    engine.dispose()
+    admin.dispose()

@@ -234,5 +234,25 @@ def test_a_schema_from_a_newer_operator_is_a_clear_error(database: Database) -> 
 
     with pytest.raises(SchemaMissingError, match="from revision 9999"):
         upgrade(database.engine)
-    with pytest.raises(SchemaMissingError, match="revision 9999"):
+    with pytest.raises(SchemaMissingError, match="revision 9999") as caught:
         check_schema(database.engine)
+    # Not "run: craft-operator db upgrade", which the older operator cannot do.
+    assert "newer operator" in str(caught.value)
+    assert "db upgrade" not in str(caught.value)
+
+
+def test_a_sqlite_path_whose_folder_cannot_be_made_is_a_credentials_error_naming_it(
+    tmp_path: Path,
+) -> None:
+    """Not a bare OSError that no pass or finalizer expects (a read-only root file system
+    with the state directory left at its default, say)."""
+    from craft_operator.credentials.db import create_credentials_engine
+    from craft_operator.credentials.errors import CredentialsError
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+
+    with pytest.raises(CredentialsError, match="CRAFT_DATABASE_URL") as caught:
+        create_credentials_engine(f"sqlite:///{blocker}/state/craft.db")
+
+    assert str(blocker / "state") in str(caught.value)
