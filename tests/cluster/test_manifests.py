@@ -122,6 +122,30 @@ def test_the_sandbox_namespace_kustomization_is_admitted_in_a_namespace(
     assert cluster.list("/apis/networking.k8s.io/v1/networkpolicies", namespace) == []
 
 
+def test_applying_the_sandbox_namespace_kustomization_again_changes_nothing(
+    cluster: Cluster,
+) -> None:
+    """Under GitOps every sync re-applies it: no object may get a new generation (an
+    empty list the server drops would, and ``kubectl diff`` would never be clean)."""
+    namespace = plain_namespace(cluster)
+    apply = ("apply", "--server-side", "--field-manager=gitops", "-n", namespace)
+    cluster.kubectl(*apply, "-k", str(SANDBOX_NAMESPACE))
+    policies = "/apis/networking.k8s.io/v1/networkpolicies"
+    first = {
+        p["metadata"]["name"]: p["metadata"]["generation"]
+        for p in cluster.list(policies, namespace)
+    }
+
+    cluster.kubectl(*apply, "-k", str(SANDBOX_NAMESPACE))
+
+    again = {
+        p["metadata"]["name"]: p["metadata"]["generation"]
+        for p in cluster.list(policies, namespace)
+    }
+    assert len(first) == 2
+    assert again == first
+
+
 def test_the_overlay_documented_for_sandbox_namespaces_is_admitted(
     cluster: Cluster, tmp_path: Path
 ) -> None:

@@ -230,6 +230,17 @@ def test_every_manifest_file_is_accepted_by_the_api_server_schemas(path: Path) -
     assert {name: found for name, found in problems.items() if found} == {}, KUBERNETES_VERSION
 
 
+@pytest.mark.parametrize("path", MANIFEST_FILES, ids=relative)
+def test_no_network_policy_writes_an_empty_rule_list_the_api_server_drops(path: Path) -> None:
+    """``ingress: []`` is stored as no field: every apply then changes the object again
+    (a new generation; ``kubectl diff`` is never clean under GitOps). With Ingress in
+    policyTypes, no rules already denies all ingress."""
+    for obj in documents(path):
+        if obj.get("kind") == "NetworkPolicy":
+            spec = obj.get("spec") or {}
+            assert [key for key in ("ingress", "egress") if spec.get(key) == []] == []
+
+
 @needs_kubectl
 @pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=relative)
 def test_every_kustomization_renders_to_objects_the_api_server_accepts(directory: Path) -> None:
