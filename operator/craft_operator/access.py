@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
@@ -104,6 +105,17 @@ def missing_access_message(denied: Sequence[AccessRequest], *, served: Sequence[
     return f"{where}: denied {describe_denied(denied)}; {access_fix(denied, served=served)}"
 
 
+@dataclass(frozen=True)
+class AccessVerdict:
+    """What the start-up check found."""
+
+    #: Why the operator cannot serve its namespaces (one line), or ``None`` if it can.
+    problem: str | None = None
+    #: Served namespaces being deleted whose Role is gone already (the namespace controller
+    #: deletes it with everything else): left out of this run, not a reason to stop.
+    terminating: tuple[str, ...] = ()
+
+
 async def check_operator_access(
     info: kopf.ConnectionInfo,
     namespaces: Sequence[str],
@@ -111,20 +123,46 @@ async def check_operator_access(
     peering: bool,
     template_namespace: str | None = None,
     timeout: float = 10.0,  # noqa: ASYNC109 -- the API client's per-request timeout
-) -> str | None:
-    """Why the operator cannot serve ``namespaces`` (one line), or ``None`` if it can.
+) -> AccessVerdict:
+    """Whether the operator can serve ``namespaces`` (see :class:`AccessVerdict`).
 
     An API server that cannot be asked (no SelfSubjectAccessReview) is logged, not fatal:
-    the check is there to explain a missing Role, not to be another way to fail.
+    the check is there to explain a missing Role, not to be another way to fail. A served
+    namespace being deleted without the Role is left out, not fatal: one namespace torn
+    down must not keep the operator from every other.
     """
     kube = KubeClient(request_timeout=timeout)
     kube.configure(info)
     requests = access_requests(namespaces, peering=peering, template_namespace=template_namespace)
     try:
         denied = await denied_access(kube, requests)
+        terminating = await _terminating(kube, _lacking(denied, namespaces))
     except ApiError as exc:
         logger.warning("cannot check the operator's API access: %s", exc)
-        return None
+        return AccessVerdict()
     finally:
         await kube.close()
-    return missing_access_message(denied, served=namespaces) if denied else None
+    denied = [request for request in denied if request[1] not in terminating]
+    served = [namespace for namespace in namespaces if namespace not in terminating]
+    if terminating and not served:
+        return AccessVerdict(
+            f"every namespace the operator serves is being deleted ({', '.join(terminating)}); "
+            "name the namespaces to serve in CRAFT_NAMESPACES",
+            terminating,
+        )
+    problem = missing_access_message(denied, served=served) if denied else None
+    return AccessVerdict(problem, terminating)
+
+
+async def _terminating(kube: KubeClient, names: Sequence[str]) -> tuple[str, ...]:
+    """Those of ``names`` that are namespaces being deleted (read by list: the operator's
+    ClusterRole lists and watches namespaces, and gets none)."""
+    found = []
+    for name in names:
+        answer = await kube.request(
+            "GET", "/api/v1/namespaces", params={"fieldSelector": f"metadata.name={name}"}
+        )
+        for item in answer.get("items") or []:
+            if (item.get("metadata") or {}).get("deletionTimestamp"):
+                found.append(name)
+    return tuple(found)

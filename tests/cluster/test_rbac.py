@@ -225,6 +225,41 @@ def test_a_served_namespace_without_the_operators_role_stops_it_at_start_saying_
 
 
 @pytest.mark.usefixtures("namespace")
+def test_a_served_namespace_being_deleted_without_its_role_is_left_out_not_fatal(
+    cluster: Cluster, launch: Launch
+) -> None:
+    """The namespace controller deletes the operator's Role with everything else: one
+    namespace torn down must not keep the operator from the others after a restart."""
+    doomed = cluster.restricted_namespace(f"doomed-{uuid.uuid4().hex[:6]}")
+    hold = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "hold", "finalizers": ["craft.test/hold"]},
+    }
+    cluster.create("/api/v1/configmaps", doomed, hold)
+    cluster.delete("/api/v1/namespaces", None, doomed)
+    try:
+        wait_for(
+            lambda: (
+                (cluster.get("/api/v1/namespaces", None, doomed) or {})
+                .get("metadata", {})
+                .get("deletionTimestamp")
+            ),
+            what="the namespace terminating",
+        )
+        process = launch()
+        process.run_args = ("--standalone", "-n", doomed)
+        process.start()
+
+        wait_for(lambda: "being deleted" in process.log_tail(), what="the warning")
+        assert process.alive, process.log_tail()
+        assert doomed in process.log_tail()
+        assert "Role is missing" not in process.log_tail()
+    finally:
+        cluster.patch("/api/v1/configmaps", doomed, "hold", {"metadata": {"finalizers": None}})
+
+
+@pytest.mark.usefixtures("namespace")
 def test_serving_all_namespaces_with_the_default_install_stops_the_operator_at_start(
     cluster: Cluster, launch: Launch
 ) -> None:

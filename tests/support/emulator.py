@@ -418,7 +418,10 @@ class KubeEmulator(kmock.KubernetesEmulator):
     def _namespace(self, name: str) -> dict[str, Any]:
         namespace = _namespace(name)
         if name in self.namespace_labels:
-            namespace["metadata"]["labels"] = dict(self.namespace_labels[name])
+            namespace["metadata"]["labels"] = {
+                "kubernetes.io/metadata.name": name,
+                **self.namespace_labels[name],
+            }
             namespace["metadata"]["resourceVersion"] = self._namespace_versions[name]
         return namespace
 
@@ -693,6 +696,14 @@ class KubeEmulator(kmock.KubernetesEmulator):
         if raw.headers.get("User-Agent", "").startswith(OPERATOR_AGENTS):
             self.side_access.append(("watch" if watching else "list", "", "namespaces"))
         items = [self._namespace(name) for name in sorted(self._known_namespaces())]
+        selector = raw.query.get("labelSelector", "")
+        if selector:  # equality terms only: what the operator asks
+            terms = dict(term.split("=", 1) for term in selector.split(","))
+            items = [
+                item
+                for item in items
+                if all(item["metadata"]["labels"].get(k) == v for k, v in terms.items())
+            ]
         if not watching:
             return aiohttp.web.json_response(
                 {
@@ -857,7 +868,10 @@ def _check_pod_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
 
 
 def _namespace(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "uid": name}}
+    # The API server labels every namespace with its name (immutable).
+    labels = {"kubernetes.io/metadata.name": name}
+    metadata = {"name": name, "uid": name, "labels": labels}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
 
 
 def declare_core_resources(emulator: KubeEmulator) -> None:

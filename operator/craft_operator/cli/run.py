@@ -117,10 +117,19 @@ def run(
     except CredentialsError as exc:
         fail(str(exc), code=2)
         return
-    problem = _cluster_problem(settings, watched, peering)
+    problem, terminating = _cluster_problem(settings, watched, peering)
     if problem is not None:
         fail(problem)
         return
+    if terminating:
+        logging.getLogger(__name__).warning(
+            "namespace(s) %s: being deleted, and the operator's Role there is gone already; "
+            "not served by this run (their CraftSandboxes keep the namespace until their "
+            "finalizer is removed by hand; the orphan sweep revokes their PATs once the "
+            "namespace is gone: README, Deleting a sandbox namespace)",
+            ", ".join(terminating),
+        )
+        watched = [namespace for namespace in watched if namespace not in terminating]
     try:
         with (
             contextlib.suppress(KeyboardInterrupt),
@@ -158,18 +167,21 @@ def _configure_logging(verbose: bool) -> None:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
 
 
-def _cluster_problem(settings: Settings, watched: list[str], peering: PeeringOptions) -> str | None:
+def _cluster_problem(
+    settings: Settings, watched: list[str], peering: PeeringOptions
+) -> tuple[str | None, tuple[str, ...]]:
     """Why the operator cannot work against the cluster (unreachable, or without the access
-    it needs in ``watched``), or None."""
+    it needs in ``watched``), or None; and the served namespaces being deleted that this
+    run leaves out."""
     try:
         info = discover_connection()
         asyncio.run(check_reachable(info))
     except ClusterUnreachableError as exc:
-        return str(exc)
+        return str(exc), ()
     # A served namespace without the operator's Role would show only as failing watches and
     # a first listing that never completes, for every namespace: refuse to start instead.
     template = settings.skill_template_configmap_ref
-    return asyncio.run(
+    verdict = asyncio.run(
         check_operator_access(
             info,
             watched,
@@ -177,6 +189,7 @@ def _cluster_problem(settings: Settings, watched: list[str], peering: PeeringOpt
             template_namespace=template[0] if template is not None else None,
         )
     )
+    return verdict.problem, verdict.terminating
 
 
 def peering_options(

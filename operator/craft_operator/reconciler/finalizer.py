@@ -22,6 +22,7 @@ from craft_operator.reconciler.steps import workspace
 from craft_operator.status import CREDENTIALS_READY, ConditionState
 
 FINALIZER = f"{GROUP}/finalizer"
+DELETION_BLOCKED = "DeletionBlocked"
 SANDBOX = kinds.SANDBOX
 
 
@@ -69,11 +70,35 @@ async def finalize(s: Services, body: dict[str, Any], conditions: Sequence[str])
     s.library_pool.forget((namespace, name))
     try:
         await s.library.forget(uid)
-        await _retain_workspace(s, body)
-        await _delete_children(s, namespace, name, uid)
+        if not namespace_terminating(s, namespace):
+            # In a namespace being deleted the namespace controller deletes every object
+            # (a retained workspace too), and the Role that let the operator do it may
+            # already be gone with them.
+            await _retain_workspace(s, body)
+            await _delete_children(s, namespace, name, uid)
+        return await _release(s, body)
     except (CredentialsError, _BlockedError) as exc:
-        return Revisit(backoff=str(exc))
-    return await _release(s, body)
+        return await _deletion_blocked(s, body, conditions, str(exc))
+
+
+def namespace_terminating(s: Services, namespace: str) -> bool:
+    """Whether the namespace is being deleted, as the namespaces' watch saw it."""
+    body = s.cache.get(kinds.NAMESPACE.name, None, namespace)
+    return body is not None and bool(body.get("metadata", {}).get("deletionTimestamp"))
+
+
+async def _deletion_blocked(
+    s: Services, body: dict[str, Any], conditions: Sequence[str], why: str
+) -> Revisit:
+    """Say what holds the deletion (status and event: the sandbox must not go on looking
+    Ready); it is tried again with backoff."""
+    message = f"the PAT is revoked; the deletion waits: {why}"
+    s.events.post(body, type="Warning", reason=DELETION_BLOCKED, message=message)
+    run = Run(body, s.clock(), conditions)
+    run.set(ConditionState.false(CREDENTIALS_READY, DELETION_BLOCKED, message))
+    run.phase = Phase.TERMINATING
+    await write_status(s, run)
+    return Revisit(backoff=why)
 
 
 async def _revoke_failed(
@@ -129,6 +154,8 @@ async def _release(s: Services, body: dict[str, Any]) -> Revisit | None:
         return None
     except ConflictError:
         return Revisit(backoff="the CraftSandbox changed while removing the finalizer")
+    except ApiError as exc:
+        raise _BlockedError(f"cannot remove the finalizer: {exc}") from None
     if updated.get("metadata", {}).get("deletionTimestamp") and remaining:
         s.cache.put(SANDBOX.name, updated)
     return None

@@ -10,7 +10,11 @@ cluster (``CRAFT_CLUSTER_ID``) in the namespaces it serves:
 - any other row is confirmed with a live GET of the CraftSandbox: the API server's own
   404 for that CraftSandbox (its Status names the object), or an object with another uid,
   makes it an orphan; any other answer (a 404 from a proxy or for an unserved API
-  version, forbidden, unreachable) leaves it for the next sweep;
+  version, forbidden, unreachable) leaves it for the next sweep, unless its namespace no
+  longer exists (a live list says so): no sandbox can be in it;
+- a row in a namespace it does not serve is another operator's to judge, unless that
+  namespace no longer exists (deleted with its sandboxes in it, then taken out of
+  ``CRAFT_NAMESPACES``: the Role that let the operator read it went with it);
 - an orphan's PAT is revoked and its row deleted, with its library record, in one
   transaction, only if the row is unchanged since it was listed (a sandbox of that name
   created meanwhile wins);
@@ -32,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from craft_operator.credentials.errors import CredentialsError
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import SANDBOXES, ApiError, Kind, NotFoundError
-from craft_operator.kube.kinds import SANDBOX
+from craft_operator.kube.kinds import NAMESPACE, SANDBOX
 from craft_operator.metrics import Metrics
 from craft_operator.reconciler.services import StoreCredentials
 
@@ -40,13 +44,21 @@ if TYPE_CHECKING:
     from craft_operator.credentials.orphans import StoredCredential
 
 log = logging.getLogger(__name__)
+#: The label the API server gives every namespace: its name (immutable).
+NAME_LABEL = "kubernetes.io/metadata.name"
 
 
 class ObjectReader(Protocol):
-    """What the sweep needs of the API client: one live GET."""
+    """What the sweep needs of the API client: live reads."""
 
     async def get(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any]:
         """The object, or :class:`NotFoundError`."""
+        ...
+
+    async def list(
+        self, kind: Kind, namespace: str | None, *, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The objects of a kind (of a namespace), by label selector."""
         ...
 
 
@@ -125,20 +137,23 @@ class OrphanSweeper:
 
         if self.cluster_id is None:
             raise RuntimeError("the orphan sweep needs a cluster id")
-        rows = await self._credentials.call(
-            rows_of_cluster, self.cluster_id, tuple(self._namespaces())
-        )
+        served = tuple(self._namespaces())
+        rows = await self._credentials.call(rows_of_cluster, self.cluster_id)
         revoked: list[int] = []
-        unconfirmed = failed = 0
+        checked = unconfirmed = failed = 0
         for row in rows:
             if not self._active():
                 break  # stood by meanwhile (its cache is emptied): the active one sweeps
-            if self._alive_in_cache(row):
+            ours = not served or row.namespace in served
+            checked += ours
+            if ours and self._alive_in_cache(row):
                 continue
             try:
-                orphan = await self._confirm_orphan(row)
+                orphan = await self._confirm_orphan(row) if ours else None
+                if orphan is None and await self._namespace_gone(row.namespace):
+                    orphan = True
                 if orphan is None:
-                    unconfirmed += 1
+                    unconfirmed += ours
                 elif orphan and await self._credentials.call(revoke_orphan, row):
                     self._credentials.forget(row.sandbox_uid)
                     revoked.append(row.pat_id)
@@ -170,12 +185,21 @@ class OrphanSweeper:
             )
         self._reported_unowned = unowned
         return SweepReport(
-            checked=len(rows),
+            checked=checked,
             revoked=tuple(revoked),
             unconfirmed=unconfirmed,
             without_cluster=unowned,
             failed=failed,
         )
+
+    async def _namespace_gone(self, namespace: str) -> bool:
+        """Whether the namespace does not exist: the watch cache holds the namespaces that
+        do; one it lacks is asked for live (its immutable name label), so that a namespace
+        created a moment ago is never taken for gone."""
+        if self._cache.get(NAMESPACE.name, None, namespace) is not None:
+            return False
+        selector = f"{NAME_LABEL}={namespace}"
+        return not await self._kube.list(NAMESPACE.api, None, label_selector=selector)
 
     def _alive_in_cache(self, row: StoredCredential) -> bool:
         cached = self._cache.get(SANDBOX.name, row.namespace, row.name)

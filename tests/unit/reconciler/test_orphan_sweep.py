@@ -40,6 +40,9 @@ class ApiServer:
         #: Answered with a 404 that does not name the object (a proxy's, say).
         self.anonymous_404: set[tuple[str, str]] = set()
         self.gets: list[tuple[str, str]] = []
+        #: Namespaces deleted (every other one exists), and the namespace lists asked.
+        self.gone_namespaces: set[str] = set()
+        self.namespace_lists: list[str] = []
 
     def add(self, namespace: str, name: str, uid: str) -> dict[str, Any]:
         body = {"metadata": {"namespace": namespace, "name": name, "uid": uid}}
@@ -57,6 +60,16 @@ class ApiServer:
             details = {"name": name, "group": "craft.onyx.app", "kind": "craftsandboxes"}
             raise NotFoundError(404, "NotFound", f'"{name}" not found', details)
         return self.sandboxes[key]
+
+    async def list(
+        self, kind: Kind, namespace: str | None, *, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        assert kind.plural == "namespaces"
+        assert label_selector is not None
+        label, _, name = label_selector.partition("=")
+        assert label == "kubernetes.io/metadata.name"
+        self.namespace_lists.append(name)
+        return [] if name in self.gone_namespaces else [{"metadata": {"name": name}}]
 
 
 class World:
@@ -289,6 +302,53 @@ async def test_namespaces_this_operator_does_not_serve_are_left_alone(world: Wor
     assert report is not None
     assert report.checked == 0
     assert world.live("elsewhere", namespace="team-b")
+    assert world.api.gets == [], "another operator's namespace: its sandboxes are not read"
+
+
+async def test_a_row_in_a_served_namespace_that_no_longer_exists_is_an_orphan(
+    world: World,
+) -> None:
+    """Deleted with its sandboxes in it: the Role that let the operator read them went
+    with it (403), and their finalizers were removed by hand."""
+    _, pat_id = world.mint("torn-down", namespace="team-z")
+    world.namespaces = ("team-a", "team-z")
+    world.api.refuse.add(("team-z", "torn-down"))
+    world.api.gone_namespaces.add("team-z")
+
+    report = await world.sweeper.tick()
+
+    assert report is not None
+    assert report.revoked == (pat_id,)
+    assert not world.pat_live(pat_id)
+
+
+async def test_a_row_in_a_namespace_being_deleted_waits_until_it_is_gone(world: World) -> None:
+    _, pat_id = world.mint("torn-down", namespace="team-z")
+    world.namespaces = ("team-z",)
+    world.api.refuse.add(("team-z", "torn-down"))  # still there, its Role gone
+
+    report = await world.sweeper.tick()
+
+    assert report is not None
+    assert (report.revoked, report.unconfirmed) == ((), 1)
+    assert world.pat_live(pat_id)
+
+
+async def test_a_row_in_a_namespace_no_longer_served_or_existing_is_an_orphan(
+    world: World,
+) -> None:
+    """Taken out of CRAFT_NAMESPACES after it was deleted with its sandboxes in it."""
+    _, gone = world.mint("torn-down", namespace="team-z")
+    _, kept = world.mint("elsewhere", namespace="team-b")
+    world.namespaces = ("team-a",)
+    world.api.gone_namespaces.add("team-z")
+
+    report = await world.sweeper.tick()
+
+    assert report is not None
+    assert report.revoked == (gone,)
+    assert world.pat_live(kept)
+    assert world.api.gets == []
 
 
 async def test_a_standby_or_an_unprimed_replica_sweeps_nothing(world: World) -> None:

@@ -1,0 +1,87 @@
+"""The finalizer: a deletion that cannot go on says so, and a sandbox in a namespace being
+deleted is let go once its PAT is revoked (the namespace controller deletes the rest)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from craft_operator.kube import kinds
+from craft_operator.reconciler import finalizer
+from craft_operator.reconciler.table import CONDITIONS
+from tests.integration.conftest import SANDBOXES, declare_craft_resources
+from tests.support.apply import FailNext
+from tests.unit.reconciler.conftest import NAMESPACE
+from tests.unit.reconciler.steps.conftest import NAME, World, sandbox_body
+
+pytestmark = pytest.mark.unit
+
+SECRET = f"{NAME}-credentials"
+
+
+def deleted_sandbox(world: World) -> dict[str, Any]:
+    """The sandbox, with its finalizer and a Secret of its own, deleted by a client."""
+    declare_craft_resources(world.emulator)
+    body = sandbox_body(status={"phase": "Ready"})
+    body["metadata"]["finalizers"] = [finalizer.FINALIZER]
+    del body["metadata"]["resourceVersion"]
+    created = world.emulator.create(SANDBOXES, body)
+    uid = created["metadata"]["uid"]
+    owner = {"apiVersion": "craft.onyx.app/v1alpha1", "kind": "CraftSandbox", "name": NAME}
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": SECRET,
+            "namespace": NAMESPACE,
+            "labels": {"onyx.app/sandbox-id": NAME},
+            "ownerReferences": [{**owner, "uid": uid, "controller": True}],
+        },
+    }
+    world.cache.put("Secret", world.emulator.create("v1/secrets", secret))
+    world.emulator.remove(SANDBOXES, NAMESPACE, NAME)
+    return world.emulator.get(SANDBOXES, NAMESPACE, NAME)
+
+
+async def test_a_deletion_that_cannot_go_on_says_so_in_the_status_and_an_event(
+    world: World,
+) -> None:
+    body = deleted_sandbox(world)
+    world.emulator.before_request.insert(0, FailNext("DELETE", 500, count=100))
+
+    verdict = await finalizer.finalize(world.services, body, CONDITIONS)
+
+    assert verdict is not None
+    assert verdict.backoff is not None
+    stored = world.emulator.get(SANDBOXES, NAMESPACE, NAME)
+    assert stored["status"]["phase"] == "Terminating"
+    ready = next(c for c in stored["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "DeletionBlocked")
+    assert f"cannot delete Secret {SECRET}" in ready["message"]
+    assert ("Warning", "DeletionBlocked") in {(t, r) for t, r, _ in world.events.posted}
+    assert stored["metadata"]["finalizers"] == [finalizer.FINALIZER]
+
+
+async def test_in_a_namespace_being_deleted_the_sandbox_is_let_go_and_its_children_left_to_it(
+    world: World,
+) -> None:
+    """The namespace controller deletes every object there, and took the operator's Role
+    with it: the children are not the finalizer's to delete (it could not)."""
+    body = deleted_sandbox(world)
+    world.cache.put(
+        kinds.NAMESPACE.name,
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": NAMESPACE, "deletionTimestamp": "2026-11-23T12:00:00Z"},
+        },
+    )
+    refused = FailNext("DELETE", 403, count=100)
+    world.emulator.before_request.insert(0, refused)
+
+    verdict = await finalizer.finalize(world.services, body, CONDITIONS)
+
+    assert verdict is None
+    assert world.emulator.find(SANDBOXES, NAMESPACE, NAME) is None
+    assert refused.failed == [], "no child deletion was tried"
