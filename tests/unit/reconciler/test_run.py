@@ -269,3 +269,25 @@ def test_a_failed_pass_backs_off_unless_the_sandbox_was_edited_while_it_ran() ->
         next_visit(edited.key, edited.verdict, resync=300)
 
     assert retried.value.retry_after == 0, "at once, still counted towards the backoff"
+
+
+def test_a_condition_set_otherwise_and_back_within_a_pass_keeps_its_transition_time() -> None:
+    """The skill step renders (True), then the claimed pod's delivery fails (False) again:
+    nobody saw it True, so it did not transition, and nothing is written for it."""
+    failed = {
+        "type": "SkillRendered",
+        "status": "False",
+        "reason": "SkillDeliveryFailed",
+        "message": "could not write SKILL.md into pod warm-x (exit 1)",
+        "lastTransitionTime": "2026-03-01T11:00:00Z",
+        "observedGeneration": 2,
+    }
+    run = Run(body({"conditions": [failed]}), NOW, CONDITIONS)
+
+    run.set(ConditionState.true("SkillRendered", "Rendered", "SKILL.md lists 2 sources"))
+    run.set(ConditionState.false("SkillRendered", failed["reason"], failed["message"]))
+
+    condition = run.condition("SkillRendered")
+    assert condition is not None
+    assert condition.last_transition_time == datetime(2026, 3, 1, 11, 0, tzinfo=UTC)
+    assert "conditions" not in run.status_patch()

@@ -21,7 +21,7 @@ from craft_operator.kube import kinds
 from craft_operator.kube.exec import ExecError
 from craft_operator.reconciler.pod_guard import exec_into_pod_of
 from craft_operator.reconciler.step import Pass, Step, Stop
-from craft_operator.status import SKILL_RENDERED
+from craft_operator.status import SKILL_RENDERED, ConditionState, find_condition
 
 #: Where a claimed pod's SKILL.md goes.
 SKILL_FILE = f"{SKILLS_MOUNT}/{SKILL_KEY}"
@@ -102,6 +102,7 @@ async def deliver_skill(p: Pass) -> Stop | None:
     if deliveries.running(key) or deliveries.waiting(key) or deliveries.backing_off(key):
         # A PAT delivery running, or to come, carries it; one that failed waits for its
         # backoff, and so does this (a pod that stalls one exec would stall this one).
+        _keep_failure(p)
         return None
     assert p.pod is not None
     meta = p.pod["metadata"]
@@ -123,6 +124,14 @@ async def deliver_skill(p: Pass) -> Stop | None:
         )
     p.run.status.delivered_skill = pending.delivered
     return None
+
+
+def _keep_failure(p: Pass) -> None:
+    """While the SKILL.md waits for a delivery, a failure to write it that the status says
+    still holds: the skill step rendered it (True), which is not the pod having it."""
+    stored = find_condition(p.run.old_status.conditions, SKILL_RENDERED)
+    if stored is not None and stored.reason == DELIVERY_FAILED:
+        p.run.set(ConditionState.false(SKILL_RENDERED, DELIVERY_FAILED, stored.message))
 
 
 def _digest(text: str) -> str:

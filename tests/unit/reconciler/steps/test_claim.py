@@ -225,6 +225,27 @@ async def test_a_skill_the_pod_refuses_is_reported_on_skill_rendered_and_retried
     assert p.run.verdict.backoff == "SkillDeliveryFailed"
 
 
+async def test_a_skill_the_pod_refused_stays_reported_while_its_retry_waits(
+    pooled: World,
+) -> None:
+    """The next pass renders the skill (True) but does not write it into the pod before the
+    delivery's backoff: SkillRendered must not say True meanwhile, then False again."""
+    warm_pods(pooled, 1)
+    pooled.exec.skill_exit = EXIT_SKILL_NOT_DELIVERED
+    first = pooled.pass_(spec={"poolRef": {"name": POOL}})
+    await run_steps(first)
+    calls = len(pooled.exec.calls)
+
+    again = pooled.pass_(spec={"poolRef": {"name": POOL}}, status=dump_status(first.run.status))
+    await run_steps(again)
+
+    assert len(pooled.exec.calls) == calls, "nothing tried before the backoff"
+    skill = again.run.condition("SkillRendered")
+    assert skill is not None
+    assert (skill.status, skill.reason) == ("False", "SkillDeliveryFailed")
+    assert "conditions" not in again.run.status_patch()
+
+
 async def test_a_delivery_killed_before_onyx_cli_does_not_count_the_skill_as_delivered(
     pooled: World,
 ) -> None:
