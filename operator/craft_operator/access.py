@@ -114,6 +114,13 @@ class AccessVerdict:
     #: Served namespaces being deleted whose Role is gone already (the namespace controller
     #: deletes it with everything else): left out of this run, not a reason to stop.
     terminating: tuple[str, ...] = ()
+    #: Served namespaces that do not exist (deleted, or not made yet): left out likewise.
+    missing: tuple[str, ...] = ()
+
+    @property
+    def left_out(self) -> tuple[str, ...]:
+        """The served namespaces this run leaves out."""
+        return (*self.terminating, *self.missing)
 
 
 async def check_operator_access(
@@ -135,34 +142,49 @@ async def check_operator_access(
     kube.configure(info)
     requests = access_requests(namespaces, peering=peering, template_namespace=template_namespace)
     try:
-        denied = await denied_access(kube, requests)
-        terminating = await _terminating(kube, _lacking(denied, namespaces))
-    except ApiError as exc:
-        logger.warning("cannot check the operator's API access: %s", exc)
-        return AccessVerdict()
+        try:
+            denied = await denied_access(kube, requests)
+        except ApiError as exc:
+            logger.warning("cannot check the operator's API access: %s", exc)
+            return AccessVerdict()
+        try:
+            terminating, missing = await _not_there(kube, _lacking(denied, namespaces))
+        except ApiError as exc:  # the denials stand: none is excused
+            logger.warning("cannot read the served namespaces: %s", exc)
+            terminating, missing = (), ()
     finally:
         await kube.close()
-    denied = [request for request in denied if request[1] not in terminating]
-    served = [namespace for namespace in namespaces if namespace not in terminating]
-    if terminating and not served:
+    left_out = {*terminating, *missing}
+    denied = [request for request in denied if request[1] not in left_out]
+    served = [namespace for namespace in namespaces if namespace not in left_out]
+    if left_out and not served:
         return AccessVerdict(
-            f"every namespace the operator serves is being deleted ({', '.join(terminating)}); "
-            "name the namespaces to serve in CRAFT_NAMESPACES",
+            "no namespace the operator serves exists but to be deleted "
+            f"({', '.join(sorted(left_out))}); name the namespaces to serve in CRAFT_NAMESPACES",
             terminating,
+            missing,
         )
     problem = missing_access_message(denied, served=served) if denied else None
-    return AccessVerdict(problem, terminating)
+    return AccessVerdict(problem, terminating, missing)
 
 
-async def _terminating(kube: KubeClient, names: Sequence[str]) -> tuple[str, ...]:
-    """Those of ``names`` that are namespaces being deleted (read by list: the operator's
-    ClusterRole lists and watches namespaces, and gets none)."""
-    found = []
+async def _not_there(
+    kube: KubeClient, names: Sequence[str]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Those of ``names`` that are namespaces being deleted, and those that do not exist
+    (read by list: the operator's ClusterRole lists and watches namespaces, and gets none)."""
+    terminating, missing = [], []
     for name in names:
         answer = await kube.request(
             "GET", "/api/v1/namespaces", params={"fieldSelector": f"metadata.name={name}"}
         )
-        for item in answer.get("items") or []:
-            if (item.get("metadata") or {}).get("deletionTimestamp"):
-                found.append(name)
-    return tuple(found)
+        found = [
+            item
+            for item in answer.get("items") or []
+            if (item.get("metadata") or {}).get("name") == name
+        ]
+        if not found:
+            missing.append(name)
+        elif found[0]["metadata"].get("deletionTimestamp"):
+            terminating.append(name)
+    return tuple(terminating), tuple(missing)

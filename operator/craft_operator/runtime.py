@@ -129,7 +129,9 @@ def build_context(
         cluster_id=settings.effective_cluster_id,
         interval=settings.orphan_sweep_interval,
         active=lambda: context.gate.cache_synced,
-        namespaces=lambda: context.gate.namespaces,
+        namespaces=lambda: (
+            (*context.gate.namespaces, *context.unserved) if context.gate.namespaces else ()
+        ),
     )
     metrics.track(
         cache=cache,
@@ -256,6 +258,7 @@ async def run_operator(
     settings: Settings,
     *,
     namespaces: Collection[str] = (),
+    unserved: Collection[str] = (),
     standalone: bool = False,
     peering: PeeringOptions | None = None,
     liveness_endpoint: str | None = None,
@@ -266,7 +269,9 @@ async def run_operator(
     foreign_tasks: set[asyncio.Task[Any]] | None = None,
     context: OperatorContext | None = None,
 ) -> None:
-    """Run the operator until ``stop_flag`` is set (or forever).
+    """Run the operator until ``stop_flag`` is set (or forever), in ``namespaces`` (empty:
+    all); ``unserved``: namespaces it was told to serve but leaves out (being deleted, or
+    gone), whose credential rows its orphan sweep still looks at.
 
     Without ``peering`` (or with a standalone one) the operator runs alone, ``standalone`` or
     not. With a peering name it is one of an active/standby pair: kopf keeps its record in
@@ -290,6 +295,7 @@ async def run_operator(
     metrics_server = await _serve_metrics(context, settings)
     try:
         context.gate.namespaces = tuple(namespaces)
+        context.unserved = tuple(unserved)
         kopf_settings = _kopf_settings(namespaces, peering)
         identity = peering.identity or default_identity()
         monitor = await _start_gate(context, peering, identity)

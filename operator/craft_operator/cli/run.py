@@ -12,7 +12,7 @@ from collections.abc import Callable
 import click
 import uvloop
 
-from craft_operator.access import check_operator_access
+from craft_operator.access import AccessVerdict, check_operator_access
 from craft_operator.config import Settings, SettingsError, load_settings
 from craft_operator.credentials.errors import CredentialsError
 from craft_operator.credentials.factory import check_cluster_id_setting, check_key_ring_loads
@@ -117,19 +117,12 @@ def run(
     except CredentialsError as exc:
         fail(str(exc), code=2)
         return
-    problem, terminating = _cluster_problem(settings, watched, peering)
-    if problem is not None:
-        fail(problem)
+    verdict = _cluster_problem(settings, watched, peering)
+    if verdict.problem is not None:
+        fail(verdict.problem)
         return
-    if terminating:
-        logging.getLogger(__name__).warning(
-            "namespace(s) %s: being deleted, and the operator's Role there is gone already; "
-            "not served by this run (their CraftSandboxes keep the namespace until their "
-            "finalizer is removed by hand; the orphan sweep revokes their PATs once the "
-            "namespace is gone: README, Deleting a sandbox namespace)",
-            ", ".join(terminating),
-        )
-        watched = [namespace for namespace in watched if namespace not in terminating]
+    _warn_left_out(verdict)
+    watched = [namespace for namespace in watched if namespace not in verdict.left_out]
     try:
         with (
             contextlib.suppress(KeyboardInterrupt),
@@ -139,6 +132,7 @@ def run(
                 run_operator(
                     settings,
                     namespaces=watched,
+                    unserved=verdict.left_out,
                     peering=peering,
                     liveness_endpoint=liveness_endpoint,
                 )
@@ -167,17 +161,34 @@ def _configure_logging(verbose: bool) -> None:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
 
 
+def _warn_left_out(verdict: AccessVerdict) -> None:
+    log = logging.getLogger(__name__)
+    if verdict.terminating:
+        log.warning(
+            "namespace(s) %s: being deleted, and the operator's Role there is gone already; "
+            "not served by this run (their CraftSandboxes keep the namespace until their "
+            "finalizer is removed by hand; the orphan sweep revokes their PATs once the "
+            "namespace is gone: README, Deleting a sandbox namespace)",
+            ", ".join(verdict.terminating),
+        )
+    if verdict.missing:
+        log.warning(
+            "namespace(s) %s: do not exist; not served by this run (a typo in "
+            "CRAFT_NAMESPACES? one deleted: the orphan sweep revokes the PATs left there)",
+            ", ".join(verdict.missing),
+        )
+
+
 def _cluster_problem(
     settings: Settings, watched: list[str], peering: PeeringOptions
-) -> tuple[str | None, tuple[str, ...]]:
+) -> AccessVerdict:
     """Why the operator cannot work against the cluster (unreachable, or without the access
-    it needs in ``watched``), or None; and the served namespaces being deleted that this
-    run leaves out."""
+    it needs in ``watched``), if it cannot, and the served namespaces this run leaves out."""
     try:
         info = discover_connection()
         asyncio.run(check_reachable(info))
     except ClusterUnreachableError as exc:
-        return str(exc), ()
+        return AccessVerdict(str(exc))
     # A served namespace without the operator's Role would show only as failing watches and
     # a first listing that never completes, for every namespace: refuse to start instead.
     template = settings.skill_template_configmap_ref
@@ -189,7 +200,7 @@ def _cluster_problem(
             template_namespace=template[0] if template is not None else None,
         )
     )
-    return verdict.problem, verdict.terminating
+    return verdict
 
 
 def peering_options(

@@ -11,10 +11,9 @@ cluster (``CRAFT_CLUSTER_ID``) in the namespaces it serves:
   404 for that CraftSandbox (its Status names the object), or an object with another uid,
   makes it an orphan; any other answer (a 404 from a proxy or for an unserved API
   version, forbidden, unreachable) leaves it for the next sweep, unless its namespace no
-  longer exists (a live list says so): no sandbox can be in it;
-- a row in a namespace it does not serve is another operator's to judge, unless that
-  namespace no longer exists (deleted with its sandboxes in it, then taken out of
-  ``CRAFT_NAMESPACES``: the Role that let the operator read it went with it);
+  longer exists (a live list says so): no sandbox can be in it (a namespace deleted with
+  its sandboxes in it took the Role that let the operator read them; one that a restart
+  left out as being deleted or gone is still swept);
 - an orphan's PAT is revoked and its row deleted, with its library record, in one
   transaction, only if the row is unchanged since it was listed (a sandbox of that name
   created meanwhile wins);
@@ -137,23 +136,22 @@ class OrphanSweeper:
 
         if self.cluster_id is None:
             raise RuntimeError("the orphan sweep needs a cluster id")
-        served = tuple(self._namespaces())
-        rows = await self._credentials.call(rows_of_cluster, self.cluster_id)
+        rows = await self._credentials.call(
+            rows_of_cluster, self.cluster_id, tuple(self._namespaces())
+        )
         revoked: list[int] = []
-        checked = unconfirmed = failed = 0
+        unconfirmed = failed = 0
         for row in rows:
             if not self._active():
                 break  # stood by meanwhile (its cache is emptied): the active one sweeps
-            ours = not served or row.namespace in served
-            checked += ours
-            if ours and self._alive_in_cache(row):
+            if self._alive_in_cache(row):
                 continue
             try:
-                orphan = await self._confirm_orphan(row) if ours else None
+                orphan = await self._confirm_orphan(row)
                 if orphan is None and await self._namespace_gone(row.namespace):
                     orphan = True
                 if orphan is None:
-                    unconfirmed += ours
+                    unconfirmed += 1
                 elif orphan and await self._credentials.call(revoke_orphan, row):
                     self._credentials.forget(row.sandbox_uid)
                     revoked.append(row.pat_id)
@@ -185,7 +183,7 @@ class OrphanSweeper:
             )
         self._reported_unowned = unowned
         return SweepReport(
-            checked=checked,
+            checked=len(rows),
             revoked=tuple(revoked),
             unconfirmed=unconfirmed,
             without_cluster=unowned,

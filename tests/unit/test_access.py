@@ -1,0 +1,120 @@
+"""The start-up access check: a served namespace without the operator's Role stops it, unless
+that namespace is being deleted or does not exist (then it is left out, not fatal)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from craft_operator import access
+from craft_operator.kube.client import ApiError
+
+pytestmark = pytest.mark.unit
+
+
+class FakeApi:
+    """Answers access reviews (allowed outside ``lacking``) and lists of namespaces."""
+
+    lacking: frozenset[str] = frozenset()
+    #: The namespaces that exist: name -> being deleted.
+    namespaces: Mapping[str, bool] = {}
+    namespaces_readable = True
+
+    def __init__(self, **_: Any) -> None:
+        pass
+
+    def configure(self, info: Any) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    async def request(
+        self, method: str, path: str, *, body: Any = None, params: Any = None
+    ) -> dict[str, Any]:
+        if path == access.SSAR_PATH:
+            namespace = body["spec"]["resourceAttributes"].get("namespace")
+            return {"status": {"allowed": namespace not in self.lacking}}
+        assert path == "/api/v1/namespaces"
+        if not self.namespaces_readable:
+            raise ApiError(403, "Forbidden", "namespaces is forbidden")
+        # As a field selector the emulator ignores would: every namespace comes back.
+        return {
+            "items": [
+                {"metadata": {"name": name, **({"deletionTimestamp": "x"} if doomed else {})}}
+                for name, doomed in self.namespaces.items()
+            ]
+        }
+
+
+def check(monkeypatch: pytest.MonkeyPatch, served: list[str], **api: Any) -> access.AccessVerdict:
+    fake = type("Api", (FakeApi,), api)
+    monkeypatch.setattr(access, "KubeClient", fake)
+    return asyncio.run(access.check_operator_access(None, served, peering=False))  # type: ignore[arg-type]
+
+
+def test_a_namespace_without_the_role_stops_the_operator(monkeypatch: pytest.MonkeyPatch) -> None:
+    verdict = check(
+        monkeypatch, ["team-a"], lacking=frozenset({"team-a"}), namespaces={"team-a": False}
+    )
+    assert verdict.problem is not None
+    assert "team-a" in verdict.problem
+    assert verdict.left_out == ()
+
+
+def test_a_namespace_being_deleted_without_its_role_is_left_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    verdict = check(
+        monkeypatch,
+        ["team-a", "doomed"],
+        lacking=frozenset({"doomed"}),
+        namespaces={"team-a": False, "doomed": True},
+    )
+    assert verdict.problem is None
+    assert (verdict.terminating, verdict.missing) == (("doomed",), ())
+
+
+def test_a_namespace_that_does_not_exist_is_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    verdict = check(
+        monkeypatch, ["team-a", "gone"], lacking=frozenset({"gone"}), namespaces={"team-a": False}
+    )
+    assert verdict.problem is None
+    assert verdict.missing == ("gone",)
+
+
+def test_only_the_namespace_named_counts_not_another_being_deleted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    verdict = check(
+        monkeypatch,
+        ["team-a"],
+        lacking=frozenset({"team-a"}),
+        namespaces={"team-a": False, "other": True},
+    )
+    assert verdict.problem is not None
+    assert verdict.left_out == ()
+
+
+def test_namespaces_that_cannot_be_read_excuse_no_missing_role(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    verdict = check(
+        monkeypatch, ["team-a"], lacking=frozenset({"team-a"}), namespaces_readable=False
+    )
+    assert verdict.problem is not None
+    assert "team-a" in verdict.problem
+
+
+def test_with_every_served_namespace_left_out_the_operator_does_not_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An empty list of namespaces would mean every namespace."""
+    verdict = check(
+        monkeypatch, ["doomed"], lacking=frozenset({"doomed"}), namespaces={"doomed": True}
+    )
+    assert verdict.problem is not None
+    assert "CRAFT_NAMESPACES" in verdict.problem
