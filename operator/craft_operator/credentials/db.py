@@ -268,6 +268,14 @@ def head_revision() -> str | None:
     return _scripts().get_current_head()
 
 
+def _newer_schema(revision: str) -> str:
+    return (
+        f"the {CREDENTIAL_TABLE} table is at revision {revision}, which a newer operator "
+        f"migrated to (this one knows up to {head_revision()}): run that version again; "
+        "going back to an older operator after a migration is not supported"
+    )
+
+
 def is_known_revision(revision: str) -> bool:
     """Whether ``revision`` is one of this operator's migrations (else a newer one's)."""
     return any(script.revision == revision for script in _scripts().walk_revisions())
@@ -339,6 +347,8 @@ def upgrade(engine: Engine) -> UpgradeResult:
         else:
             created = _create_embedded_pat_table(connection)
         before = current_revision(connection)
+        if before is not None and not is_known_revision(before):
+            raise SchemaMissingError(_newer_schema(before))
         try:
             command.upgrade(alembic_config(connection), "head")
         except AlembicCommandError as exc:
@@ -365,11 +375,7 @@ def check_schema(engine: Engine) -> None:
             )
         revision, head = current_revision(connection), head_revision()
         if revision is not None and revision != head and not is_known_revision(revision):
-            raise SchemaMissingError(
-                f"the {CREDENTIAL_TABLE} table is at revision {revision}, which a newer "
-                f"operator migrated to (this one knows up to {head}): run that version again; "
-                "going back to an older operator after a migration is not supported"
-            )
+            raise SchemaMissingError(_newer_schema(revision))
         if revision != head:
             raise SchemaMissingError(
                 f"the {CREDENTIAL_TABLE} table is at revision {revision or 'none'}, "

@@ -55,7 +55,7 @@ POD_KIND = "Pod"
 #: conditions (Ready, PodScheduled), each container's state (why it waits; a Job's
 #: termination message), and the containers' images (an edited image is drift).
 POD_STATUS_FIELDS = ("phase", "reason", "message", "conditions", "containerStatuses")
-POD_CONDITION_FIELDS = ("type", "status", "reason", "message")
+POD_CONDITION_FIELDS = ("type", "status", "reason", "message", "lastTransitionTime")
 CONTAINER_STATUS_FIELDS = ("name", "ready", "state")
 CONTAINER_FIELDS = ("name", "image")
 

@@ -158,14 +158,21 @@ async def _running(p: Pass, actual: dict[str, Any], desired: dict[str, Any]) -> 
 
 def _turns_ready(p: Pass, pod: dict[str, Any]) -> bool:
     """Whether this pass sees the pod Ready for the first time: PodReady was not True, and
-    not Unknown over this same pod (an earlier row stopped the last passes: the database
-    down, say) after which the pod may well have been Ready all along."""
+    if it was Unknown over this same pod (an earlier row stopped the last passes: the
+    database down, say), the pod turned Ready since (else it may have been Ready all along)."""
     held = p.run.condition(POD_READY)
     if held is None or held.status == ConditionStatus.FALSE:
         return True
     if held.status == ConditionStatus.TRUE:
         return False
-    return bool(p.run.old_status.pod_uid != pod["metadata"].get("uid"))
+    if p.run.old_status.pod_uid != pod["metadata"].get("uid"):
+        return True
+    ready_since = pod_state.ready_since(pod)
+    return (
+        ready_since is not None
+        and held.last_transition_time is not None
+        and ready_since > held.last_transition_time
+    )
 
 
 def _observe_pod_ready(p: Pass, pod: dict[str, Any]) -> None:
@@ -178,7 +185,10 @@ def _observe_pod_ready(p: Pass, pod: dict[str, Any]) -> None:
         return
     started_at = pod_state.created_at(pod)
     if started_at is not None:
-        seconds = (p.run.now - started_at).total_seconds()
+        # Until the pod's own Ready, if it says when: a pass that comes later (after an
+        # outage of the database, say) adds nothing of the pod's.
+        ready_at = min(pod_state.ready_since(pod) or p.run.now, p.run.now)
+        seconds = (ready_at - started_at).total_seconds()
         p.services.metrics.observe_phase(ProvisioningPhase.POD_READY, seconds)
 
 

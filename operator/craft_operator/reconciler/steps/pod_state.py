@@ -78,8 +78,19 @@ def _image_edited(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> str 
 
 def created_at(pod: Mapping[str, Any]) -> datetime | None:
     """The pod's creationTimestamp, if readable."""
-    text = pod["metadata"].get("creationTimestamp")
-    if not text:
+    return _moment(pod["metadata"].get("creationTimestamp"))
+
+
+def ready_since(pod: Mapping[str, Any]) -> datetime | None:
+    """When the pod's Ready condition last changed (its kubelet's word), if readable."""
+    for condition in pod.get("status", {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return _moment(condition.get("lastTransitionTime"))
+    return None
+
+
+def _moment(text: Any) -> datetime | None:
+    if not isinstance(text, str) or not text:
         return None
     try:
         return datetime.fromisoformat(text.replace("Z", "+00:00"))

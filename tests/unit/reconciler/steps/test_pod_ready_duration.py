@@ -108,3 +108,31 @@ async def test_a_new_pod_after_an_unknown_pod_ready_is_timed(world: World) -> No
     assert await pod.converge_pod(p) is None
 
     assert pod_ready_count(world) == 1
+
+
+async def test_a_pod_that_turned_ready_during_an_outage_is_timed_until_its_own_ready(
+    world: World,
+) -> None:
+    """PodReady went Unknown over a pod still starting; the pod says it turned Ready after
+    that: its first Ready, timed to the moment it says, not to the pass after the outage."""
+    await pod.converge_pod(await pod_pass(world))
+    mark_pod_running(world.emulator, NAMESPACE, NAME)
+    body = world.emulator.get("v1/pods", NAMESPACE, NAME)
+    body["metadata"]["creationTimestamp"] = format_time(NOW - timedelta(minutes=30))
+    for condition in body["status"]["conditions"]:
+        if condition["type"] == "Ready":
+            condition["lastTransitionTime"] = format_time(NOW - timedelta(minutes=29))
+    world.cache.put("Pod", body)
+    waiting = {
+        "type": "PodReady",
+        "status": "Unknown",
+        "reason": "WaitingForCredentials",
+        "message": "waiting for an earlier step",
+        "lastTransitionTime": format_time(NOW - timedelta(minutes=29, seconds=30)),
+    }
+
+    p = await pod_pass(world, status={"podUID": body["metadata"]["uid"], "conditions": [waiting]})
+    assert await pod.converge_pod(p) is None
+
+    assert pod_ready_count(world) == 1
+    assert sample(world, "craft_provisioning_phase_duration_seconds_sum", phase="pod_ready") == 60
