@@ -157,6 +157,9 @@ class NoCredentials:
     async def revoke(self, namespace: str, name: str, uid: str) -> bool:
         return False
 
+    def forget(self, uid: str) -> None:
+        return None
+
 
 class NoLibrary:
     async def forget(self, uid: str) -> None:

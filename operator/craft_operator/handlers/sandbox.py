@@ -23,6 +23,8 @@ def on_sandbox_event(memo: OperatorContext, event_type: str, obj: dict[str, Any]
             return  # a newer sandbox of that name (created since): it is not gone
         memo.queue.forget(key)
         memo.reconciler.forget(key)
+        # Its PAT was revoked by its finalizer, or, removed by hand, is the orphan sweep's.
+        memo.services.credentials.forget(str(meta.get("uid", "")))
         return
     before = memo.cache.get(kinds.SANDBOX.name, *key)
     if memo.cache.put(kinds.SANDBOX.name, obj):

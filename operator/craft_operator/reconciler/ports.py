@@ -95,6 +95,11 @@ class CredentialsPort(Protocol):
         """
         ...
 
+    def forget(self, uid: str) -> None:
+        """Drop what is remembered of the PAT of sandbox ``uid`` (it is gone, or its PAT
+        was revoked out of band); nothing in the database changes."""
+        ...
+
 
 class SkillsPort(Protocol):
     """Renders the company-search SKILL.md for a sandbox."""

@@ -82,7 +82,8 @@ class SandboxReconciler:
         return next_visit(key, verdict, self.services.settings.resync_interval)
 
     async def _pass(self, key: tuple[str, str]) -> Revisit | None:
-        if self.services.cache.get(SANDBOX, *key) is None:
+        found = self.services.cache.get(SANDBOX, *key)
+        if found is None:
             return None
         # The pass's Normal events become one Event, posted when the pass ends however it
         # ends (Warnings go at once); nothing of the pass is held after it.
@@ -93,6 +94,15 @@ class SandboxReconciler:
             return await self._steps(services, batch, key)
         finally:
             batch.close()
+            self._forget_if_gone(key, found["metadata"].get("uid"))
+
+    def _forget_if_gone(self, key: tuple[str, str], uid: str | None) -> None:
+        """The sandbox went while the pass ran (its finalizer removed by hand): what the
+        pass remembered after its deletion was forgotten would stay for good."""
+        now = self.services.cache.get(SANDBOX, *key)
+        if now is None or now["metadata"].get("uid") != uid:
+            self.forget(key)
+            self.services.credentials.forget(uid or "")
 
     async def _steps(self, s: Services, batch: EventBatch, key: tuple[str, str]) -> Revisit | None:
         body = s.cache.get(SANDBOX, *key)

@@ -264,7 +264,8 @@ class StoreCredentials:
         )
 
     def forget(self, uid: str) -> None:
-        """Drop the remembered PAT of sandbox ``uid`` (it was revoked out of band)."""
+        """Drop the remembered PAT of sandbox ``uid`` (it is gone, or its PAT was revoked
+        out of band)."""
         self._known.pop(uid, None)
 
     async def ensure(

@@ -86,6 +86,9 @@ class Credentials:
     async def revoke(self, namespace: str, name: str, uid: str) -> bool:
         return True
 
+    def forget(self, uid: str) -> None:
+        return None
+
     async def retire(self, namespace: str, name: str, uid: str, pat_id: int) -> int | None:
         self.retired.append(pat_id)
         return None
