@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import atexit
 import base64
-import functools
+import contextlib
+import hashlib
 import os
 import tempfile
 from collections.abc import Mapping
@@ -109,16 +110,42 @@ def _file(base: Path, fields: Mapping[str, Any], key: str) -> str | None:
     holding its inline ``-data`` (base64), as the client writes one."""
     data = fields.get(f"{key}-data")
     if data:
-        return _data_file(str(data))
+        return _data_file(key, str(data))
     value = fields.get(key)
     return str(base / Path(value).expanduser()) if value else None
 
 
-@functools.cache
-def _data_file(data: str) -> str:
-    """A private temporary file holding ``data`` decoded, removed at exit (once per data:
-    a re-login writes no new file)."""
+#: The temporary files written for each inline field, oldest first: (digest, path).
+_written: dict[str, list[tuple[str, str]]] = {}
+#: Files kept per field: the current one, and the one before (a session made from it may
+#: still be connecting); older ones, from credentials rotated since, are removed.
+KEPT_PER_FIELD = 2
+
+
+def _data_file(field: str, data: str) -> str:
+    """A private temporary file holding ``data`` decoded (once per data: a re-login
+    writes no new file); a rotated key's older files are removed, the rest at exit."""
+    digest = hashlib.sha256(data.encode()).hexdigest()
+    files = _written.setdefault(field, [])
+    for known, path in files:
+        if known == digest:
+            return path
     with tempfile.NamedTemporaryFile(delete=False, prefix="craft-kube-") as handle:
         handle.write(base64.standard_b64decode(data))
-    atexit.register(os.unlink, handle.name)
+    files.append((digest, handle.name))
+    while len(files) > KEPT_PER_FIELD:
+        _, old = files.pop(0)
+        _unlink(old)
     return handle.name
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+@atexit.register
+def _remove_written() -> None:
+    for files in _written.values():
+        for _, path in files:
+            _unlink(path)

@@ -161,3 +161,27 @@ def test_outside_a_cluster_there_is_no_service_account(files: Path) -> None:
     assert login.in_cluster({}, account=files) is None
     assert login.in_cluster({"KUBERNETES_SERVICE_HOST": "h", "KUBERNETES_SERVICE_PORT": "1"},
                             account=files / "absent") is None  # fmt: skip
+
+
+def test_a_client_key_rotated_many_times_leaves_two_files_of_it_at_most(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kubeconfig is read again every minute: each rotation of an inline key wrote a
+    file (the private key, on disk until the process ended) and kept the key in memory."""
+    monkeypatch.setattr(login, "_written", {})
+    paths = []
+    for rotation in range(6):
+        key = KEY.replace(b"key", f"key-{rotation}".encode())
+        user = {"client-certificate-data": b64(CERT), "client-key-data": b64(key)}
+        path = write_kubeconfig(tmp_path, {"server": "https://k"}, user)
+        monkeypatch.setenv("KUBECONFIG", str(path))
+        info = login.from_kubeconfig()
+        assert info is not None
+        assert read(info.private_key_path) == key
+        paths.append(info.private_key_path)
+
+    assert len(set(paths)) == 6
+    assert [Path(p).exists() for p in paths if p] == [False] * 4 + [True] * 2
+    again = login.from_kubeconfig()  # the same data: the same file, no new one
+    assert again is not None
+    assert again.private_key_path == paths[-1]
