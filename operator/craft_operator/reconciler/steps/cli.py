@@ -34,6 +34,10 @@ POD = kinds.POD
 CLI_TIMEOUT = 60.0
 #: onyx-cli prints a line or two; more is not read.
 CLI_MAX_OUTPUT = 1024 * 1024
+#: What is kept of a delivery's stderr, at its start (where onyx-cli says why) and at its
+#: end (what an excerpt shows): its result may wait in memory for the sandbox's next pass,
+#: a sleeping sandbox's for days, and the pod decides how much it prints.
+KEPT_STDERR = 32 * 1024
 #: The exit codes of the commands below when the PAT, or the SKILL.md it carries, could
 #: not be written (onyx-cli's own codes are 0 to 9, and 127 when it is missing).
 EXIT_NOT_DELIVERED = 90
@@ -192,6 +196,15 @@ def _backing_off(p: Pass, wait: float) -> None:
     p.run.revisit(after=wait)
 
 
+def kept_of(result: ExecResult) -> ExecResult:
+    """What a delivery's result keeps until the pass that reads it: its exit code and the
+    ends of its stderr (nothing reads its stdout)."""
+    stderr = result.stderr
+    if len(stderr) > 2 * KEPT_STDERR:
+        stderr = stderr[:KEPT_STDERR] + b"\n[...]\n" + stderr[-KEPT_STDERR:]
+    return ExecResult(result.exit_code, b"", stderr)
+
+
 async def _deliver_and_validate(
     p: Pass, skill: claimed_skill.PendingSkill | None, target: str
 ) -> ExecResult | None:
@@ -219,7 +232,7 @@ async def _deliver_and_validate(
             max_output_bytes=CLI_MAX_OUTPUT,
         )
         s.metrics.observe_phase(ProvisioningPhase.CLI_VALIDATION, time.monotonic() - started)
-        return result
+        return kept_of(result)
 
     # One delivery per pod, PAT and SKILL.md; a slow one runs on without the pass.
     skill_hash = "" if skill is None else skill.delivered.content_hash

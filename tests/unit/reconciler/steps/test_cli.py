@@ -519,3 +519,22 @@ async def test_a_pod_that_stalls_the_delivery_is_retried_with_backoff(
     assert condition is not None
     assert condition.reason == "ExecFailed"
     assert p.run.verdict.backoff == "ExecFailed"
+
+
+def test_a_delivery_keeps_only_the_ends_of_what_the_pod_printed() -> None:
+    """Its result may wait in memory for the sandbox's next pass (days, if it sleeps), and
+    the pod decides how much it prints: a megabyte each would add up over sandboxes."""
+    marker = b"Error: connection check failed: invalid personal access token.\n"
+    printed = ExecResult(
+        cli_validation.EXIT_AUTH_FAILURE, b"o" * 1024 * 1024, marker + b"x" * 1024 * 1024
+    )
+
+    kept = cli.kept_of(printed)
+
+    assert kept.exit_code == printed.exit_code
+    assert kept.stdout == b""
+    assert len(kept.stderr) <= 2 * cli.KEPT_STDERR + 16
+    assert not cli_validation.refused_not_for_the_pat(kept.exit_code, kept.stderr)
+    assert kept.stderr_excerpt(100) == printed.stderr_excerpt(100)
+    small = ExecResult(0, b"ok", b"fine")
+    assert cli.kept_of(small).stderr == b"fine"
