@@ -96,11 +96,14 @@ def test_the_workspace_layout_exists_and_belongs_to_the_sandbox_user(sandbox: St
     assert workdir.value == "/workspace"
 
 
-def test_the_sandbox_image_checks_that_sh_tar_and_dd_are_present(sandbox: Stage) -> None:
+def test_the_sandbox_image_checks_that_the_tools_the_operator_runs_are_present(
+    sandbox: Stage,
+) -> None:
     run = sandbox.run_text()
-    assert "command -v sh" in run
-    assert "command -v tar" in run
-    assert "command -v dd" in run
+    for tool in ("sh", "tar", "dd", "head"):
+        assert f"command -v {tool}" in run
+    assert "readlink -f" in run  # the onyx-cli wrapper finds the pinned cli with it
+    assert "mv -fT" in run  # deliveries never move a file into a planted directory
 
 
 def test_the_sandbox_image_has_no_s3_client(sandbox: Stage) -> None:
@@ -293,3 +296,44 @@ def test_the_build_context_sends_exactly_what_the_build_copies(
         for source in sources:
             assert (REPO / source).exists(), source
             assert source.rstrip("/") in included, f"{source} is not in the build context"
+
+
+def test_a_pat_path_that_is_not_a_readable_file_is_said_not_left_to_onyx_cli(
+    tmp_path: Path, echoing_cli: Path
+) -> None:
+    """onyx-cli without ONYX_PAT falls back to the api_key of its config file under $HOME,
+    which the agent writes: a directory planted at the PAT's path must not lead there."""
+    planted = tmp_path / "pat"
+    planted.mkdir()
+    result = run_wrapper(tmp_path, echoing_cli, ONYX_PAT_FILE=str(planted))
+    assert result.returncode == 3
+    assert "cannot read the sandbox's PAT" in result.stderr
+    assert "pat=" not in result.stdout
+
+
+def test_the_wrapper_finds_the_pinned_cli_beside_it_when_run_through_a_link(
+    tmp_path: Path,
+) -> None:
+    installed = tmp_path / "usr-local-bin"
+    installed.mkdir()
+    wrapper = installed / "onyx-cli"
+    wrapper.write_text(WRAPPER.read_text())
+    wrapper.chmod(0o755)
+    real = installed / "onyx-cli.real"
+    real.write_text('#!/bin/sh\necho "real args=$*"\n')
+    real.chmod(0o755)
+    link = tmp_path / "home-bin" / "onyx-cli"
+    link.parent.mkdir()
+    link.symlink_to(wrapper)
+    clean = {key: value for key, value in os.environ.items() if not key.startswith("ONYX_")}
+
+    result = subprocess.run(
+        [str(link), "search", "x"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**clean, "ONYX_PAT": "onyx_pat_env"},
+        check=False,
+    )
+
+    assert result.stdout.strip() == "real args=search x", result.stderr

@@ -3,6 +3,7 @@ stdin, each written whole with its own mode, with the image's tools or with Busy
 
 from __future__ import annotations
 
+import os
 import shutil
 import stat
 from pathlib import Path
@@ -17,6 +18,7 @@ from craft_operator.reconciler.steps.cli import (
     EXIT_NOT_DELIVERED,
     EXIT_SKILL_NOT_DELIVERED,
     WRITE_PAT_AND_SKILL_SCRIPT,
+    deliver_with_skill_argv,
 )
 
 pytestmark = pytest.mark.unit
@@ -108,3 +110,47 @@ async def test_a_delivery_cut_short_installs_nothing_and_leaves_no_file_behind(
     ), "no piece of the token left in a temporary file"
     skills = pods.workspace("ns", "pod") / "skills" / "company-search"
     assert not skills.exists() or list(skills.iterdir()) == []
+
+
+async def test_a_directory_planted_at_the_pat_or_the_skill_is_refused_never_written_into(
+    pods: LocalExec,
+) -> None:
+    """``mv`` would move the file into it and succeed: the operator would record a PAT or
+    a SKILL.md delivered that no one finds where onyx-cli and the agent look."""
+    pat = pods.credentials_dir("ns", "pod") / "pat"
+    pat.mkdir(parents=True)
+    result = await pods.run("ns", "pod", "sandbox", write_argv(TOKEN), stdin=TOKEN + SKILL)
+    assert result.exit_code == EXIT_NOT_DELIVERED
+    assert list(pat.iterdir()) == []
+
+    pat.rmdir()
+    skill = pods.workspace("ns", "pod") / "skills" / "company-search" / "SKILL.md"
+    skill.mkdir(parents=True)
+    result = await pods.run("ns", "pod", "sandbox", write_argv(TOKEN), stdin=TOKEN + SKILL)
+    assert result.exit_code == EXIT_SKILL_NOT_DELIVERED
+    assert list(skill.iterdir()) == []
+
+
+@pytest.mark.parametrize("with_skill", [False, True], ids=["pat", "pat and skill"])
+async def test_onyx_cli_is_validated_with_the_pat_delivered_whatever_the_pods_files_say(
+    tmp_path: Path, with_skill: bool
+) -> None:
+    """The agent may swap the installed file for a PAT it knows is live, or leave onyx-cli
+    to fall back to the api_key of its config file under $HOME: the PAT this exec was
+    given is what onyx-cli is run with, and no config file is in its reach."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    onyx_cli = bin_dir / "onyx-cli"
+    onyx_cli.write_text('#!/bin/sh\nprintf \'%s|%s|%s\' "$ONYX_PAT" "$HOME" "$XDG_CONFIG_HOME"\n')
+    onyx_cli.chmod(0o755)
+    pods = LocalExec(root=tmp_path / "pods", path=f"{bin_dir}:{os.environ['PATH']}")
+    if with_skill:
+        argv = list(deliver_with_skill_argv(len(TOKEN), len(SKILL)))
+        stdin = TOKEN + SKILL
+    else:
+        argv, stdin = list(DELIVER_ARGV), TOKEN + b"\n"
+
+    result = await pods.run("ns", "pod", "sandbox", argv, stdin=stdin)
+
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == TOKEN + b"|/nonexistent|/nonexistent"

@@ -35,13 +35,14 @@ has_size() {
   [ "$(dd if="$1" bs=1 skip="$2" count=1 2>/dev/null; echo .)" = . ] || return 1
   [ "$2" -eq 0 ] || [ "$(dd if="$1" bs=1 skip="$(($2 - 1))" count=1 2>/dev/null; echo .)" != . ]
 }"""
-#: Writes stdin to the file ``$1`` atomically, readable by all (the agent reads it), once it
-#: holds all ``$2`` bytes: an exec whose client went away is not ended, its stdin is, so
-#: the end of stdin does not mean that all of it came. Through a file of this shell's own
-#: (a cancelled delivery's shell may still be writing), removed if it is not installed.
+#: Writes stdin to the file ``$1`` atomically (``mv -T``: never into a directory planted
+#: there), readable by all (the agent reads it), once it holds all ``$2`` bytes: an exec
+#: whose client went away is not ended, its stdin is, so the end of stdin does not mean
+#: that all of it came. Through a file of this shell's own (a cancelled delivery's shell
+#: may still be writing), removed if it is not installed.
 WRITE_SKILL = (
     'umask 022 && mkdir -p "${1%/*}" && skill_tmp="$1.$$" && trap \'rm -f "$skill_tmp"\' EXIT '
-    '&& cat > "$skill_tmp" && has_size "$skill_tmp" "$2" && mv -f "$skill_tmp" "$1"'
+    '&& cat > "$skill_tmp" && has_size "$skill_tmp" "$2" && mv -fT "$skill_tmp" "$1"'
 )
 WRITE_SKILL_SCRIPT = f"{HAS_SIZE_FUNCTION}\n{WRITE_SKILL}"
 TIMEOUT = 10.0

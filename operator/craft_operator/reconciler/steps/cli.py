@@ -58,23 +58,32 @@ WAITING_RETRY = 10.0
 #: ``read`` fails unless that newline arrived; the file is then written from the line,
 #: through a file of this shell's own (a cancelled delivery's shell may still be writing),
 #: removed if it is not installed (``exec`` of onyx-cli runs no trap: it is installed).
+#: ``mv -T`` replaces the file, never moves into a directory the agent planted there.
 WRITE_PAT_SCRIPT = (
     'umask 077 && pat_tmp="$1.$$" && trap \'rm -f "$pat_tmp"\' EXIT && IFS= read -r t '
-    '&& printf \'%s\' "$t" > "$pat_tmp" && mv -f "$pat_tmp" "$1"'
+    '&& printf \'%s\' "$t" > "$pat_tmp" && mv -fT "$pat_tmp" "$1"'
 )
 #: With a claimed pod's SKILL.md too: the PAT is the first ``$3`` bytes of stdin (``dd``
-#: with one-byte blocks reads no further), written to ``$1`` once it holds all of them; the
-#: rest is the SKILL.md, ``$4`` bytes, written to ``$2`` by the SKILL.md's own commands
-#: (given ``$2`` and ``$4`` as their ``$1`` and ``$2``).
+#: with one-byte blocks reads no further), kept once all of them came and written to
+#: ``$1``; the rest is the SKILL.md, ``$4`` bytes, written to ``$2`` by the SKILL.md's own
+#: commands (given ``$2`` and ``$4`` as their ``$1`` and ``$2``).
 WRITE_PAT_AND_SKILL_SCRIPT = (
     f"{claimed_skill.HAS_SIZE_FUNCTION}\n"
     'umask 077 && pat_tmp="$1.$$" && trap \'rm -f "$pat_tmp"\' EXIT '
-    '&& dd bs=1 count="$3" of="$pat_tmp" 2>/dev/null && has_size "$pat_tmp" "$3" '
-    f'&& mv -f "$pat_tmp" "$1" || exit {EXIT_NOT_DELIVERED}\n'
+    '&& t=$(dd bs=1 count="$3" 2>/dev/null) && [ "${#t}" -eq "$3" ] '
+    '&& printf \'%s\' "$t" > "$pat_tmp" '
+    f'&& mv -fT "$pat_tmp" "$1" || exit {EXIT_NOT_DELIVERED}\n'
     'set -- "$2" "$4"\n'
     f"{claimed_skill.WRITE_SKILL} || exit {EXIT_SKILL_NOT_DELIVERED}"
 )
-VALIDATE_LINE = f"exec {' '.join(cli_validation.VALIDATE_ARGV)}"
+#: onyx-cli is validated with the PAT this exec was given, from the shell's own variable,
+#: never with what the pod's files say: the agent controls them (it could swap the file
+#: back to a PAT it knows is live, or leave onyx-cli to fall back to its config file under
+#: $HOME, whose api_key it wrote), and would have a PAT it never used count as validated.
+VALIDATE_LINE = (
+    'export ONYX_PAT="$t" HOME=/nonexistent XDG_CONFIG_HOME=/nonexistent '
+    f"&& exec {' '.join(cli_validation.VALIDATE_ARGV)}"
+)
 DELIVER_ARGV = (
     "sh",
     "-c",
