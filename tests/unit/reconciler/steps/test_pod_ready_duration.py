@@ -3,7 +3,7 @@ for a sandbox; a claimed warm pod's age is the time it waited in its pool, not a
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -42,6 +42,17 @@ def created_before(world: World, name: str, age: timedelta) -> None:
     world.cache.put("Pod", body)
 
 
+def pod_ready_waiting(*, since: datetime) -> dict[str, str]:
+    """PodReady as a pass stopped before the pod's row left it (the database down)."""
+    return {
+        "type": "PodReady",
+        "status": "Unknown",
+        "reason": "WaitingForCredentials",
+        "message": "waiting for an earlier step",
+        "lastTransitionTime": format_time(since),
+    }
+
+
 async def test_a_pod_made_for_the_sandbox_is_timed_from_its_creation_to_ready(
     world: World,
 ) -> None:
@@ -78,13 +89,7 @@ async def test_a_pod_ready_before_a_database_outage_is_not_timed_again_after_it(
     mark_pod_running(world.emulator, NAMESPACE, NAME)
     created_before(world, NAME, timedelta(days=3))
     uid = world.emulator.get("v1/pods", NAMESPACE, NAME)["metadata"]["uid"]
-    waiting = {
-        "type": "PodReady",
-        "status": "Unknown",
-        "reason": "WaitingForCredentials",
-        "message": "waiting for an earlier step",
-        "lastTransitionTime": format_time(NOW - timedelta(minutes=5)),
-    }
+    waiting = pod_ready_waiting(since=NOW - timedelta(minutes=5))
 
     p = await pod_pass(world, status={"podUID": uid, "conditions": [waiting]})
     assert await pod.converge_pod(p) is None
@@ -96,13 +101,7 @@ async def test_a_new_pod_after_an_unknown_pod_ready_is_timed(world: World) -> No
     await pod.converge_pod(await pod_pass(world))
     mark_pod_running(world.emulator, NAMESPACE, NAME)
     created_before(world, NAME, timedelta(seconds=30))
-    waiting = {
-        "type": "PodReady",
-        "status": "Unknown",
-        "reason": "WaitingForCredentials",
-        "message": "waiting for an earlier step",
-        "lastTransitionTime": format_time(NOW - timedelta(minutes=5)),
-    }
+    waiting = pod_ready_waiting(since=NOW - timedelta(minutes=5))
 
     p = await pod_pass(world, status={"podUID": "an-earlier-pod", "conditions": [waiting]})
     assert await pod.converge_pod(p) is None
@@ -123,13 +122,7 @@ async def test_a_pod_that_turned_ready_during_an_outage_is_timed_until_its_own_r
         if condition["type"] == "Ready":
             condition["lastTransitionTime"] = format_time(NOW - timedelta(minutes=29))
     world.cache.put("Pod", body)
-    waiting = {
-        "type": "PodReady",
-        "status": "Unknown",
-        "reason": "WaitingForCredentials",
-        "message": "waiting for an earlier step",
-        "lastTransitionTime": format_time(NOW - timedelta(minutes=29, seconds=30)),
-    }
+    waiting = pod_ready_waiting(since=NOW - timedelta(minutes=29, seconds=30))
 
     p = await pod_pass(world, status={"podUID": body["metadata"]["uid"], "conditions": [waiting]})
     assert await pod.converge_pod(p) is None
