@@ -114,13 +114,11 @@ class AccessVerdict:
     #: Served namespaces being deleted whose Role is gone already (the namespace controller
     #: deletes it with everything else): left out of this run, not a reason to stop.
     terminating: tuple[str, ...] = ()
-    #: Served namespaces that do not exist (deleted, or not made yet): left out likewise.
-    missing: tuple[str, ...] = ()
 
     @property
     def left_out(self) -> tuple[str, ...]:
         """The served namespaces this run leaves out."""
-        return (*self.terminating, *self.missing)
+        return self.terminating
 
 
 async def check_operator_access(
@@ -136,7 +134,8 @@ async def check_operator_access(
     An API server that cannot be asked (no SelfSubjectAccessReview) is logged, not fatal:
     the check is there to explain a missing Role, not to be another way to fail. A served
     namespace being deleted without the Role is left out, not fatal: one namespace torn
-    down must not keep the operator from every other.
+    down must not keep the operator from every other. One that does not exist stops it
+    (a typo, or one not made yet: left out, it would never be served once made).
     """
     kube = KubeClient(request_timeout=timeout)
     kube.configure(info)
@@ -154,18 +153,23 @@ async def check_operator_access(
             terminating, missing = (), ()
     finally:
         await kube.close()
-    left_out = {*terminating, *missing}
-    denied = [request for request in denied if request[1] not in left_out]
-    served = [namespace for namespace in namespaces if namespace not in left_out]
-    if left_out and not served:
+    if missing:
         return AccessVerdict(
-            "no namespace the operator serves exists but to be deleted "
-            f"({', '.join(sorted(left_out))}); name the namespaces to serve in CRAFT_NAMESPACES",
+            f"namespace(s) {', '.join(missing)} do not exist: create them (and apply "
+            "manifests/sandbox-namespace there), or take them out of CRAFT_NAMESPACES (PATs "
+            "left in a deleted one: craft-operator credentials revoke NAMESPACE/NAME)"
+        )
+    denied = [request for request in denied if request[1] not in terminating]
+    served = [namespace for namespace in namespaces if namespace not in terminating]
+    if terminating and not served:
+        return AccessVerdict(
+            f"every namespace the operator serves is being deleted ({', '.join(terminating)}): "
+            "remove its CraftSandboxes' finalizers by hand (README, Deleting a sandbox "
+            "namespace), then name the namespaces to serve in CRAFT_NAMESPACES",
             terminating,
-            missing,
         )
     problem = missing_access_message(denied, served=served) if denied else None
-    return AccessVerdict(problem, terminating, missing)
+    return AccessVerdict(problem, terminating)
 
 
 async def _not_there(

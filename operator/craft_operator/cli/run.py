@@ -171,12 +171,6 @@ def _warn_left_out(verdict: AccessVerdict) -> None:
             "namespace is gone: README, Deleting a sandbox namespace)",
             ", ".join(verdict.terminating),
         )
-    if verdict.missing:
-        log.warning(
-            "namespace(s) %s: do not exist; not served by this run (a typo in "
-            "CRAFT_NAMESPACES? one deleted: the orphan sweep revokes the PATs left there)",
-            ", ".join(verdict.missing),
-        )
 
 
 def _cluster_problem(

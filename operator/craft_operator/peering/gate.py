@@ -159,11 +159,41 @@ class ActivityGate:
     async def _relist(self) -> list[SandboxKey]:
         scopes: Sequence[str | None] = self.namespaces or (None,)
         keys: list[SandboxKey] = []
+        gone: set[str] = set()
         for kind, cache_kind, selector in RELISTED:
             for namespace in scopes if kind.namespaced else (None,):
-                async for obj in self._kube.iterate(kind, namespace, label_selector=selector):
-                    self._cache.put(cache_kind, obj)
-                    if cache_kind == kinds.SANDBOX.name:
-                        meta = obj.get("metadata", {})
-                        keys.append((meta.get("namespace", ""), meta["name"]))
+                if namespace in gone:
+                    continue
+                try:
+                    async for obj in self._kube.iterate(kind, namespace, label_selector=selector):
+                        self._cache.put(cache_kind, obj)
+                        if cache_kind == kinds.SANDBOX.name:
+                            meta = obj.get("metadata", {})
+                            keys.append((meta.get("namespace", ""), meta["name"]))
+                except ApiError as exc:
+                    if exc.status != 403 or namespace is None:
+                        raise
+                    if not await self._deleted(namespace):
+                        raise
+                    gone.add(namespace)
         return keys
+
+    async def _deleted(self, namespace: str) -> bool:
+        """Whether a served namespace is being deleted or gone (its Role with it): one
+        namespace torn down must not keep this replica from taking over the others."""
+        answer = await self._kube.request(
+            "GET", "/api/v1/namespaces", params={"fieldSelector": f"metadata.name={namespace}"}
+        )
+        found = [
+            item
+            for item in answer.get("items") or []
+            if (item.get("metadata") or {}).get("name") == namespace
+        ]
+        if found and not found[0]["metadata"].get("deletionTimestamp"):
+            return False
+        logger.warning(
+            "namespace %s is being deleted or gone, and the operator may not list in it: "
+            "left out until it comes back (README, Deleting a sandbox namespace)",
+            namespace,
+        )
+        return True

@@ -7,6 +7,7 @@ step may pass later (a conflict, the database down), ``None`` when done.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ from craft_operator.reconciler.status_writer import write_status
 from craft_operator.reconciler.steps import workspace
 from craft_operator.status import CREDENTIALS_READY, ConditionState
 
+logger = logging.getLogger(__name__)
 FINALIZER = f"{GROUP}/finalizer"
 DELETION_BLOCKED = "DeletionBlocked"
 SANDBOX = kinds.SANDBOX
@@ -97,7 +99,22 @@ async def _deletion_blocked(
     run = Run(body, s.clock(), conditions)
     run.set(ConditionState.false(CREDENTIALS_READY, DELETION_BLOCKED, message))
     run.phase = Phase.TERMINATING
-    await write_status(s, run)
+    try:
+        await write_status(s, run)
+    except ApiError as exc:
+        # In a namespace being deleted, the Role that let the operator write it went first.
+        meta = body["metadata"]
+        namespace, name = meta.get("namespace", ""), meta["name"]
+        hint = (
+            f"; its namespace is being deleted, with the operator's Role: remove the "
+            f"finalizer by hand (kubectl patch csb {name} -n {namespace} --type=merge -p "
+            '\'{"metadata":{"finalizers":null}}\')'
+            if namespace_terminating(s, namespace)
+            else ""
+        )
+        logger.warning(
+            "%s/%s: %s; its status cannot say so (%s)%s", namespace, name, message, exc, hint
+        )
     return Revisit(backoff=why)
 
 

@@ -177,6 +177,49 @@ async def test_a_failed_relist_leaves_the_replica_a_standby(
     await until(lambda: handler.calls == [("team-a", "alice")])
 
 
+def forbidden_in(namespace: str) -> Any:
+    """A before-request hook: every request in ``namespace`` is refused (no Role there)."""
+
+    async def refuse(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
+        if f"/namespaces/{namespace}/" in request.url.path:
+            body = {"kind": "Status", "code": 403, "reason": "Forbidden"}
+            return aiohttp.web.json_response(body, status=403)
+        return None
+
+    return refuse
+
+
+async def test_a_served_namespace_deleted_with_its_role_does_not_keep_a_replica_standing_by(
+    parts: tuple[ActivityGate, WorkQueue[Key], ObjectCache, Handler], emulator: KubeEmulator
+) -> None:
+    """The namespace controller took the operator's Role with the namespace: the replica
+    taking over serves the others (it was a full outage until a restart)."""
+    gate, _, _, handler = parts
+    gate.namespaces = ("team-a", "torn-down")
+    emulator.create(SANDBOXES, sandbox("team-a", "alice"))
+    emulator.before_request.append(forbidden_in("torn-down"))
+
+    await gate.deactivate("starting")
+    await gate.activate("test")
+
+    assert gate.active
+    await until(lambda: handler.calls == [("team-a", "alice")])
+
+
+async def test_a_namespace_that_exists_without_the_role_still_fails_the_relist(
+    parts: tuple[ActivityGate, WorkQueue[Key], ObjectCache, Handler], emulator: KubeEmulator
+) -> None:
+    gate, _, _, _ = parts
+    gate.namespaces = ("team-a",)
+    emulator.create(SANDBOXES, sandbox("team-a", "alice"))
+    emulator.before_request.append(forbidden_in("team-a"))
+
+    await gate.deactivate("starting")
+    with pytest.raises(ApiError):
+        await gate.activate("test")
+    assert not gate.active
+
+
 def alice(version: int) -> dict[str, Any]:
     """Sandbox team-a/alice at ``version``, as a watch event carries it."""
     meta = {"name": "alice", "namespace": "team-a", "resourceVersion": str(version)}

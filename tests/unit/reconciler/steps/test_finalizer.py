@@ -85,3 +85,27 @@ async def test_in_a_namespace_being_deleted_the_sandbox_is_let_go_and_its_childr
     assert verdict is None
     assert world.emulator.find(SANDBOXES, NAMESPACE, NAME) is None
     assert refused.failed == [], "no child deletion was tried"
+
+
+async def test_where_its_namespace_took_the_operators_role_the_deletion_says_what_to_do(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Neither the finalizer's removal nor the status may be written any more: the log says
+    how to let the namespace go, and the pass backs off (no traceback on every retry)."""
+    body = deleted_sandbox(world)
+    world.cache.put(
+        kinds.NAMESPACE.name,
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": NAMESPACE, "deletionTimestamp": "2026-11-23T12:00:00Z"},
+        },
+    )
+    world.emulator.before_request.insert(0, FailNext("PATCH", 403, count=100))
+
+    verdict = await finalizer.finalize(world.services, body, CONDITIONS)
+
+    assert verdict is not None
+    assert verdict.backoff is not None
+    assert "kubectl patch csb alice" in caplog.text
+    assert '{"metadata":{"finalizers":null}}' in caplog.text
