@@ -75,14 +75,11 @@ async def run_steps(p: Pass, steps: tuple[tuple[Step, ...], ...] = STEPS) -> Non
 
 def _phase_without_pod_step(p: Pass) -> None:
     """A pass stopped before the pod's row (the credential database down, a user made
-    inactive) still says what the sandbox's pod is: Failed as before (until its spec changes),
-    suspended or asleep as the spec and the stored status say, else Provisioning while a pod
-    of its exists. A running sandbox must
+    inactive) still says what the sandbox's pod is: suspended or asleep as the spec and the
+    stored status say, else Provisioning while a pod of its exists. A running sandbox must
     not turn Pending, nor a sleeping one count as on its way to Ready since it fell asleep."""
     run = p.run
-    if run.old_status.phase == Phase.FAILED and not run.spec_changed:
-        run.phase = Phase.FAILED  # it waits for a spec change, outage or not
-    elif p.sandbox.spec.suspend:
+    if p.sandbox.spec.suspend:
         run.phase = Phase.SUSPENDED
     elif run.status.sleeping_since is not None:
         run.phase = Phase.SLEEPING

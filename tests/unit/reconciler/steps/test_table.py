@@ -202,11 +202,9 @@ async def test_a_sandbox_without_a_pod_stopped_at_its_credentials_is_pending(
             "Sleeping",
         ),
         ({"spec": {"suspend": True}, "status": {"phase": "Suspended"}}, "Suspended"),
-        # Failed (its pod failed again and again) waits for a spec change, outage or not.
-        ({"status": {"phase": "Failed", "observedGeneration": 1}}, "Failed"),
     ],
 )
-async def test_a_sleeping_suspended_or_failed_sandbox_stopped_at_its_credentials_stays_so(
+async def test_a_sleeping_or_suspended_sandbox_stopped_at_its_credentials_stays_so(
     world: World, body: dict[str, Any], phase: str
 ) -> None:
     """Else it would count as on its way to Ready since it fell asleep (days, to the
