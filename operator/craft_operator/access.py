@@ -112,13 +112,10 @@ class AccessVerdict:
     #: Why the operator cannot serve its namespaces (one line), or ``None`` if it can.
     problem: str | None = None
     #: Served namespaces being deleted whose Role is gone already (the namespace controller
-    #: deletes it with everything else): left out of this run, not a reason to stop.
+    #: deletes it with everything else): not a reason to stop.
     terminating: tuple[str, ...] = ()
-
-    @property
-    def left_out(self) -> tuple[str, ...]:
-        """The served namespaces this run leaves out."""
-        return self.terminating
+    #: Served namespaces that do not exist (deleted, or not made yet): not one either.
+    missing: tuple[str, ...] = ()
 
 
 async def check_operator_access(
@@ -133,9 +130,9 @@ async def check_operator_access(
 
     An API server that cannot be asked (no SelfSubjectAccessReview) is logged, not fatal:
     the check is there to explain a missing Role, not to be another way to fail. A served
-    namespace being deleted without the Role is left out, not fatal: one namespace torn
-    down must not keep the operator from every other. One that does not exist stops it
-    (a typo, or one not made yet: left out, it would never be served once made).
+    namespace being deleted, or that does not exist, without the Role is not fatal either
+    (one namespace torn down must not keep the operator from every other): it is still
+    watched, its watches failing until it is made again with the Role (the caller warns).
     """
     kube = KubeClient(request_timeout=timeout)
     kube.configure(info)
@@ -153,23 +150,11 @@ async def check_operator_access(
             terminating, missing = (), ()
     finally:
         await kube.close()
-    if missing:
-        return AccessVerdict(
-            f"namespace(s) {', '.join(missing)} do not exist: create them (and apply "
-            "manifests/sandbox-namespace there), or take them out of CRAFT_NAMESPACES (PATs "
-            "left in a deleted one: craft-operator credentials revoke NAMESPACE/NAME)"
-        )
-    denied = [request for request in denied if request[1] not in terminating]
-    served = [namespace for namespace in namespaces if namespace not in terminating]
-    if terminating and not served:
-        return AccessVerdict(
-            f"every namespace the operator serves is being deleted ({', '.join(terminating)}): "
-            "remove its CraftSandboxes' finalizers by hand (README, Deleting a sandbox "
-            "namespace), then name the namespaces to serve in CRAFT_NAMESPACES",
-            terminating,
-        )
+    excused = {*terminating, *missing}
+    denied = [request for request in denied if request[1] not in excused]
+    served = [namespace for namespace in namespaces if namespace not in excused]
     problem = missing_access_message(denied, served=served) if denied else None
-    return AccessVerdict(problem, terminating)
+    return AccessVerdict(problem, terminating, missing)
 
 
 async def _not_there(

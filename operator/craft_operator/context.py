@@ -47,9 +47,6 @@ class OperatorContext:
     gate: ActivityGate = field(init=False)
     #: Revokes PATs of deleted sandboxes (started with the workers), if configured.
     sweeper: OrphanSweeper | None = None
-    #: Namespaces the operator was told to serve that this run leaves out (being deleted,
-    #: or gone): not watched, but their credential rows are still swept.
-    unserved: tuple[str, ...] = ()
     #: Tasks the start-up handler started, cancelled by the clean-up handler.
     background: set[asyncio.Task[None]] = field(default_factory=set)
 

@@ -129,9 +129,7 @@ def build_context(
         cluster_id=settings.effective_cluster_id,
         interval=settings.orphan_sweep_interval,
         active=lambda: context.gate.cache_synced,
-        namespaces=lambda: (
-            (*context.gate.namespaces, *context.unserved) if context.gate.namespaces else ()
-        ),
+        namespaces=lambda: context.gate.namespaces,
     )
     metrics.track(
         cache=cache,
@@ -258,7 +256,6 @@ async def run_operator(
     settings: Settings,
     *,
     namespaces: Collection[str] = (),
-    unserved: Collection[str] = (),
     standalone: bool = False,
     peering: PeeringOptions | None = None,
     liveness_endpoint: str | None = None,
@@ -270,8 +267,7 @@ async def run_operator(
     context: OperatorContext | None = None,
 ) -> None:
     """Run the operator until ``stop_flag`` is set (or forever), in ``namespaces`` (empty:
-    all); ``unserved``: namespaces it was told to serve but leaves out (being deleted, or
-    gone), whose credential rows its orphan sweep still looks at.
+    all).
 
     Without ``peering`` (or with a standalone one) the operator runs alone, ``standalone`` or
     not. With a peering name it is one of an active/standby pair: kopf keeps its record in
@@ -295,7 +291,6 @@ async def run_operator(
     metrics_server = await _serve_metrics(context, settings)
     try:
         context.gate.namespaces = tuple(namespaces)
-        context.unserved = tuple(unserved)
         kopf_settings = _kopf_settings(namespaces, peering)
         identity = peering.identity or default_identity()
         monitor = await _start_gate(context, peering, identity)

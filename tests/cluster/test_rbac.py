@@ -225,7 +225,7 @@ def test_a_served_namespace_without_the_operators_role_stops_it_at_start_saying_
 
 
 @pytest.mark.usefixtures("namespace")
-def test_a_served_namespace_being_deleted_without_its_role_is_left_out_not_fatal(
+def test_a_served_namespace_being_deleted_without_its_role_is_said_not_fatal(
     cluster: Cluster, launch: Launch
 ) -> None:
     """The namespace controller deletes the operator's Role with everything else: one
@@ -257,6 +257,29 @@ def test_a_served_namespace_being_deleted_without_its_role_is_left_out_not_fatal
         assert "Role is missing" not in process.log_tail()
     finally:
         cluster.patch("/api/v1/configmaps", doomed, "hold", {"metadata": {"finalizers": None}})
+
+
+@pytest.mark.usefixtures("namespace")
+def test_a_served_namespace_made_after_the_start_is_served_once_made(
+    cluster: Cluster, launch: Launch
+) -> None:
+    """A typo, or GitOps making the namespace after the operator: said at start, watched all
+    the same, and its sandboxes served once it is made with the operator's Role."""
+    later = f"later-{uuid.uuid4().hex[:6]}"
+    process = launch()
+    process.run_args = ("--standalone", "-n", later)
+    process.start()
+    wait_for(lambda: "do not exist" in process.log_tail(), what="the warning")
+    assert process.alive, process.log_tail()
+
+    cluster.sandbox_namespace(later)
+    cluster.create(f"{CRAFT}/craftsandboxes", later, sandbox("made-later"))
+
+    wait_for(
+        lambda: (cluster.sandbox(later, "made-later") or {}).get("metadata", {}).get("finalizers"),
+        within=120,
+        what="the sandbox served",
+    )
 
 
 @pytest.mark.usefixtures("namespace")

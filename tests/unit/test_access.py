@@ -1,5 +1,6 @@
 """The start-up access check: a served namespace without the operator's Role stops it, unless
-that namespace is being deleted or does not exist (then it is left out, not fatal)."""
+that namespace is being deleted or does not exist (then it is said, and watched all the same:
+it is served again once made with the Role)."""
 
 from __future__ import annotations
 
@@ -62,10 +63,10 @@ def test_a_namespace_without_the_role_stops_the_operator(monkeypatch: pytest.Mon
     )
     assert verdict.problem is not None
     assert "team-a" in verdict.problem
-    assert verdict.left_out == ()
+    assert (verdict.terminating, verdict.missing) == ((), ())
 
 
-def test_a_namespace_being_deleted_without_its_role_is_left_out(
+def test_a_namespace_being_deleted_without_its_role_is_no_reason_to_stop(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     verdict = check(
@@ -78,16 +79,16 @@ def test_a_namespace_being_deleted_without_its_role_is_left_out(
     assert verdict.terminating == ("doomed",)
 
 
-def test_a_namespace_that_does_not_exist_stops_the_operator_saying_so(
+def test_a_namespace_that_does_not_exist_is_no_reason_to_stop(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Left out, it would never be served once made (a typo, or GitOps making it later)."""
+    """Deleted (and left in CRAFT_NAMESPACES), or not made yet: one namespace must not keep
+    the operator from the others, and it is served once made."""
     verdict = check(
         monkeypatch, ["team-a", "gone"], lacking=frozenset({"gone"}), namespaces={"team-a": False}
     )
-    assert verdict.problem is not None
-    assert "gone do not exist" in verdict.problem
-    assert verdict.left_out == ()
+    assert verdict.problem is None
+    assert verdict.missing == ("gone",)
 
 
 def test_only_the_namespace_named_counts_not_another_being_deleted(
@@ -100,7 +101,7 @@ def test_only_the_namespace_named_counts_not_another_being_deleted(
         namespaces={"team-a": False, "other": True},
     )
     assert verdict.problem is not None
-    assert verdict.left_out == ()
+    assert verdict.terminating == ()
 
 
 def test_namespaces_that_cannot_be_read_excuse_no_missing_role(
@@ -111,15 +112,3 @@ def test_namespaces_that_cannot_be_read_excuse_no_missing_role(
     )
     assert verdict.problem is not None
     assert "team-a" in verdict.problem
-
-
-def test_with_every_served_namespace_left_out_the_operator_does_not_start(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """An empty list of namespaces would mean every namespace."""
-    verdict = check(
-        monkeypatch, ["doomed"], lacking=frozenset({"doomed"}), namespaces={"doomed": True}
-    )
-    assert verdict.problem is not None
-    assert "being deleted" in verdict.problem
-    assert "finalizers" in verdict.problem

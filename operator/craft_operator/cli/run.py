@@ -121,8 +121,7 @@ def run(
     if verdict.problem is not None:
         fail(verdict.problem)
         return
-    _warn_left_out(verdict)
-    watched = [namespace for namespace in watched if namespace not in verdict.left_out]
+    _warn_not_there(verdict)
     try:
         with (
             contextlib.suppress(KeyboardInterrupt),
@@ -132,7 +131,6 @@ def run(
                 run_operator(
                     settings,
                     namespaces=watched,
-                    unserved=verdict.left_out,
                     peering=peering,
                     liveness_endpoint=liveness_endpoint,
                 )
@@ -161,15 +159,23 @@ def _configure_logging(verbose: bool) -> None:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
 
 
-def _warn_left_out(verdict: AccessVerdict) -> None:
+def _warn_not_there(verdict: AccessVerdict) -> None:
     log = logging.getLogger(__name__)
     if verdict.terminating:
         log.warning(
             "namespace(s) %s: being deleted, and the operator's Role there is gone already; "
-            "not served by this run (their CraftSandboxes keep the namespace until their "
-            "finalizer is removed by hand; the orphan sweep revokes their PATs once the "
-            "namespace is gone: README, Deleting a sandbox namespace)",
+            "its watches there fail until then (their CraftSandboxes keep the namespace "
+            "until their finalizer is removed by hand: kubectl patch csb NAME -n NAMESPACE "
+            '--type=merge -p \'{"metadata":{"finalizers":null}}\'; the orphan sweep '
+            "revokes their PATs once it is gone: README, Deleting a sandbox namespace)",
             ", ".join(verdict.terminating),
+        )
+    if verdict.missing:
+        log.warning(
+            "namespace(s) %s: do not exist; watched all the same, and served once made with "
+            "manifests/sandbox-namespace (a typo in CRAFT_NAMESPACES? one deleted: take it "
+            "out once the orphan sweep has seen it gone)",
+            ", ".join(verdict.missing),
         )
 
 

@@ -12,8 +12,7 @@ cluster (``CRAFT_CLUSTER_ID``) in the namespaces it serves:
   makes it an orphan; any other answer (a 404 from a proxy or for an unserved API
   version, forbidden, unreachable) leaves it for the next sweep, unless its namespace no
   longer exists (a live list says so): no sandbox can be in it (a namespace deleted with
-  its sandboxes in it took the Role that let the operator read them; one that a restart
-  left out as being deleted or gone is still swept);
+  its sandboxes in it took the Role that let the operator read them);
 - an orphan's PAT is revoked and its row deleted, with its library record, in one
   transaction, only if the row is unchanged since it was listed (a sandbox of that name
   created meanwhile wins);
