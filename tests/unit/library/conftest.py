@@ -60,9 +60,12 @@ def bucket(s3_server: S3Server) -> Bucket:
 
 
 @pytest.fixture
-def pods(tmp_path: Path) -> LocalExec:
-    """The local stand-in for pod exec, with pods' /workspace under tmp_path."""
-    return LocalExec(root=tmp_path / "pods")
+async def pods(tmp_path: Path) -> AsyncIterator[LocalExec]:
+    """The local stand-in for pod exec, with pods' /workspace under tmp_path; the commands
+    a test abandoned (a stopped shell, say) are ended before the next test."""
+    local = LocalExec(root=tmp_path / "pods")
+    yield local
+    await local.settled()
 
 
 Handler = Callable[[web.Request], web.StreamResponse]
