@@ -44,6 +44,18 @@ def deleted_sandbox(world: World) -> dict[str, Any]:
     return world.emulator.get(SANDBOXES, NAMESPACE, NAME)
 
 
+def namespace_being_deleted(world: World) -> None:
+    """The namespaces' watch has seen the sandbox's namespace marked for deletion."""
+    world.cache.put(
+        kinds.NAMESPACE.name,
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": NAMESPACE, "deletionTimestamp": "2026-11-23T12:00:00Z"},
+        },
+    )
+
+
 async def test_a_deletion_that_cannot_go_on_says_so_in_the_status_and_an_event(
     world: World,
 ) -> None:
@@ -69,14 +81,7 @@ async def test_in_a_namespace_being_deleted_the_sandbox_is_let_go_and_its_childr
     """The namespace controller deletes every object there, and took the operator's Role
     with it: the children are not the finalizer's to delete (it could not)."""
     body = deleted_sandbox(world)
-    world.cache.put(
-        kinds.NAMESPACE.name,
-        {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {"name": NAMESPACE, "deletionTimestamp": "2026-11-23T12:00:00Z"},
-        },
-    )
+    namespace_being_deleted(world)
     refused = FailNext("DELETE", 403, count=100)
     world.emulator.before_request.insert(0, refused)
 
@@ -93,14 +98,7 @@ async def test_where_its_namespace_took_the_operators_role_the_deletion_says_wha
     """Neither the finalizer's removal nor the status may be written any more: the log says
     how to let the namespace go, and the pass backs off (no traceback on every retry)."""
     body = deleted_sandbox(world)
-    world.cache.put(
-        kinds.NAMESPACE.name,
-        {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {"name": NAMESPACE, "deletionTimestamp": "2026-11-23T12:00:00Z"},
-        },
-    )
+    namespace_being_deleted(world)
     world.emulator.before_request.insert(0, FailNext("PATCH", 403, count=100))
 
     verdict = await finalizer.finalize(world.services, body, CONDITIONS)
