@@ -14,31 +14,18 @@ from craft_operator.handlers import children, pools
 from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.reconciler.queue import WorkQueue
+from tests.support.queues import RecordingQueue
 
 pytestmark = pytest.mark.unit
-
-
-class Queue:
-    def __init__(self) -> None:
-        self.added: list[tuple[str, str]] = []
-        self.delays: list[float] = []
-        self.forgotten: list[tuple[str, str]] = []
-
-    def add(self, key: tuple[str, str], delay: float = 0.0) -> None:
-        self.added.append(key)
-        self.delays.append(delay)
-
-    def forget(self, key: tuple[str, str]) -> None:
-        self.forgotten.append(key)
 
 
 def memo() -> Any:
     return SimpleNamespace(
         gate=SimpleNamespace(active=True),
         cache=ObjectCache(),
-        queue=Queue(),
-        pool_queue=Queue(),
-        pool_reconciler=Queue(),  # what it is told to forget
+        queue=RecordingQueue(),
+        pool_queue=RecordingQueue(),
+        pool_reconciler=RecordingQueue(),  # what it is told to forget
     )
 
 

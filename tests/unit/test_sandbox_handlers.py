@@ -10,20 +10,19 @@ import pytest
 
 from craft_operator.handlers import sandbox
 from craft_operator.kube.cache import ObjectCache
+from tests.support.queues import RecordingQueue
 
 pytestmark = pytest.mark.unit
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.added: list[tuple[str, str]] = []
-        self.forgotten: list[tuple[str, str]] = []
-
-    def add(self, key: tuple[str, str], delay: float = 0.0) -> None:
-        self.added.append(key)
-
-    def forget(self, key: tuple[str, str]) -> None:
-        self.forgotten.append(key)
+def handler_memo() -> Any:
+    """What the sandbox handler reads of the operator's context, recording."""
+    return SimpleNamespace(
+        gate=SimpleNamespace(active=True),
+        cache=ObjectCache(),
+        queue=RecordingQueue(),
+        reconciler=RecordingQueue(),
+    )
 
 
 def body(uid: str, version: str) -> dict[str, Any]:
@@ -33,12 +32,7 @@ def body(uid: str, version: str) -> dict[str, Any]:
 
 
 def test_a_sandbox_recreated_under_its_name_inherits_nothing_of_the_old_one() -> None:
-    memo: Any = SimpleNamespace(
-        gate=SimpleNamespace(active=True),
-        cache=ObjectCache(),
-        queue=Recorder(),
-        reconciler=Recorder(),
-    )
+    memo = handler_memo()
     sandbox.on_sandbox_event(memo, "ADDED", body("u1", "1"))
     sandbox.on_sandbox_event(memo, "MODIFIED", body("u1", "2"))
     assert memo.reconciler.forgotten == []
@@ -51,12 +45,7 @@ def test_a_sandbox_recreated_under_its_name_inherits_nothing_of_the_old_one() ->
 
 
 def test_an_older_event_of_an_earlier_sandbox_of_the_name_forgets_nothing() -> None:
-    memo: Any = SimpleNamespace(
-        gate=SimpleNamespace(active=True),
-        cache=ObjectCache(),
-        queue=Recorder(),
-        reconciler=Recorder(),
-    )
+    memo = handler_memo()
     sandbox.on_sandbox_event(memo, "ADDED", body("u2", "9"))
     sandbox.on_sandbox_event(memo, "MODIFIED", body("u1", "2"))  # late, and older
     assert memo.reconciler.forgotten == []

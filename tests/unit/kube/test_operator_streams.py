@@ -20,23 +20,10 @@ from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually
 from tests.support.policy import POLICIES
 from tests.support.pools import POOLS
+from tests.support.queues import RecordingQueue
 from tests.unit.kube.conftest import NAMESPACE
 
 pytestmark = pytest.mark.unit
-
-
-class Queue:
-    """A work queue that records what it was asked."""
-
-    def __init__(self) -> None:
-        self.added: list[tuple[str, str]] = []
-        self.forgotten: list[tuple[str, str]] = []
-
-    def add(self, key: tuple[str, str], delay: float = 0.0) -> None:
-        self.added.append(key)
-
-    def forget(self, key: tuple[str, str]) -> None:
-        self.forgotten.append(key)
 
 
 OBJECTS: list[tuple[str, dict[str, Any]]] = [
@@ -79,7 +66,7 @@ async def test_objects_deleted_while_the_streams_were_away_leave_the_cache(
 ) -> None:
     declare_craft_resources(emulator)
     cache = ObjectCache()
-    queue, pool_queue = Queue(), Queue()
+    queue, pool_queue = RecordingQueue(), RecordingQueue()
     memo: Any = SimpleNamespace(
         kube=kube,
         cache=cache,

@@ -524,6 +524,21 @@ async def test_failures_hours_apart_each_wait_the_first_backoff_only(world: Pool
     assert all(wait is not None and 0 < wait <= 10 for wait in waits), waits
 
 
+async def a_pass_over_quota(world: PoolWorld, *, then_allowed: bool = True) -> None:
+    """One pass whose pod creates a quota refuses (the pass fails, to be retried); creates
+    are allowed again after it unless ``then_allowed`` is false."""
+    real = world.services.kube.create
+
+    async def over_quota(kind: Any, body: Any) -> Any:
+        raise ApiError(403, "Forbidden", "pods is forbidden: exceeded quota: sandboxes")
+
+    world.services.kube.create = over_quota  # type: ignore[method-assign]
+    with pytest.raises(PoolRetryLaterError):
+        await world.pass_()
+    if then_allowed:
+        world.services.kube.create = real  # type: ignore[method-assign]
+
+
 async def test_a_refused_create_waits_its_backoff_whatever_events_come(
     world: PoolWorld,
 ) -> None:
@@ -577,15 +592,7 @@ async def test_a_refused_create_after_a_wall_clock_step_back_waits_its_backoff_o
     world: PoolWorld,
 ) -> None:
     world.create_pool(replicas=2)
-    real = world.services.kube.create
-
-    async def over_quota(kind: Any, body: Any) -> Any:
-        raise ApiError(403, "Forbidden", "pods is forbidden: exceeded quota: sandboxes")
-
-    world.services.kube.create = over_quota  # type: ignore[method-assign]
-    with pytest.raises(PoolRetryLaterError):
-        await world.pass_()
-    world.services.kube.create = real  # type: ignore[method-assign]
+    await a_pass_over_quota(world)
     world.wall_step[0] = -timedelta(hours=1)
     world.now[0] = START + timedelta(seconds=11)
     await world.pass_()
@@ -596,15 +603,7 @@ async def test_a_refused_create_after_a_wall_clock_step_back_waits_its_backoff_o
 async def test_a_replica_that_stood_by_keeps_no_backoff_of_a_pool(world: PoolWorld) -> None:
     """The other replica acted meanwhile (the quota may be gone, the pool recreated)."""
     world.create_pool(replicas=2)
-    real = world.services.kube.create
-
-    async def over_quota(kind: Any, body: Any) -> Any:
-        raise ApiError(403, "Forbidden", "pods is forbidden: exceeded quota: sandboxes")
-
-    world.services.kube.create = over_quota  # type: ignore[method-assign]
-    with pytest.raises(PoolRetryLaterError):
-        await world.pass_()
-    world.services.kube.create = real  # type: ignore[method-assign]
+    await a_pass_over_quota(world)
 
     await world.reconciler.forget_all()  # stood by, and is active again
     await world.pass_()
@@ -676,13 +675,7 @@ async def test_probing_ends_once_a_probe_comes_up_though_claims_take_it_at_once(
 
 async def test_a_pool_waiting_out_a_backoff_writes_its_status_once(world: PoolWorld) -> None:
     world.create_pool(replicas=5)
-
-    async def over_quota(kind: Any, body: Any) -> Any:
-        raise ApiError(403, "Forbidden", "pods is forbidden: exceeded quota: sandboxes")
-
-    world.services.kube.create = over_quota  # type: ignore[method-assign]
-    with pytest.raises(PoolRetryLaterError):
-        await world.pass_()
+    await a_pass_over_quota(world, then_allowed=False)
     version = world.pool_body()["metadata"]["resourceVersion"]
     for second in (1, 2, 3):  # pod events within the backoff
         world.now[0] = START + timedelta(seconds=second)
