@@ -16,6 +16,7 @@ from typing import Any
 import kopf
 
 from craft_operator.kube.client import ApiError, KubeClient
+from craft_operator.kube.namespaces import NamespaceState, namespace_state
 from craft_operator.permissions import AccessRequest, Permission, Scope, access_requests
 
 logger = logging.getLogger(__name__)
@@ -160,20 +161,8 @@ async def check_operator_access(
 async def _not_there(
     kube: KubeClient, names: Sequence[str]
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Those of ``names`` that are namespaces being deleted, and those that do not exist
-    (read by list: the operator's ClusterRole lists and watches namespaces, and gets none)."""
-    terminating, missing = [], []
-    for name in names:
-        answer = await kube.request(
-            "GET", "/api/v1/namespaces", params={"fieldSelector": f"metadata.name={name}"}
-        )
-        found = [
-            item
-            for item in answer.get("items") or []
-            if (item.get("metadata") or {}).get("name") == name
-        ]
-        if not found:
-            missing.append(name)
-        elif found[0]["metadata"].get("deletionTimestamp"):
-            terminating.append(name)
+    """Those of ``names`` that are namespaces being deleted, and those that do not exist."""
+    states = {name: await namespace_state(kube, name) for name in names}
+    terminating = [name for name, state in states.items() if state == NamespaceState.TERMINATING]
+    missing = [name for name, state in states.items() if state == NamespaceState.GONE]
     return tuple(terminating), tuple(missing)

@@ -36,19 +36,21 @@ class FakeApi:
     async def request(
         self, method: str, path: str, *, body: Any = None, params: Any = None
     ) -> dict[str, Any]:
-        if path == access.SSAR_PATH:
-            namespace = body["spec"]["resourceAttributes"].get("namespace")
-            return {"status": {"allowed": namespace not in self.lacking}}
-        assert path == "/api/v1/namespaces"
+        assert path == access.SSAR_PATH
+        namespace = body["spec"]["resourceAttributes"].get("namespace")
+        return {"status": {"allowed": namespace not in self.lacking}}
+
+    async def list(
+        self, kind: Any, namespace: str | None, *, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        assert kind.plural == "namespaces"
         if not self.namespaces_readable:
             raise ApiError(403, "Forbidden", "namespaces is forbidden")
-        # As a field selector the emulator ignores would: every namespace comes back.
-        return {
-            "items": [
-                {"metadata": {"name": name, **({"deletionTimestamp": "x"} if doomed else {})}}
-                for name, doomed in self.namespaces.items()
-            ]
-        }
+        # As a selector a server did not apply would: every namespace comes back.
+        return [
+            {"metadata": {"name": name, **({"deletionTimestamp": "x"} if doomed else {})}}
+            for name, doomed in self.namespaces.items()
+        ]
 
 
 def check(monkeypatch: pytest.MonkeyPatch, served: list[str], **api: Any) -> access.AccessVerdict:

@@ -26,6 +26,7 @@ from craft_operator.kube.client import (
     Kind,
     KubeClient,
 )
+from craft_operator.kube.namespaces import NamespaceState, namespace_state
 from craft_operator.reconciler.queue import Backoff, WorkQueue
 
 logger = logging.getLogger(__name__)
@@ -181,15 +182,7 @@ class ActivityGate:
     async def _deleted(self, namespace: str) -> bool:
         """Whether a served namespace is being deleted or gone (its Role with it): one
         namespace torn down must not keep this replica from taking over the others."""
-        answer = await self._kube.request(
-            "GET", "/api/v1/namespaces", params={"fieldSelector": f"metadata.name={namespace}"}
-        )
-        found = [
-            item
-            for item in answer.get("items") or []
-            if (item.get("metadata") or {}).get("name") == namespace
-        ]
-        if found and not found[0]["metadata"].get("deletionTimestamp"):
+        if await namespace_state(self._kube, namespace) == NamespaceState.ACTIVE:
             return False
         logger.warning(
             "namespace %s is being deleted or gone, and the operator may not list in it: "

@@ -35,6 +35,7 @@ from craft_operator.credentials.errors import CredentialsError
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import SANDBOXES, ApiError, Kind, NotFoundError
 from craft_operator.kube.kinds import NAMESPACE, SANDBOX
+from craft_operator.kube.namespaces import NamespaceLister, NamespaceState, namespace_state
 from craft_operator.metrics import Metrics
 from craft_operator.reconciler.services import StoreCredentials
 
@@ -42,21 +43,13 @@ if TYPE_CHECKING:
     from craft_operator.credentials.orphans import StoredCredential
 
 log = logging.getLogger(__name__)
-#: The label the API server gives every namespace: its name (immutable).
-NAME_LABEL = "kubernetes.io/metadata.name"
 
 
-class ObjectReader(Protocol):
-    """What the sweep needs of the API client: live reads."""
+class ObjectReader(NamespaceLister, Protocol):
+    """What the sweep needs of the API client: live reads (a namespace's, and one GET)."""
 
     async def get(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any]:
         """The object, or :class:`NotFoundError`."""
-        ...
-
-    async def list(
-        self, kind: Kind, namespace: str | None, *, label_selector: str | None = None
-    ) -> list[dict[str, Any]]:
-        """The objects of a kind (of a namespace), by label selector."""
         ...
 
 
@@ -195,8 +188,7 @@ class OrphanSweeper:
         created a moment ago is never taken for gone."""
         if self._cache.get(NAMESPACE.name, None, namespace) is not None:
             return False
-        selector = f"{NAME_LABEL}={namespace}"
-        return not await self._kube.list(NAMESPACE.api, None, label_selector=selector)
+        return await namespace_state(self._kube, namespace) == NamespaceState.GONE
 
     def _alive_in_cache(self, row: StoredCredential) -> bool:
         cached = self._cache.get(SANDBOX.name, row.namespace, row.name)
