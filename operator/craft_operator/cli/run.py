@@ -183,7 +183,7 @@ def _cluster_problem(
     settings: Settings, watched: list[str], peering: PeeringOptions
 ) -> AccessVerdict:
     """Why the operator cannot work against the cluster (unreachable, or without the access
-    it needs in ``watched``), if it cannot, and the served namespaces this run leaves out."""
+    it needs in ``watched``), if it cannot, and which served namespaces are not there."""
     try:
         info = discover_connection()
         asyncio.run(check_reachable(info))
@@ -192,7 +192,7 @@ def _cluster_problem(
     # A served namespace without the operator's Role would show only as failing watches and
     # a first listing that never completes, for every namespace: refuse to start instead.
     template = settings.skill_template_configmap_ref
-    verdict = asyncio.run(
+    return asyncio.run(
         check_operator_access(
             info,
             watched,
@@ -200,7 +200,6 @@ def _cluster_problem(
             template_namespace=template[0] if template is not None else None,
         )
     )
-    return verdict
 
 
 def peering_options(

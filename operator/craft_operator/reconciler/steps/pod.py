@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -80,15 +81,10 @@ async def _remove_extra_pods(p: Pass, kept: dict[str, Any]) -> None:
     """Delete any other live pod this sandbox controls besides ``kept``, its own live pod:
     one sandbox, one pod. None is made on purpose; a claim whose answer was lost while the
     cache lagged could leave one."""
-    meta = p.sandbox.metadata
     kept_uid = kept["metadata"].get("uid")
-    for extra in p.services.cache.labelled(POD.name, meta.namespace, LABEL_SANDBOX, meta.name):
+    for extra in own_pods(p):
         extra_meta = extra["metadata"]
-        if (
-            extra_meta.get("uid") == kept_uid
-            or extra_meta.get("deletionTimestamp")
-            or not controlled_by(extra, meta.uid)
-        ):
+        if extra_meta.get("uid") == kept_uid or extra_meta.get("deletionTimestamp"):
             continue
         try:
             answer = await pod_lifecycle.remove(p, extra)
@@ -106,19 +102,23 @@ async def _remove_extra_pods(p: Pass, kept: dict[str, Any]) -> None:
         p.event("ExtraPodDeleted", message, warning=True)
 
 
+def own_pods(p: Pass) -> Iterator[dict[str, Any]]:
+    """The cached pods the sandbox controls (made for it or claimed), whatever their name."""
+    meta = p.sandbox.metadata
+    for pod in p.services.cache.labelled(POD.name, meta.namespace, LABEL_SANDBOX, meta.name):
+        if controlled_by(pod, meta.uid):
+            yield pod
+
+
 def has_pod(p: Pass) -> bool:
     """Whether a pod the sandbox controls exists (made for it or claimed), as cached."""
-    meta = p.sandbox.metadata
-    pods = p.services.cache.labelled(POD.name, meta.namespace, LABEL_SANDBOX, meta.name)
-    return any(controlled_by(pod, meta.uid) for pod in pods)
+    return any(True for _ in own_pods(p))
 
 
 def claimed_pod(p: Pass) -> dict[str, Any] | None:
     """The pool pod this sandbox claimed (named after its pool, not the sandbox), if any."""
-    s, meta = p.services, p.sandbox.metadata
-    for pod in s.cache.labelled(POD.name, meta.namespace, LABEL_SANDBOX, meta.name):
-        labels = pod["metadata"].get("labels") or {}
-        if LABEL_CLAIMED_FROM in labels and controlled_by(pod, meta.uid):
+    for pod in own_pods(p):
+        if LABEL_CLAIMED_FROM in (pod["metadata"].get("labels") or {}):
             return pod
     return None
 
