@@ -67,8 +67,11 @@ def set_condition(
     generation: int | None,
     now: datetime,
     order: Sequence[str] = (),
+    stored: Condition | None = None,
 ) -> list[Condition]:
-    """Conditions with ``state`` applied; ``lastTransitionTime`` moves only when status does.
+    """Conditions with ``state`` applied; ``lastTransitionTime`` moves only when status does:
+    from ``stored``, the condition as last written, if given (what a pass set before and
+    set otherwise again was never seen), else from the one in ``conditions``.
 
     Sorted by ``order``; types it does not name follow, in the order they came.
     """
@@ -79,14 +82,18 @@ def set_condition(
             result.append(condition)
             continue
         found = True
-        transition = condition.last_transition_time
-        if condition.status != state.status or transition is None:
-            transition = kube_time(now)
-        result.append(_condition(state, transition, generation))
+        result.append(_condition(state, _transition(stored or condition, state, now), generation))
     if not found:
-        result.append(_condition(state, kube_time(now), generation))
+        result.append(_condition(state, _transition(stored, state, now), generation))
     rank = {name: index for index, name in enumerate(order)}
     return sorted(result, key=lambda item: rank.get(item.type, len(rank)))
+
+
+def _transition(before: Condition | None, state: ConditionState, now: datetime) -> datetime:
+    """The ``lastTransitionTime`` of ``state`` after ``before``."""
+    if before is None or before.status != state.status or before.last_transition_time is None:
+        return kube_time(now)
+    return before.last_transition_time
 
 
 def _condition(state: ConditionState, transition: datetime, generation: int | None) -> Condition:

@@ -99,21 +99,14 @@ class Run:
         from the stored one: a condition set otherwise earlier in the pass and back again
         (a step that renders, then one that fails to deliver) did not transition."""
         self.touched.add(state.type)
-        conditions = set_condition(
+        self.status.conditions = set_condition(
             self.status.conditions,
             state,
             generation=self.generation,
             now=self.now,
             order=(*self.conditions, READY),
+            stored=find_condition(self.old_status.conditions, state.type),
         )
-        stored = find_condition(self.old_status.conditions, state.type)
-        if stored is not None and stored.status == state.status and stored.last_transition_time:
-            since = stored.last_transition_time
-            conditions = [
-                c.model_copy(update={"last_transition_time": since}) if c.type == state.type else c
-                for c in conditions
-            ]
-        self.status.conditions = conditions
 
     def drop_condition(self, type_: str) -> None:
         """Remove a condition, if present."""
