@@ -27,6 +27,7 @@ from craft_operator.peering.options import (
     PeeringOptions,
     resolve_peering,
 )
+from craft_operator.reconciler.finalizer import removal_by_hand
 from craft_operator.runtime import StartupError, run_operator
 
 
@@ -165,10 +166,10 @@ def _warn_not_there(verdict: AccessVerdict) -> None:
         log.warning(
             "namespace(s) %s: being deleted, and the operator's Role there is gone already; "
             "its watches there fail until then (their CraftSandboxes keep the namespace "
-            "until their finalizer is removed by hand: kubectl patch csb NAME -n NAMESPACE "
-            '--type=merge -p \'{"metadata":{"finalizers":null}}\'; the orphan sweep '
-            "revokes their PATs once it is gone: README, Deleting a sandbox namespace)",
+            "until their finalizer is removed by hand: %s; the orphan sweep revokes their "
+            "PATs once it is gone: README, Deleting a sandbox namespace)",
             ", ".join(verdict.terminating),
+            removal_by_hand("NAME", "NAMESPACE"),
         )
     if verdict.missing:
         log.warning(

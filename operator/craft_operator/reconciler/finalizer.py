@@ -83,6 +83,13 @@ async def finalize(s: Services, body: dict[str, Any], conditions: Sequence[str])
         return await _deletion_blocked(s, body, conditions, str(exc))
 
 
+def removal_by_hand(name: str, namespace: str) -> str:
+    """The command that removes a CraftSandbox's finalizers by hand (where the operator
+    no longer may: its Role went with the namespace)."""
+    patch = '{"metadata":{"finalizers":null}}'
+    return f"kubectl patch csb {name} -n {namespace} --type=merge -p '{patch}'"
+
+
 def namespace_terminating(s: Services, namespace: str) -> bool:
     """Whether the namespace is being deleted, as the namespaces' watch saw it."""
     body = s.cache.get(kinds.NAMESPACE.name, None, namespace)
@@ -106,9 +113,8 @@ async def _deletion_blocked(
         meta = body["metadata"]
         namespace, name = meta.get("namespace", ""), meta["name"]
         hint = (
-            f"; its namespace is being deleted, with the operator's Role: remove the "
-            f"finalizer by hand (kubectl patch csb {name} -n {namespace} --type=merge -p "
-            '\'{"metadata":{"finalizers":null}}\')'
+            "; its namespace is being deleted, with the operator's Role: remove the "
+            f"finalizer by hand ({removal_by_hand(name, namespace)})"
             if namespace_terminating(s, namespace)
             else ""
         )
