@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from craft_operator.kube.exec_local import LocalExec
-from craft_operator.library import sync_user_library_exec
+from craft_operator.library import SyncResult, sync_user_library_exec
 from craft_operator.library import transfer as transfer_module
 from craft_operator.library.errors import (
     S3AccessDeniedError,
@@ -235,6 +235,25 @@ LISTING = b"""<?xml version="1.0"?>
 <LastModified>2024-01-01T00:00:00.000Z</LastModified></Contents></ListBucketResult>"""
 
 
+async def synced_into_a_pod(
+    store: S3ObjectStore, pods: LocalExec, bucket: str, prefix: str
+) -> SyncResult:
+    """The library under ``prefix`` synced by exec into pod craft/sandbox-a; the store is
+    closed after."""
+    try:
+        return await sync_user_library_exec(
+            store=store,
+            bucket=bucket,
+            prefix=prefix,
+            exec_transport=pods,
+            namespace="craft",
+            pod="sandbox-a",
+            container="sandbox",
+        )
+    finally:
+        await store.close()
+
+
 async def test_one_refused_url_signed_here_does_not_fail_an_exec_sync(
     stand_in_s3: Callable[[Handler], asyncio.Future[str]], tmp_path: Path
 ) -> None:
@@ -252,18 +271,7 @@ async def test_one_refused_url_signed_here_does_not_fail_an_exec_sync(
     client = make_s3_client(endpoint_url=url, region="us-east-1", session=session)
     store = S3ObjectStore(client, credentials=session.get_credentials())
     pods = LocalExec(root=tmp_path / "pods")
-    try:
-        result = await sync_user_library_exec(
-            store=store,
-            bucket="files",
-            prefix="p/",
-            exec_transport=pods,
-            namespace="craft",
-            pod="sandbox-a",
-            container="sandbox",
-        )
-    finally:
-        await store.close()
+    result = await synced_into_a_pod(store, pods, "files", "p/")
 
     library = pods.workspace("craft", "sandbox-a") / "user_library"
     assert result.copied == 1
@@ -306,18 +314,7 @@ async def test_an_exec_sync_reads_small_files_on_the_event_loop_and_streams_larg
 
     store = CountingStore(bucket.client)  # type: ignore[arg-type]
     pods = LocalExec(root=tmp_path / "pods")
-    try:
-        result = await sync_user_library_exec(
-            store=store,
-            bucket=bucket.name,
-            prefix=bucket.prefix,
-            exec_transport=pods,
-            namespace="craft",
-            pod="sandbox-a",
-            container="sandbox",
-        )
-    finally:
-        await store.close()
+    result = await synced_into_a_pod(store, pods, bucket.name, bucket.prefix)
 
     library = pods.workspace("craft", "sandbox-a") / "user_library"
     assert (library / "small.txt").read_bytes() == b"s" * 100

@@ -162,6 +162,13 @@ async def test_without_the_peering_object_it_does_nothing_and_says_so(
     ]
 
 
+async def peering_unavailable(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
+    """A before-request hook: the peering object cannot be read (503)."""
+    if "clusterkopfpeerings" in request.url.path:
+        return aiohttp.web.json_response({"kind": "Status", "code": 503}, status=503)
+    return None
+
+
 @pytest.mark.usefixtures("peering")
 async def test_it_steps_down_when_the_peering_is_unreadable_for_longer_than_the_lifetime(
     emulator: KubeEmulator, monitor: tuple[PeeringMonitor, ActivityGate, Clock]
@@ -171,12 +178,7 @@ async def test_it_steps_down_when_the_peering_is_unreadable_for_longer_than_the_
     await watcher.check()
     assert gate.active
 
-    async def unavailable(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
-        if "clusterkopfpeerings" in request.url.path:
-            return aiohttp.web.json_response({"kind": "Status", "code": 503}, status=503)
-        return None
-
-    emulator.before_request.append(unavailable)
+    emulator.before_request.append(peering_unavailable)
     clock.now = START + timedelta(seconds=30)
     await watcher.check()
     assert gate.active  # a blip: its peers still see its keep-alive
@@ -193,12 +195,7 @@ async def test_an_unreadable_peering_goes_stale_after_the_lifetime_whatever_the_
     write_status(emulator, {ME: keepalive(99, START)})
     await watcher.check()
 
-    async def unavailable(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
-        if "clusterkopfpeerings" in request.url.path:
-            return aiohttp.web.json_response({"kind": "Status", "code": 503}, status=503)
-        return None
-
-    emulator.before_request.append(unavailable)
+    emulator.before_request.append(peering_unavailable)
     clock.wall_step = -timedelta(hours=1)  # NTP steps the wall clock back meanwhile
     clock.now = START + timedelta(seconds=61)
     await watcher.check()

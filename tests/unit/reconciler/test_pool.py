@@ -120,6 +120,13 @@ class PoolWorld:
     def unclaimed(self) -> list[dict[str, Any]]:
         return [pod for pod in self.pods() if pod["metadata"]["labels"].get(LABEL_POOL) == NAME]
 
+    async def filled(self, *, replicas: int) -> None:
+        """A new pool of ``replicas``, filled by one pass, its pods Ready (the pool has not
+        seen them Ready yet)."""
+        self.create_pool(replicas=replicas)
+        await self.pass_()
+        self.ready_all()
+
     def ready_all(self) -> None:
         for pod in self.unclaimed():
             mark_pod_running(self.emulator, NAMESPACE, pod["metadata"]["name"])
@@ -243,9 +250,7 @@ async def test_a_pool_says_why_its_oldest_pod_is_not_ready(world: PoolWorld) -> 
 async def test_a_pod_running_but_no_longer_ready_is_said_to_be_so_not_to_be_starting(
     world: PoolWorld,
 ) -> None:
-    world.create_pool(replicas=2)
-    await world.pass_()
-    world.ready_all()
+    await world.filled(replicas=2)
     await world.pass_()
     lost = world.unclaimed()[0]["metadata"]["name"]
     mark_pod_running(world.emulator, NAMESPACE, lost, ready=False)  # its node went NotReady
@@ -272,9 +277,7 @@ def forge_pod(world: PoolWorld, name: str) -> None:
 async def test_a_pod_not_as_built_fills_a_slot_but_the_pool_says_so_and_never_counts_it_ready(
     world: PoolWorld,
 ) -> None:
-    world.create_pool(replicas=2)
-    await world.pass_()
-    world.ready_all()
+    await world.filled(replicas=2)
     world.emulator.remove("v1/pods", NAMESPACE, world.unclaimed()[1]["metadata"]["name"])
     forge_pod(world, "forged")  # in the slot the pool would refill
 
@@ -297,9 +300,7 @@ async def test_a_pod_not_as_built_fills_a_slot_but_the_pool_says_so_and_never_co
 async def test_a_pod_not_as_built_in_a_full_pool_is_the_surplus_deleted_first(
     world: PoolWorld,
 ) -> None:
-    world.create_pool(replicas=2)
-    await world.pass_()
-    world.ready_all()
+    await world.filled(replicas=2)
     await world.pass_()
     ours = {pod["metadata"]["name"] for pod in world.unclaimed()}
     forge_pod(world, "forged")
@@ -389,9 +390,7 @@ async def test_while_the_policy_object_is_missing_a_pool_keeps_its_pods_and_make
 
 
 async def test_once_its_pods_are_ready_the_pool_is_ready(world: PoolWorld) -> None:
-    world.create_pool(replicas=2)
-    await world.pass_()
-    world.ready_all()
+    await world.filled(replicas=2)
     # Pods becoming ready is a routine change: written within the status interval.
     assert await world.pass_() == STATUS_INTERVAL
     world.now[0] += timedelta(seconds=STATUS_INTERVAL)
@@ -418,9 +417,7 @@ async def test_a_pass_creates_a_bounded_number_and_comes_back_at_once(
 
 
 async def test_a_deleted_pod_is_replaced(world: PoolWorld) -> None:
-    world.create_pool(replicas=3)
-    await world.pass_()
-    world.ready_all()
+    await world.filled(replicas=3)
     gone = world.unclaimed()[0]["metadata"]["name"]
     world.emulator.remove("v1/pods", NAMESPACE, gone)
     await world.pass_()
@@ -430,9 +427,7 @@ async def test_a_deleted_pod_is_replaced(world: PoolWorld) -> None:
 
 
 async def test_a_pod_that_ended_is_deleted_and_replaced_after_a_backoff(world: PoolWorld) -> None:
-    world.create_pool(replicas=2)
-    await world.pass_()
-    world.ready_all()
+    await world.filled(replicas=2)
     failed = world.unclaimed()[0]["metadata"]["name"]
     world.emulator.patch(
         "v1/pods",
@@ -454,9 +449,7 @@ async def test_a_pod_that_ended_is_deleted_and_replaced_after_a_backoff(world: P
 
 
 async def test_a_replacement_that_ends_too_waits_twice_as_long(world: PoolWorld) -> None:
-    world.create_pool(replicas=2)
-    await world.pass_()
-    world.ready_all()
+    await world.filled(replicas=2)
 
     def fail_one_not_failed() -> str:
         pod = next(p for p in world.unclaimed() if p.get("status", {}).get("phase") != "Failed")
@@ -508,9 +501,7 @@ async def test_pods_that_end_together_are_one_failure_not_one_each(world: PoolWo
 
 
 async def test_failures_hours_apart_each_wait_the_first_backoff_only(world: PoolWorld) -> None:
-    world.create_pool(replicas=3)
-    await world.pass_()
-    world.ready_all()
+    await world.filled(replicas=3)
     waits = []
     for hour in range(1, 5):
         # Claims keep the pool one short, so it is never full between the failures.
@@ -573,9 +564,7 @@ async def test_a_wall_clock_stepped_back_an_hour_holds_no_refill_past_its_backof
 ) -> None:
     """An NTP correction moves the wall clock, not the time that passes: the waits a pool
     keeps in memory (failure waves, refused creates, held status writes) are its own."""
-    world.create_pool(replicas=2)
-    await world.pass_()
-    world.ready_all()
+    await world.filled(replicas=2)
     fail(world, world.unclaimed()[0]["metadata"]["name"])
     await world.pass_()
     assert len(world.unclaimed()) == 1, "the first wave's backoff (10 s) runs"
@@ -736,9 +725,7 @@ async def test_a_template_change_replaces_the_pods_gradually(world: PoolWorld) -
 
 
 async def test_an_update_never_touches_a_claimed_pod(world: PoolWorld) -> None:
-    world.create_pool(replicas=2)
-    await world.pass_()
-    world.ready_all()
+    await world.filled(replicas=2)
     claimed = world.unclaimed()[0]["metadata"]["name"]
     before = world.claim(claimed)
     world.set_spec(image="registry.example.com/craft/sandbox:2")
@@ -752,9 +739,7 @@ async def test_an_update_never_touches_a_claimed_pod(world: PoolWorld) -> None:
 
 
 async def test_a_pod_claimed_after_the_cache_saw_it_is_not_deleted(world: PoolWorld) -> None:
-    world.create_pool(replicas=1)
-    await world.pass_()
-    world.ready_all()
+    await world.filled(replicas=1)
     world.refresh()
     [pod] = world.unclaimed()
     world.set_spec(replicas=0)
@@ -769,9 +754,7 @@ async def test_a_pod_claimed_after_the_cache_saw_it_is_not_deleted(world: PoolWo
 
 
 async def test_deleting_the_pool_deletes_its_unclaimed_pods_only(world: PoolWorld) -> None:
-    world.create_pool(replicas=3)
-    await world.pass_()
-    world.ready_all()
+    await world.filled(replicas=3)
     claimed = world.unclaimed()[0]["metadata"]["name"]
     world.claim(claimed)
     await world.pass_()
@@ -837,9 +820,7 @@ async def test_no_pod_starts_until_a_network_policy_restricts_its_egress(
 async def test_the_status_is_written_only_when_it_changes(
     world: PoolWorld, kube: KubeClient
 ) -> None:
-    world.create_pool(replicas=1)
-    await world.pass_()
-    world.ready_all()
+    await world.filled(replicas=1)
     await world.pass_()
     patches = kube.requests["PATCH"]
     await world.pass_()
@@ -856,9 +837,7 @@ def status_patches(world: PoolWorld) -> int:
 async def test_claims_and_refills_within_the_status_interval_share_one_status_write(
     world: PoolWorld,
 ) -> None:
-    world.create_pool(replicas=3)
-    await world.pass_()
-    world.ready_all()
+    await world.filled(replicas=3)
     await world.pass_()
     world.now[0] += timedelta(seconds=STATUS_INTERVAL)
     await world.pass_()
@@ -881,9 +860,7 @@ async def test_claims_and_refills_within_the_status_interval_share_one_status_wr
 
 
 async def test_a_change_that_is_not_routine_is_written_at_once(world: PoolWorld) -> None:
-    world.create_pool(replicas=2)
-    await world.pass_()
-    world.ready_all()
+    await world.filled(replicas=2)
     await world.pass_()
     world.now[0] += timedelta(seconds=STATUS_INTERVAL)
     await world.pass_()
@@ -898,9 +875,7 @@ async def test_a_change_that_is_not_routine_is_written_at_once(world: PoolWorld)
 
 
 async def test_a_pass_says_what_it_did_in_one_normal_event(world: PoolWorld) -> None:
-    world.create_pool(replicas=3)
-    await world.pass_()
-    world.ready_all()
+    await world.filled(replicas=3)
     await world.pass_()
     world.events.posted.clear()
     world.set_spec(image="registry.example.com/craft/sandbox:2")
