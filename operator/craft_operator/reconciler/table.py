@@ -12,7 +12,7 @@ Adding a condition is one new module under ``steps/`` defining ``STEP`` and one 
 
 from __future__ import annotations
 
-from craft_operator.api.models import ConditionStatus, Phase
+from craft_operator.api.models import ConditionStatus
 from craft_operator.reconciler.step import WAITING_MESSAGE, Pass, Step, Stop
 from craft_operator.reconciler.steps import (
     claimed_skill,
@@ -23,6 +23,7 @@ from craft_operator.reconciler.steps import (
     pod,
     secret,
     skill,
+    sleep,
     workspace,
 )
 from craft_operator.status import (
@@ -68,23 +69,19 @@ async def run_steps(p: Pass, steps: tuple[tuple[Step, ...], ...] = STEPS) -> Non
         if stops:
             if steps is STEPS and index < POD_ROW:
                 await cli.deliver_renewal(p)
-                _phase_without_pod_step(p)
+                await _pod_without_pod_step(p)
             _wait(p, steps[index + 1 :], stops[0])
             return
 
 
-def _phase_without_pod_step(p: Pass) -> None:
+async def _pod_without_pod_step(p: Pass) -> None:
     """A pass stopped before the pod's row (the credential database down, a user made
-    inactive) still says what the sandbox's pod is: suspended or asleep as the spec and the
-    stored status say, else Provisioning while a pod of its exists. A running sandbox must
-    not turn Pending, nor a sleeping one count as on its way to Ready since it fell asleep."""
-    run = p.run
-    if p.sandbox.spec.suspend:
-        run.phase = Phase.SUSPENDED
-    elif run.status.sleeping_since is not None:
-        run.phase = Phase.SLEEPING
-    else:
-        run.pod_exists = pod.has_pod(p)
+    inactive) still stops the pod of a suspended or idle sandbox, and says what its pod is:
+    suspended or asleep, else Provisioning while a pod of its exists. Suspending must not
+    wait for the database, a running sandbox must not turn Pending, nor a sleeping one count
+    as on its way to Ready since it fell asleep."""
+    if await sleep.hold(p, pod.own_pod(p)) is None:
+        p.run.pod_exists = pod.has_pod(p)
 
 
 def _wait(p: Pass, later: tuple[tuple[Step, ...], ...], stop: Stop) -> None:

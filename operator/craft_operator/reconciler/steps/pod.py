@@ -115,6 +115,16 @@ def has_pod(p: Pass) -> bool:
     return any(True for _ in own_pods(p))
 
 
+def own_pod(p: Pass) -> dict[str, Any] | None:
+    """The sandbox's pod, as cached: the pod of its name if the sandbox controls it, else
+    the pool pod it claimed."""
+    meta = p.sandbox.metadata
+    named = p.services.cache.get(POD.name, meta.namespace, pod_name(p.sandbox))
+    if named is not None and controlled_by(named, meta.uid):
+        return named
+    return claimed_pod(p)
+
+
 def claimed_pod(p: Pass) -> dict[str, Any] | None:
     """The pool pod this sandbox claimed (named after its pool, not the sandbox), if any."""
     for pod in own_pods(p):

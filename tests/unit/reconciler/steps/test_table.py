@@ -218,3 +218,67 @@ async def test_a_sleeping_or_suspended_sandbox_stopped_at_its_credentials_stays_
     counted = dict(p.run.body)
     counted["status"] = dump_status(status)
     assert count_sandboxes([counted], NOW).oldest_not_ready_seconds == 0
+
+
+async def test_a_sandbox_suspended_while_its_credentials_fail_has_its_pod_stopped(
+    world: World,
+) -> None:
+    """Suspending is how a platform stops a sandbox's pod: it must not wait for the
+    credential database to come back."""
+    await pod.converge_pod(world.pass_())
+    world.cache.put("Pod", world.emulator.get("v1/pods", NAMESPACE, NAME))
+    world.credentials.error = DatabaseUnavailableError("the database is unreachable")
+
+    p = world.pass_(spec={"suspend": True}, status={"phase": "Ready"})
+    await run_steps(p)
+    status = p.run.finish()
+
+    stored = world.stored("v1/pods", NAME)
+    assert stored is None or stored["metadata"].get("deletionTimestamp")
+    assert status.phase == "Suspended"
+    assert "PodSuspended" in world.events.reasons
+    pod_ready = p.run.condition("PodReady")
+    assert pod_ready is not None
+    assert (pod_ready.status, pod_ready.reason) == ("False", "Suspended")
+
+
+async def test_an_idle_sandbox_falls_asleep_while_its_credentials_fail(world: World) -> None:
+    await pod.converge_pod(world.pass_())
+    world.cache.put("Pod", world.emulator.get("v1/pods", NAMESPACE, NAME))
+    world.credentials.error = DatabaseUnavailableError("the database is unreachable")
+
+    p = world.pass_(
+        spec={"idleTimeout": "1h"},
+        status={"phase": "Ready"},
+        annotations={"craft.onyx.app/last-activity": "2025-12-31T00:00:00Z"},
+    )
+    await run_steps(p)
+    status = p.run.finish()
+
+    stored = world.stored("v1/pods", NAME)
+    assert stored is None or stored["metadata"].get("deletionTimestamp")
+    assert (status.phase, status.sleeping_since) == ("Sleeping", NOW)
+
+
+async def test_a_stopped_pass_never_stops_a_pod_of_the_sandboxs_name_it_does_not_control(
+    world: World,
+) -> None:
+    world.emulator.create(
+        "v1/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": NAME, "namespace": NAMESPACE},
+            "spec": {"containers": [{"name": "x", "image": "busybox"}]},
+        },
+    )
+    world.cache.put("Pod", world.emulator.get("v1/pods", NAMESPACE, NAME))
+    world.credentials.error = DatabaseUnavailableError("the database is unreachable")
+
+    p = world.pass_(spec={"suspend": True}, status={"phase": "Ready"})
+    await run_steps(p)
+
+    stored = world.stored("v1/pods", NAME)
+    assert stored is not None
+    assert not stored["metadata"].get("deletionTimestamp")
+    assert p.run.finish().phase == "Suspended"
