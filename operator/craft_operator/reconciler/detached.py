@@ -12,6 +12,11 @@ and the sandbox waits: a detached call's end wakes the sandbox that has waited l
 (which may find the room taken again: its step also comes back on its own). A pass never
 waits longer than ``inline`` seconds.
 
+A pod that once kept its call past the pass's wait may do so again (its agent controls
+it): the later calls for that pod (its ``owner``) run in a slow lane of at most
+``slow_limit`` of the ``limit`` calls. However many such pods there are, the others' calls
+keep the rest of the room, and a pod's first hang holds a place for at most one call.
+
 A pass that leaves its call running ends well, which resets the work queue's backoff; so
 the calls' failures are counted here (:meth:`DetachedCalls.failed`), and a failed call is
 not started again before its own backoff has passed (:meth:`DetachedCalls.retry_in`).
@@ -35,6 +40,10 @@ Key = tuple[str, str]
 class _Call(Generic[T]):
     attempt: str
     task: asyncio.Task[T]
+    #: The pod the call runs in ("": unknown); a pod whose call ran past the wait is slow.
+    owner: str = ""
+    #: Whether it runs in the slow lane.
+    slow: bool = False
     detached: bool = field(default=False)
 
 
@@ -52,16 +61,26 @@ class DetachedCalls(Generic[T]):
     for it; see the module docstring."""
 
     def __init__(
-        self, *, inline: float = 2.0, limit: int = 32, backoff: Backoff | None = None
+        self,
+        *,
+        inline: float = 2.0,
+        limit: int = 32,
+        slow_limit: int | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
-        """``backoff`` spaces the retries of a call that failed (1 s doubling to 5 min)."""
+        """``backoff`` spaces the retries of a call that failed (1 s doubling to 5 min);
+        ``slow_limit`` (a quarter of ``limit`` unless given) bounds the slow lane."""
         self.inline = inline
         self.limit = limit
+        self.slow_limit = max(1, limit // 4) if slow_limit is None else slow_limit
         self._backoff = backoff or Backoff()
         self._calls: dict[Key, _Call[T]] = {}
         self._failures: dict[Key, _Failures] = {}
-        #: Sandboxes whose call waits for room, in the order they came (a dict as a set).
-        self._turns: dict[Key, None] = {}
+        #: Sandboxes whose call waits for room, in the order they came (a dict as a set),
+        #: each with whether its call is for the slow lane.
+        self._turns: dict[Key, bool] = {}
+        #: The pod of each sandbox whose call ran past the wait: its calls are slow.
+        self._slow_owners: dict[Key, str] = {}
         #: Set by :meth:`drain`: the operator stops, and no call outlives a pass any more.
         self._stopping = False
         #: Called with a sandbox's key when a call no pass waits for ends (the queue's add).
@@ -72,13 +91,32 @@ class DetachedCalls(Generic[T]):
         """Calls running, whether a pass waits for them or not (what ``limit`` bounds)."""
         return sum(1 for call in self._calls.values() if not call.task.done())
 
-    async def result(self, key: Key, attempt: str, start: Callable[[], Awaitable[T]]) -> T | None:
+    @property
+    def unfinished_slow(self) -> int:
+        """Calls running in the slow lane (what ``slow_limit`` bounds)."""
+        return sum(1 for call in self._calls.values() if call.slow and not call.task.done())
+
+    def _has_room(self, slow: bool) -> bool:
+        if self.unfinished >= self.limit:
+            return False
+        return not slow or self.unfinished_slow < self.slow_limit
+
+    def is_slow(self, key: Key, owner: str) -> bool:
+        """Whether a call for ``key`` in the pod ``owner`` runs in the slow lane: an
+        earlier one in that pod ran past its pass's wait."""
+        return bool(owner) and self._slow_owners.get(key) == owner
+
+    async def result(
+        self, key: Key, attempt: str, start: Callable[[], Awaitable[T]], *, owner: str = ""
+    ) -> T | None:
         """The result of the call ``attempt`` for ``key`` (what it raised, raised): started
         unless it runs already, waited for up to ``inline`` seconds; ``None`` while it runs
         on (the sandbox is woken when it ends), while it waits for room to run (see
         :meth:`waiting`; woken when there is), or if it was cancelled meanwhile (the sandbox
         is gone, or the operator stands by). A call for another attempt (another pod or PAT)
-        is cancelled first. Once the operator stops, a call runs within its pass."""
+        is cancelled first. Once the operator stops, a call runs within its pass. ``owner``
+        is the pod the call runs in: one whose call ran past the wait is slow from then on
+        (see the module docstring)."""
         call = self._calls.get(key)
         if call is not None and call.attempt != attempt:
             self._drop(key, call)
@@ -88,16 +126,19 @@ class DetachedCalls(Generic[T]):
         if call is None:
             if self._stopping:
                 return await start()  # the queue's stop bounds (and cancels) the pass
-            if self.unfinished >= self.limit:
-                self._turns[key] = None  # no room: woken when a detached call ends
+            slow = self.is_slow(key, owner)
+            if not self._has_room(slow):
+                self._turns[key] = slow  # no room: woken when a detached call ends
                 return None
             self._turns.pop(key, None)
-            call = _Call(attempt, asyncio.ensure_future(start()))
+            call = _Call(attempt, asyncio.ensure_future(start()), owner, slow)
             self._calls[key] = call
             call.task.add_done_callback(lambda _: self._ended(key, call))
         done, _ = await asyncio.wait({call.task}, timeout=self.inline)
         if not done:
             call.detached = True
+            if call.owner:
+                self._slow_owners[key] = call.owner
             return None
         if self._calls.get(key) is call:
             del self._calls[key]
@@ -148,6 +189,7 @@ class DetachedCalls(Generic[T]):
         """The sandbox is gone: cancel its call and forget its failures and its turn."""
         self._failures.pop(key, None)
         self._turns.pop(key, None)
+        self._slow_owners.pop(key, None)
         call = self._calls.get(key)
         if call is not None:
             self._drop(key, call)
@@ -167,6 +209,7 @@ class DetachedCalls(Generic[T]):
         calls, self._calls = list(self._calls.values()), {}
         self._failures.clear()
         self._turns.clear()
+        self._slow_owners.clear()
         for call in calls:
             call.task.cancel()
         await asyncio.gather(*(call.task for call in calls), return_exceptions=True)
@@ -182,13 +225,17 @@ class DetachedCalls(Generic[T]):
         self._next_turn(call)
 
     def _next_turn(self, call: _Call[T]) -> None:
-        """A detached call ended: wake the sandbox whose call waited longest for room (no
-        place is kept for it: a sandbox that no longer needs its call must not hold up the
-        others; the step comes back on its own too)."""
-        if call.detached and self._turns and self.wake is not None:
-            key = next(iter(self._turns))
-            del self._turns[key]
-            self.wake(key)
+        """A detached call ended: wake the sandbox whose call waited longest for room it
+        has now, the slow lane's or the rest (no place is kept for it: a sandbox that no
+        longer needs its call must not hold up the others; the step comes back on its own
+        too)."""
+        if not call.detached or self.wake is None:
+            return
+        for key, slow in self._turns.items():
+            if self._has_room(slow):
+                del self._turns[key]
+                self.wake(key)
+                return
 
 
 def _consume(task: asyncio.Task[object]) -> None:

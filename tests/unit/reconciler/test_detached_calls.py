@@ -4,6 +4,7 @@ on without the pass, wakes the sandbox when it ends, and the next pass takes its
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -189,4 +190,86 @@ async def test_the_limit_counts_the_calls_passes_still_wait_for() -> None:
     assert started == 2, "ten passes at once start two calls, not ten"
     assert sum(calls.waiting(key) for key in keys) == 8
     release.set()
+    await calls.close()
+
+
+async def _stall_once(calls: DetachedCalls[int], key: tuple[str, str], owner: str) -> None:
+    """A call for ``key`` in the pod ``owner`` that runs past the wait, then ends."""
+    release = asyncio.Event()
+
+    async def held() -> int:
+        await release.wait()
+        return 1
+
+    assert await calls.result(key, f"{owner}-first", held, owner=owner) is None
+    release.set()
+    await asyncio.sleep(0.01)
+    assert await calls.result(key, f"{owner}-first", held, owner=owner) == 1
+
+
+async def test_a_pod_that_held_its_call_past_the_wait_has_its_later_calls_in_the_slow_lane() -> (
+    None
+):
+    """Hostile pods that hold every delivery to its timeout keep at most the slow lane:
+    the other sandboxes' deliveries still find room at once."""
+    calls = DetachedCalls[int](inline=0.02, limit=4, slow_limit=1)
+    hostile = [("ns", f"hostile{index}") for index in range(6)]
+    for key in hostile:
+        await _stall_once(calls, key, owner=f"pod-{key[1]}")
+    assert all(calls.is_slow(key, f"pod-{key[1]}") for key in hostile)
+
+    never = asyncio.Event()
+
+    async def hangs() -> int:
+        await never.wait()
+        return 0
+
+    for key in hostile:
+        assert await calls.result(key, "again", hangs, owner=f"pod-{key[1]}") is None
+    assert calls.unfinished == 1, "one slow call runs; the others wait for the slow lane"
+    assert sum(calls.waiting(key) for key in hostile) == 5
+
+    async def quick() -> int:
+        return 2
+
+    for index in range(3):
+        assert await calls.result(("ns", f"fine{index}"), "x", quick, owner="p") == 2
+    await calls.close()
+
+
+async def test_a_new_pod_of_a_sandbox_whose_pod_was_slow_is_not() -> None:
+    calls = DetachedCalls[int](inline=0.02, limit=4, slow_limit=1)
+    await _stall_once(calls, KEY, owner="old-pod")
+    assert calls.is_slow(KEY, "old-pod")
+    assert not calls.is_slow(KEY, "new-pod")
+    assert not calls.is_slow(KEY, ""), "a call of no known pod is never slow"
+    calls.forget(KEY)
+    assert not calls.is_slow(KEY, "old-pod")
+
+
+async def test_an_ended_call_wakes_the_longest_waiting_sandbox_that_has_room_now() -> None:
+    calls = DetachedCalls[int](inline=0.02, limit=2, slow_limit=1)
+    woken: list[tuple[str, str]] = []
+    await _stall_once(calls, ("ns", "slow"), owner="s")
+    await _stall_once(calls, ("ns", "slower"), owner="t")
+    calls.wake = woken.append
+    releases = {"s": asyncio.Event(), "fine": asyncio.Event()}
+
+    def held(name: str) -> Callable[[], Awaitable[int]]:
+        async def call() -> int:
+            await releases[name].wait()
+            return 1
+
+        return call
+
+    assert await calls.result(("ns", "slow"), "b", held("s"), owner="s") is None
+    assert await calls.result(("ns", "fine"), "b", held("fine"), owner="f") is None
+    assert await calls.result(("ns", "slower"), "b", held("s"), owner="t") is None
+    assert await calls.result(("ns", "next"), "b", held("fine"), owner="n") is None
+    assert calls.waiting(("ns", "slower"))
+    assert calls.waiting(("ns", "next"))
+
+    releases["fine"].set()
+    await asyncio.sleep(0.01)
+    assert woken == [("ns", "fine"), ("ns", "next")], "the slow lane is still full"
     await calls.close()

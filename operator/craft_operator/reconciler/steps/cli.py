@@ -246,7 +246,9 @@ async def _deliver_and_validate(
     # One delivery per pod, PAT and SKILL.md; a slow one runs on without the pass.
     skill_hash = "" if skill is None else skill.delivered.content_hash
     try:
-        result = await s.deliveries.result(key, f"{target}|{skill_hash}", deliver)
+        result = await s.deliveries.result(
+            key, f"{target}|{skill_hash}", deliver, owner=meta.get("uid", "")
+        )
     except Exception as exc:
         # Backed off whatever it was: one that cannot pass (an onyx-cli that prints more
         # than is read, say) is not run again on every event of its pod.

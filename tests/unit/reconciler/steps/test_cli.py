@@ -115,6 +115,9 @@ async def test_a_slow_delivery_runs_on_without_the_pass_and_the_next_pass_judges
     assert condition is not None
     assert (condition.status, condition.reason) == ("True", "Validated")
     assert world.exec.calls == [cli.DELIVER_ARGV], "one delivery, judged by the next pass"
+    deliveries = world.services.deliveries
+    assert deliveries.is_slow(p.run.key, "pod-1"), "the pod's later deliveries: slow lane"
+    assert not deliveries.is_slow(p.run.key, "pod-2")
 
 
 UNREACHABLE = 5  # onyx-cli: the Onyx server could not be reached from the pod
