@@ -69,9 +69,11 @@ class CraftSandboxPoolSpec(PodSettingsChecks):
     """The desired state of a pool of warm sandbox pods."""
 
     replicas: int = Field(
+        default=1,
         description=(
-            f"How many unclaimed pods the pool keeps (0 to {MAX_REPLICAS}). A claimed pod "
-            "leaves the pool and is replaced."
+            f"How many unclaimed pods the pool keeps (0 to {MAX_REPLICAS}; 1 if not given, "
+            "so that a manifest may leave it to kubectl scale or a HorizontalPodAutoscaler). "
+            "A claimed pod leaves the pool and is replaced."
         ),
         ge=0,
         le=MAX_REPLICAS,
@@ -122,6 +124,13 @@ class CraftSandboxPoolStatus(StatusModel):
         description=(
             "Hash of the current pod template; its pods carry it in the "
             "craft.onyx.app/pool-template-hash label."
+        ),
+    )
+    selector: str | None = Field(
+        default=None,
+        description=(
+            "Label selector of the pool's unclaimed pods (the scale subresource's, which a "
+            "HorizontalPodAutoscaler requires)."
         ),
     )
     conditions: list[Condition] = Field(

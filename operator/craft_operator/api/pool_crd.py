@@ -85,10 +85,12 @@ def build_pool_crd() -> dict[str, Any]:
                     "storage": True,
                     "subresources": {
                         "status": {},
-                        # kubectl scale craftsandboxpool/<name> --replicas=N
+                        # kubectl scale craftsandboxpool/<name> --replicas=N; an HPA
+                        # needs the selector as well.
                         "scale": {
                             "specReplicasPath": ".spec.replicas",
                             "statusReplicasPath": ".status.replicas",
+                            "labelSelectorPath": ".status.selector",
                         },
                     },
                     "additionalPrinterColumns": printer_columns(),

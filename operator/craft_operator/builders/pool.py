@@ -34,6 +34,7 @@ from craft_operator.builders.naming import (
 from craft_operator.builders.pod import (
     LIBRARY_MOUNT,
     SKILLS_MOUNT,
+    SandboxConfigError,
     sandbox_container,
     scheduling,
     template_hash,
@@ -100,7 +101,14 @@ def _pod_spec(sandbox: CraftSandbox, settings: Settings) -> dict[str, Any]:
 def pool_pod_spec(spec: CraftSandboxPoolSpec, settings: Settings) -> dict[str, Any]:
     """The pod spec of the pool's pods (``SandboxConfigError`` if the settings cannot make one,
     e.g. no server URL, or requests above limits)."""
-    return _pod_spec(template_sandbox(spec), settings)
+    try:
+        return _pod_spec(template_sandbox(spec), settings)
+    except SandboxConfigError as exc:
+        if exc.reason == "NoServerURL":
+            # A pool has no spec.serverURL: the sandbox's advice would name a field it lacks.
+            message = "no Onyx server URL: set the operator's CRAFT_SERVER_URL"
+            raise SandboxConfigError(exc.reason, message) from None
+        raise
 
 
 def pool_template_hash(spec: CraftSandboxPoolSpec, settings: Settings) -> str:

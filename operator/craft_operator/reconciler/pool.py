@@ -126,11 +126,14 @@ class _Outcome:
 @dataclass(frozen=True)
 class _Refusals:
     """Pod creates the API server refused in a row (a quota, say), and until when new ones
-    wait: events of the pool's pods, which come often under claims, do not shorten it."""
+    wait: events of the pool's pods, which come often under claims, do not shorten it; a
+    new pod template (resources lowered to fit the quota, say) is tried at once."""
 
     count: int
     until: Moment
     error: str
+    #: The template hash of the pods refused.
+    template: str
 
 
 #: Seconds without a pool pod ending after which its failures are forgotten (a sandbox's
@@ -235,6 +238,9 @@ class PoolReconciler:
         now = Moment.now(s.steady, s.clock)
         waiting = self._failure_wait(key, ours, pool.spec.replicas, now)
         held = self._refusals.get(key)
+        if held is not None and held.template != hash_:
+            self._refusals.pop(key, None)  # what was refused is not what is made now
+            held = None
         refusal_wait = 0.0 if held is None else now.until(held.until)
         # Waves of pods keep ending and none of this template is Ready (an image that
         # crashes, a command that exits): one pod at a time, and only once the last one has
@@ -263,7 +269,7 @@ class PoolReconciler:
         orphaned = [pod for pod in strays if not pod["metadata"].get("deletionTimestamp")]
         todo = Plan((*todo.delete, *((pod, "PoolPodOrphaned") for pod in orphaned)), todo.create)
         outcome = await self._act(body, todo, desired)
-        self._count_refusals(key, outcome, now)
+        self._count_refusals(key, outcome, now, hash_)
         refusal = self._refusals.get(key)
         if refusal is not None and (outcome.create_error is not None or refusal_wait > 0):
             # The same words from the refusal until the next try: one status write.
@@ -312,14 +318,15 @@ class PoolReconciler:
             return None
         return wait
 
-    def _count_refusals(self, key: PoolKey, outcome: _Outcome, now: Moment) -> None:
+    def _count_refusals(self, key: PoolKey, outcome: _Outcome, now: Moment, template: str) -> None:
         """A refused create starts (or doubles) the wait before the next ones; a create
         that went through ends it."""
         if outcome.create_error is not None:
             held = self._refusals.get(key)
             count = (held.count if held else 0) + 1
             delay = _backoff(self.services.settings.pod_restart_backoff, count)
-            self._refusals[key] = _Refusals(count, now.after(delay), str(outcome.create_error))
+            error = str(outcome.create_error)
+            self._refusals[key] = _Refusals(count, now.after(delay), error, template)
         elif outcome.created:
             self._refusals.pop(key, None)
 

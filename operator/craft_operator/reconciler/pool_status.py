@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from craft_operator.api.pool import (
     EGRESS_RESTRICTED,
+    LABEL_POOL,
     POOL_READY,
     CraftSandboxPoolStatus,
 )
@@ -63,6 +64,7 @@ def count_status(
     conditions: list[Condition],
 ) -> CraftSandboxPoolStatus:
     """The status a pass computed from the pool's pods."""
+    name = body.get("metadata", {}).get("name", "")
     return CraftSandboxPoolStatus(
         replicas=pods.alive,
         ready=pods.ready,
@@ -70,6 +72,7 @@ def count_status(
         claimed=claimed,
         observed_generation=body.get("metadata", {}).get("generation"),
         template_hash=template_hash,
+        selector=f"{LABEL_POOL}={name}",
         conditions=conditions,
     )
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from craft_operator.api.pool import InvalidPoolError, parse_pool
+from craft_operator.api.pool import CraftSandboxPoolSpec, InvalidPoolError, parse_pool
 from craft_operator.api.pool_crd import build_pool_crd, pool_crd_yaml
 from craft_operator.cli import main
 from tests.support.crd_validation import CrdValidator
@@ -76,6 +76,24 @@ def test_kubectl_shows_replicas_ready_creating_claimed_and_age() -> None:
     assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.replicas"
 
 
+def test_the_scale_subresource_gives_an_autoscaler_the_selector_of_the_unclaimed_pods() -> None:
+    """A HorizontalPodAutoscaler refuses to scale a target whose scale has no selector."""
+    [version] = build_pool_crd()["spec"]["versions"]
+    assert version["subresources"]["scale"]["labelSelectorPath"] == ".status.selector"
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    assert status["selector"]["type"] == "string"
+
+
+def test_replicas_may_be_left_to_an_autoscaler() -> None:
+    """A manifest without replicas gets one pod, and a GitOps sync then never undoes what
+    kubectl scale or an autoscaler set."""
+    [version] = build_pool_crd()["spec"]["versions"]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert "replicas" not in spec.get("required", [])
+    assert spec["properties"]["replicas"]["default"] == 1
+    assert CraftSandboxPoolSpec().replicas == 1
+
+
 def test_every_spec_field_is_explained() -> None:
     [version] = build_pool_crd()["spec"]["versions"]
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
@@ -99,6 +117,7 @@ def test_schema_and_model_both_accept_the_example() -> None:
 
 VALID = {
     "zero-replicas": pool(replicas=0),
+    "no-replicas": {**pool(), "spec": {}},
     "five-hundred-replicas": pool(replicas=500),
     "name-of-63-characters": pool(name="p" * 63),
     "every-pod-setting": pool(
@@ -111,7 +130,6 @@ VALID = {
     ),
 }
 INVALID = {
-    "no-replicas": {**pool(), "spec": {}},
     "negative-replicas": pool(replicas=-1),
     "too-many-replicas": pool(replicas=501),
     "image-with-a-space": pool(image="craft sandbox"),

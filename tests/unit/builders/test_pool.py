@@ -183,6 +183,8 @@ def test_a_pool_without_a_server_url_anywhere_cannot_make_pods(tmp_path: Path) -
     with pytest.raises(SandboxConfigError) as raised:
         build_pool_pod(make_pool(), Settings(state_dir=tmp_path))
     assert raised.value.reason == "NoServerURL"
+    assert "CRAFT_SERVER_URL" in str(raised.value)
+    assert "spec.serverURL" not in str(raised.value), "a pool has no such field"
 
 
 def test_the_pod_labels_are_the_ones_the_sandbox_network_policy_selects(

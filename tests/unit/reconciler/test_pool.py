@@ -221,6 +221,7 @@ async def test_a_new_pool_is_filled_to_its_replicas(world: PoolWorld) -> None:
     )
     assert world.condition("Ready")["reason"] == "Filling"
     assert "PoolPodsCreated" in world.events.steps
+    assert status["selector"] == f"{LABEL_POOL}=warm", "what an autoscaler counts"
 
 
 async def test_a_pool_says_why_its_oldest_pod_is_not_ready(world: PoolWorld) -> None:
@@ -557,6 +558,30 @@ async def test_a_refused_create_waits_its_backoff_whatever_events_come(
     world.now[0] = START + timedelta(seconds=11)
     await world.pass_()
     assert len(world.unclaimed()) == 5
+
+
+async def test_a_pod_template_changed_after_a_refused_create_is_tried_at_once(
+    world: PoolWorld,
+) -> None:
+    """The engineer lowers the pool's resources to fit the quota: the new pods need not
+    wait out the backoff of the ones refused."""
+    world.create_pool(replicas=2)
+    real = world.services.kube.create
+
+    async def over_quota(kind: Any, body: Any) -> Any:
+        raise ApiError(403, "Forbidden", "pods is forbidden: exceeded quota: sandboxes")
+
+    world.services.kube.create = over_quota  # type: ignore[method-assign]
+    with pytest.raises(PoolRetryLaterError):
+        await world.pass_()
+    world.services.kube.create = real  # type: ignore[method-assign]
+    await world.pass_()
+    assert world.unclaimed() == [], "the same template waits its backoff"
+
+    world.set_spec(resources={"requests": {"cpu": "100m"}})
+    await world.pass_()
+    assert len(world.unclaimed()) == 2
+    assert world.condition("Ready")["reason"] == "Filling"
 
 
 async def test_a_wall_clock_stepped_back_an_hour_holds_no_refill_past_its_backoff(
