@@ -54,6 +54,7 @@ CONTROLLERS = tuple(
         "persistentvolume-protection",
         "persistentvolumeclaim-protection",
         "validatingadmissionpolicy-status",
+        "horizontal-pod-autoscaler",  # idle but for a pool test: a pool's scale target
     )
 )
 
