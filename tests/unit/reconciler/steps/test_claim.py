@@ -511,12 +511,15 @@ async def test_a_second_pod_of_the_sandbox_is_deleted_whichever_way_it_came(
     mark_pod_running(pooled.emulator, NAMESPACE, NAME)
     pooled.cache.put(kinds.POD.name, pooled.emulator.get("v1/pods", NAMESPACE, NAME))
     pooled.events.posted.clear()
-    again = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    again = await pod_pass(
+        pooled, spec={"poolRef": {"name": POOL}}, status=dump_status(first.run.status)
+    )
     assert await pod.converge_pod(again) is None
     assert again.pod is not None
     assert again.pod["metadata"]["name"] == NAME
     assert pooled.stored("v1/pods", warm) is None, "the other pod is deleted"
     assert pooled.events.reasons == ["ExtraPodDeleted"]
+    assert again.run.status.claimed_from is None, "the sandbox runs its cold pod"
     pooled.events.posted.clear()
     await pod.converge_pod(await pod_pass(pooled, spec={"poolRef": {"name": POOL}}))
     assert pooled.stored("v1/pods", NAME) is not None, "the kept one stays"
