@@ -20,7 +20,12 @@ from sqlalchemy.engine import Connection
 
 from craft_operator.credentials.db import WRITE_OPTION, is_onyx_mode
 from craft_operator.credentials.keyring import KeyRing
-from craft_operator.credentials.tables import OnyxUser, PersonalAccessToken, SandboxCredential
+from craft_operator.credentials.tables import (
+    LibrarySyncRecord,
+    OnyxUser,
+    PersonalAccessToken,
+    SandboxCredential,
+)
 
 #: The store's modules all log under the store's name (as before they were split out).
 log = logging.getLogger("craft_operator.credentials.store")
@@ -28,6 +33,7 @@ log = logging.getLogger("craft_operator.credentials.store")
 CRED = cast(Table, SandboxCredential.__table__)
 PAT = cast(Table, PersonalAccessToken.__table__)
 USER = cast(Table, OnyxUser.__table__)
+LIBRARY = cast(Table, LibrarySyncRecord.__table__)
 #: The superseded PAT still in its grace period, joined to a sandbox's row.
 GRACE_PAT = PAT.alias("grace_pat")
 

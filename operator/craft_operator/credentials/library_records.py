@@ -15,10 +15,11 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from craft_operator.credentials.db import WRITE_OPTION, is_onyx_mode, translated_errors
-from craft_operator.credentials.tables import LibrarySyncRecord
+from craft_operator.credentials.tables import LibrarySyncRecord, SandboxCredential
 from craft_operator.library.record import SyncRecord, decode_entries, encode_entries
 
 _TABLE = cast(Table, LibrarySyncRecord.__table__)
+_CREDENTIALS = cast(Table, SandboxCredential.__table__)
 
 
 def load_record(engine: Engine, sandbox_uid: str) -> SyncRecord | None:
@@ -41,8 +42,11 @@ def load_record(engine: Engine, sandbox_uid: str) -> SyncRecord | None:
 
 def save_record(
     engine: Engine, *, sandbox_uid: str, namespace: str, name: str, record: SyncRecord
-) -> None:
-    """Insert or replace the sandbox's record."""
+) -> bool:
+    """Insert or replace the sandbox's record; ``False`` (nothing written) if the sandbox
+    has no credential row any more: a sync that ran on while its sandbox was deleted, or
+    recreated, must not leave a record that nothing deletes. The row is locked until the
+    record is written, so a revocation deleting it waits, and deletes the record after."""
     values = {
         "sandbox_uid": sandbox_uid,
         "namespace": namespace,
@@ -59,8 +63,12 @@ def save_record(
         set_={key: value for key, value in values.items() if key != "sandbox_uid"},
     )
     writer = engine.execution_options(**{WRITE_OPTION: True})
+    owned = select(_CREDENTIALS.c.id).where(_CREDENTIALS.c.sandbox_uid == sandbox_uid)
     with translated_errors("writing the library sync record"), writer.begin() as connection:
+        if connection.execute(owned.with_for_update(read=True)).first() is None:
+            return False
         connection.execute(statement)
+    return True
 
 
 def delete_record(engine: Engine, sandbox_uid: str) -> bool:

@@ -21,10 +21,10 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import SecretStr
-from sqlalchemy import Row, and_, bindparam, insert, literal, select, update
+from sqlalchemy import Row, and_, bindparam, delete, insert, literal, select, update
 from sqlalchemy.engine import Connection
 
-from craft_operator.credentials.backend import CRED, PAT, USER, StoreBackend, log
+from craft_operator.credentials.backend import CRED, LIBRARY, PAT, USER, StoreBackend, log
 from craft_operator.credentials.errors import UserInactiveError, UserNotFoundError
 from craft_operator.credentials.keyring import parse_header, seal_token
 from craft_operator.credentials.model import IssuedCredential, SandboxIdentity
@@ -179,6 +179,10 @@ def _write_row(
     )
     if result.rowcount != 1:
         raise LostRaceError
+    if row.sandbox_uid != identity.uid:
+        # An earlier sandbox of this name went without its finalizer: its library record
+        # goes with its row, which no sweep finds any more.
+        connection.execute(delete(LIBRARY).where(LIBRARY.c.sandbox_uid == row.sandbox_uid))
 
 
 def insert_pat(
