@@ -16,10 +16,12 @@ import pytest
 
 from craft_operator.api.pool import parse_pool
 from craft_operator.builders.pool import build_pool_pod
+from craft_operator.builders.quantities import canonical_quantity
 from craft_operator.config import Settings
 from craft_operator.kube.cache import compact_pod
 from craft_operator.kube.pod_shape import SHAPE, first_difference, shape_of
 from tests.support.cluster import Cluster
+from tests.unit.builders.test_quantities import CANONICAL
 
 PODS = "/api/v1/pods"
 
@@ -93,3 +95,20 @@ def test_a_pod_with_a_host_file_where_the_token_goes_differs(
     stored = cluster.create(PODS, namespace, forged, dry_run=True)
     where = first_difference(compact_pod(stored)["spec"][SHAPE], shape_of(built["spec"]))
     assert where == "spec.containers[sandbox].terminationMessagePath"
+
+
+def test_the_canonical_quantities_are_the_ones_the_api_server_stores(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    """A pool and a sandbox that write a quantity differently must hash the same pod: the
+    operator's canonical form is the API server's."""
+    built = built_pool_pod(namespace, tmp_path)
+    stored = {}
+    for text in CANONICAL:
+        pod = copy.deepcopy(built)
+        pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": text}}
+        answer = cluster.create(PODS, namespace, pod, dry_run=True)
+        stored[text] = answer["spec"]["containers"][0]["resources"]["requests"]["cpu"]
+
+    assert stored == CANONICAL
+    assert {text: canonical_quantity(text) for text in CANONICAL} == stored

@@ -39,6 +39,7 @@ from craft_operator.builders.pod import (
     scheduling,
     template_hash,
 )
+from craft_operator.builders.quantities import canonical_resources
 from craft_operator.builders.security import pod_security_context
 from craft_operator.config import Settings
 
@@ -68,8 +69,15 @@ def template_sandbox(spec: CraftSandboxPoolSpec) -> CraftSandbox:
     )
 
 
-def _pod_spec(sandbox: CraftSandbox, settings: Settings) -> dict[str, Any]:
-    """The spec of a pool pod for ``sandbox``'s pod settings (raises ``SandboxConfigError``)."""
+def _pod_spec(
+    sandbox: CraftSandbox, settings: Settings, *, canonical: bool = True
+) -> dict[str, Any]:
+    """The spec of a pool pod for ``sandbox``'s pod settings (raises ``SandboxConfigError``).
+
+    Its quantities are in canonical form, as the API server stores them: a pool that says
+    ``cpu: 500m`` and a sandbox that says ``cpu: "0.5"`` want the same pod. ``canonical``
+    False gives them as written, as operators before 2026-11-27 hashed them.
+    """
     # Writable: the claim writes SKILL.md, the token and the library by exec.
     container = sandbox_container(
         sandbox,
@@ -80,6 +88,8 @@ def _pod_spec(sandbox: CraftSandbox, settings: Settings) -> dict[str, Any]:
             {"name": CREDENTIALS_VOLUME, "mountPath": CREDENTIALS_MOUNT},
         ],
     )
+    if canonical:
+        container["resources"] = canonical_resources(container["resources"])
     return {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -127,6 +137,18 @@ def sandbox_template_hash(sandbox: CraftSandbox, settings: Settings) -> str:
     :func:`pool_template_hash` exactly when that pool's pods have the image, server URL,
     resources and scheduling the sandbox's own pod would have."""
     return template_hash(claimable_pod_spec(sandbox, settings))
+
+
+def claimed_template_hashes(sandbox: CraftSandbox, settings: Settings) -> frozenset[str]:
+    """The template hashes a pod ``sandbox`` claimed may carry and still be its pod: the
+    current one, and the one of its quantities as written (a pod claimed before they were
+    hashed in canonical form is not replaced for it)."""
+    return frozenset(
+        {
+            sandbox_template_hash(sandbox, settings),
+            template_hash(_pod_spec(sandbox, settings, canonical=False)),
+        }
+    )
 
 
 def pool_owner_reference(pool: CraftSandboxPool) -> dict[str, Any]:

@@ -53,3 +53,55 @@ def parse_quantity(value: int | str) -> Decimal:
     if abs(parsed) > LARGEST:
         raise ValueError(f"{value!r} is larger than Kubernetes allows (2^63-1)")
     return parsed
+
+
+_BINARY = (("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10))
+_DECIMAL = tuple(
+    (suffix, Decimal(10) ** exponent)
+    for suffix, exponent in (
+        ("E", 18),
+        ("P", 15),
+        ("T", 12),
+        ("G", 9),
+        ("M", 6),
+        ("k", 3),
+        ("", 0),
+        ("m", -3),
+        ("u", -6),
+        ("n", -9),
+    )
+)
+
+
+def canonical_quantity(value: str) -> str:
+    """The quantity as the API server stores it (``0.5`` -> ``500m``, ``2048Mi`` -> ``2Gi``,
+    ``1000m`` -> ``1``): a binary suffix stays binary where the value allows, else the
+    largest decimal suffix whose number is whole. Text that is no quantity, or finer than a
+    nano, is returned as it is."""
+    try:
+        parsed = parse_quantity(value)
+    except ValueError:
+        return value
+    if parsed == 0:
+        return "0"
+    match = _QUANTITY.match(value.strip())
+    binary = bool(match and (match.group(2) or "").endswith("i"))
+    if binary and abs(parsed) >= 1024 and parsed == parsed.to_integral_value():
+        whole = int(parsed)
+        for suffix, exponent in _BINARY:
+            if whole % (1 << exponent) == 0:
+                return f"{whole >> exponent}{suffix}"
+        return str(whole)
+    for suffix, unit in _DECIMAL:
+        number = parsed / unit
+        if number == number.to_integral_value():
+            return f"{int(number)}{suffix}"
+    return value
+
+
+def canonical_resources(resources: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """``resources`` (requests and limits) with every quantity in canonical form."""
+    return {
+        kind: {name: canonical_quantity(quantity) for name, quantity in quantities.items()}
+        for kind, quantities in resources.items()
+    }

@@ -18,10 +18,12 @@ from craft_operator.api.pool import (
     parse_pool,
 )
 from craft_operator.builders import naming
-from craft_operator.builders.pod import SandboxConfigError, build_pod
+from craft_operator.builders.pod import SandboxConfigError, build_pod, template_hash
 from craft_operator.builders.pool import (
     CREDENTIALS_MOUNT,
+    _pod_spec,
     build_pool_pod,
+    claimed_template_hashes,
     pool_template_hash,
     sandbox_template_hash,
 )
@@ -149,6 +151,29 @@ def test_a_sandbox_with_the_same_settings_matches_the_pool(
     assert sandbox_template_hash(other_user, settings) == pool_template_hash(
         make_pool(**spec).spec, settings
     )
+
+
+def test_a_sandbox_that_writes_the_pools_quantities_differently_matches_it(
+    settings: Settings, make_sandbox: MakeSandbox
+) -> None:
+    """The API server stores both the same: ``0.5`` is ``500m``, ``2048Mi`` is ``2Gi``."""
+    pool = make_pool(resources={"requests": {"cpu": "500m", "memory": "2048Mi"}})
+    sandbox = make_sandbox(resources={"requests": {"cpu": "0.5", "memory": "2Gi"}})
+    assert sandbox_template_hash(sandbox, settings) == pool_template_hash(pool.spec, settings)
+
+
+def test_a_pod_claimed_before_quantities_were_hashed_canonically_is_still_the_sandboxs(
+    settings: Settings, make_sandbox: MakeSandbox
+) -> None:
+    """Its label carries the hash of the quantities as written: an upgrade must not
+    replace it (and lose the agent's work)."""
+    sandbox = make_sandbox(resources={"requests": {"cpu": "0.5"}})
+    as_written = template_hash(_pod_spec(sandbox, settings, canonical=False))
+    assert as_written != sandbox_template_hash(sandbox, settings)
+    assert claimed_template_hashes(sandbox, settings) == {
+        as_written,
+        sandbox_template_hash(sandbox, settings),
+    }
 
 
 @pytest.mark.parametrize(

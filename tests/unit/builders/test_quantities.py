@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from craft_operator.builders.quantities import parse_quantity
+from craft_operator.builders.quantities import canonical_quantity, parse_quantity
 
 
 @pytest.mark.parametrize(
@@ -94,3 +94,35 @@ def test_a_quantity_larger_than_kubernetes_allows_is_refused_not_overflowed(
 @pytest.mark.parametrize("text", ["9223372036854775807", "7Ei", "9e18"])
 def test_the_largest_quantities_kubernetes_allows_parse(text: str) -> None:
     assert parse_quantity(text) <= 2**63 - 1
+
+
+#: Quantities as written, and as the API server stores them (the cluster tier checks these
+#: against the real server: tests/cluster/test_pod_shape.py).
+CANONICAL = {
+    "0.5": "500m",
+    "500m": "500m",
+    "1000m": "1",
+    "1.5": "1500m",
+    "0.1": "100m",
+    "1500": "1500",
+    "2000M": "2G",
+    "2G": "2G",
+    "0": "0",
+    "2048Mi": "2Gi",
+    "1.5Gi": "1536Mi",
+    "1024Ki": "1Mi",
+    "1023Mi": "1023Mi",
+    "512Mi": "512Mi",
+    "250n": "250n",
+}
+
+
+@pytest.mark.parametrize(("text", "stored"), CANONICAL.items())
+def test_a_quantity_has_one_canonical_form_as_the_api_server_stores_it(
+    text: str, stored: str
+) -> None:
+    assert canonical_quantity(text) == stored
+
+
+def test_text_that_is_no_quantity_is_left_as_it_is() -> None:
+    assert canonical_quantity("two") == "two"

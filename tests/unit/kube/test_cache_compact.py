@@ -82,7 +82,9 @@ READERS: dict[str, Callable[[dict[str, Any]], object]] = {
     "waiting_detail": pod_state.waiting_detail,
     "failure_detail": pod_state.failure_detail,
     "drift": lambda pod: pod_state.drift(pod, DESIRED),
-    "drift of a claimed pod": lambda pod: pod_state.drift(pod, DESIRED, claimed_as="h"),
+    "drift of a claimed pod": lambda pod: pod_state.drift(
+        pod, DESIRED, claimed_as=frozenset({"h"})
+    ),
     "created_at": pod_state.created_at,
     "has_ended": pool_pods.has_ended,
     "is_running_and_ready": pool_pods.is_running_and_ready,

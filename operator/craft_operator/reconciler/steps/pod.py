@@ -12,7 +12,7 @@ from craft_operator.api.pool import LABEL_CLAIMED_FROM
 from craft_operator.builders.library_job import library_claim_name
 from craft_operator.builders.naming import child_labels, pod_name
 from craft_operator.builders.pod import SandboxConfigError, build_pod
-from craft_operator.builders.pool import sandbox_template_hash
+from craft_operator.builders.pool import claimed_template_hashes
 from craft_operator.kube.client import ConflictError
 from craft_operator.metrics import ProvisioningPhase
 from craft_operator.reconciler import egress
@@ -226,11 +226,11 @@ def _volume_needed(p: Pass, pod: dict[str, Any]) -> str | None:
     )
 
 
-def _claimed_template(p: Pass, pod: dict[str, Any]) -> str | None:
-    """For a claimed pool pod, the template hash it must still have (the sandbox's own)."""
+def _claimed_template(p: Pass, pod: dict[str, Any]) -> frozenset[str] | None:
+    """For a claimed pool pod, the template hashes it may have (the sandbox's own)."""
     if LABEL_CLAIMED_FROM not in (pod["metadata"].get("labels") or {}):
         return None
-    return sandbox_template_hash(p.sandbox, p.services.settings)
+    return claimed_template_hashes(p.sandbox, p.services.settings)
 
 
 def _starting_since(p: Pass, pod: dict[str, Any]) -> datetime | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -49,16 +49,19 @@ def failure_detail(pod: Mapping[str, Any]) -> str:
 
 
 def drift(
-    actual: Mapping[str, Any], desired: Mapping[str, Any], *, claimed_as: str | None = None
+    actual: Mapping[str, Any],
+    desired: Mapping[str, Any],
+    *,
+    claimed_as: Collection[str] | None = None,
 ) -> str | None:
     """Why the running pod must be replaced to match ``desired``, or ``None``.
 
-    A claimed pool pod (``claimed_as``: the template hash the sandbox's settings give a
+    A claimed pool pod (``claimed_as``: the template hashes the sandbox's settings give a
     pool pod) is judged by its pool template instead: it never had the sandbox's own spec.
     """
     if claimed_as is not None:
         labels = actual["metadata"].get("labels") or {}
-        if labels.get(LABEL_POOL_TEMPLATE_HASH) != claimed_as:
+        if labels.get(LABEL_POOL_TEMPLATE_HASH) not in claimed_as:
             return "the pod spec changed; replacing the claimed pod with a new one"
         return _image_edited(actual, desired)
     have_annotations = actual["metadata"].get("annotations") or {}

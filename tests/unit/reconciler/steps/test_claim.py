@@ -12,11 +12,16 @@ import aiohttp.web
 import pytest
 
 from craft_operator.api.parse import parse_sandbox
-from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL, parse_pool
+from craft_operator.api.pool import (
+    LABEL_CLAIMED_FROM,
+    LABEL_POOL,
+    LABEL_POOL_TEMPLATE_HASH,
+    parse_pool,
+)
 from craft_operator.api.status_codec import dump_status
 from craft_operator.builders.naming import SKILL_KEY, skills_configmap_name
 from craft_operator.builders.pod import build_pod, template_hash
-from craft_operator.builders.pool import build_pool_pod, claimable_pod_spec
+from craft_operator.builders.pool import _pod_spec, build_pool_pod, claimable_pod_spec
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError
 from craft_operator.kube.pod_shape import built_digest
@@ -86,6 +91,39 @@ async def test_a_sandbox_naming_a_pool_claims_a_ready_pod_and_is_ready_in_that_p
     assert p.run.status.claimed_from == POOL
     assert pooled.events.reasons == ["PodClaimed"]
     assert pooled.stored("v1/pods", NAME) is None, "no cold pod"
+
+
+async def test_a_pool_that_writes_the_sandboxs_quantities_differently_is_claimed_from(
+    pooled: World,
+) -> None:
+    [warm] = warm_pods(pooled, 1, resources={"requests": {"cpu": "500m", "memory": "2048Mi"}})
+    resources = {"requests": {"cpu": "0.5", "memory": "2Gi"}}
+    p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}, "resources": resources})
+    assert await pod.converge_pod(p) is None
+    assert p.run.status.pod_name == warm
+
+
+async def test_a_pod_claimed_under_the_hash_of_its_quantities_as_written_is_kept(
+    pooled: World,
+) -> None:
+    """Claimed before an upgrade that hashes quantities in canonical form: the agent's
+    pod is not replaced for it."""
+    resources = {"requests": {"cpu": "0.5"}}
+    [warm] = warm_pods(pooled, 1, resources=resources)
+    spec = {"poolRef": {"name": POOL}, "resources": resources}
+    first = await pod_pass(pooled, spec=spec)
+    assert await pod.converge_pod(first) is None
+    as_written = template_hash(_pod_spec(first.sandbox, pooled.services.settings, canonical=False))
+    pooled.emulator.patch(
+        "v1/pods", NAMESPACE, warm, {"metadata": {"labels": {LABEL_POOL_TEMPLATE_HASH: as_written}}}
+    )
+    pooled.cache.put(kinds.POD.name, pooled.emulator.get("v1/pods", NAMESPACE, warm))
+
+    again = await pod_pass(pooled, spec=spec, status=dump_status(first.run.status))
+    assert await pod.converge_pod(again) is None
+    assert "PodReplaced" not in pooled.events.reasons
+    assert again.pod is not None
+    assert again.pod["metadata"]["name"] == warm
 
 
 async def test_the_claimed_pod_is_found_and_kept_on_the_next_passes(pooled: World) -> None:
