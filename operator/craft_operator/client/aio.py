@@ -110,7 +110,7 @@ class AsyncSandboxClient:
         *,
         user_id: str,
         tenant_id: str = "public",
-        sources: Iterable[Source | str] = (),
+        sources: Iterable[Source | str] | None = None,
         email: str | None = None,
         labels: Mapping[str, str] | None = None,
         force: bool = False,
@@ -124,10 +124,14 @@ class AsyncSandboxClient:
         ``retain``). Once applied, pass it on every later ``ensure``: leaving it out asks
         to remove it, which the API server refuses (:class:`InvalidError`) so that no
         user's files are deleted by an omission; its size may only grow.
+        ``sources`` (the user's connected sources) is sent only when given, as every field:
+        what is left out is not claimed (and one this manager set before is released).
         ``spec`` takes any other field of :class:`CraftSandboxSpec` by its Python name
         (``idle_timeout``, ``user_library``, ``resources``, ...). ``spec.suspend`` is not
         set here (see :meth:`sleep`), so ensuring a sleeping sandbox does not wake it.
         Fields another manager owns raise :class:`FieldConflictError` unless ``force``.
+        A sandbox being deleted (``delete()`` without ``wait``, its finalizer still at work)
+        raises :class:`SandboxGoneError`: ensure it again once it is gone.
         """
         body = apply_body(
             namespace, name, user_id, tenant_id, sources, email, labels, spec, workspace
@@ -140,7 +144,14 @@ class AsyncSandboxClient:
                 "PATCH", sandbox_path(namespace, name), what, body, APPLY_PATCH, params
             )
 
-        return to_model(await self._on_conflict(apply))
+        applied = await self._on_conflict(apply)
+        if applied.get("metadata", {}).get("deletionTimestamp"):
+            # The apply updated an object that is about to vanish, with everything it has.
+            raise SandboxGoneError(
+                f'CraftSandbox "{name}" in namespace "{namespace}" is being deleted: ensure() '
+                "it again once it is gone (delete(..., wait=True) waits for that)"
+            )
+        return to_model(applied)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -172,24 +183,27 @@ class AsyncSandboxClient:
         ``on_progress(progress)`` is called with the first state seen and on every change of
         phase or conditions (it may be a coroutine function). Raises :class:`SandboxFailedError`
         when the sandbox cannot become Ready as it is, :class:`SandboxGoneError` if it is
-        deleted, :class:`WaitTimeoutError` after ``timeout`` seconds. A library sync that
-        failed for good fails the wait only if it is the current attempt's: the status keeps
-        an earlier attempt's failure while the operator retries after a new revision, pod or
-        configuration (one the status cannot tell apart waits for the retry's outcome).
+        deleted, :class:`WaitTimeoutError` after ``timeout`` seconds. A sandbox asleep
+        (``Suspended``, or ``Sleeping`` after being idle with no activity since) fails it at
+        once: :meth:`wake` it, or :meth:`touch` one asleep on idleness, first. A library sync
+        that failed for good fails the wait only if it is the current attempt's (keyed by the
+        annotated revision, the pod and the last successful sync's configuration): the status
+        keeps an earlier attempt's failure while the operator retries after a new revision,
+        pod or configuration. The failure of a sync under a new configuration cannot be keyed
+        so and leaves the wait to its timeout; before the first successful sync any such
+        failure fails the wait at once.
         """
         seen: list[tuple[object, ...]] = []
-        first: list[dict[str, Any]] = []
 
         async def decide(found: dict[str, Any] | None) -> dict[str, Any] | None:
             obj = _present(found, namespace, name)
-            first[:] = first or [obj]
             progress = progress_of(obj)
             if on_progress is not None and (not seen or seen[-1] != progress.key):
                 seen.append(progress.key)
                 await _call_back(on_progress, progress)
             if progress.ready:
                 return obj
-            failure = failure_of(progress, earlier_library_failure=library_failure_key(first[0]))
+            failure = failure_of(progress)
             if failure is not None:
                 raise failure
             return None

@@ -196,7 +196,8 @@ class SandboxFailedError(SandboxClientError):
 
 
 class SandboxGoneError(SandboxClientError):
-    """The sandbox was deleted while the client waited for it."""
+    """The sandbox was deleted, or is being deleted, while the client waited for it or
+    ensured it."""
 
 
 class WaitTimeoutError(SandboxClientError, TimeoutError):

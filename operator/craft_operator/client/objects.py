@@ -30,24 +30,28 @@ def apply_body(
     name: str,
     user_id: str,
     tenant_id: str,
-    sources: Iterable[Source | str],
+    sources: Iterable[Source | str] | None,
     email: str | None,
     labels: Mapping[str, str] | None,
     spec: Mapping[str, Any],
     workspace: Workspace | Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The apply configuration: exactly the fields the backend owns, validated locally."""
+    """The apply configuration: exactly the fields the backend owns, validated locally.
+
+    ``sources`` ``None`` leaves them out (an empty list is sent: the caller says "none").
+    """
     if "suspend" in spec:
         raise InvalidSpecError("suspend is not set by ensure(): use sleep() and wake()")
     if workspace is not None:
         spec = {**spec, "workspace": workspace}
     user = {"id": user_id, "tenant_id": tenant_id} | ({"email": email} if email else {})
     try:
-        model = CraftSandboxSpec(
-            user=UserRef(**user),
-            sources=[Source(name=s) if isinstance(s, str) else s for s in sources],
-            **spec,
-        )
+        if sources is not None:
+            # Applying a field claims it: sent only when given, so that an ensure() without
+            # sources neither clears nor takes over those another manager set.
+            given = [Source(name=s) if isinstance(s, str) else s for s in sources]
+            spec = {**spec, "sources": given}
+        model = CraftSandboxSpec(user=UserRef(**user), **spec)
     except (ValidationError, TypeError) as exc:
         detail = describe_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
         raise InvalidSpecError(f'CraftSandbox "{name}": {detail}') from None

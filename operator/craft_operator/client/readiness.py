@@ -10,9 +10,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from craft_operator.api.models import (
+    ANNOTATION_LAST_ACTIVITY,
     ANNOTATION_LIBRARY_REVISION,
     ConditionStatus,
     CraftSandboxStatus,
@@ -20,6 +22,7 @@ from craft_operator.api.models import (
 )
 from craft_operator.api.status_codec import parse_status
 from craft_operator.client.errors import ConditionReport, SandboxFailedError
+from craft_operator.client.objects import parse_activity
 
 READY = "Ready"
 #: UserLibrarySynced's reason (condition True) when no bucket is configured.
@@ -83,6 +86,8 @@ class Progress:
     #: The operator's key for a library sync now (the annotated revision, the pod, the
     #: configuration of the last successful sync); ``None`` if the status cannot tell.
     library_attempt: str | None = field(default=None, repr=False, compare=False)
+    #: The last user activity recorded (the last-activity annotation), if readable.
+    last_activity: datetime | None = field(default=None, repr=False, compare=False)
 
     def __str__(self) -> str:
         return f"[{self.percent:3d}%] {self.namespace}/{self.name} {self.message}"
@@ -116,23 +121,22 @@ def progress_of(obj: Mapping[str, Any]) -> Progress:
         current=current,
         status=status,
         library_attempt=_library_attempt(meta, status),
+        last_activity=parse_activity((meta.get("annotations") or {}).get(ANNOTATION_LAST_ACTIVITY)),
     )
 
 
-def failure_of(
-    progress: Progress, *, earlier_library_failure: str | None = None
-) -> SandboxFailedError | None:
+def failure_of(progress: Progress) -> SandboxFailedError | None:
     """Why the sandbox cannot become Ready as it is, or ``None`` if it may still.
 
-    ``earlier_library_failure`` is the failed library sync the status recorded when the
-    wait began: the operator keeps it while it runs the next attempt (after a new revision,
-    a new pod, a new configuration), so it fails the wait only if it is provably the
-    current attempt's. A failure recorded since always does.
+    A library sync that failed for good counts only if it is the current attempt's: the
+    operator keeps an earlier attempt's failure while it runs the next one (after a new
+    revision, a new pod, a new configuration). A sandbox asleep after being idle, with no
+    activity since, or suspended, needs waking first.
     """
     if not progress.current or progress.ready:
         return None
     status = progress.status
-    failed = _first_failure(progress, status, earlier_library_failure)
+    failed = _first_failure(progress, status)
     if failed is None and status.phase == Phase.FAILED:
         ready = next((c for c in progress.conditions if c.type == READY), None)
         failed = ConditionReport(
@@ -142,14 +146,19 @@ def failure_of(
         failed = ConditionReport(
             "PodReady", "Suspended", "spec.suspend is true: wake the sandbox first"
         )
+    if failed is None and status.phase == Phase.SLEEPING and _stays_asleep(progress):
+        failed = ConditionReport(
+            "PodReady",
+            "Sleeping",
+            "asleep after being idle, with no activity since (status.sleepingSince): "
+            "touch() or wake() the sandbox first",
+        )
     if failed is None:
         return None
     return SandboxFailedError(progress.namespace, progress.name, progress.phase, failed)
 
 
-def _first_failure(
-    progress: Progress, status: CraftSandboxStatus, earlier_library_failure: str | None
-) -> ConditionReport | None:
+def _first_failure(progress: Progress, status: CraftSandboxStatus) -> ConditionReport | None:
     """The first condition, in the operator's order, that says it needs a change."""
     false = {c.type: c for c in progress.conditions if c.status == ConditionStatus.FALSE.value}
     for type_ in REQUIRED:
@@ -162,10 +171,7 @@ def _first_failure(
             # A freshly minted PAT was refused too: no more are minted until the spec changes.
             or (condition.reason == "AuthFailed" and (status.cli_auth_failures or 0) > 1)
             # A library sync failed in a way retrying cannot fix (over a cap, no bucket, ...).
-            or (
-                type_ == "UserLibrarySynced"
-                and _library_gave_up(progress, status, earlier_library_failure)
-            )
+            or (type_ == "UserLibrarySynced" and _library_gave_up(progress, status))
         )
         if final:
             return ConditionReport(condition.type, condition.reason, condition.message)
@@ -184,23 +190,29 @@ def library_synced(obj: Mapping[str, Any], revision: str, failed_before: str | N
     ``obj`` is read after ``revision`` was annotated. Once a later write replaced it, a sync
     of the revision annotated now counts too: the operator syncs the whole library as the
     annotation stands when the sync starts, so that sync started after ``revision`` was
-    written. A failure is this revision's only if the operator recorded a new failed
-    attempt since ``failed_before`` (its record names the revision, the pod and the
-    configuration). With no bucket configured there is nothing to sync it from: raises.
+    written. A failure is this revision's only if it is recorded for the sync the
+    annotation asks for now (its key names the revision, the pod and the configuration):
+    a sync of an earlier revision still running when ``revision`` was annotated may fail
+    after, and the operator then syncs ``revision``. Before any successful sync there is
+    no configuration to key it by: then any failure recorded since ``failed_before``
+    counts. With no bucket configured there is nothing to sync it from: raises.
     """
     progress = progress_of(obj)
     library = progress.status.user_library
     if library is not None and library.observed_revision in _covering(obj, revision):
         return True
     failed = library_failure_key(obj)
-    if failed and failed != failed_before:
+    current = progress.library_attempt
+    if failed and (failed == current if current is not None else failed != failed_before):
         condition = next((c for c in progress.conditions if c.type == "UserLibrarySynced"), None)
         report = ConditionReport(
             "UserLibrarySynced",
             condition.reason if condition else "SyncFailed",
             condition.message if condition else str((library and library.last_error) or ""),
         )
-        raise SandboxFailedError(progress.namespace, progress.name, progress.phase, report)
+        raise SandboxFailedError(
+            progress.namespace, progress.name, progress.phase, report, goal="sync its library"
+        )
     unconfigured = _library_not_configured(progress)
     if unconfigured is not None:
         raise SandboxFailedError(
@@ -232,9 +244,7 @@ def _library_not_configured(progress: Progress) -> ConditionReport | None:
     return ConditionReport(synced.type, synced.reason, synced.message, synced.status)
 
 
-def _library_gave_up(
-    progress: Progress, status: CraftSandboxStatus, earlier_failure: str | None
-) -> bool:
+def _library_gave_up(progress: Progress, status: CraftSandboxStatus) -> bool:
     failed = status.user_library.failed_attempt if status.user_library is not None else None
     if not failed:
         return False
@@ -243,7 +253,18 @@ def _library_gave_up(
         # cannot fix fails the wait at once, rather than leaving it to its timeout (it may
         # be one the operator retries after a new revision: the caller may wait again).
         return True
-    return failed == progress.library_attempt or failed != earlier_failure
+    # Another key is an earlier attempt's, even one recorded during the wait (the sync of
+    # the revision annotated before ended after this one was): the operator retries.
+    return failed == progress.library_attempt
+
+
+def _stays_asleep(progress: Progress) -> bool:
+    """Phase Sleeping with no activity that wakes it: the operator wakes an idle sandbox
+    only for an activity later than the moment it fell asleep."""
+    since = progress.status.sleeping_since
+    if since is None:
+        return False
+    return progress.last_activity is None or progress.last_activity <= since
 
 
 def _library_attempt(meta: Mapping[str, Any], status: CraftSandboxStatus) -> str | None:

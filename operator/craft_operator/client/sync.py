@@ -5,14 +5,16 @@ event loop in a thread of its own, so it holds no logic of its own, may be share
 threads, and works from code that is itself inside an event loop. Progress callbacks run
 in that thread, so they must not call the client (that would wait on the thread that runs
 the call: it raises :class:`SandboxClientError` instead). Make one per process (after a
-fork, not before) and close it when done: calls still running then end with
-:class:`SandboxClientError`.
+fork, not before: a forked child has no copy of the client's thread, so a client it
+inherited raises :class:`SandboxClientError` instead of waiting for ever) and close it when
+done: calls still running then end with :class:`SandboxClientError`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import threading
 from collections.abc import Coroutine, Iterable, Mapping
 from datetime import datetime
@@ -51,6 +53,8 @@ class SandboxClient:
             timeout=timeout,
             retry=retry,
         )
+        #: The process that made the client: the only one where its thread runs.
+        self._pid = os.getpid()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="craft-sandbox-client", daemon=True
@@ -70,8 +74,11 @@ class SandboxClient:
         """Close the HTTP session and stop the client's thread.
 
         Calls other threads are making end with :class:`SandboxClientError`; so does any
-        later call. Not from a progress callback (the client's own thread).
+        later call. Not from a progress callback (the client's own thread). In a process
+        forked from the one that made it, it does nothing: the client is the parent's.
         """
+        if os.getpid() != self._pid:
+            return
         self._refuse_own_thread("close()")
         with self._lock:
             if self._closed:
@@ -107,9 +114,21 @@ class SandboxClient:
                 "and await client.aio's method instead, or call it from another thread"
             )
 
+    def _refuse_other_process(self, what: str) -> None:
+        if os.getpid() != self._pid:
+            raise SandboxClientError(
+                f"SandboxClient.{what} was called in process {os.getpid()}, but the client "
+                f"was created in process {self._pid} before it forked (Celery's prefork "
+                "pool?): its thread did not survive the fork, so the call would never "
+                "return. Create the client after the fork, in the process that uses it "
+                "(e.g. in Celery's worker_process_init signal, or lazily on first use)"
+            )
+
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         try:
-            self._refuse_own_thread(getattr(coroutine, "__name__", "call") + "()")
+            what = getattr(coroutine, "__name__", "call") + "()"
+            self._refuse_other_process(what)
+            self._refuse_own_thread(what)
             with self._lock:
                 if self._closed:
                     raise SandboxClientError("the SandboxClient is closed")
@@ -140,7 +159,7 @@ class SandboxClient:
         *,
         user_id: str,
         tenant_id: str = "public",
-        sources: Iterable[Source | str] = (),
+        sources: Iterable[Source | str] | None = None,
         email: str | None = None,
         labels: Mapping[str, str] | None = None,
         force: bool = False,

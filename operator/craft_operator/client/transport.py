@@ -14,7 +14,7 @@ import json
 import random
 import ssl
 import threading
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -207,9 +207,19 @@ class Transport:
         return answer if isinstance(answer, dict) else {}
 
     async def watch(
-        self, path: str, what: Request, params: Mapping[str, str], *, read_timeout: float
+        self,
+        path: str,
+        what: Request,
+        params: Mapping[str, str],
+        *,
+        read_timeout: float,
+        opened: Callable[[], object] | None = None,
     ) -> AsyncGenerator[dict[str, Any], None]:
-        """The events of one watch connection, until the server ends it (not retried)."""
+        """The events of one watch connection, until the server ends it (not retried).
+
+        ``opened()`` is called once the server accepted the watch (its response headers
+        arrived, with a success status).
+        """
         session = await self._session()
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=read_timeout)
         try:
@@ -222,6 +232,8 @@ class Transport:
                 if response.status >= 400:
                     text = await response.text()
                     raise api_error(response.status, text, what, response.headers)
+                if opened is not None:
+                    opened()
                 async for line in _lines(response.content):
                     yield json.loads(line)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:

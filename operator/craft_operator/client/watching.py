@@ -5,10 +5,14 @@ server ends it or the connection drops. A ``410 Gone`` (the version is too old t
 from: an object that has not changed for a while keeps a version older than the server's
 watch window) reads the object afresh, for its existence, and watches from now, without a
 version: the server then sends the object's current state as ``ADDED``; 410s in a row are
-backed off. Connections that fail, or end, without delivering anything are retried with
-backoff and fail the wait once the retry policy's attempts are spent; a connection that
-delivered something resets that count (and is resumed after a short pause if it dropped),
-so a proxy that cuts long connections never fails a wait. Nothing is polled.
+backed off. Watches that fail before the server accepted them (no connection, an error
+status) are retried with backoff and fail the wait once the retry policy's attempts are
+spent. A watch the server accepted (its response headers arrived) and that then ended or
+was cut is no such failure, whether it delivered events or not: it resets that count and
+is resumed after a short pause, so neither a proxy that cuts idle or long connections nor
+the server's own watch timeout fails a wait while the sandbox has no news. A server that
+ends every watch at once is resumed ever more slowly, never in a tight loop. Nothing is
+polled.
 """
 
 from __future__ import annotations
@@ -17,16 +21,20 @@ import asyncio
 import collections
 import contextlib
 import json
+import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, TypeVar
 
-from craft_operator.client.errors import ApiError, Request, WaitTimeoutError
+from craft_operator.client.errors import ApiError, Request, UnreachableError, WaitTimeoutError
 from craft_operator.client.objects import sandbox_path
 from craft_operator.client.readiness import progress_of
 from craft_operator.client.transport import Transport, api_error
 
 #: Seconds one watch request stays open before the client resumes it.
 WATCH_SECONDS = 240
+#: Seconds an accepted watch must have stayed open for its end to be routine (resumed after
+#: the shortest pause); one that ends sooner is resumed after a pause that grows.
+STEADY_SECONDS = 1.0
 T = TypeVar("T")
 Object = dict[str, Any]
 #: Given the sandbox (``None``: it is gone), a result to return, ``None`` to go on, or raise.
@@ -72,8 +80,9 @@ class Watcher:
         self, namespace: str, name: str, decide: Decide[T], last: list[Object | None]
     ) -> T:
         what = Request("watch", namespace, name)
-        failures = 0  # consecutive connections that failed or ended without delivering
+        failures = 0  # consecutive watches that failed before the server accepted them
         expired = 0  # consecutive 410s: the first is routine, the next ones are backed off
+        brief = 0  # consecutive accepted watches that ended, empty, within STEADY_SECONDS
         version: str | None = None  # None: read first; "": watch from now
         fresh = True
         while True:
@@ -90,8 +99,10 @@ class Watcher:
             from_now = version == ""
             delivered = False
             error: ApiError | None = None
+            opened: list[float] = []  # when the server accepted the watch
             try:
-                async with contextlib.aclosing(self._events(namespace, name, version)) as events:
+                watch = self._events(namespace, name, version, opened)
+                async with contextlib.aclosing(watch) as events:
                     async for kind, obj in events:
                         if kind == "ERROR":
                             error = _event_error(obj, what)
@@ -108,7 +119,7 @@ class Watcher:
             except ApiError as exc:
                 error = exc
             if delivered:
-                failures = expired = 0
+                failures = expired = brief = 0
             if error is not None and error.status == 410:
                 expired += 1
                 version = None
@@ -119,18 +130,21 @@ class Watcher:
                 if error is not None:  # dropped after delivering: resume, not in a tight loop
                     await self._http.backoff(1)
                 continue
-            failures += 1
-            if error is None:
-                # Ended by the server with nothing to say: resume, backing off if it repeats.
-                expired = 0
-                await self._http.backoff(min(failures, self._http.retry.attempts))
+            if error is None or (opened and _cut(error)):
+                # Accepted, then ended or cut with nothing to say: the server is up and the
+                # sandbox has no news (an idle proxy's cut, the watch's timeoutSeconds).
+                failures = expired = 0
+                steady = bool(opened) and time.monotonic() - opened[0] >= STEADY_SECONDS
+                brief = 0 if steady else brief + 1
+                await self._http.backoff(min(brief + 1, self._http.retry.attempts))
                 continue
+            failures += 1
             if not error.retryable or failures >= self._http.retry.attempts:
                 raise error
             await self._http.backoff(failures, error.retry_after)
 
     async def _events(
-        self, namespace: str, name: str, version: str
+        self, namespace: str, name: str, version: str, opened: list[float]
     ) -> AsyncGenerator[tuple[str, Object], None]:
         self._requests["watch"] += 1
         params = {
@@ -145,10 +159,17 @@ class Watcher:
             Request("watch", namespace, name),
             params,
             read_timeout=WATCH_SECONDS + 30,
+            opened=lambda: opened.append(time.monotonic()),
         )
         async with contextlib.aclosing(stream):
             async for event in stream:
                 yield str(event.get("type") or ""), dict(event.get("object") or {})
+
+
+def _cut(error: ApiError) -> bool:
+    """Whether ``error`` is the connection's loss (a proxy's cut, a read timeout), not an
+    answer: a status, an ``ERROR`` event or a stream that is not the API's."""
+    return isinstance(error, UnreachableError) and error.reason == "Unreachable"
 
 
 def _event_error(status: Object, what: Request) -> ApiError:

@@ -302,6 +302,35 @@ async def test_a_suspended_sandbox_fails_the_wait_until_woken(
         await aclient.wait_ready(NAMESPACE, "alice", timeout=30)
 
 
+async def test_a_sandbox_asleep_on_idleness_fails_the_wait_until_touched(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID, idle_timeout=timedelta(hours=1))
+    asleep = all_true(PodReady=("False", "Sleeping"), Ready=("False", "NotReady"))
+    write_status(emulator, "alice", "Sleeping", asleep, sleepingSince="2025-01-01T00:00:00Z")
+
+    with pytest.raises(SandboxFailedError, match=r"touch\(\) or wake\(\)") as failure:
+        await aclient.wait_ready(NAMESPACE, "alice", timeout=30)
+
+    assert (failure.value.phase, failure.value.reason) == ("Sleeping", "Sleeping")
+    assert aclient.requests["watch"] == 0, "not left to the wait's timeout"
+
+
+async def test_a_sandbox_asleep_on_idleness_and_touched_since_is_waited_for(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID, idle_timeout=timedelta(hours=1))
+    asleep = all_true(PodReady=("False", "Sleeping"), Ready=("False", "NotReady"))
+    write_status(emulator, "alice", "Sleeping", asleep, sleepingSince="2025-01-01T00:00:00Z")
+    await aclient.touch(NAMESPACE, "alice")  # the operator wakes it, but has not yet
+    waiting = asyncio.create_task(aclient.wait_ready(NAMESPACE, "alice", timeout=30))
+    await eventually(lambda: aclient.requests["watch"] >= 1 or waiting.done(), what="the wait")
+
+    write_status(emulator, "alice", "Ready", all_true())
+
+    assert (await waiting).status.phase == "Ready"
+
+
 async def test_a_wait_times_out_saying_where_the_sandbox_was(
     aclient: AsyncSandboxClient, emulator: KubeEmulator
 ) -> None:

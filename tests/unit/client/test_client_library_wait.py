@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from craft_operator.client import AsyncSandboxClient, SandboxFailedError
+from craft_operator.client import AsyncSandboxClient, Progress, SandboxFailedError
 from craft_operator.reconciler.steps.library_attempt import Attempt
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually
@@ -37,6 +37,11 @@ def failed(revision: str, pod: str, *, config: str = "cfg") -> dict[str, object]
 async def watching_or_done(client: AsyncSandboxClient, waiting: asyncio.Task[Any]) -> None:
     """Until the wait watches (it did not fail on what it read) or ended."""
     await eventually(lambda: client.requests["watch"] >= 1 or waiting.done(), what="the wait")
+
+
+def reported(seen: list[Progress], reason: str) -> bool:
+    """Whether the last progress report has a condition with ``reason``."""
+    return bool(seen) and any(c.reason == reason for c in seen[-1].conditions)
 
 
 async def sandbox_at_revision(client: AsyncSandboxClient, revision: str) -> None:
@@ -92,12 +97,35 @@ async def test_the_retry_failing_for_good_too_fails_the_wait(
     await watching_or_done(aclient, waiting)
     assert not waiting.done()
 
-    # Its configuration is new as well: the client cannot recompute the key, but the failure
-    # was recorded during the wait, so it is the retry's.
-    write_status(emulator, "alice", "Provisioning", TOO_LARGE, **failed("r7", "pod-1", config="x"))
+    write_status(emulator, "alice", "Provisioning", TOO_LARGE, **failed("r7", "pod-1"))
 
     with pytest.raises(SandboxFailedError, match="LibraryTooLarge"):
         await waiting
+
+
+async def test_the_previous_revisions_failure_recorded_during_the_wait_does_not_fail_it(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    await sandbox_at_revision(aclient, "r6")
+    syncing = all_true(UserLibrarySynced=("False", "Syncing"), Ready=("False", "NotReady"))
+    last_sync = {"podUID": "pod-1", "userLibrary": {"observedRevision": "r5", "configHash": "cfg"}}
+    write_status(emulator, "alice", "Provisioning", syncing, **last_sync)
+    await aclient.notify_library_changed(NAMESPACE, "alice", "r7")  # uploaded while r6 syncs
+    seen: list[Progress] = []
+    waiting = asyncio.create_task(
+        aclient.wait_ready(NAMESPACE, "alice", timeout=30, on_progress=seen.append)
+    )
+    await watching_or_done(aclient, waiting)
+
+    # r6's sync ends after r7 was annotated: failed for good, keyed by r6.
+    write_status(emulator, "alice", "Provisioning", TOO_LARGE, **failed("r6", "pod-1"))
+    await eventually(lambda: reported(seen, "LibraryTooLarge") or waiting.done(), what="it")
+    assert not waiting.done(), "the operator syncs r7 next: the wait goes on"
+
+    synced = {"podUID": "pod-1", "userLibrary": {"observedRevision": "r7", "configHash": "cfg"}}
+    write_status(emulator, "alice", "Ready", all_true(), **synced)
+
+    assert (await waiting).status.phase == "Ready"
 
 
 async def test_a_first_library_sync_that_failed_for_good_fails_the_wait_at_once(

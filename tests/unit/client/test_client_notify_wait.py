@@ -12,6 +12,7 @@ import asyncio
 import pytest
 
 from craft_operator.client import AsyncSandboxClient, SandboxFailedError
+from craft_operator.reconciler.steps.library_attempt import Attempt
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually
 from tests.unit.client.conftest import NAMESPACE, USER_ID, all_true, write_status
@@ -38,6 +39,63 @@ async def test_a_later_revisions_sync_ends_the_wait_of_the_revision_it_replaced(
     write_status(emulator, "alice", "Ready", all_true(), **synced("r2"))
 
     assert await first == "r1"
+
+
+def failed_for_good(revision: str) -> dict[str, object]:
+    """The status fields after the sync of ``revision`` into pod-1 failed for good, the
+    last successful sync having synced r0."""
+    return {
+        "podUID": "pod-1",
+        "userLibrary": {
+            "observedRevision": "r0",
+            "configHash": "c",
+            "failedAttempt": Attempt.of(revision, "pod-1", "c").key,
+        },
+    }
+
+
+TOO_LARGE = all_true(UserLibrarySynced=("False", "LibraryTooLarge"), Ready=("False", "NotReady"))
+
+
+async def test_the_previous_revisions_failure_does_not_fail_the_wait_of_the_revision_after_it(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID)
+    await aclient.notify_library_changed(NAMESPACE, "alice", "r1")
+    write_status(emulator, "alice", "Ready", all_true(), **synced("r0"))  # r1 syncing
+    second = asyncio.create_task(
+        aclient.notify_library_changed(NAMESPACE, "alice", "r2", wait=True, timeout=30)
+    )
+    await eventually(lambda: aclient.requests["watch"] >= 1 or second.done(), what="the wait")
+
+    # r1's sync, started before r2 was annotated, ends: failed for good, keyed by r1.
+    write_status(emulator, "alice", "Provisioning", TOO_LARGE, **failed_for_good("r1"))
+    await asyncio.sleep(0.2)
+    assert not second.done(), "the operator syncs r2 next: the wait goes on"
+    write_status(emulator, "alice", "Ready", all_true(), **synced("r2"))
+
+    assert await second == "r2"
+
+
+async def test_a_failure_of_the_sync_the_annotation_asks_for_fails_the_wait_naming_the_sync(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID)
+    write_status(emulator, "alice", "Ready", all_true(), **synced("r0"))
+    waiting = asyncio.create_task(
+        aclient.notify_library_changed(NAMESPACE, "alice", "r1", wait=True, timeout=30)
+    )
+    await eventually(lambda: aclient.requests["watch"] >= 1 or waiting.done(), what="the wait")
+
+    write_status(emulator, "alice", "Provisioning", TOO_LARGE, **failed_for_good("r1"))
+
+    with pytest.raises(SandboxFailedError) as failure:
+        await waiting
+    assert (failure.value.condition_type, failure.value.reason) == (
+        "UserLibrarySynced",
+        "LibraryTooLarge",
+    )
+    assert "cannot sync its library" in str(failure.value)
 
 
 async def test_a_sandbox_with_no_bucket_fails_the_wait_at_once(

@@ -120,6 +120,72 @@ async def test_a_wait_survives_any_number_of_drops_that_each_delivered_events(
     assert aclient.requests["get"] == 1
 
 
+async def cut_once_open(client: AsyncSandboxClient, emulator: KubeEmulator, watches: int) -> None:
+    """Once the client opened its watch number ``watches`` and the server accepted it, cut
+    it as a proxy with an idle timeout would: it delivered nothing."""
+    await eventually(lambda: client.requests["watch"] >= watches, what=f"watch {watches}")
+    await asyncio.sleep(0.05)  # its response's headers reach the client
+    await eventually(emulator.cut_watches, what=f"watch {watches} to cut")
+
+
+async def test_a_wait_survives_any_number_of_idle_watches_a_proxy_cuts(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID)
+    waiting = asyncio.create_task(aclient.wait_ready(NAMESPACE, "alice", timeout=60))
+    cuts = 2 * FAST.attempts
+    for cut in range(1, cuts + 1):
+        await cut_once_open(aclient, emulator, cut)
+        assert not waiting.done(), f"the wait ended after {cut} cuts: {waiting.exception()!r}"
+
+    await eventually(lambda: aclient.requests["watch"] > cuts, what="the last watch")
+    write_status(emulator, "alice", "Ready", all_true())
+    await waiting
+
+    assert aclient.requests["watch"] == cuts + 1
+    assert aclient.requests["get"] == 1, "each resumed from its version"
+
+
+async def test_a_server_that_ends_every_accepted_watch_at_once_is_resumed_ever_more_slowly(
+    emulator: KubeEmulator, connection: Connection
+) -> None:
+    async def empty_watch(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
+        if request.params.get("watch") != "true":
+            return None
+        return aiohttp.web.Response(text="", content_type="application/json")
+
+    slow = RetryPolicy(attempts=6, base_delay=0.2, max_delay=60.0)
+    async with AsyncSandboxClient(connection, retry=slow) as client:
+        await client.ensure(NAMESPACE, "alice", user_id=USER_ID)
+        emulator.before_request.insert(0, empty_watch)
+
+        with pytest.raises(WaitTimeoutError):
+            await client.wait_ready(NAMESPACE, "alice", timeout=1.5)
+
+        # Pauses of 0.2-0.4 s, then 0.4-0.8 s, then 0.8-1.6 s: at most 4 watches in 1.5 s
+        # (the shortest pause, 0.1-0.2 s each time, would have made 8 or more).
+        assert 2 <= client.requests["watch"] <= 4
+
+
+async def test_watches_that_cannot_connect_fail_the_wait_once_the_attempts_are_spent(
+    aclient: AsyncSandboxClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID)
+    connect = aiohttp.TCPConnector.connect
+
+    async def refusing(self: aiohttp.TCPConnector, request: Any, *args: Any, **kw: Any) -> Any:
+        if request.url.query.get("watch") == "true":
+            error = ConnectionRefusedError(111, "Connection refused")
+            raise aiohttp.ClientConnectorError(request.connection_key, error)
+        return await connect(self, request, *args, **kw)
+
+    monkeypatch.setattr(aiohttp.TCPConnector, "connect", refusing)
+
+    with pytest.raises(UnreachableError, match="Connection refused"):
+        await aclient.wait_ready(NAMESPACE, "alice", timeout=30)
+    assert aclient.requests["watch"] == FAST.attempts
+
+
 async def test_watches_that_keep_failing_without_delivering_fail_the_wait(
     aclient: AsyncSandboxClient, emulator: KubeEmulator
 ) -> None:

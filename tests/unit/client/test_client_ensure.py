@@ -1,0 +1,77 @@
+"""ensure(): which fields it applies, and a sandbox that is being deleted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp.web
+import pytest
+from kmock._internal import rendering
+
+from craft_operator.client import AsyncSandboxClient, SandboxGoneError
+from tests.support.emulator import KubeEmulator
+from tests.unit.client.conftest import NAMESPACE, SANDBOXES, USER_ID
+
+#: The operator's finalizer: a deleted sandbox stays, being deleted, until it removes it.
+FINALIZER = "craft.onyx.app/cleanup"
+
+
+def applied_specs(emulator: KubeEmulator) -> list[dict[str, Any]]:
+    """The ``spec`` of every server-side apply the emulator serves from now on."""
+    specs: list[dict[str, Any]] = []
+
+    async def hook(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
+        if "apply-patch" in request.headers.get("Content-Type", ""):
+            specs.append(dict((request.data or {}).get("spec") or {}))
+        return None
+
+    emulator.before_request.insert(0, hook)
+    return specs
+
+
+def stored_sources(emulator: KubeEmulator) -> list[dict[str, Any]] | None:
+    return emulator.get(SANDBOXES, NAMESPACE, "alice")["spec"].get("sources")
+
+
+async def test_ensure_without_sources_neither_sends_nor_clears_those_another_manager_set(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    applied = applied_specs(emulator)
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID)
+    # A platform engineer's (or GitOps') sources: not the backend's field.
+    emulator.patch(SANDBOXES, NAMESPACE, "alice", {"spec": {"sources": [{"name": "slack"}]}})
+
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID, email="alice@example.com")
+
+    assert [("sources" in spec) for spec in applied] == [False, False]
+    assert stored_sources(emulator) == [{"name": "slack"}]
+
+
+async def test_ensure_with_an_empty_sources_list_sends_it_the_user_has_none(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID, sources=["slack"])
+    applied = applied_specs(emulator)
+
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID, sources=[])
+
+    assert applied[0]["sources"] == []
+    assert stored_sources(emulator) == []
+
+
+async def test_ensure_on_a_sandbox_being_deleted_raises_gone_and_ensuring_after_creates_it(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    old = await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID, sources=["slack"])
+    emulator.patch(SANDBOXES, NAMESPACE, "alice", {"metadata": {"finalizers": [FINALIZER]}})
+    assert await aclient.delete(NAMESPACE, "alice") is True  # no wait: "reset my sandbox"
+
+    with pytest.raises(
+        SandboxGoneError, match=r"is being deleted: ensure\(\) it again once it is gone"
+    ):
+        await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID, sources=["jira"])
+
+    emulator.patch(SANDBOXES, NAMESPACE, "alice", {"metadata": {"finalizers": []}})  # gone
+    new = await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID, sources=["jira"])
+    assert new.metadata.uid != old.metadata.uid
+    assert new.metadata.deletion_timestamp is None
