@@ -151,6 +151,23 @@ def claimed_template_hashes(sandbox: CraftSandbox, settings: Settings) -> frozen
     )
 
 
+#: The pod-level settings a claim must match, as the pod spec names them.
+_POD_SETTINGS = ("runtimeClassName", "nodeSelector", "tolerations", "priorityClassName")
+
+
+def differing_settings(mine: dict[str, Any], pools: dict[str, Any]) -> list[str]:
+    """Which pod settings make the pool pod spec ``pools`` unlike ``mine`` (a sandbox's
+    :func:`claimable_pod_spec`), by their CraftSandbox field names, for a message."""
+    ours, theirs = mine["containers"][0], pools["containers"][0]
+    found = [
+        field
+        for field, key in (("image", "image"), ("resources", "resources"), ("serverURL", "env"))
+        if ours.get(key) != theirs.get(key)
+    ]
+    found += [field for field in _POD_SETTINGS if mine.get(field) != pools.get(field)]
+    return found
+
+
 def pool_owner_reference(pool: CraftSandboxPool) -> dict[str, Any]:
     """The controller ownerReference that ties an unclaimed pod to its pool."""
     return {

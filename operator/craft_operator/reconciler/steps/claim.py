@@ -25,7 +25,7 @@ from craft_operator.api.models import CraftSandbox, LibraryMode
 from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL, InvalidPoolError, parse_pool
 from craft_operator.builders.naming import child_labels, owner_reference
 from craft_operator.builders.pod import SandboxConfigError, template_hash
-from craft_operator.builders.pool import claimable_pod_spec, pool_template_hash
+from craft_operator.builders.pool import claimable_pod_spec, differing_settings, pool_pod_spec
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
 from craft_operator.kube.pod_shape import built_digest, is_as_built, where_unlike
@@ -76,8 +76,10 @@ async def claim(p: Pass) -> dict[str, Any] | Stop | None:
         _cold_without_pool(p)
         return None
     if not candidates:
-        if _pool_template(p, pool) not in (None, wanted):
-            why = f"pool {pool}'s pods differ from this sandbox's (image, resources, scheduling)"
+        pools = _pool_spec(p, pool)
+        if pools is not None and template_hash(pools) != wanted:
+            differing = ", ".join(differing_settings(built, pools)) or "the pod spec"
+            why = f"pool {pool}'s pods differ from this sandbox's in {differing}"
             _cold(p, ColdStartReason.NO_MATCHING_POOL, why, pool)
         else:
             _cold(p, ColdStartReason.POOL_EMPTY, f"pool {pool} has no Ready pod", pool)
@@ -159,11 +161,17 @@ def _pools_here(p: Pass) -> bool:
 
 def _pool_template(p: Pass, pool: str) -> str | None:
     """The template hash the pool's pods are made from now (``None``: unknown)."""
+    spec = _pool_spec(p, pool)
+    return None if spec is None else template_hash(spec)
+
+
+def _pool_spec(p: Pass, pool: str) -> dict[str, Any] | None:
+    """The pod spec the pool's pods are made from now (``None``: unknown)."""
     body = p.services.cache.get(POOL.name, p.sandbox.metadata.namespace, pool)
     if body is None:
         return None
     try:
-        return pool_template_hash(parse_pool(body).spec, p.services.settings)
+        return pool_pod_spec(parse_pool(body).spec, p.services.settings)
     except (InvalidPoolError, SandboxConfigError):
         return None
 

@@ -160,6 +160,16 @@ async def test_a_pool_of_other_pods_is_not_claimed_from(pooled: World) -> None:
     await pod.converge_pod(p)
     assert pooled.stored("v1/pods", NAME) is not None, "cold: the pool's image is another"
     assert "NoMatchingPool" in pooled.events.posted[0][2]
+    assert "differ from this sandbox's in image" in pooled.events.posted[0][2], "says which"
+
+
+async def test_a_pool_unlike_the_sandbox_in_several_settings_names_them_all(
+    pooled: World,
+) -> None:
+    warm_pods(pooled, 1, runtimeClassName="gvisor", resources={"requests": {"cpu": "2"}})
+    p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    await pod.converge_pod(p)
+    assert "in resources, runtimeClassName" in pooled.events.posted[0][2]
 
 
 async def test_a_sandbox_with_a_workspace_starts_cold(pooled: World) -> None:
