@@ -47,6 +47,7 @@ from craft_operator.kube.client import (
     Kind,
     KubeClient,
 )
+from craft_operator.metrics import Metrics
 from craft_operator.policy.models import (
     POLICY_ENFORCED,
     POLICY_NAME,
@@ -86,6 +87,7 @@ class PolicyServices(Protocol):
     cache: ObjectCache
     credentials: CredentialsPort
     events: EventSink
+    metrics: Metrics
 
 
 #: The last policy parsed, by its raw spec (parsed again only when the spec changes).
@@ -266,6 +268,7 @@ async def _deny(services: PolicyServices, sandbox: CraftSandbox, run: Run, messa
                 withdrawn.append("revoked the PAT")
         except CredentialsError as exc:
             unrevoked = str(exc)
+            services.metrics.pat_failed("RevokeFailed")
             run.revisit(backoff="RevokeFailed")
             services.events.post(run.body, type="Warning", reason="RevokeFailed", message=str(exc))
     for cache_kind, kind, obj in children:

@@ -13,6 +13,7 @@ from craft_operator.api.parse import parse_sandbox
 from craft_operator.api.status_codec import dump_status
 from craft_operator.credentials import DatabaseUnavailableError
 from craft_operator.kube.cache import ObjectCache
+from craft_operator.metrics import Metrics
 from craft_operator.policy.models import TENANT_LABEL
 from craft_operator.reconciler.policy_step import (
     MISSING,
@@ -58,7 +59,12 @@ class Credentials:
 
 def services(cache: ObjectCache) -> Any:
     return SimpleNamespace(
-        settings=SETTINGS, kube=None, cache=cache, credentials=Credentials(), events=Events()
+        settings=SETTINGS,
+        kube=None,
+        cache=cache,
+        credentials=Credentials(),
+        events=Events(),
+        metrics=Metrics(),
     )
 
 
@@ -175,6 +181,10 @@ async def test_a_denial_whose_revocation_failed_revokes_on_the_next_pass() -> No
     refused = first.condition("CredentialsReady")
     assert refused is not None
     assert refused.reason == "RevokeFailed"
+    failed = sink.metrics.registry.get_sample_value(
+        "craft_pat_errors_total", {"reason": "RevokeFailed"}
+    )
+    assert failed == 1, "counted as the finalizer's failed revocations are (CraftPATErrors)"
 
     retry = Run({**BODY, "status": dump_status(first.status)}, NOW, CONDITIONS)
     assert await enforce(sink, SANDBOX, retry) is True
