@@ -16,12 +16,12 @@ import pytest
 
 from craft_operator.api.pool import parse_pool
 from craft_operator.builders.pool import build_pool_pod
-from craft_operator.builders.quantities import canonical_quantity
+from craft_operator.builders.quantities import canonical_resources
 from craft_operator.config import Settings
 from craft_operator.kube.cache import compact_pod
 from craft_operator.kube.pod_shape import SHAPE, first_difference, shape_of
 from tests.support.cluster import Cluster
-from tests.unit.builders.test_quantities import CANONICAL
+from tests.unit.builders.test_quantities import CANONICAL_CPU
 
 PODS = "/api/v1/pods"
 
@@ -104,11 +104,12 @@ def test_the_canonical_quantities_are_the_ones_the_api_server_stores(
     operator's canonical form is the API server's."""
     built = built_pool_pod(namespace, tmp_path)
     stored = {}
-    for text in CANONICAL:
+    for text in CANONICAL_CPU:
         pod = copy.deepcopy(built)
         pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": text}}
         answer = cluster.create(PODS, namespace, pod, dry_run=True)
         stored[text] = answer["spec"]["containers"][0]["resources"]["requests"]["cpu"]
 
-    assert stored == CANONICAL
-    assert {text: canonical_quantity(text) for text in CANONICAL} == stored
+    assert stored == CANONICAL_CPU
+    ours = {text: canonical_resources({"r": {"cpu": text}})["r"]["cpu"] for text in stored}
+    assert ours == stored

@@ -139,6 +139,13 @@ def sandbox_template_hash(sandbox: CraftSandbox, settings: Settings) -> str:
     return template_hash(claimable_pod_spec(sandbox, settings))
 
 
+def as_written_template_hash(sandbox: CraftSandbox, settings: Settings) -> str:
+    """The template hash of the pool pods ``sandbox`` may claim as operators before
+    2026-11-27 computed it, from its quantities as written: the pods of a pool made before
+    then carry it until the pool has replaced them."""
+    return template_hash(_pod_spec(sandbox, settings, canonical=False))
+
+
 def claimed_template_hashes(sandbox: CraftSandbox, settings: Settings) -> frozenset[str]:
     """The template hashes a pod ``sandbox`` claimed may carry and still be its pod: the
     current one, and the one of its quantities as written (a pod claimed before they were
@@ -146,7 +153,7 @@ def claimed_template_hashes(sandbox: CraftSandbox, settings: Settings) -> frozen
     return frozenset(
         {
             sandbox_template_hash(sandbox, settings),
-            template_hash(_pod_spec(sandbox, settings, canonical=False)),
+            as_written_template_hash(sandbox, settings),
         }
     )
 

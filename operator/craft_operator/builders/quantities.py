@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_CEILING, Decimal, InvalidOperation
 
 _SUFFIXES: dict[str, Decimal] = {
     "": Decimal(1),
@@ -76,8 +76,9 @@ _DECIMAL = tuple(
 def canonical_quantity(value: str) -> str:
     """The quantity as the API server stores it (``0.5`` -> ``500m``, ``2048Mi`` -> ``2Gi``,
     ``1000m`` -> ``1``): a binary suffix stays binary where the value allows, else the
-    largest decimal suffix whose number is whole. Text that is no quantity, or finer than a
-    nano, is returned as it is."""
+    largest decimal suffix whose number is whole (``1e3`` too, which the server keeps as
+    written: equal values still compare equal). Text that is no quantity, or finer than a
+    nano, is returned as it is; see :func:`canonical_resources` for CPU."""
     try:
         parsed = parse_quantity(value)
     except ValueError:
@@ -100,8 +101,21 @@ def canonical_quantity(value: str) -> str:
 
 
 def canonical_resources(resources: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
-    """``resources`` (requests and limits) with every quantity in canonical form."""
+    """``resources`` (requests and limits) with every quantity in canonical form; CPU
+    rounded up to whole millicores, as the API server stores it (``250n`` -> ``1m``)."""
     return {
-        kind: {name: canonical_quantity(quantity) for name, quantity in quantities.items()}
+        kind: {name: _canonical(name, quantity) for name, quantity in quantities.items()}
         for kind, quantities in resources.items()
     }
+
+
+def _canonical(resource: str, quantity: str) -> str:
+    if resource == "cpu":
+        try:
+            parsed = parse_quantity(quantity)
+        except ValueError:
+            return quantity
+        millicores = (parsed * 1000).to_integral_value(rounding=ROUND_CEILING)
+        if millicores != parsed * 1000:
+            return canonical_quantity(f"{millicores}m")
+    return canonical_quantity(quantity)

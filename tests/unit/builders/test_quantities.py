@@ -6,7 +6,11 @@ from decimal import Decimal
 
 import pytest
 
-from craft_operator.builders.quantities import canonical_quantity, parse_quantity
+from craft_operator.builders.quantities import (
+    canonical_quantity,
+    canonical_resources,
+    parse_quantity,
+)
 
 
 @pytest.mark.parametrize(
@@ -121,6 +125,15 @@ def test_a_quantity_has_one_canonical_form_as_the_api_server_stores_it(
     text: str, stored: str
 ) -> None:
     assert canonical_quantity(text) == stored
+
+
+#: CPU finer than a millicore, as the API server stores it: rounded up.
+CANONICAL_CPU = {**CANONICAL, "250n": "1m", "1500u": "2m", "1001m": "1001m"}
+
+
+@pytest.mark.parametrize(("text", "stored"), CANONICAL_CPU.items())
+def test_cpu_is_rounded_up_to_whole_millicores(text: str, stored: str) -> None:
+    assert canonical_resources({"requests": {"cpu": text}}) == {"requests": {"cpu": stored}}
 
 
 def test_text_that_is_no_quantity_is_left_as_it_is() -> None:

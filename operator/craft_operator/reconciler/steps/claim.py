@@ -25,7 +25,12 @@ from craft_operator.api.models import CraftSandbox, LibraryMode
 from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL, InvalidPoolError, parse_pool
 from craft_operator.builders.naming import child_labels, owner_reference
 from craft_operator.builders.pod import SandboxConfigError, template_hash
-from craft_operator.builders.pool import claimable_pod_spec, differing_settings, pool_pod_spec
+from craft_operator.builders.pool import (
+    as_written_template_hash,
+    claimable_pod_spec,
+    differing_settings,
+    pool_pod_spec,
+)
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
 from craft_operator.kube.pod_shape import built_digest, is_as_built, where_unlike
@@ -125,7 +130,7 @@ def _candidates(p: Pass, wanted: str) -> tuple[str | None, Sequence[str]]:
     if ref is not None:
         if not _live(s.cache.get(POOL.name, namespace, ref.name)):
             return None, ()
-        return ref.name, ready_pool_pod_names(s.cache, namespace, ref.name, template_hash=wanted)
+        return ref.name, _ready(p, ref.name, wanted)
     # Woken from sleep: the first pool with a Ready pod like the sandbox's, else a pool
     # whose pods would be (empty now: the cold start is said), else none.
     matching = None
@@ -133,12 +138,27 @@ def _candidates(p: Pass, wanted: str) -> tuple[str | None, Sequence[str]]:
         if not _live(body):
             continue
         name = body["metadata"]["name"]
-        names = ready_pool_pod_names(s.cache, namespace, name, template_hash=wanted)
+        names = _ready(p, name, wanted)
         if names:
             return name, names
         if matching is None and _pool_template(p, name) == wanted:
             matching = name
     return matching, ()
+
+
+def _ready(p: Pass, pool: str, wanted: str) -> Sequence[str]:
+    """The names of the pool's Ready pods of the template ``wanted``; if none, of the
+    sandbox's quantities as written: a pool made by an operator before they were hashed in
+    canonical form serves claims until it has replaced its pods (a claimed one is kept,
+    see ``claimed_template_hashes``)."""
+    cache, namespace = p.services.cache, p.sandbox.metadata.namespace or ""
+    names = ready_pool_pod_names(cache, namespace, pool, template_hash=wanted)
+    if names:
+        return names
+    legacy = as_written_template_hash(p.sandbox, p.services.settings)
+    if legacy == wanted:
+        return names
+    return ready_pool_pod_names(cache, namespace, pool, template_hash=legacy)
 
 
 def _counted_as(p: Pass, pool: str) -> str:

@@ -21,7 +21,11 @@ from craft_operator.api.pool import (
 from craft_operator.api.status_codec import dump_status
 from craft_operator.builders.naming import SKILL_KEY, skills_configmap_name
 from craft_operator.builders.pod import build_pod, template_hash
-from craft_operator.builders.pool import _pod_spec, build_pool_pod, claimable_pod_spec
+from craft_operator.builders.pool import (
+    as_written_template_hash,
+    build_pool_pod,
+    claimable_pod_spec,
+)
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError
 from craft_operator.kube.pod_shape import built_digest
@@ -103,6 +107,25 @@ async def test_a_pool_that_writes_the_sandboxs_quantities_differently_is_claimed
     assert p.run.status.pod_name == warm
 
 
+async def test_a_pools_pods_made_before_quantities_were_hashed_canonically_are_claimed(
+    pooled: World,
+) -> None:
+    """After an upgrade, until the pool has replaced them: not a cold start per claim."""
+    resources = {"requests": {"cpu": "0.5"}}
+    [warm] = warm_pods(pooled, 1, resources=resources)
+    spec = {"poolRef": {"name": POOL}, "resources": resources}
+    p = await pod_pass(pooled, spec=spec)
+    as_written = as_written_template_hash(p.sandbox, pooled.services.settings)
+    pooled.emulator.patch(
+        "v1/pods", NAMESPACE, warm, {"metadata": {"labels": {LABEL_POOL_TEMPLATE_HASH: as_written}}}
+    )
+    pooled.cache.put(kinds.POD.name, pooled.emulator.get("v1/pods", NAMESPACE, warm))
+
+    assert await pod.converge_pod(p) is None
+    assert p.run.status.pod_name == warm
+    assert pooled.events.reasons == ["PodClaimed"]
+
+
 async def test_a_pod_claimed_under_the_hash_of_its_quantities_as_written_is_kept(
     pooled: World,
 ) -> None:
@@ -113,7 +136,7 @@ async def test_a_pod_claimed_under_the_hash_of_its_quantities_as_written_is_kept
     spec = {"poolRef": {"name": POOL}, "resources": resources}
     first = await pod_pass(pooled, spec=spec)
     assert await pod.converge_pod(first) is None
-    as_written = template_hash(_pod_spec(first.sandbox, pooled.services.settings, canonical=False))
+    as_written = as_written_template_hash(first.sandbox, pooled.services.settings)
     pooled.emulator.patch(
         "v1/pods", NAMESPACE, warm, {"metadata": {"labels": {LABEL_POOL_TEMPLATE_HASH: as_written}}}
     )
