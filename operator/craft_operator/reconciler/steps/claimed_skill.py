@@ -6,6 +6,11 @@ ConfigMap's SKILL.md into it, once per pod and content (``status.deliveredSkill`
 changed skill reaches a claimed pod too. When the PAT is delivered in the same pass (a new
 claim, a renewal), the CLIValidated step carries the SKILL.md in its exec instead (one
 exec, not two; :func:`pending_skill`). Failures are reported on SkillRendered.
+
+The pod's agent can stall that exec (stop its shell) until its timeout, so it runs as the
+PAT's delivery does (:mod:`craft_operator.reconciler.detached`): waited for a little by the
+pass, then on without it, among the deliveries' bounded places, and after a failure only
+once its backoff has passed, however many events bring the sandbox back meanwhile.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from craft_operator.api.pool import LABEL_CLAIMED_FROM
 from craft_operator.builders.naming import SANDBOX_CONTAINER, SKILL_KEY, skills_configmap_name
 from craft_operator.builders.pod import SKILLS_MOUNT
 from craft_operator.kube import kinds
-from craft_operator.kube.exec import ExecError
+from craft_operator.kube.exec import ExecError, ExecResult
 from craft_operator.reconciler.pod_guard import exec_into_pod_of
 from craft_operator.reconciler.step import Pass, Step, Stop
 from craft_operator.status import SKILL_RENDERED, ConditionState, find_condition
@@ -100,15 +105,18 @@ async def deliver_skill(p: Pass) -> Stop | None:
     pending, deliveries, key = pending_skill(p), p.services.deliveries, p.run.key
     if pending is None or _failed_this_pass(p):
         return None
-    if deliveries.running(key) or deliveries.waiting(key) or deliveries.backing_off(key):
-        # A PAT delivery running, or to come, carries it; one that failed waits for its
-        # backoff, and so does this (a pod that stalls one exec would stall this one).
+    if deliveries.running(key) or deliveries.backing_off(key):
+        # A PAT delivery running carries it, and this one's own running on ends with a
+        # wake; one that failed waits for its backoff, and so does this (a pod that stalls
+        # one exec would stall this one). One waiting for room asks again below.
         _keep_failure(p)
         return None
     assert p.pod is not None
     meta = p.pod["metadata"]
-    try:
-        result = await exec_into_pod_of(p).run(
+    exec_ = exec_into_pod_of(p)  # it may run a while from now: only into this very pod
+
+    async def write() -> ExecResult:
+        result = await exec_.run(
             meta.get("namespace", ""),
             meta["name"],
             SANDBOX_CONTAINER,
@@ -117,12 +125,24 @@ async def deliver_skill(p: Pass) -> Stop | None:
             timeout=TIMEOUT,
             max_output_bytes=64 * 1024,
         )
+        return ExecResult(result.exit_code, b"", b"")  # nothing else is read
+
+    target = f"skill|{meta.get('uid', '')}|{pending.delivered.content_hash}"
+    try:
+        result = await deliveries.result(key, target, write, owner=meta.get("uid", ""))
     except ExecError as exc:
+        deliveries.failed(key, target)
         return skill_failed(p, str(exc))
+    if result is None:
+        _keep_failure(p)  # it runs on, or waits for room: its end wakes the sandbox
+        p.run.revisit(after=TIMEOUT + 5)
+        return None
     if result.exit_code != 0:
+        deliveries.failed(key, target)
         return skill_failed(
             p, f"could not write SKILL.md into pod {meta['name']} (exit {result.exit_code})"
         )
+    deliveries.clear_failures(key)
     p.run.status.delivered_skill = pending.delivered
     return None
 

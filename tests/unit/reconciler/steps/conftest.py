@@ -123,6 +123,10 @@ class Exec:
     hold_delivery: asyncio.Event | None = None
     #: When set, a PAT delivery raises it (the exec itself failed).
     delivery_error: ExecError | None = None
+    #: When set, a SKILL.md written alone waits for it (a pod that stalls the exec).
+    hold_skill: asyncio.Event | None = None
+    #: When set, a SKILL.md written alone raises it (its exec timed out, say).
+    skill_error: ExecError | None = None
 
     async def run(
         self,
@@ -160,6 +164,10 @@ class Exec:
                 return ExecResult(EXIT_NOT_DELIVERED, b"", b"read-only file system")
         elif argv[0] == "sh":
             # argv: sh -c SCRIPT deliver-skill SKILL_FILE SKILL_BYTES
+            if self.hold_skill is not None:
+                await self.hold_skill.wait()
+            if self.skill_error is not None:
+                raise self.skill_error
             assert isinstance(stdin, bytes)
             assert len(stdin) == int(argv[5]), "the script checks the length"
             self.skills.append(stdin)  # a claimed pod's SKILL.md, alone

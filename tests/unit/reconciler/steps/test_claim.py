@@ -11,6 +11,7 @@ from typing import Any
 import aiohttp.web
 import pytest
 
+from craft_operator.api.models import CraftSandbox
 from craft_operator.api.parse import parse_sandbox
 from craft_operator.api.pool import (
     LABEL_CLAIMED_FROM,
@@ -28,6 +29,7 @@ from craft_operator.builders.pool import (
 )
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError
+from craft_operator.kube.exec import ExecError
 from craft_operator.kube.pod_shape import built_digest
 from craft_operator.reconciler.detached import DetachedCalls
 from craft_operator.reconciler.run import Run
@@ -278,6 +280,65 @@ async def test_a_changed_skill_alone_is_written_into_the_claimed_pod_by_its_own_
     assert [call[3] for call in pooled.exec.calls] == ["deliver-pat-and-skill", "deliver-skill"]
     assert pooled.exec.skills[-1].endswith(b"new sources\n")
     assert again.run.status.delivered_skill != first.run.status.delivered_skill
+
+
+def edit_skill(world: World, sandbox: CraftSandbox, text: str) -> None:
+    """The skill ConfigMap as the skill step rewrites it (new sources, say)."""
+    configmap = world.cache.get(kinds.CONFIGMAP.name, NAMESPACE, skills_configmap_name(sandbox))
+    assert configmap is not None
+    meta = {**configmap["metadata"], "resourceVersion": "999"}
+    world.cache.put(
+        kinds.CONFIGMAP.name, {**configmap, "metadata": meta, "data": {SKILL_KEY: text}}
+    )
+
+
+async def test_a_claimed_pod_that_stalls_its_skill_write_is_tried_once_per_backoff(
+    pooled: World,
+) -> None:
+    """Its agent stops the exec's shell: every event of the sandbox (activity written each
+    minute) must not hold a reconcile worker for the exec's timeout again."""
+    warm_pods(pooled, 1)
+    first = pooled.pass_(spec={"poolRef": {"name": POOL}})
+    await run_steps(first)
+    edit_skill(pooled, first.sandbox, "---\nname: company-search\n---\nedited\n")
+    pooled.exec.skill_error = ExecError("the exec timed out after 10 s", retryable=True)
+
+    status = dump_status(first.run.status)
+    for _ in range(6):
+        p = pooled.pass_(spec={"poolRef": {"name": POOL}}, status=status)
+        await run_steps(p)
+        status = dump_status(p.run.status)
+
+    writes = [call for call in pooled.exec.calls if call[3] == "deliver-skill"]
+    assert len(writes) == 1
+    skill = p.run.condition("SkillRendered")
+    assert skill is not None
+    assert (skill.status, skill.reason) == ("False", "SkillDeliveryFailed")
+
+
+async def test_a_skill_write_the_pod_holds_runs_on_without_the_pass_and_is_taken_after(
+    pooled: World,
+) -> None:
+    pooled.services.deliveries.inline = 0.05
+    woken: list[tuple[str, str]] = []
+    pooled.services.deliveries.wake = woken.append
+    warm_pods(pooled, 1)
+    first = pooled.pass_(spec={"poolRef": {"name": POOL}})
+    await run_steps(first)
+    edit_skill(pooled, first.sandbox, "---\nname: company-search\n---\nedited\n")
+    pooled.exec.hold_skill = asyncio.Event()
+
+    held = pooled.pass_(spec={"poolRef": {"name": POOL}}, status=dump_status(first.run.status))
+    await asyncio.wait_for(run_steps(held), 5)  # the worker is not held
+    assert held.run.status.delivered_skill == first.run.status.delivered_skill
+
+    pooled.exec.hold_skill.set()
+    await asyncio.sleep(0.05)
+    assert woken == [held.run.key], "its end wakes the sandbox"
+    taken = pooled.pass_(spec={"poolRef": {"name": POOL}}, status=dump_status(held.run.status))
+    await run_steps(taken)
+    assert taken.run.status.delivered_skill != first.run.status.delivered_skill
+    assert len([call for call in pooled.exec.calls if call[3] == "deliver-skill"]) == 1
 
 
 async def test_a_skill_the_pod_refuses_is_reported_on_skill_rendered_and_retried(
