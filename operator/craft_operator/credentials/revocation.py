@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import case, delete, literal, update
 
-from craft_operator.credentials.backend import CRED, PAT, StoreBackend, log
+from craft_operator.credentials.backend import CRED, LIBRARY, PAT, StoreBackend, log
 from craft_operator.credentials.db import translated_errors
 from craft_operator.credentials.model import CredentialInfo, credential_info
 
@@ -67,5 +67,8 @@ def revoke_named(backend: StoreBackend, namespace: str, name: str) -> Credential
             pat_ids.append(row.superseded_pat_id)
         connection.execute(revoke_pats_statement(pat_ids, now))
         connection.execute(delete(CRED).where(CRED.c.id == row.id))
+        # The row's library record goes with it, whichever sandbox of this name it was
+        # (an earlier one gone without its finalizer leaves no other way to find it).
+        connection.execute(delete(LIBRARY).where(LIBRARY.c.sandbox_uid == row.sandbox_uid))
     log.info("%s: revoked PAT %s", subject, " and ".join(str(pat_id) for pat_id in pat_ids))
     return info

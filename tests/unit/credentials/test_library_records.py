@@ -62,3 +62,18 @@ def test_a_sandbox_recreated_under_its_name_takes_the_earlier_ones_record_with_i
     assert load_record(database.engine, SANDBOX.uid) is None
     assert not save(database, SANDBOX), "nor can a late sync of the earlier one write it"
     assert save(database, reborn)
+
+
+def test_a_sandbox_deleted_before_its_first_pat_takes_an_earlier_ones_record_with_its_row(
+    store: CredentialStore, database: Database
+) -> None:
+    """The earlier sandbox of the name went without its finalizer; the new one is deleted
+    before it minted anything: its revocation deletes the earlier one's row, and the
+    record must go with it (no sweep could find it after)."""
+    store.ensure(SANDBOX, user_id=database.new_user(), tenant_id="public")
+    assert save(database, SANDBOX)
+    reborn = SandboxIdentity(SANDBOX.namespace, SANDBOX.name, "another-uid")
+
+    store.revoke(reborn)
+
+    assert load_record(database.engine, SANDBOX.uid) is None
