@@ -151,7 +151,7 @@ class SandboxCredential(OperatorBase):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     namespace: Mapped[str] = mapped_column(String(63), nullable=False)
     name: Mapped[str] = mapped_column(String(253), nullable=False)
-    sandbox_uid: Mapped[str] = mapped_column(String(64), nullable=False)
+    sandbox_uid: Mapped[str] = mapped_column(String(64), nullable=False, index=True)
     user_id: Mapped[uuid.UUID] = mapped_column(Uuid, nullable=False)
     tenant_id: Mapped[str] = mapped_column(String(63), nullable=False)
     pat_id: Mapped[int] = mapped_column(Integer, nullable=False)

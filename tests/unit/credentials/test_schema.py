@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from alembic import command
 from sqlalchemy import Engine, inspect, text
 
 from craft_operator.config import load_settings
@@ -21,6 +22,7 @@ from craft_operator.credentials import (
 )
 from craft_operator.credentials.db import (
     VERSION_TABLE,
+    alembic_config,
     check_schema,
     create_credentials_engine,
     head_revision,
@@ -89,6 +91,22 @@ def test_the_embedded_database_gets_onyx_pat_table_without_a_user_table(tmp_path
     assert indexes["ix_personal_access_token_expires_at"] == ["expires_at"]
     assert indexes["ix_pat_user_created"][0] == "user_id"
     engine.dispose()
+
+
+def test_credential_rows_are_found_by_sandbox_uid_through_an_index(database: Database) -> None:
+    """A library record's write reads its sandbox's row by uid under a lock: not a scan."""
+
+    def indexes() -> dict[str, list[str]]:
+        found = inspect(database.engine).get_indexes("craft_sandbox_credential")
+        return {index["name"]: index["column_names"] for index in found}
+
+    assert indexes()["ix_craft_sandbox_credential_sandbox_uid"] == ["sandbox_uid"]
+    with database.engine.begin() as connection:
+        command.downgrade(alembic_config(connection), "0004_superseded_pat")
+    assert "ix_craft_sandbox_credential_sandbox_uid" not in indexes()
+    with database.engine.begin() as connection:
+        command.upgrade(alembic_config(connection), "head")
+    assert "ix_craft_sandbox_credential_sandbox_uid" in indexes()
 
 
 def test_upgrading_twice_changes_nothing(database: Database) -> None:
