@@ -12,6 +12,12 @@ are not patched one by one: they are counted, and one PATCH per ``patch_interval
 series carries them all (the next repeat after the interval sends it at once; repeats
 still pending are flushed when the poster is idle and when it stops). The series are kept
 in a bounded LRU (``max_series`` keys, no object bodies).
+
+And, as client-go's spam filter, each object may start at most ``burst`` new series at
+once, then one per ``refill`` seconds: whoever writes a CraftSandbox (an invalid value in
+each of a stream of annotation writes, say) gets its own events dropped past that, never
+the queue filled and the other sandboxes' events with it. The objects' buckets are kept
+in a bounded LRU too.
 """
 
 from __future__ import annotations
@@ -98,6 +104,14 @@ def _series_key(event: Mapping[str, Any]) -> SeriesKey:
     )
 
 
+@dataclass
+class _Bucket:
+    """The new series an object may still start now, as of ``at``."""
+
+    tokens: float
+    at: float
+
+
 class EventRecorder:
     """An :class:`~craft_operator.reconciler.ports.EventSink` that posts through the API."""
 
@@ -109,8 +123,14 @@ class EventRecorder:
         window: float = 600.0,
         patch_interval: float = 30.0,
         max_series: int = 4096,
+        burst: int = 25,
+        refill: float = 300.0,
     ) -> None:
         self._kube = kube
+        self._burst, self._refill = burst, refill
+        self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
+        #: New events an object posted past its burst (dropped, never queued).
+        self.filtered = 0
         self._queue: asyncio.Queue[tuple[SeriesKey, dict[str, Any] | None]] = asyncio.Queue(
             maxsize=capacity
         )
@@ -139,10 +159,39 @@ class EventRecorder:
             if clock - series.written >= self._interval:
                 self._enqueue(key, None, series)
             return
+        if not self._allowed(key[0] or key[1], clock):
+            self.filtered += 1
+            if self.filtered == 1 or self.filtered % 1000 == 0:
+                logger.warning(
+                    "events about %s come faster than %d at once and one per %.0f s: "
+                    "dropped (%d so far, all objects)",
+                    key[1],
+                    self._burst,
+                    self._refill,
+                    self.filtered,
+                )
+            return
         self._series[key] = _Series(event["metadata"]["namespace"] or "", clock, clock)
         while len(self._series) > self._max_series:
             self._series.popitem(last=False)
         self._enqueue(key, event, None)
+
+    def _allowed(self, obj: str, clock: float) -> bool:
+        """Take one of ``obj``'s tokens for a new series, if it has one left."""
+        bucket = self._buckets.get(obj)
+        if bucket is None:
+            bucket = self._buckets[obj] = _Bucket(float(self._burst), clock)
+            while len(self._buckets) > self._max_series:
+                self._buckets.popitem(last=False)
+        else:
+            self._buckets.move_to_end(obj)
+            earned = (clock - bucket.at) / self._refill if self._refill > 0 else self._burst
+            bucket.tokens = min(float(self._burst), bucket.tokens + earned)
+            bucket.at = clock
+        if bucket.tokens < 1:
+            return False
+        bucket.tokens -= 1
+        return True
 
     def _enqueue(
         self, key: SeriesKey, event: dict[str, Any] | None, series: _Series | None

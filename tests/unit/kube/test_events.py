@@ -235,6 +235,40 @@ async def test_another_message_or_an_old_one_is_a_new_event(
     assert [event["count"] for event in events(emulator) if event["reason"] == "Again"] == [1, 1]
 
 
+async def test_an_object_past_its_burst_of_new_events_has_them_dropped_not_the_others(
+    kube: KubeClient, emulator: KubeEmulator
+) -> None:
+    """Its author writes a different invalid annotation value on every patch: each would be
+    an event of its own, and would fill the queue that every sandbox's events share."""
+    recorder = EventRecorder(kube, burst=5, refill=3600)
+    recorder.start()
+    for index in range(30):
+        recorder.post(SANDBOX, type="Warning", reason="LastActivityInvalid", message=f"v{index}")
+    other = {**SANDBOX, "metadata": {**SANDBOX["metadata"], "name": "bob", "uid": "u-2"}}
+    recorder.post(other, type="Warning", reason="PodFailed", message="the pod failed")
+    await recorder.stop()
+
+    stored = events(emulator)
+    assert len([e for e in stored if e["involvedObject"]["uid"] == "u-1"]) == 5
+    assert [e["reason"] for e in stored if e["involvedObject"]["uid"] == "u-2"] == ["PodFailed"]
+    assert recorder.filtered == 25
+
+
+async def test_an_object_earns_a_new_event_back_per_refill_and_repeats_cost_nothing(
+    kube: KubeClient, emulator: KubeEmulator
+) -> None:
+    recorder = EventRecorder(kube, burst=1, refill=0.05)
+    recorder.start()
+    recorder.post(SANDBOX, type="Normal", reason="First", message="m")
+    recorder.post(SANDBOX, type="Normal", reason="First", message="m")  # a repeat: folded
+    recorder.post(SANDBOX, type="Normal", reason="Second", message="m")  # no token left
+    await asyncio.sleep(0.06)
+    recorder.post(SANDBOX, type="Normal", reason="Third", message="m")
+    await recorder.stop()
+    assert sorted(event["reason"] for event in events(emulator)) == ["First", "Third"]
+    assert recorder.folded == 1
+
+
 async def test_the_series_are_bounded_the_oldest_forgotten(
     kube: KubeClient, emulator: KubeEmulator
 ) -> None:
