@@ -566,15 +566,7 @@ async def test_a_pod_template_changed_after_a_refused_create_is_tried_at_once(
     """The engineer lowers the pool's resources to fit the quota: the new pods need not
     wait out the backoff of the ones refused."""
     world.create_pool(replicas=2)
-    real = world.services.kube.create
-
-    async def over_quota(kind: Any, body: Any) -> Any:
-        raise ApiError(403, "Forbidden", "pods is forbidden: exceeded quota: sandboxes")
-
-    world.services.kube.create = over_quota  # type: ignore[method-assign]
-    with pytest.raises(PoolRetryLaterError):
-        await world.pass_()
-    world.services.kube.create = real  # type: ignore[method-assign]
+    await a_pass_over_quota(world)
     await world.pass_()
     assert world.unclaimed() == [], "the same template waits its backoff"
 

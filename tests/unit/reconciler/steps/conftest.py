@@ -271,6 +271,18 @@ class World:
         """An object as the API server holds it."""
         return self.emulator.find(resource, NAMESPACE, name)
 
+    def add_foreign_pod(self, name: str) -> dict[str, Any]:
+        """A pod of ``name`` that someone else made (no owner), as stored."""
+        return self.emulator.create(
+            "v1/pods",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": NAMESPACE},
+                "spec": {"containers": [{"name": "x", "image": "busybox"}]},
+            },
+        )
+
 
 def settings_for(tmp_path: Path, **overrides: Any) -> Settings:
     """Operator settings for a step test (egress unrestricted unless a test says not)."""

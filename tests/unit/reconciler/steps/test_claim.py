@@ -260,18 +260,7 @@ async def test_a_changed_skill_alone_is_written_into_the_claimed_pod_by_its_own_
     warm_pods(pooled, 1)
     first = pooled.pass_(spec={"poolRef": {"name": POOL}})
     await run_steps(first)
-    configmap = pooled.cache.get(
-        kinds.CONFIGMAP.name, NAMESPACE, skills_configmap_name(first.sandbox)
-    )
-    assert configmap is not None
-    pooled.cache.put(
-        kinds.CONFIGMAP.name,
-        {
-            **configmap,
-            "metadata": {**configmap["metadata"], "resourceVersion": "999"},
-            "data": {SKILL_KEY: "---\nname: company-search\n---\nnew sources\n"},
-        },
-    )
+    edit_skill(pooled, first.sandbox, "---\nname: company-search\n---\nnew sources\n")
 
     stored = dump_status(first.run.status)
     again = pooled.pass_(spec={"poolRef": {"name": POOL}}, status=stored)

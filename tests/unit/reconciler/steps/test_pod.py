@@ -159,15 +159,7 @@ async def test_no_pod_while_nothing_restricts_its_egress(
 
 
 async def test_a_pod_of_someone_else_by_that_name_is_reported_not_touched(world: World) -> None:
-    world.emulator.create(
-        "v1/pods",
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": NAME, "namespace": NAMESPACE},
-            "spec": {"containers": [{"name": "x", "image": "busybox"}]},
-        },
-    )
+    world.add_foreign_pod(NAME)
     observed(world)
     p = await pod_pass(world)
     assert await pod.converge_pod(p) == Stop("PodNameTaken")

@@ -263,16 +263,7 @@ async def test_an_idle_sandbox_falls_asleep_while_its_credentials_fail(world: Wo
 async def test_a_stopped_pass_never_stops_a_pod_of_the_sandboxs_name_it_does_not_control(
     world: World,
 ) -> None:
-    world.emulator.create(
-        "v1/pods",
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": NAME, "namespace": NAMESPACE},
-            "spec": {"containers": [{"name": "x", "image": "busybox"}]},
-        },
-    )
-    world.cache.put("Pod", world.emulator.get("v1/pods", NAMESPACE, NAME))
+    world.cache.put("Pod", world.add_foreign_pod(NAME))
     world.credentials.error = DatabaseUnavailableError("the database is unreachable")
 
     p = world.pass_(spec={"suspend": True}, status={"phase": "Ready"})
