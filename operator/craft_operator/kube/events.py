@@ -13,11 +13,13 @@ series carries them all (the next repeat after the interval sends it at once; re
 still pending are flushed when the poster is idle and when it stops). The series are kept
 in a bounded LRU (``max_series`` keys, no object bodies).
 
-And, as client-go's spam filter, each object may start at most ``burst`` new series at
-once, then one per ``refill`` seconds: whoever writes a CraftSandbox (an invalid value in
-each of a stream of annotation writes, say) gets its own events dropped past that, never
-the queue filled and the other sandboxes' events with it. The objects' buckets are kept
-in a bounded LRU too.
+And, as client-go's spam filter, each object may start at most ``burst`` new series of
+each type at once, then one per ``refill`` seconds: whoever writes a CraftSandbox (an
+invalid value in each of a stream of annotation writes, say) gets its own events dropped
+past that, never the queue filled and the other sandboxes' events with it. Normal and
+Warning events have a budget each, so that routine news (a library synced on every upload)
+never costs an object its warnings. The first drop of each object's budget is logged
+(again once it has refilled). The buckets are kept in a bounded LRU too.
 """
 
 from __future__ import annotations
@@ -110,6 +112,8 @@ class _Bucket:
 
     tokens: float
     at: float
+    #: Whether a drop since the bucket was last full has been logged.
+    said: bool = False
 
 
 class EventRecorder:
@@ -128,7 +132,7 @@ class EventRecorder:
     ) -> None:
         self._kube = kube
         self._burst, self._refill = burst, refill
-        self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
+        self._buckets: OrderedDict[tuple[str, str], _Bucket] = OrderedDict()
         #: New events an object posted past its burst (dropped, never queued).
         self.filtered = 0
         self._queue: asyncio.Queue[tuple[SeriesKey, dict[str, Any] | None]] = asyncio.Queue(
@@ -159,36 +163,40 @@ class EventRecorder:
             if clock - series.written >= self._interval:
                 self._enqueue(key, None, series)
             return
-        if not self._allowed(key[0] or key[1], clock):
+        if not self._allowed((key[0] or key[1], type), clock, key[1]):
             self.filtered += 1
-            if self.filtered == 1 or self.filtered % 1000 == 0:
-                logger.warning(
-                    "events about %s come faster than %d at once and one per %.0f s: "
-                    "dropped (%d so far, all objects)",
-                    key[1],
-                    self._burst,
-                    self._refill,
-                    self.filtered,
-                )
             return
         self._series[key] = _Series(event["metadata"]["namespace"] or "", clock, clock)
         while len(self._series) > self._max_series:
             self._series.popitem(last=False)
         self._enqueue(key, event, None)
 
-    def _allowed(self, obj: str, clock: float) -> bool:
-        """Take one of ``obj``'s tokens for a new series, if it has one left."""
-        bucket = self._buckets.get(obj)
+    def _allowed(self, budget: tuple[str, str], clock: float, what: str) -> bool:
+        """Take a token of ``budget`` (an object and an event type) for a new series, if
+        one is left; the first drop since the budget was full is logged."""
+        bucket = self._buckets.get(budget)
         if bucket is None:
-            bucket = self._buckets[obj] = _Bucket(float(self._burst), clock)
+            bucket = self._buckets[budget] = _Bucket(float(self._burst), clock)
             while len(self._buckets) > self._max_series:
                 self._buckets.popitem(last=False)
         else:
-            self._buckets.move_to_end(obj)
+            self._buckets.move_to_end(budget)
             earned = (clock - bucket.at) / self._refill if self._refill > 0 else self._burst
             bucket.tokens = min(float(self._burst), bucket.tokens + earned)
             bucket.at = clock
+            if bucket.tokens >= self._burst:
+                bucket.said = False
         if bucket.tokens < 1:
+            if not bucket.said:
+                bucket.said = True
+                logger.warning(
+                    "%s events about %s come faster than %d at once and then one per %.0f s:"
+                    " dropping them until it slows down",
+                    budget[1],
+                    what,
+                    self._burst,
+                    self._refill,
+                )
             return False
         bucket.tokens -= 1
         return True

@@ -254,15 +254,39 @@ async def test_an_object_past_its_burst_of_new_events_has_them_dropped_not_the_o
     assert recorder.filtered == 25
 
 
+async def test_routine_events_never_cost_an_object_its_warnings(
+    kube: KubeClient, emulator: KubeEmulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A library synced on every upload posts news of its own each time: the sandbox's
+    next PodFailed must still be posted; each object's first drop is logged by name."""
+    recorder = EventRecorder(kube, burst=3, refill=3600)
+    recorder.start()
+    for index in range(5):
+        recorder.post(SANDBOX, type="Normal", reason="LibrarySynced", message=f"{index} files")
+    recorder.post(SANDBOX, type="Warning", reason="PodFailed", message="the pod failed")
+    other = {**SANDBOX, "metadata": {**SANDBOX["metadata"], "name": "bob", "uid": "u-2"}}
+    for index in range(5):
+        recorder.post(other, type="Normal", reason="LibrarySynced", message=f"{index} files")
+    await recorder.stop()
+
+    reasons = [event["reason"] for event in events(emulator)]
+    assert reasons.count("PodFailed") == 1
+    assert reasons.count("LibrarySynced") == 6
+    dropped = [r.getMessage() for r in caplog.records if "dropping" in r.getMessage()]
+    assert len(dropped) == 2
+    assert any("/alice" in line for line in dropped)
+    assert any("/bob" in line for line in dropped)
+
+
 async def test_an_object_earns_a_new_event_back_per_refill_and_repeats_cost_nothing(
     kube: KubeClient, emulator: KubeEmulator
 ) -> None:
-    recorder = EventRecorder(kube, burst=1, refill=0.05)
+    recorder = EventRecorder(kube, burst=1, refill=0.5)
     recorder.start()
     recorder.post(SANDBOX, type="Normal", reason="First", message="m")
     recorder.post(SANDBOX, type="Normal", reason="First", message="m")  # a repeat: folded
     recorder.post(SANDBOX, type="Normal", reason="Second", message="m")  # no token left
-    await asyncio.sleep(0.06)
+    await asyncio.sleep(0.6)
     recorder.post(SANDBOX, type="Normal", reason="Third", message="m")
     await recorder.stop()
     assert sorted(event["reason"] for event in events(emulator)) == ["First", "Third"]
