@@ -213,6 +213,36 @@ def test_postgres_without_a_cluster_id_stops_at_start_naming_the_setting(tmp_pat
     assert "CRAFT_CLUSTER_ID must be set" in only_line(completed)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql+psycopg://craft:pa@ssSECRET@127.0.0.1:5432/onyx",
+        "postgresql+psycopg://craft:pw@127.0.0.1:54x/onyx",
+        "mysql://craft:pw@127.0.0.1/onyx",
+        "",
+    ],
+    ids=["at-sign-in-password", "port-not-a-number", "not-postgres", "empty"],
+)
+def test_a_database_url_the_operator_cannot_open_stops_it_at_start(
+    tmp_path: Path, url: str
+) -> None:
+    """Not a condition on every sandbox later; and never the password, whose tail an
+    unencoded @ makes the host that a driver's error would name."""
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", f"https://127.0.0.1:{closed_port()}")
+    completed = run_operator(
+        tmp_path,
+        "run",
+        KUBECONFIG=str(kubeconfig),
+        CRAFT_DATABASE_URL=url,
+        CRAFT_ENCRYPTION_KEYS=generate_key_entry("k1").get_secret_value(),
+        CRAFT_CLUSTER_ID="east",
+    )
+    assert completed.returncode == 2
+    line = only_line(completed)
+    assert "CRAFT_DATABASE_URL" in line
+    assert "SECRET" not in line
+
+
 def test_postgres_with_a_cluster_id_goes_on_to_the_cluster(tmp_path: Path) -> None:
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", f"https://127.0.0.1:{closed_port()}")
     completed = run_operator(

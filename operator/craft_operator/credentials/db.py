@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,20 +109,39 @@ def create_credentials_engine(url: str | URL, *, echo: bool = False) -> Engine:
     return _create_sqlite_engine(parsed, echo=echo)
 
 
+#: What a host name or address may hold (IPv6 and a zone included; several hosts, comma
+#: separated): anything else is most likely a password's tail (an "@" not encoded).
+_HOST = re.compile(r"^[A-Za-z0-9._:%,\[\]-]+$")
+
+
+def check_database_url(url: str | URL) -> None:
+    """Raise :class:`CredentialsError` (naming CRAFT_DATABASE_URL, never echoing it) unless
+    the URL is one the operator can open: at start, before any sandbox reports it."""
+    _parse_database_url(url)
+
+
 def _parse_database_url(url: str | URL) -> URL:
     """The URL, checked to name SQLite or PostgreSQL (with psycopg 3 as its driver)."""
     try:
         parsed = make_url(url)
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
         raise CredentialsError(
             "CRAFT_DATABASE_URL is not a database URL; use sqlite:///path or "
-            "postgresql+psycopg://user:password@host/db"
+            "postgresql+psycopg://user:password@host:port/db (a password's @, :, / and % "
+            "percent-encoded, as %40, %3A, %2F and %25)"
         ) from None
     backend = parsed.get_backend_name()
     if backend not in ("sqlite", "postgresql"):
         raise CredentialsError(
             f"CRAFT_DATABASE_URL names a {backend!r} database; the operator supports SQLite "
             "(embedded) and PostgreSQL (Onyx mode)"
+        )
+    if backend == "postgresql" and parsed.host is not None and not _HOST.match(parsed.host):
+        # Its host is not shown: with an "@" in the password, it holds the password's tail,
+        # which the driver's own error would carry into every sandbox's status.
+        raise CredentialsError(
+            "CRAFT_DATABASE_URL's host is not a host name: a password holding @, :, / or % "
+            "must be percent-encoded (%40, %3A, %2F, %25)"
         )
     if parsed.drivername == "postgresql":
         # The operator ships psycopg 3; SQLAlchemy's default driver would be psycopg2.
@@ -392,6 +412,8 @@ def describe_url(url: str | URL) -> str:
 
     try:
         parsed = make_url(url)
+        if parsed.host is not None and not _HOST.match(parsed.host):
+            parsed = parsed.set(host="<not a host name>")  # a password's tail, likely
         shown = parsed.set(query={}).render_as_string(hide_password=True)
     except (SQLAlchemyError, ValueError):
         return "<unparseable database URL>"

@@ -46,3 +46,10 @@ def test_a_url_without_secrets_is_shown_as_written() -> None:
     assert describe_url("postgresql+psycopg://u@h/db?connect_timeout=5&sslmode=require") == (
         "postgresql+psycopg://u@h/db?connect_timeout=5&sslmode=require"
     )
+
+
+def test_a_host_that_holds_a_passwords_tail_is_not_shown() -> None:
+    """An @ in the password not percent-encoded: what follows it parses as the host."""
+    shown = describe_url("postgresql+psycopg://craft:pa@ssSECRET@127.0.0.1:5432/onyx")
+    assert "SECRET" not in shown
+    assert "not a host name" in shown

@@ -232,11 +232,19 @@ def test_an_unreachable_database_is_a_typed_error_without_the_password() -> None
     [
         ("mysql://u:p@h/db", "names a 'mysql' database"),
         ("::not-a-url", "is not a database URL"),
+        ("postgresql+psycopg://u:p@h:54x/db", "is not a database URL"),
+        ("postgresql+psycopg://u:pa@ssSECRET@h/db", "host is not a host name"),
     ],
 )
 def test_an_unsupported_database_url_is_a_clear_error(url: str, complaint: str) -> None:
-    with pytest.raises(CredentialsError, match=complaint):
+    with pytest.raises(CredentialsError, match=complaint) as caught:
         create_credentials_engine(url)
+    assert "SECRET" not in str(caught.value)
+
+
+@pytest.mark.parametrize("host", ["db.example.com", "10.0.0.7", "[::1]", "db-1.internal"])
+def test_host_names_and_addresses_are_accepted(host: str) -> None:
+    create_credentials_engine(f"postgresql+psycopg://u:p@{host}:5432/db").dispose()
 
 
 def test_a_plain_postgresql_url_uses_the_psycopg_driver() -> None:
