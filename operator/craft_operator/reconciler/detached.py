@@ -175,6 +175,15 @@ class DetachedCalls(Generic[T]):
         self._failures[key] = _Failures(target, count, until)
         return delay
 
+    def failed_target(self, key: Key) -> tuple[str, float] | None:
+        """What ``key``'s last failed call was for, and the seconds left of its backoff
+        (``None``: none failed, or its backoff has passed)."""
+        failures = self._failures.get(key)
+        if failures is None:
+            return None
+        left = failures.until - asyncio.get_running_loop().time()
+        return (failures.target, left) if left > 0 else None
+
     def backing_off(self, key: Key) -> bool:
         """Whether the last call for ``key`` failed and its backoff has not passed."""
         failures = self._failures.get(key)

@@ -273,3 +273,15 @@ async def test_an_ended_call_wakes_the_longest_waiting_sandbox_that_has_room_now
     await asyncio.sleep(0.01)
     assert woken == [("ns", "fine"), ("ns", "next")], "the slow lane is still full"
     await calls.close()
+
+
+async def test_the_last_failed_target_is_known_until_its_backoff_passes() -> None:
+    calls = DetachedCalls[int](backoff=Backoff(base=0.05, cap=1.0, jitter=0.0))
+    assert calls.failed_target(KEY) is None
+    calls.failed(KEY, "pod-1|7")
+    failed = calls.failed_target(KEY)
+    assert failed is not None
+    assert failed[0] == "pod-1|7"
+    assert 0 < failed[1] <= 0.05
+    await asyncio.sleep(0.06)
+    assert calls.failed_target(KEY) is None

@@ -51,6 +51,8 @@ WRITE_SKILL = (
 )
 WRITE_SKILL_SCRIPT = f"{HAS_SIZE_FUNCTION}\n{WRITE_SKILL}"
 TIMEOUT = 10.0
+#: How the deliveries' failures of a standalone SKILL.md write are told from the PAT's.
+SKILL_TARGET = "skill|"
 WAITING = "WaitingForSkill"
 DELIVERY_FAILED = "SkillDeliveryFailed"
 
@@ -105,14 +107,22 @@ async def deliver_skill(p: Pass) -> Stop | None:
     pending, deliveries, key = pending_skill(p), p.services.deliveries, p.run.key
     if pending is None or _failed_this_pass(p):
         return None
-    if deliveries.running(key) or deliveries.backing_off(key):
-        # A PAT delivery running carries it, and this one's own running on ends with a
-        # wake; one that failed waits for its backoff, and so does this (a pod that stalls
-        # one exec would stall this one). One waiting for room asks again below.
-        _keep_failure(p)
-        return None
     assert p.pod is not None
     meta = p.pod["metadata"]
+    target = f"{SKILL_TARGET}{meta.get('uid', '')}|{pending.delivered.content_hash}"
+    if deliveries.running(key):
+        # A PAT delivery running carries it, and this one's own running on ends with a
+        # wake (these in case the wake is lost).
+        _keep_failure(p)
+        p.run.revisit(after=TIMEOUT + 5)
+        return None
+    failed = deliveries.failed_target(key)
+    if failed is not None and (failed[0] == target or not failed[0].startswith(SKILL_TARGET)):
+        # This write failed, or the PAT's delivery did (a pod that stalls one exec would
+        # stall this one): both wait for the backoff; a skill edited since is tried now.
+        _keep_failure(p)
+        p.run.revisit(after=failed[1])
+        return None
     exec_ = exec_into_pod_of(p)  # it may run a while from now: only into this very pod
 
     async def write() -> ExecResult:
@@ -127,7 +137,6 @@ async def deliver_skill(p: Pass) -> Stop | None:
         )
         return ExecResult(result.exit_code, b"", b"")  # nothing else is read
 
-    target = f"skill|{meta.get('uid', '')}|{pending.delivered.content_hash}"
     try:
         result = await deliveries.result(key, target, write, owner=meta.get("uid", ""))
     except ExecError as exc:

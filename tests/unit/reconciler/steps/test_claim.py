@@ -305,6 +305,27 @@ async def test_a_claimed_pod_that_stalls_its_skill_write_is_tried_once_per_backo
     assert (skill.status, skill.reason) == ("False", "SkillDeliveryFailed")
 
 
+async def test_a_pass_during_a_failed_skill_writes_backoff_comes_back_when_it_ends(
+    pooled: World,
+) -> None:
+    """A pass brought by an event (activity written, the status's echo) ends well, which
+    resets the work queue's backoff: it must ask for the retry itself."""
+    warm_pods(pooled, 1)
+    first = pooled.pass_(spec={"poolRef": {"name": POOL}})
+    await run_steps(first)
+    edit_skill(pooled, first.sandbox, "---\nname: company-search\n---\nedited\n")
+    pooled.exec.skill_error = ExecError("the exec timed out after 10 s", retryable=True)
+    failing = pooled.pass_(spec={"poolRef": {"name": POOL}}, status=dump_status(first.run.status))
+    await run_steps(failing)
+
+    during = pooled.pass_(spec={"poolRef": {"name": POOL}}, status=dump_status(failing.run.status))
+    await run_steps(during)
+
+    after = during.run.verdict.after
+    assert after is not None
+    assert after <= 1.1, "the delivery's backoff (1 s, jitter 10 %), not the resync"
+
+
 async def test_a_skill_write_the_pod_holds_runs_on_without_the_pass_and_is_taken_after(
     pooled: World,
 ) -> None:
