@@ -21,7 +21,7 @@ from craft_operator.config import Settings
 from craft_operator.kube.cache import compact_pod
 from craft_operator.kube.pod_shape import SHAPE, first_difference, shape_of
 from tests.support.cluster import Cluster
-from tests.unit.builders.test_quantities import CANONICAL_CPU
+from tests.unit.builders.test_quantities import CANONICAL_STORED
 
 PODS = "/api/v1/pods"
 
@@ -103,13 +103,14 @@ def test_the_canonical_quantities_are_the_ones_the_api_server_stores(
     """A pool and a sandbox that write a quantity differently must hash the same pod: the
     operator's canonical form is the API server's."""
     built = built_pool_pod(namespace, tmp_path)
-    stored = {}
-    for text in CANONICAL_CPU:
-        pod = copy.deepcopy(built)
-        pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": text}}
-        answer = cluster.create(PODS, namespace, pod, dry_run=True)
-        stored[text] = answer["spec"]["containers"][0]["resources"]["requests"]["cpu"]
+    for resource in ("cpu", "memory"):
+        stored = {}
+        for text in CANONICAL_STORED:
+            pod = copy.deepcopy(built)
+            pod["spec"]["containers"][0]["resources"] = {"requests": {resource: text}}
+            answer = cluster.create(PODS, namespace, pod, dry_run=True)
+            stored[text] = answer["spec"]["containers"][0]["resources"]["requests"][resource]
 
-    assert stored == CANONICAL_CPU
-    ours = {text: canonical_resources({"r": {"cpu": text}})["r"]["cpu"] for text in stored}
-    assert ours == stored
+        assert stored == CANONICAL_STORED, resource
+        ours = {t: canonical_resources({"r": {resource: t}})["r"][resource] for t in stored}
+        assert ours == stored, resource

@@ -101,8 +101,8 @@ def canonical_quantity(value: str) -> str:
 
 
 def canonical_resources(resources: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
-    """``resources`` (requests and limits) with every quantity in canonical form; CPU
-    rounded up to whole millicores, as the API server stores it (``250n`` -> ``1m``)."""
+    """``resources`` (requests and limits) with every quantity in canonical form, rounded
+    up to whole thousandths, as the API server stores it (CPU ``250n`` -> ``1m``)."""
     return {
         kind: {name: _canonical(name, quantity) for name, quantity in quantities.items()}
         for kind, quantities in resources.items()
@@ -110,12 +110,12 @@ def canonical_resources(resources: dict[str, dict[str, str]]) -> dict[str, dict[
 
 
 def _canonical(resource: str, quantity: str) -> str:
-    if resource == "cpu":
-        try:
-            parsed = parse_quantity(quantity)
-        except ValueError:
-            return quantity
-        millicores = (parsed * 1000).to_integral_value(rounding=ROUND_CEILING)
-        if millicores != parsed * 1000:
-            return canonical_quantity(f"{millicores}m")
+    # Every resource: the API server's defaulting rounds each one up to milli scale.
+    try:
+        parsed = parse_quantity(quantity)
+    except ValueError:
+        return quantity
+    thousandths = (parsed * 1000).to_integral_value(rounding=ROUND_CEILING)
+    if thousandths != parsed * 1000:
+        return canonical_quantity(f"{thousandths}m")
     return canonical_quantity(quantity)

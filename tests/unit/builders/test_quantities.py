@@ -127,13 +127,16 @@ def test_a_quantity_has_one_canonical_form_as_the_api_server_stores_it(
     assert canonical_quantity(text) == stored
 
 
-#: CPU finer than a millicore, as the API server stores it: rounded up.
-CANONICAL_CPU = {**CANONICAL, "250n": "1m", "1500u": "2m", "1001m": "1001m"}
+#: Quantities finer than a thousandth, as the API server stores them: rounded up.
+CANONICAL_STORED = {**CANONICAL, "250n": "1m", "1500u": "2m", "1001m": "1001m"}
 
 
-@pytest.mark.parametrize(("text", "stored"), CANONICAL_CPU.items())
-def test_cpu_is_rounded_up_to_whole_millicores(text: str, stored: str) -> None:
-    assert canonical_resources({"requests": {"cpu": text}}) == {"requests": {"cpu": stored}}
+@pytest.mark.parametrize("resource", ["cpu", "memory", "ephemeral-storage"])
+@pytest.mark.parametrize(("text", "stored"), CANONICAL_STORED.items())
+def test_every_resource_is_rounded_up_to_whole_thousandths(
+    resource: str, text: str, stored: str
+) -> None:
+    assert canonical_resources({"requests": {resource: text}}) == {"requests": {resource: stored}}
 
 
 def test_text_that_is_no_quantity_is_left_as_it_is() -> None:
