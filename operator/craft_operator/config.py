@@ -52,6 +52,15 @@ def default_state_dir() -> Path:
 #: capitals and '_', as may GCS's interoperable ones): refusing one that worked before would
 #: stop an upgraded operator. A spec's bucket follows today's rules.
 LEGACY_S3_BUCKET_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]$"
+#: A region botocore takes (its ``validate_region_name``: a host label, not only digits; an
+#: empty one it takes, then makes an invalid endpoint of). It refuses any other only when a
+#: client is made, long after the operator started.
+S3_REGION_PATTERN = r"^(?![0-9]+$)(?!-)[A-Za-z0-9-]{1,63}(?<!-)$"
+#: What a bad region is told, by the settings and by ``sync-user-library --region``.
+S3_REGION_MESSAGE = (
+    "must be an S3 region such as us-east-1: 1 to 63 letters, digits and '-', neither "
+    "starting nor ending with '-', not only digits"
+)
 
 
 class SettingsError(Exception):
@@ -153,7 +162,7 @@ class Settings(BaseSettings):
         description="S3 endpoint (MinIO, moto); unset uses AWS.",
         pattern=URL_PATTERN,
     )
-    s3_region: str | None = Field(default=None, description="S3 region.")
+    s3_region: str | None = Field(default=None, description="S3 region, e.g. us-east-1.")
     library_max_file_bytes: int = Field(
         default=500_000_000,
         gt=0,
@@ -394,6 +403,11 @@ class Settings(BaseSettings):
             "starting and ending with a letter or digit"
         )
         return check_pattern(value, LEGACY_S3_BUCKET_PATTERN, message)
+
+    @field_validator("s3_region")
+    @classmethod
+    def _check_region(cls, value: str | None) -> str | None:
+        return check_pattern(value, S3_REGION_PATTERN, S3_REGION_MESSAGE)
 
     @field_validator("library_volume_size")
     @classmethod

@@ -327,6 +327,25 @@ def test_the_default_bucket_must_be_an_s3_bucket_name(
 
 
 @pytest.mark.parametrize(
+    "region", ["eu west 1", "eu_west_1", "-eu-west-1", "eu-west-1-", "2024", "", "a" * 64]
+)
+def test_the_s3_region_must_be_one_botocore_takes(
+    monkeypatch: pytest.MonkeyPatch, region: str
+) -> None:
+    message = settings_error(monkeypatch, CRAFT_S3_REGION=region)
+    assert message.count("\n") == 0
+    assert "CRAFT_S3_REGION: must be an S3 region such as us-east-1" in message
+
+
+@pytest.mark.parametrize("region", ["us-east-1", "eu-central-2", "EU-WEST-1", "local"])
+def test_a_region_botocore_takes_starts_the_operator(
+    monkeypatch: pytest.MonkeyPatch, region: str
+) -> None:
+    monkeypatch.setenv("CRAFT_S3_REGION", region)
+    assert load_settings().s3_region == region
+
+
+@pytest.mark.parametrize(
     "reference", ["craft-system/skill\n", "craft-system\n/skill", "craft-system/a..b"]
 )
 def test_the_skill_template_configmap_must_be_exactly_namespace_and_name(

@@ -36,11 +36,12 @@ from craft_operator.credentials import SandboxIdentity, build_credential_store, 
 from craft_operator.credentials.db import create_credentials_engine, upgrade
 from craft_operator.devtools.onyx_schema import create_onyx_tables
 from craft_operator.devtools.postgres import ThrowawayPostgres
-from craft_operator.doctor import Status, check_kubernetes
+from craft_operator.doctor import Status, check_kubernetes, unexpected_failure
 from craft_operator.doctor import kubernetes as doctor_kubernetes
 from craft_operator.library.s3 import make_s3_client
 from craft_operator.permissions import access_requests
 from tests.support.emulator import KubeEmulator, declare_core_resources, declare_peering_resources
+from tests.support.policy import declare_policy_resource
 from tests.support.pools import declare_pool_resource
 
 pytestmark = [pytest.mark.unit, pytest.mark.s3]
@@ -123,6 +124,7 @@ def declare_craft_resources(emulator: KubeEmulator) -> None:
         ),
     )
     declare_pool_resource(emulator)
+    declare_policy_resource(emulator)
 
 
 def write_kubeconfig(path: Path, server: str) -> None:
@@ -193,7 +195,8 @@ def line(result: Result, name: str) -> str:
 
 
 async def test_every_check_passes_when_everything_is_in_place(cluster: Cluster) -> None:
-    result = await doctor("--peering", PEERING)
+    # Standalone: a peered operator on the embedded SQLite database fails (tested below).
+    result = await doctor("--standalone")
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert [text.split(":")[0] for text in lines] == [
@@ -208,8 +211,12 @@ async def test_every_check_passes_when_everything_is_in_place(cluster: Cluster) 
         "✔ peering",
     ]
     assert "(embedded SQLite)" in line(result, "database")
+    assert line(result, "CraftSandbox API") == (
+        "✔ CraftSandbox API: craftsandboxes.craft.onyx.app, craftsandboxpolicies.craft.onyx.app, "
+        f"craftsandboxpools.craft.onyx.app are served at {models.API_VERSION}"
+    )
     # Serving all namespaces (no CRAFT_NAMESPACES): every grant, cluster-wide.
-    everything = len(access_requests([]))
+    everything = len(access_requests([], peering=False))
     assert f"all {everything} grants" in line(result, "API permissions")
     assert len(cluster.reviews) == everything
     assert "not-a-real-token" not in result.output
@@ -293,7 +300,8 @@ async def test_a_peered_operators_peering_object_is_found_with_its_live_replicas
     status = {"craft-operator-0": {"priority": 100, "lifetime": 60, "lastseen": seen}}
     cluster.emulator.patch(PEERINGS, None, PEERING, {"status": status})
     result = await doctor("--peering", PEERING)
-    assert result.exit_code == 0, result.output
+    failed = [text for text in result.output.splitlines() if text.startswith("✘")]
+    assert failed == [line(result, "database")], result.output  # SQLite: see below
     assert line(result, "peering") == (
         "✔ peering: ClusterKopfPeering craft-operator exists; live replicas: "
         "craft-operator-0 (priority 100)"
@@ -333,7 +341,32 @@ async def test_without_kopfs_peering_crd_the_peering_fails_naming_the_crd(
     assert result.exit_code == 1
     text = line(result, "peering")
     assert text.startswith("✘ peering: the API server does not serve clusterkopfpeerings.kopf.dev")
-    assert "— install kopf's peering CRD: kubectl apply -f crds/" in text
+    assert "— install kopf's peering CRD: kubectl apply -k crds" in text
+
+
+async def test_a_peered_operator_needs_kopfs_peering_crd_among_its_crds(
+    env: dict[str, str],
+) -> None:
+    async with KubeEmulator() as emulator, kmock.Server(emulator):
+        declare_core_resources(emulator)
+        declare_craft_resources(emulator)
+        write_kubeconfig(Path(env["KUBECONFIG"]), str(emulator.url).rstrip("/"))
+        emulator.before_request.append(_allow_everything)
+        peered = await doctor("--peering", PEERING)
+        standalone = await doctor("--standalone")
+    text = line(peered, "CraftSandbox API")
+    assert text.startswith("✘ CraftSandbox API: the API server does not serve kopf.dev/v1: ")
+    assert text.endswith(
+        "— install the CRDs: kubectl apply -k crds (kubectl apply -k manifests/base does too)"
+    )
+    assert line(standalone, "CraftSandbox API").startswith("✔ CraftSandbox API: ")
+
+
+async def test_a_peered_operators_crds_include_kopfs_peering_one(cluster: Cluster) -> None:
+    result = await doctor("--peering", PEERING)
+    assert line(result, "CraftSandbox API").endswith(
+        f"are served at {models.API_VERSION}, clusterkopfpeerings.kopf.dev at kopf.dev/v1"
+    )
 
 
 async def test_a_standalone_operator_is_not_asked_for_peering_grants_or_object(
@@ -427,7 +460,32 @@ async def test_a_cluster_without_the_crd_says_how_to_install_it(env: dict[str, s
     assert result.exit_code == 1
     text = line(result, "CraftSandbox API")
     assert text.startswith("✘ CraftSandbox API: the API server does not serve craft.onyx.app/")
-    assert "— install the CRD: kubectl apply -f crds/" in text
+    assert "— install the CRDs: kubectl apply -k crds" in text
+
+
+async def test_a_cluster_without_the_policy_crd_fails_as_the_operator_would_never_start_work(
+    env: dict[str, str],
+) -> None:
+    async with KubeEmulator() as emulator, kmock.Server(emulator):
+        declare_core_resources(emulator)
+        declare_peering_resources(emulator)
+        names = crd.build_crd()["spec"]["names"]
+        emulator.declare(
+            kmock.resource(models.GROUP, models.VERSION, models.PLURAL),
+            kmock.ResourceInfo(
+                kind=names["kind"], singular=names["singular"], subresources={"status"}
+            ),
+        )
+        declare_pool_resource(emulator)
+        write_kubeconfig(Path(env["KUBECONFIG"]), str(emulator.url).rstrip("/"))
+        emulator.before_request.append(_allow_everything)
+        result = await doctor("--standalone")
+    assert result.exit_code == 1
+    assert line(result, "CraftSandbox API") == (
+        f"✘ CraftSandbox API: {models.API_VERSION} lacks craftsandboxpolicies: the operator "
+        "lists each of these when it starts and, missing one, never becomes active"
+        " — install the CRDs: kubectl apply -k crds (kubectl apply -k manifests/base does too)"
+    )
 
 
 async def _allow_everything(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
@@ -597,6 +655,88 @@ def test_the_development_key_ring_is_a_warning_and_is_not_created(
     assert not (Path(env["CRAFT_STATE_DIR"]) / "fresh").exists()
 
 
+def test_a_check_that_raises_fails_its_own_line_and_the_others_still_run(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"postgresql+psycopg://onyx:{DB_PASSWORD}@onyx-db:5432/onyx"
+    monkeypatch.setenv("CRAFT_DATABASE_URL", url)
+    monkeypatch.setenv("CRAFT_CLUSTER_ID", "east")
+
+    def broken(*_: object, **__: object) -> Any:
+        raise ValueError(f"cannot make sense of {url}")
+
+    monkeypatch.setattr("craft_operator.doctor.check_database", broken)
+    result = run_doctor("--skip-kubernetes")
+    assert result.exit_code == 1
+    assert [text.split(":")[0] for text in result.output.splitlines()] == [
+        "✔ settings",
+        "✘ database",
+        "✔ key ring",
+        "✔ S3",
+    ]
+    text = line(result, "database")
+    assert text.startswith(
+        "✘ database: the check failed unexpectedly: ValueError: cannot make sense of "
+        "postgresql+psycopg://***@onyx-db:5432/onyx"
+    )
+    assert DB_PASSWORD not in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_database_url_with_a_port_that_is_no_number_still_lets_every_check_run(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CRAFT_DATABASE_URL", f"postgresql+psycopg://u:{DB_PASSWORD}@db:5432x/onyx")
+    monkeypatch.setenv("CRAFT_CLUSTER_ID", "east")
+    result = run_doctor("--skip-kubernetes")
+    assert result.exit_code == 1
+    assert line(result, "database").startswith("✘ database: ")
+    assert line(result, "S3").startswith("✔ S3: ")
+    assert DB_PASSWORD not in result.output
+
+
+# -- the embedded database in production -------------------------------------------------------
+
+
+def test_the_embedded_database_in_a_pod_is_a_warning_naming_the_database_secret(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    result = run_doctor("--skip-kubernetes")
+    assert result.exit_code == 0, result.output
+    text = line(result, "database")
+    assert text.startswith("⚠ database: sqlite:///")
+    assert "(embedded SQLite), but it runs in a pod: its file is lost with the pod" in text
+    assert (
+        "— point CRAFT_DATABASE_URL at Onyx's Postgres: the key 'url' of Secret "
+        "craft-operator-database sets it (kubectl -n craft-system create secret generic "
+        "craft-operator-database --from-literal=url="
+    ) in text
+
+
+@pytest.mark.parametrize("in_pod", [True, False], ids=["in-a-pod", "elsewhere"])
+def test_a_peered_operator_on_the_embedded_database_fails(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, in_pod: bool
+) -> None:
+    if in_pod:
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    result = run_doctor("--skip-kubernetes", "--peering", PEERING)
+    assert result.exit_code == 1
+    text = line(result, "database")
+    assert text.startswith("✘ database: sqlite:///")
+    assert "each replica has a database of its own, so a takeover mints every PAT again" in text
+    assert "Secret craft-operator-database sets it" in text
+    assert text.endswith("; or run one replica with --standalone")
+
+
+def test_the_peering_may_come_from_craft_peering_name_for_the_database_check(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CRAFT_PEERING_NAME", PEERING)
+    assert line(run_doctor("--skip-kubernetes"), "database").startswith("✘ database: ")
+    assert line(run_doctor("--skip-kubernetes", "--standalone"), "database").startswith("✔")
+
+
 # -- S3 ----------------------------------------------------------------------------------------
 
 
@@ -685,5 +825,15 @@ async def test_an_upgrade_without_the_pool_crd_says_how_to_install_it(
         emulator.before_request.append(_allow_everything)
         result = await doctor()
     text = line(result, "CraftSandbox API")
-    assert "lacks craftsandboxpools, craftsandboxpools/status: an old CRD" in text
-    assert "— install the CRD: kubectl apply -f crds/" in text
+    assert "lacks craftsandboxpolicies, craftsandboxpools, craftsandboxpools/status" in text
+    assert "— install the CRDs: kubectl apply -k crds" in text
+
+
+def test_an_unexpected_error_never_quotes_a_password_its_parser_split_at_an_at_sign() -> None:
+    url = "postgresql+psycopg://craft:pa@ssSECRETTAIL@127.0.0.1:5432/onyx"
+    error = ValueError("invalid host 'ssSECRETTAIL@127.0.0.1' in 'craft:pa@ssSECRETTAIL'")
+    result = unexpected_failure("database", error, {"CRAFT_DATABASE_URL": url})
+    assert result.status is Status.FAIL
+    assert result.detail == (
+        "the check failed unexpectedly: ValueError: invalid host '***@127.0.0.1' in '***'"
+    )

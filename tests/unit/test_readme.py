@@ -43,3 +43,15 @@ def test_every_cli_command_in_the_readme_exists() -> None:
     commands = {name for name in main.list_commands(context) if main.get_command(context, name)}
     assert named <= commands, named - commands
     assert commands <= named, commands - named
+
+
+def test_the_commands_section_names_every_crd_the_crd_command_prints() -> None:
+    import click
+
+    from craft_operator.cli.crd import crd
+
+    section = README.split("## Commands", 1)[1].split("\n## ", 1)[0]
+    [usage] = [text for text in section.splitlines() if text.startswith("craft-operator crd ")]
+    flags = [option.opts[0] for option in crd.params if isinstance(option, click.Option)]
+    assert flags
+    assert [flag for flag in flags if flag not in usage] == [], usage

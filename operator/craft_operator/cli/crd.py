@@ -23,7 +23,9 @@ from craft_operator.policy.crd import policy_crd_yaml
 def crd(policy: bool, pool: bool) -> None:
     """Print the CraftSandbox CRD as YAML (the same as crds/ in the repository).
 
-    Apply it with: craft-operator crd | kubectl apply -f -
+    The operator needs every CRD of crds/ (CraftSandbox, CraftSandboxPool,
+    CraftSandboxPolicy and kopf's ClusterKopfPeering): install them all with
+    kubectl apply -k crds
     """
     if policy and pool:
         raise click.UsageError("--policy and --pool print different CRDs: choose one")

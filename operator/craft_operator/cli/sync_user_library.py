@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import sys
 from collections.abc import Awaitable
 from pathlib import Path
@@ -18,7 +19,15 @@ from typing import Any
 
 import click
 
-from craft_operator.config import Settings, SettingsError, load_settings
+from craft_operator.api.constants import URL_PATTERN
+from craft_operator.config import (
+    LEGACY_S3_BUCKET_PATTERN,
+    S3_REGION_MESSAGE,
+    S3_REGION_PATTERN,
+    Settings,
+    SettingsError,
+    load_settings,
+)
 from craft_operator.library.errors import LibrarySyncError
 from craft_operator.library.local import MANIFEST_READ_LIMIT
 from craft_operator.library.location import caps_from_settings
@@ -50,6 +59,26 @@ def _fail(message: str, code: int, result_file: Path | None, extra: dict[str, An
     if result_file is not None:
         _write_result(result_file, {"ok": False, "error": message, **extra})
     sys.exit(code)
+
+
+def _bad_option(bucket: str, endpoint_url: str | None, region: str | None) -> str | None:
+    """What is wrong with the S3 options, as the settings check them, or None."""
+    checks = (
+        (
+            "--bucket",
+            bucket,
+            LEGACY_S3_BUCKET_PATTERN,
+            "must be an S3 bucket name: 3 to 255 letters, digits, '.', '_' and '-', "
+            "starting and ending with a letter or digit",
+        ),
+        ("--endpoint-url", endpoint_url, URL_PATTERN, "must be an http:// or https:// URL"),
+        ("--region", region, S3_REGION_PATTERN, S3_REGION_MESSAGE),
+    )
+    for option, value, pattern, message in checks:
+        # The value is not quoted: an endpoint URL may carry credentials.
+        if value is not None and not re.fullmatch(pattern, value):
+            return f"{option}: {message}"
+    return None
 
 
 def _write_result(path: Path, payload: dict[str, Any]) -> None:
@@ -118,6 +147,10 @@ def sync_user_library(
         level=logging.INFO if verbose else logging.ERROR,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    problem = _bad_option(bucket, endpoint_url, region)
+    if problem is not None:
+        _fail(problem, EXIT_USAGE, result_file, {})
+        return
     try:
         settings = load_settings()
     except SettingsError as exc:

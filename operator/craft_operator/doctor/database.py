@@ -26,10 +26,13 @@ from craft_operator.credentials.db import (
     translated_errors,
 )
 from craft_operator.credentials.errors import CredentialsError, SchemaMissingError
+from craft_operator.credentials.factory import production_signs
 from craft_operator.credentials.tables import CREDENTIAL_TABLE, PAT_TABLE
 from craft_operator.doctor.results import CheckResult, Status, fail, ok, warn
 
 DB_CONNECT_TIMEOUT_S = 10
+#: The Secret and key from which manifests/base's StatefulSet sets CRAFT_DATABASE_URL.
+DATABASE_SECRET, DATABASE_SECRET_KEY = "craft-operator-database", "url"
 
 
 def _sqlite_file(url: str) -> Path | None:
@@ -52,10 +55,14 @@ def _with_connect_timeout(url: str) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
-def check_database(settings: Settings) -> tuple[list[CheckResult], Engine | None]:
+def check_database(
+    settings: Settings, *, peering: bool = False
+) -> tuple[list[CheckResult], Engine | None]:
     """Connect to CRAFT_DATABASE_URL and check the schema; the engine if the schema is current.
 
-    The caller disposes of the returned engine.
+    The embedded SQLite database is for development: in a pod it is a warning, and a
+    failure for an operator that peers (``peering``). The caller disposes of the returned
+    engine.
     """
     url = settings.database_url_value
     shown = describe_url(url)
@@ -63,7 +70,8 @@ def check_database(settings: Settings) -> tuple[list[CheckResult], Engine | None
     if sqlite_file is not None and not sqlite_file.exists():
         detail = f"{shown} does not exist yet"
         if settings.database_auto_migrate:
-            return [ok("database", f"{detail}; the operator creates it at start")], None
+            created = ok("database", f"{detail}; the operator creates it at start")
+            return [_embedded(created, settings, peering=peering)], None
         return [
             fail(
                 "database",
@@ -88,14 +96,41 @@ def check_database(settings: Settings) -> tuple[list[CheckResult], Engine | None
                 "and that the database accepts connections from here",
             )
         ], None
-    mode = "Onyx mode, PostgreSQL" if is_onyx_mode(engine) else "embedded SQLite"
-    results = [ok("database", f"{shown} ({mode})")]
+    if is_onyx_mode(engine):
+        results = [ok("database", f"{shown} (Onyx mode, PostgreSQL)")]
+    else:
+        embedded = ok("database", f"{shown} (embedded SQLite)")
+        results = [_embedded(embedded, settings, peering=peering)]
     schema = _check_schema(engine, settings)
     results.append(schema)
     if schema.status is Status.OK:
         return results, engine
     engine.dispose()
     return results, None
+
+
+def _embedded(result: CheckResult, settings: Settings, *, peering: bool) -> CheckResult:
+    """The embedded SQLite database's ``result``, judged by where the operator runs: in a
+    pod the file dies with the pod and Onyx cannot see its PATs (a warning); peered, each
+    replica has a file of its own and a takeover mints every PAT again (a failure)."""
+    signs = production_signs(settings, peering=peering)
+    if not signs:
+        return result
+    harm = []
+    if production_signs(settings):  # on SQLite, the sign besides peering: it runs in a pod
+        harm.append("its file is lost with the pod and Onyx cannot see its PATs")
+    if peering:
+        harm.append("each replica has a database of its own, so a takeover mints every PAT again")
+    detail = f"{result.detail}, but {' and '.join(signs)}: {'; '.join(harm)}"
+    fix = (
+        f"point CRAFT_DATABASE_URL at Onyx's Postgres: the key {DATABASE_SECRET_KEY!r} of "
+        f"Secret {DATABASE_SECRET} sets it (kubectl -n {settings.operator_namespace} create "
+        f"secret generic {DATABASE_SECRET} --from-literal={DATABASE_SECRET_KEY}="
+        "'postgresql+psycopg://USER:PASSWORD@HOST:5432/onyx'), then restart the operator"
+    )
+    if peering:
+        return fail(result.name, detail, f"{fix}; or run one replica with --standalone")
+    return warn(result.name, detail, fix)
 
 
 def _known_revisions(engine: Engine) -> set[str]:

@@ -1,6 +1,7 @@
-"""``doctor``'s Kubernetes checks: the API server answers, serves the CraftSandbox API,
-grants the operator every permission it needs (asked with SelfSubjectAccessReviews), and
-holds the peering object of a peered operator."""
+"""``doctor``'s Kubernetes checks: the API server answers, serves every CRD the operator
+lists (kopf's peering one too for a peered operator), grants the operator every permission
+it needs (asked with SelfSubjectAccessReviews), and holds the peering object of a peered
+operator."""
 
 from __future__ import annotations
 
@@ -23,13 +24,16 @@ from craft_operator.kube.connection import (
     check_reachable,
     discover_connection,
 )
-from craft_operator.peering.monitor import CLUSTER_PEERINGS, PEERING_GROUP, PEERING_VERSION
+from craft_operator.peering.monitor import CLUSTER_PEERINGS, PEERING_GROUP
 from craft_operator.peering.options import PeeringError, PeeringOptions, resolve_peering
 from craft_operator.peering.rule import records
 from craft_operator.permissions import access_requests
+from craft_operator.policy.models import POLICY_PLURAL
 
 KUBE_TIMEOUT_S = 10.0
 PEERING = "peering"
+#: How to install every CRD the operator needs, as the README's Install does.
+APPLY_CRDS = "kubectl apply -k crds (kubectl apply -k manifests/base does too)"
 #: How doctor is told the operator's peering, as ``craft-operator run`` is.
 PEERING_HOW = (
     "pass the operator's own: --peering NAME (manifests/base: craft-operator) or --standalone"
@@ -58,7 +62,7 @@ async def check_kubernetes(
     peering: str | None = None,
     standalone: bool = False,
 ) -> list[CheckResult]:
-    """Reach the API server, find the CraftSandbox API, check every permission the
+    """Reach the API server, find every CRD the operator lists, check every permission the
     operator's ClusterRole grants with SelfSubjectAccessReviews (as the identity in use),
     and that the peering object exists.
 
@@ -93,7 +97,7 @@ async def check_kubernetes(
     kube = KubeClient(request_timeout=KUBE_TIMEOUT_S)
     kube.configure(info)
     try:
-        results.append(await _check_crd(kube))
+        results.append(await _check_crd(kube, peering=peered))
         results.append(await _check_permissions(kube, settings, peering=peered))
         results.append(problem or await _check_peering(kube, options))
     finally:
@@ -101,23 +105,59 @@ async def check_kubernetes(
     return results
 
 
-async def _check_crd(kube: KubeClient) -> CheckResult:
-    name = "CraftSandbox API"
-    fix = "install the CRD: kubectl apply -f crds/ (kubectl apply -k manifests/base does too)"
+async def _served(kube: KubeClient, api_version: str) -> set[str]:
+    """The resources (and subresources) the API server serves at ``api_version``; none if
+    it does not serve the group version at all."""
     try:
-        answer = await kube.request("GET", f"/apis/{models.API_VERSION}")
+        answer = await kube.request("GET", f"/apis/{api_version}")
+    except NotFoundError:
+        return set()
+    return {str(item.get("name")) for item in answer.get("resources") or []}
+
+
+async def _check_crd(kube: KubeClient, *, peering: bool = False) -> CheckResult:
+    """Every CRD the operator lists or watches is served: without one, its first listing
+    fails and the operator never becomes active; kopf's peering one too when it peers."""
+    name = "CraftSandbox API"
+    wanted = {
+        models.API_VERSION: {
+            models.PLURAL,
+            f"{models.PLURAL}/status",
+            POOL_PLURAL,
+            f"{POOL_PLURAL}/status",
+            POLICY_PLURAL,
+        }
+    }
+    if peering:
+        wanted[CLUSTER_PEERINGS.api_version] = {CLUSTER_PEERINGS.plural}
+    missing: list[str] = []
+    try:
+        for api_version, resources in wanted.items():
+            served = await _served(kube, api_version)
+            if not served:
+                missing.append(f"the API server does not serve {api_version}")
+                continue
+            lacking = ", ".join(sorted(resources - served))
+            if lacking:
+                missing.append(f"{api_version} lacks {lacking}")
     except ApiError as exc:
-        if exc.status == 404:
-            return fail(name, f"the API server does not serve {models.API_VERSION}", fix)
         return fail(name, f"cannot read API discovery: {exc}", "check the API server")
-    served = {item.get("name") for item in answer.get("resources") or []}
-    wanted = {models.PLURAL, POOL_PLURAL}
-    missing = (wanted | {f"{plural}/status" for plural in wanted}) - served
     if missing:
-        what = f"{models.API_VERSION} lacks {', '.join(sorted(missing))}: an old CRD"
-        return fail(name, what, fix)
-    served_names = ", ".join(f"{plural}.{models.GROUP}" for plural in sorted(wanted))
-    return ok(name, f"{served_names} are served at {models.API_VERSION}")
+        return fail(
+            name,
+            f"{'; '.join(missing)}: the operator lists each of these when it starts and, "
+            "missing one, never becomes active",
+            f"install the CRDs: {APPLY_CRDS}",
+        )
+    craft = ", ".join(
+        f"{plural}.{models.GROUP}"
+        for plural in sorted(wanted[models.API_VERSION])
+        if "/" not in plural
+    )
+    detail = f"{craft} are served at {models.API_VERSION}"
+    if peering:
+        detail += f", {CLUSTER_PEERINGS.plural}.{PEERING_GROUP} at {CLUSTER_PEERINGS.api_version}"
+    return ok(name, detail)
 
 
 async def _check_permissions(kube: KubeClient, settings: Settings, *, peering: bool) -> CheckResult:
@@ -190,19 +230,17 @@ async def _check_peering(kube: KubeClient, options: PeeringOptions | None) -> Ch
 
 async def _missing_peering(kube: KubeClient, name: str) -> CheckResult:
     """The peering object is not there: the object, or kopf's CRD itself."""
-    api = f"{PEERING_GROUP}/{PEERING_VERSION}"
     try:
-        await kube.request("GET", f"/apis/{api}")
-    except NotFoundError:
+        served = await _served(kube, CLUSTER_PEERINGS.api_version)
+    except ApiError:
+        served = {CLUSTER_PEERINGS.plural}  # discovery unreadable: say what is known
+    if CLUSTER_PEERINGS.plural not in served:
         return fail(
             PEERING,
             f"the API server does not serve {CLUSTER_PEERINGS.plural}.{PEERING_GROUP}: "
             "no replica can peer, each waits as a standby",
-            "install kopf's peering CRD: kubectl apply -f crds/ (kubectl apply -k "
-            "manifests/base does too)",
+            f"install kopf's peering CRD: {APPLY_CRDS}",
         )
-    except ApiError:
-        pass  # discovery unreadable: say what is known, the object is missing
     return fail(
         PEERING,
         f"ClusterKopfPeering {name} does not exist: every replica waits as a standby and "

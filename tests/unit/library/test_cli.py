@@ -281,3 +281,37 @@ def test_an_unexpected_error_still_writes_a_retryable_result_without_its_message
     assert (written["ok"], written["reason"], written["retryable"]) == (False, "SyncFailed", True)
     assert "RuntimeError" in written["error"]
     assert "CANARY" not in result_file.read_text()
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--bucket", "bad bucket", "--bucket: must be an S3 bucket name"),
+        ("--endpoint-url", "notaurl", "--endpoint-url: must be an http:// or https:// URL"),
+        ("--region", "eu west 1", "--region: must be an S3 region such as us-east-1"),
+    ],
+    ids=["bucket", "endpoint-url", "region"],
+)
+def test_a_malformed_bucket_endpoint_or_region_is_bad_usage_with_one_line(
+    bucket: Bucket, s3_server: S3Server, tmp_path: Path, option: str, value: str, message: str
+) -> None:
+    options = {"--bucket": bucket.name, "--endpoint-url": s3_server.url, option: value}
+    result_file = tmp_path / "termination-log"
+    args = [
+        "sync-user-library",
+        "--prefix",
+        bucket.prefix,
+        "--dest",
+        str(tmp_path / "lib"),
+        "--result-file",
+        str(result_file),
+        *(part for pair in options.items() for part in pair),
+    ]
+
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith(f"craft-operator sync-user-library: {message}")
+    assert json.loads(result_file.read_text())["ok"] is False
+    assert not (tmp_path / "lib").exists()
