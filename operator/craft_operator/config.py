@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import urllib.parse
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -61,6 +62,31 @@ S3_REGION_MESSAGE = (
     "must be an S3 region such as us-east-1: 1 to 63 letters, digits and '-', neither "
     "starting nor ending with '-', not only digits"
 )
+
+
+_DATABASE_URL_FORM = (
+    "sqlite:///path or postgresql+psycopg://user:password@host:port/db, a password's @, :, "
+    "/ and % percent-encoded (%40, %3A, %2F, %25)"
+)
+
+
+def check_database_url_text(url: str) -> None:
+    """Raise ``ValueError`` (never quoting the URL: it holds a password) unless ``url`` is
+    SQLite's or PostgreSQL's and its parts are where a parser will find them: a password's
+    unencoded ``@`` makes its tail the host, which a driver's error would then name in
+    every sandbox's status. Read without SQLAlchemy (the idle operator does not load it);
+    the credential store parses the URL fully when it opens."""
+    scheme, separator, rest = url.partition("://")
+    if not separator or not re.fullmatch(r"(sqlite|postgresql)(\+\w+)?", scheme):
+        raise ValueError(f"must be a database URL: {_DATABASE_URL_FORM}")
+    if scheme.startswith("sqlite"):
+        return
+    if rest.count("@") > 1:
+        raise ValueError(f"holds more than one '@': {_DATABASE_URL_FORM}")
+    try:
+        urllib.parse.urlsplit(url).port  # noqa: B018 -- raises for a port that is no number
+    except ValueError:  # that, or a host's bracket not closed
+        raise ValueError(f"has a host or port no parser can read: {_DATABASE_URL_FORM}") from None
 
 
 class SettingsError(Exception):
@@ -408,6 +434,13 @@ class Settings(BaseSettings):
     @classmethod
     def _check_region(cls, value: str | None) -> str | None:
         return check_pattern(value, S3_REGION_PATTERN, S3_REGION_MESSAGE)
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            check_database_url_text(value.get_secret_value())
+        return value
 
     @field_validator("library_volume_size")
     @classmethod

@@ -368,3 +368,37 @@ def test_a_legacy_default_bucket_name_still_starts_the_operator(
 ) -> None:
     monkeypatch.setenv("CRAFT_S3_BUCKET", "Legacy_Team_Files")
     assert Settings().s3_bucket == "Legacy_Team_Files"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql+psycopg://craft:pa@ssSECRET@127.0.0.1:5432/onyx",
+        "postgresql+psycopg://onyx:pwA1@SECRETHOST/SECRETDB@db.internal:5432/onyx",
+        "postgresql+psycopg://craft:pw@127.0.0.1:54x/onyx",
+        "mysql://craft:SECRET@127.0.0.1/onyx",
+        "",
+    ],
+    ids=["at-sign", "at-sign-then-slash", "port-not-a-number", "not-postgres", "empty"],
+)
+def test_a_database_url_no_parser_would_read_right_stops_the_start_without_quoting_it(
+    clean_environment: Path, monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    message = settings_error(monkeypatch, CRAFT_DATABASE_URL=url)
+    assert "CRAFT_DATABASE_URL: " in message
+    assert "SECRET" not in message
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql+psycopg://craft:pa%40ss@db.internal:5432/onyx",
+        "postgresql://onyx@[::1]/onyx?sslmode=require",
+        "sqlite:////var/lib/craft/credentials.db",
+    ],
+)
+def test_database_urls_written_right_are_taken(
+    clean_environment: Path, monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    monkeypatch.setenv("CRAFT_DATABASE_URL", url)
+    assert load_settings().database_url_value == url

@@ -14,7 +14,6 @@ import uvloop
 
 from craft_operator.access import AccessVerdict, check_operator_access
 from craft_operator.config import Settings, SettingsError, load_settings
-from craft_operator.credentials.db import check_database_url
 from craft_operator.credentials.errors import CredentialsError
 from craft_operator.credentials.factory import check_cluster_id_setting, check_key_ring_loads
 from craft_operator.kube.connection import (
@@ -115,7 +114,6 @@ def run(
         # Loaded (file read, entries parsed) here, not when the store opens on the first
         # sandbox: a bad ring is one line now, never a condition on every sandbox.
         check_key_ring_loads(settings, peering=not peering.standalone)
-        check_database_url(settings.database_url_value)
         check_cluster_id_setting(settings)
     except CredentialsError as exc:
         fail(str(exc), code=2)

@@ -114,12 +114,6 @@ def create_credentials_engine(url: str | URL, *, echo: bool = False) -> Engine:
 _HOST = re.compile(r"^[A-Za-z0-9._:%,\[\]-]+$")
 
 
-def check_database_url(url: str | URL) -> None:
-    """Raise :class:`CredentialsError` (naming CRAFT_DATABASE_URL, never echoing it) unless
-    the URL is one the operator can open: at start, before any sandbox reports it."""
-    _parse_database_url(url)
-
-
 def _parse_database_url(url: str | URL) -> URL:
     """The URL, checked to name SQLite or PostgreSQL (with psycopg 3 as its driver)."""
     try:
@@ -136,7 +130,10 @@ def _parse_database_url(url: str | URL) -> URL:
             f"CRAFT_DATABASE_URL names a {backend!r} database; the operator supports SQLite "
             "(embedded) and PostgreSQL (Onyx mode)"
         )
-    if backend == "postgresql" and parsed.host is not None and not _HOST.match(parsed.host):
+    if backend == "postgresql" and (
+        (parsed.host is not None and not _HOST.match(parsed.host))
+        or str(url).partition("://")[2].count("@") > 1
+    ):
         # Its host is not shown: with an "@" in the password, it holds the password's tail,
         # which the driver's own error would carry into every sandbox's status.
         raise CredentialsError(

@@ -234,6 +234,7 @@ def test_an_unreachable_database_is_a_typed_error_without_the_password() -> None
         ("::not-a-url", "is not a database URL"),
         ("postgresql+psycopg://u:p@h:54x/db", "is not a database URL"),
         ("postgresql+psycopg://u:pa@ssSECRET@h/db", "host is not a host name"),
+        ("postgresql+psycopg://u:pw@SECRETHOST/SECRETDB@h:5432/db", "host is not a host name"),
     ],
 )
 def test_an_unsupported_database_url_is_a_clear_error(url: str, complaint: str) -> None:
