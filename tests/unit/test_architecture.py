@@ -20,6 +20,7 @@ LEVELS: dict[str, int] = {
     "__init__": 0,  # the package itself: its version
     "api": 0,
     "daemon_threads": 0,  # a thread pool: imports nothing of ours
+    "yaml_errors": 0,  # a YAML error said without the document: imports nothing of ours
     "config": 1,
     "client": 1,  # the backend's client: the API models and aiohttp, nothing of the operator
     "kube": 2,

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from yaml.reader import ReaderError
 
 from craft_operator.client.errors import ConfigurationError
+from craft_operator.yaml_errors import yaml_problem
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 #: How long a token read from a file is used before it is read again (client-go: 1 minute).
@@ -224,7 +224,7 @@ def _read(path: Path) -> tuple[dict[str, Any], str]:
         raise ConfigurationError(f"cannot read the kubeconfig {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
         raise ConfigurationError(
-            f"the kubeconfig {path} is not valid YAML: {_yaml_problem(exc)}"
+            f"the kubeconfig {path} is not valid YAML: {yaml_problem(exc)}"
         ) from None
     except ValueError:  # a tagged or date-like value that is no such thing (``!!int abc``)
         raise ConfigurationError(
@@ -233,18 +233,6 @@ def _read(path: Path) -> tuple[dict[str, Any], str]:
     if not isinstance(loaded, dict):
         raise ConfigurationError(f"the kubeconfig {path} is not a mapping")
     return loaded, str(path)
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    """What is wrong and where, never PyYAML's own message: it quotes the lines around the
-    problem, which may hold a token or a key."""
-    if isinstance(exc, yaml.MarkedYAMLError):
-        mark = exc.problem_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        return f"{exc.problem or 'a syntax error'}{where}"
-    if isinstance(exc, ReaderError):  # not UTF-8 (or UTF-16), or a control character
-        return f"{exc.reason} at character {exc.position}"
-    return type(exc).__name__
 
 
 def _section(entry: Mapping[str, Any], key: str, origin: str) -> dict[str, Any]:

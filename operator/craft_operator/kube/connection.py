@@ -13,8 +13,10 @@ from typing import Any
 
 import aiohttp
 import kopf
+import yaml
 
 from craft_operator.kube import login
+from craft_operator.yaml_errors import yaml_problem
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +38,7 @@ def discover_connection() -> kopf.ConnectionInfo:
     except kopf.LoginError:
         info = None
     except Exception as exc:  # the client raises many types for a broken kubeconfig
-        # Parsers explain over several lines (with a caret diagram): keep it to one.
-        reason = " ".join(str(exc).split()) or type(exc).__name__
+        reason = _reason(exc)
         raise ClusterUnreachableError(f"cannot load Kubernetes credentials: {reason}") from None
     if info is None:
         raise ClusterUnreachableError(
@@ -45,6 +46,16 @@ def discover_connection() -> kopf.ConnectionInfo:
             "(set KUBECONFIG or run `kubectl config use-context`)"
         )
     return info
+
+
+def _reason(exc: Exception) -> str:
+    """Why the credentials could not be loaded, in one line, never quoting the kubeconfig:
+    a YAML parser's message shows the lines around the problem (a token, a key)."""
+    for cause in (exc, exc.__cause__, exc.__context__):
+        if isinstance(cause, yaml.YAMLError):
+            return f"the kubeconfig is not valid YAML: {yaml_problem(cause)}"
+    # Other parsers explain over several lines (with a caret diagram): keep it to one.
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def ssl_context(info: kopf.ConnectionInfo) -> ssl.SSLContext | bool:

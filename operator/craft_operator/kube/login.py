@@ -22,6 +22,8 @@ from typing import Any
 import kopf
 import yaml
 
+from craft_operator.yaml_errors import yaml_problem
+
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 #: The kubeconfig fields read here; any other makes the caller use the client.
 CLUSTER_FIELDS = {
@@ -41,6 +43,10 @@ USER_FIELDS = {
 }
 #: kopf's priority for the client's login (one login handler only: it does not matter).
 PRIORITY = 10
+
+
+class KubeconfigError(ValueError):
+    """The kubeconfig cannot be read; the message never quotes it (it holds secrets)."""
 
 
 def in_cluster(
@@ -73,7 +79,15 @@ def from_kubeconfig(environ: Mapping[str, str] = os.environ) -> kopf.ConnectionI
     path = Path(paths).expanduser()
     if not path.is_file():
         return None
-    config = yaml.safe_load(path.read_text()) or {}
+    try:
+        config = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        problem = yaml_problem(exc)
+        raise KubeconfigError(f"the kubeconfig {path} is not valid YAML: {problem}") from None
+    except ValueError:  # a tagged or date-like value that is no such thing (``!!int abc``)
+        raise KubeconfigError(
+            f"the kubeconfig {path} is not valid YAML: a value is not of its type"
+        ) from None
     try:
         context = _named(config, "contexts", config["current-context"])["context"]
         cluster = _named(config, "clusters", context["cluster"])["cluster"]

@@ -14,7 +14,11 @@ import pytest
 import yaml
 
 from craft_operator.kube import login
-from craft_operator.kube.connection import auth_headers
+from craft_operator.kube.connection import (
+    ClusterUnreachableError,
+    auth_headers,
+    discover_connection,
+)
 
 CA = b"-----BEGIN CERTIFICATE-----\nca\n-----END CERTIFICATE-----\n"
 CERT = b"-----BEGIN CERTIFICATE-----\ncert\n-----END CERTIFICATE-----\n"
@@ -134,6 +138,32 @@ def test_no_kubeconfig_is_no_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
 
     assert login.from_kubeconfig() is None
+
+
+CANARY = "canary-kube-bearer-token-9f8e7d"
+BROKEN_KUBECONFIGS = {
+    "unterminated-quote": f'users:\n- name: u\n  user:\n    token: "{CANARY}\n',
+    "tab-indent": f"users:\n- name: u\n  user:\n\ttoken: {CANARY}\n",
+    "bad-tag": f"users:\n- name: u\n  user:\n    token: !!int {CANARY}\n",
+}
+
+
+@pytest.mark.parametrize("text", BROKEN_KUBECONFIGS.values(), ids=BROKEN_KUBECONFIGS.keys())
+def test_a_kubeconfig_that_is_not_valid_yaml_is_said_so_without_quoting_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    """PyYAML's message quotes the lines around the problem: here, the token."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(text)
+    monkeypatch.setenv("KUBECONFIG", str(path))
+
+    with pytest.raises(login.KubeconfigError) as raised:
+        login.from_kubeconfig()
+    assert "not valid YAML" in str(raised.value)
+    assert CANARY not in str(raised.value)
+    with pytest.raises(ClusterUnreachableError) as unreachable:
+        discover_connection()
+    assert CANARY not in str(unreachable.value)
 
 
 def test_in_a_cluster_the_service_account_is_read_as_the_client_reads_it(
