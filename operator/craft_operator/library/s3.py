@@ -142,6 +142,7 @@ def classify_s3_error(exc: Exception, *, bucket: str, key: str | None = None) ->
         ConnectionClosedError,
         ConnectTimeoutError,
         EndpointConnectionError,
+        HTTPClientError,
         NoCredentialsError,
         PartialCredentialsError,
         ReadTimeoutError,
@@ -171,10 +172,21 @@ def classify_s3_error(exc: Exception, *, bucket: str, key: str | None = None) ->
         | ConnectionError,
     ):
         return S3UnavailableError(f"S3 is unreachable for {where}: {exc}")
+    if isinstance(exc, HTTPClientError):
+        # Its text is the HTTP library's, which may quote a header it refused: the session
+        # token (a Secret's file with a newline at its end), say. Types only.
+        cause = getattr(exc, "error", None)
+        why = (
+            type(exc).__name__
+            if cause is None
+            else f"{type(exc).__name__} ({type(cause).__name__})"
+        )
+        return S3UnavailableError(f"S3 failed while reading {where}: {why}")
     if isinstance(exc, BotoCoreError | OSError):
         # Broken streams (IncompleteRead, ResponseStreamingError) and socket errors.
         return S3UnavailableError(f"S3 failed while reading {where}: {exc}")
-    return S3Error(f"S3 request for {where} failed: {type(exc).__name__}: {exc}")
+    # Anything else is no error of S3's: its text is nobody's to trust with a secret.
+    return S3Error(f"S3 request for {where} failed: {type(exc).__name__}")
 
 
 def classify_response(

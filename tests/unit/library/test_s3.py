@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
+from botocore.exceptions import (
+    ClientError,
+    EndpointConnectionError,
+    HTTPClientError,
+    NoCredentialsError,
+)
 
 from craft_operator.library.errors import (
     S3AccessDeniedError,
@@ -94,6 +99,26 @@ def test_failures_are_classified_for_the_caller_s_retries(
     assert type(classified) is kind
     assert classified.retryable is retryable
     assert "files" in str(classified)
+
+
+@UNIT
+@pytest.mark.parametrize(
+    "error",
+    [
+        HTTPClientError(error=ValueError("Invalid header value b'canary-session-token\\n'")),
+        ValueError("Invalid header value b'canary-session-token\\n'"),
+    ],
+    ids=["http-client-error", "anything-else"],
+)
+def test_an_error_of_the_http_library_is_said_by_its_type_never_its_text(
+    error: Exception,
+) -> None:
+    """A session token with a newline (from a Secret's file) is refused as a header, and
+    the refusal quotes it: that text would reach every sandbox's status and events."""
+    classified = classify_s3_error(error, bucket="files")
+
+    assert "canary" not in str(classified)
+    assert type(error).__name__ in str(classified)
 
 
 @UNIT
