@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import urllib.parse
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -65,28 +64,48 @@ S3_REGION_MESSAGE = (
 
 
 _DATABASE_URL_FORM = (
-    "sqlite:///path or postgresql+psycopg://user:password@host:port/db, a password's @, :, "
-    "/ and % percent-encoded (%40, %3A, %2F, %25)"
+    "sqlite:///path or postgresql+psycopg://user:password@host:port/db, an @ in the "
+    "password percent-encoded (%40)"
 )
+
+
+#: How SQLAlchemy splits a URL (its own pattern, ``sqlalchemy.engine.url``): the password
+#: ends at the first "@", so one in it makes its tail the host or the database.
+_URL_PARTS = re.compile(
+    r"""
+    (?P<scheme>[\w+]+)://
+    (?:(?P<username>[^:/]*)(?::(?P<password>[^@]*))?@)?
+    (?:(?:\[(?P<ipv6host>[^/?]+)\]|(?P<host>[^/:?]+))?(?::(?P<port>[^/?]*))?)?
+    (?:/(?P<database>[^?]*))?
+    (?:\?(?P<query>.*))?
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+#: A host name or address, or several (comma separated, as libpq takes them).
+_HOST_TEXT = re.compile(r"[A-Za-z0-9._%,-]+")
 
 
 def check_database_url_text(url: str) -> None:
     """Raise ``ValueError`` (never quoting the URL: it holds a password) unless ``url`` is
-    SQLite's or PostgreSQL's and its parts are where a parser will find them: a password's
-    unencoded ``@`` makes its tail the host, which a driver's error would then name in
-    every sandbox's status. Read without SQLAlchemy (the idle operator does not load it);
-    the credential store parses the URL fully when it opens."""
-    scheme, separator, rest = url.partition("://")
-    if not separator or not re.fullmatch(r"(sqlite|postgresql)(\+\w+)?", scheme):
+    SQLite's or PostgreSQL's and its parts are where the credential store's parser will
+    find them: a password's unencoded ``@`` makes its tail the host (or the database),
+    which a driver's error would then name in every sandbox's status. Read as SQLAlchemy
+    reads it, without loading it (the idle operator does not)."""
+    parts = _URL_PARTS.fullmatch(url)
+    scheme = parts.group("scheme") if parts else ""
+    if parts is None or not re.fullmatch(r"(sqlite|postgresql)(\+\w+)?", scheme):
         raise ValueError(f"must be a database URL: {_DATABASE_URL_FORM}")
     if scheme.startswith("sqlite"):
         return
-    if rest.count("@") > 1:
-        raise ValueError(f"holds more than one '@': {_DATABASE_URL_FORM}")
-    try:
-        urllib.parse.urlsplit(url).port  # noqa: B018 -- raises for a port that is no number
-    except ValueError:  # that, or a host's bracket not closed
-        raise ValueError(f"has a host or port no parser can read: {_DATABASE_URL_FORM}") from None
+    host, port, database = parts.group("host"), parts.group("port"), parts.group("database")
+    if (
+        (host is not None and not _HOST_TEXT.fullmatch(host))
+        or (port is not None and not port.isdigit())
+        or "@" in (database or "")
+    ):
+        raise ValueError(
+            f"has a host, port or database name no parser reads right: {_DATABASE_URL_FORM}"
+        )
 
 
 class SettingsError(Exception):
@@ -433,6 +452,8 @@ class Settings(BaseSettings):
     @field_validator("s3_region")
     @classmethod
     def _check_region(cls, value: str | None) -> str | None:
+        if value == "":
+            return None  # botocore takes an empty region as none (a templated blank)
         return check_pattern(value, S3_REGION_PATTERN, S3_REGION_MESSAGE)
 
     @field_validator("database_url")

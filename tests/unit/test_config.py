@@ -327,7 +327,7 @@ def test_the_default_bucket_must_be_an_s3_bucket_name(
 
 
 @pytest.mark.parametrize(
-    "region", ["eu west 1", "eu_west_1", "-eu-west-1", "eu-west-1-", "2024", "", "a" * 64]
+    "region", ["eu west 1", "eu_west_1", "-eu-west-1", "eu-west-1-", "2024", "a" * 64]
 )
 def test_the_s3_region_must_be_one_botocore_takes(
     monkeypatch: pytest.MonkeyPatch, region: str
@@ -376,10 +376,18 @@ def test_a_legacy_default_bucket_name_still_starts_the_operator(
         "postgresql+psycopg://craft:pa@ssSECRET@127.0.0.1:5432/onyx",
         "postgresql+psycopg://onyx:pwA1@SECRETHOST/SECRETDB@db.internal:5432/onyx",
         "postgresql+psycopg://craft:pw@127.0.0.1:54x/onyx",
+        "postgresql+psycopg://craft:pw@127.0.0.1:/onyx",
         "mysql://craft:SECRET@127.0.0.1/onyx",
         "",
     ],
-    ids=["at-sign", "at-sign-then-slash", "port-not-a-number", "not-postgres", "empty"],
+    ids=[
+        "at-sign",
+        "at-sign-then-slash",
+        "port-not-a-number",
+        "empty-port",
+        "not-postgres",
+        "empty",
+    ],
 )
 def test_a_database_url_no_parser_would_read_right_stops_the_start_without_quoting_it(
     clean_environment: Path, monkeypatch: pytest.MonkeyPatch, url: str
@@ -395,6 +403,13 @@ def test_a_database_url_no_parser_would_read_right_stops_the_start_without_quoti
         "postgresql+psycopg://craft:pa%40ss@db.internal:5432/onyx",
         "postgresql://onyx@[::1]/onyx?sslmode=require",
         "sqlite:////var/lib/craft/credentials.db",
+        "sqlite:///relative.db",
+        # A generated password with / and + in it: SQLAlchemy ends a password at its "@".
+        "postgresql+psycopg://craft:Zm9v/YmFy+cXV4@onyx-db:5432/onyx",
+        "postgresql+psycopg://craft:pw@db/onyx?application_name=craft@prod",
+        "postgresql+psycopg://craft@server:pw@db.postgres.azure.com:5432/onyx",
+        "postgresql+psycopg://craft@/onyx?host=/var/run/postgresql",
+        "postgresql+psycopg://craft:pw@db-1,db-2:5432/onyx",
     ],
 )
 def test_database_urls_written_right_are_taken(
@@ -402,3 +417,11 @@ def test_database_urls_written_right_are_taken(
 ) -> None:
     monkeypatch.setenv("CRAFT_DATABASE_URL", url)
     assert load_settings().database_url_value == url
+
+
+def test_an_empty_s3_region_is_none_as_botocore_takes_it(
+    clean_environment: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A templated ConfigMap's blank value worked before the region was checked."""
+    monkeypatch.setenv("CRAFT_S3_REGION", "")
+    assert load_settings().s3_region is None

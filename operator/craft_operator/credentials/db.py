@@ -131,14 +131,13 @@ def _parse_database_url(url: str | URL) -> URL:
             "(embedded) and PostgreSQL (Onyx mode)"
         )
     if backend == "postgresql" and (
-        (parsed.host is not None and not _HOST.match(parsed.host))
-        or str(url).partition("://")[2].count("@") > 1
+        (parsed.host is not None and not _HOST.match(parsed.host)) or "@" in (parsed.database or "")
     ):
         # Its host is not shown: with an "@" in the password, it holds the password's tail,
         # which the driver's own error would carry into every sandbox's status.
         raise CredentialsError(
-            "CRAFT_DATABASE_URL's host is not a host name: a password holding @, :, / or % "
-            "must be percent-encoded (%40, %3A, %2F, %25)"
+            "CRAFT_DATABASE_URL's host or database name is not one: an @ in the password "
+            "must be percent-encoded (%40)"
         )
     if parsed.drivername == "postgresql":
         # The operator ships psycopg 3; SQLAlchemy's default driver would be psycopg2.

@@ -233,8 +233,8 @@ def test_an_unreachable_database_is_a_typed_error_without_the_password() -> None
         ("mysql://u:p@h/db", "names a 'mysql' database"),
         ("::not-a-url", "is not a database URL"),
         ("postgresql+psycopg://u:p@h:54x/db", "is not a database URL"),
-        ("postgresql+psycopg://u:pa@ssSECRET@h/db", "host is not a host name"),
-        ("postgresql+psycopg://u:pw@SECRETHOST/SECRETDB@h:5432/db", "host is not a host name"),
+        ("postgresql+psycopg://u:pa@ssSECRET@h/db", "host or database name is not one"),
+        ("postgresql+psycopg://u:pw@SECRETHOST/SECRETDB@h:5432/db", "host or database name is not one"),
     ],
 )
 def test_an_unsupported_database_url_is_a_clear_error(url: str, complaint: str) -> None:
@@ -246,6 +246,19 @@ def test_an_unsupported_database_url_is_a_clear_error(url: str, complaint: str) 
 @pytest.mark.parametrize("host", ["db.example.com", "10.0.0.7", "[::1]", "db-1.internal"])
 def test_host_names_and_addresses_are_accepted(host: str) -> None:
     create_credentials_engine(f"postgresql+psycopg://u:p@{host}:5432/db").dispose()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql+psycopg://craft:Zm9v/YmFy+cXV4@onyx-db:5432/onyx",
+        "postgresql+psycopg://craft:pw@db/onyx?application_name=craft@prod",
+        "postgresql+psycopg://craft@server:pw@db.postgres.azure.com:5432/onyx",
+    ],
+    ids=["slash-in-password", "at-sign-in-a-query-value", "azure-user-name"],
+)
+def test_urls_sqlalchemy_reads_right_are_opened(url: str) -> None:
+    create_credentials_engine(url).dispose()
 
 
 def test_a_plain_postgresql_url_uses_the_psycopg_driver() -> None:
