@@ -173,15 +173,19 @@ def classify_s3_error(exc: Exception, *, bucket: str, key: str | None = None) ->
     ):
         return S3UnavailableError(f"S3 is unreachable for {where}: {exc}")
     if isinstance(exc, HTTPClientError):
-        # Its text is the HTTP library's, which may quote a header it refused: the session
-        # token (a Secret's file with a newline at its end), say. Types only.
-        cause = getattr(exc, "error", None)
-        why = (
-            type(exc).__name__
-            if cause is None
-            else f"{type(exc).__name__} ({type(cause).__name__})"
-        )
-        return S3UnavailableError(f"S3 failed while reading {where}: {why}")
+        cause = exc.kwargs.get("error")
+        if isinstance(cause, ValueError):
+            # The HTTP library refused a header, and its message quotes it: a credential
+            # with whitespace (a Secret's file with a newline at its end), say. Never sent,
+            # and never said.
+            return S3AccessDeniedError(
+                f"the S3 credentials for {where} cannot be sent: a value is not a valid HTTP "
+                "header (whitespace at the end of AWS_SESSION_TOKEN, AWS_SECRET_ACCESS_KEY "
+                "or AWS_ACCESS_KEY_ID?)"
+            )
+        # A broken stream or connection (urllib3's ProtocolError, IncompleteRead): its text
+        # says how much came, and holds no header.
+        return S3UnavailableError(f"S3 failed while reading {where}: {cause or exc}")
     if isinstance(exc, BotoCoreError | OSError):
         # Broken streams (IncompleteRead, ResponseStreamingError) and socket errors.
         return S3UnavailableError(f"S3 failed while reading {where}: {exc}")
