@@ -51,7 +51,10 @@ def discover_connection() -> kopf.ConnectionInfo:
 def _reason(exc: Exception) -> str:
     """Why the credentials could not be loaded, in one line, never quoting the kubeconfig:
     a YAML parser's message shows the lines around the problem (a token, a key)."""
-    for cause in (exc, exc.__cause__, exc.__context__):
+    if isinstance(exc, login.KubeconfigError):
+        return str(exc)  # already said without quoting it, and naming the file
+    causes = (exc, exc.__cause__, None if exc.__suppress_context__ else exc.__context__)
+    for cause in causes:
         if isinstance(cause, yaml.YAMLError):
             return f"the kubeconfig is not valid YAML: {yaml_problem(cause)}"
     # Other parsers explain over several lines (with a caret diagram): keep it to one.

@@ -164,6 +164,7 @@ def test_a_kubeconfig_that_is_not_valid_yaml_is_said_so_without_quoting_it(
     with pytest.raises(ClusterUnreachableError) as unreachable:
         discover_connection()
     assert CANARY not in str(unreachable.value)
+    assert str(path) in str(unreachable.value), "which file"
 
 
 def test_in_a_cluster_the_service_account_is_read_as_the_client_reads_it(
