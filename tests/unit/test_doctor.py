@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import socket
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -332,11 +333,7 @@ async def test_the_peering_name_may_come_from_craft_peering_name(
 async def test_without_kopfs_peering_crd_the_peering_fails_naming_the_crd(
     env: dict[str, str],
 ) -> None:
-    async with KubeEmulator() as emulator, kmock.Server(emulator):
-        declare_core_resources(emulator)
-        declare_craft_resources(emulator)
-        write_kubeconfig(Path(env["KUBECONFIG"]), str(emulator.url).rstrip("/"))
-        emulator.before_request.append(_allow_everything)
+    async with emulated_cluster(env, declare_core_resources, declare_craft_resources):
         result = await doctor("--peering", PEERING)
     assert result.exit_code == 1
     text = line(result, "peering")
@@ -347,11 +344,7 @@ async def test_without_kopfs_peering_crd_the_peering_fails_naming_the_crd(
 async def test_a_peered_operator_needs_kopfs_peering_crd_among_its_crds(
     env: dict[str, str],
 ) -> None:
-    async with KubeEmulator() as emulator, kmock.Server(emulator):
-        declare_core_resources(emulator)
-        declare_craft_resources(emulator)
-        write_kubeconfig(Path(env["KUBECONFIG"]), str(emulator.url).rstrip("/"))
-        emulator.before_request.append(_allow_everything)
+    async with emulated_cluster(env, declare_core_resources, declare_craft_resources):
         peered = await doctor("--peering", PEERING)
         standalone = await doctor("--standalone")
     text = line(peered, "CraftSandbox API")
@@ -452,10 +445,7 @@ async def test_a_refused_access_review_is_a_failure_not_a_pass(cluster: Cluster)
 
 
 async def test_a_cluster_without_the_crd_says_how_to_install_it(env: dict[str, str]) -> None:
-    async with KubeEmulator() as emulator, kmock.Server(emulator):
-        declare_core_resources(emulator)
-        write_kubeconfig(Path(env["KUBECONFIG"]), str(emulator.url).rstrip("/"))
-        emulator.before_request.append(_allow_everything)
+    async with emulated_cluster(env, declare_core_resources):
         result = await doctor()
     assert result.exit_code == 1
     text = line(result, "CraftSandbox API")
@@ -492,6 +482,20 @@ async def _allow_everything(request: rendering.Request) -> aiohttp.web.StreamRes
     if request.url.path == SSAR_PATH:
         return aiohttp.web.json_response({"status": {"allowed": True}}, status=201)
     return None
+
+
+@contextlib.asynccontextmanager
+async def emulated_cluster(
+    env: dict[str, str], *declares: Callable[[KubeEmulator], None]
+) -> AsyncIterator[KubeEmulator]:
+    """An emulated API server serving what ``declares`` declare, allowing every access, with
+    the doctor's kubeconfig pointing at it."""
+    async with KubeEmulator() as emulator, kmock.Server(emulator):
+        for declare in declares:
+            declare(emulator)
+        write_kubeconfig(Path(env["KUBECONFIG"]), str(emulator.url).rstrip("/"))
+        emulator.before_request.append(_allow_everything)
+        yield emulator
 
 
 async def test_an_unreachable_api_server_fails_with_one_line(env: dict[str, str]) -> None:
