@@ -140,6 +140,7 @@ def build_context(
         ),
         api_requests=kube.requests,
         watch_outcomes=kube.watch_outcomes,
+        events=events,
         active=lambda: context.gate.active,
     )
     return context

@@ -27,6 +27,7 @@ from craft_operator.config import Settings
 from craft_operator.handlers.streams import watch_streams
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import CONFIGMAPS, PODS, KubeClient
+from craft_operator.kube.events import EventRecorder
 from craft_operator.kube.kinds import KINDS
 from craft_operator.kube.watch import WatchStream
 from craft_operator.metrics import (
@@ -587,6 +588,36 @@ async def test_queue_depth_passes_and_failures_come_from_the_work_queue(
     assert value(samples, "craft_reconcile_failures_total") == 1
     assert value(samples, "craft_workqueue_depth") == 2  # "later", and "broken" backing off
     assert value(samples, "craft_workqueue_backlog") == 7
+
+
+async def test_events_are_counted_by_what_became_of_them(
+    metrics: Metrics, server: MetricsServer
+) -> None:
+    """Events the spam filter dropped are said nowhere else but the log: on-call sees them
+    here."""
+    kube = KubeClient(request_timeout=10)
+    recorder = EventRecorder(kube, burst=2, refill=3600)
+    metrics.track(events=recorder)
+    sandbox = {
+        "apiVersion": "craft.onyx.app/v1alpha1",
+        "kind": "CraftSandbox",
+        "metadata": {"name": "alice", "namespace": "team-a", "uid": "u-1"},
+    }
+    async with KubeEmulator() as emulator, kmock.Server(emulator):
+        declare_core_resources(emulator)
+        kube.configure(kopf.ConnectionInfo(server=str(emulator.url).rstrip("/"), insecure=True))
+        recorder.start()
+        try:
+            for reason in ("First", "First", "Second", "Third"):
+                recorder.post(sandbox, type="Warning", reason=reason, message="m")
+            await recorder.stop()
+        finally:
+            await kube.close()
+    samples = await scrape(server)
+    assert value(samples, "craft_events_total", outcome="posted") == 2
+    assert value(samples, "craft_events_total", outcome="folded") == 1
+    assert value(samples, "craft_events_total", outcome="filtered") == 1
+    assert value(samples, "craft_events_total", outcome="dropped") == 0
 
 
 async def test_api_requests_are_counted_by_verb_from_the_client(

@@ -21,7 +21,7 @@ from craft_operator.metrics.labels import (
     mint_reason,
 )
 from craft_operator.metrics.pools import ColdStartReason, PoolCounters
-from craft_operator.metrics.state import QueueStats, SandboxCache, StateCollector
+from craft_operator.metrics.state import EventStats, QueueStats, SandboxCache, StateCollector
 
 
 class Metrics:
@@ -118,13 +118,14 @@ class Metrics:
         watch_outcomes: Mapping[tuple[str, str], int] | None = None,
         active: Callable[[], bool] | None = None,
         clock: Callable[[], datetime] | None = None,
+        events: EventStats | None = None,
     ) -> None:
         """Read these at each scrape: the watch cache (sandboxes by phase), the work queue
         (depth, passes, failures), a backlog callback, one for the age of the oldest pass
         running, the API client's request counts
         (``KubeClient.requests``), the watch streams' lists and failures
-        (``KubeClient.watch_outcomes``) and whether the replica is active. Call again to
-        replace one; ``None`` keeps the current."""
+        (``KubeClient.watch_outcomes``), whether the replica is active and the event
+        recorder's counts. Call again to replace one; ``None`` keeps the current."""
         state = self._state
         state.cache = cache if cache is not None else state.cache
         state.queue = queue if queue is not None else state.queue
@@ -136,6 +137,7 @@ class Metrics:
             state.watch_outcomes = watch_outcomes
         state.active = active if active is not None else state.active
         state.clock = clock if clock is not None else state.clock
+        state.events = events if events is not None else state.events
 
     # -- events the reconciler reports ----------------------------------------------------------
 

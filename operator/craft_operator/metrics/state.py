@@ -42,6 +42,19 @@ class QueueStats(Protocol):
     def __len__(self) -> int: ...
 
 
+class EventStats(Protocol):
+    """The part of the event recorder the collector reads."""
+
+    posted: int
+    folded: int
+    dropped: int
+    filtered: int
+
+
+#: What became of the events the operator meant to post (``craft_events_total``).
+EVENT_OUTCOMES = ("posted", "folded", "dropped", "filtered")
+
+
 class StateCollector(Collector):
     """Reads the operator's own state at scrape time: cache, queue and API client."""
 
@@ -53,6 +66,7 @@ class StateCollector(Collector):
         self.api_requests: Mapping[str, int] | None = None
         self.watch_outcomes: Mapping[tuple[str, str], int] | None = None
         self.active: Callable[[], bool] | None = None
+        self.events: EventStats | None = None
         self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
         #: The unreadable sandboxes already logged (each once, while it stays unreadable).
         self._reported: frozenset[str] = frozenset()
@@ -73,6 +87,20 @@ class StateCollector(Collector):
         yield self._api_requests_family(with_samples=with_samples)
         yield from self._watch_families(with_samples=with_samples)
         yield self._replica_family(with_samples=with_samples)
+        yield self._events_family(with_samples=with_samples)
+
+    def _events_family(self, *, with_samples: bool) -> Metric:
+        family = CounterMetricFamily(
+            metric_name("events"),
+            "Events the operator meant to post, by outcome: posted, folded into a series "
+            "(a repeat), dropped (the queue full, or the API server refused it) or filtered "
+            "(an object past its budget of new events).",
+            labels=["outcome"],
+        )
+        if with_samples and self.events is not None:
+            for outcome in EVENT_OUTCOMES:
+                family.add_metric([outcome], getattr(self.events, outcome))
+        return family
 
     def _sandbox_families(self, *, with_samples: bool) -> Iterator[Metric]:
         phases = GaugeMetricFamily(
