@@ -64,8 +64,8 @@ S3_REGION_MESSAGE = (
 
 
 _DATABASE_URL_FORM = (
-    "sqlite:///path or postgresql+psycopg://user:password@host:port/db, an @ in the "
-    "password percent-encoded (%40)"
+    "sqlite:///path or postgresql+psycopg://user:password@host:port/db, a password's @ "
+    "and % percent-encoded (%40, %25)"
 )
 
 
@@ -98,10 +98,15 @@ def check_database_url_text(url: str) -> None:
     if scheme.startswith("sqlite"):
         return
     host, port, database = parts.group("host"), parts.group("port"), parts.group("database")
+    # A query item's value may hold an @ (application_name=craft@prod); its key, or an
+    # item without "=", holds a password's tail (SQLAlchemy drops the item, or makes it an
+    # option, and the host before it is the password's middle).
+    query_keys = [item.partition("=")[0] for item in (parts.group("query") or "").split("&")]
     if (
         (host is not None and not _HOST_TEXT.fullmatch(host))
-        or (port is not None and not port.isdigit())
+        or (port is not None and not re.fullmatch(r"[0-9]+", port))
         or "@" in (database or "")
+        or any("@" in key for key in query_keys)
     ):
         raise ValueError(
             f"has a host, port or database name no parser reads right: {_DATABASE_URL_FORM}"

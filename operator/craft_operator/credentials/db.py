@@ -38,6 +38,7 @@ from sqlalchemy.exc import (
 from sqlalchemy.pool import ConnectionPoolEntry
 from sqlalchemy.schema import CreateIndex, CreateTable
 
+from craft_operator.config import check_database_url_text
 from craft_operator.credentials.errors import (
     CredentialsError,
     DatabaseUnavailableError,
@@ -116,13 +117,18 @@ _HOST = re.compile(r"^[A-Za-z0-9._:%,\[\]-]+$")
 
 def _parse_database_url(url: str | URL) -> URL:
     """The URL, checked to name SQLite or PostgreSQL (with psycopg 3 as its driver)."""
+    if isinstance(url, str):
+        try:
+            check_database_url_text(url)  # as the settings check it (what SQLAlchemy drops)
+        except ValueError as exc:
+            raise CredentialsError(f"CRAFT_DATABASE_URL {exc}") from None
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):  # ValueError: a port that is not a number
         raise CredentialsError(
             "CRAFT_DATABASE_URL is not a database URL; use sqlite:///path or "
-            "postgresql+psycopg://user:password@host:port/db (a password's @, :, / and % "
-            "percent-encoded, as %40, %3A, %2F and %25)"
+            "postgresql+psycopg://user:password@host:port/db (a password's @ and % "
+            "percent-encoded, as %40 and %25)"
         ) from None
     backend = parsed.get_backend_name()
     if backend not in ("sqlite", "postgresql"):
@@ -131,13 +137,15 @@ def _parse_database_url(url: str | URL) -> URL:
             "(embedded) and PostgreSQL (Onyx mode)"
         )
     if backend == "postgresql" and (
-        (parsed.host is not None and not _HOST.match(parsed.host)) or "@" in (parsed.database or "")
+        (parsed.host is not None and not _HOST.match(parsed.host))
+        or "@" in (parsed.database or "")
+        or any("@" in key for key in parsed.query)
     ):
         # Its host is not shown: with an "@" in the password, it holds the password's tail,
         # which the driver's own error would carry into every sandbox's status.
         raise CredentialsError(
-            "CRAFT_DATABASE_URL's host or database name is not one: an @ in the password "
-            "must be percent-encoded (%40)"
+            "CRAFT_DATABASE_URL's host, database name or options are not what they seem: a "
+            "password's @ and % must be percent-encoded (%40, %25)"
         )
     if parsed.drivername == "postgresql":
         # The operator ships psycopg 3; SQLAlchemy's default driver would be psycopg2.

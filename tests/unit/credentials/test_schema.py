@@ -227,17 +227,18 @@ def test_an_unreachable_database_is_a_typed_error_without_the_password() -> None
     store.close()
 
 
-NOT_ONE = "host or database name is not one"
+NOT_ONE = "no parser reads right"
 
 
 @pytest.mark.parametrize(
     ("url", "complaint"),
     [
-        ("mysql://u:p@h/db", "names a 'mysql' database"),
-        ("::not-a-url", "is not a database URL"),
-        ("postgresql+psycopg://u:p@h:54x/db", "is not a database URL"),
+        ("mysql://u:p@h/db", "must be a database URL"),
+        ("::not-a-url", "must be a database URL"),
+        ("postgresql+psycopg://u:p@h:54x/db", NOT_ONE),
         ("postgresql+psycopg://u:pa@ssSECRET@h/db", NOT_ONE),
         ("postgresql+psycopg://u:pw@SECRETHOST/SECRETDB@h:5432/db", NOT_ONE),
+        ("postgresql+psycopg://u:Xk9@ab3?Qz7@SECRET.example:5432/db", NOT_ONE),
     ],
 )
 def test_an_unsupported_database_url_is_a_clear_error(url: str, complaint: str) -> None:
