@@ -174,15 +174,18 @@ def classify_s3_error(exc: Exception, *, bucket: str, key: str | None = None) ->
         return S3UnavailableError(f"S3 is unreachable for {where}: {exc}")
     if isinstance(exc, HTTPClientError):
         cause = exc.kwargs.get("error")
-        if isinstance(cause, ValueError):
-            # The HTTP library refused a header, and its message quotes it: a credential
-            # with whitespace (a Secret's file with a newline at its end), say. Never sent,
-            # and never said.
+        if isinstance(cause, ValueError) and str(cause).startswith("Invalid header"):
+            # http.client refused a header, and its message quotes it: a credential with
+            # whitespace (a Secret's file with a newline at its end), say. Never sent, and
+            # never said.
             return S3AccessDeniedError(
                 f"the S3 credentials for {where} cannot be sent: a value is not a valid HTTP "
-                "header (whitespace at the end of AWS_SESSION_TOKEN, AWS_SECRET_ACCESS_KEY "
-                "or AWS_ACCESS_KEY_ID?)"
+                "header (whitespace at the end of AWS_SESSION_TOKEN or AWS_ACCESS_KEY_ID?)"
             )
+        if isinstance(cause, ValueError):
+            # Another refusal of the HTTP library (a proxy URL it cannot parse, say): its
+            # text may quote what it refused.
+            return S3Error(f"S3 request for {where} failed: {type(cause).__name__}")
         # A broken stream or connection (urllib3's ProtocolError, IncompleteRead): its text
         # says how much came, and holds no header.
         return S3UnavailableError(f"S3 failed while reading {where}: {cause or exc}")

@@ -114,6 +114,16 @@ def test_a_credential_refused_as_a_header_is_said_so_never_quoted() -> None:
 
 
 @UNIT
+def test_another_refusal_of_the_http_library_is_not_blamed_on_the_credentials() -> None:
+    """A proxy URL urllib3 cannot parse (HTTPS_PROXY=http://proxy:abc), say."""
+    refused = ValueError("Failed to parse: http://canary:abc")
+    classified = classify_s3_error(HTTPClientError(error=refused), bucket="files")
+
+    assert not isinstance(classified, S3AccessDeniedError)
+    assert "canary" not in str(classified)
+
+
+@UNIT
 def test_an_error_s3_did_not_send_is_said_by_its_type_never_its_text() -> None:
     classified = classify_s3_error(ValueError("canary-session-token"), bucket="files")
     assert "canary" not in str(classified)
