@@ -160,10 +160,8 @@ class DetachedCalls(Generic[T]):
     def retry_in(self, key: Key, target: str) -> float:
         """Seconds before a call for ``target`` (a pod and PAT, say) may be started again
         after it failed (0: now; another target is never held back)."""
-        failures = self._failures.get(key)
-        if failures is None or failures.target != target:
-            return 0.0
-        return max(0.0, failures.until - asyncio.get_running_loop().time())
+        failed = self.failed_target(key)
+        return failed[1] if failed is not None and failed[0] == target else 0.0
 
     def failed(self, key: Key, target: str) -> float:
         """Count a failure of a call for ``target`` (one that may pass when tried again);
@@ -183,11 +181,6 @@ class DetachedCalls(Generic[T]):
             return None
         left = failures.until - asyncio.get_running_loop().time()
         return (failures.target, left) if left > 0 else None
-
-    def backing_off(self, key: Key) -> bool:
-        """Whether the last call for ``key`` failed and its backoff has not passed."""
-        failures = self._failures.get(key)
-        return failures is not None and failures.until > asyncio.get_running_loop().time()
 
     def clear_failures(self, key: Key) -> None:
         """A call for ``key`` succeeded, or what it failed for changed (its spec was

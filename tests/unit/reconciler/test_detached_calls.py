@@ -157,17 +157,17 @@ async def test_a_call_cancelled_while_a_pass_waits_for_it_ends_that_wait_without
 async def test_a_failed_target_waits_a_backoff_that_grows_until_one_succeeds() -> None:
     calls = DetachedCalls[int](backoff=Backoff(base=10.0, cap=300.0, jitter=0.0))
     assert calls.retry_in(KEY, "a") == 0
-    assert not calls.backing_off(KEY)
+    assert calls.failed_target(KEY) is None
     assert calls.failed(KEY, "a") == 10.0
     assert 9 < calls.retry_in(KEY, "a") <= 10
-    assert calls.backing_off(KEY)
+    assert calls.failed_target(KEY) is not None
     assert calls.failed(KEY, "a") == 20.0, "it grows"
     assert calls.retry_in(KEY, "b") == 0, "another target (a new pod or PAT) goes at once"
     assert calls.failed(KEY, "b") == 10.0, "and counts from one"
     assert calls.retry_in(KEY, "a") == 0
     calls.clear_failures(KEY)
     assert calls.retry_in(KEY, "b") == 0
-    assert not calls.backing_off(KEY)
+    assert calls.failed_target(KEY) is None
     calls.failed(KEY, "b")
     calls.forget(KEY)
     assert calls.retry_in(KEY, "b") == 0
