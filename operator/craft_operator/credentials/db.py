@@ -110,18 +110,21 @@ def create_credentials_engine(url: str | URL, *, echo: bool = False) -> Engine:
     return _create_sqlite_engine(parsed, echo=echo)
 
 
-#: What a host name or address may hold (IPv6 and a zone included; several hosts, comma
-#: separated): anything else is most likely a password's tail (an "@" not encoded).
+#: What a host name or address may hold, as parsed (IPv6 and a zone included; several
+#: hosts, comma separated): :func:`describe_url` hides anything else, most likely a
+#: password's tail (an "@" not encoded).
 _HOST = re.compile(r"^[A-Za-z0-9._:%,\[\]-]+$")
 
 
 def _parse_database_url(url: str | URL) -> URL:
-    """The URL, checked to name SQLite or PostgreSQL (with psycopg 3 as its driver)."""
-    if isinstance(url, str):
-        try:
-            check_database_url_text(url)  # as the settings check it (what SQLAlchemy drops)
-        except ValueError as exc:
-            raise CredentialsError(f"CRAFT_DATABASE_URL {exc}") from None
+    """The URL, checked as the settings check it (SQLite or PostgreSQL, and its parts where
+    SQLAlchemy finds them: it drops what would show a password's unencoded @), with psycopg
+    3 as PostgreSQL's driver."""
+    text = url if isinstance(url, str) else url.render_as_string(hide_password=False)
+    try:
+        check_database_url_text(text)
+    except ValueError as exc:
+        raise CredentialsError(f"CRAFT_DATABASE_URL {exc}") from None
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):  # ValueError: a port that is not a number
@@ -130,23 +133,6 @@ def _parse_database_url(url: str | URL) -> URL:
             "postgresql+psycopg://user:password@host:port/db (a password's @ and % "
             "percent-encoded, as %40 and %25)"
         ) from None
-    backend = parsed.get_backend_name()
-    if backend not in ("sqlite", "postgresql"):
-        raise CredentialsError(
-            f"CRAFT_DATABASE_URL names a {backend!r} database; the operator supports SQLite "
-            "(embedded) and PostgreSQL (Onyx mode)"
-        )
-    if backend == "postgresql" and (
-        (parsed.host is not None and not _HOST.match(parsed.host))
-        or "@" in (parsed.database or "")
-        or any("@" in key for key in parsed.query)
-    ):
-        # Its host is not shown: with an "@" in the password, it holds the password's tail,
-        # which the driver's own error would carry into every sandbox's status.
-        raise CredentialsError(
-            "CRAFT_DATABASE_URL's host, database name or options are not what they seem: a "
-            "password's @ and % must be percent-encoded (%40, %25)"
-        )
     if parsed.drivername == "postgresql":
         # The operator ships psycopg 3; SQLAlchemy's default driver would be psycopg2.
         parsed = parsed.set(drivername="postgresql+psycopg")
