@@ -8,11 +8,11 @@ from typing import Any
 
 from craft_operator.api.constants import LABEL_SANDBOX
 from craft_operator.api.models import ConditionStatus, LibraryMode
-from craft_operator.api.pool import LABEL_CLAIMED_FROM
+from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL_TEMPLATE_HASH
 from craft_operator.builders.library_job import library_claim_name
 from craft_operator.builders.naming import child_labels, pod_name
 from craft_operator.builders.pod import SandboxConfigError, build_pod
-from craft_operator.builders.pool import claimed_template_hashes
+from craft_operator.builders.pool import claimed_template_hashes, sandbox_template_hash
 from craft_operator.kube.client import ConflictError
 from craft_operator.metrics import ProvisioningPhase
 from craft_operator.reconciler import egress
@@ -228,8 +228,12 @@ def _volume_needed(p: Pass, pod: dict[str, Any]) -> str | None:
 
 def _claimed_template(p: Pass, pod: dict[str, Any]) -> frozenset[str] | None:
     """For a claimed pool pod, the template hashes it may have (the sandbox's own)."""
-    if LABEL_CLAIMED_FROM not in (pod["metadata"].get("labels") or {}):
+    labels = pod["metadata"].get("labels") or {}
+    if LABEL_CLAIMED_FROM not in labels:
         return None
+    current = sandbox_template_hash(p.sandbox, p.services.settings)
+    if labels.get(LABEL_POOL_TEMPLATE_HASH) == current:
+        return frozenset({current})  # every pass over a claimed pod: one build, not two
     return claimed_template_hashes(p.sandbox, p.services.settings)
 
 
