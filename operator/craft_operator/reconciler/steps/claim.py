@@ -15,10 +15,11 @@ no pod can be claimed the sandbox starts cold, as without a pool, and an event s
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from craft_operator.api.models import CraftSandbox, LibraryMode
@@ -126,11 +127,13 @@ def _candidates(p: Pass, wanted: str) -> tuple[str | None, Sequence[str]]:
     """The pool to claim from and the names of its Ready pods like the sandbox's own pod
     (the cache's sequence: read before the next await)."""
     s, namespace = p.services, p.sandbox.metadata.namespace or ""
+    # Built only if a pool has no Ready pod of ``wanted``, and then once for every pool.
+    legacy = functools.cache(lambda: as_written_template_hash(p.sandbox, s.settings))
     ref = p.sandbox.spec.pool_ref
     if ref is not None:
         if not _live(s.cache.get(POOL.name, namespace, ref.name)):
             return None, ()
-        return ref.name, _ready(p, ref.name, wanted)
+        return ref.name, _ready(p, ref.name, wanted, legacy)
     # Woken from sleep: the first pool with a Ready pod like the sandbox's, else a pool
     # whose pods would be (empty now: the cold start is said), else none.
     matching = None
@@ -138,7 +141,7 @@ def _candidates(p: Pass, wanted: str) -> tuple[str | None, Sequence[str]]:
         if not _live(body):
             continue
         name = body["metadata"]["name"]
-        names = _ready(p, name, wanted)
+        names = _ready(p, name, wanted, legacy)
         if names:
             return name, names
         if matching is None and _pool_template(p, name) == wanted:
@@ -146,19 +149,16 @@ def _candidates(p: Pass, wanted: str) -> tuple[str | None, Sequence[str]]:
     return matching, ()
 
 
-def _ready(p: Pass, pool: str, wanted: str) -> Sequence[str]:
+def _ready(p: Pass, pool: str, wanted: str, legacy: Callable[[], str]) -> Sequence[str]:
     """The names of the pool's Ready pods of the template ``wanted``; if none, of the
-    sandbox's quantities as written: a pool made by an operator before they were hashed in
-    canonical form serves claims until it has replaced its pods (a claimed one is kept,
-    see ``claimed_template_hashes``)."""
+    sandbox's quantities as written (``legacy``): a pool made by an operator before they
+    were hashed in canonical form serves claims until it has replaced its pods (a claimed
+    one is kept, see ``claimed_template_hashes``)."""
     cache, namespace = p.services.cache, p.sandbox.metadata.namespace or ""
     names = ready_pool_pod_names(cache, namespace, pool, template_hash=wanted)
-    if names:
+    if names or legacy() == wanted:
         return names
-    legacy = as_written_template_hash(p.sandbox, p.services.settings)
-    if legacy == wanted:
-        return names
-    return ready_pool_pod_names(cache, namespace, pool, template_hash=legacy)
+    return ready_pool_pod_names(cache, namespace, pool, template_hash=legacy())
 
 
 def _counted_as(p: Pass, pool: str) -> str:
