@@ -456,19 +456,13 @@ async def test_a_cluster_without_the_crd_says_how_to_install_it(env: dict[str, s
 async def test_a_cluster_without_the_policy_crd_fails_as_the_operator_would_never_start_work(
     env: dict[str, str],
 ) -> None:
-    async with KubeEmulator() as emulator, kmock.Server(emulator):
-        declare_core_resources(emulator)
-        declare_peering_resources(emulator)
-        names = crd.build_crd()["spec"]["names"]
-        emulator.declare(
-            kmock.resource(models.GROUP, models.VERSION, models.PLURAL),
-            kmock.ResourceInfo(
-                kind=names["kind"], singular=names["singular"], subresources={"status"}
-            ),
-        )
-        declare_pool_resource(emulator)
-        write_kubeconfig(Path(env["KUBECONFIG"]), str(emulator.url).rstrip("/"))
-        emulator.before_request.append(_allow_everything)
+    async with emulated_cluster(
+        env,
+        declare_core_resources,
+        declare_peering_resources,
+        declare_sandbox_crd,
+        declare_pool_resource,
+    ):
         result = await doctor("--standalone")
     assert result.exit_code == 1
     assert line(result, "CraftSandbox API") == (
@@ -482,6 +476,15 @@ async def _allow_everything(request: rendering.Request) -> aiohttp.web.StreamRes
     if request.url.path == SSAR_PATH:
         return aiohttp.web.json_response({"status": {"allowed": True}}, status=201)
     return None
+
+
+def declare_sandbox_crd(emulator: KubeEmulator) -> None:
+    """Serve the CraftSandbox CRD alone (as an operator of an earlier release installed)."""
+    names = crd.build_crd()["spec"]["names"]
+    emulator.declare(
+        kmock.resource(models.GROUP, models.VERSION, models.PLURAL),
+        kmock.ResourceInfo(kind=names["kind"], singular=names["singular"], subresources={"status"}),
+    )
 
 
 @contextlib.asynccontextmanager
@@ -818,17 +821,7 @@ def test_onyx_mode_needs_onyx_tables_then_the_operator_migration(
 async def test_an_upgrade_without_the_pool_crd_says_how_to_install_it(
     env: dict[str, str],
 ) -> None:
-    async with KubeEmulator() as emulator, kmock.Server(emulator):
-        declare_core_resources(emulator)
-        names = crd.build_crd()["spec"]["names"]
-        emulator.declare(
-            kmock.resource(models.GROUP, models.VERSION, models.PLURAL),
-            kmock.ResourceInfo(
-                kind=names["kind"], singular=names["singular"], subresources={"status"}
-            ),
-        )
-        write_kubeconfig(Path(env["KUBECONFIG"]), str(emulator.url).rstrip("/"))
-        emulator.before_request.append(_allow_everything)
+    async with emulated_cluster(env, declare_core_resources, declare_sandbox_crd):
         result = await doctor()
     text = line(result, "CraftSandbox API")
     assert "lacks craftsandboxpolicies, craftsandboxpools, craftsandboxpools/status" in text
