@@ -159,6 +159,9 @@ class PeeringMonitor:
             await self._gate.deactivate(f"peering {self._name!r} prefers {verdict.describe()}")
 
     async def _run(self) -> None:
+        # The monitor starts with the operator's start-up handlers, before kopf's login: a
+        # read before it could only fail (and be logged as a warning at every start).
+        await self._kube.connected.wait()
         while True:
             try:
                 await self.check()

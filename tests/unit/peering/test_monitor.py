@@ -6,12 +6,15 @@ clock is a test clock, so that records expire without waiting.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp.web
 import kmock
+import kopf
 import pytest
 from kmock._internal import rendering
 
@@ -201,6 +204,40 @@ async def test_an_unreadable_peering_goes_stale_after_the_lifetime_whatever_the_
     await watcher.check()
 
     assert not gate.active, "its peers may have taken over: it must not go on unseen"
+
+
+@pytest.mark.usefixtures("peering")
+async def test_started_before_the_login_it_reads_the_peering_once_logged_in_and_warns_of_nothing(
+    emulator: KubeEmulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    # kopf runs the start-up handlers, which start the monitor, before its login.
+    declare_craft_resources(emulator)
+    write_status(emulator, {ME: keepalive(99, datetime.now(UTC))})
+    kube = KubeClient(request_timeout=10)
+
+    async def nothing(_: tuple[str, str]) -> None:
+        return None
+
+    queue: WorkQueue[tuple[str, str]] = WorkQueue(nothing, concurrency=1)
+    gate = ActivityGate(kube=kube, cache=ObjectCache(), queue=queue)
+    await gate.deactivate("starting")
+    options = PeeringOptions(name=NAME, priority=99, identity=ME, lifetime=1)
+    watcher = PeeringMonitor(kube=kube, gate=gate, options=options, identity=ME)
+    watcher.start()
+    try:
+        await asyncio.sleep(3 * watcher.interval)
+        assert not gate.active
+        kube.configure(kopf.ConnectionInfo(server=str(emulator.url).rstrip("/"), insecure=True))
+        for _ in range(100):
+            if gate.active:
+                break
+            await asyncio.sleep(0.05)
+        assert gate.active
+    finally:
+        await watcher.stop()
+        await queue.stop()
+        await kube.close()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 @pytest.mark.parametrize(("lifetime", "interval"), [(60, 5.0), (20, 2.0), (3, 0.3), (1, 0.2)])
