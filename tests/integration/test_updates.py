@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
+import aiohttp.web
+from kmock._internal import rendering
+
 from craft_operator.context import OperatorContext
 from tests.integration.conftest import SANDBOXES
-from tests.integration.helpers import NAMESPACE, phase, pod, status
+from tests.integration.helpers import NAMESPACE, events_about, phase, pod, status
 from tests.integration.test_drift import ready_sandbox
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually
@@ -84,3 +87,50 @@ async def test_an_update_that_changes_nothing_the_operator_owns_writes_only_the_
 
     sandbox_path = f"/apis/craft.onyx.app/v1alpha1/namespaces/{NAMESPACE}/craftsandboxes/alice"
     assert emulator.writes(settled) == [f"PATCH {sandbox_path}/status"]  # observedGeneration
+
+
+async def test_a_pass_stopped_by_an_error_keeps_the_generation_it_last_acted_on_and_says_so(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    # E.g. an admission webhook refuses the old pod's deletion: the new spec is not in the
+    # pod, so the status must not say Ready for it (the backend's client waits for
+    # observedGeneration), and on-call must see why without the operator's log.
+    await ready_sandbox(emulator)
+    first = pod(emulator, "alice")
+    assert first is not None
+
+    async def refuse_pod_deletion(request: rendering.Request) -> aiohttp.web.Response | None:
+        if request.method.value.upper() == "DELETE" and "/pods/" in request.url.path:
+            refusal = {
+                "kind": "Status",
+                "code": 403,
+                "reason": "Forbidden",
+                "message": 'admission webhook "deny.example" denied the request: canary-words',
+            }
+            return aiohttp.web.json_response(refusal, status=403)
+        return None
+
+    emulator.before_request.append(refuse_pod_deletion)  # type: ignore[arg-type]
+    emulator.patch(
+        SANDBOXES, NAMESPACE, "alice", {"spec": {"resources": {"limits": {"memory": "12Gi"}}}}
+    )
+    warning = await eventually(
+        lambda: next(
+            (e for e in events_about(emulator, "alice") if e["reason"] == "ReconcileError"), None
+        ),
+        what="a ReconcileError event",
+    )
+    assert warning["type"] == "Warning"
+    assert "403 Forbidden" in warning["message"]
+    assert "canary-words" not in warning["message"]
+    await asyncio.sleep(0.5)  # passes retried meanwhile
+    assert status(emulator, "alice")["observedGeneration"] == 1
+    assert operator.queue.failed >= 1
+
+    emulator.before_request.remove(refuse_pod_deletion)  # type: ignore[arg-type]
+    await eventually(
+        lambda: (p := pod(emulator, "alice")) and p["metadata"]["uid"] != first["metadata"]["uid"],
+        what="the replacement pod",
+    )
+    mark_pod_running(emulator, NAMESPACE, "alice")
+    assert (await phase(emulator, "alice", "Ready"))["observedGeneration"] == 2

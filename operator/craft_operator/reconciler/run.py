@@ -79,6 +79,8 @@ class Run:
         #: Seconds this pass's status may wait for the next pass instead of being written.
         self.hold_for: float | None = None
         self._held_for = held_for if held is not None else None
+        #: The pass stopped at an error no step handles: it did not act on the whole spec.
+        self.interrupted = False
 
     @property
     def spec_changed(self) -> bool:
@@ -166,7 +168,9 @@ class Run:
             else:
                 phase = Phase.PENDING
         self.status.phase = phase
-        if self.generation is not None:
+        if self.generation is not None and not self.interrupted:
+            # A pass cut short keeps the generation the last whole pass acted on: the spec's
+            # steps after the error did not run (the backend's client waits for this field).
             self.status.observed_generation = self.generation
         return self.status
 

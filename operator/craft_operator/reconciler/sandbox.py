@@ -18,6 +18,7 @@ from typing import Any
 from craft_operator.api.models import CraftSandboxStatus, Phase
 from craft_operator.api.parse import InvalidSandboxError, parse_sandbox
 from craft_operator.kube import kinds
+from craft_operator.kube.client import ApiError
 from craft_operator.kube.event_batch import EventBatch
 from craft_operator.reconciler import finalizer, suspension
 from craft_operator.reconciler import policy_step as policy
@@ -139,7 +140,9 @@ class SandboxReconciler:
             # The replica stops or stands by: no status of a pass cut short (the next pass,
             # here or on the other replica, writes its own), no wait on the API server.
             raise
-        except Exception:
+        except Exception as exc:
+            run.interrupted = True
+            s.events.post(run.body, type="Warning", reason="ReconcileError", message=_error(exc))
             await write_status(s, run)  # what a pass that failed found, then its error
             raise
         if not self._hold(run, batch):
@@ -174,6 +177,18 @@ class SandboxReconciler:
         )
         run.revisit(after=run.hold_for)
         return True
+
+
+def _error(exc: Exception) -> str:
+    """An event's words for an error no step handles: its kind and, from the API server, its
+    status and reason (never its message: an API server's or a driver's words may quote what
+    the request carried)."""
+    what = f"{exc.status} {exc.reason}" if isinstance(exc, ApiError) else type(exc).__name__
+    return (
+        f"the reconcile stopped at an unexpected error ({what}); it is retried with backoff "
+        "and the status keeps the generation last acted on (the operator's log has the "
+        "details)"
+    )
 
 
 def _invalid(s: Services, run: Run, message: str) -> None:
