@@ -40,7 +40,7 @@ NEEDS_A_CHANGE: Mapping[str, frozenset[str]] = {
     "PodReady": frozenset(
         {
             "PolicyDenied",
-            "InvalidSpecError",
+            "InvalidSpec",
             "InvalidResources",
             "NoServerURL",
             "PodRejected",
