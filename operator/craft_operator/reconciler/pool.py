@@ -528,11 +528,14 @@ class PoolReconciler:
         meta = body["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         members, _ = pool_members(s.cache, namespace, name, meta.get("uid"))
+        # The pods made before are counted by the template they were made of: kept while
+        # the policy is missing, say, those Ready serve claims still.
+        made = (body.get("status") or {}).get("templateHash")
         status = count_status(
             body,
-            view(members, ""),
+            view(members, made or "", self._foreign.get((namespace, name), ())),
             claimed=count_claimed(s.cache, namespace, name),
-            template_hash=(body.get("status") or {}).get("templateHash"),
+            template_hash=made,
             conditions=with_conditions(body, [state], s.clock()),
         )
         return await write_pool_status(s, body, status)

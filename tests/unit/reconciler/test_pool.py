@@ -381,13 +381,17 @@ async def test_while_the_policy_object_is_missing_a_pool_keeps_its_pods_and_make
     world: PoolWorld,
 ) -> None:
     set_platform_policy(world, images=["registry.example.com/"])
-    world.create_pool(replicas=2, image="registry.example.com/other:1")
+    world.create_pool(replicas=3, image="registry.example.com/other:1")
+    await world.pass_()
+    world.ready_all()
     await world.pass_()
     world.services.cache.forget(PLATFORM_POLICY, None, "default")  # a GitOps prune
     world.emulator.remove("v1/pods", NAMESPACE, world.unclaimed()[0]["metadata"]["name"])
     await world.pass_()
-    assert len(world.pods()) == 1, "kept, and not refilled"
+    assert len(world.pods()) == 2, "kept, and not refilled"
     assert world.condition("Ready")["reason"] == "PolicyMissing"
+    # The pods kept are counted as what they are: Ready, claimable.
+    assert (world.status()["ready"], world.status()["replicas"]) == (2, 2)
 
 
 async def test_once_its_pods_are_ready_the_pool_is_ready(world: PoolWorld) -> None:
