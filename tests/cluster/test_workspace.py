@@ -26,7 +26,7 @@ from tests.cluster.test_lifecycle import (
     until,
 )
 from tests.support.backend import backend_kubeconfig
-from tests.support.cluster import Cluster, wait_for
+from tests.support.cluster import CRAFT, Cluster, wait_for
 from tests.support.operator_process import OperatorProcess
 from tests.support.volumes import reserved_volume
 
@@ -143,14 +143,22 @@ def test_a_resize_the_api_server_refuses_is_reported_and_the_pod_keeps_running(
     assert status(cluster, namespace, "alice")["phase"] == "Ready"
 
 
-def test_a_retained_workspace_outlives_its_sandbox_and_returns_to_the_same_user(
+def test_a_retained_workspace_outlives_a_foreground_deletion_and_returns_to_the_same_user(
     cluster: Cluster, namespace: str, operator: OperatorProcess, volume: str
 ) -> None:
     workspace_ready(cluster, namespace, operator, retain=True)
-    claim = uid(cluster.get(PVCS, namespace, CLAIM))
+    made = cluster.get(PVCS, namespace, CLAIM)
+    claim = uid(made)
+    # Never the garbage collector's: a foreground deletion (Argo CD's prune) has it delete
+    # every owned object at once, before the operator's finalizer can release any.
+    assert not made["metadata"].get("ownerReferences")
     sh(cluster, namespace, f"mkdir -p $(dirname {NOTE}) && echo 'retained' > {NOTE}")
 
-    cluster.delete(SANDBOXES, namespace, "alice")
+    cluster.call(
+        "DELETE",
+        f"{CRAFT}/namespaces/{namespace}/craftsandboxes/alice",
+        {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Foreground"},
+    )
     until(lambda: cluster.sandbox(namespace, "alice") is None, operator, "alice gone")
 
     kept = cluster.get(PVCS, namespace, CLAIM)

@@ -25,7 +25,11 @@ def workspace_claim_name(sandbox: CraftSandbox) -> str:
 def build_workspace_pvc(sandbox: CraftSandbox) -> dict[str, Any]:
     """The workspace PVC: ReadWriteOnce, the spec's size and storage class (if it names one).
 
-    Call only for a sandbox with ``spec.workspace``.
+    Owned by the sandbox (deleted with it), unless ``retain``: a workspace to keep is never
+    the garbage collector's, whatever the deletion's propagation (a foreground deletion, as
+    Argo CD prunes, deletes every owned object at once, before any finalizer runs). It is
+    then kept as a retained workspace is, labelled ``retained-from`` and the user's id, from
+    the start. Call only for a sandbox with ``spec.workspace``.
     """
     workspace = sandbox.spec.workspace
     assert workspace is not None, "only a sandbox with spec.workspace has one"
@@ -35,12 +39,11 @@ def build_workspace_pvc(sandbox: CraftSandbox) -> dict[str, Any]:
     }
     if workspace.storage_class_name:
         spec["storageClassName"] = workspace.storage_class_name
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": child_metadata(sandbox, workspace_claim_name(sandbox)),
-        "spec": spec,
-    }
+    metadata = child_metadata(sandbox, workspace_claim_name(sandbox))
+    if workspace.retain:
+        del metadata["ownerReferences"]
+        metadata["labels"][LABEL_RETAINED] = sandbox.metadata.name
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": metadata, "spec": spec}
 
 
 def workspace_volumes(sandbox: CraftSandbox) -> list[dict[str, Any]]:

@@ -3,9 +3,10 @@
 Converged before the pod (its failures are the pod's: ``WorkspaceNameTaken``,
 ``WorkspaceWriteFailed``), grown when the spec's size grows (a
 refused expansion is said in an event and ``status.workspace.message``; the pod keeps
-running), and on deletion either deleted with the sandbox or, with ``retain``, released:
-the sandbox's owner reference is removed so the garbage collector keeps it, and a new
-sandbox of the same name and user adopts it. A sandbox with a workspace starts cold: a warm
+running), and on deletion either deleted with the sandbox or, with ``retain``, kept: such
+a PVC carries no owner reference to the sandbox (the garbage collector never deletes it,
+whatever the deletion's propagation), and a new sandbox of the same name and user takes it
+back. A sandbox with a workspace starts cold: a warm
 pod cannot mount a user's volume.
 """
 
@@ -17,7 +18,12 @@ from typing import Any
 
 from craft_operator.api.base import check_quantity, quantity_value
 from craft_operator.api.models import CraftSandbox, WorkspaceStatus
-from craft_operator.builders.naming import child_labels, owner_reference
+from craft_operator.builders.naming import (
+    LABEL_ONYX_SANDBOX_ID,
+    LABEL_USER_ID,
+    child_labels,
+    owner_reference,
+)
 from craft_operator.builders.workspace import (
     LABEL_RETAINED,
     build_workspace_pvc,
@@ -25,7 +31,12 @@ from craft_operator.builders.workspace import (
 )
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
-from craft_operator.reconciler.children import ForeignObjectError, controlled_by, converge
+from craft_operator.reconciler.children import (
+    ForeignObjectError,
+    controlled_by,
+    converge,
+    drift_patch,
+)
 from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.step import Pass, Step, Stop
 from craft_operator.status import POD_READY
@@ -109,6 +120,8 @@ async def converge_workspace(p: Pass) -> Stop | None:
 async def _owned(p: Pass, desired: dict[str, Any]) -> dict[str, Any]:
     """The sandbox's PVC: created if missing, its labels put back, or a retained one adopted."""
     s = p.services
+    if "ownerReferences" not in desired["metadata"]:
+        return await _kept(p, desired)
     try:
         result = await converge(s.kube, s.cache, PVC.api, PVC.name, desired)
     except ForeignObjectError:
@@ -127,6 +140,70 @@ async def _owned(p: Pass, desired: dict[str, Any]) -> dict[str, Any]:
     return result.obj
 
 
+async def _kept(p: Pass, desired: dict[str, Any]) -> dict[str, Any]:
+    """The PVC of a workspace to keep (``retain``), which no owner reference ties to the
+    sandbox: created so, or one the sandbox owned released now (``retain`` set since), or the
+    one kept for this name and user (an earlier sandbox's: taken back), its labels put back."""
+    s, meta = p.services, desired["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    found = s.cache.get(PVC.name, namespace, name)
+    if found is None:
+        try:
+            created = await s.kube.create(PVC.api, desired)
+        except ConflictError:
+            found = await s.kube.get(PVC.api, namespace, name)
+        else:
+            s.cache.put(PVC.name, created)
+            p.event("WorkspaceCreated", f"created PVC {name}")
+            return created
+    if found["metadata"].get("deletionTimestamp"):
+        raise _TerminatingError(name)
+    uid = p.sandbox.metadata.uid
+    if controlled_by(found, uid):
+        return await _keep(p, found, desired, uid or "")
+    if not is_retained_for(found, p.sandbox):
+        raise ForeignObjectError("PersistentVolumeClaim", namespace, name)
+    earlier = (found["metadata"].get("labels") or {}).get(LABEL_ONYX_SANDBOX_ID) != uid
+    patch = drift_patch(found, desired)
+    if patch:
+        found = await _patch(s, found, patch)
+    if earlier:
+        p.event("WorkspaceAdopted", f"took back the retained workspace PVC {name}")
+    return found
+
+
+async def _keep(p: Pass, pvc: dict[str, Any], desired: dict[str, Any], uid: str) -> dict[str, Any]:
+    """``retain`` set on a sandbox whose PVC it owns: the owner reference goes (the garbage
+    collector must never delete it), the retained workspace's labels come."""
+    meta = pvc["metadata"]
+    others = [ref for ref in meta.get("ownerReferences") or [] if ref.get("uid") != uid]
+    patch = {
+        "metadata": {
+            "resourceVersion": meta.get("resourceVersion"),
+            "labels": desired["metadata"]["labels"],
+            "ownerReferences": others or None,
+        }
+    }
+    kept = await _patch(p.services, pvc, patch)
+    p.event(
+        "WorkspaceRetained",
+        f"the workspace PVC {meta['name']} no longer belongs to the CraftSandbox (retain): "
+        "deleting the sandbox keeps it",
+    )
+    return kept
+
+
+async def _patch(s: Services, pvc: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    meta = pvc["metadata"]
+    try:
+        patched = await s.kube.patch(PVC.api, meta.get("namespace"), meta["name"], patch)
+    except ConflictError:
+        s.cache.forget(PVC.name, meta.get("namespace"), meta["name"])
+        raise
+    s.cache.put(PVC.name, patched)
+    return patched
+
+
 async def _adopt(p: Pass, pvc: dict[str, Any]) -> dict[str, Any]:
     """Take a workspace retained from this user's earlier sandbox of the same name."""
     s, meta = p.services, pvc["metadata"]
@@ -139,13 +216,14 @@ async def _adopt(p: Pass, pvc: dict[str, Any]) -> dict[str, Any]:
             "ownerReferences": [*others, owner_reference(p.sandbox)],
         }
     }
-    try:
-        adopted = await s.kube.patch(PVC.api, meta.get("namespace"), meta["name"], patch)
-    except ConflictError:
-        s.cache.forget(PVC.name, meta.get("namespace"), meta["name"])
-        raise
-    s.cache.put(PVC.name, adopted)
-    p.event("WorkspaceAdopted", f"took back the retained workspace PVC {meta['name']}")
+    adopted = await _patch(s, pvc, patch)
+    if (meta.get("labels") or {}).get(LABEL_ONYX_SANDBOX_ID) == p.sandbox.metadata.uid:
+        message = (
+            f"the workspace PVC {meta['name']} belongs to the CraftSandbox again (retain unset)"
+        )
+        p.event("WorkspaceUpdated", f"{message}: deleting the sandbox deletes it")
+    else:
+        p.event("WorkspaceAdopted", f"took back the retained workspace PVC {meta['name']}")
     return adopted
 
 
@@ -207,7 +285,8 @@ async def release(s: Services, body: Mapping[str, Any]) -> bool:
 
     Its owner reference is removed (so the garbage collector leaves it) and it is labelled
     as retained from this sandbox (the user-id label stays, for a successor to match).
-    ``True`` if it was released now. Raises :class:`ApiError` when that may work later.
+    ``True`` if it is kept (released now, or kept without an owner since ``retain`` was
+    set). Raises :class:`ApiError` when that may work later.
     """
     meta = body["metadata"]
     namespace, name, uid = meta.get("namespace", ""), meta["name"], meta.get("uid", "")
@@ -218,8 +297,11 @@ async def release(s: Services, body: Mapping[str, Any]) -> bool:
             pvc = await s.kube.get(PVC.api, namespace, claim)
         except NotFoundError:
             return False
-    if not controlled_by(pvc, uid) or pvc["metadata"].get("deletionTimestamp"):
+    if pvc["metadata"].get("deletionTimestamp"):
         return False
+    if not controlled_by(pvc, uid):
+        # Kept from the start (retain set before): no owner reference to remove.
+        return _kept_for(pvc, body)
     pvc_meta = pvc["metadata"]
     refs = [ref for ref in pvc_meta.get("ownerReferences") or [] if ref.get("uid") != uid]
     patch = {
@@ -236,6 +318,20 @@ async def release(s: Services, body: Mapping[str, Any]) -> bool:
         raise
     s.cache.put(PVC.name, released)
     return True
+
+
+def _kept_for(pvc: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
+    """Whether ``pvc`` is the workspace kept, without an owner, for the sandbox ``body``."""
+    labels = pvc.get("metadata", {}).get("labels") or {}
+    user = ((body.get("spec") or {}).get("user") or {}).get("id")
+    owned = any(ref.get("controller") for ref in pvc["metadata"].get("ownerReferences") or [])
+    return (
+        not owned
+        and labels.get(LABEL_RETAINED) == body["metadata"]["name"]
+        and labels.get(LABEL_ONYX_SANDBOX_ID) == body["metadata"].get("uid")
+        and user is not None
+        and labels.get(LABEL_USER_ID) == user
+    )
 
 
 #: Owns no condition: the pod mounts it, so its failures are reported on PodReady.

@@ -186,8 +186,60 @@ def test_a_sandbox_with_a_workspace_starts_cold() -> None:
     assert workspace.cold_start_reason(with_workspace) == "WorkspaceNeedsColdStart"
 
 
-async def test_release_keeps_a_retained_workspace_without_its_owner(world: World) -> None:
+async def test_a_workspace_to_keep_is_never_owned_by_its_sandbox(world: World) -> None:
+    # A foreground deletion (Argo CD's prune) has the garbage collector delete every owned
+    # object at once, before any finalizer: a workspace to keep must never be one.
     await workspace.converge_workspace(world.pass_(spec=spec(retain=True)))
+    observed(world)
+    pvc = world.stored(PVCS, CLAIM)
+    assert pvc is not None
+    assert "ownerReferences" not in pvc["metadata"]
+    assert pvc["metadata"]["labels"][LABEL_RETAINED] == NAME
+    assert pvc["metadata"]["labels"][LABEL_USER_ID] == USER
+    assert world.events.reasons == ["WorkspaceCreated"]
+
+    world.events.posted.clear()
+    p = world.pass_(spec=spec(retain=True))
+    assert await workspace.converge_workspace(p) is None, "its own, though unowned"
+    assert world.events.reasons == []
+    body = sandbox_body(spec=spec(retain=True))
+    assert await workspace.release(world.services, body) is True
+    assert world.stored(PVCS, CLAIM) == pvc, "kept as it was"
+
+
+async def test_retain_set_or_unset_on_a_live_sandbox_moves_the_owner_reference_at_once(
+    world: World,
+) -> None:
+    await workspace.converge_workspace(world.pass_(spec=spec()))
+    observed(world)
+    first = world.stored(PVCS, CLAIM)
+    assert first is not None
+    world.events.posted.clear()
+
+    await workspace.converge_workspace(world.pass_(spec=spec(retain=True)))
+    observed(world)
+    kept = world.stored(PVCS, CLAIM)
+    assert kept is not None
+    assert kept["metadata"]["uid"] == first["metadata"]["uid"]
+    assert "ownerReferences" not in kept["metadata"]
+    assert kept["metadata"]["labels"][LABEL_RETAINED] == NAME
+    assert world.events.reasons == ["WorkspaceRetained"]
+
+    world.events.posted.clear()
+    await workspace.converge_workspace(world.pass_(spec=spec()))
+    owned = world.stored(PVCS, CLAIM)
+    assert owned is not None
+    [owner] = owned["metadata"]["ownerReferences"]
+    assert (owner["uid"], owner["controller"]) == (UID, True)
+    assert LABEL_RETAINED not in owned["metadata"]["labels"]
+    assert world.events.reasons == ["WorkspaceUpdated"]
+
+
+async def test_release_takes_the_owner_off_a_workspace_owned_when_it_is_deleted(
+    world: World,
+) -> None:
+    # retain set while no pass ran (the operator down), then the sandbox deleted.
+    await workspace.converge_workspace(world.pass_(spec=spec()))
     observed(world)
     body = sandbox_body(spec=spec(retain=True))
     assert workspace.retains_workspace(body)
@@ -197,7 +249,9 @@ async def test_release_keeps_a_retained_workspace_without_its_owner(world: World
     assert "ownerReferences" not in pvc["metadata"], "the garbage collector leaves it"
     assert pvc["metadata"]["labels"][LABEL_RETAINED] == NAME
     assert pvc["metadata"]["labels"][LABEL_USER_ID] == USER
-    assert await workspace.release(world.services, body) is False, "released once"
+    observed(world)
+    assert await workspace.release(world.services, body) is True, "kept, once and for all"
+    assert world.stored(PVCS, CLAIM) == pvc
 
 
 def test_only_retain_true_keeps_the_workspace() -> None:
