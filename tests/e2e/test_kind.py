@@ -112,14 +112,17 @@ def dev_environment(kind: Kind) -> Kind:
     kind.load_image(OPERATOR_IMAGE)
     kind.load_image(SANDBOX_IMAGE)
     try:
-        kind.kubectl("apply", "-k", DEV_OVERLAY, timeout=180)
+        # The CRDs first, as hack/dev-up.sh does (no overlay includes them).
+        kind.kubectl("apply", "-k", "crds", timeout=60)
         kind.kubectl(
             "wait",
             "--for=condition=Established",
             "crd/craftsandboxes.craft.onyx.app",
+            "crd/clusterkopfpeerings.kopf.dev",
             "--timeout=60s",
             timeout=90,
         )
+        kind.kubectl("apply", "-k", DEV_OVERLAY, timeout=180)
         # A reused cluster may run older images under the same tags.
         kind.kubectl("-n", SYSTEM, "rollout", "restart", "statefulset/craft-operator")
         kind.kubectl("-n", SYSTEM, "rollout", "restart", "deployment/onyx-api")

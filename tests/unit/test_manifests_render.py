@@ -28,6 +28,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from craft_operator.api.crd import CRD_ANNOTATIONS
 from craft_operator.api.parse import parse_sandbox
 from craft_operator.api.pool import parse_pool
 from craft_operator.builders.pod import build_pod
@@ -265,15 +266,12 @@ def test_every_pod_in_the_manifests_meets_the_restricted_pod_security_profile(
 
 
 @needs_kubectl
-def test_the_base_installs_namespace_crd_rbac_settings_and_operator_without_secrets() -> None:
+def test_the_base_installs_namespace_rbac_settings_and_operator_without_secrets() -> None:
     objects = render(BASE)
     kinds = {(obj["kind"], obj["metadata"]["name"]) for obj in objects}
     assert kinds == {
         ("Namespace", "craft-system"),
-        ("CustomResourceDefinition", "craftsandboxes.craft.onyx.app"),
-        ("CustomResourceDefinition", "craftsandboxpools.craft.onyx.app"),
-        ("CustomResourceDefinition", "clusterkopfpeerings.kopf.dev"),
-        ("CustomResourceDefinition", "craftsandboxpolicies.craft.onyx.app"),
+        ("Service", "craft-operator"),
         ("ServiceAccount", "craft-operator"),
         ("ClusterRole", "craft-operator"),
         ("ClusterRoleBinding", "craft-operator"),
@@ -286,9 +284,12 @@ def test_the_base_installs_namespace_crd_rbac_settings_and_operator_without_secr
     }
     namespaced = [obj for obj in objects if "namespace" in obj["metadata"]]
     assert {obj["metadata"]["namespace"] for obj in namespaced} == {"craft-system"}
-    crd = find(objects, "CustomResourceDefinition", "craftsandboxes.craft.onyx.app")
-    committed = documents(REPO / "crds" / "craftsandboxes.craft.onyx.app.yaml")[0]
-    assert crd == committed, "the base must include the generated CRD unchanged"
+    service = find(objects, "Service", "craft-operator")
+    statefulset = find(objects, "StatefulSet", "craft-operator")
+    assert statefulset["spec"]["serviceName"] == service["metadata"]["name"]
+    assert service["spec"]["clusterIP"] == "None"
+    pod_labels = statefulset["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
 
 
 #: Namespaced kinds the default install must not grant cluster-wide: the sandboxes' secrets,
@@ -369,9 +370,16 @@ def test_the_all_namespaces_overlay_grants_the_sandbox_role_cluster_wide_and_ser
     assert settings["data"]["CRAFT_NAMESPACES"] == ""
 
 
-def test_the_crd_is_referenced_not_copied() -> None:
-    base = documents(BASE / "kustomization.yaml")[0]
-    assert "../../crds" in base["resources"]
+def test_no_install_includes_the_crds_and_none_copies_them() -> None:
+    # Deleting or pruning the operator's install must never delete a CRD: every
+    # CraftSandbox would go with it, its PAT never revoked (README, Uninstall).
+    including = [
+        relative(path)
+        for path in MANIFESTS.rglob("kustomization.yaml")
+        for resource in documents(path)[0].get("resources") or []
+        if resource.rstrip("/").endswith("crds")
+    ]
+    assert including == []
     copies = [
         relative(path)
         for path in MANIFESTS.rglob("*.yaml")
@@ -379,6 +387,18 @@ def test_the_crd_is_referenced_not_copied() -> None:
         if doc.get("kind") == "CustomResourceDefinition"
     ]
     assert copies == []
+
+
+def test_every_crd_is_left_alone_by_gitops_pruning() -> None:
+    crds = [
+        doc
+        for path in sorted((REPO / "crds").glob("*.yaml"))
+        for doc in documents(path)
+        if doc.get("kind") == "CustomResourceDefinition"
+    ]
+    annotations = {doc["metadata"]["name"]: doc["metadata"].get("annotations") for doc in crds}
+    assert len(annotations) == 4
+    assert all(each == CRD_ANNOTATIONS for each in annotations.values()), annotations
 
 
 # The operator StatefulSet: an active/standby pair.

@@ -182,18 +182,33 @@ def printer_columns() -> list[dict[str, Any]]:
     ]
 
 
+#: On every CRD: a GitOps tool must never prune or delete one (its deletion deletes every
+#: object of the kind, CraftSandboxes whose PATs then nobody revokes): Argo CD leaves them
+#: when removed from git or when the Application goes, Flux when removed from git.
+CRD_ANNOTATIONS = {
+    "argocd.argoproj.io/sync-options": "Prune=false,Delete=false",
+    "kustomize.toolkit.fluxcd.io/prune": "disabled",
+}
+
+
+def crd_metadata(name: str) -> dict[str, Any]:
+    """A CRD's metadata: its name, the operator's labels, :data:`CRD_ANNOTATIONS`."""
+    return {
+        "name": name,
+        "labels": {
+            "app.kubernetes.io/name": "craft-operator",
+            "app.kubernetes.io/part-of": "craft",
+        },
+        "annotations": dict(CRD_ANNOTATIONS),
+    }
+
+
 def build_crd() -> dict[str, Any]:
     """The complete CraftSandbox CustomResourceDefinition as a dict."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": f"{models.PLURAL}.{models.GROUP}",
-            "labels": {
-                "app.kubernetes.io/name": "craft-operator",
-                "app.kubernetes.io/part-of": "craft",
-            },
-        },
+        "metadata": crd_metadata(f"{models.PLURAL}.{models.GROUP}"),
         "spec": {
             "group": models.GROUP,
             "scope": "Namespaced",

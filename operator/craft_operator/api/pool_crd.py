@@ -8,7 +8,7 @@ import yaml
 
 from craft_operator.api import pool
 from craft_operator.api.constants import CATEGORIES, GROUP, VERSION
-from craft_operator.api.crd import dns_label_name_rules, model_schema, object_schema
+from craft_operator.api.crd import crd_metadata, dns_label_name_rules, model_schema, object_schema
 
 
 def openapi_schema() -> dict[str, Any]:
@@ -60,13 +60,7 @@ def build_pool_crd() -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": f"{pool.POOL_PLURAL}.{GROUP}",
-            "labels": {
-                "app.kubernetes.io/name": "craft-operator",
-                "app.kubernetes.io/part-of": "craft",
-            },
-        },
+        "metadata": crd_metadata(f"{pool.POOL_PLURAL}.{GROUP}"),
         "spec": {
             "group": GROUP,
             "scope": "Namespaced",

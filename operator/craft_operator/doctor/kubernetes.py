@@ -33,7 +33,7 @@ from craft_operator.policy.models import POLICY_PLURAL
 KUBE_TIMEOUT_S = 10.0
 PEERING = "peering"
 #: How to install every CRD the operator needs, as the README's Install does.
-APPLY_CRDS = "kubectl apply -k crds (kubectl apply -k manifests/base does too)"
+APPLY_CRDS = "kubectl apply -k crds"
 #: How doctor is told the operator's peering, as ``craft-operator run`` is.
 PEERING_HOW = (
     "pass the operator's own: --peering NAME (manifests/base: craft-operator) or --standalone"

@@ -7,7 +7,7 @@ from typing import Any
 import yaml
 
 from craft_operator.api import models
-from craft_operator.api.crd import model_schema, object_schema
+from craft_operator.api.crd import crd_metadata, model_schema, object_schema
 from craft_operator.policy import models as policy
 
 _LISTS = (
@@ -51,13 +51,7 @@ def build_policy_crd() -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": f"{policy.POLICY_PLURAL}.{models.GROUP}",
-            "labels": {
-                "app.kubernetes.io/name": "craft-operator",
-                "app.kubernetes.io/part-of": "craft",
-            },
-        },
+        "metadata": crd_metadata(f"{policy.POLICY_PLURAL}.{models.GROUP}"),
         "spec": {
             "group": models.GROUP,
             "scope": "Cluster",
