@@ -3,6 +3,8 @@ the sandboxes by phase read from its cache."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -43,3 +45,33 @@ async def test_a_provisioned_sandbox_shows_in_the_metrics(
     assert found[("craft_reconcile_passes_total", ())] >= 2
     assert found[("craft_api_requests_total", (("verb", "POST"),))] >= 3
     assert found[("craft_workqueue_depth", ())] == 1
+
+
+async def test_a_sandbox_fixed_after_hours_failed_is_measured_from_its_fix(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    limits = {"requests": {"memory": "20Gi"}, "limits": {"memory": "8Gi"}}
+    emulator.create(SANDBOXES, sandbox("alice", resources=limits))
+    failed = await phase(emulator, "alice", "Failed")
+    # Two hours go by while it is Failed (its Ready condition False since then).
+    long_ago = (datetime.now(UTC) - timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    conditions = [
+        {**c, "lastTransitionTime": long_ago} if c["type"] == "Ready" else c
+        for c in failed["conditions"]
+    ]
+    emulator.patch(
+        SANDBOXES, NAMESPACE, "alice", {"status": {"conditions": conditions}}, subresource="status"
+    )
+
+    emulator.patch(
+        SANDBOXES, NAMESPACE, "alice", {"spec": {"resources": {"limits": {"memory": "32Gi"}}}}
+    )
+    await eventually(lambda: pod(emulator, "alice"), what="the pod")
+    provisioning = await phase(emulator, "alice", "Provisioning")
+    assert provisioning["recoveredAt"]
+    assert samples(operator)[("craft_sandbox_oldest_not_ready_seconds", ())] < 60
+    mark_pod_running(emulator, NAMESPACE, "alice")
+    await phase(emulator, "alice", "Ready")
+    found = samples(operator)
+    assert found[("craft_sandbox_time_to_ready_seconds_count", ())] == 1
+    assert found[("craft_sandbox_time_to_ready_seconds_sum", ())] < 60

@@ -497,6 +497,23 @@ def test_a_sandbox_woken_and_ready_in_one_pass_counts_from_that_wake() -> None:
     assert time_to_ready(asleep, woken_now, NOW) == 4
 
 
+def test_a_sandbox_fixed_after_it_failed_waits_from_its_recovery() -> None:
+    """Failed for two hours (Ready False all along), then its spec fixed: 30 seconds of
+    provisioning, not two hours (CraftSandboxStuckNotReady would page)."""
+    fixed = sandbox(
+        "alice",
+        "Provisioning",
+        created=NOW - timedelta(days=1),
+        ready=("False", NOW - timedelta(hours=2)),
+    )
+    fixed["status"]["recoveredAt"] = stamp(NOW - timedelta(seconds=30))
+    assert count_sandboxes([fixed], NOW).oldest_not_ready_seconds == 30
+    assert time_to_ready(fixed, READY, NOW) == 30
+    failed = sandbox("alice", "Failed", ready=("False", NOW - timedelta(hours=2)))
+    fixed_and_ready = CraftSandboxStatus(phase=Phase.READY, recovered_at=NOW - timedelta(seconds=3))
+    assert time_to_ready(failed, fixed_and_ready, NOW) == 3
+
+
 def test_a_time_written_without_a_zone_is_read_as_utc() -> None:
     body = sandbox("alice", "Provisioning", created=NOW - timedelta(days=1))
     body["status"]["conditions"] = [

@@ -218,6 +218,14 @@ class CraftSandboxStatus(StatusModel):
             "does not fall asleep again within idleTimeout of that moment."
         ),
     )
+    recovered_at: datetime | None = Field(
+        default=None,
+        description=(
+            "When the sandbox last left phase Failed (a change to its spec or to the "
+            "platform's policy let it go on): its wait for Ready counts from here, not from "
+            "when it failed."
+        ),
+    )
     conditions: list[Condition] = Field(
         default_factory=list,
         description=(

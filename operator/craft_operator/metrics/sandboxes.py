@@ -89,15 +89,18 @@ def _latest(*moments: datetime | None) -> datetime | None:
 
 def not_ready_since(body: Mapping[str, Any]) -> datetime | None:
     """When a sandbox last set out for Ready, if it is not Ready now: the latest of its
-    creation, Ready turning False (pod replaced or failed) and ``status.wokeAt``.
+    creation, Ready turning False (pod replaced or failed), ``status.wokeAt`` and
+    ``status.recoveredAt``.
 
     Woken from idle sleep, a sandbox's Ready is still False from when it fell asleep (it
-    stayed False while it slept): the wait for Ready starts when it woke, not days before.
+    stayed False while it slept): the wait for Ready starts when it woke, not days before;
+    likewise for a sandbox fixed after it failed (Ready stayed False while it was Failed).
     """
     lost = _lost_ready(body)
     if lost is None:
         return None
-    return _latest(lost, _parse_time(_status(body).get("wokeAt")))
+    status = _status(body)
+    return _latest(lost, _parse_time(status.get("wokeAt")), _parse_time(status.get("recoveredAt")))
 
 
 def time_to_ready(
@@ -105,14 +108,15 @@ def time_to_ready(
 ) -> float | None:
     """Seconds to observe with :meth:`Metrics.observe_ready` when a reconcile pass turns a
     sandbox Ready, else ``None``: measured from :func:`not_ready_since` of the body as the
-    pass found it (its creation, when it lost Ready, when it woke), or from the wake of this
-    very pass (a woken sandbox that claims a warm pod may be Ready in the pass that woke it)."""
+    pass found it (its creation, when it lost Ready, when it woke or left Failed), or from
+    the wake or recovery of this very pass (a woken sandbox that claims a warm pod may be
+    Ready in the pass that woke it)."""
     if new_status.phase != Phase.READY:
         return None
     if parse_status(old_body.get("status"))[0].phase == Phase.READY:
         return None
-    woke = utc(new_status.woke_at) if new_status.woke_at is not None else None
-    since = _latest(not_ready_since(old_body), woke)
+    own = [utc(t) for t in (new_status.woke_at, new_status.recovered_at) if t is not None]
+    since = _latest(not_ready_since(old_body), *own)
     return None if since is None else max(0.0, (now - since).total_seconds())
 
 

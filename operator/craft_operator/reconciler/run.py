@@ -167,6 +167,8 @@ class Run:
                 phase = Phase.PROVISIONING
             else:
                 phase = Phase.PENDING
+        if self.old_status.phase == Phase.FAILED and phase != Phase.FAILED:
+            self.status.recovered_at = self.moment()
         self.status.phase = phase
         if self.generation is not None and not self.interrupted:
             # A pass cut short keeps the generation the last whole pass acted on: the spec's
