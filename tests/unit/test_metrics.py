@@ -514,6 +514,19 @@ def test_a_sandbox_fixed_after_it_failed_waits_from_its_recovery() -> None:
     assert time_to_ready(failed, fixed_and_ready, NOW) == 3
 
 
+def test_a_start_written_to_the_second_is_read_to_the_millisecond_the_operator_saw() -> None:
+    """creationTimestamp (or Ready's first transition) is whole seconds: a warm claim Ready
+    300 ms after its creation at 11:59:59.5 would read as 0.8 s. The moment the operator saw
+    it created stands for it when it falls within that second, and only then."""
+    created = sandbox("alice", "Provisioning", created=NOW - timedelta(seconds=0.8))
+    created["metadata"]["creationTimestamp"] = "2026-11-23T11:59:59Z"
+    seen = NOW - timedelta(seconds=0.3)
+    assert time_to_ready(created, READY, NOW, seen) == pytest.approx(0.3)
+    assert time_to_ready(created, READY, NOW) == pytest.approx(1.0)
+    long_before = NOW - timedelta(seconds=5)
+    assert time_to_ready(created, READY, NOW, long_before) == pytest.approx(1.0)
+
+
 def test_a_time_written_without_a_zone_is_read_as_utc() -> None:
     body = sandbox("alice", "Provisioning", created=NOW - timedelta(days=1))
     body["status"]["conditions"] = [

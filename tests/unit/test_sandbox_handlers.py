@@ -3,6 +3,7 @@ relist after the watch was down) starts afresh, inheriting no backoff or memory.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
@@ -10,18 +11,23 @@ import pytest
 
 from craft_operator.handlers import sandbox
 from craft_operator.kube.cache import ObjectCache
+from craft_operator.metrics import Metrics
+from craft_operator.metrics.recorder import SEEN_LIMIT
 from tests.support.queues import RecordingQueue
 
 pytestmark = pytest.mark.unit
 
+NOW = datetime(2026, 11, 28, 12, 0, 0, 400_000, tzinfo=UTC)
 
-def handler_memo() -> Any:
+
+def handler_memo(now: datetime = NOW) -> Any:
     """What the sandbox handler reads of the operator's context, recording."""
     return SimpleNamespace(
         gate=SimpleNamespace(active=True),
         cache=ObjectCache(),
         queue=RecordingQueue(),
         reconciler=RecordingQueue(),
+        services=SimpleNamespace(clock=lambda: now, metrics=Metrics()),
     )
 
 
@@ -49,3 +55,29 @@ def test_an_older_event_of_an_earlier_sandbox_of_the_name_forgets_nothing() -> N
     sandbox.on_sandbox_event(memo, "ADDED", body("u2", "9"))
     sandbox.on_sandbox_event(memo, "MODIFIED", body("u1", "2"))  # late, and older
     assert memo.reconciler.forgotten == []
+
+
+def created(uid: str, at: str) -> dict[str, Any]:
+    new = body(uid, "1")
+    new["metadata"]["creationTimestamp"] = at
+    return new
+
+
+def test_a_sandbox_seen_within_the_second_of_its_creation_is_timed_from_that_moment() -> None:
+    # creationTimestamp says 12:00:00; the watch brought it at 12:00:00.4, and a warm claim
+    # is Ready well within a second: its time to Ready starts at 12:00:00.4, not 12:00:00.
+    memo = handler_memo()
+    sandbox.on_sandbox_event(memo, "ADDED", created("u1", "2026-11-28T12:00:00Z"))
+    sandbox.on_sandbox_event(memo, "MODIFIED", created("u1", "2026-11-28T12:00:00Z"))
+    sandbox.on_sandbox_event(memo, "ADDED", created("u2", "2026-11-28T11:59:58Z"))  # a relist
+    assert memo.services.metrics.take_seen("u1") == NOW
+    assert memo.services.metrics.take_seen("u1") is None, "once"
+    assert memo.services.metrics.take_seen("u2") is None
+
+
+def test_the_moments_remembered_are_bounded() -> None:
+    metrics = Metrics()
+    for index in range(SEEN_LIMIT + 10):
+        metrics.saw_created(f"u{index}", NOW + timedelta(seconds=index))
+    assert metrics.take_seen("u0") is None, "the oldest went first"
+    assert metrics.take_seen(f"u{SEEN_LIMIT + 9}") is not None

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from craft_operator.context import OperatorContext
 from craft_operator.kube import kinds
+from craft_operator.metrics.sandboxes import parse_time
 
 
 def on_sandbox_event(memo: OperatorContext, event_type: str, obj: dict[str, Any]) -> None:
@@ -27,6 +29,8 @@ def on_sandbox_event(memo: OperatorContext, event_type: str, obj: dict[str, Any]
         memo.services.credentials.forget(str(meta.get("uid", "")))
         return
     before = memo.cache.get(kinds.SANDBOX.name, *key)
+    if before is None or before["metadata"].get("uid") != meta.get("uid"):
+        _note_creation(memo, meta)
     if memo.cache.put(kinds.SANDBOX.name, obj):
         if before is not None and before["metadata"].get("uid") != meta.get("uid"):
             # Recreated under its name while its deletion went unseen (a relist): the new
@@ -34,3 +38,14 @@ def on_sandbox_event(memo: OperatorContext, event_type: str, obj: dict[str, Any]
             memo.queue.forget(key)
             memo.reconciler.forget(key)
         memo.queue.add(key)  # new to us, not the echo of our own write
+
+
+def _note_creation(memo: OperatorContext, meta: dict[str, Any]) -> None:
+    """A sandbox created within the second (not one a relist found): the moment it was
+    seen stands for its creation in its time to Ready, to the millisecond."""
+    created = parse_time(meta.get("creationTimestamp"))
+    if created is None:
+        return
+    now = memo.services.clock()
+    if timedelta(0) <= now - created < timedelta(seconds=1):
+        memo.services.metrics.saw_created(str(meta.get("uid", "")), now)

@@ -13,7 +13,7 @@ from enum import StrEnum
 PREFIX = "craft"
 
 #: Time to Ready: 1 s to 10 min (image pulls and slow nodes make minutes normal).
-READY_BUCKETS = (1, 2, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 240, 300, 420, 600)
+READY_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 240, 300, 420, 600)
 #: One provisioning step: a database round trip (ms) up to a pod start (minutes).
 PHASE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 #: One user-library sync: an empty diff (ms) up to a large library (half an hour).

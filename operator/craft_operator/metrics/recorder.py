@@ -23,6 +23,9 @@ from craft_operator.metrics.labels import (
 from craft_operator.metrics.pools import ColdStartReason, PoolCounters
 from craft_operator.metrics.state import EventStats, QueueStats, SandboxCache, StateCollector
 
+#: New sandboxes whose moment of creation is remembered until they are Ready.
+SEEN_LIMIT = 4096
+
 
 class Metrics:
     """The operator's metrics; the reconciler calls the methods, a server exposes them."""
@@ -35,6 +38,8 @@ class Metrics:
         self._pools = PoolCounters(self.registry)
         self._state = StateCollector()
         self.registry.register(self._state)
+        #: When the operator saw each new sandbox, by uid (see :meth:`saw_created`).
+        self._seen: dict[str, datetime] = {}
 
     def _declare_provisioning(self) -> None:
         self._ready = Histogram(
@@ -144,6 +149,20 @@ class Metrics:
     def observe_ready(self, seconds: float) -> None:
         """A sandbox became Ready ``seconds`` after creation (or after it lost Ready)."""
         self._ready.observe(max(0.0, seconds))
+
+    def saw_created(self, uid: str, moment: datetime) -> None:
+        """The watch brought a sandbox created moments ago: ``moment`` says its creation to
+        the millisecond, where its ``creationTimestamp`` says only the second (a warm claim
+        is Ready in a fraction of one). At most :data:`SEEN_LIMIT` are kept, the oldest
+        dropped first (a sandbox that never becomes Ready is measured to the second)."""
+        self._seen.pop(uid, None)
+        self._seen[uid] = moment
+        while len(self._seen) > SEEN_LIMIT:
+            del self._seen[next(iter(self._seen))]
+
+    def take_seen(self, uid: str) -> datetime | None:
+        """The moment :meth:`saw_created` recorded for ``uid``, once."""
+        return self._seen.pop(uid, None)
 
     def observe_phase(self, phase: ProvisioningPhase | str, seconds: float) -> None:
         """One provisioning step took ``seconds``; ``phase`` must be a :class:`ProvisioningPhase`

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from craft_operator.api.models import ConditionStatus, CraftSandboxStatus, Phase
@@ -15,6 +15,8 @@ from craft_operator.policy.models import POLICY_ENFORCED
 #: sandboxes wait for a spec change: ``craft_sandboxes{phase="Failed"}`` counts them.)
 _WAITING_PHASES = frozenset({Phase.PENDING.value, Phase.PROVISIONING.value})
 _PHASES = frozenset(phase.value for phase in Phase)
+#: The resolution of the times Kubernetes writes.
+_SECOND = timedelta(seconds=1)
 _TRUE, _FALSE = ConditionStatus.TRUE.value, ConditionStatus.FALSE.value
 
 
@@ -36,7 +38,8 @@ def utc(moment: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def _parse_time(text: Any) -> datetime | None:
+def parse_time(text: Any) -> datetime | None:
+    """A time as Kubernetes writes it (``None`` if it is none); without a zone: UTC."""
     if not isinstance(text, str) or not text:
         return None
     try:
@@ -75,11 +78,11 @@ def _lost_ready(body: Mapping[str, Any]) -> datetime | None:
         if condition.get("type") == "Ready":
             if condition.get("status") == _TRUE:
                 return None
-            since = _parse_time(condition.get("lastTransitionTime"))
+            since = parse_time(condition.get("lastTransitionTime"))
             if since is not None:
                 return since
             break
-    return _parse_time((body.get("metadata") or {}).get("creationTimestamp"))
+    return parse_time((body.get("metadata") or {}).get("creationTimestamp"))
 
 
 def _latest(*moments: datetime | None) -> datetime | None:
@@ -100,23 +103,30 @@ def not_ready_since(body: Mapping[str, Any]) -> datetime | None:
     if lost is None:
         return None
     status = _status(body)
-    return _latest(lost, _parse_time(status.get("wokeAt")), _parse_time(status.get("recoveredAt")))
+    return _latest(lost, parse_time(status.get("wokeAt")), parse_time(status.get("recoveredAt")))
 
 
 def time_to_ready(
-    old_body: Mapping[str, Any], new_status: CraftSandboxStatus, now: datetime
+    old_body: Mapping[str, Any],
+    new_status: CraftSandboxStatus,
+    now: datetime,
+    seen: datetime | None = None,
 ) -> float | None:
     """Seconds to observe with :meth:`Metrics.observe_ready` when a reconcile pass turns a
     sandbox Ready, else ``None``: measured from :func:`not_ready_since` of the body as the
     pass found it (its creation, when it lost Ready, when it woke or left Failed), or from
     the wake or recovery of this very pass (a woken sandbox that claims a warm pod may be
-    Ready in the pass that woke it)."""
+    Ready in the pass that woke it). ``seen``: when the operator saw the sandbox created
+    (:meth:`Metrics.saw_created`), which stands for a start moment written to the second
+    that it falls within (the creation, or Ready turning False in the first pass)."""
     if new_status.phase != Phase.READY:
         return None
     if parse_status(old_body.get("status"))[0].phase == Phase.READY:
         return None
     own = [utc(t) for t in (new_status.woke_at, new_status.recovered_at) if t is not None]
     since = _latest(not_ready_since(old_body), *own)
+    if since is not None and seen is not None and since <= utc(seen) < since + _SECOND:
+        since = utc(seen)
     return None if since is None else max(0.0, (now - since).total_seconds())
 
 

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from craft_operator.api.models import Phase
 from craft_operator.kube import kinds
 from craft_operator.kube.client import NotFoundError
 from craft_operator.metrics import time_to_ready
@@ -37,7 +38,10 @@ async def write_status(s: Services, run: Run) -> None:
     s.cache.put(SANDBOX.name, updated)
     if _content_changed(run.body, updated):
         run.changed_meanwhile()
-    seconds = time_to_ready(run.body, run.status, run.now)
+    seen = None
+    if run.status.phase == Phase.READY:
+        seen = s.metrics.take_seen(str(run.body.get("metadata", {}).get("uid", "")))
+    seconds = time_to_ready(run.body, run.status, run.now, seen)
     if seconds is not None:
         s.metrics.observe_ready(seconds)
 
