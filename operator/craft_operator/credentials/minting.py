@@ -131,7 +131,7 @@ def _retiring(
     revoked = [] if row is None or row.superseded_pat_id is None else [row.superseded_pat_id]
     statements: list[Any] = []
     if superseded is not None and grace is not None:
-        statements.append(grace_statement(superseded, grace))
+        statements.append(grace_statement(superseded, grace, now))
     elif superseded is not None:
         revoked.append(superseded)
     if revoked:

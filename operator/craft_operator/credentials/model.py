@@ -117,8 +117,8 @@ def pat_state(row: Row[Any], now: datetime) -> PatState:
 
 def live_grace_pat(row: Row[Any], now: datetime) -> tuple[int, datetime] | None:
     """The superseded PAT of a stored row (joined to it) and its end, while it is live."""
-    if row.superseded_pat_id is None or row.grace_revoked is not False:
-        return None  # none, revoked, or deleted (the outer join found no PAT)
+    if row.superseded_pat_id is None or row.grace_revoked is None:
+        return None  # none, or deleted (the outer join found no PAT)
     if row.grace_expires_at is None or row.grace_expires_at <= now:
         return None  # a grace PAT always has an end; one without is not the operator's
     return int(row.superseded_pat_id), row.grace_expires_at

@@ -23,12 +23,20 @@ def _no_later_than(moment: datetime) -> Any:
     )
 
 
+def _live(now: datetime) -> Any:
+    """Whether a PAT authenticates at ``now`` as Onyx's server decides: by ``expires_at``
+    alone (it never reads ``is_revoked``, which its own revocation sets with the expiry)."""
+    bound = literal(now, PAT.c.expires_at.type)
+    return PAT.c.expires_at.is_(None) | (PAT.c.expires_at > bound)
+
+
 def revoke_pats_statement(pat_ids: Sequence[int], now: datetime) -> Any:
     """Onyx's revocation of each PAT of ``pat_ids``: ``is_revoked`` true and ``expires_at``
-    now (never later)."""
+    now (never later). Also of one only marked ``is_revoked`` (by hand, say), which Onyx's
+    server still accepts until its ``expires_at``."""
     return (
         update(PAT)
-        .where(PAT.c.id.in_(list(pat_ids)), PAT.c.is_revoked.is_(False))
+        .where(PAT.c.id.in_(list(pat_ids)), PAT.c.is_revoked.is_(False) | _live(now))
         .values(is_revoked=True, expires_at=_no_later_than(now))
     )
 
@@ -38,14 +46,19 @@ def revoke_pat_statement(pat_id: int, now: datetime) -> Any:
     return revoke_pats_statement([pat_id], now)
 
 
-def grace_statement(pat_id: int, until: datetime) -> Any:
+def grace_statement(pat_id: int, until: datetime, now: datetime) -> Any:
     """Leave a superseded PAT live until ``until`` at the latest: its ``expires_at`` is
     shortened to it (never extended), so Onyx's server refuses it from then on even if the
-    operator is gone by then."""
+    operator is gone by then. One marked ``is_revoked`` meanwhile expires now."""
     return (
         update(PAT)
-        .where(PAT.c.id == pat_id, PAT.c.is_revoked.is_(False))
-        .values(expires_at=_no_later_than(until))
+        .where(PAT.c.id == pat_id)
+        .values(
+            expires_at=case(
+                (PAT.c.is_revoked.is_(True), _no_later_than(now)),
+                else_=_no_later_than(until),
+            )
+        )
     )
 
 

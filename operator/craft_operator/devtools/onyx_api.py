@@ -67,7 +67,7 @@ def authenticate(engine: Engine, hashed: str, now: datetime) -> dict[str, Any] |
     query = select(_PAT.c.id, _PAT.c.user_id, _PAT.c.pat_type, _PAT.c.scopes, _PAT.c.last_used_at)
     conditions = [
         _PAT.c.hashed_token == hashed,
-        _PAT.c.is_revoked.is_(False),
+        # As Onyx's server decides: by the expiry alone (is_revoked is its audit trail).
         or_(_PAT.c.expires_at.is_(None), _PAT.c.expires_at > now),
     ]
     if is_onyx_mode(engine):

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, func, or_, select
 
 from craft_operator.credentials import CredentialStore, KeyRing, generate_key_entry
 from craft_operator.credentials.db import create_credentials_engine, upgrade
@@ -57,13 +57,14 @@ class Database:
         return uuid.uuid4()
 
     def live_pats(self, *, user_id: uuid.UUID | None = None, at: datetime | None = None) -> int:
-        """How many PATs would authenticate at ``at`` (default: now)."""
+        """How many PATs would authenticate at ``at`` (default: now), as Onyx's server
+        decides: by ``expires_at`` alone (it never reads ``is_revoked``)."""
         moment = at or datetime.now(UTC)
         pat = PersonalAccessToken.__table__
         query = (
             select(func.count())
             .select_from(pat)
-            .where(pat.c.is_revoked.is_(False), pat.c.expires_at > moment)
+            .where(or_(pat.c.expires_at.is_(None), pat.c.expires_at > moment))
         )
         if user_id is not None:
             query = query.where(pat.c.user_id == user_id)

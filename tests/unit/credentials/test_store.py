@@ -158,6 +158,29 @@ def test_mints_when_the_pat_is_no_longer_live(
     assert how[:6] in again.reason.replace("missing", "deleted")
 
 
+def test_a_pat_only_marked_revoked_is_replaced_and_made_to_expire_as_onyx_revokes(
+    store: CredentialStore, database: Database
+) -> None:
+    # Onyx's server authenticates by expires_at alone; an admin's `SET is_revoked = true`
+    # leaves the token working for its 30 days unless the operator finishes the revocation.
+    user = database.new_user()
+    first = store.ensure(SANDBOX, user_id=user, tenant_id="public")
+    pat = PersonalAccessToken.__table__
+    with database.engine.begin() as connection:
+        connection.execute(update(pat).where(pat.c.id == first.pat_id).values(is_revoked=True))
+    assert database.live_pats(user_id=user) == 1, "still accepted by Onyx's server"
+
+    again = store.ensure(SANDBOX, user_id=user, tenant_id="public")
+
+    assert again.minted
+    assert again.reason is not None
+    assert "revoked" in again.reason
+    assert database.live_pats(user_id=user) == 1, "the new one only: the old one expired"
+    with database.engine.connect() as connection:
+        old = connection.execute(select(pat).where(pat.c.id == first.pat_id)).one()
+    assert old.is_revoked
+
+
 def test_mints_when_the_stored_hash_does_not_match(
     store: CredentialStore, database: Database
 ) -> None:
