@@ -42,7 +42,7 @@ def decide_idle(
     """Whether the sandbox should sleep, keep sleeping, or wake.
 
     A missing or unparseable annotation never puts a sandbox to sleep; while asleep, only a
-    parseable activity later than the moment it slept wakes it (or disabling the timeout).
+    parseable activity at or after the moment it slept wakes it (or disabling the timeout).
     An activity so far ahead (year 9999) that the idle deadline after it is past the last
     moment a :class:`datetime` holds is unusable too: a problem, never an exception.
     A sandbox that woke does not fall asleep again within the timeout of waking, even when
@@ -60,7 +60,8 @@ def decide_idle(
     if sleeping_since is not None:
         if idle_timeout is None:
             return IdleDecision(asleep=False, wake_now=True, problem=problem)
-        if activity is not None and activity > sleeping_since:
+        # Not later: at (a touch in the second it fell asleep, both stamps cut to seconds).
+        if activity is not None and activity >= sleeping_since:
             return IdleDecision(asleep=False, wake_now=True)
         return IdleDecision(asleep=True, problem=problem)
     if deadline is None:  # no timeout, or no usable activity

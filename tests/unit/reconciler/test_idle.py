@@ -134,8 +134,18 @@ def test_activity_after_the_moment_it_slept_wakes_it() -> None:
     assert decision == IdleDecision(asleep=False, wake_now=True)
 
 
-@pytest.mark.parametrize("offset", [timedelta(0), -timedelta(seconds=1), -5 * HOUR])
-def test_activity_not_after_the_moment_it_slept_keeps_it_asleep(offset: timedelta) -> None:
+def test_activity_in_the_second_it_fell_asleep_wakes_it() -> None:
+    # Both stamps are cut to the second: a touch() in that second (or from a backend whose
+    # clock is a little behind) would otherwise never wake it, touched again or not.
+    slept = NOW - HOUR
+    decision = decide_idle(
+        idle_timeout=HOUR, last_activity=stamp(slept), sleeping_since=slept, now=NOW
+    )
+    assert decision == IdleDecision(asleep=False, wake_now=True)
+
+
+@pytest.mark.parametrize("offset", [-timedelta(seconds=1), -5 * HOUR])
+def test_activity_before_the_moment_it_slept_keeps_it_asleep(offset: timedelta) -> None:
     slept = NOW - HOUR
     decision = decide_idle(
         idle_timeout=HOUR, last_activity=stamp(slept + offset), sleeping_since=slept, now=NOW

@@ -6,24 +6,30 @@ from datetime import timedelta
 from typing import Any
 
 from craft_operator.api.models import ANNOTATION_LAST_ACTIVITY, Phase
+from craft_operator.kube import kinds
 from craft_operator.reconciler.children import controlled_by
 from craft_operator.reconciler.idle import IdleDecision, decide_idle
 from craft_operator.reconciler.step import Pass, Stop
-from craft_operator.reconciler.steps import pod_lifecycle, pod_state
-from craft_operator.status import POD_READY, ConditionState
+from craft_operator.reconciler.steps import pod_lifecycle
+from craft_operator.status import CLI_VALIDATED, POD_READY, ConditionState
 
 
 async def hold(p: Pass, actual: dict[str, Any] | None) -> Stop | None:
     """Stop the pod while the sandbox is suspended or asleep (a Stop says which); ``None``
     when the pod may run, waking the sandbox if activity resumed."""
     s, run, sandbox = p.services, p.run, p.sandbox
-    decision = decide_idle(
-        idle_timeout=sandbox.spec.idle_timeout,
-        last_activity=sandbox.metadata.annotations.get(ANNOTATION_LAST_ACTIVITY),
-        sleeping_since=run.status.sleeping_since,
-        now=run.now,
-        woke_at=run.status.woke_at,
-    )
+    activity = sandbox.metadata.annotations.get(ANNOTATION_LAST_ACTIVITY)
+    decision = _decide(p, activity)
+    if decision.sleep_now:
+        # The pass may have waited long (the credential database, say) since it read the
+        # sandbox: a touch() meanwhile must keep the pod of a user who is active now.
+        now = s.cache.get(kinds.SANDBOX.name, *run.key)
+        fresh = ((now or {}).get("metadata", {}).get("annotations") or {}).get(
+            ANNOTATION_LAST_ACTIVITY
+        )
+        if now is not None and fresh != activity:
+            run.changed_meanwhile()
+            decision = _decide(p, fresh)
     _report_problem(p, decision)
     if sandbox.spec.suspend:
         run.phase = Phase.SUSPENDED
@@ -48,6 +54,17 @@ async def hold(p: Pass, actual: dict[str, Any] | None) -> Stop | None:
     return None
 
 
+def _decide(p: Pass, activity: str | None) -> IdleDecision:
+    run = p.run
+    return decide_idle(
+        idle_timeout=p.sandbox.spec.idle_timeout,
+        last_activity=activity,
+        sleeping_since=run.status.sleeping_since,
+        now=run.now,
+        woke_at=run.status.woke_at,
+    )
+
+
 def _report_problem(p: Pass, decision: IdleDecision) -> None:
     """An unreadable last-activity annotation, said once per distinct problem, not per pass."""
     reported = p.memory.reported
@@ -62,10 +79,15 @@ async def _stop_pod(p: Pass, actual: dict[str, Any] | None, reason: str, message
     if actual is not None and not controlled_by(actual, p.sandbox.metadata.uid):
         actual = None  # never another's pod, whatever its name
     if actual is not None and not actual["metadata"].get("deletionTimestamp"):
-        if pod_state.is_ready(actual):
-            p.run.status.pod_failures = None  # a pod that ran until stopped ends the row
         await pod_lifecycle.remove(p, actual)
         p.event(f"Pod{reason}", message)
-    p.run.set(ConditionState.false(POD_READY, reason, message))
-    p.run.status.pod_uid = None
+    run = p.run
+    run.set(ConditionState.false(POD_READY, reason, message))
+    run.status.pod_uid = None
+    # What the stopped pods did is not the next pod's: a stop ends a row of failed pods,
+    # and the verdict on onyx-cli (a refused PAT, no onyx-cli) is given again in the next.
+    run.status.pod_failures = None
+    run.status.last_pod_failure_time = None
+    run.status.cli_auth_failures = None
+    run.set(ConditionState.unknown(CLI_VALIDATED, reason, f"{message}: validated in the next pod"))
     return Stop(reason)

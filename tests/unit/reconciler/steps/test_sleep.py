@@ -12,7 +12,7 @@ from craft_operator.metrics import time_to_ready
 from craft_operator.reconciler import suspension
 from craft_operator.reconciler.step import Memory
 from craft_operator.reconciler.steps import sleep
-from tests.unit.reconciler.steps.conftest import NOW, World
+from tests.unit.reconciler.steps.conftest import NOW, World, sandbox_body
 
 pytestmark = pytest.mark.unit
 
@@ -138,3 +138,45 @@ async def test_a_sandbox_known_suspended_by_its_phase_alone_is_resumed_once(
         suspension.note(p)
         assert p.run.status.woke_at == NOW
     assert world.events.reasons == ["SandboxResumed"]
+
+
+async def test_an_activity_written_while_the_pass_ran_keeps_the_pod(world: World) -> None:
+    # The pass read a stale activity (it waited on the credential database, say); the
+    # user's touch() since is in the cache: the active user's pod must not be stopped.
+    p = world.pass_(spec={"idleTimeout": "1h"}, annotations=OLD_ACTIVITY)
+    touched = {"craft.onyx.app/last-activity": "2026-11-23T11:59:50Z"}
+    world.cache.put("CraftSandbox", sandbox_body(spec={"idleTimeout": "1h"}, annotations=touched))
+    assert await sleep.hold(p, None) is None
+    assert p.run.status.sleeping_since is None
+    assert p.run.verdict.changed, "visited again at once, with the new activity"
+    assert world.events.reasons == []
+
+
+async def test_falling_asleep_ends_the_row_of_failed_pods_and_the_verdict_on_onyx_cli(
+    world: World,
+) -> None:
+    # Pods that failed, Onyx refusing a fresh PAT: the next pod, after the wake, starts
+    # afresh (one eviction must not end it Failed, nor the client take a stale AuthFailed
+    # as final).
+    p = world.pass_(
+        spec={"idleTimeout": "1h"},
+        annotations=OLD_ACTIVITY,
+        status={
+            "podFailures": 2,
+            "lastPodFailureTime": "2026-11-23T11:00:00Z",
+            "cliAuthFailures": 2,
+            "conditions": [
+                {"type": "CLIValidated", "status": "False", "reason": "AuthFailed"},
+            ],
+        },
+    )
+    assert await sleep.hold(p, None) is not None
+    status = p.run.status
+    assert (status.pod_failures, status.last_pod_failure_time, status.cli_auth_failures) == (
+        None,
+        None,
+        None,
+    )
+    cli = p.run.condition("CLIValidated")
+    assert cli is not None
+    assert (cli.status, cli.reason) == ("Unknown", "Sleeping")
