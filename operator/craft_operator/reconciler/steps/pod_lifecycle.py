@@ -75,6 +75,9 @@ async def create(p: Pass, desired: dict[str, Any]) -> Stop:
     run.pod_exists = True
     run.status.pod_uid = created["metadata"].get("uid")
     run.set(ConditionState.false(POD_READY, "PodStarting", pod_state.waiting_detail(created)))
+    # The pod's own watch event is the echo of this write: without a change to it (no
+    # scheduler, say) nothing else brings a pass before the resync.
+    run.revisit(after=s.settings.provisioning_timeout + 1)
     p.event("PodCreated", f"created pod {pod_name(p.sandbox)}")
     return Stop(WAITING)
 

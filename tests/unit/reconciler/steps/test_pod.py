@@ -42,6 +42,9 @@ async def test_a_missing_pod_is_created_and_the_pass_waits_for_it(world: World) 
     assert condition.reason == "PodStarting"
     assert world.events.reasons == ["PodCreated"]
     assert p.pod is None
+    # A pod that never changes (no scheduler) still times out when it should.
+    timeout = world.services.settings.provisioning_timeout
+    assert p.run.verdict.after == timeout + 1
 
 
 async def test_a_ready_pod_lets_the_pass_go_on(world: World) -> None:
