@@ -108,7 +108,7 @@ def run_checks(
         database = [unexpected_failure("database", exc)]
     results.extend(database)
     try:
-        results.append(check_key_ring(settings, engine))
+        results.append(check_key_ring(settings, engine, peering=peered))
     except Exception as exc:
         results.append(unexpected_failure("key ring", exc))
     finally:

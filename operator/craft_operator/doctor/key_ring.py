@@ -10,7 +10,7 @@ from sqlalchemy import Engine
 
 from craft_operator.config import Settings
 from craft_operator.credentials.errors import CredentialsError, KeyRingError
-from craft_operator.credentials.factory import load_key_ring
+from craft_operator.credentials.factory import check_key_ring_setting, load_key_ring
 from craft_operator.credentials.keyring import DEV_KEY_RING_FILE, KeyRing, key_ring_from_file
 from craft_operator.credentials.rotation import KeyUsage
 from craft_operator.credentials.store import CredentialStore
@@ -29,11 +29,19 @@ def _describe_ring(ring: KeyRing) -> str:
     return f"{len(ring.key_ids)} key(s), encrypting with {ring.current_key_id!r}"
 
 
-def check_key_ring(settings: Settings, engine: Engine | None = None) -> CheckResult:
+def check_key_ring(
+    settings: Settings, engine: Engine | None = None, *, peering: bool = False
+) -> CheckResult:
     """Load the key ring; with a migrated ``engine``, check it has the key of every token
-    this cluster stores and opens a sample of each key's tokens."""
+    this cluster stores and opens a sample of each key's tokens. Without one where ``run``
+    refuses the development ring (in a pod, on Postgres, peered): a failure, as ``run``
+    then stops."""
     name = "key ring"
     if settings.encryption_keys is None and settings.encryption_keys_file is None:
+        try:
+            check_key_ring_setting(settings, peering=peering)
+        except KeyRingError as exc:
+            return fail(name, str(exc), _KEYS_FIX)
         path = settings.state_dir / DEV_KEY_RING_FILE
         production = "for production, " + _KEYS_FIX[0].lower() + _KEYS_FIX[1:]
         if not path.exists():

@@ -166,3 +166,20 @@ def test_doctor_never_prints_key_material_of_a_bad_key_ring_file(
     for text in (result.output, line):
         for form in (CANARY, CANARY[:16], CANARY[-16:]):
             assert form not in text
+
+
+@pytest.mark.parametrize(
+    ("in_a_pod", "peering", "expected"),
+    [(False, False, Status.WARN), (True, False, Status.FAIL), (False, True, Status.FAIL)],
+    ids=["on a laptop", "in a pod", "peered"],
+)
+def test_without_keys_doctor_fails_where_run_refuses_the_development_ring(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_a_pod: bool, peering: bool, expected: Status
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    if in_a_pod:
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    result = check_key_ring(load_settings(state_dir=tmp_path), peering=peering)
+    assert result.status is expected
+    if expected is Status.FAIL:
+        assert "CRAFT_ENCRYPTION_KEYS (or CRAFT_ENCRYPTION_KEYS_FILE) must be set" in result.detail
