@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import aiohttp.web
+from kmock._internal import rendering
+
 from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
 from craft_operator.policy.models import POLICY_NAME, TENANT_LABEL
@@ -193,6 +196,36 @@ async def test_a_deleted_policy_keeps_admitted_sandboxes_running_and_refuses_new
         lambda: condition(emulator, "alice", "PolicyEnforced") == {}, what="the warning cleared"
     )
     assert status(emulator, "alice")["phase"] == "Ready"
+
+
+async def test_a_spec_judged_by_a_pass_an_error_cut_short_is_not_new_when_the_policy_goes(
+    emulator: KubeEmulator, operator: OperatorContext, settings: Settings
+) -> None:
+    # Generation 2 is allowed, then its pass stops at an error (a webhook refusing the old
+    # pod's deletion): its status keeps generation 1. The policy pruned meanwhile must not
+    # withdraw a sandbox whose spec the policy already allowed.
+    allow(emulator, images=["registry.example.com/craft/"])
+    emulator.create(SANDBOXES, sandbox("alice", image=IMAGE))
+    await ready(emulator, "alice")
+
+    async def refuse_pod_deletion(request: rendering.Request) -> aiohttp.web.Response | None:
+        if request.method.value.upper() == "DELETE" and "/pods/" in request.url.path:
+            refusal = {"kind": "Status", "code": 403, "reason": "Forbidden", "message": "no"}
+            return aiohttp.web.json_response(refusal, status=403)
+        return None
+
+    emulator.before_request.append(refuse_pod_deletion)  # type: ignore[arg-type]
+    emulator.patch(
+        SANDBOXES, NAMESPACE, "alice", {"spec": {"resources": {"limits": {"memory": "12Gi"}}}}
+    )
+    await event_posted(emulator, "alice", "ReconcileError")
+    emulator.remove(POLICIES, None, POLICY_NAME)
+
+    await event_posted(emulator, "alice", "PolicyMissing")
+    assert children(emulator) == [name for _, name in CHILDREN]
+    assert len(live_pats(settings)) == 1
+    assert "AccessWithdrawn" not in await event_posted(emulator, "alice", "PolicyMissing")
+    assert status(emulator, "alice")["observedGeneration"] == 1
 
 
 async def test_a_sandbox_whose_spec_changes_while_the_policy_is_missing_is_judged_as_new(

@@ -125,6 +125,8 @@ async def test_a_pass_stopped_by_an_error_keeps_the_generation_it_last_acted_on_
     assert "canary-words" not in warning["message"]
     await asyncio.sleep(0.5)  # passes retried meanwhile
     assert status(emulator, "alice")["observedGeneration"] == 1
+    [ready] = [c for c in status(emulator, "alice")["conditions"] if c["type"] == "Ready"]
+    assert ready["observedGeneration"] == 1, "Ready sums up conditions of the older spec"
     assert operator.queue.failed >= 1
 
     emulator.before_request.remove(refuse_pod_deletion)  # type: ignore[arg-type]

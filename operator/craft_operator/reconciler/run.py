@@ -52,10 +52,13 @@ class Run:
         *,
         held: CraftSandboxStatus | None = None,
         held_for: float | None = None,
+        acted_on: int | None = None,
     ) -> None:
         """``held``: a status an earlier pass built and held instead of writing (see
         :meth:`hold`), for ``held_for`` seconds more; the pass builds on it, and writes its
-        difference from the stored one."""
+        difference from the stored one. ``acted_on``: the generation an earlier pass, cut
+        short by an error after it judged the spec, acted on (its status keeps the older
+        one): that spec is not new to this pass."""
         self.body = body
         self.now = now
         self.conditions = tuple(conditions)
@@ -81,11 +84,12 @@ class Run:
         self._held_for = held_for if held is not None else None
         #: The pass stopped at an error no step handles: it did not act on the whole spec.
         self.interrupted = False
+        self._acted_on = acted_on
 
     @property
     def spec_changed(self) -> bool:
         """Whether the spec changed since the operator last acted on it."""
-        return self.old_status.observed_generation != self.generation
+        return self.generation not in (self.old_status.observed_generation, self._acted_on)
 
     def condition(self, type_: str) -> Condition | None:
         """The condition as this pass has it so far."""
@@ -100,11 +104,14 @@ class Run:
         """Record a condition. Its ``lastTransitionTime`` moves only if its status differs
         from the stored one: a condition set otherwise earlier in the pass and back again
         (a step that renders, then one that fails to deliver) did not transition."""
+        self._set(state, self.generation)
+
+    def _set(self, state: ConditionState, generation: int | None) -> None:
         self.touched.add(state.type)
         self.status.conditions = set_condition(
             self.status.conditions,
             state,
-            generation=self.generation,
+            generation=generation,
             now=self.now,
             order=(*self.conditions, READY),
             stored=find_condition(self.old_status.conditions, state.type),
@@ -158,7 +165,11 @@ class Run:
 
     def finish(self) -> CraftSandboxStatus:
         """The complete new status: aggregate Ready, phase and observed generation."""
-        self.set(aggregate_ready(self.status.conditions, self.conditions))
+        ready = aggregate_ready(self.status.conditions, self.conditions)
+        # Ready of a pass cut short sums up conditions of the older spec too.
+        self._set(
+            ready, self.old_status.observed_generation if self.interrupted else self.generation
+        )
         phase = self.phase
         if phase is None:
             if self.condition_is("Ready", ConditionStatus.TRUE):

@@ -64,6 +64,7 @@ class SandboxReconciler:
         self._memory.cold_start.pop(key, None)
         self._memory.resumed.pop(key, None)
         self._memory.starting.pop(key, None)
+        self._memory.acted_on.pop(key, None)
         self.services.library_pool.forget(key)
         self.services.deliveries.forget(key)
 
@@ -115,7 +116,8 @@ class SandboxReconciler:
         if not isinstance(ensured, dict):
             return ensured
         held, held_for = self._held(key, ensured, batch)
-        run = Run(ensured, s.clock(), CONDITIONS, held=held, held_for=held_for)
+        acted_on = self._memory.acted_on.get(key)
+        run = Run(ensured, s.clock(), CONDITIONS, held=held, held_for=held_for, acted_on=acted_on)
         try:
             sandbox = parse_sandbox(ensured)
         except InvalidSandboxError as exc:
@@ -132,9 +134,11 @@ class SandboxReconciler:
                 run.status.validated_pat_id = None
         p = Pass(s, sandbox, run, self._memory)
         suspension.note(p)  # before anything that may stop the pass
+        judged = False
         try:
             # The platform's policy comes first: a sandbox it does not allow gets no PAT.
             if not await policy.enforce(s, sandbox, run):
+                judged = True
                 await run_steps(p)
         except asyncio.CancelledError:
             # The replica stops or stands by: no status of a pass cut short (the next pass,
@@ -142,9 +146,14 @@ class SandboxReconciler:
             raise
         except Exception as exc:
             run.interrupted = True
+            if judged and run.generation is not None:
+                # Its retries must not take the spec for new again (a policy missing since
+                # would deny it; the failure counts would start over on every retry).
+                self._memory.acted_on[key] = run.generation
             s.events.post(run.body, type="Warning", reason="ReconcileError", message=_error(exc))
             await write_status(s, run)  # what a pass that failed found, then its error
             raise
+        self._memory.acted_on.pop(key, None)
         if not self._hold(run, batch):
             await write_status(s, run)
         return run.verdict

@@ -83,6 +83,9 @@ class Memory:
     #: pass that finds the same suspension again (its resume's status was never written)
     #: resumes it as before, once.
     resumed: dict[tuple[str, str], tuple[datetime, datetime]] = field(default_factory=dict)
+    #: The generation a pass cut short by an error acted on, per sandbox, until a whole
+    #: pass writes it as observedGeneration (see ``Run.spec_changed``).
+    acted_on: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 @dataclass
