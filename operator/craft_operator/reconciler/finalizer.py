@@ -139,8 +139,13 @@ async def _revoke_failed(
 
 async def _retain_workspace(s: Services, body: dict[str, Any]) -> None:
     """With ``spec.workspace.retain``, release the workspace before the children go: it is
-    then no longer the sandbox's, so neither this finalizer nor the collector deletes it."""
+    then no longer the sandbox's, so neither this finalizer nor the collector deletes it.
+    Without, delete one still kept from when ``retain`` was set."""
     if not workspace.retains_workspace(body):
+        try:
+            await workspace.delete_unkept(s, body)
+        except ApiError as exc:
+            raise _BlockedError(f"cannot delete the workspace: {exc}") from None
         return
     try:
         released = await workspace.release(s, body)

@@ -79,7 +79,9 @@ async def _pod_without_pod_step(p: Pass) -> None:
     inactive) still stops the pod of a suspended or idle sandbox, and says what its pod is:
     suspended or asleep, else Provisioning while a pod of its exists. Suspending must not
     wait for the database, a running sandbox must not turn Pending, nor a sleeping one count
-    as on its way to Ready since it fell asleep."""
+    as on its way to Ready since it fell asleep. The workspace's owner reference follows
+    ``retain`` all the same."""
+    await workspace.settle_owner(p)
     if await sleep.hold(p, pod.own_pod(p)) is None:
         p.run.pod_exists = pod.has_pod(p)
 

@@ -12,6 +12,7 @@ pod cannot mount a user's volume.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
@@ -40,6 +41,8 @@ from craft_operator.reconciler.children import (
 from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.step import Pass, Step, Stop
 from craft_operator.status import POD_READY
+
+log = logging.getLogger(__name__)
 
 PVC = kinds.PVC
 #: Why a sandbox with a workspace is never given a pre-started (warm) pod.
@@ -131,7 +134,7 @@ async def _owned(p: Pass, desired: dict[str, Any]) -> dict[str, Any]:
             found = await s.kube.get(PVC.api, meta["namespace"], meta["name"])
         if found["metadata"].get("deletionTimestamp"):
             raise _TerminatingError(meta["name"]) from None
-        if not is_retained_for(found, p.sandbox):
+        if not _ours_unowned(p, found):
             raise
         return await _adopt(p, found)
     if result.action != "unchanged":
@@ -161,7 +164,7 @@ async def _kept(p: Pass, desired: dict[str, Any]) -> dict[str, Any]:
     uid = p.sandbox.metadata.uid
     if controlled_by(found, uid):
         return await _keep(p, found, desired, uid or "")
-    if not is_retained_for(found, p.sandbox):
+    if not _ours_unowned(p, found):
         raise ForeignObjectError("PersistentVolumeClaim", namespace, name)
     earlier = (found["metadata"].get("labels") or {}).get(LABEL_ONYX_SANDBOX_ID) != uid
     patch = drift_patch(found, desired)
@@ -170,6 +173,43 @@ async def _kept(p: Pass, desired: dict[str, Any]) -> dict[str, Any]:
     if earlier:
         p.event("WorkspaceAdopted", f"took back the retained workspace PVC {name}")
     return found
+
+
+def _ours_unowned(p: Pass, pvc: Mapping[str, Any]) -> bool:
+    """Whether ``pvc``, controlled by no one, is this sandbox's to take: kept for its name
+    and user (its labels), or the very claim its status records (labels edited since)."""
+    meta = pvc.get("metadata", {})
+    if any(ref.get("controller") for ref in meta.get("ownerReferences") or []):
+        return False
+    if is_retained_for(dict(pvc), p.sandbox):
+        return True
+    recorded = p.run.old_status.workspace
+    return (
+        recorded is not None
+        and recorded.claim_uid is not None
+        and (meta.get("uid") == recorded.claim_uid)
+    )
+
+
+async def settle_owner(p: Pass) -> None:
+    """Give the sandbox's existing workspace PVC the owner reference ``retain`` asks for (off
+    while kept, on otherwise), in a pass that stops before the workspace's row: a foreground
+    deletion must not take a PVC that ``retain`` keeps because the credentials failed."""
+    if p.sandbox.spec.workspace is None:
+        return
+    desired = build_workspace_pvc(p.sandbox)
+    meta = desired["metadata"]
+    found = p.services.cache.get(PVC.name, meta["namespace"], meta["name"])
+    if found is None or found["metadata"].get("deletionTimestamp"):
+        return
+    uid = p.sandbox.metadata.uid or ""
+    try:
+        if p.sandbox.spec.workspace.retain and controlled_by(found, uid):
+            await _keep(p, found, desired, uid)
+        elif not p.sandbox.spec.workspace.retain and _ours_unowned(p, found):
+            await _adopt(p, found)
+    except ApiError as exc:  # the workspace's own step, in a later pass, tries again
+        log.warning("%s/%s: cannot settle the workspace's owner: %s", *p.run.key, exc)
 
 
 async def _keep(p: Pass, pvc: dict[str, Any], desired: dict[str, Any], uid: str) -> dict[str, Any]:
@@ -318,6 +358,28 @@ async def release(s: Services, body: Mapping[str, Any]) -> bool:
         raise
     s.cache.put(PVC.name, released)
     return True
+
+
+async def delete_unkept(s: Services, body: Mapping[str, Any]) -> None:
+    """On deletion without ``retain``: delete the workspace still kept without an owner
+    from when ``retain`` was set (no pass put the owner back since), which neither the
+    collector nor the children's deletion would take. Raises :class:`ApiError` when that
+    may work later."""
+    meta = body["metadata"]
+    namespace, claim = meta.get("namespace", ""), meta["name"] + kinds.WORKSPACE_SUFFIX
+    pvc = s.cache.get(PVC.name, namespace, claim)
+    if pvc is None:
+        try:
+            pvc = await s.kube.get(PVC.api, namespace, claim)
+        except NotFoundError:
+            return
+    if pvc["metadata"].get("deletionTimestamp") or not _kept_for(pvc, body):
+        return
+    try:
+        await s.kube.delete(PVC.api, namespace, claim, uid=pvc["metadata"].get("uid"))
+    except ConflictError:
+        return  # the uid precondition failed: another PVC by that name now
+    s.cache.forget(PVC.name, namespace, claim)
 
 
 def _kept_for(pvc: Mapping[str, Any], body: Mapping[str, Any]) -> bool:

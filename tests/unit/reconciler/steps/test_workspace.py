@@ -317,3 +317,57 @@ async def test_an_unusable_size_leaves_an_existing_workspace_as_it_is(world: Wor
     p = with_size(world.pass_(spec=spec(size="10Gi")), "1e1.5")
     assert await workspace.converge_workspace(p) == Stop(workspace.SIZE_INVALID)
     assert storage(world) == "10Gi"
+
+
+async def test_a_kept_workspace_whose_labels_were_edited_is_still_its_sandboxs(
+    world: World,
+) -> None:
+    # Someone tidying retained PVCs by their label drops it from a live sandbox's own: the
+    # claim its status records is still its own (no WorkspaceNameTaken), the labels return.
+    await workspace.converge_workspace(world.pass_(spec=spec(retain=True)))
+    made = world.stored(PVCS, CLAIM)
+    assert made is not None
+    world.emulator.patch(PVCS, NAMESPACE, CLAIM, {"metadata": {"labels": {LABEL_RETAINED: None}}})
+    observed(world)
+    recorded = {"workspace": {"claimName": CLAIM, "claimUID": made["metadata"]["uid"]}}
+    p = world.pass_(spec=spec(retain=True), status=recorded)
+    assert await workspace.converge_workspace(p) is None
+    pvc = world.stored(PVCS, CLAIM)
+    assert pvc is not None
+    assert pvc["metadata"]["labels"][LABEL_RETAINED] == NAME
+
+
+async def test_a_workspace_kept_while_retain_was_set_goes_with_a_sandbox_deleted_without(
+    world: World,
+) -> None:
+    # retain unset, then the sandbox deleted before any pass gave the PVC its owner back.
+    await workspace.converge_workspace(world.pass_(spec=spec(retain=True)))
+    observed(world)
+    await workspace.delete_unkept(world.services, sandbox_body(spec=spec(retain=False)))
+    assert world.stored(PVCS, CLAIM) is None
+
+
+async def test_deleting_without_retain_never_takes_a_workspace_kept_for_another_sandbox(
+    world: World,
+) -> None:
+    world.emulator.create(PVCS, retained_pvc())  # an earlier sandbox's, kept
+    observed(world)
+    await workspace.delete_unkept(world.services, sandbox_body(spec=spec()))
+    assert world.stored(PVCS, CLAIM) is not None
+
+
+async def test_a_pass_stopped_before_the_workspace_still_sets_its_owner_by_retain(
+    world: World,
+) -> None:
+    await workspace.converge_workspace(world.pass_(spec=spec()))
+    observed(world)
+    await workspace.settle_owner(world.pass_(spec=spec(retain=True)))
+    observed(world)
+    kept = world.stored(PVCS, CLAIM)
+    assert kept is not None
+    assert "ownerReferences" not in kept["metadata"]
+    await workspace.settle_owner(world.pass_(spec=spec()))
+    owned = world.stored(PVCS, CLAIM)
+    assert owned is not None
+    [owner] = owned["metadata"]["ownerReferences"]
+    assert owner["uid"] == UID
