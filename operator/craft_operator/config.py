@@ -199,6 +199,15 @@ class Settings(BaseSettings):
         ),
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$",
     )
+    onyx_multi_tenant: bool = Field(
+        default=False,
+        description=(
+            "Multi-tenant Onyx (Onyx Cloud): each sandbox's PATs are read and written in the "
+            "Postgres schema named by its spec.user.tenantId, where Onyx looks them up; the "
+            "operator's own tables stay in the default schema. False: Onyx's tables are in "
+            "the default schema, for every tenant."
+        ),
+    )
     orphan_sweep_interval: Seconds = Field(
         default=600.0,
         ge=0,

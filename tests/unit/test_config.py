@@ -63,6 +63,16 @@ def test_the_defaults_need_no_environment(clean_environment: Path) -> None:
     assert settings.database_url_value == f"sqlite:///{state / 'craft-operator.db'}"
 
 
+def test_multi_tenant_onyx_is_off_unless_craft_onyx_multi_tenant_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert load_settings().onyx_multi_tenant is False
+    monkeypatch.setenv("CRAFT_ONYX_MULTI_TENANT", "true")
+    assert load_settings().onyx_multi_tenant is True
+    monkeypatch.setenv("CRAFT_ONYX_MULTI_TENANT", "maybe")
+    assert "CRAFT_ONYX_MULTI_TENANT" in settings_error(monkeypatch)
+
+
 def test_the_default_resources_are_onyx_s_pod_defaults_and_not_shared() -> None:
     first, second = load_settings(), load_settings()
     assert first.sandbox_resources == {

@@ -816,6 +816,32 @@ def test_onyx_mode_needs_onyx_tables_then_the_operator_migration(
         engine.dispose()
 
 
+@pytest.mark.postgres
+def test_multi_tenant_onyx_needs_no_onyx_tables_in_the_default_schema(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, postgres_server: ThrowawayPostgres
+) -> None:
+    url = postgres_server.create_database()  # Onyx's tables in no schema yet: per tenant
+    monkeypatch.setenv("CRAFT_DATABASE_URL", url)
+    monkeypatch.setenv("CRAFT_DATABASE_AUTO_MIGRATE", "false")
+    monkeypatch.setenv("CRAFT_CLUSTER_ID", "east")
+    monkeypatch.setenv("CRAFT_ONYX_MULTI_TENANT", "true")
+    engine = create_credentials_engine(url)
+    try:
+        result = run_doctor("--skip-kubernetes")
+        assert result.exit_code == 1
+        assert "each tenant's schema" in line(result, "database")
+        assert line(result, "database schema").endswith(
+            "— run: craft-operator db upgrade (CRAFT_DATABASE_AUTO_MIGRATE is off)"
+        )
+
+        upgrade(engine, multi_tenant=True)
+        result = run_doctor("--skip-kubernetes")
+        assert result.exit_code == 0, result.output
+        assert line(result, "database schema").startswith("✔ database schema: ")
+    finally:
+        engine.dispose()
+
+
 async def test_an_upgrade_without_the_pool_crd_says_how_to_install_it(
     env: dict[str, str],
 ) -> None:

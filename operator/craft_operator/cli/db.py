@@ -19,8 +19,10 @@ def upgrade_command() -> None:
     """Migrate the operator's table to this version's schema.
 
     On Onyx's Postgres only the operator's craft_sandbox_credential table is touched (Onyx's
-    user and personal_access_token tables must already exist). On the embedded SQLite
-    database the personal_access_token table is created as well. Safe to run again.
+    user and personal_access_token tables must already exist; with CRAFT_ONYX_MULTI_TENANT
+    they are in each tenant's schema, checked when a sandbox of the tenant is first served).
+    On the embedded SQLite database the personal_access_token table is created as well.
+    Safe to run again.
     """
     quiet_logging()
     settings = settings_or_fail()
@@ -29,7 +31,7 @@ def upgrade_command() -> None:
     except CredentialsError as exc:
         fail(str(exc), code=2)
     try:
-        result = upgrade(engine)
+        result = upgrade(engine, multi_tenant=settings.onyx_multi_tenant)
     except CredentialsError as exc:
         fail(str(exc))
     finally:

@@ -3,45 +3,62 @@ key ring, the clock, the cluster id, and the query that reads a sandbox's row.
 
 Every read and write of the store's modules (ensuring, minting, claiming, revocation,
 rotation) goes through one :class:`StoreBackend`, so every one is limited to its cluster's
-rows.
+rows, and finds Onyx's tables where the sandbox's tenant has them (:meth:`StoreBackend.tables`).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from functools import lru_cache
 from typing import Any, cast
 
 from sqlalchemy import Engine, Row, Select, Table, bindparam, select
 from sqlalchemy.engine import Connection
 
-from craft_operator.credentials.db import WRITE_OPTION, is_onyx_mode
-from craft_operator.credentials.keyring import KeyRing
-from craft_operator.credentials.tables import (
-    LibrarySyncRecord,
-    OnyxUser,
-    PersonalAccessToken,
-    SandboxCredential,
+from craft_operator.credentials.db import (
+    WRITE_OPTION,
+    check_multi_tenant,
+    check_onyx_tables,
+    is_onyx_mode,
 )
+from craft_operator.credentials.errors import CredentialsError
+from craft_operator.credentials.keyring import KeyRing
+from craft_operator.credentials.tables import LibrarySyncRecord, SandboxCredential
+from craft_operator.credentials.tenants import DEFAULT_TABLES, OnyxTables, tenant_tables
 
 #: The store's modules all log under the store's name (as before they were split out).
 log = logging.getLogger("craft_operator.credentials.store")
 
 CRED = cast(Table, SandboxCredential.__table__)
-PAT = cast(Table, PersonalAccessToken.__table__)
-USER = cast(Table, OnyxUser.__table__)
+#: Onyx's tables in the default schema (single-tenant Onyx).
+PAT = DEFAULT_TABLES.pat
+USER = DEFAULT_TABLES.user
 LIBRARY = cast(Table, LibrarySyncRecord.__table__)
-#: The superseded PAT still in its grace period, joined to a sandbox's row.
-GRACE_PAT = PAT.alias("grace_pat")
+#: Tenants whose schema a store remembers having checked; it checks again past that.
+_CHECKED_TENANTS = 4096
+#: Reads of a row whose tenant changed between them before giving up.
+_TENANT_READS = 3
 
 
-def current_row_query(*, onyx_mode: bool, lock: bool) -> Select[Any]:
+def current_row_query(
+    *,
+    onyx_mode: bool,
+    lock: bool,
+    pats: OnyxTables = DEFAULT_TABLES,
+    users: OnyxTables = DEFAULT_TABLES,
+) -> Select[Any]:
     """A sandbox's row joined to its PAT, to the PAT in its grace period (if any) and, on
     Onyx, to the user named ``user_id``, selected by ``cluster_id``, ``namespace`` and
-    ``name``; ``lock`` locks the row."""
+    ``name``; ``lock`` locks the row. The PATs are those of ``pats``, the user that of
+    ``users`` (a tenant's schema each, in multi-tenant Onyx); the row is the operator's own
+    table, in the default schema."""
+    pat, user = pats.pat, users.user
+    grace_pat = pat.alias("grace_pat")  # the superseded PAT still in its grace period
     columns: list[Any] = [
         CRED.c.id,
         CRED.c.version,
@@ -56,19 +73,19 @@ def current_row_query(*, onyx_mode: bool, lock: bool) -> Select[Any]:
         CRED.c.key_id,
         CRED.c.created_at,
         CRED.c.expires_at,
-        PAT.c.hashed_token.label("pat_hash"),
-        PAT.c.is_revoked.label("pat_revoked"),
-        PAT.c.expires_at.label("pat_expires_at"),
+        pat.c.hashed_token.label("pat_hash"),
+        pat.c.is_revoked.label("pat_revoked"),
+        pat.c.expires_at.label("pat_expires_at"),
         CRED.c.superseded_pat_id,
-        GRACE_PAT.c.is_revoked.label("grace_revoked"),
-        GRACE_PAT.c.expires_at.label("grace_expires_at"),
+        grace_pat.c.is_revoked.label("grace_revoked"),
+        grace_pat.c.expires_at.label("grace_expires_at"),
     ]
-    joined = CRED.outerjoin(PAT, PAT.c.id == CRED.c.pat_id).outerjoin(
-        GRACE_PAT, GRACE_PAT.c.id == CRED.c.superseded_pat_id
+    joined = CRED.outerjoin(pat, pat.c.id == CRED.c.pat_id).outerjoin(
+        grace_pat, grace_pat.c.id == CRED.c.superseded_pat_id
     )
     if onyx_mode:
-        columns.append(USER.c.is_active.label("user_active"))
-        joined = joined.outerjoin(USER, USER.c.id == bindparam("user_id", type_=USER.c.id.type))
+        columns.append(user.c.is_active.label("user_active"))
+        joined = joined.outerjoin(user, user.c.id == bindparam("user_id", type_=user.c.id.type))
     query = (
         select(*columns)
         .select_from(joined)
@@ -79,6 +96,18 @@ def current_row_query(*, onyx_mode: bool, lock: bool) -> Select[Any]:
         )
     )
     return query.with_for_update(of=CRED) if lock else query
+
+
+@lru_cache(maxsize=1024)
+def _tenant_row_query(pat_tenant: str, user_tenant: str, *, lock: bool) -> Select[Any]:
+    """:func:`current_row_query` in multi-tenant Onyx: the row's PATs in the schema of
+    ``pat_tenant`` (the row's tenant), the user in that of ``user_tenant``."""
+    return current_row_query(
+        onyx_mode=True,
+        lock=lock,
+        pats=tenant_tables(pat_tenant),
+        users=tenant_tables(user_tenant),
+    )
 
 
 @dataclass(frozen=True)
@@ -98,6 +127,11 @@ class StoreBackend:
     writer: Engine
     read_current: Select[Any]
     lock_current: Select[Any]
+    #: Multi-tenant Onyx: Onyx's tables are in a schema per tenant, named by its id.
+    multi_tenant: bool = False
+    #: The tenants whose schema was found to hold Onyx's tables.
+    _checked: set[str] = field(default_factory=set, repr=False, compare=False)
+    _checked_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @classmethod
     def open(
@@ -107,8 +141,10 @@ class StoreBackend:
         *,
         clock: Callable[[], datetime],
         cluster_id: str,
+        multi_tenant: bool = False,
     ) -> StoreBackend:
         """The backend of a store on ``engine``."""
+        check_multi_tenant(engine, multi_tenant)
         onyx_mode = is_onyx_mode(engine)
         return cls(
             engine=engine,
@@ -123,9 +159,80 @@ class StoreBackend:
             writer=engine.execution_options(**{WRITE_OPTION: True}),
             read_current=current_row_query(onyx_mode=onyx_mode, lock=False),
             lock_current=current_row_query(onyx_mode=onyx_mode, lock=True),
+            multi_tenant=multi_tenant,
         )
 
+    def tables(self, connection: Connection, tenant_id: str) -> OnyxTables:
+        """Onyx's tables for ``tenant_id``: those of the default schema, or in multi-tenant
+        Onyx those of the tenant's schema, checked (on ``connection``) the first time.
+
+        Raises :class:`CredentialsError` for a tenant id that cannot name a schema and
+        :class:`SchemaMissingError` naming the schema when it lacks Onyx's tables.
+        """
+        if not self.multi_tenant:
+            return DEFAULT_TABLES
+        tables = tenant_tables(tenant_id)
+        if tenant_id not in self._checked:
+            check_onyx_tables(connection, tenant_schema=tenant_id)
+            with self._checked_lock:
+                if len(self._checked) >= _CHECKED_TENANTS:
+                    self._checked.clear()
+                self._checked.add(tenant_id)
+        return tables
+
     def fetch(
+        self,
+        connection: Connection,
+        namespace: str,
+        name: str,
+        *,
+        lock: bool = False,
+        tenant_id: str | None = None,
+        user_id: uuid.UUID | None = None,
+    ) -> Row[Any] | None:
+        """This cluster's row for ``namespace``/``name`` joined to its PATs and, on Onyx, to
+        the user ``user_id`` (see :func:`current_row_query`), or None; ``lock`` locks it.
+
+        Multi-tenant: the PATs are read in the schema of the row's tenant and the user in
+        that of ``tenant_id`` (the sandbox's; default: the row's). The row's tenant is
+        guessed to be ``tenant_id``, else read first, and the row read again if it is not.
+        """
+        if not self.multi_tenant:
+            query = self.lock_current if lock else self.read_current
+            return self._fetch(connection, query, namespace, name, user_id)
+        pat_tenant = tenant_id
+        if pat_tenant is None:
+            pat_tenant = self._tenant_of(connection, namespace, name, lock=lock)
+        for _attempt in range(_TENANT_READS):
+            if pat_tenant is None:
+                return None
+            user_tenant = pat_tenant if tenant_id is None else tenant_id
+            self.tables(connection, pat_tenant)
+            self.tables(connection, user_tenant)
+            query = _tenant_row_query(pat_tenant, user_tenant, lock=lock)
+            row = self._fetch(connection, query, namespace, name, user_id)
+            if row is None or row.tenant_id == pat_tenant:
+                return row
+            pat_tenant = row.tenant_id
+        raise CredentialsError(
+            f"reading the credential of sandbox {namespace}/{name}: its tenant kept changing"
+        )
+
+    def _tenant_of(
+        self, connection: Connection, namespace: str, name: str, *, lock: bool
+    ) -> str | None:
+        """The tenant of this cluster's row for ``namespace``/``name``, if there is one."""
+        query = select(CRED.c.tenant_id).where(
+            CRED.c.cluster_id == self.cluster_id,
+            CRED.c.namespace == namespace,
+            CRED.c.name == name,
+        )
+        tenant: str | None = connection.execute(
+            query.with_for_update() if lock else query
+        ).scalar_one_or_none()
+        return tenant
+
+    def _fetch(
         self,
         connection: Connection,
         query: Select[Any],

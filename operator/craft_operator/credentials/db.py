@@ -80,6 +80,16 @@ def is_onyx_mode(engine: Engine | Connection) -> bool:
     return engine.dialect.name != "sqlite"
 
 
+def check_multi_tenant(engine: Engine | Connection, multi_tenant: bool) -> None:
+    """Raise :class:`CredentialsError` if multi-tenant Onyx is asked of the embedded SQLite
+    database, which has no tenant schemas."""
+    if multi_tenant and not is_onyx_mode(engine):
+        raise CredentialsError(
+            "CRAFT_ONYX_MULTI_TENANT is for multi-tenant Onyx's Postgres: the embedded SQLite "
+            "database (CRAFT_DATABASE_URL) has no tenant schemas"
+        )
+
+
 def create_credentials_engine(url: str | URL, *, echo: bool = False) -> Engine:
     """An engine for the credentials database.
 
@@ -303,25 +313,44 @@ def current_revision(connection: Connection) -> str | None:
     return context.get_current_revision()
 
 
-def check_onyx_tables(connection: Connection) -> None:
-    """In Onyx mode, raise :class:`SchemaMissingError` unless Onyx's tables exist."""
+def check_onyx_tables(connection: Connection, *, tenant_schema: str | None = None) -> None:
+    """In Onyx mode, raise :class:`SchemaMissingError` unless Onyx's tables exist: in the
+    default schema, or in ``tenant_schema`` (a tenant's, in multi-tenant Onyx)."""
     inspector = inspect(connection)
-    missing = [table for table in (USER_TABLE, PAT_TABLE) if not inspector.has_table(table)]
+    where = (
+        "the database in CRAFT_DATABASE_URL"
+        if tenant_schema is None
+        else f"schema {tenant_schema!r} (Onyx tenant {tenant_schema!r}) of the database in "
+        "CRAFT_DATABASE_URL"
+    )
+    missing = [
+        table
+        for table in (USER_TABLE, PAT_TABLE)
+        if not inspector.has_table(table, schema=tenant_schema)
+    ]
     if missing:
+        fix = (
+            "point it at Onyx's Postgres after Onyx's own migrations have run (the operator "
+            "never creates Onyx's tables)"
+            if tenant_schema is None
+            else "is the tenant id the sandbox's Onyx tenant, is the tenant on this database "
+            "(tenants on Onyx's other databases are not supported), and have Onyx's "
+            "migrations run for it? (the operator never creates Onyx's tables)"
+        )
         raise SchemaMissingError(
-            f"Onyx's table(s) {', '.join(repr(t) for t in missing)} are missing from the "
-            "database in CRAFT_DATABASE_URL: point it at Onyx's Postgres after Onyx's own "
-            "migrations have run (the operator never creates Onyx's tables)"
+            f"Onyx's table(s) {', '.join(repr(t) for t in missing)} are missing from {where}: {fix}"
         )
     try:
-        columns = {column["name"] for column in inspector.get_columns(PAT_TABLE)}
+        columns = {
+            column["name"] for column in inspector.get_columns(PAT_TABLE, schema=tenant_schema)
+        }
     except NoSuchTableError:  # pragma: no cover - raced with a DROP
         columns = set()
     lacking = {"pat_type", "scopes"} - columns
     if lacking:
         raise SchemaMissingError(
-            f"Onyx's personal_access_token table lacks {sorted(lacking)}: Onyx is too old for "
-            "Craft PATs; upgrade Onyx first"
+            f"Onyx's personal_access_token table{'' if tenant_schema is None else ' in ' + where}"
+            f" lacks {sorted(lacking)}: Onyx is too old for Craft PATs; upgrade Onyx first"
         )
 
 
@@ -336,12 +365,15 @@ def _create_embedded_pat_table(connection: Connection) -> bool:
     return True
 
 
-def upgrade(engine: Engine) -> UpgradeResult:
+def upgrade(engine: Engine, *, multi_tenant: bool = False) -> UpgradeResult:
     """Bring the schema up to date: the operator's table, and in SQLite Onyx's PAT table.
 
     Safe to run from several operator processes at once (Postgres: an advisory lock;
-    SQLite: the database write lock) and to run again.
+    SQLite: the database write lock) and to run again. ``multi_tenant`` (multi-tenant
+    Onyx): Onyx's tables are in the tenants' schemas, checked as each is first used, not
+    in the default schema.
     """
+    check_multi_tenant(engine, multi_tenant)
     onyx_mode = is_onyx_mode(engine)
     with (
         translated_errors("migrating the credentials database"),
@@ -352,7 +384,8 @@ def upgrade(engine: Engine) -> UpgradeResult:
             connection.execute(
                 text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY}
             )
-            check_onyx_tables(connection)
+            if not multi_tenant:
+                check_onyx_tables(connection)
             created = False
         else:
             created = _create_embedded_pat_table(connection)
@@ -374,11 +407,15 @@ def upgrade(engine: Engine) -> UpgradeResult:
     return UpgradeResult(onyx_mode, created, before, after)
 
 
-def check_schema(engine: Engine) -> None:
-    """Raise :class:`SchemaMissingError` unless every table the store needs is in place."""
+def check_schema(engine: Engine, *, multi_tenant: bool = False) -> None:
+    """Raise :class:`SchemaMissingError` unless every table the store needs is in place
+    (``multi_tenant``: Onyx's tables are not looked for in the default schema; the store
+    checks each tenant's schema as it first uses it)."""
+    check_multi_tenant(engine, multi_tenant)
     with translated_errors("checking the credentials database"), engine.connect() as connection:
         if is_onyx_mode(engine):
-            check_onyx_tables(connection)
+            if not multi_tenant:
+                check_onyx_tables(connection)
         elif not inspect(connection).has_table(PAT_TABLE):
             raise SchemaMissingError(
                 f"the embedded database lacks {PAT_TABLE}; run: craft-operator db upgrade"

@@ -67,7 +67,11 @@ def _attempt_once(backend: StoreBackend, policy: EnsurePolicy) -> IssuedCredenti
     identity = policy.identity
     with backend.reader.connect() as connection:
         row = backend.fetch(
-            connection, backend.read_current, identity.namespace, identity.name, policy.user_id
+            connection,
+            identity.namespace,
+            identity.name,
+            tenant_id=policy.tenant_id,
+            user_id=policy.user_id,
         )
     if row is None and claim_unclaimed(backend, identity):
         return None

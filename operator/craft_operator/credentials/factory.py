@@ -119,23 +119,27 @@ def build_credential_store(settings: Settings, *, migrate: bool | None = None) -
     engine = create_credentials_engine(settings.database_url_value)
     try:
         keyring = load_key_ring(settings)
+        multi_tenant = settings.onyx_multi_tenant
         if settings.database_auto_migrate if migrate is None else migrate:
-            upgrade(engine)
+            upgrade(engine, multi_tenant=multi_tenant)
         else:
-            check_schema(engine)
+            check_schema(engine, multi_tenant=multi_tenant)
+        store = CredentialStore(
+            engine,
+            keyring,
+            renewal_fraction=settings.credential_renewal_fraction,
+            renewal_grace=timedelta(seconds=settings.credential_renewal_grace),
+            owns_engine=True,
+            cluster_id=cluster_id,
+            multi_tenant=multi_tenant,
+        )
     except BaseException:
         engine.dispose()
         raise
     log.info(
-        "credential store ready: %s, encrypting with key %r",
+        "credential store ready: %s%s, encrypting with key %r",
         describe_url(settings.database_url_value),
+        ", Onyx's tables in each tenant's schema" if store.multi_tenant else "",
         keyring.current_key_id,
     )
-    return CredentialStore(
-        engine,
-        keyring,
-        renewal_fraction=settings.credential_renewal_fraction,
-        renewal_grace=timedelta(seconds=settings.credential_renewal_grace),
-        owns_engine=True,
-        cluster_id=cluster_id,
-    )
+    return store

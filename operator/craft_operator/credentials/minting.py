@@ -11,6 +11,10 @@ period, its ``expires_at`` shortened to the end of it, and the row records it as
 ``superseded_pat_id`` until :mod:`.retiring` revokes it (the pod uses the new one) or it
 expires. A PAT still in its grace period from an earlier renewal is revoked at once by any
 mint: a row keeps one at most.
+
+In multi-tenant Onyx the new PAT goes into the schema of the sandbox's tenant, and the
+superseded ones are those of the row's tenant's schema (the same tenant, but for a row left
+by an earlier sandbox of that name).
 """
 
 from __future__ import annotations
@@ -21,15 +25,16 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import SecretStr
-from sqlalchemy import Row, and_, bindparam, delete, insert, literal, select, update
+from sqlalchemy import Row, Table, and_, bindparam, delete, insert, literal, select, update
 from sqlalchemy.engine import Connection
 
-from craft_operator.credentials.backend import CRED, LIBRARY, PAT, USER, StoreBackend, log
+from craft_operator.credentials.backend import CRED, LIBRARY, StoreBackend, log
 from craft_operator.credentials.errors import UserInactiveError, UserNotFoundError
 from craft_operator.credentials.keyring import parse_header, seal_token
 from craft_operator.credentials.model import IssuedCredential, SandboxIdentity
 from craft_operator.credentials.renewal import GRACEFUL, EnsurePolicy
 from craft_operator.credentials.revocation import grace_statement, revoke_pats_statement
+from craft_operator.credentials.tenants import OnyxTables
 from craft_operator.credentials.tokens import (
     CRAFT_SCOPES,
     PatType,
@@ -58,15 +63,25 @@ def mint(
     with backend.writer.begin() as connection:
         if row is not None:
             _check_version(connection, row)
+        tables = backend.tables(connection, policy.tenant_id)
         now = backend.clock()
         token = generate_token(policy.tenant_id)
         expires_at = now + policy.lifetime
         # Only a PAT that still exists can be superseded (and revoked, or left in grace).
         superseded = None if row is None or row.pat_hash is None else row.pat_id
         grace = _grace(policy, row, superseded, reason, now)
-        retiring = _retiring(row, superseded, grace, now)
+        superseded_in = tables if row is None else backend.tables(connection, row.tenant_id)
+        retiring = _retiring(row, superseded, grace, now, superseded_in.pat)
         pat_id = insert_pat(
-            backend, connection, identity, policy.user_id, token, now, expires_at, retiring
+            backend,
+            connection,
+            identity,
+            policy.user_id,
+            token,
+            now,
+            expires_at,
+            retiring,
+            tables=tables,
         )
         sealed = seal_token(backend.keyring, token, sandbox_uid=identity.uid)
         values: dict[str, Any] = {
@@ -124,18 +139,23 @@ def _grace(
 
 
 def _retiring(
-    row: Row[Any] | None, superseded: int | None, grace: datetime | None, now: datetime
+    row: Row[Any] | None,
+    superseded: int | None,
+    grace: datetime | None,
+    now: datetime,
+    pat: Table,
 ) -> list[Any]:
-    """The statements on the PATs the mint supersedes: the one it replaces revoked or left
-    in its grace period, and an earlier one still in its grace period revoked."""
+    """The statements on the PATs the mint supersedes (in the table ``pat``): the one it
+    replaces revoked or left in its grace period, and an earlier one still in its grace
+    period revoked."""
     revoked = [] if row is None or row.superseded_pat_id is None else [row.superseded_pat_id]
     statements: list[Any] = []
     if superseded is not None and grace is not None:
-        statements.append(grace_statement(superseded, grace, now))
+        statements.append(grace_statement(superseded, grace, now, pat))
     elif superseded is not None:
         revoked.append(superseded)
     if revoked:
-        statements.append(revoke_pats_statement(revoked, now))
+        statements.append(revoke_pats_statement(revoked, now, pat))
     return statements
 
 
@@ -194,9 +214,12 @@ def insert_pat(
     now: datetime,
     expires_at: datetime,
     retiring: Sequence[Any] = (),
+    *,
+    tables: OnyxTables,
 ) -> int:
-    """Insert the new PAT, running the ``retiring`` statements on the PATs it supersedes
-    (see :func:`_retiring`); returns its id."""
+    """Insert the new PAT into ``tables`` (checking the user there), running the
+    ``retiring`` statements on the PATs it supersedes (see :func:`_retiring`); returns its
+    id."""
     values: dict[str, Any] = {
         "name": pat_name(identity.namespace, identity.name),
         "hashed_token": hash_token(token),
@@ -211,9 +234,10 @@ def insert_pat(
     if not backend.onyx_mode:
         for statement in retiring:
             connection.execute(statement)
-        result = connection.execute(insert(PAT).values(**values).returning(PAT.c.id))
+        pat = tables.pat
+        result = connection.execute(insert(pat).values(**values).returning(pat.c.id))
         return int(result.scalar_one())
-    return _insert_pat_for_active_user(connection, identity, values, retiring)
+    return _insert_pat_for_active_user(connection, identity, values, retiring, tables)
 
 
 def _insert_pat_for_active_user(
@@ -221,21 +245,26 @@ def _insert_pat_for_active_user(
     identity: SandboxIdentity,
     values: dict[str, Any],
     retiring: Sequence[Any],
+    tables: OnyxTables,
 ) -> int:
     """One statement on Postgres: revoke the superseded PATs or leave one in its grace
     period (data-modifying CTEs) and insert the new one only if the user exists and is
     active."""
     user_id = values["user_id"]
-    source = select(*(literal(value, PAT.c[key].type) for key, value in values.items())).where(
-        and_(USER.c.id == user_id, USER.c.is_active.is_(True))
+    pat, user = tables
+    source = select(*(literal(value, pat.c[key].type) for key, value in values.items())).where(
+        and_(user.c.id == user_id, user.c.is_active.is_(True))
     )
-    statement = insert(PAT).from_select(list(values), source).returning(PAT.c.id)
+    statement = insert(pat).from_select(list(values), source).returning(pat.c.id)
     for number, retire in enumerate(retiring):
-        statement = statement.add_cte(retire.returning(PAT.c.id).cte(f"superseded_{number}"))
+        # Each statement's own table: the superseded PATs may be in another tenant's schema.
+        statement = statement.add_cte(
+            retire.returning(retire.table.c.id).cte(f"superseded_{number}")
+        )
     pat_id = connection.execute(statement).scalar_one_or_none()
     if pat_id is None:
         active = connection.execute(
-            select(USER.c.is_active).where(USER.c.id == user_id)
+            select(user.c.is_active).where(user.c.id == user_id)
         ).scalar_one_or_none()
         if active is None:
             raise UserNotFoundError(f"{identity}: user {user_id} does not exist in Onyx")

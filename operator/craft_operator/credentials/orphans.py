@@ -24,6 +24,7 @@ from craft_operator.credentials.model import utc_now
 from craft_operator.credentials.revocation import revoke_pats_statement
 from craft_operator.credentials.store import CredentialStore
 from craft_operator.credentials.tables import LibrarySyncRecord, SandboxCredential
+from craft_operator.credentials.tokens import DEFAULT_TENANT
 
 _CRED = cast(Table, SandboxCredential.__table__)
 _LIBRARY = cast(Table, LibrarySyncRecord.__table__)
@@ -41,6 +42,8 @@ class StoredCredential:
     pat_id: int
     #: The PAT its PAT renewed, if one may still be in its grace period.
     superseded_pat_id: int | None = None
+    #: The sandbox's tenant: in multi-tenant Onyx, its PATs are in the schema it names.
+    tenant_id: str = DEFAULT_TENANT
 
 
 def rows_of_cluster(
@@ -57,6 +60,7 @@ def rows_of_cluster(
             _CRED.c.sandbox_uid,
             _CRED.c.pat_id,
             _CRED.c.superseded_pat_id,
+            _CRED.c.tenant_id,
         )
         .where(
             _CRED.c.cluster_id.is_(None) if cluster_id is None else _CRED.c.cluster_id == cluster_id
@@ -78,6 +82,7 @@ def rows_of_cluster(
                 sandbox_uid=row.sandbox_uid,
                 pat_id=row.pat_id,
                 superseded_pat_id=row.superseded_pat_id,
+                tenant_id=row.tenant_id,
             )
             for row in connection.execute(query)
         ]
@@ -91,7 +96,8 @@ def revoke_orphan(
 
     A row that changed since it was listed (a new sandbox of that name minted in the
     meantime: new uid, new version) is left alone and ``False`` returned. One transaction:
-    the PATs are revoked only together with the row's deletion.
+    the PATs are revoked only together with the row's deletion. In multi-tenant Onyx the
+    PATs are revoked in the schema of the row's tenant.
     """
     writer = store.engine.execution_options(**{WRITE_OPTION: True})
     with (
@@ -108,10 +114,11 @@ def revoke_orphan(
         )
         if deleted.rowcount != 1:
             return False
+        pat = store.tables(connection, row.tenant_id).pat
         pat_ids = [row.pat_id]
         if row.superseded_pat_id is not None:
             pat_ids.append(row.superseded_pat_id)
-        connection.execute(revoke_pats_statement(pat_ids, now or utc_now()))
+        connection.execute(revoke_pats_statement(pat_ids, now or utc_now(), pat))
         connection.execute(delete(_LIBRARY).where(_LIBRARY.c.sandbox_uid == row.sandbox_uid))
     return True
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy import select, update
 
-from craft_operator.credentials.backend import CRED, PAT, StoreBackend, log
+from craft_operator.credentials.backend import CRED, StoreBackend, log
 from craft_operator.credentials.db import translated_errors
 from craft_operator.credentials.model import SandboxIdentity
 from craft_operator.credentials.revocation import revoke_pat_statement
@@ -23,14 +23,15 @@ def retire(backend: StoreBackend, identity: SandboxIdentity, pat_id: int) -> int
     Acts only on this cluster's row of the sandbox with this uid whose current PAT is
     ``pat_id`` (a PAT the pod validated but that has since been replaced proves nothing),
     and only on the PAT that row records as superseded, of the row's user. Idempotent: the
-    row forgets its superseded PAT, so a second call revokes nothing.
+    row forgets its superseded PAT, so a second call revokes nothing. In multi-tenant Onyx
+    the PAT is revoked in the schema of the row's tenant.
     """
     with (
         translated_errors(f"retiring the superseded PAT of {identity}"),
         backend.writer.begin() as connection,
     ):
         row = connection.execute(
-            select(CRED.c.id, CRED.c.user_id, CRED.c.superseded_pat_id)
+            select(CRED.c.id, CRED.c.user_id, CRED.c.tenant_id, CRED.c.superseded_pat_id)
             .where(
                 CRED.c.cluster_id == backend.cluster_id,
                 CRED.c.namespace == identity.namespace,
@@ -43,11 +44,12 @@ def retire(backend: StoreBackend, identity: SandboxIdentity, pat_id: int) -> int
         ).one_or_none()
         if row is None:
             return None
+        pat = backend.tables(connection, row.tenant_id).pat
         now = backend.clock()
         revoked = connection.execute(
-            revoke_pat_statement(row.superseded_pat_id, now)
-            .where(PAT.c.user_id == row.user_id, PAT.c.expires_at > now)
-            .returning(PAT.c.id)
+            revoke_pat_statement(row.superseded_pat_id, now, pat)
+            .where(pat.c.user_id == row.user_id, pat.c.expires_at > now)
+            .returning(pat.c.id)
         ).scalar_one_or_none()
         connection.execute(
             update(CRED)

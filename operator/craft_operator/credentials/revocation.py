@@ -6,57 +6,58 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, delete, literal, update
+from sqlalchemy import Table, case, delete, literal, update
 
 from craft_operator.credentials.backend import CRED, LIBRARY, PAT, StoreBackend, log
 from craft_operator.credentials.db import translated_errors
 from craft_operator.credentials.model import CredentialInfo, credential_info
 
 
-def _no_later_than(moment: datetime) -> Any:
+def _no_later_than(moment: datetime, pat: Table) -> Any:
     """``expires_at`` brought forward to ``moment`` if it is later (or never), never pushed
     back."""
-    bound = literal(moment, PAT.c.expires_at.type)
+    bound = literal(moment, pat.c.expires_at.type)
     return case(
-        (PAT.c.expires_at.is_(None) | (PAT.c.expires_at > bound), bound),
-        else_=PAT.c.expires_at,
+        (pat.c.expires_at.is_(None) | (pat.c.expires_at > bound), bound),
+        else_=pat.c.expires_at,
     )
 
 
-def _live(now: datetime) -> Any:
+def _live(now: datetime, pat: Table) -> Any:
     """Whether a PAT authenticates at ``now`` as Onyx's server decides: by ``expires_at``
     alone (it never reads ``is_revoked``, which its own revocation sets with the expiry)."""
-    bound = literal(now, PAT.c.expires_at.type)
-    return PAT.c.expires_at.is_(None) | (PAT.c.expires_at > bound)
+    bound = literal(now, pat.c.expires_at.type)
+    return pat.c.expires_at.is_(None) | (pat.c.expires_at > bound)
 
 
-def revoke_pats_statement(pat_ids: Sequence[int], now: datetime) -> Any:
-    """Onyx's revocation of each PAT of ``pat_ids``: ``is_revoked`` true and ``expires_at``
-    now (never later). Also of one only marked ``is_revoked`` (by hand, say), which Onyx's
-    server still accepts until its ``expires_at``."""
+def revoke_pats_statement(pat_ids: Sequence[int], now: datetime, pat: Table = PAT) -> Any:
+    """Onyx's revocation of each PAT of ``pat_ids`` (in the table ``pat``: a tenant's, in
+    multi-tenant Onyx): ``is_revoked`` true and ``expires_at`` now (never later). Also of
+    one only marked ``is_revoked`` (by hand, say), which Onyx's server still accepts until
+    its ``expires_at``."""
     return (
-        update(PAT)
-        .where(PAT.c.id.in_(list(pat_ids)), PAT.c.is_revoked.is_(False) | _live(now))
-        .values(is_revoked=True, expires_at=_no_later_than(now))
+        update(pat)
+        .where(pat.c.id.in_(list(pat_ids)), pat.c.is_revoked.is_(False) | _live(now, pat))
+        .values(is_revoked=True, expires_at=_no_later_than(now, pat))
     )
 
 
-def revoke_pat_statement(pat_id: int, now: datetime) -> Any:
+def revoke_pat_statement(pat_id: int, now: datetime, pat: Table = PAT) -> Any:
     """Onyx's revocation: ``is_revoked`` true and ``expires_at`` now (never later)."""
-    return revoke_pats_statement([pat_id], now)
+    return revoke_pats_statement([pat_id], now, pat)
 
 
-def grace_statement(pat_id: int, until: datetime, now: datetime) -> Any:
+def grace_statement(pat_id: int, until: datetime, now: datetime, pat: Table = PAT) -> Any:
     """Leave a superseded PAT live until ``until`` at the latest: its ``expires_at`` is
     shortened to it (never extended), so Onyx's server refuses it from then on even if the
     operator is gone by then. One marked ``is_revoked`` meanwhile expires now."""
     return (
-        update(PAT)
-        .where(PAT.c.id == pat_id)
+        update(pat)
+        .where(pat.c.id == pat_id)
         .values(
             expires_at=case(
-                (PAT.c.is_revoked.is_(True), _no_later_than(now)),
-                else_=_no_later_than(until),
+                (pat.c.is_revoked.is_(True), _no_later_than(now, pat)),
+                else_=_no_later_than(until, pat),
             )
         )
     )
@@ -64,21 +65,23 @@ def grace_statement(pat_id: int, until: datetime, now: datetime) -> Any:
 
 def revoke_named(backend: StoreBackend, namespace: str, name: str) -> CredentialInfo | None:
     """Revoke this cluster's row by namespace and name (its PAT and the one still in its
-    grace period, if any); returns what was revoked, if any."""
+    grace period, if any, in the schema of the row's tenant in multi-tenant Onyx); returns
+    what was revoked, if any."""
     subject = f"sandbox {namespace}/{name}"
     with (
         translated_errors(f"revoking the PAT of {subject}"),
         backend.writer.begin() as connection,
     ):
-        row = backend.fetch(connection, backend.lock_current, namespace, name)
+        row = backend.fetch(connection, namespace, name, lock=True)
         if row is None:
             return None
+        pat = backend.tables(connection, row.tenant_id).pat
         now = backend.clock()
         info = credential_info(row, now)
         pat_ids = [row.pat_id]
         if row.superseded_pat_id is not None:
             pat_ids.append(row.superseded_pat_id)
-        connection.execute(revoke_pats_statement(pat_ids, now))
+        connection.execute(revoke_pats_statement(pat_ids, now, pat))
         connection.execute(delete(CRED).where(CRED.c.id == row.id))
         # The row's library record goes with it, whichever sandbox of this name it was
         # (an earlier one gone without its finalizer leaves no other way to find it).

@@ -26,6 +26,11 @@ of that id, so the same namespace and name in two clusters are two rows and two 
 row from before cluster ids (NULL) is claimed only when it proves to be this cluster's:
 it records the sandbox's uid and its token opens with this key ring for that uid.
 
+Tenants: with ``multi_tenant`` (multi-tenant Onyx, ``CRAFT_ONYX_MULTI_TENANT``) every read
+and write of Onyx's tables is in the schema named by the sandbox's tenant id (see
+:mod:`.tenants`), each schema checked the first time it is used; the operator's own rows
+stay in the default schema.
+
 Keys: a stored token that fails authentication under the ring's key of its id is lost, and
 :meth:`CredentialStore.ensure` revokes and replaces its PAT. One sealed under a key id the
 ring lacks is not: the ring may be stale (``keys rotate`` run elsewhere with a newer ring),
@@ -47,7 +52,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from sqlalchemy import Engine
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, Connection
 
 from craft_operator.config import EMBEDDED_CLUSTER_ID
 from craft_operator.credentials.backend import StoreBackend
@@ -74,6 +79,7 @@ from craft_operator.credentials.revocation import revoke_named, revoke_pat_state
 from craft_operator.credentials.rotation import KeyUsage, RotationReport, key_usage
 from craft_operator.credentials.rotation import key_ids_in_use as count_key_ids
 from craft_operator.credentials.rotation import rotate as rotate_tokens
+from craft_operator.credentials.tenants import OnyxTables
 
 __all__ = [
     "DEFAULT_LIFETIME",
@@ -101,6 +107,8 @@ class CredentialStore:
     ``engine_or_url`` is an engine or a SQLAlchemy URL; :meth:`close` disposes an engine
     made from a URL, or a given one when ``owns_engine`` is true. The schema must already
     be in place: see :func:`craft_operator.credentials.factory.build_credential_store`.
+    ``multi_tenant``: Onyx's tables are in a schema per tenant (multi-tenant Onyx, on
+    Postgres only).
     """
 
     def __init__(
@@ -113,6 +121,7 @@ class CredentialStore:
         clock: Callable[[], datetime] = utc_now,
         owns_engine: bool = False,
         cluster_id: str = EMBEDDED_CLUSTER_ID,
+        multi_tenant: bool = False,
     ) -> None:
         if not 0 <= renewal_fraction < 1:
             raise ValueError("renewal_fraction must be in [0, 1)")
@@ -128,14 +137,22 @@ class CredentialStore:
             raise ValueError("cluster_id must not be empty")
         #: The only rows this store reads or writes; written on every row it mints.
         self.cluster_id = cluster_id
-        self._backend = StoreBackend.open(engine, keyring, clock=clock, cluster_id=cluster_id)
+        try:
+            self._backend = StoreBackend.open(
+                engine, keyring, clock=clock, cluster_id=cluster_id, multi_tenant=multi_tenant
+            )
+        except BaseException:
+            if self._owns_engine:
+                engine.dispose()
+            raise
 
     def __repr__(self) -> str:
         return (
             f"CredentialStore(dialect={self.engine.dialect.name!r}, "
             f"cluster_id={self.cluster_id!r}, keyring={self.keyring!r}, "
             f"renewal_fraction={self._renewal_fraction}, "
-            f"renewal_grace={self._renewal_grace.total_seconds():g}s)"
+            f"renewal_grace={self._renewal_grace.total_seconds():g}s, "
+            f"multi_tenant={self.multi_tenant})"
         )
 
     @property
@@ -147,6 +164,16 @@ class CredentialStore:
     def onyx_mode(self) -> bool:
         """True on Onyx's Postgres, False on the embedded SQLite database."""
         return self._backend.onyx_mode
+
+    @property
+    def multi_tenant(self) -> bool:
+        """True when Onyx's tables are in a schema per tenant (multi-tenant Onyx)."""
+        return self._backend.multi_tenant
+
+    def tables(self, connection: Connection, tenant_id: str) -> OnyxTables:
+        """Onyx's tables where ``tenant_id`` has them (its schema, in multi-tenant Onyx,
+        checked on ``connection`` the first time); see :meth:`StoreBackend.tables`."""
+        return self._backend.tables(connection, tenant_id)
 
     @property
     def keyring(self) -> KeyRing:
@@ -236,7 +263,7 @@ class CredentialStore:
             translated_errors(f"reading the credential of sandbox {namespace}/{name}"),
             backend.reader.connect() as connection,
         ):
-            row = backend.fetch(connection, backend.read_current, namespace, name)
+            row = backend.fetch(connection, namespace, name)
         return None if row is None else credential_info(row, backend.clock())
 
     def rotate(

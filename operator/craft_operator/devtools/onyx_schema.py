@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
+
+from craft_operator.credentials.tenants import check_tenant_id
 
 _ONYX_DDL = (
     """
@@ -45,11 +47,23 @@ _ONYX_DDL = (
 )
 
 
-def create_onyx_tables(engine: Engine) -> None:
-    """Create Onyx's ``user`` and ``personal_access_token`` tables on a Postgres database."""
+def _in_schema(connection: Connection, schema: str | None) -> None:
+    """Make the transaction's unqualified names those of ``schema`` (a tenant's, as in
+    multi-tenant Onyx), if given."""
+    if schema is not None:
+        connection.execute(text(f'SET LOCAL search_path TO "{check_tenant_id(schema)}"'))
+
+
+def create_onyx_tables(engine: Engine, *, schema: str | None = None) -> None:
+    """Create Onyx's ``user`` and ``personal_access_token`` tables on a Postgres database: in
+    the default schema, or in the tenant schema ``schema`` (created if need be), as
+    multi-tenant Onyx has them."""
     if engine.dialect.name != "postgresql":
         raise ValueError("Onyx's tables are created only on Postgres (Onyx mode)")
     with engine.begin() as connection:
+        if schema is not None:
+            connection.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{check_tenant_id(schema)}"'))
+        _in_schema(connection, schema)
         for statement in _ONYX_DDL:
             connection.execute(text(statement))
 
@@ -60,10 +74,13 @@ def add_user(
     active: bool = True,
     email: str | None = None,
     user_id: uuid.UUID | None = None,
+    schema: str | None = None,
 ) -> uuid.UUID:
-    """Insert an Onyx user (a new id unless given; kept as it is if it exists)."""
+    """Insert an Onyx user (a new id unless given; kept as it is if it exists), in the
+    tenant schema ``schema`` if given."""
     user_id = user_id or uuid.uuid4()
     with engine.begin() as connection:
+        _in_schema(connection, schema)
         connection.execute(
             text(
                 'INSERT INTO "user" (id, email, is_active) VALUES (:id, :email, :active) '
@@ -74,9 +91,12 @@ def add_user(
     return user_id
 
 
-def set_user_active(engine: Engine, user_id: uuid.UUID, active: bool) -> None:
-    """Activate or deactivate an Onyx user."""
+def set_user_active(
+    engine: Engine, user_id: uuid.UUID, active: bool, *, schema: str | None = None
+) -> None:
+    """Activate or deactivate an Onyx user (in the tenant schema ``schema`` if given)."""
     with engine.begin() as connection:
+        _in_schema(connection, schema)
         connection.execute(
             text('UPDATE "user" SET is_active = :active WHERE id = :id'),
             {"id": user_id, "active": active},

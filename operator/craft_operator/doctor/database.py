@@ -97,7 +97,8 @@ def check_database(
             )
         ], None
     if is_onyx_mode(engine):
-        results = [ok("database", f"{shown} (Onyx mode, PostgreSQL)")]
+        tenants = ", Onyx's tables in each tenant's schema" if settings.onyx_multi_tenant else ""
+        results = [ok("database", f"{shown} (Onyx mode, PostgreSQL{tenants})")]
     else:
         embedded = ok("database", f"{shown} (embedded SQLite)")
         results = [_embedded(embedded, settings, peering=peering)]
@@ -142,7 +143,7 @@ def _known_revisions(engine: Engine) -> set[str]:
 def _check_schema(engine: Engine, settings: Settings) -> CheckResult:
     name = "database schema"
     try:
-        check_schema(engine)
+        check_schema(engine, multi_tenant=settings.onyx_multi_tenant)
     except SchemaMissingError as exc:
         return _diagnose_schema(engine, settings, str(exc))
     except CredentialsError as exc:
@@ -154,7 +155,7 @@ def _diagnose_schema(engine: Engine, settings: Settings, message: str) -> CheckR
     name = "database schema"
     try:
         with translated_errors("checking the credentials database"), engine.connect() as c:
-            if is_onyx_mode(engine):
+            if is_onyx_mode(engine) and not settings.onyx_multi_tenant:
                 try:
                     check_onyx_tables(c)
                 except SchemaMissingError as exc:
