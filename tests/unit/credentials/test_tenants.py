@@ -18,9 +18,11 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from click.testing import CliRunner
 from pydantic import SecretStr
 from sqlalchemy import Engine
 
+from craft_operator.cli import main
 from craft_operator.config import load_settings
 from craft_operator.credentials import (
     CredentialsError,
@@ -423,3 +425,33 @@ def test_tenant_tables_are_the_declared_tables_in_the_tenant_s_schema() -> None:
     assert {fk.target_fullname for fk in tables.pat.foreign_keys} == {f"{TENANT_A}.user.id"}
     assert tenant_tables(TENANT_A) is tables
     assert DEFAULT_TABLES.pat.schema is None
+
+
+def test_db_upgrade_and_credentials_revoke_work_in_multi_tenant_mode(
+    postgres_server: ThrowawayPostgres, key_entry: str, keyring: KeyRing
+) -> None:
+    url = tenant_schemas(postgres_server)
+    env = {
+        "CRAFT_DATABASE_URL": url,
+        "CRAFT_ENCRYPTION_KEYS": key_entry,
+        "CRAFT_CLUSTER_ID": CLUSTER,
+        "CRAFT_ONYX_MULTI_TENANT": "true",
+    }
+
+    upgraded = CliRunner().invoke(main, ["db", "upgrade"], env=env, catch_exceptions=False)
+
+    assert upgraded.exit_code == 0, upgraded.output
+    assert "craft_sandbox_credential: migrated from revision none" in upgraded.output
+    engine = create_credentials_engine(url)
+    database = TenantDatabase(url, engine)
+    store = CredentialStore(engine, keyring, cluster_id=CLUSTER, multi_tenant=True)
+    try:
+        issued = ensure(store, ALICE, database.new_user(TENANT_B), TENANT_B)
+        revoked = CliRunner().invoke(
+            main, ["credentials", "revoke", "team-a/alice"], env=env, catch_exceptions=False
+        )
+        assert revoked.exit_code == 0, revoked.output
+        assert not database.authenticates(TENANT_B, issued.token)
+    finally:
+        store.close()
+        engine.dispose()
