@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+#: How far ahead of the operator's clock a last-activity stamp may be before it is said.
+CLOCK_SKEW = timedelta(minutes=5)
+
 
 @dataclass(frozen=True)
 class IdleDecision:
@@ -47,6 +50,7 @@ def decide_idle(
     moment a :class:`datetime` holds is unusable too: a problem, never an exception.
     A sandbox that woke does not fall asleep again within the timeout of waking, even when
     the activity that woke it was already old when it was seen (e.g. after an outage).
+    An activity more than :data:`CLOCK_SKEW` ahead of ``now`` counts, and is a problem.
     """
     activity, problem = parse_activity(last_activity)
     deadline = None
@@ -57,18 +61,29 @@ def decide_idle(
         text = (last_activity or "").strip()[:64]
         problem = f"the last-activity annotation {text!r} is too far in the future"
         activity = None
+    if activity is not None and idle_timeout is not None and activity > now + CLOCK_SKEW:
+        # Honoured (the writer may be right and this clock behind), but said: it keeps the
+        # sandbox awake until then, and touch() never moves it back.
+        text = (last_activity or "").strip()[:64]
+        problem = (
+            f"the last-activity annotation {text!r} is more than {CLOCK_SKEW} ahead of the "
+            "operator's clock (is its writer's clock ahead?): the sandbox stays awake until "
+            "then; write the right time to let it sleep"
+        )
     if sleeping_since is not None:
         if idle_timeout is None:
             return IdleDecision(asleep=False, wake_now=True, problem=problem)
         # Not later: at (a touch in the second it fell asleep, both stamps cut to seconds).
         if activity is not None and activity >= sleeping_since:
-            return IdleDecision(asleep=False, wake_now=True)
+            return IdleDecision(asleep=False, wake_now=True, problem=problem)
         return IdleDecision(asleep=True, problem=problem)
     if deadline is None:  # no timeout, or no usable activity
         return IdleDecision(asleep=False, problem=problem)
     if now >= deadline:
         return IdleDecision(asleep=True, sleep_now=True)
-    return IdleDecision(asleep=False, recheck_after=(deadline - now).total_seconds())
+    return IdleDecision(
+        asleep=False, recheck_after=(deadline - now).total_seconds(), problem=problem
+    )
 
 
 def _deadline(activity: datetime, woke_at: datetime | None, timeout: timedelta) -> datetime | None:

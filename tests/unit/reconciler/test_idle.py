@@ -236,10 +236,34 @@ def test_an_activity_too_far_in_the_future_does_not_wake_a_sleeping_sandbox(text
     assert "too far in the future" in decision.problem
 
 
-def test_a_late_but_usable_activity_keeps_it_awake_until_then() -> None:
+def test_a_late_but_usable_activity_keeps_it_awake_until_then_and_is_said() -> None:
+    # The writer's clock ahead (or a bad value): honoured, but on-call must be told, as
+    # touch() never moves a stamp back.
     decision = decide_idle(
         idle_timeout=HOUR, last_activity="9999-12-31T20:00:00Z", sleeping_since=None, now=NOW
     )
-    assert decision.problem is None
     assert not decision.asleep
     assert decision.recheck_after is not None
+    assert decision.problem is not None
+    assert "ahead of the operator's clock" in decision.problem
+
+
+def test_an_activity_a_little_ahead_of_the_operators_clock_is_no_problem() -> None:
+    decision = decide_idle(
+        idle_timeout=HOUR,
+        last_activity=stamp(NOW + timedelta(minutes=4)),
+        sleeping_since=NOW - HOUR,
+        now=NOW,
+    )
+    assert decision == IdleDecision(asleep=False, wake_now=True)
+
+
+def test_an_activity_far_ahead_wakes_a_sleeping_sandbox_and_is_said() -> None:
+    decision = decide_idle(
+        idle_timeout=HOUR,
+        last_activity="2099-01-01T00:00:00Z",
+        sleeping_since=NOW - HOUR,
+        now=NOW,
+    )
+    assert decision.wake_now
+    assert decision.problem is not None
