@@ -17,7 +17,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any, cast
 
-from sqlalchemy import Engine, Row, Select, Table, bindparam, select
+from sqlalchemy import Engine, Row, Select, Table, bindparam, inspect, null, select
 from sqlalchemy.engine import Connection
 
 from craft_operator.credentials.db import (
@@ -26,10 +26,11 @@ from craft_operator.credentials.db import (
     check_onyx_tables,
     is_onyx_mode,
 )
-from craft_operator.credentials.errors import CredentialsError
+from craft_operator.credentials.errors import CredentialsError, SchemaMissingError, TenantGoneError
 from craft_operator.credentials.keyring import KeyRing
 from craft_operator.credentials.tables import LibrarySyncRecord, SandboxCredential
 from craft_operator.credentials.tenants import DEFAULT_TABLES, OnyxTables, tenant_tables
+from craft_operator.credentials.tokens import PatType
 
 #: The store's modules all log under the store's name (as before they were split out).
 log = logging.getLogger("craft_operator.credentials.store")
@@ -49,16 +50,15 @@ def current_row_query(
     *,
     onyx_mode: bool,
     lock: bool,
-    pats: OnyxTables = DEFAULT_TABLES,
-    users: OnyxTables = DEFAULT_TABLES,
+    pats: OnyxTables | None = DEFAULT_TABLES,
+    users: OnyxTables | None = DEFAULT_TABLES,
 ) -> Select[Any]:
     """A sandbox's row joined to its PAT, to the PAT in its grace period (if any) and, on
     Onyx, to the user named ``user_id``, selected by ``cluster_id``, ``namespace`` and
     ``name``; ``lock`` locks the row. The PATs are those of ``pats``, the user that of
-    ``users`` (a tenant's schema each, in multi-tenant Onyx); the row is the operator's own
-    table, in the default schema."""
-    pat, user = pats.pat, users.user
-    grace_pat = pat.alias("grace_pat")  # the superseded PAT still in its grace period
+    ``users`` (a tenant's schema each, in multi-tenant Onyx; ``None``: a tenant whose
+    schema is gone, read as no PAT and no user); the row is the operator's own table, in
+    the default schema."""
     columns: list[Any] = [
         CRED.c.id,
         CRED.c.version,
@@ -73,17 +73,41 @@ def current_row_query(
         CRED.c.key_id,
         CRED.c.created_at,
         CRED.c.expires_at,
-        pat.c.hashed_token.label("pat_hash"),
-        pat.c.is_revoked.label("pat_revoked"),
-        pat.c.expires_at.label("pat_expires_at"),
         CRED.c.superseded_pat_id,
-        grace_pat.c.is_revoked.label("grace_revoked"),
-        grace_pat.c.expires_at.label("grace_expires_at"),
     ]
-    joined = CRED.outerjoin(pat, pat.c.id == CRED.c.pat_id).outerjoin(
-        grace_pat, grace_pat.c.id == CRED.c.superseded_pat_id
-    )
-    if onyx_mode:
+    joined: Any = CRED
+    if pats is None:
+        labels = ("pat_hash", "pat_revoked", "pat_expires_at", "grace_revoked", "grace_expires_at")
+        columns.extend(null().label(label) for label in labels)
+    else:
+        pat = pats.pat
+        grace_pat = pat.alias("grace_pat")  # the superseded PAT still in its grace period
+        columns.extend(
+            [
+                pat.c.hashed_token.label("pat_hash"),
+                pat.c.is_revoked.label("pat_revoked"),
+                pat.c.expires_at.label("pat_expires_at"),
+                grace_pat.c.is_revoked.label("grace_revoked"),
+                grace_pat.c.expires_at.label("grace_expires_at"),
+            ]
+        )
+        # Only a Craft PAT of the row's user is the row's: one of another user or kind under
+        # that id (ids restart in each tenant's schema) reads as gone, and is never acted on.
+        joined = joined.outerjoin(
+            pat,
+            (pat.c.id == CRED.c.pat_id)
+            & (pat.c.user_id == CRED.c.user_id)
+            & (pat.c.pat_type == PatType.CRAFT),
+        ).outerjoin(
+            grace_pat,
+            (grace_pat.c.id == CRED.c.superseded_pat_id)
+            & (grace_pat.c.user_id == CRED.c.user_id)
+            & (grace_pat.c.pat_type == PatType.CRAFT),
+        )
+    if onyx_mode and users is None:
+        columns.append(null().label("user_active"))
+    elif onyx_mode and users is not None:
+        user = users.user
         columns.append(user.c.is_active.label("user_active"))
         joined = joined.outerjoin(user, user.c.id == bindparam("user_id", type_=user.c.id.type))
     query = (
@@ -99,14 +123,17 @@ def current_row_query(
 
 
 @lru_cache(maxsize=1024)
-def _tenant_row_query(pat_tenant: str, user_tenant: str, *, lock: bool) -> Select[Any]:
+def _tenant_row_query(
+    pat_tenant: str | None, user_tenant: str | None, *, lock: bool
+) -> Select[Any]:
     """:func:`current_row_query` in multi-tenant Onyx: the row's PATs in the schema of
-    ``pat_tenant`` (the row's tenant), the user in that of ``user_tenant``."""
+    ``pat_tenant`` (the row's tenant), the user in that of ``user_tenant`` (``None``: a
+    tenant whose schema is gone)."""
     return current_row_query(
         onyx_mode=True,
         lock=lock,
-        pats=tenant_tables(pat_tenant),
-        users=tenant_tables(user_tenant),
+        pats=None if pat_tenant is None else tenant_tables(pat_tenant),
+        users=None if user_tenant is None else tenant_tables(user_tenant),
     )
 
 
@@ -162,23 +189,44 @@ class StoreBackend:
             multi_tenant=multi_tenant,
         )
 
-    def tables(self, connection: Connection, tenant_id: str) -> OnyxTables:
+    def tables(self, connection: Connection, tenant_id: str, *, fresh: bool = False) -> OnyxTables:
         """Onyx's tables for ``tenant_id``: those of the default schema, or in multi-tenant
-        Onyx those of the tenant's schema, checked (on ``connection``) the first time.
+        Onyx those of the tenant's schema, checked (on ``connection``) the first time, or
+        every time when ``fresh`` (before revoking: the tenant may be gone since).
 
-        Raises :class:`CredentialsError` for a tenant id that cannot name a schema and
+        Raises :class:`CredentialsError` for a tenant id that cannot name a schema,
+        :class:`TenantGoneError` when its schema no longer exists, and
         :class:`SchemaMissingError` naming the schema when it lacks Onyx's tables.
         """
         if not self.multi_tenant:
             return DEFAULT_TABLES
         tables = tenant_tables(tenant_id)
-        if tenant_id not in self._checked:
-            check_onyx_tables(connection, tenant_schema=tenant_id)
+        if fresh or tenant_id not in self._checked:
+            try:
+                check_onyx_tables(connection, tenant_schema=tenant_id)
+            except SchemaMissingError:
+                with self._checked_lock:
+                    self._checked.discard(tenant_id)
+                if tenant_id not in inspect(connection).get_schema_names():
+                    raise TenantGoneError(
+                        f"the database in CRAFT_DATABASE_URL has no schema {tenant_id!r} of "
+                        f"Onyx tenant {tenant_id!r} (deleted, or never on this database?): "
+                        "no PAT of it is there"
+                    ) from None
+                raise
             with self._checked_lock:
                 if len(self._checked) >= _CHECKED_TENANTS:
                     self._checked.clear()
                 self._checked.add(tenant_id)
         return tables
+
+    def _present(self, connection: Connection, tenant_id: str, *, fresh: bool) -> bool:
+        """Whether the tenant's schema exists (checked as :meth:`tables` does)."""
+        try:
+            self.tables(connection, tenant_id, fresh=fresh)
+        except TenantGoneError:
+            return False
+        return True
 
     def fetch(
         self,
@@ -189,13 +237,16 @@ class StoreBackend:
         lock: bool = False,
         tenant_id: str | None = None,
         user_id: uuid.UUID | None = None,
+        fresh: bool = False,
     ) -> Row[Any] | None:
         """This cluster's row for ``namespace``/``name`` joined to its PATs and, on Onyx, to
         the user ``user_id`` (see :func:`current_row_query`), or None; ``lock`` locks it.
 
         Multi-tenant: the PATs are read in the schema of the row's tenant and the user in
-        that of ``tenant_id`` (the sandbox's; default: the row's). The row's tenant is
-        guessed to be ``tenant_id``, else read first, and the row read again if it is not.
+        that of ``tenant_id`` (the sandbox's, which must exist; default: the row's). The
+        row's tenant is guessed to be ``tenant_id``, else read first, and the row read again
+        if it is not. A row whose tenant's schema is gone reads as without PATs (they went
+        with it); ``fresh`` checks the schemas again (see :meth:`tables`).
         """
         if not self.multi_tenant:
             query = self.lock_current if lock else self.read_current
@@ -206,10 +257,11 @@ class StoreBackend:
         for _attempt in range(_TENANT_READS):
             if pat_tenant is None:
                 return None
-            user_tenant = pat_tenant if tenant_id is None else tenant_id
-            self.tables(connection, pat_tenant)
-            self.tables(connection, user_tenant)
-            query = _tenant_row_query(pat_tenant, user_tenant, lock=lock)
+            if tenant_id is not None:
+                self.tables(connection, tenant_id, fresh=fresh)
+            present = self._present(connection, pat_tenant, fresh=fresh)
+            user_tenant = tenant_id if tenant_id is not None else pat_tenant if present else None
+            query = _tenant_row_query(pat_tenant if present else None, user_tenant, lock=lock)
             row = self._fetch(connection, query, namespace, name, user_id)
             if row is None or row.tenant_id == pat_tenant:
                 return row

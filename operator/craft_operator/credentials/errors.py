@@ -29,6 +29,11 @@ class SchemaMissingError(CredentialsError):
     operator's schema revision (not migrated yet, or migrated by a newer operator)."""
 
 
+class TenantGoneError(SchemaMissingError):
+    """Multi-tenant Onyx: the schema of a tenant no longer exists (Onyx dropped the tenant),
+    and the PATs in it went with it."""
+
+
 class KeyRingError(CredentialsError):
     """The encryption key ring is malformed, or a stored token cannot be opened with it."""
 

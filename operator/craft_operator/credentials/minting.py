@@ -29,7 +29,7 @@ from sqlalchemy import Row, Table, and_, bindparam, delete, insert, literal, sel
 from sqlalchemy.engine import Connection
 
 from craft_operator.credentials.backend import CRED, LIBRARY, StoreBackend, log
-from craft_operator.credentials.errors import UserInactiveError, UserNotFoundError
+from craft_operator.credentials.errors import TenantGoneError, UserInactiveError, UserNotFoundError
 from craft_operator.credentials.keyring import parse_header, seal_token
 from craft_operator.credentials.model import IssuedCredential, SandboxIdentity
 from craft_operator.credentials.renewal import GRACEFUL, EnsurePolicy
@@ -70,8 +70,14 @@ def mint(
         # Only a PAT that still exists can be superseded (and revoked, or left in grace).
         superseded = None if row is None or row.pat_hash is None else row.pat_id
         grace = _grace(policy, row, superseded, reason, now)
-        superseded_in = tables if row is None else backend.tables(connection, row.tenant_id)
-        retiring = _retiring(row, superseded, grace, now, superseded_in.pat)
+        retiring = _retiring(row, superseded, grace, now, tables.pat)
+        if row is not None and row.tenant_id != policy.tenant_id:
+            try:
+                superseded_in = backend.tables(connection, row.tenant_id, fresh=True)
+            except TenantGoneError:
+                retiring = []  # the earlier tenant's schema is gone, and its PATs with it
+            else:
+                retiring = _retiring(row, superseded, grace, now, superseded_in.pat)
         pat_id = insert_pat(
             backend,
             connection,
@@ -148,14 +154,16 @@ def _retiring(
     """The statements on the PATs the mint supersedes (in the table ``pat``): the one it
     replaces revoked or left in its grace period, and an earlier one still in its grace
     period revoked."""
-    revoked = [] if row is None or row.superseded_pat_id is None else [row.superseded_pat_id]
+    if row is None:
+        return []
+    revoked = [] if row.superseded_pat_id is None else [row.superseded_pat_id]
     statements: list[Any] = []
     if superseded is not None and grace is not None:
-        statements.append(grace_statement(superseded, grace, now, pat))
+        statements.append(grace_statement(superseded, grace, now, pat, user_id=row.user_id))
     elif superseded is not None:
         revoked.append(superseded)
     if revoked:
-        statements.append(revoke_pats_statement(revoked, now, pat))
+        statements.append(revoke_pats_statement(revoked, now, pat, user_id=row.user_id))
     return statements
 
 

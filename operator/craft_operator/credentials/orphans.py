@@ -20,6 +20,7 @@ from typing import cast
 from sqlalchemy import Table, delete, exists, func, select, update
 
 from craft_operator.credentials.db import WRITE_OPTION, translated_errors
+from craft_operator.credentials.errors import TenantGoneError
 from craft_operator.credentials.model import utc_now
 from craft_operator.credentials.revocation import revoke_pats_statement
 from craft_operator.credentials.store import CredentialStore
@@ -104,21 +105,28 @@ def revoke_orphan(
         translated_errors(f"revoking the orphaned PAT {row.pat_id}"),
         writer.begin() as connection,
     ):
-        deleted = connection.execute(
-            delete(_CRED).where(
+        user_id = connection.execute(
+            delete(_CRED)
+            .where(
                 _CRED.c.id == row.row_id,
                 _CRED.c.version == row.version,
                 _CRED.c.sandbox_uid == row.sandbox_uid,
                 _CRED.c.pat_id == row.pat_id,
             )
-        )
-        if deleted.rowcount != 1:
+            .returning(_CRED.c.user_id)
+        ).scalar_one_or_none()
+        if user_id is None:
             return False
-        pat = store.tables(connection, row.tenant_id).pat
         pat_ids = [row.pat_id]
         if row.superseded_pat_id is not None:
             pat_ids.append(row.superseded_pat_id)
-        connection.execute(revoke_pats_statement(pat_ids, now or utc_now(), pat))
+        try:
+            pat = store.tables(connection, row.tenant_id, fresh=True).pat
+        except TenantGoneError:
+            pass  # the tenant's schema is gone, and its PATs with it: the row goes
+        else:
+            statement = revoke_pats_statement(pat_ids, now or utc_now(), pat, user_id=user_id)
+            connection.execute(statement)
         connection.execute(delete(_LIBRARY).where(_LIBRARY.c.sandbox_uid == row.sandbox_uid))
     return True
 

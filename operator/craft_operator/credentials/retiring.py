@@ -47,8 +47,8 @@ def retire(backend: StoreBackend, identity: SandboxIdentity, pat_id: int) -> int
         pat = backend.tables(connection, row.tenant_id).pat
         now = backend.clock()
         revoked = connection.execute(
-            revoke_pat_statement(row.superseded_pat_id, now, pat)
-            .where(pat.c.user_id == row.user_id, pat.c.expires_at > now)
+            revoke_pat_statement(row.superseded_pat_id, now, pat, user_id=row.user_id)
+            .where(pat.c.expires_at > now)
             .returning(pat.c.id)
         ).scalar_one_or_none()
         connection.execute(

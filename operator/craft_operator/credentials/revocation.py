@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -10,7 +11,9 @@ from sqlalchemy import Table, case, delete, literal, update
 
 from craft_operator.credentials.backend import CRED, LIBRARY, PAT, StoreBackend, log
 from craft_operator.credentials.db import translated_errors
+from craft_operator.credentials.errors import TenantGoneError
 from craft_operator.credentials.model import CredentialInfo, credential_info
+from craft_operator.credentials.tokens import PatType
 
 
 def _no_later_than(moment: datetime, pat: Table) -> Any:
@@ -30,30 +33,46 @@ def _live(now: datetime, pat: Table) -> Any:
     return pat.c.expires_at.is_(None) | (pat.c.expires_at > bound)
 
 
-def revoke_pats_statement(pat_ids: Sequence[int], now: datetime, pat: Table = PAT) -> Any:
-    """Onyx's revocation of each PAT of ``pat_ids`` (in the table ``pat``: a tenant's, in
-    multi-tenant Onyx): ``is_revoked`` true and ``expires_at`` now (never later). Also of
-    one only marked ``is_revoked`` (by hand, say), which Onyx's server still accepts until
-    its ``expires_at``."""
+def _craft_pat_of(user_id: uuid.UUID, pat: Table) -> Any:
+    """Whether a PAT is a Craft PAT of ``user_id``: the operator acts on no other, whatever
+    the id it looked up names (ids restart in each tenant's schema)."""
+    return (pat.c.user_id == user_id) & (pat.c.pat_type == PatType.CRAFT)
+
+
+def revoke_pats_statement(
+    pat_ids: Sequence[int], now: datetime, pat: Table = PAT, *, user_id: uuid.UUID
+) -> Any:
+    """Onyx's revocation of each PAT of ``pat_ids`` that is a Craft PAT of ``user_id`` (in
+    the table ``pat``: a tenant's, in multi-tenant Onyx): ``is_revoked`` true and
+    ``expires_at`` now (never later). Also of one only marked ``is_revoked`` (by hand,
+    say), which Onyx's server still accepts until its ``expires_at``."""
     return (
         update(pat)
-        .where(pat.c.id.in_(list(pat_ids)), pat.c.is_revoked.is_(False) | _live(now, pat))
+        .where(
+            pat.c.id.in_(list(pat_ids)),
+            _craft_pat_of(user_id, pat),
+            pat.c.is_revoked.is_(False) | _live(now, pat),
+        )
         .values(is_revoked=True, expires_at=_no_later_than(now, pat))
     )
 
 
-def revoke_pat_statement(pat_id: int, now: datetime, pat: Table = PAT) -> Any:
+def revoke_pat_statement(
+    pat_id: int, now: datetime, pat: Table = PAT, *, user_id: uuid.UUID
+) -> Any:
     """Onyx's revocation: ``is_revoked`` true and ``expires_at`` now (never later)."""
-    return revoke_pats_statement([pat_id], now, pat)
+    return revoke_pats_statement([pat_id], now, pat, user_id=user_id)
 
 
-def grace_statement(pat_id: int, until: datetime, now: datetime, pat: Table = PAT) -> Any:
+def grace_statement(
+    pat_id: int, until: datetime, now: datetime, pat: Table = PAT, *, user_id: uuid.UUID
+) -> Any:
     """Leave a superseded PAT live until ``until`` at the latest: its ``expires_at`` is
     shortened to it (never extended), so Onyx's server refuses it from then on even if the
     operator is gone by then. One marked ``is_revoked`` meanwhile expires now."""
     return (
         update(pat)
-        .where(pat.c.id == pat_id)
+        .where(pat.c.id == pat_id, _craft_pat_of(user_id, pat))
         .values(
             expires_at=case(
                 (pat.c.is_revoked.is_(True), _no_later_than(now, pat)),
@@ -72,16 +91,21 @@ def revoke_named(backend: StoreBackend, namespace: str, name: str) -> Credential
         translated_errors(f"revoking the PAT of {subject}"),
         backend.writer.begin() as connection,
     ):
-        row = backend.fetch(connection, namespace, name, lock=True)
+        row = backend.fetch(connection, namespace, name, lock=True, fresh=True)
         if row is None:
             return None
-        pat = backend.tables(connection, row.tenant_id).pat
         now = backend.clock()
         info = credential_info(row, now)
         pat_ids = [row.pat_id]
         if row.superseded_pat_id is not None:
             pat_ids.append(row.superseded_pat_id)
-        connection.execute(revoke_pats_statement(pat_ids, now, pat))
+        try:
+            pat = backend.tables(connection, row.tenant_id)
+        except TenantGoneError as exc:
+            log.warning("%s: forgetting its PATs: %s", subject, exc)
+        else:
+            statement = revoke_pats_statement(pat_ids, now, pat.pat, user_id=row.user_id)
+            connection.execute(statement)
         connection.execute(delete(CRED).where(CRED.c.id == row.id))
         # The row's library record goes with it, whichever sandbox of this name it was
         # (an earlier one gone without its finalizer leaves no other way to find it).

@@ -170,10 +170,10 @@ class CredentialStore:
         """True when Onyx's tables are in a schema per tenant (multi-tenant Onyx)."""
         return self._backend.multi_tenant
 
-    def tables(self, connection: Connection, tenant_id: str) -> OnyxTables:
+    def tables(self, connection: Connection, tenant_id: str, *, fresh: bool = False) -> OnyxTables:
         """Onyx's tables where ``tenant_id`` has them (its schema, in multi-tenant Onyx,
         checked on ``connection`` the first time); see :meth:`StoreBackend.tables`."""
-        return self._backend.tables(connection, tenant_id)
+        return self._backend.tables(connection, tenant_id, fresh=fresh)
 
     @property
     def keyring(self) -> KeyRing:

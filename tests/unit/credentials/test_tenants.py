@@ -36,6 +36,7 @@ from craft_operator.credentials import (
     build_credential_store,
 )
 from craft_operator.credentials.db import check_schema, create_credentials_engine, upgrade
+from craft_operator.credentials.errors import TenantGoneError
 from craft_operator.credentials.orphans import revoke_orphan, rows_of_cluster
 from craft_operator.credentials.tables import SandboxCredential
 from craft_operator.credentials.tenants import DEFAULT_TABLES, OnyxTables, tenant_tables
@@ -319,7 +320,10 @@ def test_a_tenant_whose_schema_lacks_onyx_tables_is_a_schema_error_naming_it(
     with pytest.raises(SchemaMissingError, match="schema 'tenant_c'") as raised:
         ensure(store, ALICE, uuid.uuid4(), "tenant_c")
 
-    assert "'personal_access_token'" in str(raised.value)
+    if schema_exists:
+        assert "'personal_access_token'" in str(raised.value)
+    else:
+        assert isinstance(raised.value, TenantGoneError)
     assert tenants.rows() == []
 
 
@@ -455,3 +459,67 @@ def test_db_upgrade_and_credentials_revoke_work_in_multi_tenant_mode(
     finally:
         store.close()
         engine.dispose()
+
+
+def human_pat(tenants: TenantDatabase, tenant: str, user: uuid.UUID) -> int:
+    """A person's own USER PAT in ``tenant``'s schema, live for 30 days; its id."""
+    pat = tenant_tables(tenant).pat
+    now = datetime.now(UTC)
+    values = {
+        "name": "a laptop",
+        "hashed_token": hash_token(f"onyx_pat_human_{uuid.uuid4()}"),
+        "token_display": "onyx_pat_hum****xxxx",
+        "user_id": user,
+        "expires_at": now + timedelta(days=30),
+        "created_at": now,
+        "is_revoked": False,
+        "pat_type": "USER",
+        "scopes": None,
+    }
+    with tenants.engine.begin() as connection:
+        return int(
+            connection.execute(sa.insert(pat).values(values).returning(pat.c.id)).scalar_one()
+        )
+
+
+def test_a_pat_of_another_user_under_the_rows_pat_id_is_never_touched(
+    make_store: Callable[..., CredentialStore], tenants: TenantDatabase
+) -> None:
+    # A row whose PAT is in another schema (minted before the setting was on, say) names a
+    # PAT id that, in the tenant's schema, is someone else's own PAT: ids restart per schema.
+    user = tenants.new_user(TENANT_A)
+    before = make_store(multi_tenant=False)
+    create_onyx_tables(tenants.engine)  # the default schema, as single-tenant Onyx has it
+    add_user(tenants.engine, user_id=user)
+    issued = before.ensure(ALICE, user_id=user, tenant_id=TENANT_A, lifetime=LIFETIME)
+    other = human_pat(tenants, TENANT_A, tenants.new_user(TENANT_A))
+    assert other == issued.pat_id
+
+    store = make_store()
+    again = ensure(store, ALICE, user, TENANT_A)
+    store.revoke_named(ALICE.namespace, ALICE.name)
+
+    assert again.minted, "the row's PAT reads as gone from the tenant's schema"
+    foreign = tenants.pat(TENANT_A, other)
+    assert not foreign.is_revoked
+    assert foreign.expires_at > datetime.now(UTC) + timedelta(days=29)
+
+
+@pytest.mark.parametrize("fresh_store", [True, False], ids=["after a restart", "same process"])
+def test_a_sandbox_of_a_tenant_onyx_deleted_is_revoked_and_forgotten(
+    make_store: Callable[..., CredentialStore], tenants: TenantDatabase, fresh_store: bool
+) -> None:
+    # Onyx drops a deleted tenant's schema, its PATs with it: the finalizer, the CLI and the
+    # orphan sweep must let go of the rows, not fail for ever (the sandbox never deleted).
+    store = make_store()
+    for sandbox in (ALICE, BOB):
+        ensure(store, sandbox, tenants.new_user(TENANT_A), TENANT_A)
+    with tenants.engine.begin() as connection:
+        connection.execute(sa.text(f'DROP SCHEMA "{TENANT_A}" CASCADE'))
+    if fresh_store:
+        store = make_store()
+
+    assert store.revoke(ALICE)
+    [left] = rows_of_cluster(store, CLUSTER)
+    assert revoke_orphan(store, left)
+    assert tenants.rows() == []
