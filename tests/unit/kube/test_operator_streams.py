@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
@@ -14,6 +15,7 @@ from craft_operator.handlers.streams import watch_streams
 from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import KubeClient
+from craft_operator.metrics import Metrics
 from craft_operator.policy.models import POLICY_NAME
 from tests.integration.conftest import SANDBOXES, declare_craft_resources
 from tests.support.emulator import KubeEmulator
@@ -74,6 +76,11 @@ async def test_objects_deleted_while_the_streams_were_away_leave_the_cache(
         queue=queue,
         pool_queue=pool_queue,
         reconciler=SimpleNamespace(forget=lambda key: None),
+        services=SimpleNamespace(
+            clock=lambda: datetime.now(UTC),
+            metrics=Metrics(),
+            credentials=SimpleNamespace(forget=lambda uid: None),
+        ),
     )
     for resource, body in OBJECTS:
         emulator.create(resource, {"apiVersion": "craft.onyx.app/v1alpha1", **body})
