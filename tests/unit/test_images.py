@@ -162,12 +162,14 @@ def test_the_pinned_onyx_cli_reports_missing_configuration_with_exit_code_3(
 
 
 WRAPPER = Path(__file__).parents[2] / "sandbox-image" / "onyx-cli"
+SERVER = "https://onyx.example.com"
 
 
 def run_wrapper(tmp_path: Path, real: Path, **env: str) -> subprocess.CompletedProcess[str]:
     """The image's onyx-cli wrapper, with ``real`` as the onyx-cli it runs."""
     clean = {key: value for key, value in os.environ.items() if not key.startswith("ONYX_")}
-    clean.update(HOME=str(tmp_path), ONYX_CLI_REAL=str(real), **env)
+    clean.update({"HOME": str(tmp_path), "ONYX_CLI_REAL": str(real), "ONYX_SERVER_URL": SERVER})
+    clean.update(env)
     return subprocess.run(
         ["/bin/sh", str(WRAPPER), "validate-config"],
         capture_output=True,
@@ -309,6 +311,19 @@ def test_a_pat_path_that_is_not_a_readable_file_is_said_not_left_to_onyx_cli(
     assert result.returncode == 3
     assert "cannot read the sandbox's PAT" in result.stderr
     assert "pat=" not in result.stdout
+
+
+def test_without_a_server_url_the_wrapper_hands_the_delivered_pat_to_no_default_server(
+    tmp_path: Path, echoing_cli: Path
+) -> None:
+    # onyx-cli's built-in default is Onyx's cloud: a process with a scrubbed environment
+    # would send a self-hosted deployment's PAT there.
+    pat = tmp_path / "pat"
+    pat.write_text("onyx_pat_file")
+    result = run_wrapper(tmp_path, echoing_cli, ONYX_PAT_FILE=str(pat), ONYX_SERVER_URL="")
+    assert result.returncode == 3
+    assert "ONYX_SERVER_URL is not set" in result.stderr
+    assert "onyx_pat_file" not in result.stdout + result.stderr
 
 
 def test_the_wrapper_finds_the_pinned_cli_beside_it_when_run_through_a_link(
