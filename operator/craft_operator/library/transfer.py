@@ -45,6 +45,7 @@ from craft_operator.library.destination import ChangeSet
 from craft_operator.library.errors import (
     DestinationUnwritableError,
     ExecCommandFailedError,
+    ExecDeadlineError,
     ExecFailedError,
     ExecTimedOutError,
 )
@@ -216,7 +217,7 @@ class PodDestination:
         except ExecStalledError as exc:
             raise ExecTimedOutError(f"{what}: {exc}; it was abandoned") from exc
         except ExecTimeoutError as exc:
-            raise ExecTimedOutError(
+            raise ExecDeadlineError(
                 f"{what} in pod {target.namespace}/{target.pod}: the command did not finish "
                 f"within {limit or self._timeout:.0f}s and was abandoned"
             ) from exc
