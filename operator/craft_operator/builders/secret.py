@@ -24,7 +24,8 @@ def encode_secret_value(value: SecretStr) -> str:
 def build_credentials_secret(
     sandbox: CraftSandbox, *, token: SecretStr, pat_id: int
 ) -> dict[str, Any]:
-    """The Secret with ``ONYX_PAT``; the pod reads it through ``secretKeyRef``."""
+    """The Secret with ``ONYX_PAT``: the cluster's copy of the current PAT (the pod does not
+    reference it: the PAT reaches the pod by exec, see ``reconciler/steps/cli.py``)."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
