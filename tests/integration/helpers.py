@@ -5,7 +5,9 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+import aiohttp.web
 import sqlalchemy as sa
+from kmock._internal import rendering
 
 from craft_operator.config import Settings
 from tests.integration.conftest import SANDBOXES
@@ -113,3 +115,17 @@ async def event_posted(emulator: KubeEmulator, name: str, reason: str) -> list[s
         lambda: reason in (found := event_reasons(emulator, name)) and found,
         what=f"a {reason} event about {name}",
     )
+
+
+async def refuse_pod_deletion(request: rendering.Request) -> aiohttp.web.Response | None:
+    """A before-request hook of the emulator: every pod deletion is refused with 403, as an
+    admission webhook would (its message carries words a test checks are never repeated)."""
+    if request.method.value.upper() == "DELETE" and "/pods/" in request.url.path:
+        refusal = {
+            "kind": "Status",
+            "code": 403,
+            "reason": "Forbidden",
+            "message": 'admission webhook "deny.example" denied the request: canary-words',
+        }
+        return aiohttp.web.json_response(refusal, status=403)
+    return None

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import aiohttp.web
-from kmock._internal import rendering
-
 from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
 from craft_operator.policy.models import POLICY_NAME, TENANT_LABEL
@@ -25,6 +22,7 @@ from tests.integration.helpers import (
     live_pats,
     phase,
     pod,
+    refuse_pod_deletion,
     sandbox,
     status,
     token_in_secret,
@@ -207,12 +205,6 @@ async def test_a_spec_judged_by_a_pass_an_error_cut_short_is_not_new_when_the_po
     allow(emulator, images=["registry.example.com/craft/"])
     emulator.create(SANDBOXES, sandbox("alice", image=IMAGE))
     await ready(emulator, "alice")
-
-    async def refuse_pod_deletion(request: rendering.Request) -> aiohttp.web.Response | None:
-        if request.method.value.upper() == "DELETE" and "/pods/" in request.url.path:
-            refusal = {"kind": "Status", "code": 403, "reason": "Forbidden", "message": "no"}
-            return aiohttp.web.json_response(refusal, status=403)
-        return None
 
     emulator.before_request.append(refuse_pod_deletion)  # type: ignore[arg-type]
     emulator.patch(

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 
-import aiohttp.web
-from kmock._internal import rendering
-
 from craft_operator.context import OperatorContext
 from tests.integration.conftest import SANDBOXES
-from tests.integration.helpers import NAMESPACE, events_about, phase, pod, status
+from tests.integration.helpers import (
+    NAMESPACE,
+    events_about,
+    phase,
+    pod,
+    refuse_pod_deletion,
+    status,
+)
 from tests.integration.test_drift import ready_sandbox
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually
@@ -98,17 +102,6 @@ async def test_a_pass_stopped_by_an_error_keeps_the_generation_it_last_acted_on_
     await ready_sandbox(emulator)
     first = pod(emulator, "alice")
     assert first is not None
-
-    async def refuse_pod_deletion(request: rendering.Request) -> aiohttp.web.Response | None:
-        if request.method.value.upper() == "DELETE" and "/pods/" in request.url.path:
-            refusal = {
-                "kind": "Status",
-                "code": 403,
-                "reason": "Forbidden",
-                "message": 'admission webhook "deny.example" denied the request: canary-words',
-            }
-            return aiohttp.web.json_response(refusal, status=403)
-        return None
 
     emulator.before_request.append(refuse_pod_deletion)  # type: ignore[arg-type]
     emulator.patch(
