@@ -114,10 +114,3 @@ class ExecTimedOutError(ExecFailedError):
 
     reason = "ExecTimedOut"
     retryable = True
-
-
-class ExecDeadlineError(ExecTimedOutError):
-    """A command in the sandbox pod ran to its time limit, taking its input, but too slowly
-    (a pod that trickles: a stopped command while something else writes its output): each
-    try holds a sync slot and sends the upload for that long, so the reconciler retries
-    only a few times in a row for the same sync."""

@@ -45,7 +45,6 @@ from craft_operator.library.destination import ChangeSet
 from craft_operator.library.errors import (
     DestinationUnwritableError,
     ExecCommandFailedError,
-    ExecDeadlineError,
     ExecFailedError,
     ExecTimedOutError,
 )
@@ -217,7 +216,7 @@ class PodDestination:
         except ExecStalledError as exc:
             raise ExecTimedOutError(f"{what}: {exc}; it was abandoned") from exc
         except ExecTimeoutError as exc:
-            raise ExecDeadlineError(
+            raise ExecTimedOutError(
                 f"{what} in pod {target.namespace}/{target.pod}: the command did not finish "
                 f"within {limit or self._timeout:.0f}s and was abandoned"
             ) from exc

@@ -24,7 +24,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from craft_operator.library import ExecCommandFailedError, LibrarySyncError, SyncResult
-from craft_operator.library.errors import ExecDeadlineError
 from craft_operator.reconciler.queue import Backoff
 
 logger = logging.getLogger(__name__)
@@ -190,10 +189,7 @@ class LibrarySyncPool:
         """The outcome, its failure made final if it is the attempt's :data:`POD_FAILURES`-th
         in a row of commands the pod ran and failed."""
         error = outcome.error
-        if (
-            not isinstance(error, (ExecCommandFailedError, ExecDeadlineError))
-            or not error.retryable
-        ):
+        if not isinstance(error, ExecCommandFailedError) or not error.retryable:
             self._pod_failures.pop(key, None)
             return outcome
         attempt, failures = self._pod_failures.get(key, (outcome.attempt, 0))
@@ -202,7 +198,7 @@ class LibrarySyncPool:
             self._pod_failures[key] = (outcome.attempt, failures)
             return outcome
         self._pod_failures.pop(key, None)
-        final = type(error)(
+        final = ExecCommandFailedError(
             f"{error.message}; failed {failures} times in a row, so not retried until the "
             "library has a new revision, the sandbox a new pod or the library a new "
             "configuration",

@@ -8,11 +8,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from craft_operator.library import LibrarySyncError, SyncResult
-from craft_operator.library.errors import (
-    ExecCommandFailedError,
-    ExecDeadlineError,
-    ExecTimedOutError,
-)
+from craft_operator.library.errors import ExecCommandFailedError, ExecTimedOutError
 from craft_operator.reconciler.library_pool import POD_FAILURES, LibrarySyncPool, Outcome
 from craft_operator.reconciler.queue import Backoff
 
@@ -156,22 +152,6 @@ async def test_a_sync_the_pod_fails_again_and_again_is_not_retried_for_ever() ->
     assert "No space left" in final.message
     assert "failed 3 times in a row, so not retried until" in final.message
     assert pool.retry_in(key(1)) == 0
-
-
-async def running_to_the_limit() -> SyncResult:
-    raise ExecDeadlineError("the upload did not finish within 1800s and was abandoned")
-
-
-async def test_a_pod_that_takes_its_upload_too_slowly_again_and_again_is_given_up_on() -> None:
-    """A trickling pod (tar stopped, something writing its output) holds a sync slot to the
-    time limit on every try: like a command it fails, final at the third in a row."""
-    pool = LibrarySyncPool(1, backoff=Backoff(base=0.001, cap=0.001, jitter=0.0))
-
-    outcomes = [await outcome_of(pool, "a", running_to_the_limit) for _ in range(POD_FAILURES)]
-
-    errors = [outcome.error for outcome in outcomes]
-    assert [error.retryable for error in errors if error] == [True, True, False]
-    assert all(error is not None and error.reason == "ExecTimedOut" for error in errors)
 
 
 async def test_only_failures_of_the_same_attempt_in_a_row_count_towards_the_last() -> None:
