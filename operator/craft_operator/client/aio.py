@@ -60,9 +60,6 @@ FIELD_MANAGER = "onyx-backend"
 #: timeout or error, not a 503 or 429 refusal); network failures count when the request
 #: may have been sent (:attr:`UnreachableError.sent`).
 LOST_ANSWER = frozenset({500, 502, 504})
-#: A stored last-activity stamp further ahead of this clock than this is a clock's error,
-#: replaced by the next touch (the operator says it as LastActivityInvalid).
-CLOCK_SKEW = timedelta(minutes=5)
 T = TypeVar("T")
 ProgressCallback = Callable[[Progress], object]
 
@@ -335,8 +332,7 @@ class AsyncSandboxClient:
         self, namespace: str, name: str, moment: datetime, *, unsuspend: bool
     ) -> datetime:
         """Raise the last-activity annotation to ``moment`` (and unsuspend), conditionally on
-        the version read, so two writers never move it backwards (but one more than
-        :data:`CLOCK_SKEW` ahead of this clock is replaced); retried on conflict."""
+        the version read, so two writers never move it backwards; retried on conflict."""
 
         async def attempt() -> datetime:
             obj = await self._get(namespace, name)
@@ -347,8 +343,6 @@ class AsyncSandboxClient:
                 if slept is not None and target <= slept:  # clocks differ: still wake it
                     target = to_second(slept + timedelta(seconds=1))
             stored = parse_activity((meta.get("annotations") or {}).get(ANNOTATION_LAST_ACTIVITY))
-            if stored is not None and stored > datetime.now(UTC) + CLOCK_SKEW:
-                stored = None  # a writer's clock far ahead: it would keep the sandbox awake
             patch: dict[str, Any] = {"metadata": {"resourceVersion": meta["resourceVersion"]}}
             if stored is None or stored < target:
                 patch["metadata"]["annotations"] = {ANNOTATION_LAST_ACTIVITY: format_time(target)}

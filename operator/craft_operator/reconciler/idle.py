@@ -63,7 +63,7 @@ def decide_idle(
         activity = None
     if activity is not None and idle_timeout is not None and activity > now + CLOCK_SKEW:
         # Honoured (the writer may be right and this clock behind), but said: it keeps the
-        # sandbox awake until then, and touch() never moves it back.
+        # sandbox awake until then, and the client's touch() never moves it back.
         text = (last_activity or "").strip()[:64]
         problem = (
             f"the last-activity annotation {text!r} is more than {CLOCK_SKEW} ahead of the "

@@ -451,19 +451,6 @@ async def test_touch_records_activity_and_never_moves_it_backwards(
     assert aclient.requests["patch"] == 2, "the second touch wrote nothing"
 
 
-async def test_touch_replaces_a_stamp_far_ahead_of_its_clock(
-    aclient: AsyncSandboxClient, emulator: KubeEmulator
-) -> None:
-    # Written by a host whose clock was years ahead: never moving it back would keep the
-    # sandbox awake until then.
-    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID)
-    await aclient.touch(NAMESPACE, "alice", at=datetime(2099, 1, 1, tzinfo=UTC))
-    now = datetime.now(UTC).replace(microsecond=0)
-    assert await aclient.touch(NAMESPACE, "alice", at=now) == now
-    annotations = stored(emulator)["metadata"]["annotations"]
-    assert annotations[ANNOTATION_LAST_ACTIVITY] == now.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 async def test_touch_rereads_and_retries_when_the_sandbox_changed_meanwhile(
     aclient: AsyncSandboxClient, emulator: KubeEmulator
 ) -> None:
