@@ -191,6 +191,16 @@ def _ours_unowned(p: Pass, pvc: Mapping[str, Any]) -> bool:
     )
 
 
+def _own_kept(p: Pass, pvc: Mapping[str, Any]) -> bool:
+    """Whether ``pvc`` is this very sandbox's workspace, kept without an owner (not an
+    earlier sandbox's: taking that one back is the workspace step's, in a whole pass)."""
+    labels = pvc.get("metadata", {}).get("labels") or {}
+    mine = labels.get(LABEL_ONYX_SANDBOX_ID) == p.sandbox.metadata.uid
+    recorded = p.run.old_status.workspace
+    claimed = recorded is not None and recorded.claim_uid == pvc.get("metadata", {}).get("uid")
+    return _ours_unowned(p, pvc) and (mine or claimed)
+
+
 async def settle_owner(p: Pass) -> None:
     """Give the sandbox's existing workspace PVC the owner reference ``retain`` asks for (off
     while kept, on otherwise), in a pass that stops before the workspace's row: a foreground
@@ -206,7 +216,7 @@ async def settle_owner(p: Pass) -> None:
     try:
         if p.sandbox.spec.workspace.retain and controlled_by(found, uid):
             await _keep(p, found, desired, uid)
-        elif not p.sandbox.spec.workspace.retain and _ours_unowned(p, found):
+        elif not p.sandbox.spec.workspace.retain and _own_kept(p, found):
             await _adopt(p, found)
     except ApiError as exc:  # the workspace's own step, in a later pass, tries again
         log.warning("%s/%s: cannot settle the workspace's owner: %s", *p.run.key, exc)

@@ -371,3 +371,16 @@ async def test_a_pass_stopped_before_the_workspace_still_sets_its_owner_by_retai
     assert owned is not None
     [owner] = owned["metadata"]["ownerReferences"]
     assert owner["uid"] == UID
+
+
+async def test_a_pass_stopped_before_the_workspace_never_takes_an_earlier_sandboxs_pvc(
+    world: World,
+) -> None:
+    # A new sandbox whose credentials fail: an earlier sandbox's kept files stay unowned
+    # (deleting this one must not take them); the workspace step takes them back later.
+    world.emulator.create(PVCS, retained_pvc())
+    observed(world)
+    await workspace.settle_owner(world.pass_(spec=spec()))
+    kept = world.stored(PVCS, CLAIM)
+    assert kept is not None
+    assert "ownerReferences" not in kept["metadata"]
