@@ -220,6 +220,21 @@ class StoreBackend:
                 self._checked.add(tenant_id)
         return tables
 
+    def revocable(self, connection: Connection, tenant_id: str) -> OnyxTables | None:
+        """Where the PATs of a row of ``tenant_id`` are to be revoked: its tenant's tables
+        (checked afresh); the default schema's if the tenant has no schema here but the
+        default schema has Onyx's tables (rows minted before multi-tenant mode, or another
+        database: revoked by id, the row's user's Craft PATs only); ``None`` if neither
+        (a tenant Onyx deleted: its PATs went with its schema)."""
+        try:
+            return self.tables(connection, tenant_id, fresh=True)
+        except TenantGoneError:
+            try:
+                check_onyx_tables(connection)
+            except SchemaMissingError:
+                return None
+            return DEFAULT_TABLES
+
     def _present(self, connection: Connection, tenant_id: str, *, fresh: bool) -> bool:
         """Whether the tenant's schema exists (checked as :meth:`tables` does)."""
         try:

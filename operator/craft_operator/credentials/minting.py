@@ -29,7 +29,7 @@ from sqlalchemy import Row, Table, and_, bindparam, delete, insert, literal, sel
 from sqlalchemy.engine import Connection
 
 from craft_operator.credentials.backend import CRED, LIBRARY, StoreBackend, log
-from craft_operator.credentials.errors import TenantGoneError, UserInactiveError, UserNotFoundError
+from craft_operator.credentials.errors import UserInactiveError, UserNotFoundError
 from craft_operator.credentials.keyring import parse_header, seal_token
 from craft_operator.credentials.model import IssuedCredential, SandboxIdentity
 from craft_operator.credentials.renewal import GRACEFUL, EnsurePolicy
@@ -72,12 +72,13 @@ def mint(
         grace = _grace(policy, row, superseded, reason, now)
         retiring = _retiring(row, superseded, grace, now, tables.pat)
         if row is not None and row.tenant_id != policy.tenant_id:
-            try:
-                superseded_in = backend.tables(connection, row.tenant_id, fresh=True)
-            except TenantGoneError:
-                retiring = []  # the earlier tenant's schema is gone, and its PATs with it
-            else:
-                retiring = _retiring(row, superseded, grace, now, superseded_in.pat)
+            superseded_in = backend.revocable(connection, row.tenant_id)
+            # None: the earlier tenant's schema is gone, and its PATs with it.
+            retiring = (
+                []
+                if superseded_in is None
+                else _retiring(row, superseded, grace, now, superseded_in.pat)
+            )
         pat_id = insert_pat(
             backend,
             connection,

@@ -20,7 +20,6 @@ from typing import cast
 from sqlalchemy import Table, delete, exists, func, select, update
 
 from craft_operator.credentials.db import WRITE_OPTION, translated_errors
-from craft_operator.credentials.errors import TenantGoneError
 from craft_operator.credentials.model import utc_now
 from craft_operator.credentials.revocation import revoke_pats_statement
 from craft_operator.credentials.store import CredentialStore
@@ -120,12 +119,11 @@ def revoke_orphan(
         pat_ids = [row.pat_id]
         if row.superseded_pat_id is not None:
             pat_ids.append(row.superseded_pat_id)
-        try:
-            pat = store.tables(connection, row.tenant_id, fresh=True).pat
-        except TenantGoneError:
-            pass  # the tenant's schema is gone, and its PATs with it: the row goes
-        else:
-            statement = revoke_pats_statement(pat_ids, now or utc_now(), pat, user_id=user_id)
+        tables = store.revocable(connection, row.tenant_id)
+        if tables is not None:  # else a tenant Onyx deleted: its PATs went with its schema
+            statement = revoke_pats_statement(
+                pat_ids, now or utc_now(), tables.pat, user_id=user_id
+            )
             connection.execute(statement)
         connection.execute(delete(_LIBRARY).where(_LIBRARY.c.sandbox_uid == row.sandbox_uid))
     return True

@@ -11,7 +11,6 @@ from sqlalchemy import Table, case, delete, literal, update
 
 from craft_operator.credentials.backend import CRED, LIBRARY, PAT, StoreBackend, log
 from craft_operator.credentials.db import translated_errors
-from craft_operator.credentials.errors import TenantGoneError
 from craft_operator.credentials.model import CredentialInfo, credential_info
 from craft_operator.credentials.tokens import PatType
 
@@ -99,16 +98,21 @@ def revoke_named(backend: StoreBackend, namespace: str, name: str) -> Credential
         pat_ids = [row.pat_id]
         if row.superseded_pat_id is not None:
             pat_ids.append(row.superseded_pat_id)
-        try:
-            pat = backend.tables(connection, row.tenant_id)
-        except TenantGoneError as exc:
-            log.warning("%s: forgetting its PATs: %s", subject, exc)
-        else:
-            statement = revoke_pats_statement(pat_ids, now, pat.pat, user_id=row.user_id)
+        tables = backend.revocable(connection, row.tenant_id)
+        if tables is not None:
+            statement = revoke_pats_statement(pat_ids, now, tables.pat, user_id=row.user_id)
             connection.execute(statement)
         connection.execute(delete(CRED).where(CRED.c.id == row.id))
         # The row's library record goes with it, whichever sandbox of this name it was
         # (an earlier one gone without its finalizer leaves no other way to find it).
         connection.execute(delete(LIBRARY).where(LIBRARY.c.sandbox_uid == row.sandbox_uid))
+    if tables is None:
+        log.warning(
+            "%s: forgot its credential: neither Onyx tenant %r's schema nor the default "
+            "schema has Onyx's tables (a tenant Onyx deleted: its PATs went with it)",
+            subject,
+            row.tenant_id,
+        )
+        return None
     log.info("%s: revoked PAT %s", subject, " and ".join(str(pat_id) for pat_id in pat_ids))
     return info

@@ -170,6 +170,11 @@ class CredentialStore:
         """True when Onyx's tables are in a schema per tenant (multi-tenant Onyx)."""
         return self._backend.multi_tenant
 
+    def revocable(self, connection: Connection, tenant_id: str) -> OnyxTables | None:
+        """Where a row of ``tenant_id`` has its PATs revoked; see
+        :meth:`StoreBackend.revocable`."""
+        return self._backend.revocable(connection, tenant_id)
+
     def tables(self, connection: Connection, tenant_id: str, *, fresh: bool = False) -> OnyxTables:
         """Onyx's tables where ``tenant_id`` has them (its schema, in multi-tenant Onyx,
         checked on ``connection`` the first time); see :meth:`StoreBackend.tables`."""

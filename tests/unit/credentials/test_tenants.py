@@ -519,7 +519,25 @@ def test_a_sandbox_of_a_tenant_onyx_deleted_is_revoked_and_forgotten(
     if fresh_store:
         store = make_store()
 
-    assert store.revoke(ALICE)
+    assert not store.revoke(ALICE), "nothing revoked: forgotten"
     [left] = rows_of_cluster(store, CLUSTER)
     assert revoke_orphan(store, left)
+    assert tenants.rows() == []
+
+
+def test_a_row_whose_tenant_has_no_schema_here_is_revoked_in_the_default_schema(
+    make_store: Callable[..., CredentialStore], tenants: TenantDatabase
+) -> None:
+    # Minted before multi-tenant mode (its PAT in the default schema), its tenant without a
+    # schema in this database: its PAT is revoked where it is, not forgotten live.
+    create_onyx_tables(tenants.engine)
+    user = add_user(tenants.engine)
+    before = make_store(multi_tenant=False)
+    issued = before.ensure(ALICE, user_id=user, tenant_id="tenant_c", lifetime=LIFETIME)
+
+    assert make_store().revoke(ALICE)
+
+    [pat] = tenants.pats(None)
+    assert pat.id == issued.pat_id
+    assert pat.is_revoked
     assert tenants.rows() == []
