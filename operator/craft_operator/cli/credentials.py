@@ -77,6 +77,12 @@ def revoke(sandbox: tuple[str, str]) -> None:
         info = store.revoke_named(namespace, name)
     if info is None:
         fail(f"no credential is stored for sandbox {namespace}/{name}; nothing was revoked")
+    if info.forgotten:
+        click.echo(
+            f"forgot the credential of sandbox {namespace}/{name}: its Onyx tenant's schema is "
+            f"gone, and PAT {info.pat_id} with it"
+        )
+        return
     click.echo(f"revoked PAT {info.pat_id} ({info.token_display}) of sandbox {namespace}/{name}")
 
 

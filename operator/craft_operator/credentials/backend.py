@@ -222,25 +222,32 @@ class StoreBackend:
 
     def revocable(self, connection: Connection, tenant_id: str) -> OnyxTables | None:
         """Where the PATs of a row of ``tenant_id`` are to be revoked: its tenant's tables
-        (checked afresh); the default schema's if the tenant has no schema here but the
-        default schema has Onyx's tables (rows minted before multi-tenant mode, or another
-        database: revoked by id, the row's user's Craft PATs only); ``None`` if neither
-        (a tenant Onyx deleted: its PATs went with its schema)."""
+        (checked afresh), or ``None`` when the tenant has no schema here and the default
+        schema has none of Onyx's tables either (a tenant Onyx deleted: its PATs went with
+        its schema). Raises :class:`TenantGoneError` when the tenant has no schema but the
+        default schema has Onyx's tables: its PATs may be there (minted before
+        multi-tenant mode), and an id alone cannot tell which is the row's."""
         try:
             return self.tables(connection, tenant_id, fresh=True)
-        except TenantGoneError:
+        except TenantGoneError as exc:
             try:
                 check_onyx_tables(connection)
             except SchemaMissingError:
                 return None
-            return DEFAULT_TABLES
+            raise TenantGoneError(
+                f"{exc}, but the default schema has Onyx's tables: its PATs may be there "
+                "(minted before CRAFT_ONYX_MULTI_TENANT was on); revoke it with the setting "
+                "off (craft-operator credentials revoke)"
+            ) from None
 
     def _present(self, connection: Connection, tenant_id: str, *, fresh: bool) -> bool:
-        """Whether the tenant's schema exists (checked as :meth:`tables` does)."""
+        """Whether the tenant's schema has Onyx's tables (checked as :meth:`tables` does);
+        False for a tenant Onyx deleted, :class:`TenantGoneError` when its PATs may be in
+        the default schema (see :meth:`revocable`)."""
         try:
             self.tables(connection, tenant_id, fresh=fresh)
         except TenantGoneError:
-            return False
+            return self.revocable(connection, tenant_id) is not None
         return True
 
     def fetch(

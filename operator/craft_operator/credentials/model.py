@@ -93,6 +93,8 @@ class CredentialInfo:
     created_at: datetime
     expires_at: datetime
     pat_state: PatState
+    #: Deleted without revoking anything: its tenant's schema is gone, its PATs with it.
+    forgotten: bool = False
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from typing import cast
 
 from sqlalchemy import Table, delete, exists, func, select, update
 
+from craft_operator.credentials.backend import log
 from craft_operator.credentials.db import WRITE_OPTION, translated_errors
 from craft_operator.credentials.model import utc_now
 from craft_operator.credentials.revocation import revoke_pats_statement
@@ -120,7 +121,16 @@ def revoke_orphan(
         if row.superseded_pat_id is not None:
             pat_ids.append(row.superseded_pat_id)
         tables = store.revocable(connection, row.tenant_id)
-        if tables is not None:  # else a tenant Onyx deleted: its PATs went with its schema
+        if tables is None:
+            log.warning(
+                "orphan sweep: forgot the credential of %s/%s: its Onyx tenant %r's schema is "
+                "gone, and PAT %s with it",
+                row.namespace,
+                row.name,
+                row.tenant_id,
+                row.pat_id,
+            )
+        else:
             statement = revoke_pats_statement(
                 pat_ids, now or utc_now(), tables.pat, user_id=user_id
             )

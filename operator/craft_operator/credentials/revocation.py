@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -113,6 +114,6 @@ def revoke_named(backend: StoreBackend, namespace: str, name: str) -> Credential
             subject,
             row.tenant_id,
         )
-        return None
+        return dataclasses.replace(info, forgotten=True)
     log.info("%s: revoked PAT %s", subject, " and ".join(str(pat_id) for pat_id in pat_ids))
     return info

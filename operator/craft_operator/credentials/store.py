@@ -249,11 +249,9 @@ class CredentialStore:
         too. A row from before cluster ids goes only if it proves to be this sandbox's.
         """
         with translated_errors(f"revoking the PAT of {identity}"):
-            revoked = self.revoke_named(identity.namespace, identity.name) is not None
+            revoked = _revoked(self.revoke_named(identity.namespace, identity.name))
             if claim_unclaimed(self._backend, identity):
-                revoked = (
-                    self.revoke_named(identity.namespace, identity.name) is not None or revoked
-                )
+                revoked = _revoked(self.revoke_named(identity.namespace, identity.name)) or revoked
         return revoked
 
     def revoke_named(self, namespace: str, name: str) -> CredentialInfo | None:
@@ -300,3 +298,8 @@ class CredentialStore:
         the rows whose envelope header cannot be read, and up to ``sample_per_key`` of
         this cluster's tokens per key id opened to prove the ring's key of that id."""
         return key_usage(self._backend, sample_per_key=sample_per_key)
+
+
+def _revoked(info: CredentialInfo | None) -> bool:
+    """Whether :meth:`CredentialStore.revoke_named` revoked a PAT (not only forgot a row)."""
+    return info is not None and not info.forgotten

@@ -511,33 +511,39 @@ def test_a_sandbox_of_a_tenant_onyx_deleted_is_revoked_and_forgotten(
 ) -> None:
     # Onyx drops a deleted tenant's schema, its PATs with it: the finalizer, the CLI and the
     # orphan sweep must let go of the rows, not fail for ever (the sandbox never deleted).
+    carol = SandboxIdentity("team-c", "carol", "6c1f5a52-0000-4000-8000-00000000000c")
     store = make_store()
-    for sandbox in (ALICE, BOB):
+    for sandbox in (ALICE, BOB, carol):
         ensure(store, sandbox, tenants.new_user(TENANT_A), TENANT_A)
     with tenants.engine.begin() as connection:
         connection.execute(sa.text(f'DROP SCHEMA "{TENANT_A}" CASCADE'))
     if fresh_store:
         store = make_store()
 
-    assert not store.revoke(ALICE), "nothing revoked: forgotten"
+    assert not store.revoke(ALICE), "the finalizer: nothing revoked, the row forgotten"
+    forgotten = store.revoke_named(BOB.namespace, BOB.name)  # credentials revoke
+    assert forgotten is not None
+    assert forgotten.forgotten
     [left] = rows_of_cluster(store, CLUSTER)
-    assert revoke_orphan(store, left)
+    assert revoke_orphan(store, left)  # the orphan sweep
     assert tenants.rows() == []
 
 
-def test_a_row_whose_tenant_has_no_schema_here_is_revoked_in_the_default_schema(
+def test_a_row_whose_tenant_has_no_schema_while_the_default_has_onyxs_is_never_forgotten(
     make_store: Callable[..., CredentialStore], tenants: TenantDatabase
 ) -> None:
-    # Minted before multi-tenant mode (its PAT in the default schema), its tenant without a
-    # schema in this database: its PAT is revoked where it is, not forgotten live.
+    # Minted before multi-tenant mode (its PAT in the default schema, live), its tenant
+    # without a schema here: an id alone cannot tell which default-schema PAT is the row's,
+    # so nothing is revoked nor forgotten; it is said, with the way out.
     create_onyx_tables(tenants.engine)
     user = add_user(tenants.engine)
     before = make_store(multi_tenant=False)
-    issued = before.ensure(ALICE, user_id=user, tenant_id="tenant_c", lifetime=LIFETIME)
+    before.ensure(ALICE, user_id=user, tenant_id="tenant_c", lifetime=LIFETIME)
 
-    assert make_store().revoke(ALICE)
+    with pytest.raises(TenantGoneError, match="revoke it with the setting off"):
+        make_store().revoke(ALICE)
 
     [pat] = tenants.pats(None)
-    assert pat.id == issued.pat_id
-    assert pat.is_revoked
-    assert tenants.rows() == []
+    assert not pat.is_revoked
+    assert tenants.rows() == [("alice", "tenant_c")]
+    assert before.revoke(ALICE), "with the setting off, as the message says"
