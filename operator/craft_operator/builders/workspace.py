@@ -6,6 +6,7 @@ its name reaches the pod, so a resize changes the PVC and never the pod template
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from craft_operator.api.models import GROUP, WORKSPACE_MOUNT, CraftSandbox
@@ -64,17 +65,21 @@ def workspace_mounts(sandbox: CraftSandbox) -> list[dict[str, Any]]:
     return [{"name": VOLUME_NAME, "mountPath": WORKSPACE_MOUNT}]
 
 
+def has_controller(obj: Mapping[str, Any]) -> bool:
+    """Whether anything holds a controller owner reference to ``obj``."""
+    refs = obj.get("metadata", {}).get("ownerReferences") or []
+    return any(ref.get("controller") for ref in refs)
+
+
 def is_retained_for(pvc: dict[str, Any], sandbox: CraftSandbox) -> bool:
     """Whether ``pvc`` is a workspace retained from a sandbox of this name and user.
 
     Such a PVC is the user's own, kept by ``retain`` after their sandbox was deleted; it has
     no controller any more. Anything else by that name is never taken over.
     """
-    meta = pvc.get("metadata", {})
-    labels = meta.get("labels") or {}
-    controlled = any(ref.get("controller") for ref in meta.get("ownerReferences") or [])
+    labels = pvc.get("metadata", {}).get("labels") or {}
     return (
-        not controlled
+        not has_controller(pvc)
         and labels.get(LABEL_RETAINED) == sandbox.metadata.name
         and labels.get(LABEL_USER_ID) == sandbox.spec.user.id
     )

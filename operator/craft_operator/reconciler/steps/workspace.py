@@ -28,6 +28,7 @@ from craft_operator.builders.naming import (
 from craft_operator.builders.workspace import (
     LABEL_RETAINED,
     build_workspace_pvc,
+    has_controller,
     is_retained_for,
 )
 from craft_operator.kube import kinds
@@ -179,7 +180,7 @@ def _ours_unowned(p: Pass, pvc: Mapping[str, Any]) -> bool:
     """Whether ``pvc``, controlled by no one, is this sandbox's to take: kept for its name
     and user (its labels), or the very claim its status records (labels edited since)."""
     meta = pvc.get("metadata", {})
-    if any(ref.get("controller") for ref in meta.get("ownerReferences") or []):
+    if has_controller(pvc):
         return False
     if is_retained_for(dict(pvc), p.sandbox):
         return True
@@ -339,15 +340,9 @@ async def release(s: Services, body: Mapping[str, Any]) -> bool:
     set). Raises :class:`ApiError` when that may work later.
     """
     meta = body["metadata"]
-    namespace, name, uid = meta.get("namespace", ""), meta["name"], meta.get("uid", "")
-    claim = name + kinds.WORKSPACE_SUFFIX
-    pvc = s.cache.get(PVC.name, namespace, claim)
-    if pvc is None:
-        try:
-            pvc = await s.kube.get(PVC.api, namespace, claim)
-        except NotFoundError:
-            return False
-    if pvc["metadata"].get("deletionTimestamp"):
+    name, uid = meta["name"], meta.get("uid", "")
+    pvc = await _claim_of(s, body)
+    if pvc is None or pvc["metadata"].get("deletionTimestamp"):
         return False
     if not controlled_by(pvc, uid):
         # Kept from the start (retain set before): no owner reference to remove.
@@ -361,12 +356,7 @@ async def release(s: Services, body: Mapping[str, Any]) -> bool:
             "ownerReferences": refs or None,
         }
     }
-    try:
-        released = await s.kube.patch(PVC.api, namespace, claim, patch)
-    except ConflictError:
-        s.cache.forget(PVC.name, namespace, claim)  # it changed: read it afresh next time
-        raise
-    s.cache.put(PVC.name, released)
+    await _patch(s, pvc, patch)
     return True
 
 
@@ -375,16 +365,10 @@ async def delete_unkept(s: Services, body: Mapping[str, Any]) -> None:
     from when ``retain`` was set (no pass put the owner back since), which neither the
     collector nor the children's deletion would take. Raises :class:`ApiError` when that
     may work later."""
-    meta = body["metadata"]
-    namespace, claim = meta.get("namespace", ""), meta["name"] + kinds.WORKSPACE_SUFFIX
-    pvc = s.cache.get(PVC.name, namespace, claim)
-    if pvc is None:
-        try:
-            pvc = await s.kube.get(PVC.api, namespace, claim)
-        except NotFoundError:
-            return
-    if pvc["metadata"].get("deletionTimestamp") or not _kept_for(pvc, body):
+    pvc = await _claim_of(s, body)
+    if pvc is None or pvc["metadata"].get("deletionTimestamp") or not _kept_for(pvc, body):
         return
+    namespace, claim = pvc["metadata"].get("namespace", ""), pvc["metadata"]["name"]
     try:
         await s.kube.delete(PVC.api, namespace, claim, uid=pvc["metadata"].get("uid"))
     except ConflictError:
@@ -392,13 +376,26 @@ async def delete_unkept(s: Services, body: Mapping[str, Any]) -> None:
     s.cache.forget(PVC.name, namespace, claim)
 
 
+async def _claim_of(s: Services, body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The workspace PVC of the sandbox ``body`` as the cache has it, else as the API server
+    does (the watches see only labelled objects), or ``None`` if there is none."""
+    meta = body["metadata"]
+    namespace, claim = meta.get("namespace", ""), meta["name"] + kinds.WORKSPACE_SUFFIX
+    pvc = s.cache.get(PVC.name, namespace, claim)
+    if pvc is not None:
+        return pvc
+    try:
+        return await s.kube.get(PVC.api, namespace, claim)
+    except NotFoundError:
+        return None
+
+
 def _kept_for(pvc: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
     """Whether ``pvc`` is the workspace kept, without an owner, for the sandbox ``body``."""
     labels = pvc.get("metadata", {}).get("labels") or {}
     user = ((body.get("spec") or {}).get("user") or {}).get("id")
-    owned = any(ref.get("controller") for ref in pvc["metadata"].get("ownerReferences") or [])
     return (
-        not owned
+        not has_controller(pvc)
         and labels.get(LABEL_RETAINED) == body["metadata"]["name"]
         and labels.get(LABEL_ONYX_SANDBOX_ID) == body["metadata"].get("uid")
         and user is not None
