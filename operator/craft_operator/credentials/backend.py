@@ -122,6 +122,21 @@ def current_row_query(
     return query.with_for_update(of=CRED) if lock else query
 
 
+def _gone_for_good(connection: Connection, gone: TenantGoneError) -> None:
+    """Return if a tenant without a schema here took its PATs with it (the default schema
+    has none of Onyx's tables either); else raise ``gone``, said with the way out (its
+    PATs may be in the default schema, and an id alone cannot tell which is the row's)."""
+    try:
+        check_onyx_tables(connection)
+    except SchemaMissingError:
+        return
+    raise TenantGoneError(
+        f"{gone}, but the default schema has Onyx's tables: its PATs may be there (minted "
+        "before CRAFT_ONYX_MULTI_TENANT was on); revoke it with the setting off "
+        "(craft-operator credentials revoke)"
+    ) from None
+
+
 @lru_cache(maxsize=1024)
 def _tenant_row_query(
     pat_tenant: str | None, user_tenant: str | None, *, lock: bool
@@ -230,15 +245,8 @@ class StoreBackend:
         try:
             return self.tables(connection, tenant_id, fresh=True)
         except TenantGoneError as exc:
-            try:
-                check_onyx_tables(connection)
-            except SchemaMissingError:
-                return None
-            raise TenantGoneError(
-                f"{exc}, but the default schema has Onyx's tables: its PATs may be there "
-                "(minted before CRAFT_ONYX_MULTI_TENANT was on); revoke it with the setting "
-                "off (craft-operator credentials revoke)"
-            ) from None
+            _gone_for_good(connection, exc)
+            return None
 
     def _present(self, connection: Connection, tenant_id: str, *, fresh: bool) -> bool:
         """Whether the tenant's schema has Onyx's tables (checked as :meth:`tables` does);
@@ -246,8 +254,9 @@ class StoreBackend:
         the default schema (see :meth:`revocable`)."""
         try:
             self.tables(connection, tenant_id, fresh=fresh)
-        except TenantGoneError:
-            return self.revocable(connection, tenant_id) is not None
+        except TenantGoneError as exc:
+            _gone_for_good(connection, exc)
+            return False
         return True
 
     def fetch(
