@@ -29,10 +29,11 @@ def on_sandbox_event(memo: OperatorContext, event_type: str, obj: dict[str, Any]
         memo.services.credentials.forget(str(meta.get("uid", "")))
         return
     before = memo.cache.get(kinds.SANDBOX.name, *key)
-    if before is None or before["metadata"].get("uid") != meta.get("uid"):
+    recreated = before is not None and before["metadata"].get("uid") != meta.get("uid")
+    if before is None or recreated:
         _note_creation(memo, meta)
     if memo.cache.put(kinds.SANDBOX.name, obj):
-        if before is not None and before["metadata"].get("uid") != meta.get("uid"):
+        if recreated:
             # Recreated under its name while its deletion went unseen (a relist): the new
             # sandbox inherits nothing of the old one's backoffs and memory.
             memo.queue.forget(key)

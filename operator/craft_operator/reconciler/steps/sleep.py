@@ -23,11 +23,10 @@ async def hold(p: Pass, actual: dict[str, Any] | None) -> Stop | None:
     if decision.sleep_now:
         # The pass may have waited long (the credential database, say) since it read the
         # sandbox: a touch() meanwhile must keep the pod of a user who is active now.
-        now = s.cache.get(kinds.SANDBOX.name, *run.key)
-        fresh = ((now or {}).get("metadata", {}).get("annotations") or {}).get(
-            ANNOTATION_LAST_ACTIVITY
-        )
-        if now is not None and fresh != activity:
+        cached = s.cache.get(kinds.SANDBOX.name, *run.key)
+        annotations = {} if cached is None else cached["metadata"].get("annotations") or {}
+        fresh = annotations.get(ANNOTATION_LAST_ACTIVITY)
+        if cached is not None and fresh != activity:
             run.changed_meanwhile()
             decision = _decide(p, fresh)
     _report_problem(p, decision)
