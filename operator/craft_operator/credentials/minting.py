@@ -70,15 +70,15 @@ def mint(
         # Only a PAT that still exists can be superseded (and revoked, or left in grace).
         superseded = None if row is None or row.pat_hash is None else row.pat_id
         grace = _grace(policy, row, superseded, reason, now)
-        retiring = _retiring(row, superseded, grace, now, tables.pat)
+        superseded_in: OnyxTables | None = tables
         if row is not None and row.tenant_id != policy.tenant_id:
-            superseded_in = backend.revocable(connection, row.tenant_id)
             # None: the earlier tenant's schema is gone, and its PATs with it.
-            retiring = (
-                []
-                if superseded_in is None
-                else _retiring(row, superseded, grace, now, superseded_in.pat)
-            )
+            superseded_in = backend.revocable(connection, row.tenant_id)
+        retiring = (
+            []
+            if superseded_in is None
+            else _retiring(row, superseded, grace, now, superseded_in.pat)
+        )
         pat_id = insert_pat(
             backend,
             connection,
