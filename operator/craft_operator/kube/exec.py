@@ -153,6 +153,10 @@ class ExecStalledError(ExecTimeoutError):
     stdin and wrote nothing, or the connection went quiet); it was abandoned."""
 
 
+class ExecTooSlowError(ExecStalledError):
+    """The pod took its stdin slower than the caller's pace (:func:`paced`); abandoned."""
+
+
 class ExecOutputTooLargeError(ExecError):
     """The command wrote more than the caller would read; it was abandoned.
 
@@ -206,13 +210,15 @@ class ExecTransport(Protocol):
 
 
 class Progress:
-    """When a call last moved (stdin taken by the pod, output received), to find a pod that
-    stops reading its stdin; ``idle`` seconds without a move is a stall (``None``: never).
+    """When the pod last took some of a call's stdin, to find a pod that stops reading it;
+    ``idle`` seconds without a move is a stall (``None``: never).
 
     Only while stdin is being sent: once all of it is taken (or a call has none), a command
     may work silently (a library upload's moves, onyx-cli waiting for its server) and only
-    the call's own timeout bounds it. The clock also stands still while the call waits for
-    the caller's own stdin source: a slow source is not the pod's stall.
+    the call's own timeout bounds it. Output is not a move: a pod that holds its stdin while
+    it prints now and then would otherwise hold the call up to its whole timeout. The clock
+    also stands still while the call waits for the caller's own stdin source: a slow source
+    is not the pod's stall.
     """
 
     def __init__(self, idle: float | None) -> None:
@@ -226,7 +232,7 @@ class Progress:
         self._sent = True
 
     def moved(self) -> None:
-        """The call moved now."""
+        """The pod took some of the call's stdin now."""
         self._last = time.monotonic()
 
     @contextlib.contextmanager
@@ -255,7 +261,7 @@ class Progress:
         """The error that abandons a stalled call into pod ``where``."""
         return ExecStalledError(
             f"exec in pod {where} made no progress for {self.idle or 0:.0f}s "
-            "(its stdin not taken, no output)"
+            "(none of its stdin taken)"
         )
 
 
@@ -273,6 +279,36 @@ async def stdin_chunks(stdin: Stdin) -> AsyncGenerator[bytes, None]:
         async for chunk in source:
             if chunk:
                 yield chunk
+    finally:
+        await close_stdin(source)
+
+
+async def paced(
+    stdin: AsyncIterable[bytes], *, grace: float, bytes_per_second: float, where: str
+) -> AsyncGenerator[bytes, None]:
+    """``stdin`` for a pod that must take it at ``bytes_per_second`` after ``grace`` seconds.
+
+    The pod's time is the time between handing a chunk over and being asked for the next
+    (the transport sending it); the source's own time (a read from S3) is not counted. Once
+    the pod's time passes ``grace`` plus what it took divided by the pace, the stream stops
+    with :class:`ExecTooSlowError`, which the transport passes on unchanged. The transport's
+    idle timeout still ends a pod that takes nothing at all: this bounds one that takes a
+    little now and then, which would otherwise hold the call up to its whole timeout.
+    """
+    taken = 0
+    pod_time = 0.0
+    source = aiter(stdin)
+    try:
+        async for chunk in source:
+            handed = time.monotonic()
+            yield chunk
+            pod_time += time.monotonic() - handed
+            taken += len(chunk)
+            if pod_time > grace + taken / bytes_per_second:
+                raise ExecTooSlowError(
+                    f"exec in pod {where} took {taken} bytes of its stdin in {pod_time:.0f}s, "
+                    f"slower than {bytes_per_second:.0f} bytes/s after the first {grace:g}s"
+                )
     finally:
         await close_stdin(source)
 

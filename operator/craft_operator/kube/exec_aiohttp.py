@@ -49,8 +49,8 @@ from craft_operator.kube.exec import (
     stdin_chunks,
 )
 
-#: Seconds a call may go, while its stdin is sent, without progress (stdin taken, output
-#: received) by default. No websocket pings: behind stdin that a pod does not read, a ping
+#: Seconds a call may go, while its stdin is sent, without the pod taking any of it, by
+#: default. No websocket pings: behind stdin that a pod does not read, a ping
 #: waits in the same stream, and the API server, its reads paused by that backpressure,
 #: never answers it in time (a stalled pod looked like a broken connection). A connection
 #: that dies while stdin is sent stalls the call; after, the call's own timeout ends it.
@@ -100,8 +100,8 @@ class AiohttpExec:
         ``frame_bytes`` is the most stdin per websocket message; ``close_grace`` how long an
         abandoned call waits for the server to answer its close before it drops the
         connection. A call that, while its stdin is sent, for ``idle_timeout`` seconds gets
-        none of it taken and no output is abandoned (:class:`ExecStalledError`), whatever
-        its own timeout.
+        none of it taken is abandoned (:class:`ExecStalledError`), whatever its own timeout
+        and whatever the command prints meanwhile.
         """
         self._kube = kube
         self._frame_bytes = frame_bytes
@@ -187,7 +187,7 @@ class AiohttpExec:
         """Send stdin and receive the output at once, until the server ends the call (or
         the call stalls: :class:`ExecStalledError`)."""
         progress = Progress(self._idle_timeout if chunks is not None else None)
-        receiver = asyncio.create_task(_receive(ws, _Output(limit), where, progress))
+        receiver = asyncio.create_task(_receive(ws, _Output(limit), where))
         tasks: list[asyncio.Task[Any]] = [receiver]
         if chunks is not None:
             tasks.append(asyncio.create_task(self._send(ws, chunks, progress)))
@@ -266,13 +266,12 @@ async def _sent(ws: _Socket, frame: bytes) -> bool:
     return True
 
 
-async def _receive(ws: _Socket, output: _Output, where: str, progress: Progress) -> ExecResult:
+async def _receive(ws: _Socket, output: _Output, where: str) -> ExecResult:
     """Output until the server closes, then the exit status from channel 3."""
     while True:
         message = await ws.receive()
         if message.type is aiohttp.WSMsgType.BINARY:
             output.take(message.data)
-            progress.moved()
         elif message.type is aiohttp.WSMsgType.ERROR:
             raise ExecUnavailableError(
                 f"the exec connection to pod {where} broke: {connection_failure(message.data)}"

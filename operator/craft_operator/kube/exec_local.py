@@ -86,7 +86,6 @@ class _Conversation:
         """All of ``stream``; :class:`ExecOutputTooLargeError` (the command killed) past the cap."""
         data = bytearray()
         while chunk := await stream.read(_READ_BYTES):
-            self.progress.moved()
             self.held += len(chunk)
             if self.held > self.limit:
                 # End the command (the next write to an output nobody reads fails), and

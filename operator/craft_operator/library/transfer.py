@@ -40,6 +40,7 @@ from craft_operator.kube.exec import (
     ExecTimeoutError,
     ExecTransport,
     Stdin,
+    paced,
 )
 from craft_operator.library.destination import ChangeSet
 from craft_operator.library.errors import (
@@ -181,7 +182,9 @@ class PodDestination:
         """Run commands in ``target`` through ``transport``.
 
         Each command may take ``timeout_seconds``; the upload gets one more second per
-        ``min_bytes_per_second`` bytes it carries. At most ``manifest_max_bytes`` of the
+        ``min_bytes_per_second`` bytes it carries, and the pod must keep that pace as it
+        takes the upload (its own time only, not the reads from S3), or the upload is
+        abandoned early. At most ``manifest_max_bytes`` of the
         pod's manifest are read.
         """
         root = posixpath.normpath(target.root)
@@ -295,7 +298,12 @@ class PodDestination:
                 await self._run(
                     "unpacking and applying the library upload",
                     ["sh", "-c", UPLOAD_SCRIPT + APPLY_SCRIPT, "sh", *paths],
-                    stdin=tar_stream(members, counter),
+                    stdin=paced(
+                        tar_stream(members, counter),
+                        grace=self._timeout,
+                        bytes_per_second=self._rate,
+                        where=f"{self._target.namespace}/{self._target.pod}",
+                    ),
                     limit=self._timeout + payload / self._rate,
                 )
             else:

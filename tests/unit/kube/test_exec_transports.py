@@ -117,6 +117,19 @@ async def test_a_pod_that_stops_reading_its_stdin_stalls_the_call(
     assert source.closed
 
 
+async def test_a_pod_that_prints_while_it_holds_its_stdin_still_stalls_the_call(
+    kind: str, tmp_path: Path
+) -> None:
+    # The agent controls the pod: output now and then must not keep a call alive that
+    # takes none of its stdin (a library upload would hold its slot up to its timeout).
+    script = "while :; do echo still here; sleep 0.1; done"
+    async with opened(kind, tmp_path, idle_timeout=0.5) as subject:
+        with pytest.raises(ExecStalledError, match="made no progress"):
+            await subject.transport.run(
+                "ns", "pod", "main", ["sh", "-c", script], stdin=Source()(), timeout=30
+            )
+
+
 async def test_a_command_that_writes_now_and_then_is_not_stalled(kind: str, tmp_path: Path) -> None:
     script = "for i in 1 2 3 4 5; do echo $i; sleep 0.3; done"
     async with opened(kind, tmp_path, idle_timeout=1.0) as subject:

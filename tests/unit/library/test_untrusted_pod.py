@@ -310,6 +310,45 @@ async def test_a_stopped_exec_process_times_out_in_seconds_not_the_whole_sync_bu
     assert "did not finish within" in raised.value.message
 
 
+async def test_a_pod_that_takes_its_upload_a_little_at_a_time_is_abandoned_once_behind_the_pace(
+    synced_twice: Bucket, pods: LocalExec
+) -> None:
+    """Not at the command's limit, which grows with the upload (here 21 s; up to 30 min):
+    the agent would hold one of the operator's few sync slots that long on every retry."""
+
+    class TricklingUpload:
+        """The upload's shell is fed 4 KiB every 20 ms (about 200 KB/s), whatever comes."""
+
+        async def run(
+            self,
+            namespace: str,
+            pod: str,
+            container: str,
+            argv: Sequence[str],
+            *,
+            stdin: Stdin = None,
+            timeout: float | None = None,  # noqa: ASYNC109
+            max_output_bytes: int | None = None,
+        ) -> ExecResult:
+            if stdin is not None:
+                trickle = (
+                    "script=$1; shift; while :; do dd bs=4096 count=1 status=none; sleep 0.02; "
+                    'done | sh -c "$script" "$@"'
+                )
+                argv = ["sh", "-c", trickle, "sh", argv[2], *argv[3:]]
+            return await pods.run(namespace, pod, container, argv, stdin=stdin, timeout=timeout)
+
+    synced_twice.put("big.bin", b"\x00" * 20_000_000)
+
+    with pytest.raises(ExecTimedOutError) as raised:
+        await sync(synced_twice, TricklingUpload(), MemoryRecords(), exec_timeout=1.0)
+
+    assert raised.value.reason == "ExecTimedOut"
+    assert raised.value.retryable
+    assert "slower than 1000000 bytes/s after the first 1s" in raised.value.message
+    assert not (library_dir(pods) / "big.bin").exists()
+
+
 def manifest_made_a_directory(state: Path) -> None:
     (state / "manifest").unlink()
     (state / "manifest").mkdir()
