@@ -71,6 +71,23 @@ POSTGRES_CONNECT_DEFAULTS: Mapping[str, int] = {
     "keepalives_count": 3,
     "tcp_user_timeout": 60_000,
 }
+#: Bounds on each of the operator's Postgres transactions, unless the session already has
+#: its own (the URL's ``options``, ``PGOPTIONS``, the role's or the database's settings): a
+#: row another client holds locked (a replica cut off mid-mint, an open ``psql`` session)
+#: or a statement that hangs would otherwise hold a database thread for as long, and the
+#: threads are shared by every sandbox. Both end well within a call's own bound (60 s).
+#: ``SET LOCAL`` (here ``set_config(..., true)``) lasts for the transaction, so PgBouncer's
+#: transaction pooling passes it on, unlike a startup parameter. Migrations are not bound.
+POSTGRES_TRANSACTION_BOUNDS: Mapping[str, str] = {
+    "lock_timeout": "20s",
+    "statement_timeout": "30s",
+}
+#: Execution option that leaves a Postgres transaction without the bounds (a migration
+#: waits for another operator's, under an advisory lock).
+UNBOUNDED_OPTION = "craft_unbounded"
+#: SQLSTATE of a write in a read-only transaction: a replica after a failover, or a
+#: demoted primary that still takes connections.
+_READ_ONLY_SQLSTATE = "25006"
 #: libpq's environment variables that, like the URL, set a parameter explicitly.
 _LIBPQ_ENVIRONMENT = {"connect_timeout": "PGCONNECT_TIMEOUT"}
 
@@ -98,26 +115,58 @@ def create_credentials_engine(url: str | URL, *, echo: bool = False) -> Engine:
     ``BEGIN IMMEDIATE`` so that writers queue on the database lock instead of failing, and
     file databases use WAL so that readers do not wait for writers; a locked database is
     waited for at most ``_SQLITE_BUSY_TIMEOUT_S``. Postgres connections time out and probe
-    the peer (see :func:`postgres_connect_args`).
+    the peer (see :func:`postgres_connect_args`), prepare no statements on the server (so
+    that PgBouncer's transaction pooling works), and each transaction waits for a lock or
+    a statement at most :data:`POSTGRES_TRANSACTION_BOUNDS`.
     """
     parsed = _parse_database_url(url)
     if parsed.get_backend_name() == "postgresql":
         try:
-            return create_engine(
+            engine = create_engine(
                 parsed,
                 hide_parameters=True,
                 echo=echo,
                 # A pooled connection a failover or a restart of Postgres dropped is
                 # replaced before use, not failed on the next call (one per connection).
                 pool_pre_ping=True,
-                connect_args=postgres_connect_args(parsed),
+                connect_args={
+                    **postgres_connect_args(parsed),
+                    # psycopg prepares a statement on the server after five runs; behind
+                    # PgBouncer's transaction pooling the next transaction may be on another
+                    # server connection ("prepared statement _pg3_2 does not exist").
+                    "prepare_threshold": None,
+                },
             )
         except ImportError as exc:
             raise CredentialsError(
                 f"the PostgreSQL driver is not installed ({exc.name}); install "
                 "craft-operator[postgres]"
             ) from None
+        _bound_postgres_transactions(engine)
+        return engine
     return _create_sqlite_engine(parsed, echo=echo)
+
+
+def _bound_postgres_transactions(engine: Engine) -> None:
+    """Give each transaction :data:`POSTGRES_TRANSACTION_BOUNDS` the session does not set
+    itself, and treat a read-only server as a disconnect: the pooled connections to it are
+    replaced (a failover's new primary may be behind the same address)."""
+    settings = ", ".join(
+        f"CASE WHEN current_setting('{name}') = '0' THEN set_config('{name}', '{value}', true) END"
+        for name, value in POSTGRES_TRANSACTION_BOUNDS.items()
+    )
+    statement = f"SELECT {settings}"
+
+    @event.listens_for(engine, "begin")
+    def _bounded(connection: Connection) -> None:
+        if not connection.get_execution_options().get(UNBOUNDED_OPTION):
+            connection.exec_driver_sql(statement)
+
+    @event.listens_for(engine, "handle_error")
+    def _read_only_is_gone(context: Any) -> None:
+        original = context.original_exception
+        if getattr(original, "sqlstate", None) == _READ_ONLY_SQLSTATE:
+            context.is_disconnect = True
 
 
 #: What a host name or address may hold, as parsed (IPv6 and a zone included; several
@@ -154,10 +203,10 @@ def postgres_connect_args(url: URL, environ: Mapping[str, str] | None = None) ->
     thread forever: a connect timeout and TCP keepalives.
 
     A parameter that the URL's query (``?connect_timeout=30``) or libpq's environment
-    (``PGCONNECT_TIMEOUT``) sets is left as given. No statement timeout is sent: it would go
-    as the ``options`` startup parameter, which PgBouncer refuses unless configured to
-    ignore it (each call is bounded by the reconciler instead; a URL may still set one,
-    ``?options=-c%20statement_timeout%3D30s``).
+    (``PGCONNECT_TIMEOUT``) sets is left as given. No statement timeout is sent here: it
+    would go as the ``options`` startup parameter, which PgBouncer refuses unless configured
+    to ignore it; each transaction sets its own instead (:data:`POSTGRES_TRANSACTION_BOUNDS`),
+    unless the URL sets one (``?options=-c%20statement_timeout%3D10s``).
     """
     environ = os.environ if environ is None else environ
 
@@ -377,7 +426,9 @@ def upgrade(engine: Engine, *, multi_tenant: bool = False) -> UpgradeResult:
     onyx_mode = is_onyx_mode(engine)
     with (
         translated_errors("migrating the credentials database"),
-        engine.connect().execution_options(**{WRITE_OPTION: True}) as connection,
+        engine.connect().execution_options(
+            **{WRITE_OPTION: True, UNBOUNDED_OPTION: True}
+        ) as connection,
         connection.begin(),
     ):
         if onyx_mode:

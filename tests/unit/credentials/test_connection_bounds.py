@@ -129,7 +129,7 @@ def test_a_statement_timeout_the_url_gives_is_in_force_on_the_operators_connecti
     engine = create_credentials_engine(url)
     given = create_credentials_engine(url + "?options=-c%20statement_timeout%3D5s")
 
-    assert _setting(engine, "statement_timeout") == "0"  # the server's own default
+    assert _setting(engine, "statement_timeout") == "30s"  # the operator's own, per transaction
     assert _setting(given, "statement_timeout") == "5s"
     engine.dispose()
     given.dispose()

@@ -1,0 +1,158 @@
+"""On a production Postgres the credential store is one client among many: a row another
+client holds locked, a statement that hangs, a server that became read-only after a
+failover, or PgBouncer in front of it must each cost one sandbox's call, never the
+operator's threads, and be said as the outage it is."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import Engine, text
+
+from craft_operator.credentials import CredentialStore, KeyRing, generate_key_entry
+from craft_operator.credentials import db as db_module
+from craft_operator.credentials.db import create_credentials_engine, upgrade
+from craft_operator.credentials.errors import DatabaseUnavailableError
+from craft_operator.credentials.model import SandboxIdentity
+from craft_operator.devtools.onyx_schema import add_user
+from craft_operator.devtools.postgres import ThrowawayPostgres
+from tests.support.postgres import onyx_database
+
+pytestmark = [pytest.mark.postgres]
+
+ALICE = SandboxIdentity("ns", "alice", "uid-alice")
+BOB = SandboxIdentity("ns", "bob", "uid-bob")
+
+
+@pytest.fixture
+def url(postgres_server: ThrowawayPostgres, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.delenv("PGOPTIONS", raising=False)
+    return onyx_database(postgres_server)
+
+
+@pytest.fixture
+def engine(url: str) -> Iterator[Engine]:
+    engine = create_credentials_engine(url)
+    upgrade(engine)
+    yield engine
+    engine.dispose()
+
+
+def store_on(engine: Engine) -> CredentialStore:
+    key = generate_key_entry("k1").get_secret_value()
+    return CredentialStore(engine, KeyRing.parse(key), cluster_id="c1")
+
+
+def session_setting(engine: Engine, name: str) -> str:
+    """``name`` as a transaction of ``engine`` sees it."""
+    with engine.connect() as connection:
+        return str(connection.execute(text(f"SHOW {name}")).scalar_one())
+
+
+def test_each_transaction_waits_for_a_lock_and_a_statement_for_a_bounded_time(
+    engine: Engine,
+) -> None:
+    assert session_setting(engine, "lock_timeout") == "20s"
+    assert session_setting(engine, "statement_timeout") == "30s"
+
+
+def test_bounds_the_session_already_has_are_kept(url: str) -> None:
+    given = create_credentials_engine(url + "?options=-c%20lock_timeout%3D5s")
+
+    assert session_setting(given, "lock_timeout") == "5s"
+    assert session_setting(given, "statement_timeout") == "30s"  # the one it did not set
+    given.dispose()
+
+
+def test_a_row_another_client_holds_locked_fails_that_call_and_no_other(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica cut off mid-mint, or an open psql transaction: without a lock timeout each
+    retry of alice's mint held a database thread for as long, until none was left."""
+    monkeypatch.setitem(db_module.POSTGRES_TRANSACTION_BOUNDS, "lock_timeout", "500ms")
+    engine = create_credentials_engine(url)
+    upgrade(engine)
+    user = add_user(engine)
+    store = store_on(engine)
+    first = store.ensure(ALICE, user_id=user, tenant_id="public")
+    holder = create_credentials_engine(url).connect()
+    holder.begin()
+    holder.execute(text("SELECT 1 FROM craft_sandbox_credential WHERE name = 'alice' FOR UPDATE"))
+    try:
+        started = time.monotonic()
+        with pytest.raises(DatabaseUnavailableError, match="lock timeout"):
+            store.ensure(ALICE, user_id=user, tenant_id="public", rejected_pat_id=first.pat_id)
+        assert time.monotonic() - started < 5
+
+        assert store.ensure(BOB, user_id=user, tenant_id="public").minted
+    finally:
+        holder.rollback()
+        holder.close()
+    renewed = store.ensure(ALICE, user_id=user, tenant_id="public", rejected_pat_id=first.pat_id)
+    assert renewed.pat_id != first.pat_id  # once the lock is let go, the renewal goes ahead
+    engine.dispose()
+
+
+def test_a_migration_waits_for_another_operators_without_the_bounds(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(db_module.POSTGRES_TRANSACTION_BOUNDS, "lock_timeout", "200ms")
+    engine = create_credentials_engine(url)
+    other = create_credentials_engine(url).connect()
+    other.begin()
+    other.execute(
+        text("SELECT pg_advisory_xact_lock(:key)"), {"key": db_module._MIGRATION_LOCK_KEY}
+    )
+    threading.Timer(1.0, other.rollback).start()  # the other operator's migration ends
+
+    result = upgrade(engine)
+
+    assert result.revision_after == db_module.head_revision()
+    other.close()
+    engine.dispose()
+
+
+def test_a_server_become_read_only_is_unavailable_and_its_connections_replaced(
+    engine: Engine,
+) -> None:
+    """A failover's demoted primary still takes connections and answers SELECT 1: the
+    pool's check passes, and only the write says what happened."""
+    user = add_user(engine)
+    store = store_on(engine)
+    with engine.connect() as connection:  # the pool's one connection turns read-only
+        connection.execute(text("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"))
+        connection.commit()
+
+    with pytest.raises(DatabaseUnavailableError, match="read-only transaction"):
+        store.ensure(ALICE, user_id=user, tenant_id="public")
+
+    assert store.ensure(ALICE, user_id=user, tenant_id="public").minted  # on a new connection
+
+
+def test_no_statement_is_prepared_on_the_server_so_pgbouncer_can_pool_transactions(
+    engine: Engine,
+) -> None:
+    """psycopg prepares a statement after five runs; behind PgBouncer's transaction pooling
+    the next transaction may run on another server connection, which does not have it."""
+    user = add_user(engine)
+    store = store_on(engine)
+    for _ in range(10):
+        store.ensure(ALICE, user_id=user, tenant_id="public")
+        store.show("ns", "alice")
+
+    with engine.connect() as connection:
+        for _ in range(10):
+            connection.execute(text("SELECT count(*) FROM craft_sandbox_credential")).scalar_one()
+        prepared = connection.execute(text("SELECT count(*) FROM pg_prepared_statements"))
+        assert prepared.scalar_one() == 0
+
+
+def test_an_unknown_user_id_is_still_not_an_outage(engine: Engine) -> None:
+    with pytest.raises(Exception) as raised:
+        store_on(engine).ensure(ALICE, user_id=uuid.uuid4(), tenant_id="public")
+
+    assert not isinstance(raised.value, DatabaseUnavailableError)
