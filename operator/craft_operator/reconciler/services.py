@@ -248,6 +248,21 @@ class StoreCredentials:
             calls = self._running.get(uid)
             return time.monotonic() - max(calls) if calls else None
 
+    def _one_call_at_a_time(self, subject: str, uid: str) -> None:
+        """Raise :class:`DatabaseUnavailableError` (retried) while an earlier call for ``uid``
+        still runs in the database after its pass gave up on it: each retry would take
+        another of the threads every sandbox shares, all waiting on the same row. (Calls
+        its passes still wait for may overlap: a delivery running on retires a PAT while
+        the next pass ensures one.)"""
+        with self._running_lock:
+            calls = self._running.get(uid)
+            running = time.monotonic() - min(calls) if calls else None
+        if running is not None and running >= self._call_timeout:
+            raise DatabaseUnavailableError(
+                f"{subject}: an earlier call for this sandbox has run in the credentials "
+                f"database for {running:.0f} s (retried once it ends)"
+            )
+
     def close(self) -> None:
         """Release the database connections, and let the database threads go without
         waiting: queued calls are cancelled, and a thread stuck on a silent database is a
@@ -280,6 +295,7 @@ class StoreCredentials:
             if now - checked_at < self._recheck and (renew_at is None or now < renew_at):
                 return _reused(issued, now)
         identity = _identity(sandbox.metadata.namespace or "", sandbox.metadata.name, uid)
+        self._one_call_at_a_time(f"ensuring the PAT of {identity.namespace}/{identity.name}", uid)
         lifetime = sandbox.spec.credentials.lifetime
         self.database_calls += 1
         issued = await self._bounded(
@@ -331,10 +347,12 @@ class StoreCredentials:
     async def retire(self, namespace: str, name: str, uid: str, pat_id: int) -> int | None:
         """The pod now uses PAT ``pat_id``: revoke the one it superseded, if still in its
         grace period (see :meth:`CredentialStore.retire`); returns the revoked id."""
+        subject = f"retiring the PAT that PAT {pat_id} of {namespace}/{name} superseded"
+        self._one_call_at_a_time(subject, uid)
         self.database_calls += 1
         identity = _identity(namespace, name, uid)
         revoked = await self._bounded(
-            f"retiring the PAT that PAT {pat_id} of {namespace}/{name} superseded",
+            subject,
             lambda store: store.retire(identity, pat_id),
             uid=uid,
         )

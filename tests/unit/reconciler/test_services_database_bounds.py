@@ -348,3 +348,30 @@ async def test_a_call_that_never_ends_holds_a_sandboxs_revocation_for_five_call_
 
     assert "a PAT it mints afterwards is revoked by the orphan sweep" in caplog.text
     credentials.close()
+
+
+async def test_a_sandbox_whose_call_outlived_its_pass_makes_no_other_until_it_ends(
+    sqlite_store: CredentialStore, release: threading.Event
+) -> None:
+    """Each retry would take another of the threads every sandbox shares, all waiting on
+    the same locked row, until none is left for the other sandboxes."""
+    sqlite_store.__class__ = HangingEnsure
+    sqlite_store.release = release  # type: ignore[attr-defined]
+    credentials = StoreCredentials(sqlite_store, call_timeout=BOUND)
+    sandbox = make_sandbox()
+    with pytest.raises(DatabaseUnavailableError, match="did not answer"):
+        await credentials.ensure(sandbox)  # a row locked elsewhere: the pass gives up
+    await asyncio.sleep(BOUND)  # the retries come after a backoff
+
+    for _ in range(3):  # the pass's retries
+        with pytest.raises(DatabaseUnavailableError, match="an earlier call for this sandbox"):
+            await credentials.ensure(sandbox, rejected_pat_id=1)
+    assert len(database_threads(set())) == 1  # one thread held, not four
+
+    release.set()  # the lock is let go: the earlier call ends
+    for _ in range(50):
+        if not credentials._still_running("uid-alice"):
+            break
+        await asyncio.sleep(0.02)
+    assert (await credentials.ensure(sandbox)).pat_id
+    credentials.close()
