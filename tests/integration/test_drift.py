@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
+from typing import Any
 
 import pytest
 
@@ -13,6 +15,8 @@ from tests.integration.helpers import (
     NAMESPACE,
     condition,
     event_posted,
+    event_reasons,
+    events_about,
     live_pats,
     phase,
     pod,
@@ -177,3 +181,90 @@ async def test_a_spec_change_after_failed_gives_the_pod_another_chance(
     mark_pod_running(emulator, NAMESPACE, "alice")
     status = await phase(emulator, "alice", "Ready")
     assert "podFailures" not in status
+
+
+DIGEST = "@sha256:" + "a" * 64
+
+
+def pin_digests(resource: object, obj: dict) -> dict:
+    """A mutating webhook (Kyverno's verifyImages pins digests by default) on alice's pods."""
+    if getattr(resource, "plural", None) == "pods" and obj["metadata"].get("name") == "alice":
+        for container in obj["spec"]["containers"]:
+            if "@" not in container["image"]:
+                container["image"] += DIGEST
+    return obj
+
+
+def add_sidecar(resource: object, obj: dict) -> dict:
+    """A mesh's injector on alice's pods (idempotent, as webhooks must be)."""
+    if getattr(resource, "plural", None) == "pods" and obj["metadata"].get("name") == "alice":
+        containers = obj["spec"]["containers"]
+        if all(container["name"] != "istio-proxy" for container in containers):
+            containers.append({**containers[0], "name": "istio-proxy", "image": "proxyv2:1.22"})
+    return obj
+
+
+@pytest.mark.parametrize("webhook", [pin_digests, add_sidecar], ids=["digest", "sidecar"])
+async def test_a_pod_a_webhook_changed_at_admission_is_kept_as_admitted_with_a_warning(
+    emulator: KubeEmulator, operator: OperatorContext, webhook: Any
+) -> None:
+    """Taken for an edit of its image, it was replaced as fast as pods came up, for ever."""
+    emulator.mutators.append(webhook)
+
+    await ready_sandbox(emulator)
+    first = pod(emulator, "alice")
+    assert first is not None
+    assert "PodMutatedAtAdmission" in event_reasons(emulator, "alice")
+    mark_pod_running(emulator, NAMESPACE, "alice")  # more updates of the pod: still kept
+    await asyncio.sleep(1.5)  # passes enough for the loop there was
+
+    kept = pod(emulator, "alice")
+    assert kept is not None
+    assert kept["metadata"]["uid"] == first["metadata"]["uid"]
+    assert "PodReplaced" not in event_reasons(emulator, "alice")
+    creates = [w for w in emulator.writes() if w == f"POST /api/v1/namespaces/{NAMESPACE}/pods"]
+    assert len(creates) == 1
+
+    containers = kept["spec"]["containers"]  # an edit after admission is still one
+    containers[0]["image"] = "attacker/image:latest" + DIGEST
+    emulator.patch("v1/pods", NAMESPACE, "alice", {"spec": {"containers": containers}})
+    await event_posted(emulator, "alice", "PodReplaced")
+
+
+async def test_a_pod_that_ended_says_how_its_containers_ended(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    """A kubelet reports an OOM kill on the container, not the pod, and posts no event."""
+    await ready_sandbox(emulator)
+    emulator.patch(
+        "v1/pods",
+        NAMESPACE,
+        "alice",
+        {
+            "status": {
+                "phase": "Failed",
+                "containerStatuses": [
+                    {
+                        "name": "sandbox",
+                        "ready": False,
+                        "restartCount": 0,
+                        "image": "craft-sandbox:0.1.0",
+                        "imageID": "",
+                        "state": {
+                            "terminated": {
+                                "reason": "OOMKilled",
+                                "exitCode": 137,
+                                "message": "the agent's own words: leaked-token-canary",
+                            }
+                        },
+                    }
+                ],
+            }
+        },
+        subresource="status",
+    )
+
+    await event_posted(emulator, "alice", "PodFailed")
+    said = [e["message"] for e in events_about(emulator, "alice")]
+    assert any("container sandbox: OOMKilled, exit code 137" in m for m in said), said
+    assert not any("leaked-token-canary" in m for m in said)

@@ -110,3 +110,39 @@ async def test_the_operator_keeps_a_pool_full(
     emulator.remove(POOLS, NAMESPACE, NAME)
     await eventually(lambda: unclaimed(emulator) == [], what="the pool's pods deleted")
     assert emulator.find("v1/pods", NAMESPACE, name) is not None, "the claimed pod stays"
+
+
+async def test_a_pool_pod_that_ended_is_replaced_with_word_of_how_its_container_ended(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    """A kubelet reports an OOM kill on the container only and posts no event, and the pool
+    deletes the pod at once: its event is the one record on-call has."""
+    emulator.create(
+        POOLS, {**pool(NAME, replicas=2), "metadata": {"name": NAME, "namespace": NAMESPACE}}
+    )
+    await full(emulator, 2)
+    victim = unclaimed(emulator)[0]["metadata"]["name"]
+    killed = {
+        "name": "sandbox",
+        "ready": False,
+        "restartCount": 0,
+        "image": "craft-sandbox:0.1.0",
+        "imageID": "",
+        "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
+    }
+    emulator.patch(
+        "v1/pods",
+        NAMESPACE,
+        victim,
+        {"status": {"phase": "Failed", "containerStatuses": [killed]}},
+        subresource="status",
+    )
+
+    def ended_event() -> str | None:
+        for event in emulator.list("v1/events", NAMESPACE):
+            if event["involvedObject"].get("name") == NAME and event["reason"] == "PoolPodEnded":
+                return str(event["message"])
+        return None
+
+    message = await eventually(ended_event, what="a PoolPodEnded event")
+    assert f"{victim} (container sandbox: OOMKilled, exit code 137)" in message

@@ -444,7 +444,7 @@ class PoolReconciler:
     ) -> None:
         names = ", ".join(sorted(pod["metadata"]["name"] for pod in pods))
         if why == ENDED:
-            message = f"replacing {len(pods)} pods that ended: {names}"
+            message = f"replacing {len(pods)} pods that ended: {_how_they_ended(pods)}"
         elif why == "PoolPodOrphaned":
             message = f"deleted {len(pods)} pods of an earlier pool of this name: {names}"
         elif why == "PoolScaledDown":
@@ -617,3 +617,13 @@ def _oldest_waiting(pods: PoolView) -> str:
     oldest = min(waiting, key=lambda pod: pod["metadata"].get("creationTimestamp") or "")
     detail = pod_state.waiting_detail(oldest)[:WAITING_DETAIL_LIMIT]
     return f"; {oldest['metadata']['name']} waits: {detail}"
+
+
+def _how_they_ended(pods: Sequence[Mapping[str, Any]]) -> str:
+    """Each ended pod's name, with how its containers ended (an OOM kill is said nowhere
+    else: the kubelet posts no event, and the pod is deleted at once)."""
+    said = []
+    for pod in sorted(pods, key=lambda pod: str(pod["metadata"]["name"])):
+        ended = pod_state.terminations(pod)
+        said.append(f"{pod['metadata']['name']} ({ended})" if ended else pod["metadata"]["name"])
+    return ", ".join(said)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import re
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from craft_operator.api.models import Phase
-from craft_operator.builders.naming import pod_name
+from craft_operator.builders.naming import ANNOTATION_ADMITTED_IMAGES, pod_name
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError, ConflictError
 from craft_operator.metrics import ProvisioningPhase
@@ -17,6 +19,7 @@ from craft_operator.reconciler.step import Pass, Stop
 from craft_operator.reconciler.steps import pod_state
 from craft_operator.status import POD_READY, ConditionState
 
+logger = logging.getLogger(__name__)
 WAITING = "WaitingForPod"
 POD = kinds.POD
 
@@ -70,6 +73,7 @@ async def create(p: Pass, desired: dict[str, Any]) -> Stop:
             p.fail(POD_READY, "PodCreateFailed", str(exc))
         return Stop(WAITING)
     s.metrics.observe_phase(ProvisioningPhase.POD_CREATE, time.monotonic() - started)
+    created = await _record_admission(p, desired, created)
     s.cache.put(POD.name, created)
     run.status.claimed_from = None
     run.pod_exists = True
@@ -80,6 +84,31 @@ async def create(p: Pass, desired: dict[str, Any]) -> Stop:
     run.revisit(after=s.settings.provisioning_timeout + 1)
     p.event("PodCreated", f"created pod {pod_name(p.sandbox)}")
     return Stop(WAITING)
+
+
+async def _record_admission(
+    p: Pass, desired: Mapping[str, Any], created: dict[str, Any]
+) -> dict[str, Any]:
+    """The created pod, with the images the API server admitted recorded on it if a
+    mutating webhook changed them (a digest pinned, a registry mirror, a sidecar), and a
+    warning that says so; else the pod's first update would be taken for an edit of its
+    image and the pod replaced, again and again. One write, only where that happens."""
+    admitted, built = pod_state.images_of(created), pod_state.images_of(desired)
+    if admitted == built:
+        return created
+    meta = created["metadata"]
+    p.event(
+        "PodMutatedAtAdmission",
+        f"the API server admitted pod {meta['name']} with images {admitted} instead of "
+        f"{built} (a mutating webhook); the pod is kept as admitted",
+        warning=True,
+    )
+    patch = {"metadata": {"annotations": {ANNOTATION_ADMITTED_IMAGES: json.dumps(admitted)}}}
+    try:
+        return await p.services.kube.patch(POD.api, meta.get("namespace"), meta["name"], patch)
+    except ApiError as exc:  # the next pass takes the webhook's images for an edit: once
+        logger.warning("%s/%s: cannot record the admitted images: %s", *p.run.key, exc)
+        return created
 
 
 async def _exists_already(p: Pass, desired: Mapping[str, Any]) -> Stop:

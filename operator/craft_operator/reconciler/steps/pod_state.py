@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any
 
 from craft_operator.api.pool import LABEL_POOL_TEMPLATE_HASH
-from craft_operator.builders.naming import ANNOTATION_TEMPLATE_HASH
+from craft_operator.builders.naming import ANNOTATION_ADMITTED_IMAGES, ANNOTATION_TEMPLATE_HASH
 
 
 def is_ready(pod: Mapping[str, Any]) -> bool:
@@ -39,13 +40,35 @@ def waiting_detail(pod: Mapping[str, Any]) -> str:
 
 
 def failure_detail(pod: Mapping[str, Any]) -> str:
-    """What a pod that ended (Failed or Succeeded) says about why."""
+    """What a pod that ended (Failed or Succeeded) says about why: the pod's reason and
+    message (an eviction's), and how each container that ended did (``OOMKilled``, exit
+    code 137). A container's own termination message is left out: the agent writes it."""
     status = pod.get("status", {})
     why = status.get("reason") or status.get("phase")
     detail = f"pod {pod['metadata']['name']} {status.get('phase', '').lower()}: {why}"
     if status.get("message"):
         detail += f" ({status['message']})"
+    ended = terminations(pod)
+    if ended:
+        detail += f"; {ended}"
     return detail
+
+
+def terminations(pod: Mapping[str, Any]) -> str:
+    """How the pod's containers that ended did, e.g. ``container sandbox: OOMKilled, exit
+    code 137`` (empty if none did)."""
+    said = []
+    for container in pod.get("status", {}).get("containerStatuses") or []:
+        ended = (container.get("state") or {}).get("terminated")
+        if not isinstance(ended, Mapping):
+            continue
+        reason = ended.get("reason")
+        code = ended.get("exitCode")
+        parts = [str(reason)[:64]] if isinstance(reason, str) and reason else []
+        if isinstance(code, int):
+            parts.append(f"exit code {code}")
+        said.append(f"container {str(container.get('name'))[:63]}: {', '.join(parts) or 'ended'}")
+    return "; ".join(said)
 
 
 def drift(
@@ -71,11 +94,31 @@ def drift(
     return _image_edited(actual, desired)
 
 
+def images_of(pod: Mapping[str, Any]) -> list[Any]:
+    """The images of the pod's containers, in order."""
+    return [c.get("image") for c in pod.get("spec", {}).get("containers") or []]
+
+
 def _image_edited(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> str | None:
-    images = [c.get("image") for c in actual.get("spec", {}).get("containers", [])]
-    wanted = [c.get("image") for c in desired["spec"]["containers"]]
-    if images != wanted:
+    """Whether the pod's images changed since the API server admitted it: the images the
+    operator built, or those a mutating webhook made of them at creation (recorded on the
+    pod), so that the webhook's change is not taken for an edit, replaced for ever."""
+    if images_of(actual) != (admitted_images(actual) or images_of(desired)):
         return "the pod's image was edited; replacing the pod"
+    return None
+
+
+def admitted_images(pod: Mapping[str, Any]) -> list[str] | None:
+    """The images recorded on the pod as admitted at its creation, if any (and readable)."""
+    text = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_ADMITTED_IMAGES)
+    if not isinstance(text, str):
+        return None
+    try:
+        images = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(images, list) and images and all(isinstance(i, str) for i in images):
+        return images
     return None
 
 
