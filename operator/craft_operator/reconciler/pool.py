@@ -103,11 +103,14 @@ class PoolRetryLaterError(RetryableError):
 @dataclass(frozen=True)
 class _Failures:
     """Waves of pool pods ending in a row (new ones wait a backoff): how many, when the
-    last came, and the pods it saw (a pod seen ended by several passes counts once)."""
+    last came, and the pods it saw (a pod seen ended by several passes counts once); a new
+    pod template (the crashing image fixed) starts afresh."""
 
     count: int
     at: Moment
     seen: frozenset[str]
+    #: The pool's template hash when the waves came.
+    template: str
 
 
 @dataclass
@@ -169,6 +172,9 @@ class PoolReconciler:
         self._status_due: dict[PoolKey, Moment] = {}
         #: The pods of each pool's current template said not to be as built (by uid).
         self._foreign: dict[PoolKey, set[str]] = {}
+        #: The uid of the pool the memories above are of (a pool recreated under its name
+        #: inherits none of them).
+        self._uids: dict[PoolKey, str] = {}
 
     def forget(self, key: PoolKey) -> None:
         """Drop what is remembered about a pool that is gone, and its claim metrics."""
@@ -177,6 +183,7 @@ class PoolReconciler:
         self._refusals.pop(key, None)
         self._status_due.pop(key, None)
         self._foreign.pop(key, None)
+        self._uids.pop(key, None)
 
     async def forget_all(self) -> None:
         """The replica stands by: the backoffs and held status changes it remembers go
@@ -186,6 +193,7 @@ class PoolReconciler:
         self._refusals.clear()
         self._status_due.clear()
         self._foreign.clear()
+        self._uids.clear()
 
     async def reconcile(self, key: PoolKey) -> float | None:
         """One pass over the pool ``key``; returns when to revisit (seconds) or ``None``.
@@ -198,6 +206,12 @@ class PoolReconciler:
         if body is None or body.get("metadata", {}).get("deletionTimestamp"):
             await self._release(namespace, name)
             return None
+        uid = str(body["metadata"].get("uid") or "")
+        if self._uids.get(key, uid) != uid:
+            # Deleted and recreated under its name between two passes (both watch events
+            # before either pass): the backoffs and claim counts were the old pool's.
+            self.forget(key)
+        self._uids[key] = uid
         s.metrics.pool_seen(namespace, name)
         try:
             pool = parse_pool(body)
@@ -236,7 +250,7 @@ class PoolReconciler:
         ours = view(members, hash_, self._foreign.get(key, ()))
         refused = egress.refusal(s.cache, s.settings, desired)
         now = Moment.now(s.steady, s.clock)
-        waiting = self._failure_wait(key, ours, pool.spec.replicas, now)
+        waiting = self._failure_wait(key, ours, pool.spec.replicas, now, hash_)
         held = self._refusals.get(key)
         if held is not None and held.template != hash_:
             self._refusals.pop(key, None)  # what was refused is not what is made now
@@ -330,7 +344,9 @@ class PoolReconciler:
         elif outcome.created:
             self._refusals.pop(key, None)
 
-    def _failure_wait(self, key: PoolKey, pods: PoolView, replicas: int, now: Moment) -> float:
+    def _failure_wait(
+        self, key: PoolKey, pods: PoolView, replicas: int, now: Moment, template: str
+    ) -> float:
         """Seconds new pods must still wait after pods that ended (0: none).
 
         The backoff doubles per wave of failures, not per pod (six pods evicted by one node
@@ -340,14 +356,18 @@ class PoolReconciler:
         keep ending, wave after wave, so their backoff keeps doubling.
         """
         held = self._failures.get(key)
+        if held is not None and held.template != template:
+            self._failures.pop(key, None)  # what kept ending is not what is made now
+            held = None
         ended = frozenset(str(pod["metadata"].get("uid", "")) for pod in pods.ended)
         base = self.services.settings.pod_restart_backoff
         if held is not None and ended - held.seen and now.until(_wave_end(held, base)) > 0:
             # Ends that come while the wave's backoff runs are that wave (a kubelet evicts
             # a node's pods one at a time, each its own event and pass).
-            self._failures[key] = _Failures(held.count, held.at, held.seen | ended)
+            self._failures[key] = _Failures(held.count, held.at, held.seen | ended, template)
         elif ended - (held.seen if held else frozenset()):
-            self._failures[key] = _Failures((held.count if held else 0) + 1, now, ended)
+            count = (held.count if held else 0) + 1
+            self._failures[key] = _Failures(count, now, ended, template)
         elif held is not None and (
             (pods.ready >= replicas and not pods.creating)
             or now.since(held.at) >= FAILURES_FORGOTTEN_AFTER

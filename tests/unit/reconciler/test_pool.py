@@ -11,12 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL, LABEL_POOL_TEMPLATE_HASH
 from craft_operator.config import Settings
+from craft_operator.handlers import pools
 from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import ApiError, KubeClient
@@ -29,6 +31,7 @@ from tests.support.emulator import KubeEmulator
 from tests.support.pod_exec import mark_pod_running
 from tests.support.policy import policy as platform_policy
 from tests.support.pools import POOLS, declare_pool_resource, pool
+from tests.support.queues import RecordingQueue
 from tests.unit.reconciler.conftest import NAMESPACE
 from tests.unit.reconciler.steps.conftest import Events, NoLibrary
 
@@ -1027,3 +1030,73 @@ async def test_a_large_pool_is_deleted_ten_pods_at_a_time_not_one_after_another(
     assert await world.reconciler.reconcile(KEY) is None
     assert world.pods() == []
     assert peak == 10
+
+
+async def test_an_image_fix_on_a_crashing_pool_is_not_held_by_the_old_templates_backoff(
+    world: PoolWorld,
+) -> None:
+    """Pods of image :1 crash wave after wave; the engineer sets image :2. The new template
+    has never failed: it should be tried at once (as a new template after a refused create
+    is), not after the crashing template's backoff and one probe at a time."""
+    world.create_pool(replicas=4)
+    await world.pass_()
+    seconds = 0
+    for _ in range(4):  # four waves: backoff 10, 20, 40, 80 s
+        for pod in world.unclaimed():
+            fail(world, pod["metadata"]["name"], reason="Error")
+        await world.pass_()
+        seconds += 100
+        world.now[0] = START + timedelta(seconds=seconds)
+        await world.pass_()
+    for pod in world.unclaimed():
+        fail(world, pod["metadata"]["name"], reason="Error")
+    await world.pass_()  # fifth wave: 160 s
+    assert world.condition("Ready")["reason"] == "PoolPodsFailing"
+
+    world.set_spec(image="registry.example.com/craft/sandbox:2")  # the fix
+    world.now[0] = START + timedelta(seconds=seconds + 1)
+    await world.pass_()
+    ready = world.condition("Ready")
+    made = [p for p in world.unclaimed() if p["spec"]["containers"][0]["image"].endswith(":2")]
+    assert len(made) == 4, (len(made), ready)
+
+
+async def test_a_pool_deleted_and_recreated_between_two_passes_starts_afresh(
+    world: PoolWorld,
+) -> None:
+    """kubectl replace --force (or delete then apply) while the pool's key waits for a
+    worker: the stream hands over DELETED then ADDED before the next pass. The new pool
+    (another uid) must not inherit the old one's crash backoff."""
+    world.create_pool(replicas=3)
+    await world.pass_()
+    for at in (100, 200):  # two waves of crashes: backoff 20 s, probing
+        for pod in world.unclaimed():
+            fail(world, pod["metadata"]["name"], reason="Error")
+        await world.pass_()
+        world.now[0] = START + timedelta(seconds=at)
+        await world.pass_()
+    for pod in world.unclaimed():
+        fail(world, pod["metadata"]["name"], reason="Error")
+    await world.pass_()  # third wave: 40 s
+
+    memo = SimpleNamespace(
+        gate=SimpleNamespace(active=True),
+        cache=world.services.cache,
+        pool_queue=RecordingQueue(),
+        pool_reconciler=world.reconciler,
+    )
+    old = world.pool_body()
+    pools.on_pool_event(memo, "ADDED", old)
+    world.emulator.remove(POOLS, NAMESPACE, NAME)
+    pools.on_pool_event(memo, "DELETED", old)
+    new = world.create_pool(replicas=3)  # the same spec: only the uid differs
+    pools.on_pool_event(memo, "ADDED", new)
+    assert new["metadata"]["uid"] != old["metadata"]["uid"]
+    assert (
+        world.services.cache.get(kinds.POOL.name, NAMESPACE, NAME)["metadata"]["uid"]
+        == (new["metadata"]["uid"])
+    )
+
+    world.now[0] = START + timedelta(seconds=201)
+    await world.pass_()
+    assert len(world.unclaimed()) == 3, world.condition("Ready")
