@@ -34,6 +34,13 @@ from craft_operator.devtools.controlplane import (
 )
 
 SANDBOX_NAMESPACE = "craft-sandboxes"
+#: Every CRD of ``crds/``.
+CRD_NAMES = (
+    "crd/craftsandboxes.craft.onyx.app",
+    "crd/craftsandboxpools.craft.onyx.app",
+    "crd/craftsandboxpolicies.craft.onyx.app",
+    "crd/clusterkopfpeerings.kopf.dev",
+)
 ONYX_API_PORT = 18080
 RESTRICTED = {
     "pod-security.kubernetes.io/enforce": "restricted",
@@ -67,14 +74,21 @@ def operator_command() -> list[str]:
     return [str(Path(sys.executable).parent / "craft-operator")]
 
 
-def run_on_context(context: str) -> int:
-    """Apply the CRD on the current context and run the operator there (foreground)."""
-    print(f"make run: kube context {context!r}; applying the CRD and running the operator")
-    for flags in ((), ("--policy",)):
-        crd = subprocess.run(  # noqa: S603
-            [*operator_command(), "crd", *flags], capture_output=True, text=True, check=True
-        ).stdout
-        subprocess.run(["kubectl", "apply", "-f", "-"], input=crd, text=True, check=True)  # noqa: S607
+def context_commands(repo: Path) -> list[list[str]]:
+    """The kubectl commands ``make run`` runs on a kube context before the operator: every
+    CRD of ``crds/`` (the operator lists sandboxes, pools and policies before it acts; one
+    missing holds it back), established."""
+    return [
+        ["kubectl", "apply", "--server-side", "-k", str(repo / "crds")],
+        ["kubectl", "wait", "--for=condition=Established", "--timeout=60s", *CRD_NAMES],
+    ]
+
+
+def run_on_context(context: str, repo: Path) -> int:
+    """Apply the CRDs on the current context and run the operator there (foreground)."""
+    print(f"make run: kube context {context!r}; applying the CRDs and running the operator")
+    for command in context_commands(repo):
+        subprocess.run(command, check=True)  # noqa: S603
     os.execv(operator_command()[0], [*operator_command(), "run", "--standalone"])  # noqa: S606
     return 0  # not reached
 
@@ -180,10 +194,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--state", type=Path, required=True, help="the control plane's state")
     parser.add_argument("--build-script", type=Path, required=True)
     args = parser.parse_args(argv)
+    repo = args.build_script.resolve().parents[2]
     context = current_context()
     if context is not None:
-        return run_on_context(context)
-    repo = args.build_script.resolve().parents[2]
+        return run_on_context(context, repo)
     try:
         return run_locally(args.state.resolve(), args.build_script.resolve(), repo)
     except ControlPlaneError as error:
