@@ -201,7 +201,7 @@ class CraftSandboxStatus(StatusModel):
         default=None,
         description=(
             "When the sandbox went to sleep for idleness; a craft.onyx.app/last-activity "
-            "annotation later than this wakes it."
+            "annotation at or after this (to the second) wakes it."
         ),
     )
     suspended_at: datetime | None = Field(

@@ -260,11 +260,12 @@ def _library_gave_up(progress: Progress, status: CraftSandboxStatus) -> bool:
 
 def _stays_asleep(progress: Progress) -> bool:
     """Phase Sleeping with no activity that wakes it: the operator wakes an idle sandbox
-    only for an activity later than the moment it fell asleep."""
+    for an activity at or after the moment it fell asleep (both to the second: a touch in
+    that same second wakes it)."""
     since = progress.status.sleeping_since
     if since is None:
         return False
-    return progress.last_activity is None or progress.last_activity <= since
+    return progress.last_activity is None or progress.last_activity < since
 
 
 def _library_attempt(meta: Mapping[str, Any], status: CraftSandboxStatus) -> str | None:
