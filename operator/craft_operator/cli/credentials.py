@@ -69,7 +69,7 @@ def revoke(sandbox: tuple[str, str]) -> None:
     """Revoke the sandbox's PAT now (incident response).
 
     The PAT stops working at once. The operator mints a fresh PAT at its next reconcile of
-    the sandbox and replaces the pod's credentials.
+    the sandbox (within CRAFT_RESYNC_INTERVAL) and delivers it to the pod.
     """
     quiet_logging()
     namespace, name = sandbox
