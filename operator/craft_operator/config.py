@@ -353,7 +353,7 @@ class Settings(BaseSettings):
     )
     operator_namespace: str = Field(
         default="craft-system",
-        description="Namespace the operator runs in (for peering and its own Secrets).",
+        description="Namespace the operator runs in (the doctor's advice names it).",
         pattern=DNS_LABEL_PATTERN,
     )
     peering_name: str | None = Field(

@@ -541,6 +541,8 @@ def test_the_settings_configmap_names_only_real_settings(base_settings: dict[str
     assert commented, "the ConfigMap documents the other settings in comments"
     assert (set(base_settings) | commented) - known == set()
     assert set(dev_settings_patch()) - known == set()
+    from_secrets = {"CRAFT_DATABASE_URL", "CRAFT_ENCRYPTION_KEYS"}
+    assert known - from_secrets - set(base_settings) - commented == set(), "every setting listed"
 
 
 @pytest.mark.parametrize("overlay", ["base", "dev"])
