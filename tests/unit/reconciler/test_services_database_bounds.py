@@ -355,6 +355,7 @@ async def test_a_sandbox_whose_call_outlived_its_pass_makes_no_other_until_it_en
 ) -> None:
     """Each retry would take another of the threads every sandbox shares, all waiting on
     the same locked row, until none is left for the other sandboxes."""
+    before = set(threading.enumerate())
     sqlite_store.__class__ = HangingEnsure
     sqlite_store.release = release  # type: ignore[attr-defined]
     credentials = StoreCredentials(sqlite_store, call_timeout=BOUND)
@@ -366,7 +367,7 @@ async def test_a_sandbox_whose_call_outlived_its_pass_makes_no_other_until_it_en
     for _ in range(3):  # the pass's retries
         with pytest.raises(DatabaseUnavailableError, match="an earlier call for this sandbox"):
             await credentials.ensure(sandbox, rejected_pat_id=1)
-    assert len(database_threads(set())) == 1  # one thread held, not four
+    assert len(database_threads(before)) == 1  # one thread held, not four
 
     release.set()  # the lock is let go: the earlier call ends
     for _ in range(50):
