@@ -14,6 +14,8 @@ own settings give the same hash exactly when a pool pod is what its pod would be
 
 from __future__ import annotations
 
+import json
+from enum import Enum
 from typing import Any
 
 from craft_operator.api import models
@@ -69,14 +71,40 @@ def template_sandbox(spec: CraftSandboxPoolSpec) -> CraftSandbox:
     )
 
 
+class Form(Enum):
+    """How a pool pod's settings are written into its spec (and so its template hash): in
+    canonical form now; as older operators wrote them, whose pods a claim still takes, and
+    a claimed one is kept, until its pool has replaced them."""
+
+    CANONICAL = "canonical"
+    #: Before 2026-11-28: quantities canonical, tolerations as written.
+    TOLERATIONS_AS_WRITTEN = "tolerations as written"
+    #: Before 2026-11-27: quantities and tolerations as written.
+    AS_WRITTEN = "as written"
+
+
+def canonical_tolerations(tolerations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``tolerations`` as one form of what they mean: ``operator: Equal`` spelled out where
+    it is the default (a key and no operator), without repeats, in a stable order. A pool
+    and a sandbox that list the same tolerations otherwise want the same pod."""
+    spelled = [
+        {**toleration, "operator": "Equal"}
+        if toleration.get("key") and not toleration.get("operator")
+        else dict(toleration)
+        for toleration in tolerations
+    ]
+    unique = {json.dumps(t, sort_keys=True, separators=(",", ":")): t for t in spelled}
+    return [unique[key] for key in sorted(unique)]
+
+
 def _pod_spec(
-    sandbox: CraftSandbox, settings: Settings, *, canonical: bool = True
+    sandbox: CraftSandbox, settings: Settings, *, form: Form = Form.CANONICAL
 ) -> dict[str, Any]:
     """The spec of a pool pod for ``sandbox``'s pod settings (raises ``SandboxConfigError``).
 
-    Its quantities are in canonical form, as the API server stores them: a pool that says
-    ``cpu: 500m`` and a sandbox that says ``cpu: "0.5"`` want the same pod. ``canonical``
-    False gives them as written, as operators before 2026-11-27 hashed them.
+    Its quantities and tolerations are in canonical form (:class:`Form`): a pool that says
+    ``cpu: 500m`` and a sandbox that says ``cpu: "0.5"``, or that list the same tolerations
+    in another order, want the same pod.
     """
     # Writable: the claim writes SKILL.md, the token and the library by exec.
     container = sandbox_container(
@@ -88,8 +116,11 @@ def _pod_spec(
             {"name": CREDENTIALS_VOLUME, "mountPath": CREDENTIALS_MOUNT},
         ],
     )
-    if canonical:
+    if form is not Form.AS_WRITTEN:
         container["resources"] = canonical_resources(container["resources"])
+    placement = scheduling(sandbox.spec)
+    if form is Form.CANONICAL and "tolerations" in placement:
+        placement["tolerations"] = canonical_tolerations(placement["tolerations"])
     return {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -104,7 +135,7 @@ def _pod_spec(
                 "emptyDir": {"medium": "Memory", "sizeLimit": CREDENTIALS_SIZE_LIMIT},
             },
         ],
-        **scheduling(sandbox.spec),
+        **placement,
     }
 
 
@@ -139,22 +170,25 @@ def sandbox_template_hash(sandbox: CraftSandbox, settings: Settings) -> str:
     return template_hash(claimable_pod_spec(sandbox, settings))
 
 
-def as_written_template_hash(sandbox: CraftSandbox, settings: Settings) -> str:
-    """The template hash of the pool pods ``sandbox`` may claim as operators before
-    2026-11-27 computed it, from its quantities as written: the pods of a pool made before
-    then carry it until the pool has replaced them."""
-    return template_hash(_pod_spec(sandbox, settings, canonical=False))
+def older_template_hashes(sandbox: CraftSandbox, settings: Settings) -> tuple[str, ...]:
+    """The template hashes of the pool pods ``sandbox`` may claim as older operators
+    computed them (:class:`Form`), newest first, without the current one: the pods of a pool
+    made before carry them until the pool has replaced them."""
+    current = sandbox_template_hash(sandbox, settings)
+    older = []
+    for form in (Form.TOLERATIONS_AS_WRITTEN, Form.AS_WRITTEN):
+        hash_ = template_hash(_pod_spec(sandbox, settings, form=form))
+        if hash_ != current and hash_ not in older:
+            older.append(hash_)
+    return tuple(older)
 
 
 def claimed_template_hashes(sandbox: CraftSandbox, settings: Settings) -> frozenset[str]:
     """The template hashes a pod ``sandbox`` claimed may carry and still be its pod: the
-    current one, and the one of its quantities as written (a pod claimed before they were
+    current one, and those older operators computed (a pod claimed before its settings were
     hashed in canonical form is not replaced for it)."""
     return frozenset(
-        {
-            sandbox_template_hash(sandbox, settings),
-            as_written_template_hash(sandbox, settings),
-        }
+        {sandbox_template_hash(sandbox, settings), *older_template_hashes(sandbox, settings)}
     )
 
 

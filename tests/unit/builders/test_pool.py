@@ -21,8 +21,10 @@ from craft_operator.builders import naming
 from craft_operator.builders.pod import SandboxConfigError, build_pod, template_hash
 from craft_operator.builders.pool import (
     CREDENTIALS_MOUNT,
+    Form,
     _pod_spec,
     build_pool_pod,
+    canonical_tolerations,
     claimed_template_hashes,
     pool_template_hash,
     sandbox_template_hash,
@@ -168,7 +170,7 @@ def test_a_pod_claimed_before_quantities_were_hashed_canonically_is_still_the_sa
     """Its label carries the hash of the quantities as written: an upgrade must not
     replace it (and lose the agent's work)."""
     sandbox = make_sandbox(resources={"requests": {"cpu": "0.5"}})
-    as_written = template_hash(_pod_spec(sandbox, settings, canonical=False))
+    as_written = template_hash(_pod_spec(sandbox, settings, form=Form.AS_WRITTEN))
     assert as_written != sandbox_template_hash(sandbox, settings)
     assert claimed_template_hashes(sandbox, settings) == {
         as_written,
@@ -227,3 +229,28 @@ def test_the_pod_labels_are_the_ones_the_sandbox_network_policy_selects(
     assert all(labels.get(key) == value for key, value in selector.items())
     assert naming.LABEL_USER_ID not in labels
     assert naming.LABEL_SANDBOX not in labels
+
+
+def test_tolerations_that_mean_the_same_are_one_canonical_list() -> None:
+    """Order, repeats and the default operator spelled out or not make no other pod."""
+    gvisor = {"key": "gvisor", "operator": "Exists", "effect": "NoSchedule"}
+    dedicated = {"key": "dedicated", "value": "craft", "effect": "NoSchedule"}
+    spelled = {**dedicated, "operator": "Equal"}
+
+    assert canonical_tolerations([gvisor, dedicated]) == canonical_tolerations(
+        [spelled, gvisor, spelled]
+    )
+    assert canonical_tolerations([{"operator": "Exists"}]) == [{"operator": "Exists"}]
+
+
+def test_a_pool_and_a_sandbox_that_list_the_same_tolerations_otherwise_want_the_same_pod(
+    settings: Settings, make_sandbox: MakeSandbox
+) -> None:
+    gvisor = {"key": "gvisor", "operator": "Exists", "effect": "NoSchedule"}
+    dedicated = {"key": "dedicated", "value": "craft", "effect": "NoSchedule"}
+    pool = make_pool(tolerations=[{**dedicated, "operator": "Equal"}, gvisor])
+    sandbox = make_sandbox(tolerations=[gvisor, dedicated])
+
+    assert sandbox_template_hash(sandbox, settings) == pool_template_hash(pool.spec, settings)
+    older = template_hash(_pod_spec(sandbox, settings, form=Form.TOLERATIONS_AS_WRITTEN))
+    assert older in claimed_template_hashes(sandbox, settings)  # claimed before: kept

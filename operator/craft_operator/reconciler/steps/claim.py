@@ -27,9 +27,9 @@ from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL, InvalidPoolE
 from craft_operator.builders.naming import child_labels, owner_reference
 from craft_operator.builders.pod import SandboxConfigError, template_hash
 from craft_operator.builders.pool import (
-    as_written_template_hash,
     claimable_pod_spec,
     differing_settings,
+    older_template_hashes,
     pool_pod_spec,
 )
 from craft_operator.kube import kinds
@@ -128,7 +128,7 @@ def _candidates(p: Pass, wanted: str) -> tuple[str | None, Sequence[str]]:
     (the cache's sequence: read before the next await)."""
     s, namespace = p.services, p.sandbox.metadata.namespace or ""
     # Built only if a pool has no Ready pod of ``wanted``, and then once for every pool.
-    legacy = functools.cache(lambda: as_written_template_hash(p.sandbox, s.settings))
+    legacy = functools.cache(lambda: older_template_hashes(p.sandbox, s.settings))
     ref = p.sandbox.spec.pool_ref
     if ref is not None:
         if not _live(s.cache.get(POOL.name, namespace, ref.name)):
@@ -149,16 +149,18 @@ def _candidates(p: Pass, wanted: str) -> tuple[str | None, Sequence[str]]:
     return matching, ()
 
 
-def _ready(p: Pass, pool: str, wanted: str, legacy: Callable[[], str]) -> Sequence[str]:
+def _ready(p: Pass, pool: str, wanted: str, legacy: Callable[[], tuple[str, ...]]) -> Sequence[str]:
     """The names of the pool's Ready pods of the template ``wanted``; if none, of the
-    sandbox's quantities as written (``legacy``): a pool made by an operator before they
-    were hashed in canonical form serves claims until it has replaced its pods (a claimed
-    one is kept, see ``claimed_template_hashes``)."""
+    sandbox's settings as older operators hashed them (``legacy``): a pool made by one
+    serves claims until it has replaced its pods (a claimed one is kept, see
+    ``claimed_template_hashes``)."""
     cache, namespace = p.services.cache, p.sandbox.metadata.namespace or ""
     names = ready_pool_pod_names(cache, namespace, pool, template_hash=wanted)
-    if names or legacy() == wanted:
-        return names
-    return ready_pool_pod_names(cache, namespace, pool, template_hash=legacy())
+    for older in () if names else legacy():
+        names = ready_pool_pod_names(cache, namespace, pool, template_hash=older)
+        if names:
+            break
+    return names
 
 
 def _counted_as(p: Pass, pool: str) -> str:

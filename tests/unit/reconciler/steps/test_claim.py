@@ -23,9 +23,9 @@ from craft_operator.api.status_codec import dump_status
 from craft_operator.builders.naming import SKILL_KEY, skills_configmap_name
 from craft_operator.builders.pod import build_pod, template_hash
 from craft_operator.builders.pool import (
-    as_written_template_hash,
     build_pool_pod,
     claimable_pod_spec,
+    older_template_hashes,
 )
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError
@@ -117,7 +117,7 @@ async def test_a_pools_pods_made_before_quantities_were_hashed_canonically_are_c
     [warm] = warm_pods(pooled, 1, resources=resources)
     spec = {"poolRef": {"name": POOL}, "resources": resources}
     p = await pod_pass(pooled, spec=spec)
-    as_written = as_written_template_hash(p.sandbox, pooled.services.settings)
+    as_written = older_template_hashes(p.sandbox, pooled.services.settings)[-1]
     pooled.emulator.patch(
         "v1/pods", NAMESPACE, warm, {"metadata": {"labels": {LABEL_POOL_TEMPLATE_HASH: as_written}}}
     )
@@ -138,7 +138,7 @@ async def test_a_pod_claimed_under_the_hash_of_its_quantities_as_written_is_kept
     spec = {"poolRef": {"name": POOL}, "resources": resources}
     first = await pod_pass(pooled, spec=spec)
     assert await pod.converge_pod(first) is None
-    as_written = as_written_template_hash(first.sandbox, pooled.services.settings)
+    as_written = older_template_hashes(first.sandbox, pooled.services.settings)[-1]
     pooled.emulator.patch(
         "v1/pods", NAMESPACE, warm, {"metadata": {"labels": {LABEL_POOL_TEMPLATE_HASH: as_written}}}
     )
@@ -819,3 +819,41 @@ async def test_a_skill_the_pod_refused_is_not_tried_alone_within_the_backoff(
     soon = pooled.pass_(spec={"poolRef": {"name": POOL}}, status=dump_status(p.run.status))
     await run_steps(soon)  # a pod event brings the sandbox back at once
     assert len(pooled.exec.calls) == 1, "neither the delivery nor the SKILL.md alone"
+
+
+TOLERATIONS = [
+    {"key": "gvisor", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "dedicated", "value": "craft", "effect": "NoSchedule"},
+]
+
+
+async def test_a_pool_that_lists_the_same_tolerations_otherwise_serves_the_claim(
+    pooled: World,
+) -> None:
+    """In another order, with the default operator spelled out: the same pod."""
+    spelled = [{**TOLERATIONS[1], "operator": "Equal"}, TOLERATIONS[0]]
+    [warm] = warm_pods(pooled, 1, tolerations=spelled)
+
+    p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}, "tolerations": TOLERATIONS})
+
+    assert await pod.converge_pod(p) is None
+    assert p.run.status.pod_name == warm
+
+
+async def test_a_pod_claimed_under_the_hash_of_its_tolerations_as_written_is_kept(
+    pooled: World,
+) -> None:
+    """Claimed before an upgrade that hashes tolerations in canonical form."""
+    [warm] = warm_pods(pooled, 1, tolerations=TOLERATIONS)
+    spec = {"poolRef": {"name": POOL}, "tolerations": TOLERATIONS}
+    first = await pod_pass(pooled, spec=spec)
+    assert await pod.converge_pod(first) is None
+    older = older_template_hashes(first.sandbox, pooled.services.settings)[0]
+    pooled.emulator.patch(
+        "v1/pods", NAMESPACE, warm, {"metadata": {"labels": {LABEL_POOL_TEMPLATE_HASH: older}}}
+    )
+    pooled.cache.put(kinds.POD.name, pooled.emulator.get("v1/pods", NAMESPACE, warm))
+
+    again = await pod_pass(pooled, spec=spec, status=dump_status(first.run.status))
+    assert await pod.converge_pod(again) is None
+    assert "PodReplaced" not in pooled.events.reasons
