@@ -172,6 +172,8 @@ class ActivityGate:
                             meta = obj.get("metadata", {})
                             keys.append((meta.get("namespace", ""), meta["name"]))
                 except ApiError as exc:
+                    if exc.status == 404 and kind.group:
+                        raise _not_served(kind, exc) from exc
                     if exc.status != 403 or namespace is None:
                         raise
                     if not await self._deleted(namespace):
@@ -190,3 +192,15 @@ class ActivityGate:
             namespace,
         )
         return True
+
+
+def _not_served(kind: Kind, exc: ApiError) -> ApiError:
+    """A 404 on listing a custom resource said as what it most likely means: its CRD is
+    not installed (one missing holds the operator back from every sandbox)."""
+    return ApiError(
+        exc.status,
+        exc.reason,
+        f"the API server does not serve {kind.plural}.{kind.group} ({exc.message}): is its "
+        "CRD installed? kubectl apply --server-side -k crds/",
+        exc.details,
+    )

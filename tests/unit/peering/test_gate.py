@@ -177,6 +177,29 @@ async def test_a_failed_relist_leaves_the_replica_a_standby(
     await until(lambda: handler.calls == [("team-a", "alice")])
 
 
+async def test_a_crd_not_installed_is_named_in_the_relists_failure(
+    parts: tuple[ActivityGate, WorkQueue[Key], ObjectCache, Handler], emulator: KubeEmulator
+) -> None:
+    """Else the operator only says it cannot list the sandboxes, for ever (make run on a
+    cluster without the pool CRD did)."""
+    gate, _, _, _ = parts
+
+    async def no_pool_crd(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
+        if request.url.path.endswith("/craftsandboxpools"):
+            body = {"kind": "Status", "code": 404, "reason": "NotFound", "message": "not found"}
+            return aiohttp.web.json_response(body, status=404)
+        return None
+
+    emulator.before_request.append(no_pool_crd)
+    await gate.deactivate("starting")
+    with pytest.raises(ApiError) as raised:
+        await gate.activate("test")
+
+    assert raised.value.status == 404
+    assert "does not serve craftsandboxpools.craft.onyx.app" in str(raised.value)
+    assert "kubectl apply --server-side -k crds/" in str(raised.value)
+
+
 def forbidden_in(namespace: str) -> Any:
     """A before-request hook: every request in ``namespace`` is refused (no Role there)."""
 
