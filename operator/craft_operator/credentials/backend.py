@@ -194,10 +194,9 @@ class StoreBackend:
             clock=clock,
             cluster_id=cluster_id,
             onyx_mode=onyx_mode,
-            # Reads need no transaction: on Postgres they run in autocommit (one round trip).
-            reader=(
-                engine.execution_options(isolation_level="AUTOCOMMIT") if onyx_mode else engine
-            ),
+            # Reads run in a transaction too: on Postgres its first statement bounds how long
+            # they wait for a lock (an Onyx migration's on "user") or run (db.py).
+            reader=engine,
             writer=engine.execution_options(**{WRITE_OPTION: True}),
             read_current=current_row_query(onyx_mode=onyx_mode, lock=False),
             lock_current=current_row_query(onyx_mode=onyx_mode, lock=True),

@@ -159,8 +159,11 @@ def _bound_postgres_transactions(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _bounded(connection: Connection) -> None:
-        if not connection.get_execution_options().get(UNBOUNDED_OPTION):
-            connection.exec_driver_sql(statement)
+        options = connection.get_execution_options()
+        # In autocommit a SET LOCAL would end with its own statement: no use, one more trip.
+        if options.get(UNBOUNDED_OPTION) or options.get("isolation_level") == "AUTOCOMMIT":
+            return
+        connection.exec_driver_sql(statement)
 
     @event.listens_for(engine, "handle_error")
     def _read_only_is_gone(context: Any) -> None:

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 
 from craft_operator.credentials import CredentialStore, KeyRing, generate_key_entry
 from craft_operator.credentials import db as db_module
@@ -95,6 +95,42 @@ def test_a_row_another_client_holds_locked_fails_that_call_and_no_other(
     renewed = store.ensure(ALICE, user_id=user, tenant_id="public", rejected_pat_id=first.pat_id)
     assert renewed.pat_id != first.pat_id  # once the lock is let go, the renewal goes ahead
     engine.dispose()
+
+
+def test_a_table_lock_held_elsewhere_fails_a_read_within_the_lock_timeout(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An Onyx migration's ALTER TABLE "user", a VACUUM FULL: the read that starts every
+    ensure waited for it as long as it took, holding a database thread."""
+    monkeypatch.setitem(db_module.POSTGRES_TRANSACTION_BOUNDS, "lock_timeout", "500ms")
+    engine = create_credentials_engine(url)
+    upgrade(engine)
+    user = add_user(engine)
+    store = store_on(engine)
+    store.ensure(ALICE, user_id=user, tenant_id="public")
+    holder = create_credentials_engine(url).connect()
+    holder.begin()
+    holder.execute(text('LOCK TABLE "user" IN ACCESS EXCLUSIVE MODE'))
+    try:
+        started = time.monotonic()
+        with pytest.raises(DatabaseUnavailableError, match="lock timeout"):
+            store.ensure(ALICE, user_id=user, tenant_id="public")
+        assert time.monotonic() - started < 5
+    finally:
+        holder.rollback()
+        holder.close()
+    engine.dispose()
+
+
+def test_an_autocommit_statement_is_sent_alone(engine: Engine) -> None:
+    """A bound set for the transaction would end with its own statement there: only one
+    more round trip."""
+    statements: list[str] = []
+    event.listen(engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as connection:
+        connection.execute(text("SELECT 1")).scalar_one()
+
+    assert statements == ["SELECT 1"]
 
 
 def test_a_migration_waits_for_another_operators_without_the_bounds(
