@@ -21,6 +21,7 @@ from tests.integration.helpers import (
     phase,
     pod,
     sandbox,
+    status,
     token_in_secret,
 )
 from tests.support.emulator import KubeEmulator
@@ -225,9 +226,29 @@ async def test_a_pod_a_webhook_changed_at_admission_is_kept_as_admitted_with_a_w
     creates = [w for w in emulator.writes() if w == f"POST /api/v1/namespaces/{NAMESPACE}/pods"]
     assert len(creates) == 1
 
+    assert status(emulator, "alice")["admittedImages"] == [
+        c["image"] for c in first["spec"]["containers"]
+    ]
     containers = kept["spec"]["containers"]  # an edit after admission is still one
     containers[0]["image"] = "attacker/image:latest" + DIGEST
     emulator.patch("v1/pods", NAMESPACE, "alice", {"spec": {"containers": containers}})
+    await event_posted(emulator, "alice", "PodReplaced")
+
+
+async def test_whoever_edits_a_pods_image_cannot_have_it_taken_as_admitted(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    """The admitted images are kept where the pod's editors cannot write: not on the pod."""
+    await ready_sandbox(emulator)
+    first = pod(emulator, "alice")
+    assert first is not None
+    containers = first["spec"]["containers"]
+    containers[0]["image"] = "attacker/image:latest"
+    annotations = {"craft.onyx.app/admitted-images": '["attacker/image:latest"]'}
+    patch = {"metadata": {"annotations": annotations}, "spec": {"containers": containers}}
+
+    emulator.patch("v1/pods", NAMESPACE, "alice", patch)
+
     await event_posted(emulator, "alice", "PodReplaced")
 
 

@@ -155,6 +155,15 @@ class CraftSandboxStatus(StatusModel):
     pod_uid: str | None = Field(
         default=None, alias="podUID", description="The current sandbox pod's UID."
     )
+    admitted_images: list[str] | None = Field(
+        default=None,
+        max_length=64,
+        description=(
+            "The images of pod podUID's containers as the API server admitted it, where a "
+            "mutating webhook changed them at its creation (a digest, a registry mirror, a "
+            "sidecar); only a later change of them is taken for an edit."
+        ),
+    )
     pod_failures: int | None = Field(
         default=None,
         description=(

@@ -25,9 +25,6 @@ LABEL_COMPONENT = "app.kubernetes.io/component"
 
 ANNOTATION_TEMPLATE_HASH = f"{models.GROUP}/pod-template-hash"
 ANNOTATION_PAT_ID = f"{models.GROUP}/pat-id"
-#: The containers' images the API server admitted, where a mutating webhook changed them
-#: at creation (a digest pinned, a registry mirror, a sidecar): the pod's baseline.
-ANNOTATION_ADMITTED_IMAGES = f"{models.GROUP}/admitted-images"
 ANNOTATION_SKILL_HASH = f"{models.GROUP}/skill-hash"
 #: A digest of the spec's sources the SKILL.md was rendered for.
 ANNOTATION_SOURCES_HASH = f"{models.GROUP}/sources-hash"

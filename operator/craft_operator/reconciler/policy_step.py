@@ -222,6 +222,7 @@ def _forget_running(status: CraftSandboxStatus) -> None:
     status.credentials = None
     status.pod_name = None
     status.pod_uid = None
+    status.admitted_images = None
     status.validated_pod_uid = None
     status.skill = None
     status.user_library = None

@@ -138,12 +138,17 @@ async def _running(p: Pass, actual: dict[str, Any], desired: dict[str, Any]) -> 
     s, run = p.services, p.run
     run.pod_exists = True
     p.memory.cold_start.pop(run.key, None)  # the next start without a pod is said anew
+    if run.status.pod_uid != actual["metadata"].get("uid"):
+        run.status.admitted_images = None  # another pod's (a claimed one has none)
     run.status.pod_uid = actual["metadata"].get("uid")
     # The pod kept says where it came from: a claimed pod deleted as an extra beside a cold
     # one (a claim whose pass did not see the cold pod's create) leaves no pool behind.
     run.status.claimed_from = (actual["metadata"].get("labels") or {}).get(LABEL_CLAIMED_FROM)
     stale = _volume_needed(p, actual) or pod_state.drift(
-        actual, desired, claimed_as=_claimed_template(p, actual)
+        actual,
+        desired,
+        claimed_as=_claimed_template(p, actual),
+        admitted=run.status.admitted_images,
     )
     if stale:
         return await pod_lifecycle.replace(p, actual, reason="PodReplaced", message=stale)

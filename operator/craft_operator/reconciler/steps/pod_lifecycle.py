@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import logging
 import re
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from craft_operator.api.models import Phase
-from craft_operator.builders.naming import ANNOTATION_ADMITTED_IMAGES, pod_name
+from craft_operator.builders.naming import pod_name
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError, ConflictError
 from craft_operator.metrics import ProvisioningPhase
@@ -19,7 +17,6 @@ from craft_operator.reconciler.step import Pass, Stop
 from craft_operator.reconciler.steps import pod_state
 from craft_operator.status import POD_READY, ConditionState
 
-logger = logging.getLogger(__name__)
 WAITING = "WaitingForPod"
 POD = kinds.POD
 
@@ -73,11 +70,11 @@ async def create(p: Pass, desired: dict[str, Any]) -> Stop:
             p.fail(POD_READY, "PodCreateFailed", str(exc))
         return Stop(WAITING)
     s.metrics.observe_phase(ProvisioningPhase.POD_CREATE, time.monotonic() - started)
-    created = await _record_admission(p, desired, created)
     s.cache.put(POD.name, created)
     run.status.claimed_from = None
     run.pod_exists = True
     run.status.pod_uid = created["metadata"].get("uid")
+    _record_admission(p, desired, created)
     run.set(ConditionState.false(POD_READY, "PodStarting", pod_state.waiting_detail(created)))
     # The pod's own watch event is the echo of this write: without a change to it (no
     # scheduler, say) nothing else brings a pass before the resync.
@@ -86,29 +83,22 @@ async def create(p: Pass, desired: dict[str, Any]) -> Stop:
     return Stop(WAITING)
 
 
-async def _record_admission(
-    p: Pass, desired: Mapping[str, Any], created: dict[str, Any]
-) -> dict[str, Any]:
-    """The created pod, with the images the API server admitted recorded on it if a
-    mutating webhook changed them (a digest pinned, a registry mirror, a sidecar), and a
-    warning that says so; else the pod's first update would be taken for an edit of its
-    image and the pod replaced, again and again. One write, only where that happens."""
+def _record_admission(p: Pass, desired: Mapping[str, Any], created: Mapping[str, Any]) -> None:
+    """Keep in the status the images the API server admitted, if a mutating webhook changed
+    them (a digest pinned, a registry mirror, a sidecar), and warn that it did; else the
+    pod's first update would be taken for an edit of its image and the pod replaced, again
+    and again. No write of its own: the pass writes the status."""
     admitted, built = pod_state.images_of(created), pod_state.images_of(desired)
     if admitted == built:
-        return created
-    meta = created["metadata"]
+        p.run.status.admitted_images = None
+        return
+    p.run.status.admitted_images = [str(image) for image in admitted]
     p.event(
         "PodMutatedAtAdmission",
-        f"the API server admitted pod {meta['name']} with images {admitted} instead of "
-        f"{built} (a mutating webhook); the pod is kept as admitted",
+        f"the API server admitted pod {created['metadata']['name']} with images {admitted} "
+        f"instead of {built} (a mutating webhook); the pod is kept as admitted",
         warning=True,
     )
-    patch = {"metadata": {"annotations": {ANNOTATION_ADMITTED_IMAGES: json.dumps(admitted)}}}
-    try:
-        return await p.services.kube.patch(POD.api, meta.get("namespace"), meta["name"], patch)
-    except ApiError as exc:  # the next pass takes the webhook's images for an edit: once
-        logger.warning("%s/%s: cannot record the admitted images: %s", *p.run.key, exc)
-        return created
 
 
 async def _exists_already(p: Pass, desired: Mapping[str, Any]) -> Stop:

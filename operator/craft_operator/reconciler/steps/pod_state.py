@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from craft_operator.api.pool import LABEL_POOL_TEMPLATE_HASH
-from craft_operator.builders.naming import ANNOTATION_ADMITTED_IMAGES, ANNOTATION_TEMPLATE_HASH
+from craft_operator.builders.naming import ANNOTATION_TEMPLATE_HASH
 
 
 def is_ready(pod: Mapping[str, Any]) -> bool:
@@ -76,6 +75,7 @@ def drift(
     desired: Mapping[str, Any],
     *,
     claimed_as: Collection[str] | None = None,
+    admitted: Sequence[str] | None = None,
 ) -> str | None:
     """Why the running pod must be replaced to match ``desired``, or ``None``.
 
@@ -86,12 +86,12 @@ def drift(
         labels = actual["metadata"].get("labels") or {}
         if labels.get(LABEL_POOL_TEMPLATE_HASH) not in claimed_as:
             return "the pod spec changed; replacing the claimed pod with a new one"
-        return _image_edited(actual, desired)
+        return _image_edited(actual, desired, None)
     have_annotations = actual["metadata"].get("annotations") or {}
     want_annotations = desired["metadata"]["annotations"]
     if have_annotations.get(ANNOTATION_TEMPLATE_HASH) != want_annotations[ANNOTATION_TEMPLATE_HASH]:
         return "the pod spec changed; replacing the pod"
-    return _image_edited(actual, desired)
+    return _image_edited(actual, desired, admitted)
 
 
 def images_of(pod: Mapping[str, Any]) -> list[Any]:
@@ -99,26 +99,15 @@ def images_of(pod: Mapping[str, Any]) -> list[Any]:
     return [c.get("image") for c in pod.get("spec", {}).get("containers") or []]
 
 
-def _image_edited(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> str | None:
+def _image_edited(
+    actual: Mapping[str, Any], desired: Mapping[str, Any], admitted: Sequence[str] | None
+) -> str | None:
     """Whether the pod's images changed since the API server admitted it: the images the
-    operator built, or those a mutating webhook made of them at creation (recorded on the
-    pod), so that the webhook's change is not taken for an edit, replaced for ever."""
-    if images_of(actual) != (admitted_images(actual) or images_of(desired)):
+    operator built, or those a mutating webhook made of them at its creation (``admitted``,
+    kept in the sandbox's status, where the pod's editors cannot write), so that the
+    webhook's change is not taken for an edit and the pod replaced for ever."""
+    if images_of(actual) != (list(admitted) if admitted else images_of(desired)):
         return "the pod's image was edited; replacing the pod"
-    return None
-
-
-def admitted_images(pod: Mapping[str, Any]) -> list[str] | None:
-    """The images recorded on the pod as admitted at its creation, if any (and readable)."""
-    text = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_ADMITTED_IMAGES)
-    if not isinstance(text, str):
-        return None
-    try:
-        images = json.loads(text)
-    except ValueError:
-        return None
-    if isinstance(images, list) and images and all(isinstance(i, str) for i in images):
-        return images
     return None
 
 

@@ -83,6 +83,7 @@ async def _stop_pod(p: Pass, actual: dict[str, Any] | None, reason: str, message
     run = p.run
     run.set(ConditionState.false(POD_READY, reason, message))
     run.status.pod_uid = None
+    run.status.admitted_images = None
     # What the stopped pods did is not the next pod's: a stop ends a row of failed pods,
     # and the verdict on onyx-cli (a refused PAT, no onyx-cli) is given again in the next.
     run.status.pod_failures = None
