@@ -7,8 +7,10 @@ import logging
 
 import pytest
 
+from craft_operator.api.models import ANNOTATION_PAT_REVOKED
 from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
+from craft_operator.credentials import build_credential_store
 from tests.integration.conftest import SANDBOXES
 from tests.integration.helpers import (
     NAMESPACE,
@@ -66,3 +68,27 @@ async def test_the_pat_appears_in_no_object_event_or_log_line_but_its_secret(
         assert not [c for c in canaries if c in line], (
             f"a PAT leaked into a log line: {record.name}"
         )
+
+
+async def test_a_pat_revoked_by_hand_is_replaced_as_soon_as_the_sandbox_says_so(
+    emulator: KubeEmulator, operator: OperatorContext, settings: Settings
+) -> None:
+    """What `craft-operator credentials revoke` does: the database, then the annotation;
+    the fresh PAT comes now, not at the next recheck or revisit (a minute to five)."""
+    emulator.create(SANDBOXES, sandbox("alice", sources=[{"name": "slack"}]))
+    await eventually(lambda: pod(emulator, "alice"), what="the pod")
+    mark_pod_running(emulator, NAMESPACE, "alice")
+    await phase(emulator, "alice", "Ready")
+    before = token_in_secret(emulator, "alice")
+    store = build_credential_store(settings)
+    try:
+        revoked = store.revoke_named(NAMESPACE, "alice")
+    finally:
+        store.close()
+    assert revoked is not None
+
+    annotation = {ANNOTATION_PAT_REVOKED: str(revoked.pat_id)}
+    emulator.patch(SANDBOXES, NAMESPACE, "alice", {"metadata": {"annotations": annotation}})
+
+    await eventually(lambda: token_in_secret(emulator, "alice") != before, what="a fresh PAT")
+    await event_posted(emulator, "alice", "PATMinted")

@@ -72,5 +72,8 @@ S3_BUCKET_PATTERN = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
 
 ANNOTATION_LIBRARY_REVISION = f"{GROUP}/user-library-revision"
 ANNOTATION_LAST_ACTIVITY = f"{GROUP}/last-activity"
+#: Written by ``craft-operator credentials revoke`` (the PAT's id): a new value has the
+#: operator check the sandbox's PAT in the database at once, not at its next recheck.
+ANNOTATION_PAT_REVOKED = f"{GROUP}/pat-revoked"
 #: The label naming the sandbox a child belongs to (a claimed pool pod is found by it).
 LABEL_SANDBOX = f"{GROUP}/sandbox"

@@ -35,6 +35,7 @@ from craft_operator.api.base import (
 from craft_operator.api.constants import (
     ANNOTATION_LAST_ACTIVITY,
     ANNOTATION_LIBRARY_REVISION,
+    ANNOTATION_PAT_REVOKED,
     API_VERSION,
     CATEGORIES,
     DNS_LABEL_PATTERN,
@@ -85,6 +86,7 @@ from craft_operator.api.workspace import WORKSPACE_MOUNT, Workspace
 __all__ = [
     "ANNOTATION_LAST_ACTIVITY",
     "ANNOTATION_LIBRARY_REVISION",
+    "ANNOTATION_PAT_REVOKED",
     "API_VERSION",
     "CATEGORIES",
     "DNS_LABEL_PATTERN",

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 
 import click
 
+from craft_operator.api.models import ANNOTATION_PAT_REVOKED
 from craft_operator.cli._store import (
     fail,
     opened_store,
@@ -68,8 +69,10 @@ def show(sandbox: tuple[str, str], output: str) -> None:
 def revoke(sandbox: tuple[str, str]) -> None:
     """Revoke the sandbox's PAT now (incident response).
 
-    The PAT stops working at once. The operator mints a fresh PAT at its next reconcile of
-    the sandbox (within CRAFT_RESYNC_INTERVAL) and delivers it to the pod.
+    The PAT stops working at once. Then the CraftSandbox is annotated
+    (craft.onyx.app/pat-revoked, through the current kube context) so that the operator
+    mints a fresh PAT and delivers it to the pod now; without a cluster to ask, it does at
+    the sandbox's next revisit (within CRAFT_RESYNC_INTERVAL).
     """
     quiet_logging()
     namespace, name = sandbox
@@ -84,6 +87,38 @@ def revoke(sandbox: tuple[str, str]) -> None:
         )
         return
     click.echo(f"revoked PAT {info.pat_id} ({info.token_display}) of sandbox {namespace}/{name}")
+    try:
+        asyncio.run(ask_for_a_fresh_pat(namespace, name, info.pat_id))
+    except NotFoundError:
+        click.echo(f"its CraftSandbox {namespace}/{name} does not exist in this cluster")
+    except (ClusterUnreachableError, ApiError) as exc:
+        click.echo(
+            f"could not ask the operator for a fresh PAT now ({exc}): it mints one at the "
+            "sandbox's next revisit (within CRAFT_RESYNC_INTERVAL)",
+            err=True,
+        )
+    else:
+        click.echo(
+            f"asked the operator for a fresh PAT now ({ANNOTATION_PAT_REVOKED}={info.pat_id} "
+            "on the CraftSandbox)"
+        )
+
+
+async def ask_for_a_fresh_pat(namespace: str, name: str, pat_id: int) -> None:
+    """Annotate the CraftSandbox with the revoked PAT's id, so that the operator checks its
+    PAT at once instead of at its next recheck (the current kubeconfig context, or the
+    pod's service account).
+
+    Raises :class:`ClusterUnreachableError` or :class:`ApiError` (:class:`NotFoundError`:
+    no such CraftSandbox).
+    """
+    kube = KubeClient(request_timeout=30.0)
+    kube.configure(discover_connection())
+    try:
+        patch = {"metadata": {"annotations": {ANNOTATION_PAT_REVOKED: str(pat_id)}}}
+        await kube.patch(SANDBOXES, namespace, name, patch)
+    finally:
+        await kube.close()
 
 
 async def live_sandbox_uids(keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], str]:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from craft_operator.api.models import CraftSandbox
+from craft_operator.api.models import ANNOTATION_PAT_REVOKED, CraftSandbox
 from craft_operator.builders.naming import SANDBOX_CONTAINER
 from craft_operator.config import Settings
 from craft_operator.credentials.errors import CredentialsError, DatabaseUnavailableError
@@ -74,8 +74,9 @@ class StoreCredentials:
     """The credential store as the reconciler's ``CredentialsPort``.
 
     A PAT checked less than ``recheck_interval`` seconds ago (and not yet inside its renewal
-    window) is reused without a database round trip. A revocation made out of band (e.g.
-    ``craft-operator credentials revoke``) is therefore noticed within that interval. A
+    window) is reused without a database round trip. A revocation made out of band is
+    therefore noticed within that interval, or at once if the sandbox's
+    ``craft.onyx.app/pat-revoked`` annotation changed since (``credentials revoke`` sets it). A
     remembered PAT in its grace period is dropped once its grace is over, or when
     :meth:`retire` revokes it.
 
@@ -120,7 +121,9 @@ class StoreCredentials:
         self._renewal_fraction = renewal_fraction
         self._recheck = timedelta(seconds=recheck_interval)
         self._clock = clock
-        self._known: dict[str, tuple[IssuedCredential, datetime, datetime | None]] = {}
+        #: Per sandbox uid: its PAT, when checked, when due for renewal, and the
+        #: ``craft.onyx.app/pat-revoked`` annotation it was checked under.
+        self._known: dict[str, tuple[IssuedCredential, datetime, datetime | None, str | None]] = {}
         #: Database calls still running per sandbox uid, those whose pass gave up on them
         #: (past the call timeout) included: their writes may still land.
         self._running: dict[str, list[float]] = {}  # uid: when each such call began
@@ -290,9 +293,14 @@ class StoreCredentials:
         uid = sandbox.metadata.uid or ""
         now = self._clock()
         known = self._known.get(uid)
+        revoked = sandbox.metadata.annotations.get(ANNOTATION_PAT_REVOKED)
         if known is not None and rejected_pat_id is None:
-            issued, checked_at, renew_at = known
-            if now - checked_at < self._recheck and (renew_at is None or now < renew_at):
+            issued, checked_at, renew_at, checked_under = known
+            if (
+                checked_under == revoked  # a revocation by hand is looked at at once
+                and now - checked_at < self._recheck
+                and (renew_at is None or now < renew_at)
+            ):
                 return _reused(issued, now)
         identity = _identity(sandbox.metadata.namespace or "", sandbox.metadata.name, uid)
         self._one_call_at_a_time(f"ensuring the PAT of {identity.namespace}/{identity.name}", uid)
@@ -312,7 +320,7 @@ class StoreCredentials:
         renew_at = (
             issued.expires_at - lifetime * self._renewal_fraction if issued.expires_at else None
         )
-        self._known[uid] = (issued, now, renew_at)
+        self._known[uid] = (issued, now, renew_at, revoked)
         return issued
 
     async def revoke(self, namespace: str, name: str, uid: str) -> bool:

@@ -22,6 +22,7 @@ from craft_operator.credentials import (
 )
 from craft_operator.credentials.db import head_revision
 from craft_operator.credentials.tables import SandboxCredential
+from craft_operator.kube.connection import ClusterUnreachableError
 
 USER = "3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b"
 SANDBOX = SandboxIdentity("team-a", "alice", "uid-alice")
@@ -99,7 +100,52 @@ def test_credentials_show_of_an_unknown_sandbox_fails_in_one_line(env: dict[str,
     assert result.output == "craft-operator: no credential is stored for sandbox team-a/nobody\n"
 
 
-def test_credentials_revoke_revokes_and_a_second_revoke_finds_nothing(env: dict[str, str]) -> None:
+@pytest.fixture
+def asked(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, int]]:
+    """The CraftSandboxes `credentials revoke` annotates for a fresh PAT now."""
+    calls: list[tuple[str, str, int]] = []
+
+    async def ask_for_a_fresh_pat(namespace: str, name: str, pat_id: int) -> None:
+        calls.append((namespace, name, pat_id))
+
+    module = importlib.import_module("craft_operator.cli.credentials")
+    monkeypatch.setattr(module, "ask_for_a_fresh_pat", ask_for_a_fresh_pat)
+    return calls
+
+
+def test_credentials_revoke_asks_the_operator_for_a_fresh_pat_at_once(
+    env: dict[str, str], asked: list[tuple[str, str, int]]
+) -> None:
+    issued = mint(env)
+
+    result = run(env, "credentials", "revoke", "team-a/alice")
+
+    assert asked == [("team-a", "alice", issued.pat_id)]
+    assert f"craft.onyx.app/pat-revoked={issued.pat_id} on the CraftSandbox" in result.output
+
+
+def test_a_revoke_without_a_cluster_to_ask_says_when_the_fresh_pat_comes(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def unreachable(namespace: str, name: str, pat_id: int) -> None:
+        raise ClusterUnreachableError("no kubeconfig and not in a pod")
+
+    module = importlib.import_module("craft_operator.cli.credentials")
+    monkeypatch.setattr(module, "ask_for_a_fresh_pat", unreachable)
+    issued = mint(env)
+
+    result = CliRunner().invoke(
+        main, ["credentials", "revoke", "team-a/alice"], env=env, catch_exceptions=False
+    )
+
+    assert result.exit_code == 0  # the PAT is revoked all the same
+    assert f"revoked PAT {issued.pat_id}" in result.stdout
+    assert "within CRAFT_RESYNC_INTERVAL" in result.stderr
+
+
+def test_credentials_revoke_revokes_and_a_second_revoke_finds_nothing(
+    env: dict[str, str], asked: list[tuple[str, str, int]]
+) -> None:
     issued = mint(env)
 
     first = run(env, "credentials", "revoke", "team-a/alice")

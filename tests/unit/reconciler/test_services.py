@@ -12,7 +12,7 @@ from typing import Any
 import kopf
 import pytest
 
-from craft_operator.api.models import CraftSandbox
+from craft_operator.api.models import ANNOTATION_PAT_REVOKED, CraftSandbox
 from craft_operator.api.parse import parse_sandbox
 from craft_operator.config import Settings
 from craft_operator.credentials.factory import build_credential_store
@@ -127,6 +127,26 @@ async def test_after_the_recheck_interval_the_database_is_asked_again(
     assert credentials.database_calls == 2
     assert not second.minted
     assert second.pat_id == first.pat_id
+
+
+async def test_a_pat_revoked_by_hand_is_replaced_at_once_once_the_sandbox_says_so(
+    credentials: StoreCredentials, store: CredentialStore
+) -> None:
+    """`credentials revoke` annotates the sandbox: not up to a recheck interval later."""
+    first = await credentials.ensure(make_sandbox())
+    store.revoke_named(NAMESPACE, "alice")  # what the command does to the database
+    annotated = make_sandbox()
+    annotated.metadata.annotations[ANNOTATION_PAT_REVOKED] = str(first.pat_id)
+
+    unannotated = await credentials.ensure(make_sandbox())
+    fresh = await credentials.ensure(annotated)
+    again = await credentials.ensure(annotated)
+
+    assert unannotated.pat_id == first.pat_id  # remembered: no database call
+    assert fresh.minted
+    assert fresh.pat_id != first.pat_id
+    assert (again.minted, again.pat_id) == (False, fresh.pat_id)
+    assert credentials.database_calls == 2
 
 
 async def test_a_replica_that_stood_by_asks_the_database_again(
