@@ -10,6 +10,7 @@ from typing import Any
 from craft_operator.api.models import Condition, ConditionStatus, CraftSandboxStatus, Phase
 from craft_operator.api.status_codec import dump_status, parse_status
 from craft_operator.status import (
+    POD_READY,
     READY,
     ConditionState,
     aggregate_ready,
@@ -174,6 +175,8 @@ class Run:
         if phase is None:
             if self.condition_is("Ready", ConditionStatus.TRUE):
                 phase = Phase.READY
+            elif self._still_failed():
+                phase = Phase.FAILED
             elif self.pod_exists:
                 phase = Phase.PROVISIONING
             else:
@@ -186,6 +189,16 @@ class Run:
             # steps after the error did not run (the backend's client waits for this field).
             self.status.observed_generation = self.generation
         return self.status
+
+    def _still_failed(self) -> bool:
+        """A Failed sandbox whose pass stopped before the step that judges its pod (the
+        credential database down, say): nothing said it recovered, so it is Failed still,
+        not Pending (which on-call would read as new, and the metrics as a recovery)."""
+        return (
+            self.old_status.phase == Phase.FAILED
+            and POD_READY not in self.touched
+            and self.condition_is(POD_READY, ConditionStatus.FALSE)
+        )
 
     def status_patch(self) -> dict[str, Any]:
         """The merge patch from the stored status to the new one (empty: nothing to write)."""

@@ -291,3 +291,41 @@ def test_a_condition_set_otherwise_and_back_within_a_pass_keeps_its_transition_t
     assert condition is not None
     assert condition.last_transition_time == datetime(2026, 3, 1, 11, 0, tzinfo=UTC)
     assert "conditions" not in run.status_patch()
+
+
+FAILED_STATUS = {
+    "phase": "Failed",
+    "observedGeneration": 2,
+    "podFailures": 3,
+    "conditions": [
+        {
+            "type": "PodReady",
+            "status": "False",
+            "reason": "PodFailedRepeatedly",
+            "message": "3 pods failed in a row",
+            "lastTransitionTime": "2026-03-01T11:00:00Z",
+        }
+    ],
+}
+
+
+def test_a_failed_sandbox_whose_pass_stopped_before_its_pod_was_judged_stays_failed() -> None:
+    """The credential database down: not Pending (new, to on-call), and not recovered."""
+    run = Run(body(FAILED_STATUS), NOW, CONDITIONS)
+    run.set(ConditionState.false("CredentialsReady", "DatabaseUnavailable", "down"))
+
+    status = run.finish()
+
+    assert status.phase == Phase.FAILED
+    assert status.recovered_at is None
+
+
+def test_a_failed_sandbox_whose_pod_step_says_otherwise_is_no_longer_failed() -> None:
+    run = Run(body(FAILED_STATUS), NOW, CONDITIONS)
+    run.set(ConditionState.false("PodReady", "PodStarting", "a new pod"))
+    run.pod_exists = True
+
+    status = run.finish()
+
+    assert status.phase == Phase.PROVISIONING
+    assert status.recovered_at is not None
