@@ -6,7 +6,9 @@ import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import aiohttp.web
 import pytest
+from kmock._internal import rendering
 
 from craft_operator.config import Settings
 from tests.integration.conftest import SANDBOXES
@@ -450,3 +452,108 @@ async def test_a_foreign_secret_by_the_jobs_credentials_name_is_reported_and_get
     assert kept["metadata"]["uid"] == theirs["metadata"]["uid"]
     assert kept["data"] == {"AWS_ACCESS_KEY_ID": "dGhlaXJz"}
     assert emulator.find(JOBS, NAMESPACE, "alice-library-1") is None
+
+
+async def test_a_sync_job_left_without_its_credentials_gets_them(
+    emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec, sts: S3Server
+) -> None:
+    """The Secret's create and then the Job's clean-up refused (or the operator stopped in
+    between): the Job's pod could not start, and the sandbox waited on it until its
+    deadline (30 minutes)."""
+    refused: list[str] = []
+
+    async def refuse_once(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
+        path, method = request.url.path, request.method.value.upper()
+        name = str(((request.data or {}).get("metadata") or {}).get("name", ""))
+        wanted = (method == "POST" and name.endswith("-s3") and "s3" not in refused) or (
+            method == "DELETE" and "/jobs/" in path and "job" not in refused
+        )
+        if not wanted:
+            return None
+        refused.append("s3" if method == "POST" else "job")
+        return aiohttp.web.json_response({"kind": "Status", "code": 500}, status=500)
+
+    scoped = with_job_role(settings, sts.url)
+    async with running_operator(str(emulator.url).rstrip("/"), scoped, exec_transport=pod_exec):
+        emulator.create(SANDBOXES, job_mode_sandbox())
+        await eventually(lambda: pod(emulator, "alice"), what="the pod")
+        emulator.before_request.append(refuse_once)
+        mark_pod_running(emulator, NAMESPACE, "alice")
+        job = await eventually(lambda: emulator.find(JOBS, NAMESPACE, "alice-library-1"))
+        await eventually(lambda: len(refused) == 2, what="the Secret and the clean-up refused")
+        waiting_job_pod(emulator, job, reason="CreateContainerConfigError")
+
+        secret = await eventually(
+            lambda: emulator.find("v1/secrets", NAMESPACE, "alice-library-1-s3"),
+            what="the Job's Secret, made after all",
+            within=15,  # after the refusal's backoff
+        )
+        await event_posted(emulator, "alice", "LibrarySyncCredentials")
+
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+
+
+@pytest.mark.usefixtures("job_mode_operator")
+async def test_a_sync_job_whose_pod_cannot_start_says_why_not_only_that_it_runs(
+    emulator: KubeEmulator,
+) -> None:
+    """An image the namespace cannot pull, a full node: 'is running' for 30 minutes."""
+    emulator.create(SANDBOXES, job_mode_sandbox())
+    await eventually(lambda: pod(emulator, "alice"), what="the pod")
+    mark_pod_running(emulator, NAMESPACE, "alice")
+    job = await eventually(lambda: emulator.find(JOBS, NAMESPACE, "alice-library-1"))
+
+    waiting_job_pod(emulator, job, reason="ImagePullBackOff")
+
+    said = await eventually(
+        lambda: "its pod waits" in (m := condition(emulator, "alice", "Ready")["message"]) and m,
+        what="the pod's wait in the sandbox's status",
+    )
+    assert "ImagePullBackOff" in said
+
+
+def waiting_job_pod(emulator: KubeEmulator, job: dict[str, Any], *, reason: str) -> dict[str, Any]:
+    """The Job's pod as a kubelet that cannot start its container shows it."""
+    made = emulator.create(
+        "v1/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{job['metadata']['name']}-x1",
+                "namespace": NAMESPACE,
+                "labels": {
+                    **(job["spec"]["template"]["metadata"].get("labels") or {}),
+                    "batch.kubernetes.io/job-name": job["metadata"]["name"],
+                },
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": job["metadata"]["name"],
+                        "uid": job["metadata"]["uid"],
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": job["spec"]["template"]["spec"],
+        },
+    )
+    waiting = {"reason": reason, "message": 'secret "alice-library-1-s3" not found'}
+    status = {
+        "phase": "Pending",
+        "containerStatuses": [
+            {
+                "name": job["spec"]["template"]["spec"]["containers"][0]["name"],
+                "ready": False,
+                "restartCount": 0,
+                "image": "craft-operator:test",
+                "imageID": "",
+                "state": {"waiting": waiting},
+            }
+        ],
+    }
+    emulator.patch(
+        "v1/pods", NAMESPACE, made["metadata"]["name"], {"status": status}, subresource="status"
+    )
+    return made

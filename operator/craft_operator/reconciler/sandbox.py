@@ -65,6 +65,7 @@ class SandboxReconciler:
         self._memory.resumed.pop(key, None)
         self._memory.starting.pop(key, None)
         self._memory.acted_on.pop(key, None)
+        self._memory.job_secrets.pop(key, None)
         self.services.library_pool.forget(key)
         self.services.deliveries.forget(key)
 

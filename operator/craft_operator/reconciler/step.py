@@ -86,6 +86,9 @@ class Memory:
     #: The generation a pass cut short by an error acted on, per sandbox, until a whole
     #: pass writes it as observedGeneration (see ``Run.spec_changed``).
     acted_on: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: The running sync Job (by uid) found to have its Secret of scoped credentials, per
+    #: sandbox: checked once per Job and process (see ``library_job``).
+    job_secrets: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
 @dataclass

@@ -27,7 +27,14 @@ from craft_operator.builders.library_job import (
 from craft_operator.config import Settings
 from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
-from craft_operator.kube.client import JOBS, SECRETS, ApiError, ConflictError, KubeClient
+from craft_operator.kube.client import (
+    JOBS,
+    SECRETS,
+    ApiError,
+    ConflictError,
+    KubeClient,
+    NotFoundError,
+)
 from craft_operator.library import (
     LibraryConfigError,
     LibraryLocation,
@@ -41,6 +48,7 @@ from craft_operator.library.scoped import (
     session_seconds,
 )
 from craft_operator.reconciler.children import ForeignObjectError, controlled_by, is_ours
+from craft_operator.reconciler.steps import pod_state
 
 JOB, POD = kinds.JOB.name, kinds.POD.name
 ANNOTATION_POD_UID = f"{GROUP}/library-pod-uid"
@@ -76,6 +84,29 @@ def job_finished(job: Mapping[str, Any]) -> bool | None:
     return None
 
 
+def job_pods(cache: ObjectCache, namespace: str, job_name: str, job_uid: str) -> list[Any]:
+    """The Job's own pods in the watch cache, oldest first (anyone can label a pod with the
+    Job's name: only a pod the Job controls counts)."""
+    pods = []
+    for pod in cache.in_namespace(POD, namespace):
+        labels = pod.get("metadata", {}).get("labels") or {}
+        if job_name not in (labels.get(JOB_NAME_LABEL), labels.get("job-name")):
+            continue
+        if controlled_by(pod, job_uid):
+            pods.append(pod)
+    return sorted(pods, key=lambda pod: str(pod["metadata"].get("creationTimestamp") or ""))
+
+
+def waiting(cache: ObjectCache, job: Mapping[str, Any]) -> str | None:
+    """Why the running Job's newest pod has not started, if it has not (its image not
+    pulled, unschedulable, its Secret missing), in one line; ``None`` once it runs."""
+    meta = job["metadata"]
+    pods = job_pods(cache, meta.get("namespace", ""), meta["name"], str(meta.get("uid", "")))
+    if not pods or pods[-1].get("status", {}).get("phase") not in (None, "Pending"):
+        return None
+    return pod_state.waiting_detail(pods[-1])
+
+
 def _termination(
     cache: ObjectCache, namespace: str, job_name: str, job_uid: str
 ) -> tuple[dict[str, Any], int | None]:
@@ -85,14 +116,8 @@ def _termination(
     """
     found: tuple[dict[str, Any], int | None] = ({}, None)
     newest = ""
-    for pod in cache.in_namespace(POD, namespace):
-        meta = pod.get("metadata", {})
-        labels = meta.get("labels") or {}
-        if job_name not in (labels.get(JOB_NAME_LABEL), labels.get("job-name")):
-            continue
-        if not controlled_by(pod, job_uid):
-            continue
-        created = str(meta.get("creationTimestamp") or "")
+    for pod in job_pods(cache, namespace, job_name, job_uid):
+        created = str(pod["metadata"].get("creationTimestamp") or "")
         for status in pod.get("status", {}).get("containerStatuses") or []:
             terminated = (status.get("state") or {}).get("terminated")
             if not terminated or created < newest:
@@ -228,21 +253,41 @@ async def start_job(
             raise ForeignObjectError("Job", meta["namespace"], meta["name"]) from None
     cache.put(JOB, created)
     if credentials is not None:
-        secret = build_job_secret(created, credentials)
         try:
-            await kube.create(SECRETS, secret)
-        except ConflictError:
-            # Made before a restart for this very Job (it is named after it), or not ours.
-            existing = await kube.get(SECRETS, meta["namespace"], secret["metadata"]["name"])
-            if not is_ours(existing, secret):
-                await remove_job(kube, cache, created)
-                raise ForeignObjectError(
-                    "Secret", meta["namespace"], secret["metadata"]["name"]
-                ) from None
-        except ApiError:
+            await create_job_secret(kube, created, credentials)
+        except (ApiError, ForeignObjectError):
             await remove_job(kube, cache, created)
             raise
     return created
+
+
+async def create_job_secret(
+    kube: KubeClient, job: Mapping[str, Any], credentials: ScopedCredentials
+) -> None:
+    """Create ``job``'s Secret of scoped credentials, owned by it; one it already has (made
+    before a restart: it is named after the Job) is kept. Raises
+    :class:`ForeignObjectError` if someone else's object holds the name."""
+    meta = job["metadata"]
+    secret = build_job_secret(job, credentials)
+    try:
+        await kube.create(SECRETS, secret)
+    except ConflictError:
+        existing = await kube.get(SECRETS, meta["namespace"], secret["metadata"]["name"])
+        if not is_ours(existing, secret):
+            raise ForeignObjectError(
+                "Secret", meta["namespace"], secret["metadata"]["name"]
+            ) from None
+
+
+async def has_job_secret(kube: KubeClient, job: Mapping[str, Any]) -> bool:
+    """Whether ``job``'s Secret of scoped credentials exists (read from the API server:
+    the operator caches no such Secret)."""
+    meta = job["metadata"]
+    try:
+        await kube.get(SECRETS, meta["namespace"], job_secret_ref(meta["name"]).name)
+    except NotFoundError:
+        return False
+    return True
 
 
 async def remove_job(kube: KubeClient, cache: ObjectCache, job: Mapping[str, Any]) -> None:

@@ -27,7 +27,7 @@ async def sync(p: Pass, location: LibraryLocation, attempt: Attempt) -> None:
     (after a retryable failure, once its backoff has passed)."""
     current = (p.run.status.user_library or UserLibraryStatus()).model_copy()
     if current.job:
-        collected = await _collect(p, current)
+        collected = await _collect(p, current, location)
         if collected is None:
             return  # the Job's watch events bring us back when it ends
         current = collected
@@ -42,7 +42,9 @@ async def sync(p: Pass, location: LibraryLocation, attempt: Attempt) -> None:
     await _start(p, current, location, attempt)
 
 
-async def _collect(p: Pass, current: UserLibraryStatus) -> UserLibraryStatus | None:
+async def _collect(
+    p: Pass, current: UserLibraryStatus, location: LibraryLocation
+) -> UserLibraryStatus | None:
     """The status once the running Job's outcome is recorded; ``None`` while it runs."""
     s, namespace, running = p.services, p.sandbox.metadata.namespace or "", current.job or ""
     job = s.cache.get(JOB.name, namespace, running)
@@ -59,7 +61,7 @@ async def _collect(p: Pass, current: UserLibraryStatus) -> UserLibraryStatus | N
                 s.cache.put(POD.name, job_pod)
         outcome = sync_jobs.read_outcome(s.cache, job)
     if job is not None and outcome is None:
-        _syncing(p, f"sync Job {running} is running")
+        await _running(p, job, location)
         return None
     current.job = None
     if job is None or outcome is None:
@@ -68,6 +70,42 @@ async def _collect(p: Pass, current: UserLibraryStatus) -> UserLibraryStatus | N
     if outcome.succeeded:
         return _succeeded(p, current, outcome)
     return _failed(p, current, outcome)
+
+
+async def _running(p: Pass, job: dict[str, Any], location: LibraryLocation) -> None:
+    """The Job runs: see that it has its credentials, and say why its pod waits, if it
+    does (an image not pulled, unschedulable), not only that it runs."""
+    if not await _has_its_credentials(p, job, location):
+        return
+    detail = sync_jobs.waiting(p.services.cache, job)
+    name = job["metadata"]["name"]
+    _syncing(p, f"sync Job {name} is running" + (f"; its pod waits: {detail}" if detail else ""))
+
+
+async def _has_its_credentials(p: Pass, job: dict[str, Any], location: LibraryLocation) -> bool:
+    """With scoped credentials (CRAFT_LIBRARY_JOB_ROLE_ARN), make sure the running Job has
+    its Secret, once per Job and process: an operator stopped between the Job's creation
+    and its Secret's (or the Secret deleted) left a Job whose pod cannot start until its
+    deadline. ``False`` if it could not be made (said on the condition, retried)."""
+    s = p.services
+    uid = str(job["metadata"].get("uid", ""))
+    if not s.settings.library_job_role_arn or p.memory.job_secrets.get(p.run.key) == uid:
+        return True
+    if not await sync_jobs.has_job_secret(s.kube, job):
+        name = job["metadata"]["name"]
+        try:
+            scoped = await sync_jobs.scoped_credentials(s.settings, location, job)
+            if scoped is not None:
+                await sync_jobs.create_job_secret(s.kube, job, scoped)
+        except LibrarySyncError as exc:
+            p.fail(USER_LIBRARY_SYNCED, exc.reason, exc.message)
+            return False
+        except ForeignObjectError as exc:
+            p.fail(USER_LIBRARY_SYNCED, f"{exc.kind}NameTaken", str(exc))
+            return False
+        p.event("LibrarySyncCredentials", f"gave sync Job {name} the credentials it lacked")
+    p.memory.job_secrets[p.run.key] = uid
+    return True
 
 
 async def _start(
@@ -84,7 +122,7 @@ async def _start(
         current.job = name
         current.job_sequence = max(current.job_sequence or 0, _sequence(p, name))
         run.status.user_library = current
-        _syncing(p, f"sync Job {name} is running")
+        await _running(p, running, location)
         return
     # Past every Job of ours still there: a finished one of the next name is not this sync.
     names = [str(job["metadata"]["name"]) for job in ours]
