@@ -16,6 +16,7 @@ from tests.integration.helpers import (
     NAMESPACE,
     condition,
     event_posted,
+    event_reasons,
     phase,
     pod,
     sandbox,
@@ -27,6 +28,7 @@ from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
 from tests.support.s3 import S3Server, running_s3_server, use_fake_aws_credentials
 
 REVISION = "craft.onyx.app/user-library-revision"
+PVCS = "v1/persistentvolumeclaims"
 JOBS = "batch/v1/jobs"
 
 
@@ -557,3 +559,54 @@ def waiting_job_pod(emulator: KubeEmulator, job: dict[str, Any], *, reason: str)
         "v1/pods", NAMESPACE, made["metadata"]["name"], {"status": status}, subresource="status"
     )
     return made
+
+
+async def test_a_library_volume_being_deleted_gets_no_job_and_the_sandbox_says_why(
+    emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec
+) -> None:
+    """Deleted by someone while the pod mounts it (pvc-protection holds it Terminating): a
+    Job could never mount it, and waited unschedulable until its deadline, the sandbox
+    Ready and Synced at the old revision all the while."""
+    job_mode = settings.model_copy(
+        update={
+            "s3_bucket": "craft-libraries",
+            "library_s3_secret": "library-s3",
+            "operator_image": "craft-operator:test",
+        }
+    )
+    url = str(emulator.url).rstrip("/")
+    async with running_operator(url, job_mode, exec_transport=pod_exec) as operator:
+        emulator.create(SANDBOXES, job_mode_sandbox())
+        await eventually(lambda: pod(emulator, "alice"), what="the pod")
+        mark_pod_running(emulator, NAMESPACE, "alice")
+        await eventually(lambda: emulator.find(JOBS, NAMESPACE, "alice-library-1"), what="Job 1")
+        finish_job(emulator, "alice-library-1", result={"ok": True, "files": 1, "bytes": 1})
+        await phase(emulator, "alice", "Ready")
+        protection = {"metadata": {"finalizers": ["kubernetes.io/pvc-protection"]}}
+        emulator.patch(PVCS, NAMESPACE, "alice-library", protection)
+        emulator.remove(PVCS, NAMESPACE, "alice-library")
+        await eventually(
+            lambda: (
+                (operator.cache.get("PVC", NAMESPACE, "alice-library") or {})
+                .get("metadata", {})
+                .get("deletionTimestamp")
+            ),
+            what="the operator sees the volume being deleted",
+        )
+
+        emulator.patch(
+            SANDBOXES, NAMESPACE, "alice", {"metadata": {"annotations": {REVISION: "r2"}}}
+        )
+
+        said = await eventually(
+            lambda: (
+                (c := condition(emulator, "alice", "UserLibrarySynced")).get("reason")
+                == "VolumeTerminating"
+                and c
+            ),
+            what="VolumeTerminating",
+        )
+    assert said["status"] == "False"
+    assert "alice-library is being deleted" in said["message"]
+    assert emulator.find(JOBS, NAMESPACE, "alice-library-2") is None
+    assert event_reasons(emulator, "alice").count("VolumeTerminating") == 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from craft_operator.api.models import ConditionStatus, UserLibraryStatus
+from craft_operator.builders.library_job import library_claim_name
 from craft_operator.kube import kinds
 from craft_operator.library import LibraryLocation, LibrarySyncError
 from craft_operator.reconciler import egress, sync_jobs
@@ -19,7 +20,9 @@ from craft_operator.reconciler.step import Pass
 from craft_operator.reconciler.steps.library_attempt import Attempt, is_current
 from craft_operator.status import USER_LIBRARY_SYNCED, ConditionState
 
-JOB, POD = kinds.JOB, kinds.POD
+JOB, POD, PVC = kinds.JOB, kinds.POD, kinds.PVC
+#: UserLibrarySynced's reason while the library volume is being deleted.
+VOLUME_TERMINATING = "VolumeTerminating"
 
 
 async def sync(p: Pass, location: LibraryLocation, attempt: Attempt) -> None:
@@ -39,7 +42,30 @@ async def sync(p: Pass, location: LibraryLocation, attempt: Attempt) -> None:
     if wait > 0:
         p.run.revisit(after=wait)
         return
+    if _volume_terminating(p):
+        return
     await _start(p, current, location, attempt)
+
+
+def _volume_terminating(p: Pass) -> bool:
+    """Whether the library volume is being deleted (by someone: the operator never deletes
+    it while the sandbox lives). No Job could mount it: the next sync waits for the new
+    volume, which follows once the pod that holds the old one (pvc-protection) is gone; the
+    condition and an event say so, rather than a Job unschedulable until its deadline."""
+    namespace = p.sandbox.metadata.namespace or ""
+    claim = p.services.cache.get(PVC.name, namespace, library_claim_name(p.sandbox))
+    if claim is None or not claim["metadata"].get("deletionTimestamp"):
+        return False
+    message = (
+        f"the library volume {library_claim_name(p.sandbox)} is being deleted: no sync Job "
+        "can mount it; the library is synced into a new one once it is gone, which waits "
+        "for the pod that mounts it (delete the pod to hurry it)"
+    )
+    said = p.run.condition(USER_LIBRARY_SYNCED)
+    if said is None or said.reason != VOLUME_TERMINATING:
+        p.event(VOLUME_TERMINATING, message, warning=True)  # once, not on every pass
+    p.run.set(ConditionState.false(USER_LIBRARY_SYNCED, VOLUME_TERMINATING, message))
+    return True
 
 
 async def _collect(
