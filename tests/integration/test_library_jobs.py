@@ -610,3 +610,33 @@ async def test_a_library_volume_being_deleted_gets_no_job_and_the_sandbox_says_w
     assert "alice-library is being deleted" in said["message"]
     assert emulator.find(JOBS, NAMESPACE, "alice-library-2") is None
     assert event_reasons(emulator, "alice").count("VolumeTerminating") == 1
+
+
+@pytest.mark.usefixtures("job_mode_operator")
+async def test_a_larger_library_size_grows_the_volume_and_what_cannot_follow_is_said(
+    emulator: KubeEmulator,
+) -> None:
+    """The library outgrew its volume: raising spec.userLibrary.size did nothing, silently."""
+    emulator.create(SANDBOXES, job_mode_sandbox(size="5Gi"))
+    await eventually(lambda: emulator.find(PVCS, NAMESPACE, "alice-library"), what="the PVC")
+
+    grow = {"spec": {"userLibrary": {"mode": "Job", "size": "50Gi"}}}
+    emulator.patch(SANDBOXES, NAMESPACE, "alice", grow)
+
+    await eventually(
+        lambda: (
+            emulator.get(PVCS, NAMESPACE, "alice-library")["spec"]["resources"]["requests"][
+                "storage"
+            ]
+            == "50Gi"
+        ),
+        what="the volume asked to grow",
+    )
+    await event_posted(emulator, "alice", "LibraryVolumeResized")
+
+    shrink = {"spec": {"userLibrary": {"mode": "Job", "size": "1Gi"}}}
+    emulator.patch(SANDBOXES, NAMESPACE, "alice", shrink)
+
+    await event_posted(emulator, "alice", "LibraryVolumeKept")
+    storage = emulator.get(PVCS, NAMESPACE, "alice-library")["spec"]["resources"]["requests"]
+    assert storage["storage"] == "50Gi"

@@ -101,8 +101,8 @@ async def converge_workspace(p: Pass) -> Stop | None:
     except ApiError as exc:
         return p.fail(POD_READY, "WorkspaceWriteFailed", f"cannot write the workspace: {exc}")
     message = None
-    have = _requested(pvc)
-    had = _quantity_or_none(have)
+    have = requested_size(pvc)
+    had = size_value(have)
     if had is not None and wanted > had:
         try:
             pvc = await _grow(s, pvc, want)
@@ -287,7 +287,7 @@ async def _grow(s: Services, pvc: dict[str, Any], size: str) -> dict[str, Any]:
     return grown
 
 
-def _quantity_or_none(text: str | None) -> Decimal | None:
+def size_value(text: str | None) -> Decimal | None:
     """The value of the PVC's requested size; ``None`` (not compared) if there is none or
     it is not one the operator reads."""
     if text is None:
@@ -298,7 +298,8 @@ def _quantity_or_none(text: str | None) -> Decimal | None:
         return None
 
 
-def _requested(pvc: Mapping[str, Any]) -> str | None:
+def requested_size(pvc: Mapping[str, Any]) -> str | None:
+    """The size a PVC asks for, as written (``None``: none)."""
     storage = pvc.get("spec", {}).get("resources", {}).get("requests", {}).get("storage")
     return None if storage is None else str(storage)
 
@@ -314,7 +315,7 @@ def _report(p: Pass, pvc: Mapping[str, Any], message: str | None) -> None:
     p.run.status.workspace = WorkspaceStatus(
         claim_name=pvc["metadata"]["name"],
         claim_uid=pvc["metadata"].get("uid"),
-        requested=_requested(pvc),
+        requested=requested_size(pvc),
         capacity=(observed.get("capacity") or {}).get("storage"),
         phase=observed.get("phase"),
         retain=workspace.retain,
