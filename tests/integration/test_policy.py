@@ -8,7 +8,11 @@ one that was running when the policy tightened loses its PAT and all its childre
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
+
+import aiohttp.web
+from kmock._internal import rendering
 
 from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
@@ -28,8 +32,8 @@ from tests.integration.helpers import (
     token_in_secret,
 )
 from tests.support.emulator import KubeEmulator
-from tests.support.operator import eventually
-from tests.support.pod_exec import mark_pod_running
+from tests.support.operator import eventually, start_operator
+from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
 from tests.support.policy import POLICIES, allow
 
 IMAGE = "registry.example.com/craft/sandbox:1.2"
@@ -235,3 +239,37 @@ async def test_a_sandbox_whose_spec_changes_while_the_policy_is_missing_is_judge
     await eventually(lambda: children(emulator) == [], what="the children removed")
     assert live_pats(settings) == []
     assert condition(emulator, "alice", "PolicyEnforced") == {}
+
+
+async def test_a_pat_minted_by_a_pass_killed_before_its_status_is_revoked_on_denial(
+    emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec
+) -> None:
+    """The pass minted, then died before its Secret or status said so; the platform then
+    says no. Nothing in the cluster shows the PAT, yet a sandbox that had a pass before
+    may have one: it is revoked, not left live until the sandbox is deleted."""
+    reached, release = asyncio.Event(), asyncio.Event()
+
+    async def die_before_the_secret(request: rendering.Request) -> aiohttp.web.Response | None:
+        if request.method.value.upper() == "POST" and request.url.path.endswith("/secrets"):
+            reached.set()
+            await release.wait()
+            return aiohttp.web.Response(status=503, text="the operator died here")
+        return None
+
+    url = str(emulator.url).rstrip("/")
+    emulator.before_request.append(die_before_the_secret)
+    first = await start_operator(url, settings, exec_transport=pod_exec)
+    emulator.create(SANDBOXES, sandbox("alice"))
+    await asyncio.wait_for(reached.wait(), 10)
+    await first.kill()
+    emulator.before_request.remove(die_before_the_secret)
+    release.set()
+    assert len(live_pats(settings)) == 1  # minted, in no Secret, in no status
+
+    emulator.label_namespace(NAMESPACE, {TENANT_LABEL: "acme"})
+    second = await start_operator(url, settings, exec_transport=pod_exec)
+    try:
+        await phase(emulator, "alice", "Failed")
+        await eventually(lambda: live_pats(settings) == [], what="the PAT revoked")
+    finally:
+        await second.stop()

@@ -254,8 +254,11 @@ async def _deny(services: PolicyServices, sandbox: CraftSandbox, run: Run, messa
     children = _children(sandbox, services.cache)
     # A sandbox the policy never let through has no PAT: its denial opens no database. One
     # it did may have one even when neither its status nor a Secret says so (the pass that
-    # minted it ended before writing them).
-    admitted_before = previous is not None and previous.reason not in POLICY_REASONS
+    # minted it ended before writing them), and so may one an earlier pass began on and
+    # gave no verdict at all (it stopped, killed, before writing its status).
+    admitted_before = (
+        previous.reason not in POLICY_REASONS if previous is not None else run.seen_before
+    )
     had_token = (
         run.status.credentials is not None
         or admitted_before

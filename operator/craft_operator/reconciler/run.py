@@ -54,12 +54,15 @@ class Run:
         held: CraftSandboxStatus | None = None,
         held_for: float | None = None,
         acted_on: int | None = None,
+        seen_before: bool = True,
     ) -> None:
         """``held``: a status an earlier pass built and held instead of writing (see
         :meth:`hold`), for ``held_for`` seconds more; the pass builds on it, and writes its
         difference from the stored one. ``acted_on``: the generation an earlier pass, cut
         short by an error after it judged the spec, acted on (its status keeps the older
-        one): that spec is not new to this pass."""
+        one): that spec is not new to this pass. ``seen_before``: an earlier pass began on
+        this sandbox (it had the finalizer before this pass), so it may have acted on it,
+        a PAT minted, even with no status to say so (that pass stopped before writing)."""
         self.body = body
         self.now = now
         self.conditions = tuple(conditions)
@@ -86,6 +89,7 @@ class Run:
         #: The pass stopped at an error no step handles: it did not act on the whole spec.
         self.interrupted = False
         self._acted_on = acted_on
+        self.seen_before = seen_before
 
     @property
     def spec_changed(self) -> bool:

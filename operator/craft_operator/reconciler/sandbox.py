@@ -113,12 +113,21 @@ class SandboxReconciler:
             return None
         if body.get("metadata", {}).get("deletionTimestamp"):
             return await finalizer.finalize(s, body, CONDITIONS)
+        seen_before = FINALIZER in (body.get("metadata", {}).get("finalizers") or [])
         ensured = await finalizer.ensure(s, body)
         if not isinstance(ensured, dict):
             return ensured
         held, held_for = self._held(key, ensured, batch)
         acted_on = self._memory.acted_on.get(key)
-        run = Run(ensured, s.clock(), CONDITIONS, held=held, held_for=held_for, acted_on=acted_on)
+        run = Run(
+            ensured,
+            s.clock(),
+            CONDITIONS,
+            held=held,
+            held_for=held_for,
+            acted_on=acted_on,
+            seen_before=seen_before,
+        )
         try:
             sandbox = parse_sandbox(ensured)
         except InvalidSandboxError as exc:
