@@ -9,13 +9,15 @@ from __future__ import annotations
 import asyncio
 import copy
 
+import aiohttp.web
 import pytest
+from kmock._internal import rendering
 
 from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
 from tests.integration.conftest import SANDBOXES
 from tests.integration.helpers import NAMESPACE, condition, event_posted, phase, pod, sandbox
-from tests.support.emulator import KubeEmulator
+from tests.support.emulator import OPERATOR_AGENTS, KubeEmulator
 from tests.support.operator import eventually, running_operator
 from tests.support.pod_exec import EmulatedPodExec
 from tests.support.sandbox_namespace import NETWORK_POLICIES, network_policies
@@ -112,3 +114,62 @@ async def test_with_unrestricted_egress_allowed_the_pod_starts_without_a_policy(
 
         await eventually(lambda: pod(emulator, "alice"), what="the pod")
     assert emulator.list(NETWORK_POLICIES, NAMESPACE) == []
+
+
+async def refuse_network_policies(request: rendering.Request) -> aiohttp.web.Response | None:
+    """The operator's Role in the namespace lost list/watch on networkpolicies."""
+    if "/networkpolicies" in request.url.path and request.headers.get("User-Agent", "").startswith(
+        OPERATOR_AGENTS
+    ):
+        body = {"kind": "Status", "code": 403, "reason": "Forbidden", "message": "forbidden"}
+        return aiohttp.web.json_response(body, status=403)
+    return None
+
+
+async def network_policies_unwatchable(emulator: KubeEmulator, operator: OperatorContext) -> None:
+    await eventually(lambda: not operator.gate.priming, what="the first listing done")
+    emulator.before_request.append(refuse_network_policies)
+    emulator.cut_watches()
+    await eventually(
+        lambda: operator.kube.watch_outcomes[("networkpolicies", "failing")] > 0,
+        what="the NetworkPolicy stream failing",
+    )
+
+
+async def test_no_pod_starts_while_the_network_policies_cannot_be_watched(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    """The operator's view would keep a policy deleted meanwhile: a pod started in a
+    namespace with no NetworkPolicy at all, Ready, nothing said."""
+    await network_policies_unwatchable(emulator, operator)
+    for policy in emulator.list(NETWORK_POLICIES, NAMESPACE):
+        emulator.remove(NETWORK_POLICIES, NAMESPACE, policy["metadata"]["name"])
+
+    emulator.create(SANDBOXES, sandbox("alice"))
+
+    said = await eventually(
+        lambda: (
+            (c := condition(emulator, "alice", "PodReady")).get("reason") == "EgressUnverified"
+            and c
+        ),
+        what="EgressUnverified",
+    )
+    assert "cannot watch the NetworkPolicies" in said["message"]
+    assert pod(emulator, "alice") is None
+
+
+async def test_once_the_network_policies_can_be_watched_again_the_waiting_pod_starts(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    """The policies never changed: the stream's new list brings no news, and only its
+    recovery wakes the sandbox that waited on it."""
+    await network_policies_unwatchable(emulator, operator)
+    emulator.create(SANDBOXES, sandbox("alice"))
+    await eventually(
+        lambda: condition(emulator, "alice", "PodReady").get("reason") == "EgressUnverified",
+        what="EgressUnverified",
+    )
+
+    emulator.before_request.remove(refuse_network_policies)
+
+    await eventually(lambda: pod(emulator, "alice"), what="the pod", within=30)

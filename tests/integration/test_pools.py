@@ -14,6 +14,7 @@ from tests.support.operator import eventually
 from tests.support.pod_exec import mark_pod_running
 from tests.support.policy import allow
 from tests.support.pools import POOLS, pool
+from tests.support.sandbox_namespace import NETWORK_POLICIES
 
 NAME = "warm"
 
@@ -146,3 +147,23 @@ async def test_a_pool_pod_that_ended_is_replaced_with_word_of_how_its_container_
 
     message = await eventually(ended_event, what="a PoolPodEnded event")
     assert f"{victim} (container sandbox: OOMKilled, exit code 137)" in message
+
+
+async def test_a_pool_says_at_once_when_the_policy_restricting_its_pods_egress_goes(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    """Not at its next pod event or resync: 'new pods may start' while none would."""
+    emulator.create(
+        POOLS, {**pool(NAME, replicas=1), "metadata": {"name": NAME, "namespace": NAMESPACE}}
+    )
+
+    def egress() -> dict[str, Any]:
+        conditions = pool_status(emulator).get("conditions") or []
+        return next((c for c in conditions if c["type"] == "EgressRestricted"), {})
+
+    await eventually(lambda: egress().get("status") == "True", what="EgressRestricted True")
+
+    for policy in emulator.list(NETWORK_POLICIES, NAMESPACE):
+        emulator.remove(NETWORK_POLICIES, NAMESPACE, policy["metadata"]["name"])
+
+    await eventually(lambda: egress().get("status") == "False", what="EgressRestricted False")

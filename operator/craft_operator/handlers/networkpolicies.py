@@ -19,12 +19,15 @@ def on_network_policy_event(memo: OperatorContext, event_type: str, obj: dict[st
     """A NetworkPolicy appeared, changed or went: cache it; queue the sandboxes waiting."""
     if not memo.gate.active:
         return  # a standby keeps no state (see craft_operator.peering.gate)
+    namespace = obj.get("metadata", {}).get("namespace", "")
     if event_type == "DELETED":
         memo.cache.remove(egress.NETWORK_POLICY, obj)
-        return  # running pods keep running; new ones are checked when they are created
+        # Running pods keep running; new ones are checked when they are made. A pool says
+        # in its status whether it may make them: now it may not.
+        queue_pools(memo, namespace)
+        return
     if not memo.cache.put(egress.NETWORK_POLICY, obj):
         return
-    namespace = obj.get("metadata", {}).get("namespace", "")
     for key in egress.waiting_on(memo.cache, namespace, kinds.SANDBOX.name, kinds.POD.name):
         memo.queue.add(key)
     queue_pools(memo, namespace)  # a pool that waits for one says so in its status; few

@@ -23,10 +23,11 @@ from craft_operator.context import OperatorContext
 from craft_operator.handlers.children import on_child_event
 from craft_operator.handlers.networkpolicies import on_network_policy_event
 from craft_operator.handlers.policy import on_namespace_event, on_policy_event
-from craft_operator.handlers.pools import on_pool_event
+from craft_operator.handlers.pools import on_pool_event, queue_pools
 from craft_operator.handlers.sandbox import on_sandbox_event
 from craft_operator.kube import kinds
 from craft_operator.kube.watch import WatchStream
+from craft_operator.reconciler import egress
 
 Handler = Callable[[OperatorContext, str, dict[str, Any]], None]
 
@@ -49,6 +50,22 @@ def handler_for(
     return partial(HANDLERS[kind.name], memo)
 
 
+def on_stream_failing(
+    memo: OperatorContext, kind: str, namespace: str | None, failing: bool
+) -> None:
+    """Mark the cache's view of ``kind`` in ``namespace`` stale while its stream fails (no
+    sandbox pod starts on a stale view of the NetworkPolicies: one deleted meanwhile would
+    still count); when the NetworkPolicies' view is whole again, wake what waited on it."""
+    memo.cache.mark_stale(kind, namespace, failing)
+    if failing or kind != kinds.NETWORK_POLICY.name or not memo.gate.active:
+        return
+    scopes = [namespace] if namespace is not None else memo.cache.namespaces(kinds.SANDBOX.name)
+    for scope in scopes:
+        for key in egress.waiting_on(memo.cache, scope, kinds.SANDBOX.name, kinds.POD.name):
+            memo.queue.add(key)
+        queue_pools(memo, scope)
+
+
 def watch_streams(memo: OperatorContext) -> list[WatchStream]:
     """One stream per cached kind and watched namespace (one per kind if cluster-wide, and
     for cluster-scoped kinds); children filtered on the API server to the operator's own."""
@@ -61,6 +78,7 @@ def watch_streams(memo: OperatorContext) -> list[WatchStream]:
             handler_for(memo, kind),
             known=partial(memo.cache.keys, kind.name, namespace),
             label_selector=kind.selector,
+            on_failing=partial(on_stream_failing, memo, kind.name, namespace),
         )
         for kind in kinds.KINDS
         for namespace in (scopes if kind.api.namespaced else (None,))

@@ -171,6 +171,9 @@ class ObjectCache:
         #: each object of its kind is placed.
         self._groups: dict[OrderedIndex, dict[Hashable, _Group]] = {}
         self._placed: dict[OrderedIndex, dict[Key, tuple[Hashable, tuple[str, str]]]] = {}
+        #: The (kind, namespace) scopes whose watch stream is failing (``None``: the
+        #: cluster-wide stream): what is cached of them may be out of date.
+        self._stale: set[tuple[str, str | None]] = set()
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -297,6 +300,23 @@ class ObjectCache:
             names.discard(key[2])
             if not names:
                 del self._names[key[:2]]
+
+    def namespaces(self, kind: str) -> list[str]:
+        """The namespaces in which objects of ``kind`` are cached."""
+        return sorted({ns for (k, ns) in self._names if k == kind and ns is not None})
+
+    def mark_stale(self, kind: str, namespace: str | None, stale: bool) -> None:
+        """Record whether the watch stream of ``kind`` in ``namespace`` (``None``: all) is
+        failing, so that what the cache holds of them may be out of date."""
+        if stale:
+            self._stale.add((kind, namespace))
+        else:
+            self._stale.discard((kind, namespace))
+
+    def is_current(self, kind: str, namespace: str | None) -> bool:
+        """Whether the cache's view of ``kind`` in ``namespace`` is kept current: neither
+        that namespace's stream nor the cluster-wide one is failing."""
+        return (kind, namespace) not in self._stale and (kind, None) not in self._stale
 
     def clear(self) -> None:
         """Forget everything (a standby's view goes stale: it is relisted on activation)."""

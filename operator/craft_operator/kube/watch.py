@@ -104,11 +104,14 @@ class WatchStream:
         server_timeout: int = 300,
         client_timeout: float = 400.0,
         backoff: Callable[[int], float] | None = None,
+        on_failing: Callable[[bool], None] | None = None,
     ) -> None:
         """One stream; :meth:`run` keeps it open until cancelled.
 
         ``known`` gives what the consumer holds of this kind and scope: after a list, those
-        of them missing from it are handed over as ``DELETED``.
+        of them missing from it are handed over as ``DELETED``. ``on_failing(True)`` is
+        called when the stream starts failing, ``on_failing(False)`` when a list or watch
+        is answered again (after the list's events).
         """
         self._kube = kube
         self._kind = kind
@@ -119,6 +122,7 @@ class WatchStream:
         self._server_timeout = server_timeout
         self._client_timeout = client_timeout
         self._backoff = backoff or _default_backoff
+        self._on_failing = on_failing
         #: The version the next watch starts from; ``None``: list first.
         self.resource_version: str | None = None
         self._relist_needed = False
@@ -204,6 +208,11 @@ class WatchStream:
         if failing != self._failing:
             self._failing = failing
             self._kube.watch_outcomes[(self._kind.plural, FAILING)] += 1 if failing else -1
+            if self._on_failing is not None:
+                try:
+                    self._on_failing(failing)
+                except Exception:  # a consumer's bug must not stop the stream
+                    logger.exception("watch of %s: the failing handler failed", self.name)
 
     async def _list(self) -> None:
         """List the objects: each one ``ADDED``, each one the consumer holds and the list
@@ -234,12 +243,12 @@ class WatchStream:
             raise ApiError(0, "InvalidResponse", "a list without a resourceVersion")
         self.lists += 1
         self._kube.watch_outcomes[(self._kind.plural, LIST)] += 1
-        self._set_failing(False)
         for namespace, name in sorted(set(self._known()) - listed):
             gone = {"name": name, "resourceVersion": version}
             if namespace:
                 gone["namespace"] = namespace
             self._deliver("DELETED", {"metadata": gone})
+        self._set_failing(False)  # after the deletions: the view is whole again
         self.resource_version = version
 
     def _deliver(self, kind: str, obj: dict[str, Any]) -> None:

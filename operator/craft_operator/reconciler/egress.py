@@ -8,8 +8,12 @@ its policy types, the pod is not started (unless ``CRAFT_ALLOW_UNRESTRICTED_EGRE
 the sandbox's ``PodReady`` condition says why. The operator watches the NetworkPolicies of
 the namespaces it serves, so the pod starts as soon as one appears (:func:`waiting_on`).
 
-Which traffic a policy lets out is the platform's choice; the operator checks only that
-some policy restricts the egress of the pods it is about to start.
+Which traffic a policy lets out is the platform's choice; the operator checks that some
+policy restricts the egress of the pods it is about to start, and that none of the
+policies selecting them lets all of it out (policies add up: one rule that allows every
+destination on every port undoes the rest). It also refuses while its view of the
+namespace's NetworkPolicies may be out of date (their watch fails, e.g. its Role lost
+``list``/``watch`` on them): a policy deleted meanwhile would still count.
 """
 
 from __future__ import annotations
@@ -27,6 +31,10 @@ from craft_operator.status import POD_READY, ConditionState
 NETWORK_POLICY = kinds.NETWORK_POLICY.name
 #: The PodReady reason of a sandbox whose pod waits for an egress policy.
 REASON = "EgressNotRestricted"
+#: The PodReady reason while the NetworkPolicies cannot be watched in the namespace.
+UNVERIFIED = "EgressUnverified"
+#: Addresses that mean every destination of their family.
+_EVERYWHERE = frozenset({"0.0.0.0/0", "::/0"})
 
 
 def _expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
@@ -67,12 +75,34 @@ def restricts_egress(policy: Mapping[str, Any], labels: Mapping[str, str]) -> bo
     return "Egress" in types
 
 
+def lets_everything_out(policy: Mapping[str, Any]) -> bool:
+    """Whether one of the policy's egress rules allows every destination on every port: no
+    ports, and no peers (``{}``) or a peer that is all addresses (``0.0.0.0/0`` or
+    ``::/0`` without exceptions)."""
+    for rule in (policy.get("spec") or {}).get("egress") or []:
+        if rule.get("ports"):
+            continue
+        peers = rule.get("to") or []
+        if not peers:
+            return True
+        for peer in peers:
+            block = peer.get("ipBlock") or {}
+            if block.get("cidr") in _EVERYWHERE and not block.get("except"):
+                return True
+    return False
+
+
 def egress_policy(policies: Iterable[Mapping[str, Any]], labels: Mapping[str, str]) -> str | None:
-    """The name of the first policy that restricts the egress of a pod with ``labels``."""
-    for policy in sorted(policies, key=lambda p: p.get("metadata", {}).get("name", "")):
-        if restricts_egress(policy, labels):
-            return str(policy["metadata"]["name"])
-    return None
+    """The name of the first policy that restricts the egress of a pod with ``labels``, or
+    ``None`` if none does, or if one that governs it lets all egress out (they add up)."""
+    governing = [
+        policy
+        for policy in sorted(policies, key=lambda p: p.get("metadata", {}).get("name", ""))
+        if restricts_egress(policy, labels)
+    ]
+    if not governing or any(lets_everything_out(policy) for policy in governing):
+        return None
+    return str(governing[0]["metadata"]["name"])
 
 
 def unrestricted(cache: ObjectCache, settings: Settings, pod: Mapping[str, Any]) -> bool:
@@ -81,6 +111,8 @@ def unrestricted(cache: ObjectCache, settings: Settings, pod: Mapping[str, Any])
     if settings.allow_unrestricted_egress:
         return False
     meta = pod.get("metadata") or {}
+    if not cache.is_current(NETWORK_POLICY, meta.get("namespace")):
+        return True  # what is cached may include a policy deleted since
     policies = cache.in_namespace(NETWORK_POLICY, meta.get("namespace"))
     return egress_policy(policies, meta.get("labels") or {}) is None
 
@@ -92,12 +124,22 @@ def refusal(
     if not unrestricted(cache, settings, pod):
         return None
     namespace = (pod.get("metadata") or {}).get("namespace")
+    if not cache.is_current(NETWORK_POLICY, namespace):
+        return ConditionState.false(
+            POD_READY,
+            UNVERIFIED,
+            f"the operator cannot watch the NetworkPolicies of namespace {namespace} (its "
+            "log says why; a 403 means its Role there lacks list/watch on networkpolicies, "
+            "compare with manifests/sandbox-namespace): no new pod until it sees again that "
+            "one restricts their egress",
+        )
     return ConditionState.false(
         POD_READY,
         REASON,
-        f"no NetworkPolicy in namespace {namespace} restricts the egress of sandbox pods: "
-        "the pod starts once one does (apply manifests/sandbox-namespace there), or set "
-        "CRAFT_ALLOW_UNRESTRICTED_EGRESS=true to start pods without one",
+        f"no NetworkPolicy in namespace {namespace} restricts the egress of sandbox pods (or "
+        "one that selects them lets all egress out): the pod starts once one does (apply "
+        "manifests/sandbox-namespace there), or set CRAFT_ALLOW_UNRESTRICTED_EGRESS=true to "
+        "start pods without one",
     )
 
 
@@ -115,7 +157,7 @@ def waiting_on(
         name = str(body["metadata"]["name"])
         # Its pod, or its library's sync Job (Job mode), waits for a policy.
         refused = any(
-            condition.reason == REASON
+            condition.reason in (REASON, UNVERIFIED)
             for condition in parse_status(body.get("status"))[0].conditions
         )
         if refused or cache.get(pod_kind, namespace, name) is None:

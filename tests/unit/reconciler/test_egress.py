@@ -12,6 +12,7 @@ from craft_operator.kube.cache import ObjectCache
 from craft_operator.reconciler.egress import (
     NETWORK_POLICY,
     REASON,
+    UNVERIFIED,
     egress_policy,
     refusal,
     restricts_egress,
@@ -104,3 +105,62 @@ def test_a_new_policy_wakes_every_sandbox_without_a_pod_not_only_those_already_r
 
     assert sorted(woken) == [("team-a", "just-created"), ("team-a", "refused")]
     assert waiting_on(cache, "team-b", "CraftSandbox", "Pod") == []
+
+
+DENY = policy("deny", podSelector={}, policyTypes=["Egress"], egress=[{"ports": [{"port": 53}]}])
+
+
+@pytest.mark.parametrize(
+    "allow_all",
+    [
+        [{}],
+        [{"to": []}],
+        [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}],
+        [{"to": [{"ipBlock": {"cidr": "::/0"}}]}],
+        [{"ports": [{"port": 53}]}, {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}],
+    ],
+)
+def test_a_policy_that_lets_all_egress_out_undoes_the_deny_beside_it(
+    allow_all: list[dict[str, Any]],
+) -> None:
+    """NetworkPolicies add up: one rule that allows every destination on every port lets
+    the agent reach the metadata address and the API server whatever else is there."""
+    opened = policy("allow-all", podSelector={}, policyTypes=["Egress"], egress=allow_all)
+
+    assert egress_policy([opened], SANDBOX) is None
+    assert egress_policy([DENY, opened], SANDBOX) is None
+
+
+@pytest.mark.parametrize(
+    "narrowed",
+    [
+        [{"ports": [{"port": 443}]}],  # every destination, but on one port
+        [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16"]}}]}],
+        [{"to": [{"namespaceSelector": {}}]}],  # the cluster's pods, not the world
+    ],
+)
+def test_a_policy_that_narrows_egress_counts_as_restricting(
+    narrowed: list[dict[str, Any]],
+) -> None:
+    found = policy("narrow", podSelector={}, policyTypes=["Egress"], egress=narrowed)
+
+    assert egress_policy([found], SANDBOX) == "narrow"
+
+
+def test_while_the_network_policies_cannot_be_watched_no_pod_starts() -> None:
+    """A policy deleted meanwhile would still be in the cache and count."""
+    cache = ObjectCache()
+    cache.put(NETWORK_POLICY, DENY)
+    settings = Settings(state_dir=Path("/nonexistent"))
+    pod = {"metadata": {"namespace": "team-a", "labels": SANDBOX}}
+
+    cache.mark_stale(NETWORK_POLICY, "team-a", True)
+    refused = refusal(cache, settings, pod)
+    cache.mark_stale(NETWORK_POLICY, "team-a", False)
+
+    assert refused is not None
+    assert refused.reason == UNVERIFIED
+    assert "cannot watch the NetworkPolicies of namespace team-a" in refused.message
+    assert refusal(cache, settings, pod) is None
+    cache.mark_stale(NETWORK_POLICY, None, True)  # the cluster-wide stream
+    assert refusal(cache, settings, pod) is not None
