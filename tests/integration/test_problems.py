@@ -10,6 +10,7 @@ import pytest
 
 from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
+from craft_operator.credentials.errors import DatabaseUnavailableError
 from craft_operator.credentials.keyring import generate_key_entry
 from tests.integration.conftest import SANDBOXES
 from tests.integration.helpers import (
@@ -71,6 +72,60 @@ async def test_requests_above_the_limits_the_spec_sets_fail_the_sandbox(
     message = condition(emulator, "alice", "PodReady")["message"]
     assert message == "resources.requests.memory (20Gi) is above resources.limits.memory (8Gi)"
     assert pod(emulator, "alice") is None
+
+
+def credentials_database_down(operator: OperatorContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every credentials call fails as an unreachable database does."""
+
+    async def unreachable(*_args: object, **_kwargs: object) -> None:
+        raise DatabaseUnavailableError("the credentials database is unreachable")
+
+    monkeypatch.setattr(operator.services.credentials, "ensure", unreachable)
+
+
+async def test_a_failed_sandbox_stays_failed_while_the_database_is_down(
+    emulator: KubeEmulator, operator: OperatorContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not Pending (new, to on-call) and not recovered: nothing judged its pod again."""
+    emulator.create(
+        SANDBOXES,
+        sandbox("alice", resources={"requests": {"memory": "20Gi"}, "limits": {"memory": "8Gi"}}),
+    )
+    await phase(emulator, "alice", "Failed")
+    credentials_database_down(operator, monkeypatch)
+
+    emulator.patch(SANDBOXES, NAMESPACE, "alice", {"metadata": {"annotations": {"poke": "1"}}})
+
+    await eventually(
+        lambda: (
+            condition(emulator, "alice", "CredentialsReady").get("reason") == "DatabaseUnavailable"
+        ),
+        what="the outage reported",
+    )
+    after = status(emulator, "alice")
+    assert after["phase"] == "Failed"
+    assert condition(emulator, "alice", "PodReady")["reason"] == "InvalidResources"
+    assert "recoveredAt" not in after
+
+
+async def test_a_failed_sandbox_whose_spec_is_fixed_during_an_outage_waits_instead(
+    emulator: KubeEmulator, operator: OperatorContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backend's client must not read the fixed spec as failed while the database is
+    down: its pod waits for the credentials."""
+    emulator.create(
+        SANDBOXES,
+        sandbox("alice", resources={"requests": {"memory": "20Gi"}, "limits": {"memory": "8Gi"}}),
+    )
+    await phase(emulator, "alice", "Failed")
+    credentials_database_down(operator, monkeypatch)
+
+    emulator.patch(
+        SANDBOXES, NAMESPACE, "alice", {"spec": {"resources": {"requests": {"memory": "4Gi"}}}}
+    )
+
+    await phase(emulator, "alice", "Pending")
+    assert condition(emulator, "alice", "PodReady")["status"] == "Unknown"
 
 
 async def test_a_database_outage_keeps_the_sandbox_pending_and_is_retried_with_backoff(

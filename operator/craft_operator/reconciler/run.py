@@ -179,7 +179,7 @@ class Run:
         if phase is None:
             if self.condition_is("Ready", ConditionStatus.TRUE):
                 phase = Phase.READY
-            elif self._still_failed():
+            elif self.failed_pod_stands():
                 phase = Phase.FAILED
             elif self.pod_exists:
                 phase = Phase.PROVISIONING
@@ -194,12 +194,15 @@ class Run:
             self.status.observed_generation = self.generation
         return self.status
 
-    def _still_failed(self) -> bool:
-        """A Failed sandbox whose pass stopped before the step that judges its pod (the
-        credential database down, say): nothing said it recovered, so it is Failed still,
-        not Pending (which on-call would read as new, and the metrics as a recovery)."""
+    def failed_pod_stands(self) -> bool:
+        """Whether the verdict on a Failed sandbox's pod still holds: nothing this pass has
+        judged the pod (its pass stopped earlier, the credential database down, say) and the
+        spec is the one that failed. It is Failed still then, not Pending (which on-call
+        would read as new, and the metrics as a recovery); a changed spec may have fixed it,
+        so that one waits instead."""
         return (
             self.old_status.phase == Phase.FAILED
+            and not self.spec_changed
             and POD_READY not in self.touched
             and self.condition_is(POD_READY, ConditionStatus.FALSE)
         )

@@ -95,4 +95,6 @@ def _wait(p: Pass, later: tuple[tuple[Step, ...], ...], stop: Stop) -> None:
                 continue
             if step.keeps_failure and run.condition_is(step.condition, ConditionStatus.FALSE):
                 continue
+            if step.condition == POD_READY and run.failed_pod_stands():
+                continue
             run.set(ConditionState.unknown(step.condition, stop.reason, WAITING_MESSAGE))
