@@ -6,7 +6,9 @@ import asyncio
 import base64
 from typing import Any
 
+import aiohttp.web
 import pytest
+from kmock._internal import rendering
 
 from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
@@ -25,6 +27,7 @@ from tests.integration.helpers import (
     token_in_secret,
 )
 from tests.support.emulator import KubeEmulator
+from tests.support.faults import failure_response
 from tests.support.operator import eventually
 from tests.support.pod_exec import mark_pod_failed, mark_pod_running
 from tests.support.policy import allow
@@ -233,6 +236,68 @@ async def test_a_pod_a_webhook_changed_at_admission_is_kept_as_admitted_with_a_w
     containers[0]["image"] = "attacker/image:latest" + DIGEST
     emulator.patch("v1/pods", NAMESPACE, "alice", {"spec": {"containers": containers}})
     await event_posted(emulator, "alice", "PodReplaced")
+
+
+async def test_a_lost_status_write_after_the_create_keeps_the_pod_a_webhook_changed(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    """The admitted images ride on the pass's status write: losing it must not have the
+    next pass take the webhook's change for an edit and replace the pod."""
+    emulator.mutators.append(pin_digests)
+    seen = {"created": False, "lost": 0}
+
+    async def lose_the_first_status_write(
+        request: rendering.Request,
+    ) -> aiohttp.web.Response | None:
+        method, path = request.method.value.upper(), request.url.path
+        if method == "POST" and path.endswith(f"/namespaces/{NAMESPACE}/pods"):
+            seen["created"] = True
+        elif path.endswith("/craftsandboxes/alice/status") and seen["created"] and not seen["lost"]:
+            seen["lost"] += 1
+            return failure_response(500, "InternalError", "an internal error (injected)")
+        return None
+
+    emulator.before_request.append(lose_the_first_status_write)
+    emulator.create(SANDBOXES, sandbox("alice"))
+    first = await eventually(lambda: pod(emulator, "alice"), what="the pod")
+    await eventually(lambda: seen["lost"], what="the lost status write")
+    await eventually(
+        lambda: status(emulator, "alice").get("admittedImages"), what="the admitted images"
+    )
+
+    assert "PodReplaced" not in event_reasons(emulator, "alice")
+    assert pod(emulator, "alice")["metadata"]["uid"] == first["metadata"]["uid"]
+
+
+async def test_a_webhook_adding_more_containers_than_the_status_keeps_still_keeps_the_pod(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    """The status keeps the first 64; the pod is not replaced for the rest, nor is the
+    operator's status write refused."""
+
+    def add_sidecars(resource: object, obj: dict) -> dict:
+        if getattr(resource, "plural", None) == "pods" and obj["metadata"]["name"] == "alice":
+            containers = obj["spec"]["containers"]
+            if len(containers) < 70:
+                containers.extend(
+                    {**containers[0], "name": f"sidecar-{n}", "image": f"sidecar:{n}"}
+                    for n in range(70)
+                )
+        return obj
+
+    emulator.mutators.append(add_sidecars)
+    emulator.create(SANDBOXES, sandbox("alice"))
+    first = await eventually(lambda: pod(emulator, "alice"), what="the pod")
+    kept = await eventually(
+        lambda: status(emulator, "alice").get("admittedImages"), what="the admitted images"
+    )
+    mark_pod_running(emulator, NAMESPACE, "alice")
+    await asyncio.sleep(1.0)
+
+    assert len(kept) == 64
+    assert "PodReplaced" not in event_reasons(emulator, "alice")
+    assert "ReconcileError" not in event_reasons(emulator, "alice")
+    assert pod(emulator, "alice")["metadata"]["uid"] == first["metadata"]["uid"]
 
 
 async def test_whoever_edits_a_pods_image_cannot_have_it_taken_as_admitted(

@@ -38,7 +38,8 @@ WRITE_FAULTS = ("409", "429", "500", "drop-before", "drop-after")
 READ_FAULTS = ("429", "500", "drop-before")
 
 
-def _status(code: int, reason: str, message: str) -> aiohttp.web.Response:
+def failure_response(code: int, reason: str, message: str) -> aiohttp.web.Response:
+    """An API server's Status answer to a request that failed."""
     body = {
         "kind": "Status",
         "apiVersion": "v1",
@@ -94,13 +95,17 @@ class ApiFaults:
             kind = "500"  # a watch that never starts is a 500 to the client either way
         self.injected[kind] += 1
         if kind == "409":
-            return _status(409, "Conflict", "the object has been modified (injected fault)")
+            return failure_response(
+                409, "Conflict", "the object has been modified (injected fault)"
+            )
         if kind == "429":
-            response = _status(429, "TooManyRequests", "too many requests (injected fault)")
+            response = failure_response(
+                429, "TooManyRequests", "too many requests (injected fault)"
+            )
             response.headers["Retry-After"] = str(self.retry_after)
             return response
         if kind == "500":
-            return _status(500, "InternalError", "an internal error (injected fault)")
+            return failure_response(500, "InternalError", "an internal error (injected fault)")
         if kind == "drop-after":
             response = await self.emulator.serve_unhooked(request)
             _drop(request)

@@ -22,6 +22,11 @@ class Phase(StrEnum):
     TERMINATING = "Terminating"
 
 
+#: The containers whose admitted images a sandbox's status keeps (a pod's containers are
+#: fixed at its creation; a webhook adding more than this many is not expected).
+MAX_ADMITTED_IMAGES = 64
+
+
 class StatusModel(ApiModel):
     """Base for the status: the reconciler fills it in during a pass, so it is mutable, and
     every assignment is validated so a wrong type fails where it is made."""
@@ -157,11 +162,12 @@ class CraftSandboxStatus(StatusModel):
     )
     admitted_images: list[str] | None = Field(
         default=None,
-        max_length=64,
+        max_length=MAX_ADMITTED_IMAGES,
         description=(
             "The images of pod podUID's containers as the API server admitted it, where a "
             "mutating webhook changed them at its creation (a digest, a registry mirror, a "
-            "sidecar); only a later change of them is taken for an edit."
+            "sidecar); only a later change of them is taken for an edit. Kept for the first "
+            f"{MAX_ADMITTED_IMAGES} containers."
         ),
     )
     pod_failures: int | None = Field(

@@ -59,13 +59,7 @@ class SandboxReconciler:
 
     def forget(self, key: tuple[str, str]) -> None:
         """Drop what is remembered about a sandbox that is gone (and cancel its sync)."""
-        self._memory.reported.pop(key, None)
-        self._memory.held.pop(key, None)
-        self._memory.cold_start.pop(key, None)
-        self._memory.resumed.pop(key, None)
-        self._memory.starting.pop(key, None)
-        self._memory.acted_on.pop(key, None)
-        self._memory.job_secrets.pop(key, None)
+        self._memory.forget(key)
         self.services.library_pool.forget(key)
         self.services.deliveries.forget(key)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -89,6 +89,15 @@ class Memory:
     #: The running sync Job (by uid) found to have its Secret of scoped credentials, per
     #: sandbox: checked once per Job and process (see ``library_job``).
     job_secrets: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: The images the API server admitted the sandbox's pod (by uid) with, where a webhook
+    #: changed them, per sandbox: they hold until a status write keeps them, which a pass
+    #: may lose (the next pass must not take the webhook's change for an edit).
+    admitted: dict[tuple[str, str], tuple[str, list[str]]] = field(default_factory=dict)
+
+    def forget(self, key: tuple[str, str]) -> None:
+        """Drop everything remembered about one sandbox."""
+        for table in fields(self):
+            getattr(self, table.name).pop(key, None)
 
 
 @dataclass

@@ -138,9 +138,12 @@ async def _running(p: Pass, actual: dict[str, Any], desired: dict[str, Any]) -> 
     s, run = p.services, p.run
     run.pod_exists = True
     p.memory.cold_start.pop(run.key, None)  # the next start without a pod is said anew
-    if run.status.pod_uid != actual["metadata"].get("uid"):
-        run.status.admitted_images = None  # another pod's (a claimed one has none)
-    run.status.pod_uid = actual["metadata"].get("uid")
+    uid = actual["metadata"].get("uid")
+    if run.status.pod_uid != uid:
+        # Another pod's (a claimed one has none), unless this pod's create was never written.
+        remembered = p.memory.admitted.get(run.key)
+        run.status.admitted_images = remembered[1] if remembered and remembered[0] == uid else None
+    run.status.pod_uid = uid
     # The pod kept says where it came from: a claimed pod deleted as an extra beside a cold
     # one (a claim whose pass did not see the cold pod's create) leaves no pool behind.
     run.status.claimed_from = (actual["metadata"].get("labels") or {}).get(LABEL_CLAIMED_FROM)

@@ -87,12 +87,15 @@ def _record_admission(p: Pass, desired: Mapping[str, Any], created: Mapping[str,
     """Keep in the status the images the API server admitted, if a mutating webhook changed
     them (a digest pinned, a registry mirror, a sidecar), and warn that it did; else the
     pod's first update would be taken for an edit of its image and the pod replaced, again
-    and again. No write of its own: the pass writes the status."""
+    and again. No write of its own: the pass writes the status, and until one does (it may
+    be lost) this process remembers them."""
     admitted, built = pod_state.images_of(created), pod_state.images_of(desired)
     if admitted == built:
         p.run.status.admitted_images = None
         return
-    p.run.status.admitted_images = [str(image) for image in admitted]
+    kept = pod_state.admitted_images(created)
+    p.run.status.admitted_images = kept
+    p.memory.admitted[p.run.key] = (str(created["metadata"].get("uid")), kept)
     p.event(
         "PodMutatedAtAdmission",
         f"the API server admitted pod {created['metadata']['name']} with images {admitted} "

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from craft_operator.api.pool import LABEL_POOL_TEMPLATE_HASH
+from craft_operator.api.status import MAX_ADMITTED_IMAGES
 from craft_operator.builders.naming import ANNOTATION_TEMPLATE_HASH
 
 
@@ -106,9 +107,19 @@ def _image_edited(
     operator built, or those a mutating webhook made of them at its creation (``admitted``,
     kept in the sandbox's status, where the pod's editors cannot write), so that the
     webhook's change is not taken for an edit and the pod replaced for ever."""
-    if images_of(actual) != (list(admitted) if admitted else images_of(desired)):
+    if admitted:
+        edited = admitted_images(actual) != list(admitted)
+    else:
+        edited = images_of(actual) != images_of(desired)
+    if edited:
         return "the pod's image was edited; replacing the pod"
     return None
+
+
+def admitted_images(pod: Mapping[str, Any]) -> list[str]:
+    """The images of the pod's containers as a sandbox's status keeps them (the first
+    :data:`MAX_ADMITTED_IMAGES`)."""
+    return [str(image) for image in images_of(pod)[:MAX_ADMITTED_IMAGES]]
 
 
 def created_at(pod: Mapping[str, Any]) -> datetime | None:
