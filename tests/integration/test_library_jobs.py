@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -22,6 +23,7 @@ from tests.integration.helpers import (
     sandbox,
     status,
 )
+from tests.support import volumes
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually, running_operator
 from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
@@ -640,3 +642,41 @@ async def test_a_larger_library_size_grows_the_volume_and_what_cannot_follow_is_
     await event_posted(emulator, "alice", "LibraryVolumeKept")
     storage = emulator.get(PVCS, NAMESPACE, "alice-library")["spec"]["resources"]["requests"]
     assert storage["storage"] == "50Gi"
+
+
+@pytest.mark.admission_rejections
+@pytest.mark.usefixtures("job_mode_operator")
+async def test_what_the_library_volume_cannot_follow_is_said_once_and_kept_in_status(
+    emulator: KubeEmulator,
+) -> None:
+    """A Warning on every pass buried the sandbox's events; the refused resize was sent
+    again on every pass too."""
+    emulator.validators.append(volumes.refuse_expansion)
+    emulator.create(SANDBOXES, job_mode_sandbox(size="5Gi"))
+    await eventually(lambda: emulator.find(PVCS, NAMESPACE, "alice-library"), what="the PVC")
+    await eventually(
+        lambda: status(emulator, "alice").get("libraryVolume"), what="status.libraryVolume"
+    )
+    assert status(emulator, "alice")["libraryVolume"]["requested"] == "5Gi"
+
+    emulator.patch(SANDBOXES, NAMESPACE, "alice", {"spec": {"userLibrary": {"size": "50Gi"}}})
+    await event_posted(emulator, "alice", "LibraryVolumeResizeRefused")
+    patches = f"PATCH /api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims/alice-library"
+    before = len(emulator.served)
+    for n in range(4):  # passes for other reasons: an annotation, a touch, a resync
+        emulator.patch(SANDBOXES, NAMESPACE, "alice", {"metadata": {"annotations": {"n": str(n)}}})
+        await asyncio.sleep(0.3)
+
+    message = status(emulator, "alice")["libraryVolume"]["message"]
+    assert "cannot grow from 5Gi to 50Gi" in message
+    assert event_reasons(emulator, "alice").count("LibraryVolumeResizeRefused") == 1
+    assert patches not in emulator.writes(before)
+
+    emulator.patch(SANDBOXES, NAMESPACE, "alice", {"spec": {"userLibrary": {"size": "1Gi"}}})
+    await event_posted(emulator, "alice", "LibraryVolumeKept")
+    for n in range(4):
+        emulator.patch(SANDBOXES, NAMESPACE, "alice", {"metadata": {"annotations": {"m": str(n)}}})
+        await asyncio.sleep(0.3)
+
+    assert "larger than 1Gi: kept" in status(emulator, "alice")["libraryVolume"]["message"]
+    assert event_reasons(emulator, "alice").count("LibraryVolumeKept") == 1

@@ -124,6 +124,26 @@ class UserLibraryStatus(StatusModel):
     )
 
 
+class LibraryVolumeStatus(StatusModel):
+    """Job mode's library volume (``spec.userLibrary``) as the operator last saw it."""
+
+    claim_name: str | None = Field(default=None, description="The PVC's name.")
+    requested: str | None = Field(
+        default=None, description="The size the PVC requests (spec.userLibrary.size once applied)."
+    )
+    capacity: str | None = Field(
+        default=None, description="The size of the bound volume, from the PVC's status."
+    )
+    phase: str | None = Field(default=None, description="The PVC's phase: Pending, Bound, Lost.")
+    message: str | None = Field(
+        default=None,
+        description=(
+            "What the volume cannot follow: a smaller size, another storage class, a resize "
+            "the storage class refused."
+        ),
+    )
+
+
 class WorkspaceStatus(StatusModel):
     """The workspace volume (``spec.workspace``) as the operator last saw it."""
 
@@ -258,4 +278,7 @@ class CraftSandboxStatus(StatusModel):
     )
     workspace: WorkspaceStatus | None = Field(
         default=None, description="The workspace volume, when spec.workspace is set."
+    )
+    library_volume: LibraryVolumeStatus | None = Field(
+        default=None, description="The library volume, when spec.userLibrary.mode is Job."
     )

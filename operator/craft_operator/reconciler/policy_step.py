@@ -226,6 +226,7 @@ def _forget_running(status: CraftSandboxStatus) -> None:
     status.validated_pod_uid = None
     status.skill = None
     status.user_library = None
+    status.library_volume = None
 
 
 def _children(sandbox: CraftSandbox, cache: ObjectCache) -> list[tuple[str, Kind, dict[str, Any]]]:

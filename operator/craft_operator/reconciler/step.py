@@ -64,6 +64,15 @@ class Held:
     notes: tuple[tuple[str, str], ...] = ()
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A resize of a volume the API server refused: to what size, when, and why."""
+
+    size: str
+    at: datetime
+    message: str
+
+
 @dataclass
 class Memory:
     """What the reconciler remembers of a sandbox between passes (never persisted)."""
@@ -93,6 +102,9 @@ class Memory:
     #: changed them, per sandbox: they hold until a status write keeps them, which a pass
     #: may lose (the next pass must not take the webhook's change for an edit).
     admitted: dict[tuple[str, str], tuple[str, list[str]]] = field(default_factory=dict)
+
+    #: Resizes the API server refused, per sandbox and volume name (see ``volume_growth``).
+    refused_resizes: dict[tuple[str, str], dict[str, Refusal]] = field(default_factory=dict)
 
     def forget(self, key: tuple[str, str]) -> None:
         """Drop everything remembered about one sandbox."""

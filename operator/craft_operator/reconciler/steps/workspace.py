@@ -41,6 +41,7 @@ from craft_operator.reconciler.children import (
 )
 from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.step import Pass, Step, Stop
+from craft_operator.reconciler.steps import volume_growth
 from craft_operator.status import POD_READY
 
 log = logging.getLogger(__name__)
@@ -50,9 +51,6 @@ PVC = kinds.PVC
 COLD_START = "WorkspaceNeedsColdStart"
 #: PodReady's reason when spec.workspace.size is no size the operator can ask for.
 SIZE_INVALID = "WorkspaceSizeInvalid"
-#: Statuses with which the API server refuses to expand a claim (its storage class has no
-#: allowVolumeExpansion, the claim is not bound yet, a quota or admission forbids it).
-_REFUSED = (403, 422)
 
 
 class _TerminatingError(Exception):
@@ -91,7 +89,6 @@ async def converge_workspace(p: Pass) -> Stop | None:
         return p.fail_spec(SIZE_INVALID, f"{exc}, not {want[:64]!r}")
     wanted = quantity_value(want)
     desired = build_workspace_pvc(p.sandbox)
-    s = p.services
     try:
         pvc = await _owned(p, desired)
     except _TerminatingError as exc:
@@ -105,14 +102,9 @@ async def converge_workspace(p: Pass) -> Stop | None:
     had = size_value(have)
     if had is not None and wanted > had:
         try:
-            pvc = await _grow(s, pvc, want)
+            pvc, message = await volume_growth.grow(p, pvc, want, what="the workspace")
         except ApiError as exc:
-            if exc.status not in _REFUSED:
-                return p.fail(POD_READY, "WorkspaceWriteFailed", f"cannot resize: {exc}")
-            message = (
-                f"the workspace cannot grow from {have} to {want}: the API server refused "
-                f"({exc.message}); the storage class must allow volume expansion"
-            )
+            return p.fail(POD_READY, "WorkspaceWriteFailed", f"cannot resize: {exc}")
     elif had is not None and wanted < had:
         message = f"the workspace is {have}, larger than spec.workspace.size ({want}): kept"
     if pvc["metadata"].get("deletionTimestamp"):
@@ -276,15 +268,6 @@ async def _adopt(p: Pass, pvc: dict[str, Any]) -> dict[str, Any]:
     else:
         p.event("WorkspaceAdopted", f"took back the retained workspace PVC {meta['name']}")
     return adopted
-
-
-async def _grow(s: Services, pvc: dict[str, Any], size: str) -> dict[str, Any]:
-    """Ask for a larger volume (the pod keeps running; it grows online where supported)."""
-    meta = pvc["metadata"]
-    patch = {"spec": {"resources": {"requests": {"storage": size}}}}
-    grown = await s.kube.patch(PVC.api, meta.get("namespace"), meta["name"], patch)
-    s.cache.put(PVC.name, grown)
-    return grown
 
 
 def size_value(text: str | None) -> Decimal | None:

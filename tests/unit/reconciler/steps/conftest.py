@@ -32,7 +32,7 @@ from craft_operator.metrics import Metrics
 from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.run import Run
 from craft_operator.reconciler.services import SkillRenderer
-from craft_operator.reconciler.step import Pass
+from craft_operator.reconciler.step import Memory, Pass
 from craft_operator.reconciler.steps.cli import EXIT_NOT_DELIVERED
 from craft_operator.reconciler.table import CONDITIONS
 from tests.support.emulator import KubeEmulator
@@ -262,10 +262,12 @@ class World:
         """The object cache the steps read."""
         return self.services.cache
 
-    def pass_(self, **body: Any) -> Pass:
-        """A pass over the sandbox (see :func:`sandbox_body` for the arguments)."""
+    def pass_(self, *, memory: Memory | None = None, now: datetime = NOW, **body: Any) -> Pass:
+        """A pass over the sandbox (see :func:`sandbox_body` for the arguments), at ``now``,
+        with what earlier passes remembered (``memory``; else nothing)."""
         built = sandbox_body(**body)
-        return Pass(self.services, parse_sandbox(built), Run(built, NOW, CONDITIONS))
+        run = Run(built, now, CONDITIONS)
+        return Pass(self.services, parse_sandbox(built), run, memory or Memory())
 
     def stored(self, resource: str, name: str) -> dict[str, Any] | None:
         """An object as the API server holds it."""

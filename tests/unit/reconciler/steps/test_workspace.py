@@ -4,6 +4,7 @@ sandbox of the same name and user. A sandbox with a workspace starts cold."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -12,11 +13,11 @@ from craft_operator.api.models import Phase
 from craft_operator.api.parse import parse_sandbox
 from craft_operator.builders.naming import LABEL_USER_ID
 from craft_operator.builders.workspace import LABEL_RETAINED
-from craft_operator.reconciler.step import Pass, Stop
+from craft_operator.reconciler.step import Memory, Pass, Stop
 from craft_operator.reconciler.steps import workspace
 from tests.support import volumes
 from tests.unit.reconciler.conftest import NAMESPACE
-from tests.unit.reconciler.steps.conftest import NAME, UID, World, sandbox_body
+from tests.unit.reconciler.steps.conftest import NAME, NOW, UID, World, sandbox_body
 
 pytestmark = pytest.mark.unit
 
@@ -126,6 +127,37 @@ async def test_a_refused_expansion_is_said_once_and_the_pass_goes_on(
     again = world.pass_(spec=spec(size="2Gi"), status={"workspace": {"message": status.message}})
     assert await workspace.converge_workspace(again) is None
     assert world.events.reasons == []
+
+
+async def test_a_refused_expansion_is_not_asked_again_on_every_pass(world: World) -> None:
+    """A storage class without expansion refuses every time: one patch per pass would be
+    writes for nothing. It is asked again after a while (the class may allow it since)."""
+    await workspace.converge_workspace(world.pass_(spec=spec()))
+    observed(world)
+    world.emulator.validators.append(volumes.refuse_expansion)
+    memory = Memory()
+    patches = f"PATCH /api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims/{CLAIM}"
+
+    first = world.pass_(spec=spec(size="2Gi"), memory=memory)
+    await workspace.converge_workspace(first)
+    stored = {"workspace": {"message": first.run.status.workspace.message}}  # type: ignore[union-attr]
+    before = len(world.emulator.served)
+    soon = world.pass_(
+        spec=spec(size="2Gi"), status=stored, memory=memory, now=NOW + timedelta(minutes=4)
+    )
+    await workspace.converge_workspace(soon)
+
+    assert patches not in world.emulator.writes(before)
+    assert soon.run.status.workspace == first.run.status.workspace
+    later = world.pass_(
+        spec=spec(size="2Gi"), status=stored, memory=memory, now=NOW + timedelta(minutes=6)
+    )
+    await workspace.converge_workspace(later)
+    assert patches in world.emulator.writes(before)
+    bigger = world.pass_(spec=spec(size="3Gi"), status=stored, memory=memory, now=NOW)
+    before = len(world.emulator.served)
+    await workspace.converge_workspace(bigger)
+    assert patches in world.emulator.writes(before), "a larger size is asked at once"
 
 
 async def test_a_pvc_of_someone_else_by_that_name_is_reported_not_touched(world: World) -> None:

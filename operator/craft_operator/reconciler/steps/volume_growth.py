@@ -1,0 +1,58 @@
+"""Growing a PVC whose spec asks for more: one patch, and a refusal not asked again on
+every pass.
+
+A storage class without ``allowVolumeExpansion`` refuses every resize the same way; sent
+on each pass, the refused patch would be one write per pass for nothing. A refusal is
+remembered for :data:`RETRY_REFUSED_AFTER` (the class may be changed to allow expansion
+meanwhile), per sandbox, volume and size; a larger size is asked at once.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from craft_operator.kube import kinds
+from craft_operator.kube.client import ApiError
+from craft_operator.reconciler.step import Pass, Refusal
+
+PVC = kinds.PVC
+#: Statuses with which the API server refuses to expand a claim (its storage class has no
+#: allowVolumeExpansion, the claim is not bound yet, a quota or admission forbids it).
+RESIZE_REFUSED = (403, 422)
+#: How long a refused resize is left before it is asked again.
+RETRY_REFUSED_AFTER = timedelta(minutes=5)
+
+
+async def grow(
+    p: Pass, pvc: dict[str, Any], size: str, *, what: str
+) -> tuple[dict[str, Any], str | None]:
+    """Ask for ``size`` (the pod keeps running; the volume grows online where supported).
+
+    Returns the PVC and, when the API server refused (now, or within
+    :data:`RETRY_REFUSED_AFTER` for this size), why, in words about ``what`` (``"the
+    workspace"``). Any other failure raises :class:`ApiError`.
+    """
+    meta = pvc["metadata"]
+    name, now = meta["name"], p.run.now
+    refused = p.memory.refused_resizes.setdefault(p.run.key, {})
+    earlier = refused.get(name)
+    if earlier is not None and earlier.size == size and now - earlier.at < RETRY_REFUSED_AFTER:
+        return pvc, earlier.message
+    s = p.services
+    patch = {"spec": {"resources": {"requests": {"storage": size}}}}
+    try:
+        grown = await s.kube.patch(PVC.api, meta.get("namespace"), name, patch)
+    except ApiError as exc:
+        if exc.status not in RESIZE_REFUSED:
+            raise
+        have = (pvc.get("spec", {}).get("resources", {}).get("requests") or {}).get("storage")
+        message = (
+            f"{what} cannot grow from {have} to {size}: the API server refused "
+            f"({exc.message}); the storage class must allow volume expansion"
+        )
+        refused[name] = Refusal(size, now, message)
+        return pvc, message
+    refused.pop(name, None)
+    s.cache.put(PVC.name, grown)
+    return grown, None
