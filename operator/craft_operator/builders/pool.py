@@ -77,22 +77,30 @@ class Form(Enum):
     a claimed one is kept, until its pool has replaced them."""
 
     CANONICAL = "canonical"
+    #: Operators from 3e80fde to 36ad2a8 (2026-11-28): as canonical, but a toleration's
+    #: empty fields (``key: ""``, ``value: ""``) kept.
+    TOLERATIONS_WITH_EMPTY_FIELDS = "tolerations with empty fields"
     #: Before 2026-11-28: quantities canonical, tolerations as written.
     TOLERATIONS_AS_WRITTEN = "tolerations as written"
     #: Before 2026-11-27: quantities and tolerations as written.
     AS_WRITTEN = "as written"
 
 
-def canonical_tolerations(tolerations: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``tolerations`` as one form of what they mean: ``operator: Equal`` spelled out where
-    it is the default (a key and no operator), without repeats, in a stable order. A pool
-    and a sandbox that list the same tolerations otherwise want the same pod."""
-    spelled = [
-        {**toleration, "operator": "Equal"}
-        if toleration.get("key") and not toleration.get("operator")
-        else dict(toleration)
-        for toleration in tolerations
-    ]
+def canonical_tolerations(
+    tolerations: list[dict[str, Any]], *, drop_empty: bool = True
+) -> list[dict[str, Any]]:
+    """``tolerations`` as one form of what they mean: without empty fields (``key: ""``
+    with ``Exists`` is any key, as no key is; an empty value or effect is none),
+    ``operator: Equal`` spelled out where it is the default (a key and no operator), without
+    repeats, in a stable order. A pool and a sandbox that list the same tolerations
+    otherwise want the same pod. (``drop_empty=False``: as operators before wrote them.)"""
+    spelled = []
+    for toleration in tolerations:
+        if drop_empty:
+            toleration = {k: v for k, v in toleration.items() if v is not None and v != ""}
+        if toleration.get("key") and not toleration.get("operator"):
+            toleration = {**toleration, "operator": "Equal"}
+        spelled.append(dict(toleration))
     unique = {json.dumps(t, sort_keys=True, separators=(",", ":")): t for t in spelled}
     return [unique[key] for key in sorted(unique)]
 
@@ -119,8 +127,10 @@ def _pod_spec(
     if form is not Form.AS_WRITTEN:
         container["resources"] = canonical_resources(container["resources"])
     placement = scheduling(sandbox.spec)
-    if form is Form.CANONICAL and "tolerations" in placement:
-        placement["tolerations"] = canonical_tolerations(placement["tolerations"])
+    if form in (Form.CANONICAL, Form.TOLERATIONS_WITH_EMPTY_FIELDS) and "tolerations" in placement:
+        placement["tolerations"] = canonical_tolerations(
+            placement["tolerations"], drop_empty=form is Form.CANONICAL
+        )
     return {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -176,7 +186,7 @@ def older_template_hashes(sandbox: CraftSandbox, settings: Settings) -> tuple[st
     made before carry them until the pool has replaced them."""
     current = sandbox_template_hash(sandbox, settings)
     older = []
-    for form in (Form.TOLERATIONS_AS_WRITTEN, Form.AS_WRITTEN):
+    for form in (Form.TOLERATIONS_WITH_EMPTY_FIELDS, Form.TOLERATIONS_AS_WRITTEN, Form.AS_WRITTEN):
         hash_ = template_hash(_pod_spec(sandbox, settings, form=form))
         if hash_ != current and hash_ not in older:
             older.append(hash_)

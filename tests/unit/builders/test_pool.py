@@ -243,6 +243,33 @@ def test_tolerations_that_mean_the_same_are_one_canonical_list() -> None:
     assert canonical_tolerations([{"operator": "Exists"}]) == [{"operator": "Exists"}]
 
 
+@pytest.mark.parametrize(
+    ("in_the_pool", "in_the_sandbox"),
+    [
+        ({"operator": "Exists"}, {"key": "", "operator": "Exists"}),
+        (
+            {"key": "gvisor", "operator": "Exists"},
+            {"key": "gvisor", "operator": "Exists", "value": ""},
+        ),
+        ({"key": "dedicated", "operator": "Equal"}, {"key": "dedicated", "value": ""}),
+    ],
+    ids=["empty-key", "exists-empty-value", "equal-empty-value"],
+)
+def test_empty_toleration_fields_mean_none_and_want_the_same_pod(
+    settings: Settings,
+    make_sandbox: MakeSandbox,
+    in_the_pool: dict[str, str],
+    in_the_sandbox: dict[str, str],
+) -> None:
+    """The API server drops them as it stores the pod: they never made another one."""
+    pool = make_pool(tolerations=[in_the_pool])
+    sandbox = make_sandbox(tolerations=[in_the_sandbox])
+
+    assert sandbox_template_hash(sandbox, settings) == pool_template_hash(pool.spec, settings)
+    before = template_hash(_pod_spec(sandbox, settings, form=Form.TOLERATIONS_WITH_EMPTY_FIELDS))
+    assert before in claimed_template_hashes(sandbox, settings)  # a pool's pods made before
+
+
 def test_a_pool_and_a_sandbox_that_list_the_same_tolerations_otherwise_want_the_same_pod(
     settings: Settings, make_sandbox: MakeSandbox
 ) -> None:
