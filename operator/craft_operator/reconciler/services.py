@@ -244,12 +244,16 @@ class StoreCredentials:
                 if not calls:
                     del self._running[uid]
 
-    def _still_running(self, uid: str) -> float | None:
-        """How long the youngest call for ``uid`` still running has run (seconds), if any:
-        each may still land (none starts once the sandbox is being deleted)."""
+    def _ages(self, uid: str) -> tuple[float, float] | None:
+        """How long the oldest and the youngest call for ``uid`` still running have run
+        (seconds), if any runs: each may still land (none starts once the sandbox is being
+        deleted)."""
         with self._running_lock:
             calls = self._running.get(uid)
-            return time.monotonic() - max(calls) if calls else None
+            if not calls:
+                return None
+            now = time.monotonic()
+            return now - min(calls), now - max(calls)
 
     def _one_call_at_a_time(self, subject: str, uid: str) -> None:
         """Raise :class:`DatabaseUnavailableError` (retried) while an earlier call for ``uid``
@@ -257,13 +261,11 @@ class StoreCredentials:
         another of the threads every sandbox shares, all waiting on the same row. (Calls
         its passes still wait for may overlap: a delivery running on retires a PAT while
         the next pass ensures one.)"""
-        with self._running_lock:
-            calls = self._running.get(uid)
-            running = time.monotonic() - min(calls) if calls else None
-        if running is not None and running >= self._call_timeout:
+        ages = self._ages(uid)
+        if ages is not None and ages[0] >= self._call_timeout:
             raise DatabaseUnavailableError(
                 f"{subject}: an earlier call for this sandbox has run in the credentials "
-                f"database for {running:.0f} s (retried once it ends)"
+                f"database for {ages[0]:.0f} s (retried once it ends)"
             )
 
     def close(self) -> None:
@@ -331,7 +333,8 @@ class StoreCredentials:
         timeouts: an ensure that lands after the revoke would leave a PAT only the orphan
         sweep revokes, or take the row of a sandbox created later under the same name."""
         self._known.pop(uid, None)
-        running = self._still_running(uid)
+        ages = self._ages(uid)
+        running = ages[1] if ages is not None else None
         if running is not None and running < self._revoke_wait:
             raise DatabaseUnavailableError(
                 f"revoking the PAT of {namespace}/{name}: an earlier call for this sandbox "

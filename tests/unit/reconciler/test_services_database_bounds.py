@@ -324,7 +324,7 @@ async def test_a_pat_is_not_revoked_while_an_ensure_its_pass_gave_up_on_still_ru
 
     release.set()  # the slow call ends: it minted after all
     for _ in range(50):
-        if not credentials._still_running("uid-alice"):
+        if not credentials._ages("uid-alice"):
             break
         await asyncio.sleep(0.02)
     assert await credentials.revoke("craft-sandboxes", "alice", "uid-alice") is True
@@ -371,7 +371,7 @@ async def test_a_sandbox_whose_call_outlived_its_pass_makes_no_other_until_it_en
 
     release.set()  # the lock is let go: the earlier call ends
     for _ in range(50):
-        if not credentials._still_running("uid-alice"):
+        if not credentials._ages("uid-alice"):
             break
         await asyncio.sleep(0.02)
     assert (await credentials.ensure(sandbox)).pat_id
