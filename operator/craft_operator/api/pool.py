@@ -114,7 +114,10 @@ class CraftSandboxPoolStatus(StatusModel):
     creating: int | None = Field(default=None, description="Unclaimed pods that are not Ready yet.")
     claimed: int | None = Field(
         default=None,
-        description="Pods claimed from this pool that still exist (they belong to sandboxes).",
+        description=(
+            "Pods claimed from a pool of this name that still exist (they belong to "
+            "sandboxes; a pool deleted and made again counts those of the one before)."
+        ),
     )
     observed_generation: int | None = Field(
         default=None, description="The spec generation the operator last acted on."
