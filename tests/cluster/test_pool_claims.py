@@ -332,3 +332,29 @@ def test_eight_sandboxes_claiming_at_once_from_a_pool_of_five_never_share_a_pod(
         owners = pod["metadata"]["ownerReferences"]
         assert [ref["name"] for ref in owners] == [name]
     until(cluster, namespace, operator, lambda: pool_full(cluster, namespace, 5), "refilled")
+
+
+def test_tolerations_spelled_otherwise_claim_the_pools_pods_on_the_real_api_server(
+    cluster: Cluster, namespace: str, operator: OperatorProcess
+) -> None:
+    """An empty key or value means none, and the API server drops it as it stores the pod:
+    a sandbox that spells its tolerations so is no reason for a cold start."""
+    allowed = {"images": ["craft-sandbox"], "tolerations": [{"operator": "Exists"}]}
+    with platform_allowing(cluster, **allowed):
+        a_pool(cluster, namespace, 1, tolerations=[{"operator": "Exists"}])
+        until(cluster, namespace, operator, lambda: pool_full(cluster, namespace, 1), "pool full")
+        warm = {pod["metadata"]["uid"] for pod in pool_pods(cluster, namespace)}
+
+        cluster.create(
+            SANDBOXES,
+            namespace,
+            sandbox(
+                "alice",
+                poolRef={"name": "warm"},
+                tolerations=[{"key": "", "operator": "Exists", "value": ""}],
+            ),
+        )
+
+        ready, pod = ready_on(cluster, namespace, "alice", operator)
+        assert pod["metadata"]["uid"] in warm, ready
+        assert "ColdStart" not in reasons(cluster, namespace, "alice")
