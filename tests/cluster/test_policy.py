@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 import sqlalchemy.exc
 
+from craft_operator.client import AdmissionDeniedError, ForbiddenError, SandboxClient
 from craft_operator.policy.models import POLICY_NAME, TENANT_LABEL
+from tests.support.backend import backend_kubeconfig
 from tests.support.cluster import CRAFT, REPO, ApiError, Cluster, path_of, wait_for
 from tests.support.credentials_db import live_pats_and_rows
 from tests.support.operator_process import OperatorProcess
@@ -154,6 +156,25 @@ def test_with_the_admission_policy_a_disallowed_sandbox_is_refused_and_no_token_
     assert cluster.sandbox(namespace, "alice") is None
     live, rows = minted(state, namespace)
     assert (live, rows) == ({}, [])
+
+
+@pytest.mark.usefixtures("admission_policy")
+def test_the_backends_client_says_a_policy_denial_is_not_missing_rbac(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    """The backend must tell "the user may not have this" from "our deployment lacks its
+    Role": the API server answers 403 to both."""
+    kubeconfig = backend_kubeconfig(cluster, namespace, tmp_path / "backend.kubeconfig")
+    with (
+        SandboxClient(kubeconfig=kubeconfig) as sandboxes,
+        pytest.raises(AdmissionDeniedError) as refused,
+    ):
+        sandboxes.ensure(namespace, "alice", user_id=USER, image="attacker/sandbox:1")
+
+    text = str(refused.value)
+    assert "is not allowed by the CraftSandboxPolicy" in text
+    assert "rbac.yaml" not in text
+    assert not isinstance(refused.value, ForbiddenError)
 
 
 def pool_verdict(cluster: Cluster, namespace: str, spec: dict[str, Any]) -> str | None:

@@ -79,6 +79,8 @@ class FailNext:
     content_type: str = ""
     retry_after: str | None = None
     watch: bool = False
+    #: The Status's message (else one naming the test).
+    message: str | None = None
     #: Requests answered with the fault so far.
     failed: list[str] = field(default_factory=list)
 
@@ -93,7 +95,8 @@ class FailNext:
         self.failed.append(f"{self.method} {request.url.path}")
         reasons = {409: "Conflict", 429: "TooManyRequests", 500: "InternalError", 403: "Forbidden"}
         reason = reasons.get(self.code, "Error")
-        response = _status(self.code, reason, f"{reason} (injected by the test)")
+        message = self.message or f"{reason} (injected by the test)"
+        response = _status(self.code, reason, message)
         if self.retry_after is not None:
             response.headers["Retry-After"] = self.retry_after
         return response

@@ -19,6 +19,7 @@ from craft_operator.api.workspace import WORKSPACE_MOUNT, Workspace
 from craft_operator.client.aio import FIELD_MANAGER, AsyncSandboxClient
 from craft_operator.client.connection import Connection, discover, from_kubeconfig, in_cluster
 from craft_operator.client.errors import (
+    AdmissionDeniedError,
     ApiError,
     ConfigurationError,
     ConflictError,
@@ -42,6 +43,7 @@ from craft_operator.client.transport import RetryPolicy
 __all__ = [
     "FIELD_MANAGER",
     "WORKSPACE_MOUNT",
+    "AdmissionDeniedError",
     "ApiError",
     "AsyncSandboxClient",
     "ConditionView",

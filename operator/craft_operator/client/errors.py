@@ -112,6 +112,25 @@ class ForbiddenError(ApiError):
         )
 
 
+class AdmissionDeniedError(ApiError):
+    """403 from admission, not from RBAC: the platform's CraftSandboxPolicy (a
+    ValidatingAdmissionPolicy), an admission webhook or a ResourceQuota refused the
+    request. The request must change; the backend's Role is not the problem."""
+
+    def explain(self) -> str:
+        """What refused it and where to look."""
+        return (
+            f"{self.request.describe()} was refused at admission: {self.message}. The "
+            "platform's CraftSandboxPolicy (kubectl get craftsandboxpolicy default -o yaml), "
+            "an admission webhook or a ResourceQuota does not allow this request"
+        )
+
+
+#: How the API server says admission refused a request: a ValidatingAdmissionPolicy
+#: ("denied request"), a webhook ("denied the request"), a ResourceQuota.
+ADMISSION_DENIALS = ("denied request", "denied the request", "exceeded quota")
+
+
 class NotFoundError(ApiError):
     """404: the sandbox (or its namespace) does not exist."""
 

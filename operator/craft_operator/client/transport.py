@@ -23,6 +23,8 @@ import aiohttp
 from craft_operator import __version__
 from craft_operator.client.connection import Connection
 from craft_operator.client.errors import (
+    ADMISSION_DENIALS,
+    AdmissionDeniedError,
     ApiError,
     ConfigurationError,
     ConflictError,
@@ -323,7 +325,8 @@ def _typed(
     if status == 401:
         return UnauthorizedError(status, reason, message, what)
     if status == 403:
-        return ForbiddenError(status, reason, message, what)
+        denied = any(marker in message for marker in ADMISSION_DENIALS)
+        return (AdmissionDeniedError if denied else ForbiddenError)(status, reason, message, what)
     if status == 404:
         missing = "could not find the requested resource" in message
         return (CrdMissingError if missing else NotFoundError)(status, reason, message, what)

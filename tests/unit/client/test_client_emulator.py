@@ -17,6 +17,7 @@ from kmock._internal import rendering
 
 from craft_operator.api.models import ANNOTATION_LAST_ACTIVITY, ANNOTATION_LIBRARY_REVISION
 from craft_operator.client import (
+    AdmissionDeniedError,
     AsyncSandboxClient,
     ConflictError,
     Connection,
@@ -572,6 +573,32 @@ async def test_a_forbidden_request_names_the_grant_and_the_role_to_bind(
     text = str(refused.value)
     assert 'patch craftsandboxes.craft.onyx.app "alice" in namespace "craft"' in text
     assert "manifests/backend/rbac.yaml" in text
+    assert aclient.requests["patch"] == 1, "a refusal is not retried"
+
+
+@pytest.mark.parametrize(
+    "denial",
+    [
+        'craftsandboxes.craft.onyx.app "alice" is forbidden: ValidatingAdmissionPolicy '
+        "'craft-sandbox-policy' with binding 'craft-sandbox-policy' denied request: "
+        "spec.image attacker/sandbox:1 is not allowed by the CraftSandboxPolicy",
+        'admission webhook "validate.example.com" denied the request: no',
+        'craftsandboxes.craft.onyx.app "alice" is forbidden: exceeded quota: sandboxes',
+    ],
+    ids=["policy", "webhook", "quota"],
+)
+async def test_a_refusal_at_admission_is_not_taken_for_missing_rbac(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator, denial: str
+) -> None:
+    """Both are 403: the backend must tell "not allowed" from "our Role is missing"."""
+    emulator.before_request.insert(0, FailNext("PATCH", 403, message=denial))
+
+    with pytest.raises(AdmissionDeniedError) as refused:
+        await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID)
+
+    assert not isinstance(refused.value, ForbiddenError)
+    assert denial in str(refused.value)
+    assert "rbac.yaml" not in str(refused.value)
     assert aclient.requests["patch"] == 1, "a refusal is not retried"
 
 
