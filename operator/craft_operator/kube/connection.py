@@ -66,10 +66,29 @@ def ssl_context(info: kopf.ConnectionInfo) -> ssl.SSLContext | bool:
     if info.insecure:
         return False
     ca_data = info.ca_data.decode() if isinstance(info.ca_data, bytes) else info.ca_data
-    context = ssl.create_default_context(cafile=info.ca_path, cadata=ca_data)
+    try:
+        context = ssl.create_default_context(cafile=info.ca_path, cadata=ca_data)
+    except (OSError, ValueError) as exc:
+        where = f"CA file {info.ca_path}" if info.ca_path else "certificate-authority-data"
+        raise ClusterUnreachableError(
+            f"cannot use the cluster's {where} ({_problem(exc)}): fix the kubeconfig"
+        ) from None
     if info.certificate_path and info.private_key_path:
-        context.load_cert_chain(info.certificate_path, info.private_key_path)
+        try:
+            context.load_cert_chain(info.certificate_path, info.private_key_path)
+        except (OSError, ValueError) as exc:
+            raise ClusterUnreachableError(
+                f"cannot use the client certificate {info.certificate_path} and key "
+                f"{info.private_key_path} ({_problem(exc)}): fix the kubeconfig"
+            ) from None
     return context
+
+
+def _problem(exc: BaseException) -> str:
+    """What went wrong reading a certificate, never quoting what was read."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return type(exc).__name__
 
 
 def auth_headers(info: kopf.ConnectionInfo) -> dict[str, str]:

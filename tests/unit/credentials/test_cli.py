@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import importlib
 import json
 from collections.abc import Iterable
@@ -141,6 +142,50 @@ def test_a_revoke_without_a_cluster_to_ask_says_when_the_fresh_pat_comes(
     assert result.exit_code == 0  # the PAT is revoked all the same
     assert f"revoked PAT {issued.pat_id}" in result.stdout
     assert "within CRAFT_RESYNC_INTERVAL" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "cluster",
+    [
+        {"server": "https://127.0.0.1:1", "certificate-authority": "/nonexistent/ca.crt"},
+        {
+            "server": "https://127.0.0.1:1",
+            "certificate-authority-data": base64.b64encode(b"not a certificate").decode(),
+        },
+    ],
+    ids=["CA file gone", "CA data not a certificate"],
+)
+def test_a_revoke_with_an_unusable_kubeconfig_says_so_after_revoking(
+    env: dict[str, str], tmp_path: Path, cluster: dict[str, str]
+) -> None:
+    """A kubeconfig copied from another machine: the PAT is revoked, so the command must
+    not read as failed (run again, it would say nothing was revoked)."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "clusters": [{"name": "c", "cluster": cluster}],
+                "users": [{"name": "u", "user": {"token": "abc"}}],
+            }
+        )
+    )
+    issued = mint(env)
+
+    result = CliRunner().invoke(
+        main,
+        ["credentials", "revoke", "team-a/alice"],
+        env={**env, "KUBECONFIG": str(kubeconfig)},
+        catch_exceptions=False,
+    )
+
+    assert result.exit_code == 0
+    assert f"revoked PAT {issued.pat_id}" in result.stdout
+    assert "could not ask the operator for a fresh PAT" in result.stderr
+    assert "fix the kubeconfig" in result.stderr
 
 
 def test_credentials_revoke_revokes_and_a_second_revoke_finds_nothing(
