@@ -8,6 +8,7 @@ starts, instead of a retry loop or a traceback.
 from __future__ import annotations
 
 import logging
+import os
 import ssl
 from typing import Any
 
@@ -69,7 +70,9 @@ def ssl_context(info: kopf.ConnectionInfo) -> ssl.SSLContext | bool:
     try:
         context = ssl.create_default_context(cafile=info.ca_path, cadata=ca_data)
     except (OSError, ValueError) as exc:
-        where = f"CA file {info.ca_path}" if info.ca_path else "certificate-authority-data"
+        where = (
+            f"CA file {os.fsdecode(info.ca_path)}" if info.ca_path else "certificate-authority-data"
+        )
         raise ClusterUnreachableError(
             f"cannot use the cluster's {where} ({_problem(exc)}): fix the kubeconfig"
         ) from None
@@ -78,8 +81,8 @@ def ssl_context(info: kopf.ConnectionInfo) -> ssl.SSLContext | bool:
             context.load_cert_chain(info.certificate_path, info.private_key_path)
         except (OSError, ValueError) as exc:
             raise ClusterUnreachableError(
-                f"cannot use the client certificate {info.certificate_path} and key "
-                f"{info.private_key_path} ({_problem(exc)}): fix the kubeconfig"
+                f"cannot use the client certificate {os.fsdecode(info.certificate_path)} and "
+                f"key {os.fsdecode(info.private_key_path)} ({_problem(exc)}): fix the kubeconfig"
             ) from None
     return context
 
