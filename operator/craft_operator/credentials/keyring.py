@@ -304,6 +304,12 @@ def _read_key_file(path: Path) -> _Keys:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise KeyRingError(f"cannot read the key ring file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        # A raw key put in the Secret as is (--from-file=keys=key.bin): never quote it.
+        raise KeyRingError(
+            f"key ring file {path} is not text: it holds entries id:base64key, one per "
+            "line or comma-separated (craft-operator keys generate makes one)"
+        ) from None
     try:
         return _build_keys(parse_entries(text))
     except KeyRingError as exc:

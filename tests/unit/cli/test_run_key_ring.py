@@ -13,6 +13,9 @@ import pytest
 
 from craft_operator.credentials import generate_key_entry
 
+#: 32 raw bytes that are not UTF-8 (a key file put in the Secret as is).
+RAW_KEY = b"\xc3\x28" + bytes(range(30))
+
 SCRIPT = Path(sys.executable).with_name("craft-operator")
 #: A key as ``secrets.token_urlsafe(32)`` writes it: also a well-formed key id.
 CANARY = base64.urlsafe_b64encode(b"run-canary-key-material-32bytes!").decode().rstrip("=")
@@ -92,6 +95,17 @@ def test_an_unreadable_key_ring_file_stops_the_start_naming_the_file(tmp_path: P
     assert only_line(completed) == (
         f"craft-operator: cannot read the key ring file {missing}: No such file or directory"
     )
+
+
+def test_a_raw_key_as_the_key_ring_file_stops_the_start_in_one_line(tmp_path: Path) -> None:
+    """kubectl create secret ... --from-file=keys=key.bin: bytes, not entries."""
+    path = tmp_path / "keys"
+    path.write_bytes(RAW_KEY)
+
+    completed = run_operator(tmp_path, CRAFT_ENCRYPTION_KEYS_FILE=str(path))
+
+    assert completed.returncode == 2
+    assert only_line(completed).startswith(f"craft-operator: key ring file {path} is not text")
 
 
 def test_a_good_key_ring_file_lets_the_start_go_on_to_the_cluster(tmp_path: Path) -> None:

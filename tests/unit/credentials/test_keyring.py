@@ -247,3 +247,23 @@ def test_a_key_ring_file_with_a_bad_entry_names_the_file(tmp_path: Path) -> None
 
     with pytest.raises(KeyRingError, match=str(path)):
         key_ring_from_file(path)
+
+
+def test_a_key_ring_file_turned_to_raw_bytes_keeps_the_ring_it_had(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The Secret volume updated with a raw key: minting must go on with the ring read
+    before, and the log say why, never quoting the bytes."""
+    path = tmp_path / "keys"
+    path.write_text(generate_key_entry("k1").get_secret_value() + "\n")
+    now = [0.0]
+    ring = key_ring_from_file(path, monotonic=lambda: now[0])
+    path.write_bytes(b"\xc3\x28" + bytes(range(30)))
+    now[0] += 3600
+
+    with caplog.at_level(logging.WARNING):
+        sealed = ring.encrypt(b"token", context=b"uid")
+
+    assert ring.key_ids == ("k1",)
+    assert ring.decrypt(sealed, context=b"uid", subject="x") == b"token"
+    assert "is not text" in caplog.text
