@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -126,6 +127,65 @@ async def test_a_failed_sandbox_whose_spec_is_fixed_during_an_outage_waits_inste
 
     await phase(emulator, "alice", "Pending")
     assert condition(emulator, "alice", "PodReady")["status"] == "Unknown"
+
+
+def reasons_said(operator: OperatorContext) -> list[str]:
+    """The reasons of every event the operator posts from now on (folded repeats too)."""
+    said: list[str] = []
+    post = operator.services.events.post
+
+    def counting(body: Any, *, type: str, reason: str, message: str) -> None:
+        said.append(reason)
+        post(body, type=type, reason=reason, message=message)
+
+    operator.services.events.post = counting  # type: ignore[method-assign]
+    return said
+
+
+async def test_a_sandbox_failed_for_its_spec_says_so_once_not_on_every_resync(
+    emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec
+) -> None:
+    """Each resync posted the Warning again: its Event's count climbed for as long as the
+    sandbox stayed Failed."""
+    resyncing = settings.model_copy(update={"resync_interval": 0.3})
+    async with running_operator(
+        str(emulator.url).rstrip("/"), resyncing, exec_transport=pod_exec
+    ) as operator:
+        said = reasons_said(operator)
+        limits = {"requests": {"memory": "20Gi"}, "limits": {"memory": "8Gi"}}
+        emulator.create(SANDBOXES, sandbox("alice", resources=limits))
+        await phase(emulator, "alice", "Failed")
+        await passes_in(operator, 2.0)  # several resyncs of a sandbox that did not change
+
+    assert said.count("InvalidResources") == 1
+
+
+def refuse_alices_pod(resource: Any, obj: Any, old: Any) -> list[str]:
+    """An admission policy that refuses the pod for what it is (422)."""
+    if resource.plural == "pods" and old is None and obj["metadata"].get("name") == "alice":
+        return ["spec.containers[0].image: Forbidden: denied by policy"]
+    return []
+
+
+@pytest.mark.admission_rejections
+async def test_a_refused_pod_is_not_created_again_on_every_resync(
+    emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec
+) -> None:
+    """The same spec is refused the same way: one create through every webhook per resync
+    for nothing (it is tried again after RETRY_REJECTED_AFTER)."""
+    resyncing = settings.model_copy(update={"resync_interval": 0.3})
+    emulator.validators.append(refuse_alices_pod)
+    async with running_operator(
+        str(emulator.url).rstrip("/"), resyncing, exec_transport=pod_exec
+    ) as operator:
+        said = reasons_said(operator)
+        emulator.create(SANDBOXES, sandbox("alice"))
+        await phase(emulator, "alice", "Failed")
+        await passes_in(operator, 2.0)
+
+    assert condition(emulator, "alice", "PodReady")["reason"] == "PodRejected"
+    assert len(emulator.rejections) == 1
+    assert said.count("PodRejected") == 1
 
 
 async def test_a_database_outage_keeps_the_sandbox_pending_and_is_retried_with_backoff(

@@ -103,6 +103,9 @@ class Memory:
     #: may lose (the next pass must not take the webhook's change for an edit).
     admitted: dict[tuple[str, str], tuple[str, list[str]]] = field(default_factory=dict)
 
+    #: When the API server last refused the sandbox's pod for good (``PodRejected``), per
+    #: sandbox: the same spec is tried again only after ``pod_lifecycle.RETRY_REJECTED_AFTER``.
+    rejected: dict[tuple[str, str], datetime] = field(default_factory=dict)
     #: Resizes the API server refused, per sandbox and volume name (see ``volume_growth``).
     refused_resizes: dict[tuple[str, str], dict[str, Refusal]] = field(default_factory=dict)
 
@@ -143,10 +146,18 @@ class Pass:
         return Stop(reason)
 
     def fail_spec(self, reason: str, message: str) -> Stop:
-        """A spec that cannot work: the sandbox Failed until its spec (or settings) change."""
+        """A spec that cannot work: the sandbox Failed until its spec (or settings) change.
+        Its Warning is said once, not again on every revisit of a sandbox Failed so."""
+        held = self.run.condition(POD_READY)
+        said = (
+            self.run.old_status.phase == Phase.FAILED
+            and held is not None
+            and (held.reason, held.message) == (reason, message)
+        )
         self.run.phase = Phase.FAILED
         self.run.set(ConditionState.false(POD_READY, reason, message))
-        self.event(reason, message, warning=True)
+        if not said:
+            self.event(reason, message, warning=True)
         return Stop(reason)
 
     async def converge_child(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from craft_operator.api.models import Phase
@@ -18,15 +19,33 @@ from craft_operator.reconciler.steps import pod_state
 from craft_operator.status import POD_READY, ConditionState
 
 WAITING = "WaitingForPod"
+#: PodReady's reason when the API server refuses the pod for what it is (400, 422, a
+#: LimitRange's bounds): retrying the same spec at once cannot help.
+REJECTED = "PodRejected"
+#: How long the same spec waits before it is tried again after such a refusal: an admission
+#: webhook or a LimitRange may have changed meanwhile, which no event of the sandbox says.
+RETRY_REJECTED_AFTER = timedelta(minutes=10)
 POD = kinds.POD
 
 
 def restart_wait(p: Pass) -> Stop | None:
     """A stop while the backoff after a failed pod lasts (no new pod, created or claimed:
-    a sandbox whose pods keep failing must not drain a pool either)."""
+    a sandbox whose pods keep failing must not drain a pool either), or, for a pod the API
+    server refused, until :data:`RETRY_REJECTED_AFTER` has passed."""
     s, run = p.services, p.run
-    failures = run.status.pod_failures or 0
     previous = run.condition(POD_READY)
+    refused_at = p.memory.rejected.get(run.key)
+    if (
+        refused_at is not None
+        and previous is not None
+        and previous.reason == REJECTED
+        and run.failed_pod_stands()
+    ):
+        wait = (refused_at + RETRY_REJECTED_AFTER - run.now).total_seconds()
+        if wait > 0:
+            run.revisit(after=wait)
+            return Stop(WAITING)
+    failures = run.status.pod_failures or 0
     if failures and previous is not None and previous.reason == "PodFailed":
         # Not the condition's lastTransitionTime: a pod that fails before it was ever Ready
         # leaves PodReady False all along, so that time is when the pod was created.
@@ -65,7 +84,8 @@ async def create(p: Pass, desired: dict[str, Any]) -> Stop:
             # The API server refuses this pod (e.g. an admission policy, or resources over
             # a LimitRange's bounds); retrying the same spec cannot help, so wait for the
             # spec or the settings to change. (A quota's 403 passes: retried.)
-            p.fail_spec("PodRejected", str(exc))
+            p.memory.rejected[run.key] = run.now
+            p.fail_spec(REJECTED, str(exc))
         else:
             p.fail(POD_READY, "PodCreateFailed", str(exc))
         return Stop(WAITING)

@@ -10,7 +10,7 @@ import pytest
 
 from craft_operator.api.status_codec import dump_status
 from craft_operator.kube.client import ApiError
-from craft_operator.reconciler.step import Pass, Stop
+from craft_operator.reconciler.step import Memory, Pass, Stop
 from craft_operator.reconciler.steps import credentials, pod
 from tests.support.pod_exec import mark_pod_failed, mark_pod_running
 from tests.unit.reconciler.conftest import NAMESPACE
@@ -301,3 +301,31 @@ async def test_a_replica_that_stood_by_remembers_no_provisioning_clock(world: Wo
     assert reconciler._memory.starting
     await reconciler.forget_all()  # the other replica acted meanwhile, for days maybe
     assert not reconciler._memory.starting
+
+
+async def test_a_refused_pod_is_tried_again_only_after_a_while(world: World) -> None:
+    """The same spec, refused for what it is, waits RETRY_REJECTED_AFTER (a webhook or a
+    LimitRange may have changed since); a changed spec is tried at once."""
+    creates: list[object] = []
+
+    async def refused(kind: object, body: object) -> object:
+        creates.append(body)
+        raise ApiError(422, "Invalid", 'Pod "alice" is invalid: denied by policy')
+
+    world.services.kube.create = refused  # type: ignore[method-assign]
+    memory = Memory()
+    first = await pod_pass(world, memory=memory)
+    await pod.converge_pod(first)
+    stored = dump_status(first.run.finish())
+
+    soon = await pod_pass(world, status=stored, memory=memory, now=NOW + timedelta(minutes=9))
+    assert await pod.converge_pod(soon) == Stop("WaitingForPod")
+    assert len(creates) == 1
+    assert soon.run.verdict.after == pytest.approx(60)
+    later = await pod_pass(world, status=stored, memory=memory, now=NOW + timedelta(minutes=11))
+    await pod.converge_pod(later)
+    assert len(creates) == 2
+    edited = {**stored, "observedGeneration": 0}  # the spec changed since it was refused
+    changed = await pod_pass(world, status=edited, memory=memory)
+    await pod.converge_pod(changed)
+    assert len(creates) == 3
