@@ -11,6 +11,7 @@ import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
@@ -462,6 +463,18 @@ class Settings(BaseSettings):
             "starting and ending with a letter or digit"
         )
         return check_pattern(value, LEGACY_S3_BUCKET_PATTERN, message)
+
+    @field_validator("s3_endpoint_url", "library_sts_endpoint_url")
+    @classmethod
+    def _check_endpoint(cls, value: str | None) -> str | None:
+        # S3 and STS sign with AWS_* keys; a user:password@ here would only be quoted (in
+        # doctor's line, botocore's errors, a sync Job's spec) and authenticate nothing.
+        if value is not None and "@" in urlsplit(value).netloc:
+            raise ValueError(
+                "must not carry credentials (user:password@): S3 takes them from "
+                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or the pod's cloud role"
+            )
+        return value
 
     @field_validator("s3_region")
     @classmethod

@@ -347,6 +347,22 @@ def test_the_s3_region_must_be_one_botocore_takes(
     assert "CRAFT_S3_REGION: must be an S3 region such as us-east-1" in message
 
 
+@pytest.mark.parametrize("variable", ["CRAFT_S3_ENDPOINT_URL", "CRAFT_LIBRARY_STS_ENDPOINT_URL"])
+def test_an_endpoint_carrying_credentials_is_refused_without_quoting_them(
+    monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    """They would authenticate nothing (S3 signs with AWS_* keys) and be quoted where an
+    endpoint is: doctor's line, botocore's errors, a sync Job's spec."""
+    message = settings_error(monkeypatch, **{variable: "http://minio:SECRETPW@minio:9000"})
+    assert f"{variable}: must not carry credentials" in message
+    assert "SECRETPW" not in message
+
+
+def test_an_endpoint_without_credentials_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CRAFT_S3_ENDPOINT_URL", "http://minio.craft-system:9000")
+    assert load_settings().s3_endpoint_url == "http://minio.craft-system:9000"
+
+
 @pytest.mark.parametrize("region", ["us-east-1", "eu-central-2", "EU-WEST-1", "local"])
 def test_a_region_botocore_takes_starts_the_operator(
     monkeypatch: pytest.MonkeyPatch, region: str
