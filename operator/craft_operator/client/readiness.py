@@ -159,22 +159,28 @@ def failure_of(progress: Progress) -> SandboxFailedError | None:
 
 
 def _first_failure(progress: Progress, status: CraftSandboxStatus) -> ConditionReport | None:
-    """The first condition, in the operator's order, that says it needs a change."""
-    false = {c.type: c for c in progress.conditions if c.status == ConditionStatus.FALSE.value}
-    for type_ in REQUIRED:
-        condition = false.get(type_)
-        if condition is None:
-            continue
+    """The first condition, in the operator's order, that says it needs a change; on a
+    Failed sandbox with none, the first False one (a transient one earlier in the order,
+    the database down or a revocation retried, is not why it failed)."""
+    false = [
+        c
+        for type_ in REQUIRED
+        for c in progress.conditions
+        if c.type == type_ and c.status == ConditionStatus.FALSE.value
+    ]
+    for condition in false:
         final = (
-            condition.reason in NEEDS_A_CHANGE.get(type_, frozenset())
-            or status.phase == Phase.FAILED
+            condition.reason in NEEDS_A_CHANGE.get(condition.type, frozenset())
             # A freshly minted PAT was refused too: no more are minted until the spec changes.
             or (condition.reason == "AuthFailed" and (status.cli_auth_failures or 0) > 1)
             # A library sync failed in a way retrying cannot fix (over a cap, no bucket, ...).
-            or (type_ == "UserLibrarySynced" and _library_gave_up(progress, status))
+            or (condition.type == "UserLibrarySynced" and _library_gave_up(progress, status))
         )
         if final:
             return ConditionReport(condition.type, condition.reason, condition.message)
+    if status.phase == Phase.FAILED and false:
+        first = false[0]
+        return ConditionReport(first.type, first.reason, first.message)
     return None
 
 
