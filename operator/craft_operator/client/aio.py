@@ -8,6 +8,7 @@ does not fight GitOps or the operator); annotations and ``spec.suspend`` are mer
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import inspect
 import time
@@ -36,6 +37,7 @@ from craft_operator.client.errors import (
     Request,
     SandboxGoneError,
     UnreachableError,
+    WaitTimeoutError,
 )
 from craft_operator.client.objects import (
     apply_body,
@@ -241,14 +243,19 @@ class AsyncSandboxClient:
         """
         value = revision if revision is not None else str(time.time_ns())
         patch = {"metadata": {"annotations": {ANNOTATION_LIBRARY_REVISION: value}}}
-        written = await self._merge(namespace, name, patch)
-        if wait:
-            before = library_failure_key(written)
+        what = f"library sync {value}"
+        if not wait:
+            await self._merge(namespace, name, patch)
+            return value
+        written, left = await _within(
+            timeout, namespace, name, what, self._merge(namespace, name, patch)
+        )
+        before = library_failure_key(written)
 
-            async def decide(obj: dict[str, Any] | None) -> bool | None:
-                return library_synced(_present(obj, namespace, name), value, before)
+        async def decide(obj: dict[str, Any] | None) -> bool | None:
+            return library_synced(_present(obj, namespace, name), value, before)
 
-            await self._watcher.until(namespace, name, decide, timeout, f"library sync {value}")
+        await self._watcher.until(namespace, name, decide, left, what)
         return value
 
     async def sleep(
@@ -262,16 +269,18 @@ class AsyncSandboxClient:
         """Put the sandbox to sleep now (``spec.suspend: true``): its pod is deleted, its
         credentials, status and library record kept. ``wait`` until the operator did
         (:class:`SandboxGoneError` if the sandbox is deleted meanwhile)."""
-        await self._merge(namespace, name, {"spec": {"suspend": True}})
+        suspend = self._merge(namespace, name, {"spec": {"suspend": True}})
         if not wait:
+            await suspend
             return
+        _, left = await _within(timeout, namespace, name, "Suspended", suspend)
 
         async def decide(obj: dict[str, Any] | None) -> bool | None:
             progress = progress_of(_present(obj, namespace, name))
             asleep = progress.current and progress.phase == Phase.SUSPENDED.value
             return True if asleep and not progress.status.pod_uid else None
 
-        await self._watcher.until(namespace, name, decide, timeout, "Suspended")
+        await self._watcher.until(namespace, name, decide, left, "Suspended")
 
     async def wake(
         self,
@@ -284,9 +293,12 @@ class AsyncSandboxClient:
     ) -> None:
         """Wake the sandbox from either sleep: ``spec.suspend`` back to false, and activity
         later than the moment it fell asleep on idleness. ``wait`` until Ready."""
-        await self._set_activity(namespace, name, to_second(datetime.now(UTC)), unsuspend=True)
-        if wait:
-            await self.wait_ready(namespace, name, timeout=timeout, on_progress=on_progress)
+        woken = self._set_activity(namespace, name, to_second(datetime.now(UTC)), unsuspend=True)
+        if not wait:
+            await woken
+            return
+        _, left = await _within(timeout, namespace, name, "Ready", woken)
+        await self.wait_ready(namespace, name, timeout=left, on_progress=on_progress)
 
     async def delete(
         self,
@@ -301,6 +313,21 @@ class AsyncSandboxClient:
         False if it did not exist. ``wait`` until it is gone, i.e. the operator finished.
         A cluster without the CRD raises :class:`CrdMissingError`.
         """
+        if not wait:
+            return await self._delete(namespace, name)
+        existed, left = await _within(
+            timeout, namespace, name, "deletion", self._delete(namespace, name)
+        )
+        if existed:
+
+            async def gone(obj: dict[str, Any] | None) -> bool | None:
+                return True if obj is None else None
+
+            await self._watcher.until(namespace, name, gone, left, "deletion")
+        return existed
+
+    async def _delete(self, namespace: str, name: str) -> bool:
+        """Ask for the deletion; False if the sandbox did not exist."""
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
         retried: list[ApiError] = []
         try:
@@ -318,12 +345,6 @@ class AsyncSandboxClient:
             # try deleted it.
             if not any(_maybe_carried_out(exc) for exc in retried):
                 return False
-        if wait:
-
-            async def gone(obj: dict[str, Any] | None) -> bool | None:
-                return True if obj is None else None
-
-            await self._watcher.until(namespace, name, gone, timeout, "deletion")
         return True
 
     # -- internals ----------------------------------------------------------------------------
@@ -434,3 +455,28 @@ async def _call_back(callback: ProgressCallback, progress: Progress) -> None:
     result = callback(progress)
     if inspect.isawaitable(result):
         await result
+
+
+async def _within(
+    timeout: float,  # noqa: ASYNC109 - the caller's deadline, shared with its wait
+    namespace: str,
+    name: str,
+    what: str,
+    write: Awaitable[T],
+) -> tuple[T, float]:
+    """``write`` (with its retries) within ``timeout``, and the seconds left for the wait
+    that follows it: a throttled write must not stretch a wait past its deadline. Raises
+    :class:`WaitTimeoutError` if the write does not finish in time (it may have landed:
+    every write the client makes can be made again)."""
+    started = time.monotonic()
+    try:
+        async with asyncio.timeout(timeout) as deadline:
+            result = await write
+    except TimeoutError:
+        if not deadline.expired():
+            raise
+        where = f'CraftSandbox "{name}" in namespace "{namespace}"'
+        raise WaitTimeoutError(
+            f"{where}: {what}", timeout, "the write before the wait had not finished"
+        ) from None
+    return result, max(0.0, timeout - (time.monotonic() - started))
