@@ -144,18 +144,28 @@ async def check_operator_access(
         except ApiError as exc:
             logger.warning("cannot check the operator's API access: %s", exc)
             return AccessVerdict()
-        try:
-            terminating, missing = await _not_there(kube, _lacking(denied, namespaces))
-        except ApiError as exc:  # the denials stand: none is excused
-            logger.warning("cannot read the served namespaces: %s", exc)
-            terminating, missing = (), ()
+        denied, terminating, missing = await excuse_absent(kube, denied, namespaces)
     finally:
         await kube.close()
     excused = {*terminating, *missing}
-    denied = [request for request in denied if request[1] not in excused]
     served = [namespace for namespace in namespaces if namespace not in excused]
     problem = missing_access_message(denied, served=served) if denied else None
     return AccessVerdict(problem, terminating, missing)
+
+
+async def excuse_absent(
+    kube: KubeClient, denied: Sequence[AccessRequest], namespaces: Sequence[str]
+) -> tuple[list[AccessRequest], tuple[str, ...], tuple[str, ...]]:
+    """The ``denied`` requests but those in served namespaces being deleted or that do not
+    exist (their Role is gone with them, or not made yet: no reason to stop), and those
+    namespaces (terminating, missing). If the namespaces cannot be read, none is excused."""
+    try:
+        terminating, missing = await _not_there(kube, _lacking(denied, namespaces))
+    except ApiError as exc:  # the denials stand: none is excused
+        logger.warning("cannot read the served namespaces: %s", exc)
+        return list(denied), (), ()
+    excused = {*terminating, *missing}
+    return [request for request in denied if request[1] not in excused], terminating, missing
 
 
 async def _not_there(

@@ -109,6 +109,8 @@ class Cluster:
 
     emulator: KubeEmulator
     denied: set[Grant] = field(default_factory=set)
+    #: Namespaces where every request is denied (no Role there).
+    denied_in: set[str] = field(default_factory=set)
     reviews: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -167,7 +169,9 @@ async def cluster(env: dict[str, str]) -> AsyncIterator[Cluster]:
                 f"/{attributes['subresource']}" if attributes.get("subresource") else ""
             )
             grant = (attributes["verb"], attributes["group"], resource)
-            allowed = grant not in state.denied
+            allowed = grant not in state.denied and (
+                attributes.get("namespace") not in state.denied_in
+            )
             return aiohttp.web.json_response(
                 {**request.data, "status": {"allowed": allowed, "reason": ""}}, status=201
             )
@@ -271,10 +275,33 @@ async def test_a_missing_peering_grant_points_at_the_base(
     assert "— apply the operator's RBAC (kubectl apply -k manifests/base)" in text
 
 
+def make_namespaces(cluster: Cluster, *names: str) -> None:
+    for name in names:
+        cluster.emulator.add_namespace(name)
+
+
+async def test_a_served_namespace_not_made_yet_is_a_warning_as_run_takes_it(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """run starts, warns and watches it; doctor failed the rollout it gates instead, and
+    advised applying the Role in a namespace that does not exist."""
+    monkeypatch.setenv("CRAFT_NAMESPACES", "team-a,team-b")
+    make_namespaces(cluster, "team-a")
+    cluster.denied_in.add("team-b")  # no Role there: it does not exist
+
+    result = await doctor("--standalone")
+
+    text = line(result, "API permissions")
+    assert result.exit_code == 0, result.output
+    assert text.startswith("⚠ API permissions:"), text
+    assert "team-b (does not exist)" in text
+
+
 async def test_a_scoped_operator_is_checked_in_each_watched_namespace(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CRAFT_NAMESPACES", "team-a,team-b")
+    make_namespaces(cluster, "team-a", "team-b")
     cluster.denied.add(("watch", "", "secrets"))
     result = await doctor("--peering", PEERING)
     assert result.exit_code == 1

@@ -12,7 +12,7 @@ from typing import TypeVar
 
 import kopf
 
-from craft_operator.access import access_fix, denied_access, describe_denied
+from craft_operator.access import access_fix, denied_access, describe_denied, excuse_absent
 from craft_operator.api import models
 from craft_operator.api.pool import POOL_PLURAL
 from craft_operator.config import Settings
@@ -178,14 +178,28 @@ async def _check_permissions(kube: KubeClient, settings: Settings, *, peering: b
             f"cannot ask the API server what is allowed (SelfSubjectAccessReview): {exc}",
             "allow creating selfsubjectaccessreviews (system:basic-user grants it by default)",
         )
+    denied, terminating, absent = await excuse_absent(kube, denied, namespaces)
+    excused = {*terminating, *absent}
+    served = [namespace for namespace in namespaces if namespace not in excused]
     if denied:
         missing = describe_denied(denied, limit=len(denied))
-        return fail(
-            name, f"{len(denied)} missing: {missing}", access_fix(denied, served=namespaces)
-        )
-    scope = f"in {', '.join(namespaces)}" if namespaces else "cluster-wide"
+        return fail(name, f"{len(denied)} missing: {missing}", access_fix(denied, served=served))
+    scope = f"in {', '.join(served)}" if namespaces else "cluster-wide"
     if not peering:
         scope += ", without the peering object's"
+    granted = f"the grants the operator needs are allowed ({scope})"
+    if excused:
+        # As run does: such a namespace is watched all the same, served once it is made
+        # (again) with the operator's Role.
+        gone = [f"{n} (does not exist)" for n in absent] + [
+            f"{n} (being deleted)" for n in terminating
+        ]
+        return warn(
+            name,
+            f"{granted}; served namespace(s) {', '.join(gone)} have no Role",
+            "make the namespace with manifests/sandbox-namespace applied in it, or take it "
+            "out of CRAFT_NAMESPACES",
+        )
     return ok(name, f"all {len(requests)} grants the operator needs are allowed ({scope})")
 
 
