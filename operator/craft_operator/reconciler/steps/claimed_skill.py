@@ -24,6 +24,7 @@ from craft_operator.builders.naming import SANDBOX_CONTAINER, SKILL_KEY, skills_
 from craft_operator.builders.pod import SKILLS_MOUNT
 from craft_operator.kube import kinds
 from craft_operator.kube.exec import ExecError, ExecResult
+from craft_operator.reconciler.children import controlled_by
 from craft_operator.reconciler.pod_guard import exec_into_pod_of
 from craft_operator.reconciler.step import Pass, Step, Stop
 from craft_operator.status import SKILL_RENDERED, ConditionState, find_condition
@@ -79,6 +80,8 @@ def pending_skill(p: Pass) -> PendingSkill | None:
     configmap = p.services.cache.get(
         kinds.CONFIGMAP.name, p.sandbox.metadata.namespace, skills_configmap_name(p.sandbox)
     )
+    if configmap is not None and not controlled_by(configmap, p.sandbox.metadata.uid):
+        return None  # someone else's by that name: the skill step reports it
     text = ((configmap or {}).get("data") or {}).get(SKILL_KEY)
     if text is None:
         return None  # the skill step reports why there is none

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
 from craft_operator.api.models import SkillStatus
 from craft_operator.builders.configmap import build_skills_configmap
-from craft_operator.builders.naming import ANNOTATION_SOURCES_HASH, skills_configmap_name
+from craft_operator.builders.naming import (
+    ANNOTATION_SOURCES_HASH,
+    SKILL_KEY,
+    skills_configmap_name,
+)
 from craft_operator.kube import kinds
 from craft_operator.metrics import ProvisioningPhase
+from craft_operator.reconciler.children import controlled_by
 from craft_operator.reconciler.step import Pass, Step, Stop
 from craft_operator.skills.render import RenderedSkill, sources_digest
 from craft_operator.skills.template import SkillTemplateError
@@ -63,8 +69,17 @@ async def render_skill(p: Pass) -> Stop | None:
 
 
 def _lists_current_sources(p: Pass, configmap: Mapping[str, Any] | None) -> bool:
-    """Whether ``configmap`` holds a rendering of the sandbox's current sources."""
-    if configmap is None:
+    """Whether ``configmap`` is the sandbox's own and holds, as the operator wrote it, a
+    rendering of the sandbox's current sources: its SKILL.md's hash is the one the status
+    records (which the ConfigMap's editors cannot write), so neither a ConfigMap someone
+    else made under its name nor an edit of its own is kept as the last good rendering."""
+    if configmap is None or not controlled_by(configmap, p.sandbox.metadata.uid):
+        return False
+    recorded = p.run.old_status.skill
+    text = (configmap.get("data") or {}).get(SKILL_KEY)
+    if recorded is None or not isinstance(text, str):
+        return False
+    if hashlib.sha256(text.encode("utf-8")).hexdigest() != recorded.content_hash:
         return False
     annotations = configmap.get("metadata", {}).get("annotations") or {}
     return annotations.get(ANNOTATION_SOURCES_HASH) == sources_digest(p.sandbox.spec.sources)
