@@ -382,8 +382,8 @@ def _kept_for(pvc: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
         not has_controller(pvc)
         and labels.get(LABEL_RETAINED) == body["metadata"]["name"]
         and labels.get(LABEL_ONYX_SANDBOX_ID) == body["metadata"].get("uid")
-        and user is not None
-        and labels.get(LABEL_USER_ID) == user
+        and isinstance(user, str)
+        and labels.get(LABEL_USER_ID) == user.lower()  # as the model (and so the label) has it
     )
 
 
