@@ -9,6 +9,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from craft_operator.client.readiness import failure_of, progress_of
 from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
 from craft_operator.credentials.errors import DatabaseUnavailableError
@@ -186,6 +187,53 @@ async def test_a_refused_pod_is_not_created_again_on_every_resync(
     assert condition(emulator, "alice", "PodReady")["reason"] == "PodRejected"
     assert len(emulator.rejections) == 1
     assert said.count("PodRejected") == 1
+
+
+async def test_a_policy_denial_lifted_during_an_outage_does_not_stay_failed(
+    emulator: KubeEmulator, operator: OperatorContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The denial is the policy's verdict, not the pod's: allowed again (no spec change),
+    the sandbox waits for the database, and the backend is not told it is refused."""
+    emulator.create(SANDBOXES, sandbox("alice", image="registry.example.com/craft/sandbox:1.2"))
+    await phase(emulator, "alice", "Failed")
+    await event_posted(emulator, "alice", "PolicyDenied")
+    credentials_database_down(operator, monkeypatch)
+
+    allow(emulator, images=["registry.example.com/craft/"])
+
+    await eventually(
+        lambda: (
+            condition(emulator, "alice", "CredentialsReady").get("reason") == "DatabaseUnavailable"
+        ),
+        what="the pass after the policy change",
+    )
+    assert condition(emulator, "alice", "PodReady")["reason"] != "PolicyDenied"
+    assert status(emulator, "alice")["phase"] == "Pending"
+    assert failure_of(progress_of(emulator.get(SANDBOXES, NAMESPACE, "alice"))) is None
+
+
+async def test_a_spec_the_api_server_let_through_but_the_operator_cannot_read_is_said_once(
+    emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec
+) -> None:
+    """A CRD older than the operator's (or none of its rules): Failed, InvalidSpec, one
+    Warning however many passes follow (the backend's touch() annotates it often)."""
+    emulator.validators.clear()  # an API server that admits what the model refuses
+    async with running_operator(
+        str(emulator.url).rstrip("/"), settings, exec_transport=pod_exec
+    ) as operator:
+        said = reasons_said(operator)
+        manifest = sandbox("alice")
+        manifest["spec"]["user"]["id"] = "not-a-uuid"
+        emulator.create(SANDBOXES, manifest)
+        await phase(emulator, "alice", "Failed")
+        for n in range(4):
+            touch = {"metadata": {"annotations": {"craft.onyx.app/last-activity": f"n{n}"}}}
+            emulator.patch(SANDBOXES, NAMESPACE, "alice", touch)
+            await passes_in(operator, 0.3)
+
+    assert condition(emulator, "alice", "PodReady")["reason"] == "InvalidSpec"
+    assert said.count("InvalidSpec") == 1
+    assert pod(emulator, "alice") is None
 
 
 async def test_a_database_outage_keeps_the_sandbox_pending_and_is_retried_with_backoff(

@@ -36,6 +36,15 @@ class Revisit:
     changed: bool = False
 
 
+#: PodReady's reasons on a Failed sandbox that only a change of its spec (or a pod) can
+#: undo: they stand while a pass stops before the pod step judges again (see
+#: ``pod_lifecycle``, ``pod``, ``workspace``; not PolicyDenied nor NoServerURL, whose causes
+#: lie in the policy and the settings).
+STANDING_VERDICTS = frozenset(
+    {"PodFailedRepeatedly", "PodRejected", "InvalidResources", "WorkspaceSizeInvalid"}
+)
+
+
 class Run:
     """The status a reconcile pass is building, plus when to visit the sandbox again.
 
@@ -194,17 +203,32 @@ class Run:
             self.status.observed_generation = self.generation
         return self.status
 
+    def failed_already(self, reason: str, message: str) -> bool:
+        """Whether the stored status says Failed for this very reason and message (so its
+        Warning was said when it started: not again on every resync)."""
+        held = self.condition(POD_READY)
+        return (
+            self.old_status.phase == Phase.FAILED
+            and held is not None
+            and (held.reason, held.message) == (reason, message)
+        )
+
     def failed_pod_stands(self) -> bool:
         """Whether the verdict on a Failed sandbox's pod still holds: nothing this pass has
         judged the pod (its pass stopped earlier, the credential database down, say) and the
         spec is the one that failed. It is Failed still then, not Pending (which on-call
         would read as new, and the metrics as a recovery); a changed spec may have fixed it,
-        so that one waits instead."""
+        so that one waits instead. Only a verdict of the spec or its pods stands: one whose
+        cause lives elsewhere (the platform's policy, the operator's settings) may have
+        been lifted without a spec change."""
+        condition = self.condition(POD_READY)
         return (
             self.old_status.phase == Phase.FAILED
             and not self.spec_changed
             and POD_READY not in self.touched
-            and self.condition_is(POD_READY, ConditionStatus.FALSE)
+            and condition is not None
+            and condition.status == ConditionStatus.FALSE
+            and condition.reason in STANDING_VERDICTS
         )
 
     def status_patch(self) -> dict[str, Any]:

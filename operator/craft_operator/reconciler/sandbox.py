@@ -205,8 +205,11 @@ def _error(exc: Exception) -> str:
 
 
 def _invalid(s: Services, run: Run, message: str) -> None:
-    """A spec the API server let through but the operator cannot read: Failed, said once
-    per pass in an event; the next change to the spec is read again."""
+    """A spec the API server let through but the operator cannot read: Failed, said in an
+    event when it starts (not again on every resync); the next change to the spec is read
+    again."""
+    said = run.failed_already("InvalidSpec", message)
     run.phase = Phase.FAILED
     run.set(ConditionState.false(POD_READY, "InvalidSpec", message))
-    s.events.post(run.body, type="Warning", reason="InvalidSpec", message=message)
+    if not said:
+        s.events.post(run.body, type="Warning", reason="InvalidSpec", message=message)

@@ -148,12 +148,7 @@ class Pass:
     def fail_spec(self, reason: str, message: str) -> Stop:
         """A spec that cannot work: the sandbox Failed until its spec (or settings) change.
         Its Warning is said once, not again on every revisit of a sandbox Failed so."""
-        held = self.run.condition(POD_READY)
-        said = (
-            self.run.old_status.phase == Phase.FAILED
-            and held is not None
-            and (held.reason, held.message) == (reason, message)
-        )
+        said = self.run.failed_already(reason, message)
         self.run.phase = Phase.FAILED
         self.run.set(ConditionState.false(POD_READY, reason, message))
         if not said:
