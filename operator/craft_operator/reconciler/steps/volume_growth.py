@@ -38,6 +38,7 @@ async def grow(
     refused = p.memory.refused_resizes.setdefault(p.run.key, {})
     earlier = refused.get(name)
     if earlier is not None and earlier.size == size and now - earlier.at < RETRY_REFUSED_AFTER:
+        p.run.revisit(after=(earlier.at + RETRY_REFUSED_AFTER - now).total_seconds())
         return pvc, earlier.message
     s = p.services
     patch = {"spec": {"resources": {"requests": {"storage": size}}}}
@@ -52,6 +53,7 @@ async def grow(
             f"({exc.message}); the storage class must allow volume expansion"
         )
         refused[name] = Refusal(size, now, message)
+        p.run.revisit(after=RETRY_REFUSED_AFTER.total_seconds())  # asked again then
         return pvc, message
     refused.pop(name, None)
     s.cache.put(PVC.name, grown)

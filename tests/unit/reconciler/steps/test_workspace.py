@@ -149,6 +149,9 @@ async def test_a_refused_expansion_is_not_asked_again_on_every_pass(world: World
 
     assert patches not in world.emulator.writes(before)
     assert soon.run.status.workspace == first.run.status.workspace
+    # Nothing else may come by then (a long resync): each pass asks for the one that retries.
+    assert first.run.verdict.after == 300
+    assert soon.run.verdict.after == 60
     later = world.pass_(
         spec=spec(size="2Gi"), status=stored, memory=memory, now=NOW + timedelta(minutes=6)
     )
