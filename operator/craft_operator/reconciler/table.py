@@ -67,8 +67,11 @@ async def run_steps(p: Pass, steps: tuple[tuple[Step, ...], ...] = STEPS) -> Non
     for index, row in enumerate(steps):
         stops = [stop for step in row if (stop := await step.run(p)) is not None]
         if stops:
-            if steps is STEPS and index < POD_ROW:
+            if steps is STEPS and index <= POD_ROW:
+                # Also when the pod step itself stopped with the pod running (a spec it
+                # cannot build a pod from keeps the earlier pod): its PAT must not lapse.
                 await cli.deliver_renewal(p)
+            if steps is STEPS and index < POD_ROW:
                 await _pod_without_pod_step(p)
             _wait(p, steps[index + 1 :], stops[0])
             return

@@ -155,7 +155,8 @@ async def deliver_renewal(p: Pass) -> None:
     pass (a Secret or ConfigMap write refused, say): a renewed one's predecessor expires at
     the end of its grace period whatever happens, and one that replaced a PAT the pod used
     (revoked by an admin, say, or refused) is what the pod needs most; the pod needs nothing
-    else to take it. Only when the pass did not reach the pod step; a pod not Ready, being
+    else to take it. Only when the pod step did not take the pod (the pass stopped before
+    it, or at it: a spec it cannot build a pod from keeps the earlier pod); a pod not Ready, being
     deleted or not the sandbox's controlled pod gets nothing, nor one that has validated no
     PAT yet (its first comes with the pod step)."""
     issued = p.issued

@@ -38,6 +38,10 @@ async def converge_pod(p: Pass) -> Stop | None:
     try:
         desired = build_pod(sandbox, s.settings, library_claim=volume)
     except SandboxConfigError as exc:
+        # Suspending and idle sleep still stop the pod an earlier spec made.
+        held = await sleep.hold(p, own_pod(p))
+        if held is not None:
+            return held
         p.fail_spec(exc.reason, str(exc))
         return Stop(WAITING)
     namespace, name = sandbox.metadata.namespace, pod_name(sandbox)
