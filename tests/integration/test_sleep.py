@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -13,9 +14,11 @@ from tests.integration.helpers import (
     NAMESPACE,
     condition,
     event_posted,
+    event_reasons,
     live_pats,
     phase,
     pod,
+    refuse_pod_deletion,
     sandbox,
     status,
     token_in_secret,
@@ -132,3 +135,35 @@ async def test_an_unparseable_activity_never_deletes_the_pod_and_is_reported(
     await event_posted(emulator, "alice", "LastActivityInvalid")
     assert pod(emulator, "alice") is not None
     assert "sleepingSince" not in status(emulator, "alice")
+
+
+@pytest.mark.parametrize("how", ["suspended", "idle"])
+async def test_a_pod_whose_deletion_is_refused_is_not_said_stopped(
+    emulator: KubeEmulator, operator: OperatorContext, how: str
+) -> None:
+    """An admission webhook refusing pod deletes: the status said Suspended or Sleeping with
+    Ready True while the pod ran on, and a SandboxSleeping event said it was stopped."""
+    await ready_sandbox(emulator)
+    emulator.before_request.append(refuse_pod_deletion)
+    if how == "suspended":
+        change: dict[str, Any] = {"spec": {"suspend": True}}
+    else:
+        long_ago = (datetime.now(UTC) - timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        change = {
+            "spec": {"idleTimeout": "1h"},
+            "metadata": {"annotations": {"craft.onyx.app/last-activity": long_ago}},
+        }
+
+    emulator.patch(SANDBOXES, NAMESPACE, "alice", change)
+
+    refused = await eventually(
+        lambda: (
+            (c := condition(emulator, "alice", "PodReady")).get("reason") == "PodStopFailed" and c
+        ),
+        what="PodStopFailed",
+    )
+    assert "cannot be stopped" in refused["message"]
+    assert condition(emulator, "alice", "Ready")["status"] == "False"
+    assert status(emulator, "alice").get("podUID") is not None
+    assert pod(emulator, "alice") is not None
+    assert "SandboxSleeping" not in event_reasons(emulator, "alice")

@@ -7,11 +7,15 @@ from typing import Any
 
 from craft_operator.api.models import ANNOTATION_LAST_ACTIVITY, Phase
 from craft_operator.kube import kinds
+from craft_operator.kube.client import ApiError
 from craft_operator.reconciler.children import controlled_by
 from craft_operator.reconciler.idle import IdleDecision, decide_idle
 from craft_operator.reconciler.step import Pass, Stop
 from craft_operator.reconciler.steps import pod_lifecycle
 from craft_operator.status import CLI_VALIDATED, POD_READY, ConditionState
+
+#: PodReady's reason when the pod of a suspended or sleeping sandbox cannot be deleted.
+STOP_FAILED = "PodStopFailed"
 
 
 async def hold(p: Pass, actual: dict[str, Any] | None) -> Stop | None:
@@ -36,13 +40,15 @@ async def hold(p: Pass, actual: dict[str, Any] | None) -> Stop | None:
     if decision.asleep:
         if decision.sleep_now:
             run.status.sleeping_since = run.moment()
+        run.phase = Phase.SLEEPING
+        stop = await _stop_pod(p, actual, "Sleeping", "the sandbox is asleep after being idle")
+        if decision.sleep_now and stop.reason == "Sleeping":
             timeout = sandbox.spec.idle_timeout or timedelta()
             p.event(
                 "SandboxSleeping",
                 f"no activity for {timeout}; the pod is stopped until the next one",
             )
-        run.phase = Phase.SLEEPING
-        return await _stop_pod(p, actual, "Sleeping", "the sandbox is asleep after being idle")
+        return stop
     if decision.wake_now:
         run.status.sleeping_since = None
         run.status.woke_at = run.moment()
@@ -77,10 +83,17 @@ def _report_problem(p: Pass, decision: IdleDecision) -> None:
 async def _stop_pod(p: Pass, actual: dict[str, Any] | None, reason: str, message: str) -> Stop:
     if actual is not None and not controlled_by(actual, p.sandbox.metadata.uid):
         actual = None  # never another's pod, whatever its name
-    if actual is not None and not actual["metadata"].get("deletionTimestamp"):
-        await pod_lifecycle.remove(p, actual)
-        p.event(f"Pod{reason}", message)
     run = p.run
+    if actual is not None and not actual["metadata"].get("deletionTimestamp"):
+        try:
+            await pod_lifecycle.remove(p, actual)
+        except ApiError as exc:
+            # The pod runs on (an admission webhook refusing deletes, say): the status must
+            # not say it stopped, nor Ready stay True beside Suspended or Sleeping.
+            name = actual["metadata"]["name"]
+            p.fail(POD_READY, STOP_FAILED, f"{message}, but pod {name} cannot be stopped: {exc}")
+            return Stop(STOP_FAILED)
+        p.event(f"Pod{reason}", message)
     run.set(ConditionState.false(POD_READY, reason, message))
     run.status.pod_uid = None
     run.status.admitted_images = None
