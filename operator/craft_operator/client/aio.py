@@ -218,10 +218,13 @@ class AsyncSandboxClient:
     async def touch(self, namespace: str, name: str, *, at: datetime | None = None) -> datetime:
         """Record user activity (the last-activity annotation); never moves it backwards.
 
-        The stored time after the call (``at``, or a later one already there).
+        The stored time after the call (``at``, or a later one already there). Activity now
+        (no ``at``) wakes a sandbox asleep on idleness even if this clock is behind the
+        operator's: the stamp is raised past ``status.sleepingSince``, as :meth:`wake` does.
+        A given ``at`` is stored as it is.
         """
         moment = to_second(at or datetime.now(UTC))
-        return await self._set_activity(namespace, name, moment, unsuspend=False)
+        return await self._set_activity(namespace, name, moment, unsuspend=False, wakes=at is None)
 
     async def notify_library_changed(
         self,
@@ -350,16 +353,17 @@ class AsyncSandboxClient:
     # -- internals ----------------------------------------------------------------------------
 
     async def _set_activity(
-        self, namespace: str, name: str, moment: datetime, *, unsuspend: bool
+        self, namespace: str, name: str, moment: datetime, *, unsuspend: bool, wakes: bool = True
     ) -> datetime:
         """Raise the last-activity annotation to ``moment`` (and unsuspend), conditionally on
-        the version read, so two writers never move it backwards; retried on conflict."""
+        the version read, so two writers never move it backwards; retried on conflict.
+        ``wakes``: past ``status.sleepingSince`` too, whatever the clocks say."""
 
         async def attempt() -> datetime:
             obj = await self._get(namespace, name)
             meta = obj["metadata"]
             target = moment
-            if unsuspend:
+            if wakes:
                 slept = parse_status(obj.get("status"))[0].sleeping_since
                 if slept is not None and target <= slept:  # clocks differ: still wake it
                     target = to_second(slept + timedelta(seconds=1))

@@ -32,6 +32,7 @@ from craft_operator.client import (
     UnreachableError,
     WaitTimeoutError,
 )
+from craft_operator.client.objects import format_time
 from craft_operator.reconciler.steps.library_attempt import Attempt
 from tests.support.apply import FailNext
 from tests.support.emulator import KubeEmulator
@@ -330,6 +331,38 @@ async def test_a_sandbox_asleep_on_idleness_and_touched_since_is_waited_for(
     write_status(emulator, "alice", "Ready", all_true())
 
     assert (await waiting).status.phase == "Ready"
+
+
+async def test_a_touch_now_wakes_a_sandbox_that_fell_asleep_by_a_clock_ahead_of_ours(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    """The operator's clock 30 s ahead: a touch() now is before status.sleepingSince, and
+    the sandbox slept on while wait_ready() told the backend to touch() it first."""
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID, idle_timeout=timedelta(hours=1))
+    ahead = (datetime.now(UTC) + timedelta(seconds=30)).replace(microsecond=0)
+    asleep = all_true(PodReady=("False", "Sleeping"), Ready=("False", "NotReady"))
+    write_status(emulator, "alice", "Sleeping", asleep, sleepingSince=format_time(ahead))
+
+    stamped = await aclient.touch(NAMESPACE, "alice")
+
+    assert stamped > ahead
+    waiting = asyncio.create_task(aclient.wait_ready(NAMESPACE, "alice", timeout=30))
+    await eventually(lambda: aclient.requests["watch"] >= 1 or waiting.done(), what="the wait")
+    assert not waiting.done(), "the touched sandbox is waited for, not given up on"
+    waiting.cancel()
+
+
+async def test_a_touch_at_a_given_moment_is_stored_as_it_is(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    """Activity the backend replays (``at=``) says when it was, not that the user is here."""
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID, idle_timeout=timedelta(hours=1))
+    slept = (datetime.now(UTC) - timedelta(minutes=1)).replace(microsecond=0)
+    asleep = all_true(PodReady=("False", "Sleeping"), Ready=("False", "NotReady"))
+    write_status(emulator, "alice", "Sleeping", asleep, sleepingSince=format_time(slept))
+    before = slept - timedelta(minutes=5)
+
+    assert await aclient.touch(NAMESPACE, "alice", at=before) == before
 
 
 async def test_a_wait_times_out_saying_where_the_sandbox_was(
