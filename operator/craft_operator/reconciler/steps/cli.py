@@ -120,6 +120,10 @@ async def validate_cli(p: Pass) -> Stop | None:
     assert p.issued is not None, "the credentials step runs first"
     uid = p.pod["metadata"].get("uid")
     done = run.status.validated_pod_uid == uid and run.status.validated_pat_id == p.issued.pat_id
+    if done and (run.status.cli_auth_failures or 0) > 1:
+        # An operator before 2026-11-27 marked a fresh PAT refused too as validated and
+        # stopped trying; it is tried again, with the deliveries' backoff, as now.
+        done = False
     if done and _waited(p):
         # This pod took this PAT, and only an earlier row stopped a pass since (the
         # database down, say): the verdict comes back without an exec (a fleet of them

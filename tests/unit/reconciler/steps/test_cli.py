@@ -358,6 +358,27 @@ async def test_a_refused_pat_is_replaced_once_then_tried_again_with_backoff(worl
     assert world.credentials.calls[minted:] == [None], "no PAT named as rejected since"
 
 
+async def test_a_refused_pat_an_older_operator_marked_validated_is_tried_again(
+    world: World,
+) -> None:
+    """Operators before 2026-11-27 stopped after a fresh PAT was refused too, marking it
+    validated in its pod: an upgrade tries it again rather than leaving the sandbox so."""
+    p = await ready_pass(world)
+    assert p.issued is not None
+    p.run.status.validated_pod_uid = "pod-1"
+    p.run.status.validated_pat_id = p.issued.pat_id
+    p.run.status.cli_auth_failures = 2
+    p.run.set(ConditionState.false("CLIValidated", "AuthFailed", "refused, no more are minted"))
+    stored = p.run.status.model_dump(by_alias=True, mode="json")
+    upgraded = await ready_pass(world, status=stored)
+    await cli.validate_cli(upgraded)
+    condition = upgraded.run.condition("CLIValidated")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("True", "Validated")
+    assert upgraded.run.status.cli_auth_failures is None
+    assert world.exec.calls == [cli.DELIVER_ARGV]
+
+
 #: What onyx-cli 1.4.4 prints for each of its exit-4 failures (``TestConnection`` in its
 #: ``internal/api/client.go``), after ``Error: connection check failed: ``; the last two
 #: quote up to 300 bytes of the server's answer.
