@@ -269,6 +269,35 @@ async def test_a_lost_status_write_after_the_create_keeps_the_pod_a_webhook_chan
     assert pod(emulator, "alice")["metadata"]["uid"] == first["metadata"]["uid"]
 
 
+async def test_a_pod_a_webhook_changed_is_kept_under_an_older_crd_that_says_so(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    """An install that skipped ``kubectl apply -k crds`` keeps the CRD of a release before
+    status.admittedImages: the API server prunes it from every write. The pod is not
+    replaced again and again for it, and on-call is told what the old CRD drops."""
+
+    def older_crd(resource: object, obj: dict) -> dict:
+        if getattr(resource, "plural", None) == "craftsandboxes":
+            for field in ("admittedImages", "libraryVolume", "recoveredAt"):
+                (obj.get("status") or {}).pop(field, None)
+        return obj
+
+    emulator.mutators.append(older_crd)
+    emulator.mutators.append(pin_digests)
+    await ready_sandbox(emulator)
+    first = pod(emulator, "alice")
+    assert first is not None
+    mark_pod_running(emulator, NAMESPACE, "alice")  # more updates of the pod: still kept
+    await asyncio.sleep(1.5)
+
+    assert "PodReplaced" not in event_reasons(emulator, "alice")
+    assert pod(emulator, "alice")["metadata"]["uid"] == first["metadata"]["uid"]
+    dropped = [e for e in events_about(emulator, "alice") if e["reason"] == "StatusFieldsDropped"]
+    assert len(dropped) == 1, "said once"
+    assert "status.admittedImages" in dropped[0]["message"]
+    assert "kubectl apply -k crds" in dropped[0]["message"]
+
+
 async def test_a_webhook_adding_more_containers_than_the_status_keeps_still_keeps_the_pod(
     emulator: KubeEmulator, operator: OperatorContext
 ) -> None:

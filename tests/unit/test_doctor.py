@@ -31,6 +31,7 @@ from moto.server import ThreadedMotoServer
 
 from craft_operator.access import SSAR_PATH
 from craft_operator.api import crd, models
+from craft_operator.api.pool_crd import build_pool_crd
 from craft_operator.cli import main
 from craft_operator.config import load_settings
 from craft_operator.credentials import SandboxIdentity, build_credential_store, generate_key_entry
@@ -41,7 +42,9 @@ from craft_operator.doctor import Status, check_kubernetes, unexpected_failure
 from craft_operator.doctor import kubernetes as doctor_kubernetes
 from craft_operator.library.s3 import make_s3_client
 from craft_operator.permissions import access_requests
+from craft_operator.policy.crd import build_policy_crd
 from tests.support.emulator import KubeEmulator, declare_core_resources, declare_peering_resources
+from tests.support.faults import failure_response
 from tests.support.policy import declare_policy_resource
 from tests.support.pools import declare_pool_resource
 
@@ -384,6 +387,70 @@ async def test_a_peered_operators_crds_include_kopfs_peering_one(cluster: Cluste
     result = await doctor("--peering", PEERING)
     assert line(result, "CraftSandbox API").endswith(
         f"are served at {models.API_VERSION}, clusterkopfpeerings.kopf.dev at kopf.dev/v1"
+    )
+
+
+CRDS = kmock.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+
+
+def install_crds(emulator: KubeEmulator, *crds: dict[str, Any]) -> None:
+    """Hold these CustomResourceDefinition objects (discovery serves the CRDs already)."""
+    emulator.declare(
+        CRDS,
+        kmock.ResourceInfo(
+            kind="CustomResourceDefinition",
+            singular="customresourcedefinition",
+            namespaced=False,
+            verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+        ),
+    )
+    for installed in crds:
+        emulator.create(CRDS, installed)
+
+
+def older_sandbox_crd() -> dict[str, Any]:
+    """The CraftSandbox CRD of a release before status.admittedImages and spec.tolerations."""
+    older = crd.build_crd()
+    schema = older["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+    del schema["status"]["properties"]["admittedImages"]
+    del schema["spec"]["properties"]["tolerations"]
+    return older
+
+
+async def test_an_older_crd_fails_naming_the_fields_the_api_server_drops(cluster: Cluster) -> None:
+    """An upgrade that skipped applying the CRDs: the served CRD prunes what the operator
+    writes (a webhook-changed pod replaced after each restart) and what users write."""
+    install_crds(cluster.emulator, older_sandbox_crd(), build_pool_crd(), build_policy_crd())
+    result = await doctor("--standalone")
+    assert result.exit_code == 1
+    assert line(result, "CraftSandbox API") == (
+        "✘ CraftSandbox API: craftsandboxes.craft.onyx.app lacks spec.tolerations, "
+        "status.admittedImages: older than this operator, so the API server drops those "
+        "fields from what is written (specs, and the operator's status) "
+        "— bring the CRDs up to date: kubectl apply -k crds"
+    )
+
+
+async def test_crds_as_this_operator_builds_them_pass(cluster: Cluster) -> None:
+    install_crds(cluster.emulator, crd.build_crd(), build_pool_crd(), build_policy_crd())
+    result = await doctor("--standalone")
+    assert line(result, "CraftSandbox API").startswith("✔ CraftSandbox API: ")
+    assert "not compared" not in result.output
+
+
+async def test_crds_doctor_may_not_read_are_said_not_compared(cluster: Cluster) -> None:
+    install_crds(cluster.emulator, older_sandbox_crd())
+
+    async def forbid(request: rendering.Request) -> aiohttp.web.Response | None:
+        if "/customresourcedefinitions/" in request.url.path:
+            return failure_response(403, "Forbidden", "customresourcedefinitions is forbidden")
+        return None
+
+    cluster.emulator.before_request.insert(0, forbid)
+    result = await doctor("--standalone")
+    assert result.exit_code == 0, result.output
+    assert line(result, "CraftSandbox API").endswith(
+        "(their schemas not compared with the operator's: reading CRDs gave 403 Forbidden)"
     )
 
 

@@ -191,6 +191,10 @@ CRD_ANNOTATIONS = {
 }
 
 
+#: How to install (or bring up to date) every CRD the operator needs, as the README's Install does.
+APPLY_CRDS = "kubectl apply -k crds"
+
+
 def crd_metadata(name: str) -> dict[str, Any]:
     """A CRD's metadata: its name, the operator's labels, :data:`CRD_ANNOTATIONS`."""
     return {

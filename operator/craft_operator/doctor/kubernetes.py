@@ -14,9 +14,11 @@ import kopf
 
 from craft_operator.access import access_fix, denied_access, describe_denied, excuse_absent
 from craft_operator.api import models
+from craft_operator.api.crd import APPLY_CRDS
 from craft_operator.api.pool import POOL_PLURAL
 from craft_operator.config import Settings
 from craft_operator.daemon_threads import DaemonThreadPool
+from craft_operator.doctor.crd_schema import describe_stale, stale_crds
 from craft_operator.doctor.results import CheckResult, fail, ok, warn
 from craft_operator.kube.client import ApiError, KubeClient, NotFoundError
 from craft_operator.kube.connection import (
@@ -32,8 +34,6 @@ from craft_operator.policy.models import POLICY_PLURAL
 
 KUBE_TIMEOUT_S = 10.0
 PEERING = "peering"
-#: How to install every CRD the operator needs, as the README's Install does.
-APPLY_CRDS = "kubectl apply -k crds"
 #: How doctor is told the operator's peering, as ``craft-operator run`` is.
 PEERING_HOW = (
     "pass the operator's own: --peering NAME (manifests/base: craft-operator) or --standalone"
@@ -116,8 +116,9 @@ async def _served(kube: KubeClient, api_version: str) -> set[str]:
 
 
 async def _check_crd(kube: KubeClient, *, peering: bool = False) -> CheckResult:
-    """Every CRD the operator lists or watches is served: without one, its first listing
-    fails and the operator never becomes active; kopf's peering one too when it peers."""
+    """Every CRD the operator lists or watches is served (without one, its first listing
+    fails and the operator never becomes active; kopf's peering one too when it peers), and
+    declares every field the operator's does (see :mod:`~craft_operator.doctor.crd_schema`)."""
     name = "CraftSandbox API"
     wanted = {
         models.API_VERSION: {
@@ -149,12 +150,22 @@ async def _check_crd(kube: KubeClient, *, peering: bool = False) -> CheckResult:
             "missing one, never becomes active",
             f"install the CRDs: {APPLY_CRDS}",
         )
+    stale, unread = await stale_crds(kube)
+    if stale:
+        return fail(
+            name,
+            f"{describe_stale(stale)}: older than this operator, so the API server drops "
+            "those fields from what is written (specs, and the operator's status)",
+            f"bring the CRDs up to date: {APPLY_CRDS}",
+        )
     craft = ", ".join(
         f"{plural}.{models.GROUP}"
         for plural in sorted(wanted[models.API_VERSION])
         if "/" not in plural
     )
     detail = f"{craft} are served at {models.API_VERSION}"
+    if unread:
+        detail += f" (their schemas not compared with the operator's: reading CRDs gave {unread})"
     if peering:
         detail += f", {CLUSTER_PEERINGS.plural}.{PEERING_GROUP} at {CLUSTER_PEERINGS.api_version}"
     return ok(name, detail)

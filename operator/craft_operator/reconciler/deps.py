@@ -47,3 +47,6 @@ class Services:
     library_pool: LibrarySyncPool = field(default_factory=LibrarySyncPool)
     #: The PAT deliveries (onyx-cli's exec) that outlive the pass that started them.
     deliveries: DetachedCalls[ExecResult] = field(default_factory=DetachedCalls)
+    #: Status fields the API server was seen to drop from a write (an older CRD installed),
+    #: each said once by this process.
+    dropped_status_fields: set[str] = field(default_factory=set)

@@ -143,10 +143,13 @@ async def _running(p: Pass, actual: dict[str, Any], desired: dict[str, Any]) -> 
     run.pod_exists = True
     p.memory.cold_start.pop(run.key, None)  # the next start without a pod is said anew
     uid = actual["metadata"].get("uid")
+    remembered = p.memory.admitted.get(run.key)
+    mine = remembered[1] if remembered and remembered[0] == uid else None
     if run.status.pod_uid != uid:
         # Another pod's (a claimed one has none), unless this pod's create was never written.
-        remembered = p.memory.admitted.get(run.key)
-        run.status.admitted_images = remembered[1] if remembered and remembered[0] == uid else None
+        run.status.admitted_images = mine
+    elif run.status.admitted_images is None and mine is not None:
+        run.status.admitted_images = mine  # written, but dropped by an older CRD
     run.status.pod_uid = uid
     # The pod kept says where it came from: a claimed pod deleted as an extra beside a cold
     # one (a claim whose pass did not see the cold pod's create) leaves no pool behind.
