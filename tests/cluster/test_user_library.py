@@ -366,6 +366,22 @@ def test_job_mode_on_a_statically_provisioned_volume_runs_one_sync_job_under_the
         "Bound",
         alice_library_volume,
     )
+    # The status says so too (a later pass than the one that made the claim writes it).
+    volume = converge(
+        lambda: (
+            (status(cluster, namespace, "alice").get("libraryVolume") or {}).get("phase")
+            == "Bound"
+            and status(cluster, namespace, "alice")["libraryVolume"]
+        ),
+        "status.libraryVolume Bound",
+        operator,
+        60,
+        show=lambda: status(cluster, namespace, "alice"),
+    )
+    assert volume["claimName"] == "alice-library"
+    assert volume["requested"] == "1Gi"
+    assert volume["capacity"] == claim["status"]["capacity"]["storage"]
+    assert "message" not in volume
     pod = cluster.get("/api/v1/pods", namespace, "alice")
     assert pod is not None
     assert pod["spec"]["nodeName"] == "kwok-node"  # scheduled once the claim was bound
