@@ -71,8 +71,8 @@ async def run_steps(p: Pass, steps: tuple[tuple[Step, ...], ...] = STEPS) -> Non
                 # Also when the pod step itself stopped with the pod running (a spec it
                 # cannot build a pod from keeps the earlier pod): its PAT must not lapse.
                 await cli.deliver_renewal(p)
-            if steps is STEPS and index < POD_ROW:
-                await _pod_without_pod_step(p)
+                if index < POD_ROW:
+                    await _pod_without_pod_step(p)
             _wait(p, steps[index + 1 :], stops[0])
             return
 
