@@ -149,11 +149,19 @@ def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     return None
 
 
+#: Libraries whose DEBUG records hold credentials, kept at INFO even with ``-v``: botocore
+#: dumps STS answers (secret keys, session tokens) and signed requests, urllib3 presigned
+#: URLs with their session token, the Kubernetes client the bodies it reads (Secrets).
+CREDENTIAL_LOGGERS = ("botocore", "boto3", "s3transfer", "urllib3", "kubernetes")
+
+
 def _configure_logging(verbose: bool) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    for name in CREDENTIAL_LOGGERS:
+        logging.getLogger(name).setLevel(logging.INFO)
     if not verbose:
         # kopf logs every watch event its handlers see at INFO; ours only feed a queue, and
         # the reconciler logs and posts events for whatever it changes.
