@@ -369,8 +369,7 @@ def test_job_mode_on_a_statically_provisioned_volume_runs_one_sync_job_under_the
     # The status says so too (a later pass than the one that made the claim writes it).
     volume = converge(
         lambda: (
-            (status(cluster, namespace, "alice").get("libraryVolume") or {}).get("phase")
-            == "Bound"
+            (status(cluster, namespace, "alice").get("libraryVolume") or {}).get("phase") == "Bound"
             and status(cluster, namespace, "alice")["libraryVolume"]
         ),
         "status.libraryVolume Bound",

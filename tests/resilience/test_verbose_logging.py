@@ -21,8 +21,8 @@ from tests.support.s3 import S3Server
 
 NAMESPACE = "verbose"
 BUCKET = "onyx-files"
-SECRET_KEY = "CANARY-operator-secret-key-3f9b0d"  # noqa: S105 - a canary, no secret
-SESSION_TOKEN = "CANARY-operator-session-token-5a7c1e"  # noqa: S105 - a canary, no secret
+SECRET_KEY = "CANARY-operator-secret-key-3f9b0d"
+SESSION_TOKEN = "CANARY-operator-session-token-5a7c1e"
 
 
 async def test_a_verbose_run_logs_no_s3_credential_pat_or_key(

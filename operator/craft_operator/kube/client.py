@@ -8,11 +8,13 @@ benchmarks), and maps API errors to a few typed exceptions the reconciler acts o
 from __future__ import annotations
 
 import asyncio
+import base64
 import collections
+import contextlib
 import json
 import ssl
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -21,6 +23,7 @@ import kopf
 from craft_operator import __version__
 from craft_operator.kube import jsonio, kinds
 from craft_operator.kube.connection import auth_headers, ssl_context
+from craft_operator.kube.exec import holds_piece_of
 from craft_operator.kube.kinds import Kind as Kind  # re-exported: the clients' callers name it
 
 #: The API kinds the operator uses, from the registry (:mod:`craft_operator.kube.kinds`).
@@ -244,7 +247,8 @@ class KubeClient:
                 if response.status >= 400:
                     if response.status == 401:
                         self.unauthorized.set()
-                    raise api_error(response.status, raw.decode(errors="replace"))
+                    error = api_error(response.status, raw.decode(errors="replace"))
+                    raise withhold_quoted_secrets(error, path, body)
                 return jsonio.loads(raw) if raw else {}
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise ApiError(0, "Unreachable", f"{method} {path}: {type(exc).__name__}") from None
@@ -331,6 +335,38 @@ class KubeClient:
             return await self.request("DELETE", kind.path(namespace, name), body=body)
         except NotFoundError:
             return None
+
+
+#: What a refusal of a Secret write says instead of the API server's message, when that
+#: quotes a piece of the Secret's data (an admission webhook's often prints what it refused).
+SECRET_QUOTED = "the API server's message is withheld: it quoted the Secret's data"  # noqa: S105
+
+
+def withhold_quoted_secrets(error: ApiError, path: str, body: Any) -> ApiError:
+    """``error``, or the same error without its message if it is the refusal of a Secret
+    write whose message holds a piece of one of the Secret's values (in any of the forms
+    the request carried them: as written, base64 or decoded). Conditions, events and logs
+    quote the message; they must never quote a PAT or a key."""
+    if "/secrets" not in path or not isinstance(body, Mapping):
+        return error
+    secrets = list(secret_values(body))
+    if not any(holds_piece_of(error.message, secret) for secret in secrets):
+        return error
+    return type(error)(error.status, error.reason, SECRET_QUOTED, error.details)
+
+
+def secret_values(body: Mapping[str, Any]) -> Iterator[str]:
+    """Every value of a Secret's ``data`` (base64, and decoded) and ``stringData`` (as
+    written, and base64) in a create, update or patch body."""
+    for value in (body.get("data") or {}).values():
+        if isinstance(value, str) and value:
+            yield value
+            with contextlib.suppress(ValueError):
+                yield base64.b64decode(value, validate=True).decode("utf-8")
+    for value in (body.get("stringData") or {}).values():
+        if isinstance(value, str) and value:
+            yield value
+            yield base64.b64encode(value.encode()).decode("ascii")
 
 
 def api_error(status: int, text: str) -> ApiError:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import socket
 from typing import Any
 
@@ -18,12 +19,14 @@ from craft_operator.kube.client import (
     PODS,
     RETIRED_SESSION_GRACE,
     SANDBOXES,
+    SECRET_QUOTED,
     SECRETS,
     ApiError,
     ConflictError,
     InvalidError,
     KubeClient,
     NotFoundError,
+    withhold_quoted_secrets,
 )
 from tests.support.emulator import KubeEmulator
 from tests.unit.kube.conftest import NAMESPACE, configmap
@@ -415,3 +418,31 @@ async def test_a_retired_streams_session_stays_open_as_long_as_an_exec_may_last(
     await asyncio.sleep(0)
     assert streams.closed
     await client.close()
+
+
+SCOPED_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYSCOPEDKEY"
+
+
+@pytest.mark.parametrize(
+    "quoted",
+    [SCOPED_KEY, base64.b64encode(SCOPED_KEY.encode()).decode(), SCOPED_KEY[10:22]],
+    ids=["as-written", "base64", "a-piece"],
+)
+@pytest.mark.parametrize("field", ["data", "stringData"])
+def test_a_refused_secret_writes_message_quoting_its_data_is_withheld(
+    quoted: str, field: str
+) -> None:
+    value = base64.b64encode(SCOPED_KEY.encode()).decode() if field == "data" else SCOPED_KEY
+    body = {"kind": "Secret", field: {"AWS_SECRET_ACCESS_KEY": value}}
+    refused = ApiError(403, "Forbidden", f"denied: AWS_SECRET_ACCESS_KEY={quoted!r}")
+    said = withhold_quoted_secrets(refused, "/api/v1/namespaces/a/secrets", body)
+    assert (said.status, said.reason, said.message) == (403, "Forbidden", SECRET_QUOTED)
+    assert SCOPED_KEY not in str(said)
+
+
+def test_only_a_secrets_refusal_is_looked_at() -> None:
+    refused = ApiError(422, "Invalid", f"data.x: {SCOPED_KEY}")
+    body = {"data": {"x": SCOPED_KEY}}
+    assert withhold_quoted_secrets(refused, "/api/v1/namespaces/a/configmaps", body) is refused
+    quota = ApiError(403, "Forbidden", "exceeded quota: count/secrets=10")
+    assert withhold_quoted_secrets(quota, "/api/v1/namespaces/a/secrets", body) is quota

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Callable
+from typing import Any
 
+import aiohttp.web
 import pytest
+from kmock._internal import rendering
 
 from craft_operator.api.models import CraftSandbox
 from craft_operator.reconciler.run import Revisit
 from craft_operator.reconciler.step import Pass, Stop
 from craft_operator.reconciler.steps import credentials, library_volume, secret, skill
 from craft_operator.skills.render import RenderedSkill
+from tests.support.faults import failure_response
 from tests.unit.reconciler.conftest import NAMESPACE
 from tests.unit.reconciler.steps.conftest import CANARY, NAME, World
 
@@ -51,6 +56,53 @@ async def test_a_secret_of_someone_else_by_that_name_is_left_alone(world: World)
     assert (condition.status, condition.reason) == ("False", "SecretNameTaken")
     assert p.run.verdict.backoff == "SecretNameTaken"
     assert "data" not in (world.stored("v1/secrets", f"{NAME}-credentials") or {})
+
+
+def refusing_secrets(message: Callable[[dict[str, Any]], str]) -> Callable[..., Any]:
+    """An admission webhook that refuses every Secret write with ``message(body)``."""
+
+    async def refuse(request: rendering.Request) -> aiohttp.web.Response | None:
+        if request.method.value.upper() in ("POST", "PATCH") and "/secrets" in request.url.path:
+            return failure_response(403, "Forbidden", message(request.data or {}))
+        return None
+
+    return refuse
+
+
+async def test_a_refusal_of_the_secret_that_quotes_its_data_is_said_without_it(
+    world: World,
+) -> None:
+    """Gatekeeper's and Kyverno's messages often print the field they refused: the status
+    is read by many more than may read Secrets, so the PAT must not ride on it."""
+    world.emulator.before_request.append(
+        refusing_secrets(
+            lambda body: (
+                'admission webhook "validation.gatekeeper.sh" denied the request: '
+                f"Secret has data not allowed: {json.dumps(body.get('data'))}"
+            )
+        )
+    )
+    p = await with_pat(world)
+    await secret.converge_secret(p)
+    condition = p.run.condition("CredentialsReady")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("False", "SecretWriteFailed")
+    assert "withheld: it quoted the Secret's data" in condition.message
+    forms = {CANARY, base64.b64encode(CANARY.encode()).decode()}
+    said = [condition.message, *(message for *_, message in world.events.posted)]
+    assert not [text for text in said for form in forms if form in text]
+
+
+async def test_a_refusal_of_the_secret_that_quotes_none_of_it_is_said_as_it_came(
+    world: World,
+) -> None:
+    quota = "exceeded quota: objects, requested: count/secrets=1, used: count/secrets=10"
+    world.emulator.before_request.append(refusing_secrets(lambda body: quota))
+    p = await with_pat(world)
+    await secret.converge_secret(p)
+    condition = p.run.condition("CredentialsReady")
+    assert condition is not None
+    assert quota in condition.message
 
 
 async def test_the_skill_lists_the_sources_and_lands_in_its_configmap(world: World) -> None:
