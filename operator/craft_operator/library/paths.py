@@ -120,10 +120,18 @@ class InvalidGlobError(ValueError):
     """An exclude glob that cannot be compiled (e.g. a reversed range ``[z-a]``)."""
 
 
+#: The memory each compiled glob may use (RE2's default is 8 MiB). Its automaton is built
+#: lazily as names are matched, and a glob that never matches long names (``*a???...c``)
+#: fills it; the regexes are cached, so hostile globs in specs would hold hundreds of MiB
+#: for the process's life. Past this, RE2 matches with its slower automaton: still linear.
+MAX_GLOB_MEMORY = 512 * 1024
+
+
 def _re2_options() -> Any:
     options = re2.Options()
     options.log_errors = False  # an invalid glob is reported as InvalidGlobError, once
     options.never_capture = True
+    options.max_mem = MAX_GLOB_MEMORY
     return options
 
 

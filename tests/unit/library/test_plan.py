@@ -423,6 +423,18 @@ def test_a_glob_of_many_wildcards_is_matched_without_backtracking() -> None:
     assert [glob_matches(pattern, name) for name in names] == [False, True]
 
 
+def test_globs_past_their_memory_budget_still_say_what_they_cover() -> None:
+    """A glob that never matches long names fills its automaton (each compiled glob is
+    kept for the process's life): past ``MAX_GLOB_MEMORY`` RE2 matches with its slower
+    automaton, with the same answers."""
+    pattern = "*a" + "?" * 90 + "c"
+    matcher = ExcludeMatcher([pattern])
+    varied = ["".join("ab"[(i >> bit) & 1] for bit in range(12)) * 17 for i in range(1500)]
+    assert not any(matcher.excludes(name) for name in varied)  # the automaton's worst
+    assert matcher.excludes("b" * 50 + "a" + "b" * 90 + "c")
+    assert not matcher.excludes("b" * 50 + "a" + "b" * 89 + "c")
+
+
 @pytest.mark.parametrize("pattern", ["[z-a]", "notes/[9-0].md", "[[:digit:]]*", "[x[:alpha:]]"])
 def test_a_glob_that_cannot_be_compiled_is_said_to_be_invalid(pattern: str) -> None:
     with pytest.raises(InvalidGlobError, match="invalid"):
