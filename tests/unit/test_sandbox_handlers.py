@@ -27,7 +27,9 @@ def handler_memo(now: datetime = NOW) -> Any:
         cache=ObjectCache(),
         queue=RecordingQueue(),
         reconciler=RecordingQueue(),
-        services=SimpleNamespace(clock=lambda: now, metrics=Metrics()),
+        services=SimpleNamespace(
+            clock=lambda: now, metrics=Metrics(), credentials=RecordingQueue()
+        ),
     )
 
 
@@ -47,7 +49,19 @@ def test_a_sandbox_recreated_under_its_name_inherits_nothing_of_the_old_one() ->
 
     assert memo.queue.forgotten == [("team-a", "alice")]
     assert memo.reconciler.forgotten == [("team-a", "alice")]
+    assert memo.services.credentials.forgotten == ["u1"], "the old one's PAT is not kept"
     assert memo.queue.added[-1] == ("team-a", "alice")
+
+
+def test_a_deletion_a_relist_inferred_forgets_the_sandboxs_pat() -> None:
+    """A watch that relists says only which name is gone: the PAT kept in memory for the
+    sandbox is dropped all the same (it is not left there until the orphan sweep)."""
+    memo = handler_memo()
+    sandbox.on_sandbox_event(memo, "ADDED", body("u1", "1"))
+    gone = {"metadata": {"name": "alice", "namespace": "team-a"}}
+    sandbox.on_sandbox_event(memo, "DELETED", gone)
+    assert memo.services.credentials.forgotten == ["u1"]
+    assert memo.reconciler.forgotten == [("team-a", "alice")]
 
 
 def test_an_older_event_of_an_earlier_sandbox_of_the_name_forgets_nothing() -> None:

@@ -20,24 +20,29 @@ def on_sandbox_event(memo: OperatorContext, event_type: str, obj: dict[str, Any]
     meta = obj.get("metadata", {})
     key = (meta.get("namespace", ""), meta["name"])
     if event_type == "DELETED":
+        # A deletion a watch inferred from a relist names the sandbox only: its uid is the
+        # cached copy's.
+        cached = memo.cache.get(kinds.SANDBOX.name, *key) or {}
+        uid = meta.get("uid") or cached.get("metadata", {}).get("uid", "")
         memo.cache.remove(kinds.SANDBOX.name, obj)
         if memo.cache.get(kinds.SANDBOX.name, *key) is not None:
             return  # a newer sandbox of that name (created since): it is not gone
         memo.queue.forget(key)
         memo.reconciler.forget(key)
         # Its PAT was revoked by its finalizer, or, removed by hand, is the orphan sweep's.
-        memo.services.credentials.forget(str(meta.get("uid", "")))
+        memo.services.credentials.forget(str(uid))
         return
     before = memo.cache.get(kinds.SANDBOX.name, *key)
     recreated = before is not None and before["metadata"].get("uid") != meta.get("uid")
     if before is None or recreated:
         _note_creation(memo, meta)
     if memo.cache.put(kinds.SANDBOX.name, obj):
-        if recreated:
+        if before is not None and recreated:
             # Recreated under its name while its deletion went unseen (a relist): the new
             # sandbox inherits nothing of the old one's backoffs and memory.
             memo.queue.forget(key)
             memo.reconciler.forget(key)
+            memo.services.credentials.forget(str(before["metadata"].get("uid", "")))
         memo.queue.add(key)  # new to us, not the echo of our own write
 
 
