@@ -111,6 +111,11 @@ class WorkQueue(Generic[K]):
             return
         self._due[key] = due
         heapq.heappush(self._heap, (due, next(self._counter), key))
+        if len(self._heap) > 2 * len(self._due) + 64:
+            # A visit moved earlier leaves its later entry behind until its own time (up
+            # to a resync away): drop those, at most once per as many adds as keys due.
+            self._heap = [entry for entry in self._heap if self._due.get(entry[2]) == entry[0]]
+            heapq.heapify(self._heap)
         self._wakeup.set()
 
     def forget(self, key: K) -> None:

@@ -243,6 +243,19 @@ async def test_a_far_requeue_waits_in_the_queue(
     assert len(queue) == 1
 
 
+async def test_visits_moved_earlier_leave_no_pile_of_superseded_entries(
+    make_queue: Callable[..., WorkQueue[str]],
+) -> None:
+    """Each event moves a sandbox's next visit from its resync earlier: the heap keeps the
+    later entry until its own time, so a churn of events must not pile them up."""
+    queue = make_queue(concurrency=1)
+    queue.add("a", 3600)  # a key due first holds the heap's top for the test
+    for step in range(2000):
+        queue.add("b", 3600 + 2000 - step)  # each call earlier than the one before
+    assert len(queue) == 2
+    assert len(queue._heap) <= 2 * len(queue) + 65
+
+
 async def test_forget_drops_a_pending_visit_and_the_backoff_history(
     recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
 ) -> None:
