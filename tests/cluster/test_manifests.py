@@ -14,7 +14,10 @@ missing; that note alone is not a finding.
 
 from __future__ import annotations
 
+import copy
 import os
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -22,14 +25,13 @@ from typing import Any
 import pytest
 import yaml
 
-from craft_operator.api.crd import build_crd
 from craft_operator.api.parse import parse_sandbox
 from craft_operator.builders.pod import build_pod
 from craft_operator.config import Settings
 from craft_operator.doctor.crd_schema import BUILDERS, stale_fields
 from craft_operator.kube.client import ApiError as OperatorApiError
 from craft_operator.reconciler.steps.pod_lifecycle import refused_by_limit_range
-from tests.support.cluster import CRAFT, REPO, ApiError, Cluster
+from tests.support.cluster import CRAFT, REPO, ApiError, Cluster, wait_for
 from tests.support.sync_job import sample_sync_job
 
 MANIFESTS = REPO / "manifests"
@@ -41,6 +43,7 @@ SANDBOX_NAMESPACE = MANIFESTS / "sandbox-namespace"
 RE_APPLY_NOTE = "is missing the kubectl.kubernetes.io/last-applied-configuration annotation"
 DRY_RUN = "(server dry run)"
 CRAFT_SANDBOXES_CRD = "craftsandboxes.craft.onyx.app"
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
 def rendered(cluster: Cluster, directory: Path) -> list[dict[str, Any]]:
@@ -263,22 +266,61 @@ def test_the_optional_quota_admits_the_operators_pods_and_its_limit_range_refusa
     assert not refused_by_limit_range(OperatorApiError(403, "Forbidden", full.value.message))
 
 
-def test_the_installed_crds_declare_every_field_doctor_looks_for(cluster: Cluster) -> None:
-    """doctor compares the served CRDs with the operator's: the real API server's copy of
-    ``crds/`` (defaulted, as stored) must read as up to date, and one field short as not."""
-    for build in BUILDERS:
-        wanted = build()
-        installed = cluster.get(
-            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-            None,
-            wanted["metadata"]["name"],
-        )
-        assert installed is not None
-        assert stale_fields(wanted, installed) == [], wanted["metadata"]["name"]
-    installed = cluster.get(
-        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", None, CRAFT_SANDBOXES_CRD
+def doctor_as_the_operator(cluster: Cluster, tmp_path: Path) -> str:
+    """``craft-operator doctor --standalone`` with the operator's ServiceAccount token, as
+    the README has on-call run it in the operator's pod: its CRD line."""
+    kubeconfig = cluster.service_account_kubeconfig(tmp_path / "operator.kubeconfig")
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "CRAFT_NAMESPACES": "default"}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("craft-operator")), "doctor", "--standalone"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
-    assert installed is not None
-    status = installed["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
-    del status["properties"]["admittedImages"]
-    assert stale_fields(build_crd(), installed) == ["status.admittedImages"]
+    lines = [line for line in result.stdout.splitlines() if " CraftSandbox API: " in line]
+    assert len(lines) == 1, result.stdout + result.stderr
+    return lines[0]
+
+
+def test_doctor_in_the_operators_identity_fails_on_a_crd_older_than_the_operator(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The schemas the real API server publishes compare clean with ``crds/``; one field
+    short (an upgrade that skipped ``kubectl apply -k crds``), doctor fails naming it, with
+    no grant on CRDs (the published OpenAPI is every authenticated identity's to read)."""
+
+    def published() -> dict[str, Any] | None:
+        try:  # published a moment after the CRDs are established
+            return cluster.call("GET", "/openapi/v3/apis/craft.onyx.app/v1alpha1")
+        except ApiError:
+            return None
+
+    document = wait_for(published, within=60, what="the group's OpenAPI v3 document")
+    assert [stale_fields(build(), document) for build in BUILDERS] == [[], [], []]
+    assert doctor_as_the_operator(cluster, tmp_path).startswith("✔ CraftSandbox API: ")
+
+    original = cluster.get(CRDS, None, CRAFT_SANDBOXES_CRD)
+    assert original is not None
+    older = copy.deepcopy(original)
+    schema = older["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+    del schema["status"]["properties"]["admittedImages"]
+    cluster.call("PUT", f"{CRDS}/{CRAFT_SANDBOXES_CRD}", older)
+    try:
+        line = wait_for(
+            lambda: (text := doctor_as_the_operator(cluster, tmp_path)).startswith("✘") and text,
+            within=60,
+            interval=1.0,
+            what="doctor to see the older CRD",
+        )
+    finally:
+        current = cluster.get(CRDS, None, CRAFT_SANDBOXES_CRD)
+        assert current is not None
+        restored = {**original, "metadata": current["metadata"]}
+        cluster.call("PUT", f"{CRDS}/{CRAFT_SANDBOXES_CRD}", restored)
+    assert line.startswith(
+        f"✘ CraftSandbox API: {CRAFT_SANDBOXES_CRD} lacks status.admittedImages: older than"
+    ), line
+    assert line.endswith("— bring the CRDs up to date: kubectl apply -k crds")

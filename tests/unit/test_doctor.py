@@ -180,6 +180,7 @@ async def cluster(env: dict[str, str]) -> AsyncIterator[Cluster]:
             )
 
         emulator.before_request.append(review)
+        publish_schemas(state, crd.build_crd(), build_pool_crd(), build_policy_crd())
         write_kubeconfig(Path(env["KUBECONFIG"]), str(emulator.url).rstrip("/"))
         yield state
 
@@ -390,22 +391,27 @@ async def test_a_peered_operators_crds_include_kopfs_peering_one(cluster: Cluste
     )
 
 
-CRDS = kmock.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+OPENAPI = f"/openapi/v3/apis/{models.GROUP}/{models.VERSION}"
 
 
-def install_crds(emulator: KubeEmulator, *crds: dict[str, Any]) -> None:
-    """Hold these CustomResourceDefinition objects (discovery serves the CRDs already)."""
-    emulator.declare(
-        CRDS,
-        kmock.ResourceInfo(
-            kind="CustomResourceDefinition",
-            singular="customresourcedefinition",
-            namespaced=False,
-            verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
-        ),
-    )
+def publish_schemas(cluster: Cluster, *crds: dict[str, Any]) -> None:
+    """Answer the group version's OpenAPI v3 document with these CRDs' schemas, as the API
+    server publishes them."""
+    schemas = {}
     for installed in crds:
-        emulator.create(CRDS, installed)
+        spec, version = installed["spec"], installed["spec"]["versions"][0]
+        gvk = {"group": spec["group"], "version": version["name"], "kind": spec["names"]["kind"]}
+        schemas[f"app.onyx.craft.{version['name']}.{gvk['kind']}"] = {
+            **version["schema"]["openAPIV3Schema"],
+            "x-kubernetes-group-version-kind": [gvk],
+        }
+
+    async def publish(request: rendering.Request) -> aiohttp.web.Response | None:
+        if request.url.path == OPENAPI:
+            return aiohttp.web.json_response({"components": {"schemas": schemas}})
+        return None
+
+    cluster.emulator.before_request.insert(0, publish)
 
 
 def older_sandbox_crd() -> dict[str, Any]:
@@ -420,7 +426,7 @@ def older_sandbox_crd() -> dict[str, Any]:
 async def test_an_older_crd_fails_naming_the_fields_the_api_server_drops(cluster: Cluster) -> None:
     """An upgrade that skipped applying the CRDs: the served CRD prunes what the operator
     writes (a webhook-changed pod replaced after each restart) and what users write."""
-    install_crds(cluster.emulator, older_sandbox_crd(), build_pool_crd(), build_policy_crd())
+    publish_schemas(cluster, older_sandbox_crd(), build_pool_crd(), build_policy_crd())
     result = await doctor("--standalone")
     assert result.exit_code == 1
     assert line(result, "CraftSandbox API") == (
@@ -432,25 +438,26 @@ async def test_an_older_crd_fails_naming_the_fields_the_api_server_drops(cluster
 
 
 async def test_crds_as_this_operator_builds_them_pass(cluster: Cluster) -> None:
-    install_crds(cluster.emulator, crd.build_crd(), build_pool_crd(), build_policy_crd())
+    publish_schemas(cluster, crd.build_crd(), build_pool_crd(), build_policy_crd())
     result = await doctor("--standalone")
     assert line(result, "CraftSandbox API").startswith("✔ CraftSandbox API: ")
     assert "not compared" not in result.output
 
 
-async def test_crds_doctor_may_not_read_are_said_not_compared(cluster: Cluster) -> None:
-    install_crds(cluster.emulator, older_sandbox_crd())
-
-    async def forbid(request: rendering.Request) -> aiohttp.web.Response | None:
-        if "/customresourcedefinitions/" in request.url.path:
-            return failure_response(403, "Forbidden", "customresourcedefinitions is forbidden")
+async def test_an_api_server_publishing_no_openapi_v3_has_the_schemas_not_compared(
+    cluster: Cluster,
+) -> None:
+    async def publish_none(request: rendering.Request) -> aiohttp.web.Response | None:
+        if request.url.path == OPENAPI:
+            return failure_response(404, "NotFound", "the page could not be found")
         return None
 
-    cluster.emulator.before_request.insert(0, forbid)
+    cluster.emulator.before_request.insert(0, publish_none)
     result = await doctor("--standalone")
     assert result.exit_code == 0, result.output
     assert line(result, "CraftSandbox API").endswith(
-        "(their schemas not compared with the operator's: reading CRDs gave 403 Forbidden)"
+        "(their schemas not compared with the operator's: reading the API server's OpenAPI v3 "
+        "gave 404 NotFound)"
     )
 
 

@@ -4,7 +4,9 @@ An install that upgraded the operator without ``kubectl apply -k crds`` keeps an
 CRD: the API server serves it, but prunes every field it does not declare, from specs
 (a setting the user wrote is lost without an error) and from the operator's status writes
 (``status.admittedImages`` among them: a pod a mutating webhook changed is then replaced
-after each operator restart). ``doctor`` compares the served schemas with the operator's.
+after each operator restart). ``doctor`` compares the schemas the API server publishes
+(its OpenAPI v3 document of the group version, which any authenticated identity may read:
+the operator's own needs no grant on CRDs) with the operator's.
 """
 
 from __future__ import annotations
@@ -14,10 +16,9 @@ from typing import Any
 
 from craft_operator.api.crd import build_crd
 from craft_operator.api.pool_crd import build_pool_crd
-from craft_operator.kube.client import ApiError, KubeClient, NotFoundError
+from craft_operator.kube.client import ApiError, KubeClient
 from craft_operator.policy.crd import build_policy_crd
 
-CRDS_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 #: The operator's CRDs, as ``craft-operator crd`` builds them.
 BUILDERS: tuple[Callable[[], dict[str, Any]], ...] = (build_crd, build_pool_crd, build_policy_crd)
 #: Fields named in a finding; the rest are counted.
@@ -44,37 +45,42 @@ def missing_fields(ours: Mapping[str, Any], theirs: Mapping[str, Any], path: str
     return missing
 
 
-def stale_fields(wanted: Mapping[str, Any], installed: Mapping[str, Any]) -> list[str]:
-    """The fields of ``wanted``'s served version the installed CRD's version lacks (all of
-    them, as ``<version>``, if it does not serve that version)."""
-    version = wanted["spec"]["versions"][0]
-    served = {v.get("name"): v for v in installed.get("spec", {}).get("versions") or []}
-    theirs = served.get(version["name"])
-    if theirs is None or not theirs.get("served", False):
-        return [f"version {version['name']}"]
-    return missing_fields(
-        version["schema"]["openAPIV3Schema"],
-        (theirs.get("schema") or {}).get("openAPIV3Schema") or {},
-    )
+def published_schema(document: Mapping[str, Any], group: str, version: str, kind: str) -> Any:
+    """The schema an OpenAPI v3 document publishes for ``kind`` at ``group``/``version``."""
+    for schema in (document.get("components") or {}).get("schemas", {}).values():
+        for gvk in schema.get("x-kubernetes-group-version-kind") or []:
+            if (gvk.get("group"), gvk.get("version"), gvk.get("kind")) == (group, version, kind):
+                return schema
+    return None
+
+
+def stale_fields(wanted: Mapping[str, Any], document: Mapping[str, Any]) -> list[str]:
+    """The fields of CRD ``wanted``'s served version that the API server's published
+    schema lacks (none if it publishes no schema of the kind: discovery says so first)."""
+    spec = wanted["spec"]
+    version = spec["versions"][0]
+    published = published_schema(document, spec["group"], version["name"], spec["names"]["kind"])
+    if published is None:
+        return []
+    return missing_fields(version["schema"]["openAPIV3Schema"], published)
 
 
 async def stale_crds(kube: KubeClient) -> tuple[dict[str, list[str]], str | None]:
-    """Each installed CRD of the operator's that lacks fields, with them; and why the CRDs
-    could not be read (not allowed, say), if they could not. A CRD not installed is not
-    listed: discovery says so first."""
+    """Each of the operator's CRDs whose served schema lacks fields, with them; and why the
+    schemas could not be read (an API server that publishes no OpenAPI v3), if so."""
+    documents: dict[str, Mapping[str, Any]] = {}
     stale: dict[str, list[str]] = {}
     for build in BUILDERS:
         wanted = build()
-        name = wanted["metadata"]["name"]
-        try:
-            installed = await kube.request("GET", f"{CRDS_PATH}/{name}")
-        except NotFoundError:
-            continue
-        except ApiError as exc:
-            return stale, f"{exc.status} {exc.reason}"
-        lacking = stale_fields(wanted, installed)
+        path = f"/openapi/v3/apis/{wanted['spec']['group']}/{wanted['spec']['versions'][0]['name']}"
+        if path not in documents:
+            try:
+                documents[path] = await kube.request("GET", path)
+            except ApiError as exc:
+                return stale, f"{exc.status} {exc.reason}"
+        lacking = stale_fields(wanted, documents[path])
         if lacking:
-            stale[name] = lacking
+            stale[wanted["metadata"]["name"]] = lacking
     return stale, None
 
 

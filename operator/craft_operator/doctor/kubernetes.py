@@ -165,7 +165,10 @@ async def _check_crd(kube: KubeClient, *, peering: bool = False) -> CheckResult:
     )
     detail = f"{craft} are served at {models.API_VERSION}"
     if unread:
-        detail += f" (their schemas not compared with the operator's: reading CRDs gave {unread})"
+        detail += (
+            f" (their schemas not compared with the operator's: reading the API server's "
+            f"OpenAPI v3 gave {unread})"
+        )
     if peering:
         detail += f", {CLUSTER_PEERINGS.plural}.{PEERING_GROUP} at {CLUSTER_PEERINGS.api_version}"
     return ok(name, detail)
