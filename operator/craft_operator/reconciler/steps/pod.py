@@ -148,8 +148,9 @@ async def _running(p: Pass, actual: dict[str, Any], desired: dict[str, Any]) -> 
     if run.status.pod_uid != uid:
         # Another pod's (a claimed one has none), unless this pod's create was never written.
         run.status.admitted_images = mine
-    elif run.status.admitted_images is None and mine is not None:
-        run.status.admitted_images = mine  # written, but dropped by an older CRD
+    # Written, but dropped by an older CRD if the status lacks them: judged by what this
+    # process saw admitted, not written again on every pass.
+    admitted = run.status.admitted_images or mine
     run.status.pod_uid = uid
     # The pod kept says where it came from: a claimed pod deleted as an extra beside a cold
     # one (a claim whose pass did not see the cold pod's create) leaves no pool behind.
@@ -158,7 +159,7 @@ async def _running(p: Pass, actual: dict[str, Any], desired: dict[str, Any]) -> 
         actual,
         desired,
         claimed_as=_claimed_template(p, actual),
-        admitted=run.status.admitted_images,
+        admitted=admitted,
     )
     if stale:
         return await pod_lifecycle.replace(p, actual, reason="PodReplaced", message=stale)
