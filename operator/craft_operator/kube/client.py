@@ -339,6 +339,8 @@ class KubeClient:
 
 #: What a refusal of a Secret write says instead of the API server's message, when that
 #: quotes a piece of the Secret's data (an admission webhook's often prints what it refused).
+#: How an Onyx PAT begins (``credentials.tokens``); its tenant, if any, comes before a dot.
+PAT_PREFIX = "onyx_pat_"
 SECRET_QUOTED = "the API server's message is withheld: it quoted the Secret's data"  # noqa: S105
 
 
@@ -362,11 +364,19 @@ def secret_values(body: Mapping[str, Any]) -> Iterator[str]:
         if isinstance(value, str) and value:
             yield value
             with contextlib.suppress(ValueError):
-                yield base64.b64decode(value, validate=True).decode("utf-8")
+                yield _secret_part(base64.b64decode(value, validate=True).decode("utf-8"))
     for value in (body.get("stringData") or {}).values():
         if isinstance(value, str) and value:
-            yield value
+            yield _secret_part(value)
             yield base64.b64encode(value.encode()).decode("ascii")
+
+
+def _secret_part(value: str) -> str:
+    """The part of a value that is secret: a PAT's random part, not its ``onyx_pat_``
+    prefix and tenant (a namespace named after the tenant is in many a refusal)."""
+    if value.startswith(PAT_PREFIX):
+        return value.rpartition(".")[2] if "." in value else value[len(PAT_PREFIX) :]
+    return value
 
 
 def api_error(status: int, text: str) -> ApiError:

@@ -446,3 +446,19 @@ def test_only_a_secrets_refusal_is_looked_at() -> None:
     assert withhold_quoted_secrets(refused, "/api/v1/namespaces/a/configmaps", body) is refused
     quota = ApiError(403, "Forbidden", "exceeded quota: count/secrets=10")
     assert withhold_quoted_secrets(quota, "/api/v1/namespaces/a/secrets", body) is quota
+
+
+def test_a_refusal_naming_the_tenant_of_the_pat_is_said_as_it_came() -> None:
+    """A multi-tenant PAT carries its tenant before a dot: a namespace named after the
+    tenant is in many refusals, which say nothing secret."""
+    token = "onyx_pat_acme-corp.Zm9vYmFyYmF6cXV4cXV1eHF1dXo"
+    body = {"data": {"ONYX_PAT": base64.b64encode(token.encode()).decode()}}
+    path = "/api/v1/namespaces/acme-corp/secrets"
+    terminating = ApiError(
+        403,
+        "Forbidden",
+        "unable to create new content in namespace acme-corp because it is being terminated",
+    )
+    assert withhold_quoted_secrets(terminating, path, body) is terminating
+    quoted = ApiError(403, "Forbidden", f"denied: ONYX_PAT={token}")
+    assert withhold_quoted_secrets(quoted, path, body).message == SECRET_QUOTED
