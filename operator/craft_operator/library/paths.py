@@ -120,6 +120,10 @@ class InvalidGlobError(ValueError):
     """An exclude glob that cannot be compiled (e.g. a reversed range ``[z-a]``)."""
 
 
+class CostlyGlobsError(InvalidGlobError):
+    """Exclude globs whose matching against a library took more CPU than it may."""
+
+
 #: The memory each compiled glob may use (RE2's default is 8 MiB). Its automaton is built
 #: lazily as names are matched, and a glob that never matches long names (``*a???...c``)
 #: fills it; the regexes are cached, so hostile globs in specs would hold hundreds of MiB

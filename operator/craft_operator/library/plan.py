@@ -10,6 +10,7 @@ instead of a plan, so that nothing is applied.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from datetime import datetime
 
 from craft_operator.library.manifest import ManifestEntry, is_safe_etag, render_manifest
 from craft_operator.library.paths import (
+    CostlyGlobsError,
     ExcludeMatcher,
     SkipReason,
     UnsafePathError,
@@ -55,6 +57,10 @@ class SyncCaps:
     #: The most of the destination's manifest that is read: a library whose manifest could
     #: outgrow it would be copied again in full at every sync (``None``: no such limit).
     max_manifest_bytes: int | None = None
+    #: Seconds of CPU matching the exclude globs against the listing may take: the usual
+    #: globs take a fraction of a second at the most files; globs built to defeat RE2's
+    #: fast automaton (``*a???...c``, a hundred of them) took minutes of the operator's CPU.
+    max_exclude_seconds: float = 10.0
 
     @property
     def max_listed_keys(self) -> int:
@@ -241,6 +247,25 @@ def _check_caps(
     return None
 
 
+def _excluded(
+    paths: Iterable[str], disabled: frozenset[str], matcher: ExcludeMatcher, seconds: float
+) -> list[str]:
+    """The paths disabled or excluded, sorted; :class:`CostlyGlobsError` once matching has
+    taken more than ``seconds`` of this thread's CPU (each path's match is bounded)."""
+    end = time.thread_time() + seconds
+    excluded = []
+    for count, path in enumerate(paths, 1):
+        if is_disabled(path, disabled) or matcher.excludes(path):
+            excluded.append(path)
+        if time.thread_time() > end:
+            raise CostlyGlobsError(
+                f"matching the exclude globs took more than {seconds:g} s of CPU after "
+                f"{count} of the library's names: use fewer wildcards (above all `?` "
+                "after a `*`) or fewer globs"
+            )
+    return sorted(excluded)
+
+
 def plan_sync(
     listing: Iterable[S3Object],
     manifest: Mapping[str, ManifestEntry],
@@ -261,9 +286,7 @@ def plan_sync(
     disabled_paths = normalise_disabled(disabled)
     matcher = ExcludeMatcher(excludes)
     groups, skipped = _validated(listing, prefix)
-    excluded = sorted(
-        path for path in groups if is_disabled(path, disabled_paths) or matcher.excludes(path)
-    )
+    excluded = _excluded(groups, disabled_paths, matcher, caps.max_exclude_seconds)
     for path in excluded:
         del groups[path]
     library, more_skipped = _resolve_collisions(groups, prefix)

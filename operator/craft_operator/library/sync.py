@@ -23,7 +23,12 @@ from craft_operator.library.destination import ChangeSet, Destination, change_se
 from craft_operator.library.errors import LibraryCapExceededError, LibraryConfigError
 from craft_operator.library.local import LocalDestination
 from craft_operator.library.manifest import UNKNOWN, Manifest, parse_manifest
-from craft_operator.library.paths import InvalidGlobError, check_globs, normalise_prefix
+from craft_operator.library.paths import (
+    CostlyGlobsError,
+    InvalidGlobError,
+    check_globs,
+    normalise_prefix,
+)
 from craft_operator.library.plan import (
     CapViolation,
     S3Object,
@@ -154,15 +159,18 @@ async def _plan(
         check_globs(excludes)
     except InvalidGlobError as exc:
         raise LibraryConfigError(f"{exc} (spec.userLibrary.exclude)") from None
-    plan = await asyncio.to_thread(
-        plan_sync,
-        listing,
-        manifest.entries,
-        prefix=prefix,
-        excludes=excludes,
-        disabled=list(disabled),
-        caps=caps,
-    )
+    try:
+        plan = await asyncio.to_thread(
+            plan_sync,
+            listing,
+            manifest.entries,
+            prefix=prefix,
+            excludes=excludes,
+            disabled=list(disabled),
+            caps=caps,
+        )
+    except CostlyGlobsError as exc:
+        raise LibraryConfigError(f"{exc} (spec.userLibrary.exclude)") from None
     if isinstance(plan, CapViolation):
         _raise_cap(plan)
         raise AssertionError("unreachable")

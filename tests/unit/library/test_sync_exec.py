@@ -245,6 +245,25 @@ async def test_a_file_over_the_per_file_cap_fails_the_sync_and_applies_nothing(
     assert files_in(library_dir(pods)) == {"small.txt": b"s"}
 
 
+async def test_exclude_globs_that_cost_more_cpu_than_they_may_are_said_misconfigured(
+    bucket: Bucket, pods: LocalExec
+) -> None:
+    """Globs built to defeat RE2's fast automaton cost minutes of the operator's CPU over a
+    large library: matching stops at its budget (tiny here) and the spec is to change."""
+    for n in range(40):
+        bucket.put("".join("ab"[(n >> bit) & 1] for bit in range(6)) * 30 + ".md", b"x")
+    hostile = [f"*a{'?' * (60 + n)}c" for n in range(30)]
+
+    with pytest.raises(LibraryConfigError) as raised:
+        await sync(bucket, pods, excludes=hostile, caps=SyncCaps(max_exclude_seconds=0.001))
+
+    assert raised.value.reason == "LibraryMisconfigured"
+    assert not raised.value.retryable
+    assert "more than 0.001 s of CPU" in str(raised.value)
+    assert "spec.userLibrary.exclude" in str(raised.value)
+    assert files_in(library_dir(pods)) == {}
+
+
 async def test_an_exclude_glob_that_cannot_be_compiled_fails_once_not_for_ever(
     bucket: Bucket, pods: LocalExec
 ) -> None:
