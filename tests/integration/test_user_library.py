@@ -7,7 +7,9 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp.web
 import pytest
+from kmock._internal import rendering
 
 from craft_operator.config import Settings
 from craft_operator.library import make_s3_client
@@ -25,6 +27,7 @@ from tests.integration.helpers import (
     status,
 )
 from tests.support.emulator import KubeEmulator
+from tests.support.faults import failure_response
 from tests.support.operator import eventually, running_operator
 from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
 from tests.support.s3 import S3Server, running_s3_server, use_fake_aws_credentials
@@ -305,3 +308,29 @@ async def test_an_s3_outage_is_reported_and_the_sync_recovers_on_its_own(
     upload(client, "back.txt", b"back")
     await phase(emulator, "alice", "Ready", within=20)
     assert (library(pod_exec) / "back.txt").read_bytes() == b"back"
+
+
+async def test_a_status_the_api_server_cannot_store_backs_off_instead_of_redoing_every_second(
+    emulator: KubeEmulator, operator_with_s3: None, pod_exec: EmulatedPodExec, s3_client: Any
+) -> None:
+    """A spec that only just fits etcd leaves no room for its status: every status write
+    fails. The sync and the validation the status never records were redone about once a
+    second, for ever (a held pass between two failed writes passed for a success, so the
+    backoff never grew); the failures now count, and the backoff grows."""
+    upload(s3_client, "notes.md", b"hello")
+
+    async def too_large(request: rendering.Request) -> aiohttp.web.Response | None:
+        if request.url.path.endswith("/craftsandboxes/alice/status"):
+            return failure_response(500, "InternalError", "etcdserver: request is too large")
+        return None
+
+    emulator.before_request.append(too_large)
+    emulator.create(SANDBOXES, sandbox("alice"))
+    await eventually(lambda: pod(emulator, "alice"), what="the pod")
+    mark_pod_running(emulator, NAMESPACE, "alice")
+    await eventually(lambda: pod_exec.calls, what="the first exec")
+    await asyncio.sleep(12)
+
+    execs = len(pod_exec.calls)
+    # Without the backoff growing: about 2 execs a second (a validation, a sync), 20+ here.
+    assert execs <= 10, f"{execs} execs in 12 s"

@@ -155,12 +155,24 @@ class SandboxReconciler:
                 # would deny it; the failure counts would start over on every retry).
                 self._memory.acted_on[key] = run.generation
             s.events.post(run.body, type="Warning", reason="ReconcileError", message=_error(exc))
-            await write_status(s, run)  # what a pass that failed found, then its error
+            await self._write(s, run)  # what a pass that failed found, then its error
             raise
         self._memory.acted_on.pop(key, None)
         if not self._hold(run, batch):
-            await write_status(s, run)
+            await self._write(s, run)
         return run.verdict
+
+    async def _write(self, s: Services, run: Run) -> None:
+        """Write the pass's status. One that failed is not held by the next pass: a held
+        pass writes nothing and would pass for a success between two failures, so that the
+        backoff never grew while every pass redid what the status never recorded (a
+        validation, a library sync)."""
+        try:
+            await write_status(s, run)
+        except Exception:
+            self._memory.unwritten[run.key] = self._memory.unwritten.get(run.key, 0) + 1
+            raise
+        self._memory.unwritten.pop(run.key, None)
 
     def _held(
         self, key: tuple[str, str], body: Mapping[str, Any], batch: EventBatch
@@ -179,7 +191,7 @@ class SandboxReconciler:
         """Keep the pass's status and Normal events for the next pass instead of writing
         them, if a step asked (the next pass comes within ``run.hold_for`` seconds and
         writes and says both at once)."""
-        if run.hold_for is None:
+        if run.hold_for is None or run.key in self._memory.unwritten:
             return False
         run.finish()  # as if written: Ready, the phase and the generation it acted on
         self._memory.held[run.key] = Held(
