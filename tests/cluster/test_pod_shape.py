@@ -21,7 +21,7 @@ from craft_operator.config import Settings
 from craft_operator.kube.cache import compact_pod
 from craft_operator.kube.pod_shape import SHAPE, first_difference, shape_of
 from tests.support.cluster import Cluster
-from tests.unit.builders.test_quantities import CANONICAL_STORED
+from tests.unit.builders.test_quantities import BY_VALUE, CANONICAL_STORED
 
 PODS = "/api/v1/pods"
 
@@ -114,3 +114,10 @@ def test_the_canonical_quantities_are_the_ones_the_api_server_stores(
         assert stored == CANONICAL_STORED, resource
         ours = {t: canonical_resources({"r": {resource: t}})["r"][resource] for t in stored}
         assert ours == stored, resource
+
+    # The forms by value (pool pods are built with them) are stored as they are written.
+    for form in BY_VALUE:
+        pod = copy.deepcopy(built)
+        pod["spec"]["containers"][0]["resources"] = {"requests": {"memory": form}}
+        answer = cluster.create(PODS, namespace, pod, dry_run=True)
+        assert answer["spec"]["containers"][0]["resources"]["requests"]["memory"] == form

@@ -57,3 +57,22 @@ async def test_sandboxes_naming_a_pool_are_ready_on_its_pods_and_the_pool_refill
         for reason in ("PoolEmpty", "ClaimConflict")
     )
     assert cold >= 1
+
+
+async def test_a_sandbox_writing_the_pools_memory_in_bytes_claims_its_pod(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    """``4 * 1024**3`` from a Python backend is the pool's ``4Gi``: the same pod."""
+    memory = {"requests": {"memory": "4Gi"}, "limits": {"memory": "4Gi"}}
+    in_bytes = {"requests": {"memory": "4294967296"}, "limits": {"memory": "4294967296"}}
+    emulator.create(
+        POOLS,
+        {
+            **pool(NAME, replicas=1, resources=memory),
+            "metadata": {"name": NAME, "namespace": NAMESPACE},
+        },
+    )
+    await full(emulator, 1)
+    emulator.create(SANDBOXES, sandbox("alice", poolRef={"name": NAME}, resources=in_bytes))
+    await eventually(lambda: status(emulator, "alice").get("claimedFrom"), what="the claim")
+    assert status(emulator, "alice")["claimedFrom"] == NAME

@@ -77,7 +77,10 @@ class Form(Enum):
     a claimed one is kept, until its pool has replaced them."""
 
     CANONICAL = "canonical"
-    #: Operators from 3e80fde to 36ad2a8 (2026-11-28): as canonical, but a toleration's
+    #: Operators from 36ad2a8 to 2026-11-28 (afternoon): as canonical, but each quantity in
+    #: the API server's form of its spelling (``4294967296`` and ``4Gi`` apart).
+    QUANTITIES_AS_SPELLED = "quantities as spelled"
+    #: Operators from 3e80fde to 36ad2a8 (2026-11-28): as that, but a toleration's
     #: empty fields (``key: ""``, ``value: ""``) kept.
     TOLERATIONS_WITH_EMPTY_FIELDS = "tolerations with empty fields"
     #: Before 2026-11-28: quantities canonical, tolerations as written.
@@ -111,8 +114,9 @@ def _pod_spec(
     """The spec of a pool pod for ``sandbox``'s pod settings (raises ``SandboxConfigError``).
 
     Its quantities and tolerations are in canonical form (:class:`Form`): a pool that says
-    ``cpu: 500m`` and a sandbox that says ``cpu: "0.5"``, or that list the same tolerations
-    in another order, want the same pod.
+    ``cpu: 500m`` and a sandbox that says ``cpu: "0.5"`` (or ``memory: 4Gi`` and
+    ``memory: "4294967296"``), or that list the same tolerations in another order, want the
+    same pod.
     """
     # Writable: the claim writes SKILL.md, the token and the library by exec.
     container = sandbox_container(
@@ -125,11 +129,13 @@ def _pod_spec(
         ],
     )
     if form is not Form.AS_WRITTEN:
-        container["resources"] = canonical_resources(container["resources"])
+        container["resources"] = canonical_resources(
+            container["resources"], by_value=form is Form.CANONICAL
+        )
     placement = scheduling(sandbox.spec)
-    if form in (Form.CANONICAL, Form.TOLERATIONS_WITH_EMPTY_FIELDS) and "tolerations" in placement:
+    if form not in (Form.TOLERATIONS_AS_WRITTEN, Form.AS_WRITTEN) and "tolerations" in placement:
         placement["tolerations"] = canonical_tolerations(
-            placement["tolerations"], drop_empty=form is Form.CANONICAL
+            placement["tolerations"], drop_empty=form is not Form.TOLERATIONS_WITH_EMPTY_FIELDS
         )
     return {
         "restartPolicy": "Never",
@@ -186,7 +192,7 @@ def older_template_hashes(sandbox: CraftSandbox, settings: Settings) -> tuple[st
     made before carry them until the pool has replaced them."""
     current = sandbox_template_hash(sandbox, settings)
     older = []
-    for form in (Form.TOLERATIONS_WITH_EMPTY_FIELDS, Form.TOLERATIONS_AS_WRITTEN, Form.AS_WRITTEN):
+    for form in list(Form)[1:]:
         hash_ = template_hash(_pod_spec(sandbox, settings, form=form))
         if hash_ != current and hash_ not in older:
             older.append(hash_)

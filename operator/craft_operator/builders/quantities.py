@@ -73,43 +73,72 @@ _DECIMAL = tuple(
 )
 
 
-def canonical_quantity(value: str) -> str:
+def canonical_quantity(value: str, *, by_value: bool = False) -> str:
     """The quantity as the API server stores it (``0.5`` -> ``500m``, ``2048Mi`` -> ``2Gi``,
     ``1000m`` -> ``1``): a binary suffix stays binary where the value allows, else the
     largest decimal suffix whose number is whole (``1e3`` too, which the server keeps as
     written: equal values still compare equal). Text that is no quantity, or finer than a
-    nano, is returned as it is; see :func:`canonical_resources` for CPU."""
+    nano, is returned as it is; see :func:`canonical_resources` for CPU.
+
+    ``by_value``: one form per value, however it was spelled (``4294967296`` and ``4Gi``
+    are both ``4Gi``, ``2000M`` and ``1953125Ki`` both ``2G``): the shorter of its binary
+    and decimal forms, binary on a tie. It is still a form the API server stores as
+    written, so a pod built with it reads back the same.
+    """
     try:
         parsed = parse_quantity(value)
     except ValueError:
         return value
     if parsed == 0:
         return "0"
+    decimal = _decimal_form(parsed)
+    binary = _binary_form(parsed)
+    if by_value:
+        forms = [form for form in (binary, decimal) if form is not None]
+        return min(forms, key=len) if forms else value
     match = _QUANTITY.match(value.strip())
-    binary = bool(match and (match.group(2) or "").endswith("i"))
-    if binary and abs(parsed) >= 1024 and parsed == parsed.to_integral_value():
-        whole = int(parsed)
-        for suffix, exponent in _BINARY:
-            if whole % (1 << exponent) == 0:
-                return f"{whole >> exponent}{suffix}"
-        return str(whole)
+    if match and (match.group(2) or "").endswith("i") and binary is not None:
+        return binary
+    return decimal or value
+
+
+def _binary_form(parsed: Decimal) -> str | None:
+    """A whole value of at least 1024 with the largest binary suffix it is a multiple of
+    (as a plain integer if none); None for other values."""
+    if abs(parsed) < 1024 or parsed != parsed.to_integral_value():
+        return None
+    whole = int(parsed)
+    for suffix, exponent in _BINARY:
+        if whole % (1 << exponent) == 0:
+            return f"{whole >> exponent}{suffix}"
+    return str(whole)
+
+
+def _decimal_form(parsed: Decimal) -> str | None:
+    """The value with the largest decimal suffix whose number is whole; None if finer than
+    a nano."""
     for suffix, unit in _DECIMAL:
         number = parsed / unit
         if number == number.to_integral_value():
             return f"{int(number)}{suffix}"
-    return value
+    return None
 
 
-def canonical_resources(resources: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+def canonical_resources(
+    resources: dict[str, dict[str, str]], *, by_value: bool = False
+) -> dict[str, dict[str, str]]:
     """``resources`` (requests and limits) with every quantity in canonical form, rounded
-    up to whole thousandths, as the API server stores it (CPU ``250n`` -> ``1m``)."""
+    up to whole thousandths, as the API server stores it (CPU ``250n`` -> ``1m``);
+    ``by_value``: one form per value (see :func:`canonical_quantity`)."""
     return {
-        kind: {name: _canonical(name, quantity) for name, quantity in quantities.items()}
+        kind: {
+            name: _canonical(quantity, by_value=by_value) for name, quantity in quantities.items()
+        }
         for kind, quantities in resources.items()
     }
 
 
-def _canonical(resource: str, quantity: str) -> str:
+def _canonical(quantity: str, *, by_value: bool) -> str:
     # Every resource: the API server's defaulting rounds each one up to milli scale.
     try:
         parsed = parse_quantity(quantity)
@@ -117,5 +146,5 @@ def _canonical(resource: str, quantity: str) -> str:
         return quantity
     thousandths = (parsed * 1000).to_integral_value(rounding=ROUND_CEILING)
     if thousandths != parsed * 1000:
-        return canonical_quantity(f"{thousandths}m")
-    return canonical_quantity(quantity)
+        return canonical_quantity(f"{thousandths}m", by_value=by_value)
+    return canonical_quantity(quantity, by_value=by_value)

@@ -164,6 +164,24 @@ def test_a_sandbox_that_writes_the_pools_quantities_differently_matches_it(
     assert sandbox_template_hash(sandbox, settings) == pool_template_hash(pool.spec, settings)
 
 
+@pytest.mark.parametrize(
+    ("in_the_pool", "in_the_sandbox"),
+    [("4Gi", "4294967296"), ("512Mi", "536870912"), ("1.5Gi", "1610612736"), ("2G", "1953125Ki")],
+)
+def test_a_sandbox_that_writes_the_pools_memory_in_other_units_matches_it(
+    settings: Settings, make_sandbox: MakeSandbox, in_the_pool: str, in_the_sandbox: str
+) -> None:
+    """A Python backend passing ``4 * 1024**3`` writes bytes: the same memory, the same
+    pod (it started cold, the pool's pods said to differ "in resources")."""
+    pool = make_pool(resources={"requests": {"memory": in_the_pool}})
+    sandbox = make_sandbox(resources={"requests": {"memory": in_the_sandbox}})
+
+    assert sandbox_template_hash(sandbox, settings) == pool_template_hash(pool.spec, settings)
+    # A pool's pods made before carry the hash of the pool's spelling, which a claim takes.
+    before = template_hash(_pod_spec(sandbox, settings, form=Form.QUANTITIES_AS_SPELLED))
+    assert before in claimed_template_hashes(sandbox, settings)
+
+
 def test_a_pod_claimed_before_quantities_were_hashed_canonically_is_still_the_sandboxs(
     settings: Settings, make_sandbox: MakeSandbox
 ) -> None:

@@ -139,5 +139,23 @@ def test_every_resource_is_rounded_up_to_whole_thousandths(
     assert canonical_resources({"requests": {resource: text}}) == {"requests": {resource: stored}}
 
 
+#: Equal values in every spelling, and their one form by value.
+BY_VALUE = {
+    "4Gi": ["4Gi", "4096Mi", "4294967296", "4294967296000m"],
+    "2G": ["2G", "2000M", "1953125Ki", "2e9"],
+    "1536Mi": ["1.5Gi", "1610612736", "1536Mi"],
+    "500m": ["0.5", "500m", "500000u"],
+    "1500": ["1500", "1.5k"],
+    "1Ki": ["1024", "1Ki"],
+}
+
+
+@pytest.mark.parametrize(("form", "spellings"), BY_VALUE.items())
+def test_a_quantity_by_value_has_one_form_however_it_is_spelled(
+    form: str, spellings: list[str]
+) -> None:
+    assert {canonical_quantity(text, by_value=True) for text in spellings} == {form}
+
+
 def test_text_that_is_no_quantity_is_left_as_it_is() -> None:
     assert canonical_quantity("two") == "two"
