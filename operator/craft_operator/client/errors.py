@@ -174,6 +174,25 @@ class InvalidError(ApiError):
         return f"{self.request.describe()} was refused as invalid: {self.message}"
 
 
+class ObjectTooLargeError(InvalidError):
+    """The object is larger than the API server stores (etcd's request limit, 1.5 MiB by
+    default; a 413, or a 500 saying ``request is too large``): the same request never
+    succeeds, so it is not retried."""
+
+    @property
+    def retryable(self) -> bool:
+        """Never: only a smaller object is stored."""
+        return False
+
+    def explain(self) -> str:
+        """What to shorten."""
+        return (
+            f"{self.request.describe()} is larger than the API server stores "
+            f"(HTTP {self.status}: {self.message}): shorten its spec, the sources' scopes or "
+            "userLibrary.disabledPaths first"
+        )
+
+
 @dataclass(frozen=True)
 class ConditionReport:
     """One condition as the sandbox reports it (``status`` ``True``, ``False`` or ``Unknown``)."""

@@ -33,6 +33,7 @@ from craft_operator.client.errors import (
     ForbiddenError,
     InvalidError,
     NotFoundError,
+    ObjectTooLargeError,
     Request,
     UnauthorizedError,
     UnreachableError,
@@ -300,6 +301,10 @@ def _verification_failure(exc: BaseException) -> str | None:
     return None
 
 
+#: What etcd answers (through the API server, as a 500) to an object larger than it takes.
+TOO_LARGE = "request is too large"
+
+
 def api_error(
     status: int, text: str, what: Request, headers: Mapping[str, str] | None = None
 ) -> ApiError:
@@ -334,6 +339,8 @@ def _typed(
         causes = details.get("causes") or []
         owned = any(cause.get("reason") == "FieldManagerConflict" for cause in causes)
         return (FieldConflictError if owned else ConflictError)(status, reason, message, what)
+    if status == 413 or (status == 500 and TOO_LARGE in message):
+        return ObjectTooLargeError(status, reason, message, what)
     if status == 422:
         return InvalidError(status, reason, message, what)
     return ApiError(status, reason, message, what)

@@ -8,8 +8,14 @@ import aiohttp.web
 import pytest
 from kmock._internal import rendering
 
-from craft_operator.client import AsyncSandboxClient, SandboxGoneError
+from craft_operator.client import (
+    AsyncSandboxClient,
+    InvalidError,
+    ObjectTooLargeError,
+    SandboxGoneError,
+)
 from tests.support.emulator import KubeEmulator
+from tests.support.faults import failure_response
 from tests.unit.client.conftest import NAMESPACE, SANDBOXES, USER_ID
 
 #: The operator's finalizer: a deleted sandbox stays, being deleted, until it removes it.
@@ -75,3 +81,22 @@ async def test_ensure_on_a_sandbox_being_deleted_raises_gone_and_ensuring_after_
     new = await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID, sources=["jira"])
     assert new.metadata.uid != old.metadata.uid
     assert new.metadata.deletion_timestamp is None
+
+
+async def test_ensure_of_a_sandbox_too_large_to_store_says_so_at_once_without_retrying(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    """etcd refuses an object over its request limit with a 500 that no retry cures."""
+    tries = []
+
+    async def too_large(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
+        if request.method.value.upper() == "PATCH" and "/craftsandboxes/alice" in request.url.path:
+            tries.append(request.url.path)
+            return failure_response(500, "InternalError", "etcdserver: request is too large")
+        return None
+
+    emulator.before_request.insert(0, too_large)
+    with pytest.raises(ObjectTooLargeError, match="shorten its spec") as raised:
+        await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID, sources=["slack"])
+    assert isinstance(raised.value, InvalidError), "a bad spec, as a 422 is"
+    assert len(tries) == 1
