@@ -167,6 +167,37 @@ def test_a_quantity_kubernetes_cannot_hold_is_invalid_resources_naming_the_field
     assert caught.value.reason == "InvalidResources"
 
 
+@pytest.mark.parametrize(
+    ("resources", "said"),
+    [
+        ({"requests": {"nvidia.com/gpu": "1"}}, r"limits\.nvidia\.com/gpu must be set"),
+        (
+            {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "2"}},
+            r"requests\.nvidia\.com/gpu \(1\) must equal",
+        ),
+        ({"limits": {"nvidia.com/gpu": "0.5"}}, r"\(0\.5\) must be a whole number"),
+        ({"requests": {"hugepages-2Mi": "64Mi"}}, r"limits\.hugepages-2Mi must be set"),
+    ],
+    ids=["request-alone", "request-below-limit", "fraction", "hugepages-request-alone"],
+)
+def test_what_the_pod_api_refuses_of_resources_it_never_overcommits_is_invalid_resources(
+    make_sandbox: MakeSandbox, settings: Settings, resources: dict[str, Any], said: str
+) -> None:
+    """Admitted by the CRD, refused by the pod API: said before any pod is made."""
+    with pytest.raises(SandboxConfigError, match=said) as caught:
+        resources_for(make_sandbox(resources=resources), settings)
+    assert caught.value.reason == "InvalidResources"
+
+
+def test_a_device_limit_alone_is_a_request_of_as_many(
+    make_sandbox: MakeSandbox, settings: Settings
+) -> None:
+    sandbox = make_sandbox(resources={"limits": {"nvidia.com/gpu": "1", "hugepages-2Mi": "64Mi"}})
+    resources = resources_for(sandbox, settings)
+    assert resources["limits"]["nvidia.com/gpu"] == "1"
+    assert "nvidia.com/gpu" not in resources.get("requests", {})
+
+
 def test_the_invalid_resources_error_escapes_build_pod_too(
     make_sandbox: MakeSandbox, settings: Settings
 ) -> None:
