@@ -94,6 +94,19 @@ def test_the_all_namespaces_overlay_is_admitted_cleanly(cluster: Cluster) -> Non
     assert apply_dry_run(cluster, "-k", str(ALL_NAMESPACES)) == names(objects)
 
 
+def test_the_installed_base_applied_unchanged_by_another_field_manager_does_not_conflict(
+    cluster: Cluster,
+) -> None:
+    """The session installed the base server-side; CI applying the same files under its own
+    field manager must not conflict over a field the API server defaulted inside an atomic
+    one (a ``fieldRef`` without ``apiVersion`` did)."""
+    result = cluster.plane.kubectl(
+        "apply", "--server-side", "--field-manager=ci", "--dry-run=server", "-k", str(BASE)
+    )
+    assert result.returncode == 0, result.stderr
+    assert "conflict" not in result.stderr
+
+
 def test_the_dev_overlay_is_admitted_cleanly(cluster: Cluster) -> None:
     objects = rendered(cluster, DEV)
     # A dry run cannot put objects in a namespace the same dry run only pretends to create,
