@@ -6,18 +6,23 @@ from __future__ import annotations
 
 from typing import Any
 
+import aiohttp.web
+from kmock._internal import rendering
+
 from craft_operator.context import OperatorContext
 from tests.integration.conftest import SANDBOXES
 from tests.integration.helpers import (
     NAMESPACE,
     condition,
     event_posted,
+    event_reasons,
     phase,
     pod,
     sandbox,
     status,
 )
 from tests.support.emulator import KubeEmulator
+from tests.support.faults import failure_response
 from tests.support.operator import eventually
 from tests.support.pod_exec import mark_pod_failed, mark_pod_running
 from tests.support.policy import allow
@@ -203,3 +208,47 @@ async def test_a_policy_withdrawal_keeps_the_workspace_for_when_the_sandbox_retu
     back = await eventually(lambda: pod(emulator, "alice"), what="the pod back")
     assert mounted_claim(back) == "alice-workspace"
     assert workspace_pvc(emulator)["metadata"]["uid"] == uid  # type: ignore[index]
+
+
+async def test_a_workspace_gone_and_not_made_again_is_not_named_in_the_status(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    """Deleted while the sandbox sleeps, a quota refusing a new one: the backend reads
+    ``status.workspace.claimUID`` as the sandbox's volume, and that one is gone."""
+    old = (await ready_with_workspace(emulator))["metadata"]["uid"]
+    emulator.patch(SANDBOXES, NAMESPACE, "alice", {"spec": {"suspend": True}})
+    await phase(emulator, "alice", "Suspended")
+
+    async def quota(request: rendering.Request) -> aiohttp.web.Response | None:
+        if request.method.value.upper() == "POST" and request.url.path.endswith(
+            "/persistentvolumeclaims"
+        ):
+            return failure_response(403, "Forbidden", "exceeded quota: no-pvc")
+        return None
+
+    emulator.before_request.append(quota)
+    emulator.remove(PVCS, NAMESPACE, "alice-workspace")
+    await event_posted(emulator, "alice", "WorkspaceWriteFailed")
+    await eventually(
+        lambda: (status(emulator, "alice").get("workspace") or {}).get("claimUID") != old,
+        what="status.workspace without the deleted claim",
+    )
+
+
+async def test_a_larger_retained_workspace_taken_back_is_kept_without_a_refused_resize(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    await ready_with_workspace(emulator, retain=True)
+    emulator.patch(SANDBOXES, NAMESPACE, "alice", {"spec": {"workspace": {"size": "3Gi"}}})
+    await eventually(
+        lambda: (
+            (workspace_pvc(emulator) or {})["spec"]["resources"]["requests"]["storage"] == "3Gi"
+        ),
+        what="the workspace grown",
+    )
+    emulator.remove(SANDBOXES, NAMESPACE, "alice")
+    await eventually(lambda: emulator.find(SANDBOXES, NAMESPACE, "alice") is None, what="gone")
+
+    await ready_with_workspace(emulator, retain=True)  # asks 1Gi: the 3Gi one is kept
+    await event_posted(emulator, "alice", "WorkspaceLargerThanSpec")
+    assert "WorkspaceResizeRefused" not in event_reasons(emulator, "alice")

@@ -76,9 +76,11 @@ async def finalize(s: Services, body: dict[str, Any], conditions: Sequence[str])
             # In a namespace being deleted the namespace controller deletes every object
             # (a retained workspace too), and the Role that let the operator do it may
             # already be gone with them.
-            await _retain_workspace(s, body)
+            said = await _retain_workspace(s, body)
             await _delete_children(s, namespace, name, uid)
-        return await _release(s, body)
+        else:
+            said = None
+        return await _release(s, body, said)
     except (CredentialsError, _BlockedError) as exc:
         return await _deletion_blocked(s, body, conditions, str(exc))
 
@@ -137,7 +139,7 @@ async def _revoke_failed(
     return Revisit(backoff="cannot revoke the PAT yet")
 
 
-async def _retain_workspace(s: Services, body: dict[str, Any]) -> None:
+async def _retain_workspace(s: Services, body: dict[str, Any]) -> str | None:
     """With ``spec.workspace.retain``, release the workspace before the children go: it is
     then no longer the sandbox's, so neither this finalizer nor the collector deletes it.
     Without, delete one still kept from when ``retain`` was set."""
@@ -146,7 +148,7 @@ async def _retain_workspace(s: Services, body: dict[str, Any]) -> None:
             await workspace.delete_unkept(s, body)
         except ApiError as exc:
             raise _BlockedError(f"cannot delete the workspace: {exc}") from None
-        return
+        return None
     try:
         released = await workspace.release(s, body)
     except ApiError as exc:
@@ -157,7 +159,8 @@ async def _retain_workspace(s: Services, body: dict[str, Any]) -> None:
             f"kept the workspace PVC {claim} (retain): a new CraftSandbox of this name and "
             "user takes it back"
         )
-        s.events.post(body, type="Normal", reason="WorkspaceRetained", message=message)
+        return message
+    return None
 
 
 async def _delete_children(s: Services, namespace: str, name: str, uid: str) -> None:
@@ -170,7 +173,7 @@ async def _delete_children(s: Services, namespace: str, name: str, uid: str) -> 
         await _delete_owned_child(s, kind, namespace, child, uid)
 
 
-async def _release(s: Services, body: dict[str, Any]) -> Revisit | None:
+async def _release(s: Services, body: dict[str, Any], said: str | None = None) -> Revisit | None:
     """Remove the finalizer, so the API server deletes the sandbox."""
     meta = body["metadata"]
     namespace, name = meta.get("namespace", ""), meta["name"]
@@ -184,6 +187,8 @@ async def _release(s: Services, body: dict[str, Any]) -> Revisit | None:
         return Revisit(backoff="the CraftSandbox changed while removing the finalizer")
     except ApiError as exc:
         raise _BlockedError(f"cannot remove the finalizer: {exc}") from None
+    if said is not None:  # once: a later pass on a stale copy finds the sandbox gone
+        s.events.post(body, type="Normal", reason="WorkspaceRetained", message=said)
     if updated.get("metadata", {}).get("deletionTimestamp") and remaining:
         s.cache.put(SANDBOX.name, updated)
     return None

@@ -27,6 +27,7 @@ from craft_operator.reconciler.queue import RetryableError
 from craft_operator.reconciler.run import Revisit, Run
 from craft_operator.reconciler.status_writer import write_status
 from craft_operator.reconciler.step import Held, Memory, Pass
+from craft_operator.reconciler.steps import workspace
 from craft_operator.reconciler.table import CONDITIONS, run_steps
 from craft_operator.status import POD_READY, ConditionState
 
@@ -144,6 +145,12 @@ class SandboxReconciler:
             if not await policy.enforce(s, sandbox, run):
                 judged = True
                 await run_steps(p)
+            else:
+                # Withdrawn or not judged yet: no step runs, but retain must still decide
+                # who owns the workspace before any (foreground) deletion comes.
+                await workspace.settle_owner(p)
+                if run.status.workspace is not None and sandbox.spec.workspace is not None:
+                    run.status.workspace.retain = sandbox.spec.workspace.retain
         except asyncio.CancelledError:
             # The replica stops or stands by: no status of a pass cut short (the next pass,
             # here or on the other replica, writes its own), no wait on the API server.

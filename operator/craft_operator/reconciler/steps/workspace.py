@@ -92,24 +92,28 @@ async def converge_workspace(p: Pass) -> Stop | None:
     try:
         pvc = await _owned(p, desired)
     except _TerminatingError as exc:
+        p.run.status.workspace = None  # no claim of this sandbox's: not the one named before
         return p.fail(POD_READY, "WorkspaceTerminating", str(exc))
     except ForeignObjectError as exc:
+        p.run.status.workspace = None
         return p.fail(POD_READY, "WorkspaceNameTaken", str(exc))
     except ApiError as exc:
+        p.run.status.workspace = None
         return p.fail(POD_READY, "WorkspaceWriteFailed", f"cannot write the workspace: {exc}")
-    message = None
+    message, refused = None, None
     have = requested_size(pvc)
     had = size_value(have)
     if had is not None and wanted > had:
         try:
             pvc, message = await volume_growth.grow(p, pvc, want, what="the workspace")
+            refused = message
         except ApiError as exc:
             return p.fail(POD_READY, "WorkspaceWriteFailed", f"cannot resize: {exc}")
     elif had is not None and wanted < had:
         message = f"the workspace is {have}, larger than spec.workspace.size ({want}): kept"
     if pvc["metadata"].get("deletionTimestamp"):
         message = "the workspace PVC is being deleted: a new, empty one follows once it is gone"
-    _report(p, pvc, message)
+    _report(p, pvc, message, refused)
     return None
 
 
@@ -152,9 +156,14 @@ async def _kept(p: Pass, desired: dict[str, Any]) -> dict[str, Any]:
             s.cache.put(PVC.name, created)
             p.event("WorkspaceCreated", f"created PVC {name}")
             return created
-    if found["metadata"].get("deletionTimestamp"):
-        raise _TerminatingError(name)
     uid = p.sandbox.metadata.uid
+    if found["metadata"].get("deletionTimestamp"):
+        labels = found["metadata"].get("labels") or {}
+        if controlled_by(found, uid) or (
+            _ours_unowned(p, found) and labels.get(LABEL_ONYX_SANDBOX_ID) == uid
+        ):
+            return found  # this sandbox's own, deleted by someone: said in status
+        raise _TerminatingError(name)
     if controlled_by(found, uid):
         return await _keep(p, found, desired, uid or "")
     if not _ours_unowned(p, found):
@@ -287,14 +296,21 @@ def requested_size(pvc: Mapping[str, Any]) -> str | None:
     return None if storage is None else str(storage)
 
 
-def _report(p: Pass, pvc: Mapping[str, Any], message: str | None) -> None:
+def _report(
+    p: Pass, pvc: Mapping[str, Any], message: str | None, refused: str | None = None
+) -> None:
     """``status.workspace``; a refused resize is said in an event once, when it starts."""
     workspace = p.sandbox.spec.workspace
     assert workspace is not None
     observed = pvc.get("status") or {}
     before = p.run.old_status.workspace
     if message is not None and (before is None or before.message != message):
-        p.event("WorkspaceResizeRefused", message, warning=True)
+        if message == refused:
+            p.event("WorkspaceResizeRefused", message, warning=True)
+        elif pvc["metadata"].get("deletionTimestamp"):
+            p.event("WorkspaceDeleting", message, warning=True)
+        else:
+            p.event("WorkspaceLargerThanSpec", message)
     p.run.status.workspace = WorkspaceStatus(
         claim_name=pvc["metadata"]["name"],
         claim_uid=pvc["metadata"].get("uid"),
