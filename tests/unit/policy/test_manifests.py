@@ -61,6 +61,7 @@ def test_the_admission_policy_matches_sandboxes_and_pools_and_names_the_tenant_l
             "apiVersions": ["*"],
             "operations": ["CREATE", "UPDATE"],
             "resources": [models.PLURAL, POOL_PLURAL],
+            "scope": "*",  # the server's default, spelled out (atomic under server-side apply)
         }
     ]
     assert f"'{TENANT_LABEL}'" in str(spec["variables"])
