@@ -21,6 +21,7 @@ LEVELS: dict[str, int] = {
     "api": 0,
     "daemon_threads": 0,  # a thread pool: imports nothing of ours
     "yaml_errors": 0,  # a YAML error said without the document: imports nothing of ours
+    "pat_format": 0,  # how a PAT begins: imports nothing of ours
     "config": 1,
     "client": 1,  # the backend's client: the API models and aiohttp, nothing of the operator
     "kube": 2,

@@ -13,7 +13,8 @@ from urllib.parse import quote
 
 from pydantic import SecretStr
 
-PAT_PREFIX = "onyx_pat_"
+from craft_operator.pat_format import PAT_PREFIX as PAT_PREFIX  # re-exported
+
 #: Bytes of randomness; ``secrets.token_urlsafe`` turns 192 bytes into 256 characters.
 PAT_RANDOM_BYTES = 192
 #: The tenant of single-tenant deployments; its tokens carry no tenant part.

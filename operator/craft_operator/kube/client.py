@@ -25,6 +25,7 @@ from craft_operator.kube import jsonio, kinds
 from craft_operator.kube.connection import auth_headers, ssl_context
 from craft_operator.kube.exec import holds_piece_of
 from craft_operator.kube.kinds import Kind as Kind  # re-exported: the clients' callers name it
+from craft_operator.pat_format import PAT_PREFIX
 
 #: The API kinds the operator uses, from the registry (:mod:`craft_operator.kube.kinds`).
 PODS = kinds.POD.api
@@ -339,8 +340,6 @@ class KubeClient:
 
 #: What a refusal of a Secret write says instead of the API server's message, when that
 #: quotes a piece of the Secret's data (an admission webhook's often prints what it refused).
-#: How an Onyx PAT begins (``credentials.tokens``); its tenant, if any, comes before a dot.
-PAT_PREFIX = "onyx_pat_"
 SECRET_QUOTED = "the API server's message is withheld: it quoted the Secret's data"  # noqa: S105
 
 

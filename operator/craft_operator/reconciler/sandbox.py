@@ -177,7 +177,7 @@ class SandboxReconciler:
         try:
             await write_status(s, run)
         except Exception:
-            self._memory.unwritten[run.key] = self._memory.unwritten.get(run.key, 0) + 1
+            self._memory.unwritten[run.key] = True
             raise
         self._memory.unwritten.pop(run.key, None)
 

@@ -108,9 +108,9 @@ class Memory:
     rejected: dict[tuple[str, str], datetime] = field(default_factory=dict)
     #: Resizes the API server refused, per sandbox and volume name (see ``volume_growth``).
     refused_resizes: dict[tuple[str, str], dict[str, Refusal]] = field(default_factory=dict)
-    #: Sandboxes whose last status write failed (an object too large for etcd, say), with
-    #: how many failed in a row: their next pass writes at once instead of holding.
-    unwritten: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: Sandboxes whose last status write failed (an object too large for etcd, say): their
+    #: next pass writes at once instead of holding.
+    unwritten: dict[tuple[str, str], bool] = field(default_factory=dict)
 
     def forget(self, key: tuple[str, str]) -> None:
         """Drop everything remembered about one sandbox."""
