@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from craft_operator.api.spec import DISABLED_PATHS_BUDGET, SCOPES_BUDGET
 from tests.support.cluster import CRAFT, ApiError, Cluster, path_of
 from tests.support.crd_validation import NOT_CHECKED, craftsandbox_validator
 from tests.unit.api.cases import (
@@ -157,6 +158,28 @@ def test_the_offline_emulator_reports_exactly_what_the_real_server_reports(
 
     offline = craftsandbox_validator().admit_create(case.manifest())
     assert (offline.status, offline.messages) == (error.status, errors_of(error))
+
+
+def test_the_largest_spec_the_schema_admits_fits_in_etcd(cluster: Cluster, updates: str) -> None:
+    """Every list a user's actions grow at its limit, in three-byte characters, beside the
+    most annotations the API server allows: stored, not refused by etcd (a 500 naming no
+    field, as the schema's limits alone allowed: 2 MB of scopes and disabled paths)."""
+    wide = "漢"  # three bytes in UTF-8, as a CJK file name's characters are
+    per_source = SCOPES_BUDGET // 100
+    scopes = [wide * 200] * (per_source // 200) + [wide * (per_source % 200)]
+    sources = [
+        {"name": f"s{'x' * 60}{i:03}", "description": wide * 500, "scopes": scopes}
+        for i in range(100)
+    ]
+    paths = [wide * 1024] * (DISABLED_PATHS_BUDGET // 1024)
+    library = {"disabledPaths": paths, "exclude": [wide * 256] * 100}
+    manifest = sandbox({"user": {"id": USER_ID}, "sources": sources, "userLibrary": library})
+    manifest["metadata"]["name"] = "largest"
+    manifest["metadata"]["annotations"] = {"note": "n" * (256 * 1024 - 4)}
+
+    stored = create(cluster, updates, manifest)
+
+    assert stored["spec"]["userLibrary"]["disabledPaths"] == library["disabledPaths"]
 
 
 def test_a_dry_run_is_judged_like_a_create_and_stores_nothing(

@@ -253,7 +253,13 @@ def cel_is_greater_than(left: Any, right: Any) -> celtypes.BoolType:
     return celtypes.BoolType(int(left) > int(right))
 
 
+def cel_sum(values: Any) -> Any:
+    """CEL ``<list>.sum()`` of Kubernetes' list library: 0 for an empty list."""
+    return sum(values, celtypes.IntType(0))
+
+
 CEL_FUNCTIONS: dict[str, Any] = {
+    "sum": cel_sum,
     "duration": go_duration,
     "isQuantity": cel_is_quantity,
     "quantity": cel_quantity,

@@ -12,7 +12,7 @@ from datetime import timedelta
 from decimal import Context, Decimal
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 from craft_operator.api.constants import (
@@ -23,6 +23,16 @@ from craft_operator.api.constants import (
     QUANTITY_PATTERN,
 )
 from craft_operator.api.durations import DURATION_FORMAT_HINT, DURATION_PATTERN
+
+#: The validation context of an object read back from the API server. Checks that only keep
+#: a new object storable (the lists' size budgets) do not apply to it: it is stored, perhaps
+#: from before a budget, and the API server's ratcheting keeps it valid while unchanged.
+STORED: dict[str, Any] = {"stored": True}
+
+
+def storing(info: ValidationInfo) -> bool:
+    """Whether the object validated is about to be stored (not read back: see ``STORED``)."""
+    return not (info.context or {}).get("stored", False)
 
 
 def cel(rule: str, message: str, **extra: str) -> dict[str, str]:

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from craft_operator.api.base import STORED
 from craft_operator.api.models import CraftSandbox
 
 
@@ -25,8 +26,9 @@ def describe_validation_error(error: ValidationError) -> str:
 
 
 def parse_sandbox(body: Mapping[str, Any]) -> CraftSandbox:
-    """Validate a CraftSandbox body; raise :class:`InvalidSandboxError` with a readable message."""
+    """Validate a CraftSandbox body the API server stored; raise :class:`InvalidSandboxError`
+    with a readable message."""
     try:
-        return CraftSandbox.model_validate(dict(body))
+        return CraftSandbox.model_validate(dict(body), context=STORED)
     except ValidationError as exc:
         raise InvalidSandboxError(describe_validation_error(exc)) from None

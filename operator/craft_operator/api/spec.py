@@ -7,7 +7,7 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from craft_operator.api.base import (
     QUANTITY_RULE,
@@ -23,6 +23,7 @@ from craft_operator.api.base import (
     class_name_rule,
     duration_rules,
     quantity_range_rule,
+    storing,
 )
 from craft_operator.api.constants import (
     DNS_LABEL_PATTERN,
@@ -311,6 +312,22 @@ class Toleration(ApiModel):
         return self
 
 
+#: Characters of text the lists a user's actions grow may hold in all: with the rest of the
+#: spec, the metadata and the status, a CraftSandbox must fit in one etcd request (1.5 MiB
+#: by default), or the API server refuses it with a 500 that names no field. Three bytes a
+#: character (CJK paths) still fit.
+DISABLED_PATHS_BUDGET = 128 * 1024
+SCOPES_BUDGET = 64 * 1024
+DISABLED_PATHS_MESSAGE = (
+    f"userLibrary.disabledPaths may hold at most {DISABLED_PATHS_BUDGET} characters in all, "
+    "so that the CraftSandbox fits in etcd: disable a directory rather than each file in it"
+)
+SCOPES_MESSAGE = (
+    f"the sources' scopes may hold at most {SCOPES_BUDGET} characters in all, so that the "
+    "CraftSandbox fits in etcd: only the first five of each source are shown"
+)
+
+
 class Source(ApiModel):
     """A connected Onyx source, listed in the company-search skill."""
 
@@ -401,9 +418,13 @@ class UserLibrary(ApiModel):
         default_factory=list,
         description=(
             "Paths the user disabled for sync; a disabled directory disables everything "
-            "under it. They are removed from the sandbox."
+            "under it. They are removed from the sandbox. At most "
+            f"{DISABLED_PATHS_BUDGET} characters in all."
         ),
         max_length=1000,
+        json_schema_extra=cel_rules(
+            cel(f"self.map(p, size(p)).sum() <= {DISABLED_PATHS_BUDGET}", DISABLED_PATHS_MESSAGE)
+        ),
     )
     size: Quantity | None = Field(
         default=None,
@@ -420,6 +441,13 @@ class UserLibrary(ApiModel):
             class_name_rule("userLibrary.storageClassName", "StorageClass")
         ),
     )
+
+    @field_validator("disabled_paths")
+    @classmethod
+    def _disabled_paths(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        if storing(info) and sum(len(path) for path in value) > DISABLED_PATHS_BUDGET:
+            raise ValueError(DISABLED_PATHS_MESSAGE)
+        return value
 
     @field_validator("prefix")
     @classmethod
@@ -615,8 +643,18 @@ class CraftSandboxSpec(PodSettingsChecks):
     )
     sources: list[Source] = Field(
         default_factory=list,
-        description="The user's connected Onyx sources, rendered into the company-search skill.",
+        description=(
+            "The user's connected Onyx sources, rendered into the company-search skill. "
+            f"Their scopes hold at most {SCOPES_BUDGET} characters in all."
+        ),
         max_length=100,
+        json_schema_extra=cel_rules(
+            cel(
+                "self.map(s, has(s.scopes) ? s.scopes.map(x, size(x)).sum() : 0).sum()"
+                f" <= {SCOPES_BUDGET}",
+                SCOPES_MESSAGE,
+            )
+        ),
     )
     user_library: UserLibrary = Field(
         default_factory=UserLibrary,
@@ -639,6 +677,14 @@ class CraftSandboxSpec(PodSettingsChecks):
     @classmethod
     def _server_url(cls, value: str | None) -> str | None:
         return check_pattern(value, URL_PATTERN, "serverURL must be an http:// or https:// URL")
+
+    @field_validator("sources")
+    @classmethod
+    def _sources(cls, value: list[Source], info: ValidationInfo) -> list[Source]:
+        scopes = sum(len(scope) for source in value for scope in source.scopes or ())
+        if storing(info) and scopes > SCOPES_BUDGET:
+            raise ValueError(SCOPES_MESSAGE)
+        return value
 
     @field_validator("idle_timeout")
     @classmethod

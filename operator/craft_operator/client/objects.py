@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from craft_operator.api.base import STORED
 from craft_operator.api.models import (
     API_VERSION,
     GROUP,
@@ -71,7 +72,7 @@ def to_model(obj: Mapping[str, Any]) -> CraftSandbox:
     """The typed sandbox; the status parsed leniently, as the operator reads it."""
     status, _ = parse_status(obj.get("status"))
     try:
-        sandbox = CraftSandbox.model_validate({**obj, "status": {}})
+        sandbox = CraftSandbox.model_validate({**obj, "status": {}}, context=STORED)
     except ValidationError as exc:
         raise InvalidSpecError(
             f"the stored CraftSandbox is not valid: {describe_validation_error(exc)}"

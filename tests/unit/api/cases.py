@@ -288,6 +288,19 @@ INVALID: list[Case] = [
         "spec.sources[0].scopes: Too many: 51: must have at most 50 items",
     ),
     Case(
+        "more-scopes-than-etcd-holds",
+        spec(sources=[{"name": f"s{i}", "scopes": ["c" * 200] * 5} for i in range(66)]),
+        "spec.sources: Invalid value: the sources' scopes may hold at most 65536 "
+        "characters in all, so that the CraftSandbox fits in etcd",
+    ),
+    Case(
+        "more-disabled-paths-than-etcd-holds",
+        library(disabledPaths=[f"{i:04}" + "p" * 1020 for i in range(129)]),
+        "spec.userLibrary.disabledPaths: Invalid value: userLibrary.disabledPaths "
+        "may hold at most 131072 characters in all, so that the CraftSandbox fits in etcd: "
+        "disable a directory rather than each file in it",
+    ),
+    Case(
         "source-description-too-long",
         spec(sources=[{"name": "slack", "description": "d" * 501}]),
         "spec.sources[0].description: Too long: may not be more than 500 bytes",
