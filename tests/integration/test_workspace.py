@@ -252,3 +252,19 @@ async def test_a_larger_retained_workspace_taken_back_is_kept_without_a_refused_
     await ready_with_workspace(emulator, retain=True)  # asks 1Gi: the 3Gi one is kept
     await event_posted(emulator, "alice", "WorkspaceLargerThanSpec")
     assert "WorkspaceResizeRefused" not in event_reasons(emulator, "alice")
+
+
+async def test_a_retained_workspace_of_another_class_taken_back_says_its_class(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    await ready_with_workspace(emulator, retain=True, storageClassName="standard")
+    emulator.remove(SANDBOXES, NAMESPACE, "alice")
+    await eventually(lambda: emulator.find(SANDBOXES, NAMESPACE, "alice") is None, what="gone")
+
+    pvc = await ready_with_workspace(emulator, retain=True, storageClassName="fast-ssd")
+
+    assert pvc["spec"]["storageClassName"] == "standard"  # the user's files, kept
+    await event_posted(emulator, "alice", "WorkspaceStorageClassKept")
+    message = status(emulator, "alice")["workspace"]["message"]
+    assert "storage class standard, not fast-ssd" in message
+    assert condition(emulator, "alice", "Ready")["status"] == "True"

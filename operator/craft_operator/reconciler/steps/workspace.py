@@ -113,8 +113,20 @@ async def converge_workspace(p: Pass) -> Stop | None:
         message = f"the workspace is {have}, larger than spec.workspace.size ({want}): kept"
     if pvc["metadata"].get("deletionTimestamp"):
         message = "the workspace PVC is being deleted: a new, empty one follows once it is gone"
-    _report(p, pvc, message, refused)
+    _report(p, pvc, message, refused, _other_class(pvc, workspace.storage_class_name))
     return None
+
+
+def _other_class(pvc: Mapping[str, Any], wanted: str | None) -> str | None:
+    """What to say of a PVC of another storage class than the spec names (a retained one
+    taken back: a volume cannot change class, and its files are kept over the class)."""
+    have = pvc.get("spec", {}).get("storageClassName")
+    if wanted is None or have is None or have == wanted:
+        return None
+    return (
+        f"the workspace PVC is of storage class {have}, not {wanted} "
+        "(spec.workspace.storageClassName): a retained workspace keeps its class and files"
+    )
 
 
 async def _owned(p: Pass, desired: dict[str, Any]) -> dict[str, Any]:
@@ -297,20 +309,30 @@ def requested_size(pvc: Mapping[str, Any]) -> str | None:
 
 
 def _report(
-    p: Pass, pvc: Mapping[str, Any], message: str | None, refused: str | None = None
+    p: Pass,
+    pvc: Mapping[str, Any],
+    message: str | None,
+    refused: str | None = None,
+    other_class: str | None = None,
 ) -> None:
-    """``status.workspace``; a refused resize is said in an event once, when it starts."""
+    """``status.workspace``; each note of its message is said in an event once, when it
+    starts (a refused resize, a deletion, a larger or another class's PVC kept)."""
     workspace = p.sandbox.spec.workspace
     assert workspace is not None
     observed = pvc.get("status") or {}
     before = p.run.old_status.workspace
-    if message is not None and (before is None or before.message != message):
+    said = (before.message or "") if before is not None else ""
+    if message is not None and message not in said:
         if message == refused:
             p.event("WorkspaceResizeRefused", message, warning=True)
         elif pvc["metadata"].get("deletionTimestamp"):
             p.event("WorkspaceDeleting", message, warning=True)
         else:
             p.event("WorkspaceLargerThanSpec", message)
+    if other_class is not None and other_class not in said:
+        p.event("WorkspaceStorageClassKept", other_class, warning=True)
+    if other_class is not None:
+        message = other_class if message is None else f"{message}; {other_class}"
     p.run.status.workspace = WorkspaceStatus(
         claim_name=pvc["metadata"]["name"],
         claim_uid=pvc["metadata"].get("uid"),
