@@ -141,7 +141,7 @@ def build_context(
         api_requests=kube.requests,
         watch_outcomes=kube.watch_outcomes,
         events=events,
-        active=lambda: context.gate.active,
+        active=lambda: context.gate.cache_synced,  # not while a takeover still lists
     )
     return context
 

@@ -176,10 +176,25 @@ class ActivityGate:
                         raise _not_served(kind, exc) from exc
                     if exc.status != 403 or namespace is None:
                         raise
-                    if not await self._deleted(namespace):
+                    if not await self._deleted(namespace) and not self._left_out(namespace):
                         raise
                     gone.add(namespace)
-        return keys
+        return [key for key in keys if key[0] not in gone]
+
+    def _left_out(self, namespace: str) -> bool:
+        """Whether a taking-over replica serves the others without ``namespace``, whose
+        Role it lacks: one namespace's RBAC pruned or edited while the operator ran must not
+        leave every namespace without an active replica at the next failover or rollout. A
+        first start refuses instead (the start's access check names what to apply)."""
+        if self.priming:
+            return False
+        logger.error(
+            "the operator may not list in namespace %s (its Role or RoleBinding is gone?): "
+            "taking over the other namespaces without it; apply manifests/sandbox-namespace "
+            "there (its watches fail meanwhile: CraftChildWatchFailing)",
+            namespace,
+        )
+        return True
 
     async def _deleted(self, namespace: str) -> bool:
         """Whether a served namespace is being deleted or gone (its Role with it): one

@@ -81,6 +81,9 @@ class PeeringMonitor:
         self._clock = clock
         self._steady = steady
         self._status: Mapping[str, Any] | None = None
+        #: The resourceVersion of the version last applied: a poll answered late must not
+        #: undo what a newer version, seen in a watch event meanwhile, decided.
+        self._version: int | None = None
         #: When the peering object was last read (``steady`` seconds: a wall clock stepped
         #: back must not keep an unreadable peering from ever going stale).
         self._last_read: float | None = None
@@ -106,8 +109,19 @@ class PeeringMonitor:
 
     async def observe(self, body: Mapping[str, Any]) -> None:
         """A version of the peering object seen in a watch event (kopf streams it while active)."""
+        if self._take(body):
+            await self._apply(self.verdict())
+
+    def _take(self, body: Mapping[str, Any]) -> bool:
+        """Keep ``body``'s status as the peering's, unless a newer version was taken already
+        (resourceVersions compared as etcd's numbers; one that is none is always taken)."""
+        text = str(body.get("metadata", {}).get("resourceVersion", ""))
+        version = int(text) if text.isdecimal() else None
+        if version is not None and self._version is not None and version < self._version:
+            return False
+        self._version = version
         self._status = body.get("status") or {}
-        await self._apply(self.verdict())
+        return True
 
     def verdict(self) -> Verdict:
         """kopf's rule over the peering object as last seen, provided this replica's own
@@ -138,15 +152,17 @@ class PeeringMonitor:
         except ApiError as exc:
             await self._unreadable(exc)
             return
-        self._status = body.get("status") or {}
         self._missing_reported = False
         self._last_read = self._steady()
-        await self._apply(self.verdict())
+        if self._take(body):
+            await self._apply(self.verdict())
 
     async def _unreadable(self, exc: ApiError) -> None:
+        """Step down once the peering has been unreadable for a lifetime, or sooner if its
+        own keep-alive, as last seen, has expired: its peers then take it for gone."""
         stale = self._last_read is None or (self._steady() - self._last_read > self._lifetime)
         logger.warning("cannot read peering object %r: %s", self._name, exc)
-        if stale:
+        if stale or not self.verdict().active:
             await self._gate.deactivate(f"peering object {self._name!r} cannot be read")
 
     async def _apply(self, verdict: Verdict) -> None:

@@ -229,7 +229,7 @@ async def test_a_served_namespace_deleted_with_its_role_does_not_keep_a_replica_
     await until(lambda: handler.calls == [("team-a", "alice")])
 
 
-async def test_a_namespace_that_exists_without_the_role_still_fails_the_relist(
+async def test_a_first_start_in_a_namespace_that_exists_without_the_role_fails_the_relist(
     parts: tuple[ActivityGate, WorkQueue[Key], ObjectCache, Handler], emulator: KubeEmulator
 ) -> None:
     gate, _, _, _ = parts
@@ -237,10 +237,29 @@ async def test_a_namespace_that_exists_without_the_role_still_fails_the_relist(
     emulator.create(SANDBOXES, sandbox("team-a", "alice"))
     emulator.before_request.append(forbidden_in("team-a"))
 
-    await gate.deactivate("starting")
+    await gate.hold_until_primed()
     with pytest.raises(ApiError):
-        await gate.activate("test")
+        await gate.activate("the first listing")
     assert not gate.active
+
+
+async def test_a_takeover_serves_the_namespaces_it_may_list_without_the_one_it_may_not(
+    parts: tuple[ActivityGate, WorkQueue[Key], ObjectCache, Handler], emulator: KubeEmulator
+) -> None:
+    """A namespace's Role pruned while the operator ran: the replica taking over at the
+    next failover or rollout serves the others (no replica served any, for ever)."""
+    gate, _, cache, handler = parts
+    gate.namespaces = ("team-a", "team-b")
+    emulator.create(SANDBOXES, sandbox("team-a", "alice"))
+    emulator.create(SANDBOXES, sandbox("team-b", "bob"))
+    emulator.before_request.append(forbidden_in("team-b"))
+
+    await gate.deactivate("a peer with a higher priority")
+    await gate.activate("the peer is gone")
+
+    assert gate.cache_synced
+    await until(lambda: handler.calls == [("team-a", "alice")])
+    assert cache.get(kinds.SANDBOX.name, "team-b", "bob") is None
 
 
 def alice(version: int) -> dict[str, Any]:

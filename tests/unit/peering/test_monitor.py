@@ -245,3 +245,43 @@ def test_the_peering_is_read_a_tenth_of_the_lifetime_apart_within_bounds(
     lifetime: int, interval: float
 ) -> None:
     assert check_interval(lifetime) == pytest.approx(interval)
+
+
+@pytest.mark.usefixtures("peering")
+async def test_a_version_of_the_peering_older_than_the_one_applied_changes_nothing(
+    emulator: KubeEmulator, monitor: tuple[PeeringMonitor, ActivityGate, Clock]
+) -> None:
+    """A poll answered late (read before the preferred peer came back) must not undo the
+    step-down that a newer version, seen in a watch event meanwhile, caused."""
+    watcher, gate, _ = monitor
+    write_status(emulator, {ME: keepalive(99, START)})
+    await watcher.check()
+    older = emulator.get(PEERINGS, None, NAME)
+    write_status(emulator, {ME: keepalive(99, START), PREFERRED: keepalive(100, START)})
+    await watcher.observe(emulator.get(PEERINGS, None, NAME))
+    assert not gate.active
+    activations = gate.activations
+
+    await watcher.observe(older)
+
+    assert not gate.active
+    assert gate.activations == activations
+
+
+@pytest.mark.usefixtures("peering")
+async def test_an_unreadable_peering_steps_it_down_once_its_own_keepalive_has_expired(
+    emulator: KubeEmulator, monitor: tuple[PeeringMonitor, ActivityGate, Clock]
+) -> None:
+    """Its peers take it for gone a lifetime after its last keep-alive, not after this
+    replica's last read of the peering: it must not work on beside the one taking over."""
+    watcher, gate, clock = monitor
+    write_status(emulator, {ME: keepalive(99, START)})
+    clock.now = START + timedelta(seconds=50)  # read just before kopf's next keep-alive
+    await watcher.check()
+    assert gate.active
+
+    emulator.before_request.append(peering_unavailable)  # keep-alives and reads fail
+    clock.now = START + timedelta(seconds=61)
+    await watcher.check()
+
+    assert not gate.active
