@@ -23,6 +23,7 @@ from typing import Any
 import aiohttp.web
 import kmock
 import pytest
+import sqlalchemy
 import yaml
 from click.testing import CliRunner, Result
 from kmock._internal import rendering
@@ -35,7 +36,7 @@ from craft_operator.api.pool_crd import build_pool_crd
 from craft_operator.cli import main
 from craft_operator.config import load_settings
 from craft_operator.credentials import SandboxIdentity, build_credential_store, generate_key_entry
-from craft_operator.credentials.db import create_credentials_engine, upgrade
+from craft_operator.credentials.db import VERSION_TABLE, create_credentials_engine, upgrade
 from craft_operator.devtools.onyx_schema import create_onyx_tables
 from craft_operator.devtools.postgres import ThrowawayPostgres
 from craft_operator.doctor import Status, check_kubernetes, unexpected_failure
@@ -659,6 +660,7 @@ def test_an_unmigrated_database_is_a_warning_when_the_operator_migrates_it(
     assert result.exit_code == 0, result.output
     assert line(result, "database schema").startswith("⚠ database schema: ")
     assert "the operator migrates it at start" in result.output
+    assert line(result, "key ring").startswith("✔ key ring: ")  # nothing stored yet
 
 
 def test_an_unreachable_database_is_shown_without_its_password(
@@ -961,3 +963,31 @@ def test_an_unexpected_error_never_quotes_a_password_its_parser_split_at_an_at_s
     assert result.detail == (
         "the check failed unexpectedly: ValueError: invalid host '***@127.0.0.1' in '***'"
     )
+
+
+def test_before_a_rollout_the_stored_tokens_are_checked_though_the_schema_is_behind(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """doctor from the new image, before the rollout, sees the schema one revision behind
+    (the operator migrates it at start): the ring must still be judged by the tokens."""
+    settings = load_settings()
+    store = build_credential_store(settings)
+    try:
+        store.ensure(SandboxIdentity("team-a", "alice", "uid-alice"), user_id=USER, tenant_id="t")
+    finally:
+        store.close()
+    engine = create_credentials_engine(settings.database_url_value)
+    with engine.begin() as connection:
+        connection.execute(sqlalchemy.text("DROP INDEX ix_craft_sandbox_credential_sandbox_uid"))
+        connection.execute(
+            sqlalchemy.text(f"UPDATE {VERSION_TABLE} SET version_num = '0004_superseded_pat'")
+        )
+    engine.dispose()
+    monkeypatch.setenv("CRAFT_ENCRYPTION_KEYS", generate_key_entry("new-key").get_secret_value())
+
+    result = run_doctor("--skip-kubernetes")
+
+    assert line(result, "database schema").startswith("⚠ database schema: ")
+    assert line(result, "key ring").startswith("✘ key ring: 1 stored token(s)")
+    assert "doctor-test" in line(result, "key ring")
+    assert result.exit_code == 1

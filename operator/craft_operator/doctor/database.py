@@ -58,7 +58,8 @@ def _with_connect_timeout(url: str) -> str:
 def check_database(
     settings: Settings, *, peering: bool = False
 ) -> tuple[list[CheckResult], Engine | None]:
-    """Connect to CRAFT_DATABASE_URL and check the schema; the engine if the schema is current.
+    """Connect to CRAFT_DATABASE_URL and check the schema; the engine if the schema is
+    current, or behind and migrated by the operator at start.
 
     The embedded SQLite database is for development: in a pod it is a warning, and a
     failure for an operator that peers (``peering``). The caller disposes of the returned
@@ -104,7 +105,9 @@ def check_database(
         results = [_embedded(embedded, settings, peering=peering)]
     schema = _check_schema(engine, settings)
     results.append(schema)
-    if schema.status is Status.OK:
+    # Behind but migrated at start (a warning) is what doctor sees before every rollout:
+    # the stored tokens must still be checked against the new ring.
+    if schema.status in (Status.OK, Status.WARN):
         return results, engine
     engine.dispose()
     return results, None
