@@ -915,8 +915,41 @@ def test_onyx_mode_needs_onyx_tables_then_the_operator_migration(
         result = run_doctor("--skip-kubernetes")
         assert result.exit_code == 0, result.output
         assert line(result, "database schema").startswith("✔ database schema: ")
+        assert line(result, "database privileges").startswith("✔ database privileges: ")
     finally:
         engine.dispose()
+
+
+@pytest.mark.postgres
+def test_a_database_role_that_may_not_use_onyx_s_tables_fails_naming_the_grants(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, postgres_server: ThrowawayPostgres
+) -> None:
+    """A role made for the operator's own tables alone: every mint fails, and doctor says
+    why instead of passing."""
+    url = postgres_server.create_database()
+    admin = create_credentials_engine(url)
+    create_onyx_tables(admin)
+    upgrade(admin)
+    role = f"craft_{uuid.uuid4().hex[:8]}"
+    with admin.begin() as connection:
+        connection.execute(sqlalchemy.text(f"CREATE ROLE {role} LOGIN"))
+        connection.execute(sqlalchemy.text(f"GRANT USAGE ON SCHEMA public TO {role}"))
+        for table in ("craft_sandbox_credential", "craft_library_sync", VERSION_TABLE):
+            connection.execute(sqlalchemy.text(f"GRANT ALL ON {table} TO {role}"))
+        connection.execute(sqlalchemy.text(f'GRANT SELECT ON "user" TO {role}'))
+    admin.dispose()
+    monkeypatch.setenv("CRAFT_DATABASE_URL", url.replace("postgres@", f"{role}@", 1))
+    monkeypatch.setenv("CRAFT_CLUSTER_ID", "east")
+
+    result = run_doctor("--skip-kubernetes")
+
+    assert result.exit_code == 1, result.output
+    text = line(result, "database privileges")
+    assert text.startswith(
+        "✘ database privileges: the role in CRAFT_DATABASE_URL may not SELECT, INSERT, UPDATE "
+        'ON "personal_access_token": '
+    )
+    assert text.endswith('— GRANT SELECT, INSERT, UPDATE ON "personal_access_token" TO <that role>')
 
 
 @pytest.mark.postgres

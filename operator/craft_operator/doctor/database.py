@@ -27,7 +27,12 @@ from craft_operator.credentials.db import (
 )
 from craft_operator.credentials.errors import CredentialsError, SchemaMissingError
 from craft_operator.credentials.factory import production_signs
-from craft_operator.credentials.tables import CREDENTIAL_TABLE, PAT_TABLE
+from craft_operator.credentials.tables import (
+    CREDENTIAL_TABLE,
+    LIBRARY_SYNC_TABLE,
+    PAT_TABLE,
+    USER_TABLE,
+)
 from craft_operator.doctor.results import CheckResult, Status, fail, ok, warn
 
 DB_CONNECT_TIMEOUT_S = 10
@@ -105,12 +110,61 @@ def check_database(
         results = [_embedded(embedded, settings, peering=peering)]
     schema = _check_schema(engine, settings)
     results.append(schema)
+    if is_onyx_mode(engine) and schema.status is not Status.FAIL:
+        results.append(_check_privileges(engine, settings))
     # Behind but migrated at start (a warning) is what doctor sees before every rollout:
     # the stored tokens must still be checked against the new ring.
     if schema.status in (Status.OK, Status.WARN):
         return results, engine
     engine.dispose()
     return results, None
+
+
+#: What the operator does to each table on Onyx's Postgres: Onyx's, whose PATs it mints and
+#: revokes and whose users it reads, and its own.
+_PRIVILEGES: tuple[tuple[str, str], ...] = (
+    (PAT_TABLE, "SELECT, INSERT, UPDATE"),
+    (USER_TABLE, "SELECT"),
+    (CREDENTIAL_TABLE, "SELECT, INSERT, UPDATE, DELETE"),
+    (LIBRARY_SYNC_TABLE, "SELECT, INSERT, UPDATE, DELETE"),
+)
+
+
+def _check_privileges(engine: Engine, settings: Settings) -> CheckResult:
+    """Whether the database role may do to each table what the operator does (a role made
+    for the operator's own tables alone passed every check, and every mint failed). Onyx's
+    tables of a multi-tenant deployment are in each tenant's schema: not checked here."""
+    name = "database privileges"
+    wanted = [
+        (table, privileges)
+        for table, privileges in _PRIVILEGES
+        if not (settings.onyx_multi_tenant and table in (PAT_TABLE, USER_TABLE))
+    ]
+    lacking: dict[str, list[str]] = {}
+    try:
+        with translated_errors("checking the database role's privileges"), engine.connect() as c:
+            inspector = inspect(c)
+            for table, privileges in wanted:
+                if not inspector.has_table(table):
+                    continue  # the schema check says what is missing
+                for privilege in privileges.split(", "):
+                    allowed = c.execute(
+                        text("SELECT has_table_privilege(current_user, :table, :privilege)"),
+                        {"table": f'"{table}"', "privilege": privilege},
+                    ).scalar()
+                    if not allowed:
+                        lacking.setdefault(table, []).append(privilege)
+    except CredentialsError as exc:
+        return warn(name, f"cannot ask the database: {exc}")
+    if lacking:
+        grants = [f'{", ".join(privileges)} ON "{table}"' for table, privileges in lacking.items()]
+        return fail(
+            name,
+            f"the role in CRAFT_DATABASE_URL may not {'; '.join(grants)}: sandboxes' PATs "
+            "cannot be minted, renewed or revoked",
+            "; ".join(f"GRANT {grant} TO <that role>" for grant in grants),
+        )
+    return ok(name, "the role may read and write every table the operator uses")
 
 
 def _embedded(result: CheckResult, settings: Settings, *, peering: bool) -> CheckResult:
