@@ -317,7 +317,8 @@ class Toleration(ApiModel):
 #: by default), or the API server refuses it with a 500 that names no field. Three bytes a
 #: character (CJK paths) still fit.
 DISABLED_PATHS_BUDGET = 128 * 1024
-SCOPES_BUDGET = 64 * 1024
+#: Every source's five shown scopes at their longest (100 x 5 x 200).
+SCOPES_BUDGET = 100_000
 DISABLED_PATHS_MESSAGE = (
     f"userLibrary.disabledPaths may hold at most {DISABLED_PATHS_BUDGET} characters in all, "
     "so that the CraftSandbox fits in etcd: disable a directory rather than each file in it"

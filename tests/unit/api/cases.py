@@ -289,8 +289,8 @@ INVALID: list[Case] = [
     ),
     Case(
         "more-scopes-than-etcd-holds",
-        spec(sources=[{"name": f"s{i}", "scopes": ["c" * 200] * 5} for i in range(66)]),
-        "spec.sources: Invalid value: the sources' scopes may hold at most 65536 "
+        spec(sources=[{"name": f"s{i}", "scopes": ["c" * 200] * 6} for i in range(100)]),
+        "spec.sources: Invalid value: the sources' scopes may hold at most 100000 "
         "characters in all, so that the CraftSandbox fits in etcd",
     ),
     Case(

@@ -89,7 +89,7 @@ async def test_ensure_refuses_an_invalid_spec_without_sending_it(
         await aclient.ensure(NAMESPACE, "alice", user_id="not-a-uuid")
     with pytest.raises(InvalidSpecError, match="sleep"):
         await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID, suspend=True)
-    many_scopes = [Source(name=f"s{i}", scopes=["#" + "c" * 199] * 5) for i in range(66)]
+    many_scopes = [Source(name=f"s{i}", scopes=["#" + "c" * 199] * 6) for i in range(100)]
     with pytest.raises(InvalidSpecError, match="fits in etcd"):
         await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID, sources=many_scopes)
     assert sum(aclient.requests.values()) == 0
