@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from craft_operator.config import Settings
 from craft_operator.kube import kinds
@@ -91,3 +93,9 @@ class OperatorContext:
     def cache(self) -> ObjectCache:
         """The object cache the watches fill (the services')."""
         return self.services.cache
+
+    def echo_check(self, meta: Mapping[str, Any]) -> Callable[[], bool]:
+        """Whether the object version ``meta`` names came from the operator's own write:
+        asked when the pass running as its event arrived ends (``WorkQueue.add``)."""
+        uid, version = str(meta.get("uid", "")), str(meta.get("resourceVersion", ""))
+        return lambda: self.kube.wrote(uid, version)

@@ -74,7 +74,8 @@ def on_child_event(memo: OperatorContext, kind: str, event_type: str, obj: dict[
         return
     owner = owning_sandbox(meta)
     if owner:
-        memo.queue.add((namespace, owner))
+        echo = memo.echo_check(meta) if event_type != "DELETED" else None
+        memo.queue.add((namespace, owner), echo=echo)
     if kind == kinds.POD.name:
         for pool in owning_pools(meta):
             memo.pool_queue.add((namespace, pool), delay=POOL_EVENT_DELAY)

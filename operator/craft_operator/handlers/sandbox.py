@@ -43,7 +43,9 @@ def on_sandbox_event(memo: OperatorContext, event_type: str, obj: dict[str, Any]
             memo.queue.forget(key)
             memo.reconciler.forget(key)
             memo.services.credentials.forget(str(before["metadata"].get("uid", "")))
-        memo.queue.add(key)  # new to us, not the echo of our own write
+        # New to the cache; the echo of the running pass's own write all the same if its
+        # event came before the write's answer (asked when that pass ends).
+        memo.queue.add(key, echo=memo.echo_check(meta))
 
 
 def _note_creation(memo: OperatorContext, meta: dict[str, Any]) -> None:

@@ -112,6 +112,10 @@ class KubeClient:
         self._retired: list[tuple[float, aiohttp.ClientSession]] = []
         self._closing: set[asyncio.Task[None]] = set()
         self.requests: collections.Counter[str] = collections.Counter()
+        #: The versions the operator's own writes produced, as (uid, resourceVersion), the
+        #: latest ``WRITTEN_REMEMBERED``: a watch event of one is the echo of a write (see
+        #: :meth:`wrote`).
+        self._written: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
         #: What the watch streams (:mod:`craft_operator.kube.watch`) did, by (resource plural,
         #: ``list`` or ``failure``), and how many fail now (``failing``): read by the metrics
         #: at scrape time.
@@ -250,7 +254,7 @@ class KubeClient:
                         self.unauthorized.set()
                     error = api_error(response.status, raw.decode(errors="replace"))
                     raise withhold_quoted_secrets(error, path, body)
-                return jsonio.loads(raw) if raw else {}
+                answer = jsonio.loads(raw) if raw else {}
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise ApiError(0, "Unreachable", f"{method} {path}: {type(exc).__name__}") from None
         except ValueError:
@@ -258,6 +262,22 @@ class KubeClient:
             raise ApiError(
                 0, "InvalidResponse", f"{method} {path}: the answer is not JSON"
             ) from None
+        if method in WRITES and isinstance(answer, dict):
+            self._remember_written(answer)
+        return answer
+
+    def _remember_written(self, answer: Mapping[str, Any]) -> None:
+        meta = answer.get("metadata")
+        if not isinstance(meta, Mapping) or not meta.get("uid"):
+            return  # a Status (a deletion's answer), not an object
+        self._written[(str(meta["uid"]), str(meta.get("resourceVersion", "")))] = None
+        if len(self._written) > WRITTEN_REMEMBERED:
+            self._written.popitem(last=False)
+
+    def wrote(self, uid: str, version: str) -> bool:
+        """Whether the object ``uid`` at ``version`` is what one of the operator's own
+        recent writes produced: its watch event is then an echo, with nothing new."""
+        return (uid, version) in self._written
 
     async def get(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any]:
         """Read one object."""
@@ -336,6 +356,13 @@ class KubeClient:
             return await self.request("DELETE", kind.path(namespace, name), body=body)
         except NotFoundError:
             return None
+
+
+#: Methods whose answer is the object as written.
+WRITES = frozenset({"POST", "PUT", "PATCH"})
+#: How many written versions :meth:`KubeClient.wrote` remembers: enough for the writes of
+#: every pass running at once, many times over.
+WRITTEN_REMEMBERED = 4096
 
 
 #: What a refusal of a Secret write says instead of the API server's message, when that

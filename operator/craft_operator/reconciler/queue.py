@@ -71,6 +71,9 @@ class WorkQueue(Generic[K]):
         #: When each pass running now started (the event loop's time).
         self._started_at: dict[K, float] = {}
         self._dirty: set[K] = set()
+        #: Per key whose pass runs now, the checks of the events seen meanwhile that may be
+        #: echoes of that pass's own writes (see :meth:`add`).
+        self._echoes: dict[K, list[Callable[[], bool]]] = {}
         self._forgotten: set[K] = set()
         self._failures: dict[K, int] = {}
         self._counter = itertools.count()
@@ -103,8 +106,18 @@ class WorkQueue(Generic[K]):
         """Failures of ``key`` in a row (0 after a success)."""
         return self._failures.get(key, 0)
 
-    def add(self, key: K, delay: float = 0.0) -> None:
-        """Schedule ``key`` in ``delay`` seconds (sooner if it is already due earlier)."""
+    def add(self, key: K, delay: float = 0.0, *, echo: Callable[[], bool] | None = None) -> None:
+        """Schedule ``key`` in ``delay`` seconds (sooner if it is already due earlier).
+
+        ``echo``, for an event that arrives while the key's pass runs: whether the event is
+        the echo of one of that pass's own writes, asked when the pass ends (its writes'
+        answers are in by then). The key runs again only if it is not: the watch event of a
+        write often arrives before the write's answer, and a pass that reads back what it
+        has just written does nothing but cost.
+        """
+        if echo is not None and delay <= 0 and key in self._processing:
+            self._echoes.setdefault(key, []).append(echo)
+            return
         due = asyncio.get_running_loop().time() + max(0.0, delay)
         current = self._due.get(key)
         if current is not None and current <= due:
@@ -124,6 +137,7 @@ class WorkQueue(Generic[K]):
         self._due.pop(key, None)
         self._failures.pop(key, None)
         self._dirty.discard(key)
+        self._echoes.pop(key, None)
         if key in self._processing:
             self._forgotten.add(key)
 
@@ -175,6 +189,7 @@ class WorkQueue(Generic[K]):
         self._due.clear()
         self._failures.clear()
         self._dirty.clear()
+        self._echoes.clear()
         self._forgotten |= self._processing
 
     def _spawn_workers(self) -> None:
@@ -253,7 +268,8 @@ class WorkQueue(Generic[K]):
                 self._started_at.pop(key, None)
                 if not self._processing:
                     self._drained.set()
-                if key in self._dirty:
+                echoes = self._echoes.pop(key, ())
+                if key in self._dirty or not all(echo() for echo in echoes):
                     self._dirty.discard(key)
                     self.add(key)
                 self._forgotten.discard(key)

@@ -63,6 +63,21 @@ async def test_create_then_get_returns_the_stored_object(
     assert emulator.get("v1/configmaps", NAMESPACE, "a")["data"] == {"x": "1"}
 
 
+async def test_the_client_knows_the_versions_its_own_writes_produced(
+    kube: KubeClient, emulator: KubeEmulator
+) -> None:
+    """What tells a watch event's echo of the operator's write from someone else's change."""
+    created = await kube.create(CONFIGMAPS, configmap("a", x="1"))
+    patched = await kube.patch(CONFIGMAPS, NAMESPACE, "a", {"data": {"x": "2"}})
+    emulator.patch("v1/configmaps", NAMESPACE, "a", {"data": {"x": "3"}})  # someone else
+    theirs = await kube.get(CONFIGMAPS, NAMESPACE, "a")
+
+    uid = created["metadata"]["uid"]
+    assert kube.wrote(uid, created["metadata"]["resourceVersion"])
+    assert kube.wrote(uid, patched["metadata"]["resourceVersion"])
+    assert not kube.wrote(uid, theirs["metadata"]["resourceVersion"])  # read, not written
+
+
 async def test_list_filters_by_label_selector(kube: KubeClient) -> None:
     await kube.create(CONFIGMAPS, configmap("a", {"team": "x"}))
     await kube.create(CONFIGMAPS, configmap("b", {"team": "y"}))

@@ -136,6 +136,63 @@ async def test_a_key_added_while_it_runs_runs_once_more_afterwards_never_concurr
     assert recorder.max_running["a"] == 1
 
 
+async def test_an_echo_of_the_running_pass_s_own_write_runs_nothing_more(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    """The watch event of a pass's write often comes before the write's answer: whether it
+    is an echo is asked when the pass ends, and an echo is no reason to run again."""
+    queue = make_queue(concurrency=1)
+    gate = recorder.gate("a")
+    asked: list[str] = []
+    queue.add("a")
+    await eventually(lambda: recorder.started_event("a").is_set())
+    queue.add("a", echo=lambda: asked.append("echo") is None)
+    await settle()
+    assert asked == []  # not before the pass ends: its write's answer may not be in yet
+    gate.set()
+    await eventually(lambda: queue.processed == 1)
+    await settle()
+    assert asked == ["echo"]
+    assert recorder.calls == ["a"]
+    assert len(queue) == 0
+
+
+async def test_an_event_during_a_pass_that_is_not_its_echo_runs_the_key_again(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    queue = make_queue(concurrency=1)
+    gate = recorder.gate("a")
+    queue.add("a")
+    await eventually(lambda: recorder.started_event("a").is_set())
+    queue.add("a", echo=lambda: True)
+    queue.add("a", echo=lambda: False)  # someone else's change, among the echoes
+    gate.set()
+    await eventually(lambda: queue.processed == 2)
+    assert recorder.calls == ["a", "a"]
+
+
+async def test_an_echo_check_is_no_reason_to_hold_back_a_key_that_is_not_running(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    queue = make_queue(concurrency=1)
+    queue.add("a", echo=lambda: True)  # no pass of it runs: whatever it is, it is news
+    await eventually(lambda: recorder.calls == ["a"])
+
+
+async def test_an_echo_does_not_cancel_a_plain_add_during_the_same_pass(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    queue = make_queue(concurrency=1)
+    gate = recorder.gate("a")
+    queue.add("a")
+    await eventually(lambda: recorder.started_event("a").is_set())
+    queue.add("a", echo=lambda: True)
+    queue.add("a")  # e.g. a library sync that ended
+    gate.set()
+    await eventually(lambda: queue.processed == 2)
+    assert recorder.calls == ["a", "a"]
+
+
 async def test_failures_back_off_per_key_and_a_success_resets_the_count(
     recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
 ) -> None:
