@@ -300,7 +300,9 @@ class StoreCredentials:
             issued, checked_at, renew_at, checked_under = known
             if (
                 checked_under == revoked  # a revocation by hand is looked at at once
-                and now - checked_at < self._recheck
+                # A wall clock stepped back (NTP, a restored VM) makes the age negative:
+                # checked again, or revocations in Onyx went unseen for the step's length.
+                and timedelta(0) <= now - checked_at < self._recheck
                 and (renew_at is None or now < renew_at)
             ):
                 return _reused(issued, now)

@@ -129,6 +129,17 @@ async def test_after_the_recheck_interval_the_database_is_asked_again(
     assert second.pat_id == first.pat_id
 
 
+async def test_a_wall_clock_stepped_back_asks_the_database_again(
+    credentials: StoreCredentials, clock: Clock
+) -> None:
+    """NTP stepping the clock back an hour must not hold the remembered PAT for that hour
+    (revocations in Onyx would go unseen)."""
+    await credentials.ensure(make_sandbox())
+    clock.advance(-timedelta(hours=1))
+    await credentials.ensure(make_sandbox())
+    assert credentials.database_calls == 2
+
+
 async def test_a_pat_revoked_by_hand_is_replaced_at_once_once_the_sandbox_says_so(
     credentials: StoreCredentials, store: CredentialStore
 ) -> None:
