@@ -68,6 +68,11 @@ class IssuedCredential(Protocol):
         once it expired or was retired. Set on reuse too."""
         ...
 
+    @property
+    def grace_expires_at(self) -> datetime | None:
+        """When ``grace_pat_id`` expires (Onyx refuses it from then on)."""
+        ...
+
 
 class CredentialsPort(Protocol):
     """Mints, reuses and revokes the PAT of a sandbox."""

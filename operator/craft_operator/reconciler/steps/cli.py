@@ -271,14 +271,35 @@ def _validating(p: Pass, *, waiting: bool) -> None:
     """The delivery runs on without the pass (onyx-cli slow to answer, or a pod that holds
     it), or waits for room to (``waiting``: as many run on as may): either way its end,
     or room, wakes the sandbox. A verdict already given stays meanwhile (a renewal keeps a
-    Ready sandbox Ready)."""
-    if not p.run.condition_is(CLI_VALIDATED, ConditionStatus.TRUE, ConditionStatus.FALSE):
+    Ready sandbox Ready), while the PAT it was given for lives: not once that one expired
+    or was revoked (its grace period over before the delivery found room, say)."""
+    dead = _validated_pat_gone(p)
+    if dead is not None or not p.run.condition_is(
+        CLI_VALIDATED, ConditionStatus.TRUE, ConditionStatus.FALSE
+    ):
         message = "onyx-cli is still validating the PAT in the pod"
         if waiting:
             message = "waiting for room among the PAT deliveries that run on (onyx-cli slow)"
-        p.run.set(ConditionState.unknown(CLI_VALIDATED, VALIDATING, message))
-    # Woken when it ends (or when there is room); these in case that is lost.
+        p.run.set(ConditionState.unknown(CLI_VALIDATED, VALIDATING, dead or message))
+    # Woken when it ends (or when there is room); these in case that is lost (and within a
+    # minute of a grace period's end, which ends the verdict given for its PAT).
     p.run.revisit(after=WAITING_RETRY if waiting else CLI_TIMEOUT + 5)
+
+
+def _validated_pat_gone(p: Pass) -> str | None:
+    """What to say if the PAT the pod was last validated with is neither the current one
+    nor one still in its grace period (the pod's onyx-cli is refused), else ``None``."""
+    assert p.issued is not None
+    old = p.run.status.validated_pat_id
+    if old is None or old == p.issued.pat_id:
+        return None
+    expires = p.issued.grace_expires_at
+    if old == p.issued.grace_pat_id and expires is not None and p.run.now < expires:
+        return None
+    return (
+        f"the pod's PAT {old} is no longer live (expired or revoked): onyx-cli is refused "
+        f"until PAT {p.issued.pat_id}, delivered and validated now, replaces it"
+    )
 
 
 async def _retire_superseded(p: Pass) -> None:

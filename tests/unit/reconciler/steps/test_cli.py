@@ -4,6 +4,7 @@ PAT; a renewed PAT goes into the same pod; a refused PAT gets one fresh one."""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 import pytest
 
@@ -14,9 +15,9 @@ from craft_operator.reconciler.detached import DetachedCalls
 from craft_operator.reconciler.queue import Backoff
 from craft_operator.reconciler.step import WAITING_MESSAGE, Pass
 from craft_operator.reconciler.steps import cli, credentials
-from craft_operator.status import ConditionState
+from craft_operator.status import ConditionState, ConditionStatus
 from tests.unit.reconciler.conftest import NAMESPACE
-from tests.unit.reconciler.steps.conftest import CANARY, NAME, UID, World
+from tests.unit.reconciler.steps.conftest import CANARY, NAME, NOW, UID, World
 
 pytestmark = pytest.mark.unit
 
@@ -562,3 +563,64 @@ def test_a_delivery_keeps_only_the_ends_of_what_the_pod_printed() -> None:
     assert kept.stderr_excerpt(100) == printed.stderr_excerpt(100)
     small = ExecResult(0, b"ok", b"fine")
     assert cli.kept_of(small).stderr == b"fine"
+
+
+async def _validated_then_renewed_while_the_deliveries_are_full(
+    world: World, *, grace: bool, later: timedelta
+) -> Pass:
+    """PAT 1 validated in the pod; then PAT 2 (PAT 1 in its five-minute grace, or revoked at
+    once), whose delivery finds no room (a wave of renewals, onyx-cli slow); the pass
+    ``later`` after the renewal."""
+    first = world.pass_()
+    await credentials.ensure_pat(first)
+    first.pod = POD
+    world.cache.put("Pod", POD)
+    await cli.validate_cli(first)
+    assert first.run.status.validated_pat_id == 1
+    stored = first.run.status.model_dump(by_alias=True, mode="json")
+    world.credentials.pat_id = 2
+    world.credentials.grace_pat_id = 1 if grace else None
+    world.services.deliveries = DetachedCalls(limit=1, inline=0.01)
+    room = asyncio.Event()
+
+    async def another_sandboxs_delivery() -> None:
+        await room.wait()
+
+    await world.services.deliveries.result(("ns", "other"), "x", another_sandboxs_delivery)
+    p = world.pass_(status=stored, now=NOW + later)
+    await credentials.ensure_pat(p)
+    p.pod = POD
+    await cli.validate_cli(p)
+    room.set()
+    assert len(world.exec.delivered) == 1  # PAT 2 has not reached the pod
+    return p
+
+
+async def test_a_renewal_waiting_for_a_delivery_keeps_the_verdict_while_the_old_pat_lives(
+    world: World,
+) -> None:
+    p = await _validated_then_renewed_while_the_deliveries_are_full(
+        world, grace=True, later=timedelta(minutes=1)
+    )
+    assert p.run.condition_is("CLIValidated", ConditionStatus.TRUE)
+
+
+async def test_the_verdict_ends_with_the_grace_of_the_pat_it_was_given_for(world: World) -> None:
+    """The pod holds only PAT 1, whose grace is over: its onyx-cli is refused, and the
+    sandbox must not say Ready while PAT 2 waits for a delivery."""
+    p = await _validated_then_renewed_while_the_deliveries_are_full(
+        world, grace=True, later=timedelta(minutes=10)
+    )
+    condition = p.run.condition("CLIValidated")
+    assert condition is not None
+    assert condition.status == "Unknown"
+    assert "the pod's PAT 1 is no longer live" in condition.message
+
+
+async def test_a_pod_pat_revoked_at_once_ends_the_verdict_at_once(world: World) -> None:
+    p = await _validated_then_renewed_while_the_deliveries_are_full(
+        world, grace=False, later=timedelta(minutes=1)
+    )
+    condition = p.run.condition("CLIValidated")
+    assert condition is not None
+    assert condition.status == "Unknown"
