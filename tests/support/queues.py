@@ -3,6 +3,8 @@ that records what it was told."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class RecordingQueue:
     """Records the keys added (with their delays) and forgotten."""
@@ -12,8 +14,10 @@ class RecordingQueue:
         self.delays: list[float] = []
         self.forgotten: list[tuple[str, str]] = []
 
-    def add(self, key: tuple[str, str], delay: float = 0.0) -> None:
-        """Record an added key."""
+    def add(
+        self, key: tuple[str, str], delay: float = 0.0, *, echo: Callable[[], bool] | None = None
+    ) -> None:
+        """Record an added key (an echo check is the real queue's business)."""
         self.added.append(key)
         self.delays.append(delay)
 

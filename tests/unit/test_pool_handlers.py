@@ -22,6 +22,7 @@ pytestmark = pytest.mark.unit
 def memo() -> Any:
     return SimpleNamespace(
         gate=SimpleNamespace(active=True),
+        echo_check=lambda meta: lambda: False,  # no write of the operator's here
         cache=ObjectCache(),
         queue=RecordingQueue(),
         pool_queue=RecordingQueue(),

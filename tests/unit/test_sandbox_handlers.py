@@ -24,6 +24,7 @@ def handler_memo(now: datetime = NOW) -> Any:
     """What the sandbox handler reads of the operator's context, recording."""
     return SimpleNamespace(
         gate=SimpleNamespace(active=True),
+        echo_check=lambda meta: lambda: False,  # no write of the operator's here
         cache=ObjectCache(),
         queue=RecordingQueue(),
         reconciler=RecordingQueue(),
