@@ -54,6 +54,7 @@ class SkipReason(StrEnum):
     FILE_DIRECTORY_CONFLICT = "is a file where another key needs a directory"
     OUTSIDE_DESTINATION = "outside the library prefix"
     INVALID_ETAG = "ETag unusable in the manifest"
+    ARCHIVED = "archived: restore the object to sync it"
 
 
 class UnsafePathError(ValueError):

@@ -44,6 +44,8 @@ class S3Object:
     size: int
     etag: str
     last_modified: datetime | None = None
+    #: As listed (``STANDARD`` when the listing names none).
+    storage_class: str = "STANDARD"
 
 
 @dataclass(frozen=True)
@@ -266,6 +268,29 @@ def _excluded(
     return sorted(excluded)
 
 
+#: Storage classes whose objects cannot be read until restored (a GET is refused with
+#: ``InvalidObjectState``); Glacier Instant Retrieval reads as any other.
+ARCHIVED_CLASSES = frozenset({"GLACIER", "DEEP_ARCHIVE"})
+
+
+def _archived(
+    library: dict[str, S3Object], manifest: Mapping[str, ManifestEntry]
+) -> tuple[dict[str, ManifestEntry], list[SkippedKey]]:
+    """Take the archived objects out of ``library``: what the destination holds of them is
+    kept as it is (a file synced before its object was archived is not deleted), and those
+    it lacks, or holds in another version, are skipped and said."""
+    kept: dict[str, ManifestEntry] = {}
+    skipped: list[SkippedKey] = []
+    for path in [path for path, obj in library.items() if obj.storage_class in ARCHIVED_CLASSES]:
+        obj = library.pop(path)
+        held = manifest.get(path)
+        if held is not None:
+            kept[path] = held
+        if held != ManifestEntry(size=obj.size, etag=obj.etag):
+            skipped.append(SkippedKey(obj.key, SkipReason.ARCHIVED, obj.storage_class))
+    return kept, skipped
+
+
 def plan_sync(
     listing: Iterable[S3Object],
     manifest: Mapping[str, ManifestEntry],
@@ -291,7 +316,10 @@ def plan_sync(
         del groups[path]
     library, more_skipped = _resolve_collisions(groups, prefix)
     skipped.extend(more_skipped)
+    kept, archived = _archived(library, manifest)
+    skipped.extend(archived)
     entries = {path: ManifestEntry(obj.size, obj.etag) for path, obj in library.items()}
+    entries.update(kept)
     violation = _check_caps(library, entries, caps)
     if violation is not None:
         return violation
@@ -300,7 +328,7 @@ def plan_sync(
         for path, obj in sorted(library.items())
         if manifest.get(path) != ManifestEntry(size=obj.size, etag=obj.etag)
     )
-    deletes = tuple(sorted(path for path in manifest if path not in library))
+    deletes = tuple(sorted(path for path in manifest if path not in entries))
     return SyncPlan(
         copies=copies,
         deletes=deletes,

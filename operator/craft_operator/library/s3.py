@@ -322,6 +322,7 @@ class S3ObjectStore:
                             size=int(item["Size"]),
                             etag=str(item.get("ETag", "")),
                             last_modified=item.get("LastModified"),
+                            storage_class=str(item.get("StorageClass") or "STANDARD"),
                         )
                     )
                 if limit is not None and len(objects) > limit:

@@ -68,6 +68,7 @@ def parse_listing_page(body: bytes, *, bucket: str) -> ListingPage:
                 size=int(size),
                 etag=item.get("ETag", ""),
                 last_modified=_modified(item.get("LastModified")),
+                storage_class=item.get("StorageClass") or "STANDARD",
             )
         )
     truncated = fields.get("IsTruncated", "false").lower() == "true"

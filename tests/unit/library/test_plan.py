@@ -446,3 +446,36 @@ def test_normalise_path_collapses_slashes_and_composes_unicode() -> None:
     with pytest.raises(UnsafePathError) as raised:
         normalise_path("")
     assert raised.value.reason is SkipReason.DOT_SEGMENT
+
+
+def archived(relative: str, etag: str = '"e1"', storage_class: str = "GLACIER") -> S3Object:
+    return S3Object(key=PREFIX + relative, size=10, etag=etag, storage_class=storage_class)
+
+
+def test_an_archived_object_is_skipped_and_said_not_fetched() -> None:
+    """Its GET would be refused (InvalidObjectState) and fail the whole library."""
+    result = plan([obj("new.txt"), archived("old.pdf", storage_class="DEEP_ARCHIVE")])
+
+    assert [copy.path for copy in result.copies] == ["new.txt"]
+    assert [(item.key, item.reason) for item in result.skipped] == [
+        (PREFIX + "old.pdf", SkipReason.ARCHIVED)
+    ]
+
+
+def test_a_file_synced_before_its_object_was_archived_stays_in_the_sandbox() -> None:
+    result = plan([archived("old.pdf")], {"old.pdf": ManifestEntry(10, '"e1"')})
+
+    assert (result.copies, result.deletes, result.skipped) == ((), (), ())
+
+
+def test_an_older_copy_of_an_archived_object_is_kept_and_the_newer_said_skipped() -> None:
+    result = plan([archived("old.pdf", etag='"e2"')], {"old.pdf": ManifestEntry(10, '"e1"')})
+
+    assert (result.copies, result.deletes) == ((), ())
+    assert [item.reason for item in result.skipped] == [SkipReason.ARCHIVED]
+
+
+def test_glacier_instant_retrieval_reads_as_any_object() -> None:
+    result = plan([archived("fast.pdf", storage_class="GLACIER_IR")])
+
+    assert [copy.path for copy in result.copies] == ["fast.pdf"]

@@ -556,3 +556,19 @@ async def test_a_stray_file_where_the_library_needs_a_directory_gives_way(
     await sync(bucket, pods)
 
     assert files_in(library_dir(pods)) == {"docs/guide.md": b"guide"}
+
+
+async def test_an_archived_object_does_not_keep_the_rest_of_the_library_out(
+    bucket: Bucket, pods: LocalExec
+) -> None:
+    """A lifecycle rule moved one old file to Glacier: its GET is refused, and that failed
+    every sync of the library (as S3AccessDenied, never retried)."""
+    bucket.put("notes.md", b"# notes\n")
+    bucket.client.put_object(
+        Bucket=bucket.name, Key=bucket.prefix + "old/2019.pdf", Body=b"cold", StorageClass="GLACIER"
+    )
+
+    result = await sync(bucket, pods)
+
+    assert files_in(library_dir(pods)) == {"notes.md": b"# notes\n"}
+    assert [item.key for item in result.skipped] == [bucket.prefix + "old/2019.pdf"]
