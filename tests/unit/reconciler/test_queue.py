@@ -36,6 +36,14 @@ class Recorder:
         """Set when a run of ``key`` has started."""
         return self.started.setdefault(key, asyncio.Event())
 
+    async def held_open(self, queue: WorkQueue[str], key: str) -> asyncio.Event:
+        """Add ``key`` and wait until its pass runs, held open until the returned event
+        is set."""
+        gate = self.gate(key)
+        queue.add(key)
+        await eventually(lambda: self.started_event(key).is_set())
+        return gate
+
     async def __call__(self, key: str) -> float | None:
         self.calls.append(key)
         self.running[key] += 1
@@ -122,9 +130,7 @@ async def test_a_key_added_while_it_runs_runs_once_more_afterwards_never_concurr
     recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
 ) -> None:
     queue = make_queue(concurrency=4)
-    gate = recorder.gate("a")
-    queue.add("a")
-    await eventually(lambda: recorder.started_event("a").is_set())
+    gate = await recorder.held_open(queue, "a")
     for _ in range(10):
         queue.add("a")
         await settle()
@@ -142,10 +148,8 @@ async def test_an_echo_of_the_running_pass_s_own_write_runs_nothing_more(
     """The watch event of a pass's write often comes before the write's answer: whether it
     is an echo is asked when the pass ends, and an echo is no reason to run again."""
     queue = make_queue(concurrency=1)
-    gate = recorder.gate("a")
     asked: list[str] = []
-    queue.add("a")
-    await eventually(lambda: recorder.started_event("a").is_set())
+    gate = await recorder.held_open(queue, "a")
     queue.add("a", echo=lambda: asked.append("echo") is None)
     await settle()
     assert asked == []  # not before the pass ends: its write's answer may not be in yet
@@ -161,9 +165,7 @@ async def test_an_event_during_a_pass_that_is_not_its_echo_runs_the_key_again(
     recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
 ) -> None:
     queue = make_queue(concurrency=1)
-    gate = recorder.gate("a")
-    queue.add("a")
-    await eventually(lambda: recorder.started_event("a").is_set())
+    gate = await recorder.held_open(queue, "a")
     queue.add("a", echo=lambda: True)
     queue.add("a", echo=lambda: False)  # someone else's change, among the echoes
     gate.set()
@@ -183,9 +185,7 @@ async def test_an_echo_does_not_cancel_a_plain_add_during_the_same_pass(
     recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
 ) -> None:
     queue = make_queue(concurrency=1)
-    gate = recorder.gate("a")
-    queue.add("a")
-    await eventually(lambda: recorder.started_event("a").is_set())
+    gate = await recorder.held_open(queue, "a")
     queue.add("a", echo=lambda: True)
     queue.add("a")  # e.g. a library sync that ended
     gate.set()
@@ -333,9 +333,7 @@ async def test_forget_while_running_cancels_the_rerun(
     recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
 ) -> None:
     queue = make_queue(concurrency=2)
-    gate = recorder.gate("a")
-    queue.add("a")
-    await eventually(lambda: recorder.started_event("a").is_set())
+    gate = await recorder.held_open(queue, "a")
     queue.add("a")
     await settle()
     queue.forget("a")
@@ -349,10 +347,8 @@ async def test_a_pass_that_fails_after_its_key_was_forgotten_leaves_no_failure_b
     recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
 ) -> None:
     queue = make_queue(concurrency=1)
-    gate = recorder.gate("a")
     recorder.fail["a"] = 1
-    queue.add("a")
-    await eventually(lambda: recorder.started_event("a").is_set())
+    gate = await recorder.held_open(queue, "a")
     queue.forget("a")  # the sandbox is gone
     gate.set()
     await eventually(lambda: queue.failed == 1)
@@ -384,9 +380,7 @@ async def test_due_keys_run_in_the_order_they_were_added(
     recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
 ) -> None:
     queue = make_queue(concurrency=1)
-    gate = recorder.gate("first")
-    queue.add("first")
-    await eventually(lambda: recorder.started_event("first").is_set())
+    gate = await recorder.held_open(queue, "first")
     for key in ["c", "a", "b"]:
         queue.add(key)
     gate.set()
