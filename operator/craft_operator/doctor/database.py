@@ -122,11 +122,11 @@ def check_database(
 
 #: What the operator does to each table on Onyx's Postgres: Onyx's, whose PATs it mints and
 #: revokes and whose users it reads, and its own.
-_PRIVILEGES: tuple[tuple[str, str], ...] = (
-    (PAT_TABLE, "SELECT, INSERT, UPDATE"),
-    (USER_TABLE, "SELECT"),
-    (CREDENTIAL_TABLE, "SELECT, INSERT, UPDATE, DELETE"),
-    (LIBRARY_SYNC_TABLE, "SELECT, INSERT, UPDATE, DELETE"),
+_PRIVILEGES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (PAT_TABLE, ("SELECT", "INSERT", "UPDATE")),
+    (USER_TABLE, ("SELECT",)),
+    (CREDENTIAL_TABLE, ("SELECT", "INSERT", "UPDATE", "DELETE")),
+    (LIBRARY_SYNC_TABLE, ("SELECT", "INSERT", "UPDATE", "DELETE")),
 )
 
 
@@ -147,7 +147,7 @@ def _check_privileges(engine: Engine, settings: Settings) -> CheckResult:
             for table, privileges in wanted:
                 if not inspector.has_table(table):
                     continue  # the schema check says what is missing
-                for privilege in privileges.split(", "):
+                for privilege in privileges:
                     allowed = c.execute(
                         text("SELECT has_table_privilege(current_user, :table, :privilege)"),
                         {"table": f'"{table}"', "privilege": privilege},
