@@ -13,6 +13,7 @@ and its closing, and the clock that finds a call that stalls.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import re
@@ -197,9 +198,11 @@ class ExecTransport(Protocol):
         ``stdin`` raises, the command is abandoned and that exception propagates unchanged.
         An async iterator given as ``stdin`` is closed (``aclose``) before this returns,
         however the call ends, so that what it holds open is let go at once.
-        ``max_output_bytes`` caps stdout and stderr together (default: the transport's own
-        cap): a command that writes more is abandoned with :class:`ExecOutputTooLargeError`,
-        and no more than about that much of its output is ever held. A call that makes no
+        ``timeout`` bounds the call, less the time it spends waiting for ``stdin`` to
+        yield (a read from S3 is not the pod's time). ``max_output_bytes`` caps stdout and
+        stderr together (default: the transport's own cap): a command that writes more is
+        abandoned with :class:`ExecOutputTooLargeError`, and no more than about that much of
+        its output is ever held. A call that makes no
         progress while its stdin is sent (the pod takes none of it and writes nothing) for
         the transport's idle timeout is abandoned with :class:`ExecStalledError`.
 
@@ -218,11 +221,13 @@ class Progress:
     the call's own timeout bounds it. Output is not a move: a pod that holds its stdin while
     it prints now and then would otherwise hold the call up to its whole timeout. The clock
     also stands still while the call waits for the caller's own stdin source: a slow source
-    is not the pod's stall.
+    is not the pod's stall. So does the call's own ``deadline``, if given: a library of
+    many small files waits on S3 for longer than the pod ever takes.
     """
 
-    def __init__(self, idle: float | None) -> None:
+    def __init__(self, idle: float | None, deadline: asyncio.Timeout | None = None) -> None:
         self.idle = idle
+        self._deadline = deadline
         self._last = time.monotonic()
         self._sourcing = False
         self._sent = False
@@ -239,11 +244,32 @@ class Progress:
     def sourcing(self) -> Iterator[None]:
         """While the block waits for the stdin source, the call cannot stall."""
         self._sourcing = True
+        left = self._pause_deadline()
         try:
             yield
         finally:
             self._sourcing = False
+            self._resume_deadline(left)
             self.moved()
+
+    def _pause_deadline(self) -> float | None:
+        """Stop the deadline's clock; the seconds it had left (``None``: nothing to resume)."""
+        deadline = self._deadline
+        if deadline is None or deadline.expired() or (when := deadline.when()) is None:
+            return None
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(RuntimeError):  # the call is already over
+            deadline.reschedule(None)
+            return max(0.0, when - loop.time())
+        return None
+
+    def _resume_deadline(self, left: float | None) -> None:
+        """Start the deadline's clock again with ``left`` seconds to run."""
+        deadline = self._deadline
+        if deadline is None or left is None or deadline.expired():
+            return
+        with contextlib.suppress(RuntimeError):  # the call is already over
+            deadline.reschedule(asyncio.get_running_loop().time() + left)
 
     def left(self) -> float | None:
         """Seconds until the call counts as stalled (at least 0), or ``None`` if it never does."""

@@ -129,7 +129,9 @@ class AiohttpExec:
                 ws = await self._open(namespace, pod, container, argv, stdin is not None)
                 try:
                     stdin_source = chunks if stdin is not None else None
-                    return await self._exchange(ws, stdin_source, limit, f"{namespace}/{pod}")
+                    return await self._exchange(
+                        ws, stdin_source, limit, f"{namespace}/{pod}", deadline
+                    )
                 finally:
                     await self._close(ws)
         except TimeoutError:
@@ -182,11 +184,17 @@ class AiohttpExec:
         return ws
 
     async def _exchange(
-        self, ws: _Socket, chunks: AsyncIterator[bytes] | None, limit: int, where: str
+        self,
+        ws: _Socket,
+        chunks: AsyncIterator[bytes] | None,
+        limit: int,
+        where: str,
+        deadline: asyncio.Timeout,
     ) -> ExecResult:
         """Send stdin and receive the output at once, until the server ends the call (or
-        the call stalls: :class:`ExecStalledError`)."""
-        progress = Progress(self._idle_timeout if chunks is not None else None)
+        the call stalls: :class:`ExecStalledError`); ``deadline`` stands still while stdin
+        is read from its source."""
+        progress = Progress(self._idle_timeout if chunks is not None else None, deadline)
         receiver = asyncio.create_task(_receive(ws, _Output(limit), where))
         tasks: list[asyncio.Task[Any]] = [receiver]
         if chunks is not None:

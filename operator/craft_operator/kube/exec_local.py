@@ -248,10 +248,13 @@ class LocalExec:
             await close_stdin(stdin)
             raise
         limit = max_output_bytes or DEFAULT_MAX_OUTPUT_BYTES
-        talk = _Conversation(
-            process, stdin, limit, Progress(self.idle_timeout if stdin is not None else None)
-        )
         deadline = asyncio.timeout(timeout)
+        talk = _Conversation(
+            process,
+            stdin,
+            limit,
+            Progress(self.idle_timeout if stdin is not None else None, deadline),
+        )
         try:
             async with deadline:
                 out, err = await talk.watched(f"{namespace}/{pod}")

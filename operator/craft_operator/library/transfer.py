@@ -221,7 +221,8 @@ class PodDestination:
         except ExecTimeoutError as exc:
             raise ExecTimedOutError(
                 f"{what} in pod {target.namespace}/{target.pod}: the command did not finish "
-                f"within {limit or self._timeout:.0f}s and was abandoned"
+                f"within {limit or self._timeout:.0f}s of its own time (waiting on S3 not "
+                "counted) and was abandoned"
             ) from exc
         except ExecError as exc:
             raise ExecFailedError(

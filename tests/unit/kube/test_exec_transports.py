@@ -25,6 +25,7 @@ from craft_operator.kube.client import KubeClient
 from craft_operator.kube.exec import (
     ExecError,
     ExecStalledError,
+    ExecTimeoutError,
     ExecTransport,
     ExecUnavailableError,
 )
@@ -145,6 +146,36 @@ async def test_a_slow_stdin_source_is_not_the_pods_stall(kind: str, tmp_path: Pa
         result = await subject.transport.run("ns", "pod", "main", ["wc", "-c"], stdin=source())
 
     assert int(result.stdout) == 3 * 65536
+
+
+async def test_the_time_spent_waiting_for_the_stdin_source_is_not_counted_against_the_timeout(
+    kind: str, tmp_path: Path
+) -> None:
+    # A library of many small files: S3's latency per GET, not the pod, sets the upload's pace.
+    source = Source(chunks=4, pause=0.5)
+    async with opened(kind, tmp_path) as subject:
+        result = await subject.transport.run(
+            "ns", "pod", "main", ["wc", "-c"], stdin=source(), timeout=1.0
+        )
+
+    assert int(result.stdout) == 4 * 65536
+
+
+async def test_the_pods_own_time_still_counts_against_the_timeout_beside_a_slow_source(
+    kind: str, tmp_path: Path
+) -> None:
+    source = Source(chunks=2, pause=0.5)
+    async with opened(kind, tmp_path) as subject:
+        with pytest.raises(ExecTimeoutError, match="timed out"):
+            await subject.transport.run(
+                "ns",
+                "pod",
+                "main",
+                ["sh", "-c", "cat >/dev/null; sleep 30"],
+                stdin=source(),
+                timeout=1.5,
+            )
+        await subject.settled()
 
 
 async def test_the_stdin_source_is_closed_when_the_command_exits_early(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterable, Sequence
 from pathlib import Path
@@ -475,6 +476,39 @@ async def test_an_s3_outage_is_retryable_and_the_next_sync_succeeds(
     result = await sync(bucket, pods)
     assert result.copied == 1
     assert files_in(library_dir(pods)) == {"a.txt": b"a"}
+
+
+async def test_a_library_of_many_small_files_on_a_slow_s3_is_not_the_pods_timeout(
+    bucket: Bucket, tmp_path: Path
+) -> None:
+    # S3 answers each small GET in 100-200 ms: 10,000 notes take minutes to read, whatever
+    # the pod's pace. Scaled down: 60 files at 100 ms each, about 9 in flight, is ~0.7 s of
+    # waiting on S3 against a pod timeout of 0.5 s.
+    names = [f"notes/{i:02d}.md" for i in range(60)]
+    for name in names:
+        bucket.put(name, name.encode())
+    fetch = bucket.store.fetch_object
+
+    async def slow_fetch(*args: object, **kwargs: object) -> bytes:
+        await asyncio.sleep(0.1)
+        return await fetch(*args, **kwargs)  # type: ignore[arg-type]
+
+    bucket.store.fetch_object = slow_fetch  # type: ignore[method-assign]
+    pods = LocalExec(root=tmp_path / "slow-s3-pods")
+
+    result = await sync_user_library_exec(
+        store=bucket.store,
+        bucket=bucket.name,
+        prefix=bucket.prefix,
+        exec_transport=pods,
+        namespace=NAMESPACE,
+        pod=POD,
+        container=CONTAINER,
+        timeout_seconds=0.5,
+    )
+
+    assert result.copied == len(names)
+    assert files_in(library_dir(pods)) == {name: name.encode() for name in names}
 
 
 async def test_an_object_replaced_during_the_sync_is_retryable_and_applies_nothing(
