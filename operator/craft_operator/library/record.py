@@ -9,7 +9,10 @@ whether the pod still holds what the operator left there:
 * the pod's manifest is read up to a cap; over the cap it is *too large*;
 * its SHA-256 is one of the record's ``digests`` (what the pod holds after the last sync,
   or at any point of an interrupted one): the record is the base of the plan, and nothing
-  the pod wrote is parsed;
+  the pod wrote is parsed. One exception: a sync whose record was saved before it ran but
+  not after (its answer lost, the save failed, the operator stopped) and whose pod shows
+  the manifest that sync ends with. Those bytes are the operator's own (their SHA-256 is
+  the one it computed), so they are parsed as the base: what landed is not sent again;
 * otherwise, if the record is of this pod, the pod's copy was *tampered with*: every file
   is copied again, files the record knows and S3 no longer has are deleted, and the
   manifest is replaced;
@@ -27,7 +30,7 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from craft_operator.library.manifest import UNKNOWN, Manifest, ManifestEntry
+from craft_operator.library.manifest import UNKNOWN, Manifest, ManifestEntry, parse_manifest
 
 #: Why the pod's manifest was not used (condition messages and event reasons).
 TOO_LARGE = "ManifestTooLarge"
@@ -41,7 +44,14 @@ class SyncRecord:
     pod_uid: str
     entries: Mapping[str, ManifestEntry]
     lines: int
+    #: The first is what the pod holds once the last sync has landed whole.
     digests: tuple[str, ...]
+
+    @property
+    def pending(self) -> bool:
+        """Whether the record was saved before a sync that has not been recorded as done
+        (the paths it touches are unknown)."""
+        return not all(entry.known for entry in self.entries.values())
 
 
 @dataclass(frozen=True)
@@ -87,11 +97,17 @@ def base_manifest(
 ) -> tuple[Manifest, Distrust | None]:
     """The manifest to plan from, and why the pod's copy was distrusted (if it was).
 
-    The result is never parsed from the pod: it is the record's entries, or the record's
-    paths all unknown (copied again, or deleted if S3 no longer has them), or empty.
+    The result is the record's entries, or the record's paths all unknown (copied again,
+    or deleted if S3 no longer has them), or empty; or, once a recorded-as-pending sync has
+    landed whole, the manifest it wrote, which is the operator's own by its digest.
     """
     known = record if record is not None and record.pod_uid == pod_uid else None
-    if known is not None and not pod.too_large and digest(pod.data) in known.digests:
+    shown = None if pod.too_large else digest(pod.data)
+    if known is not None and shown in known.digests:
+        if known.pending and shown == known.digests[0]:
+            landed = parse_manifest(pod.data)
+            if landed.valid and all(entry.known for entry in landed.entries.values()):
+                return landed, None
         return Manifest(entries=known.entries, lines=known.lines, valid=True), None
     redo = Manifest(
         entries=dict.fromkeys(known.entries, UNKNOWN) if known is not None else {},

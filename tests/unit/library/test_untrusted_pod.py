@@ -14,7 +14,11 @@ import pytest
 from craft_operator.kube.exec import ExecOutputTooLargeError, ExecResult, Stdin
 from craft_operator.kube.exec_local import LocalExec
 from craft_operator.library import SyncResult, sync_user_library_exec
-from craft_operator.library.errors import DestinationUnwritableError, ExecTimedOutError
+from craft_operator.library.errors import (
+    DestinationError,
+    DestinationUnwritableError,
+    ExecTimedOutError,
+)
 from craft_operator.library.record import TAMPERED, TOO_LARGE, SyncRecord
 from craft_operator.library.transfer import APPLY_SCRIPT, COMMAND_MAX_OUTPUT, UPLOAD_SCRIPT
 from tests.support.s3 import S3Server
@@ -277,6 +281,71 @@ async def test_an_interrupted_sync_is_resumed_from_the_record_without_a_tamper_a
     assert result.distrust is None
     assert result.copied == 1
     assert (library_dir(pods) / "a.txt").read_bytes() == b"new a"
+
+
+class AnswerLost:
+    """Every command runs to its end in the pod, but its answer never reaches the operator
+    (the connection dropped after the exit)."""
+
+    def __init__(self, pods: LocalExec) -> None:
+        self.pods = pods
+
+    async def run(
+        self, namespace: str, pod: str, container: str, argv: Sequence[str], **kw: Any
+    ) -> ExecResult:
+        result = await self.pods.run(namespace, pod, container, argv, **kw)
+        assert result.exit_code == 0
+        raise ExecOutputTooLargeError("stand-in for a connection lost after the exit", limit=0)
+
+
+class FailingFinalSave(MemoryRecords):
+    """The database is away for the save that ends a sync (the one after the upload)."""
+
+    async def save(self, record: SyncRecord) -> None:
+        if self.saves % 2 == 1 and not getattr(self, "failed", False):
+            self.failed = True
+            raise DestinationError("the database is unavailable (stand-in)", retryable=True)
+        await super().save(record)
+
+
+@pytest.mark.parametrize("first_sync", [True, False], ids=["new pod", "incremental"])
+async def test_a_sync_that_landed_but_whose_answer_was_lost_is_not_sent_again(
+    bucket: Bucket, pods: LocalExec, first_sync: bool
+) -> None:
+    records = MemoryRecords()
+    if not first_sync:
+        bucket.put("kept.txt", b"kept")
+        await sync(bucket, pods, records)
+    for index in range(20):
+        bucket.put(f"docs/{index:02d}.bin", bytes([index]) * 10_000)
+    with pytest.raises(Exception, match="stand-in"):
+        await sync(bucket, AnswerLost(pods), records)
+    assert len(list((library_dir(pods) / "docs").iterdir())) == 20
+
+    again = await sync(bucket, pods, records)
+
+    assert (again.copied, again.deleted, again.distrust) == (0, 0, None)
+    assert again.bytes_transferred == 0
+    assert records.record is not None
+    assert not records.record.pending
+    bucket.put("docs/00.bin", b"changed")
+    assert (await sync(bucket, pods, records)).copied == 1
+
+
+async def test_a_sync_that_landed_but_whose_end_was_not_recorded_is_not_sent_again(
+    bucket: Bucket, pods: LocalExec
+) -> None:
+    for index in range(20):
+        bucket.put(f"docs/{index:02d}.bin", bytes([index]) * 10_000)
+    records = FailingFinalSave()
+    with pytest.raises(DestinationError, match="stand-in"):
+        await sync(bucket, pods, records)
+
+    again = await sync(bucket, pods, records)
+
+    assert (again.copied, again.bytes_transferred) == (0, 0)
+    assert records.record is not None
+    assert set(records.record.entries) == {f"docs/{index:02d}.bin" for index in range(20)}
 
 
 async def test_a_stopped_exec_process_times_out_in_seconds_not_the_whole_sync_budget(
