@@ -112,7 +112,10 @@ def make_s3_client(
         retries={"total_max_attempts": max_attempts, "mode": "standard"},
         signature_version="s3v4",
         max_pool_connections=max_pool_connections,
-        s3={"addressing_style": "path"} if endpoint_url else None,
+        # AWS itself: virtual hosts name the Region (bucket.s3.<region>.amazonaws.com; a
+        # bucket with dots goes path style there). botocore's default presigns for the
+        # legacy global host, which Regions opened since 2019 refuse.
+        s3={"addressing_style": "path" if endpoint_url else "virtual"},
     )
     client: S3Client = (session or boto3.session.Session()).client(
         "s3", endpoint_url=endpoint_url, config=config

@@ -303,3 +303,23 @@ def test_a_bucket_left_to_botocore_is_listed_through_boto3() -> None:
     session = boto3.session.Session()
     client = make_s3_client(endpoint_url="http://127.0.0.1:9000", session=session)
     assert signer_for(client, None).listing_url("craft-user-files", [("prefix", "p/")]) is None
+
+
+@pytest.mark.parametrize("region", ["af-south-1", "eu-west-1", "ap-east-1"])
+@pytest.mark.parametrize("bucket", ["my-library", "my.library"])
+def test_on_aws_every_url_names_the_buckets_region(region: str, bucket: str) -> None:
+    # Regions opened since March 2019 refuse the legacy global host (400
+    # IllegalLocationConstraintException), and any Region's bucket redirects there for
+    # its first day: URLs must go where boto3's own requests go.
+    session = boto3.session.Session()
+    signer = signer_for(make_s3_client(region=region, session=session), session.get_credentials())
+
+    url, _ = signer.presign(bucket, "user_library/notes.md")
+    listing = signer.listing_url(bucket, [("prefix", "user_library/")])
+
+    host = f"s3.{region}.amazonaws.com"
+    assert url.split("/")[2] in {host, f"{bucket}.{host}"}
+    assert listing is not None
+    assert listing.split("/")[2] == url.split("/")[2]
+    if "." in bucket:  # a virtual host with dots would not match the certificate
+        assert url.startswith(f"https://{host}/{bucket}/")
