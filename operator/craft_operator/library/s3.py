@@ -199,6 +199,13 @@ def classify_s3_error(exc: Exception, *, bucket: str, key: str | None = None) ->
     return S3Error(f"S3 request for {where} failed: {type(exc).__name__}")
 
 
+#: What S3 answers a request sent to (or signed for) another Region than the bucket's.
+_WRONG_REGION = frozenset(
+    {"PermanentRedirect", "IllegalLocationConstraintException", "AuthorizationHeaderMalformed"}
+)
+_WRONG_REGION_HINT = "; check that CRAFT_S3_REGION is the bucket's Region"
+
+
 def classify_response(
     *, status: int, code: str, message: str, bucket: str, key: str | None = None
 ) -> S3Error:
@@ -215,7 +222,8 @@ def classify_response(
         )
     if code in _UNAVAILABLE or status >= 500 or status == 429:
         return S3UnavailableError(f"S3 failed on {where}: {detail} (HTTP {status})")
-    return S3Error(f"S3 rejected a request for {where}: {detail} (HTTP {status})")
+    hint = _WRONG_REGION_HINT if code in _WRONG_REGION else ""
+    return S3Error(f"S3 rejected a request for {where}: {detail} (HTTP {status}){hint}")
 
 
 @contextmanager

@@ -102,6 +102,23 @@ def test_failures_are_classified_for_the_caller_s_retries(
 
 
 @UNIT
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [
+        ("PermanentRedirect", 301),
+        ("IllegalLocationConstraintException", 400),
+        ("AuthorizationHeaderMalformed", 400),
+    ],
+)
+def test_a_bucket_in_another_region_is_said_to_be_a_region_setting(code: str, status: int) -> None:
+    classified = classify_s3_error(client_error(code, status), bucket="files")
+
+    assert type(classified) is S3Error
+    assert not classified.retryable
+    assert "CRAFT_S3_REGION" in str(classified)
+
+
+@UNIT
 def test_a_credential_refused_as_a_header_is_said_so_never_quoted() -> None:
     """A session token with a newline (from a Secret's file) is refused as a header, and
     the refusal quotes it: that text would reach every sandbox's status and events."""
