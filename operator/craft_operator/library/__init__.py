@@ -16,6 +16,7 @@ from craft_operator.library.errors import (
     S3AccessDeniedError,
     S3BucketNotFoundError,
     S3Error,
+    S3ObjectArchivedError,
     S3ObjectChangedError,
     S3UnavailableError,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "S3BucketNotFoundError",
     "S3CredentialsSecret",
     "S3Error",
+    "S3ObjectArchivedError",
     "S3ObjectChangedError",
     "S3ObjectStore",
     "S3UnavailableError",

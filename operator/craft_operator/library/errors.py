@@ -81,6 +81,17 @@ class S3ObjectChangedError(S3Error):
     retryable = True
 
 
+class S3ObjectArchivedError(S3Error):
+    """An object S3 will not serve until it is restored (``InvalidObjectState``: an
+    Intelligent-Tiering archive tier, or an archive class the listing did not name)."""
+
+    reason = "S3ObjectArchived"
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 class DestinationError(LibrarySyncError):
     """The destination (a pod or a local directory) could not be read or written."""
 

@@ -36,6 +36,11 @@ DEFAULT_MAX_TOTAL_BYTES = 10 * GB
 DEFAULT_MAX_FILES = 10_000
 
 
+#: Storage classes whose objects cannot be read until restored (a GET is refused with
+#: ``InvalidObjectState``); Glacier Instant Retrieval reads as any other.
+ARCHIVED_CLASSES = frozenset({"GLACIER", "DEEP_ARCHIVE"})
+
+
 @dataclass(frozen=True)
 class S3Object:
     """One object of the S3 listing."""
@@ -46,6 +51,14 @@ class S3Object:
     last_modified: datetime | None = None
     #: As listed (``STANDARD`` when the listing names none).
     storage_class: str = "STANDARD"
+    #: S3 refused to serve it (``InvalidObjectState``) although its class is readable: an
+    #: Intelligent-Tiering archive tier, which no listing shows.
+    refused_as_archived: bool = False
+
+    @property
+    def archived(self) -> bool:
+        """Whether S3 serves it only once it is restored."""
+        return self.refused_as_archived or self.storage_class in ARCHIVED_CLASSES
 
 
 @dataclass(frozen=True)
@@ -268,11 +281,6 @@ def _excluded(
     return sorted(excluded)
 
 
-#: Storage classes whose objects cannot be read until restored (a GET is refused with
-#: ``InvalidObjectState``); Glacier Instant Retrieval reads as any other.
-ARCHIVED_CLASSES = frozenset({"GLACIER", "DEEP_ARCHIVE"})
-
-
 def _archived(
     library: dict[str, S3Object], manifest: Mapping[str, ManifestEntry]
 ) -> tuple[dict[str, ManifestEntry], list[SkippedKey]]:
@@ -281,13 +289,14 @@ def _archived(
     it lacks, or holds in another version, are skipped and said."""
     kept: dict[str, ManifestEntry] = {}
     skipped: list[SkippedKey] = []
-    for path in [path for path, obj in library.items() if obj.storage_class in ARCHIVED_CLASSES]:
+    for path in [path for path, obj in library.items() if obj.archived]:
         obj = library.pop(path)
         held = manifest.get(path)
         if held is not None:
             kept[path] = held
         if held != ManifestEntry(size=obj.size, etag=obj.etag):
-            skipped.append(SkippedKey(obj.key, SkipReason.ARCHIVED, obj.storage_class))
+            tier = " (archive tier)" if obj.refused_as_archived else ""
+            skipped.append(SkippedKey(obj.key, SkipReason.ARCHIVED, obj.storage_class + tier))
     return kept, skipped
 
 

@@ -22,6 +22,7 @@ from craft_operator.library.errors import (
     S3AccessDeniedError,
     S3BucketNotFoundError,
     S3Error,
+    S3ObjectArchivedError,
     S3ObjectChangedError,
     S3UnavailableError,
 )
@@ -42,7 +43,6 @@ _DENIED = {
     "ExpiredToken",
     "InvalidToken",
     "AccountProblem",
-    "InvalidObjectState",
 }
 _UNAVAILABLE = {
     "SlowDown",
@@ -214,6 +214,12 @@ def classify_response(
     detail = message or code or str(status)
     if code == "NoSuchBucket":
         return S3BucketNotFoundError(f"S3 bucket {bucket!r} does not exist")
+    if code == "InvalidObjectState":
+        return S3ObjectArchivedError(
+            f"{where} is archived (an Intelligent-Tiering archive tier or an archive storage "
+            "class) and cannot be read until it is restored",
+            key=key,
+        )
     if code in _DENIED or status == 403:
         return S3AccessDeniedError(f"S3 denied access to {where}: {detail}")
     if key is not None and (code in _CHANGED or status in (404, 412)):

@@ -12,15 +12,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
 from craft_operator.kube.exec import ExecTransport
 from craft_operator.library.destination import ChangeSet, Destination, change_set
-from craft_operator.library.errors import LibraryCapExceededError, LibraryConfigError
+from craft_operator.library.errors import (
+    LibraryCapExceededError,
+    LibraryConfigError,
+    S3ObjectArchivedError,
+)
 from craft_operator.library.local import LocalDestination
 from craft_operator.library.manifest import UNKNOWN, Manifest, parse_manifest
 from craft_operator.library.paths import (
@@ -57,6 +61,9 @@ logger = logging.getLogger(__name__)
 
 #: Skipped keys logged one by one per sync; the rest are counted (all are in the result).
 LOGGED_SKIPS = 20
+#: Objects S3 may refuse as archived in one sync, each found by an attempt that is then
+#: started again without it (and whose upload so far is sent again); one more fails it.
+MAX_REFUSED_ARCHIVED = 8
 
 
 @dataclass(frozen=True)
@@ -114,10 +121,17 @@ class RecordKeeper(Protocol):
         ...
 
 
-async def _list(store: ObjectStore, bucket: str, prefix: str, caps: SyncCaps) -> list[S3Object]:
-    """The objects under ``prefix``; a listing past the caps' most keys is refused (nothing
-    applied) before it is held whole: a prefix of a million empty objects would take the
-    operator's memory, whatever their bytes."""
+async def _list(
+    store: ObjectStore,
+    bucket: str,
+    prefix: str,
+    caps: SyncCaps,
+    refused: frozenset[str] = frozenset(),
+) -> list[S3Object]:
+    """The objects under ``prefix``, those whose keys are in ``refused`` marked archived; a
+    listing past the caps' most keys is refused (nothing applied) before it is held whole:
+    a prefix of a million empty objects would take the operator's memory, whatever their
+    bytes."""
     most = caps.max_listed_keys
     listing = None
     if isinstance(store, LoopLister):
@@ -132,7 +146,37 @@ async def _list(store: ObjectStore, bucket: str, prefix: str, caps: SyncCaps) ->
             limit=most,
             actual=len(listing),
         )
+    if refused:
+        listing = [
+            replace(obj, refused_as_archived=True) if obj.key in refused else obj for obj in listing
+        ]
     return listing
+
+
+async def _skipping_archived(
+    bucket: str, attempt: Callable[[frozenset[str]], Awaitable[SyncResult]]
+) -> SyncResult:
+    """Run ``attempt``; each time S3 refuses an object as archived (an Intelligent-Tiering
+    archive tier, which no listing shows), run it again with that key skipped, up to
+    :data:`MAX_REFUSED_ARCHIVED` keys. Nothing is applied by an attempt that stops so."""
+    refused: set[str] = set()
+    while True:
+        try:
+            return await attempt(frozenset(refused))
+        except S3ObjectArchivedError as exc:
+            if exc.key is None or exc.key in refused:
+                raise
+            if len(refused) >= MAX_REFUSED_ARCHIVED:
+                raise S3ObjectArchivedError(
+                    f"{exc.message}; more than {MAX_REFUSED_ARCHIVED} objects of the library "
+                    "are archived: restore them, or leave them out with "
+                    "spec.userLibrary.exclude",
+                    key=exc.key,
+                ) from exc
+            logger.warning(
+                "s3://%s/%s is archived; syncing the library without it", bucket, exc.key
+            )
+            refused.add(exc.key)
 
 
 def _raise_cap(violation: CapViolation) -> None:
@@ -212,12 +256,40 @@ async def sync_library(
     Raises :class:`~craft_operator.library.errors.LibraryCapExceededError` (nothing
     applied) when the library is over a cap, and other
     :class:`~craft_operator.library.errors.LibrarySyncError` subclasses on S3 or
-    destination failures.
+    destination failures. An object S3 refuses as archived is skipped (see
+    :func:`_skipping_archived`).
     """
-    started = time.monotonic()
+    return await _skipping_archived(
+        bucket,
+        partial(
+            _sync_library,
+            store=store,
+            bucket=bucket,
+            prefix=prefix,
+            destination=destination,
+            excludes=excludes,
+            disabled=list(disabled),
+            caps=caps,
+            started=time.monotonic(),
+        ),
+    )
+
+
+async def _sync_library(
+    refused: frozenset[str],
+    *,
+    store: ObjectStore,
+    bucket: str,
+    prefix: str,
+    destination: Destination,
+    excludes: Sequence[str],
+    disabled: Sequence[str],
+    caps: SyncCaps | None,
+    started: float,
+) -> SyncResult:
     prefix = normalise_prefix(prefix)
     caps = caps or SyncCaps()
-    listing = await _list(store, bucket, prefix, caps)
+    listing = await _list(store, bucket, prefix, caps, refused)
     manifest = await asyncio.to_thread(parse_manifest, await destination.read_manifest())
     plan = await _plan(
         listing, manifest, prefix=prefix, excludes=excludes, disabled=disabled, caps=caps
@@ -250,10 +322,43 @@ async def sync_recorded(
     anything in the pod changes (every path touched becomes unknown) and again once the
     sync is done.
     """
-    started = time.monotonic()
+    return await _skipping_archived(
+        bucket,
+        partial(
+            _sync_recorded,
+            store=store,
+            bucket=bucket,
+            prefix=prefix,
+            destination=destination,
+            records=records,
+            pod_uid=pod_uid,
+            excludes=excludes,
+            disabled=list(disabled),
+            caps=caps,
+            started=time.monotonic(),
+        ),
+    )
+
+
+async def _sync_recorded(
+    refused: frozenset[str],
+    *,
+    store: ObjectStore,
+    bucket: str,
+    prefix: str,
+    destination: PodDestination,
+    records: RecordKeeper,
+    pod_uid: str,
+    excludes: Sequence[str],
+    disabled: Sequence[str],
+    caps: SyncCaps | None,
+    started: float,
+) -> SyncResult:
     prefix = normalise_prefix(prefix)
     caps = caps or SyncCaps()
-    listing, record = await asyncio.gather(_list(store, bucket, prefix, caps), records.load())
+    listing, record = await asyncio.gather(
+        _list(store, bucket, prefix, caps, refused), records.load()
+    )
     if record is not None and record.pod_uid == pod_uid:
         pod = await destination.read_pod_manifest()
     else:

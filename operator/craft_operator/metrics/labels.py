@@ -94,6 +94,7 @@ SYNC_ERROR_REASONS = frozenset(
         "S3Unavailable",
         "S3AccessDenied",
         "S3BucketNotFound",
+        "S3ObjectArchived",
         "LibraryChangedDuringSync",
         "DestinationFailed",
         "DestinationUnwritable",

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterable, Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,8 +22,12 @@ from craft_operator.library import (
     SyncCaps,
     SyncResult,
     sync_user_library_exec,
+    sync_user_library_local,
 )
-from craft_operator.library.paths import MAX_PATH_BYTES
+from craft_operator.library.errors import S3ObjectArchivedError
+from craft_operator.library.paths import MAX_PATH_BYTES, SkipReason
+from craft_operator.library.plan import S3Object
+from craft_operator.library.sync import MAX_REFUSED_ARCHIVED
 from craft_operator.library.tarstream import BLOCK
 from tests.support.s3 import S3Server
 
@@ -605,4 +611,72 @@ async def test_an_archived_object_does_not_keep_the_rest_of_the_library_out(
     result = await sync(bucket, pods)
 
     assert files_in(library_dir(pods)) == {"notes.md": b"# notes\n"}
+    assert [item.key for item in result.skipped] == [bucket.prefix + "old/2019.pdf"]
+
+
+def put_in_archive_tier(bucket: Bucket, relative: str, data: bytes) -> None:
+    """An object Intelligent-Tiering moved to an archive tier: listed as INTELLIGENT_TIERING
+    (no listing shows the tier), its GET refused with InvalidObjectState until restored.
+    moto refuses GLACIER objects' GETs so; the store's listing is made to show the class."""
+    bucket.client.put_object(
+        Bucket=bucket.name, Key=bucket.prefix + relative, Body=data, StorageClass="GLACIER"
+    )
+    store = bucket.store
+    if getattr(store, "tiered", False):
+        return
+    store.tiered = True  # type: ignore[attr-defined]
+    on_loop = store.list_objects_on_loop
+
+    async def listed(*args: Any, **kwargs: Any) -> list[S3Object] | None:
+        found = await on_loop(*args, **kwargs)
+        return [replace(obj, storage_class="INTELLIGENT_TIERING") for obj in found or []]
+
+    store.list_objects_on_loop = listed  # type: ignore[method-assign]
+
+
+async def test_an_object_in_an_archive_tier_is_skipped_and_the_rest_synced(
+    bucket: Bucket, pods: LocalExec
+) -> None:
+    bucket.put("notes.md", b"# notes\n")
+    put_in_archive_tier(bucket, "old/2019.pdf", b"cold")
+    put_in_archive_tier(bucket, "old/2020.pdf", b"cold too")
+
+    result = await sync(bucket, pods)
+
+    assert files_in(library_dir(pods)) == {"notes.md": b"# notes\n"}
+    assert {(item.key, item.reason) for item in result.skipped} == {
+        (bucket.prefix + "old/2019.pdf", SkipReason.ARCHIVED),
+        (bucket.prefix + "old/2020.pdf", SkipReason.ARCHIVED),
+    }
+    assert "archive tier" in result.skipped[0].detail
+
+
+async def test_more_archived_objects_than_one_sync_skips_fail_it_naming_the_way_out(
+    bucket: Bucket, pods: LocalExec
+) -> None:
+    bucket.put("notes.md", b"# notes\n")
+    for index in range(MAX_REFUSED_ARCHIVED + 1):
+        put_in_archive_tier(bucket, f"old/{index}.pdf", b"cold")
+
+    with pytest.raises(S3ObjectArchivedError) as raised:
+        await sync(bucket, pods)
+
+    assert not raised.value.retryable
+    assert raised.value.reason == "S3ObjectArchived"
+    assert "spec.userLibrary.exclude" in raised.value.message
+    assert "S3AccessDenied" not in raised.value.message
+    assert files_in(library_dir(pods)) == {}
+
+
+async def test_in_job_mode_an_object_in_an_archive_tier_is_skipped_too(
+    bucket: Bucket, tmp_path: Path
+) -> None:
+    bucket.put("notes.md", b"# notes\n")
+    put_in_archive_tier(bucket, "old/2019.pdf", b"cold")
+
+    result = await sync_user_library_local(
+        store=bucket.store, bucket=bucket.name, prefix=bucket.prefix, dest=tmp_path / "library"
+    )
+
+    assert files_in(tmp_path / "library") == {"notes.md": b"# notes\n"}
     assert [item.key for item in result.skipped] == [bucket.prefix + "old/2019.pdf"]
