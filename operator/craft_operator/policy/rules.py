@@ -40,7 +40,11 @@ class Violation:
 
 def image_allowed(image: str, entries: Sequence[str]) -> bool:
     """Whether ``image`` matches an allowed entry: a path prefix ending in ``/``, a
-    repository (any tag or digest of it), or an exact reference with a digest."""
+    repository (any tag or digest of it), or an exact reference with a digest.
+
+    What follows a repository's ``:`` is a tag only if it holds no ``/``: ``busybox:5000/x``
+    is repository ``x`` of the registry host ``busybox``, not a tag of ``busybox``.
+    """
     for entry in entries:
         if "@" in entry:
             if image == entry:
@@ -48,9 +52,14 @@ def image_allowed(image: str, entries: Sequence[str]) -> bool:
         elif entry.endswith("/"):
             if image.startswith(entry):
                 return True
-        elif image.startswith((entry + ":", entry + "@")):
+        elif image.startswith(entry + "@") or _tagged(image, entry):
             return True
     return False
+
+
+def _tagged(image: str, repository: str) -> bool:
+    """Whether ``image`` is ``repository`` with a tag (no ``/`` after the ``:``)."""
+    return image.startswith(repository + ":") and "/" not in image[len(repository) + 1 :]
 
 
 def server_url_allowed(url: str, entries: Sequence[str]) -> bool:
@@ -155,7 +164,8 @@ def evaluate(
     image, url = spec.image, spec.server_url
     if image not in (None, settings.sandbox_image) and not image_allowed(image, policy.images):
         refuse("spec.image", str(image), "images")
-    if url not in (None, settings.server_url) and not server_url_allowed(url, policy.server_urls):
+    own = [settings.server_url] if settings.server_url else []
+    if url is not None and not server_url_allowed(url, [*own, *policy.server_urls]):
         refuse("spec.serverURL", str(url), "serverURLs")
     runtime = spec.runtime_class_name
     if runtime is not None and runtime not in policy.runtime_class_names:

@@ -94,6 +94,17 @@ CASES: tuple[PolicyCase, ...] = (
         policy={"images": [f"{REPO}@{DIGEST}"]},
     ),
     _refused(
+        "image-of-a-registry-host-named-as-an-allowed-repository",
+        {"image": "busybox:5000/attacker/x:1"},
+        "(spec.images)",
+        policy={"images": ["busybox"]},
+    ),
+    _allowed(
+        "image-of-an-allowed-repository-by-tag-and-digest",
+        {"image": f"busybox:1.36@{DIGEST}"},
+        policy={"images": ["busybox"]},
+    ),
+    _refused(
         "image-of-the-repository-without-tag",
         {"image": REPO},
         "(spec.images)",

@@ -71,6 +71,10 @@ def test_the_operators_own_defaults_are_allowed_even_when_named() -> None:
     assert check(spec) == []
 
 
+def test_the_operators_own_server_url_is_allowed_with_a_trailing_slash_too() -> None:
+    assert check({"serverURL": "http://onyx.internal:8080/"}) == []
+
+
 def test_without_a_policy_only_the_defaults_are_allowed() -> None:
     spec = {
         "image": "craft-sandbox:0.2.0",
