@@ -4,15 +4,17 @@ template change without touching a claimed one, and reports the counts in the st
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL
 from craft_operator.context import OperatorContext
+from craft_operator.policy.models import POLICY_NAME
 from tests.integration.helpers import NAMESPACE
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually
 from tests.support.pod_exec import mark_pod_running
-from tests.support.policy import allow
+from tests.support.policy import POLICIES, allow
 from tests.support.pools import POOLS, pool
 from tests.support.sandbox_namespace import NETWORK_POLICIES
 
@@ -167,3 +169,29 @@ async def test_a_pool_says_at_once_when_the_policy_restricting_its_pods_egress_g
         emulator.remove(NETWORK_POLICIES, NAMESPACE, policy["metadata"]["name"])
 
     await eventually(lambda: egress().get("status") == "False", what="EgressRestricted False")
+
+
+def ready_reason(emulator: KubeEmulator) -> str | None:
+    conditions = pool_status(emulator).get("conditions", [])
+    return next((c["reason"] for c in conditions if c["type"] == "Ready"), None)
+
+
+async def test_a_pool_scaled_down_while_the_policy_is_missing_deletes_its_surplus_pods(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    # An autoscaler or kubectl scale during a GitOps prune of the policy: nothing is
+    # created until the policy is back, but what the pool no longer wants goes.
+    image = "registry.example.com/craft/sandbox:1.2"
+    allow(emulator, images=["registry.example.com/craft/"])
+    body = pool(NAME, replicas=3, image=image)
+    emulator.create(POOLS, {**body, "metadata": {"name": NAME, "namespace": NAMESPACE}})
+    await full(emulator, 3)
+    emulator.remove(POLICIES, None, POLICY_NAME)
+    await eventually(lambda: ready_reason(emulator) == "PolicyMissing", what="PolicyMissing")
+
+    emulator.patch(POOLS, NAMESPACE, NAME, {"spec": {"replicas": 1}})
+
+    await eventually(lambda: len(unclaimed(emulator)) == 1, what="the pool scaled down to 1")
+    await asyncio.sleep(0.5)
+    assert len(unclaimed(emulator)) == 1
+    assert ready_reason(emulator) == "PolicyMissing"

@@ -222,19 +222,31 @@ class PoolReconciler:
             return 0.0 if changed_meanwhile else None
         denied = judge_pool(pool, s.cache, s.settings)
         if denied is not None:
-            return await self._denied(body, key, denied)
+            return await self._denied(body, key, pool, desired, denied)
         return await self._converge(key, body, pool, desired)
 
     async def _denied(
-        self, body: dict[str, Any], key: PoolKey, denied: PoolVerdict
+        self,
+        body: dict[str, Any],
+        key: PoolKey,
+        pool: CraftSandboxPool,
+        desired: dict[str, Any],
+        denied: PoolVerdict,
     ) -> float | None:
         """The platform's policy does not allow the pool's pod settings: no pod is made, and
         its unclaimed pods go (a policy that tightened reaches them too), unless the policy
-        object is only missing or unreadable (a GitOps prune): those then wait for it."""
+        object is only missing or unreadable (a GitOps prune): those then wait for it, and
+        only a scale-down and ended pods are carried out meanwhile."""
         if denied.absent is None:
             await self._delete_unclaimed(*key, body["metadata"].get("uid"))
             changed_meanwhile = await self._cannot_make_pods(body, POLICY_DENIED, denied.message)
         else:
+            members, _ = pool_members(self.services.cache, *key, pool.metadata.uid)
+            made = (body.get("status") or {}).get("templateHash") or ""
+            pods = view(members, made, self._foreign.get(key, ()))
+            todo = plan(pods, pool.spec.replicas, max_creates=0, may_create=False)
+            if todo.delete:
+                await self._act(body, todo, desired)
             message = f"{denied.message}; no new pods until the CraftSandboxPolicy is back"
             reason = POLICY_ABSENT if denied.absent == MISSING else POLICY_UNREADABLE
             changed_meanwhile = await self._cannot_make_pods(body, reason, message)
