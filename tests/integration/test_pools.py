@@ -195,3 +195,27 @@ async def test_a_pool_scaled_down_while_the_policy_is_missing_deletes_its_surplu
     await asyncio.sleep(0.5)
     assert len(unclaimed(emulator)) == 1
     assert ready_reason(emulator) == "PolicyMissing"
+
+
+async def test_old_pods_whose_image_the_policy_bans_mid_update_go_at_once(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    # The pool moves to a new image whose pods are not Ready yet (a slow pull), and the
+    # platform bans the old image (a CVE): the old pods must not wait for their replacements.
+    old, new = "registry.example.com/legacy/sandbox:1.2", "registry.example.com/craft/sandbox:1.3"
+    allow(emulator, images=["registry.example.com/"])
+    body = pool(NAME, replicas=2, image=old)
+    emulator.create(POOLS, {**body, "metadata": {"name": NAME, "namespace": NAMESPACE}})
+    await full(emulator, 2)
+    emulator.patch(POOLS, NAMESPACE, NAME, {"spec": {"image": new}})
+    await eventually(lambda: new in images_of(unclaimed(emulator)), what="a pod of the new image")
+
+    allow(emulator, images=["registry.example.com/craft/"])
+
+    await eventually(lambda: old not in images_of(unclaimed(emulator)), what="old pods deleted")
+    reasons = [event.get("reason") for event in emulator.list("v1/events", NAMESPACE)]
+    assert "PoolPodImageDenied" in reasons
+
+
+def images_of(pods: list[dict[str, Any]]) -> list[str]:
+    return [pod["spec"]["containers"][0]["image"] for pod in pods]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -60,7 +60,7 @@ from craft_operator.reconciler.pool_pods import (
     pool_pods,
     template_of,
 )
-from craft_operator.reconciler.pool_policy import PoolVerdict, judge_pool
+from craft_operator.reconciler.pool_policy import PoolVerdict, images_denied, judge_pool
 from craft_operator.reconciler.pool_status import (
     count_status,
     is_routine,
@@ -82,6 +82,8 @@ POLICY_ABSENT = "PolicyMissing"
 POLICY_UNREADABLE = "PolicyUnreadable"
 #: A pod with a pool's labels and owner that the operator did not make (a Warning event).
 NOT_AS_BUILT = "PoolPodNotAsBuilt"
+#: Why an outdated pod is deleted before its replacement is Ready (the event's reason).
+IMAGE_DENIED = "PoolPodImageDenied"
 log = logging.getLogger(__name__)
 PoolKey = tuple[str, str]
 #: Pods one pass creates at most; the pass comes back at once for more.
@@ -260,6 +262,10 @@ class PoolReconciler:
         hash_ = template_of(desired) or ""
         members, strays = self._members(body, key, pool, desired)
         ours = view(members, hash_, self._foreign.get(key, ()))
+        banned = images_denied(ours.ready_old, s.cache, s.settings) if ours.ready_old else []
+        if banned:  # deleted at once below, without waiting for Ready replacements
+            gone = {id(pod) for pod in banned}
+            ours = replace(ours, ready_old=[pod for pod in ours.ready_old if id(pod) not in gone])
         refused = egress.refusal(s.cache, s.settings, desired)
         now = Moment.now(s.steady, s.clock)
         waiting = self._failure_wait(key, ours, pool.spec.replicas, now, hash_)
@@ -293,7 +299,14 @@ class PoolReconciler:
         )
         # A stray already being deleted is not deleted (and reported) again on every pass.
         orphaned = [pod for pod in strays if not pod["metadata"].get("deletionTimestamp")]
-        todo = Plan((*todo.delete, *((pod, "PoolPodOrphaned") for pod in orphaned)), todo.create)
+        todo = Plan(
+            (
+                *((pod, IMAGE_DENIED) for pod in banned),
+                *todo.delete,
+                *((pod, "PoolPodOrphaned") for pod in orphaned),
+            ),
+            todo.create,
+        )
         outcome = await self._act(body, todo, desired)
         self._count_refusals(key, outcome, now, hash_)
         refusal = self._refusals.get(key)
@@ -481,9 +494,15 @@ class PoolReconciler:
             message = f"deleted {len(pods)} pods of an earlier pool of this name: {names}"
         elif why == "PoolScaledDown":
             message = f"deleted {len(pods)} pods above spec.replicas: {names}"
+        elif why == IMAGE_DENIED:
+            message = (
+                f"deleted {len(pods)} pods of an earlier template whose image the "
+                f"CraftSandboxPolicy no longer allows, without waiting for their replacements: "
+                f"{names}"
+            )
         else:
             message = f"replacing {len(pods)} pods of an earlier template: {names}"
-        if why == ENDED:
+        if why in (ENDED, IMAGE_DENIED):
             self.services.events.post(body, type="Warning", reason=why, message=message)
         else:
             outcome.notes.append((why, message))

@@ -9,13 +9,16 @@ sandbox the pool's pods are built from), field for field.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from craft_operator.api.pool import CraftSandboxPool
+from craft_operator.builders.naming import SANDBOX_CONTAINER
 from craft_operator.builders.pool import template_sandbox
 from craft_operator.config import Settings
 from craft_operator.kube.cache import ObjectCache
-from craft_operator.policy.rules import Violation, describe, evaluate
+from craft_operator.policy.rules import Violation, describe, evaluate, image_allowed
 from craft_operator.reconciler.policy_step import read_policy
 
 #: The fields a pool shares with a sandbox that the policy judges.
@@ -54,3 +57,25 @@ def judge_pool(
     if not found:
         return None
     return PoolVerdict(describe(found), policy.absent)
+
+
+def images_denied(
+    pods: Iterable[Mapping[str, Any]], cache: ObjectCache, settings: Settings
+) -> list[Mapping[str, Any]]:
+    """The pods (a pool's, of an earlier template) whose sandbox image the policy, present
+    and readable, no longer allows: a rolling update must not keep them until their
+    replacements are Ready (an image banned for a CVE). Their other settings are the
+    pool's own earlier ones, judged when they were the pool's."""
+    policy = read_policy(cache)
+    if policy.absent is not None:
+        return []
+    allowed = policy.spec.images
+    denied = []
+    for pod in pods:
+        containers = (pod.get("spec") or {}).get("containers") or []
+        image = next(
+            (c.get("image") for c in containers if c.get("name") == SANDBOX_CONTAINER), None
+        )
+        if image and image != settings.sandbox_image and not image_allowed(image, allowed):
+            denied.append(pod)
+    return denied
