@@ -44,10 +44,11 @@ from craft_operator.doctor import kubernetes as doctor_kubernetes
 from craft_operator.library.s3 import make_s3_client
 from craft_operator.permissions import access_requests
 from craft_operator.policy.crd import build_policy_crd
+from tests.integration.helpers import NAMESPACE, sandbox
 from tests.support.emulator import KubeEmulator, declare_core_resources, declare_peering_resources
 from tests.support.faults import failure_response
-from tests.support.policy import declare_policy_resource
-from tests.support.pools import declare_pool_resource
+from tests.support.policy import allow, declare_policy_resource
+from tests.support.pools import POOLS, declare_pool_resource, pool
 
 pytestmark = [pytest.mark.unit, pytest.mark.s3]
 
@@ -219,6 +220,7 @@ async def test_every_check_passes_when_everything_is_in_place(cluster: Cluster) 
         "✔ CraftSandbox API",
         "✔ API permissions",
         "✔ peering",
+        "✔ policy",
     ]
     assert "(embedded SQLite)" in line(result, "database")
     assert line(result, "CraftSandbox API") == (
@@ -1024,3 +1026,57 @@ def test_before_a_rollout_the_stored_tokens_are_checked_though_the_schema_is_beh
     assert line(result, "key ring").startswith("✘ key ring: 1 stored token(s)")
     assert "doctor-test" in line(result, "key ring")
     assert result.exit_code == 1
+
+
+# -- the policy, judged with these settings -------------------------------------------------
+
+
+SANDBOXES = kmock.resource(models.GROUP, models.VERSION, models.PLURAL)
+
+
+async def test_without_a_policy_nothing_is_withdrawn(cluster: Cluster) -> None:
+    result = await doctor("--standalone")
+    assert "no CraftSandboxPolicy default" in line(result, "policy")
+
+
+async def test_sandboxes_a_changed_default_image_leaves_unallowed_are_named_before_the_rollout(
+    cluster: Cluster, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The backend pinned the default image; the rollout changes CRAFT_SANDBOX_IMAGE, and
+    # the policy lists neither: the operator would withdraw every pinned sandbox.
+    monkeypatch.setenv("CRAFT_SANDBOX_IMAGE", "registry.example.com/craft/sandbox:2.0")
+    allow(cluster.emulator, images=["registry.example.com/craft/"])
+    pinned = sandbox("pinned", image="craft-sandbox:0.1.0")
+    cluster.emulator.create(SANDBOXES, pinned)
+    cluster.emulator.create(SANDBOXES, sandbox("unpinned"))
+    cluster.emulator.create(SANDBOXES, sandbox("refused", image="x/y:1"))
+    denied = [{"type": "CredentialsReady", "status": "False", "reason": "PolicyDenied"}]
+    status = {"status": {"conditions": denied}}
+    cluster.emulator.patch(SANDBOXES, NAMESPACE, "refused", status, subresource="status")
+    old_pool = {
+        **pool("old", image="craft-sandbox:0.1.0"),
+        "metadata": {"name": "old", "namespace": NAMESPACE},
+    }
+    cluster.emulator.create(POOLS, old_pool)
+
+    result = await doctor("--standalone")
+
+    assert result.exit_code == 1
+    text = line(result, "policy")
+    assert f"CraftSandbox {NAMESPACE}/pinned: not allowed by the platform: spec.image" in text
+    assert f"CraftSandboxPool {NAMESPACE}/old" in text
+    assert f"{NAMESPACE}/unpinned" not in text
+    assert f"{NAMESPACE}/refused" not in text
+    assert "does not allow 2 that run now" in text
+    assert "spec.images" in text
+
+
+async def test_sandboxes_the_policy_allows_pass_with_their_count(cluster: Cluster) -> None:
+    allow(cluster.emulator, images=["registry.example.com/craft/"])
+    cluster.emulator.create(SANDBOXES, sandbox("a", image="registry.example.com/craft/s:1"))
+    cluster.emulator.create(SANDBOXES, sandbox("b"))
+
+    result = await doctor("--standalone")
+
+    assert result.exit_code == 0, result.output
+    assert "allows the 2 sandboxes and 0 pools" in line(result, "policy")

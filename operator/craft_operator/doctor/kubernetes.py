@@ -19,6 +19,7 @@ from craft_operator.api.pool import POOL_PLURAL
 from craft_operator.config import Settings
 from craft_operator.daemon_threads import DaemonThreadPool
 from craft_operator.doctor.crd_schema import describe_stale, stale_crds
+from craft_operator.doctor.policy import check_policy
 from craft_operator.doctor.results import CheckResult, fail, ok, warn
 from craft_operator.kube.client import ApiError, KubeClient, NotFoundError
 from craft_operator.kube.connection import (
@@ -100,6 +101,16 @@ async def check_kubernetes(
         results.append(await _check_crd(kube, peering=peered))
         results.append(await _check_permissions(kube, settings, peering=peered))
         results.append(problem or await _check_peering(kube, options))
+        try:
+            results.append(await check_policy(kube, settings))
+        except ApiError as exc:
+            results.append(
+                warn(
+                    "policy",
+                    f"cannot judge the sandboxes by the CraftSandboxPolicy: {exc.reason}",
+                    "see the API permissions line",
+                )
+            )
     finally:
         await kube.close()
     return results
