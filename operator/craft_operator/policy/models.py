@@ -104,7 +104,9 @@ class CraftSandboxPolicySpec(ApiModel):
     """What CraftSandboxes may name beyond the operator's defaults.
 
     A field a sandbox leaves unset is always allowed (the operator's default applies); a
-    field it sets must be allowed here. Empty lists allow nothing but the defaults.
+    field below that it sets must be allowed here. Empty lists allow nothing but the
+    defaults. Quantities (resources, volume sizes, storage classes) are bounded by the
+    namespace's ResourceQuota and LimitRange, not here.
     """
 
     images: list[Annotated[str, Field(min_length=1, max_length=512)]] = Field(
