@@ -382,19 +382,34 @@ def _path_regex(pattern: str) -> Any:
     return _compile(pattern, start + glob.source + end)
 
 
+#: Stands in the disabled paths for the library's root: every file is disabled.
+WHOLE_LIBRARY = ""
+
+
 def normalise_disabled(paths: Iterable[str]) -> frozenset[str]:
-    """Disabled paths in normal form (``/a/b/`` is ``a/b``); unsafe entries match nothing."""
+    """Disabled paths in normal form: ``/a/b/``, ``./a/b`` and ``a/x/../b`` are ``a/b``,
+    and ``/`` or ``.`` is the whole library (:data:`WHOLE_LIBRARY`). An entry above the
+    root (``../a``), or one no synced path can be (a control character, a backslash),
+    matches nothing: no file of the library is under it."""
     result: set[str] = set()
     for path in paths:
-        try:
-            result.add(normalise_path(path.strip("/")))
-        except UnsafePathError:
-            continue
+        resolved = normpath(path.strip("/") or ".")
+        if path and resolved == ".":
+            result.add(WHOLE_LIBRARY)
+        elif path and resolved != ".." and not resolved.startswith("../"):
+            try:
+                result.add(normalise_path(resolved))
+            except UnsafePathError:
+                continue
     return frozenset(result)
 
 
 def is_disabled(path: str, disabled: frozenset[str]) -> bool:
-    """True if ``path`` or one of its directories is a disabled path."""
+    """True if ``path`` or one of its directories is a disabled path (or the whole library is)."""
     if not disabled:
         return False
-    return path in disabled or any(parent in disabled for parent in ancestors(path))
+    return (
+        WHOLE_LIBRARY in disabled
+        or path in disabled
+        or any(parent in disabled for parent in ancestors(path))
+    )

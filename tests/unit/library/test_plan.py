@@ -94,6 +94,32 @@ def test_a_disabled_path_disables_only_whole_segments() -> None:
 
 
 @pytest.mark.parametrize(
+    "written", ["./private", "private/./", "docs/../private", "/private//", "a/b/../../private"]
+)
+def test_a_disabled_path_written_with_dot_segments_still_disables_its_folder(
+    written: str,
+) -> None:
+    # Dropped as "unsafe" before: the folder the user disabled was synced.
+    result = plan([obj("private/secret.txt"), obj("notes.md")], disabled=[written])
+
+    assert list(result.library) == ["notes.md"]
+
+
+@pytest.mark.parametrize("written", ["/", ".", "./"])
+def test_disabling_the_root_disables_the_whole_library(written: str) -> None:
+    result = plan([obj("private/secret.txt"), obj("notes.md")], disabled=[written])
+
+    assert list(result.library) == []
+
+
+@pytest.mark.parametrize("written", ["../private", "a/../../private", ""])
+def test_a_disabled_path_above_the_root_or_empty_disables_nothing_in_it(written: str) -> None:
+    result = plan([obj("private/secret.txt")], disabled=[written])
+
+    assert list(result.library) == ["private/secret.txt"]
+
+
+@pytest.mark.parametrize(
     ("relative", "reason"),
     [
         ("/etc/passwd", SkipReason.ABSOLUTE),
