@@ -92,6 +92,13 @@ def check_database_url_text(url: str) -> None:
     find them: a password's unencoded ``@`` makes its tail the host (or the database),
     which a driver's error would then name in every sandbox's status. Read as SQLAlchemy
     reads it, without loading it (the idle operator does not)."""
+    if url != url.strip() or re.search(r"[\x00-\x1f\x7f]", url):
+        # A Secret made with --from-file ends with a newline: the database "onyx\n" (or
+        # the SQLite file "craft.db\n") does not exist, and every sandbox would say so.
+        raise ValueError(
+            "has whitespace at an end or a control character (a newline at the end of "
+            "the Secret's value?): remove it"
+        )
     parts = _URL_PARTS.fullmatch(url)
     scheme = parts.group("scheme") if parts else ""
     if parts is None or not re.fullmatch(r"(sqlite|postgresql)(\+\w+)?", scheme):

@@ -16,6 +16,7 @@ import uvloop
 from click.testing import CliRunner
 
 from craft_operator.cli import main
+from craft_operator.cli import run as run_module
 from craft_operator.cli.run import loop_factory
 from craft_operator.config import Settings
 from craft_operator.credentials import generate_key_entry
@@ -255,3 +256,39 @@ def test_postgres_with_a_cluster_id_goes_on_to_the_cluster(tmp_path: Path) -> No
     )
     assert completed.returncode == 1
     assert "CRAFT_CLUSTER_ID" not in only_line(completed)
+
+
+@pytest.mark.parametrize("value", ["team-*", " team-a!", "Team_A", "", ","])
+def test_a_namespace_option_that_names_no_namespace_stops_the_start(value: str) -> None:
+    # kopf drops such a name and watches nothing: the operator would serve no sandbox.
+    result = CliRunner().invoke(main, ["run", "-n", value])
+
+    assert result.exit_code == 2
+    assert "--namespace" in result.output
+
+
+def test_a_namespace_option_takes_a_comma_list_as_craft_namespaces_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: dict[str, object] = {}
+
+    def refuse(_settings: Settings, watched: list[str], _peering: object) -> object:
+        seen["watched"] = watched
+        raise SystemExit(0)
+
+    monkeypatch.setattr(run_module, "_cluster_problem", refuse)
+    monkeypatch.setenv("CRAFT_STATE_DIR", str(tmp_path))
+    result = CliRunner().invoke(main, ["run", "--standalone", "-n", "team-a, team-b", "-n", "c"])
+
+    assert result.exit_code == 0, result.output
+    assert seen["watched"] == ["team-a", "team-b", "c"]
+
+
+def test_an_empty_peering_name_is_refused_not_taken_for_standalone(tmp_path: Path) -> None:
+    # A blank templated argument: two replicas would both be active.
+    result = CliRunner().invoke(
+        main, ["run", "--peering", ""], env={"CRAFT_STATE_DIR": str(tmp_path)}
+    )
+
+    assert result.exit_code == 2
+    assert "--peering names no peering object" in result.output

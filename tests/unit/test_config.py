@@ -406,6 +406,10 @@ def test_a_legacy_default_bucket_name_still_starts_the_operator(
         "postgresql+psycopg://craft:Xk9@ab3?Qz7@SECRET.example:5432/onyx",
         "mysql://craft:SECRET@127.0.0.1/onyx",
         "",
+        "postgresql+psycopg://craft:SECRET@db:5432/onyx\n",
+        "sqlite:////var/lib/craft/SECRET.db\n",
+        " postgresql+psycopg://craft:SECRET@db:5432/onyx",
+        "postgresql+psycopg://craft:SECRET@db:5432/on\tyx",
     ],
     ids=[
         "at-sign",
@@ -415,6 +419,10 @@ def test_a_legacy_default_bucket_name_still_starts_the_operator(
         "at-sign-then-question-mark",
         "not-postgres",
         "empty",
+        "newline-at-the-end-of-a-secret-file",
+        "sqlite-file-name-with-a-newline",
+        "leading-space",
+        "control-character",
     ],
 )
 def test_a_database_url_no_parser_would_read_right_stops_the_start_without_quoting_it(

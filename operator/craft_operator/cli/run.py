@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable
 
@@ -13,6 +14,7 @@ import click
 import uvloop
 
 from craft_operator.access import AccessVerdict, check_operator_access
+from craft_operator.api.constants import DNS_LABEL_PATTERN
 from craft_operator.config import Settings, SettingsError, load_settings
 from craft_operator.credentials.errors import CredentialsError
 from craft_operator.credentials.factory import check_cluster_id_setting, check_key_ring_loads
@@ -37,13 +39,27 @@ def fail(message: str, code: int = 1) -> None:
     sys.exit(code)
 
 
+def _namespace_names(values: tuple[str, ...]) -> tuple[str, ...]:
+    """``-n`` values as CRAFT_NAMESPACES takes them: comma lists split, blanks dropped, and
+    each a namespace name (kopf would drop a name with a ``,`` or ``*`` and watch nothing)."""
+    names = tuple(part.strip() for value in values for part in value.split(",") if part.strip())
+    for name in names:
+        if not re.fullmatch(DNS_LABEL_PATTERN, name) or len(name) > 63:
+            raise click.BadParameter(f"{name!r} is not a namespace name", param_hint="--namespace")
+    if values and not names:
+        raise click.BadParameter("names no namespace", param_hint="--namespace")
+    return names
+
+
 @click.command()
 @click.option(
     "-n",
     "--namespace",
     "namespaces",
     multiple=True,
-    help="Watch this namespace (repeatable). Default: CRAFT_NAMESPACES, else all namespaces.",
+    help="Watch this namespace (repeatable, or a comma list as CRAFT_NAMESPACES). Default: "
+    "CRAFT_NAMESPACES, else all namespaces.",
+    callback=lambda _context, _param, values: _namespace_names(values),
 )
 @click.option(
     "-A", "--all-namespaces", is_flag=True, help="Watch all namespaces, ignoring CRAFT_NAMESPACES."
@@ -220,6 +236,10 @@ def peering_options(
     standalone: bool,
 ) -> PeeringOptions:
     """The replica's peering from the options, falling back to the settings and $POD_NAME."""
+    if name is not None and not name.strip():
+        raise PeeringError(
+            "--peering names no peering object (an empty value); pass its name, or --standalone"
+        )
     options = resolve_peering(
         name=name if name is not None else settings.peering_name,
         priority=priority if priority is not None else settings.peering_priority,
