@@ -26,6 +26,7 @@ from craft_operator.api.constants import (
 )
 from craft_operator.api.constants import DNS_SUBDOMAIN_PATTERN as DNS_SUBDOMAIN_PATTERN
 from craft_operator.api.spec import is_resource_name
+from craft_operator.builders.quantities import overcommit_problem
 
 ENV_PREFIX = "CRAFT_"
 #: The cluster id of rows in the embedded SQLite database when CRAFT_CLUSTER_ID is unset.
@@ -454,6 +455,12 @@ class Settings(BaseSettings):
                         "ephemeral-storage, hugepages-<size> or a domain-prefixed extended one)"
                     )
                 check_quantity(quantity, f"{part}.{name}")
+        requests, limits = value.get("requests", {}), value.get("limits", {})
+        for name in sorted({*requests, *limits}):
+            # Every sandbox's pod would be refused for it, each blamed on its own spec.
+            problem = overcommit_problem(name, requests.get(name), limits.get(name))
+            if problem is not None:
+                raise ValueError(problem)
         return value
 
     @field_validator("sandbox_image", "operator_image")

@@ -314,9 +314,29 @@ def test_a_default_resource_must_be_a_container_resource_and_a_quantity(
 def test_default_resources_with_extended_and_hugepage_resources_are_accepted(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    resources = '{"requests": {"hugepages-2Mi": "1Gi"}, "limits": {"nvidia.com/gpu": "1"}}'
+    resources = '{"limits": {"hugepages-2Mi": "1Gi", "nvidia.com/gpu": "1"}}'
     monkeypatch.setenv("CRAFT_SANDBOX_RESOURCES", resources)
-    assert load_settings().sandbox_resources["limits"] == {"nvidia.com/gpu": "1"}
+    assert load_settings().sandbox_resources["limits"]["nvidia.com/gpu"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("resources", "said"),
+    [
+        ('{"requests": {"nvidia.com/gpu": "1"}}', "limits.nvidia.com/gpu must be set"),
+        ('{"requests": {"hugepages-2Mi": "1Gi"}}', "limits.hugepages-2Mi must be set"),
+        (
+            '{"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "2"}}',
+            "must equal",
+        ),
+        ('{"limits": {"nvidia.com/gpu": "500m"}}', "whole number of devices"),
+    ],
+)
+def test_default_resources_every_pod_would_be_refused_for_stop_the_start(
+    monkeypatch: pytest.MonkeyPatch, resources: str, said: str
+) -> None:
+    message = settings_error(monkeypatch, CRAFT_SANDBOX_RESOURCES=resources)
+    assert "CRAFT_SANDBOX_RESOURCES" in message
+    assert said in message
 
 
 @pytest.mark.parametrize("variable", ["CRAFT_SANDBOX_IMAGE", "CRAFT_OPERATOR_IMAGE"])

@@ -15,7 +15,7 @@ from craft_operator.builders.naming import (
     pod_name,
     skills_configmap_name,
 )
-from craft_operator.builders.quantities import parse_quantity
+from craft_operator.builders.quantities import overcommit_problem, parse_quantity
 from craft_operator.builders.security import (
     container_security_context,
     pod_security_context,
@@ -49,32 +49,6 @@ def server_url_for(sandbox: CraftSandbox, settings: Settings) -> str:
             "no Onyx server URL: set spec.serverURL or the operator's CRAFT_SERVER_URL",
         )
     return url
-
-
-def _check_not_overcommitted(resource: str, request: str | None, limit: str | None) -> None:
-    """What the pod API refuses of a resource it never overcommits (an extended resource
-    such as ``nvidia.com/gpu``, or ``hugepages-*``), refused before any pod is made: a
-    request without a limit, a request other than its limit, a fraction of a device."""
-    extended = "/" in resource and not resource.startswith(("kubernetes.io/", "requests."))
-    if not (extended or resource.startswith("hugepages-")):
-        return
-    if limit is None:
-        raise SandboxConfigError(
-            "InvalidResources",
-            f"resources.limits.{resource} must be set: Kubernetes never overcommits "
-            f"{resource}, so a request alone is refused (the limit alone is enough)",
-        )
-    if request is not None and parse_quantity(request) != parse_quantity(limit):
-        raise SandboxConfigError(
-            "InvalidResources",
-            f"resources.requests.{resource} ({request}) must equal resources.limits."
-            f"{resource} ({limit}): Kubernetes never overcommits it",
-        )
-    if extended and parse_quantity(limit) != parse_quantity(limit).to_integral_value():
-        raise SandboxConfigError(
-            "InvalidResources",
-            f"resources.limits.{resource} ({limit}) must be a whole number of devices",
-        )
 
 
 def resources_for(sandbox: CraftSandbox, settings: Settings) -> dict[str, dict[str, str]]:
@@ -117,7 +91,9 @@ def resources_for(sandbox: CraftSandbox, settings: Settings) -> dict[str, dict[s
             )
         limits[resource] = request
     for resource in sorted({*requests, *limits}):
-        _check_not_overcommitted(resource, requests.get(resource), limits.get(resource))
+        problem = overcommit_problem(resource, requests.get(resource), limits.get(resource))
+        if problem is not None:
+            raise SandboxConfigError("InvalidResources", problem)
     result: dict[str, dict[str, str]] = {}
     if requests:
         result["requests"] = requests

@@ -148,3 +148,26 @@ def _canonical(quantity: str, *, by_value: bool) -> str:
     if thousandths != parsed * 1000:
         return canonical_quantity(f"{thousandths}m", by_value=by_value)
     return canonical_quantity(quantity, by_value=by_value)
+
+
+def overcommit_problem(resource: str, request: str | None, limit: str | None) -> str | None:
+    """What the pod API refuses of a resource it never overcommits (an extended resource
+    such as ``nvidia.com/gpu``, or ``hugepages-*``), said before any pod is made: a
+    request without a limit, a request other than its limit, a fraction of a device.
+    ``None``: nothing."""
+    extended = "/" in resource and not resource.startswith(("kubernetes.io/", "requests."))
+    if not (extended or resource.startswith("hugepages-")):
+        return None
+    if limit is None:
+        return (
+            f"resources.limits.{resource} must be set: Kubernetes never overcommits "
+            f"{resource}, so a request alone is refused (the limit alone is enough)"
+        )
+    if request is not None and parse_quantity(request) != parse_quantity(limit):
+        return (
+            f"resources.requests.{resource} ({request}) must equal resources.limits."
+            f"{resource} ({limit}): Kubernetes never overcommits it"
+        )
+    if extended and parse_quantity(limit) != parse_quantity(limit).to_integral_value():
+        return f"resources.limits.{resource} ({limit}) must be a whole number of devices"
+    return None
