@@ -292,3 +292,44 @@ def test_an_empty_peering_name_is_refused_not_taken_for_standalone(tmp_path: Pat
 
     assert result.exit_code == 2
     assert "--peering names no peering object" in result.output
+
+
+@pytest.mark.parametrize("url", ["not a url", "http://0.0.0.0:99999/healthz", "https://:8080/x"])
+def test_a_liveness_url_kopf_cannot_serve_is_refused_as_an_option(url: str) -> None:
+    result = CliRunner().invoke(main, ["run", "--liveness", url])
+
+    assert result.exit_code == 2
+    assert "--liveness" in result.output
+
+
+def test_a_liveness_port_in_use_stops_the_start_in_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        completed = run_operator(
+            tmp_path,
+            "run",
+            "--liveness",
+            f"http://127.0.0.1:{port}/healthz",
+            CRAFT_STATE_DIR=str(tmp_path / "state"),
+        )
+
+    assert completed.returncode == 1
+    assert "cannot be served" in only_line(completed)
+
+
+def test_a_liveness_port_that_is_the_metrics_port_stops_the_start_in_one_line(
+    tmp_path: Path,
+) -> None:
+    completed = run_operator(
+        tmp_path,
+        "run",
+        "--liveness",
+        "http://0.0.0.0:8080/healthz",
+        CRAFT_STATE_DIR=str(tmp_path / "state"),
+        CRAFT_METRICS_PORT="8080",
+    )
+
+    assert completed.returncode == 1
+    assert "CRAFT_METRICS_PORT are the same port 8080" in only_line(completed)

@@ -7,8 +7,10 @@ import contextlib
 import logging
 import os
 import re
+import socket
 import sys
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 import click
 import uvloop
@@ -49,6 +51,43 @@ def _namespace_names(values: tuple[str, ...]) -> tuple[str, ...]:
     if values and not names:
         raise click.BadParameter("names no namespace", param_hint="--namespace")
     return names
+
+
+def _liveness_url(value: str | None) -> str | None:
+    """``--liveness`` as kopf serves it: ``http://HOST:PORT/PATH``, a port that exists."""
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme != "http" or not parts.hostname or port == -1:
+        raise click.BadParameter(
+            f"{value!r} is not an http://HOST:PORT/PATH URL with a port from 1 to 65535",
+            param_hint="--liveness",
+        )
+    return value
+
+
+def _liveness_problem(url: str | None, settings: Settings) -> str | None:
+    """Why the liveness endpoint could not be served (its port taken, the metrics port's),
+    said before anything starts: kopf would end the run with a traceback after start-up."""
+    if url is None:
+        return None
+    parts = urlsplit(url)
+    port = parts.port or 80
+    if settings.metrics_port and port == settings.metrics_port:
+        return (
+            f"--liveness {url} and CRAFT_METRICS_PORT are the same port {port}: give them "
+            "different ones"
+        )
+    try:
+        with socket.create_server((parts.hostname or "", port)):
+            pass
+    except OSError as exc:
+        return f"--liveness {url} cannot be served: {exc.strerror or exc}"
+    return None
 
 
 @click.command()
@@ -93,6 +132,7 @@ def _namespace_names(values: tuple[str, ...]) -> tuple[str, ...]:
     "liveness_endpoint",
     metavar="URL",
     help="Serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz.",
+    callback=lambda _context, _param, value: _liveness_url(value),
 )
 @click.option("-v", "--verbose", is_flag=True, help="Log at debug level.")
 def run(
@@ -133,6 +173,10 @@ def run(
         check_cluster_id_setting(settings)
     except CredentialsError as exc:
         fail(str(exc), code=2)
+        return
+    problem = _liveness_problem(liveness_endpoint, settings)
+    if problem is not None:
+        fail(problem)
         return
     verdict = _cluster_problem(settings, watched, peering)
     if verdict.problem is not None:
