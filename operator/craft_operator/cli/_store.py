@@ -6,9 +6,11 @@ import contextlib
 import logging
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import NoReturn
 
 import click
+from sqlalchemy.engine import make_url
 
 from craft_operator.config import Settings, SettingsError, load_settings
 from craft_operator.credentials import (
@@ -44,8 +46,15 @@ def opened_store(settings: Settings) -> Iterator[CredentialStore]:
 
     A command never migrates the schema (whatever CRAFT_DATABASE_AUTO_MIGRATE says): only
     ``craft-operator db upgrade`` and the operator's start do. A schema at another revision
-    than this CLI's stops the command.
+    than this CLI's stops the command. Nor does it create an SQLite database that is not
+    there (a mistyped path would get an empty one, and advice to migrate it).
     """
+    missing = _missing_sqlite_file(settings.database_url_value)
+    if missing is not None:
+        fail(
+            f"the SQLite database {missing} does not exist: point CRAFT_DATABASE_URL (or "
+            "CRAFT_STATE_DIR) at the operator's own; nothing was created"
+        )
     try:
         store = build_credential_store(settings, migrate=False)
     except SchemaMissingError as exc:
@@ -66,3 +75,14 @@ def split_sandbox(ctx: click.Context, param: click.Parameter, value: str) -> tup
     if not slash or not namespace or not name or "/" in name:
         raise click.BadParameter("give the sandbox as NAMESPACE/NAME, e.g. team-a/alice")
     return namespace, name
+
+
+def _missing_sqlite_file(url: str) -> Path | None:
+    """The file of an SQLite URL that does not exist (``None``: it does, or not SQLite)."""
+    parsed = make_url(url)
+    if not parsed.drivername.startswith("sqlite"):
+        return None
+    if not parsed.database or parsed.database == ":memory:":
+        return None
+    path = Path(parsed.database).expanduser()
+    return None if path.exists() else path

@@ -125,6 +125,8 @@ def test_rows_another_writer_held_are_counted_and_fail_the_command(
 
 
 def test_credentials_show_never_migrates_an_empty_database(env: dict[str, str]) -> None:
+    with database(env).connect():
+        pass  # the file, empty
     result = run({**env, "CRAFT_DATABASE_AUTO_MIGRATE": "true"}, "credentials", "show", "a/b")
 
     assert result.exit_code == 1
@@ -155,3 +157,19 @@ def test_credentials_show_stops_on_an_older_schema_and_leaves_it_as_it_is(
         revision = connection.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}"))
         assert revision.scalar_one() == "0003_library_sync"
     engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("credentials", "show", "a/b"), ("credentials", "revoke", "a/b"), ("keys", "rotate")],
+)
+def test_a_command_pointed_at_a_missing_sqlite_file_creates_nothing(
+    env: dict[str, str], tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    mistyped = tmp_path / "typo" / "credentails.db"
+
+    result = run({**env, "CRAFT_DATABASE_URL": f"sqlite:///{mistyped}"}, *command)
+
+    assert result.exit_code == 1
+    assert f"the SQLite database {mistyped} does not exist" in result.output
+    assert not mistyped.parent.exists()
