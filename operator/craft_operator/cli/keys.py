@@ -8,6 +8,7 @@ import click
 
 from craft_operator.cli._store import fail, opened_store, quiet_logging, settings_or_fail
 from craft_operator.credentials import KeyRingError, generate_key_entry
+from craft_operator.doctor.key_ring import SAMPLE_PER_KEY
 
 if TYPE_CHECKING:
     from craft_operator.credentials.rotation import KeyUsage
@@ -66,7 +67,9 @@ def rotate(batch_size: int) -> None:
         for failure in result.failures:
             click.echo(f"craft-operator: skipped: {failure}", err=True)
         click.echo(f"re-encrypted {result.changed} stored token(s) under key {result.key_id!r}")
-        usage = store.key_usage()
+        # Key ids alone prove nothing: a key regenerated under an old id seals nothing
+        # the tokens of that id were sealed with, and rotation skips them as current.
+        usage = store.key_usage(sample_per_key=SAMPLE_PER_KEY)
         for line in summary(usage, store.keyring.key_ids):
             click.echo(line)
     problems = []
@@ -78,6 +81,14 @@ def rotate(batch_size: int) -> None:
         problems.append(
             f"{result.busy} token(s) were busy (held by another writer, e.g. the operator "
             "renewing them) and were skipped: run again"
+        )
+    if usage.undecryptable:
+        wrong = sorted({key for _, key in usage.undecryptable})
+        problems.append(
+            f"{len(usage.undecryptable)} of {usage.sampled} sampled stored token(s) do not "
+            f"open under the ring's key of their id ({', '.join(map(repr, wrong))}): the ring "
+            "holds another key under that id; put the original back (the operator revokes "
+            "and replaces each PAT whose token does not open)"
         )
     if problems:
         fail("; ".join(problems))

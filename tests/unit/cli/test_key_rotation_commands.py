@@ -173,3 +173,21 @@ def test_a_command_pointed_at_a_missing_sqlite_file_creates_nothing(
     assert result.exit_code == 1
     assert f"the SQLite database {mistyped} does not exist" in result.output
     assert not mistyped.parent.exists()
+
+
+def test_rotate_fails_when_the_rings_key_of_the_tokens_id_is_another_key(
+    env: dict[str, str],
+) -> None:
+    # k1 regenerated under the same id: nothing to re-encrypt by id, but no token opens,
+    # and the operator would revoke and replace every PAT.
+    mint(env, "alice", "bob")
+    regenerated = generate_key_entry("k1").get_secret_value()
+
+    result = run({**env, "CRAFT_ENCRYPTION_KEYS": regenerated}, "keys", "rotate")
+
+    assert result.exit_code == 1
+    assert "2 of 2 sampled stored token(s) do not open under the ring's key of their id" in (
+        result.output
+    )
+    assert "put the original back" in result.output
+    assert regenerated.split(":")[1] not in result.output
