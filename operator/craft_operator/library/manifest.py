@@ -115,8 +115,10 @@ def _line(op: str, path: str, entry: ManifestEntry | None = None) -> str:
 
 
 def render_manifest(entries: Mapping[str, ManifestEntry]) -> bytes:
-    """A whole compacted manifest for ``entries``."""
-    body = "".join(_line("+", path, entries[path]) for path in sorted(entries))
+    """A whole compacted manifest for ``entries`` (an unknown one stays unknown: ``?``)."""
+    body = "".join(
+        _line("+" if entries[path].known else "?", path, entries[path]) for path in sorted(entries)
+    )
     return (HEADER + "\n" + body).encode()
 
 

@@ -106,7 +106,7 @@ def base_manifest(
     if known is not None and shown in known.digests:
         if known.pending and shown == known.digests[0]:
             landed = parse_manifest(pod.data)
-            if landed.valid and all(entry.known for entry in landed.entries.values()):
+            if landed.valid:
                 return landed, None
         return Manifest(entries=known.entries, lines=known.lines, valid=True), None
     redo = Manifest(

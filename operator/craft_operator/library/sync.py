@@ -322,10 +322,20 @@ async def sync_recorded(
     anything in the pod changes (every path touched becomes unknown) and again once the
     sync is done.
     """
+    # Every attempt plans from the record as it was before the first: one that stopped at an
+    # archived object applied nothing, and its pending record names the object unknown.
+    loaded: list[SyncRecord | None] = []
+
+    async def load_once() -> SyncRecord | None:
+        if not loaded:
+            loaded.append(await records.load())
+        return loaded[0]
+
     return await _skipping_archived(
         bucket,
         partial(
             _sync_recorded,
+            load_record=load_once,
             store=store,
             bucket=bucket,
             prefix=prefix,
@@ -343,6 +353,7 @@ async def sync_recorded(
 async def _sync_recorded(
     refused: frozenset[str],
     *,
+    load_record: Callable[[], Awaitable[SyncRecord | None]],
     store: ObjectStore,
     bucket: str,
     prefix: str,
@@ -357,7 +368,7 @@ async def _sync_recorded(
     prefix = normalise_prefix(prefix)
     caps = caps or SyncCaps()
     listing, record = await asyncio.gather(
-        _list(store, bucket, prefix, caps, refused), records.load()
+        _list(store, bucket, prefix, caps, refused), load_record()
     )
     if record is not None and record.pod_uid == pod_uid:
         pod = await destination.read_pod_manifest()
@@ -366,6 +377,10 @@ async def _sync_recorded(
     manifest, distrust = await asyncio.to_thread(
         base_manifest, pod, record, pod_uid, cap=destination.manifest_max_bytes
     )
+    if manifest.valid and not pod.data:
+        # No manifest in the pod to append to (a first sync cut off before its upload
+        # landed): write a whole one, with its header.
+        manifest = replace(manifest, valid=False)
     plan = await _plan(
         listing, manifest, prefix=prefix, excludes=excludes, disabled=disabled, caps=caps
     )

@@ -19,11 +19,13 @@ from craft_operator.library.errors import (
     DestinationUnwritableError,
     ExecTimedOutError,
 )
+from craft_operator.library.manifest import parse_manifest
 from craft_operator.library.record import TAMPERED, TOO_LARGE, SyncRecord
 from craft_operator.library.transfer import APPLY_SCRIPT, COMMAND_MAX_OUTPUT, UPLOAD_SCRIPT
 from tests.support.s3 import S3Server
 
 from .conftest import Bucket
+from .test_sync_exec import put_in_archive_tier
 
 pytestmark = [pytest.mark.s3]
 
@@ -474,3 +476,43 @@ async def test_a_state_the_agent_made_unwritable_fails_the_sync_before_its_uploa
     assert ".craft-sync" in raised.value.message
     assert pods.calls[-1].stdin_bytes < 200_000
     assert not (library_dir(pods) / "large.bin").exists()
+
+
+async def test_an_archived_file_kept_through_a_full_resync_is_still_deleted_when_s3_drops_it(
+    bucket: Bucket, pods: LocalExec
+) -> None:
+    # The kept copy is unknown after the resync: the manifest must keep saying so (a "?"
+    # line), or the next sync, planning from that manifest, forgets the file for ever.
+    records = MemoryRecords()
+    bucket.put("a.txt", b"aaa")
+    bucket.put("old.pdf", b"cold")
+    await sync(bucket, pods, records)
+    bucket.client.put_object(  # a lifecycle rule: same bytes, same ETag, now in Glacier
+        Bucket=bucket.name, Key=bucket.prefix + "old.pdf", Body=b"cold", StorageClass="GLACIER"
+    )
+    with manifest_of(pods).open("ab") as manifest:
+        manifest.write(b"# the agent's\n")
+    assert (await sync(bucket, pods, records)).distrust is not None
+    await sync(bucket, pods, records)
+
+    bucket.delete("old.pdf")
+    await sync(bucket, pods, records)
+
+    assert not (library_dir(pods) / "old.pdf").exists()
+
+
+async def test_a_new_pods_library_with_an_object_in_an_archive_tier_gets_a_whole_manifest(
+    bucket: Bucket, pods: LocalExec
+) -> None:
+    # The sync starts again without the object: from the record as it was, not from the one
+    # the stopped attempt saved (which would append to a manifest the pod does not have).
+    records = MemoryRecords()
+    bucket.put("notes.md", b"# notes\n")
+    put_in_archive_tier(bucket, "old/2019.pdf", b"cold")
+
+    result = await sync(bucket, pods, records)
+
+    assert result.files == 1
+    assert parse_manifest(manifest_of(pods).read_bytes()).valid
+    assert records.record is not None
+    assert not records.record.pending
