@@ -10,7 +10,7 @@ check names them while there is time to list the old value in the policy.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -18,14 +18,13 @@ from pydantic import ValidationError
 from craft_operator.api.constants import API_VERSION, PLURAL
 from craft_operator.api.parse import InvalidSandboxError, parse_sandbox
 from craft_operator.api.pool import POOL_PLURAL, InvalidPoolError, parse_pool
-from craft_operator.builders.pool import template_sandbox
 from craft_operator.config import Settings
 from craft_operator.doctor.results import CheckResult, fail, ok, warn
 from craft_operator.kube.client import ApiError, KubeClient, NotFoundError
 from craft_operator.policy.models import POLICY_NAME, POLICY_PLURAL, CraftSandboxPolicy
 from craft_operator.policy.models import CraftSandboxPolicySpec as PolicySpec
-from craft_operator.policy.rules import describe, evaluate
-from craft_operator.reconciler.pool_policy import POOL_FIELDS
+from craft_operator.policy.rules import Violation, describe, evaluate
+from craft_operator.reconciler.pool_policy import pool_violations
 
 NAME = "policy"
 #: Sandboxes and pools named one by one; the rest are counted.
@@ -128,43 +127,41 @@ def _refused_sandboxes(
     labels: Mapping[str, Mapping[str, str]],
     settings: Settings,
 ) -> list[str]:
-    refused = []
-    for body in bodies:
-        if _denied_already(body):
-            continue
-        try:
-            sandbox = parse_sandbox(body)
-        except InvalidSandboxError:
-            continue  # the operator says so on the sandbox itself
-        found = evaluate(
-            sandbox,
-            policy,
-            namespace_labels=dict(labels.get(sandbox.metadata.namespace or "", {})),
-            settings=settings,
-        )
-        if found:
-            refused.append(f"CraftSandbox {_where(body)}: {describe(found)}")
-    return refused
+    def judged(body: Mapping[str, Any]) -> list[Violation]:
+        sandbox = parse_sandbox(body)
+        namespace = dict(labels.get(sandbox.metadata.namespace or "", {}))
+        return evaluate(sandbox, policy, namespace_labels=namespace, settings=settings)
+
+    return _refused("CraftSandbox", bodies, judged, InvalidSandboxError)
 
 
 def _refused_pools(
     bodies: list[dict[str, Any]], policy: PolicySpec, settings: Settings
 ) -> list[str]:
+    return _refused(
+        "CraftSandboxPool",
+        bodies,
+        lambda body: pool_violations(parse_pool(body), policy, settings),
+        InvalidPoolError,
+    )
+
+
+def _refused(
+    kind: str,
+    bodies: list[dict[str, Any]],
+    judged: Callable[[Mapping[str, Any]], list[Violation]],
+    invalid: type[Exception],
+) -> list[str]:
+    """``kind namespace/name: why`` of each object ``judged`` finds violations in; those
+    already refused, or invalid (the operator says so on the object), are left out."""
     refused = []
     for body in bodies:
         if _denied_already(body):
             continue
         try:
-            pool = parse_pool(body)
-        except InvalidPoolError:
+            found = judged(body)
+        except invalid:
             continue
-        found = [
-            violation
-            for violation in evaluate(
-                template_sandbox(pool.spec), policy, namespace_labels={}, settings=settings
-            )
-            if violation.field.split("[", 1)[0] in POOL_FIELDS
-        ]
         if found:
-            refused.append(f"CraftSandboxPool {_where(body)}: {describe(found)}")
+            refused.append(f"{kind} {_where(body)}: {describe(found)}")
     return refused

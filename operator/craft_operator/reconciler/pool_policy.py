@@ -18,6 +18,7 @@ from craft_operator.builders.naming import SANDBOX_CONTAINER
 from craft_operator.builders.pool import template_sandbox
 from craft_operator.config import Settings
 from craft_operator.kube.cache import ObjectCache
+from craft_operator.policy.models import CraftSandboxPolicySpec
 from craft_operator.policy.rules import Violation, describe, evaluate, image_allowed
 from craft_operator.reconciler.policy_step import read_policy
 
@@ -42,18 +43,25 @@ class PoolVerdict:
     absent: str | None
 
 
+def pool_violations(
+    pool: CraftSandboxPool, policy: CraftSandboxPolicySpec, settings: Settings
+) -> list[Violation]:
+    """What of the pool's pod settings ``policy`` does not allow."""
+    return [
+        violation
+        for violation in evaluate(
+            template_sandbox(pool.spec), policy, namespace_labels={}, settings=settings
+        )
+        if violation.field.split("[", 1)[0] in POOL_FIELDS  # spec.tolerations[0] too
+    ]
+
+
 def judge_pool(
     pool: CraftSandboxPool, cache: ObjectCache, settings: Settings
 ) -> PoolVerdict | None:
     """``None`` if the policy allows the pool's pod settings, else why not."""
     policy = read_policy(cache)
-    found: list[Violation] = [
-        violation
-        for violation in evaluate(
-            template_sandbox(pool.spec), policy.spec, namespace_labels={}, settings=settings
-        )
-        if violation.field.split("[", 1)[0] in POOL_FIELDS  # spec.tolerations[0] too
-    ]
+    found = pool_violations(pool, policy.spec, settings)
     if not found:
         return None
     return PoolVerdict(describe(found), policy.absent)
