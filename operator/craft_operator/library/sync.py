@@ -386,7 +386,8 @@ async def _sync_recorded(
     )
     stale_copy = not manifest.valid and (pod.data is not None or pod.too_large or pod.unread)
     if plan.is_empty and not stale_copy:
-        if record is None or record.pod_uid != pod_uid or record.pending:
+        # After a stopped attempt (refused), the stored record is that attempt's pending one.
+        if record is None or record.pod_uid != pod_uid or record.pending or refused:
             await records.save(
                 SyncRecord(pod_uid, plan.library, lines_of(pod.data), (digest(pod.data),))
             )

@@ -516,3 +516,21 @@ async def test_a_new_pods_library_with_an_object_in_an_archive_tier_gets_a_whole
     assert parse_manifest(manifest_of(pods).read_bytes()).valid
     assert records.record is not None
     assert not records.record.pending
+
+
+async def test_a_new_object_in_an_archive_tier_alone_leaves_the_record_as_the_pod_is(
+    bucket: Bucket, pods: LocalExec
+) -> None:
+    # The only change is an object S3 refuses: the attempt that found it saved a pending
+    # record naming it; the attempt without it has nothing to do, and must say so.
+    records = MemoryRecords()
+    bucket.put("notes.md", b"# notes\n")
+    await sync(bucket, pods, records)
+    put_in_archive_tier(bucket, "old/2019.pdf", b"cold")
+
+    result = await sync(bucket, pods, records)
+
+    assert (result.copied, result.files) == (0, 1)
+    assert records.record is not None
+    assert not records.record.pending
+    assert set(records.record.entries) == {"notes.md"}
