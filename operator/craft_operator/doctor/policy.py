@@ -36,9 +36,14 @@ DENIED = "PolicyDenied"
 async def check_policy(kube: KubeClient, settings: Settings) -> CheckResult:
     """Judge every CraftSandbox and CraftSandboxPool the operator serves by the policy and
     these settings, as the operator will; fail naming those it would withdraw."""
-    try:
-        body = await kube.request("GET", f"/apis/{API_VERSION}/{POLICY_PLURAL}/{POLICY_NAME}")
-    except NotFoundError:
+    # Listed, not read by name: the operator may list and watch policies, not get them.
+    listed = await kube.request(
+        "GET",
+        f"/apis/{API_VERSION}/{POLICY_PLURAL}",
+        params={"fieldSelector": f"metadata.name={POLICY_NAME}"},
+    )
+    body = next(iter(listed.get("items") or []), None)
+    if body is None:
         return ok(
             NAME,
             f"no CraftSandboxPolicy {POLICY_NAME}: new sandboxes may name only the operator's "
