@@ -509,11 +509,13 @@ async def test_a_sync_job_whose_pod_cannot_start_says_why_not_only_that_it_runs(
 
     waiting_job_pod(emulator, job, reason="ImagePullBackOff")
 
+    # The pod is made, then its status written (two events, as from the API server): the
+    # first pass may see it Pending with no reason yet; the next one says the reason.
     said = await eventually(
-        lambda: "its pod waits" in (m := condition(emulator, "alice", "Ready")["message"]) and m,
-        what="the pod's wait in the sandbox's status",
+        lambda: "ImagePullBackOff" in (m := condition(emulator, "alice", "Ready")["message"]) and m,
+        what="the pod's wait, with its reason, in the sandbox's status",
     )
-    assert "ImagePullBackOff" in said
+    assert "its pod waits" in said
 
 
 def waiting_job_pod(emulator: KubeEmulator, job: dict[str, Any], *, reason: str) -> dict[str, Any]:
