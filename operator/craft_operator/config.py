@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -120,6 +121,18 @@ def check_database_url_text(url: str) -> None:
         raise ValueError(
             f"has a host, port or database name no parser reads right: {_DATABASE_URL_FORM}"
         )
+
+
+def split_namespaces(values: Iterable[str]) -> list[str]:
+    """Namespace names from comma lists (CRAFT_NAMESPACES, ``run -n``), blanks dropped."""
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
+def check_namespace_names(names: Iterable[str]) -> None:
+    """Raise ``ValueError`` naming the first of ``names`` that is not a namespace name."""
+    for namespace in names:
+        if not re.fullmatch(DNS_LABEL_PATTERN, namespace) or len(namespace) > 63:
+            raise ValueError(f"{namespace!r} is not a valid namespace name")
 
 
 class SettingsError(Exception):
@@ -402,15 +415,13 @@ class Settings(BaseSettings):
     @classmethod
     def _split_namespaces(cls, value: Any) -> Any:
         if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
+            return split_namespaces([value])
         return value
 
     @field_validator("namespaces")
     @classmethod
     def _check_namespaces(cls, value: list[str]) -> list[str]:
-        for namespace in value:
-            if not re.fullmatch(DNS_LABEL_PATTERN, namespace) or len(namespace) > 63:
-                raise ValueError(f"{namespace!r} is not a valid namespace name")
+        check_namespace_names(value)
         return value
 
     @field_validator("skill_template_configmap")

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 import socket
 import sys
 from collections.abc import Callable
@@ -16,8 +15,13 @@ import click
 import uvloop
 
 from craft_operator.access import AccessVerdict, check_operator_access
-from craft_operator.api.constants import DNS_LABEL_PATTERN
-from craft_operator.config import Settings, SettingsError, load_settings
+from craft_operator.config import (
+    Settings,
+    SettingsError,
+    check_namespace_names,
+    load_settings,
+    split_namespaces,
+)
 from craft_operator.credentials.errors import CredentialsError
 from craft_operator.credentials.factory import check_cluster_id_setting, check_key_ring_loads
 from craft_operator.kube.connection import (
@@ -44,10 +48,11 @@ def fail(message: str, code: int = 1) -> None:
 def _namespace_names(values: tuple[str, ...]) -> tuple[str, ...]:
     """``-n`` values as CRAFT_NAMESPACES takes them: comma lists split, blanks dropped, and
     each a namespace name (kopf would drop a name with a ``,`` or ``*`` and watch nothing)."""
-    names = tuple(part.strip() for value in values for part in value.split(",") if part.strip())
-    for name in names:
-        if not re.fullmatch(DNS_LABEL_PATTERN, name) or len(name) > 63:
-            raise click.BadParameter(f"{name!r} is not a namespace name", param_hint="--namespace")
+    names = tuple(split_namespaces(values))
+    try:
+        check_namespace_names(names)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--namespace") from None
     if values and not names:
         raise click.BadParameter("names no namespace", param_hint="--namespace")
     return names

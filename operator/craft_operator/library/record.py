@@ -49,8 +49,8 @@ class SyncRecord:
 
     @property
     def pending(self) -> bool:
-        """Whether the record was saved before a sync that has not been recorded as done
-        (the paths it touches are unknown)."""
+        """Whether an entry is unknown: the record was saved before a sync not recorded as
+        done (the paths it touches), or a copy is kept unknown (an archived object's)."""
         return not all(entry.known for entry in self.entries.values())
 
 
