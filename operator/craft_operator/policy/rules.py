@@ -62,6 +62,11 @@ def _tagged(image: str, repository: str) -> bool:
     return image.startswith(repository + ":") and "/" not in image[len(repository) + 1 :]
 
 
+def image_permitted(image: str, policy: CraftSandboxPolicySpec, settings: Settings) -> bool:
+    """Whether ``image`` is the operator's default or an image ``policy`` allows."""
+    return image == settings.sandbox_image or image_allowed(image, policy.images)
+
+
 def server_url_allowed(url: str, entries: Sequence[str]) -> bool:
     """Whether ``url`` is one of ``entries``, a trailing ``/`` aside (never by prefix)."""
     return any(url in (entry, entry + "/") or entry == url + "/" for entry in entries)
@@ -162,7 +167,7 @@ def evaluate(
             )
         )
     image, url = spec.image, spec.server_url
-    if image not in (None, settings.sandbox_image) and not image_allowed(image, policy.images):
+    if image is not None and not image_permitted(image, policy, settings):
         refuse("spec.image", str(image), "images")
     own = [settings.server_url] if settings.server_url else []
     if url is not None and not server_url_allowed(url, [*own, *policy.server_urls]):

@@ -19,7 +19,7 @@ from craft_operator.builders.pool import template_sandbox
 from craft_operator.config import Settings
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.policy.models import CraftSandboxPolicySpec
-from craft_operator.policy.rules import Violation, describe, evaluate, image_allowed
+from craft_operator.policy.rules import Violation, describe, evaluate, image_permitted
 from craft_operator.reconciler.policy_step import read_policy
 
 #: The fields a pool shares with a sandbox that the policy judges.
@@ -77,13 +77,12 @@ def images_denied(
     policy = read_policy(cache)
     if policy.absent is not None:
         return []
-    allowed = policy.spec.images
     denied = []
     for pod in pods:
         containers = (pod.get("spec") or {}).get("containers") or []
         image = next(
             (c.get("image") for c in containers if c.get("name") == SANDBOX_CONTAINER), None
         )
-        if image and image != settings.sandbox_image and not image_allowed(image, allowed):
+        if image and not image_permitted(image, policy.spec, settings):
             denied.append(pod)
     return denied
