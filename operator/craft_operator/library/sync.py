@@ -121,36 +121,110 @@ class RecordKeeper(Protocol):
         ...
 
 
-async def _list(
-    store: ObjectStore,
-    bucket: str,
-    prefix: str,
-    caps: SyncCaps,
-    refused: frozenset[str] = frozenset(),
-) -> list[S3Object]:
-    """The objects under ``prefix``, those whose keys are in ``refused`` marked archived; a
-    listing past the caps' most keys is refused (nothing applied) before it is held whole:
-    a prefix of a million empty objects would take the operator's memory, whatever their
-    bytes."""
-    most = caps.max_listed_keys
-    listing = None
-    if isinstance(store, LoopLister):
-        listing = await store.list_objects_on_loop(bucket, prefix, limit=most)
-    if listing is None:
-        listing = await asyncio.to_thread(partial(store.list_objects, bucket, prefix, limit=most))
-    if len(listing) > most:
-        raise LibraryCapExceededError(
-            f"more than {most} keys under s3://{bucket}/{prefix} (ten times "
-            "CRAFT_LIBRARY_MAX_FILES); nothing was synced",
-            reason="LibraryTooLarge",
-            limit=most,
-            actual=len(listing),
+@dataclass(frozen=True)
+class _Sync:
+    """What one sync copies from and how: the listing, the plan and the result of each of
+    its attempts (:func:`_skipping_archived`) come from here."""
+
+    store: ObjectStore
+    bucket: str
+    prefix: str
+    excludes: Sequence[str]
+    disabled: Sequence[str]
+    caps: SyncCaps
+    started: float
+
+    @classmethod
+    def of(
+        cls,
+        store: ObjectStore,
+        bucket: str,
+        prefix: str,
+        excludes: Sequence[str],
+        disabled: Iterable[str],
+        caps: SyncCaps | None,
+    ) -> _Sync:
+        """The sync of ``bucket``'s objects under ``prefix``, started now."""
+        return cls(
+            store=store,
+            bucket=bucket,
+            prefix=normalise_prefix(prefix),
+            excludes=excludes,
+            disabled=list(disabled),
+            caps=caps or SyncCaps(),
+            started=time.monotonic(),
         )
-    if refused:
-        listing = [
-            replace(obj, refused_as_archived=True) if obj.key in refused else obj for obj in listing
-        ]
-    return listing
+
+    async def objects(self, refused: frozenset[str] = frozenset()) -> list[S3Object]:
+        """The objects under the prefix, those whose keys are in ``refused`` marked
+        archived; a listing past the caps' most keys is refused (nothing applied) before
+        it is held whole: a prefix of a million empty objects would take the operator's
+        memory, whatever their bytes."""
+        most = self.caps.max_listed_keys
+        listing = None
+        if isinstance(self.store, LoopLister):
+            listing = await self.store.list_objects_on_loop(self.bucket, self.prefix, limit=most)
+        if listing is None:
+            listing = await asyncio.to_thread(
+                partial(self.store.list_objects, self.bucket, self.prefix, limit=most)
+            )
+        if len(listing) > most:
+            raise LibraryCapExceededError(
+                f"more than {most} keys under s3://{self.bucket}/{self.prefix} (ten times "
+                "CRAFT_LIBRARY_MAX_FILES); nothing was synced",
+                reason="LibraryTooLarge",
+                limit=most,
+                actual=len(listing),
+            )
+        if refused:
+            listing = [
+                replace(obj, refused_as_archived=True) if obj.key in refused else obj
+                for obj in listing
+            ]
+        return listing
+
+    async def plan(self, listing: list[S3Object], manifest: Manifest) -> SyncPlan:
+        """Plan in a worker thread (a library of many keys must not stall the event loop)."""
+        try:
+            check_globs(self.excludes)
+        except InvalidGlobError as exc:
+            raise LibraryConfigError(f"{exc} (spec.userLibrary.exclude)") from None
+        try:
+            plan = await asyncio.to_thread(
+                plan_sync,
+                listing,
+                manifest.entries,
+                prefix=self.prefix,
+                excludes=self.excludes,
+                disabled=self.disabled,
+                caps=self.caps,
+            )
+        except CostlyGlobsError as exc:
+            raise LibraryConfigError(f"{exc} (spec.userLibrary.exclude)") from None
+        if isinstance(plan, CapViolation):
+            _raise_cap(plan)
+            raise AssertionError("unreachable")
+        for item in plan.skipped[:LOGGED_SKIPS]:
+            logger.warning("skipping library key %r: %s", item.key, item.reason.value)
+        if len(plan.skipped) > LOGGED_SKIPS:
+            logger.warning("skipping %d more library keys", len(plan.skipped) - LOGGED_SKIPS)
+        return plan
+
+    def result(
+        self, plan: SyncPlan, transferred: int, distrust: Distrust | None = None
+    ) -> SyncResult:
+        """What the sync did, as :class:`SyncResult`."""
+        return SyncResult(
+            files=plan.files,
+            bytes=plan.bytes,
+            bytes_transferred=transferred,
+            copied=len(plan.copies),
+            deleted=len(plan.deletes),
+            skipped=plan.skipped,
+            excluded=len(plan.excluded),
+            duration_seconds=time.monotonic() - self.started,
+            distrust=distrust,
+        )
 
 
 async def _skipping_archived(
@@ -189,58 +263,6 @@ def _raise_cap(violation: CapViolation) -> None:
     )
 
 
-async def _plan(
-    listing: Any,
-    manifest: Manifest,
-    *,
-    prefix: str,
-    excludes: Sequence[str],
-    disabled: Iterable[str],
-    caps: SyncCaps | None,
-) -> SyncPlan:
-    """Plan in a worker thread (a library of many keys must not stall the event loop)."""
-    try:
-        check_globs(excludes)
-    except InvalidGlobError as exc:
-        raise LibraryConfigError(f"{exc} (spec.userLibrary.exclude)") from None
-    try:
-        plan = await asyncio.to_thread(
-            plan_sync,
-            listing,
-            manifest.entries,
-            prefix=prefix,
-            excludes=excludes,
-            disabled=list(disabled),
-            caps=caps,
-        )
-    except CostlyGlobsError as exc:
-        raise LibraryConfigError(f"{exc} (spec.userLibrary.exclude)") from None
-    if isinstance(plan, CapViolation):
-        _raise_cap(plan)
-        raise AssertionError("unreachable")
-    for item in plan.skipped[:LOGGED_SKIPS]:
-        logger.warning("skipping library key %r: %s", item.key, item.reason.value)
-    if len(plan.skipped) > LOGGED_SKIPS:
-        logger.warning("skipping %d more library keys", len(plan.skipped) - LOGGED_SKIPS)
-    return plan
-
-
-def _result(
-    plan: SyncPlan, transferred: int, started: float, distrust: Distrust | None = None
-) -> SyncResult:
-    return SyncResult(
-        files=plan.files,
-        bytes=plan.bytes,
-        bytes_transferred=transferred,
-        copied=len(plan.copies),
-        deleted=len(plan.deletes),
-        skipped=plan.skipped,
-        excluded=len(plan.excluded),
-        duration_seconds=time.monotonic() - started,
-        distrust=distrust,
-    )
-
-
 async def sync_library(
     *,
     store: ObjectStore,
@@ -259,46 +281,21 @@ async def sync_library(
     destination failures. An object S3 refuses as archived is skipped (see
     :func:`_skipping_archived`).
     """
-    return await _skipping_archived(
-        bucket,
-        partial(
-            _sync_library,
-            store=store,
-            bucket=bucket,
-            prefix=prefix,
-            destination=destination,
-            excludes=excludes,
-            disabled=list(disabled),
-            caps=caps,
-            started=time.monotonic(),
-        ),
-    )
+    sync = _Sync.of(store, bucket, prefix, excludes, disabled, caps)
+    return await _skipping_archived(bucket, partial(_sync_library, sync, destination))
 
 
 async def _sync_library(
-    refused: frozenset[str],
-    *,
-    store: ObjectStore,
-    bucket: str,
-    prefix: str,
-    destination: Destination,
-    excludes: Sequence[str],
-    disabled: Sequence[str],
-    caps: SyncCaps | None,
-    started: float,
+    sync: _Sync, destination: Destination, refused: frozenset[str]
 ) -> SyncResult:
-    prefix = normalise_prefix(prefix)
-    caps = caps or SyncCaps()
-    listing = await _list(store, bucket, prefix, caps, refused)
+    listing = await sync.objects(refused)
     manifest = await asyncio.to_thread(parse_manifest, await destination.read_manifest())
-    plan = await _plan(
-        listing, manifest, prefix=prefix, excludes=excludes, disabled=disabled, caps=caps
-    )
+    plan = await sync.plan(listing, manifest)
     transferred = 0
     if not plan.is_empty:
-        changes = change_set(plan, manifest, cap=caps.max_manifest_bytes)
-        transferred = await destination.apply(changes, store, bucket)
-    return _result(plan, transferred, started)
+        changes = change_set(plan, manifest, cap=sync.caps.max_manifest_bytes)
+        transferred = await destination.apply(changes, sync.store, sync.bucket)
+    return sync.result(plan, transferred)
 
 
 async def sync_recorded(
@@ -322,6 +319,7 @@ async def sync_recorded(
     anything in the pod changes (every path touched becomes unknown) and again once the
     sync is done.
     """
+    sync = _Sync.of(store, bucket, prefix, excludes, disabled, caps)
     # Every attempt plans from the record as it was before the first: one that stopped at an
     # archived object applied nothing, and its pending record names the object unknown.
     loaded: list[SyncRecord | None] = []
@@ -332,44 +330,19 @@ async def sync_recorded(
         return loaded[0]
 
     return await _skipping_archived(
-        bucket,
-        partial(
-            _sync_recorded,
-            load_record=load_once,
-            store=store,
-            bucket=bucket,
-            prefix=prefix,
-            destination=destination,
-            records=records,
-            pod_uid=pod_uid,
-            excludes=excludes,
-            disabled=list(disabled),
-            caps=caps,
-            started=time.monotonic(),
-        ),
+        bucket, partial(_sync_recorded, sync, destination, records, pod_uid, load_once)
     )
 
 
 async def _sync_recorded(
-    refused: frozenset[str],
-    *,
-    load_record: Callable[[], Awaitable[SyncRecord | None]],
-    store: ObjectStore,
-    bucket: str,
-    prefix: str,
+    sync: _Sync,
     destination: PodDestination,
     records: RecordKeeper,
     pod_uid: str,
-    excludes: Sequence[str],
-    disabled: Sequence[str],
-    caps: SyncCaps | None,
-    started: float,
+    load_record: Callable[[], Awaitable[SyncRecord | None]],
+    refused: frozenset[str],
 ) -> SyncResult:
-    prefix = normalise_prefix(prefix)
-    caps = caps or SyncCaps()
-    listing, record = await asyncio.gather(
-        _list(store, bucket, prefix, caps, refused), load_record()
-    )
+    listing, record = await asyncio.gather(sync.objects(refused), load_record())
     if record is not None and record.pod_uid == pod_uid:
         pod = await destination.read_pod_manifest()
     else:
@@ -381,9 +354,7 @@ async def _sync_recorded(
         # No manifest in the pod to append to (a first sync cut off before its upload
         # landed): write a whole one, with its header.
         manifest = replace(manifest, valid=False)
-    plan = await _plan(
-        listing, manifest, prefix=prefix, excludes=excludes, disabled=disabled, caps=caps
-    )
+    plan = await sync.plan(listing, manifest)
     stale_copy = not manifest.valid and (pod.data is not None or pod.too_large or pod.unread)
     if plan.is_empty and not stale_copy:
         # After a stopped attempt (refused), the stored record is that attempt's pending one.
@@ -391,13 +362,13 @@ async def _sync_recorded(
             await records.save(
                 SyncRecord(pod_uid, plan.library, lines_of(pod.data), (digest(pod.data),))
             )
-        return _result(plan, 0, started, distrust)
-    changes = change_set(plan, manifest, cap=caps.max_manifest_bytes)
+        return sync.result(plan, 0, distrust)
+    changes = change_set(plan, manifest, cap=sync.caps.max_manifest_bytes)
     await records.save(_pending_record(pod, pod_uid, manifest, plan, changes))
-    transferred = await destination.apply(changes, store, bucket)
+    transferred = await destination.apply(changes, sync.store, sync.bucket)
     final = _manifest_after(pod, changes)
     await records.save(SyncRecord(pod_uid, plan.library, lines_of(final), (digest(final),)))
-    return _result(plan, transferred, started, distrust)
+    return sync.result(plan, transferred, distrust)
 
 
 def _manifest_after(pod: PodManifest, changes: ChangeSet) -> bytes:

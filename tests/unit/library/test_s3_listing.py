@@ -6,7 +6,7 @@ a listing, a clear and retryable error."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 
 import boto3
@@ -20,7 +20,7 @@ from craft_operator.library.s3 import S3ObjectStore, make_s3_client
 from craft_operator.library.s3_fetch import ObjectFetcher
 from craft_operator.library.s3_listing import parse_listing_page
 from craft_operator.library.s3_presign import PROBE_KEY
-from craft_operator.library.sync import _list
+from craft_operator.library.sync import _Sync
 
 from .conftest import Bucket, Handler, fetcher_counting_presigns, s3_error
 
@@ -257,13 +257,16 @@ async def test_the_sync_lists_on_the_loop_and_in_a_thread_only_when_it_must(
         return await to_thread(function, *args)
 
     monkeypatch.setattr(asyncio, "to_thread", counted)
-    caps = SyncCaps()
+
+    def listed(store: object) -> Awaitable[list[S3Object]]:
+        return _Sync.of(store, "files", "p/", (), (), SyncCaps()).objects()  # type: ignore[arg-type]
+
     loop_listed = [S3Object(key="p/b", size=1, etag='"e"')]
 
-    assert await _list(LoopStore(loop_listed), "files", "p/", caps) == loop_listed  # type: ignore[arg-type]
+    assert await listed(LoopStore(loop_listed)) == loop_listed
     assert threads == []
-    assert [o.key for o in await _list(LoopStore(None), "files", "p/", caps)] == ["p/a"]  # type: ignore[arg-type]
-    assert [o.key for o in await _list(ThreadOnlyStore(), "files", "p/", caps)] == ["p/a"]  # type: ignore[arg-type]
+    assert [o.key for o in await listed(LoopStore(None))] == ["p/a"]
+    assert [o.key for o in await listed(ThreadOnlyStore())] == ["p/a"]
     assert len(threads) == 2
     assert all(isinstance(f, partial) for f in threads)
 
