@@ -63,6 +63,12 @@ def compile_template(text: str) -> jinja2.Template:
         ) from None
     except jinja2.TemplateError as exc:
         raise SkillTemplateError(f"{SKILL_NAME} template is invalid: {exc}") from None
+    except Exception as exc:
+        # Jinja compiles to Python source and Python compiles that: blocks nested too deep
+        # or an expression too long fail there, in Python's own errors, not Jinja's.
+        raise SkillTemplateError(
+            f"{SKILL_NAME} template cannot be compiled: {type(exc).__name__}: {exc}"
+        ) from None
 
 
 def run_template(text: str, context: Mapping[str, Any]) -> str:
@@ -117,7 +123,9 @@ def check_front_matter(text: str) -> None:
         ) from None
     try:
         meta = yaml.safe_load("\n".join(lines[1:end]))
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
+        # PyYAML parses nested collections recursively: front matter nested a thousand deep
+        # ends in RecursionError, not a YAMLError.
         raise SkillTemplateError(f"{SKILL_NAME} template front matter is not valid YAML") from None
     if not isinstance(meta, dict) or meta.get("name") != SKILL_NAME:
         raise SkillTemplateError(f"{SKILL_NAME} template front matter must set name: {SKILL_NAME}")

@@ -95,11 +95,25 @@ def test_a_broken_or_unsafe_template_raises_a_clear_typed_error(
         ("---\nname: company-search\ndescription: |\n  a\n  b\n---\n", "one-line description"),
         ("---\nname: [unclosed\n---\n", "not valid YAML"),
         ("---\n- a list\n---\n", "must set name: company-search"),
+        ("---\n" + "[" * 2000 + "]" * 2000 + "\n---\n", "not valid YAML"),
     ],
 )
 def test_a_template_must_produce_the_skill_front_matter(template: str, message: str) -> None:
     with pytest.raises(SkillTemplateError, match=message.replace("[", r"\[")):
         render_skill([], template=template)
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        FRONT + "{% for a in [1] %}" * 25 + "x" + "{% endfor %}" * 25,
+        FRONT + "{{ " + "source_count + " * 5000 + "1 }}",
+    ],
+    ids=["blocks-nested-too-deep-for-python", "an-expression-too-long-to-parse"],
+)
+def test_a_template_python_cannot_compile_is_a_template_error_too(template: str) -> None:
+    with pytest.raises(SkillTemplateError, match="company-search template cannot be compiled"):
+        render_skill(SOURCES, template=template)
 
 
 def test_a_template_that_produces_too_much_text_is_stopped() -> None:
