@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import metadata
 from pathlib import Path
 
@@ -81,3 +85,64 @@ def test_the_skill_documents_the_output_fields_the_cli_prints(search_help: str) 
         for name in field.strip("{}").split(", "):
             assert f'"{name}"' in text
     assert "{title, url, source_type, content, updated_at}" in search_help
+
+
+class _OneQueryRefused(BaseHTTPRequestHandler):
+    """An Onyx search API that rate-limits the query ``refused`` and finds nothing else."""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length) or b"{}")
+        if "refused" in (body.get("query"), body.get("search_query")):
+            self.send_response(429)
+            self.end_headers()
+            self.wfile.write(b"slow down")
+            return
+        answer = json.dumps({"results": [], "llm_facing_text": "", "citation_mapping": {}})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(answer.encode())
+
+
+
+@pytest.fixture
+def onyx_api() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _OneQueryRefused)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_batch_with_one_failed_query_exits_0_and_the_skill_says_how_to_read_it(
+    onyx_api: str, tmp_path: Path
+) -> None:
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(tmp_path),
+        "ONYX_SERVER_URL": onyx_api,
+        "ONYX_PAT": "onyx_pat_" + "x" * 32,
+    }
+    result = subprocess.run(
+        [onyx_cli(), "search", "found", "refused"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    searches = {entry["query"]: entry for entry in json.loads(result.stdout)["searches"]}
+    assert searches["found"]["results"] == []
+    assert searches["refused"]["results"] is None
+    assert "429" in searches["refused"]["error"]
+    text = render_skill([Source(name="slack")]).text
+    assert 'has an `error` and `"results": null`' in text
+    assert "(the exit status is then 0)" in text.replace("\n", " ")
