@@ -108,7 +108,6 @@ class _OneQueryRefused(BaseHTTPRequestHandler):
         self.wfile.write(answer.encode())
 
 
-
 @pytest.fixture
 def onyx_api() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _OneQueryRefused)
