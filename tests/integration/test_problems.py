@@ -293,9 +293,11 @@ async def test_an_unknown_source_renders_by_name_with_a_warning_event(
     assert status(emulator, "alice")["skill"]["sourceCount"] == 2
 
 
-async def test_a_broken_custom_template_is_reported_and_the_built_in_one_is_used_meanwhile(
+async def test_a_broken_custom_template_is_reported_and_the_built_in_one_keeps_it_ready(
     emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec
 ) -> None:
+    # A platform's broken template must not take every sandbox out of Ready: the built-in
+    # one lists the user's sources meanwhile, and the condition and a Warning say why.
     emulator.create(
         "v1/configmaps",
         {
@@ -311,14 +313,19 @@ async def test_a_broken_custom_template_is_reported_and_the_built_in_one_is_used
 
         rendered = await eventually(
             lambda: (
-                (c := condition(emulator, "alice", "SkillRendered")).get("status") == "False" and c
+                (c := condition(emulator, "alice", "SkillRendered")).get("reason")
+                == "TemplateFallback"
+                and c
             ),
-            what="SkillRendered False",
+            what="SkillRendered TemplateFallback",
         )
-        assert rendered["reason"] == "TemplateError"
+        assert rendered["status"] == "True"
+        assert "'undefined_thing' is undefined" in rendered["message"]
         await event_posted(emulator, "alice", "SkillTemplateError")
         skill = emulator.get("v1/configmaps", NAMESPACE, "alice-skills")["data"]["SKILL.md"]
         assert skill.startswith("---\nname: company-search\n")  # the built-in rendering
+        mark_pod_running(emulator, NAMESPACE, "alice")
+        await phase(emulator, "alice", "Ready")
 
 
 @pytest.mark.admission_rejections

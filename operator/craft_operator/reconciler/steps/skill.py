@@ -22,6 +22,8 @@ from craft_operator.skills.template import SkillTemplateError
 from craft_operator.status import SKILL_RENDERED, ConditionState
 
 WAITING = "WaitingForChildren"
+#: The SkillRendered reason while the custom template fails and a fallback stands in.
+TEMPLATE_FALLBACK = "TemplateFallback"
 
 
 async def render_skill(p: Pass) -> Stop | None:
@@ -30,7 +32,10 @@ async def render_skill(p: Pass) -> Stop | None:
     A template that fails keeps the last good rendering in place while it lists the
     sandbox's current sources; otherwise (no rendering yet, or the sources changed) the
     shipped template renders them, so the SKILL.md never lists what the user no longer
-    has. The condition says why either way, and the template is tried again with backoff.
+    has. Either way the sandbox has a true SKILL.md, so the condition stays True (reason
+    ``TemplateFallback``, the error in its message: a platform's broken template must not
+    take every sandbox out of Ready), a Warning says it, and the template is tried again
+    with backoff.
     """
     s, run = p.services, p.run
     existing = s.cache.get(
@@ -39,12 +44,15 @@ async def render_skill(p: Pass) -> Stop | None:
     try:
         rendered: RenderedSkill = await s.skills.render(p.sandbox)
     except SkillTemplateError as exc:
-        run.set(ConditionState.false(SKILL_RENDERED, "TemplateError", str(exc)))
         p.event("SkillTemplateError", str(exc), warning=True)
-        run.revisit(backoff="TemplateError")
+        run.revisit(backoff=TEMPLATE_FALLBACK)
         if _lists_current_sources(p, existing):
+            kept = "the SKILL.md in place, rendered before, lists the current sources"
+            run.set(ConditionState.true(SKILL_RENDERED, TEMPLATE_FALLBACK, f"{exc}; {kept}"))
             return None
         rendered = await s.skills.render(p.sandbox, builtin=True)
+        builtin = f"the built-in template renders the {rendered.source_count} source(s)"
+        run.set(ConditionState.true(SKILL_RENDERED, TEMPLATE_FALLBACK, f"{exc}; {builtin}"))
     else:
         message = f"company-search skill lists {rendered.source_count} source(s)"
         run.set(ConditionState.true(SKILL_RENDERED, "Rendered", message))

@@ -142,10 +142,11 @@ async def test_a_broken_template_keeps_the_last_good_skill_of_the_same_sources(
     assert await skill.render_skill(p) is None, "a template error does not stop the pod"
     condition = p.run.condition("SkillRendered")
     assert condition is not None
-    assert (condition.status, condition.reason) == ("False", "TemplateError")
+    # The sandbox has a true SKILL.md: it stays Ready, the error said in the message.
+    assert (condition.status, condition.reason) == ("True", "TemplateFallback")
     assert world.stored("v1/configmaps", f"{NAME}-skills") == before
     assert "SkillTemplateError" in world.events.reasons
-    assert p.run.verdict.backoff == "TemplateError", "a fixed template is picked up soon"
+    assert p.run.verdict.backoff == "TemplateFallback", "a fixed template is picked up soon"
 
 
 async def test_a_broken_template_never_leaves_a_skill_listing_sources_the_user_lost(
@@ -157,7 +158,8 @@ async def test_a_broken_template_never_leaves_a_skill_listing_sources_the_user_l
     assert await skill.render_skill(p) is None
     condition = p.run.condition("SkillRendered")
     assert condition is not None
-    assert condition.reason == "TemplateError"
+    assert (condition.status, condition.reason) == ("True", "TemplateFallback")
+    assert "the built-in template renders the 1 source(s)" in condition.message
     stored = world.stored("v1/configmaps", f"{NAME}-skills")
     assert stored is not None
     text = stored["data"]["SKILL.md"]

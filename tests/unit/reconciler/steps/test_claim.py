@@ -445,7 +445,7 @@ async def test_a_lost_race_tries_the_next_pod_even_after_an_earlier_step_asked_f
         },
     )
     # What the skill step asks for when the shared template fails and it falls back:
-    p.run.revisit(backoff="TemplateError")
+    p.run.revisit(backoff="TemplateFallback")
     await pod.converge_pod(p)
     assert p.pod is not None
     assert p.pod["metadata"]["name"] == second
