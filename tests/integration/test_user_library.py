@@ -12,6 +12,7 @@ import pytest
 from kmock._internal import rendering
 
 from craft_operator.config import Settings
+from craft_operator.credentials.errors import DatabaseUnavailableError
 from craft_operator.library import make_s3_client
 from tests.integration.conftest import SANDBOXES
 from tests.integration.helpers import (
@@ -334,3 +335,54 @@ async def test_a_status_the_api_server_cannot_store_backs_off_instead_of_redoing
     execs = len(pod_exec.calls)
     # Without the backoff growing: about 2 execs a second (a validation, a sync), 20+ here.
     assert execs <= 10, f"{execs} execs in 12 s"
+
+
+async def test_a_database_outage_does_not_sync_the_library_again_once_it_ends(
+    emulator: KubeEmulator,
+    settings: Settings,
+    pod_exec: EmulatedPodExec,
+    s3: S3Server,
+    s3_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # While the database is down the pass stops before the library's row, which shows as
+    # Unknown meanwhile; once it is back, the recorded sync still stands: a fleet must not
+    # resync every library (an S3 listing and an exec each) before it is Ready again.
+    upload(s3_client, "a.md", b"hello\n")
+    with_s3 = settings.model_copy(update={"s3_bucket": BUCKET, "s3_endpoint_url": s3.url})
+    url = str(emulator.url).rstrip("/")
+    async with running_operator(url, with_s3, exec_transport=pod_exec) as op:
+        await ready_with_library(emulator)
+        synced = condition(emulator, "alice", "UserLibrarySynced")
+        assert synced["reason"] == "Synced"
+        syncs: list[object] = []
+        real_sync, real_ensure = op.services.library.sync, op.services.credentials.ensure
+
+        async def counted_sync(*args: Any, **kwargs: Any) -> Any:
+            syncs.append(args)
+            return await real_sync(*args, **kwargs)
+
+        async def unreachable(*args: object, **kwargs: object) -> None:
+            raise DatabaseUnavailableError("the credentials database is unreachable")
+
+        monkeypatch.setattr(op.services.library, "sync", counted_sync)
+        monkeypatch.setattr(op.services.credentials, "ensure", unreachable)
+        emulator.patch(SANDBOXES, NAMESPACE, "alice", {"metadata": {"labels": {"poke": "1"}}})
+        await eventually(
+            lambda: (
+                condition(emulator, "alice", "CredentialsReady").get("reason")
+                == "DatabaseUnavailable"
+            ),
+            what="the outage reported",
+        )
+        assert condition(emulator, "alice", "UserLibrarySynced")["status"] == "Unknown"
+
+        monkeypatch.setattr(op.services.credentials, "ensure", real_ensure)
+        emulator.patch(SANDBOXES, NAMESPACE, "alice", {"metadata": {"labels": {"poke": "2"}}})
+        await phase(emulator, "alice", "Ready", within=20)
+        await asyncio.sleep(1.0)
+
+    assert syncs == [], "the library was synced again though nothing about it changed"
+    after = condition(emulator, "alice", "UserLibrarySynced")
+    assert (after["status"], after["reason"]) == ("True", "Synced")
+    assert after["message"] == "1 files, 6 bytes"

@@ -14,7 +14,8 @@ from craft_operator.api.models import (
 )
 from craft_operator.library import LibraryLocation
 from craft_operator.reconciler.run import Run
-from craft_operator.status import USER_LIBRARY_SYNCED
+from craft_operator.reconciler.step import WAITING_MESSAGE
+from craft_operator.status import USER_LIBRARY_SYNCED, ConditionState
 
 #: Reasons of a True condition: synced incrementally, or in full because the pod's copy of
 #: the manifest was not trusted.
@@ -61,6 +62,31 @@ def is_current(run: Run, current: UserLibraryStatus, attempt: Attempt) -> bool:
         and current.pod_uid == attempt.pod_uid
         and current.config_hash == attempt.config
     )
+
+
+def still_current(run: Run, current: UserLibraryStatus, attempt: Attempt) -> bool:
+    """:func:`is_current`, and also when the condition is Unknown only because a pass
+    stopped before this row since (the database down, a Secret refused): the status still
+    records a successful sync of this revision, into this pod, with this configuration,
+    so its True condition is restored and nothing is synced again (after an outage, every
+    sandbox of the fleet would otherwise resync its whole library before it is Ready)."""
+    if is_current(run, current, attempt):
+        return True
+    held = run.condition(USER_LIBRARY_SYNCED)
+    waited = (
+        held is not None
+        and held.status == ConditionStatus.UNKNOWN
+        and held.message == WAITING_MESSAGE
+        and current.last_sync_time is not None
+        and current.last_error is None
+        and (current.observed_revision or "") == attempt.revision
+        and current.pod_uid == attempt.pod_uid
+        and current.config_hash == attempt.config
+    )
+    if waited:
+        message = f"{current.files} files, {current.bytes} bytes"
+        run.set(ConditionState.true(USER_LIBRARY_SYNCED, SYNCED, message))
+    return waited
 
 
 def short_hash(text: str) -> str:

@@ -17,7 +17,7 @@ from craft_operator.reconciler import egress, sync_jobs
 from craft_operator.reconciler.children import ForeignObjectError, controlled_by
 from craft_operator.reconciler.library_pool import Outcome
 from craft_operator.reconciler.step import Pass
-from craft_operator.reconciler.steps.library_attempt import Attempt, is_current
+from craft_operator.reconciler.steps.library_attempt import Attempt, still_current
 from craft_operator.status import USER_LIBRARY_SYNCED, ConditionState
 
 JOB, POD, PVC = kinds.JOB, kinds.POD, kinds.PVC
@@ -35,7 +35,7 @@ async def sync(p: Pass, location: LibraryLocation, attempt: Attempt) -> None:
             return  # the Job's watch events bring us back when it ends
         current = collected
         p.run.status.user_library = current
-    if is_current(p.run, current, attempt) or current.failed_attempt == attempt.key:
+    if still_current(p.run, current, attempt) or current.failed_attempt == attempt.key:
         return
     # The False condition of the failure stays meanwhile; its message says it is retried.
     wait = p.services.library_pool.retry_in(p.run.key)
