@@ -13,7 +13,7 @@ from kmock._internal import rendering
 
 from craft_operator.config import Settings
 from craft_operator.credentials.errors import DatabaseUnavailableError
-from craft_operator.library import make_s3_client
+from craft_operator.library import S3AccessDeniedError, make_s3_client
 from tests.integration.conftest import SANDBOXES
 from tests.integration.helpers import (
     NAMESPACE,
@@ -386,3 +386,48 @@ async def test_a_database_outage_does_not_sync_the_library_again_once_it_ends(
     after = condition(emulator, "alice", "UserLibrarySynced")
     assert (after["status"], after["reason"]) == ("True", "Synced")
     assert after["message"] == "1 files, 6 bytes"
+
+
+async def test_a_library_s3_refused_is_synced_by_itself_once_s3_allows_it(
+    emulator: KubeEmulator,
+    settings: Settings,
+    pod_exec: EmulatedPodExec,
+    s3: S3Server,
+    s3_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A bucket policy or role broken for a while is mended on S3's side, where the operator
+    # sees no change: the refusal is retried with backoff, never pinned for good.
+    upload(s3_client, "a.md", b"hello\n")
+    with_s3 = settings.model_copy(update={"s3_bucket": BUCKET, "s3_endpoint_url": s3.url})
+    async with running_operator(
+        str(emulator.url).rstrip("/"), with_s3, exec_transport=pod_exec
+    ) as op:
+        await ready_with_library(emulator)
+        real_sync = op.services.library.sync
+        denied = [True]
+
+        async def refusing(*args: Any, **kwargs: Any) -> Any:
+            if denied[0]:
+                raise S3AccessDeniedError(f"S3 denied access to bucket '{BUCKET}': Access Denied")
+            return await real_sync(*args, **kwargs)
+
+        monkeypatch.setattr(op.services.library, "sync", refusing)
+        upload(s3_client, "b.md", b"world\n")
+        annotate(emulator, "r2")
+        refused = await eventually(
+            lambda: (
+                (c := condition(emulator, "alice", "UserLibrarySynced")).get("reason")
+                == "S3AccessDenied"
+                and c
+            ),
+            what="the refusal reported",
+        )
+        assert refused["message"].endswith("; retried with backoff")
+        denied[0] = False  # the bucket policy is mended
+        await eventually(
+            lambda: condition(emulator, "alice", "UserLibrarySynced").get("reason") == "Synced",
+            what="the library synced once S3 allows it",
+            within=15,
+        )
+    assert (library(pod_exec) / "b.md").read_bytes() == b"world\n"

@@ -178,7 +178,9 @@ def sync_user_library(
             )
         )
     except LibrarySyncError as exc:
-        code = EXIT_RETRYABLE if exc.retryable else EXIT_PERMANENT
+        # A lasting refusal fails the Job at once; the operator, told it is retryable by
+        # the result file, starts another after its backoff.
+        code = EXIT_RETRYABLE if exc.retryable and not exc.lasting else EXIT_PERMANENT
         extra = {"reason": exc.reason, "retryable": exc.retryable}
         _fail(exc.message, code, result_file, extra)
         return

@@ -1,7 +1,8 @@
 """Typed errors of the user-library sync.
 
 Every error says whether retrying later can help (:attr:`LibrarySyncError.retryable`), so
-the reconciler can back off and retry an outage but report a misconfiguration at once.
+the reconciler can back off and retry an outage, and report at once what only a change of
+the sandbox can mend (a library over a cap, a pod that refuses the files).
 Messages name the bucket, key or pod involved and never contain credentials.
 """
 
@@ -12,11 +13,15 @@ class LibrarySyncError(Exception):
     """Base of all user-library sync errors.
 
     ``reason`` is a CamelCase word for the ``UserLibrarySynced`` condition; ``retryable``
-    says whether the same sync may succeed later without anyone changing anything.
+    says whether the same sync may succeed later without any change to the sandbox;
+    ``lasting``, that it will not within seconds (a refusal someone must mend on S3's
+    side): a sync Job fails at once on it rather than retry in place, and the operator
+    retries later with its backoff.
     """
 
     reason: str = "SyncFailed"
     retryable: bool = False
+    lasting: bool = False
 
     def __init__(self, message: str, *, retryable: bool | None = None) -> None:
         super().__init__(message)
@@ -50,9 +55,16 @@ class LibraryCapExceededError(LibrarySyncError):
 
 
 class S3Error(LibrarySyncError):
-    """S3 refused or failed a request."""
+    """S3 refused or failed a request.
+
+    Every S3 refusal is retried (with the library's backoff, up to 5 minutes apart): what
+    it takes to mend one, a bucket policy, a role, a key or an object restored, happens on
+    S3's side, where the operator sees no change that would bring it back otherwise.
+    """
 
     reason = "S3Error"
+    retryable = True
+    lasting = True
 
 
 class S3UnavailableError(S3Error):
@@ -60,6 +72,7 @@ class S3UnavailableError(S3Error):
 
     reason = "S3Unavailable"
     retryable = True
+    lasting = False
 
 
 class S3AccessDeniedError(S3Error):
@@ -79,6 +92,7 @@ class S3ObjectChangedError(S3Error):
 
     reason = "LibraryChangedDuringSync"
     retryable = True
+    lasting = False
 
 
 class S3ObjectArchivedError(S3Error):

@@ -4,9 +4,9 @@ boto3 is synchronous; the sync runs these calls in a worker thread, except the r
 small files, which :class:`S3ObjectStore` does on the event loop through presigned URLs
 (:mod:`craft_operator.library.s3_fetch`). Retries with backoff
 belong to the caller (the reconciler): botocore itself is told to try only
-``max_attempts`` times, and every failure is turned into an :class:`S3Error` subclass whose
-``retryable`` flag says whether waiting can help (an outage) or not (a missing bucket,
-denied access).
+``max_attempts`` times, and every failure is turned into an :class:`S3Error` subclass, all
+of them retried with backoff: an outage passes, and a missing bucket or denied access is
+mended on S3's side, where the operator sees no change.
 
 boto3 and botocore are imported on first use: the operator does not carry them (about
 10 MiB) until a library is synced.

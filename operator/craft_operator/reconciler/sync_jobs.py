@@ -158,7 +158,9 @@ def read_outcome(cache: ObjectCache, job: Mapping[str, Any]) -> JobOutcome | Non
         pod_uid=str(annotations.get(ANNOTATION_POD_UID, "")),
         config=str(annotations.get(ANNOTATION_CONFIG, "")),
         result=result,
-        retryable=exit_code not in PERMANENT_EXIT_CODES,
+        # A permanent exit is retried later when the sync says the refusal may be mended
+        # without a change to the sandbox (S3's side: a bucket policy, a key).
+        retryable=exit_code not in PERMANENT_EXIT_CODES or result.get("retryable") is True,
         message=message,
         reason=reason,
     )

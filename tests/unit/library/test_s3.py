@@ -54,7 +54,7 @@ def test_a_listing_stops_one_object_past_its_limit(bucket: Bucket) -> None:
 def test_a_missing_bucket_is_permanent(bucket: Bucket) -> None:
     with pytest.raises(S3BucketNotFoundError, match="no-such-bucket") as raised:
         bucket.store.list_objects("no-such-bucket", "x/")
-    assert not raised.value.retryable
+    assert raised.value.lasting
 
 
 @S3
@@ -97,7 +97,7 @@ def test_failures_are_classified_for_the_caller_s_retries(
     classified = classify_s3_error(error, bucket="files")
 
     assert type(classified) is kind
-    assert classified.retryable is retryable
+    assert classified.lasting is not retryable
     assert "files" in str(classified)
 
 
@@ -114,7 +114,7 @@ def test_a_bucket_in_another_region_is_said_to_be_a_region_setting(code: str, st
     classified = classify_s3_error(client_error(code, status), bucket="files")
 
     assert type(classified) is S3Error
-    assert not classified.retryable
+    assert classified.lasting
     assert "CRAFT_S3_REGION" in str(classified)
 
 

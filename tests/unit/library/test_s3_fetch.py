@@ -88,7 +88,7 @@ async def test_an_object_replaced_since_the_listing_is_refused_as_changed(
 async def test_a_missing_bucket_is_permanent(bucket: Bucket, fetcher: ObjectFetcher) -> None:
     with pytest.raises(S3BucketNotFoundError) as raised:
         await fetcher.fetch("no-such-bucket", "k", '"etag"', 1)
-    assert not raised.value.retryable
+    assert raised.value.lasting
 
 
 async def test_s3_gone_is_retryable_and_says_where_without_the_signed_url(
@@ -173,7 +173,7 @@ async def test_s3_error_answers_are_classified_like_boto3s(
         await reader.close()
 
     assert type(raised.value) is kind
-    assert raised.value.retryable is retryable
+    assert raised.value.lasting is not retryable
 
 
 @pytest.mark.parametrize(
@@ -223,7 +223,7 @@ async def test_a_refusal_of_botocores_own_url_is_the_error(
     finally:
         await reader.close()
 
-    assert raised.value.retryable is False
+    assert raised.value.lasting
     assert presigned == [PROBE_KEY, "k"]
     assert gets == ["/files/k", "/files/k"]
 

@@ -108,7 +108,7 @@ async def test_a_missing_bucket_is_permanent_on_the_event_loop_too(bucket: Bucke
             await store.list_objects_on_loop("no-such-bucket", "x/")
     finally:
         await store.close()
-    assert not raised.value.retryable
+    assert raised.value.lasting
 
 
 @pytest.mark.parametrize(

@@ -661,7 +661,7 @@ async def test_more_archived_objects_than_one_sync_skips_fail_it_naming_the_way_
     with pytest.raises(S3ObjectArchivedError) as raised:
         await sync(bucket, pods)
 
-    assert not raised.value.retryable
+    assert raised.value.lasting, "retried later: restoring an object is done on S3"
     assert raised.value.reason == "S3ObjectArchived"
     assert "spec.userLibrary.exclude" in raised.value.message
     assert "S3AccessDenied" not in raised.value.message
