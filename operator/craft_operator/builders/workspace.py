@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from craft_operator.api.models import GROUP, WORKSPACE_MOUNT, CraftSandbox
-from craft_operator.builders.naming import LABEL_USER_ID, child_metadata
+from craft_operator.builders.naming import LABEL_ONYX_TENANT_ID, LABEL_USER_ID, child_metadata
 from craft_operator.kube.kinds import WORKSPACE_SUFFIX
 
 VOLUME_NAME = "workspace"
@@ -72,14 +72,17 @@ def has_controller(obj: Mapping[str, Any]) -> bool:
 
 
 def is_retained_for(pvc: dict[str, Any], sandbox: CraftSandbox) -> bool:
-    """Whether ``pvc`` is a workspace retained from a sandbox of this name and user.
+    """Whether ``pvc`` is a workspace retained from a sandbox of this name, user and tenant.
 
     Such a PVC is the user's own, kept by ``retain`` after their sandbox was deleted; it has
-    no controller any more. Anything else by that name is never taken over.
+    no controller any more. Anything else by that name is never taken over: a user id names
+    a user only within its tenant, so a sandbox naming the same id in another tenant never
+    gets this tenant's files.
     """
     labels = pvc.get("metadata", {}).get("labels") or {}
     return (
         not has_controller(pvc)
         and labels.get(LABEL_RETAINED) == sandbox.metadata.name
         and labels.get(LABEL_USER_ID) == sandbox.spec.user.id
+        and labels.get(LABEL_ONYX_TENANT_ID) == sandbox.spec.user.tenant_id
     )

@@ -92,8 +92,10 @@ def test_adding_a_workspace_changes_the_pod_template(
     assert before["metadata"]["annotations"][hash_key] != after["metadata"]["annotations"][hash_key]
 
 
-def retained_pvc(name: str = "alice", user: str = USER_ID, **meta: object) -> dict[str, object]:
-    labels = {LABEL_RETAINED: name, naming.LABEL_USER_ID: user}
+def retained_pvc(
+    name: str = "alice", user: str = USER_ID, tenant: str = "public", **meta: object
+) -> dict[str, object]:
+    labels = {LABEL_RETAINED: name, naming.LABEL_USER_ID: user, naming.LABEL_ONYX_TENANT_ID: tenant}
     return {"metadata": {"name": f"{name}-workspace", "labels": labels, **meta}}
 
 
@@ -107,11 +109,18 @@ def test_a_retained_workspace_belongs_to_a_new_sandbox_of_the_same_name_and_user
     "pvc",
     [
         retained_pvc(user=OTHER_USER),
+        retained_pvc(tenant="tenant-b"),
         retained_pvc(name="bob"),
         {"metadata": {"name": "alice-workspace", "labels": {naming.LABEL_USER_ID: USER_ID}}},
         retained_pvc(ownerReferences=[{"uid": "someone", "controller": True}]),
     ],
-    ids=["another user", "another sandbox", "never retained", "controlled by another"],
+    ids=[
+        "another user",
+        "the same user id in another tenant",
+        "another sandbox",
+        "never retained",
+        "controlled by another",
+    ],
 )
 def test_nothing_else_by_that_name_is_ever_taken_over(
     make_sandbox: MakeSandbox, pvc: dict[str, object]

@@ -11,7 +11,7 @@ import pytest
 
 from craft_operator.api.models import Phase
 from craft_operator.api.parse import parse_sandbox
-from craft_operator.builders.naming import LABEL_USER_ID
+from craft_operator.builders.naming import LABEL_ONYX_TENANT_ID, LABEL_USER_ID
 from craft_operator.builders.workspace import LABEL_RETAINED
 from craft_operator.reconciler.step import Memory, Pass, Stop
 from craft_operator.reconciler.steps import workspace
@@ -42,7 +42,7 @@ def storage(world: World) -> str:
     return str(pvc["spec"]["resources"]["requests"]["storage"])
 
 
-def retained_pvc(user: str = USER) -> dict[str, Any]:
+def retained_pvc(user: str = USER, tenant: str = "public") -> dict[str, Any]:
     """A workspace kept after its sandbox was deleted (as the finalizer leaves it)."""
     labels = {"app.kubernetes.io/managed-by": "craft-operator", LABEL_RETAINED: NAME}
     return {
@@ -51,7 +51,7 @@ def retained_pvc(user: str = USER) -> dict[str, Any]:
         "metadata": {
             "name": CLAIM,
             "namespace": NAMESPACE,
-            "labels": {**labels, LABEL_USER_ID: user},
+            "labels": {**labels, LABEL_USER_ID: user, LABEL_ONYX_TENANT_ID: tenant},
         },
         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
     }
@@ -191,15 +191,22 @@ async def test_a_retained_workspace_is_taken_back_by_the_same_user(world: World)
     assert world.events.reasons == ["WorkspaceAdopted"]
 
 
-async def test_a_retained_workspace_of_another_user_is_never_taken(world: World) -> None:
-    world.emulator.create(PVCS, retained_pvc(user=OTHER_USER))
+@pytest.mark.parametrize(
+    "pvc",
+    [retained_pvc(user=OTHER_USER), retained_pvc(tenant="tenant-b")],
+    ids=["another user", "the same user id in another tenant"],
+)
+async def test_a_retained_workspace_of_another_user_is_never_taken(
+    world: World, pvc: dict[str, Any]
+) -> None:
+    world.emulator.create(PVCS, pvc)
     observed(world)
     p = world.pass_(spec=spec())
     assert await workspace.converge_workspace(p) == Stop("WorkspaceNameTaken")
     pvc = world.stored(PVCS, CLAIM)
     assert pvc is not None
     assert "ownerReferences" not in pvc["metadata"]
-    assert pvc["metadata"]["labels"][LABEL_USER_ID] == OTHER_USER
+    assert pvc["metadata"]["labels"][LABEL_RETAINED] == NAME
 
 
 async def test_a_write_the_api_server_refuses_is_workspace_write_failed(world: World) -> None:
