@@ -81,9 +81,10 @@ class Memory:
     reported: dict[tuple[str, str], str] = field(default_factory=dict)
     #: What a pass held for the next one, per sandbox (see ``Run.hold``).
     held: dict[tuple[str, str], Held] = field(default_factory=dict)
-    #: The reason of the cold start said while the sandbox has no pod yet, per sandbox: a
-    #: cold pod whose creation is retried (a quota, say) is one cold start, not one a pass.
-    cold_start: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: The reason (and pool) of the cold start said while the sandbox has no pod yet, per
+    #: sandbox: a cold pod whose creation is retried (a quota, say) is one cold start, not
+    #: one a pass, counted when the pod is created.
+    cold_start: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
     #: Since when the sandbox's pod (by uid) has been seen not Ready, per sandbox: a pass
     #: stopped by an earlier row (the database down, say) marks PodReady Unknown, and the
     #: False that follows would restart the provisioning timeout's clock.

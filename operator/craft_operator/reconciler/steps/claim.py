@@ -310,13 +310,23 @@ async def _settle(
 
 
 def _cold(p: Pass, reason: str, why: str, pool: str = "") -> None:
-    """Say (and count) that the sandbox starts cold, and why (``pool``: the existing pool
-    involved, if any): once until it has a pod, not once per pass that retries the cold
-    pod's creation."""
+    """Say that the sandbox starts cold, and why (``pool``: the existing pool involved, if
+    any): once until it has a pod, not once per pass that retries the cold pod's creation,
+    and again only if the reason changes. It is counted once, when the cold pod is created
+    (:func:`count_cold_start`)."""
     said = p.memory.cold_start
-    if said.get(p.run.key) == reason:
+    if said.get(p.run.key, ("", ""))[0] == reason:
         return
-    said[p.run.key] = reason
-    namespace = p.sandbox.metadata.namespace or ""
-    p.services.metrics.pool_cold_start(reason, namespace, _counted_as(p, pool))
+    said[p.run.key] = (reason, pool)
     p.event("ColdStart", f"no warm pod ({reason}): {why}; starting a new pod")
+
+
+def count_cold_start(p: Pass) -> None:
+    """Count the cold start said for the sandbox, by its latest reason, now that its cold
+    pod was created: a sandbox whose creation was retried, under a quota say, while the
+    reason changed is one cold start, and one that claimed a warm pod meanwhile is none."""
+    said = p.memory.cold_start.pop(p.run.key, None)
+    if said is not None:
+        reason, pool = said
+        namespace = p.sandbox.metadata.namespace or ""
+        p.services.metrics.pool_cold_start(reason, namespace, _counted_as(p, pool))

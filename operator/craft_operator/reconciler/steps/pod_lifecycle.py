@@ -15,7 +15,7 @@ from craft_operator.kube.client import ApiError, ConflictError
 from craft_operator.metrics import ProvisioningPhase
 from craft_operator.reconciler.children import ForeignObjectError, is_ours
 from craft_operator.reconciler.step import Pass, Stop
-from craft_operator.reconciler.steps import pod_state
+from craft_operator.reconciler.steps import claim, pod_state
 from craft_operator.status import POD_READY, ConditionState
 
 WAITING = "WaitingForPod"
@@ -90,6 +90,7 @@ async def create(p: Pass, desired: dict[str, Any]) -> Stop:
             p.fail(POD_READY, "PodCreateFailed", str(exc))
         return Stop(WAITING)
     s.metrics.observe_phase(ProvisioningPhase.POD_CREATE, time.monotonic() - started)
+    claim.count_cold_start(p)
     s.cache.put(POD.name, created)
     run.status.claimed_from = None
     run.pod_exists = True

@@ -765,14 +765,7 @@ async def test_a_sandbox_woken_while_a_pool_like_it_has_no_ready_pod_says_it_sta
 async def test_a_cold_pod_whose_creation_is_retried_is_one_cold_start(pooled: World) -> None:
     warm_pods(pooled, 0)
     memory = Memory()
-    real = pooled.services.kube.create
-
-    async def over_quota(kind: Any, body: Any) -> Any:
-        if body.get("kind") == "Pod":
-            raise ApiError(403, "Forbidden", "pods is forbidden: exceeded quota")
-        return await real(kind, body)
-
-    pooled.services.kube.create = over_quota  # type: ignore[method-assign]
+    real = over_quota(pooled)
     for _ in range(3):  # the pod step retries the cold pod's creation, pass after pass
         p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
         p.memory = memory
@@ -787,6 +780,81 @@ async def test_a_cold_pod_whose_creation_is_retried_is_one_cold_start(pooled: Wo
     cold = {"namespace": NAMESPACE, "pool": POOL, "reason": "PoolEmpty"}
     assert registry.get_sample_value("craft_pool_cold_starts_total", cold) == 1
     assert pooled.stored("v1/pods", NAME) is not None
+
+
+def over_quota(world: World) -> Any:
+    """Make the API server refuse every pod create, as a full ResourceQuota does; returns
+    the real create, to put back."""
+    real = world.services.kube.create
+
+    async def refuse(kind: Any, body: Any) -> Any:
+        if body.get("kind") == "Pod":
+            raise ApiError(403, "Forbidden", "pods is forbidden: exceeded quota")
+        return await real(kind, body)
+
+    world.services.kube.create = refuse  # type: ignore[method-assign]
+    return real
+
+
+def cold_starts(world: World) -> dict[str, float]:
+    """The cold starts counted so far, by reason (any pool label)."""
+    counted: dict[str, float] = {}
+    for metric in world.services.metrics.registry.collect():
+        for sample in metric.samples:
+            if sample.name == "craft_pool_cold_starts_total" and sample.value:
+                reason = sample.labels["reason"]
+                counted[reason] = counted.get(reason, 0) + sample.value
+    return counted
+
+
+async def test_a_cold_start_whose_reason_changes_while_its_creation_is_retried_is_one(
+    pooled: World,
+) -> None:
+    warm_pods(pooled, 0)
+    memory = Memory()
+    real = over_quota(pooled)
+    body = pooled.cache.get(kinds.POOL.name, NAMESPACE, POOL)
+    for present in (True, False, True):  # PoolEmpty, then NoPool (deleted), PoolEmpty again
+        if present:
+            pooled.cache.put(kinds.POOL.name, body)
+        else:
+            pooled.cache.forget(kinds.POOL.name, NAMESPACE, POOL)
+        p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+        p.memory = memory
+        await pod.converge_pod(p)
+    assert cold_starts(pooled) == {}, "nothing counted before a cold pod exists"
+    pooled.services.kube.create = real  # type: ignore[method-assign]
+    p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    p.memory = memory
+    await pod.converge_pod(p)
+
+    assert pooled.stored("v1/pods", NAME) is not None
+    assert cold_starts(pooled) == {"PoolEmpty": 1}
+
+
+async def test_a_sandbox_that_claims_after_its_cold_pod_was_refused_is_no_cold_start(
+    pooled: World,
+) -> None:
+    [warm] = warm_pods(pooled, 1)
+    pooled.cache.forget(kinds.POD.name, NAMESPACE, warm)  # not Ready yet, as the pass sees it
+    memory = Memory()
+    real = over_quota(pooled)
+    p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    p.memory = memory
+    await pod.converge_pod(p)
+    pooled.services.kube.create = real  # type: ignore[method-assign]
+    ready = pooled.emulator.get("v1/pods", NAMESPACE, warm)
+    pooled.cache.put(kinds.POD.name, ready)  # the pool refills before the quota lets a pod in
+    p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    p.memory = memory
+    await pod.converge_pod(p)
+
+    assert p.pod is not None
+    assert p.pod["metadata"]["name"] == warm, "claimed"
+    registry = pooled.services.metrics.registry
+    where = {"namespace": NAMESPACE, "pool": POOL}
+    assert registry.get_sample_value("craft_pool_claims_total", where) == 1
+    assert cold_starts(pooled) == {}
 
 
 async def test_a_claimed_pods_skill_is_not_written_alone_while_its_pat_delivery_runs_on(
