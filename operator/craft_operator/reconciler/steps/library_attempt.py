@@ -58,9 +58,7 @@ def is_current(run: Run, current: UserLibraryStatus, attempt: Attempt) -> bool:
         synced is not None
         and synced.status == ConditionStatus.TRUE
         and synced.reason in (SYNCED, RESYNCED)
-        and (current.observed_revision or "") == attempt.revision
-        and current.pod_uid == attempt.pod_uid
-        and current.config_hash == attempt.config
+        and _recorded_for(current, attempt)
     )
 
 
@@ -79,14 +77,32 @@ def still_current(run: Run, current: UserLibraryStatus, attempt: Attempt) -> boo
         and held.message == WAITING_MESSAGE
         and current.last_sync_time is not None
         and current.last_error is None
-        and (current.observed_revision or "") == attempt.revision
+        and _recorded_for(current, attempt)
+    )
+    if waited:
+        run.set(ConditionState.true(USER_LIBRARY_SYNCED, SYNCED, synced_message(current)))
+    return waited
+
+
+def _recorded_for(current: UserLibraryStatus, attempt: Attempt) -> bool:
+    """Whether the status records a sync of this revision, into this pod, with this
+    configuration."""
+    return (
+        (current.observed_revision or "") == attempt.revision
         and current.pod_uid == attempt.pod_uid
         and current.config_hash == attempt.config
     )
-    if waited:
-        message = f"{current.files} files, {current.bytes} bytes"
-        run.set(ConditionState.true(USER_LIBRARY_SYNCED, SYNCED, message))
-    return waited
+
+
+def synced_message(synced: UserLibraryStatus) -> str:
+    """The True condition's message for a sync: its files and bytes, and the keys skipped
+    as unsafe, if any (a figure a Job did not report is ``?``)."""
+    files = "?" if synced.files is None else synced.files
+    size = "?" if synced.bytes is None else synced.bytes
+    message = f"{files} files, {size} bytes"
+    if synced.skipped:
+        message += f"; {synced.skipped} unsafe keys skipped"
+    return message
 
 
 def short_hash(text: str) -> str:

@@ -16,7 +16,12 @@ from craft_operator.reconciler.library_pool import Outcome
 from craft_operator.reconciler.pod_guard import pod_check
 from craft_operator.reconciler.run import Run
 from craft_operator.reconciler.step import Pass
-from craft_operator.reconciler.steps.library_attempt import RESYNCED, SYNCED, Attempt
+from craft_operator.reconciler.steps.library_attempt import (
+    RESYNCED,
+    SYNCED,
+    Attempt,
+    synced_message,
+)
 from craft_operator.status import USER_LIBRARY_SYNCED, ConditionState
 
 NORMAL, WARNING = "Normal", "Warning"
@@ -98,7 +103,7 @@ def _failed(
 def _succeeded(s: Services, run: Run, result: SyncResult, attempt: Attempt) -> None:
     # Job mode's Job (one may still run after a switch to Exec) and numbering are kept.
     kept = run.status.user_library or UserLibraryStatus()
-    run.status.user_library = UserLibraryStatus(
+    synced = UserLibraryStatus(
         job=kept.job,
         job_sequence=kept.job_sequence,
         observed_revision=attempt.revision or None,
@@ -111,9 +116,8 @@ def _succeeded(s: Services, run: Run, result: SyncResult, attempt: Attempt) -> N
         pod_uid=attempt.pod_uid,
         config_hash=attempt.config,
     )
-    message = f"{result.files} files, {result.bytes} bytes"
-    if result.skipped:
-        message += f"; {len(result.skipped)} unsafe keys skipped"
+    run.status.user_library = synced
+    message = synced_message(synced)
     reason = SYNCED
     if result.distrust is not None:
         reason = RESYNCED

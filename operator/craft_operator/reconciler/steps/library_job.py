@@ -17,7 +17,12 @@ from craft_operator.reconciler import egress, sync_jobs
 from craft_operator.reconciler.children import ForeignObjectError, controlled_by
 from craft_operator.reconciler.library_pool import Outcome
 from craft_operator.reconciler.step import Pass
-from craft_operator.reconciler.steps.library_attempt import Attempt, still_current
+from craft_operator.reconciler.steps.library_attempt import (
+    SYNCED,
+    Attempt,
+    still_current,
+    synced_message,
+)
 from craft_operator.status import USER_LIBRARY_SYNCED, ConditionState
 
 JOB, POD, PVC = kinds.JOB, kinds.POD, kinds.PVC
@@ -246,8 +251,8 @@ def _succeeded(
 ) -> UserLibraryStatus:
     result = outcome.result
     synced = sync_jobs.synced_status(outcome, now=p.run.moment(), job_sequence=current.job_sequence)
-    message = f"{result.get('files', '?')} files, {result.get('bytes', '?')} bytes"
-    p.run.set(ConditionState.true(USER_LIBRARY_SYNCED, "Synced", message))
+    message = synced_message(synced)
+    p.run.set(ConditionState.true(USER_LIBRARY_SYNCED, SYNCED, message))
     p.services.metrics.sync_finished(
         int(result.get("bytesTransferred") or 0), float(result.get("durationSeconds") or 0)
     )

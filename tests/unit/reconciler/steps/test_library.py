@@ -14,12 +14,12 @@ from craft_operator.library import resolve_location
 from craft_operator.library.errors import DestinationUnwritableError, ExecFailedError
 from craft_operator.library.sync import SyncResult
 from craft_operator.reconciler.pod_guard import PodChangedError
-from craft_operator.reconciler.step import Pass
+from craft_operator.reconciler.step import WAITING_MESSAGE, Pass
 from craft_operator.reconciler.steps import library
 from craft_operator.reconciler.steps.library_attempt import attempt_for
 from craft_operator.status import ConditionState
 from tests.unit.reconciler.conftest import NAMESPACE
-from tests.unit.reconciler.steps.conftest import NAME, UID, World
+from tests.unit.reconciler.steps.conftest import NAME, NOW, UID, World
 
 pytestmark = pytest.mark.unit
 
@@ -69,6 +69,35 @@ async def test_a_library_synced_for_this_revision_and_pod_is_left_alone(
     assert await library.sync_library(p) is None
     assert not world.services.library_pool.busy(p.run.key, p.sandbox.metadata.uid or "")
     assert p.run.touched == set()
+
+
+async def test_a_sync_recorded_before_a_pass_stopped_early_stands_as_it_was_said(
+    make_world: Callable[..., World],
+) -> None:
+    # A pass stopped at an earlier row (the database down) left the condition Unknown; the
+    # status still records this sync, so the True condition comes back as the sync said it.
+    world = make_world(s3_bucket="onyx-user-files")
+    first = ready_pass(world)
+    location = resolve_location(
+        first.sandbox.spec.user_library, first.sandbox.spec.user, world.services.settings
+    )
+    attempt = attempt_for(first.sandbox, location, "pod-1")
+    first.run.set(ConditionState.unknown("UserLibrarySynced", "Waiting", WAITING_MESSAGE))
+    first.run.status.user_library = UserLibraryStatus(
+        pod_uid="pod-1",
+        config_hash=attempt.config,
+        last_sync_time=NOW,
+        files=3,
+        bytes=10,
+        skipped=2,
+    )
+    p = ready_pass(world, status=dump_status(first.run.status))
+    assert await library.sync_library(p) is None
+    assert not world.services.library_pool.busy(p.run.key, p.sandbox.metadata.uid or "")
+    condition = p.run.condition("UserLibrarySynced")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("True", "Synced")
+    assert condition.message == "3 files, 10 bytes; 2 unsafe keys skipped"
 
 
 class CapturingLibrary:
