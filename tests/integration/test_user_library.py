@@ -12,6 +12,7 @@ import pytest
 from kmock._internal import rendering
 
 from craft_operator.config import Settings
+from craft_operator.context import OperatorContext
 from craft_operator.credentials.errors import DatabaseUnavailableError
 from craft_operator.library import S3AccessDeniedError, make_s3_client
 from tests.integration.conftest import SANDBOXES
@@ -58,10 +59,12 @@ async def operator_with_s3(
     pod_exec: EmulatedPodExec,
     s3: S3Server,
     s3_client: Any,
-) -> AsyncIterator[None]:
+) -> AsyncIterator[OperatorContext]:
+    """The operator, syncing libraries from the test's S3 bucket."""
     with_s3 = settings.model_copy(update={"s3_bucket": BUCKET, "s3_endpoint_url": s3.url})
-    async with running_operator(str(emulator.url).rstrip("/"), with_s3, exec_transport=pod_exec):
-        yield
+    url = str(emulator.url).rstrip("/")
+    async with running_operator(url, with_s3, exec_transport=pod_exec) as op:
+        yield op
 
 
 def upload(client: Any, path: str, data: bytes) -> None:
@@ -86,7 +89,10 @@ async def ready_with_library(emulator: KubeEmulator) -> dict:
 
 
 async def test_the_library_is_synced_when_the_pod_starts(
-    emulator: KubeEmulator, operator_with_s3: None, s3_client: Any, pod_exec: EmulatedPodExec
+    emulator: KubeEmulator,
+    operator_with_s3: OperatorContext,
+    s3_client: Any,
+    pod_exec: EmulatedPodExec,
 ) -> None:
     upload(s3_client, "notes/plan.md", b"# plan\n")
     upload(s3_client, "data.csv", b"a,b\n1,2\n")
@@ -101,7 +107,7 @@ async def test_the_library_is_synced_when_the_pod_starts(
 
 
 async def test_a_sandbox_with_a_library_is_ready_after_six_writes_and_two_events(
-    emulator: KubeEmulator, operator_with_s3: None, s3_client: Any
+    emulator: KubeEmulator, operator_with_s3: OperatorContext, s3_client: Any
 ) -> None:
     upload(s3_client, "notes/plan.md", b"# plan\n")
     before = len(emulator.served)
@@ -141,7 +147,10 @@ async def test_a_sandbox_with_a_library_is_ready_after_six_writes_and_two_events
 
 
 async def test_a_new_revision_annotation_syncs_only_what_changed(
-    emulator: KubeEmulator, operator_with_s3: None, s3_client: Any, pod_exec: EmulatedPodExec
+    emulator: KubeEmulator,
+    operator_with_s3: OperatorContext,
+    s3_client: Any,
+    pod_exec: EmulatedPodExec,
 ) -> None:
     upload(s3_client, "big.bin", b"x" * 100_000)
     await ready_with_library(emulator)
@@ -166,7 +175,10 @@ async def test_a_new_revision_annotation_syncs_only_what_changed(
 
 
 async def test_a_revision_bumped_during_a_sync_is_not_lost(
-    emulator: KubeEmulator, operator_with_s3: None, s3_client: Any, pod_exec: EmulatedPodExec
+    emulator: KubeEmulator,
+    operator_with_s3: OperatorContext,
+    s3_client: Any,
+    pod_exec: EmulatedPodExec,
 ) -> None:
     await ready_with_library(emulator)
     upload(s3_client, "first.txt", b"1")
@@ -184,7 +196,10 @@ async def test_a_revision_bumped_during_a_sync_is_not_lost(
 
 
 async def test_a_replaced_pod_gets_the_library_again(
-    emulator: KubeEmulator, operator_with_s3: None, s3_client: Any, pod_exec: EmulatedPodExec
+    emulator: KubeEmulator,
+    operator_with_s3: OperatorContext,
+    s3_client: Any,
+    pod_exec: EmulatedPodExec,
 ) -> None:
     upload(s3_client, "keep.txt", b"keep")
     await ready_with_library(emulator)
@@ -211,7 +226,10 @@ async def test_a_replaced_pod_gets_the_library_again(
 
 
 async def test_excluded_and_disabled_paths_are_removed_from_the_sandbox(
-    emulator: KubeEmulator, operator_with_s3: None, s3_client: Any, pod_exec: EmulatedPodExec
+    emulator: KubeEmulator,
+    operator_with_s3: OperatorContext,
+    s3_client: Any,
+    pod_exec: EmulatedPodExec,
 ) -> None:
     for path in ("a.txt", "tmp/scratch.log", "private/secret.txt", "private/deep/x.txt"):
         upload(s3_client, path, b"data")
@@ -237,7 +255,7 @@ async def test_excluded_and_disabled_paths_are_removed_from_the_sandbox(
 
 async def test_hostile_keys_are_skipped_and_reported_and_nothing_escapes_the_library(
     emulator: KubeEmulator,
-    operator_with_s3: None,
+    operator_with_s3: OperatorContext,
     s3_client: Any,
     pod_exec: EmulatedPodExec,
     tmp_path: Path,
@@ -288,7 +306,10 @@ async def test_a_library_over_the_cap_is_reported_and_nothing_is_applied(
 
 
 async def test_an_s3_outage_is_reported_and_the_sync_recovers_on_its_own(
-    emulator: KubeEmulator, operator_with_s3: None, s3: S3Server, pod_exec: EmulatedPodExec
+    emulator: KubeEmulator,
+    operator_with_s3: OperatorContext,
+    s3: S3Server,
+    pod_exec: EmulatedPodExec,
 ) -> None:
     s3.stop()
     emulator.create(SANDBOXES, sandbox("alice"))
@@ -312,7 +333,10 @@ async def test_an_s3_outage_is_reported_and_the_sync_recovers_on_its_own(
 
 
 async def test_a_status_the_api_server_cannot_store_backs_off_instead_of_redoing_every_second(
-    emulator: KubeEmulator, operator_with_s3: None, pod_exec: EmulatedPodExec, s3_client: Any
+    emulator: KubeEmulator,
+    operator_with_s3: OperatorContext,
+    pod_exec: EmulatedPodExec,
+    s3_client: Any,
 ) -> None:
     """A spec that only just fits etcd leaves no room for its status: every status write
     fails. The sync and the validation the status never records were redone about once a
@@ -339,48 +363,43 @@ async def test_a_status_the_api_server_cannot_store_backs_off_instead_of_redoing
 
 async def test_a_database_outage_does_not_sync_the_library_again_once_it_ends(
     emulator: KubeEmulator,
-    settings: Settings,
-    pod_exec: EmulatedPodExec,
-    s3: S3Server,
+    operator_with_s3: OperatorContext,
     s3_client: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # While the database is down the pass stops before the library's row, which shows as
     # Unknown meanwhile; once it is back, the recorded sync still stands: a fleet must not
     # resync every library (an S3 listing and an exec each) before it is Ready again.
+    services = operator_with_s3.services
     upload(s3_client, "a.md", b"hello\n")
-    with_s3 = settings.model_copy(update={"s3_bucket": BUCKET, "s3_endpoint_url": s3.url})
-    url = str(emulator.url).rstrip("/")
-    async with running_operator(url, with_s3, exec_transport=pod_exec) as op:
-        await ready_with_library(emulator)
-        synced = condition(emulator, "alice", "UserLibrarySynced")
-        assert synced["reason"] == "Synced"
-        syncs: list[object] = []
-        real_sync, real_ensure = op.services.library.sync, op.services.credentials.ensure
+    await ready_with_library(emulator)
+    synced = condition(emulator, "alice", "UserLibrarySynced")
+    assert synced["reason"] == "Synced"
+    syncs: list[object] = []
+    real_sync, real_ensure = services.library.sync, services.credentials.ensure
 
-        async def counted_sync(*args: Any, **kwargs: Any) -> Any:
-            syncs.append(args)
-            return await real_sync(*args, **kwargs)
+    async def counted_sync(*args: Any, **kwargs: Any) -> Any:
+        syncs.append(args)
+        return await real_sync(*args, **kwargs)
 
-        async def unreachable(*args: object, **kwargs: object) -> None:
-            raise DatabaseUnavailableError("the credentials database is unreachable")
+    async def unreachable(*args: object, **kwargs: object) -> None:
+        raise DatabaseUnavailableError("the credentials database is unreachable")
 
-        monkeypatch.setattr(op.services.library, "sync", counted_sync)
-        monkeypatch.setattr(op.services.credentials, "ensure", unreachable)
-        emulator.patch(SANDBOXES, NAMESPACE, "alice", {"metadata": {"labels": {"poke": "1"}}})
-        await eventually(
-            lambda: (
-                condition(emulator, "alice", "CredentialsReady").get("reason")
-                == "DatabaseUnavailable"
-            ),
-            what="the outage reported",
-        )
-        assert condition(emulator, "alice", "UserLibrarySynced")["status"] == "Unknown"
+    monkeypatch.setattr(services.library, "sync", counted_sync)
+    monkeypatch.setattr(services.credentials, "ensure", unreachable)
+    emulator.patch(SANDBOXES, NAMESPACE, "alice", {"metadata": {"labels": {"poke": "1"}}})
+    await eventually(
+        lambda: (
+            condition(emulator, "alice", "CredentialsReady").get("reason") == "DatabaseUnavailable"
+        ),
+        what="the outage reported",
+    )
+    assert condition(emulator, "alice", "UserLibrarySynced")["status"] == "Unknown"
 
-        monkeypatch.setattr(op.services.credentials, "ensure", real_ensure)
-        emulator.patch(SANDBOXES, NAMESPACE, "alice", {"metadata": {"labels": {"poke": "2"}}})
-        await phase(emulator, "alice", "Ready", within=20)
-        await asyncio.sleep(1.0)
+    monkeypatch.setattr(services.credentials, "ensure", real_ensure)
+    emulator.patch(SANDBOXES, NAMESPACE, "alice", {"metadata": {"labels": {"poke": "2"}}})
+    await phase(emulator, "alice", "Ready", within=20)
+    await asyncio.sleep(1.0)
 
     assert syncs == [], "the library was synced again though nothing about it changed"
     after = condition(emulator, "alice", "UserLibrarySynced")
@@ -390,44 +409,40 @@ async def test_a_database_outage_does_not_sync_the_library_again_once_it_ends(
 
 async def test_a_library_s3_refused_is_synced_by_itself_once_s3_allows_it(
     emulator: KubeEmulator,
-    settings: Settings,
-    pod_exec: EmulatedPodExec,
-    s3: S3Server,
+    operator_with_s3: OperatorContext,
     s3_client: Any,
+    pod_exec: EmulatedPodExec,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # A bucket policy or role broken for a while is mended on S3's side, where the operator
     # sees no change: the refusal is retried with backoff, never pinned for good.
+    services = operator_with_s3.services
     upload(s3_client, "a.md", b"hello\n")
-    with_s3 = settings.model_copy(update={"s3_bucket": BUCKET, "s3_endpoint_url": s3.url})
-    async with running_operator(
-        str(emulator.url).rstrip("/"), with_s3, exec_transport=pod_exec
-    ) as op:
-        await ready_with_library(emulator)
-        real_sync = op.services.library.sync
-        denied = [True]
+    await ready_with_library(emulator)
+    real_sync = services.library.sync
+    denied = [True]
 
-        async def refusing(*args: Any, **kwargs: Any) -> Any:
-            if denied[0]:
-                raise S3AccessDeniedError(f"S3 denied access to bucket '{BUCKET}': Access Denied")
-            return await real_sync(*args, **kwargs)
+    async def refusing(*args: Any, **kwargs: Any) -> Any:
+        if denied[0]:
+            raise S3AccessDeniedError(f"S3 denied access to bucket '{BUCKET}': Access Denied")
+        return await real_sync(*args, **kwargs)
 
-        monkeypatch.setattr(op.services.library, "sync", refusing)
-        upload(s3_client, "b.md", b"world\n")
-        annotate(emulator, "r2")
-        refused = await eventually(
-            lambda: (
-                (c := condition(emulator, "alice", "UserLibrarySynced")).get("reason")
-                == "S3AccessDenied"
-                and c
-            ),
-            what="the refusal reported",
-        )
-        assert refused["message"].endswith("; retried with backoff")
-        denied[0] = False  # the bucket policy is mended
-        await eventually(
-            lambda: condition(emulator, "alice", "UserLibrarySynced").get("reason") == "Synced",
-            what="the library synced once S3 allows it",
-            within=15,
-        )
+    monkeypatch.setattr(services.library, "sync", refusing)
+    upload(s3_client, "b.md", b"world\n")
+    annotate(emulator, "r2")
+    refused = await eventually(
+        lambda: (
+            (c := condition(emulator, "alice", "UserLibrarySynced")).get("reason")
+            == "S3AccessDenied"
+            and c
+        ),
+        what="the refusal reported",
+    )
+    assert refused["message"].endswith("; retried with backoff")
+    denied[0] = False  # the bucket policy is mended
+    await eventually(
+        lambda: condition(emulator, "alice", "UserLibrarySynced").get("reason") == "Synced",
+        what="the library synced once S3 allows it",
+        within=15,
+    )
     assert (library(pod_exec) / "b.md").read_bytes() == b"world\n"
