@@ -39,21 +39,22 @@ def onyx_cli() -> str:
     return found
 
 
-@pytest.fixture(scope="module")
-def search_help(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """``onyx-cli search --help`` of the pinned CLI, run without any Onyx configuration."""
-    home = tmp_path_factory.mktemp("home")
-    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home)}
+def run_onyx_cli(home: Path, *args: str, **env: str) -> str:
+    """Run the pinned onyx-cli with a bare environment (``home`` as its HOME, so no Onyx
+    configuration of this machine's is read, and ``env`` added); its output, once it has
+    exited 0."""
+    bare = {"PATH": os.environ.get("PATH", ""), "HOME": str(home), **env}
     result = subprocess.run(
-        [onyx_cli(), "search", "--help"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
+        [onyx_cli(), *args], capture_output=True, text=True, env=bare, timeout=60, check=False
     )
     assert result.returncode == 0, result.stderr
     return result.stdout
+
+
+@pytest.fixture(scope="module")
+def search_help(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """``onyx-cli search --help`` of the pinned CLI, run without any Onyx configuration."""
+    return run_onyx_cli(tmp_path_factory.mktemp("home"), "search", "--help")
 
 
 def cli_flags(help_text: str) -> set[str]:
@@ -123,22 +124,15 @@ def onyx_api() -> Iterator[str]:
 def test_a_batch_with_one_failed_query_exits_0_and_the_skill_says_how_to_read_it(
     onyx_api: str, tmp_path: Path
 ) -> None:
-    env = {
-        "PATH": os.environ.get("PATH", ""),
-        "HOME": str(tmp_path),
-        "ONYX_SERVER_URL": onyx_api,
-        "ONYX_PAT": "onyx_pat_" + "x" * 32,
-    }
-    result = subprocess.run(
-        [onyx_cli(), "search", "found", "refused"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
+    output = run_onyx_cli(
+        tmp_path,
+        "search",
+        "found",
+        "refused",
+        ONYX_SERVER_URL=onyx_api,
+        ONYX_PAT="onyx_pat_" + "x" * 32,
     )
-    assert result.returncode == 0, result.stderr
-    searches = {entry["query"]: entry for entry in json.loads(result.stdout)["searches"]}
+    searches = {entry["query"]: entry for entry in json.loads(output)["searches"]}
     assert searches["found"]["results"] == []
     assert searches["refused"]["results"] is None
     assert "429" in searches["refused"]["error"]
