@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from craft_operator.api.constants import LABEL_SANDBOX
@@ -26,6 +26,8 @@ WAITING = pod_lifecycle.WAITING
 #: kubelet's crash-loop backoff): a pod that fails soon after it is Ready, claimed pool
 #: pods included, counts towards PodFailedRepeatedly and waits out a growing backoff.
 STABLE_AFTER = 600.0
+#: How long past its grace period a pod being deleted is overdue: looked at once a minute.
+TERMINATING_OVERDUE = timedelta(seconds=60)
 POD = pod_lifecycle.POD
 
 
@@ -58,10 +60,7 @@ async def converge_pod(p: Pass) -> Stop | None:
     if actual is not None and not is_ours(actual, desired):
         return p.fail(POD_READY, "PodNameTaken", str(ForeignObjectError("Pod", namespace, name)))
     if actual is not None and actual["metadata"].get("deletionTimestamp"):
-        run.pod_exists = True
-        run.set(ConditionState.false(POD_READY, "PodTerminating", "the old pod is stopping"))
-        run.revisit(after=5)
-        return Stop(WAITING)
+        return _terminating(p, actual)
     if actual is not None:
         await _remove_extra_pods(p, actual)
     else:
@@ -127,6 +126,26 @@ def own_pod(p: Pass) -> dict[str, Any] | None:
     if named is not None and controlled_by(named, meta.uid):
         return named
     return claimed_pod(p)
+
+
+def _terminating(p: Pass, pod: dict[str, Any]) -> Stop:
+    """The old pod is being deleted: wait for it to go (its watch event brings the next
+    pass), looking again every few seconds, or every minute once it is overdue: a pod held
+    by a finalizer or on an unreachable node may stay for hours, and is said so."""
+    run = p.run
+    run.pod_exists = True
+    due = pod_state.deletion_due(pod)
+    if due is not None and run.now - due > TERMINATING_OVERDUE:
+        message = (
+            f"the old pod {pod['metadata']['name']} is still being deleted, past its grace "
+            f"period since {due.isoformat()}: a finalizer on it or an unreachable node holds it"
+        )
+        run.set(ConditionState.false(POD_READY, "PodTerminating", message))
+        run.revisit(after=TERMINATING_OVERDUE.total_seconds())
+        return Stop(WAITING)
+    run.set(ConditionState.false(POD_READY, "PodTerminating", "the old pod is stopping"))
+    run.revisit(after=5)
+    return Stop(WAITING)
 
 
 def claimed_pod(p: Pass) -> dict[str, Any] | None:

@@ -127,6 +127,12 @@ def created_at(pod: Mapping[str, Any]) -> datetime | None:
     return _moment(pod["metadata"].get("creationTimestamp"))
 
 
+def deletion_due(pod: Mapping[str, Any]) -> datetime | None:
+    """When the pod's deletion is due (its deletionTimestamp: the delete's time plus its
+    grace period), if it is being deleted and that is readable."""
+    return _moment(pod["metadata"].get("deletionTimestamp"))
+
+
 def ready_since(pod: Mapping[str, Any]) -> datetime | None:
     """When the pod's Ready condition last changed (its kubelet's word), if readable."""
     for condition in pod.get("status", {}).get("conditions") or []:

@@ -329,3 +329,40 @@ async def test_a_refused_pod_is_tried_again_only_after_a_while(world: World) -> 
     changed = await pod_pass(world, status=edited, memory=memory)
     await pod.converge_pod(changed)
     assert len(creates) == 3
+
+
+def being_deleted(world: World, due: timedelta) -> None:
+    """The pod is being deleted, its grace period over ``due`` before NOW (a finalizer
+    someone put on it, say, holds it)."""
+    stored = world.emulator.get("v1/pods", NAMESPACE, NAME)
+    meta = stored["metadata"]
+    meta["deletionTimestamp"] = (NOW - due).isoformat().replace("+00:00", "Z")
+    meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
+    world.cache.put("Pod", stored)
+
+
+async def test_a_pod_being_deleted_is_waited_for(world: World) -> None:
+    await pod.converge_pod(await pod_pass(world))
+    being_deleted(world, timedelta(seconds=-20))  # within its grace period
+    p = await pod_pass(world)
+    assert await pod.converge_pod(p) == Stop("WaitingForPod")
+    condition = p.run.condition("PodReady")
+    assert condition is not None
+    assert (condition.reason, condition.message) == ("PodTerminating", "the old pod is stopping")
+    assert p.run.verdict.after == 5
+    assert world.stored("v1/pods", NAME) is not None, "no second pod beside it"
+
+
+async def test_a_pod_stuck_past_its_grace_period_is_said_so_and_looked_at_once_a_minute(
+    world: World,
+) -> None:
+    await pod.converge_pod(await pod_pass(world))
+    being_deleted(world, timedelta(minutes=10))
+    p = await pod_pass(world)
+    assert await pod.converge_pod(p) == Stop("WaitingForPod")
+    condition = p.run.condition("PodReady")
+    assert condition is not None
+    assert condition.reason == "PodTerminating"
+    assert "past its grace period" in condition.message
+    assert "a finalizer on it or an unreachable node" in condition.message
+    assert p.run.verdict.after == 60, "not every 5 s for as long as it stays"
