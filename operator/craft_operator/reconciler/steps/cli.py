@@ -245,7 +245,8 @@ async def _deliver_and_validate(
             timeout=CLI_TIMEOUT,
             max_output_bytes=CLI_MAX_OUTPUT,
         )
-        s.metrics.observe_phase(ProvisioningPhase.CLI_VALIDATION, time.monotonic() - started)
+        if result.exit_code == cli_validation.EXIT_OK:  # (as every phase: its successes)
+            s.metrics.observe_phase(ProvisioningPhase.CLI_VALIDATION, time.monotonic() - started)
         return kept_of(result)
 
     # One delivery per pod, PAT and SKILL.md; a slow one runs on without the pass.

@@ -624,3 +624,20 @@ async def test_a_pod_pat_revoked_at_once_ends_the_verdict_at_once(world: World) 
     condition = p.run.condition("CLIValidated")
     assert condition is not None
     assert condition.status == "Unknown"
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "timed"),
+    [(cli_validation.EXIT_OK, 1), (cli_validation.EXIT_AUTH_FAILURE, 0), (1, 0)],
+    ids=["delivered", "refused", "failed"],
+)
+async def test_only_a_delivery_that_succeeded_is_timed_as_the_cli_validation_phase(
+    world: World, exit_code: int, timed: int
+) -> None:
+    world.exec.cli_exit = exit_code
+    await cli.validate_cli(await ready_pass(world))
+    registry = world.services.metrics.registry
+    count = registry.get_sample_value(
+        "craft_provisioning_phase_duration_seconds_count", {"phase": "cli_validation"}
+    )
+    assert (count or 0) == timed
