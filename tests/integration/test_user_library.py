@@ -359,6 +359,11 @@ async def test_a_status_the_api_server_cannot_store_backs_off_instead_of_redoing
     execs = len(pod_exec.calls)
     # Without the backoff growing: about 2 execs a second (a validation, a sync), 20+ here.
     assert execs <= 10, f"{execs} execs in 12 s"
+    # The status cannot say it: an event does, for whoever reads kubectl describe.
+    [said] = [e for e in events_about(emulator, "alice") if e["reason"] == "StatusWriteFailed"]
+    assert said["type"] == "Warning"
+    assert "500 InternalError" in said["message"]
+    assert "etcdserver" not in said["message"], "never the API server's own words"
 
 
 async def test_a_database_outage_does_not_sync_the_library_again_once_it_ends(

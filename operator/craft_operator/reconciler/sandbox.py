@@ -173,11 +173,18 @@ class SandboxReconciler:
         """Write the pass's status. One that failed is not held by the next pass: a held
         pass writes nothing and would pass for a success between two failures, so that the
         backoff never grew while every pass redid what the status never recorded (a
-        validation, a library sync)."""
+        validation, a library sync). A pass that wrote nothing else says so in an event, as
+        the status it would say it in is what cannot be written."""
         try:
             await write_status(s, run)
-        except Exception:
+        except Exception as exc:
             self._memory.unwritten[run.key] = True
+            if not run.interrupted:  # (a failed pass said its own error)
+                message = (
+                    f"the status could not be written ({_what(exc)}); the pass is retried "
+                    "with backoff (the operator's log has the details)"
+                )
+                s.events.post(run.body, type="Warning", reason="StatusWriteFailed", message=message)
             raise
         self._memory.unwritten.pop(run.key, None)
 
@@ -215,12 +222,16 @@ def _error(exc: Exception) -> str:
     """An event's words for an error no step handles: its kind and, from the API server, its
     status and reason (never its message: an API server's or a driver's words may quote what
     the request carried)."""
-    what = f"{exc.status} {exc.reason}" if isinstance(exc, ApiError) else type(exc).__name__
     return (
-        f"the reconcile stopped at an unexpected error ({what}); it is retried with backoff "
+        f"the reconcile stopped at an unexpected error ({_what(exc)}); it is retried with backoff "
         "and the status keeps the generation last acted on (the operator's log has the "
         "details)"
     )
+
+
+def _what(exc: Exception) -> str:
+    """An error's kind and, from the API server, its status and reason."""
+    return f"{exc.status} {exc.reason}" if isinstance(exc, ApiError) else type(exc).__name__
 
 
 def _invalid(s: Services, run: Run, message: str) -> None:
