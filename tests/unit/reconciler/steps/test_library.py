@@ -32,6 +32,21 @@ def ready_pass(world: World, **body: object) -> Pass:
     return p
 
 
+def pass_after_a_sync(world: World, condition: ConditionState, recorded: UserLibraryStatus) -> Pass:
+    """A pass over a sandbox whose status records ``recorded``, a sync into its pod ``pod-1``
+    with its present configuration, and has ``condition`` as its UserLibrarySynced."""
+    first = ready_pass(world)
+    location = resolve_location(
+        first.sandbox.spec.user_library, first.sandbox.spec.user, world.services.settings
+    )
+    attempt = attempt_for(first.sandbox, location, "pod-1")
+    first.run.set(condition)
+    first.run.status.user_library = recorded.model_copy(
+        update={"pod_uid": "pod-1", "config_hash": attempt.config}
+    )
+    return ready_pass(world, status=dump_status(first.run.status))
+
+
 async def test_without_a_bucket_the_library_is_empty_and_ready(world: World) -> None:
     p = ready_pass(world)
     assert await library.sync_library(p) is None
@@ -57,15 +72,8 @@ async def test_a_library_synced_for_this_revision_and_pod_is_left_alone(
     make_world: Callable[..., World],
 ) -> None:
     world = make_world(s3_bucket="onyx-user-files")
-    first = ready_pass(world)
-    location = resolve_location(
-        first.sandbox.spec.user_library, first.sandbox.spec.user, world.services.settings
-    )
-    attempt = attempt_for(first.sandbox, location, "pod-1")
-    first.run.set(ConditionState.true("UserLibrarySynced", "Synced", "3 files"))
-    first.run.status.user_library = UserLibraryStatus(pod_uid="pod-1", config_hash=attempt.config)
-    status = dump_status(first.run.status)
-    p = ready_pass(world, status=status)
+    synced = ConditionState.true("UserLibrarySynced", "Synced", "3 files")
+    p = pass_after_a_sync(world, synced, UserLibraryStatus())
     assert await library.sync_library(p) is None
     assert not world.services.library_pool.busy(p.run.key, p.sandbox.metadata.uid or "")
     assert p.run.touched == set()
@@ -77,21 +85,9 @@ async def test_a_sync_recorded_before_a_pass_stopped_early_stands_as_it_was_said
     # A pass stopped at an earlier row (the database down) left the condition Unknown; the
     # status still records this sync, so the True condition comes back as the sync said it.
     world = make_world(s3_bucket="onyx-user-files")
-    first = ready_pass(world)
-    location = resolve_location(
-        first.sandbox.spec.user_library, first.sandbox.spec.user, world.services.settings
-    )
-    attempt = attempt_for(first.sandbox, location, "pod-1")
-    first.run.set(ConditionState.unknown("UserLibrarySynced", "Waiting", WAITING_MESSAGE))
-    first.run.status.user_library = UserLibraryStatus(
-        pod_uid="pod-1",
-        config_hash=attempt.config,
-        last_sync_time=NOW,
-        files=3,
-        bytes=10,
-        skipped=2,
-    )
-    p = ready_pass(world, status=dump_status(first.run.status))
+    waiting = ConditionState.unknown("UserLibrarySynced", "Waiting", WAITING_MESSAGE)
+    recorded = UserLibraryStatus(last_sync_time=NOW, files=3, bytes=10, skipped=2)
+    p = pass_after_a_sync(world, waiting, recorded)
     assert await library.sync_library(p) is None
     assert not world.services.library_pool.busy(p.run.key, p.sandbox.metadata.uid or "")
     condition = p.run.condition("UserLibrarySynced")
