@@ -95,10 +95,6 @@ async def _remove_extra_pods(p: Pass, kept: dict[str, Any]) -> None:
             continue  # another pod took its name meanwhile: not this one
         if answer is None:
             continue  # gone already
-        if answer.get("kind") == "Pod" and answer["metadata"].get("deletionTimestamp"):
-            p.services.cache.put(POD.name, answer)
-        else:
-            p.services.cache.remove(POD.name, extra)
         message = (
             f"deleted pod {extra_meta['name']}: the sandbox's pod is {kept['metadata']['name']}"
         )

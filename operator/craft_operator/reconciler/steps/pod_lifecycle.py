@@ -141,11 +141,22 @@ async def _exists_already(p: Pass, desired: Mapping[str, Any]) -> Stop:
 
 async def remove(p: Pass, pod: Mapping[str, Any]) -> dict[str, Any] | None:
     """Delete this very pod (its uid), not a successor that took its name meanwhile; the
-    API server's answer (``None``: it was gone already)."""
+    API server's answer (``None``: it was gone already) goes into the cache at once, so a
+    pass before the pod's watch event sees it being deleted (or gone), not still running:
+    a failed pod is not counted twice, a stopped one not stopped again."""
     meta = pod["metadata"]
-    return await p.services.kube.delete(
+    answer = await p.services.kube.delete(
         POD.api, meta.get("namespace"), meta["name"], uid=meta.get("uid")
     )
+    if (
+        answer is not None
+        and answer.get("kind") == "Pod"
+        and answer["metadata"].get("deletionTimestamp")
+    ):
+        p.services.cache.put(POD.name, answer)
+    else:
+        p.services.cache.remove(POD.name, pod)
+    return answer
 
 
 async def replace(

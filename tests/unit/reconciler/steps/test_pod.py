@@ -18,6 +18,8 @@ from tests.unit.reconciler.steps.conftest import CANARY, NAME, NOW, World
 
 pytestmark = pytest.mark.unit
 
+OLD_ACTIVITY = {"craft.onyx.app/last-activity": "2026-11-23T10:00:00Z"}  # 2 h before NOW
+
 
 async def pod_pass(world: World, **body: object) -> Pass:
     p = world.pass_(**body)
@@ -96,9 +98,7 @@ async def test_a_pod_that_fails_before_it_was_ever_ready_still_waits_out_the_bac
     observed(world)
     failed = await pod_pass(world, status=status)
     assert await pod.converge_pod(failed) == Stop("WaitingForPod")
-    gone = world.cache.get("Pod", NAMESPACE, NAME)
-    assert gone is not None
-    world.cache.remove("Pod", gone)  # the deletion, as watched
+    assert world.cache.get("Pod", NAMESPACE, NAME) is None, "the delete's answer, cached"
     stored = dump_status(failed.run.status)
     early = await pod_pass(world, status=stored)
     assert await pod.converge_pod(early) == Stop("WaitingForPod")
@@ -366,3 +366,32 @@ async def test_a_pod_stuck_past_its_grace_period_is_said_so_and_looked_at_once_a
     assert "past its grace period" in condition.message
     assert "a finalizer on it or an unreachable node" in condition.message
     assert p.run.verdict.after == 60, "not every 5 s for as long as it stays"
+
+
+async def test_one_failed_pod_counts_once_whatever_passes_come_before_its_watch_event(
+    world: World,
+) -> None:
+    await pod.converge_pod(await pod_pass(world))
+    mark_pod_failed(world.emulator, NAMESPACE, NAME)
+    observed(world)
+    first = await pod_pass(world)
+    await pod.converge_pod(first)
+    assert first.run.status.pod_failures == 1
+    # The next pass (a second event of the pod queued meanwhile), before the watch said
+    # the pod is being deleted: the delete's answer is in the cache already.
+    again = await pod_pass(world, status=dump_status(first.run.status))
+    await pod.converge_pod(again)
+    assert again.run.status.pod_failures == 1
+
+
+async def test_a_pod_stopped_for_sleep_is_stopped_and_said_once(world: World) -> None:
+    idle = {"idleTimeout": "1h"}
+    await pod.converge_pod(await pod_pass(world, spec=idle))
+    observed(world)
+    first = await pod_pass(world, spec=idle, annotations=OLD_ACTIVITY)
+    await pod.converge_pod(first)
+    assert "PodSleeping" in world.events.reasons
+    status = dump_status(first.run.status)
+    again = await pod_pass(world, spec=idle, annotations=OLD_ACTIVITY, status=status)
+    await pod.converge_pod(again)
+    assert "PodSleeping" not in world.events.reasons, "not stopped, nor said, again"

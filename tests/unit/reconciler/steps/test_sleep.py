@@ -12,7 +12,10 @@ from craft_operator.metrics import time_to_ready
 from craft_operator.reconciler import suspension
 from craft_operator.reconciler.step import Memory
 from craft_operator.reconciler.steps import sleep
-from tests.unit.reconciler.steps.conftest import NOW, World, sandbox_body
+from craft_operator.reconciler.table import run_steps
+from tests.support.pod_exec import mark_pod_running
+from tests.unit.reconciler.conftest import NAMESPACE
+from tests.unit.reconciler.steps.conftest import NAME, NOW, UID, World, sandbox_body
 
 pytestmark = pytest.mark.unit
 
@@ -180,3 +183,41 @@ async def test_falling_asleep_ends_the_row_of_failed_pods_and_the_verdict_on_ony
     cli = p.run.condition("CLIValidated")
     assert cli is not None
     assert (cli.status, cli.reason) == ("Unknown", "Sleeping")
+
+
+@pytest.mark.parametrize("stop", [{"idleTimeout": "1h"}, {"suspend": True}], ids=str)
+async def test_no_renewed_pat_goes_into_the_pod_the_same_pass_stopped(
+    world: World, stop: dict[str, object]
+) -> None:
+    pod = world.emulator.create("v1/pods", ready_pod())
+    mark_pod_running(world.emulator, NAMESPACE, NAME)
+    world.cache.put("Pod", world.emulator.get("v1/pods", NAMESPACE, NAME))
+    uid = pod["metadata"]["uid"]
+    world.credentials.grace_pat_id, world.credentials.pat_id = 1, 2  # renewed in this pass
+    validated = {"validatedPatID": 1, "validatedPodUID": uid, "podUID": uid}
+    p = world.pass_(spec=stop, annotations=OLD_ACTIVITY, status={"phase": "Ready", **validated})
+    await run_steps(p)
+
+    stopped = world.stored("v1/pods", NAME)
+    assert stopped is None or stopped["metadata"].get("deletionTimestamp")
+    assert world.exec.calls == [], "no exec into the pod the pass just deleted"
+    cli = p.run.condition("CLIValidated")
+    assert cli is not None
+    assert cli.status == "Unknown", "validated in the next pod, not in the stopped one"
+
+
+def ready_pod() -> dict[str, object]:
+    """The sandbox's pod, as a pass before this one made it."""
+    owner = {
+        "apiVersion": "craft.onyx.app/v1alpha1",
+        "kind": "CraftSandbox",
+        "name": NAME,
+        "uid": UID,
+        "controller": True,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": NAME, "namespace": NAMESPACE, "ownerReferences": [owner]},
+        "spec": {"containers": [{"name": "sandbox", "image": "x"}]},
+    }
