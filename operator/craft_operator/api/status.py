@@ -224,6 +224,13 @@ class CraftSandboxStatus(StatusModel):
             "validate-config with (its id, never the token)."
         ),
     )
+    validated_pat_display: str | None = Field(
+        default=None,
+        description=(
+            "That PAT's display form (first 12 and last 4 characters): an id alone may name "
+            "another token once the credentials database was reset or restored."
+        ),
+    )
     cli_auth_failures: int | None = Field(
         default=None,
         description=(

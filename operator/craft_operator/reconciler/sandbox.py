@@ -137,6 +137,7 @@ class SandboxReconciler:
                 # before 2026-11-27 also marked it validated in its pod: validate again.
                 run.status.cli_auth_failures = None
                 run.status.validated_pat_id = None
+                run.status.validated_pat_display = None
         p = Pass(s, sandbox, run, self._memory)
         suspension.note(p)  # before anything that may stop the pass
         judged = False

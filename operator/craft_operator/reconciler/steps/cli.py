@@ -15,7 +15,7 @@ import logging
 import time
 from datetime import timedelta
 
-from craft_operator.api.models import ConditionStatus
+from craft_operator.api.models import ConditionStatus, CraftSandboxStatus
 from craft_operator.builders.naming import SANDBOX_CONTAINER, pod_name
 from craft_operator.builders.pod import PAT_FILE
 from craft_operator.credentials.errors import CredentialsError
@@ -25,6 +25,7 @@ from craft_operator.metrics import ProvisioningPhase
 from craft_operator.reconciler import cli_validation
 from craft_operator.reconciler.children import controlled_by
 from craft_operator.reconciler.pod_guard import exec_into_pod_of
+from craft_operator.reconciler.ports import IssuedCredential
 from craft_operator.reconciler.step import WAITING_MESSAGE, Pass, Step, Stop
 from craft_operator.reconciler.steps import claimed_skill, credentials, pod_state
 from craft_operator.status import CLI_VALIDATED, ConditionState
@@ -119,7 +120,7 @@ async def validate_cli(p: Pass) -> Stop | None:
     assert p.pod is not None, "the pod step runs first"
     assert p.issued is not None, "the credentials step runs first"
     uid = p.pod["metadata"].get("uid")
-    done = run.status.validated_pod_uid == uid and run.status.validated_pat_id == p.issued.pat_id
+    done = run.status.validated_pod_uid == uid and holds_current_pat(run.status, p.issued)
     if done and (run.status.cli_auth_failures or 0) > 1:
         # An operator before 2026-11-27 marked a fresh PAT refused too as validated and
         # stopped trying; it is tried again, with the deliveries' backoff, as now.
@@ -135,7 +136,7 @@ async def validate_cli(p: Pass) -> Stop | None:
             await _retire_superseded(p)  # if a pass was cut off after validating
         return None
     skill = claimed_skill.pending_skill(p)
-    deliveries, target = p.services.deliveries, _target(p)
+    deliveries, target = p.services.deliveries, delivery_target(p)
     wait = deliveries.retry_in(run.key, target)
     if wait > 0:
         _backing_off(p, wait)
@@ -167,7 +168,7 @@ async def deliver_renewal(p: Pass) -> None:
     if p.pod is not None or issued is None:
         return
     status = p.run.status
-    if status.validated_pat_id == issued.pat_id:
+    if holds_current_pat(status, issued):
         return
     s, meta = p.services, p.sandbox.metadata
     name = status.pod_name or pod_name(p.sandbox)
@@ -188,12 +189,22 @@ async def deliver_renewal(p: Pass) -> None:
     await validate_cli(p)
 
 
-def _target(p: Pass) -> str:
+def delivery_target(p: Pass) -> str:
     """What the deliveries' backoff is for: this pod and this PAT (a new pod or PAT is
     tried at once; a SKILL.md delivered meanwhile by its own step changes neither)."""
     assert p.pod is not None
     assert p.issued is not None
-    return f"{p.pod['metadata'].get('uid', '')}|{p.issued.pat_id}"
+    return f"{p.pod['metadata'].get('uid', '')}|{p.issued.pat_id}|{p.issued.token_display}"
+
+
+def holds_current_pat(status: CraftSandboxStatus, issued: IssuedCredential) -> bool:
+    """Whether the PAT last validated in the pod is the current one: its id, and its
+    display form where the status records it (ids repeat once the credentials database was
+    reset or restored, and the new token must still reach the pod)."""
+    return status.validated_pat_id == issued.pat_id and status.validated_pat_display in (
+        None,
+        issued.token_display,
+    )
 
 
 def _backing_off(p: Pass, wait: float) -> None:
@@ -292,8 +303,14 @@ def _validated_pat_gone(p: Pass) -> str | None:
     nor one still in its grace period (the pod's onyx-cli is refused), else ``None``."""
     assert p.issued is not None
     old = p.run.status.validated_pat_id
-    if old is None or old == p.issued.pat_id:
+    if old is None or holds_current_pat(p.run.status, p.issued):
         return None
+    if old == p.issued.pat_id:  # the same id, another token
+        return (
+            f"the pod's PAT {old} is not the token the credentials database holds now (it "
+            "was reset or restored since): onyx-cli is refused until the current PAT, "
+            "delivered and validated now, replaces it"
+        )
     expires = p.issued.grace_expires_at
     if old == p.issued.grace_pat_id and expires is not None and p.run.now < expires:
         return None
@@ -361,6 +378,7 @@ async def _judge(p: Pass, uid: str | None, result: ExecResult) -> bool:
     if result.exit_code == cli_validation.EXIT_OK:
         run.status.validated_pod_uid = uid
         run.status.validated_pat_id = p.issued.pat_id
+        run.status.validated_pat_display = p.issued.token_display
         run.status.cli_auth_failures = None
         run.set(ConditionState.true(CLI_VALIDATED, reason, meaning))
         p.event("CLIValidated", meaning)

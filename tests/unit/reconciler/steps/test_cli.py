@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
+from craft_operator.api.status_codec import dump_status
+from craft_operator.credentials import CredentialStore, KeyRing, generate_key_entry
+from craft_operator.credentials.db import create_credentials_engine, upgrade
 from craft_operator.credentials.errors import CredentialsError, DatabaseUnavailableError
 from craft_operator.kube.exec import ExecError, ExecOutputTooLargeError, ExecResult
 from craft_operator.reconciler import cli_validation
 from craft_operator.reconciler.detached import DetachedCalls
 from craft_operator.reconciler.queue import Backoff
+from craft_operator.reconciler.services import StoreCredentials
 from craft_operator.reconciler.step import WAITING_MESSAGE, Pass
 from craft_operator.reconciler.steps import cli, credentials
 from craft_operator.status import ConditionState, ConditionStatus
@@ -155,7 +160,9 @@ async def test_a_failed_delivery_waits_its_backoff_however_often_passes_come(
     retried = await ready_pass(world, status=stored)
     await cli.validate_cli(retried)
     assert world.exec.calls == [cli.DELIVER_ARGV] * 2
-    assert deliveries.retry_in(retried.run.key, "pod-1|1") > 0.2, "the backoff grows"
+    assert deliveries.retry_in(retried.run.key, cli.delivery_target(retried)) > 0.2, (
+        "the backoff grows"
+    )
 
     await asyncio.sleep(0.45)
     world.exec.cli_exit = 0  # the server is back
@@ -164,7 +171,7 @@ async def test_a_failed_delivery_waits_its_backoff_however_often_passes_come(
     condition = healed.run.condition("CLIValidated")
     assert condition is not None
     assert (condition.status, condition.reason) == ("True", "Validated")
-    assert deliveries.retry_in(healed.run.key, "pod-1|1") == 0
+    assert deliveries.retry_in(healed.run.key, cli.delivery_target(healed)) == 0
 
 
 async def test_a_delivery_that_fails_slowly_backs_off_like_one_that_fails_at_once(
@@ -641,3 +648,48 @@ async def test_only_a_delivery_that_succeeded_is_timed_as_the_cli_validation_pha
         "craft_provisioning_phase_duration_seconds_count", {"phase": "cli_validation"}
     )
     assert (count or 0) == timed
+
+
+def sqlite_credentials(path: Path, ring: KeyRing) -> tuple[CredentialStore, StoreCredentials]:
+    """The real credential store on a SQLite database of its own at ``path``."""
+    engine = create_credentials_engine(f"sqlite:///{path}")
+    upgrade(engine)
+    store = CredentialStore(engine, ring, owns_engine=True, clock=lambda: NOW)
+    return store, StoreCredentials(store, clock=lambda: NOW)
+
+
+async def test_a_new_token_that_reuses_the_validated_pats_id_still_reaches_the_pod(
+    world: World, tmp_path: Path
+) -> None:
+    # A credentials database reset (the embedded SQLite's emptyDir went with its pod) or
+    # restored from a backup hands out the same PAT ids again, for other tokens.
+    ring = KeyRing.parse(generate_key_entry("k1").get_secret_value())
+    first_store, world.services.credentials = sqlite_credentials(tmp_path / "a.db", ring)
+    p = await ready_pass(world)
+    await cli.validate_cli(p)
+    assert p.issued is not None
+    assert world.exec.delivered == [p.issued.token.get_secret_value().encode()]
+
+    second_store, world.services.credentials = sqlite_credentials(tmp_path / "b.db", ring)
+    again = await ready_pass(world, status=dump_status(p.run.status))
+    assert again.issued is not None
+    assert again.issued.pat_id == p.issued.pat_id, "another token under the same id"
+    await cli.validate_cli(again)
+
+    assert world.exec.delivered[-1] == again.issued.token.get_secret_value().encode()
+    assert again.run.status.validated_pat_display == again.issued.token_display
+    first_store.close()
+    second_store.close()
+
+
+async def test_a_status_from_before_display_forms_were_recorded_validates_nothing_again(
+    world: World,
+) -> None:
+    # An upgrade must not send every sandbox of the fleet its PAT again.
+    p = await ready_pass(world)
+    await cli.validate_cli(p)
+    status = dump_status(p.run.status)
+    del status["validatedPatDisplay"]
+    again = await ready_pass(world, status=status)
+    await cli.validate_cli(again)
+    assert len(world.exec.calls) == 1
