@@ -12,9 +12,10 @@ from craft_operator.api.models import (
     CraftSandbox,
     UserLibraryStatus,
 )
+from craft_operator.kube.exec import WITHHELD, holds_piece_of
 from craft_operator.library import LibraryLocation
 from craft_operator.reconciler.run import Run
-from craft_operator.reconciler.step import WAITING_MESSAGE
+from craft_operator.reconciler.step import WAITING_MESSAGE, Pass
 from craft_operator.status import USER_LIBRARY_SYNCED, ConditionState
 
 #: Reasons of a True condition: synced incrementally, or in full because the pod's copy of
@@ -102,6 +103,15 @@ def synced_message(synced: UserLibraryStatus) -> str:
     message = f"{files} files, {size} bytes"
     if synced.skipped:
         message += f"; {synced.skipped} unsafe keys skipped"
+    return message
+
+
+def told(p: Pass, message: str, reason: str) -> str:
+    """A failed sync's ``message`` for the status and an event, or one that withholds it if
+    it holds a piece of the sandbox's PAT, however cut up: it quotes what commands printed
+    in the pod or over its library volume, file names the agent chose among it."""
+    if p.issued is not None and holds_piece_of(message, p.issued.token.get_secret_value()):
+        return f"the library sync failed ({reason}): {WITHHELD}"
     return message
 
 

@@ -21,6 +21,7 @@ from craft_operator.reconciler.steps.library_attempt import (
     SYNCED,
     Attempt,
     synced_message,
+    told,
 )
 from craft_operator.status import USER_LIBRARY_SYNCED, ConditionState
 
@@ -37,7 +38,7 @@ def step(p: Pass, location: LibraryLocation, attempt: Attempt) -> None:
     uid = sandbox.metadata.uid or ""
     outcome = pool.take(run.key, uid)
     if outcome is not None and outcome.attempt == attempt.key:
-        _record(s, run, outcome, attempt)
+        _record(p, outcome, attempt)
         return
     if pool.busy(run.key, uid):
         _syncing(run, "a library sync is queued or running")
@@ -76,26 +77,33 @@ def _syncing(run: Run, message: str) -> None:
         run.set(ConditionState.unknown(USER_LIBRARY_SYNCED, "Syncing", message))
 
 
-def _record(s: Services, run: Run, outcome: Outcome, attempt: Attempt) -> None:
+def _record(p: Pass, outcome: Outcome, attempt: Attempt) -> None:
+    s, run = p.services, p.run
     current = (run.status.user_library or UserLibraryStatus()).model_copy()
     if outcome.error is not None:
-        _failed(s, run, current, outcome.error, attempt)
+        said = told(p, outcome.error.message, outcome.error.reason)
+        _failed(s, run, current, outcome.error, attempt, said)
     elif outcome.result is not None:
         _succeeded(s, run, outcome.result, attempt)
 
 
 def _failed(
-    s: Services, run: Run, current: UserLibraryStatus, exc: LibrarySyncError, attempt: Attempt
+    s: Services,
+    run: Run,
+    current: UserLibraryStatus,
+    exc: LibrarySyncError,
+    attempt: Attempt,
+    said: str,
 ) -> None:
     s.metrics.sync_failed(exc.reason)
-    current.last_error = exc.message[:1000]
+    current.last_error = said[:1000]
     if exc.retryable:
         current.failed_attempt = None
         run.revisit(after=s.library_pool.retry_in(run.key))
     else:
         current.failed_attempt = attempt.key
     run.status.user_library = current
-    message = exc.message + ("; retried with backoff" if exc.retryable else "")
+    message = said + ("; retried with backoff" if exc.retryable else "")
     run.set(ConditionState.false(USER_LIBRARY_SYNCED, exc.reason, message))
     s.events.post(run.body, type=WARNING, reason=f"Library{exc.reason}", message=message)
 

@@ -22,6 +22,7 @@ from craft_operator.reconciler.steps.library_attempt import (
     Attempt,
     still_current,
     synced_message,
+    told,
 )
 from craft_operator.status import USER_LIBRARY_SYNCED, ConditionState
 
@@ -267,8 +268,8 @@ def _failed(
     reason = outcome.reason or "SyncJobFailed"
     p.services.metrics.sync_failed(reason)
     failed = current.model_copy()
-    failed.last_error = outcome.message[:1000]
-    message = outcome.message
+    message = told(p, outcome.message, reason)
+    failed.last_error = message[:1000]
     error = LibrarySyncError(message, retryable=outcome.retryable)
     _count(p, error)
     if outcome.retryable:

@@ -15,11 +15,11 @@ from craft_operator.library.errors import DestinationUnwritableError, ExecFailed
 from craft_operator.library.sync import SyncResult
 from craft_operator.reconciler.pod_guard import PodChangedError
 from craft_operator.reconciler.step import WAITING_MESSAGE, Pass
-from craft_operator.reconciler.steps import library
+from craft_operator.reconciler.steps import credentials, library
 from craft_operator.reconciler.steps.library_attempt import attempt_for
 from craft_operator.status import ConditionState
 from tests.unit.reconciler.conftest import NAMESPACE
-from tests.unit.reconciler.steps.conftest import NAME, NOW, UID, World
+from tests.unit.reconciler.steps.conftest import CANARY, NAME, NOW, UID, World
 
 pytestmark = pytest.mark.unit
 
@@ -153,17 +153,20 @@ async def test_a_queued_sync_execs_into_no_pod_that_took_its_pods_name_meanwhile
 
 
 class UnwritablePodLibrary:
-    """The library port, as if the agent had made the manifest in its pod a directory."""
+    """The library port, as if the agent had made the manifest in its pod a directory (or
+    whatever else ``message`` says)."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        message: str = "the library in pod ns/pod cannot be written: .craft-sync/manifest is "
+        "not a regular file the sync can write",
+    ) -> None:
         self.syncs = 0
+        self.message = message
 
     async def sync(self, *args: object, **kwargs: object) -> SyncResult:
         self.syncs += 1
-        raise DestinationUnwritableError(
-            "the library in pod ns/pod cannot be written: .craft-sync/manifest is not a "
-            "regular file the sync can write"
-        )
+        raise DestinationUnwritableError(self.message)
 
     async def forget(self, uid: str) -> None:
         return None
@@ -199,3 +202,35 @@ async def test_a_library_the_pod_cannot_take_is_reported_and_not_sent_again(
     assert unwritable.syncs == 1
     assert not pool.busy(later.run.key, UID)
     await pool.close()
+
+
+async def test_a_sync_error_quoting_pieces_of_the_pat_is_withheld_from_status_and_events(
+    make_world: Callable[..., World],
+) -> None:
+    # The agent names files after pieces of its token and makes them unremovable: the
+    # sync's error quotes what rm printed about them.
+    world = make_world(s3_bucket="onyx-user-files")
+    secret = CANARY.removeprefix("onyx_pat_")
+    printed = f"rm: cannot remove '{secret[:12]}': Permission denied; rm: '{secret[12:]}'"
+    world.services.library = UnwritablePodLibrary(printed)  # type: ignore[misc]
+    first = ready_pass(world)
+    await credentials.ensure_pat(first)
+    await library.sync_library(first)
+    for _ in range(500):
+        if not world.services.library_pool.busy(first.run.key, UID):
+            break
+        await asyncio.sleep(0.01)
+    collecting = ready_pass(world, status=dump_status(first.run.status))
+    await credentials.ensure_pat(collecting)
+    world.events.posted.clear()
+    await library.sync_library(collecting)
+
+    condition = collecting.run.condition("UserLibrarySynced")
+    assert condition is not None
+    assert condition.reason == "DestinationUnwritable"
+    assert "output withheld: it contained the PAT" in condition.message
+    events = [message for _, _, message in world.events.posted]
+    said = [condition.message, str(collecting.run.status.user_library), *events]
+    for text in said:
+        assert secret[:12] not in text
+        assert secret[12:] not in text

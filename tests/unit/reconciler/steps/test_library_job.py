@@ -21,11 +21,11 @@ from craft_operator.library import SyncResult, resolve_location
 from craft_operator.reconciler.library_pool import LibrarySyncPool
 from craft_operator.reconciler.queue import Backoff
 from craft_operator.reconciler.step import Pass
-from craft_operator.reconciler.steps import library
+from craft_operator.reconciler.steps import credentials, library
 from craft_operator.reconciler.steps.library_attempt import attempt_for
 from craft_operator.reconciler.sync_jobs import desired_job, read_outcome, start_job
 from tests.unit.reconciler.conftest import NAMESPACE
-from tests.unit.reconciler.steps.conftest import NAME, World
+from tests.unit.reconciler.steps.conftest import CANARY, NAME, World
 
 pytestmark = pytest.mark.unit
 
@@ -50,10 +50,15 @@ def ready(world: World, status: dict[str, Any] | None = None, spec: Any = None) 
     return p
 
 
-async def next_pass(world: World, last: Pass | dict[str, Any], spec: Any = None) -> Pass:
-    """Run the library step in a pass over the status the ``last`` pass left."""
+async def next_pass(
+    world: World, last: Pass | dict[str, Any], spec: Any = None, *, with_pat: bool = False
+) -> Pass:
+    """Run the library step in a pass over the status the ``last`` pass left (after the
+    credentials step, ``with_pat``)."""
     status = dump_status(last.run.status) if isinstance(last, Pass) else last
     p = ready(world, status, spec)
+    if with_pat:
+        await credentials.ensure_pat(p)
     await library.sync_library(p)
     return p
 
@@ -442,3 +447,20 @@ async def test_a_job_pod_read_directly_is_cached_only_if_the_job_controls_it(
     assert condition(collected)[:2] == ("True", "Synced")
     assert job_world.cache.get("Pod", NAMESPACE, f"{name}-abcde") is not None
     assert job_world.cache.get("Pod", NAMESPACE, f"{name}-plant") is None
+
+
+async def test_a_job_error_quoting_pieces_of_the_pat_is_withheld(job_world: World) -> None:
+    # The Job mounts the library volume the agent writes: its errors may quote file names
+    # the agent chose, pieces of its token among them.
+    secret = CANARY.removeprefix("onyx_pat_")
+    quoted = {**S3_DOWN, "reason": "SyncFailed", "error": f"cannot remove '{secret[:14]}'"}
+    first = await next_pass(job_world, {}, with_pat=True)
+    end_job(job_world, "alice-library-1", quoted, exit_code=1)
+    collected = await next_pass(job_world, first, with_pat=True)
+
+    status, reason, message = condition(collected)
+    assert (status, reason) == ("False", "SyncFailed")
+    assert "output withheld: it contained the PAT" in message
+    assert collected.run.status.user_library is not None
+    assert secret[:14] not in str(collected.run.status.user_library)
+    assert all(secret[:14] not in said for _, _, said in job_world.events.posted)
