@@ -25,6 +25,8 @@ from craft_operator.status import CREDENTIALS_READY, ConditionState
 logger = logging.getLogger(__name__)
 FINALIZER = f"{GROUP}/finalizer"
 DELETION_BLOCKED = "DeletionBlocked"
+#: CredentialsReady's reason while other finalizers hold a sandbox this one released.
+DELETING = "Deleting"
 SANDBOX = kinds.SANDBOX
 
 
@@ -80,6 +82,7 @@ async def finalize(s: Services, body: dict[str, Any], conditions: Sequence[str])
             await _delete_children(s, namespace, name, uid)
         else:
             said = None
+        body = await _say_held_by_others(s, body, conditions)
         return await _release(s, body, said)
     except (CredentialsError, _BlockedError) as exc:
         return await _deletion_blocked(s, body, conditions, str(exc))
@@ -105,13 +108,51 @@ async def _deletion_blocked(
     Ready); it is tried again with backoff."""
     message = f"the PAT is revoked; the deletion waits: {why}"
     s.events.post(body, type="Warning", reason=DELETION_BLOCKED, message=message)
+    await _say_terminating(s, body, conditions, DELETION_BLOCKED, message)
+    return Revisit(backoff=why)
+
+
+async def _revoke_failed(
+    s: Services, body: dict[str, Any], conditions: Sequence[str], exc: CredentialsError
+) -> Revisit:
+    """Say the PAT could not be revoked yet (status and event); deletion waits for it."""
+    s.events.post(body, type="Warning", reason="RevokeFailed", message=str(exc))
+    s.metrics.pat_failed("RevokeFailed")
+    await _say_terminating(s, body, conditions, "RevokeFailed", str(exc))
+    return Revisit(backoff="cannot revoke the PAT yet")
+
+
+async def _say_held_by_others(
+    s: Services, body: dict[str, Any], conditions: Sequence[str]
+) -> dict[str, Any]:
+    """Before the finalizer goes: if others hold the sandbox (a foreground deletion waiting
+    for its children, another controller's finalizer), it stays after this one, and its
+    status must not go on saying Ready with a PAT that is revoked. The sandbox as it now
+    is (the finalizer's removal is conditional on its version)."""
+    meta = body["metadata"]
+    others = [item for item in meta.get("finalizers") or [] if item != FINALIZER]
+    if not others:
+        return body
+    message = (
+        "the sandbox is being deleted: its PAT is revoked and its children are deleted; "
+        f"it goes once these finalizers are done: {', '.join(others)}"
+    )
+    await _say_terminating(s, body, conditions, DELETING, message)
+    return s.cache.get(SANDBOX.name, meta.get("namespace"), meta["name"]) or body
+
+
+async def _say_terminating(
+    s: Services, body: dict[str, Any], conditions: Sequence[str], reason: str, message: str
+) -> None:
+    """Write phase Terminating, CredentialsReady False for ``reason`` (so Ready is False).
+    A write refused is logged, with how to remove the finalizer by hand where the Role that
+    let the operator write went with the namespace being deleted."""
     run = Run(body, s.clock(), conditions)
-    run.set(ConditionState.false(CREDENTIALS_READY, DELETION_BLOCKED, message))
+    run.set(ConditionState.false(CREDENTIALS_READY, reason, message))
     run.phase = Phase.TERMINATING
     try:
         await write_status(s, run)
     except ApiError as exc:
-        # In a namespace being deleted, the Role that let the operator write it went first.
         meta = body["metadata"]
         namespace, name = meta.get("namespace", ""), meta["name"]
         hint = (
@@ -123,20 +164,6 @@ async def _deletion_blocked(
         logger.warning(
             "%s/%s: %s; its status cannot say so (%s)%s", namespace, name, message, exc, hint
         )
-    return Revisit(backoff=why)
-
-
-async def _revoke_failed(
-    s: Services, body: dict[str, Any], conditions: Sequence[str], exc: CredentialsError
-) -> Revisit:
-    """Say the PAT could not be revoked yet (status and event); deletion waits for it."""
-    s.events.post(body, type="Warning", reason="RevokeFailed", message=str(exc))
-    s.metrics.pat_failed("RevokeFailed")
-    run = Run(body, s.clock(), conditions)
-    run.set(ConditionState.false(CREDENTIALS_READY, "RevokeFailed", str(exc)))
-    run.phase = Phase.TERMINATING
-    await write_status(s, run)
-    return Revisit(backoff="cannot revoke the PAT yet")
 
 
 async def _retain_workspace(s: Services, body: dict[str, Any]) -> str | None:

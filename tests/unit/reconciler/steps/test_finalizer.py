@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from craft_operator.credentials.errors import DatabaseUnavailableError
 from craft_operator.kube import kinds
 from craft_operator.reconciler import finalizer
 from craft_operator.reconciler.table import CONDITIONS
@@ -20,13 +21,22 @@ pytestmark = pytest.mark.unit
 SECRET = f"{NAME}-credentials"
 
 
-def deleted_sandbox(world: World) -> dict[str, Any]:
-    """The sandbox, with its finalizer and a Secret of its own, deleted by a client."""
+def deleted_sandbox(world: World, *others: str) -> dict[str, Any]:
+    """The sandbox, Ready, with its finalizer (and ``others``) and a Secret of its own,
+    deleted by a client."""
     declare_craft_resources(world.emulator)
     body = sandbox_body(status={"phase": "Ready"})
-    body["metadata"]["finalizers"] = [finalizer.FINALIZER]
+    body["metadata"]["finalizers"] = [finalizer.FINALIZER, *others]
     del body["metadata"]["resourceVersion"]
     created = world.emulator.create(SANDBOXES, body)
+    ready = {"type": "Ready", "status": "True", "reason": "Ready", "message": "ready"}
+    world.emulator.patch(
+        SANDBOXES,
+        NAMESPACE,
+        NAME,
+        {"status": {"phase": "Ready", "conditions": [ready]}},
+        subresource="status",
+    )
     uid = created["metadata"]["uid"]
     owner = {"apiVersion": "craft.onyx.app/v1alpha1", "kind": "CraftSandbox", "name": NAME}
     secret = {
@@ -107,3 +117,41 @@ async def test_where_its_namespace_took_the_operators_role_the_deletion_says_wha
     assert verdict.backoff is not None
     assert "kubectl patch csb alice" in caplog.text
     assert '{"metadata":{"finalizers":null}}' in caplog.text
+
+
+async def test_a_sandbox_others_still_hold_no_longer_says_ready_once_released(
+    world: World,
+) -> None:
+    # kubectl delete --cascade=foreground: the garbage collector's finalizer keeps the
+    # sandbox until its children are gone (for good, if a finalizer holds its pod).
+    body = deleted_sandbox(world, "foregroundDeletion")
+
+    assert await finalizer.finalize(world.services, body, CONDITIONS) is None
+
+    stored = world.emulator.get(SANDBOXES, NAMESPACE, NAME)
+    assert stored["metadata"]["finalizers"] == ["foregroundDeletion"], "released at once"
+    assert stored["status"]["phase"] == "Terminating"
+    conditions = {c["type"]: c for c in stored["status"]["conditions"]}
+    assert conditions["Ready"]["status"] == "False"
+    credentials = conditions["CredentialsReady"]
+    assert (credentials["status"], credentials["reason"]) == ("False", "Deleting")
+    assert "foregroundDeletion" in credentials["message"]
+
+
+async def test_a_revocation_that_fails_where_the_role_went_says_what_to_do(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    body = deleted_sandbox(world)
+    namespace_being_deleted(world)
+    world.emulator.before_request.insert(0, FailNext("PATCH", 403, count=100))
+
+    async def revoke(namespace: str, name: str, uid: str) -> bool:
+        raise DatabaseUnavailableError("the credential database cannot be reached")
+
+    world.credentials.revoke = revoke  # type: ignore[method-assign]
+
+    verdict = await finalizer.finalize(world.services, body, CONDITIONS)
+
+    assert verdict is not None
+    assert verdict.backoff is not None, "backs off, no traceback on every retry"
+    assert "kubectl patch csb alice" in caplog.text
