@@ -213,8 +213,14 @@ async def test_old_pods_whose_image_the_policy_bans_mid_update_go_at_once(
     allow(emulator, images=["registry.example.com/craft/"])
 
     await eventually(lambda: old not in images_of(unclaimed(emulator)), what="old pods deleted")
-    reasons = [event.get("reason") for event in emulator.list("v1/events", NAMESPACE)]
-    assert "PoolPodImageDenied" in reasons
+    # Said once the pass that deleted them ends, which may be a moment after the deletes.
+    await eventually(
+        lambda: (
+            "PoolPodImageDenied"
+            in [event.get("reason") for event in emulator.list("v1/events", NAMESPACE)]
+        ),
+        what="the deletion said",
+    )
 
 
 def images_of(pods: list[dict[str, Any]]) -> list[str]:
