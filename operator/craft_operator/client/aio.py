@@ -317,24 +317,28 @@ class AsyncSandboxClient:
         A cluster without the CRD raises :class:`CrdMissingError`.
         """
         if not wait:
-            return await self._delete(namespace, name)
-        existed, left = await _within(
+            return await self._delete(namespace, name) is not None
+        deleted, left = await _within(
             timeout, namespace, name, "deletion", self._delete(namespace, name)
         )
-        if existed:
+        if deleted is not None:
 
             async def gone(obj: dict[str, Any] | None) -> bool | None:
-                return True if obj is None else None
+                # Another of its name (an ensure() right after) is not the one deleted.
+                if obj is None or (deleted and obj["metadata"].get("uid") != deleted):
+                    return True
+                return None
 
             await self._watcher.until(namespace, name, gone, left, "deletion")
-        return existed
+        return deleted is not None
 
-    async def _delete(self, namespace: str, name: str) -> bool:
-        """Ask for the deletion; False if the sandbox did not exist."""
+    async def _delete(self, namespace: str, name: str) -> str | None:
+        """Ask for the deletion: the uid of the sandbox deleted (``""`` if the answer that
+        would say it was lost), ``None`` if none existed."""
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
         retried: list[ApiError] = []
         try:
-            await self._call(
+            answer = await self._call(
                 "DELETE",
                 sandbox_path(namespace, name),
                 Request("delete", namespace, name),
@@ -347,8 +351,11 @@ class AsyncSandboxClient:
             # A retry that finds nothing after a try the server may have carried out: that
             # try deleted it.
             if not any(_maybe_carried_out(exc) for exc in retried):
-                return False
-        return True
+                return None
+            return ""
+        # The object (being deleted) or, once it is gone, a Status whose details name it.
+        uid = (answer.get("metadata") or {}).get("uid") or (answer.get("details") or {}).get("uid")
+        return str(uid or "")
 
     # -- internals ----------------------------------------------------------------------------
 

@@ -585,6 +585,34 @@ async def test_delete_waits_for_the_operators_finalizer(
     assert await aclient.delete(NAMESPACE, "alice") is False
 
 
+async def test_delete_waits_for_the_sandbox_it_deleted_not_for_its_name_to_be_free(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    old = await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID)
+    recreated: list[str] = []
+
+    async def another_worker_ensures_it_again(
+        request: rendering.Request,
+    ) -> aiohttp.web.StreamResponse | None:
+        if request.method.value.upper() != "DELETE" or recreated:
+            return None
+        answer = await emulator.serve_unhooked(request)
+        body = {
+            "apiVersion": "craft.onyx.app/v1alpha1",
+            "kind": "CraftSandbox",
+            "metadata": {"name": "alice", "namespace": NAMESPACE},
+            "spec": {"user": {"id": USER_ID}},
+        }
+        recreated.append(emulator.create(SANDBOXES, body)["metadata"]["uid"])
+        return answer
+
+    emulator.before_request.insert(0, another_worker_ensures_it_again)
+
+    assert await aclient.delete(NAMESPACE, "alice", wait=True, timeout=5) is True
+    assert recreated
+    assert recreated[0] != old.metadata.uid
+
+
 # -- connection trouble and refusals ---------------------------------------------------------
 
 
