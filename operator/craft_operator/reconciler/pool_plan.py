@@ -11,7 +11,9 @@
   them anyway). A new pod claimed since the update counts as Ready here: sandboxes
   wanted it, not an old one, and under steady claims new pods are taken as soon as they
   are Ready, so counting only the unclaimed ones would keep every old pod (and the pool
-  at ``surge`` usable pods) for as long as the claims go on.
+  at ``surge`` usable pods) for as long as the claims go on. A pod not as built counts as
+  a new one too, as it counts towards ``replicas`` when no update is under way: else it
+  would hold the update's surge slot, and every old pod, for ever.
 - Scaling down deletes pods that are not Ready first, then the newest.
 
 Claimed pods are not the pool's (see :mod:`craft_operator.reconciler.pool_pods`) and never
@@ -168,7 +170,7 @@ def plan(
     delete: list[tuple[Pod, str]] = [(pod, ENDED) for pod in pods.ended]
     old_ready = pods.ready_old
     delete += [(pod, OUTDATED) for pod in pods.waiting_old]
-    spare = max(0, pods.ready + claimed_since_update + len(old_ready) - replicas)
+    spare = max(0, pods.ready + len(pods.unlike) + claimed_since_update + len(old_ready) - replicas)
     if spare:
         delete += [(pod, OUTDATED) for pod in sorted(old_ready, key=_created)[:spare]]
     current = len(pods.current)

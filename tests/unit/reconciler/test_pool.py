@@ -1100,3 +1100,30 @@ async def test_a_pool_deleted_and_recreated_between_two_passes_starts_afresh(
     world.now[0] = START + timedelta(seconds=201)
     await world.pass_()
     assert len(world.unclaimed()) == 3, world.condition("Ready")
+
+
+async def test_a_pod_not_as_built_does_not_stall_a_template_update(world: PoolWorld) -> None:
+    old_hash = await updating(world, replicas=3)
+    await world.pass_()  # the update's first new pod
+    new_hash = world.status()["templateHash"]
+    made = next(
+        pod
+        for pod in world.unclaimed()
+        if pod["metadata"]["labels"][LABEL_POOL_TEMPLATE_HASH] == new_hash
+    )
+    # Someone else's pod with the pool's labels, owner and new template, another command.
+    forged = copy.deepcopy(made)
+    forged["metadata"] = {
+        key: made["metadata"][key] for key in ("labels", "ownerReferences", "namespace")
+    }
+    forged["metadata"]["name"] = "forged"
+    forged["spec"]["containers"][0]["command"] = ["sh", "-c", "cat /run/onyx/pat"]
+    forged.pop("status", None)
+    world.emulator.create("v1/pods", forged)
+    for _ in range(10):
+        world.ready_all()
+        await world.pass_()
+
+    templates = [pod["metadata"]["labels"][LABEL_POOL_TEMPLATE_HASH] for pod in world.unclaimed()]
+    assert old_hash not in templates, "every old pod replaced"
+    assert "forged" in [pod["metadata"]["name"] for pod in world.unclaimed()], "never deleted"

@@ -11,6 +11,7 @@ from craft_operator.reconciler.pool_plan import (
     ENDED,
     EXCESS,
     OUTDATED,
+    Plan,
     claimed_since_update,
     plan,
     surge_for,
@@ -115,3 +116,17 @@ def test_claims_before_the_update_or_of_another_template_retire_nothing() -> Non
     other = [pod("p-35", "third-hash")]
     assert claimed_since_update([*earlier, *other], view(old, NEW), NEW) == 0
     assert claimed_since_update([pod("p-35")], view([pod("p-36")], NEW), NEW) == 0, "no update"
+
+
+def test_a_pod_not_as_built_does_not_hold_an_update_for_ever() -> None:
+    # It counts towards replicas, as it does once the update is over; never Ready, it must
+    # not keep every old pod waiting for a replacement that never comes.
+    old = [pod("p-01", OLD), pod("p-02", OLD)]
+    forged = pod("p-05")
+    forged["metadata"]["uid"] = "forged-uid"
+    pods = view([*old, pod("p-04"), forged], NEW, unlike={"forged-uid"})
+    assert plan(pods, 3, max_creates=10).delete == ((old[0], OUTDATED),)
+    later = view([old[1], pod("p-04"), pod("p-06"), forged], NEW, unlike={"forged-uid"})
+    assert plan(later, 3, max_creates=10).delete == ((old[1], OUTDATED),)
+    done = view([pod("p-04"), pod("p-06"), forged], NEW, unlike={"forged-uid"})
+    assert plan(done, 3, max_creates=10) == Plan(), "as after any update: nothing to do"
