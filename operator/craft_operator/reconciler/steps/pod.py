@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from craft_operator.api.constants import LABEL_SANDBOX
@@ -26,8 +26,6 @@ WAITING = pod_lifecycle.WAITING
 #: kubelet's crash-loop backoff): a pod that fails soon after it is Ready, claimed pool
 #: pods included, counts towards PodFailedRepeatedly and waits out a growing backoff.
 STABLE_AFTER = 600.0
-#: How long past its grace period a pod being deleted is overdue: looked at once a minute.
-TERMINATING_OVERDUE = timedelta(seconds=60)
 POD = pod_lifecycle.POD
 
 
@@ -130,14 +128,10 @@ def _terminating(p: Pass, pod: dict[str, Any]) -> Stop:
     by a finalizer or on an unreachable node may stay for hours, and is said so."""
     run = p.run
     run.pod_exists = True
-    due = pod_state.deletion_due(pod)
-    if due is not None and run.now - due > TERMINATING_OVERDUE:
-        message = (
-            f"the old pod {pod['metadata']['name']} is still being deleted, past its grace "
-            f"period since {due.isoformat()}: a finalizer on it or an unreachable node holds it"
-        )
-        run.set(ConditionState.false(POD_READY, "PodTerminating", message))
-        run.revisit(after=TERMINATING_OVERDUE.total_seconds())
+    stuck = pod_state.stuck_terminating(pod, run.now)
+    if stuck is not None:
+        run.set(ConditionState.false(POD_READY, "PodTerminating", f"the old {stuck}"))
+        run.revisit(after=pod_state.TERMINATING_OVERDUE.total_seconds())
         return Stop(WAITING)
     run.set(ConditionState.false(POD_READY, "PodTerminating", "the old pod is stopping"))
     run.revisit(after=5)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from craft_operator.api.pool import LABEL_POOL_TEMPLATE_HASH
@@ -127,10 +127,22 @@ def created_at(pod: Mapping[str, Any]) -> datetime | None:
     return _moment(pod["metadata"].get("creationTimestamp"))
 
 
-def deletion_due(pod: Mapping[str, Any]) -> datetime | None:
-    """When the pod's deletion is due (its deletionTimestamp: the delete's time plus its
-    grace period), if it is being deleted and that is readable."""
-    return _moment(pod["metadata"].get("deletionTimestamp"))
+#: How long past its grace period a pod being deleted is overdue (then looked at once a
+#: minute, and said to be held).
+TERMINATING_OVERDUE = timedelta(seconds=60)
+
+
+def stuck_terminating(pod: Mapping[str, Any], now: datetime) -> str | None:
+    """What to say of a pod still being deleted :data:`TERMINATING_OVERDUE` past its grace
+    period (its deletionTimestamp: the delete's time plus the grace period), if it is; a
+    finalizer on it or an unreachable node may hold it for hours."""
+    due = _moment(pod["metadata"].get("deletionTimestamp"))
+    if due is None or now - due <= TERMINATING_OVERDUE:
+        return None
+    return (
+        f"pod {pod['metadata']['name']} is still being deleted, past its grace period since "
+        f"{due.isoformat()}: a finalizer on it or an unreachable node holds it"
+    )
 
 
 def ready_since(pod: Mapping[str, Any]) -> datetime | None:

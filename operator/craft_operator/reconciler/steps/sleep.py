@@ -11,7 +11,7 @@ from craft_operator.kube.client import ApiError
 from craft_operator.reconciler.children import controlled_by
 from craft_operator.reconciler.idle import IdleDecision, decide_idle
 from craft_operator.reconciler.step import Pass, Stop
-from craft_operator.reconciler.steps import pod_lifecycle
+from craft_operator.reconciler.steps import pod_lifecycle, pod_state
 from craft_operator.status import CLI_VALIDATED, POD_READY, ConditionState
 
 #: PodReady's reason when the pod of a suspended or sleeping sandbox cannot be deleted.
@@ -94,8 +94,15 @@ async def _stop_pod(p: Pass, actual: dict[str, Any] | None, reason: str, message
             p.fail(POD_READY, STOP_FAILED, f"{message}, but pod {name} cannot be stopped: {exc}")
             return Stop(STOP_FAILED)
         p.event(f"Pod{reason}", message)
-    run.set(ConditionState.false(POD_READY, reason, message))
-    run.status.pod_uid = None
+    stuck = None if actual is None else pod_state.stuck_terminating(actual, run.now)
+    if actual is not None and stuck is not None:
+        # Still there, and maybe still running (a partitioned node): said, and looked at.
+        run.set(ConditionState.false(POD_READY, reason, f"{message}, but {stuck}"))
+        run.status.pod_uid = actual["metadata"].get("uid")
+        run.revisit(after=pod_state.TERMINATING_OVERDUE.total_seconds())
+    else:
+        run.set(ConditionState.false(POD_READY, reason, message))
+        run.status.pod_uid = None
     run.status.admitted_images = None
     # What the stopped pods did is not the next pod's: a stop ends a row of failed pods,
     # and the verdict on onyx-cli (a refused PAT, no onyx-cli) is given again in the next.

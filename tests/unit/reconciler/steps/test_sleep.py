@@ -11,7 +11,7 @@ import pytest
 from craft_operator.metrics import time_to_ready
 from craft_operator.reconciler import suspension
 from craft_operator.reconciler.step import Memory
-from craft_operator.reconciler.steps import sleep
+from craft_operator.reconciler.steps import pod, sleep
 from craft_operator.reconciler.table import run_steps
 from tests.support.pod_exec import mark_pod_running
 from tests.unit.reconciler.conftest import NAMESPACE
@@ -189,10 +189,10 @@ async def test_falling_asleep_ends_the_row_of_failed_pods_and_the_verdict_on_ony
 async def test_no_renewed_pat_goes_into_the_pod_the_same_pass_stopped(
     world: World, stop: dict[str, object]
 ) -> None:
-    pod = world.emulator.create("v1/pods", ready_pod())
+    made = world.emulator.create("v1/pods", ready_pod())
     mark_pod_running(world.emulator, NAMESPACE, NAME)
     world.cache.put("Pod", world.emulator.get("v1/pods", NAMESPACE, NAME))
-    uid = pod["metadata"]["uid"]
+    uid = made["metadata"]["uid"]
     world.credentials.grace_pat_id, world.credentials.pat_id = 1, 2  # renewed in this pass
     validated = {"validatedPatID": 1, "validatedPodUID": uid, "podUID": uid}
     p = world.pass_(spec=stop, annotations=OLD_ACTIVITY, status={"phase": "Ready", **validated})
@@ -221,3 +221,36 @@ def ready_pod() -> dict[str, object]:
         "metadata": {"name": NAME, "namespace": NAMESPACE, "ownerReferences": [owner]},
         "spec": {"containers": [{"name": "sandbox", "image": "x"}]},
     }
+
+
+@pytest.mark.parametrize(
+    ("spec", "status"),
+    [
+        ({"suspend": True}, {"phase": "Suspended", "suspendedAt": "2026-11-23T10:00:00Z"}),
+        ({"idleTimeout": "1h"}, {"phase": "Sleeping", "sleepingSince": "2026-11-23T11:00:00Z"}),
+    ],
+    ids=["suspended", "asleep"],
+)
+async def test_a_stopped_pod_stuck_being_deleted_is_said_and_looked_at(
+    world: World, spec: dict[str, object], status: dict[str, object]
+) -> None:
+    stuck = ready_pod()
+    meta = stuck["metadata"]
+    assert isinstance(meta, dict)
+    # Deleted two hours ago, its grace period long past: a finalizer of someone's holds it.
+    meta.update(
+        uid="pod-1",
+        resourceVersion="5",
+        deletionTimestamp="2026-11-23T10:00:30Z",
+        finalizers=["example.com/hold"],
+    )
+    world.cache.put("Pod", stuck)
+    p = world.pass_(spec=spec, status=status, annotations=OLD_ACTIVITY)
+    await pod.converge_pod(p)
+
+    ready = p.run.condition("PodReady")
+    assert ready is not None
+    assert ready.reason == status["phase"]
+    assert f"but pod {NAME} is still being deleted, past its grace period" in ready.message
+    assert p.run.status.pod_uid == "pod-1", "the pod is still there"
+    assert p.run.verdict.after == 60, "looked at once a minute"
