@@ -150,7 +150,10 @@ async def _running(p: Pass, actual: dict[str, Any], desired: dict[str, Any]) -> 
     """The pod exists: replace it if it drifted or ended, else wait until it is Ready."""
     s, run = p.services, p.run
     run.pod_exists = True
-    p.memory.cold_start.pop(run.key, None)  # the next start without a pod is said anew
+    if LABEL_CLAIMED_FROM in (actual["metadata"].get("labels") or {}):
+        p.memory.cold_start.pop(run.key, None)  # the next start without a pod is said anew
+    else:
+        claim.count_cold_start(p)  # (a create whose answer was lost: counted here)
     uid = actual["metadata"].get("uid")
     remembered = p.memory.admitted.get(run.key)
     mine = remembered[1] if remembered and remembered[0] == uid else None

@@ -159,11 +159,21 @@ async def remove(p: Pass, pod: Mapping[str, Any]) -> dict[str, Any] | None:
     return answer
 
 
+def look_again_once_overdue(p: Pass, answer: Mapping[str, Any] | None) -> None:
+    """A pod whose deletion was asked for and that is being deleted: the next pass comes
+    once it would be overdue, if nothing (its deletion's watch event) brings one sooner; a
+    pod held there (a finalizer, an unreachable node) sends no event."""
+    if answer is not None and answer.get("kind") == "Pod":
+        seconds = pod_state.overdue_in(answer, p.run.now)
+        if seconds is not None:
+            p.run.revisit(after=max(seconds, 0) + 1)
+
+
 async def replace(
     p: Pass, pod: Mapping[str, Any], *, reason: str, message: str, warning: bool = False
 ) -> Stop:
     """Delete the pod so the next pass creates it anew, and say why."""
-    await remove(p, pod)
+    look_again_once_overdue(p, await remove(p, pod))
     p.run.pod_exists = True
     p.run.set(ConditionState.false(POD_READY, reason, message))
     p.event(reason, message, warning=warning)

@@ -145,6 +145,14 @@ def stuck_terminating(pod: Mapping[str, Any], now: datetime) -> str | None:
     )
 
 
+def overdue_in(pod: Mapping[str, Any], now: datetime) -> float | None:
+    """Seconds until a pod being deleted is :data:`TERMINATING_OVERDUE` past its grace
+    period (negative once it is), ``None`` if it is not being deleted: a pass then, as a
+    pod held there sends no event that would bring one."""
+    due = _moment(pod["metadata"].get("deletionTimestamp"))
+    return None if due is None else (due + TERMINATING_OVERDUE - now).total_seconds()
+
+
 def ready_since(pod: Mapping[str, Any]) -> datetime | None:
     """When the pod's Ready condition last changed (its kubelet's word), if readable."""
     for condition in pod.get("status", {}).get("conditions") or []:

@@ -84,9 +84,10 @@ async def _stop_pod(p: Pass, actual: dict[str, Any] | None, reason: str, message
     if actual is not None and not controlled_by(actual, p.sandbox.metadata.uid):
         actual = None  # never another's pod, whatever its name
     run = p.run
+    deleting = actual
     if actual is not None and not actual["metadata"].get("deletionTimestamp"):
         try:
-            await pod_lifecycle.remove(p, actual)
+            deleting = await pod_lifecycle.remove(p, actual)
         except ApiError as exc:
             # The pod runs on (an admission webhook refusing deletes, say): the status must
             # not say it stopped, nor Ready stay True beside Suspended or Sleeping.
@@ -103,6 +104,7 @@ async def _stop_pod(p: Pass, actual: dict[str, Any] | None, reason: str, message
     else:
         run.set(ConditionState.false(POD_READY, reason, message))
         run.status.pod_uid = None
+        pod_lifecycle.look_again_once_overdue(p, deleting)
     run.status.admitted_images = None
     # What the stopped pods did is not the next pod's: a stop ends a row of failed pods,
     # and the verdict on onyx-cli (a refused PAT, no onyx-cli) is given again in the next.

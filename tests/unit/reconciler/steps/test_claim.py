@@ -923,3 +923,30 @@ async def test_a_pod_claimed_under_the_hash_of_its_tolerations_as_written_is_kep
     again = await pod_pass(pooled, spec=spec, status=dump_status(first.run.status))
     assert await pod.converge_pod(again) is None
     assert "PodReplaced" not in pooled.events.reasons
+
+
+async def test_a_cold_pod_whose_create_answer_was_lost_is_still_one_cold_start(
+    pooled: World,
+) -> None:
+    warm_pods(pooled, 0)
+    memory = Memory()
+    real = pooled.services.kube.create
+
+    async def answer_lost(kind: Any, body: Any) -> Any:
+        created = await real(kind, body)
+        if body.get("kind") == "Pod":
+            raise ApiError(504, "Timeout", "the answer was lost")  # (the create landed)
+        return created
+
+    pooled.services.kube.create = answer_lost  # type: ignore[method-assign]
+    p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    p.memory = memory
+    await pod.converge_pod(p)
+    pooled.services.kube.create = real  # type: ignore[method-assign]
+    for _ in range(2):  # the next passes: the create conflicts, then the watch shows the pod
+        again = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+        again.memory = memory
+        await pod.converge_pod(again)
+        pooled.cache.put(kinds.POD.name, pooled.emulator.get("v1/pods", NAMESPACE, NAME))
+
+    assert cold_starts(pooled) == {"PoolEmpty": 1}

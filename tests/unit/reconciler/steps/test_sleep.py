@@ -254,3 +254,21 @@ async def test_a_stopped_pod_stuck_being_deleted_is_said_and_looked_at(
     assert f"but pod {NAME} is still being deleted, past its grace period" in ready.message
     assert p.run.status.pod_uid == "pod-1", "the pod is still there"
     assert p.run.verdict.after == 60, "looked at once a minute"
+
+
+@pytest.mark.parametrize("stop", [{"idleTimeout": "1h"}, {"suspend": True}], ids=str)
+async def test_a_stopped_pod_being_deleted_is_looked_at_again_once_it_would_be_overdue(
+    world: World, stop: dict[str, object]
+) -> None:
+    world.emulator.create("v1/pods", ready_pod())
+    mark_pod_running(world.emulator, NAMESPACE, NAME)
+    deleting = world.emulator.get("v1/pods", NAMESPACE, NAME)
+    meta = deleting["metadata"]
+    # As the API server answers a graceful delete: due at the end of its grace period.
+    meta["deletionTimestamp"] = "2026-11-23T12:00:30Z"  # NOW + 30 s
+    world.cache.put("Pod", deleting)
+    p = world.pass_(spec=stop, annotations=OLD_ACTIVITY)
+    await pod.converge_pod(p)
+
+    # Held by a finalizer it would send no event: the pass comes when it would be overdue.
+    assert p.run.verdict.after == 91
