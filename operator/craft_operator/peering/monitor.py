@@ -136,9 +136,17 @@ class PeeringMonitor:
         return evaluate(self._status, identity=self._identity, priority=self._priority, now=now)
 
     async def check(self) -> None:
-        """Read the peering object once and switch the gate accordingly."""
+        """Read the peering object once and switch the gate accordingly. The read is bounded
+        by the poll interval, not the client's request timeout (a minute): a read that hangs,
+        on a connection to an API server that went away, counts as a failed one, so that a
+        replica whose keep-alive expired meanwhile stops before its peer has worked beside
+        it for long."""
         try:
-            body = await self._kube.get(CLUSTER_PEERINGS, None, self._name)
+            async with asyncio.timeout(self.interval):
+                body = await self._kube.get(CLUSTER_PEERINGS, None, self._name)
+        except TimeoutError:
+            await self._unreadable(f"no answer within {self.interval:g} s")
+            return
         except NotFoundError:
             if not self._missing_reported:
                 logger.warning(
@@ -150,18 +158,18 @@ class PeeringMonitor:
             await self._gate.deactivate(f"peering object {self._name!r} is missing")
             return
         except ApiError as exc:
-            await self._unreadable(exc)
+            await self._unreadable(str(exc))
             return
         self._missing_reported = False
         self._last_read = self._steady()
         if self._take(body):
             await self._apply(self.verdict())
 
-    async def _unreadable(self, exc: ApiError) -> None:
+    async def _unreadable(self, why: str) -> None:
         """Step down once the peering has been unreadable for a lifetime, or sooner if its
         own keep-alive, as last seen, has expired: its peers then take it for gone."""
         stale = self._last_read is None or (self._steady() - self._last_read > self._lifetime)
-        logger.warning("cannot read peering object %r: %s", self._name, exc)
+        logger.warning("cannot read peering object %r: %s", self._name, why)
         if stale or not self.verdict().active:
             await self._gate.deactivate(f"peering object {self._name!r} cannot be read")
 

@@ -285,3 +285,30 @@ async def test_an_unreadable_peering_steps_it_down_once_its_own_keepalive_has_ex
     await watcher.check()
 
     assert not gate.active
+
+
+@pytest.mark.usefixtures("peering")
+async def test_a_peering_read_that_hangs_counts_as_unreadable_within_the_poll_interval(
+    emulator: KubeEmulator, monitor: tuple[PeeringMonitor, ActivityGate, Clock]
+) -> None:
+    """A connection to an API server that went away may hang a read until the client's
+    request timeout: the replica must not work on that long beside the one taking over."""
+    watcher, gate, clock = monitor
+    write_status(emulator, {ME: keepalive(99, START)})
+    await watcher.check()
+    assert gate.active
+    hang = asyncio.Event()
+
+    async def hung(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
+        if "clusterkopfpeerings" in request.url.path:
+            await hang.wait()
+        return None
+
+    emulator.before_request.append(hung)
+    watcher.interval = 0.2
+    clock.now = START + timedelta(seconds=61)  # its own keep-alive expired meanwhile
+    try:
+        await asyncio.wait_for(watcher.check(), 5)  # the client would wait 10 s
+    finally:
+        hang.set()
+    assert not gate.active
