@@ -63,6 +63,8 @@ class ActivityGate:
         #: Held until the first listing is in the cache (see :meth:`hold_until_primed`).
         self.priming = False
         self._listing = False
+        #: Step-downs asked for so far: one asked while a takeover lists calls it off.
+        self._standby_asked = 0
         #: Work outside the queue that a standby must stop too (e.g. the library syncs).
         self.stop_also: list[Callable[[], Awaitable[None]]] = []
         #: Further work queues that pause, clear and resume with the sandboxes' queue, each
@@ -115,6 +117,7 @@ class ActivityGate:
 
     async def deactivate(self, reason: str) -> None:
         """Become a standby: stop the work and forget the state (no-op if standby already)."""
+        self._standby_asked += 1  # (before the lock: a takeover listing now must not resume)
         async with self._lock:
             if not self._active:
                 return
@@ -137,6 +140,7 @@ class ActivityGate:
         async with self._lock:
             if self._active:
                 return
+            asked = self._standby_asked
             self._active = True  # watch events count again from here, during the listing too
             self._listing = True
             try:
@@ -147,6 +151,13 @@ class ActivityGate:
                 raise
             finally:
                 self._listing = False
+            if self._standby_asked != asked:
+                # A step-down came while it listed (the preferred replica is back): no pass
+                # starts, not even one that would be cancelled after its first write.
+                self._active = False
+                self._cache.clear()
+                logger.info("standby: the takeover (%s) was called off while listing", reason)
+                return
             for key in keys:
                 self._queue.add(key)
             self._queue.resume()

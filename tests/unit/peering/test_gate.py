@@ -177,6 +177,41 @@ async def test_a_failed_relist_leaves_the_replica_a_standby(
     await until(lambda: handler.calls == [("team-a", "alice")])
 
 
+async def test_a_step_down_asked_while_a_takeover_lists_starts_no_pass(
+    parts: tuple[ActivityGate, WorkQueue[Key], ObjectCache, Handler], emulator: KubeEmulator
+) -> None:
+    gate, queue, cache, handler = parts
+    emulator.create(SANDBOXES, sandbox("team-a", "alice"))
+    listing, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_pods(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
+        if request.url.path.endswith("/pods"):
+            listing.set()
+            await release.wait()
+        return None
+
+    emulator.before_request.append(slow_pods)
+    await gate.deactivate("starting")
+    takeover = asyncio.create_task(gate.activate("the peer's record expired"))
+    await listing.wait()
+    # The preferred replica is back meanwhile (a watch event of the peering): stand by.
+    step_down = asyncio.create_task(gate.deactivate("the preferred replica is back"))
+    await asyncio.sleep(0.05)
+    release.set()
+    await takeover
+    await step_down
+    await asyncio.sleep(0.1)
+
+    assert not gate.active
+    assert queue.paused
+    assert handler.calls == [], "no pass beside the preferred replica, not even a first write"
+    assert len(cache) == 0
+
+    emulator.before_request.remove(slow_pods)
+    await gate.activate("the preferred replica went again")
+    await until(lambda: handler.calls == [("team-a", "alice")])
+
+
 async def test_a_crd_not_installed_is_named_in_the_relists_failure(
     parts: tuple[ActivityGate, WorkQueue[Key], ObjectCache, Handler], emulator: KubeEmulator
 ) -> None:
