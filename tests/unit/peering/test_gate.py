@@ -7,7 +7,7 @@ emulator, and its event handlers.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -177,11 +177,11 @@ async def test_a_failed_relist_leaves_the_replica_a_standby(
     await until(lambda: handler.calls == [("team-a", "alice")])
 
 
-async def test_a_step_down_asked_while_a_takeover_lists_starts_no_pass(
-    parts: tuple[ActivityGate, WorkQueue[Key], ObjectCache, Handler], emulator: KubeEmulator
-) -> None:
-    gate, queue, cache, handler = parts
-    emulator.create(SANDBOXES, sandbox("team-a", "alice"))
+def held_pod_listing(
+    emulator: KubeEmulator,
+) -> tuple[asyncio.Event, asyncio.Event, Callable[..., Awaitable[Any]]]:
+    """Hold every listing of pods (a takeover's relist on a big cluster) until ``release``
+    is set; ``listing`` is set once one waits. The hook, to remove it."""
     listing, release = asyncio.Event(), asyncio.Event()
 
     async def slow_pods(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
@@ -191,6 +191,15 @@ async def test_a_step_down_asked_while_a_takeover_lists_starts_no_pass(
         return None
 
     emulator.before_request.append(slow_pods)
+    return listing, release, slow_pods
+
+
+async def test_a_step_down_asked_while_a_takeover_lists_starts_no_pass(
+    parts: tuple[ActivityGate, WorkQueue[Key], ObjectCache, Handler], emulator: KubeEmulator
+) -> None:
+    gate, queue, cache, handler = parts
+    emulator.create(SANDBOXES, sandbox("team-a", "alice"))
+    listing, release, slow_pods = held_pod_listing(emulator)
     await gate.deactivate("starting")
     takeover = asyncio.create_task(gate.activate("the peer's record expired"))
     await listing.wait()
@@ -383,15 +392,7 @@ async def test_the_cache_counts_as_synced_only_once_a_reactivation_s_listing_is_
 ) -> None:
     gate, _, _, _ = parts
     emulator.create(SANDBOXES, sandbox("team-a", "alice"))
-    listing, release = asyncio.Event(), asyncio.Event()
-
-    async def slow_pods(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
-        if request.url.path.endswith("/pods"):
-            listing.set()
-            await release.wait()
-        return None
-
-    emulator.before_request.append(slow_pods)
+    listing, release, _ = held_pod_listing(emulator)
     await gate.deactivate("starting")
     assert not gate.cache_synced
     activation = asyncio.create_task(gate.activate("test"))
