@@ -43,6 +43,9 @@ def test_a_sandbox_becomes_ready_with_onyx_cli_validated_through_the_real_exec_p
     created = cluster.sandbox(namespace, "alice")
     assert created is not None
     uid = created["metadata"]["uid"]
+    # Kept by the installed CRD (not pruned): which token the pod holds, not only its id.
+    status = created["status"]
+    assert status["validatedPatDisplay"] == status["credentials"]["tokenDisplay"], status
     for kind, child in (
         ("/api/v1/pods", "alice"),
         ("/api/v1/secrets", "alice-credentials"),
