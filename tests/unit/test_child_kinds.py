@@ -4,6 +4,7 @@ all follow it, so adding a child kind is one row (plus its grant in the manifest
 
 from __future__ import annotations
 
+from datetime import datetime
 from types import SimpleNamespace
 from typing import Any
 
@@ -154,7 +155,9 @@ class FakeKube:
 
 
 class NoCredentials:
-    async def revoke(self, namespace: str, name: str, uid: str) -> bool:
+    async def revoke(
+        self, namespace: str, name: str, uid: str, *, created_at: datetime | None = None
+    ) -> bool:
         return False
 
     def forget(self, uid: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Table, case, delete, literal, update
@@ -82,10 +82,23 @@ def grace_statement(
     )
 
 
-def revoke_named(backend: StoreBackend, namespace: str, name: str) -> CredentialInfo | None:
+def revoke_named(
+    backend: StoreBackend,
+    namespace: str,
+    name: str,
+    *,
+    uid: str | None = None,
+    created_at: datetime | None = None,
+) -> CredentialInfo | None:
     """Revoke this cluster's row by namespace and name (its PAT and the one still in its
     grace period, if any, in the schema of the row's tenant in multi-tenant Onyx); returns
-    what was revoked, if any."""
+    what was revoked, if any.
+
+    Given the sandbox's ``uid`` and creation time, a row of another uid goes only if it
+    was written before the sandbox was created (an earlier sandbox of that name, gone
+    without its finalizer). One written since belongs to a later namesake: a replica
+    finalizing a stale copy of a deleted sandbox must not revoke the live one's PAT.
+    """
     subject = f"sandbox {namespace}/{name}"
     with (
         translated_errors(f"revoking the PAT of {subject}"),
@@ -93,6 +106,16 @@ def revoke_named(backend: StoreBackend, namespace: str, name: str) -> Credential
     ):
         row = backend.fetch(connection, namespace, name, lock=True, fresh=True)
         if row is None:
+            return None
+        if _of_a_later_namesake(row, uid, created_at):
+            log.warning(
+                "%s (uid %s): left PAT %s alone: it belongs to uid %s, a sandbox of that "
+                "name created since",
+                subject,
+                uid,
+                row.pat_id,
+                row.sandbox_uid,
+            )
             return None
         now = backend.clock()
         info = credential_info(row, now)
@@ -117,3 +140,12 @@ def revoke_named(backend: StoreBackend, namespace: str, name: str) -> Credential
         return dataclasses.replace(info, forgotten=True)
     log.info("%s: revoked PAT %s", subject, " and ".join(str(pat_id) for pat_id in pat_ids))
     return info
+
+
+def _of_a_later_namesake(row: Any, uid: str | None, created_at: datetime | None) -> bool:
+    """Whether ``row`` is another sandbox's of that name, written after the one with
+    ``uid`` was created (so not an orphan it may clean up)."""
+    if uid is None or created_at is None or row.sandbox_uid == uid:
+        return False
+    written = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=UTC)
+    return bool(written >= created_at)

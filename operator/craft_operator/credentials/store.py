@@ -241,17 +241,24 @@ class CredentialStore:
         """
         return retire_superseded(self._backend, identity, pat_id)
 
-    def revoke(self, identity: SandboxIdentity) -> bool:
+    def revoke(self, identity: SandboxIdentity, *, created_at: datetime | None = None) -> bool:
         """Revoke the sandbox's PAT and forget its token; False if none was stored.
 
-        Idempotent. Matches this cluster's row by namespace and name whatever its uid: a
-        row with another uid is an orphan of an earlier object of that name and must go
-        too. A row from before cluster ids goes only if it proves to be this sandbox's.
+        Idempotent. Matches this cluster's row by namespace and name: a row with another
+        uid is an orphan of an earlier object of that name and goes too, unless it was
+        written after ``created_at`` (the sandbox's creation, when known): then it is a
+        later namesake's and stays. A row from before cluster ids goes only if it proves
+        to be this sandbox's.
         """
+        namespace, name = identity.namespace, identity.name
         with translated_errors(f"revoking the PAT of {identity}"):
-            revoked = _revoked(self.revoke_named(identity.namespace, identity.name))
+            revoked = _revoked(
+                revoke_named(
+                    self._backend, namespace, name, uid=identity.uid, created_at=created_at
+                )
+            )
             if claim_unclaimed(self._backend, identity):
-                revoked = _revoked(self.revoke_named(identity.namespace, identity.name)) or revoked
+                revoked = _revoked(self.revoke_named(namespace, name)) or revoked
         return revoked
 
     def revoke_named(self, namespace: str, name: str) -> CredentialInfo | None:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from craft_operator.api.models import ConditionStatus, CraftSandboxStatus, Phase
 from craft_operator.api.status_codec import parse_status
 from craft_operator.policy.models import POLICY_ENFORCED
+from craft_operator.status import parse_time, utc
 
 #: Phases in which a sandbox is on its way to Ready; the oldest of them is a gauge. (Failed
 #: sandboxes wait for a spec change: ``craft_sandboxes{phase="Failed"}`` counts them.)
@@ -30,22 +31,6 @@ class SandboxCounts:
     without_policy: int = 0
     #: ``namespace/name`` of the bodies that could not be read, left out of every count.
     unreadable: tuple[str, ...] = ()
-
-
-def utc(moment: datetime) -> datetime:
-    """``moment`` with a time zone: one written without (by hand, by another tool) is UTC,
-    as every time Kubernetes writes is."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
-def parse_time(text: Any) -> datetime | None:
-    """A time as Kubernetes writes it (``None`` if it is none); without a zone: UTC."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
-    except ValueError:
-        return None
 
 
 def _status(body: Mapping[str, Any]) -> Mapping[str, Any]:

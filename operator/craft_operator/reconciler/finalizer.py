@@ -20,7 +20,7 @@ from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.run import Revisit, Run
 from craft_operator.reconciler.status_writer import write_status
 from craft_operator.reconciler.steps import workspace
-from craft_operator.status import CREDENTIALS_READY, ConditionState
+from craft_operator.status import CREDENTIALS_READY, ConditionState, parse_time
 
 logger = logging.getLogger(__name__)
 FINALIZER = f"{GROUP}/finalizer"
@@ -64,7 +64,8 @@ async def finalize(s: Services, body: dict[str, Any], conditions: Sequence[str])
     if FINALIZER not in (meta.get("finalizers") or []):
         return None
     try:
-        revoked = await s.credentials.revoke(namespace, name, uid)
+        created_at = parse_time(meta.get("creationTimestamp"))
+        revoked = await s.credentials.revoke(namespace, name, uid, created_at=created_at)
     except CredentialsError as exc:
         return await _revoke_failed(s, body, conditions, exc)
     if revoked:

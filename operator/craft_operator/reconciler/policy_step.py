@@ -269,7 +269,8 @@ async def _deny(services: PolicyServices, sandbox: CraftSandbox, run: Run, messa
     unrevoked: str | None = None
     if had_token:
         try:
-            if await services.credentials.revoke(namespace, name, uid):
+            created_at = sandbox.metadata.creation_timestamp
+            if await services.credentials.revoke(namespace, name, uid, created_at=created_at):
                 withdrawn.append("revoked the PAT")
         except CredentialsError as exc:
             unrevoked = str(exc)

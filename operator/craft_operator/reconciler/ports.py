@@ -87,8 +87,13 @@ class CredentialsPort(Protocol):
         """
         ...
 
-    async def revoke(self, namespace: str, name: str, uid: str) -> bool:
-        """Revoke the sandbox's PAT (and the one in its grace period); False if it had none."""
+    async def revoke(
+        self, namespace: str, name: str, uid: str, *, created_at: datetime | None = None
+    ) -> bool:
+        """Revoke the sandbox's PAT (and the one in its grace period); False if it had none.
+
+        ``created_at`` (the sandbox's creation) keeps a later namesake's PAT from being
+        revoked by a stale copy of a deleted sandbox."""
         ...
 
     async def retire(self, namespace: str, name: str, uid: str, pat_id: int) -> int | None:

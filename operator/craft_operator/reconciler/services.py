@@ -327,7 +327,9 @@ class StoreCredentials:
         self._known[uid] = (issued, now, renew_at, revoked)
         return issued
 
-    async def revoke(self, namespace: str, name: str, uid: str) -> bool:
+    async def revoke(
+        self, namespace: str, name: str, uid: str, *, created_at: datetime | None = None
+    ) -> bool:
         """Revoke the sandbox's PAT (idempotent).
 
         Not while an earlier call for this sandbox still runs in the database after its
@@ -354,7 +356,8 @@ class StoreCredentials:
         self.database_calls += 1
         identity = _identity(namespace, name, uid)
         return await self._bounded(
-            f"revoking the PAT of {namespace}/{name}", lambda store: store.revoke(identity)
+            f"revoking the PAT of {namespace}/{name}",
+            lambda store: store.revoke(identity, created_at=created_at),
         )
 
     async def retire(self, namespace: str, name: str, uid: str, pat_id: int) -> int | None:

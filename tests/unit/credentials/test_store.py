@@ -213,6 +213,37 @@ def test_a_recreated_sandbox_of_the_same_name_gets_a_new_pat(
     assert pat_row(database, first.pat_id).is_revoked
 
 
+def test_revoking_for_a_deleted_sandbox_leaves_the_pat_of_a_namesake_created_since(
+    store: CredentialStore, database: Database, clock: Clock
+) -> None:
+    # A replica finalizing a stale copy of the first sandbox, after it was deleted and a
+    # sandbox of the same name created and given its PAT.
+    user = database.new_user()
+    first_created = clock.now
+    clock.advance(timedelta(minutes=5))
+    reborn = SandboxIdentity(SANDBOX.namespace, SANDBOX.name, "another-uid")
+    live = store.ensure(reborn, user_id=user, tenant_id="public")
+
+    assert store.revoke(SANDBOX, created_at=first_created) is False
+
+    assert not pat_row(database, live.pat_id).is_revoked
+    info = store.show(SANDBOX.namespace, SANDBOX.name)
+    assert info is not None and info.pat_id == live.pat_id
+
+
+def test_revoking_a_sandbox_revokes_a_pat_left_by_an_earlier_one_of_its_name(
+    store: CredentialStore, database: Database, clock: Clock
+) -> None:
+    earlier = SandboxIdentity(SANDBOX.namespace, SANDBOX.name, "earlier-uid")
+    left = store.ensure(earlier, user_id=database.new_user(), tenant_id="public")
+    clock.advance(timedelta(minutes=5))
+
+    assert store.revoke(SANDBOX, created_at=clock.now) is True
+
+    assert pat_row(database, left.pat_id).is_revoked
+    assert store.show(SANDBOX.namespace, SANDBOX.name) is None
+
+
 def test_a_changed_tenant_gets_a_new_pat_in_its_own_form(
     store: CredentialStore, database: Database
 ) -> None:

@@ -35,7 +35,13 @@ pytestmark = pytest.mark.unit
 BODY: dict[str, Any] = {
     "apiVersion": "craft.onyx.app/v1alpha1",
     "kind": "CraftSandbox",
-    "metadata": {"name": "alice", "namespace": "team-a", "uid": "u-1", "generation": 2},
+    "metadata": {
+        "name": "alice",
+        "namespace": "team-a",
+        "uid": "u-1",
+        "generation": 2,
+        "creationTimestamp": "2026-11-23T11:00:00Z",
+    },
     "spec": {"user": {"id": USER}, "image": "registry.example.com/craft/sandbox:1"},
 }
 SANDBOX = parse_sandbox(BODY)
@@ -53,7 +59,9 @@ class Events:
 
 
 class Credentials:
-    async def revoke(self, namespace: str, name: str, uid: str) -> bool:
+    async def revoke(
+        self, namespace: str, name: str, uid: str, *, created_at: datetime | None = None
+    ) -> bool:
         raise AssertionError("a sandbox kept while the policy is unreadable is not revoked")
 
 
@@ -143,17 +151,24 @@ async def test_an_unreadable_policy_keeps_an_admitted_sandbox_with_a_warning() -
 async def test_a_missing_policy_does_not_excuse_another_tenants_namespace() -> None:
     cache = cache_with(labels={TENANT_LABEL: "acme"})
     sink = services(cache)
-    sink.credentials = SimpleNamespace(revoke=_revoked)
+    revocations: list[tuple[str, datetime | None]] = []
+
+    async def revoke(
+        namespace: str, name: str, uid: str, *, created_at: datetime | None = None
+    ) -> bool:
+        revocations.append((uid, created_at))
+        return True
+
+    sink.credentials = SimpleNamespace(revoke=revoke)
     run = Run({**BODY, "status": RUNNING}, NOW, CONDITIONS)
 
     assert await enforce(sink, SANDBOX, run) is True
 
     assert run.condition("PolicyEnforced") is None
     assert ("Warning", "AccessWithdrawn") in sink.events.posted
-
-
-async def _revoked(namespace: str, name: str, uid: str) -> bool:
-    return True
+    assert revocations == [("u-1", datetime(2026, 11, 23, 11, 0, tzinfo=UTC))], (
+        "this sandbox's PAT, not a later namesake's"
+    )
 
 
 class FlakyRevocation:
@@ -162,7 +177,9 @@ class FlakyRevocation:
     def __init__(self) -> None:
         self.calls = 0
 
-    async def revoke(self, namespace: str, name: str, uid: str) -> bool:
+    async def revoke(
+        self, namespace: str, name: str, uid: str, *, created_at: datetime | None = None
+    ) -> bool:
         self.calls += 1
         if self.calls == 1:
             raise DatabaseUnavailableError("the credentials database is unreachable")
@@ -202,7 +219,9 @@ async def test_a_denial_revokes_a_pat_minted_by_a_pass_that_ended_before_saying_
     sink = services(cache_with(labels={TENANT_LABEL: "acme"}))
     calls: list[str] = []
 
-    async def revoke(namespace: str, name: str, uid: str) -> bool:
+    async def revoke(
+        namespace: str, name: str, uid: str, *, created_at: datetime | None = None
+    ) -> bool:
         calls.append(name)
         return True
 
@@ -265,7 +284,9 @@ class Kube:
 
 
 class Revoking:
-    async def revoke(self, namespace: str, name: str, uid: str) -> bool:
+    async def revoke(
+        self, namespace: str, name: str, uid: str, *, created_at: datetime | None = None
+    ) -> bool:
         return True
 
 

@@ -56,6 +56,8 @@ class Credentials:
     grace_pat_id: int | None = None
     #: The PAT ids ``retire`` was called with.
     retired: list[int] = field(default_factory=list)
+    #: The sandboxes ``revoke`` was called for: uid and creation time.
+    revoked: list[tuple[str, datetime | None]] = field(default_factory=list)
 
     def issued(self, *, minted: bool, superseded: int | None = None) -> IssuedCredential:
         """The PAT as the store would return it."""
@@ -83,7 +85,10 @@ class Credentials:
             return self.issued(minted=True, superseded=rejected_pat_id)
         return self.issued(minted=len(self.calls) == 1)
 
-    async def revoke(self, namespace: str, name: str, uid: str) -> bool:
+    async def revoke(
+        self, namespace: str, name: str, uid: str, *, created_at: datetime | None = None
+    ) -> bool:
+        self.revoked.append((uid, created_at))
         return True
 
     def forget(self, uid: str) -> None:

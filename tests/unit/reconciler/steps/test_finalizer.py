@@ -3,6 +3,7 @@ deleted is let go once its PAT is revoked (the namespace controller deletes the 
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -85,6 +86,17 @@ async def test_a_deletion_that_cannot_go_on_says_so_in_the_status_and_an_event(
     assert stored["metadata"]["finalizers"] == [finalizer.FINALIZER]
 
 
+async def test_the_pat_revoked_is_the_one_of_this_sandbox_as_created(world: World) -> None:
+    """The store leaves a later namesake's PAT alone: it needs the uid and creation time."""
+    body = deleted_sandbox(world)
+    created = datetime.fromisoformat(body["metadata"]["creationTimestamp"])
+
+    assert await finalizer.finalize(world.services, body, CONDITIONS) is None
+
+    assert world.credentials.revoked == [(body["metadata"]["uid"], created)]
+    assert created.tzinfo is not None
+
+
 async def test_in_a_namespace_being_deleted_the_sandbox_is_let_go_and_its_children_left_to_it(
     world: World,
 ) -> None:
@@ -145,7 +157,9 @@ async def test_a_revocation_that_fails_where_the_role_went_says_what_to_do(
     namespace_being_deleted(world)
     world.emulator.before_request.insert(0, FailNext("PATCH", 403, count=100))
 
-    async def revoke(namespace: str, name: str, uid: str) -> bool:
+    async def revoke(
+        namespace: str, name: str, uid: str, *, created_at: datetime | None = None
+    ) -> bool:
         raise DatabaseUnavailableError("the credential database cannot be reached")
 
     world.credentials.revoke = revoke  # type: ignore[method-assign]
