@@ -228,7 +228,8 @@ def test_revoking_for_a_deleted_sandbox_leaves_the_pat_of_a_namesake_created_sin
 
     assert not pat_row(database, live.pat_id).is_revoked
     info = store.show(SANDBOX.namespace, SANDBOX.name)
-    assert info is not None and info.pat_id == live.pat_id
+    assert info is not None
+    assert info.pat_id == live.pat_id
 
 
 def test_revoking_a_sandbox_revokes_a_pat_left_by_an_earlier_one_of_its_name(
