@@ -2,7 +2,7 @@
 
 Posting never blocks or fails a reconcile: events go into a bounded queue, one task posts
 them, and an event that cannot be posted (or does not fit in the queue) is counted and
-dropped, never retried forever. Messages are cut to the API's 1 KiB limit.
+dropped, never retried forever. Messages are cut to 1,024 characters.
 
 Repeats are folded into a series, as client-go's ``EventCorrelator`` does: an event equal
 (same object, type, reason and message) to one this recorder posted within ``window``
@@ -232,10 +232,10 @@ class EventRecorder:
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._final_drain(), drain_timeout)
-        self._task.cancel()
+        task, self._task = self._task, None
+        task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        self._task = None
+            await task
 
     async def _final_drain(self) -> None:
         await self.drained()
@@ -254,11 +254,22 @@ class EventRecorder:
             else:
                 try:
                     await self._write(key, event)
+                except Exception as exc:  # one bad write must not end the poster
+                    self._failed(key, event, exc)
                 finally:
                     self._queue.task_done()
             if time.monotonic() >= scan:  # repeats held while the poster was busy or idle
                 self._flush_due(force=False)
                 scan = time.monotonic() + period
+
+    def _failed(self, key: SeriesKey, event: dict[str, Any] | None, exc: Exception) -> None:
+        """A write failed other than with an API error (the client could not log in, say):
+        the event is dropped and its series forgotten, as for a refused one. Only the type
+        is logged: such an error may quote what it failed on."""
+        self.dropped += 1
+        logger.warning("could not post event %s: %s", key[3], type(exc).__name__)
+        if event is not None:
+            self._forget(key)
 
     def _flush_due(self, *, force: bool) -> None:
         """Queue a PATCH for every series with repeats not written (due ones unless

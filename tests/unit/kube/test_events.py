@@ -323,3 +323,43 @@ async def test_a_series_whose_event_expired_starts_again(
     recorder.post(SANDBOX, type="Warning", reason="AuthFailed", message="refused")
     await recorder.stop()
     assert [event["count"] for event in events(emulator)] == [1]
+
+
+async def test_a_write_failing_before_it_reaches_the_api_drops_that_event_only(
+    emulator: KubeEmulator, tmp_path: Any
+) -> None:
+    """A login whose CA file is being rotated (absent for a moment) fails the write with
+    no API answer: that event is counted as dropped, and later ones are posted."""
+    client = KubeClient()
+    client.configure(
+        kopf.ConnectionInfo(server=str(emulator.url), ca_path=str(tmp_path / "ca.crt"))
+    )
+    recorder = EventRecorder(client)
+    recorder.start()
+    recorder.post(SANDBOX, type="Warning", reason="First", message="m")
+    await asyncio.wait_for(recorder.drained(), 5)
+    client.configure(kopf.ConnectionInfo(server=str(emulator.url), insecure=True))
+    recorder.post(SANDBOX, type="Warning", reason="Second", message="m")
+    await asyncio.wait_for(recorder.drained(), 5)
+
+    await recorder.stop(drain_timeout=1)
+    await client.close()
+
+    assert [event["reason"] for event in events(emulator)] == ["Second"]
+    assert (recorder.dropped, recorder.posted) == (1, 1)
+
+
+async def test_an_event_the_client_cannot_encode_is_dropped_and_stop_still_returns(
+    kube: KubeClient, emulator: KubeEmulator
+) -> None:
+    recorder = EventRecorder(kube)
+    recorder.start()
+    recorder.post(SANDBOX, type="Warning", reason="Bad", message="file \udcff.txt")
+    recorder.post(SANDBOX, type="Warning", reason="Good", message="m")
+    await asyncio.wait_for(recorder.drained(), 5)
+
+    await recorder.stop(drain_timeout=1)
+    await recorder.stop(drain_timeout=1)
+
+    assert [event["reason"] for event in events(emulator)] == ["Good"]
+    assert recorder.dropped == 1
