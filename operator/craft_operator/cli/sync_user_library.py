@@ -1,9 +1,9 @@
 """``craft-operator sync-user-library``: sync a user library from S3 into a directory.
 
 The sync Job runs this in Job mode; it also works by hand. Exit codes: 0 synced, 1 a
-failure that may pass (S3 outage, library changed during the sync, I/O error), 2 bad
-usage or settings, 3 a failure that needs someone to act (over a cap, no bucket, access
-denied).
+failure that may pass (S3 outage, library changed during the sync, an I/O error of the
+volume), 2 bad usage or settings, 3 a failure that needs someone to act (over a cap, no
+bucket, access denied, a full volume).
 """
 
 from __future__ import annotations

@@ -322,6 +322,25 @@ def _opened(path: Path) -> Iterator[int]:
         os.close(descriptor)
 
 
+#: Errors of the volume that may pass by themselves (a network volume's hiccup): retried.
+_PASSING_ERRNOS = frozenset({errno.EIO, errno.EAGAIN, errno.EINTR, errno.ETIMEDOUT, errno.ESTALE})
+#: The volume is full: not retried as is, but once the volume has grown.
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def _destination_error(exc: OSError, root: Path) -> DestinationError:
+    """What a failed local write means for the sync: a full volume says how to make room,
+    an error that may pass is retried, anything else (a file in the way) is final."""
+    where = exc.filename or root
+    message = f"cannot update {where}: {exc.strerror or exc}"
+    if exc.errno in _FULL_ERRNOS:
+        message += (
+            " (the library volume is full: raise spec.userLibrary.size; the sync is tried "
+            "again once the volume has grown)"
+        )
+    return DestinationError(message, retryable=exc.errno in _PASSING_ERRNOS)
+
+
 class LocalDestination:
     """:class:`~craft_operator.library.destination.Destination` in a local directory."""
 
@@ -360,8 +379,7 @@ class LocalDestination:
         try:
             return await asyncio.to_thread(self._apply, changes, store, bucket)
         except OSError as exc:
-            where = exc.filename or self.root
-            raise DestinationError(f"cannot update {where}: {exc.strerror or exc}") from None
+            raise _destination_error(exc, self.root) from None
 
     def _apply(self, changes: ChangeSet, store: ObjectStore, bucket: str) -> int:
         self.root.mkdir(parents=True, exist_ok=True)

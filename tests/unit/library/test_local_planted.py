@@ -11,6 +11,7 @@ chmod-ed or deleted; writes land inside the volume, or the sync fails and says w
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import os
 import shutil
@@ -408,3 +409,26 @@ def test_a_directory_refilled_as_fast_as_it_is_emptied_fails_the_sync_instead_of
     with pytest.raises(DestinationError):
         sync(lib, store)
     assert made[0] <= 60
+
+
+@pytest.mark.parametrize(
+    ("error", "retryable"),
+    [(errno.ENOSPC, False), (errno.EDQUOT, False), (errno.EIO, True), (errno.ESTALE, True)],
+)
+def test_a_full_volume_says_how_to_make_room_and_an_io_error_that_may_pass_is_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: int, retryable: bool
+) -> None:
+    from craft_operator.library import local
+    from craft_operator.library.errors import DestinationError
+
+    def failing(parent: int, name: str, relative: str) -> int:
+        raise OSError(error, os.strerror(error))
+
+    monkeypatch.setattr(local, "_create_file", failing)
+
+    with pytest.raises(DestinationError) as caught:
+        sync(tmp_path / "lib", Store({"a.txt": b"a"}))
+
+    assert caught.value.retryable is retryable
+    full = "raise spec.userLibrary.size" in caught.value.message
+    assert full is (error in (errno.ENOSPC, errno.EDQUOT))

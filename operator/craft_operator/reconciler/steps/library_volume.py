@@ -89,13 +89,29 @@ def _report(p: Pass, pvc: Mapping[str, Any], said: list[tuple[str, str]]) -> Non
         if message not in earlier:
             p.event(reason, message, warning=True)
     observed = pvc.get("status") or {}
+    capacity = (observed.get("capacity") or {}).get("storage")
     p.run.status.library_volume = LibraryVolumeStatus(
         claim_name=pvc["metadata"]["name"],
         requested=requested_size(pvc),
-        capacity=(observed.get("capacity") or {}).get("storage"),
+        capacity=capacity,
         phase=observed.get("phase"),
         message="; ".join(message for _, message in said) or None,
     )
+    if before is not None and _grew(before.capacity, capacity):
+        _retry_failed_sync(p)
+
+
+def _grew(before: str | None, now: str | None) -> bool:
+    had, has = size_value(before), size_value(now)
+    return had is not None and has is not None and has > had
+
+
+def _retry_failed_sync(p: Pass) -> None:
+    """The volume has grown: a sync that failed for good (a full volume, say) is tried
+    again, once, on the larger one."""
+    library = p.run.status.user_library
+    if library is not None and library.failed_attempt is not None:
+        p.run.status.user_library = library.model_copy(update={"failed_attempt": None})
 
 
 #: Owns no condition: its failures are reported on UserLibrarySynced.

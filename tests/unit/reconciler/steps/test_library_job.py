@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 
 from craft_operator.api.status_codec import dump_status
+from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import JOBS
 from craft_operator.library import SyncResult, resolve_location
 from craft_operator.reconciler.library_pool import LibrarySyncPool
 from craft_operator.reconciler.queue import Backoff
 from craft_operator.reconciler.step import Pass
-from craft_operator.reconciler.steps import credentials, library
+from craft_operator.reconciler.steps import credentials, library, library_volume
 from craft_operator.reconciler.steps.library_attempt import attempt_for
 from craft_operator.reconciler.sync_jobs import desired_job, read_outcome, start_job
 from tests.unit.reconciler.conftest import NAMESPACE
@@ -464,3 +465,44 @@ async def test_a_job_error_quoting_pieces_of_the_pat_is_withheld(job_world: Worl
     assert collected.run.status.user_library is not None
     assert secret[:14] not in str(collected.run.status.user_library)
     assert all(secret[:14] not in said for _, _, said in job_world.events.posted)
+
+
+FULL_VOLUME = {
+    "ok": False,
+    "error": "cannot update docs/a.pdf: No space left on device (the library volume is full)",
+    "reason": "DestinationFailed",
+    "retryable": False,
+}
+
+
+async def volume_pass(world: World, last: Pass, capacity: str) -> Pass:
+    """A pass of the library volume's step, then the library's, with the volume's PVC
+    bound at ``capacity``."""
+    p = ready(world, dump_status(last.run.status))
+    pvcs, claim = "v1/persistentvolumeclaims", f"{NAME}-library"
+    if world.emulator.find(pvcs, NAMESPACE, claim) is not None:  # made by an earlier pass
+        bound = {"status": {"phase": "Bound", "capacity": {"storage": capacity}}}
+        world.emulator.patch(pvcs, NAMESPACE, claim, bound, subresource="status")
+        world.cache.put(kinds.PVC.name, world.emulator.get(pvcs, NAMESPACE, claim))
+    await library_volume.converge_volume(p)
+    await library.sync_library(p)
+    return p
+
+
+async def test_a_sync_failed_on_a_full_volume_is_tried_again_once_the_volume_has_grown(
+    job_world: World,
+) -> None:
+    first = await volume_pass(job_world, await next_pass(job_world, {}), "1Gi")
+    first = await volume_pass(job_world, first, "1Gi")
+    end_job(job_world, "alice-library-1", FULL_VOLUME, exit_code=3)
+    failed = await volume_pass(job_world, first, "1Gi")
+    still = await volume_pass(job_world, failed, "1Gi")
+
+    assert condition(still)[:2] == ("False", "DestinationFailed")
+    assert jobs_created(job_world) == 1, "a full volume is not retried as it is"
+
+    grown = await volume_pass(job_world, still, "50Gi")
+
+    assert jobs_created(job_world) == 2
+    assert grown.run.status.user_library is not None
+    assert grown.run.status.user_library.job == "alice-library-2"
