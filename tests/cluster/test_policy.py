@@ -76,8 +76,7 @@ def admission_policy(cluster: Cluster, namespace: str) -> Iterator[None]:
     finally:
         cluster.kubectl("delete", "-k", str(POLICY_DIR), "--ignore-not-found")
         # The API server drops a deleted policy from its admission cache a moment later:
-        # until then, its binding (without its CraftSandboxPolicy) refuses every sandbox,
-        # and the next test would see that.
+        # until then it may still judge sandboxes, and the next test would see that.
         wait_for(
             lambda: admitted(cluster, namespace, {"image": "attacker/sandbox:1"}),
             what="the admission policy out of force",
@@ -310,3 +309,37 @@ def test_a_deleted_policy_object_leaves_running_sandboxes_running_with_a_warning
     assert cluster.get("/api/v1/secrets", namespace, "alice-credentials") is not None
     assert len(minted(state, namespace)[0]) == 1
     assert "is missing" in operator.log_tail()
+
+
+@pytest.mark.usefixtures("admission_policy")
+def test_with_the_admission_policy_a_sandbox_is_deleted_even_while_its_policy_is_missing(
+    cluster: Cluster, namespace: str, operator: OperatorProcess
+) -> None:
+    """The API server looks for the binding's parameter before it weighs matchConditions:
+    had a missing CraftSandboxPolicy refused every write (parameterNotFoundAction Deny),
+    the operator could not remove its finalizer and every deleted sandbox would hang in
+    Terminating. The operator refuses what needs the missing policy instead."""
+    cluster.create(SANDBOXES, namespace, sandbox("alice", {}))
+    wait_for(
+        lambda: (
+            (cluster.sandbox(namespace, "alice") or {}).get("status", {}).get("phase") == "Ready"
+        ),
+        within=90,
+        what=lambda: f"alice Ready; operator log:\n{operator.log_tail()}",
+    )
+    cluster.delete(POLICIES, None, POLICY_NAME)  # a GitOps prune, say
+    wait_for(
+        lambda: admitted(cluster, namespace, {"image": "attacker/sandbox:1"}),
+        what="the binding judging nothing without its CraftSandboxPolicy",
+    )
+
+    cluster.patch(
+        SANDBOXES, namespace, "alice", {"metadata": {"annotations": {"example.com/note": "x"}}}
+    )
+    cluster.delete(SANDBOXES, namespace, "alice")
+
+    wait_for(
+        lambda: cluster.sandbox(namespace, "alice") is None,
+        within=60,
+        what=lambda: f"alice gone; operator log:\n{operator.log_tail()}",
+    )
