@@ -108,6 +108,27 @@ async def converge(
     patch = drift_patch(actual, desired)
     if not patch:
         return Converged(actual, "unchanged")
-    updated = await kube.patch(kind, namespace, name, patch)
+    try:
+        updated = await kube.patch(kind, namespace, name, _as_seen(patch, actual))
+    except ConflictError:
+        # Changed since the cache saw it (a recreated sandbox's child of that name, say):
+        # judged and patched again as it is now, never as it was.
+        actual = await kube.get(kind, namespace, name)
+        if not is_ours(actual, desired):
+            raise ForeignObjectError(str(desired.get("kind")), namespace, name) from None
+        patch = drift_patch(actual, desired)
+        if not patch:
+            cache.put(cache_kind, actual)
+            return Converged(actual, "unchanged")
+        updated = await kube.patch(kind, namespace, name, _as_seen(patch, actual))
     cache.put(cache_kind, updated)
     return Converged(updated, "updated", tuple(sorted(patch)))
+
+
+def _as_seen(patch: Mapping[str, Any], actual: Mapping[str, Any]) -> dict[str, Any]:
+    """``patch``, applied only to ``actual`` as read (its resourceVersion): an owner
+    reference list it rewrites, or data it puts back, must not land on a newer object."""
+    version = actual.get("metadata", {}).get("resourceVersion")
+    if not version:
+        return dict(patch)
+    return {**patch, "metadata": {**patch.get("metadata", {}), "resourceVersion": version}}

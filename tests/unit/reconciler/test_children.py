@@ -341,3 +341,39 @@ async def test_a_cached_child_deleted_behind_our_back_surfaces_as_not_found(
     emulator.remove("v1/configmaps", NAMESPACE, "alice-skills")
     with pytest.raises(NotFoundError):
         await converge(kube, cache, CONFIGMAPS, "ConfigMap", desired_configmap("two\n"))
+
+
+async def test_a_child_replaced_since_the_cache_saw_it_is_judged_again_before_any_patch(
+    kube: KubeClient, emulator: KubeEmulator
+) -> None:
+    """The cache still holds our ConfigMap; the live one of that name is now a recreated
+    sandbox's (another uid): the patch meant for ours must not land on it."""
+    cache = ObjectCache()
+    await converge(kube, cache, CONFIGMAPS, "ConfigMap", desired_configmap("one\n"))
+    emulator.remove("v1/configmaps", NAMESPACE, "alice-skills")
+    emulator.create("v1/configmaps", desired_configmap("theirs\n", uid=OTHER_UID))
+
+    with pytest.raises(ForeignObjectError):
+        await converge(kube, cache, CONFIGMAPS, "ConfigMap", desired_configmap("two\n"))
+
+    stored = emulator.get("v1/configmaps", NAMESPACE, "alice-skills")
+    assert stored["data"] == {"SKILL.md": "theirs\n"}
+    assert [ref["uid"] for ref in stored["metadata"]["ownerReferences"]] == [OTHER_UID]
+
+
+async def test_a_child_changed_since_the_cache_saw_it_is_patched_as_it_is_now(
+    kube: KubeClient, emulator: KubeEmulator
+) -> None:
+    cache = ObjectCache()
+    await converge(kube, cache, CONFIGMAPS, "ConfigMap", desired_configmap("one\n"))
+    emulator.patch(
+        "v1/configmaps", NAMESPACE, "alice-skills", {"metadata": {"labels": {"team": "a"}}}
+    )  # not yet seen by the cache
+
+    result = await converge(kube, cache, CONFIGMAPS, "ConfigMap", desired_configmap("two\n"))
+
+    assert result.action == "updated"
+    stored = emulator.get("v1/configmaps", NAMESPACE, "alice-skills")
+    assert stored["data"] == {"SKILL.md": "two\n"}
+    assert stored["metadata"]["labels"]["team"] == "a"
+    assert cache.get("ConfigMap", NAMESPACE, "alice-skills") == stored

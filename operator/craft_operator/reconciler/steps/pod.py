@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -13,7 +13,7 @@ from craft_operator.builders.library_job import library_claim_name
 from craft_operator.builders.naming import child_labels, pod_name
 from craft_operator.builders.pod import SandboxConfigError, build_pod
 from craft_operator.builders.pool import claimed_template_hashes, sandbox_template_hash
-from craft_operator.kube.client import ConflictError
+from craft_operator.kube.client import ConflictError, NotFoundError
 from craft_operator.metrics import ProvisioningPhase
 from craft_operator.reconciler import egress
 from craft_operator.reconciler.children import ForeignObjectError, controlled_by, is_ours
@@ -148,7 +148,7 @@ def claimed_pod(p: Pass) -> dict[str, Any] | None:
 
 async def _running(p: Pass, actual: dict[str, Any], desired: dict[str, Any]) -> Stop | None:
     """The pod exists: replace it if it drifted or ended, else wait until it is Ready."""
-    s, run = p.services, p.run
+    run = p.run
     run.pod_exists = True
     if LABEL_CLAIMED_FROM in (actual["metadata"].get("labels") or {}):
         p.memory.cold_start.pop(run.key, None)  # the next start without a pod is said anew
@@ -180,10 +180,7 @@ async def _running(p: Pass, actual: dict[str, Any], desired: dict[str, Any]) -> 
     labels = child_labels(p.sandbox)
     have = actual["metadata"].get("labels") or {}
     if any(have.get(key) != value for key, value in labels.items()):
-        meta = actual["metadata"]
-        patch = {"metadata": {"labels": labels}}
-        actual = await s.kube.patch(POD.api, meta.get("namespace"), meta["name"], patch)
-        s.cache.put(POD.name, actual)
+        actual = await _put_labels_back(p, actual, labels)
     if not pod_state.is_ready(actual):
         return _starting(p, actual)
     p.memory.starting.pop(run.key, None)
@@ -195,6 +192,24 @@ async def _running(p: Pass, actual: dict[str, Any], desired: dict[str, Any]) -> 
     run.set(ConditionState.true(POD_READY, "PodReady", f"pod {name} is ready"))
     p.pod = actual
     return None
+
+
+async def _put_labels_back(
+    p: Pass, pod: dict[str, Any], labels: Mapping[str, str]
+) -> dict[str, Any]:
+    """Put the sandbox's labels back on its pod, as cached: only if the pod is still that
+    one (a pod of another sandbox may have taken its name since the cache saw it, and
+    these labels say whose egress and tenant a pod is). If it is not, the next pass, with
+    the watch's news, tries again."""
+    s, meta = p.services, pod["metadata"]
+    patch = {"metadata": {"labels": dict(labels), "resourceVersion": meta["resourceVersion"]}}
+    try:
+        updated = await s.kube.patch(POD.api, meta.get("namespace"), meta["name"], patch)
+    except (ConflictError, NotFoundError):
+        p.run.revisit(after=1)
+        return pod
+    s.cache.put(POD.name, updated)
+    return updated
 
 
 def _turns_ready(p: Pass, pod: dict[str, Any]) -> bool:

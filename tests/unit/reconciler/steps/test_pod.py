@@ -3,6 +3,7 @@ fails, stopped while the sandbox sleeps, and held back while egress is unrestric
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -395,3 +396,61 @@ async def test_a_pod_stopped_for_sleep_is_stopped_and_said_once(world: World) ->
     again = await pod_pass(world, spec=idle, annotations=OLD_ACTIVITY, status=status)
     await pod.converge_pod(again)
     assert "PodSleeping" not in world.events.reasons, "not stopped, nor said, again"
+
+
+async def test_the_labels_put_back_never_land_on_another_pod_that_took_the_name(
+    world: World,
+) -> None:
+    """The labels say whose egress and tenant a pod is: they go back only onto the pod
+    the pass read."""
+    await pod.converge_pod(await pod_pass(world))
+    mark_pod_running(world.emulator, NAMESPACE, NAME)
+    observed(world)
+    # Someone edited the sandbox's pod's labels (the cache saw it) ...
+    ours = copy.deepcopy(world.emulator.get("v1/pods", NAMESPACE, NAME))
+    del ours["metadata"]["labels"]["onyx.app/tenant-id"]
+    ours["metadata"]["resourceVersion"] = str(int(ours["metadata"]["resourceVersion"]) + 1)
+    world.cache.put("Pod", ours)
+    # ... then the pod went, and another sandbox's took its name (not cached yet).
+    world.emulator.remove("v1/pods", NAMESPACE, NAME)
+    other_labels = {"onyx.app/sandbox-id": "someone-else", "onyx.app/tenant-id": "other"}
+    owner = {
+        "apiVersion": "craft.onyx.app/v1alpha1",
+        "kind": "CraftSandbox",
+        "name": "someone-else",
+        "uid": "uid-of-someone-else",
+        "controller": True,
+    }
+    theirs = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": NAME,
+            "namespace": NAMESPACE,
+            "labels": other_labels,
+            "ownerReferences": [owner],
+        },
+        "spec": {"containers": [{"name": "sandbox", "image": "busybox"}]},
+    }
+    world.emulator.create("v1/pods", theirs)
+
+    p = await pod_pass(world)
+    await pod.converge_pod(p)
+
+    labels = world.emulator.get("v1/pods", NAMESPACE, NAME)["metadata"]["labels"]
+    assert labels == other_labels
+    assert p.run.verdict.after is not None, "looked at again once the watch has caught up"
+
+
+async def test_labels_edited_on_the_sandboxs_pod_are_put_back(world: World) -> None:
+    await pod.converge_pod(await pod_pass(world))
+    mark_pod_running(world.emulator, NAMESPACE, NAME)
+    edited = world.emulator.patch(
+        "v1/pods", NAMESPACE, NAME, {"metadata": {"labels": {"onyx.app/tenant-id": "other"}}}
+    )
+    world.cache.put("Pod", edited)
+
+    await pod.converge_pod(await pod_pass(world))
+
+    labels = world.emulator.get("v1/pods", NAMESPACE, NAME)["metadata"]["labels"]
+    assert labels["onyx.app/tenant-id"] != "other"
