@@ -118,28 +118,37 @@ def unrestricted(cache: ObjectCache, settings: Settings, pod: Mapping[str, Any])
 
 
 def refusal(
-    cache: ObjectCache, settings: Settings, pod: Mapping[str, Any]
+    cache: ObjectCache,
+    settings: Settings,
+    pod: Mapping[str, Any],
+    *,
+    condition: str = POD_READY,
+    pods: str = "sandbox pods",
+    starts: str = "the pod starts",
+    manifest: str = "manifests/sandbox-namespace",
 ) -> ConditionState | None:
-    """Why ``pod`` must not be created yet (a ``PodReady`` condition), or ``None``."""
+    """Why ``pod`` must not be created yet (a ``condition``, by default ``PodReady``), or
+    ``None``. ``pods`` names what is held, ``starts`` what follows a policy, ``manifest``
+    the policy to apply."""
     if not unrestricted(cache, settings, pod):
         return None
     namespace = (pod.get("metadata") or {}).get("namespace")
     if not cache.is_current(NETWORK_POLICY, namespace):
         return ConditionState.false(
-            POD_READY,
+            condition,
             UNVERIFIED,
             f"the operator cannot watch the NetworkPolicies of namespace {namespace} (its "
             "log says why; a 403 means its Role there lacks list/watch on networkpolicies, "
-            "compare with manifests/sandbox-namespace): no new pod until it sees again that "
-            "one restricts their egress",
+            f"compare with manifests/sandbox-namespace): no new {pods} until it sees again "
+            "that one restricts their egress",
         )
     return ConditionState.false(
-        POD_READY,
+        condition,
         REASON,
-        f"no NetworkPolicy in namespace {namespace} restricts the egress of sandbox pods (or "
-        "one that selects them lets all egress out): the pod starts once one does (apply "
-        "manifests/sandbox-namespace there), or set CRAFT_ALLOW_UNRESTRICTED_EGRESS=true to "
-        "start pods without one",
+        f"no NetworkPolicy in namespace {namespace} restricts the egress of {pods} (or "
+        f"one that selects them lets all egress out): {starts} once one does (apply "
+        f"{manifest} there), or set CRAFT_ALLOW_UNRESTRICTED_EGRESS=true to start them "
+        "without one",
     )
 
 

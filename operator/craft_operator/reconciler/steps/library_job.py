@@ -212,18 +212,21 @@ def _egress_unrestricted(p: Pass, job: dict[str, Any]) -> bool:
             "labels": template["metadata"].get("labels") or {},
         }
     }
-    if not egress.unrestricted(p.services.cache, p.services.settings, pod):
-        return False
-    namespace = pod["metadata"]["namespace"]
-    message = (
-        f"no NetworkPolicy in namespace {namespace} restricts the egress of library sync "
-        "Job pods: the Job starts once one does (manifests/sandbox-namespace's "
-        "library-sync-networkpolicy.yaml), or set CRAFT_ALLOW_UNRESTRICTED_EGRESS=true"
+    refused = egress.refusal(
+        p.services.cache,
+        p.services.settings,
+        pod,
+        condition=USER_LIBRARY_SYNCED,
+        pods="library sync Job pods",
+        starts="the Job starts",
+        manifest="manifests/sandbox-namespace's library-sync-networkpolicy.yaml",
     )
+    if refused is None:
+        return False
     held = p.run.condition(USER_LIBRARY_SYNCED)
-    if held is None or held.reason != egress.REASON:
-        p.event(egress.REASON, message, warning=True)
-    p.run.set(ConditionState.false(USER_LIBRARY_SYNCED, egress.REASON, message))
+    if held is None or held.reason != refused.reason:
+        p.event(refused.reason, refused.message, warning=True)
+    p.run.set(refused)
     return True
 
 

@@ -506,3 +506,33 @@ async def test_a_sync_failed_on_a_full_volume_is_tried_again_once_the_volume_has
     assert jobs_created(job_world) == 2
     assert grown.run.status.user_library is not None
     assert grown.run.status.user_library.job == "alice-library-2"
+
+
+async def test_no_sync_job_starts_while_the_policies_cannot_be_watched_and_that_is_said(
+    make_world: Callable[..., World],
+) -> None:
+    """A restricting policy is cached, but the watch fails (a 403, say): one deleted since
+    would still count. Said as the pods' refusal is, not as a missing policy."""
+    world = make_world(
+        s3_bucket="onyx-user-files", library_s3_secret="library-s3", allow_unrestricted_egress=False
+    )
+    world.cache.put(
+        "NetworkPolicy",
+        {
+            "metadata": {"name": "craft-library-sync-egress", "namespace": NAMESPACE},
+            "spec": {
+                "podSelector": {"matchLabels": {"app.kubernetes.io/component": "library-sync"}},
+                "policyTypes": ["Ingress", "Egress"],
+            },
+        },
+    )
+    world.cache.mark_stale("NetworkPolicy", NAMESPACE, True)
+
+    first = await next_pass(world, {})
+
+    assert jobs_created(world) == 0
+    status, reason, message = condition(first)
+    assert (status, reason) == ("False", "EgressUnverified")
+    assert "cannot watch the NetworkPolicies" in message
+    assert "no new library sync Job pods" in message
+    assert world.events.reasons == ["EgressUnverified"]
