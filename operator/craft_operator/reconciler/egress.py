@@ -18,6 +18,8 @@ namespace's NetworkPolicies may be out of date (their watch fails, e.g. its Role
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -33,8 +35,6 @@ NETWORK_POLICY = kinds.NETWORK_POLICY.name
 REASON = "EgressNotRestricted"
 #: The PodReady reason while the NetworkPolicies cannot be watched in the namespace.
 UNVERIFIED = "EgressUnverified"
-#: Addresses that mean every destination of their family.
-_EVERYWHERE = frozenset({"0.0.0.0/0", "::/0"})
 
 
 def _expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
@@ -76,20 +76,65 @@ def restricts_egress(policy: Mapping[str, Any], labels: Mapping[str, str]) -> bo
 
 
 def lets_everything_out(policy: Mapping[str, Any]) -> bool:
-    """Whether one of the policy's egress rules allows every destination on every port: no
-    ports, and no peers (``{}``) or a peer that is all addresses (``0.0.0.0/0`` or
-    ``::/0`` without exceptions)."""
+    """Whether one of the policy's egress rules allows every destination on every port,
+    however it is spelt: no peers (``{}``), or address blocks without exceptions that
+    together cover every address of a family (``0.0.0.0/0``, ``::0/0``, two halves...);
+    and no ports, or ports that cover every TCP and UDP port."""
     for rule in (policy.get("spec") or {}).get("egress") or []:
-        if rule.get("ports"):
+        if not _every_port(rule.get("ports") or []):
             continue
         peers = rule.get("to") or []
-        if not peers:
+        if not peers or _every_address(peers):
             return True
-        for peer in peers:
-            block = peer.get("ipBlock") or {}
-            if block.get("cidr") in _EVERYWHERE and not block.get("except"):
-                return True
     return False
+
+
+def _every_address(peers: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether the peers' address blocks (those without exceptions) cover every IPv4 or
+    every IPv6 address."""
+    v4: list[ipaddress.IPv4Network] = []
+    v6: list[ipaddress.IPv6Network] = []
+    for peer in peers:
+        block = peer.get("ipBlock") or {}
+        if block.get("except"):
+            continue
+        with contextlib.suppress(ValueError, TypeError):
+            network = ipaddress.ip_network(str(block.get("cidr")), strict=False)
+            if isinstance(network, ipaddress.IPv4Network):
+                v4.append(network)
+            else:
+                v6.append(network)
+    return any(n.prefixlen == 0 for n in ipaddress.collapse_addresses(v4)) or any(
+        n.prefixlen == 0 for n in ipaddress.collapse_addresses(v6)
+    )
+
+
+def _every_port(ports: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether ``ports`` (a rule's; none: every port) let out every TCP and UDP port."""
+    ranges: dict[str, list[tuple[int, int]]] = {"TCP": [], "UDP": []}
+    given = False
+    for entry in ports:
+        given = True
+        protocol = str(entry.get("protocol") or "TCP")
+        port, end = entry.get("port"), entry.get("endPort")
+        if protocol not in ranges:
+            continue
+        if port is None:
+            ranges[protocol].append((1, 65535))
+        elif isinstance(port, int):
+            last = end if isinstance(end, int) and end >= port else port
+            ranges[protocol].append((port, last))
+        # A named port is one port of the pod's: never all of them.
+    return not given or all(_covers_all(spans) for spans in ranges.values())
+
+
+def _covers_all(spans: list[tuple[int, int]]) -> bool:
+    reached = 0
+    for first, last in sorted(spans):
+        if first > reached + 1:
+            return False
+        reached = max(reached, last)
+    return reached >= 65535
 
 
 def egress_policy(policies: Iterable[Mapping[str, Any]], labels: Mapping[str, str]) -> str | None:

@@ -118,6 +118,22 @@ DENY = policy("deny", podSelector={}, policyTypes=["Egress"], egress=[{"ports": 
         [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}],
         [{"to": [{"ipBlock": {"cidr": "::/0"}}]}],
         [{"ports": [{"port": 53}]}, {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}],
+        # The same, spelt otherwise (the API server keeps these as written).
+        [{"to": [{"ipBlock": {"cidr": "::0/0"}}]}],
+        [{"to": [{"ipBlock": {"cidr": "0:0:0:0:0:0:0:0/0"}}]}],
+        [{"to": [{"ipBlock": {"cidr": "10.0.0.0/0"}}]}],
+        [{"to": [{"ipBlock": {"cidr": "0.0.0.0/1"}}, {"ipBlock": {"cidr": "128.0.0.0/1"}}]}],
+        [{"ports": [{"protocol": "TCP"}, {"protocol": "UDP"}]}],
+        [
+            {
+                "ports": [
+                    {"protocol": "TCP", "port": 1, "endPort": 1024},
+                    {"protocol": "TCP", "port": 1025, "endPort": 65535},
+                    {"protocol": "UDP", "port": 1, "endPort": 65535},
+                ],
+                "to": [{"ipBlock": {"cidr": "::/0"}}],
+            }
+        ],
     ],
 )
 def test_a_policy_that_lets_all_egress_out_undoes_the_deny_beside_it(
@@ -137,6 +153,10 @@ def test_a_policy_that_lets_all_egress_out_undoes_the_deny_beside_it(
         [{"ports": [{"port": 443}]}],  # every destination, but on one port
         [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16"]}}]}],
         [{"to": [{"namespaceSelector": {}}]}],  # the cluster's pods, not the world
+        [{"to": [{"ipBlock": {"cidr": "0.0.0.0/1"}}]}],  # half the addresses
+        [{"ports": [{"protocol": "TCP"}]}],  # every TCP port, but no UDP
+        [{"ports": [{"protocol": "TCP", "port": 2, "endPort": 65535}, {"protocol": "UDP"}]}],
+        [{"ports": [{"port": "https"}, {"protocol": "UDP"}]}],  # a named port is one port
     ],
 )
 def test_a_policy_that_narrows_egress_counts_as_restricting(
