@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from craft_operator.api.models import ANNOTATION_LIBRARY_REVISION, CraftSandbox
+from craft_operator.api.spec import DISABLED_PATHS_BUDGET
 from craft_operator.builders.naming import (
     LABEL_COMPONENT,
     LABEL_ONYX_SANDBOX_ID,
@@ -43,8 +44,10 @@ SYNC_COMPONENT = "library-sync"
 DEFAULT_VOLUME_SIZE = "20Gi"
 #: Exit codes of ``sync-user-library`` that retrying cannot fix.
 PERMANENT_EXIT_CODES = (2, 3)
-#: Upper bound on the Job's argv (excludes and disabled paths): objects must stay small.
-MAX_ARGS_BYTES = 256 * 1024
+#: Upper bound on the Job's argv (excludes and disabled paths): objects must stay small,
+#: yet every spec the CRD admits fits: its characters (100 excludes of 256, the disabled
+#: paths' budget) at up to 4 bytes of UTF-8 each, with their flags and the fixed arguments.
+MAX_ARGS_BYTES = 4 * (100 * 256 + DISABLED_PATHS_BUDGET) + 64 * 1024
 #: A private emptyDir: the root filesystem is read-only.
 SCRATCH_DIR = "/tmp"  # noqa: S108
 

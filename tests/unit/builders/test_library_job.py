@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from craft_operator.api.models import CraftSandbox
+from craft_operator.api.spec import DISABLED_PATHS_BUDGET
 from craft_operator.builders.library_job import build_library_pvc, build_sync_job
 from craft_operator.library.errors import LibraryConfigError
 from craft_operator.library.location import LibraryLocation, S3CredentialsSecret
@@ -152,9 +153,25 @@ def test_the_pvc_takes_size_and_class_from_the_spec_or_defaults() -> None:
     assert "storageClassName" not in default["spec"]
 
 
-def test_a_job_whose_arguments_would_be_huge_is_refused() -> None:
-    # Within the spec's budget in characters, but three bytes each (a CJK file name's).
-    box = sandbox(disabledPaths=[f"{index:04}/" + "漢" * 1000 for index in range(120)])
+def test_every_spec_the_crd_admits_gets_a_job_however_its_paths_are_written() -> None:
+    # The most the spec admits, in characters of four bytes each (an emoji's).
+    disabled = [f"{index:03}/" + "😀" * 127 for index in range(1000)]
+    assert sum(len(path) for path in disabled) <= DISABLED_PATHS_BUDGET
+    excludes = [f"{index:02}" + "😀" * 254 for index in range(100)]
+
+    args = job(sandbox(disabledPaths=disabled, exclude=excludes))["spec"]["template"]["spec"][
+        "containers"
+    ][0]["args"]
+
+    assert args.count("--disabled") == 1000
+    assert args.count("--exclude") == 100
+
+
+def test_arguments_beyond_what_the_crd_admits_are_refused() -> None:
+    box = sandbox()
+    over = [f"{index:05}/" + "😀" * 1000 for index in range(300)]  # past the CRD's budget
+    library = box.spec.user_library.model_copy(update={"disabled_paths": over})
+    box = box.model_copy(update={"spec": box.spec.model_copy(update={"user_library": library})})
 
     with pytest.raises(LibraryConfigError, match="bytes"):
         job(box)
