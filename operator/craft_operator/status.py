@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from craft_operator.api.models import Condition, ConditionStatus
@@ -48,22 +48,6 @@ class ConditionState:
     def unknown(cls, type_: str, reason: str, message: str = "") -> ConditionState:
         """A condition not yet known (e.g. waiting for an earlier step)."""
         return cls(type_, "Unknown", reason, message)
-
-
-def utc(moment: datetime) -> datetime:
-    """``moment`` with a time zone: one written without (by hand, by another tool) is UTC,
-    as every time Kubernetes writes is."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
-def parse_time(text: Any) -> datetime | None:
-    """A time as Kubernetes writes it (``None`` if it is none); without a zone: UTC."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
-    except ValueError:
-        return None
 
 
 def format_time(moment: datetime) -> str:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from craft_operator.api.times import parse_time
 from craft_operator.context import OperatorContext
 from craft_operator.kube import kinds
-from craft_operator.status import parse_time
 
 
 def on_sandbox_event(memo: OperatorContext, event_type: str, obj: dict[str, Any]) -> None:

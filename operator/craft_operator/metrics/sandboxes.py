@@ -9,8 +9,8 @@ from typing import Any
 
 from craft_operator.api.models import ConditionStatus, CraftSandboxStatus, Phase
 from craft_operator.api.status_codec import parse_status
+from craft_operator.api.times import parse_time, utc
 from craft_operator.policy.models import POLICY_ENFORCED
-from craft_operator.status import parse_time, utc
 
 #: Phases in which a sandbox is on its way to Ready; the oldest of them is a gauge. (Failed
 #: sandboxes wait for a spec change: ``craft_sandboxes{phase="Failed"}`` counts them.)

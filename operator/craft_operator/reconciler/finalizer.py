@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from craft_operator.api.models import GROUP, Phase
+from craft_operator.api.times import parse_time
 from craft_operator.credentials.errors import CredentialsError
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
@@ -20,7 +21,7 @@ from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.run import Revisit, Run
 from craft_operator.reconciler.status_writer import write_status
 from craft_operator.reconciler.steps import workspace
-from craft_operator.status import CREDENTIALS_READY, ConditionState, parse_time
+from craft_operator.status import CREDENTIALS_READY, ConditionState
 
 logger = logging.getLogger(__name__)
 FINALIZER = f"{GROUP}/finalizer"
