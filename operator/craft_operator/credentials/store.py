@@ -250,15 +250,18 @@ class CredentialStore:
         later namesake's and stays. A row from before cluster ids goes only if it proves
         to be this sandbox's.
         """
-        namespace, name = identity.namespace, identity.name
+        backend, namespace, name = self._backend, identity.namespace, identity.name
         with translated_errors(f"revoking the PAT of {identity}"):
             revoked = _revoked(
-                revoke_named(
-                    self._backend, namespace, name, uid=identity.uid, created_at=created_at
-                )
+                revoke_named(backend, namespace, name, uid=identity.uid, created_at=created_at)
             )
-            if claim_unclaimed(self._backend, identity):
-                revoked = _revoked(self.revoke_named(namespace, name)) or revoked
+            # True also when the claim lost to this cluster's row of that name: a later
+            # namesake's, which the guard must keep here too.
+            if claim_unclaimed(backend, identity):
+                again = revoke_named(
+                    backend, namespace, name, uid=identity.uid, created_at=created_at
+                )
+                revoked = _revoked(again) or revoked
         return revoked
 
     def revoke_named(self, namespace: str, name: str) -> CredentialInfo | None:

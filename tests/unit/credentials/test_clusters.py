@@ -261,3 +261,23 @@ def test_the_finalizer_revokes_this_sandbox_s_row_from_before_cluster_ids(
 
     assert not live(database, before.pat_id)
     assert database.live_pats() == 0
+
+
+def test_a_stale_finalizer_leaves_the_namesake_s_pat_whatever_rows_from_before_cluster_ids_say(
+    make_store: StoreFactory, database: Database, clock: Clock
+) -> None:
+    # The old sandbox's row is from before cluster ids; a sandbox of its name created since
+    # holds this cluster's row. A replica finalizing a stale copy of the old one must not
+    # revoke the new one's PAT by claiming the old row (the claim loses to the new row).
+    user = database.new_user()
+    old_created = clock.now
+    make_store(cluster_id="east").ensure(EAST_X, user_id=user, tenant_id="public")
+    forget_clusters(database)
+    clock.advance(timedelta(minutes=5))
+    store = make_store(cluster_id="east")
+    reborn = SandboxIdentity(EAST_X.namespace, EAST_X.name, "uid-east-x-again")
+    new = store.ensure(reborn, user_id=user, tenant_id="public")
+
+    store.revoke(EAST_X, created_at=old_created)
+
+    assert live(database, new.pat_id)
