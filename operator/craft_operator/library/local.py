@@ -357,7 +357,8 @@ class LocalDestination:
             if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO):
                 return None
             raise DestinationError(
-                f"cannot read {self.root}/{STATE_DIR}/{MANIFEST}: {exc.strerror}"
+                f"cannot read {self.root}/{STATE_DIR}/{MANIFEST}: {exc.strerror}",
+                retryable=exc.errno in _PASSING_ERRNOS,
             ) from None
 
     def _read_manifest(self) -> bytes | None:

@@ -53,6 +53,9 @@ from craft_operator.reconciler.steps import pod_state
 JOB, POD = kinds.JOB.name, kinds.POD.name
 ANNOTATION_POD_UID = f"{GROUP}/library-pod-uid"
 ANNOTATION_CONFIG = f"{GROUP}/library-config"
+#: The library volume's capacity when the Job started (a full volume grown since is
+#: tried again).
+ANNOTATION_CAPACITY = f"{GROUP}/library-volume-capacity"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 
@@ -70,6 +73,8 @@ class JobOutcome:
     #: Why it failed, for the condition: the result's reason, else ``SyncTimedOut`` for a
     #: Job past its deadline, else ``SyncJobFailed`` (empty when it succeeded).
     reason: str = ""
+    #: The library volume's capacity when the Job started, if known.
+    capacity: str | None = None
 
 
 def job_finished(job: Mapping[str, Any]) -> bool | None:
@@ -163,6 +168,7 @@ def read_outcome(cache: ObjectCache, job: Mapping[str, Any]) -> JobOutcome | Non
         retryable=exit_code not in PERMANENT_EXIT_CODES or result.get("retryable") is True,
         message=message,
         reason=reason,
+        capacity=annotations.get(ANNOTATION_CAPACITY),
     )
 
 
@@ -175,8 +181,10 @@ def desired_job(
     revision: str,
     pod_uid: str,
     config: str,
+    capacity: str | None = None,
 ) -> dict[str, Any]:
-    """The next sync Job, annotated with what it syncs."""
+    """The next sync Job, annotated with what it syncs (and the library volume's
+    ``capacity`` now, if known)."""
     name = sync_job_name(sandbox, sequence)
     if settings.library_job_role_arn:
         credentials = job_secret_ref(name)
@@ -197,9 +205,10 @@ def desired_job(
         revision=revision,
         active_deadline_seconds=int(settings.library_sync_timeout),
     )
-    job["metadata"].setdefault("annotations", {}).update(
-        {ANNOTATION_POD_UID: pod_uid, ANNOTATION_CONFIG: config}
-    )
+    annotations = job["metadata"].setdefault("annotations", {})
+    annotations.update({ANNOTATION_POD_UID: pod_uid, ANNOTATION_CONFIG: config})
+    if capacity:
+        annotations[ANNOTATION_CAPACITY] = capacity
     return job
 
 

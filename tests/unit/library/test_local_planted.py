@@ -432,3 +432,19 @@ def test_a_full_volume_says_how_to_make_room_and_an_io_error_that_may_pass_is_re
     assert caught.value.retryable is retryable
     full = "raise spec.userLibrary.size" in caught.value.message
     assert full is (error in (errno.ENOSPC, errno.EDQUOT))
+
+
+def test_an_io_error_reading_the_manifest_that_may_pass_is_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from craft_operator.library.errors import DestinationError
+
+    def failing(self: LocalDestination) -> bytes | None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(LocalDestination, "_read_manifest", failing)
+
+    with pytest.raises(DestinationError) as caught:
+        sync(tmp_path / "lib", Store({"a.txt": b"a"}))
+
+    assert caught.value.retryable

@@ -24,6 +24,7 @@ from craft_operator.reconciler.steps.library_attempt import (
     synced_message,
     told,
 )
+from craft_operator.reconciler.steps.library_volume import grown_since
 from craft_operator.status import USER_LIBRARY_SYNCED, ConditionState
 
 JOB, POD, PVC = kinds.JOB, kinds.POD, kinds.PVC
@@ -168,6 +169,7 @@ async def _start(
             revision=attempt.revision,
             pod_uid=attempt.pod_uid,
             config=attempt.config,
+            capacity=_capacity(p),
         )
         if _egress_unrestricted(p, job):
             return
@@ -230,6 +232,12 @@ def _egress_unrestricted(p: Pass, job: dict[str, Any]) -> bool:
     return True
 
 
+def _capacity(p: Pass) -> str | None:
+    """The library volume's capacity, as this pass's volume step saw it."""
+    volume = p.run.status.library_volume
+    return volume.capacity if volume is not None else None
+
+
 def _sequence(p: Pass, name: str) -> int:
     return sync_jobs.job_sequence(p.sandbox, name) or 0
 
@@ -273,9 +281,13 @@ def _failed(
     failed = current.model_copy()
     message = told(p, outcome.message, reason)
     failed.last_error = message[:1000]
-    error = LibrarySyncError(message, retryable=outcome.retryable)
+    retryable = outcome.retryable
+    if not retryable and grown_since(outcome.capacity, _capacity(p)):
+        retryable = True  # a full volume, say: it has grown since the Job started
+        message += f" (the library volume has grown to {_capacity(p)} since)"
+    error = LibrarySyncError(message, retryable=retryable)
     _count(p, error)
-    if outcome.retryable:
+    if retryable:
         failed.failed_attempt = None
         message += "; retried with backoff"  # sync() waits for it before the next Job
     else:

@@ -97,11 +97,12 @@ def _report(p: Pass, pvc: Mapping[str, Any], said: list[tuple[str, str]]) -> Non
         phase=observed.get("phase"),
         message="; ".join(message for _, message in said) or None,
     )
-    if before is not None and _grew(before.capacity, capacity):
+    if before is not None and grown_since(before.capacity, capacity):
         _retry_failed_sync(p)
 
 
-def _grew(before: str | None, now: str | None) -> bool:
+def grown_since(before: str | None, now: str | None) -> bool:
+    """Whether the volume's capacity ``now`` is larger than ``before`` (both known)."""
     had, has = size_value(before), size_value(now)
     return had is not None and has is not None and has > had
 

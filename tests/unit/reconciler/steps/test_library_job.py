@@ -536,3 +536,26 @@ async def test_no_sync_job_starts_while_the_policies_cannot_be_watched_and_that_
     assert "cannot watch the NetworkPolicies" in message
     assert "no new library sync Job pods" in message
     assert world.events.reasons == ["EgressUnverified"]
+
+
+async def test_a_full_volume_grown_while_its_job_ran_is_tried_again(
+    job_world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = await volume_pass(job_world, await next_pass(job_world, {}), "1Gi")
+    end_job(job_world, "alice-library-1", S3_DOWN, exit_code=1)
+    backoff_passed(job_world, monkeypatch)
+    second = await volume_pass(job_world, first, "1Gi")  # collects it, starts Job 2 on 1Gi
+    second = await volume_pass(job_world, second, "1Gi")
+    assert jobs_created(job_world) == 2
+    job = job_world.emulator.get("batch/v1/jobs", NAMESPACE, "alice-library-2")
+    assert job["metadata"]["annotations"]["craft.onyx.app/library-volume-capacity"] == "1Gi"
+
+    # The volume is grown while Job 2 fills it; the Job fails on the old size all the same.
+    end_job(job_world, "alice-library-2", FULL_VOLUME, exit_code=3)
+    failed = await volume_pass(job_world, second, "50Gi")
+
+    status, reason, message = condition(failed)
+    assert (status, reason) == ("False", "DestinationFailed")
+    assert "has grown to 50Gi since" in message
+    await volume_pass(job_world, failed, "50Gi")
+    assert jobs_created(job_world) == 3
