@@ -75,18 +75,24 @@ def restricts_egress(policy: Mapping[str, Any], labels: Mapping[str, str]) -> bo
     return "Egress" in types
 
 
-def lets_everything_out(policy: Mapping[str, Any]) -> bool:
-    """Whether one of the policy's egress rules allows every destination on every port,
-    however it is spelt: no peers (``{}``), or address blocks without exceptions that
-    together cover every address of a family (``0.0.0.0/0``, ``::0/0``, two halves...);
-    and no ports, or ports that cover every TCP and UDP port."""
-    for rule in (policy.get("spec") or {}).get("egress") or []:
-        if not _every_port(rule.get("ports") or []):
-            continue
-        peers = rule.get("to") or []
-        if not peers or _every_address(peers):
-            return True
-    return False
+def lets_everything_out(policies: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether the egress rules of ``policies``, which add up, allow every destination on
+    every port, however it is spelt: a rule without peers, or address blocks without
+    exceptions covering every address of a family (``0.0.0.0/0``, ``::0/0``, two halves,
+    in one rule or several), on no ports or on ports covering every TCP and UDP port (in
+    one rule or several)."""
+    on_every_port: list[Mapping[str, Any]] = []  # the peers of rules on every port
+    to_everywhere: list[Mapping[str, Any]] = []  # the ports of rules to every address
+    for policy in policies:
+        for rule in (policy.get("spec") or {}).get("egress") or []:
+            ports, peers = rule.get("ports") or [], rule.get("to") or []
+            if _every_port(ports):
+                if not peers:
+                    return True
+                on_every_port.extend(peers)
+            if ports and (not peers or _every_address(peers)):
+                to_everywhere.extend(ports)
+    return _every_address(on_every_port) or (bool(to_everywhere) and _every_port(to_everywhere))
 
 
 def _every_address(peers: Iterable[Mapping[str, Any]]) -> bool:
@@ -145,7 +151,7 @@ def egress_policy(policies: Iterable[Mapping[str, Any]], labels: Mapping[str, st
         for policy in sorted(policies, key=lambda p: p.get("metadata", {}).get("name", ""))
         if restricts_egress(policy, labels)
     ]
-    if not governing or any(lets_everything_out(policy) for policy in governing):
+    if not governing or lets_everything_out(governing):
         return None
     return str(governing[0]["metadata"]["name"])
 

@@ -148,6 +148,31 @@ def test_a_policy_that_lets_all_egress_out_undoes_the_deny_beside_it(
 
 
 @pytest.mark.parametrize(
+    "rules",
+    [
+        [
+            {"ports": [{"protocol": "TCP"}], "to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]},
+            {"ports": [{"protocol": "UDP"}], "to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]},
+        ],
+        [
+            {"to": [{"ipBlock": {"cidr": "0.0.0.0/1"}}]},
+            {"to": [{"ipBlock": {"cidr": "128.0.0.0/1"}}]},
+        ],
+    ],
+)
+def test_rules_that_add_up_to_everything_let_all_egress_out_in_one_policy_or_two(
+    rules: list[dict[str, Any]],
+) -> None:
+    together = policy("together", podSelector={}, policyTypes=["Egress"], egress=rules)
+    first = policy("first", podSelector={}, policyTypes=["Egress"], egress=rules[:1])
+    second = policy("second", podSelector={}, policyTypes=["Egress"], egress=rules[1:])
+
+    assert egress_policy([DENY, together], SANDBOX) is None
+    assert egress_policy([DENY, first, second], SANDBOX) is None
+    assert egress_policy([DENY, first], SANDBOX) == "deny", "half of it restricts"
+
+
+@pytest.mark.parametrize(
     "narrowed",
     [
         [{"ports": [{"port": 443}]}],  # every destination, but on one port
