@@ -8,10 +8,12 @@ the pool is shut down without waiting, nothing waits for them.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import concurrent.futures
 import functools
 import itertools
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -113,3 +115,15 @@ class DaemonThreadPool(concurrent.futures.Executor):
                 return self._pending.popleft()
             finally:
                 self._idle -= 1
+
+
+#: Blocking calls that may outlast the operator (an S3 body trickling in): never joined at
+#: exit, unlike asyncio's default executor, which ``asyncio.Runner`` waits for.
+_BLOCKING = DaemonThreadPool(min(32, (os.cpu_count() or 1) + 4), name="craft-blocking")
+
+
+async def in_daemon_thread(fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    """``asyncio.to_thread`` on daemon threads: a call still running when the operator
+    stops (its caller cancelled) does not hold the process's exit."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_BLOCKING, functools.partial(fn, *args, **kwargs))

@@ -3,6 +3,8 @@ a shut-down pool cancels what is queued and refuses more."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -10,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from craft_operator.daemon_threads import DaemonThreadPool
+from craft_operator.library.tarstream import TarMember, tar_stream
 
 pytestmark = pytest.mark.unit
 
@@ -83,3 +86,49 @@ def test_a_shut_down_pool_cancels_queued_work_and_refuses_more(
         pool.submit(lambda: None)
     release.set()
     assert running.result(timeout=5) is True
+
+
+def test_a_library_read_still_running_at_stop_does_not_hold_the_event_loop_s_close(
+    release: threading.Event,
+) -> None:
+    """An S3 body trickling in while the operator stops: the sync is cancelled and the
+    loop closed (as ``asyncio.Runner`` does at exit) without waiting for the read."""
+    body = TarMember(name="big.bin", size=100 * 1024 * 1024, open=lambda: SlowBody(release))
+    reading = threading.Event()
+
+    async def operator() -> None:
+        async def sync() -> None:
+            async for _ in tar_stream([body]):
+                pass
+
+        task = asyncio.create_task(sync())
+        if await asyncio.to_thread(SlowBody.started.wait, 10):
+            reading.set()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    runner = asyncio.Runner()
+    runner.run(operator())
+    began = time.monotonic()
+    runner.close()
+
+    assert reading.is_set()
+    assert time.monotonic() - began < 5, "the read would have held it until released"
+
+
+class SlowBody:
+    """An S3 object's body whose read returns only once the test ends."""
+
+    started = threading.Event()
+
+    def __init__(self, release: threading.Event) -> None:
+        self._release = release
+
+    def read(self, size: int = -1) -> bytes:
+        SlowBody.started.set()
+        self._release.wait(60)
+        return b""
+
+    def close(self) -> None:
+        return None

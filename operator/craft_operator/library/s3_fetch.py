@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
+from craft_operator.daemon_threads import in_daemon_thread
 from craft_operator.library.errors import S3Error, S3UnavailableError
 from craft_operator.library.plan import S3Object
 from craft_operator.library.s3 import classify_response, classify_s3_error
@@ -115,7 +116,7 @@ class ObjectFetcher:
         """A URL for ``key``, and whether it was signed here; ``botocore``: as botocore
         signs it (in a thread: it may wait on the network)."""
         if botocore:
-            return await asyncio.to_thread(self._signer.botocore_url, bucket, key), False
+            return await in_daemon_thread(self._signer.botocore_url, bucket, key), False
         return await self._url_for(bucket, partial(self._signer.presign, bucket, key))
 
     async def _fetch_once(
@@ -239,7 +240,7 @@ class ObjectFetcher:
         """``sign()``, in a thread when it may wait on the network (botocore presigning, a
         credentials refresh): the event loop runs every sandbox's work."""
         if self._signer.may_block(bucket):
-            return await asyncio.to_thread(sign)
+            return await in_daemon_thread(sign)
         return sign()
 
     async def close(self) -> None:

@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
+from craft_operator.daemon_threads import in_daemon_thread
 from craft_operator.kube.exec import ExecTransport
 from craft_operator.library.destination import ChangeSet, Destination, change_set
 from craft_operator.library.errors import (
@@ -165,7 +166,7 @@ class _Sync:
         if isinstance(self.store, LoopLister):
             listing = await self.store.list_objects_on_loop(self.bucket, self.prefix, limit=most)
         if listing is None:
-            listing = await asyncio.to_thread(
+            listing = await in_daemon_thread(
                 partial(self.store.list_objects, self.bucket, self.prefix, limit=most)
             )
         if len(listing) > most:
@@ -190,7 +191,7 @@ class _Sync:
         except InvalidGlobError as exc:
             raise LibraryConfigError(f"{exc} (spec.userLibrary.exclude)") from None
         try:
-            plan = await asyncio.to_thread(
+            plan = await in_daemon_thread(
                 plan_sync,
                 listing,
                 manifest.entries,
@@ -289,7 +290,7 @@ async def _sync_library(
     sync: _Sync, destination: Destination, refused: frozenset[str]
 ) -> SyncResult:
     listing = await sync.objects(refused)
-    manifest = await asyncio.to_thread(parse_manifest, await destination.read_manifest())
+    manifest = await in_daemon_thread(parse_manifest, await destination.read_manifest())
     plan = await sync.plan(listing, manifest)
     transferred = 0
     if not plan.is_empty:
@@ -347,7 +348,7 @@ async def _sync_recorded(
         pod = await destination.read_pod_manifest()
     else:
         pod = PodManifest(data=None, unread=True)
-    manifest, distrust = await asyncio.to_thread(
+    manifest, distrust = await in_daemon_thread(
         base_manifest, pod, record, pod_uid, cap=destination.manifest_max_bytes
     )
     if manifest.valid and not pod.data:

@@ -19,6 +19,7 @@ import tarfile
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from craft_operator.daemon_threads import in_daemon_thread
 from craft_operator.library.errors import S3ObjectChangedError
 from craft_operator.library.s3 import ObjectBody
 
@@ -93,7 +94,7 @@ def _read_whole(member: TarMember) -> bytes:
 async def _read_ahead(member: TarMember) -> bytes:
     if member.fetch is not None:
         return await member.fetch()
-    return await asyncio.to_thread(_read_whole, member)
+    return await in_daemon_thread(_read_whole, member)
 
 
 async def _body(
@@ -109,12 +110,12 @@ async def _body(
         yield await member.fetch()
         return
     assert member.open is not None
-    body = await asyncio.to_thread(member.open)
+    body = await in_daemon_thread(member.open)
     try:
-        while chunk := await asyncio.to_thread(body.read, chunk_bytes):
+        while chunk := await in_daemon_thread(body.read, chunk_bytes):
             yield chunk
     finally:
-        await asyncio.to_thread(body.close)
+        await in_daemon_thread(body.close)
 
 
 class _Prefetcher:

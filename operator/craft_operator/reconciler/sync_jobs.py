@@ -9,7 +9,6 @@ the Job is deleted (with its pods). A change while a Job runs is picked up by th
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 from collections.abc import Mapping
@@ -25,6 +24,7 @@ from craft_operator.builders.library_job import (
     sync_job_name,
 )
 from craft_operator.config import Settings
+from craft_operator.daemon_threads import in_daemon_thread
 from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import (
@@ -232,7 +232,7 @@ async def scoped_credentials(
         settings.s3_region,
     )
     meta = job["metadata"]
-    return await asyncio.to_thread(
+    return await in_daemon_thread(
         issuer.issue,
         location,
         namespace=meta["namespace"],

@@ -14,6 +14,7 @@ import pytest
 from aiohttp import web
 
 from craft_operator.library import s3_fetch
+from craft_operator.library import sync as sync_module
 from craft_operator.library.errors import S3BucketNotFoundError, S3Error
 from craft_operator.library.plan import S3Object, SyncCaps
 from craft_operator.library.s3 import S3ObjectStore, make_s3_client
@@ -250,13 +251,13 @@ async def test_the_sync_lists_on_the_loop_and_in_a_thread_only_when_it_must(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     threads: list[object] = []
-    to_thread = asyncio.to_thread
+    in_thread = sync_module.in_daemon_thread
 
     async def counted(function: Callable[..., object], /, *args: object) -> object:
         threads.append(function)
-        return await to_thread(function, *args)
+        return await in_thread(function, *args)
 
-    monkeypatch.setattr(asyncio, "to_thread", counted)
+    monkeypatch.setattr(sync_module, "in_daemon_thread", counted)
 
     def listed(store: object) -> Awaitable[list[S3Object]]:
         return _Sync.of(store, "files", "p/", (), (), SyncCaps()).objects()  # type: ignore[arg-type]
