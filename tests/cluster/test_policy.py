@@ -50,6 +50,20 @@ def verdict(cluster: Cluster, namespace: str, spec: dict[str, Any]) -> str | Non
     return None
 
 
+def create_ready(
+    cluster: Cluster, namespace: str, operator: OperatorProcess, spec: dict[str, Any]
+) -> None:
+    """Create sandbox alice with ``spec`` and wait until it is Ready."""
+    cluster.create(SANDBOXES, namespace, sandbox("alice", spec))
+    wait_for(
+        lambda: (
+            (cluster.sandbox(namespace, "alice") or {}).get("status", {}).get("phase") == "Ready"
+        ),
+        within=90,
+        what=lambda: f"alice Ready; operator log:\n{operator.log_tail()}",
+    )
+
+
 def write_policy(cluster: Cluster, namespace: str, spec: dict[str, Any]) -> None:
     """Replace the CraftSandboxPolicy's spec; return once the admission policy uses it."""
     probe = f"probe-{uuid.uuid4().hex[:8]}"
@@ -245,14 +259,7 @@ def test_without_the_admission_policy_the_operator_refuses_and_mints_no_token(
 def test_a_tenant_label_put_on_a_running_sandboxs_namespace_revokes_its_token(
     cluster: Cluster, namespace: str, operator: OperatorProcess, state: Path
 ) -> None:
-    cluster.create(SANDBOXES, namespace, sandbox("alice", {}))
-    wait_for(
-        lambda: (
-            (cluster.sandbox(namespace, "alice") or {}).get("status", {}).get("phase") == "Ready"
-        ),
-        within=90,
-        what=lambda: f"alice Ready; operator log:\n{operator.log_tail()}",
-    )
+    create_ready(cluster, namespace, operator, {})
     assert len(minted(state, namespace)[0]) == 1
 
     cluster.patch(
@@ -284,15 +291,7 @@ def test_a_deleted_policy_object_leaves_running_sandboxes_running_with_a_warning
     }
     cluster.create(POLICIES, None, policy)
     try:
-        cluster.create(SANDBOXES, namespace, sandbox("alice", {"image": image}))
-        wait_for(
-            lambda: (
-                (cluster.sandbox(namespace, "alice") or {}).get("status", {}).get("phase")
-                == "Ready"
-            ),
-            within=90,
-            what=lambda: f"alice Ready; operator log:\n{operator.log_tail()}",
-        )
+        create_ready(cluster, namespace, operator, {"image": image})
     finally:
         cluster.delete(POLICIES, None, POLICY_NAME)  # a GitOps prune, say
 
@@ -319,14 +318,7 @@ def test_with_the_admission_policy_a_sandbox_is_deleted_even_while_its_policy_is
     had a missing CraftSandboxPolicy refused every write (parameterNotFoundAction Deny),
     the operator could not remove its finalizer and every deleted sandbox would hang in
     Terminating. The operator refuses what needs the missing policy instead."""
-    cluster.create(SANDBOXES, namespace, sandbox("alice", {}))
-    wait_for(
-        lambda: (
-            (cluster.sandbox(namespace, "alice") or {}).get("status", {}).get("phase") == "Ready"
-        ),
-        within=90,
-        what=lambda: f"alice Ready; operator log:\n{operator.log_tail()}",
-    )
+    create_ready(cluster, namespace, operator, {})
     cluster.delete(POLICIES, None, POLICY_NAME)  # a GitOps prune, say
     wait_for(
         lambda: admitted(cluster, namespace, {"image": "attacker/sandbox:1"}),
