@@ -5,11 +5,12 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Table, case, delete, literal, update
 
+from craft_operator.api.times import utc
 from craft_operator.credentials.backend import CRED, LIBRARY, PAT, StoreBackend, log
 from craft_operator.credentials.db import translated_errors
 from craft_operator.credentials.model import CredentialInfo, credential_info
@@ -147,5 +148,4 @@ def _of_a_later_namesake(row: Any, uid: str | None, created_at: datetime | None)
     ``uid`` was created (so not an orphan it may clean up)."""
     if uid is None or created_at is None or row.sandbox_uid == uid:
         return False
-    written = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=UTC)
-    return bool(written >= created_at)
+    return bool(utc(row.created_at) >= utc(created_at))

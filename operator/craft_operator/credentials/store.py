@@ -47,6 +47,7 @@ its grace period), :mod:`.claiming` (rows from before cluster ids), :mod:`.revoc
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -250,18 +251,20 @@ class CredentialStore:
         later namesake's and stays. A row from before cluster ids goes only if it proves
         to be this sandbox's.
         """
-        backend, namespace, name = self._backend, identity.namespace, identity.name
+        revoke = functools.partial(
+            revoke_named,
+            self._backend,
+            identity.namespace,
+            identity.name,
+            uid=identity.uid,
+            created_at=created_at,
+        )
         with translated_errors(f"revoking the PAT of {identity}"):
-            revoked = _revoked(
-                revoke_named(backend, namespace, name, uid=identity.uid, created_at=created_at)
-            )
+            revoked = _revoked(revoke())
             # True also when the claim lost to this cluster's row of that name: a later
             # namesake's, which the guard must keep here too.
-            if claim_unclaimed(backend, identity):
-                again = revoke_named(
-                    backend, namespace, name, uid=identity.uid, created_at=created_at
-                )
-                revoked = _revoked(again) or revoked
+            if claim_unclaimed(self._backend, identity):
+                revoked = _revoked(revoke()) or revoked
         return revoked
 
     def revoke_named(self, namespace: str, name: str) -> CredentialInfo | None:

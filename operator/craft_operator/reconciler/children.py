@@ -109,7 +109,7 @@ async def converge(
     if not patch:
         return Converged(actual, "unchanged")
     try:
-        updated = await kube.patch(kind, namespace, name, _as_seen(patch, actual))
+        updated = await kube.patch(kind, namespace, name, as_seen(patch, actual))
     except ConflictError:
         # Changed since the cache saw it (a recreated sandbox's child of that name, say):
         # judged and patched again as it is now, never as it was.
@@ -120,14 +120,15 @@ async def converge(
         if not patch:
             cache.put(cache_kind, actual)
             return Converged(actual, "unchanged")
-        updated = await kube.patch(kind, namespace, name, _as_seen(patch, actual))
+        updated = await kube.patch(kind, namespace, name, as_seen(patch, actual))
     cache.put(cache_kind, updated)
     return Converged(updated, "updated", tuple(sorted(patch)))
 
 
-def _as_seen(patch: Mapping[str, Any], actual: Mapping[str, Any]) -> dict[str, Any]:
-    """``patch``, applied only to ``actual`` as read (its resourceVersion): an owner
-    reference list it rewrites, or data it puts back, must not land on a newer object."""
+def as_seen(patch: Mapping[str, Any], actual: Mapping[str, Any]) -> dict[str, Any]:
+    """``patch``, applied only to ``actual`` as read (its resourceVersion): what it puts
+    back (data, labels, an owner reference list) must not land on a newer object, another
+    sandbox's of that name perhaps (409 Conflict instead)."""
     version = actual.get("metadata", {}).get("resourceVersion")
     if not version:
         return dict(patch)

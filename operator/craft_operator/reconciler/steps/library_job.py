@@ -281,10 +281,10 @@ def _failed(
     failed = current.model_copy()
     message = told(p, outcome.message, reason)
     failed.last_error = message[:1000]
-    retryable = outcome.retryable
-    if not retryable and grown_since(outcome.capacity, _capacity(p)):
+    retryable, capacity = outcome.retryable, _capacity(p)
+    if not retryable and grown_since(outcome.capacity, capacity):
         retryable = True  # a full volume, say: it has grown since the Job started
-        message += f" (the library volume has grown to {_capacity(p)} since)"
+        message += f" (the library volume has grown to {capacity} since)"
     error = LibrarySyncError(message, retryable=retryable)
     _count(p, error)
     if retryable:

@@ -16,7 +16,7 @@ from craft_operator.builders.pool import claimed_template_hashes, sandbox_templa
 from craft_operator.kube.client import ConflictError, NotFoundError
 from craft_operator.metrics import ProvisioningPhase
 from craft_operator.reconciler import egress
-from craft_operator.reconciler.children import ForeignObjectError, controlled_by, is_ours
+from craft_operator.reconciler.children import ForeignObjectError, as_seen, controlled_by, is_ours
 from craft_operator.reconciler.step import Pass, Step, Stop
 from craft_operator.reconciler.steps import claim, pod_lifecycle, pod_state, sleep
 from craft_operator.status import POD_READY, ConditionState
@@ -202,7 +202,7 @@ async def _put_labels_back(
     these labels say whose egress and tenant a pod is). If it is not, the next pass, with
     the watch's news, tries again."""
     s, meta = p.services, pod["metadata"]
-    patch = {"metadata": {"labels": dict(labels), "resourceVersion": meta["resourceVersion"]}}
+    patch = as_seen({"metadata": {"labels": dict(labels)}}, pod)
     try:
         updated = await s.kube.patch(POD.api, meta.get("namespace"), meta["name"], patch)
     except (ConflictError, NotFoundError):
