@@ -19,16 +19,17 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from craft_operator.api.models import ANNOTATION_PAT_REVOKED, CraftSandbox
+from craft_operator.api.spec import Source
 from craft_operator.builders.naming import SANDBOX_CONTAINER
 from craft_operator.config import Settings
 from craft_operator.credentials.errors import CredentialsError, DatabaseUnavailableError
 from craft_operator.credentials.model import IssuedCredential, SandboxIdentity
-from craft_operator.daemon_threads import DaemonThreadPool
+from craft_operator.daemon_threads import DaemonThreadPool, in_daemon_thread
 from craft_operator.kube.client import CONFIGMAPS, ApiError, KubeClient, NotFoundError
 from craft_operator.kube.exec import ExecTransport
 from craft_operator.library import (
@@ -413,17 +414,31 @@ def _reused(issued: IssuedCredential, now: datetime) -> IssuedCredential:
     )
 
 
+#: Seconds a custom template's rendering may take before the sandbox stops waiting for it
+#: (its CPU budget is 2 s; the rest allows for a busy interpreter).
+RENDER_TIMEOUT_S = 15.0
+
+
 class SkillRenderer:
     """Renders SKILL.md; reads the platform's template ConfigMap at most every ``ttl`` s.
 
     A failure to read or use the template is remembered for ``ttl`` seconds too, so the
-    passes that retry it meanwhile cost no request.
+    passes that retry it meanwhile cost no request; a failure to render some sources with
+    some template is remembered until either changes.
     """
 
-    def __init__(self, kube: KubeClient, settings: Settings, *, ttl: float = 30.0) -> None:
+    def __init__(
+        self,
+        kube: KubeClient,
+        settings: Settings,
+        *,
+        ttl: float = 30.0,
+        render_timeout: float = RENDER_TIMEOUT_S,
+    ) -> None:
         self._kube = kube
         self._ref = settings.skill_template_configmap_ref
         self._ttl = ttl
+        self._render_timeout = render_timeout
         #: When the template was last read, and its text or why there is none.
         self._template: tuple[float, str | None, str | None] | None = None
         self._lock = asyncio.Lock()
@@ -435,11 +450,36 @@ class SkillRenderer:
         template = None if builtin else await self._custom_template()
         template_hash = None if template is None else self._digest(template)
         sources = sandbox.spec.sources
-        found = self._memo.get(sources_digest(sources), template_hash)
-        if found is None:
-            found = render_skill(sources, template=template)
-            self._memo.put(template_hash, found)
+        sources_hash = sources_digest(sources)
+        found = self._memo.get(sources_hash, template_hash)
+        if found is not None:
+            return found
+        failure = self._memo.failure(sources_hash, template_hash)
+        if failure is not None:
+            raise SkillTemplateError(failure)
+        try:
+            found = await self._render(sources, template)
+        except SkillTemplateError as exc:
+            self._memo.fail(sources_hash, template_hash, str(exc))
+            raise
+        self._memo.put(template_hash, found)
         return found
+
+    async def _render(self, sources: Sequence[Source], template: str | None) -> RenderedSkill:
+        """Render on the event loop with the built-in template (a fraction of a millisecond);
+        a custom one, which may be large or slow, on a daemon thread within a deadline."""
+        if template is None:
+            return render_skill(sources)
+        try:
+            return await asyncio.wait_for(
+                in_daemon_thread(render_skill, sources, template=template),
+                self._render_timeout,
+            )
+        except TimeoutError:
+            raise SkillTemplateError(
+                f"company-search template did not finish rendering within "
+                f"{self._render_timeout:g} s"
+            ) from None
 
     def _digest(self, template: str) -> str:
         # Worked out once per text read, not per render (a template may be 1 MiB).

@@ -4,6 +4,10 @@ Bounded by entries *and* by the bytes of the renderings it holds: a spec may car
 1 MB of sources, and every edit of them is a new key, so a memory bounded only by count
 could be made to hold gigabytes. Keys are digests of the sources and of the template
 (``None``: the built-in one), never their text.
+
+It remembers failures too: a template that fails for some sources fails the same way every
+time (a rendering is a pure function of both), so a sandbox retrying is answered from
+memory, not by running a template that may have spent its whole CPU budget.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from craft_operator.skills.render import RenderedSkill
 MAX_ENTRIES = 1024
 #: Characters of rendered text remembered at most (a rendering is at most 256 Ki chars).
 MAX_CHARS = 8 * 1024 * 1024
+#: Characters of a failure's message remembered at most.
+MAX_FAILURE_CHARS = 1024
 
 
 class RenderMemo:
@@ -24,6 +30,7 @@ class RenderMemo:
     def __init__(self, *, max_entries: int = MAX_ENTRIES, max_chars: int = MAX_CHARS) -> None:
         """Remember at most ``max_entries`` renderings and ``max_chars`` of their text."""
         self._entries: OrderedDict[tuple[str, str | None], RenderedSkill] = OrderedDict()
+        self._failures: OrderedDict[tuple[str, str | None], str] = OrderedDict()
         self._chars = 0
         self._max_entries = max_entries
         self._max_chars = max_chars
@@ -57,3 +64,15 @@ class RenderMemo:
         while len(self._entries) > self._max_entries or self._chars > self._max_chars:
             _, dropped = self._entries.popitem(last=False)
             self._chars -= len(dropped.text)
+
+    def failure(self, sources_hash: str, template_hash: str | None) -> str | None:
+        """Why these sources failed to render with that template, if they did."""
+        return self._failures.get((sources_hash, template_hash))
+
+    def fail(self, sources_hash: str, template_hash: str | None, message: str) -> None:
+        """Remember that these sources fail to render with that template, and why."""
+        key = (sources_hash, template_hash)
+        self._failures.pop(key, None)
+        self._failures[key] = message[:MAX_FAILURE_CHARS]
+        while len(self._failures) > self._max_entries:
+            self._failures.popitem(last=False)

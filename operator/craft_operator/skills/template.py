@@ -6,13 +6,24 @@ team may replace it with a ConfigMap (setting ``CRAFT_SKILL_TEMPLATE_CONFIGMAP``
 Every template, built-in or custom, runs in an immutable sandbox with autoescaping off (the
 output is Markdown, and values are sanitized before they reach the template), undefined
 names are errors, and any failure becomes a :class:`SkillTemplateError`.
+
+A custom template is the platform's configuration, trusted, but a mistake in it must not
+hold the operator: a rendering may use :data:`RENDER_CPU_SECONDS` of its thread's CPU in the
+template's own code (a loop nested too deep is stopped there), and ``*`` and ``**`` may not
+build a sequence longer than a rendering may be or a number of more than
+:data:`MAX_POWER_BITS` bits (both run in C, holding the interpreter, where no budget can
+stop them). What the template's filters allocate is not bounded here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Mapping
+import sys
+import time
+from collections.abc import Iterator, Mapping
 from importlib import resources
+from types import FrameType
 from typing import Any
 
 import jinja2
@@ -26,7 +37,16 @@ SKILL_NAME = "company-search"
 #: Largest rendering accepted (a ConfigMap holds at most 1 MiB).
 MAX_RENDERED_CHARS = 256 * 1024
 
+#: CPU seconds one rendering may spend in the template's own code.
+RENDER_CPU_SECONDS = 2.0
+#: Largest number ``**`` may compute in a template.
+MAX_POWER_BITS = 4096
+
 _BUILTIN_TEMPLATE = ("company-search", "SKILL.md.j2")
+#: The file name Jinja compiles a template from a string under.
+_TEMPLATE_FILENAME = "<template>"
+#: Lines of template code run between two looks at the CPU clock.
+_LINES_PER_CHECK = 1024
 
 
 class SkillTemplateError(Exception):
@@ -40,10 +60,48 @@ def builtin_template() -> str:
     return path.read_text(encoding="utf-8")
 
 
+class _BoundedEnvironment(ImmutableSandboxedEnvironment):
+    """The sandbox, with ``*`` and ``**`` refused where their result would be huge."""
+
+    intercepted_binops = frozenset({"*", "**"})
+
+    def call_binop(
+        self, context: jinja2.runtime.Context, operator: str, left: Any, right: Any
+    ) -> Any:
+        """Refuse a repetition longer than a rendering may be, or a power of too many bits."""
+        if operator == "**":
+            _check_power(left, right)
+        else:
+            _check_repetition(left, right)
+        return super().call_binop(context, operator, left, right)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_power(base: Any, exponent: Any) -> None:
+    if not (_is_int(base) and _is_int(exponent) and exponent > 0 and abs(base) > 1):
+        return
+    if abs(base).bit_length() * exponent > MAX_POWER_BITS:
+        raise SkillTemplateError(
+            f"{SKILL_NAME} template computes a number of more than {MAX_POWER_BITS} bits"
+        )
+
+
+def _check_repetition(left: Any, right: Any) -> None:
+    for sequence, times in ((left, right), (right, left)):
+        repeated = isinstance(sequence, str | list | tuple) and _is_int(times)
+        if repeated and len(sequence) * times > MAX_RENDERED_CHARS:
+            raise SkillTemplateError(
+                f"{SKILL_NAME} template repeats a sequence to more than {MAX_RENDERED_CHARS} items"
+            )
+
+
 def _environment() -> jinja2.Environment:
     # Autoescape is off on purpose: the output is Markdown, where HTML entities would garble
     # the text; untrusted values are made inert by craft_operator.skills.sanitize instead.
-    return ImmutableSandboxedEnvironment(
+    return _BoundedEnvironment(
         autoescape=False,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -71,25 +129,62 @@ def compile_template(text: str) -> jinja2.Template:
         ) from None
 
 
-def run_template(text: str, context: Mapping[str, Any]) -> str:
+@contextlib.contextmanager
+def _cpu_budget(seconds: float) -> Iterator[None]:
+    """Stop template code that runs past ``seconds`` of this thread's CPU.
+
+    Only frames of template code are traced (line by line), so the built-in filters and
+    the sandbox's own checks run at full speed; the tracer in place before (a coverage
+    tool's, a debugger's) is put back after.
+    """
+    deadline = time.thread_time() + seconds
+    lines = 0
+
+    def in_template(frame: FrameType, event: str, arg: Any) -> Any:
+        nonlocal lines
+        if event == "line":
+            lines += 1
+            if lines % _LINES_PER_CHECK == 0 and time.thread_time() > deadline:
+                raise SkillTemplateError(
+                    f"{SKILL_NAME} template used more than {seconds:g} s of CPU in one "
+                    "rendering: look for loops nested too deep"
+                )
+        return in_template
+
+    def on_call(frame: FrameType, event: str, arg: Any) -> Any:
+        return in_template if frame.f_code.co_filename == _TEMPLATE_FILENAME else None
+
+    previous = sys.gettrace()
+    sys.settrace(on_call)
+    try:
+        yield
+    finally:
+        sys.settrace(previous)
+
+
+def run_template(
+    text: str, context: Mapping[str, Any], *, cpu_seconds: float = RENDER_CPU_SECONDS
+) -> str:
     """Render template ``text`` with ``context`` and check the result is a usable SKILL.md.
 
     Raises :class:`SkillTemplateError` when the template does not compile, fails while
-    rendering (undefined name, unsafe attribute, any runtime error), produces more than
-    :data:`MAX_RENDERED_CHARS`, or lacks front matter with ``name: company-search`` and a
-    description.
+    rendering (undefined name, unsafe attribute, any runtime error), runs its own code for
+    more than ``cpu_seconds`` of CPU, builds a huge sequence or number with ``*`` or
+    ``**``, produces more than :data:`MAX_RENDERED_CHARS`, or lacks front matter with
+    ``name: company-search`` and a description.
     """
     template = compile_template(text)
     parts: list[str] = []
     size = 0
     try:
-        for chunk in template.generate(**context):
-            size += len(chunk)
-            if size > MAX_RENDERED_CHARS:
-                raise SkillTemplateError(
-                    f"{SKILL_NAME} template output exceeds {MAX_RENDERED_CHARS} characters"
-                )
-            parts.append(chunk)
+        with _cpu_budget(cpu_seconds):
+            for chunk in template.generate(**context):
+                size += len(chunk)
+                if size > MAX_RENDERED_CHARS:
+                    raise SkillTemplateError(
+                        f"{SKILL_NAME} template output exceeds {MAX_RENDERED_CHARS} characters"
+                    )
+                parts.append(chunk)
     except SkillTemplateError:
         raise
     except jinja2.TemplateError as exc:

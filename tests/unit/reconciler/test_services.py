@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,7 +20,9 @@ from craft_operator.credentials.factory import build_credential_store
 from craft_operator.credentials.keyring import generate_key_entry
 from craft_operator.credentials.store import CredentialStore
 from craft_operator.kube.client import KubeClient
+from craft_operator.reconciler import services
 from craft_operator.reconciler.services import SkillRenderer, StoreCredentials
+from craft_operator.skills.render import RenderedSkill, render_skill
 from craft_operator.skills.template import TEMPLATE_CONFIGMAP_KEY, SkillTemplateError
 from tests.support.emulator import KubeEmulator
 from tests.unit.reconciler.conftest import NAMESPACE
@@ -495,3 +498,89 @@ async def test_each_read_of_the_same_template_reuses_the_remembered_rendering(
     for _ in range(4):
         assert await renderer.render(make_sandbox(sources=SOURCES)) is first
     assert configmap_reads(emulator) == 5, "read every time (ttl 0), remembered once"
+
+
+async def test_a_custom_template_renders_on_a_thread_not_on_the_event_loop(
+    kube: KubeClient,
+    emulator: KubeEmulator,
+    custom_settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    emulator.create("v1/configmaps", template_configmap())
+    threads: list[threading.Thread] = []
+
+    def recording(*args: Any, **kwargs: Any) -> RenderedSkill:
+        threads.append(threading.current_thread())
+        return render_skill(*args, **kwargs)
+
+    monkeypatch.setattr(services, "render_skill", recording)
+    renderer = SkillRenderer(kube, custom_settings)
+    await renderer.render(make_sandbox(sources=SOURCES))
+    await renderer.render(make_sandbox(sources=SOURCES), builtin=True)
+    assert [thread is threading.main_thread() for thread in threads] == [False, True]
+
+
+async def test_a_rendering_past_its_deadline_is_an_error_and_the_loop_runs_meanwhile(
+    kube: KubeClient,
+    emulator: KubeEmulator,
+    custom_settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    emulator.create("v1/configmaps", template_configmap())
+    release = threading.Event()
+
+    def stuck(*args: Any, **kwargs: Any) -> RenderedSkill:
+        release.wait(10)
+        return render_skill(*args, **kwargs)
+
+    monkeypatch.setattr(services, "render_skill", stuck)
+    renderer = SkillRenderer(kube, custom_settings, render_timeout=0.3)
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.01)
+
+    ticker = asyncio.create_task(tick())
+    try:
+        with pytest.raises(SkillTemplateError, match=r"did not finish rendering within 0\.3 s"):
+            await renderer.render(make_sandbox(sources=SOURCES))
+    finally:
+        ticker.cancel()
+        release.set()
+    assert ticks >= 10, "the event loop went on while the template rendered"
+
+
+async def test_a_template_that_fails_for_some_sources_is_not_run_again_for_them(
+    kube: KubeClient,
+    emulator: KubeEmulator,
+    custom_settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    failing = TEMPLATE + "{{ 1 // source_count }}"
+    emulator.create("v1/configmaps", template_configmap(failing))
+    renders = 0
+
+    def counting(*args: Any, **kwargs: Any) -> RenderedSkill:
+        nonlocal renders
+        renders += 1
+        return render_skill(*args, **kwargs)
+
+    monkeypatch.setattr(services, "render_skill", counting)
+    renderer = SkillRenderer(kube, custom_settings, ttl=0)
+    for _ in range(3):
+        with pytest.raises(SkillTemplateError, match="ZeroDivisionError"):
+            await renderer.render(make_sandbox(sources=[]))
+    assert renders == 1, "the failure is remembered while sources and template stay the same"
+    await renderer.render(make_sandbox(sources=SOURCES))
+    assert renders == 2, "other sources are rendered"
+    emulator.patch(
+        "v1/configmaps",
+        "craft-system",
+        "skill-template",
+        {"data": {TEMPLATE_CONFIGMAP_KEY: TEMPLATE}},
+    )
+    await renderer.render(make_sandbox(sources=[]))
+    assert renders == 3, "a changed template is tried again"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from craft_operator.api.models import Source
-from craft_operator.skills.memo import RenderMemo
+from craft_operator.skills.memo import MAX_FAILURE_CHARS, RenderMemo
 from craft_operator.skills.render import render_skill, sources_digest
 
 pytestmark = pytest.mark.unit
@@ -60,3 +60,16 @@ def test_the_digest_tells_apart_sources_differing_in_any_field() -> None:
         )
     }
     assert len(digests) == 6
+
+
+def test_a_failure_is_remembered_bounded_in_count_and_in_message_length() -> None:
+    memo = RenderMemo(max_entries=2)
+    memo.fail("sources-a", "template", "x" * 100_000)
+    failure = memo.failure("sources-a", "template")
+    assert failure is not None
+    assert len(failure) == MAX_FAILURE_CHARS
+    assert memo.failure("sources-a", None) is None, "the same sources with another template"
+    memo.fail("sources-b", "template", "b")
+    memo.fail("sources-c", "template", "c")
+    assert memo.failure("sources-a", "template") is None, "the oldest is forgotten"
+    assert memo.failure("sources-c", "template") == "c"

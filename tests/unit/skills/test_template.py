@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from craft_operator.api.models import Source
@@ -14,7 +16,7 @@ from craft_operator.skills import (
     template_from_configmap,
     validate_template,
 )
-from craft_operator.skills.template import MAX_RENDERED_CHARS
+from craft_operator.skills.template import MAX_RENDERED_CHARS, run_template
 from tests.unit.skills.structure import block_outline, headings, html_tokens
 
 pytestmark = pytest.mark.unit
@@ -186,3 +188,45 @@ def test_validation_catches_a_template_that_fails_only_without_sources() -> None
     render_skill(SOURCES, template=template)
     with pytest.raises(SkillTemplateError, match="failed to render"):
         validate_template(template)
+
+
+def test_a_template_whose_loops_run_past_its_cpu_budget_is_stopped() -> None:
+    nested = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}"
+    with pytest.raises(SkillTemplateError, match=r"used more than 0\.2 s of CPU in one rendering"):
+        run_template(FRONT + nested, {}, cpu_seconds=0.2)
+
+
+def test_the_cpu_budget_puts_back_the_tracer_that_was_in_place() -> None:
+    def tracer(frame: object, event: str, arg: object) -> None:
+        return None
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        run_template(FRONT + "{% for a in range(10) %}{{ a }}{% endfor %}", {})
+        assert sys.gettrace() is tracer
+    finally:
+        sys.settrace(previous)
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("2 ** 100000", "a number of more than 4096 bits"),
+        ("(-3) ** 5000", "a number of more than 4096 bits"),
+        ("'x' * 1000000", f"repeats a sequence to more than {MAX_RENDERED_CHARS} items"),
+        ("1000000 * 'x'", f"repeats a sequence to more than {MAX_RENDERED_CHARS} items"),
+        ("[1, 2] * 200000", f"repeats a sequence to more than {MAX_RENDERED_CHARS} items"),
+    ],
+)
+def test_a_huge_number_or_repetition_is_refused_before_it_is_built(
+    expression: str, message: str
+) -> None:
+    with pytest.raises(SkillTemplateError, match=message):
+        run_template(FRONT + "{% set value = " + expression + " %}", {})
+
+
+def test_ordinary_arithmetic_and_repetition_still_work() -> None:
+    text = "{{ 2 ** 64 }} {{ 2.5 ** 2 }} {{ 3 * 4 }} {{ '-' * 3 }} {{ ([0] * 2) | length }}"
+    rendered = run_template(FRONT + text, {})
+    assert rendered == FRONT + "18446744073709551616 6.25 12 --- 2\n"
