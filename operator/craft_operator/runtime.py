@@ -30,7 +30,8 @@ from craft_operator.peering.options import PeeringOptions
 from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.library_pool import LibrarySyncPool
 from craft_operator.reconciler.orphan_sweep import OrphanSweeper
-from craft_operator.reconciler.services import LibrarySyncer, SkillRenderer, StoreCredentials
+from craft_operator.reconciler.services import LibrarySyncer, StoreCredentials
+from craft_operator.reconciler.skill_renderer import SkillRenderer
 
 LoginFn = Callable[..., kopf.ConnectionInfo | None]
 #: The kopf resources whose watches are filtered to the operator's own objects.

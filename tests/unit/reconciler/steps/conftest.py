@@ -31,7 +31,7 @@ from craft_operator.library import LibraryLocation, SyncResult
 from craft_operator.metrics import Metrics
 from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.run import Run
-from craft_operator.reconciler.services import SkillRenderer
+from craft_operator.reconciler.skill_renderer import SkillRenderer
 from craft_operator.reconciler.step import Memory, Pass
 from craft_operator.reconciler.steps.cli import EXIT_NOT_DELIVERED
 from craft_operator.reconciler.table import CONDITIONS

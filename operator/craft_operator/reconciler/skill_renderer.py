@@ -1,0 +1,125 @@
+"""The reconciler's SKILL.md renderer: the built-in template or the platform's, read from its
+ConfigMap, with renderings (and failures) remembered, since the same sources and template
+give the same text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Sequence
+
+from craft_operator.api.models import CraftSandbox
+from craft_operator.api.spec import Source
+from craft_operator.config import Settings
+from craft_operator.daemon_threads import in_daemon_thread
+from craft_operator.kube.client import CONFIGMAPS, ApiError, KubeClient, NotFoundError
+from craft_operator.skills.memo import RenderMemo
+from craft_operator.skills.render import RenderedSkill, render_skill, sources_digest
+from craft_operator.skills.template import SkillTemplateError, template_from_configmap
+
+#: Seconds a custom template's rendering may take before the sandbox stops waiting for it
+#: (its CPU budget is 2 s; the rest allows for a busy interpreter).
+RENDER_TIMEOUT_S = 15.0
+
+
+class SkillRenderer:
+    """Renders SKILL.md; reads the platform's template ConfigMap at most every ``ttl`` s.
+
+    A failure to read or use the template is remembered for ``ttl`` seconds too, so the
+    passes that retry it meanwhile cost no request; a failure to render some sources with
+    some template is remembered until either changes.
+    """
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        settings: Settings,
+        *,
+        ttl: float = 30.0,
+        render_timeout: float = RENDER_TIMEOUT_S,
+    ) -> None:
+        self._kube = kube
+        self._ref = settings.skill_template_configmap_ref
+        self._ttl = ttl
+        self._render_timeout = render_timeout
+        #: When the template was last read, and its text or why there is none.
+        self._template: tuple[float, str | None, str | None] | None = None
+        self._lock = asyncio.Lock()
+        self._memo = RenderMemo()
+        self._template_digest: tuple[str, str] | None = None
+
+    async def render(self, sandbox: CraftSandbox, *, builtin: bool = False) -> RenderedSkill:
+        """The SKILL.md for ``sandbox``'s sources."""
+        template = None if builtin else await self._custom_template()
+        template_hash = None if template is None else self._digest(template)
+        sources = sandbox.spec.sources
+        sources_hash = sources_digest(sources)
+        found = self._memo.get(sources_hash, template_hash)
+        if found is not None:
+            return found
+        failure = self._memo.failure(sources_hash, template_hash)
+        if failure is not None:
+            raise SkillTemplateError(failure)
+        try:
+            found = await self._render(sources, template)
+        except SkillTemplateError as exc:
+            self._memo.fail(sources_hash, template_hash, str(exc))
+            raise
+        self._memo.put(template_hash, found)
+        return found
+
+    async def _render(self, sources: Sequence[Source], template: str | None) -> RenderedSkill:
+        """Render on the event loop with the built-in template (a fraction of a millisecond);
+        a custom one, which may be large or slow, on a daemon thread within a deadline."""
+        if template is None:
+            return render_skill(sources)
+        try:
+            return await asyncio.wait_for(
+                in_daemon_thread(render_skill, sources, template=template),
+                self._render_timeout,
+            )
+        except TimeoutError:
+            raise SkillTemplateError(
+                f"company-search template did not finish rendering within "
+                f"{self._render_timeout:g} s"
+            ) from None
+
+    def _digest(self, template: str) -> str:
+        # Worked out once per text read, not per render (a template may be 1 MiB).
+        if self._template_digest is None or self._template_digest[0] is not template:
+            digest = hashlib.sha256(template.encode()).hexdigest()
+            self._template_digest = (template, digest)
+        return self._template_digest[1]
+
+    async def _custom_template(self) -> str | None:
+        if self._ref is None:
+            return None
+        loop = asyncio.get_running_loop()
+        async with self._lock:
+            if self._template is None or loop.time() - self._template[0] >= self._ttl:
+                self._template = (loop.time(), *await self._read_template())
+            _, text, error = self._template
+            if error is not None:
+                raise SkillTemplateError(error)
+            return text
+
+    async def _read_template(self) -> tuple[str | None, str | None]:
+        """The template's text, or why there is none (the last good text after an API
+        error that may pass)."""
+        assert self._ref is not None
+        namespace, name = self._ref
+        reference = f"{namespace}/{name}"
+        try:
+            configmap = await self._kube.get(CONFIGMAPS, namespace, name)
+        except NotFoundError:
+            return None, f"the template ConfigMap {reference} does not exist"
+        except ApiError as exc:
+            last_good = self._template[1] if self._template is not None else None
+            if last_good is not None:
+                return last_good, None
+            return None, f"cannot read the template ConfigMap {reference}: {exc}"
+        try:
+            return template_from_configmap(configmap.get("data"), reference=reference), None
+        except SkillTemplateError as exc:
+            return None, str(exc)
