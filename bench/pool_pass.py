@@ -24,8 +24,6 @@ from typing import Any
 from craft_operator.api.pool import (
     LABEL_CLAIMED_FROM,
     LABEL_POOL,
-    LABEL_POOL_TEMPLATE_HASH,
-    POOL_KIND,
     parse_pool,
 )
 from craft_operator.builders.pool import build_pool_pod
@@ -35,7 +33,6 @@ from craft_operator.kube.cache import ObjectCache
 from craft_operator.metrics import Metrics
 from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.pool import PoolReconciler
-from craft_operator.reconciler.pool_pods import template_of
 
 NAMESPACE = "ns"
 POOL_UID = "pool-uid"
@@ -69,39 +66,36 @@ class StatusOnlyKube:
         raise AssertionError(f"a pass over a full pool sent {name}")
 
 
-def pod(index: int, template: str, *, claimed: bool) -> dict[str, Any]:
-    """A Running, Ready pod of pool ``warm`` (or claimed from it), as a watch delivers it."""
-    labels = {LABEL_POOL_TEMPLATE_HASH: template}
-    labels[LABEL_CLAIMED_FROM if claimed else LABEL_POOL] = "warm"
-    owner = (
-        {"kind": "CraftSandbox", "name": f"s-{index}", "uid": f"s-{index}", "controller": True}
-        if claimed
-        else {"kind": POOL_KIND, "name": "warm", "uid": POOL_UID, "controller": True}
+def pod(index: int, built: dict[str, Any], *, claimed: bool) -> dict[str, Any]:
+    """A Running, Ready pod of pool ``warm`` as the operator built it (or claimed from it),
+    as a watch delivers it."""
+    result = copy.deepcopy(built)
+    meta = result["metadata"]
+    if claimed:
+        meta["labels"].pop(LABEL_POOL, None)
+        meta["labels"][LABEL_CLAIMED_FROM] = "warm"
+        meta["ownerReferences"] = [
+            {"kind": "CraftSandbox", "name": f"s-{index}", "uid": f"s-{index}", "controller": True}
+        ]
+    meta.pop("generateName", None)
+    meta.update(
+        name=f"warm-{index:06d}",
+        namespace=NAMESPACE,
+        uid=f"uid-{index}",
+        resourceVersion=str(10 + index),
+        creationTimestamp=f"2026-11-27T{index // 3600 % 24:02d}:"
+        f"{index // 60 % 60:02d}:{index % 60:02d}Z",
     )
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"warm-{index:06d}",
-            "namespace": NAMESPACE,
-            "uid": f"uid-{index}",
-            "resourceVersion": str(10 + index),
-            "creationTimestamp": f"2026-11-27T{index // 3600 % 24:02d}:"
-            f"{index // 60 % 60:02d}:{index % 60:02d}Z",
-            "labels": labels,
-            "ownerReferences": [owner],
-        },
-        "spec": {"containers": [{"name": "sandbox", "image": "registry.example.com/s:1"}]},
-        "status": {
-            "phase": "Running",
-            "conditions": [
-                {"type": "Initialized", "status": "True"},
-                {"type": "Ready", "status": "True"},
-                {"type": "ContainersReady", "status": "True"},
-                {"type": "PodScheduled", "status": "True"},
-            ],
-        },
+    result["status"] = {
+        "phase": "Running",
+        "conditions": [
+            {"type": "Initialized", "status": "True"},
+            {"type": "Ready", "status": "True"},
+            {"type": "ContainersReady", "status": "True"},
+            {"type": "PodScheduled", "status": "True"},
+        ],
     }
+    return result
 
 
 async def measure(size: int, claimed: int, passes: int) -> tuple[float, int]:
@@ -126,13 +120,13 @@ async def measure(size: int, claimed: int, passes: int) -> tuple[float, int]:
         },
         "spec": {"replicas": size},
     }
-    template = template_of(build_pool_pod(parse_pool(body), settings)) or ""
+    built = build_pool_pod(parse_pool(body), settings)
     cache = ObjectCache()
     cache.put(kinds.POOL.name, body)
     for index in range(size):
-        cache.put(kinds.POD.name, pod(index, template, claimed=False))
+        cache.put(kinds.POD.name, pod(index, built, claimed=False))
     for index in range(claimed):
-        cache.put(kinds.POD.name, pod(size + index, template, claimed=True))
+        cache.put(kinds.POD.name, pod(size + index, built, claimed=True))
     kube = StatusOnlyKube(body)
     services = Services(
         settings=settings,
