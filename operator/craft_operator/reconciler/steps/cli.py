@@ -148,7 +148,14 @@ async def validate_cli(p: Pass) -> Stop | None:
         # The script reached onyx-cli, so the SKILL.md was written (90 and 91 say it was
         # not; a shell killed before, 137 say, proves nothing).
         run.status.delivered_skill = skill.delivered
-    if await _judge(p, uid, result):
+    failed = await _judge(p, uid, result)
+    if not holds_current_pat(run.status, p.issued):
+        # The delivery may have written over the PAT last validated in the pod, so the
+        # status no longer says the pod holds it: going back to that PAT (a credentials
+        # database restored again) delivers it again, not a stale verdict kept forever.
+        run.status.validated_pat_id = None
+        run.status.validated_pat_display = None
+    if failed:
         deliveries.failed(run.key, target)
     else:
         deliveries.clear_failures(run.key)

@@ -20,7 +20,7 @@ from craft_operator.reconciler.queue import Backoff
 from craft_operator.reconciler.services import StoreCredentials
 from craft_operator.reconciler.step import WAITING_MESSAGE, Pass
 from craft_operator.reconciler.steps import cli, credentials
-from craft_operator.status import ConditionState, ConditionStatus
+from craft_operator.status import CLI_VALIDATED, ConditionState, ConditionStatus
 from tests.unit.reconciler.conftest import NAMESPACE
 from tests.unit.reconciler.steps.conftest import CANARY, NAME, NOW, UID, World
 
@@ -680,6 +680,37 @@ async def test_a_new_token_that_reuses_the_validated_pats_id_still_reaches_the_p
     assert again.run.status.validated_pat_display == again.issued.token_display
     first_store.close()
     second_store.close()
+
+
+async def test_a_token_refused_in_the_pod_leaves_no_claim_that_the_pod_holds_the_one_before(
+    world: World, tmp_path: Path
+) -> None:
+    # Database A's token was validated; database B's token under the same id was written
+    # over it and refused. Back on A, the pod's file holds B's token: A's must go in again.
+    ring = KeyRing.parse(generate_key_entry("k1").get_secret_value())
+    store_a, credentials_a = sqlite_credentials(tmp_path / "a.db", ring)
+    store_b, credentials_b = sqlite_credentials(tmp_path / "b.db", ring)
+    world.services.credentials = credentials_a
+    p = await ready_pass(world)
+    await cli.validate_cli(p)
+    assert p.run.condition_is(CLI_VALIDATED, ConditionStatus.TRUE)
+
+    world.services.credentials = credentials_b
+    world.exec.cli_exit = 9
+    refused = await ready_pass(world, status=dump_status(p.run.status))
+    await cli.validate_cli(refused)
+    assert refused.run.condition_is(CLI_VALIDATED, ConditionStatus.FALSE)
+    assert refused.run.status.validated_pat_id is None
+
+    world.services.credentials = credentials_a
+    world.exec.cli_exit = 0
+    back = await ready_pass(world, status=dump_status(refused.run.status))
+    await cli.validate_cli(back)
+    store_a.close()
+    store_b.close()
+    assert back.issued is not None
+    assert world.exec.delivered[-1] == back.issued.token.get_secret_value().encode()
+    assert back.run.condition_is(CLI_VALIDATED, ConditionStatus.TRUE)
 
 
 async def test_a_status_from_before_display_forms_were_recorded_validates_nothing_again(
