@@ -3,7 +3,13 @@
 Prints p50/p99 latency and database round trips (statements, BEGINs and COMMITs counted
 with SQLAlchemy events) for a reuse, a renewal mint (replaces a live PAT) and a first
 mint (new sandbox). Targets: reuse in one query, a mint in at most four statements and
-one commit, reuse p99 under 5 ms.
+one commit, reuse p99 under 5 ms. On Postgres each transaction also sends its bounds
+(``lock_timeout``, ``statement_timeout`` by ``SET LOCAL``, which PgBouncer's transaction
+pooling passes on): transaction control like BEGIN, counted apart as ``bounds`` and in the
+round trips, not as a statement; so is the liveness ping (``SELECT 1``) the pool sends
+when it hands out a connection (``pool_pre_ping``, so that a failover's dropped connections
+are replaced before use), and the rollback that ends a read when its connection goes back
+to the pool.
 
     .venv/bin/python bench/credentials.py [--reuses 2000] [--mints 300] [--sqlite]
 """
@@ -17,7 +23,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine, event
@@ -27,19 +33,26 @@ from craft_operator.credentials.db import create_credentials_engine, upgrade
 from craft_operator.devtools.onyx_schema import add_user, create_onyx_tables
 from craft_operator.devtools.postgres import ThrowawayPostgres
 
+#: How the store's per-transaction bounds statement starts (``credentials.db``).
+BOUNDS_STATEMENT = "SELECT CASE WHEN current_setting("
+
 
 @dataclass
 class Counter:
     statements: int = 0
+    bounds: int = 0
+    pings: int = 0
+    rollbacks: int = 0
     begins: int = 0
     commits: int = 0
-    samples: list[tuple[int, int, int]] = field(default_factory=list)
 
     def attach(self, engine: Engine) -> None:
         def on_statement(connection: Any, cursor: Any, statement: str, *_: Any) -> None:
             # SQLite's BEGIN [IMMEDIATE] is sent by the store's own "begin" hook: count it
             # as transaction control, not as a statement.
-            if not statement.startswith("BEGIN"):
+            if statement.startswith(BOUNDS_STATEMENT):
+                self.bounds += 1
+            elif not statement.startswith("BEGIN"):
                 self.statements += 1
 
         def on_begin(connection: Any) -> None:
@@ -50,19 +63,29 @@ class Counter:
         def on_commit(*_: Any) -> None:
             self.commits += 1
 
+        def on_checkout(*_: Any) -> None:
+            # The pre-ping goes to the driver directly, past the cursor events.
+            if engine.pool._pre_ping:
+                self.pings += 1
+
+        def on_rollback(*_: Any) -> None:
+            self.rollbacks += 1
+
         event.listen(engine, "before_cursor_execute", on_statement)
+        event.listen(engine, "rollback", on_rollback)
+        event.listen(engine.pool, "checkout", on_checkout)
         event.listen(engine, "begin", on_begin)
         event.listen(engine, "commit", on_commit)
 
-    def snapshot(self) -> tuple[int, int, int]:
-        return self.statements, self.begins, self.commits
+    def snapshot(self) -> tuple[int, ...]:
+        return self.statements, self.bounds, self.pings, self.begins, self.commits, self.rollbacks
 
 
 def measure(
     label: str, calls: int, call: Callable[[int], object], counter: Counter
 ) -> dict[str, float]:
     latencies: list[float] = []
-    per_call: list[tuple[int, int, int]] = []
+    per_call: list[tuple[int, ...]] = []
     for n in range(calls):
         before = counter.snapshot()
         start = time.perf_counter()
@@ -73,13 +96,12 @@ def measure(
     latencies.sort()
     p50 = statistics.median(latencies)
     p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
-    statements = max(s for s, _, _ in per_call)
-    begins = max(b for _, b, _ in per_call)
-    commits = max(c for _, _, c in per_call)
+    counts = [max(column) for column in zip(*per_call, strict=True)]
+    statements, bounds, pings, begins, commits, rollbacks = counts
     print(
         f"{label:<28} n={calls:<5} p50={p50:6.2f} ms  p99={p99:6.2f} ms  "
-        f"statements={statements}  begin={begins}  commit={commits}  "
-        f"(round trips={statements + begins + commits})"
+        f"statements={statements}  bounds={bounds}  ping={pings}  begin={begins}  "
+        f"commit={commits}  rollback={rollbacks}  (round trips={sum(counts)})"
     )
     return {"p50": p50, "p99": p99, "statements": statements, "commits": commits}
 
