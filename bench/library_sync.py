@@ -22,6 +22,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from craft_operator.kube.exec_local import LocalExec
 from craft_operator.library import S3ObjectStore, make_s3_client, sync_user_library_exec
@@ -86,12 +87,23 @@ async def run(files: int, megabytes: float, port: int) -> None:
         f"(uploaded to moto in {time.perf_counter() - started:.1f}s)"
     )
 
+    store = S3ObjectStore(client)
+    try:
+        await compare(client, store, files, size, names)
+    finally:
+        await store.close()
+
+
+async def compare(
+    client: Any, store: S3ObjectStore, files: int, size: int, names: list[str]
+) -> None:
+    """A first sync, an incremental one after one file changed, and one with no change."""
     with tempfile.TemporaryDirectory() as scratch:
         pods = LocalExec(root=Path(scratch))
 
         async def sync() -> tuple[float, int, int]:
             result = await sync_user_library_exec(
-                store=S3ObjectStore(client),
+                store=store,
                 bucket="bench-library",
                 prefix=PREFIX,
                 exec_transport=pods,
