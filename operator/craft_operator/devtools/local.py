@@ -19,6 +19,8 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -42,6 +44,10 @@ CRD_NAMES = (
     "crd/clusterkopfpeerings.kopf.dev",
 )
 ONYX_API_PORT = 18080
+#: Seconds the stand-in Onyx API has to answer once started.
+ONYX_API_TIMEOUT_S = 30.0
+#: Requests to the local Onyx API go straight to it, whatever proxy the environment names.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 RESTRICTED = {
     "pod-security.kubernetes.io/enforce": "restricted",
     "pod-security.kubernetes.io/enforce-version": "latest",
@@ -67,6 +73,16 @@ def current_context(environ: dict[str, str] | None = None) -> str | None:
         if isinstance(document, dict) and document.get("current-context"):
             return str(document["current-context"])
     return None
+
+
+def names_local_plane(state: Path, environ: dict[str, str] | None = None) -> bool:
+    """Whether ``$KUBECONFIG`` names the local control plane's own kubeconfig in ``state``
+    (as the README has a second terminal export it): ``make run`` from there restarts the
+    local run, not a run on that context with another database and no Onyx server."""
+    environ = dict(os.environ) if environ is None else environ
+    ours = (state / "admin.kubeconfig").resolve()
+    configured = environ.get("KUBECONFIG") or ""
+    return any(Path(p).resolve() == ours for p in configured.split(os.pathsep) if p)
 
 
 def operator_command() -> list[str]:
@@ -121,7 +137,30 @@ def start_onyx_api(plane: ControlPlane, database_url: str) -> str:
                 database_url,
             ],
         )
+    _wait_for_onyx_api(plane.state, url)
     return url
+
+
+def _wait_for_onyx_api(state: Path, url: str, timeout: float = ONYX_API_TIMEOUT_S) -> None:
+    """Return once the stand-in Onyx API that ``state`` records answers at ``url``; raise
+    :class:`ControlPlaneError` naming its log if it exits (its port taken, say) or does not
+    answer in time: the operator would otherwise validate PATs against whatever holds the
+    port."""
+    log = state / "logs" / "onyx-api.log"
+    deadline = time.monotonic() + timeout
+    while True:
+        ours = [p for p in processes.recorded(state) if p.name == "onyx-api"]
+        if not any(processes.is_running(p) for p in ours):
+            raise ControlPlaneError(f"the stand-in Onyx API exited; see {log}")
+        try:
+            with _DIRECT.open(f"{url}/api/version", timeout=2):
+                return
+        except (OSError, urllib.error.URLError):
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(
+                    f"the stand-in Onyx API does not answer at {url} after {timeout:g} s; see {log}"
+                ) from None
+            time.sleep(0.2)
 
 
 def apply_example(plane: ControlPlane, repo: Path) -> None:
@@ -195,12 +234,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--build-script", type=Path, required=True)
     args = parser.parse_args(argv)
     repo = args.build_script.resolve().parents[2]
+    state = args.state.resolve()
     context = current_context()
-    if context is not None:
+    if context is not None and not names_local_plane(state):
         return run_on_context(context, repo)
     try:
-        return run_locally(args.state.resolve(), args.build_script.resolve(), repo)
-    except ControlPlaneError as error:
+        return run_locally(state, args.build_script.resolve(), repo)
+    except (ControlPlaneError, OSError) as error:
+        # OSError: a state directory that cannot be made or written, say.
         print(f"make run: {error}", file=sys.stderr)
         return 1
 

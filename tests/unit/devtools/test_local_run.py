@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 
-from craft_operator.devtools.local import current_context
+import pytest
+
+from craft_operator.devtools import local, processes
+from craft_operator.devtools.controlplane import ControlPlane, ControlPlaneError, Ports
+from craft_operator.devtools.local import current_context, names_local_plane
+
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+BINARIES += ("podexec", "kubectl")
+BUILD_SCRIPT = Path(__file__).resolve().parents[3] / "hack" / "controlplane" / "build.sh"
 
 
 def write_config(path: Path, context: str | None) -> Path:
@@ -45,3 +55,73 @@ def test_an_unreadable_kubeconfig_is_no_context(tmp_path: Path) -> None:
 def test_inside_a_pod_the_in_cluster_config_is_the_context(tmp_path: Path) -> None:
     environ = {"HOME": str(tmp_path), "KUBERNETES_SERVICE_HOST": "10.96.0.1"}
     assert current_context(environ) == "in-cluster"
+
+
+def test_a_kubeconfig_naming_the_local_planes_own_is_the_local_plane(tmp_path: Path) -> None:
+    state = tmp_path / ".controlplane"
+    ours = state / "admin.kubeconfig"
+    other = tmp_path / "other"
+    assert names_local_plane(state, {"KUBECONFIG": str(ours)})
+    assert names_local_plane(state, {"KUBECONFIG": f"{other}{os.pathsep}{ours}"})
+    assert names_local_plane(
+        state, {"KUBECONFIG": str(tmp_path / "x" / ".." / ".controlplane") + "/admin.kubeconfig"}
+    )
+    assert not names_local_plane(state, {"KUBECONFIG": str(other)})
+    assert not names_local_plane(state, {})
+
+
+def test_make_run_from_the_terminal_the_readme_sets_up_stays_on_the_local_plane(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The README exports the local plane's kubeconfig in a second terminal; `make run`
+    # again from there must restart the local run (its database, its Onyx API), not run the
+    # operator on that context with another database and no server URL.
+    state = tmp_path / ".controlplane"
+    state.mkdir()
+    write_config(state / "admin.kubeconfig", "craft-local")
+    monkeypatch.setenv("KUBECONFIG", str(state / "admin.kubeconfig"))
+    chosen: list[str] = []
+    monkeypatch.setattr(local, "run_on_context", lambda *_: chosen.append("context") or 0)
+    monkeypatch.setattr(local, "run_locally", lambda *_: chosen.append("local") or 0)
+    local.main(["--state", str(state), "--build-script", str(BUILD_SCRIPT)])
+    monkeypatch.setenv("KUBECONFIG", str(write_config(tmp_path / "kind", "kind-dev")))
+    local.main(["--state", str(state), "--build-script", str(BUILD_SCRIPT)])
+    assert chosen == ["local", "context"]
+
+
+def test_a_state_directory_that_cannot_be_made_is_said_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    binaries = tmp_path / "bin"
+    binaries.mkdir()
+    for name in BINARIES:
+        (binaries / name).write_text("#!/bin/sh\nexit 1\n")
+        (binaries / name).chmod(0o755)
+    monkeypatch.setattr(local, "build_binaries", lambda _: binaries)
+    (tmp_path / "a-file").write_text("")
+    state = tmp_path / "a-file" / "state"
+    assert local.main(["--state", str(state), "--build-script", str(BUILD_SCRIPT)]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("make run: ")
+    assert "Not a directory" in error
+    assert "Traceback" not in error
+
+
+def test_a_stand_in_onyx_api_that_cannot_start_stops_make_run_naming_its_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as holder:  # its port is taken
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        monkeypatch.setattr(local, "ONYX_API_PORT", holder.getsockname()[1])
+        plane = ControlPlane(tmp_path, tmp_path, Ports())
+        try:
+            with pytest.raises(
+                ControlPlaneError, match=r"the stand-in Onyx API exited; see .*onyx-api\.log"
+            ):
+                local.start_onyx_api(plane, f"sqlite:///{tmp_path / 'db.sqlite'}")
+        finally:
+            processes.stop_all(tmp_path, grace=2)
+    assert "address already in use" in (tmp_path / "logs" / "onyx-api.log").read_text().lower()
