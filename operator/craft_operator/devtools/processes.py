@@ -1,8 +1,9 @@
 """Background processes that outlive the command that started them, stopped by pid.
 
 Each process gets a log file and a pid file in a state directory. The pid file also holds
-the executable's path, so that a pid the kernel has since given to another program is
-never signalled.
+the executable's path and the process's start time, so that a pid the kernel has since
+given to another program (after a reboot, say: another Python for the Onyx API's) is never
+signalled.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ class Recorded:
     name: str
     pid: int
     executable: str
+    #: Clock ticks after boot at which it started (``/proc/<pid>/stat``); None in pid files
+    #: written before it was recorded.
+    started: int | None = None
 
 
 def _pid_dir(state: Path) -> Path:
@@ -52,8 +56,21 @@ def start(
             start_new_session=True,
         )
     executable = os.path.realpath(argv[0])
-    (_pid_dir(state) / f"{name}.pid").write_text(f"{child.pid}\n{executable}\n")
+    started = _start_time(child.pid)
+    record = f"{child.pid}\n{executable}\n{'' if started is None else started}\n"
+    (_pid_dir(state) / f"{name}.pid").write_text(record)
     return child
+
+
+def _start_time(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks after boot; None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: fields after its last ")".
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[19])  # field 22 of the whole line
 
 
 def recorded(state: Path) -> list[Recorded]:
@@ -62,18 +79,22 @@ def recorded(state: Path) -> list[Recorded]:
     for path in sorted(_pid_dir(state).glob("*.pid")):
         lines = path.read_text().splitlines()
         if len(lines) >= 2 and lines[0].isdigit():
-            found.append(Recorded(path.stem, int(lines[0]), lines[1]))
+            started = int(lines[2]) if len(lines) >= 3 and lines[2].isdigit() else None
+            found.append(Recorded(path.stem, int(lines[0]), lines[1], started))
     return found
 
 
 def is_running(process: Recorded) -> bool:
-    """True while the recorded pid is alive and still runs the recorded executable."""
+    """True while the recorded pid is alive, still runs the recorded executable, and (when
+    the pid file says) started when it did."""
     try:
         executable = os.readlink(f"/proc/{process.pid}/exe")
     except OSError:
         return False
     # A binary replaced on disk since it started reads as "<path> (deleted)".
-    return executable.removesuffix(" (deleted)") == process.executable
+    if executable.removesuffix(" (deleted)") != process.executable:
+        return False
+    return process.started is None or _start_time(process.pid) == process.started
 
 
 def stop_all(state: Path, *, grace: float = 10.0, first: Sequence[Sequence[str]] = ()) -> list[str]:

@@ -42,6 +42,30 @@ def test_a_pid_now_running_another_program_is_left_alone(tmp_path: Path) -> None
         child.wait(5)
 
 
+def test_a_pid_reused_by_the_same_program_started_later_is_left_alone(tmp_path: Path) -> None:
+    # After a reboot the recorded pid may run the same executable (another Python, say).
+    child = processes.start(tmp_path, "sleeper", [SLEEP, "60"])
+    try:
+        [record] = processes.recorded(tmp_path)
+        assert record.started is not None
+        earlier = f"{child.pid}\n{record.executable}\n{record.started - 1}\n"
+        (tmp_path / "pids" / "sleeper.pid").write_text(earlier)
+        assert processes.stop_all(tmp_path) == []
+        time.sleep(0.1)
+        assert child.poll() is None
+    finally:
+        child.kill()
+        child.wait(5)
+
+
+def test_a_pid_file_from_before_start_times_still_stops_its_process(tmp_path: Path) -> None:
+    child = processes.start(tmp_path, "sleeper", [SLEEP, "60"])
+    [record] = processes.recorded(tmp_path)
+    (tmp_path / "pids" / "sleeper.pid").write_text(f"{child.pid}\n{record.executable}\n")
+    assert processes.stop_all(tmp_path) == ["sleeper"]
+    assert child.wait(5) != 0
+
+
 def test_a_process_that_ignores_sigterm_is_killed_after_the_grace(tmp_path: Path) -> None:
     sh = shutil.which("sh") or "/bin/sh"
     child = processes.start(tmp_path, "stubborn", [sh, "-c", "trap '' TERM; sleep 60"])
