@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from alembic import command
-from sqlalchemy import Engine, inspect, text
+from sqlalchemy import Connection, Engine, inspect, text
 
 from craft_operator.config import load_settings
 from craft_operator.credentials import (
@@ -300,3 +300,47 @@ def test_a_sqlite_path_whose_folder_cannot_be_made_is_a_credentials_error_naming
         create_credentials_engine(f"sqlite:///{blocker}/state/craft.db")
 
     assert str(blocker / "state") in str(caught.value)
+
+
+def test_a_database_the_first_version_of_0002_migrated_gets_the_per_cluster_key(
+    database: Database,
+) -> None:
+    """0002 first shipped as a cluster_id column with an index, (namespace, name) still
+    unique, and was rewritten under the same id: a database it migrated is given the
+    per-cluster key by 0006, so two clusters may each hold a row of one sandbox name."""
+    engine = database.engine
+    with engine.begin() as connection:
+        command.downgrade(alembic_config(connection), "0001")
+        # What the first version of 0002 did, then the revisions after it as they are.
+        connection.execute(
+            text("ALTER TABLE craft_sandbox_credential ADD COLUMN cluster_id VARCHAR(128)")
+        )
+        connection.execute(
+            text(
+                "CREATE INDEX ix_craft_sandbox_credential_cluster_id "
+                "ON craft_sandbox_credential (cluster_id)"
+            )
+        )
+        command.stamp(alembic_config(connection), "0002_job_sweep")
+        command.upgrade(alembic_config(connection), "0005_credential_sandbox_uid")
+    assert _uniques(engine) == {("namespace", "name")}, "the drifted shape, as in the field"
+
+    upgrade(engine)
+
+    assert _uniques(engine) == {("cluster_id", "namespace", "name")}
+    indexes = {index["name"] for index in inspect(engine).get_indexes("craft_sandbox_credential")}
+    assert "ix_craft_sandbox_credential_cluster_id" not in indexes
+    with engine.begin() as connection:  # and it goes down and up again as any other
+        command.downgrade(alembic_config(connection), "0001")
+        assert _uniques(connection) == {("namespace", "name")}
+        command.upgrade(alembic_config(connection), "head")
+    ring = KeyRing.parse(generate_key_entry("k1").get_secret_value())
+    for cluster in ("east", "west"):
+        store = CredentialStore(engine, ring, cluster_id=cluster)
+        identity = SandboxIdentity("ns", "alice", f"uid-{cluster}")
+        store.ensure(identity, user_id=database.new_user(), tenant_id="public")
+
+
+def _uniques(bind: Engine | Connection) -> set[tuple[str, ...]]:
+    found = inspect(bind).get_unique_constraints("craft_sandbox_credential")
+    return {tuple(unique["column_names"]) for unique in found}
