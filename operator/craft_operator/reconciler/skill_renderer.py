@@ -6,6 +6,7 @@ give the same text.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 from collections.abc import Sequence
 
@@ -18,8 +19,8 @@ from craft_operator.skills.memo import RenderMemo
 from craft_operator.skills.render import RenderedSkill, render_skill, sources_digest
 from craft_operator.skills.template import SkillTemplateError, template_from_configmap
 
-#: Seconds a custom template's rendering may take before the sandbox stops waiting for it
-#: (its CPU budget is 2 s; the rest allows for a busy interpreter).
+#: Seconds a pass waits for a custom template's rendering (its CPU budget is 2 s; the rest
+#: allows for a busy interpreter); one not done by then goes on for the next pass.
 RENDER_TIMEOUT_S = 15.0
 
 
@@ -47,6 +48,8 @@ class SkillRenderer:
         self._template: tuple[float, str | None, str | None] | None = None
         self._lock = asyncio.Lock()
         self._memo = RenderMemo()
+        #: Custom renderings under way, by (sources digest, template digest).
+        self._rendering: dict[tuple[str, str | None], asyncio.Future[RenderedSkill]] = {}
         self._template_digest: tuple[str, str] | None = None
 
     async def render(self, sandbox: CraftSandbox, *, builtin: bool = False) -> RenderedSkill:
@@ -54,36 +57,58 @@ class SkillRenderer:
         template = None if builtin else await self._custom_template()
         template_hash = None if template is None else self._digest(template)
         sources = sandbox.spec.sources
-        sources_hash = sources_digest(sources)
-        found = self._memo.get(sources_hash, template_hash)
+        key = (sources_digest(sources), template_hash)
+        found = self._memo.get(*key)
         if found is not None:
             return found
-        failure = self._memo.failure(sources_hash, template_hash)
+        failure = self._memo.failure(*key)
         if failure is not None:
             raise SkillTemplateError(failure)
-        try:
-            found = await self._render(sources, template)
-        except SkillTemplateError as exc:
-            self._memo.fail(sources_hash, template_hash, str(exc))
-            raise
-        self._memo.put(template_hash, found)
-        return found
-
-    async def _render(self, sources: Sequence[Source], template: str | None) -> RenderedSkill:
-        """Render on the event loop with the built-in template (a fraction of a millisecond);
-        a custom one, which may be large or slow, on a daemon thread within a deadline."""
         if template is None:
-            return render_skill(sources)
-        try:
-            return await asyncio.wait_for(
-                in_daemon_thread(render_skill, sources, template=template),
-                self._render_timeout,
+            # The built-in template: a fraction of a millisecond, on the event loop.
+            try:
+                found = render_skill(sources)
+            except SkillTemplateError as exc:
+                self._memo.fail(*key, str(exc))
+                raise
+            self._memo.put(template_hash, found)
+            return found
+        return await self._render_custom(key, sources, template)
+
+    async def _render_custom(
+        self, key: tuple[str, str | None], sources: Sequence[Source], template: str
+    ) -> RenderedSkill:
+        """Render with the platform's template, which may be large or slow, on a daemon
+        thread; wait for it at most the deadline. A rendering still running then goes on,
+        and the passes after wait for that one (never a second thread for the same sources
+        and template); its outcome is remembered when it ends, whoever waits."""
+        rendering = self._rendering.get(key)
+        if rendering is None:
+            rendering = asyncio.ensure_future(
+                in_daemon_thread(render_skill, sources, template=template)
             )
+            self._rendering[key] = rendering
+            rendering.add_done_callback(functools.partial(self._rendered, key))
+        try:
+            return await asyncio.wait_for(asyncio.shield(rendering), self._render_timeout)
         except TimeoutError:
             raise SkillTemplateError(
-                f"company-search template did not finish rendering within "
-                f"{self._render_timeout:g} s"
+                f"company-search template is still rendering after {self._render_timeout:g} "
+                "s; the rendering goes on, and the next pass takes its outcome"
             ) from None
+
+    def _rendered(
+        self, key: tuple[str, str | None], rendering: asyncio.Future[RenderedSkill]
+    ) -> None:
+        """Remember how a custom template's rendering ended."""
+        del self._rendering[key]
+        if rendering.cancelled():
+            return
+        error = rendering.exception()
+        if isinstance(error, SkillTemplateError):
+            self._memo.fail(*key, str(error))
+        elif error is None:
+            self._memo.put(key[1], rendering.result())
 
     def _digest(self, template: str) -> str:
         # Worked out once per text read, not per render (a template may be 1 MiB).
