@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from craft_operator.devtools import processes
+from craft_operator.devtools.processes import Recorded
 
 SLEEP = shutil.which("sleep") or "/bin/sleep"
 
@@ -29,33 +31,32 @@ def test_output_goes_to_the_processes_log(tmp_path: Path) -> None:
     assert (tmp_path / "logs" / "talker.log").read_text() == "hi\n"
 
 
-def test_a_pid_now_running_another_program_is_left_alone(tmp_path: Path) -> None:
+def left_alone_when_recorded_as(tmp_path: Path, record: Callable[[int, Recorded], str]) -> bool:
+    """Whether a running sleeper whose pid file is rewritten as ``record(pid, as_written)``
+    says survives ``stop_all``."""
     child = processes.start(tmp_path, "sleeper", [SLEEP, "60"])
     try:
-        # The record claims the pid runs some other executable: it is not ours any more.
-        (tmp_path / "pids" / "sleeper.pid").write_text(f"{child.pid}\n/usr/bin/not-sleep\n")
-        assert processes.stop_all(tmp_path) == []
+        [written] = processes.recorded(tmp_path)
+        (tmp_path / "pids" / "sleeper.pid").write_text(record(child.pid, written))
+        stopped = processes.stop_all(tmp_path)
         time.sleep(0.1)
-        assert child.poll() is None
+        return stopped == [] and child.poll() is None
     finally:
         child.kill()
         child.wait(5)
+
+
+def test_a_pid_now_running_another_program_is_left_alone(tmp_path: Path) -> None:
+    assert left_alone_when_recorded_as(tmp_path, lambda pid, _: f"{pid}\n/usr/bin/not-sleep\n")
 
 
 def test_a_pid_reused_by_the_same_program_started_later_is_left_alone(tmp_path: Path) -> None:
     # After a reboot the recorded pid may run the same executable (another Python, say).
-    child = processes.start(tmp_path, "sleeper", [SLEEP, "60"])
-    try:
-        [record] = processes.recorded(tmp_path)
-        assert record.started is not None
-        earlier = f"{child.pid}\n{record.executable}\n{record.started - 1}\n"
-        (tmp_path / "pids" / "sleeper.pid").write_text(earlier)
-        assert processes.stop_all(tmp_path) == []
-        time.sleep(0.1)
-        assert child.poll() is None
-    finally:
-        child.kill()
-        child.wait(5)
+    def started_earlier(pid: int, written: Recorded) -> str:
+        assert written.started is not None
+        return f"{pid}\n{written.executable}\n{written.started - 1}\n"
+
+    assert left_alone_when_recorded_as(tmp_path, started_earlier)
 
 
 def test_a_pid_file_from_before_start_times_still_stops_its_process(tmp_path: Path) -> None:

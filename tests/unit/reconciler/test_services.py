@@ -7,42 +7,19 @@ import asyncio
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from craft_operator.api.models import ANNOTATION_PAT_REVOKED, CraftSandbox
-from craft_operator.api.parse import parse_sandbox
+from craft_operator.api.models import ANNOTATION_PAT_REVOKED
 from craft_operator.config import Settings
 from craft_operator.credentials.factory import build_credential_store
 from craft_operator.credentials.keyring import generate_key_entry
 from craft_operator.credentials.store import CredentialStore
 from craft_operator.reconciler.services import StoreCredentials
 from tests.unit.reconciler.conftest import NAMESPACE
+from tests.unit.reconciler.parsed import make_sandbox
 
-USER_ID = "3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b"
 LIFETIME = timedelta(hours=100)
-
-
-def make_sandbox(
-    name: str = "alice",
-    uid: str = "uid-alice",
-    sources: list[dict[str, Any]] | None = None,
-    lifetime: str = "100h",
-) -> CraftSandbox:
-    """A parsed CraftSandbox with a 100h credential lifetime (unless told)."""
-    return parse_sandbox(
-        {
-            "apiVersion": "craft.onyx.app/v1alpha1",
-            "kind": "CraftSandbox",
-            "metadata": {"name": name, "namespace": NAMESPACE, "uid": uid, "generation": 1},
-            "spec": {
-                "user": {"id": USER_ID},
-                "credentials": {"lifetime": lifetime},
-                "sources": sources or [],
-            },
-        }
-    )
 
 
 class Clock:

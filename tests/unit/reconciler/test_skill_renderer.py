@@ -12,8 +12,6 @@ from typing import Any
 import kopf
 import pytest
 
-from craft_operator.api.models import CraftSandbox
-from craft_operator.api.parse import parse_sandbox
 from craft_operator.config import Settings
 from craft_operator.kube.client import KubeClient
 from craft_operator.reconciler import skill_renderer
@@ -21,31 +19,7 @@ from craft_operator.reconciler.skill_renderer import SkillRenderer
 from craft_operator.skills.render import RenderedSkill, render_skill
 from craft_operator.skills.template import TEMPLATE_CONFIGMAP_KEY, SkillTemplateError
 from tests.support.emulator import KubeEmulator
-from tests.unit.reconciler.conftest import NAMESPACE
-
-USER_ID = "3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b"
-
-
-def make_sandbox(
-    name: str = "alice",
-    uid: str = "uid-alice",
-    sources: list[dict[str, Any]] | None = None,
-    lifetime: str = "100h",
-) -> CraftSandbox:
-    """A parsed CraftSandbox with a 100h credential lifetime (unless told)."""
-    return parse_sandbox(
-        {
-            "apiVersion": "craft.onyx.app/v1alpha1",
-            "kind": "CraftSandbox",
-            "metadata": {"name": name, "namespace": NAMESPACE, "uid": uid, "generation": 1},
-            "spec": {
-                "user": {"id": USER_ID},
-                "credentials": {"lifetime": lifetime},
-                "sources": sources or [],
-            },
-        }
-    )
-
+from tests.unit.reconciler.parsed import make_sandbox
 
 TEMPLATE = (
     "---\nname: company-search\ndescription: Custom company search.\n---\n"
@@ -223,43 +197,49 @@ async def test_each_read_of_the_same_template_reuses_the_remembered_rendering(
     assert configmap_reads(emulator) == 5, "read every time (ttl 0), remembered once"
 
 
-async def test_a_custom_template_renders_on_a_thread_not_on_the_event_loop(
-    kube: KubeClient,
-    emulator: KubeEmulator,
-    custom_settings: Settings,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    emulator.create("v1/configmaps", template_configmap())
-    threads: list[threading.Thread] = []
+class Renders:
+    """``render_skill`` as the renderer calls it: counted, the thread noted, and each call
+    held until ``release`` is set (it is, unless a test clears it)."""
 
-    def recording(*args: Any, **kwargs: Any) -> RenderedSkill:
-        threads.append(threading.current_thread())
+    def __init__(self) -> None:
+        self.threads: list[threading.Thread] = []
+        self.release = threading.Event()
+        self.release.set()
+
+    @property
+    def count(self) -> int:
+        """Renderings started."""
+        return len(self.threads)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> RenderedSkill:
+        self.threads.append(threading.current_thread())
+        self.release.wait(10)
         return render_skill(*args, **kwargs)
 
-    monkeypatch.setattr(skill_renderer, "render_skill", recording)
+
+@pytest.fixture
+def renders(monkeypatch: pytest.MonkeyPatch) -> Renders:
+    """The renderer's calls of ``render_skill``, counted."""
+    counted = Renders()
+    monkeypatch.setattr(skill_renderer, "render_skill", counted)
+    return counted
+
+
+async def test_a_custom_template_renders_on_a_thread_not_on_the_event_loop(
+    kube: KubeClient, emulator: KubeEmulator, custom_settings: Settings, renders: Renders
+) -> None:
+    emulator.create("v1/configmaps", template_configmap())
     renderer = SkillRenderer(kube, custom_settings)
     await renderer.render(make_sandbox(sources=SOURCES))
     await renderer.render(make_sandbox(sources=SOURCES), builtin=True)
-    assert [thread is threading.main_thread() for thread in threads] == [False, True]
+    assert [thread is threading.main_thread() for thread in renders.threads] == [False, True]
 
 
 async def test_a_rendering_past_its_deadline_goes_on_for_the_next_pass_and_the_loop_runs(
-    kube: KubeClient,
-    emulator: KubeEmulator,
-    custom_settings: Settings,
-    monkeypatch: pytest.MonkeyPatch,
+    kube: KubeClient, emulator: KubeEmulator, custom_settings: Settings, renders: Renders
 ) -> None:
     emulator.create("v1/configmaps", template_configmap())
-    release = threading.Event()
-    renders = 0
-
-    def slow(*args: Any, **kwargs: Any) -> RenderedSkill:
-        nonlocal renders
-        renders += 1
-        release.wait(10)
-        return render_skill(*args, **kwargs)
-
-    monkeypatch.setattr(skill_renderer, "render_skill", slow)
+    renders.release.clear()
     renderer = SkillRenderer(kube, custom_settings, render_timeout=0.3)
     ticks = 0
 
@@ -277,64 +257,41 @@ async def test_a_rendering_past_its_deadline_goes_on_for_the_next_pass_and_the_l
     finally:
         ticker.cancel()
     assert ticks >= 20, "the event loop went on while the template rendered"
-    release.set()
+    renders.release.set()
     rendered = await renderer.render(make_sandbox(sources=SOURCES))
     assert "Custom company search." in rendered.text
-    assert renders == 1, "one rendering, whose outcome the later passes took"
+    assert renders.count == 1, "one rendering, whose outcome the later passes took"
     assert await renderer.render(make_sandbox(sources=SOURCES)) is rendered
 
 
 async def test_a_rendering_that_ends_after_its_pass_gave_up_is_remembered(
-    kube: KubeClient,
-    emulator: KubeEmulator,
-    custom_settings: Settings,
-    monkeypatch: pytest.MonkeyPatch,
+    kube: KubeClient, emulator: KubeEmulator, custom_settings: Settings, renders: Renders
 ) -> None:
     emulator.create("v1/configmaps", template_configmap(TEMPLATE + "{{ 1 // 0 }}"))
-    release = threading.Event()
-    renders = 0
-
-    def slow(*args: Any, **kwargs: Any) -> RenderedSkill:
-        nonlocal renders
-        renders += 1
-        release.wait(10)
-        return render_skill(*args, **kwargs)
-
-    monkeypatch.setattr(skill_renderer, "render_skill", slow)
+    renders.release.clear()
     renderer = SkillRenderer(kube, custom_settings, render_timeout=0.2)
     with pytest.raises(SkillTemplateError, match="still rendering"):
         await renderer.render(make_sandbox(sources=SOURCES))
-    release.set()
+    renders.release.set()
     await asyncio.sleep(0.5)  # the thread ends with no pass waiting for it
     for _ in range(2):
         with pytest.raises(SkillTemplateError, match="ZeroDivisionError"):
             await renderer.render(make_sandbox(sources=SOURCES))
-    assert renders == 1
+    assert renders.count == 1
 
 
 async def test_a_template_that_fails_for_some_sources_is_not_run_again_for_them(
-    kube: KubeClient,
-    emulator: KubeEmulator,
-    custom_settings: Settings,
-    monkeypatch: pytest.MonkeyPatch,
+    kube: KubeClient, emulator: KubeEmulator, custom_settings: Settings, renders: Renders
 ) -> None:
     failing = TEMPLATE + "{{ 1 // source_count }}"
     emulator.create("v1/configmaps", template_configmap(failing))
-    renders = 0
-
-    def counting(*args: Any, **kwargs: Any) -> RenderedSkill:
-        nonlocal renders
-        renders += 1
-        return render_skill(*args, **kwargs)
-
-    monkeypatch.setattr(skill_renderer, "render_skill", counting)
     renderer = SkillRenderer(kube, custom_settings, ttl=0)
     for _ in range(3):
         with pytest.raises(SkillTemplateError, match="ZeroDivisionError"):
             await renderer.render(make_sandbox(sources=[]))
-    assert renders == 1, "the failure is remembered while sources and template stay the same"
+    assert renders.count == 1, "the failure is remembered while sources and template stay the same"
     await renderer.render(make_sandbox(sources=SOURCES))
-    assert renders == 2, "other sources are rendered"
+    assert renders.count == 2, "other sources are rendered"
     emulator.patch(
         "v1/configmaps",
         "craft-system",
@@ -342,4 +299,4 @@ async def test_a_template_that_fails_for_some_sources_is_not_run_again_for_them(
         {"data": {TEMPLATE_CONFIGMAP_KEY: TEMPLATE}},
     )
     await renderer.render(make_sandbox(sources=[]))
-    assert renders == 3, "a changed template is tried again"
+    assert renders.count == 3, "a changed template is tried again"
