@@ -131,10 +131,12 @@ async def validate_cli(p: Pass) -> Stop | None:
         # after an outage otherwise).
         reason, meaning = cli_validation.describe_exit(cli_validation.EXIT_OK)
         run.set(ConditionState.true(CLI_VALIDATED, reason, meaning))
-    if done and run.condition_is(CLI_VALIDATED, ConditionStatus.TRUE, ConditionStatus.FALSE):
-        if run.condition_is(CLI_VALIDATED, ConditionStatus.TRUE):
-            await _retire_superseded(p)  # if a pass was cut off after validating
+    if done and run.condition_is(CLI_VALIDATED, ConditionStatus.TRUE):
+        await _retire_superseded(p)  # if a pass was cut off after validating
         return None
+    # Done with a False verdict: that verdict was for another token, whose delivery may
+    # have written over the validated one (a credentials database swapped and swapped
+    # back, each handing out the same PAT id): this one goes in again, with the backoff.
     skill = claimed_skill.pending_skill(p)
     deliveries, target = p.services.deliveries, delivery_target(p)
     wait = deliveries.retry_in(run.key, target)
@@ -148,14 +150,7 @@ async def validate_cli(p: Pass) -> Stop | None:
         # The script reached onyx-cli, so the SKILL.md was written (90 and 91 say it was
         # not; a shell killed before, 137 say, proves nothing).
         run.status.delivered_skill = skill.delivered
-    failed = await _judge(p, uid, result)
-    if not holds_current_pat(run.status, p.issued):
-        # The delivery may have written over the PAT last validated in the pod, so the
-        # status no longer says the pod holds it: going back to that PAT (a credentials
-        # database restored again) delivers it again, not a stale verdict kept forever.
-        run.status.validated_pat_id = None
-        run.status.validated_pat_display = None
-    if failed:
+    if await _judge(p, uid, result):
         deliveries.failed(run.key, target)
     else:
         deliveries.clear_failures(run.key)

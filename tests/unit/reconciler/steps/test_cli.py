@@ -520,6 +520,39 @@ async def test_a_pat_that_replaced_the_pods_goes_in_though_an_earlier_row_stoppe
         assert world.exec.calls == []
 
 
+async def test_a_renewed_pat_that_failed_to_go_in_still_goes_in_once_the_old_one_is_dead(
+    world: World,
+) -> None:
+    """PAT 1 validated; the renewal's PAT 2 failed to go in (the pod still holds PAT 1);
+    PAT 1's grace ends while an earlier row stops every pass: PAT 2 must still go in."""
+    pod = {
+        **sandbox_pod(),
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    world.cache.put("Pod", pod)
+    first = world.pass_()
+    await credentials.ensure_pat(first)
+    first.pod = pod
+    await cli.validate_cli(first)
+    world.credentials.pat_id, world.credentials.grace_pat_id = 2, 1
+    world.exec.deliver_exit = 1
+    renewed = world.pass_(status=dump_status(first.run.status))
+    await credentials.ensure_pat(renewed)
+    renewed.pod = pod
+    await cli.validate_cli(renewed)
+    assert renewed.run.status.validated_pat_id == 1
+
+    world.credentials.grace_pat_id = None
+    world.exec.deliver_exit = 0
+    world.services.deliveries.clear_failures(renewed.run.key)
+    later = world.pass_(status=dump_status(renewed.run.status))
+    await credentials.ensure_pat(later)  # the rows before the pod step stop after this
+    calls = len(world.exec.calls)
+    await cli.deliver_renewal(later)
+    assert len(world.exec.calls) == calls + 1
+    assert later.run.status.validated_pat_id == 2
+
+
 async def test_once_the_pod_uses_a_renewed_pat_the_superseded_one_is_retired(world: World) -> None:
     world.credentials.grace_pat_id = 1
     world.credentials.pat_id = 2
@@ -682,7 +715,7 @@ async def test_a_new_token_that_reuses_the_validated_pats_id_still_reaches_the_p
     second_store.close()
 
 
-async def test_a_token_refused_in_the_pod_leaves_no_claim_that_the_pod_holds_the_one_before(
+async def test_a_token_refused_in_the_pod_leaves_no_standing_verdict_on_the_one_before(
     world: World, tmp_path: Path
 ) -> None:
     # Database A's token was validated; database B's token under the same id was written
@@ -700,7 +733,6 @@ async def test_a_token_refused_in_the_pod_leaves_no_claim_that_the_pod_holds_the
     refused = await ready_pass(world, status=dump_status(p.run.status))
     await cli.validate_cli(refused)
     assert refused.run.condition_is(CLI_VALIDATED, ConditionStatus.FALSE)
-    assert refused.run.status.validated_pat_id is None
 
     world.services.credentials = credentials_a
     world.exec.cli_exit = 0
