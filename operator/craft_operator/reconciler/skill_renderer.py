@@ -13,12 +13,14 @@ from collections.abc import Sequence
 from craft_operator.api.models import CraftSandbox
 from craft_operator.api.spec import Source
 from craft_operator.config import Settings
-from craft_operator.daemon_threads import in_daemon_thread
+from craft_operator.daemon_threads import DaemonThreadPool
 from craft_operator.kube.client import CONFIGMAPS, ApiError, KubeClient, NotFoundError
 from craft_operator.skills.memo import RenderMemo
 from craft_operator.skills.render import RenderedSkill, render_skill, sources_digest
 from craft_operator.skills.template import SkillTemplateError, template_from_configmap
 
+#: Threads that render custom templates.
+RENDER_THREADS = 2
 #: Seconds a pass waits for a custom template's rendering (its CPU budget is 2 s; the rest
 #: allows for a busy interpreter); one not done by then goes on for the next pass.
 RENDER_TIMEOUT_S = 15.0
@@ -48,6 +50,9 @@ class SkillRenderer:
         self._template: tuple[float, str | None, str | None] | None = None
         self._lock = asyncio.Lock()
         self._memo = RenderMemo()
+        #: Threads of their own: a template spending its whole CPU budget for each new set
+        #: of sources must not hold the threads the library's sync needs.
+        self._threads = DaemonThreadPool(RENDER_THREADS, name="craft-render")
         #: Custom renderings under way, by (sources digest, template digest).
         self._rendering: dict[tuple[str, str | None], asyncio.Future[RenderedSkill]] = {}
         self._template_digest: tuple[str, str] | None = None
@@ -84,8 +89,8 @@ class SkillRenderer:
         and template); its outcome is remembered when it ends, whoever waits."""
         rendering = self._rendering.get(key)
         if rendering is None:
-            rendering = asyncio.ensure_future(
-                in_daemon_thread(render_skill, sources, template=template)
+            rendering = asyncio.get_running_loop().run_in_executor(
+                self._threads, functools.partial(render_skill, sources, template=template)
             )
             self._rendering[key] = rendering
             rendering.add_done_callback(functools.partial(self._rendered, key))

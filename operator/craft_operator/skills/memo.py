@@ -5,14 +5,18 @@ Bounded by entries *and* by the bytes of the renderings it holds: a spec may car
 could be made to hold gigabytes. Keys are digests of the sources and of the template
 (``None``: the built-in one), never their text.
 
-It remembers failures too: a template that fails for some sources fails the same way every
-time (a rendering is a pure function of both), so a sandbox retrying is answered from
-memory, not by running a template that may have spent its whole CPU budget.
+It remembers failures too, for :data:`FAILURE_SECONDS`: a template that fails for some
+sources mostly fails the same way every time (a rendering is a pure function of both), so
+a sandbox retrying is answered from memory, not by running a template that may have spent
+its whole CPU budget; but a failure of the moment (memory short, a budget crossed on a
+loaded machine) must not stand until the template or the sources change.
 """
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 
 from craft_operator.skills.render import RenderedSkill
 
@@ -22,15 +26,24 @@ MAX_ENTRIES = 1024
 MAX_CHARS = 8 * 1024 * 1024
 #: Characters of a failure's message remembered at most.
 MAX_FAILURE_CHARS = 1024
+#: Seconds a failure is remembered.
+FAILURE_SECONDS = 300.0
 
 
 class RenderMemo:
     """Least-recently-used renderings by (sources digest, template digest)."""
 
-    def __init__(self, *, max_entries: int = MAX_ENTRIES, max_chars: int = MAX_CHARS) -> None:
+    def __init__(
+        self,
+        *,
+        max_entries: int = MAX_ENTRIES,
+        max_chars: int = MAX_CHARS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         """Remember at most ``max_entries`` renderings and ``max_chars`` of their text."""
         self._entries: OrderedDict[tuple[str, str | None], RenderedSkill] = OrderedDict()
-        self._failures: OrderedDict[tuple[str, str | None], str] = OrderedDict()
+        self._failures: OrderedDict[tuple[str, str | None], tuple[float, str]] = OrderedDict()
+        self._clock = clock
         self._chars = 0
         self._max_entries = max_entries
         self._max_chars = max_chars
@@ -66,13 +79,22 @@ class RenderMemo:
             self._chars -= len(dropped.text)
 
     def failure(self, sources_hash: str, template_hash: str | None) -> str | None:
-        """Why these sources failed to render with that template, if they did."""
-        return self._failures.get((sources_hash, template_hash))
+        """Why these sources failed to render with that template, if they did within the
+        last :data:`FAILURE_SECONDS`."""
+        key = (sources_hash, template_hash)
+        found = self._failures.get(key)
+        if found is None:
+            return None
+        when, message = found
+        if self._clock() - when >= FAILURE_SECONDS:
+            del self._failures[key]
+            return None
+        return message
 
     def fail(self, sources_hash: str, template_hash: str | None, message: str) -> None:
         """Remember that these sources fail to render with that template, and why."""
         key = (sources_hash, template_hash)
         self._failures.pop(key, None)
-        self._failures[key] = message[:MAX_FAILURE_CHARS]
+        self._failures[key] = (self._clock(), message[:MAX_FAILURE_CHARS])
         while len(self._failures) > self._max_entries:
             self._failures.popitem(last=False)

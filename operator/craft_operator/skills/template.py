@@ -9,10 +9,8 @@ names are errors, and any failure becomes a :class:`SkillTemplateError`.
 
 A custom template is the platform's configuration, trusted, but a mistake in it must not
 hold the operator: a rendering may use :data:`RENDER_CPU_SECONDS` of its thread's CPU in the
-template's own code (a loop nested too deep is stopped there), and ``*`` and ``**`` may not
-build a sequence longer than a rendering may be or a number of more than
-:data:`MAX_POWER_BITS` bits (both run in C, holding the interpreter, where no budget can
-stop them). What the template's filters allocate is not bounded here.
+template's own code (a loop nested too deep is stopped there), and what one step may build
+is bounded by the sandbox (:mod:`craft_operator.skills.bounded`).
 """
 
 from __future__ import annotations
@@ -28,29 +26,23 @@ from typing import Any
 
 import jinja2
 import yaml
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from craft_operator.skills.bounded import MAX_RENDERED_CHARS, SKILL_NAME, BoundedEnvironment
+from craft_operator.skills.errors import SkillTemplateError
+
+__all__ = ["MAX_RENDERED_CHARS", "SKILL_NAME", "SkillTemplateError"]
 
 #: The ConfigMap key that holds a custom template.
 TEMPLATE_CONFIGMAP_KEY = "SKILL.md.j2"
-#: The skill's name, required in the front matter of every rendering.
-SKILL_NAME = "company-search"
-#: Largest rendering accepted (a ConfigMap holds at most 1 MiB).
-MAX_RENDERED_CHARS = 256 * 1024
 
 #: CPU seconds one rendering may spend in the template's own code.
 RENDER_CPU_SECONDS = 2.0
-#: Largest number ``**`` may compute in a template.
-MAX_POWER_BITS = 4096
 
 _BUILTIN_TEMPLATE = ("company-search", "SKILL.md.j2")
 #: The file name Jinja compiles a template from a string under.
 _TEMPLATE_FILENAME = "<template>"
 #: Lines of template code run between two looks at the CPU clock.
-_LINES_PER_CHECK = 1024
-
-
-class SkillTemplateError(Exception):
-    """The SKILL.md template cannot be compiled or rendered; the message says why."""
+_LINES_PER_CHECK = 64
 
 
 @functools.cache
@@ -60,48 +52,10 @@ def builtin_template() -> str:
     return path.read_text(encoding="utf-8")
 
 
-class _BoundedEnvironment(ImmutableSandboxedEnvironment):
-    """The sandbox, with ``*`` and ``**`` refused where their result would be huge."""
-
-    intercepted_binops = frozenset({"*", "**"})
-
-    def call_binop(
-        self, context: jinja2.runtime.Context, operator: str, left: Any, right: Any
-    ) -> Any:
-        """Refuse a repetition longer than a rendering may be, or a power of too many bits."""
-        if operator == "**":
-            _check_power(left, right)
-        else:
-            _check_repetition(left, right)
-        return super().call_binop(context, operator, left, right)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_power(base: Any, exponent: Any) -> None:
-    if not (_is_int(base) and _is_int(exponent) and exponent > 0 and abs(base) > 1):
-        return
-    if abs(base).bit_length() * exponent > MAX_POWER_BITS:
-        raise SkillTemplateError(
-            f"{SKILL_NAME} template computes a number of more than {MAX_POWER_BITS} bits"
-        )
-
-
-def _check_repetition(left: Any, right: Any) -> None:
-    for sequence, times in ((left, right), (right, left)):
-        repeated = isinstance(sequence, str | list | tuple) and _is_int(times)
-        if repeated and len(sequence) * times > MAX_RENDERED_CHARS:
-            raise SkillTemplateError(
-                f"{SKILL_NAME} template repeats a sequence to more than {MAX_RENDERED_CHARS} items"
-            )
-
-
 def _environment() -> jinja2.Environment:
     # Autoescape is off on purpose: the output is Markdown, where HTML entities would garble
     # the text; untrusted values are made inert by craft_operator.skills.sanitize instead.
-    return _BoundedEnvironment(
+    return BoundedEnvironment(
         autoescape=False,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from craft_operator.api.models import Source
-from craft_operator.skills.memo import MAX_FAILURE_CHARS, RenderMemo
+from craft_operator.skills.memo import FAILURE_SECONDS, MAX_FAILURE_CHARS, RenderMemo
 from craft_operator.skills.render import render_skill, sources_digest
 
 pytestmark = pytest.mark.unit
@@ -73,3 +73,13 @@ def test_a_failure_is_remembered_bounded_in_count_and_in_message_length() -> Non
     memo.fail("sources-c", "template", "c")
     assert memo.failure("sources-a", "template") is None, "the oldest is forgotten"
     assert memo.failure("sources-c", "template") == "c"
+
+
+def test_a_failure_is_forgotten_after_a_while_for_it_may_have_been_of_the_moment() -> None:
+    now = [1000.0]
+    memo = RenderMemo(clock=lambda: now[0])
+    memo.fail("sources", "template", "MemoryError")
+    now[0] += FAILURE_SECONDS - 1
+    assert memo.failure("sources", "template") == "MemoryError"
+    now[0] += 1
+    assert memo.failure("sources", "template") is None

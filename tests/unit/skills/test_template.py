@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
@@ -209,24 +210,53 @@ def test_the_cpu_budget_puts_back_the_tracer_that_was_in_place() -> None:
         sys.settrace(previous)
 
 
+LONG = f"builds a string or list of more than {MAX_RENDERED_CHARS} items"
+BITS = "computes a number of more than 4096 bits"
+
+
 @pytest.mark.parametrize(
     ("expression", "message"),
     [
-        ("2 ** 100000", "a number of more than 4096 bits"),
-        ("(-3) ** 5000", "a number of more than 4096 bits"),
-        ("'x' * 1000000", f"repeats a sequence to more than {MAX_RENDERED_CHARS} items"),
-        ("1000000 * 'x'", f"repeats a sequence to more than {MAX_RENDERED_CHARS} items"),
-        ("[1, 2] * 200000", f"repeats a sequence to more than {MAX_RENDERED_CHARS} items"),
+        ("2 ** 100000", BITS),
+        ("(-3) ** 5000", BITS),
+        ("(2 ** 2000) * (2 ** 2200)", BITS),
+        ("'x' * 1000000", LONG),
+        ("1000000 * 'x'", LONG),
+        ("[1, 2] * 200000", LONG),
+        ("('x' * 200000) + ('y' * 200000)", LONG),
+        ("'%050000000d' % 0", "formats to a width of 50000000, more than 1024"),
+        ("'%.2000f' % 1", "formats to a precision of 2000"),
+        ("'%*d' % (50000000, 0)", "takes a width from an argument"),
+        ("'%050000000d' | format(0)", "formats to a width of 50000000"),
+        ("'{:>50000000}'.format(0)", "formats to a width or precision of 50000000"),
+        ("'{:>{w}}'.format(0, w=50000000)", "takes a width from an argument"),
+        ("'{0:>9999}'.format_map({'0': 1})", "formats to a width or precision of 9999"),
     ],
 )
-def test_a_huge_number_or_repetition_is_refused_before_it_is_built(
-    expression: str, message: str
-) -> None:
-    with pytest.raises(SkillTemplateError, match=message):
+def test_a_huge_value_is_refused_before_it_is_built(expression: str, message: str) -> None:
+    with pytest.raises(SkillTemplateError, match=re.escape(message)):
         run_template(FRONT + "{% set value = " + expression + " %}", {})
 
 
+def test_lipsum_which_generates_text_outside_the_template_s_own_code_is_not_offered() -> None:
+    with pytest.raises(SkillTemplateError, match="'lipsum' is undefined"):
+        run_template(FRONT + "{{ lipsum(10000) }}", {})
+
+
+def test_a_macro_recursing_through_few_lines_still_meets_the_cpu_budget() -> None:
+    recursive = (
+        "{% macro deep(n) %}{% if n %}{{ deep(n - 1) }}{{ deep(n - 1) }}{% endif %}{% endmacro %}"
+        "{{ deep(30) }}"
+    )
+    with pytest.raises(SkillTemplateError, match=r"used more than 0\.2 s of CPU"):
+        run_template(FRONT + recursive, {}, cpu_seconds=0.2)
+
+
 def test_ordinary_arithmetic_and_repetition_still_work() -> None:
-    text = "{{ 2 ** 64 }} {{ 2.5 ** 2 }} {{ 3 * 4 }} {{ '-' * 3 }} {{ ([0] * 2) | length }}"
+    text = (
+        "{{ 2 ** 64 }} {{ 2.5 ** 2 }} {{ 3 * 4 }} {{ '-' * 3 }} {{ ([0] * 2) | length }} "
+        "{{ 'a' + 'b' }} {{ '%05.1f' % 2.25 }} {{ '%s=%d' | format('n', 3) }} "
+        "{{ '{:>4}|{:,}'.format('x', 12345) }} {{ '100%' }}"
+    )
     rendered = run_template(FRONT + text, {})
-    assert rendered == FRONT + "18446744073709551616 6.25 12 --- 2\n"
+    assert rendered == FRONT + "18446744073709551616 6.25 12 --- 2 ab 002.2 n=3    x|12,345 100%\n"
