@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -124,6 +125,12 @@ def start_onyx_api(plane: ControlPlane, database_url: str) -> str:
     url = f"http://127.0.0.1:{ONYX_API_PORT}"
     running = {p.name for p in processes.recorded(plane.state) if processes.is_running(p)}
     if "onyx-api" not in running:
+        if _answers(ONYX_API_PORT):
+            # Our own would die on bind, and the operator would validate against that one.
+            raise ControlPlaneError(
+                f"port {ONYX_API_PORT}, the stand-in Onyx API's, is taken by another "
+                "program (another make run?): stop it and run make run again"
+            )
         processes.start(
             plane.state,
             "onyx-api",
@@ -139,6 +146,13 @@ def start_onyx_api(plane: ControlPlane, database_url: str) -> str:
         )
     _wait_for_onyx_api(plane.state, url)
     return url
+
+
+def _answers(port: int) -> bool:
+    """Whether something accepts connections on ``port`` of this machine."""
+    with socket.socket() as probe:
+        probe.settimeout(1)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 def _wait_for_onyx_api(state: Path, url: str, timeout: float = ONYX_API_TIMEOUT_S) -> None:
