@@ -8,17 +8,22 @@ stop it, so what a template may build in one step is checked before it is built:
   and ``**`` a number of more than :data:`MAX_NUMBER_BITS` bits;
 - ``%``, ``str.format`` and the ``format`` filter may not pad or cut to a width or
   precision above :data:`MAX_FORMAT_WIDTH`, nor take one from an argument;
+- the string methods and filters whose result may be far longer than their input
+  (``ljust``, ``rjust``, ``center``, ``zfill``, ``expandtabs``, ``replace``, ``join``,
+  ``indent``) may not make one longer than a rendering may be;
 - ``lipsum``, a global that generates text in Python outside the template's own code, is
   not offered.
 
-Not bounded: what other filters allocate (``'x' | center(10**9)``), and a string
-concatenated with itself (``~``) in a loop.
+Not bounded: a string concatenated with itself (``~``) in a loop, which doubles it at each
+turn (the CPU budget ends such a loop, perhaps after a few hundred megabytes).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import string
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import jinja2
@@ -47,13 +52,19 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self.globals.pop("lipsum", None)
-        unchecked = self.filters["format"]
+        for name, check in _FILTER_CHECKS.items():
+            self.filters[name] = _checked_filter(self.filters[name], check)
 
-        def bounded_format(value: Any, *args: Any, **kwargs: Any) -> str:
-            check_percent_format(str(value))
-            return str(unchecked(value, *args, **kwargs))
-
-        self.filters["format"] = bounded_format
+    def call(self, context: jinja2.runtime.Context, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
+        """Call ``obj`` from the template; a string method that may build a far longer
+        string is checked first."""
+        owner = getattr(obj, "__self__", None)
+        if isinstance(owner, str):
+            name = getattr(obj, "__name__", "")
+            if name == "join" and args:
+                args = (list(args[0]), *args[1:])  # counted, then joined
+            _check_str_method(owner, name, args, kwargs)
+        return super().call(context, obj, *args, **kwargs)
 
     def call_binop(
         self, context: jinja2.runtime.Context, operator: str, left: Any, right: Any
@@ -149,3 +160,79 @@ def check_brace_format(text: str) -> None:
             _check_width("*", "width")
         for number in re.findall(r"\d+", spec):
             _check_width(number, "width or precision")
+
+
+def _check_length(length: int) -> None:
+    if length > MAX_RENDERED_CHARS:
+        raise _too_long()
+
+
+def _replaced_length(text: Any, old: Any, new: Any, count: Any = None) -> int:
+    text, old, new = str(text), str(old), str(new)
+    times = text.count(old) if old else len(text) + 1
+    if _is_int(count) and count >= 0:
+        times = min(times, count)
+    return len(text) + times * max(0, len(new) - len(old))
+
+
+def _width(args: tuple[Any, ...], kwargs: dict[str, Any], name: str, default: Any) -> Any:
+    return args[0] if args else kwargs.get(name, default)
+
+
+def _check_str_method(text: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    if name in ("ljust", "rjust", "center", "zfill"):
+        width = _width(args, kwargs, "width", 0)
+        if _is_int(width):
+            _check_length(width)
+    elif name == "expandtabs":
+        tabsize = _width(args, kwargs, "tabsize", 8)
+        if _is_int(tabsize):
+            _check_length(len(text) + text.count("\t") * tabsize)
+    elif name == "replace" and len(args) >= 2:
+        _check_length(_replaced_length(text, *args[:3]))
+    elif name == "join" and args:
+        _check_length(len(text) * max(0, len(args[0]) - 1))
+
+
+def _check_center(value: Any, width: Any = 80) -> None:
+    if _is_int(width):
+        _check_length(width)
+
+
+def _check_indent(s: Any, width: Any = 4, *_: Any, **__: Any) -> None:
+    lines = str(s).count("\n") + 1
+    per_line = width if _is_int(width) else len(str(width))
+    _check_length(len(str(s)) + lines * per_line)
+
+
+def _check_replace(_context: Any, s: Any, old: Any, new: Any, count: Any = None) -> None:
+    _check_length(_replaced_length(s, old, new, count))
+
+
+def _check_join(_context: Any, items: list[Any], d: Any = "", attribute: Any = None) -> None:
+    _check_length(len(str(d)) * max(0, len(items) - 1))
+
+
+#: The filters checked before they run, each by its check (same arguments).
+_FILTER_CHECKS: dict[str, Callable[..., None]] = {
+    "center": _check_center,
+    "indent": _check_indent,
+    "replace": _check_replace,
+    "join": _check_join,
+    "format": lambda value, *_, **__: check_percent_format(str(value)),
+}
+
+
+def _checked_filter(
+    unchecked: Callable[..., Any], check: Callable[..., None]
+) -> Callable[..., Any]:
+    """``unchecked`` run after ``check`` (Jinja's markers of what it passes first kept)."""
+
+    @functools.wraps(unchecked)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        if check is _check_join and len(args) >= 2 and isinstance(args[1], Iterable):
+            args = (args[0], list(args[1]), *args[2:])  # counted, then joined
+        check(*args, **kwargs)
+        return unchecked(*args, **kwargs)
+
+    return checked

@@ -231,6 +231,15 @@ BITS = "computes a number of more than 4096 bits"
         ("'{:>50000000}'.format(0)", "formats to a width or precision of 50000000"),
         ("'{:>{w}}'.format(0, w=50000000)", "takes a width from an argument"),
         ("'{0:>9999}'.format_map({'0': 1})", "formats to a width or precision of 9999"),
+        ("'x'.ljust(10 ** 9)", LONG),
+        ("'x'.zfill(10 ** 9)", LONG),
+        ("'a\tb'.expandtabs(10 ** 8)", LONG),
+        ("('x' * 200000).replace('x', 'x' * 200000)", LONG),
+        ("('y' * 2000).join(range(100000) | map('string'))", LONG),
+        ("'x' | center(10 ** 9)", LONG),
+        ("'a\nb\nc' | indent(10 ** 8)", LONG),
+        ("('x' * 200000) | replace('x', 'yy')", LONG),
+        ("(['a'] * 200000) | join(d='x' * 200000)", LONG),
     ],
 )
 def test_a_huge_value_is_refused_before_it_is_built(expression: str, message: str) -> None:
@@ -256,7 +265,12 @@ def test_ordinary_arithmetic_and_repetition_still_work() -> None:
     text = (
         "{{ 2 ** 64 }} {{ 2.5 ** 2 }} {{ 3 * 4 }} {{ '-' * 3 }} {{ ([0] * 2) | length }} "
         "{{ 'a' + 'b' }} {{ '%05.1f' % 2.25 }} {{ '%s=%d' | format('n', 3) }} "
-        "{{ '{:>4}|{:,}'.format('x', 12345) }} {{ '100%' }}"
+        "{{ '{:>4}|{:,}'.format('x', 12345) }} {{ '100%' }} {{ 'ab'.ljust(4) }}| "
+        "{{ ['a', 'b'] | join(', ') }} {{ '-'.join(['c', 'd']) }} {{ 'a-b' | replace('-', '+') }} "
+        "{{ 'ab' | center(6) }}|{{ 'x'.zfill(3) }} {{ 'a\nb' | indent(2) }}"
     )
     rendered = run_template(FRONT + text, {})
-    assert rendered == FRONT + "18446744073709551616 6.25 12 --- 2 ab 002.2 n=3    x|12,345 100%\n"
+    expected = (
+        "18446744073709551616 6.25 12 --- 2 ab 002.2 n=3    x|12,345 100% ab  | a, b c-d a+b "
+    )
+    assert rendered == FRONT + expected + "  ab  |00x a\n  b\n"
