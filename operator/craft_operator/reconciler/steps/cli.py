@@ -442,7 +442,7 @@ async def _auth_failed(p: Pass, detail: str) -> bool:
         # the minting, though no fresh PAT was refused).
         run.status.cli_auth_failures = None
         credentials.failed(p, credentials.failure_reason(exc), str(exc))
-        return False
+        return True  # the refused PAT is tried again with the backoff, not every pass
     if issued.pat_id == p.issued.pat_id:
         run.status.cli_auth_failures = None  # no new PAT came of it, likewise
     if issued.minted:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ from craft_operator.reconciler.step import WAITING_MESSAGE, Pass
 from craft_operator.reconciler.steps import cli, credentials
 from craft_operator.status import CLI_VALIDATED, ConditionState, ConditionStatus
 from tests.unit.reconciler.conftest import NAMESPACE
-from tests.unit.reconciler.steps.conftest import CANARY, NAME, NOW, UID, World
+from tests.unit.reconciler.steps.conftest import CANARY, NAME, NOW, UID, Credentials, World
 
 pytestmark = pytest.mark.unit
 
@@ -756,3 +757,26 @@ async def test_a_status_from_before_display_forms_were_recorded_validates_nothin
     again = await ready_pass(world, status=status)
     await cli.validate_cli(again)
     assert len(world.exec.calls) == 1
+
+
+async def test_a_refused_pat_whose_replacement_cannot_be_minted_is_tried_again_with_backoff(
+    world: World,
+) -> None:
+    """Onyx refuses the PAT and the database is down for its replacement: the same PAT
+    is delivered again after the deliveries' backoff, not on every pass."""
+
+    class MintFails(Credentials):
+        async def ensure(self, sandbox: Any, *, rejected_pat_id: int | None = None) -> Any:
+            if rejected_pat_id is not None:
+                raise DatabaseUnavailableError("the database is down")
+            return await super().ensure(sandbox, rejected_pat_id=rejected_pat_id)
+
+    world.services.credentials = world.credentials = MintFails()
+    world.exec.cli_exit = 4  # Onyx: not a valid PAT
+    status: dict[str, Any] = {}
+    for _ in range(4):
+        p = await ready_pass(world, status=status)
+        await cli.validate_cli(p)
+        status = dump_status(p.run.status)
+    assert len(world.exec.calls) == 1
+    assert p.run.condition_is(CLI_VALIDATED, ConditionStatus.FALSE)
