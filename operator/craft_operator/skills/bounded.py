@@ -10,12 +10,15 @@ stop it, so what a template may build in one step is checked before it is built:
   precision above :data:`MAX_FORMAT_WIDTH`, nor take one from an argument;
 - the string methods and filters whose result may be far longer than their input
   (``ljust``, ``rjust``, ``center``, ``zfill``, ``expandtabs``, ``replace``, ``join``,
-  ``indent``) may not make one longer than a rendering may be;
+  ``indent``) and ``~`` may not make one longer than a rendering may be, nor ``batch``
+  and ``slice`` more pieces than that;
+- ``%``, ``str.format``, ``|string`` and ``{{ value }}`` may not turn arguments or values
+  into more text than that (sizes worked out from the values, before any text is made);
 - ``lipsum``, a global that generates text in Python outside the template's own code, is
   not offered.
 
-Not bounded: a string concatenated with itself (``~``) in a loop, which doubles it at each
-turn (the CPU budget ends such a loop, perhaps after a few hundred megabytes).
+What a filter allocates in other ways is not bounded: the filters left are bounded by
+their input.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import jinja2
+from jinja2.compiler import CodeGenerator, Frame, optimizeconst
+from jinja2.nodes import Concat
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from craft_operator.skills.errors import SkillTemplateError
@@ -40,17 +45,41 @@ MAX_FORMAT_WIDTH = 1024
 #: The skill's name, in every message.
 SKILL_NAME = "company-search"
 
-_PERCENT_FIELD = re.compile(r"%(?:\([^)]*\))?[#0 +\-]*(\*|\d+)?(?:\.(\*|\d+))?")
+#: A ``%`` field, or ``%%`` (a literal percent sign, matched first so that what follows it
+#: is not read as a field).
+_PERCENT_FIELD = re.compile(r"%%|%(?:\([^)]*\))?[#0 +\-]*(\*|\d+)?(?:\.(\*|\d+))?")
 _SEQUENCE = (str, list, tuple)
+
+
+class _BoundedCodeGenerator(CodeGenerator):
+    """Jinja's code generator, ``~`` going through ``BoundedEnvironment.concat_checked``."""
+
+    @optimizeconst  # constants are folded as Jinja folds them
+    def visit_Concat(self, node: Concat, frame: Frame) -> None:  # noqa: N802 (Jinja's name)
+        """``a ~ b ~ ...``: its parts' length checked before they are joined."""
+        self.write("environment.concat_checked((")
+        for part in node.nodes:
+            self.visit(part, frame)
+            self.write(", ")
+        self.write("))")
 
 
 class BoundedEnvironment(ImmutableSandboxedEnvironment):
     """The immutable sandbox with the bounds of this module."""
 
     intercepted_binops = frozenset({"*", "**", "+", "%"})
+    code_generator_class = _BoundedCodeGenerator
+
+    @staticmethod
+    def concat_checked(parts: Iterable[Any]) -> str:
+        """``~``: the parts as strings, joined if the result is not too long."""
+        parts = list(parts)
+        _check_length(sum(text_size(part) for part in parts))
+        return "".join(str(part) for part in parts)
 
     def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
+        # Each {{ value }} is checked before it is turned into text (a list, say).
+        super().__init__(**options, finalize=_check_text)
         self.globals.pop("lipsum", None)
         for name, check in _FILTER_CHECKS.items():
             self.filters[name] = _checked_filter(self.filters[name], check)
@@ -77,15 +106,43 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
         elif operator == "+":
             _check_sum(left, right)
         elif isinstance(left, str):
-            check_percent_format(left)
+            check_percent(left, right)
         return super().call_binop(context, operator, left, right)
 
     def wrap_str_format(self, value: Any) -> Any:
-        """``str.format`` and ``format_map``, sandboxed, with their format checked."""
+        """``str.format`` and ``format_map``, sandboxed, with their format and arguments
+        checked."""
         wrapped = super().wrap_str_format(value)
-        if wrapped is not None:
-            check_brace_format(value.__self__)
-        return wrapped
+        if wrapped is None:
+            return None
+        text = value.__self__
+        fields = check_brace_format(text)
+
+        @functools.wraps(wrapped)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            _check_length(len(text) + fields * text_size((args, kwargs)))
+            return wrapped(*args, **kwargs)
+
+        return checked
+
+
+def text_size(value: Any) -> int:
+    """About how many characters ``str(value)`` has, worked out without building it: a
+    string, list, tuple or dict by its items (a template cannot build cycles: the sandbox is
+    immutable), anything else by its ``str``."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list | tuple):
+        return 2 + sum(text_size(item) + 2 for item in value)
+    if isinstance(value, dict):
+        return 2 + sum(text_size(k) + text_size(v) + 4 for k, v in value.items())
+    return len(str(value))
+
+
+def _check_text(value: Any) -> Any:
+    """``value``, if its text is not longer than a rendering may be."""
+    _check_length(text_size(value))
+    return value
 
 
 def _is_int(value: Any) -> bool:
@@ -139,20 +196,26 @@ def _check_width(number: str | None, kind: str) -> None:
         )
 
 
-def check_percent_format(text: str) -> None:
-    """Refuse a ``%`` format whose width or precision is above the bound or an argument's."""
+def check_percent(text: str, arguments: Any) -> None:
+    """Refuse a ``%`` format whose width or precision is above the bound or an argument's,
+    or whose fields could each take in all of ``arguments`` and outgrow a rendering."""
+    fields = 0
     for field in _PERCENT_FIELD.finditer(text):
+        if field.group(0) == "%%":
+            continue
+        fields += 1
         _check_width(field.group(1), "width")
         _check_width(field.group(2), "precision")
+    _check_length(len(text) + fields * text_size(arguments))
 
 
-def check_brace_format(text: str) -> None:
+def check_brace_format(text: str) -> int:
     """Refuse a ``str.format`` format whose width or precision is above the bound or an
-    argument's (a nested field)."""
+    argument's (a nested field); the number of its fields."""
     try:
         fields = list(string.Formatter().parse(text))
     except ValueError:
-        return  # malformed: formatting it fails anyway
+        return 0  # malformed: formatting it fails anyway
     for _, _, spec, _ in fields:
         if not spec:
             continue
@@ -160,6 +223,7 @@ def check_brace_format(text: str) -> None:
             _check_width("*", "width")
         for number in re.findall(r"\d+", spec):
             _check_width(number, "width or precision")
+    return sum(1 for _, name, _, _ in fields if name is not None)
 
 
 def _check_length(length: int) -> None:
@@ -188,10 +252,18 @@ def _check_str_method(text: str, name: str, args: tuple[Any, ...], kwargs: dict[
         tabsize = _width(args, kwargs, "tabsize", 8)
         if _is_int(tabsize):
             _check_length(len(text) + text.count("\t") * tabsize)
+    elif name == "translate":
+        _check_length(len(text) * max([1, *(len(str(to)) for to in _table_values(args))]))
     elif name == "replace" and len(args) >= 2:
         _check_length(_replaced_length(text, *args[:3]))
     elif name == "join" and args:
-        _check_length(len(text) * max(0, len(args[0]) - 1))
+        items = args[0]
+        _check_length(sum(text_size(item) for item in items) + len(text) * (len(items) - 1))
+
+
+def _table_values(args: tuple[Any, ...]) -> list[Any]:
+    table = args[0] if args else None
+    return list(table.values()) if isinstance(table, dict) else []
 
 
 def _check_center(value: Any, width: Any = 80) -> None:
@@ -205,12 +277,20 @@ def _check_indent(s: Any, width: Any = 4, *_: Any, **__: Any) -> None:
     _check_length(len(str(s)) + lines * per_line)
 
 
-def _check_replace(_context: Any, s: Any, old: Any, new: Any, count: Any = None) -> None:
+def _check_replace(s: Any, old: Any, new: Any, count: Any = None) -> None:
     _check_length(_replaced_length(s, old, new, count))
 
 
-def _check_join(_context: Any, items: list[Any], d: Any = "", attribute: Any = None) -> None:
-    _check_length(len(str(d)) * max(0, len(items) - 1))
+def _check_join(items: list[Any], d: Any = "", attribute: Any = None) -> None:
+    if attribute is None:
+        _check_length(sum(text_size(item) for item in items) + len(str(d)) * (len(items) - 1))
+    else:
+        _check_length(len(str(d)) * max(0, len(items) - 1))
+
+
+def _check_pieces(value: Any, pieces: Any, fill_with: Any = None) -> None:
+    if _is_int(pieces):
+        _check_length(pieces)
 
 
 #: The filters checked before they run, each by its check (same arguments).
@@ -219,20 +299,26 @@ _FILTER_CHECKS: dict[str, Callable[..., None]] = {
     "indent": _check_indent,
     "replace": _check_replace,
     "join": _check_join,
-    "format": lambda value, *_, **__: check_percent_format(str(value)),
+    "batch": _check_pieces,
+    "slice": _check_pieces,
+    "format": lambda value, *args, **kwargs: check_percent(str(value), args or kwargs),
+    "string": _check_text,
 }
 
 
 def _checked_filter(
     unchecked: Callable[..., Any], check: Callable[..., None]
 ) -> Callable[..., Any]:
-    """``unchecked`` run after ``check`` (Jinja's markers of what it passes first kept)."""
+    """``unchecked`` run after ``check``, which gets the same arguments but the context
+    Jinja passes some filters first (their markers kept)."""
+    passes_context = getattr(unchecked, "jinja_pass_arg", None) is not None
 
     @functools.wraps(unchecked)
     def checked(*args: Any, **kwargs: Any) -> Any:
-        if check is _check_join and len(args) >= 2 and isinstance(args[1], Iterable):
-            args = (args[0], list(args[1]), *args[2:])  # counted, then joined
-        check(*args, **kwargs)
-        return unchecked(*args, **kwargs)
+        context, given = (args[:1], args[1:]) if passes_context else ((), args)
+        if check is _check_join and given and isinstance(given[0], Iterable):
+            given = (list(given[0]), *given[1:])  # counted, then joined
+        check(*given, **kwargs)
+        return unchecked(*context, *given, **kwargs)
 
     return checked

@@ -240,11 +240,70 @@ BITS = "computes a number of more than 4096 bits"
         ("'a\nb\nc' | indent(10 ** 8)", LONG),
         ("('x' * 200000) | replace('x', 'yy')", LONG),
         ("(['a'] * 200000) | join(d='x' * 200000)", LONG),
+        ("('x' * 200000) ~ ('y' * 200000)", LONG),
+        ("[1] | batch(10 ** 9, 'x') | list", LONG),
+        ("[1] | slice(10 ** 9) | list", LONG),
     ],
 )
 def test_a_huge_value_is_refused_before_it_is_built(expression: str, message: str) -> None:
     with pytest.raises(SkillTemplateError, match=re.escape(message)):
         run_template(FRONT + "{% set value = " + expression + " %}", {})
+
+
+def test_a_string_doubled_in_a_loop_is_stopped_before_it_outgrows_a_rendering() -> None:
+    doubling = (
+        "{% set ns = namespace(text='x') %}"
+        "{% for _ in range(64) %}{% set ns.text = ns.text ~ ns.text %}{% endfor %}"
+    )
+    with pytest.raises(SkillTemplateError, match=re.escape(LONG)):
+        run_template(FRONT + doubling, {})
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "([s] * 3) | join",
+        "''.join([s] * 3)",
+        "'%s' % ([s] * 3)",
+        "('%s' * 3) % ((s,) * 3)",
+        "('%(a)s' * 3) % {'a': s}",
+        "('{0}' * 3).format(s)",
+        "([s] * 3) | string",
+        "s.translate({120: 'yyy'})",
+    ],
+)
+def test_values_are_not_turned_into_more_text_than_a_rendering(expression: str) -> None:
+    long_text = "{% set s = 'x' * 200000 %}"
+    with pytest.raises(SkillTemplateError, match=re.escape(LONG)):
+        run_template(FRONT + long_text + "{% set v = " + expression + " %}", {})
+
+
+def test_a_value_is_measured_before_it_is_written_out() -> None:
+    with pytest.raises(SkillTemplateError, match=re.escape(LONG)):
+        run_template(FRONT + "{% set s = 'x' * 200000 %}{{ [s] * 3 }}", {})
+
+
+def test_a_string_doubled_by_join_in_a_loop_is_stopped_too() -> None:
+    doubling = (
+        "{% set ns = namespace(text='x') %}"
+        "{% for _ in range(64) %}{% set ns.text = [ns.text, ns.text] | join %}{% endfor %}"
+    )
+    with pytest.raises(SkillTemplateError, match=re.escape(LONG)):
+        run_template(FRONT + doubling, {})
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ("'%d%% 2025' % 5", "5% 2025"),
+        ("'%s%% 1500 firms' | format(40)", "40% 1500 firms"),
+        ("'{:08.3f}|{:02d}|{:,}'.format(3.14159, 7, 1234567)", "0003.142|07|1,234,567"),
+    ],
+)
+def test_a_literal_percent_sign_and_ordinary_formats_are_not_refused(
+    expression: str, expected: str
+) -> None:
+    assert run_template(FRONT + "{{ " + expression + " }}", {}) == FRONT + expected + "\n"
 
 
 def test_lipsum_which_generates_text_outside_the_template_s_own_code_is_not_offered() -> None:
@@ -267,10 +326,11 @@ def test_ordinary_arithmetic_and_repetition_still_work() -> None:
         "{{ 'a' + 'b' }} {{ '%05.1f' % 2.25 }} {{ '%s=%d' | format('n', 3) }} "
         "{{ '{:>4}|{:,}'.format('x', 12345) }} {{ '100%' }} {{ 'ab'.ljust(4) }}| "
         "{{ ['a', 'b'] | join(', ') }} {{ '-'.join(['c', 'd']) }} {{ 'a-b' | replace('-', '+') }} "
-        "{{ 'ab' | center(6) }}|{{ 'x'.zfill(3) }} {{ 'a\nb' | indent(2) }}"
+        "{{ 'ab' | center(6) }}|{{ 'x'.zfill(3) }} {{ 'a\nb' | indent(2) }} "
+        "{% set n = 'n' %}{{ n ~ 1 ~ 'm' }} {{ [1, 2, 3] | batch(2) | list | length }}"
     )
     rendered = run_template(FRONT + text, {})
     expected = (
         "18446744073709551616 6.25 12 --- 2 ab 002.2 n=3    x|12,345 100% ab  | a, b c-d a+b "
     )
-    assert rendered == FRONT + expected + "  ab  |00x a\n  b\n"
+    assert rendered == FRONT + expected + "  ab  |00x a\n  b n1m 2\n"
