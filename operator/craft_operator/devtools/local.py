@@ -123,14 +123,8 @@ def build_binaries(script: Path) -> Path:
 def start_onyx_api(plane: ControlPlane, database_url: str) -> str:
     """The stand-in Onyx API on the operator's database, stopped with the control plane."""
     url = f"http://127.0.0.1:{ONYX_API_PORT}"
-    running = {p.name for p in processes.recorded(plane.state) if processes.is_running(p)}
-    if "onyx-api" not in running:
-        if _answers(ONYX_API_PORT):
-            # Our own would die on bind, and the operator would validate against that one.
-            raise ControlPlaneError(
-                f"port {ONYX_API_PORT}, the stand-in Onyx API's, is taken by another "
-                "program (another make run?): stop it and run make run again"
-            )
+    if not _onyx_api_running(plane.state):
+        refuse_a_taken_onyx_api_port(plane.state)
         processes.start(
             plane.state,
             "onyx-api",
@@ -146,6 +140,21 @@ def start_onyx_api(plane: ControlPlane, database_url: str) -> str:
         )
     _wait_for_onyx_api(plane.state, url)
     return url
+
+
+def _onyx_api_running(state: Path) -> bool:
+    return any(p.name == "onyx-api" and processes.is_running(p) for p in processes.recorded(state))
+
+
+def refuse_a_taken_onyx_api_port(state: Path) -> None:
+    """Raise :class:`ControlPlaneError` if another program answers on the stand-in Onyx
+    API's port: ours would die on bind, and the operator would validate PATs against that
+    one (another make run's, with its own database)."""
+    if not _onyx_api_running(state) and _answers(ONYX_API_PORT):
+        raise ControlPlaneError(
+            f"port {ONYX_API_PORT}, the stand-in Onyx API's, is taken by another program "
+            "(another make run?): stop it and run make run again"
+        )
 
 
 def _answers(port: int) -> bool:
@@ -211,6 +220,7 @@ def checked(plane: ControlPlane, *args: str) -> None:
 def run_locally(state: Path, build_script: Path, repo: Path) -> int:
     """Start the local control plane, the Onyx API and the example; run the operator."""
     previous = load(state)
+    refuse_a_taken_onyx_api_port(state)  # before anything starts
     ports = previous.ports if previous.running() else Ports()
     plane = ControlPlane(state, build_binaries(build_script), ports, default_onyx_cli())
     plane.up()

@@ -143,3 +143,22 @@ def test_a_port_another_program_answers_on_stops_make_run_before_anything_starts
         with pytest.raises(ControlPlaneError, match="is taken by another program"):
             local.start_onyx_api(plane, f"sqlite:///{tmp_path / 'db.sqlite'}")
     assert processes.recorded(tmp_path) == []
+
+
+def test_a_taken_onyx_api_port_stops_make_run_before_the_control_plane_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+
+    def no_build(_: Path) -> Path:
+        raise AssertionError("the control plane was started")
+
+    monkeypatch.setattr(local, "build_binaries", no_build)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        monkeypatch.setattr(local, "ONYX_API_PORT", holder.getsockname()[1])
+        state = tmp_path / ".controlplane"
+        assert local.main(["--state", str(state), "--build-script", str(BUILD_SCRIPT)]) == 1
+    assert "is taken by another program" in capsys.readouterr().err
