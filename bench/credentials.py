@@ -29,12 +29,13 @@ from typing import Any
 from sqlalchemy import Engine, event
 
 from craft_operator.credentials import CredentialStore, KeyRing, SandboxIdentity, generate_key_entry
-from craft_operator.credentials.db import create_credentials_engine, upgrade
+from craft_operator.credentials.db import (
+    create_credentials_engine,
+    postgres_bounds_statement,
+    upgrade,
+)
 from craft_operator.devtools.onyx_schema import add_user, create_onyx_tables
 from craft_operator.devtools.postgres import ThrowawayPostgres
-
-#: How the store's per-transaction bounds statement starts (``credentials.db``).
-BOUNDS_STATEMENT = "SELECT CASE WHEN current_setting("
 
 
 @dataclass
@@ -47,10 +48,12 @@ class Counter:
     commits: int = 0
 
     def attach(self, engine: Engine) -> None:
+        bounds = postgres_bounds_statement()
+
         def on_statement(connection: Any, cursor: Any, statement: str, *_: Any) -> None:
             # SQLite's BEGIN [IMMEDIATE] is sent by the store's own "begin" hook: count it
             # as transaction control, not as a statement.
-            if statement.startswith(BOUNDS_STATEMENT):
+            if statement == bounds:
                 self.bounds += 1
             elif not statement.startswith("BEGIN"):
                 self.statements += 1
@@ -101,7 +104,8 @@ def measure(
     print(
         f"{label:<28} n={calls:<5} p50={p50:6.2f} ms  p99={p99:6.2f} ms  "
         f"statements={statements}  bounds={bounds}  ping={pings}  begin={begins}  "
-        f"commit={commits}  rollback={rollbacks}  (round trips={sum(counts)})"
+        f"commit={commits}  rollback={rollbacks}  "
+        f"(round trips={max(sum(call) for call in per_call)})"
     )
     return {"p50": p50, "p99": p99, "statements": statements, "commits": commits}
 

@@ -147,15 +147,20 @@ def create_credentials_engine(url: str | URL, *, echo: bool = False) -> Engine:
     return _create_sqlite_engine(parsed, echo=echo)
 
 
+def postgres_bounds_statement() -> str:
+    """The statement that opens each bounded transaction: ``SET LOCAL`` of each of
+    :data:`POSTGRES_TRANSACTION_BOUNDS` the session does not set itself."""
+    return "SELECT " + ", ".join(
+        f"CASE WHEN current_setting('{name}') = '0' THEN set_config('{name}', '{value}', true) END"
+        for name, value in POSTGRES_TRANSACTION_BOUNDS.items()
+    )
+
+
 def _bound_postgres_transactions(engine: Engine) -> None:
     """Give each transaction :data:`POSTGRES_TRANSACTION_BOUNDS` the session does not set
     itself, and treat a read-only server as a disconnect: the pooled connections to it are
     replaced (a failover's new primary may be behind the same address)."""
-    settings = ", ".join(
-        f"CASE WHEN current_setting('{name}') = '0' THEN set_config('{name}', '{value}', true) END"
-        for name, value in POSTGRES_TRANSACTION_BOUNDS.items()
-    )
-    statement = f"SELECT {settings}"
+    statement = postgres_bounds_statement()
 
     @event.listens_for(engine, "begin")
     def _bounded(connection: Connection) -> None:

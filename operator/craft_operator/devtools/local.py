@@ -172,8 +172,7 @@ def _wait_for_onyx_api(state: Path, url: str, timeout: float = ONYX_API_TIMEOUT_
     log = state / "logs" / "onyx-api.log"
     deadline = time.monotonic() + timeout
     while True:
-        ours = [p for p in processes.recorded(state) if p.name == "onyx-api"]
-        if not any(processes.is_running(p) for p in ours):
+        if not _onyx_api_running(state):
             raise ControlPlaneError(f"the stand-in Onyx API exited; see {log}")
         try:
             with _DIRECT.open(f"{url}/api/version", timeout=2):

@@ -31,7 +31,7 @@ class SkillRenderer:
 
     A failure to read or use the template is remembered for ``ttl`` seconds too, so the
     passes that retry it meanwhile cost no request; a failure to render some sources with
-    some template is remembered until either changes.
+    some template is remembered for a while (:data:`~craft_operator.skills.memo.FAILURE_SECONDS`).
     """
 
     def __init__(

@@ -123,9 +123,9 @@ def run_template(
 
     Raises :class:`SkillTemplateError` when the template does not compile, fails while
     rendering (undefined name, unsafe attribute, any runtime error), runs its own code for
-    more than ``cpu_seconds`` of CPU, builds a huge sequence or number with ``*`` or
-    ``**``, produces more than :data:`MAX_RENDERED_CHARS`, or lacks front matter with
-    ``name: company-search`` and a description.
+    more than ``cpu_seconds`` of CPU, builds a value past the sandbox's bounds
+    (:mod:`craft_operator.skills.bounded`), produces more than :data:`MAX_RENDERED_CHARS`,
+    or lacks front matter with ``name: company-search`` and a description.
     """
     template = compile_template(text)
     parts: list[str] = []
