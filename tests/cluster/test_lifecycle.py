@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import sqlite3
+import time
 from collections.abc import Callable
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.cluster import CRAFT, Cluster, wait_for
+from tests.support.cluster import CRAFT, Cluster, audited_requests, wait_for
 from tests.support.events import step_reasons
 from tests.support.operator_process import OperatorProcess
 
@@ -27,6 +28,7 @@ USER_ID = "3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b"
 SANDBOXES = f"{CRAFT}/craftsandboxes"
 PODS, SECRETS, CONFIGMAPS = "/api/v1/pods", "/api/v1/secrets", "/api/v1/configmaps"
 ACTIVITY = "craft.onyx.app/last-activity"
+MANAGED_BY = "app.kubernetes.io/managed-by"
 FINALIZER = "craft.onyx.app/finalizer"
 #: Provisioning on two shared cores: scheduling, kwok, and onyx-cli through real exec.
 READY_WITHIN = 90.0
@@ -196,6 +198,43 @@ def test_a_deleted_pod_is_recreated_with_the_same_pat(
     assert after["credentials"] == before["credentials"]
     assert pats(state) == {before["credentials"]["patId"]: False}
     assert reasons(cluster, namespace, "alice").count("PATMinted") == 1
+
+
+def test_a_pod_whose_managed_by_label_was_removed_gets_it_back_and_is_kept(
+    cluster: Cluster, namespace: str, operator: OperatorProcess
+) -> None:
+    """The operator's watches select by that label, so the API server tells them the pod
+    was deleted (it left the selector) while it runs on: the pod is read back and its
+    label put back, in a few requests, never tried again and again nor made anew."""
+    a_ready_sandbox(cluster, namespace, operator)
+    first = pod(cluster, namespace, "alice")
+    since = len(audited_requests(cluster.plane))
+
+    cluster.patch(PODS, namespace, "alice", {"metadata": {"labels": {MANAGED_BY: None}}})
+
+    until(
+        lambda: (
+            ((pod(cluster, namespace, "alice") or {}).get("metadata", {}).get("labels") or {}).get(
+                MANAGED_BY
+            )
+            == "craft-operator"
+        ),
+        operator,
+        "the label put back",
+    )
+    in_phase(cluster, namespace, "alice", "Ready", operator)
+    time.sleep(2.0)  # room for a loop to show in the count below
+    made = [
+        f"{event['verb']} {event.get('objectRef', {}).get('resource')}"
+        for event in audited_requests(cluster.plane)[since:]
+        if event["verb"] not in ("list", "watch")
+        and event.get("objectRef", {}).get("resource") != "events"
+    ]
+    assert uid(pod(cluster, namespace, "alice")) == uid(first)
+    # The create that finds it, its read, the label's patch, the status twice (the pod
+    # missing for a moment, then Ready again).
+    assert made.count("create pods") <= 1, made
+    assert len(made) <= 8, made
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from kmock._internal import rendering
 
 from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
+from craft_operator.kube.kinds import LABEL_MANAGED_BY
 from tests.integration.conftest import SANDBOXES
 from tests.integration.helpers import (
     NAMESPACE,
@@ -26,7 +27,7 @@ from tests.integration.helpers import (
     status,
     token_in_secret,
 )
-from tests.support.emulator import KubeEmulator
+from tests.support.emulator import OPERATOR_AGENTS, KubeEmulator
 from tests.support.faults import failure_response
 from tests.support.operator import eventually
 from tests.support.pod_exec import mark_pod_failed, mark_pod_running
@@ -111,6 +112,47 @@ async def test_a_deleted_pod_is_recreated(
         lambda: condition(emulator, "alice", "PodReady").get("reason") == "PodStarting"
     )
     mark_pod_running(emulator, NAMESPACE, "alice")
+    await phase(emulator, "alice", "Ready")
+
+
+async def test_a_pod_that_lost_its_managed_by_label_gets_it_back_in_a_few_requests(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    # The operator's watches select by that label, so the API server tells them the pod
+    # was deleted (it left the selector) while it runs on: the pod is read back, not made
+    # again (and not tried again and again against a version the cache took for deleted).
+    await ready_sandbox(emulator)
+    first = pod(emulator, "alice")
+    assert first is not None
+    since = len(emulator.served)
+
+    emulator.patch(
+        "v1/pods", NAMESPACE, "alice", {"metadata": {"labels": {LABEL_MANAGED_BY: None}}}
+    )
+
+    relabelled = await eventually(
+        lambda: (
+            (pod(emulator, "alice") or {})
+            .get("metadata", {})
+            .get("labels", {})
+            .get(LABEL_MANAGED_BY)
+        ),
+        what="the label put back",
+    )
+    assert relabelled == "craft-operator"
+    await asyncio.sleep(1.0)  # room for a loop to show in the count below
+    made = [
+        f"{request.method} {request.url.path}"
+        for request in emulator.served[since:]
+        if request.headers.get("User-Agent", "").startswith(OPERATOR_AGENTS)
+        and "watch" not in request.url.query
+        and "/events" not in request.url.path
+    ]
+    # The create that finds it, the read, the labels' patch, two status writes (the
+    # pod missing for a moment, then Ready again): no request is repeated.
+    assert len(made) <= 6, "\n".join(made)
+    assert sum(r.split()[0].endswith("POST") for r in made) == 1, made
+    assert pod(emulator, "alice")["metadata"]["uid"] == first["metadata"]["uid"]
     await phase(emulator, "alice", "Ready")
 
 

@@ -42,7 +42,7 @@ import json
 import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp.web
 import jsonpatch
@@ -163,6 +163,14 @@ def _split_selector(text: str) -> list[str]:
     return [term.strip() for term in terms if term.strip()]
 
 
+class _Change(NamedTuple):
+    """A change in the event log: its kind, the object, and (MODIFIED) the one before."""
+
+    kind: str
+    obj: dict[str, Any]
+    old: dict[str, Any] | None
+
+
 class _Watch:
     def __init__(
         self, namespace: str | None, selector: Callable[[Mapping[str, str]], bool] | None
@@ -178,6 +186,27 @@ class _Watch:
             return False
         return self.selector is None or self.selector(meta.get("labels") or {})
 
+    def event(
+        self, kind: str, obj: Mapping[str, Any], old: Mapping[str, Any] | None
+    ) -> dict[str, Any] | None:
+        """The event this watch gets for a change to ``obj`` (``old``: before a change), as
+        the API server's cacher converts it (cache_watcher.go, ``convertToWatchEvent``): an
+        object that stops matching the selector is DELETED (its previous content at the new
+        resourceVersion), one that starts matching is ADDED; ``None`` when not its concern."""
+        now = kind != "DELETED" and self.wants(obj)
+        before = self.wants(obj if old is None else old)
+        if now and before:
+            return {"type": kind, "object": copy.deepcopy(dict(obj))}
+        if now:
+            return {"type": "ADDED", "object": copy.deepcopy(dict(obj))}
+        if not before:
+            return None
+        if old is None:
+            return {"type": "DELETED", "object": copy.deepcopy(dict(obj))}
+        gone = copy.deepcopy(dict(old))
+        gone["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"]
+        return {"type": "DELETED", "object": gone}
+
 
 class KubeEmulator(kmock.KubernetesEmulator):
     """A stateful Kubernetes API emulator with the server behaviour described in the module."""
@@ -191,7 +220,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
         )
         self._dependents: dict[str, set[Key]] = collections.defaultdict(set)
         self._watches: dict[Resource, set[_Watch]] = collections.defaultdict(set)
-        self._events: dict[Resource, collections.deque[tuple[int, dict[str, Any]]]] = (
+        self._events: dict[Resource, collections.deque[tuple[int, _Change]]] = (
             collections.defaultdict(lambda: collections.deque(maxlen=EVENT_LOG_SIZE))
         )
         self.validators: list[Validator] = []
@@ -399,12 +428,23 @@ class KubeEmulator(kmock.KubernetesEmulator):
         info = self.resources.get(resource) if resource in self.resources else None
         return bool(info is not None and "status" in info.subresources)
 
-    def _notify(self, resource: Resource, kind: str, obj: Mapping[str, Any]) -> None:
-        event = {"type": kind, "object": copy.deepcopy(dict(obj))}
+    def _notify(
+        self,
+        resource: Resource,
+        kind: str,
+        obj: Mapping[str, Any],
+        old: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Log a change (``old``: the object before a MODIFIED one) and send each watch its
+        event."""
+        change = _Change(
+            kind, copy.deepcopy(dict(obj)), None if old is None else copy.deepcopy(dict(old))
+        )
         rv = int(obj.get("metadata", {}).get("resourceVersion", "0") or 0)
-        self._events[resource].append((rv, event))
+        self._events[resource].append((rv, change))
         for watch in list(self._watches[resource]):
-            if watch.wants(obj):
+            event = watch.event(*change)
+            if event is not None:
                 watch.queue.put_nowait(event)
 
     def label_namespace(self, name: str, labels: Mapping[str, str]) -> None:
@@ -567,7 +607,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
             self._finalize(resource, key)
             return new
         self._store(resource, key, new)
-        self._notify(resource, "MODIFIED", new)
+        self._notify(resource, "MODIFIED", new, old)
         return new
 
     def _delete(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any]:
@@ -784,8 +824,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
                     },
                 }
                 return
-            backlog = [event for rv, event in log if rv > int(since)]
-            backlog = [event for event in backlog if watch.wants(event["object"])]
+            converted = (watch.event(*change) for rv, change in log if rv > int(since))
+            backlog = [event for event in converted if event is not None]
         else:
             backlog = [
                 {"type": "ADDED", "object": copy.deepcopy(obj.raw)}

@@ -182,11 +182,15 @@ class ObjectCache:
         """The cached object, or ``None`` if it is not known to exist."""
         return self._objects.get((kind, namespace, name))
 
-    def put(self, kind: str, obj: Mapping[str, Any]) -> bool:
-        """Record an object seen in a watch event or returned by a write.
+    def put(self, kind: str, obj: Mapping[str, Any], *, read: bool = False) -> bool:
+        """Record an object seen in a watch event or returned by a write; ``read``: by a
+        read (GET) of it just now.
 
         Returns whether it is news: False for an older version, or for the same version
-        (the echo of the operator's own write, which it has already acted on).
+        (the echo of the operator's own write, which it has already acted on). A read
+        object exists, so a tombstone of its very version is not its deletion (whose
+        answer and watch event carry that version too) but its leaving a watch's label
+        selector (an edited label: the API server says DELETED at the edit's version).
         """
         meta = obj.get("metadata", {})
         key = (kind, meta.get("namespace"), meta["name"])
@@ -197,6 +201,8 @@ class ObjectCache:
         else:
             tombstone = self._tombstones.get(key)
             known = tombstone[0] if tombstone is not None else None
+            if read and known is not None:
+                known -= 1
         if incoming is not None and known is not None and incoming <= known:
             return False
         self._tombstones.pop(key, None)

@@ -99,7 +99,7 @@ async def converge(
             actual = await kube.get(kind, namespace, name)
             if not is_ours(actual, desired):
                 raise ForeignObjectError(str(desired.get("kind")), namespace, name) from None
-            cache.put(cache_kind, actual)
+            cache.put(cache_kind, actual, read=True)
         else:
             cache.put(cache_kind, created)
             return Converged(created, "created")
@@ -118,7 +118,7 @@ async def converge(
             raise ForeignObjectError(str(desired.get("kind")), namespace, name) from None
         patch = drift_patch(actual, desired)
         if not patch:
-            cache.put(cache_kind, actual)
+            cache.put(cache_kind, actual, read=True)
             return Converged(actual, "unchanged")
         updated = await kube.patch(kind, namespace, name, as_seen(patch, actual))
     cache.put(cache_kind, updated)

@@ -125,6 +125,32 @@ def test_a_tombstone_is_left_even_for_an_object_never_seen() -> None:
     assert cache.get("Pod", "ns", "a") is None
 
 
+def test_a_deletion_answer_of_the_deletions_version_does_not_bring_the_object_back() -> None:
+    # The API server answers a DELETE with the object at the deletion's version, the
+    # version its watch event carries too.
+    cache = ObjectCache()
+    cache.remove("Pod", obj("a", "7"))
+    assert not cache.put("Pod", obj("a", "7"))
+    assert cache.get("Pod", "ns", "a") is None
+
+
+def test_an_object_read_at_its_tombstones_version_left_a_selector_and_is_taken_back() -> None:
+    # A watch by label says DELETED, at the edit's version, for an object whose label was
+    # edited away; a read of it then proves it is still there.
+    cache = ObjectCache()
+    cache.put("Pod", obj("a", "5"))
+    cache.remove("Pod", obj("a", "7"))
+    assert cache.put("Pod", obj("a", "7", v="unlabelled"), read=True)
+    assert cache.get("Pod", "ns", "a") == obj("a", "7", v="unlabelled")
+
+
+def test_a_read_older_than_a_deletion_does_not_bring_the_object_back() -> None:
+    cache = ObjectCache()
+    cache.remove("Pod", obj("a", "7"))
+    assert not cache.put("Pod", obj("a", "6"), read=True)
+    assert cache.get("Pod", "ns", "a") is None
+
+
 def test_a_recreated_object_with_a_newer_version_is_accepted_after_a_deletion() -> None:
     cache = ObjectCache()
     cache.put("Pod", obj("a", "5"))

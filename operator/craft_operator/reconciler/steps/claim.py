@@ -305,7 +305,7 @@ async def _settle(
         return Stop(UNSETTLED)
     if not controlled_by(now, p.sandbox.metadata.uid):
         return None
-    s.cache.put(POD.name, now)
+    s.cache.put(POD.name, now, read=True)
     return now
 
 

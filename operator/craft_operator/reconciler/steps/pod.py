@@ -180,7 +180,10 @@ async def _running(p: Pass, actual: dict[str, Any], desired: dict[str, Any]) -> 
     labels = child_labels(p.sandbox)
     have = actual["metadata"].get("labels") or {}
     if any(have.get(key) != value for key, value in labels.items()):
-        actual = await _put_labels_back(p, actual, labels)
+        relabelled = await _put_labels_back(p, actual, labels)
+        if relabelled is None:
+            return Stop(WAITING)
+        actual = relabelled
     if not pod_state.is_ready(actual):
         return _starting(p, actual)
     p.memory.starting.pop(run.key, None)
@@ -196,18 +199,30 @@ async def _running(p: Pass, actual: dict[str, Any], desired: dict[str, Any]) -> 
 
 async def _put_labels_back(
     p: Pass, pod: dict[str, Any], labels: Mapping[str, str]
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
     """Put the sandbox's labels back on its pod, as cached: only if the pod is still that
     one (a pod of another sandbox may have taken its name since the cache saw it, and
-    these labels say whose egress and tenant a pod is). If it is not, the next pass, with
-    the watch's news, tries again."""
+    these labels say whose egress and tenant a pod is). If it is not (``None``), the pass
+    goes no further with it (no Ready, no exec by its name): the pod is read back, as the
+    watches may not see it (a pod without the managed-by label is outside their selector),
+    and the next pass tries again."""
     s, meta = p.services, pod["metadata"]
     patch = as_seen({"metadata": {"labels": dict(labels)}}, pod)
+    namespace, name = meta.get("namespace"), meta["name"]
     try:
-        updated = await s.kube.patch(POD.api, meta.get("namespace"), meta["name"], patch)
+        updated = await s.kube.patch(POD.api, namespace, name, patch)
     except (ConflictError, NotFoundError):
         p.run.revisit(after=1)
-        return pod
+        try:
+            now = await s.kube.get(POD.api, namespace, name)
+        except NotFoundError:
+            s.cache.remove(POD.name, pod)
+            return None
+        if controlled_by(now, p.sandbox.metadata.uid):
+            s.cache.put(POD.name, now, read=True)
+        else:
+            s.cache.remove(POD.name, pod)  # another's: its own watch event brings it
+        return None
     s.cache.put(POD.name, updated)
     return updated
 

@@ -133,7 +133,7 @@ async def _exists_already(p: Pass, desired: Mapping[str, Any]) -> Stop:
     if not is_ours(existing, desired):
         p.fail(POD_READY, "PodNameTaken", str(ForeignObjectError("Pod", namespace, name)))
         return Stop(WAITING)
-    s.cache.put(POD.name, existing)
+    s.cache.put(POD.name, existing, read=True)
     p.run.revisit(after=0)
     p.run.pod_exists = True
     return Stop(WAITING)

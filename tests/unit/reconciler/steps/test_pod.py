@@ -11,8 +11,10 @@ import pytest
 
 from craft_operator.api.status_codec import dump_status
 from craft_operator.kube.client import ApiError
+from craft_operator.kube.kinds import LABEL_MANAGED_BY
 from craft_operator.reconciler.step import Memory, Pass, Stop
 from craft_operator.reconciler.steps import credentials, pod
+from craft_operator.status import POD_READY
 from tests.support.pod_exec import mark_pod_failed, mark_pod_running
 from tests.unit.reconciler.conftest import NAMESPACE
 from tests.unit.reconciler.steps.conftest import CANARY, NAME, NOW, World
@@ -454,3 +456,79 @@ async def test_labels_edited_on_the_sandboxs_pod_are_put_back(world: World) -> N
 
     labels = world.emulator.get("v1/pods", NAMESPACE, NAME)["metadata"]["labels"]
     assert labels["onyx.app/tenant-id"] != "other"
+
+
+async def test_a_pass_whose_label_repair_meets_another_pod_goes_no_further_with_it(
+    world: World,
+) -> None:
+    """A conflict proves the cached pod is not the one there now: no Ready, and nothing
+    (the PAT's delivery) is done by its name in that pass."""
+    await pod.converge_pod(await pod_pass(world))
+    mark_pod_running(world.emulator, NAMESPACE, NAME)
+    observed(world)
+    ours = copy.deepcopy(world.emulator.get("v1/pods", NAMESPACE, NAME))
+    del ours["metadata"]["labels"]["onyx.app/tenant-id"]
+    ours["metadata"]["resourceVersion"] = str(int(ours["metadata"]["resourceVersion"]) + 1)
+    world.cache.put("Pod", ours)
+    world.emulator.remove("v1/pods", NAMESPACE, NAME)
+    owner = {
+        "apiVersion": "craft.onyx.app/v1alpha1",
+        "kind": "CraftSandbox",
+        "name": "someone-else",
+        "uid": "uid-of-someone-else",
+        "controller": True,
+    }
+    theirs = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": NAME, "namespace": NAMESPACE, "ownerReferences": [owner]},
+        "spec": {"containers": [{"name": "sandbox", "image": "busybox"}]},
+    }
+    world.emulator.create("v1/pods", theirs)
+
+    p = await pod_pass(world)
+    stop = await pod.converge_pod(p)
+
+    assert stop is not None
+    assert p.pod is None
+    assert p.run.condition(POD_READY) is None or p.run.condition(POD_READY).status != "True"
+    assert world.cache.get("Pod", NAMESPACE, NAME) is None, "the stale copy is dropped"
+    assert p.run.verdict.after is not None
+
+
+async def test_a_pass_whose_label_repair_finds_the_pod_gone_forgets_it(world: World) -> None:
+    await pod.converge_pod(await pod_pass(world))
+    mark_pod_running(world.emulator, NAMESPACE, NAME)
+    edited = world.emulator.patch(
+        "v1/pods", NAMESPACE, NAME, {"metadata": {"labels": {"onyx.app/tenant-id": "other"}}}
+    )
+    world.cache.put("Pod", edited)
+    world.emulator.remove("v1/pods", NAMESPACE, NAME)  # its watch event not seen yet
+
+    p = await pod_pass(world)
+    stop = await pod.converge_pod(p)
+
+    assert stop is not None
+    assert p.pod is None
+    assert world.cache.get("Pod", NAMESPACE, NAME) is None
+
+
+async def test_a_pod_changed_since_the_cache_saw_it_is_read_back_and_relabelled_next_pass(
+    world: World,
+) -> None:
+    """A pod outside the watches' selector (its managed-by label edited away) is never
+    refreshed by them: a conflict reads it back, so the next pass's repair lands."""
+    await pod.converge_pod(await pod_pass(world))
+    mark_pod_running(world.emulator, NAMESPACE, NAME)
+    observed(world)
+    stale = world.emulator.patch(
+        "v1/pods", NAMESPACE, NAME, {"metadata": {"labels": {LABEL_MANAGED_BY: None}}}
+    )
+    world.cache.put("Pod", stale)
+    world.emulator.patch("v1/pods", NAMESPACE, NAME, {"metadata": {"annotations": {"a": "b"}}})
+
+    assert await pod.converge_pod(await pod_pass(world)) is not None
+    assert await pod.converge_pod(await pod_pass(world)) is None
+
+    labels = world.emulator.get("v1/pods", NAMESPACE, NAME)["metadata"]["labels"]
+    assert labels[LABEL_MANAGED_BY] == "craft-operator"
