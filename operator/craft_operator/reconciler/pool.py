@@ -220,7 +220,7 @@ class PoolReconciler:
             desired = build_pool_pod(pool, s.settings)
         except (InvalidPoolError, SandboxConfigError) as exc:
             reason = exc.reason if isinstance(exc, SandboxConfigError) else "InvalidSpec"
-            changed_meanwhile = await self._cannot_make_pods(body, reason, str(exc))
+            changed_meanwhile = await self._cannot_make_pods(body, reason, str(exc), None)
             return 0.0 if changed_meanwhile else None
         denied = judge_pool(pool, s.cache, s.settings)
         if denied is not None:
@@ -241,7 +241,9 @@ class PoolReconciler:
         only a scale-down and ended pods are carried out meanwhile."""
         if denied.absent is None:
             await self._delete_unclaimed(*key, body["metadata"].get("uid"))
-            changed_meanwhile = await self._cannot_make_pods(body, POLICY_DENIED, denied.message)
+            changed_meanwhile = await self._cannot_make_pods(
+                body, POLICY_DENIED, denied.message, desired
+            )
         else:
             members, _ = pool_members(self.services.cache, *key, pool.metadata.uid)
             made = (body.get("status") or {}).get("templateHash") or ""
@@ -251,7 +253,7 @@ class PoolReconciler:
                 await self._act(body, todo, desired)
             message = f"{denied.message}; no new pods until the CraftSandboxPolicy is back"
             reason = POLICY_ABSENT if denied.absent == MISSING else POLICY_UNREADABLE
-            changed_meanwhile = await self._cannot_make_pods(body, reason, message)
+            changed_meanwhile = await self._cannot_make_pods(body, reason, message, desired)
         return 0.0 if changed_meanwhile else None
 
     async def _converge(
@@ -516,16 +518,18 @@ class PoolReconciler:
         outcome: _Outcome,
         resume_at: datetime | None,
     ) -> list[ConditionState]:
-        egress_state = (
-            ConditionState.true(EGRESS_RESTRICTED, "EgressRestricted", "new pods may start")
-            if refused is None
-            else ConditionState.false(EGRESS_RESTRICTED, refused.reason, refused.message)
-        )
-        if refused is not None and stored_reason(body, EGRESS_RESTRICTED) != refused.reason:
+        return [self._egress(body, refused), _ready(pool, pods, refused, outcome, resume_at)]
+
+    def _egress(self, body: dict[str, Any], refused: ConditionState | None) -> ConditionState:
+        """The pool's ``EgressRestricted`` condition for the egress ``refused`` (said in a
+        Warning event when it starts)."""
+        if refused is None:
+            return ConditionState.true(EGRESS_RESTRICTED, "EgressRestricted", "new pods may start")
+        if stored_reason(body, EGRESS_RESTRICTED) != refused.reason:
             self.services.events.post(
                 body, type="Warning", reason=refused.reason, message=refused.message
             )
-        return [egress_state, _ready(pool, pods, refused, outcome, resume_at)]
+        return ConditionState.false(EGRESS_RESTRICTED, refused.reason, refused.message)
 
     def _revisit(self, pods: PoolView, todo: Plan, outcome: _Outcome, waiting: float) -> float:
         resync = self.services.settings.resync_interval
@@ -570,12 +574,22 @@ class PoolReconciler:
         log.warning("%s/%s: %s", body["metadata"]["namespace"], body["metadata"]["name"], message)
         self.services.events.post(body, type="Warning", reason=NOT_AS_BUILT, message=message)
 
-    async def _cannot_make_pods(self, body: dict[str, Any], reason: str, message: str) -> bool:
-        """The spec or the settings cannot make a pod: say so once; nothing is created."""
+    async def _cannot_make_pods(
+        self, body: dict[str, Any], reason: str, message: str, desired: dict[str, Any] | None
+    ) -> bool:
+        """The spec or the settings cannot make a pod: say so once; nothing is created.
+        Egress is still judged for the ``desired`` pod (when the spec makes one), so that
+        ``EgressRestricted`` never keeps an old verdict beside this one."""
         s = self.services
         if stored_reason(body, POOL_READY) != reason:
             s.events.post(body, type="Warning", reason=reason, message=message)
-        state = ConditionState.false(POOL_READY, reason, message)
+        if desired is None:
+            egress_state = ConditionState.unknown(
+                EGRESS_RESTRICTED, reason, "not judged: the pool's spec makes no pod"
+            )
+        else:
+            egress_state = self._egress(body, egress.refusal(s.cache, s.settings, desired))
+        states = [egress_state, ConditionState.false(POOL_READY, reason, message)]
         meta = body["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         members, _ = pool_members(s.cache, namespace, name, meta.get("uid"))
@@ -587,7 +601,7 @@ class PoolReconciler:
             view(members, made or "", self._foreign.get((namespace, name), ())),
             claimed=count_claimed(s.cache, namespace, name),
             template_hash=made,
-            conditions=with_conditions(body, [state], s.clock()),
+            conditions=with_conditions(body, states, s.clock()),
         )
         return await write_pool_status(s, body, status)
 

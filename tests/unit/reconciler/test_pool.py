@@ -838,6 +838,37 @@ async def test_no_pod_starts_until_a_network_policy_restricts_its_egress(
     assert world.condition("EgressRestricted")["status"] == "True"
 
 
+async def test_a_refused_pool_still_says_whether_its_egress_is_restricted(
+    make_world: Callable[..., PoolWorld],
+) -> None:
+    """Egress is judged while the platform's policy refuses the pool: a NetworkPolicy
+    applied meanwhile is not left reported missing beside the refusal."""
+    world = make_world(allow_unrestricted_egress=False)
+    set_platform_policy(world, images=["registry.example.com/"])
+    world.create_pool(replicas=2, image="registry.example.com/other:1")
+    await world.pass_()
+    assert world.condition("EgressRestricted")["reason"] == "EgressNotRestricted"
+
+    set_platform_policy(world, images=["registry.example.com/craft/"])
+    world.services.cache.put(kinds.NETWORK_POLICY.name, EGRESS_POLICY)
+    await world.pass_()
+
+    assert world.condition("Ready")["reason"] == "PolicyDenied"
+    assert world.condition("EgressRestricted")["status"] == "True"
+
+
+async def test_a_pool_whose_spec_makes_no_pod_says_its_egress_is_not_judged(
+    make_world: Callable[..., PoolWorld],
+) -> None:
+    world = make_world(allow_unrestricted_egress=False, server_url=None)
+    world.create_pool(replicas=2)
+    await world.pass_()
+
+    egress = world.condition("EgressRestricted")
+    assert egress["status"] == "Unknown"
+    assert egress["reason"] == world.condition("Ready")["reason"] == "NoServerURL"
+
+
 # -- status --------------------------------------------------------------------------------
 
 
