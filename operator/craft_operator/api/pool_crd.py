@@ -51,6 +51,25 @@ def printer_columns() -> list[dict[str, Any]]:
             "jsonPath": ".status.claimed",
             "description": "Pods claimed from the pool that still exist.",
         },
+        {
+            "name": "Status",
+            "type": "string",
+            "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
+            "description": (
+                "The Ready condition's reason: PoolReady, Filling, Updating, or why the pool "
+                "is not full (e.g. EgressNotRestricted, PolicyDenied, PoolPodNotAsBuilt)."
+            ),
+        },
+        {
+            "name": "Pods",
+            "type": "integer",
+            "jsonPath": ".status.replicas",
+            "priority": 1,
+            "description": (
+                "Unclaimed pods of any template, ready or not: those neither Ready nor "
+                "Creating are of an earlier template or not as built."
+            ),
+        },
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
 

@@ -69,10 +69,20 @@ def test_the_yaml_is_the_crd_object_and_ships_with_the_other_crds() -> None:
     assert POOL_CRD_FILE.name in kustomization["resources"]
 
 
-def test_kubectl_shows_replicas_ready_creating_claimed_and_age() -> None:
+def test_kubectl_shows_replicas_ready_creating_claimed_the_ready_reason_and_age() -> None:
     [version] = build_pool_crd()["spec"]["versions"]
-    columns = [column["name"] for column in version["additionalPrinterColumns"]]
-    assert columns == ["Replicas", "Ready", "Creating", "Claimed", "Age"]
+    columns = {
+        column["name"]: column.get("priority", 0) for column in version["additionalPrinterColumns"]
+    }
+    assert columns == {
+        "Replicas": 0,
+        "Ready": 0,
+        "Creating": 0,
+        "Claimed": 0,
+        "Status": 0,
+        "Pods": 1,  # -o wide: every unclaimed pod, of any template or shape
+        "Age": 0,
+    }
     assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.replicas"
 
 
