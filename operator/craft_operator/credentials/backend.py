@@ -74,6 +74,7 @@ def current_row_query(
         CRED.c.created_at,
         CRED.c.expires_at,
         CRED.c.superseded_pat_id,
+        CRED.c.sandbox_created_at,
     ]
     joined: Any = CRED
     if pats is None:

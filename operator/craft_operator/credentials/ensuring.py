@@ -37,6 +37,7 @@ from craft_operator.credentials.model import (
     UNDECRYPTABLE,
     IssuedCredential,
     SandboxIdentity,
+    created_later,
     live_grace_pat,
 )
 from craft_operator.credentials.renewal import EnsurePolicy, replacement_reason
@@ -75,6 +76,7 @@ def _attempt_once(backend: StoreBackend, policy: EnsurePolicy) -> IssuedCredenti
         )
     if row is None and claim_unclaimed(backend, identity):
         return None
+    _check_not_a_later_namesakes(row, identity)
     _check_user(backend, row, identity)
     reason = replacement_reason(row, policy, backend.clock())
     if reason is None:
@@ -103,6 +105,17 @@ def _attempt_once(backend: StoreBackend, policy: EnsurePolicy) -> IssuedCredenti
         if is_retryable(exc):
             return None
         raise
+
+
+def _check_not_a_later_namesakes(row: Row[Any] | None, identity: SandboxIdentity) -> None:
+    """Refuse to replace the row of a sandbox of that name created after this one: this
+    one is gone (a replica or a database call running late saw it): its PAT is live."""
+    if row is None or row.sandbox_uid == identity.uid or not created_later(row, identity):
+        return
+    raise CredentialsError(
+        f"{identity} (uid {identity.uid}): left PAT {row.pat_id} alone: it belongs to uid "
+        f"{row.sandbox_uid}, a sandbox of that name created since"
+    )
 
 
 def _check_user(backend: StoreBackend, row: Row[Any] | None, identity: SandboxIdentity) -> None:

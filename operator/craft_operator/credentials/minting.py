@@ -106,6 +106,10 @@ def mint(
             "cluster_id": backend.cluster_id,
             "superseded_pat_id": None if grace is None else superseded,
         }
+        if identity.created_at is not None:
+            values["sandbox_created_at"] = identity.created_at
+        elif row is not None and row.sandbox_uid != identity.uid:
+            values["sandbox_created_at"] = None  # the earlier sandbox's is not this one's
         _write_row(connection, identity, row, values)
     log.info(
         "%s: minted PAT %s (%s), expires %s%s",

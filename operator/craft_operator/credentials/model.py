@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
 
+from craft_operator.api.times import utc
+
 if TYPE_CHECKING:
     from sqlalchemy import Row
 
@@ -32,14 +34,26 @@ def utc_now() -> datetime:
 
 @dataclass(frozen=True)
 class SandboxIdentity:
-    """Which sandbox a credential belongs to: the CraftSandbox's namespace, name and uid."""
+    """Which sandbox a credential belongs to: the CraftSandbox's namespace, name and uid,
+    and when it was created (when known: it tells an earlier sandbox of that name from a
+    later one)."""
 
     namespace: str
     name: str
     uid: str
+    created_at: datetime | None = field(default=None, compare=False)
 
     def __str__(self) -> str:
         return f"sandbox {self.namespace}/{self.name}"
+
+
+def created_later(row: Any, identity: SandboxIdentity) -> bool:
+    """Whether the sandbox of credential ``row`` was created after ``identity``'s (both
+    creation times known and not the same second)."""
+    theirs = getattr(row, "sandbox_created_at", None)
+    if theirs is None or identity.created_at is None:
+        return False
+    return bool(utc(theirs) > utc(identity.created_at))
 
 
 @dataclass(frozen=True)

@@ -170,6 +170,10 @@ class SandboxCredential(OperatorBase):
     #: shortened to the end of it) until the pod is shown to use the new one; NULL when
     #: none (see migration 0004).
     superseded_pat_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    #: When the row's sandbox (``sandbox_uid``) was created, as its creationTimestamp: a
+    #: pass for an earlier sandbox of that name, running late, never replaces the row of
+    #: a later one. NULL when not known (rows from before migration 0007).
+    sandbox_created_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
 
     __table_args__ = (
         UniqueConstraint(

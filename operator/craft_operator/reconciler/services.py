@@ -61,8 +61,10 @@ DATABASE_THREADS = 8
 DATABASE_CALL_TIMEOUT_S = 60.0
 
 
-def _identity(namespace: str, name: str, uid: str) -> SandboxIdentity:
-    return SandboxIdentity(namespace=namespace, name=name, uid=uid)
+def _identity(
+    namespace: str, name: str, uid: str, created_at: datetime | None = None
+) -> SandboxIdentity:
+    return SandboxIdentity(namespace=namespace, name=name, uid=uid, created_at=created_at)
 
 
 class StoreCredentials:
@@ -301,7 +303,12 @@ class StoreCredentials:
                 and (renew_at is None or now < renew_at)
             ):
                 return _reused(issued, now)
-        identity = _identity(sandbox.metadata.namespace or "", sandbox.metadata.name, uid)
+        identity = _identity(
+            sandbox.metadata.namespace or "",
+            sandbox.metadata.name,
+            uid,
+            sandbox.metadata.creation_timestamp,
+        )
         self._one_call_at_a_time(f"ensuring the PAT of {identity.namespace}/{identity.name}", uid)
         lifetime = sandbox.spec.credentials.lifetime
         self.database_calls += 1

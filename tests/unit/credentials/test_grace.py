@@ -380,7 +380,7 @@ def test_the_migration_adds_and_drops_the_superseded_pat_column(database: Databa
     with database.engine.begin() as connection:
         command.upgrade(alembic_config(connection), "head")
     assert "superseded_pat_id" in columns()
-    assert head_revision() == "0006_cluster_key_repair"
+    assert head_revision() == "0007_sandbox_created_at"
 
 
 def test_the_migration_keeps_existing_rows_with_no_superseded_pat(

@@ -24,6 +24,7 @@ SHIPPED = {
     "0004_superseded_pat": "418c6ed953cd2c63",
     "0005_credential_sandbox_uid": "a3c5fbbd12cfac71",
     "0006_cluster_key_repair": "215db08aeb512422",
+    "0007_sandbox_created_at": "415e2bab7145861c",
 }
 
 

@@ -21,7 +21,7 @@ from craft_operator.credentials import (
     generate_key_entry,
 )
 from craft_operator.credentials.db import upgrade
-from craft_operator.credentials.errors import KeyNotInRingError
+from craft_operator.credentials.errors import CredentialsError, KeyNotInRingError
 from craft_operator.credentials.store import DEFAULT_RENEWAL_GRACE, UNDECRYPTABLE
 from craft_operator.credentials.tables import PersonalAccessToken, SandboxCredential
 from craft_operator.credentials.tokens import PatType
@@ -230,6 +230,64 @@ def test_revoking_for_a_deleted_sandbox_leaves_the_pat_of_a_namesake_created_sin
     info = store.show(SANDBOX.namespace, SANDBOX.name)
     assert info is not None
     assert info.pat_id == live.pat_id
+
+
+def test_a_late_ensure_for_a_deleted_sandbox_leaves_the_pat_of_a_namesake_created_since(
+    store: CredentialStore, database: Database, clock: Clock
+) -> None:
+    # A pass for the first sandbox running late (a replica not yet standing by, a
+    # database call that hung), after it was deleted and its namesake given a PAT.
+    user = database.new_user()
+    first = SandboxIdentity(SANDBOX.namespace, SANDBOX.name, "first-uid", created_at=clock.now)
+    store.ensure(first, user_id=user, tenant_id="public")
+    clock.advance(timedelta(minutes=1))
+    assert store.revoke(first, created_at=first.created_at) is True
+    reborn = SandboxIdentity(SANDBOX.namespace, SANDBOX.name, "reborn-uid", created_at=clock.now)
+    live = store.ensure(reborn, user_id=user, tenant_id="public")
+    clock.advance(timedelta(seconds=10))
+
+    with pytest.raises(CredentialsError, match="a sandbox of that name created since"):
+        store.ensure(first, user_id=user, tenant_id="public")
+
+    assert not pat_row(database, live.pat_id).is_revoked
+    info = store.show(SANDBOX.namespace, SANDBOX.name)
+    assert info is not None
+    assert info.pat_id == live.pat_id
+    assert store.ensure(reborn, user_id=user, tenant_id="public").pat_id == live.pat_id
+
+
+def test_a_sandbox_replaces_the_pat_of_an_earlier_namesake_written_after_it_was_created(
+    store: CredentialStore, database: Database, clock: Clock
+) -> None:
+    # The earlier sandbox's late pass wrote its row after this one was created: by
+    # creation times it is still the earlier one's, an orphan this one replaces.
+    user = database.new_user()
+    earlier = SandboxIdentity(SANDBOX.namespace, SANDBOX.name, "earlier-uid", created_at=clock.now)
+    clock.advance(timedelta(minutes=1))
+    later = SandboxIdentity(SANDBOX.namespace, SANDBOX.name, "later-uid", created_at=clock.now)
+    clock.advance(timedelta(minutes=1))
+    left = store.ensure(earlier, user_id=user, tenant_id="public")
+
+    mine = store.ensure(later, user_id=user, tenant_id="public")
+
+    assert mine.minted
+    assert pat_row(database, left.pat_id).is_revoked
+
+
+def test_a_finalizer_revokes_an_earlier_namesakes_pat_written_after_it_was_created(
+    store: CredentialStore, database: Database, clock: Clock
+) -> None:
+    user = database.new_user()
+    earlier = SandboxIdentity(SANDBOX.namespace, SANDBOX.name, "earlier-uid", created_at=clock.now)
+    clock.advance(timedelta(minutes=1))
+    created = clock.now
+    clock.advance(timedelta(minutes=1))
+    left = store.ensure(earlier, user_id=user, tenant_id="public")
+
+    assert store.revoke(SANDBOX, created_at=created) is True
+
+    assert pat_row(database, left.pat_id).is_revoked
+    assert store.show(SANDBOX.namespace, SANDBOX.name) is None
 
 
 def test_revoking_a_sandbox_revokes_a_pat_left_by_an_earlier_one_of_its_name(

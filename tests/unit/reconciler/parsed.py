@@ -16,13 +16,18 @@ def make_sandbox(
     uid: str = "uid-alice",
     sources: list[dict[str, Any]] | None = None,
     lifetime: str = "100h",
+    created: str | None = None,
 ) -> CraftSandbox:
-    """A parsed CraftSandbox with a 100h credential lifetime (unless told)."""
+    """A parsed CraftSandbox with a 100h credential lifetime (unless told), created at
+    ``created`` (a creationTimestamp) if given."""
+    metadata: dict[str, Any] = {"name": name, "namespace": NAMESPACE, "uid": uid, "generation": 1}
+    if created is not None:
+        metadata["creationTimestamp"] = created
     return parse_sandbox(
         {
             "apiVersion": "craft.onyx.app/v1alpha1",
             "kind": "CraftSandbox",
-            "metadata": {"name": name, "namespace": NAMESPACE, "uid": uid, "generation": 1},
+            "metadata": metadata,
             "spec": {
                 "user": {"id": USER_ID},
                 "credentials": {"lifetime": lifetime},

@@ -12,6 +12,7 @@ import pytest
 
 from craft_operator.api.models import ANNOTATION_PAT_REVOKED
 from craft_operator.config import Settings
+from craft_operator.credentials.errors import CredentialsError
 from craft_operator.credentials.factory import build_credential_store
 from craft_operator.credentials.keyring import generate_key_entry
 from craft_operator.credentials.store import CredentialStore
@@ -141,6 +142,23 @@ async def test_a_replica_that_stood_by_asks_the_database_again(
     await credentials.forget_all()
     await credentials.ensure(make_sandbox())
     assert credentials.database_calls == 2
+
+
+async def test_a_pass_for_a_deleted_sandbox_leaves_its_recreated_namesakes_pat(
+    credentials: StoreCredentials, store: CredentialStore
+) -> None:
+    """The sandbox's creation time reaches the store: a stale copy of the deleted sandbox
+    (a replica not yet standing by) mints nothing over the one made since."""
+    deleted = make_sandbox("alice", "uid-first", created="2026-11-29T09:00:00Z")
+    reborn = make_sandbox("alice", "uid-reborn", created="2026-11-29T09:05:00Z")
+    live = await credentials.ensure(reborn)
+
+    with pytest.raises(CredentialsError, match="created since"):
+        await credentials.ensure(deleted)
+
+    shown = store.show(NAMESPACE, "alice")
+    assert shown is not None
+    assert shown.pat_id == live.pat_id
 
 
 async def test_the_memory_is_per_sandbox(credentials: StoreCredentials) -> None:
