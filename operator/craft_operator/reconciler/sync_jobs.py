@@ -262,7 +262,9 @@ async def start_job(
         created = await kube.get(JOBS, meta["namespace"], meta["name"])
         if not is_ours(created, job):
             raise ForeignObjectError("Job", meta["namespace"], meta["name"]) from None
-    cache.put(JOB, created)
+        cache.put(JOB, created, read=True)
+    else:
+        cache.put(JOB, created)
     if credentials is not None:
         try:
             await create_job_secret(kube, created, credentials)

@@ -24,7 +24,7 @@ from craft_operator.reconciler.queue import Backoff
 from craft_operator.reconciler.step import Pass
 from craft_operator.reconciler.steps import credentials, library, library_volume
 from craft_operator.reconciler.steps.library_attempt import attempt_for
-from craft_operator.reconciler.sync_jobs import desired_job, read_outcome, start_job
+from craft_operator.reconciler.sync_jobs import JOB, desired_job, read_outcome, start_job
 from tests.unit.reconciler.conftest import NAMESPACE
 from tests.unit.reconciler.steps.conftest import CANARY, NAME, World
 
@@ -218,6 +218,34 @@ async def test_an_unfinished_job_of_the_sandbox_missing_from_status_is_awaited_n
     collected = await next_pass(job_world, p)
     assert condition(collected)[:2] == ("True", "Synced")
     assert jobs_created(job_world) == started
+
+
+async def test_a_job_that_left_the_watches_selector_is_taken_back_when_started_again(
+    job_world: World,
+) -> None:
+    """Its managed-by label edited away, the watches were told it was deleted (at the
+    edit's version): the read after the create's conflict proves it is there."""
+    p = ready(job_world, {"userLibrary": {"jobSequence": 2}})
+    location = resolve_location(
+        p.sandbox.spec.user_library, p.sandbox.spec.user, job_world.services.settings
+    )
+    attempt = attempt_for(p.sandbox, location, "pod-1")
+    s = job_world.services
+    job = desired_job(
+        p.sandbox,
+        s.settings,
+        location,
+        sequence=4,
+        revision=attempt.revision,
+        pod_uid=attempt.pod_uid,
+        config=attempt.config,
+    )
+    created = await start_job(s.kube, s.cache, job)
+    s.cache.remove(JOB, created)  # the watch's DELETED, at the version it has now
+
+    await start_job(s.kube, s.cache, job)
+
+    assert s.cache.get(JOB, created["metadata"]["namespace"], "alice-library-4") is not None
 
 
 async def test_an_exec_mode_sync_keeps_job_modes_numbering_for_a_switch_back(
