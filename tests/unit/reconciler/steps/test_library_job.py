@@ -187,24 +187,29 @@ async def test_removing_the_bucket_keeps_the_running_job_so_readding_it_starts_n
     assert ended.run.status.user_library.job_sequence == 5
 
 
-async def test_an_unfinished_job_of_the_sandbox_missing_from_status_is_awaited_not_doubled(
-    job_world: World,
-) -> None:
-    p = ready(job_world, {"userLibrary": {"jobSequence": 2}})
+def fourth_job(p: Pass) -> dict[str, Any]:
+    """The sandbox's sync Job of sequence 4 for its current library (pod ``pod-1``)."""
     location = resolve_location(
-        p.sandbox.spec.user_library, p.sandbox.spec.user, job_world.services.settings
+        p.sandbox.spec.user_library, p.sandbox.spec.user, p.services.settings
     )
     attempt = attempt_for(p.sandbox, location, "pod-1")
-    s = job_world.services
-    job = desired_job(
+    return desired_job(
         p.sandbox,
-        s.settings,
+        p.services.settings,
         location,
         sequence=4,
         revision=attempt.revision,
         pod_uid=attempt.pod_uid,
         config=attempt.config,
     )
+
+
+async def test_an_unfinished_job_of_the_sandbox_missing_from_status_is_awaited_not_doubled(
+    job_world: World,
+) -> None:
+    p = ready(job_world, {"userLibrary": {"jobSequence": 2}})
+    s = job_world.services
+    job = fourth_job(p)
     await start_job(s.kube, s.cache, job)  # its name never reached the status
     started = jobs_created(job_world)
 
@@ -226,20 +231,8 @@ async def test_a_job_that_left_the_watches_selector_is_taken_back_when_started_a
     """Its managed-by label edited away, the watches were told it was deleted (at the
     edit's version): the read after the create's conflict proves it is there."""
     p = ready(job_world, {"userLibrary": {"jobSequence": 2}})
-    location = resolve_location(
-        p.sandbox.spec.user_library, p.sandbox.spec.user, job_world.services.settings
-    )
-    attempt = attempt_for(p.sandbox, location, "pod-1")
     s = job_world.services
-    job = desired_job(
-        p.sandbox,
-        s.settings,
-        location,
-        sequence=4,
-        revision=attempt.revision,
-        pod_uid=attempt.pod_uid,
-        config=attempt.config,
-    )
+    job = fourth_job(p)
     created = await start_job(s.kube, s.cache, job)
     s.cache.remove(JOB, created)  # the watch's DELETED, at the version it has now
 

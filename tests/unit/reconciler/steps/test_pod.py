@@ -404,7 +404,8 @@ async def test_the_labels_put_back_never_land_on_another_pod_that_took_the_name(
     world: World,
 ) -> None:
     """The labels say whose egress and tenant a pod is: they go back only onto the pod
-    the pass read."""
+    the pass read. The conflict proves the cached pod is not the one there now: the pass
+    goes no further with it (no Ready, nothing done by its name, the PAT's delivery say)."""
     await pod.converge_pod(await pod_pass(world))
     mark_pod_running(world.emulator, NAMESPACE, NAME)
     observed(world)
@@ -437,11 +438,16 @@ async def test_the_labels_put_back_never_land_on_another_pod_that_took_the_name(
     world.emulator.create("v1/pods", theirs)
 
     p = await pod_pass(world)
-    await pod.converge_pod(p)
+    stop = await pod.converge_pod(p)
 
     labels = world.emulator.get("v1/pods", NAMESPACE, NAME)["metadata"]["labels"]
     assert labels == other_labels
     assert p.run.verdict.after is not None, "looked at again once the watch has caught up"
+    assert stop is not None
+    assert p.pod is None
+    ready = p.run.condition(POD_READY)
+    assert ready is None or ready.status != "True"
+    assert world.cache.get("Pod", NAMESPACE, NAME) is None, "the stale copy is dropped"
 
 
 async def test_labels_edited_on_the_sandboxs_pod_are_put_back(world: World) -> None:
@@ -456,44 +462,6 @@ async def test_labels_edited_on_the_sandboxs_pod_are_put_back(world: World) -> N
 
     labels = world.emulator.get("v1/pods", NAMESPACE, NAME)["metadata"]["labels"]
     assert labels["onyx.app/tenant-id"] != "other"
-
-
-async def test_a_pass_whose_label_repair_meets_another_pod_goes_no_further_with_it(
-    world: World,
-) -> None:
-    """A conflict proves the cached pod is not the one there now: no Ready, and nothing
-    (the PAT's delivery) is done by its name in that pass."""
-    await pod.converge_pod(await pod_pass(world))
-    mark_pod_running(world.emulator, NAMESPACE, NAME)
-    observed(world)
-    ours = copy.deepcopy(world.emulator.get("v1/pods", NAMESPACE, NAME))
-    del ours["metadata"]["labels"]["onyx.app/tenant-id"]
-    ours["metadata"]["resourceVersion"] = str(int(ours["metadata"]["resourceVersion"]) + 1)
-    world.cache.put("Pod", ours)
-    world.emulator.remove("v1/pods", NAMESPACE, NAME)
-    owner = {
-        "apiVersion": "craft.onyx.app/v1alpha1",
-        "kind": "CraftSandbox",
-        "name": "someone-else",
-        "uid": "uid-of-someone-else",
-        "controller": True,
-    }
-    theirs = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": NAME, "namespace": NAMESPACE, "ownerReferences": [owner]},
-        "spec": {"containers": [{"name": "sandbox", "image": "busybox"}]},
-    }
-    world.emulator.create("v1/pods", theirs)
-
-    p = await pod_pass(world)
-    stop = await pod.converge_pod(p)
-
-    assert stop is not None
-    assert p.pod is None
-    assert p.run.condition(POD_READY) is None or p.run.condition(POD_READY).status != "True"
-    assert world.cache.get("Pod", NAMESPACE, NAME) is None, "the stale copy is dropped"
-    assert p.run.verdict.after is not None
 
 
 async def test_a_pass_whose_label_repair_finds_the_pod_gone_forgets_it(world: World) -> None:
