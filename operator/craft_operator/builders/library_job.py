@@ -57,6 +57,11 @@ def library_claim_name(sandbox: CraftSandbox) -> str:
     return sandbox.metadata.name + LIBRARY_SUFFIX
 
 
+def sync_job_labels(sandbox: CraftSandbox) -> dict[str, str]:
+    """The labels of a sandbox's sync Jobs: its children's, with the sync's component."""
+    return {**child_labels(sandbox), LABEL_COMPONENT: SYNC_COMPONENT}
+
+
 def sync_job_name(sandbox: CraftSandbox, sequence: int) -> str:
     """``<name>-library-<n>``: the n-th sync Job of a sandbox."""
     return f"{sandbox.metadata.name}-library-{sequence}"
@@ -265,7 +270,7 @@ def build_sync_job(
     """
     annotations = {ANNOTATION_LIBRARY_REVISION: revision} if revision is not None else None
     metadata = child_metadata(sandbox, sync_job_name(sandbox, sequence), annotations)
-    metadata["labels"][LABEL_COMPONENT] = SYNC_COMPONENT
+    metadata["labels"] = sync_job_labels(sandbox)
     container = _sync_container(
         sandbox,
         image=image,

@@ -21,6 +21,7 @@ from craft_operator.builders.library_job import (
     PERMANENT_EXIT_CODES,
     build_job_secret,
     build_sync_job,
+    sync_job_labels,
     sync_job_name,
 )
 from craft_operator.config import Settings
@@ -47,7 +48,12 @@ from craft_operator.library.scoped import (
     job_secret_ref,
     session_seconds,
 )
-from craft_operator.reconciler.children import ForeignObjectError, controlled_by, is_ours
+from craft_operator.reconciler.children import (
+    ForeignObjectError,
+    as_seen,
+    controlled_by,
+    is_ours,
+)
 from craft_operator.reconciler.steps import pod_state
 
 JOB, POD = kinds.JOB.name, kinds.POD.name
@@ -262,9 +268,7 @@ async def start_job(
         created = await kube.get(JOBS, meta["namespace"], meta["name"])
         if not is_ours(created, job):
             raise ForeignObjectError("Job", meta["namespace"], meta["name"]) from None
-        cache.put(JOB, created, read=True)
-    else:
-        cache.put(JOB, created)
+    cache.put(JOB, created)
     if credentials is not None:
         try:
             await create_job_secret(kube, created, credentials)
@@ -301,6 +305,34 @@ async def has_job_secret(kube: KubeClient, job: Mapping[str, Any]) -> bool:
     except NotFoundError:
         return False
     return True
+
+
+async def read_back(
+    kube: KubeClient, cache: ObjectCache, sandbox: CraftSandbox, name: str
+) -> tuple[dict[str, Any] | None, bool]:
+    """The sandbox's running sync Job ``name`` that the cache lacks, read from the API
+    server: gone (or another's), or there with its labels edited, the managed-by label
+    the watches select by perhaps (they were told it was deleted). Its labels go back so
+    that the watches see it again; ``(job, settled)``, not settled (look again soon)
+    when it changed before they could."""
+    namespace = sandbox.metadata.namespace or ""
+    try:
+        job = await kube.get(JOBS, namespace, name)
+    except NotFoundError:
+        return None, True
+    if not controlled_by(job, sandbox.metadata.uid):
+        return None, True
+    labels = sync_job_labels(sandbox)
+    have = job["metadata"].get("labels") or {}
+    if any(have.get(key) != value for key, value in labels.items()):
+        try:
+            job = await kube.patch(
+                JOBS, namespace, name, as_seen({"metadata": {"labels": labels}}, job)
+            )
+        except (ConflictError, NotFoundError):
+            return None, False
+    cache.put(JOB, job, read=True)
+    return job, True
 
 
 async def remove_job(kube: KubeClient, cache: ObjectCache, job: Mapping[str, Any]) -> None:

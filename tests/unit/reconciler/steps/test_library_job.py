@@ -18,6 +18,7 @@ from craft_operator.api.status_codec import dump_status
 from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import JOBS
+from craft_operator.kube.kinds import LABEL_MANAGED_BY
 from craft_operator.library import SyncResult, resolve_location
 from craft_operator.reconciler.library_pool import LibrarySyncPool
 from craft_operator.reconciler.queue import Backoff
@@ -225,20 +226,45 @@ async def test_an_unfinished_job_of_the_sandbox_missing_from_status_is_awaited_n
     assert jobs_created(job_world) == started
 
 
-async def test_a_job_that_left_the_watches_selector_is_taken_back_when_started_again(
+async def test_a_running_job_whose_labels_were_edited_is_taken_back_not_doubled(
     job_world: World,
 ) -> None:
     """Its managed-by label edited away, the watches were told it was deleted (at the
-    edit's version): the read after the create's conflict proves it is there."""
-    p = ready(job_world, {"userLibrary": {"jobSequence": 2}})
-    s = job_world.services
-    job = fourth_job(p)
-    created = await start_job(s.kube, s.cache, job)
-    s.cache.remove(JOB, created)  # the watch's DELETED, at the version it has now
+    edit's version) while it runs on: no second Job writes the same volume; its labels go
+    back so that the watches see it again, and its end is collected."""
+    first = await next_pass(job_world, {})
+    assert jobs_created(job_world) == 1
+    status = first.run.status.user_library
+    assert status is not None
+    assert status.job
+    name = status.job
+    kube = job_world.services.kube
+    edited = await kube.patch(
+        JOBS, NAMESPACE, name, {"metadata": {"labels": {LABEL_MANAGED_BY: None}}}
+    )
+    job_world.cache.remove(JOB, edited)
 
-    await start_job(s.kube, s.cache, job)
+    second = await next_pass(job_world, first)
 
-    assert s.cache.get(JOB, created["metadata"]["namespace"], "alice-library-4") is not None
+    assert jobs_created(job_world) == 1
+    assert (await kube.get(JOBS, NAMESPACE, name))["metadata"]["labels"][LABEL_MANAGED_BY]
+    end_job(job_world, name, SYNCED, exit_code=0)
+    collected = await next_pass(job_world, second)
+    assert condition(collected)[:2] == ("True", "Synced")
+    assert jobs_created(job_world) == 1
+
+
+async def test_a_job_gone_from_the_cluster_is_started_over(job_world: World) -> None:
+    first = await next_pass(job_world, {})
+    status = first.run.status.user_library
+    assert status is not None
+    assert status.job
+    await job_world.services.kube.delete(JOBS, NAMESPACE, status.job)
+    job_world.cache.forget(JOB, NAMESPACE, status.job)
+
+    await next_pass(job_world, first)
+
+    assert jobs_created(job_world) == 2
 
 
 async def test_an_exec_mode_sync_keeps_job_modes_numbering_for_a_switch_back(
