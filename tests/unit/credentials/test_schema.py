@@ -341,6 +341,26 @@ def test_a_database_the_first_version_of_0002_migrated_gets_the_per_cluster_key(
         store.ensure(identity, user_id=database.new_user(), tenant_id="public")
 
 
+def test_a_rollback_past_0007_as_the_readme_says_migrates_forward_again(
+    database: Database,
+) -> None:
+    engine = database.engine
+    with engine.begin() as connection:  # the README's two statements, verbatim
+        connection.execute(
+            text("ALTER TABLE craft_sandbox_credential DROP COLUMN sandbox_created_at")
+        )
+        connection.execute(
+            text(
+                "UPDATE craft_operator_alembic_version SET version_num = '0006_cluster_key_repair'"
+            )
+        )
+
+    upgrade(engine)
+
+    columns = {column["name"] for column in inspect(engine).get_columns("craft_sandbox_credential")}
+    assert "sandbox_created_at" in columns
+
+
 def _uniques(bind: Engine | Connection) -> set[tuple[str, ...]]:
     found = inspect(bind).get_unique_constraints("craft_sandbox_credential")
     return {tuple(unique["column_names"]) for unique in found}

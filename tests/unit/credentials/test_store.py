@@ -274,20 +274,34 @@ def test_a_sandbox_replaces_the_pat_of_an_earlier_namesake_written_after_it_was_
     assert pat_row(database, left.pat_id).is_revoked
 
 
-def test_a_finalizer_revokes_an_earlier_namesakes_pat_written_after_it_was_created(
+def test_a_finalizer_never_revokes_a_live_namesakes_pat_for_a_creation_time_left_on_its_row(
     store: CredentialStore, database: Database, clock: Clock
 ) -> None:
+    # An older operator (rolled back to, the column kept) minted for the live sandbox over
+    # an earlier one's row: its UPDATE left that one's creation time on the row.
     user = database.new_user()
-    earlier = SandboxIdentity(SANDBOX.namespace, SANDBOX.name, "earlier-uid", created_at=clock.now)
+    earliest = SandboxIdentity(
+        SANDBOX.namespace, SANDBOX.name, "earliest-uid", created_at=clock.now
+    )
+    store.ensure(earliest, user_id=user, tenant_id="public")
     clock.advance(timedelta(minutes=1))
-    created = clock.now
+    deleted_created = clock.now
     clock.advance(timedelta(minutes=1))
-    left = store.ensure(earlier, user_id=user, tenant_id="public")
+    live = store.ensure(
+        SandboxIdentity(SANDBOX.namespace, SANDBOX.name, "live-uid"),
+        user_id=user,
+        tenant_id="public",
+    )
+    with database.engine.begin() as connection:
+        connection.execute(
+            update(SandboxCredential.__table__).values(sandbox_created_at=earliest.created_at)
+        )
+    clock.advance(timedelta(minutes=1))
 
-    assert store.revoke(SANDBOX, created_at=created) is True
+    # A replica finalizing a stale copy of a sandbox made and deleted in between.
+    assert store.revoke(SANDBOX, created_at=deleted_created) is False
 
-    assert pat_row(database, left.pat_id).is_revoked
-    assert store.show(SANDBOX.namespace, SANDBOX.name) is None
+    assert not pat_row(database, live.pat_id).is_revoked
 
 
 def test_revoking_a_sandbox_revokes_a_pat_left_by_an_earlier_one_of_its_name(
