@@ -66,8 +66,9 @@ def printer_columns() -> list[dict[str, Any]]:
             "jsonPath": ".status.replicas",
             "priority": 1,
             "description": (
-                "Unclaimed pods of any template, ready or not: those neither Ready nor "
-                "Creating are of an earlier template or not as built."
+                "Unclaimed pods of any template, ready or not (not ended, not being "
+                "deleted): those neither Ready nor Creating are of an earlier template or "
+                "not as built."
             ),
         },
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
