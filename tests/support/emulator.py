@@ -886,7 +886,26 @@ class KubeEmulator(kmock.KubernetesEmulator):
         resource = self._known(request)
         if request.name is None:
             raise _error(405, "MethodNotAllowed", "collection deletion is not emulated")
+        options = request.data if isinstance(request.data, dict) else {}
+        stored = self._index[resource].get((request.namespace, request.name))
+        if stored is not None and not stored.deleted:
+            _check_preconditions(options.get("preconditions") or {}, stored.raw)
         return self._delete(resource, request.namespace, request.name)
+
+
+def _check_preconditions(preconditions: Mapping[str, Any], stored: Mapping[str, Any]) -> None:
+    """A DELETE's preconditions against the stored object, as the API server checks them
+    (storage.Preconditions.Check): 409 Conflict when one differs."""
+    for field in ("uid", "resourceVersion"):
+        wanted = preconditions.get(field)
+        have = stored.get("metadata", {}).get(field)
+        if wanted and have != wanted:
+            raise _error(
+                409,
+                "Conflict",
+                f"Precondition failed: {field} in precondition: {wanted}, {field} in object "
+                f"meta: {have}",
+            )
 
 
 def _check_pod_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> None:

@@ -14,11 +14,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp.web
 import kmock
 import kopf
 import pytest
-from kmock._internal import rendering
 
 from craft_operator.kube.client import KubeClient
 from craft_operator.kube.exec_aiohttp import AiohttpExec
@@ -39,53 +37,12 @@ def configmap(name: str, labels: dict[str, str] | None = None, **data: str) -> d
     }
 
 
-def conflict(message: str) -> aiohttp.web.Response:
-    """A Kubernetes 409 Status answer."""
-    return aiohttp.web.json_response(
-        {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "status": "Failure",
-            "reason": "Conflict",
-            "message": message,
-            "code": 409,
-        },
-        status=409,
-    )
-
-
-def uid_preconditions(emulator: KubeEmulator) -> Any:
-    """A hook enforcing ``DeleteOptions.preconditions`` (uid, resourceVersion) against the
-    stored object."""
-
-    async def hook(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
-        if request.method != kmock.method.DELETE or not isinstance(request.data, dict):
-            return None
-        preconditions = request.data.get("preconditions") or {}
-        if not preconditions or request.resource is None or request.name is None:
-            return None
-        stored = emulator.find(request.resource, request.namespace, request.name)
-        if stored is None:
-            return None
-        for field in ("uid", "resourceVersion"):
-            wanted = preconditions.get(field)
-            if wanted and stored["metadata"].get(field) != wanted:
-                return conflict(
-                    f"Precondition failed: {field} in precondition: {wanted}, "
-                    f"{field} in object meta: {stored['metadata'].get(field)}"
-                )
-        return None
-
-    return hook
-
-
 @pytest.fixture
 async def emulator() -> AsyncIterator[KubeEmulator]:
     """A running emulator serving the core kinds, checking writes against the schemas."""
     async with KubeEmulator() as handler, kmock.Server(handler):
         declare_core_resources(handler)
         handler.validators.append(core_schema_validator)
-        handler.before_request.append(uid_preconditions(handler))
         yield handler
 
 

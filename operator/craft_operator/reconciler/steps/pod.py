@@ -87,12 +87,9 @@ async def _remove_extra_pods(p: Pass, kept: dict[str, Any]) -> None:
         extra_meta = extra["metadata"]
         if extra_meta.get("uid") == kept_uid or extra_meta.get("deletionTimestamp"):
             continue
-        try:
-            answer = await pod_lifecycle.remove(p, extra)
-        except ConflictError:
-            continue  # another pod took its name meanwhile: not this one
+        answer = await pod_lifecycle.remove(p, extra)
         if answer is None:
-            continue  # gone already
+            continue  # gone already, or another pod took its name meanwhile
         message = (
             f"deleted pod {extra_meta['name']}: the sandbox's pod is {kept['metadata']['name']}"
         )

@@ -141,13 +141,17 @@ async def _exists_already(p: Pass, desired: Mapping[str, Any]) -> Stop:
 
 async def remove(p: Pass, pod: Mapping[str, Any]) -> dict[str, Any] | None:
     """Delete this very pod (its uid), not a successor that took its name meanwhile; the
-    API server's answer (``None``: it was gone already) goes into the cache at once, so a
-    pass before the pod's watch event sees it being deleted (or gone), not still running:
-    a failed pod is not counted twice, a stopped one not stopped again."""
+    API server's answer (``None``: it was gone already, or another pod has its name now)
+    goes into the cache at once, so a pass before the pod's watch event sees it being
+    deleted (or gone), not still running: a failed pod is not counted twice, a stopped
+    one not stopped again."""
     meta = pod["metadata"]
-    answer = await p.services.kube.delete(
-        POD.api, meta.get("namespace"), meta["name"], uid=meta.get("uid")
-    )
+    try:
+        answer = await p.services.kube.delete(
+            POD.api, meta.get("namespace"), meta["name"], uid=meta.get("uid")
+        )
+    except ConflictError:
+        answer = None  # the uid precondition failed: that pod is gone, another has its name
     if (
         answer is not None
         and answer.get("kind") == "Pod"

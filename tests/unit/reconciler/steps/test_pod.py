@@ -500,3 +500,30 @@ async def test_a_pod_changed_since_the_cache_saw_it_is_read_back_and_relabelled_
 
     labels = world.emulator.get("v1/pods", NAMESPACE, NAME)["metadata"]["labels"]
     assert labels[LABEL_MANAGED_BY] == "craft-operator"
+
+
+async def test_replacing_a_pod_that_another_has_succeeded_deletes_nothing_and_goes_on(
+    world: World,
+) -> None:
+    """The cache still holds an edited pod that was replaced behind its back (an earlier
+    replica's pass, say): the delete's uid precondition refuses the successor (409), which
+    is the pod being gone, not a failure of the pass."""
+    await pod.converge_pod(await pod_pass(world))
+    mark_pod_running(world.emulator, NAMESPACE, NAME)
+    stale = world.emulator.get("v1/pods", NAMESPACE, NAME)
+    world.emulator.remove("v1/pods", NAMESPACE, NAME)
+    dropped = ("uid", "resourceVersion", "creationTimestamp")
+    successor = {
+        **{key: value for key, value in stale.items() if key != "status"},
+        "metadata": {k: v for k, v in stale["metadata"].items() if k not in dropped},
+    }
+    made = world.emulator.create("v1/pods", successor)
+    stale["spec"]["containers"][0]["image"] = "registry.example.com/edited:1"
+    world.cache.put("Pod", stale)
+
+    stop = await pod.converge_pod(await pod_pass(world))
+
+    assert stop is not None
+    assert (
+        world.emulator.get("v1/pods", NAMESPACE, NAME)["metadata"]["uid"] == made["metadata"]["uid"]
+    )
