@@ -192,6 +192,33 @@ async def test_a_revision_annotated_while_a_job_runs_gets_a_job_of_its_own(
     )
 
 
+async def test_a_running_job_whose_labels_were_edited_away_is_followed_not_doubled(
+    emulator: KubeEmulator, job_mode_operator: None
+) -> None:
+    # The watches select by the managed-by label: the API server tells them the Job was
+    # deleted while it runs on. No second Job writes the volume beside it, and nothing
+    # beyond the operator's grants is used (its Role has no patch on Jobs).
+    emulator.create(SANDBOXES, job_mode_sandbox())
+    await eventually(lambda: pod(emulator, "alice"), what="the pod")
+    mark_pod_running(emulator, NAMESPACE, "alice")
+    first = await eventually(
+        lambda: emulator.find(JOBS, NAMESPACE, "alice-library-1"), what="Job 1"
+    )
+    await eventually(
+        lambda: condition(emulator, "alice", "UserLibrarySynced")["reason"] == "Syncing",
+        what="UserLibrarySynced Syncing",
+    )
+
+    labels = {key: None for key in first["metadata"]["labels"]}
+    emulator.patch(JOBS, NAMESPACE, "alice-library-1", {"metadata": {"labels": labels}})
+    await asyncio.sleep(1.0)  # room for a second Job to show
+    finish_job(emulator, "alice-library-1", result={"ok": True, "files": 1, "bytes": 1})
+
+    ready = await phase(emulator, "alice", "Ready")
+    assert ready["userLibrary"]["files"] == 1
+    assert emulator.find(JOBS, NAMESPACE, "alice-library-2") is None
+
+
 async def test_a_job_that_fails_for_good_is_reported_and_not_rerun(
     emulator: KubeEmulator, job_mode_operator: None
 ) -> None:

@@ -21,7 +21,6 @@ from craft_operator.builders.library_job import (
     PERMANENT_EXIT_CODES,
     build_job_secret,
     build_sync_job,
-    sync_job_labels,
     sync_job_name,
 )
 from craft_operator.config import Settings
@@ -48,12 +47,7 @@ from craft_operator.library.scoped import (
     job_secret_ref,
     session_seconds,
 )
-from craft_operator.reconciler.children import (
-    ForeignObjectError,
-    as_seen,
-    controlled_by,
-    is_ours,
-)
+from craft_operator.reconciler.children import ForeignObjectError, controlled_by, is_ours
 from craft_operator.reconciler.steps import pod_state
 
 JOB, POD = kinds.JOB.name, kinds.POD.name
@@ -63,6 +57,8 @@ ANNOTATION_CONFIG = f"{GROUP}/library-config"
 #: tried again).
 ANNOTATION_CAPACITY = f"{GROUP}/library-volume-capacity"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+#: How often a running sync Job the watches do not see (its labels edited) is read again.
+UNWATCHED_READ_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -307,32 +303,29 @@ async def has_job_secret(kube: KubeClient, job: Mapping[str, Any]) -> bool:
     return True
 
 
+def watched(job: Mapping[str, Any]) -> bool:
+    """Whether the watches see ``job``: it carries the managed-by label they select by."""
+    return (job["metadata"].get("labels") or {}).get(kinds.LABEL_MANAGED_BY) == kinds.MANAGED_BY
+
+
 async def read_back(
     kube: KubeClient, cache: ObjectCache, sandbox: CraftSandbox, name: str
-) -> tuple[dict[str, Any] | None, bool]:
-    """The sandbox's running sync Job ``name`` that the cache lacks, read from the API
-    server: gone (or another's), or there with its labels edited, the managed-by label
-    the watches select by perhaps (they were told it was deleted). Its labels go back so
-    that the watches see it again; ``(job, settled)``, not settled (look again soon)
-    when it changed before they could."""
+) -> dict[str, Any] | None:
+    """The sandbox's sync Job ``name`` as the API server has it, for when the watches
+    cannot tell: it is not cached (gone, or its labels edited out of their selector: they
+    were told it was deleted), or cached without the label they select by (they never see
+    it change). ``None`` when it is gone or another's."""
     namespace = sandbox.metadata.namespace or ""
     try:
         job = await kube.get(JOBS, namespace, name)
     except NotFoundError:
-        return None, True
+        cache.forget(JOB, namespace, name)
+        return None
     if not controlled_by(job, sandbox.metadata.uid):
-        return None, True
-    labels = sync_job_labels(sandbox)
-    have = job["metadata"].get("labels") or {}
-    if any(have.get(key) != value for key, value in labels.items()):
-        try:
-            job = await kube.patch(
-                JOBS, namespace, name, as_seen({"metadata": {"labels": labels}}, job)
-            )
-        except (ConflictError, NotFoundError):
-            return None, False
+        cache.forget(JOB, namespace, name)
+        return None
     cache.put(JOB, job, read=True)
-    return job, True
+    return job
 
 
 async def remove_job(kube: KubeClient, cache: ObjectCache, job: Mapping[str, Any]) -> None:

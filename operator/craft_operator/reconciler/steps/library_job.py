@@ -83,12 +83,12 @@ async def _collect(
     job = s.cache.get(JOB.name, namespace, running)
     if job is not None and not controlled_by(job, p.sandbox.metadata.uid):
         job = None  # someone else's Job by that name: never read as ours, nor deleted
-    elif job is None and running:
-        # Gone, or out of the watches' sight (labels edited): never a second Job beside it.
-        job, settled = await sync_jobs.read_back(s.kube, s.cache, p.sandbox, running)
-        if not settled:
-            p.run.revisit(after=1)
-            return None
+    elif running and (job is None or not sync_jobs.watched(job)):
+        # Gone, or out of the watches' sight (its labels edited): read, so that no second
+        # Job starts beside it, and read again until it ends (no watch event will say so).
+        job = await sync_jobs.read_back(s.kube, s.cache, p.sandbox, running)
+        if job is not None and not sync_jobs.watched(job):
+            p.run.revisit(after=sync_jobs.UNWATCHED_READ_SECONDS)
     outcome = sync_jobs.read_outcome(s.cache, job) if job is not None else None
     if job is not None and outcome is not None and not outcome.result:
         # The Job's end can arrive before its pod's: read the pods once, directly.
