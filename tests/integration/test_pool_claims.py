@@ -3,8 +3,11 @@ token and SKILL.md delivered, the pool refilled behind them, and none shared."""
 
 from __future__ import annotations
 
+import asyncio
+
 from craft_operator.api.pool import LABEL_CLAIMED_FROM
 from craft_operator.context import OperatorContext
+from craft_operator.kube.kinds import LABEL_MANAGED_BY
 from tests.integration.conftest import SANDBOXES
 from tests.integration.helpers import NAMESPACE, event_posted, pod, sandbox, status
 from tests.integration.test_pools import NAME, full
@@ -76,3 +79,40 @@ async def test_a_sandbox_writing_the_pools_memory_in_bytes_claims_its_pod(
     emulator.create(SANDBOXES, sandbox("alice", poolRef={"name": NAME}, resources=in_bytes))
     await eventually(lambda: status(emulator, "alice").get("claimedFrom"), what="the claim")
     assert status(emulator, "alice")["claimedFrom"] == NAME
+
+
+async def test_a_claimed_pod_whose_managed_by_label_was_removed_is_kept_not_doubled(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    """The watches select by that label: the API server tells them the claimed pod was
+    deleted while it runs on, with the user's token and files. It is read back by the
+    name the status recorded and relabelled; no second pod is claimed or made beside it."""
+    emulator.create(
+        POOLS, {**pool(NAME, replicas=1), "metadata": {"name": NAME, "namespace": NAMESPACE}}
+    )
+    await full(emulator, 1)
+    emulator.create(SANDBOXES, sandbox("alice", poolRef={"name": NAME}))
+    await eventually(lambda: status(emulator, "alice").get("phase") == "Ready", what="Ready")
+    claimed = status(emulator, "alice")["podName"]
+    first = emulator.get("v1/pods", NAMESPACE, claimed)
+    await full(emulator, 1, claimed=1)
+
+    emulator.patch(
+        "v1/pods", NAMESPACE, claimed, {"metadata": {"labels": {LABEL_MANAGED_BY: None}}}
+    )
+
+    relabelled = await eventually(
+        lambda: (emulator.get("v1/pods", NAMESPACE, claimed)["metadata"].get("labels") or {}).get(
+            LABEL_MANAGED_BY
+        ),
+        what="the label put back",
+    )
+    assert relabelled == "craft-operator"
+    await asyncio.sleep(1.0)  # room for a second claim to show
+    assert (
+        emulator.get("v1/pods", NAMESPACE, claimed)["metadata"]["uid"] == first["metadata"]["uid"]
+    )
+    assert status(emulator, "alice")["podName"] == claimed
+    assert status(emulator, "alice")["phase"] == "Ready"
+    assert pod(emulator, "alice") is None, "no cold pod beside it"
+    await full(emulator, 1, claimed=1)

@@ -49,6 +49,11 @@ async def converge_pod(p: Pass) -> Stop | None:
     # A pod of the sandbox's name that is not its own does not hide the pod it claimed.
     taken = claimed_pod(p) if named is None or not is_ours(named, desired) else None
     actual = taken or named
+    if actual is None:
+        found = await _claimed_out_of_sight(p)
+        if isinstance(found, Stop):
+            return found
+        actual = found
     run.status.pod_name = actual["metadata"]["name"] if actual is not None else name
     # Only the sandbox's own pod is stopped: a pod of its name may be another's (a pool
     # pod's or a claimed pod's name is anyone's to give a sandbox).
@@ -117,6 +122,36 @@ def own_pod(p: Pass) -> dict[str, Any] | None:
     if named is not None and controlled_by(named, meta.uid):
         return named
     return claimed_pod(p)
+
+
+async def _claimed_out_of_sight(p: Pass) -> dict[str, Any] | Stop | None:
+    """The pool pod the sandbox claimed, missing from the cache although it may run on:
+    its labels edited out of the watches' selector (they were told it was deleted). Read
+    by the name the status recorded and relabelled, so that no second pod is claimed or
+    made beside it; ``None`` when it is gone (or no claimed pod was recorded), a
+    :class:`Stop` to look again when it changed before its labels went back."""
+    recorded, pool = p.run.status.pod_name, p.run.status.claimed_from
+    if pool is None or not recorded or recorded == pod_name(p.sandbox):
+        return None
+    s, namespace = p.services, p.sandbox.metadata.namespace
+    try:
+        found = await s.kube.get(POD.api, namespace, recorded)
+    except NotFoundError:
+        return None
+    if not controlled_by(found, p.sandbox.metadata.uid):
+        return None
+    # Its template hash is not recorded elsewhere: without it, the pod is replaced.
+    labels = {**child_labels(p.sandbox), LABEL_CLAIMED_FROM: pool}
+    have = found["metadata"].get("labels") or {}
+    if any(have.get(key) != value for key, value in labels.items()):
+        patch = as_seen({"metadata": {"labels": labels}}, found)
+        try:
+            found = await s.kube.patch(POD.api, namespace, recorded, patch)
+        except (ConflictError, NotFoundError):
+            p.run.revisit(after=1)
+            return Stop(WAITING)
+    s.cache.put(POD.name, found, read=True)
+    return found
 
 
 def _terminating(p: Pass, pod: dict[str, Any]) -> Stop:
