@@ -4,6 +4,7 @@ retained one taken back only by the same user's new sandbox of that name."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import aiohttp.web
@@ -268,3 +269,29 @@ async def test_a_retained_workspace_of_another_class_taken_back_says_its_class(
     message = status(emulator, "alice")["workspace"]["message"]
     assert "storage class standard, not fast-ssd" in message
     assert condition(emulator, "alice", "Ready")["status"] == "True"
+
+
+async def test_a_retained_workspace_whose_labels_were_all_removed_gets_them_back_as_its_own(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    """The status records the claim: the labels go back, and it is not said to be an earlier
+    sandbox's workspace taken back."""
+    await ready_with_workspace(emulator, retain=True)
+    seen = len(event_reasons(emulator, "alice"))
+    before = emulator.get(PVCS, NAMESPACE, "alice-workspace")
+    labels = dict(before["metadata"]["labels"])
+
+    emulator.patch(
+        PVCS, NAMESPACE, "alice-workspace", {"metadata": {"labels": dict.fromkeys(labels)}}
+    )
+
+    await eventually(
+        lambda: (
+            emulator.get(PVCS, NAMESPACE, "alice-workspace")["metadata"].get("labels") == labels
+        ),
+        what="the labels put back",
+    )
+    after = emulator.get(PVCS, NAMESPACE, "alice-workspace")
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    await asyncio.sleep(0.5)  # a pass's events are posted when it ends
+    assert "WorkspaceAdopted" not in event_reasons(emulator, "alice")[seen:]

@@ -180,7 +180,7 @@ async def _kept(p: Pass, desired: dict[str, Any]) -> dict[str, Any]:
         return await _keep(p, found, desired, uid or "")
     if not _ours_unowned(p, found):
         raise ForeignObjectError("PersistentVolumeClaim", namespace, name)
-    earlier = (found["metadata"].get("labels") or {}).get(LABEL_ONYX_SANDBOX_ID) != uid
+    earlier = not _own_kept(p, found)  # (its labels edited away, the status still knows it)
     patch = drift_patch(found, desired)
     if patch:
         found = await _patch(s, found, patch)
