@@ -9,6 +9,7 @@ from typing import Any
 
 from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL
 from craft_operator.context import OperatorContext
+from craft_operator.kube.kinds import LABEL_MANAGED_BY
 from craft_operator.policy.models import POLICY_NAME
 from tests.integration.helpers import NAMESPACE
 from tests.support.emulator import KubeEmulator
@@ -113,6 +114,34 @@ async def test_the_operator_keeps_a_pool_full(
     emulator.remove(POOLS, NAMESPACE, NAME)
     await eventually(lambda: unclaimed(emulator) == [], what="the pool's pods deleted")
     assert emulator.find("v1/pods", NAMESPACE, name) is not None, "the claimed pod stays"
+
+
+async def test_an_unclaimed_pod_whose_managed_by_label_was_removed_is_replaced_and_deleted(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    """The watches select by that label: the API server tells them the pod was deleted
+    while it runs on. The pool makes another, and deletes the one out of its sight (never
+    claimed, it would run until the pool went)."""
+    emulator.create(
+        POOLS, {**pool(NAME, replicas=2), "metadata": {"name": NAME, "namespace": NAMESPACE}}
+    )
+    await full(emulator, 2)
+    target = unclaimed(emulator)[0]["metadata"]["name"]
+
+    emulator.patch("v1/pods", NAMESPACE, target, {"metadata": {"labels": {LABEL_MANAGED_BY: None}}})
+
+    await eventually(
+        lambda: emulator.find("v1/pods", NAMESPACE, target) is None, what="the pod deleted"
+    )
+    await full(emulator, 2)
+    assert len(unclaimed(emulator)) == 2
+    said = [
+        event
+        for event in emulator.list("v1/events", NAMESPACE)
+        if event.get("reason") == "PoolPodOutOfSight"
+    ]
+    assert said
+    assert target in said[0]["message"]
 
 
 async def test_a_pool_pod_that_ended_is_replaced_with_word_of_how_its_container_ended(

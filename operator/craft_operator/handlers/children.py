@@ -65,6 +65,11 @@ def on_child_event(memo: OperatorContext, kind: str, event_type: str, obj: dict[
             return  # the cache holds a newer object of that name: it is not gone
         if cached is not None and not meta.get("labels") and not meta.get("ownerReferences"):
             meta = cached.get("metadata", meta)
+        if kind == kinds.POD.name and not meta.get("deletionTimestamp"):
+            # No deletion was under way: a label edit took it out of the watches' sight.
+            pool = (meta.get("labels") or {}).get(LABEL_POOL)
+            if pool:
+                memo.pool_reconciler.out_of_sight.note((namespace, str(pool)), name)
     elif not memo.cache.put(kind, obj):
         # The echo of our own write, or an old version: nothing new to the sandbox. A
         # claim, though, is the sandbox's write, which its pool has not seen: the pool

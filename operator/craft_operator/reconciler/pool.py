@@ -44,6 +44,7 @@ from craft_operator.reconciler import egress
 from craft_operator.reconciler.deadline import Moment
 from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.policy_step import MISSING
+from craft_operator.reconciler.pool_out_of_sight import OutOfSight
 from craft_operator.reconciler.pool_plan import (
     ENDED,
     Plan,
@@ -177,6 +178,8 @@ class PoolReconciler:
         #: The uid of the pool the memories above are of (a pool recreated under its name
         #: inherits none of them).
         self._uids: dict[PoolKey, str] = {}
+        #: Pods reported deleted while not being deleted (labels edited out of sight).
+        self.out_of_sight = OutOfSight()
 
     def forget(self, key: PoolKey) -> None:
         """Drop what is remembered about a pool that is gone, and its claim metrics."""
@@ -186,6 +189,7 @@ class PoolReconciler:
         self._status_due.pop(key, None)
         self._foreign.pop(key, None)
         self._uids.pop(key, None)
+        self.out_of_sight.forget(key)
 
     async def forget_all(self) -> None:
         """The replica stands by: the backoffs and held status changes it remembers go
@@ -196,6 +200,7 @@ class PoolReconciler:
         self._status_due.clear()
         self._foreign.clear()
         self._uids.clear()
+        self.out_of_sight.forget()
 
     async def reconcile(self, key: PoolKey) -> float | None:
         """One pass over the pool ``key``; returns when to revisit (seconds) or ``None``.
@@ -215,6 +220,7 @@ class PoolReconciler:
             self.forget(key)
         self._uids[key] = uid
         s.metrics.pool_seen(namespace, name)
+        await self.out_of_sight.settle(s, body)
         try:
             pool = parse_pool(body)
             desired = build_pool_pod(pool, s.settings)

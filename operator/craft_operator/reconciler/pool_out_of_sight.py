@@ -1,0 +1,87 @@
+"""Pool pods out of the watches' sight: their labels edited so that the watches, which select
+by the managed-by label, were told they were deleted while they run on.
+
+The pool has replaced such a pod by then (it no longer counts it), and no claim can take it
+(the cache lacks it), so it would run on, unclaimed, until the pool went. The children's
+handler notes each pool pod reported deleted while no deletion was under way (a deletion
+through the API server sets ``deletionTimestamp`` first); the pool's next pass reads it and
+deletes it if it is still there, its own and unclaimed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from craft_operator.kube import kinds
+from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
+from craft_operator.reconciler.children import controlled_by
+from craft_operator.reconciler.deps import Services
+
+POD = kinds.POD
+PoolKey = tuple[str, str]
+
+#: The Warning event that says a pod out of sight was deleted.
+OUT_OF_SIGHT = "PoolPodOutOfSight"
+
+
+class OutOfSight:
+    """The pods of each pool reported deleted while not being deleted, until looked at."""
+
+    def __init__(self) -> None:
+        self._names: dict[PoolKey, set[str]] = {}
+
+    def note(self, key: PoolKey, name: str) -> None:
+        """Pod ``name`` of pool ``key`` was reported deleted without a deletion under way."""
+        self._names.setdefault(key, set()).add(name)
+
+    def forget(self, key: PoolKey | None = None) -> None:
+        """Drop what was noted of pool ``key`` (of every pool: ``None``)."""
+        if key is None:
+            self._names.clear()
+        else:
+            self._names.pop(key, None)
+
+    async def settle(self, services: Services, body: Mapping[str, Any]) -> list[str]:
+        """Read each pod noted for the pool ``body`` and delete those that are still there,
+        its own, unclaimed and not being deleted; returns their names. A read or delete that
+        fails keeps the names for the pass's retry."""
+        meta = body["metadata"]
+        key = (meta["namespace"], meta["name"])
+        names = self._names.pop(key, None)
+        if not names:
+            return []
+        deleted = []
+        try:
+            for name in sorted(names):
+                if await _delete_if_out_of_sight(services, meta, name):
+                    deleted.append(name)
+        except ApiError:
+            self._names.setdefault(key, set()).update(names)
+            raise
+        if deleted:
+            message = (
+                f"deleted pods {', '.join(deleted)}: their labels were edited so that the "
+                "operator's watches no longer saw them (the pool made others in their place)"
+            )
+            services.events.post(dict(body), type="Warning", reason=OUT_OF_SIGHT, message=message)
+        return deleted
+
+
+async def _delete_if_out_of_sight(services: Services, pool: Mapping[str, Any], name: str) -> bool:
+    """Delete pod ``name`` if the pool (``pool``: its metadata) still controls it and no
+    deletion is under way; whether it was deleted."""
+    namespace = pool["namespace"]
+    try:
+        found = await services.kube.get(POD.api, namespace, name)
+    except NotFoundError:
+        return False
+    if found["metadata"].get("deletionTimestamp"):
+        return False
+    if not controlled_by(found, pool.get("uid")):
+        return False  # claimed since (the sandbox's), or another's
+    try:
+        answer = await services.kube.delete(POD.api, namespace, name, uid=found["metadata"]["uid"])
+    except ConflictError:
+        return False  # another pod has its name now
+    return answer is not None
