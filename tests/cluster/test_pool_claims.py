@@ -11,6 +11,7 @@ say so in a ColdStart event.
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -25,6 +26,7 @@ SANDBOXES = f"{CRAFT}/craftsandboxes"
 POOLS = f"{CRAFT}/craftsandboxpools"
 PODS = "/api/v1/pods"
 POOL_LABEL = "craft.onyx.app/pool"
+MANAGED_BY = "app.kubernetes.io/managed-by"
 CLAIMED_FROM = "craft.onyx.app/claimed-from"
 #: The sandbox's labels a claim puts on the pod, the egress proxy's two included.
 SANDBOX_LABELS = (
@@ -358,3 +360,46 @@ def test_tolerations_spelled_otherwise_claim_the_pools_pods_on_the_real_api_serv
         ready, pod = ready_on(cluster, namespace, "alice", operator)
         assert pod["metadata"]["uid"] in warm, ready
         assert "ColdStart" not in reasons(cluster, namespace, "alice")
+
+
+def test_an_unclaimed_pod_out_of_the_watches_sight_is_deleted_and_a_scale_down_reads_nothing(
+    cluster: Cluster, namespace: str, operator: OperatorProcess
+) -> None:
+    """The API server reports a pod whose managed-by label was edited away as deleted to a
+    watch that selects by it: the pool replaces it and deletes it. A pod deleted through
+    the API server carries deletionTimestamp in its DELETED event: a scale-down's pods are
+    never read back."""
+    a_pool(cluster, namespace, 3)
+    until(cluster, namespace, operator, lambda: pool_full(cluster, namespace, 3), "pool full")
+    before = len(audited_requests(cluster.plane))
+    cluster.patch(POOLS, namespace, "warm", {"spec": {"replicas": 1}})
+    until(cluster, namespace, operator, lambda: pool_full(cluster, namespace, 1), "scaled down")
+    until(
+        cluster,
+        namespace,
+        operator,
+        lambda: len(cluster.list(PODS, namespace, selector=f"{POOL_LABEL}=warm")) == 1,
+        "the surplus gone",
+    )
+    time.sleep(1.0)  # a pool pass after the pods' DELETED events
+    reads = [
+        event["requestURI"]
+        for event in audited_requests(cluster.plane)[before:]
+        if event["verb"] == "get" and event.get("objectRef", {}).get("resource") == "pods"
+    ]
+    assert reads == []
+    lost = pool_pods(cluster, namespace)[0]["metadata"]["name"]
+
+    cluster.patch(PODS, namespace, lost, {"metadata": {"labels": {MANAGED_BY: None}}})
+
+    until(
+        cluster,
+        namespace,
+        operator,
+        lambda: all(
+            pod["metadata"]["name"] != lost or pod["metadata"].get("deletionTimestamp")
+            for pod in cluster.list(PODS, namespace)
+        ),
+        "the pod out of sight deleted",
+    )
+    until(cluster, namespace, operator, lambda: pool_full(cluster, namespace, 1), "refilled")
