@@ -13,6 +13,7 @@ from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL
 from craft_operator.handlers import children, pools
 from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
+from craft_operator.reconciler.pool_out_of_sight import OutOfSight
 from craft_operator.reconciler.queue import WorkQueue
 from tests.support.queues import RecordingQueue
 
@@ -20,13 +21,15 @@ pytestmark = pytest.mark.unit
 
 
 def memo() -> Any:
+    reconciler = RecordingQueue()  # what it is told to forget
+    reconciler.out_of_sight = OutOfSight()  # type: ignore[attr-defined]
     return SimpleNamespace(
         gate=SimpleNamespace(active=True),
         echo_check=lambda meta: lambda: False,  # no write of the operator's here
         cache=ObjectCache(),
         queue=RecordingQueue(),
         pool_queue=RecordingQueue(),
-        pool_reconciler=RecordingQueue(),  # what it is told to forget
+        pool_reconciler=reconciler,
     )
 
 
@@ -48,6 +51,23 @@ async def test_a_pool_pod_event_queues_its_pool_and_no_sandbox() -> None:
     children.on_child_event(m, kinds.POD.name, "ADDED", pod(1, {LABEL_POOL: "warm"}))
     assert m.pool_queue.added == [("team-a", "warm")]
     assert m.queue.added == []
+
+
+async def test_a_pool_pod_reported_deleted_while_not_being_deleted_is_noted_for_its_pool() -> None:
+    """Its labels were edited out of the watches' selector: the pool's pass reads it."""
+    m = memo()
+    children.on_child_event(m, kinds.POD.name, "ADDED", pod(1, {LABEL_POOL: "warm"}))
+    children.on_child_event(m, kinds.POD.name, "DELETED", pod(2, {LABEL_POOL: "warm"}))
+    assert m.pool_reconciler.out_of_sight.noted(("team-a", "warm")) == {"warm-abcde"}
+
+
+async def test_a_pool_pod_deleted_through_the_api_server_is_not_noted() -> None:
+    m = memo()
+    deleted = pod(2, {LABEL_POOL: "warm"})
+    deleted["metadata"]["deletionTimestamp"] = "2026-11-29T09:00:00Z"
+    children.on_child_event(m, kinds.POD.name, "DELETED", deleted)
+    assert m.pool_reconciler.out_of_sight.noted(("team-a", "warm")) == frozenset()
+    assert m.pool_queue.added == [("team-a", "warm")]
 
 
 async def test_a_claimed_pod_event_queues_its_sandbox_and_the_pool_it_left() -> None:

@@ -35,6 +35,10 @@ class OutOfSight:
         """Pod ``name`` of pool ``key`` was reported deleted without a deletion under way."""
         self._names.setdefault(key, set()).add(name)
 
+    def noted(self, key: PoolKey) -> frozenset[str]:
+        """The pods of pool ``key`` noted and not looked at yet."""
+        return frozenset(self._names.get(key, ()))
+
     def forget(self, key: PoolKey | None = None) -> None:
         """Drop what was noted of pool ``key`` (of every pool: ``None``)."""
         if key is None:

@@ -15,6 +15,12 @@ from tests.unit.reconciler.test_pool import KEY, NAMESPACE, PoolWorld, make_worl
 pytestmark = pytest.mark.unit
 
 
+def deleted(world: PoolWorld, name: str) -> bool:
+    """Whether the pod is gone or being deleted (a running pod goes after its grace)."""
+    found = world.emulator.find("v1/pods", NAMESPACE, name)
+    return found is None or bool(found["metadata"].get("deletionTimestamp"))
+
+
 async def a_full_pool(make_world: Callable[..., PoolWorld]) -> PoolWorld:  # noqa: F811
     world = make_world()
     await world.filled(replicas=2)
@@ -32,7 +38,7 @@ async def test_a_pod_out_of_sight_is_deleted_and_said_once(
     await world.pass_()
     await world.pass_()
 
-    assert world.emulator.find("v1/pods", NAMESPACE, lost) is None
+    assert deleted(world, lost)
     assert world.events.reasons.count("PoolPodOutOfSight") == 1
 
 
@@ -46,7 +52,7 @@ async def test_a_pod_claimed_meanwhile_is_left_to_its_sandbox(
 
     await world.pass_()
 
-    assert world.emulator.find("v1/pods", NAMESPACE, taken) is not None
+    assert not deleted(world, taken)
     assert "PoolPodOutOfSight" not in world.events.reasons
 
 
@@ -80,4 +86,4 @@ async def test_a_read_that_fails_is_tried_again_on_the_retry(
     world.emulator.before_request.clear()
     await world.pass_()
 
-    assert world.emulator.find("v1/pods", NAMESPACE, lost) is None
+    assert deleted(world, lost)
