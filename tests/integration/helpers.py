@@ -74,8 +74,33 @@ async def phase(emulator: KubeEmulator, name: str, expected: str, *, within: flo
 
 
 def pod(emulator: KubeEmulator, name: str) -> dict[str, Any] | None:
-    """The sandbox's pod, if it exists."""
+    """The sandbox's pod, if it exists (being deleted, too)."""
     return emulator.find("v1/pods", NAMESPACE, name)
+
+
+def pod_of(emulator: KubeEmulator, name: str, owner: dict[str, Any]) -> dict[str, Any] | None:
+    """The pod ``name`` if ``owner`` (a sandbox as created) owns it: not the one, being
+    deleted, of a sandbox of that name deleted just before."""
+    found = pod(emulator, name)
+    refs = (found or {}).get("metadata", {}).get("ownerReferences") or []
+    return found if any(ref.get("uid") == owner["metadata"]["uid"] for ref in refs) else None
+
+
+async def pod_gone(emulator: KubeEmulator, name: str) -> None:
+    """Wait until the pod ``name`` is gone: a running pod the operator deleted stays, being
+    deleted, until the emulated kubelet has stopped it (``emulator.kubelet_delay``)."""
+    await eventually(lambda: pod(emulator, name) is None, what=f"pod {name} gone")
+
+
+async def new_pod(emulator: KubeEmulator, name: str, *, than: dict[str, Any]) -> dict[str, Any]:
+    """Wait for a pod ``name`` other than ``than`` (which may still be being deleted)."""
+    old = than["metadata"]["uid"]
+    return dict(
+        await eventually(
+            lambda: (found := pod(emulator, name)) and found["metadata"]["uid"] != old and found,
+            what=f"a new pod {name}",
+        )
+    )
 
 
 def token_in_secret(emulator: KubeEmulator, name: str) -> str:

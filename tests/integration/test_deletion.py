@@ -8,7 +8,7 @@ from kmock._internal import rendering
 from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
 from tests.integration.conftest import SANDBOXES
-from tests.integration.helpers import NAMESPACE, live_pats, pod
+from tests.integration.helpers import NAMESPACE, live_pats, pod, pod_gone
 from tests.integration.test_drift import ready_sandbox
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually
@@ -29,7 +29,7 @@ async def test_deleting_a_sandbox_revokes_its_pat_and_removes_everything(
         lambda: emulator.find(SANDBOXES, NAMESPACE, "alice") is None, what="the sandbox gone"
     )
     assert live_pats(settings) == []
-    assert pod(emulator, "alice") is None
+    await pod_gone(emulator, "alice")
     assert emulator.find("v1/secrets", NAMESPACE, "alice-credentials") is None
     assert emulator.find("v1/configmaps", NAMESPACE, "alice-skills") is None
 

@@ -21,6 +21,7 @@ from tests.integration.helpers import (
     event_reasons,
     events_about,
     live_pats,
+    new_pod,
     phase,
     pod,
     sandbox,
@@ -106,8 +107,7 @@ async def test_a_deleted_pod_is_recreated(
 
     emulator.remove("v1/pods", NAMESPACE, "alice")
 
-    second = await eventually(lambda: pod(emulator, "alice"), what="a new pod")
-    assert second["metadata"]["uid"] != first["metadata"]["uid"]
+    await new_pod(emulator, "alice", than=first)
     await eventually(
         lambda: condition(emulator, "alice", "PodReady").get("reason") == "PodStarting"
     )

@@ -142,6 +142,9 @@ async def test_every_grant_of_the_install_is_used_and_nothing_else(
             what="the orphan sweep",
         )
 
+        # The kubelet stops the pod at once, so that the finalizer's next pass no longer
+        # caches it and reads its name (get pods) before it lets the sandbox go.
+        emulator.kubelet_delay = 0
         emulator.remove(SANDBOXES, NAMESPACE, "alice")
         await eventually(lambda: emulator.find(SANDBOXES, NAMESPACE, "alice") is None)
 

@@ -18,6 +18,7 @@ from tests.integration.helpers import (
     live_pats,
     phase,
     pod,
+    pod_gone,
     refuse_pod_deletion,
     sandbox,
     status,
@@ -44,7 +45,7 @@ async def test_suspend_deletes_the_pod_and_keeps_credentials_and_resume_brings_i
     emulator.patch(SANDBOXES, NAMESPACE, "alice", {"spec": {"suspend": True}})
 
     suspended = await phase(emulator, "alice", "Suspended")
-    assert pod(emulator, "alice") is None
+    await pod_gone(emulator, "alice")
     assert token_in_secret(emulator, "alice") == token
     assert suspended["credentials"]["tokenDisplay"].startswith(token[:12])
     assert condition(emulator, "alice", "PodReady")["reason"] == "Suspended"
@@ -88,7 +89,7 @@ async def test_an_idle_sandbox_sleeps_and_newer_activity_wakes_it(
     emulator.create(SANDBOXES, manifest)
 
     slept = await phase(emulator, "alice", "Sleeping")
-    assert pod(emulator, "alice") is None
+    await pod_gone(emulator, "alice")
     assert slept["sleepingSince"]
     await event_posted(emulator, "alice", "SandboxSleeping")
 
@@ -117,7 +118,7 @@ async def test_a_running_sandbox_falls_asleep_when_its_activity_ages_past_the_ti
 
     await phase(emulator, "alice", "Sleeping", within=15)  # no event needed: a timed revisit
 
-    assert pod(emulator, "alice") is None
+    await pod_gone(emulator, "alice")
 
 
 @pytest.mark.parametrize("activity", ["yesterday", "2026-13-45T99:00:00Z", "1700000000"])

@@ -19,6 +19,8 @@ from tests.integration.helpers import (
     event_reasons,
     phase,
     pod,
+    pod_gone,
+    pod_of,
     sandbox,
     status,
 )
@@ -52,8 +54,9 @@ async def ready_with_workspace(
     emulator: KubeEmulator, name: str = "alice", **workspace: Any
 ) -> dict[str, Any]:
     """A Ready sandbox with a workspace; its PVC."""
-    emulator.create(SANDBOXES, sandbox(name, workspace={"size": "1Gi", **workspace}))
-    running = await eventually(lambda: pod(emulator, name), what="the pod")
+    created = emulator.create(SANDBOXES, sandbox(name, workspace={"size": "1Gi", **workspace}))
+    # Its own pod, not the one of a sandbox of that name deleted just before (stopping).
+    running = await eventually(lambda: pod_of(emulator, name, created), what="the pod")
     mark_pod_running(emulator, NAMESPACE, name)
     await phase(emulator, name, "Ready")
     pvc = workspace_pvc(emulator, name)
@@ -82,7 +85,7 @@ async def test_the_same_workspace_survives_sleep_wake_and_a_new_pod(
 
     emulator.patch(SANDBOXES, NAMESPACE, "alice", {"spec": {"suspend": True}})
     await phase(emulator, "alice", "Suspended")
-    assert pod(emulator, "alice") is None
+    await pod_gone(emulator, "alice")
     slept = workspace_pvc(emulator)
     assert slept is not None
     assert slept["metadata"]["uid"] == uid, "kept while the sandbox sleeps"
@@ -177,6 +180,8 @@ async def test_a_retained_workspace_is_refused_to_another_user(
         lambda: condition(emulator, "alice", "PodReady").get("reason") == "WorkspaceNameTaken",
         what="WorkspaceNameTaken",
     )
+    # The old sandbox's pod stops, and no pod of the intruder's takes its place.
+    await pod_gone(emulator, "alice")
     assert pod(emulator, "alice") is None, "no pod mounts someone else's files"
     kept = workspace_pvc(emulator)
     assert kept is not None

@@ -16,6 +16,11 @@ server does more, and kopf (and our operator) depend on it. This module adds, in
   (410 Gone when it is too old) and end after ``timeoutSeconds``;
 - finalizers and ``deletionTimestamp``; garbage collection of dependents by
   ``ownerReferences`` when their owner goes away;
+- graceful pod deletion: a scheduled pod (``spec.nodeName``, see :meth:`bind_pod`) that has
+  not ended is only marked (``deletionTimestamp`` = now + its grace period,
+  ``deletionGracePeriodSeconds``) and answered 200; an emulated kubelet removes it
+  :attr:`~KubeEmulator.kubelet_delay` seconds later. ``gracePeriodSeconds: 0``, an
+  unscheduled pod and an ended one go at once (CheckGracefulDelete in the pod strategy);
 - pods' immutable spec (only the image may change), as the real API server enforces;
 - validation hooks (e.g. the Kubernetes OpenAPI schemas, the CRD schema and its CEL rules)
   that reject a write with 422, so tests see what the real server would refuse;
@@ -50,6 +55,8 @@ import kmock
 from kmock._internal import apps, enums, k8s_dicts, rendering
 
 Resource = kmock.resource
+PODS = Resource("v1/pods")
+_ENDED = ("Failed", "Succeeded")
 Key = tuple[Resource, str | None, str]
 Validator = Callable[[Resource, Mapping[str, Any], Mapping[str, Any] | None], list[str]]
 Mutator = Callable[[Resource, dict[str, Any]], dict[str, Any]]
@@ -246,6 +253,10 @@ class KubeEmulator(kmock.KubernetesEmulator):
         #: Labels of namespaces (set with :meth:`label_namespace`), and their versions.
         self.namespace_labels: dict[str, dict[str, str]] = {}
         self._namespace_versions: dict[str, str] = {}
+        #: Seconds the emulated kubelet takes to stop a gracefully deleted pod's containers
+        #: and remove it (not the pod's grace period, which only its ``deletionTimestamp``
+        #: says). ``None``: it never does; a test ends the pod with :meth:`kubelet_remove`.
+        self.kubelet_delay: float | None = 0.2
         # kmock's DSL matches every request against every reaction, which costs ~0.1 s per
         # request once the bundled resources are declared. Requests for declared resources
         # go straight to the handlers below unless a test added reactions of its own.
@@ -322,9 +333,50 @@ class KubeEmulator(kmock.KubernetesEmulator):
         """Merge-patch an object as a client would (``subresource='status'`` for status)."""
         return self._update(self._resource(resource), namespace, name, patch, subresource, "merge")
 
-    def remove(self, resource: Resource | str, namespace: str | None, name: str) -> dict[str, Any]:
-        """Delete an object as a client would (finalizers are respected)."""
-        return self._delete(self._resource(resource), namespace, name)
+    def remove(
+        self,
+        resource: Resource | str,
+        namespace: str | None,
+        name: str,
+        *,
+        grace_period_seconds: int | None = None,
+    ) -> dict[str, Any]:
+        """Delete an object as a client would (finalizers and pods' grace are respected;
+        ``grace_period_seconds=0`` removes a running pod at once, as ``kubectl delete
+        --grace-period=0 --force`` does)."""
+        options = (
+            {} if grace_period_seconds is None else {"gracePeriodSeconds": grace_period_seconds}
+        )
+        return self._delete(self._resource(resource), namespace, name, options)
+
+    def bind_pod(self, namespace: str, name: str, node: str = "emulated-node") -> dict[str, Any]:
+        """Play the scheduler: bind the pod to ``node`` (``spec.nodeName``, which no pod
+        update may set: the scheduler writes it through the ``binding`` subresource)."""
+        stored = self._index[PODS].get((namespace, name))
+        if stored is None or stored.deleted:
+            raise _not_found(PODS, name)
+        if (stored.raw.get("spec") or {}).get("nodeName"):
+            return copy.deepcopy(stored.raw)
+        old = copy.deepcopy(stored.raw)
+        new = copy.deepcopy(stored.raw)
+        new.setdefault("spec", {})["nodeName"] = node
+        new["metadata"]["resourceVersion"] = self._next_rv()
+        self._store(PODS, (PODS, namespace, name), new)
+        self._notify(PODS, "MODIFIED", new, old)
+        return copy.deepcopy(new)
+
+    def kubelet_remove(self, namespace: str, name: str, uid: str | None = None) -> bool:
+        """Play the kubelet once a gracefully deleted pod's containers stopped: delete it with
+        ``gracePeriodSeconds: 0`` (it goes, or waits for its finalizers). Whether it was
+        terminating (and still had ``uid``, if given)."""
+        stored = self._index[PODS].get((namespace, name))
+        if stored is None or stored.deleted:
+            return False
+        meta = stored.raw["metadata"]
+        if not meta.get("deletionTimestamp") or uid not in (None, meta.get("uid")):
+            return False
+        self._delete(PODS, namespace, name, {"gracePeriodSeconds": 0})
+        return True
 
     def add_namespace(self, name: str) -> None:
         """Make namespace ``name`` exist, with the :attr:`namespace_defaults` in it."""
@@ -583,7 +635,14 @@ class KubeEmulator(kmock.KubernetesEmulator):
                     new["status"] = old["status"]
         meta = new.setdefault("metadata", {})
         # The server owns these; a client cannot change them.
-        for field in ("uid", "creationTimestamp", "namespace", "name", "deletionTimestamp"):
+        for field in (
+            "uid",
+            "creationTimestamp",
+            "namespace",
+            "name",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+        ):
             if field in old["metadata"]:
                 meta[field] = old["metadata"][field]
             else:
@@ -602,7 +661,11 @@ class KubeEmulator(kmock.KubernetesEmulator):
         self._validate(resource, new, old)
         meta["resourceVersion"] = self._next_rv()
         key: Key = (resource, namespace, name)
-        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and not meta.get("deletionGracePeriodSeconds")  # else the kubelet removes it
+        ):
             self._store(resource, key, new)
             self._finalize(resource, key)
             return new
@@ -610,22 +673,54 @@ class KubeEmulator(kmock.KubernetesEmulator):
         self._notify(resource, "MODIFIED", new, old)
         return new
 
-    def _delete(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any]:
+    def _delete(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        options: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         stored = self._index[resource].get((namespace, name))
         if stored is None or stored.deleted:
             raise _not_found(resource, name)
+        old = copy.deepcopy(stored.raw)
         obj = copy.deepcopy(stored.raw)
         key: Key = (resource, namespace, name)
         meta = obj["metadata"]
+        grace = _grace_period(resource, obj, options or {})
+        if meta.get("deletionTimestamp"):
+            # Deleting again may only shorten the grace period (BeforeDelete).
+            current = meta.get("deletionGracePeriodSeconds")
+            if grace is None or (current is not None and grace >= current):
+                return obj
+        if grace:  # graceful: the kubelet removes the pod once its containers stopped
+            due = datetime.datetime.now(tz=datetime.UTC) + datetime.timedelta(seconds=grace)
+            meta["deletionTimestamp"] = due.strftime("%Y-%m-%dT%H:%M:%SZ")
+            meta["deletionGracePeriodSeconds"] = grace
+            meta["resourceVersion"] = self._next_rv()
+            self._store(resource, key, obj)
+            self._notify(resource, "MODIFIED", obj, old)
+            self._schedule_kubelet(namespace, name, meta["uid"])
+            return copy.deepcopy(obj)
         if meta.get("finalizers"):
-            if not meta.get("deletionTimestamp"):
+            if not meta.get("deletionTimestamp") or meta.get("deletionGracePeriodSeconds"):
                 meta["deletionTimestamp"] = _now()
+                meta["deletionGracePeriodSeconds"] = 0
                 meta["resourceVersion"] = self._next_rv()
                 self._store(resource, key, obj)
-                self._notify(resource, "MODIFIED", obj)
+                self._notify(resource, "MODIFIED", obj, old)
             return obj
         self._finalize(resource, key)
         return obj
+
+    def _schedule_kubelet(self, namespace: str | None, name: str, uid: str) -> None:
+        if self.kubelet_delay is None or namespace is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a synchronous caller): kubelet_remove ends it
+            return
+        loop.call_later(self.kubelet_delay, self.kubelet_remove, namespace, name, uid)
 
     def _finalize(self, resource: Resource, key: Key) -> None:
         stored = self._index[resource][(key[1], key[2])]
@@ -890,7 +985,22 @@ class KubeEmulator(kmock.KubernetesEmulator):
         stored = self._index[resource].get((request.namespace, request.name))
         if stored is not None and not stored.deleted:
             _check_preconditions(options.get("preconditions") or {}, stored.raw)
-        return self._delete(resource, request.namespace, request.name)
+        return self._delete(resource, request.namespace, request.name, options)
+
+
+def _grace_period(
+    resource: Resource, obj: Mapping[str, Any], options: Mapping[str, Any]
+) -> int | None:
+    """The grace period of a deletion of ``obj``: ``None`` for none (the object goes at once,
+    finalizers permitting), else seconds (0: at once, as asked). Only pods have one, and
+    only when scheduled and not ended (the pod strategy's CheckGracefulDelete)."""
+    if resource != PODS:
+        return None
+    spec = obj.get("spec") or {}
+    if not spec.get("nodeName") or (obj.get("status") or {}).get("phase") in _ENDED:
+        return 0
+    asked = options.get("gracePeriodSeconds")
+    return int(spec.get("terminationGracePeriodSeconds", 30) if asked is None else asked)
 
 
 def _check_preconditions(preconditions: Mapping[str, Any], stored: Mapping[str, Any]) -> None:

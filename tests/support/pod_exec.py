@@ -157,7 +157,9 @@ class EmulatedPodExec:
 def mark_pod_running(
     emulator: KubeEmulator, namespace: str, name: str, *, ready: bool = True
 ) -> None:
-    """Play the kubelet: the pod is running and (by default) Ready."""
+    """Play the scheduler and the kubelet: the pod is bound to a node, running and (by
+    default) Ready. Being bound, it is deleted gracefully (see :class:`KubeEmulator`)."""
+    emulator.bind_pod(namespace, name)
     emulator.patch(
         "v1/pods",
         namespace,
@@ -189,6 +191,7 @@ def mark_pod_failed(
     emulator: KubeEmulator, namespace: str, name: str, *, reason: str = "Error"
 ) -> None:
     """Play the kubelet: the pod's container exited (or it was evicted, with reason Evicted)."""
+    emulator.bind_pod(namespace, name)  # it ran on a node
     emulator.patch(
         "v1/pods",
         namespace,

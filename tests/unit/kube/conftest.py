@@ -1,11 +1,8 @@
 """Fixtures of the kube/ tests, also used by the reconciler's (its conftest imports them).
 
 A KMock emulator and the operator's client bound to it: the emulator is the integration
-tier's (``tests.support.emulator``), with the Kubernetes schema check on every write. It
-does not emulate delete preconditions, so this folder adds one ``before_request`` hook that
-answers a stale ``preconditions.uid`` or ``resourceVersion`` with 409, as the real API
-server does. And for
-``kube/exec_aiohttp.py``: a stand-in for the API server's exec endpoint with the real
+tier's (``tests.support.emulator``), with the Kubernetes schema check on every write. And
+for ``kube/exec_aiohttp.py``: a stand-in for the API server's exec endpoint with the real
 ``AiohttpExec`` bound to it (``tests.support.exec_api``).
 """
 

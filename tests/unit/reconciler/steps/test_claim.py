@@ -38,6 +38,7 @@ from craft_operator.reconciler.steps import claim, credentials, pod, pod_lifecyc
 from craft_operator.reconciler.steps.claimed_skill import SKILL_FILE
 from craft_operator.reconciler.steps.cli import EXIT_SKILL_NOT_DELIVERED
 from craft_operator.reconciler.table import CONDITIONS, run_steps
+from tests.support.operator import eventually
 from tests.support.pod_exec import mark_pod_failed, mark_pod_running
 from tests.support.pools import POOLS, declare_pool_resource, pool
 from tests.unit.reconciler.conftest import NAMESPACE
@@ -657,7 +658,7 @@ async def test_a_second_pod_of_the_sandbox_is_deleted_whichever_way_it_came(
     assert await pod.converge_pod(again) is None
     assert again.pod is not None
     assert again.pod["metadata"]["name"] == NAME
-    assert pooled.stored("v1/pods", warm) is None, "the other pod is deleted"
+    await eventually(lambda: pooled.stored("v1/pods", warm) is None, what="the other pod gone")
     assert pooled.events.reasons == ["ExtraPodDeleted"]
     assert again.run.status.claimed_from is None, "the sandbox runs its cold pod"
     pooled.events.posted.clear()

@@ -15,6 +15,7 @@ from craft_operator.kube.kinds import LABEL_MANAGED_BY
 from craft_operator.reconciler.step import Memory, Pass, Stop
 from craft_operator.reconciler.steps import credentials, pod
 from craft_operator.status import POD_READY
+from tests.support.operator import eventually
 from tests.support.pod_exec import mark_pod_failed, mark_pod_running
 from tests.unit.reconciler.conftest import NAMESPACE
 from tests.unit.reconciler.steps.conftest import CANARY, NAME, NOW, World
@@ -75,7 +76,7 @@ async def test_a_pod_running_an_edited_image_is_replaced(world: World) -> None:
     world.cache.put("Pod", edited)
     p = await pod_pass(world)
     assert await pod.converge_pod(p) == Stop("WaitingForPod")
-    assert world.stored("v1/pods", NAME) is None
+    await eventually(lambda: world.stored("v1/pods", NAME) is None, what="the pod gone")
     assert world.events.reasons == ["PodReplaced"]
 
 
@@ -415,7 +416,7 @@ async def test_the_labels_put_back_never_land_on_another_pod_that_took_the_name(
     ours["metadata"]["resourceVersion"] = str(int(ours["metadata"]["resourceVersion"]) + 1)
     world.cache.put("Pod", ours)
     # ... then the pod went, and another sandbox's took its name (not cached yet).
-    world.emulator.remove("v1/pods", NAMESPACE, NAME)
+    world.emulator.remove("v1/pods", NAMESPACE, NAME, grace_period_seconds=0)
     other_labels = {"onyx.app/sandbox-id": "someone-else", "onyx.app/tenant-id": "other"}
     owner = {
         "apiVersion": "craft.onyx.app/v1alpha1",
@@ -471,7 +472,8 @@ async def test_a_pass_whose_label_repair_finds_the_pod_gone_forgets_it(world: Wo
         "v1/pods", NAMESPACE, NAME, {"metadata": {"labels": {"onyx.app/tenant-id": "other"}}}
     )
     world.cache.put("Pod", edited)
-    world.emulator.remove("v1/pods", NAMESPACE, NAME)  # its watch event not seen yet
+    # Gone (forced), its watch event not seen yet.
+    world.emulator.remove("v1/pods", NAMESPACE, NAME, grace_period_seconds=0)
 
     p = await pod_pass(world)
     stop = await pod.converge_pod(p)
@@ -511,7 +513,7 @@ async def test_replacing_a_pod_that_another_has_succeeded_deletes_nothing_and_go
     await pod.converge_pod(await pod_pass(world))
     mark_pod_running(world.emulator, NAMESPACE, NAME)
     stale = world.emulator.get("v1/pods", NAMESPACE, NAME)
-    world.emulator.remove("v1/pods", NAMESPACE, NAME)
+    world.emulator.remove("v1/pods", NAMESPACE, NAME, grace_period_seconds=0)
     dropped = ("uid", "resourceVersion", "creationTimestamp")
     successor = {
         **{key: value for key, value in stale.items() if key != "status"},
