@@ -10,6 +10,7 @@ deletes it if it is still there, its own and unclaimed.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,6 +19,7 @@ from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
 from craft_operator.reconciler.children import controlled_by
 from craft_operator.reconciler.deps import Services
 
+log = logging.getLogger(__name__)
 POD = kinds.POD
 PoolKey = tuple[str, str]
 
@@ -47,22 +49,26 @@ class OutOfSight:
             self._names.pop(key, None)
 
     async def settle(self, services: Services, body: Mapping[str, Any]) -> list[str]:
-        """Read each pod noted for the pool ``body`` and delete those that are still there,
-        its own, unclaimed and not being deleted; returns their names. A read or delete that
-        fails keeps the names for the pass's retry."""
+        """Read each pod noted for the pool ``body`` and delete those that are still out of
+        sight (the cache lacks them: one whose labels were put back is the pool's again),
+        its own, unclaimed and not being deleted; returns their names. A pod whose read or
+        delete fails is kept for a later pass, and the pass goes on (a webhook refusing
+        deletes must not stop the pool)."""
         meta = body["metadata"]
         key = (meta["namespace"], meta["name"])
         names = self._names.pop(key, None)
         if not names:
             return []
         deleted = []
-        try:
-            for name in sorted(names):
+        for name in sorted(names):
+            if services.cache.get(POD.name, key[0], name) is not None:
+                continue  # back in sight
+            try:
                 if await _delete_if_out_of_sight(services, meta, name):
                     deleted.append(name)
-        except ApiError:
-            self._names.setdefault(key, set()).update(names)
-            raise
+            except ApiError as exc:
+                log.warning("%s/%s: pod %s out of sight not deleted: %s", *key, name, exc)
+                self._names.setdefault(key, set()).add(name)
         if deleted:
             message = (
                 f"deleted pods {', '.join(deleted)}: their labels were edited so that the "
@@ -73,19 +79,25 @@ class OutOfSight:
 
 
 async def _delete_if_out_of_sight(services: Services, pool: Mapping[str, Any], name: str) -> bool:
-    """Delete pod ``name`` if the pool (``pool``: its metadata) still controls it and no
-    deletion is under way; whether it was deleted."""
+    """Delete pod ``name`` as read, if the pool (``pool``: its metadata) still controls it
+    and no deletion is under way; whether it was deleted. The delete is conditional on
+    the version read: a claim landing in between changes it, and the pod is kept."""
     namespace = pool["namespace"]
     try:
         found = await services.kube.get(POD.api, namespace, name)
     except NotFoundError:
         return False
-    if found["metadata"].get("deletionTimestamp"):
-        return False
-    if not controlled_by(found, pool.get("uid")):
-        return False  # claimed since (the sandbox's), or another's
+    meta = found["metadata"]
+    if meta.get("deletionTimestamp") or not controlled_by(found, pool.get("uid")):
+        return False  # going already, or claimed since (the sandbox's), or another's
+    options = {
+        "kind": "DeleteOptions",
+        "apiVersion": "v1",
+        "propagationPolicy": "Background",
+        "preconditions": {"uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")},
+    }
     try:
-        answer = await services.kube.delete(POD.api, namespace, name, uid=found["metadata"]["uid"])
-    except ConflictError:
-        return False  # another pod has its name now
-    return answer is not None
+        await services.kube.request("DELETE", POD.api.path(namespace, name), body=options)
+    except (ConflictError, NotFoundError):
+        return False
+    return True

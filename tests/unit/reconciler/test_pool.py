@@ -93,7 +93,11 @@ class PoolWorld:
         if platform is not None:
             cache.put(PLATFORM_POLICY, platform)
         for pod in self.emulator.list("v1/pods", NAMESPACE):
-            cache.put(kinds.POD.name, pod)
+            # As the watches would: they select by the managed-by label.
+            if (pod["metadata"].get("labels") or {}).get(
+                kinds.LABEL_MANAGED_BY
+            ) == kinds.MANAGED_BY:
+                cache.put(kinds.POD.name, pod)
         for body in self.emulator.list(POOLS, NAMESPACE):
             cache.put(kinds.POOL.name, body)
         cache.put(kinds.SANDBOX.name, ALICE)  # the sandbox that claims the pods

@@ -5,10 +5,11 @@ pool's own, unclaimed and not being deleted; never a claimed pod, never twice.""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from craft_operator.kube.client import ApiError
+from craft_operator.kube import kinds
 from tests.support.faults import failure_response
 from tests.unit.reconciler.test_pool import KEY, NAMESPACE, PoolWorld, make_world  # noqa: F401
 
@@ -19,6 +20,15 @@ def deleted(world: PoolWorld, name: str) -> bool:
     """Whether the pod is gone or being deleted (a running pod goes after its grace)."""
     found = world.emulator.find("v1/pods", NAMESPACE, name)
     return found is None or bool(found["metadata"].get("deletionTimestamp"))
+
+
+def lose_sight_of(world: PoolWorld, name: str) -> None:
+    """Edit the pod's managed-by label away (the watches, which select by it, are told it
+    was deleted) and note it, as the children's handler does."""
+    world.emulator.patch(
+        "v1/pods", NAMESPACE, name, {"metadata": {"labels": {kinds.LABEL_MANAGED_BY: None}}}
+    )
+    world.reconciler.out_of_sight.note(KEY, name)
 
 
 async def a_full_pool(make_world: Callable[..., PoolWorld]) -> PoolWorld:  # noqa: F811
@@ -33,7 +43,7 @@ async def test_a_pod_out_of_sight_is_deleted_and_said_once(
 ) -> None:
     world = await a_full_pool(make_world)
     lost = world.unclaimed()[0]["metadata"]["name"]
-    world.reconciler.out_of_sight.note(KEY, lost)
+    lose_sight_of(world, lost)
 
     await world.pass_()
     await world.pass_()
@@ -47,8 +57,8 @@ async def test_a_pod_claimed_meanwhile_is_left_to_its_sandbox(
 ) -> None:
     world = await a_full_pool(make_world)
     taken = world.unclaimed()[0]["metadata"]["name"]
+    lose_sight_of(world, taken)
     world.claim(taken)
-    world.reconciler.out_of_sight.note(KEY, taken)
 
     await world.pass_()
 
@@ -70,20 +80,57 @@ async def test_a_pod_already_gone_costs_one_read(
     assert "PoolPodOutOfSight" not in world.events.reasons
 
 
-async def test_a_read_that_fails_is_tried_again_on_the_retry(
+async def test_a_pod_that_fails_to_go_is_tried_again_and_the_pool_goes_on(
+    make_world: Callable[..., PoolWorld],  # noqa: F811
+) -> None:
+    """A webhook refusing its deletion must not stop the pool (refills, status)."""
+    world = await a_full_pool(make_world)
+    stuck, other = (pod["metadata"]["name"] for pod in world.unclaimed())
+    lose_sight_of(world, stuck)
+    refused = failure_response(403, "Forbidden", "a webhook denied the deletion")
+
+    async def deny(request: Any) -> Any:
+        deleting = request.method.value.upper() == "DELETE"
+        return refused if deleting and request.url.path.endswith(f"/{stuck}") else None
+
+    world.emulator.before_request.append(deny)
+    world.emulator.remove("v1/pods", NAMESPACE, other, grace_period_seconds=0)  # a node lost
+
+    await world.pass_()
+
+    assert not deleted(world, stuck)
+    assert len([p for p in world.unclaimed() if p["metadata"]["name"] != stuck]) == 2
+    world.emulator.before_request.clear()
+    await world.pass_()
+    assert deleted(world, stuck)
+
+
+async def test_a_pod_claimed_between_its_read_and_its_delete_is_kept(
     make_world: Callable[..., PoolWorld],  # noqa: F811
 ) -> None:
     world = await a_full_pool(make_world)
     lost = world.unclaimed()[0]["metadata"]["name"]
-    world.reconciler.out_of_sight.note(KEY, lost)
-    refused = failure_response(503, "ServiceUnavailable", "etcd is slow")
-    world.emulator.before_request.append(
-        lambda request: refused if request.url.path.endswith(f"/{lost}") else None
-    )
+    lose_sight_of(world, lost)
 
-    with pytest.raises(ApiError):
-        await world.pass_()
-    world.emulator.before_request.clear()
+    async def claim_first(request: Any) -> None:
+        if request.method.value.upper() == "DELETE" and request.url.path.endswith(f"/{lost}"):
+            world.claim(lost)  # the sandbox's claim wins the race to the pod
+
+    world.emulator.before_request.append(claim_first)
     await world.pass_()
 
-    assert deleted(world, lost)
+    assert not deleted(world, lost)
+
+
+async def test_a_pod_back_in_sight_before_the_pass_is_kept(
+    make_world: Callable[..., PoolWorld],  # noqa: F811
+) -> None:
+    """Its labels put back (a GitOps revert): the watches see it again, it is the pool's."""
+    world = await a_full_pool(make_world)
+    back = world.unclaimed()[0]["metadata"]["name"]
+    world.reconciler.out_of_sight.note(KEY, back)  # noted, and in sight again
+
+    await world.pass_()
+
+    assert not deleted(world, back)
+    assert "PoolPodOutOfSight" not in world.events.reasons
