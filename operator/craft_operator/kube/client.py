@@ -345,13 +345,21 @@ class KubeClient:
         )
 
     async def delete(
-        self, kind: Kind, namespace: str | None, name: str, *, uid: str | None = None
+        self,
+        kind: Kind,
+        namespace: str | None,
+        name: str,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
     ) -> dict[str, Any] | None:
-        """Delete an object (only if it still has ``uid``); ``None`` if it was already gone."""
+        """Delete an object (only if it still has ``uid``, and, given, ``resource_version``:
+        :class:`ConflictError` if not); ``None`` if it was already gone."""
         body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1"}
         body["propagationPolicy"] = "Background"
-        if uid:
-            body["preconditions"] = {"uid": uid}
+        preconditions = {"uid": uid, "resourceVersion": resource_version}
+        if uid or resource_version:
+            body["preconditions"] = {key: value for key, value in preconditions.items() if value}
         try:
             return await self.request("DELETE", kind.path(namespace, name), body=body)
         except NotFoundError:

@@ -37,7 +37,7 @@ from craft_operator.api.pool import (
 from craft_operator.builders.pod import SandboxConfigError
 from craft_operator.builders.pool import build_pool_pod
 from craft_operator.kube import kinds
-from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
+from craft_operator.kube.client import ApiError, ConflictError
 from craft_operator.kube.event_batch import post_coalesced
 from craft_operator.kube.pod_shape import built_digest, is_as_built, where_unlike
 from craft_operator.reconciler import egress
@@ -469,24 +469,17 @@ class PoolReconciler:
         """Delete this very pod as it was seen; False if it changed since (e.g. claimed)."""
         s = self.services
         meta = pod["metadata"]
-        options = {
-            "kind": "DeleteOptions",
-            "apiVersion": "v1",
-            "propagationPolicy": "Background",
-            "preconditions": {
-                "uid": meta.get("uid"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
-        }
-        path = POD.api.path(meta.get("namespace"), meta["name"])
         try:
-            answer = await s.kube.request("DELETE", path, body=options)
-        except NotFoundError:
-            s.cache.remove(POD.name, pod)
-            return True
+            answer = await s.kube.delete(
+                POD.api,
+                meta.get("namespace"),
+                meta["name"],
+                uid=meta.get("uid"),
+                resource_version=meta.get("resourceVersion"),
+            )
         except ConflictError:
             return False
-        if answer.get("kind") == "Pod":
+        if answer is not None and answer.get("kind") == "Pod":
             s.cache.put(POD.name, answer)
         else:
             s.cache.remove(POD.name, pod)

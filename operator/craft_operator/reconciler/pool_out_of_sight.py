@@ -90,14 +90,14 @@ async def _delete_if_out_of_sight(services: Services, pool: Mapping[str, Any], n
     meta = found["metadata"]
     if meta.get("deletionTimestamp") or not controlled_by(found, pool.get("uid")):
         return False  # going already, or claimed since (the sandbox's), or another's
-    options = {
-        "kind": "DeleteOptions",
-        "apiVersion": "v1",
-        "propagationPolicy": "Background",
-        "preconditions": {"uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")},
-    }
     try:
-        await services.kube.request("DELETE", POD.api.path(namespace, name), body=options)
-    except (ConflictError, NotFoundError):
+        answer = await services.kube.delete(
+            POD.api,
+            namespace,
+            name,
+            uid=meta.get("uid"),
+            resource_version=meta.get("resourceVersion"),
+        )
+    except ConflictError:
         return False
-    return True
+    return answer is not None

@@ -217,6 +217,19 @@ async def test_delete_with_another_uid_is_a_conflict_and_keeps_the_object(
     assert emulator.find("v1/configmaps", NAMESPACE, "a") is not None
 
 
+async def test_delete_with_a_stale_resource_version_is_a_conflict_and_keeps_the_object(
+    kube: KubeClient, emulator: KubeEmulator
+) -> None:
+    created = await kube.create(CONFIGMAPS, configmap("a"))
+    meta = created["metadata"]
+    emulator.patch("v1/configmaps", NAMESPACE, "a", {"data": {"changed": "since"}})
+    with pytest.raises(ConflictError):
+        await kube.delete(
+            CONFIGMAPS, NAMESPACE, "a", uid=meta["uid"], resource_version=meta["resourceVersion"]
+        )
+    assert emulator.find("v1/configmaps", NAMESPACE, "a") is not None
+
+
 async def test_delete_sends_background_propagation_and_the_uid_precondition(
     kube: KubeClient, emulator: KubeEmulator
 ) -> None:

@@ -144,12 +144,8 @@ async def _claimed_out_of_sight(p: Pass) -> dict[str, Any] | Stop | None:
     labels = {**child_labels(p.sandbox), LABEL_CLAIMED_FROM: pool}
     have = found["metadata"].get("labels") or {}
     if any(have.get(key) != value for key, value in labels.items()):
-        patch = as_seen({"metadata": {"labels": labels}}, found)
-        try:
-            found = await s.kube.patch(POD.api, namespace, recorded, patch)
-        except (ConflictError, NotFoundError):
-            p.run.revisit(after=1)
-            return Stop(WAITING)
+        relabelled = await _put_labels_back(p, found, labels)
+        return Stop(WAITING) if relabelled is None else relabelled
     s.cache.put(POD.name, found, read=True)
     return found
 
