@@ -4,6 +4,7 @@ A sandbox naming a pool becomes Ready on that very pool pod, with its token, SKI
 library delivered into it and onyx-cli validated; the claimed pod is the sandbox's (its
 labels, the egress-proxy ones included; its owner), nothing of the pool's; the pool
 refills. A resumed sandbox claims again; a pool update replaces only its unclaimed pods.
+A claimed pod that left the watches' sight (its managed-by label removed) is kept, not doubled.
 Sandboxes claiming at once never share a pod, and those left without one start cold and
 say so in a ColdStart event.
 """
@@ -403,3 +404,54 @@ def test_an_unclaimed_pod_out_of_the_watches_sight_is_deleted_and_a_scale_down_r
         "the pod out of sight deleted",
     )
     until(cluster, namespace, operator, lambda: pool_full(cluster, namespace, 1), "refilled")
+
+
+def test_a_claimed_pod_whose_managed_by_label_was_removed_is_kept_and_no_second_is_claimed(
+    cluster: Cluster, namespace: str, operator: OperatorProcess
+) -> None:
+    """The API server tells the watches a claimed pod that left their selector was deleted,
+    while it runs on with the user's token and files: it is read back by the name the
+    status records and relabelled; no second pod is claimed or made beside it."""
+    a_pool(cluster, namespace, 2)
+    until(cluster, namespace, operator, lambda: pool_full(cluster, namespace, 2), "pool full")
+    cluster.create(SANDBOXES, namespace, sandbox("alice", poolRef={"name": "warm"}))
+    ready, first = ready_on(cluster, namespace, "alice", operator)
+    until(cluster, namespace, operator, lambda: pool_full(cluster, namespace, 2), "refilled")
+    claimed = first["metadata"]["name"]
+
+    cluster.patch(PODS, namespace, claimed, {"metadata": {"labels": {MANAGED_BY: None}}})
+
+    until(
+        cluster,
+        namespace,
+        operator,
+        lambda: (
+            (
+                (cluster.get(PODS, namespace, claimed) or {}).get("metadata", {}).get("labels")
+                or {}
+            ).get(MANAGED_BY)
+            == "craft-operator"
+        ),
+        "the label put back",
+    )
+    time.sleep(2.0)  # room for a second claim or a cold pod to show
+    pods = [
+        pod["metadata"]["name"]
+        for pod in cluster.list(PODS, namespace, selector="craft.onyx.app/sandbox=alice")
+    ]
+    assert pods == [claimed]
+    assert (cluster.get(PODS, namespace, claimed) or {})["metadata"]["uid"] == ready["podUID"]
+    after = status(cluster, namespace, "alice")
+    assert (after["phase"], after["podName"]) == ("Ready", claimed)
+    # The pool, which counted the pod gone for a moment, counts it claimed again (routine
+    # counts share a status write a few seconds apart).
+    until(
+        cluster,
+        namespace,
+        operator,
+        lambda: (
+            pool_full(cluster, namespace, 2)
+            and (cluster.get(POOLS, namespace, "warm") or {})["status"].get("claimed") == 1
+        ),
+        "the pool counting the pod claimed again",
+    )
