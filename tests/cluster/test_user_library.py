@@ -1,5 +1,6 @@
 """The user library on a real API server: synced over real exec (Exec mode), or by a sync Job
-that the real Job controller runs against a statically provisioned volume (Job mode)."""
+that the real Job controller runs against a statically provisioned volume (Job mode); a
+running Job that left the watches' sight is followed to its end, never doubled."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import random
 import subprocess
 import tarfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.conftest import Launch
-from tests.support.cluster import CRAFT, Cluster, wait_for
+from tests.support.cluster import CRAFT, ApiError, Cluster, wait_for
 from tests.support.events import step_messages, step_reasons
 from tests.support.operator_process import OperatorProcess
 
@@ -451,3 +453,150 @@ def test_job_mode_on_a_statically_provisioned_volume_runs_one_sync_job_under_the
     job_events = {event["reason"] for event in cluster.events(namespace, "alice-library-1")}
     assert {"SuccessfulCreate", "Completed"} <= job_events, job_events
     assert (status(cluster, namespace, "alice")["userLibrary"]["jobSequence"]) == 1
+
+
+VAP = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+VAP_BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+
+
+@pytest.fixture
+def sync_pods_held_back(cluster: Cluster, namespace: str) -> Iterator[Callable[[], None]]:
+    """An admission policy refusing the test namespace's library-sync pods, so that a sync
+    Job runs (its controller retrying) and has no pod; call the result to lift it."""
+    name = f"hold-{namespace}"[:63]
+    cluster.create(
+        VAP,
+        None,
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["pods"],
+                        }
+                    ]
+                },
+                "validations": [
+                    {
+                        "expression": "!has(object.metadata.labels) || "
+                        "object.metadata.labels[?'app.kubernetes.io/component'].orValue('')"
+                        " != 'library-sync'",
+                        "message": "held back by the test",
+                    }
+                ],
+            },
+        },
+    )
+    cluster.create(
+        VAP_BINDINGS,
+        None,
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+                },
+            },
+        },
+    )
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe", "labels": {"app.kubernetes.io/component": "library-sync"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
+
+    def refused() -> bool:
+        try:
+            cluster.create("/api/v1/pods", namespace, probe, dry_run=True)
+        except ApiError:
+            return True
+        return False
+
+    wait_for(refused, within=30, what="the admission policy in force")
+
+    def lift() -> None:
+        cluster.delete(VAP_BINDINGS, None, name)
+        cluster.delete(VAP, None, name)
+
+    yield lift
+    lift()
+
+
+def test_a_running_sync_job_whose_labels_were_edited_away_is_followed_not_doubled(
+    cluster: Cluster,
+    namespace: str,
+    launch: Launch,
+    watches: dict[str, Watch],
+    alice_library_volume: str,
+    sync_pods_held_back: Callable[[], None],
+) -> None:
+    """The API server tells the watches a Job that left their selector was deleted while it
+    runs on. An admission policy holds the Job's pod back, so the Job runs while its labels
+    go; once the policy is lifted, the Job controller runs it and the operator, reading the
+    Job it no longer sees, collects its outcome: no second Job writes the volume beside it."""
+    cluster.create(
+        "/api/v1/secrets",
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "library-s3"},
+            "stringData": {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"},
+        },
+    )
+    operator = launch(CRAFT_LIBRARY_S3_SECRET="library-s3")
+    operator.start()
+    cluster.create(
+        f"{CRAFT}/craftsandboxes",
+        namespace,
+        sandbox("alice", "7", userLibrary={"mode": "Job", "size": "1Gi"}),
+    )
+    converge(
+        lambda: cluster.get("/apis/batch/v1/jobs", namespace, "alice-library-1"),
+        "the sync Job made",
+        operator,
+        120,
+        show=lambda: status(cluster, namespace, "alice"),
+    )
+    converge(
+        lambda: (
+            "FailedCreate" in {e["reason"] for e in cluster.events(namespace, "alice-library-1")}
+        ),
+        "the Job's pod held back",
+        operator,
+    )
+
+    # Only the label the watches select by: a Job left with no labels at all gets its
+    # template's back from the API server's defaulting.
+    cluster.patch(
+        "/apis/batch/v1/jobs",
+        namespace,
+        "alice-library-1",
+        {"metadata": {"labels": {"app.kubernetes.io/managed-by": None}}},
+    )
+    time.sleep(2.0)  # room for a second Job to show
+    sync_pods_held_back()
+
+    synced = converge(
+        lambda: ready(cluster, namespace, "alice"),
+        "alice Ready on the first Job's outcome",
+        operator,
+        120,
+        show=lambda: (status(cluster, namespace, "alice"), watches["jobs"].events()),
+    )
+    assert synced["userLibrary"]["jobSequence"] == 1
+    condition = cluster.condition(namespace, "alice", "UserLibrarySynced")
+    assert (condition["status"], condition["reason"]) == ("True", "Synced"), condition
+    assert {obj["metadata"]["name"] for _, obj in watches["jobs"].events()} == {"alice-library-1"}
