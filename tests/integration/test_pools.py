@@ -7,14 +7,17 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL
+from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
 from craft_operator.kube.kinds import LABEL_MANAGED_BY
 from craft_operator.policy.models import POLICY_NAME
 from tests.integration.helpers import NAMESPACE
 from tests.support.emulator import KubeEmulator
-from tests.support.operator import eventually
-from tests.support.pod_exec import mark_pod_running
+from tests.support.operator import eventually, start_operator
+from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
 from tests.support.policy import POLICIES, allow
 from tests.support.pools import POOLS, pool
 from tests.support.sandbox_namespace import NETWORK_POLICIES
@@ -142,6 +145,40 @@ async def test_an_unclaimed_pod_whose_managed_by_label_was_removed_is_replaced_a
     ]
     assert said
     assert target in said[0]["message"]
+
+
+@pytest.mark.parametrize("lost", ["noted-then-killed", "while-down"])
+async def test_a_pod_out_of_sight_is_deleted_by_the_next_operator_too(
+    emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec, lost: str
+) -> None:
+    """What one process noted of a pod leaving the watches' sight dies with it (a SIGKILL
+    before the pool's pass), and a label edited while no replica was active was never seen
+    at all: the next operator finds such a pod by listing, and deletes it."""
+    url = str(emulator.url).rstrip("/")
+    first = await start_operator(url, settings, exec_transport=pod_exec)
+    emulator.create(
+        POOLS, {**pool(NAME, replicas=2), "metadata": {"name": NAME, "namespace": NAMESPACE}}
+    )
+    await full(emulator, 2)
+    target = unclaimed(emulator)[0]["metadata"]["name"]
+    unlabel = {"metadata": {"labels": {LABEL_MANAGED_BY: None}}}
+    if lost == "noted-then-killed":
+        emulator.patch("v1/pods", NAMESPACE, target, unlabel)
+        noted = first.context.pool_reconciler.out_of_sight
+        await eventually(lambda: target in noted.noted((NAMESPACE, NAME)), what="the note")
+        await first.kill()  # within the pool's event delay, before its pass
+    else:
+        await first.kill()
+        emulator.patch("v1/pods", NAMESPACE, target, unlabel)
+
+    second = await start_operator(url, settings, exec_transport=pod_exec)
+    try:
+        await eventually(
+            lambda: emulator.find("v1/pods", NAMESPACE, target) is None, what="the pod deleted"
+        )
+        await full(emulator, 2)
+    finally:
+        await second.stop()
 
 
 async def test_a_pool_pod_that_ended_is_replaced_with_word_of_how_its_container_ended(

@@ -220,6 +220,7 @@ class PoolReconciler:
             self.forget(key)
         self._uids[key] = uid
         s.metrics.pool_seen(namespace, name)
+        await self.out_of_sight.list_once(s, body)
         await self.out_of_sight.settle(s, body)
         try:
             pool = parse_pool(body)

@@ -6,6 +6,11 @@ The pool has replaced such a pod by then (it no longer counts it), and no claim 
 handler notes each pool pod reported deleted while no deletion was under way (a deletion
 through the API server sets ``deletionTimestamp`` first); the pool's next pass reads it and
 deletes it if it is still there, its own and unclaimed.
+
+Those notes live in this process only: one that starts, or takes over from another
+replica, never sees the events that were lost with them. So the first pass of each pool in
+an activation also lists the pods that still carry the pool's label but not the operator's
+(one list per pool, answered by the API server's watch cache) and notes those.
 """
 
 from __future__ import annotations
@@ -14,8 +19,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from craft_operator.api.pool import LABEL_POOL
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
+from craft_operator.kube.kinds import LABEL_MANAGED_BY, MANAGED_BY
 from craft_operator.reconciler.children import controlled_by
 from craft_operator.reconciler.deps import Services
 
@@ -32,6 +39,8 @@ class OutOfSight:
 
     def __init__(self) -> None:
         self._names: dict[PoolKey, set[str]] = {}
+        #: The pools (key and uid) whose pods out of sight were listed in this activation.
+        self._listed: set[tuple[PoolKey, str]] = set()
 
     def note(self, key: PoolKey, name: str) -> None:
         """Pod ``name`` of pool ``key`` was reported deleted without a deletion under way."""
@@ -45,8 +54,29 @@ class OutOfSight:
         """Drop what was noted of pool ``key`` (of every pool: ``None``)."""
         if key is None:
             self._names.clear()
+            self._listed.clear()
         else:
             self._names.pop(key, None)
+            self._listed = {listed for listed in self._listed if listed[0] != key}
+
+    async def list_once(self, services: Services, body: Mapping[str, Any]) -> None:
+        """Note the pods of the pool ``body`` already out of sight when this activation
+        began, once per pool: those labelled as its own but not as the operator's, that it
+        controls and nobody is deleting. A failed list is tried again on the next pass."""
+        meta = body["metadata"]
+        key, uid = (meta["namespace"], meta["name"]), str(meta.get("uid") or "")
+        if (key, uid) in self._listed:
+            return
+        selector = f"{LABEL_POOL}={meta['name']},{LABEL_MANAGED_BY}!={MANAGED_BY}"
+        try:
+            found = await services.kube.list(POD.api, key[0], label_selector=selector)
+        except ApiError as exc:
+            log.warning("%s/%s: pods out of sight not listed: %s", *key, exc)
+            return
+        self._listed.add((key, uid))
+        for pod in found:
+            if controlled_by(pod, uid) and not pod["metadata"].get("deletionTimestamp"):
+                self.note(key, pod["metadata"]["name"])
 
     async def settle(self, services: Services, body: Mapping[str, Any]) -> list[str]:
         """Read each pod noted for the pool ``body`` and delete those that are still out of

@@ -134,3 +134,67 @@ async def test_a_pod_back_in_sight_before_the_pass_is_kept(
 
     assert not deleted(world, back)
     assert "PoolPodOutOfSight" not in world.events.reasons
+
+
+def out_of_sight_lists(world: PoolWorld) -> int:
+    """The lists of pods the pool's label selects without the operator's."""
+    return sum(
+        1
+        for request in world.emulator.served
+        if request.method.value.upper() == "GET"
+        and "managed-by!=" in request.url.query.get("labelSelector", "")
+    )
+
+
+async def test_a_pod_that_left_sight_before_this_activation_is_found_and_deleted(
+    make_world: Callable[..., PoolWorld],  # noqa: F811
+) -> None:
+    """The event went with the process that saw it (a restart, a standby taking over)."""
+    world = await a_full_pool(make_world)
+    lost = world.unclaimed()[0]["metadata"]["name"]
+    world.emulator.patch(
+        "v1/pods", NAMESPACE, lost, {"metadata": {"labels": {kinds.LABEL_MANAGED_BY: None}}}
+    )
+    await world.reconciler.forget_all()  # stood by; active again from the cluster's state
+
+    await world.pass_()
+
+    assert deleted(world, lost)
+    assert world.events.reasons.count("PoolPodOutOfSight") == 1
+
+
+async def test_pods_out_of_sight_are_listed_once_per_pool_and_activation(
+    make_world: Callable[..., PoolWorld],  # noqa: F811
+) -> None:
+    world = await a_full_pool(make_world)
+    await world.pass_()
+    assert out_of_sight_lists(world) == 1
+    await world.reconciler.forget_all()
+    await world.pass_()
+    await world.pass_()
+    assert out_of_sight_lists(world) == 2
+
+
+async def test_a_failed_list_of_pods_out_of_sight_is_tried_on_the_next_pass(
+    make_world: Callable[..., PoolWorld],  # noqa: F811
+) -> None:
+    world = await a_full_pool(make_world)
+    lost = world.unclaimed()[0]["metadata"]["name"]
+    world.emulator.patch(
+        "v1/pods", NAMESPACE, lost, {"metadata": {"labels": {kinds.LABEL_MANAGED_BY: None}}}
+    )
+    await world.reconciler.forget_all()
+    refused = failure_response(500, "InternalError", "etcd is away")
+
+    async def fail_the_list(request: Any) -> Any:
+        wanted = "managed-by!=" in request.url.query.get("labelSelector", "")
+        return refused if wanted else None
+
+    world.emulator.before_request.append(fail_the_list)
+    await world.pass_()
+    assert not deleted(world, lost)
+    world.emulator.before_request.clear()
+
+    await world.pass_()
+
+    assert deleted(world, lost)
