@@ -124,3 +124,19 @@ async def operator(
         str(emulator.url).rstrip("/"), settings, exec_transport=pod_exec
     ) as context:
         yield context
+
+
+@pytest.fixture
+async def job_mode_operator(
+    emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec
+) -> AsyncIterator[None]:
+    """The operator running, its library in Job mode (sync Jobs with an S3 Secret)."""
+    job_mode = settings.model_copy(
+        update={
+            "s3_bucket": "craft-libraries",
+            "library_s3_secret": "library-s3",
+            "operator_image": "craft-operator:test",
+        }
+    )
+    async with running_operator(str(emulator.url).rstrip("/"), job_mode, exec_transport=pod_exec):
+        yield

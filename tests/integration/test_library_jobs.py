@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import aiohttp.web
@@ -33,21 +33,6 @@ from tests.support.s3 import S3Server, running_s3_server, use_fake_aws_credentia
 REVISION = "craft.onyx.app/user-library-revision"
 PVCS = "v1/persistentvolumeclaims"
 JOBS = "batch/v1/jobs"
-
-
-@pytest.fixture
-async def job_mode_operator(
-    emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec
-) -> AsyncIterator[None]:
-    job_mode = settings.model_copy(
-        update={
-            "s3_bucket": "craft-libraries",
-            "library_s3_secret": "library-s3",
-            "operator_image": "craft-operator:test",
-        }
-    )
-    async with running_operator(str(emulator.url).rstrip("/"), job_mode, exec_transport=pod_exec):
-        yield
 
 
 def job_mode_sandbox(**library: Any) -> dict[str, Any]:

@@ -23,14 +23,42 @@ class Converged:
 
 
 class ForeignObjectError(Exception):
-    """A child's name is taken by an object the operator does not manage; it is left alone."""
+    """A child's name is taken by an object the operator does not manage; it is left alone.
 
-    def __init__(self, kind: str, namespace: str | None, name: str) -> None:
-        super().__init__(
-            f"{kind} {namespace}/{name} exists but is not managed by this CraftSandbox "
-            "(it has no owner reference to it) and is left alone; rename or delete it"
+    ``leaving``: that object is being deleted (an earlier sandbox's of this name, say), so
+    the name frees itself; nobody has to change anything."""
+
+    def __init__(
+        self, kind: str, namespace: str | None, name: str, *, leaving: bool = False
+    ) -> None:
+        if leaving:
+            message = (
+                f"{kind} {namespace}/{name} of another object (an earlier sandbox of this "
+                "name, say) is still being deleted: retried until this sandbox's can be made"
+            )
+        else:
+            message = (
+                f"{kind} {namespace}/{name} exists but is not managed by this CraftSandbox "
+                "(it has no owner reference to it) and is left alone; rename or delete it"
+            )
+        super().__init__(message)
+        self.kind, self.namespace, self.name, self.leaving = kind, namespace, name, leaving
+
+    def reason(self, label: str) -> str:
+        """The condition's reason for a child called ``label`` in reasons: ``<label>NameTaken``
+        (someone has to act), or ``<label>Terminating`` (it frees itself; retried)."""
+        return f"{label}Terminating" if self.leaving else f"{label}NameTaken"
+
+    @classmethod
+    def of(cls, kind: str, found: Mapping[str, Any]) -> ForeignObjectError:
+        """The error for ``found``, an object of ``kind`` that is not ours."""
+        meta = found.get("metadata") or {}
+        return cls(
+            kind,
+            meta.get("namespace"),
+            str(meta.get("name")),
+            leaving=bool(meta.get("deletionTimestamp")),
         )
-        self.kind, self.namespace, self.name = kind, namespace, name
 
 
 def controlled_by(obj: Mapping[str, Any], uid: str | None) -> bool:
@@ -98,13 +126,13 @@ async def converge(
             # it is someone else's: only ours goes into the cache.
             actual = await kube.get(kind, namespace, name)
             if not is_ours(actual, desired):
-                raise ForeignObjectError(str(desired.get("kind")), namespace, name) from None
+                raise ForeignObjectError.of(str(desired.get("kind")), actual) from None
             cache.put(cache_kind, actual, read=True)
         else:
             cache.put(cache_kind, created)
             return Converged(created, "created")
     if not is_ours(actual, desired):
-        raise ForeignObjectError(str(desired.get("kind")), namespace, name)
+        raise ForeignObjectError.of(str(desired.get("kind")), actual)
     patch = drift_patch(actual, desired)
     if not patch:
         return Converged(actual, "unchanged")
@@ -115,7 +143,7 @@ async def converge(
         # judged and patched again as it is now, never as it was.
         actual = await kube.get(kind, namespace, name)
         if not is_ours(actual, desired):
-            raise ForeignObjectError(str(desired.get("kind")), namespace, name) from None
+            raise ForeignObjectError.of(str(desired.get("kind")), actual) from None
         patch = drift_patch(actual, desired)
         if not patch:
             cache.put(cache_kind, actual, read=True)

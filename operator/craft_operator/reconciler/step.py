@@ -171,14 +171,15 @@ class Pass:
     ) -> Stop | None:
         """Converge one child; an event when it changed; a failure reported on ``condition``.
 
-        ``label`` names the child in reasons: ``<label>Created``, ``<label>NameTaken``, ...
+        ``label`` names the child in reasons: ``<label>Created``, ``<label>NameTaken``,
+        ``<label>Terminating`` (another's object of its name is being deleted), ...
         """
         s = self.services
         started = time.monotonic()
         try:
             result = await converge(s.kube, s.cache, kind.api, kind.name, desired)
         except ForeignObjectError as exc:
-            return self.fail(condition, f"{label}NameTaken", str(exc))
+            return self.fail(condition, exc.reason(label), str(exc))
         except ApiError as exc:
             return self.fail(condition, f"{label}WriteFailed", str(exc))
         if result.action != "unchanged":

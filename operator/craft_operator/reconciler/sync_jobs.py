@@ -263,7 +263,7 @@ async def start_job(
     except ConflictError:
         created = await kube.get(JOBS, meta["namespace"], meta["name"])
         if not is_ours(created, job):
-            raise ForeignObjectError("Job", meta["namespace"], meta["name"]) from None
+            raise ForeignObjectError.of("Job", created) from None
     cache.put(JOB, created)
     if credentials is not None:
         try:
@@ -287,9 +287,7 @@ async def create_job_secret(
     except ConflictError:
         existing = await kube.get(SECRETS, meta["namespace"], secret["metadata"]["name"])
         if not is_ours(existing, secret):
-            raise ForeignObjectError(
-                "Secret", meta["namespace"], secret["metadata"]["name"]
-            ) from None
+            raise ForeignObjectError.of("Secret", existing) from None
 
 
 async def has_job_secret(kube: KubeClient, job: Mapping[str, Any]) -> bool:

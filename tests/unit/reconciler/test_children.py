@@ -333,6 +333,31 @@ async def test_a_child_of_an_earlier_sandbox_of_the_same_name_is_foreign(
         await converge(kube, ObjectCache(), CONFIGMAPS, "ConfigMap", desired_configmap())
 
 
+async def test_a_child_of_an_earlier_sandbox_still_being_deleted_frees_its_name_by_itself(
+    kube: KubeClient, emulator: KubeEmulator
+) -> None:
+    earlier = {**desired_configmap(uid=OTHER_UID)}
+    earlier["metadata"] = {**earlier["metadata"], "finalizers": ["example.com/hold"]}
+    emulator.create("v1/configmaps", earlier)
+    emulator.remove("v1/configmaps", NAMESPACE, "alice-skills")
+    with pytest.raises(ForeignObjectError) as caught:
+        await converge(kube, ObjectCache(), CONFIGMAPS, "ConfigMap", desired_configmap())
+    assert caught.value.leaving
+    assert caught.value.reason("ConfigMap") == "ConfigMapTerminating"
+    assert "still being deleted" in str(caught.value)
+    assert emulator.get("v1/configmaps", NAMESPACE, "alice-skills")["data"] == earlier["data"]
+
+
+async def test_a_child_of_someone_else_asks_for_a_change(
+    kube: KubeClient, emulator: KubeEmulator
+) -> None:
+    emulator.create("v1/configmaps", desired_configmap(uid=OTHER_UID))
+    with pytest.raises(ForeignObjectError) as caught:
+        await converge(kube, ObjectCache(), CONFIGMAPS, "ConfigMap", desired_configmap())
+    assert not caught.value.leaving
+    assert caught.value.reason("ConfigMap") == "ConfigMapNameTaken"
+
+
 async def test_a_cached_child_deleted_behind_our_back_surfaces_as_not_found(
     kube: KubeClient, emulator: KubeEmulator
 ) -> None:

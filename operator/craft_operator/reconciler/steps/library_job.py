@@ -140,7 +140,7 @@ async def _has_its_credentials(p: Pass, job: dict[str, Any], location: LibraryLo
             p.fail(USER_LIBRARY_SYNCED, exc.reason, exc.message)
             return False
         except ForeignObjectError as exc:
-            p.fail(USER_LIBRARY_SYNCED, f"{exc.kind}NameTaken", str(exc))
+            p.fail(USER_LIBRARY_SYNCED, exc.reason(exc.kind), str(exc))
             return False
         p.event("LibrarySyncCredentials", f"gave sync Job {name} the credentials it lacked")
     p.memory.job_secrets[p.run.key] = uid
@@ -199,7 +199,7 @@ async def _start(
         # the next number rather than the same name again.
         current.job_sequence = sequence
         run.status.user_library = current
-        p.fail(USER_LIBRARY_SYNCED, f"{exc.kind}NameTaken", str(exc))
+        p.fail(USER_LIBRARY_SYNCED, exc.reason(exc.kind), str(exc))
         return
     name = job["metadata"]["name"]
     current.job = name

@@ -46,9 +46,12 @@ async def converge_pod(p: Pass) -> Stop | None:
         return Stop(WAITING)
     namespace, name = sandbox.metadata.namespace, pod_name(sandbox)
     named = s.cache.get(POD.name, namespace, name)
-    # A pod of the sandbox's name that is not its own does not hide the pod it claimed.
-    taken = claimed_pod(p) if named is None or not is_ours(named, desired) else None
-    actual = taken or named
+    foreign = named if named is not None and not is_ours(named, desired) else None
+    # A pod of the sandbox's name that is not its own does not hide the pod it claimed, nor,
+    # while it is being deleted (an earlier sandbox's of this name, say), a claim.
+    taken = claimed_pod(p) if named is None or foreign is not None else None
+    leaving = foreign is not None and bool(foreign["metadata"].get("deletionTimestamp"))
+    actual = taken or (None if leaving else named)
     if actual is None:
         found = await _claimed_out_of_sight(p)
         if isinstance(found, Stop):
@@ -77,6 +80,8 @@ async def converge_pod(p: Pass) -> Stop | None:
         if isinstance(claimed, Stop):
             return claimed
         if claimed is None:
+            if foreign is not None:
+                return pod_lifecycle.name_held(p, foreign)
             return await pod_lifecycle.create(p, desired)
         run.status.pod_name = claimed["metadata"]["name"]
         actual = claimed
@@ -154,16 +159,10 @@ def _terminating(p: Pass, pod: dict[str, Any]) -> Stop:
     """The old pod is being deleted: wait for it to go (its watch event brings the next
     pass), looking again every few seconds, or every minute once it is overdue: a pod held
     by a finalizer or on an unreachable node may stay for hours, and is said so."""
-    run = p.run
-    run.pod_exists = True
-    stuck = pod_state.stuck_terminating(pod, run.now)
-    if stuck is not None:
-        run.set(ConditionState.false(POD_READY, "PodTerminating", f"the old {stuck}"))
-        run.revisit(after=pod_state.TERMINATING_OVERDUE.total_seconds())
-        return Stop(WAITING)
-    run.set(ConditionState.false(POD_READY, "PodTerminating", "the old pod is stopping"))
-    run.revisit(after=5)
-    return Stop(WAITING)
+    p.run.pod_exists = True
+    return pod_lifecycle.wait_for_pod_to_go(
+        p, pod, whose="the old", stopping="the old pod is stopping"
+    )
 
 
 def claimed_pod(p: Pass) -> dict[str, Any] | None:

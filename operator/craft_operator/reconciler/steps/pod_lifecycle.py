@@ -131,6 +131,9 @@ async def _exists_already(p: Pass, desired: Mapping[str, Any]) -> Stop:
     namespace, name = p.sandbox.metadata.namespace, pod_name(p.sandbox)
     existing = await s.kube.get(POD.api, namespace, name)
     if not is_ours(existing, desired):
+        if existing["metadata"].get("deletionTimestamp"):
+            # Not cached: the watches may never see it go (it may lack our labels).
+            return name_held(p, existing)
         p.fail(POD_READY, "PodNameTaken", str(ForeignObjectError("Pod", namespace, name)))
         return Stop(WAITING)
     s.cache.put(POD.name, existing, read=True)
@@ -208,4 +211,28 @@ async def ended(p: Pass, pod: dict[str, Any]) -> Stop:
         return Stop(WAITING)
     await replace(p, pod, reason="PodFailed", message=detail, warning=True)
     run.revisit(after=pod_state.restart_backoff(s.settings.pod_restart_backoff, failures))
+    return Stop(WAITING)
+
+
+def name_held(p: Pass, pod: Mapping[str, Any]) -> Stop:
+    """A pod of the sandbox's name that is not its own is being deleted (an earlier
+    sandbox's of this name, recreated at once): the sandbox waits for the name as for its
+    own old pod, and takes nothing of that pod's."""
+    whose = "another object's"
+    stopping = f"{whose} pod {pod['metadata']['name']} is stopping: the sandbox's follows"
+    return wait_for_pod_to_go(p, pod, whose=whose, stopping=stopping)
+
+
+def wait_for_pod_to_go(p: Pass, pod: Mapping[str, Any], *, whose: str, stopping: str) -> Stop:
+    """Wait for a pod being deleted to go (its watch event, if it has one, brings the next
+    pass): ``stopping`` says so; looked at every few seconds, or every minute once it is
+    overdue, said to be held then (a finalizer, an unreachable node), of ``whose``."""
+    run = p.run
+    stuck = pod_state.stuck_terminating(pod, run.now)
+    if stuck is not None:
+        run.set(ConditionState.false(POD_READY, "PodTerminating", f"{whose} {stuck}"))
+        run.revisit(after=pod_state.TERMINATING_OVERDUE.total_seconds())
+        return Stop(WAITING)
+    run.set(ConditionState.false(POD_READY, "PodTerminating", stopping))
+    run.revisit(after=5)
     return Stop(WAITING)

@@ -174,6 +174,28 @@ async def test_a_pod_of_someone_else_by_that_name_is_reported_not_touched(world:
     assert world.stored("v1/pods", NAME) is not None
 
 
+@pytest.mark.parametrize("cached", [True, False], ids=["seen", "found-by-its-create"])
+async def test_a_pod_of_someone_else_by_that_name_being_deleted_is_waited_for_not_reported(
+    world: World, cached: bool
+) -> None:
+    """An earlier sandbox's pod of this name, still stopping after a delete and a create
+    again: nobody has to act, so no final failure; the pod is neither taken nor touched."""
+    world.add_foreign_pod(NAME)
+    world.emulator.patch("v1/pods", NAMESPACE, NAME, {"metadata": {"finalizers": ["x.io/hold"]}})
+    world.emulator.remove("v1/pods", NAMESPACE, NAME)
+    if cached:
+        observed(world)
+    p = await pod_pass(world)
+    assert await pod.converge_pod(p) == Stop("WaitingForPod")
+    condition = p.run.condition("PodReady")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("False", "PodTerminating")
+    assert "another object's pod" in condition.message
+    stored = world.stored("v1/pods", NAME)
+    assert stored is not None
+    assert not stored["metadata"].get("ownerReferences")
+
+
 @pytest.mark.parametrize(
     ("spec", "annotations"),
     [
