@@ -3,7 +3,8 @@
 The operator runs against the emulator with a short sweep interval. A credential row left
 by a sandbox that no longer exists (as after a finalizer removed by hand) loses its PAT;
 a live sandbox's PAT, and the rows another cluster's operator wrote in the same database
-(one of them for its own sandbox of the same name), stay live.
+(one of them for its own sandbox of the same name), stay live. Each start sweeps once its
+cache is filled, so that an operator restarted more often than the interval still sweeps.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from craft_operator.credentials.store import PatState
 from tests.integration.conftest import SANDBOXES
 from tests.integration.helpers import NAMESPACE, phase, pod, sandbox
 from tests.support.emulator import KubeEmulator
-from tests.support.operator import eventually, running_operator
+from tests.support.operator import eventually, running_operator, start_operator
 from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
 
 
@@ -77,3 +78,21 @@ async def test_the_sweep_revokes_only_this_cluster_s_pats_without_a_sandbox(
         assert pat_state(sweeping, "other-cluster-s", cluster_id="west") is PatState.LIVE
         assert pat_state(sweeping, "alice", cluster_id="west") is PatState.LIVE
         assert show(sweeping, "alice", cluster_id="west") == west_alice
+
+
+async def test_an_operator_restarted_more_often_than_the_interval_sweeps_at_each_start(
+    emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec
+) -> None:
+    sweeping = settings.model_copy(update={"orphan_sweep_interval": 600.0})
+    url = str(emulator.url).rstrip("/")
+    for life in range(2):  # each killed long before an interval is up (OOM, eviction)
+        name = f"deleted-before-start-{life}"
+        plant_row(sweeping, name)
+        running = await start_operator(url, sweeping, exec_transport=pod_exec)
+        try:
+            await eventually(
+                lambda name=name: pat_state(sweeping, name) is None,
+                what=f"the orphan's row removed in life {life}",
+            )
+        finally:
+            await running.kill()

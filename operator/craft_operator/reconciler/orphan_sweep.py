@@ -2,9 +2,13 @@
 
 A sandbox's finalizer revokes its PAT, but a finalizer removed by hand, a namespace
 deleted while the operator was down, or a database restored from a backup can leave a
-credential row, and a live PAT, that no sandbox owns. Every ``CRAFT_ORPHAN_SWEEP_INTERVAL``
-seconds the active replica, once its cache is filled, looks at the rows of its own
-cluster (``CRAFT_CLUSTER_ID``) in the namespaces it serves:
+credential row, and a live PAT, that no sandbox owns. The active replica sweeps as soon as
+its cache is filled (at start, and on taking over once an interval has passed since its
+last sweep), then every ``CRAFT_ORPHAN_SWEEP_INTERVAL`` seconds; a sweep that falls due
+while the replica stands by or lists waits for the cache (looking every
+:data:`SYNC_POLL` seconds), so that a replica restarted, or taking over, more often than
+the interval still sweeps. Each sweep looks at the rows of its own cluster
+(``CRAFT_CLUSTER_ID``) in the namespaces it serves:
 
 - a row whose sandbox is in the watch cache with the row's uid is alive: no API call;
 - any other row is confirmed with a live GET of the CraftSandbox: the API server's own
@@ -44,6 +48,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Seconds between looks at whether the cache is filled, while a sweep is due: a sweep
+#: never runs on an unfilled cache (every row not yet listed would look orphaned).
+SYNC_POLL = 1.0
+
 
 class ObjectReader(NamespaceLister, Protocol):
     """What the sweep needs of the API client: live reads (a namespace's, and one GET)."""
@@ -66,7 +74,8 @@ class SweepReport:
 
 
 class OrphanSweeper:
-    """Runs the sweep every ``interval`` seconds while ``active()`` says so."""
+    """Sweeps once ``active()`` says the cache is filled, then every ``interval`` seconds;
+    a sweep due while it is not waits for it (see the module)."""
 
     def __init__(
         self,
@@ -79,6 +88,7 @@ class OrphanSweeper:
         interval: float,
         active: Callable[[], bool],
         namespaces: Callable[[], Sequence[str]] = tuple,
+        sync_poll: float = SYNC_POLL,
     ) -> None:
         self._credentials = credentials
         self._kube = kube
@@ -88,10 +98,12 @@ class OrphanSweeper:
         self.interval = interval
         self._active = active
         self._namespaces = namespaces
+        self._sync_poll = sync_poll
         self._reported_unowned: int | None = None
 
     async def run(self) -> None:
-        """Sweep forever, one interval apart; never raises (errors are logged)."""
+        """Sweep forever: once the cache is filled, then one interval apart at the least;
+        never raises (errors are logged)."""
         if self.interval <= 0:
             log.info("orphan sweep off: CRAFT_ORPHAN_SWEEP_INTERVAL is 0")
             return
@@ -101,13 +113,20 @@ class OrphanSweeper:
                 "whose operators share this database) to revoke PATs of deleted sandboxes"
             )
             return
+        loop = asyncio.get_running_loop()
+        due = loop.time()  # the first sweep: as soon as the cache is filled
         while True:
-            await asyncio.sleep(self.interval)
-            await self.tick()
+            wait = due - loop.time()
+            if wait <= 0 and self._active():
+                await self.tick()
+                due = loop.time() + self.interval
+                continue
+            # Not due yet; or due on a standby, or before the listing is in: look again soon.
+            await asyncio.sleep(wait if wait > 0 else min(self._sync_poll, self.interval))
 
     async def tick(self) -> SweepReport | None:
-        """One scheduled sweep: skipped (``None``) on a standby or before the cache is
-        filled; a failure is logged and left for the next one."""
+        """One sweep: none (``None``) on a standby or before the cache is filled (:meth:`run`
+        asks again soon); a failure is logged and left for the next one."""
         if self.cluster_id is None or not self._active():
             return None
         try:

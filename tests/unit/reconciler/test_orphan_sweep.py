@@ -9,8 +9,12 @@ while the replica is a standby.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import itertools
 import logging
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +31,7 @@ from craft_operator.kube.kinds import SANDBOX as SANDBOX_KIND
 from craft_operator.metrics import Metrics
 from craft_operator.reconciler.orphan_sweep import OrphanSweeper
 from craft_operator.reconciler.services import StoreCredentials
+from tests.support.operator import eventually
 
 CLUSTER = "east"
 
@@ -95,6 +100,7 @@ class World:
             interval=60,
             active=lambda: self.active,
             namespaces=lambda: self.namespaces,
+            sync_poll=0.01,
         )
 
     def store_of(self, cluster_id: str) -> CredentialStore:
@@ -144,6 +150,18 @@ class World:
 @pytest.fixture
 def world(tmp_path: Path) -> World:
     return World(tmp_path)
+
+
+@contextlib.asynccontextmanager
+async def running(sweeper: OrphanSweeper) -> AsyncIterator[None]:
+    """The sweeper's loop, as the operator runs it, for one life of the process."""
+    task = asyncio.create_task(sweeper.run())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def test_the_pat_of_a_deleted_sandbox_is_revoked_counted_and_logged_by_id(
@@ -400,3 +418,55 @@ async def test_without_a_cluster_id_the_sweep_does_not_run(
 
     assert world.live("gone")
     assert "orphan sweep off: set CRAFT_CLUSTER_ID" in caplog.text
+
+
+async def test_an_operator_restarted_more_often_than_the_interval_sweeps_at_each_start(
+    world: World,
+) -> None:
+    world.sweeper.interval = 60  # every life below is far shorter
+    for life in range(2):
+        name = f"gone-before-start-{life}"
+        world.mint(name)
+        world.active = False  # a new process: its cache is not filled yet
+        world.api.gets.clear()
+        async with running(world.sweeper):
+            await asyncio.sleep(0.1)
+            assert world.live(name), "swept with an unfilled cache"
+            assert world.api.gets == []
+
+            world.active = True  # the first listing is in
+            await eventually(lambda n=name: not world.live(n), within=2, what="swept")
+
+
+async def test_a_standby_that_takes_over_sweeps_once_its_cache_is_filled(world: World) -> None:
+    world.sweeper.interval = 1.0
+    world.active = False
+    world.mint("gone")
+    async with running(world.sweeper):
+        await asyncio.sleep(1.2)  # a sweep fell due while it stood by
+        assert world.live("gone")
+
+        world.active = True  # took over, its listing is in
+        await eventually(lambda: not world.live("gone"), within=0.3, what="swept at once")
+
+
+async def test_in_steady_state_it_sweeps_once_per_interval(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world.sweeper.interval = 0.2
+    loop = asyncio.get_running_loop()
+    sweeps: list[float] = []
+    real_sweep = world.sweeper.sweep_once
+
+    async def counted() -> Any:
+        sweeps.append(loop.time())
+        return await real_sweep()
+
+    monkeypatch.setattr(world.sweeper, "sweep_once", counted)
+    started = loop.time()
+    async with running(world.sweeper):
+        await asyncio.sleep(0.9)
+
+    assert sweeps[0] - started < 0.1, "the first sweep waits for nothing but the cache"
+    assert len(sweeps) >= 3, "it keeps sweeping"
+    assert all(later - earlier >= 0.2 for earlier, later in itertools.pairwise(sweeps))
