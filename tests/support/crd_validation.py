@@ -253,6 +253,12 @@ def cel_is_greater_than(left: Any, right: Any) -> celtypes.BoolType:
     return celtypes.BoolType(int(left) > int(right))
 
 
+def cel_add(left: Any, right: Any) -> CelQuantity:
+    """CEL ``<quantity>.add(<quantity>)`` and ``<quantity>.add(<int>)``."""
+    milli = int(right) if isinstance(right, CelQuantity) else int(right) * 1000
+    return celtypes.IntType.__new__(CelQuantity, int(left) + milli)
+
+
 def cel_sum(values: Any) -> Any:
     """CEL ``<list>.sum()`` of Kubernetes' list library: 0 for an empty list."""
     return sum(values, celtypes.IntType(0))
@@ -265,6 +271,7 @@ CEL_FUNCTIONS: dict[str, Any] = {
     "quantity": cel_quantity,
     "isLessThan": cel_is_less_than,
     "isGreaterThan": cel_is_greater_than,
+    "add": cel_add,
 }
 
 _ENVIRONMENT = celpy.Environment()

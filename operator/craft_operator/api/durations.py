@@ -32,9 +32,10 @@ _CAPPED_PART = "|".join(
 )
 DURATION_PATTERN = rf"^(?:{_CAPPED_PART})+$"
 #: What a duration looks like, for messages.
+_CAPS = [f"{digits} in {unit.split('|')[0]}" for unit, digits in _MAX_DIGITS.items()]
 DURATION_FORMAT_HINT = (
-    "a number and a unit, e.g. 30m, 1h or 720h (units: ns, us, ms, s, m, h; each part "
-    "below 100000h)"
+    "a number and a unit, e.g. 30m, 1h or 720h (units: ns, us, ms, s, m, h; a part's whole "
+    f"number has at most {_CAPS[0].replace(' in', ' digits in')}, {', '.join(_CAPS[1:])})"
 )
 _PART_RE = re.compile(_PART)
 _WHOLE_RE = re.compile(DURATION_PATTERN)

@@ -84,7 +84,9 @@ class CraftSandboxPoolSpec(PodSettingsChecks):
     )
     resources: Resources | None = _sandbox_field(
         "resources",
-        "Sandbox container resources; defaults come from operator settings." + _MATCH,
+        "Sandbox container resources; each request and limit set here replaces that key of "
+        "the operator's CRAFT_SANDBOX_RESOURCES. A request is at most its limit (equal to "
+        "it for hugepages and extended resources such as nvidia.com/gpu)." + _MATCH,
     )
     runtime_class_name: str | None = _sandbox_field(
         "runtime_class_name", "RuntimeClass of the pool's pods (e.g. gvisor or kata)." + _MATCH

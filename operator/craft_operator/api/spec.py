@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -22,7 +23,9 @@ from craft_operator.api.base import (
     check_quantity,
     class_name_rule,
     duration_rules,
+    is_quantity_cel,
     quantity_range_rule,
+    quantity_value,
     storing,
 )
 from craft_operator.api.constants import (
@@ -83,7 +86,25 @@ def is_resource_name(name: str) -> bool:
     return bool(
         re.fullmatch(RESOURCE_NAME_PATTERN, name)
         and re.fullmatch(QUALIFIED_NAME_LENGTH_PATTERN, name)
+        and is_extended_name_quotable(name)
     )
+
+
+def is_extended_name_quotable(name: str) -> bool:
+    """Whether an extended resource's name is one the pod API takes: not starting with
+    ``requests.``, and ``requests.<name>`` (its quota's name) still a qualified name, so a
+    domain of at most 244 characters. A name with no domain, or a ``kubernetes.io/`` one,
+    is not an extended resource and passes."""
+    if "/" not in name or "kubernetes.io/" in name:
+        return True
+    return not name.startswith("requests.") and len(name.split("/", 1)[0]) <= _QUOTA_DOMAIN_MAX
+
+
+def never_overcommitted(name: str) -> bool:
+    """Whether Kubernetes never overcommits resource ``name`` (hugepages and extended
+    resources, as :func:`craft_operator.builders.quantities.overcommit_problem` judges them):
+    its request must equal its limit."""
+    return name.startswith("hugepages-") or ("/" in name and not name.startswith("kubernetes.io/"))
 
 
 def check_node_selector(value: dict[str, str] | None) -> dict[str, str] | None:
@@ -118,6 +139,14 @@ NODE_SELECTOR_SCHEMA = {"maxProperties": 32} | cel_rules(
         f"nodeSelector keys must be label keys: {_QUALIFIED_TEXT}",
     )
 )
+
+
+def _allowed_by_policy(what: str, setting: str) -> str:
+    """The sentence of a field's description that names the policy's setting for it."""
+    return (
+        f" {what} must be allowed by the CraftSandboxPolicy (spec.{setting}), else the "
+        "sandbox fails with PolicyDenied."
+    )
 
 
 class UserRef(ApiModel):
@@ -172,18 +201,85 @@ class UserRef(ApiModel):
         return check_pattern(value, TENANT_ID_PATTERN, TENANT_ID_MESSAGE)
 
 
+#: The longest domain of an extended resource: the pod API checks ``requests.<name>``
+#: (the name of its quota) as a qualified name, whose domain is at most 253 characters.
+_QUOTA_DOMAIN_MAX = 253 - len("requests.")
+_QUOTA_NAME_MESSAGE = (
+    "an extended resource's name does not start with 'requests.', and its domain has at "
+    f"most {_QUOTA_DOMAIN_MAX} characters (Kubernetes names its quota requests.<name>)"
+)
 _RESOURCE_NAMES = {"maxProperties": 16} | cel_rules(
     cel(
         f"self.all(name, name.size() <= {QUALIFIED_NAME_MAX_LENGTH} && "
         f"name.matches({cel_string(RESOURCE_NAME_PATTERN)}) && "
         f"name.matches({cel_string(QUALIFIED_NAME_LENGTH_PATTERN)}))",
         f"resource names are {_RESOURCE_TEXT}",
+    ),
+    cel(
+        "self.all(name, !name.contains('/') || name.contains('kubernetes.io/') || "
+        f"(!name.startsWith('requests.') && name.matches('^[^/]{{0,{_QUOTA_DOMAIN_MAX}}}/')))",
+        _QUOTA_NAME_MESSAGE,
+    ),
+)
+
+
+def _is_quantity(value: str) -> str:
+    """CEL: the int-or-string ``value`` is a quantity ``quantity()`` may read (an int, or a
+    string that passed the pattern and ``isQuantity``: see :func:`is_quantity_cel`)."""
+    return f"(type({value}) == int || {is_quantity_cel(value)})"
+
+
+def _quantity(value: str) -> str:
+    """CEL: the quantity of the int-or-string ``value`` (which :func:`_is_quantity` passed):
+    ``quantity()`` reads only strings, so an int is added to a zero quantity."""
+    return f"(type({value}) == int ? quantity('0').add({value}) : quantity({value}))"
+
+
+def _each_request_with_its_limit(condition: str) -> str:
+    """CEL on :class:`Resources`: ``condition`` holds for every resource with both a request
+    and a limit that are quantities (``R`` and ``L`` stand for them; a value that is no
+    quantity is left to :data:`QUANTITY_RULE`). At most 16 of each (maxProperties): the
+    estimated cost stays small, two bounded ``matches`` and two comparisons a resource."""
+    request, limit = "self.requests[n]", "self.limits[n]"
+    compared = condition.format(r=_quantity(request), l=_quantity(limit))
+    return (
+        "!has(self.requests) || !has(self.limits) || self.requests.all(n, "
+        f"!(n in self.limits) || !{_is_quantity(request)} || !{_is_quantity(limit)} || "
+        f"{compared})"
     )
+
+
+REQUEST_ABOVE_LIMIT_MESSAGE = (
+    "a request is above the limit of the same resource: lower resources.requests.<name> "
+    "or raise resources.limits.<name> (or leave the request out: it defaults to the limit)"
+)
+OVERCOMMITTED_MESSAGE = (
+    "hugepages and extended resources (e.g. nvidia.com/gpu) are never overcommitted: "
+    "resources.requests.<name> must equal resources.limits.<name>; leave the request out "
+    "(it defaults to the limit)"
+)
+_NEVER_OVERCOMMITTED = (
+    "(n.startsWith('hugepages-') || (n.contains('/') && !n.startsWith('kubernetes.io/')))"
 )
 
 
 class Resources(ApiModel):
     """Compute resources for the sandbox container (requests and limits)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            cel(
+                _each_request_with_its_limit("!{r}.isGreaterThan({l})"), REQUEST_ABOVE_LIMIT_MESSAGE
+            ),
+            # Below only: a request above its limit is the rule above's.
+            cel(
+                _each_request_with_its_limit(
+                    f"!{_NEVER_OVERCOMMITTED} || !{{r}}.isLessThan({{l}})"
+                ),
+                OVERCOMMITTED_MESSAGE,
+            ),
+        )
+    )
 
     requests: dict[str, Quantity] | None = Field(
         default=None,
@@ -201,9 +297,29 @@ class Resources(ApiModel):
     def _quantities(cls, value: dict[str, int | str] | None) -> dict[str, int | str] | None:
         for name, quantity in (value or {}).items():
             if not is_resource_name(name):
+                if not is_extended_name_quotable(name):
+                    raise ValueError(_QUOTA_NAME_MESSAGE)
                 raise ValueError(f"resource names are {_RESOURCE_TEXT}")
             check_quantity(quantity, name)
         return value
+
+    @model_validator(mode="after")
+    def _requests_within_limits(self) -> Resources:
+        limits = self.limits or {}
+        for name, request in (self.requests or {}).items():
+            if name not in limits:
+                continue
+            asked, most = _value(request), _value(limits[name])
+            if asked > most:
+                raise ValueError(REQUEST_ABOVE_LIMIT_MESSAGE)
+            if asked < most and never_overcommitted(name):
+                raise ValueError(OVERCOMMITTED_MESSAGE)
+        return self
+
+
+def _value(quantity: int | str) -> Decimal:
+    """The value of a quantity :meth:`Resources._quantities` passed."""
+    return Decimal(quantity) if isinstance(quantity, int) else quantity_value(quantity)
 
 
 class TolerationOperator(StrEnum):
@@ -375,12 +491,23 @@ class LibraryMode(StrEnum):
     JOB = "Job"
 
 
+#: Without its '/', a prefix also covers its siblings (…/user_library_x/) in the S3 listing
+#: and in a sync Job's session policy; an empty one names the whole bucket.
+PREFIX_FOLDER_MESSAGE = (
+    "userLibrary.prefix is a folder: it ends with '/', e.g. "
+    "public/knowledge/<user.id>/user_library/"
+)
+
+
 class UserLibrary(ApiModel):
     """Where the user's uploaded files live in S3 and how they reach the sandbox."""
 
     bucket: str | None = Field(
         default=None,
-        description="The S3 bucket; defaults to the operator's CRAFT_S3_BUCKET.",
+        description=(
+            "The S3 bucket; defaults to the operator's CRAFT_S3_BUCKET."
+            + _allowed_by_policy("Any other bucket", "buckets")
+        ),
         min_length=3,
         max_length=63,
         json_schema_extra=cel_rules(
@@ -394,13 +521,17 @@ class UserLibrary(ApiModel):
     prefix: str | None = Field(
         default=None,
         description=(
-            "The key prefix holding the user's files; defaults to "
-            "'<tenantId>/knowledge/<user.id>/user_library/'."
+            "The key prefix holding the user's files, a folder: it ends with '/'. Defaults "
+            "to '<tenantId>/knowledge/<user.id>/user_library/'; any other prefix must be a "
+            "layout the CraftSandboxPolicy allows in the namespace (spec.libraryPrefixes), "
+            "filled with this sandbox's tenant and user, else the sandbox fails with "
+            "PolicyDenied."
         ),
         max_length=1024,
         json_schema_extra=cel_rules(
             cel("!self.startsWith('/')", "userLibrary.prefix is an S3 key prefix: no leading '/'"),
             cel("!self.contains('..')", "userLibrary.prefix must not contain '..'"),
+            cel("self.endsWith('/')", PREFIX_FOLDER_MESSAGE),
         ),
     )
     mode: LibraryMode = Field(
@@ -429,14 +560,23 @@ class UserLibrary(ApiModel):
     )
     size: Quantity | None = Field(
         default=None,
-        description="Job mode: size of the library volume (default from operator settings).",
+        description=(
+            "Job mode: size of the library volume (default: the operator's "
+            "CRAFT_LIBRARY_VOLUME_SIZE, 20Gi unless set). The volume grows when this grows "
+            "and never shrinks: a smaller size keeps the volume as it is (said in "
+            "status.libraryVolume.message)."
+        ),
         json_schema_extra=cel_rules(
             QUANTITY_RULE, quantity_range_rule("userLibrary.size", minimum=1)
         ),
     )
     storage_class_name: str | None = Field(
         default=None,
-        description="Job mode: storage class of the library volume (default: the cluster's).",
+        description=(
+            "Job mode: storage class of a new library volume (default: the cluster's "
+            "default class). It applies to a new volume only: an existing one keeps its "
+            "class until its PVC is deleted and made anew."
+        ),
         max_length=DNS_SUBDOMAIN_MAX_LENGTH,
         json_schema_extra=cel_rules(
             class_name_rule("userLibrary.storageClassName", "StorageClass")
@@ -455,6 +595,8 @@ class UserLibrary(ApiModel):
     def _prefix(cls, value: str | None) -> str | None:
         if value is not None and (value.startswith("/") or ".." in value):
             raise ValueError("userLibrary.prefix is an S3 key prefix: no leading '/', no '..'")
+        if value is not None and not value.endswith("/"):
+            raise ValueError(PREFIX_FOLDER_MESSAGE)
         return value
 
     @field_validator("bucket")
@@ -569,7 +711,10 @@ class CraftSandboxSpec(PodSettingsChecks):
     )
     image: str | None = Field(
         default=None,
-        description="Sandbox container image; defaults to the operator's CRAFT_SANDBOX_IMAGE.",
+        description=(
+            "Sandbox container image; defaults to the operator's CRAFT_SANDBOX_IMAGE."
+            + _allowed_by_policy("Any other image", "images")
+        ),
         min_length=1,
         max_length=512,
         json_schema_extra=cel_rules(
@@ -585,6 +730,7 @@ class CraftSandboxSpec(PodSettingsChecks):
         description=(
             "URL of the Onyx server the sandbox talks to (becomes ONYX_SERVER_URL); "
             "defaults to the operator's CRAFT_SERVER_URL."
+            + _allowed_by_policy("Any other URL", "serverURLs")
         ),
         max_length=2048,
         json_schema_extra=cel_rules(
@@ -618,27 +764,41 @@ class CraftSandboxSpec(PodSettingsChecks):
     )
     resources: Resources | None = Field(
         default=None,
-        description="Sandbox container resources; defaults come from operator settings.",
+        description=(
+            "Sandbox container resources; each request and limit set here replaces that "
+            "key of the operator's CRAFT_SANDBOX_RESOURCES. A request is at most its limit "
+            "(equal to it for hugepages and extended resources such as nvidia.com/gpu)."
+        ),
     )
     runtime_class_name: str | None = Field(
         default=None,
-        description="RuntimeClass for the sandbox pod (e.g. gvisor or kata).",
+        description=(
+            "RuntimeClass for the sandbox pod (e.g. gvisor or kata)."
+            + _allowed_by_policy("It", "runtimeClassNames")
+        ),
         max_length=DNS_SUBDOMAIN_MAX_LENGTH,
         json_schema_extra=cel_rules(class_name_rule("runtimeClassName", "RuntimeClass")),
     )
     node_selector: NodeSelector | None = Field(
         default=None,
-        description="Node labels the sandbox pod must be scheduled on.",
+        description=(
+            "Node labels the sandbox pod must be scheduled on."
+            + _allowed_by_policy("Each key=value", "nodeSelectors")
+        ),
         json_schema_extra=NODE_SELECTOR_SCHEMA,
     )
     tolerations: list[Toleration] | None = Field(
         default=None,
-        description="Tolerations for the sandbox pod.",
+        description=(
+            "Tolerations for the sandbox pod." + _allowed_by_policy("Each", "tolerations")
+        ),
         max_length=32,
     )
     priority_class_name: str | None = Field(
         default=None,
-        description="PriorityClass for the sandbox pod.",
+        description=(
+            "PriorityClass for the sandbox pod." + _allowed_by_policy("It", "priorityClassNames")
+        ),
         max_length=DNS_SUBDOMAIN_MAX_LENGTH,
         json_schema_extra=cel_rules(class_name_rule("priorityClassName", "PriorityClass")),
     )

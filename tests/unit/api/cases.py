@@ -226,6 +226,16 @@ INVALID: list[Case] = [
         'spec.resources.limits[memory]: Invalid value: "10 GB": must be a Kubernetes quantity',
     ),
     Case(
+        "request-above-limit",
+        spec(resources={"requests": {"memory": "20Gi"}, "limits": {"memory": "8Gi"}}),
+        "a request is above the limit of the same resource",
+    ),
+    Case(
+        "gpu-request-below-limit",
+        spec(resources={"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 2}}),
+        "hugepages and extended resources (e.g. nvidia.com/gpu) are never overcommitted",
+    ),
+    Case(
         "quantity-a-list",
         spec(resources={"limits": {"cpu": [1]}}),
         "spec.resources.limits.cpu in body must be of type integer,string",
@@ -336,6 +346,16 @@ INVALID: list[Case] = [
         "prefix-with-dot-dot",
         library(prefix="public/knowledge/../other/"),
         "userLibrary.prefix must not contain '..'",
+    ),
+    Case(
+        "prefix-without-trailing-slash",
+        library(prefix=f"public/knowledge/{USER_ID}/user_library"),
+        "userLibrary.prefix is a folder: it ends with '/'",
+    ),
+    Case(
+        "prefix-empty",
+        library(prefix=""),
+        "userLibrary.prefix is a folder: it ends with '/'",
     ),
     Case(
         "empty-exclude-pattern",

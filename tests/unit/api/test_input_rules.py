@@ -26,6 +26,11 @@ from craft_operator.api import constants
 from craft_operator.api.base import check_quantity, quantity_value
 from craft_operator.api.parse import InvalidSandboxError, parse_sandbox
 from craft_operator.api.pool import InvalidPoolError, parse_pool
+from craft_operator.api.spec import (
+    OVERCOMMITTED_MESSAGE,
+    PREFIX_FOLDER_MESSAGE,
+    REQUEST_ABOVE_LIMIT_MESSAGE,
+)
 from craft_operator.api.workspace import SHRINK_MESSAGE
 from tests.support.crd_validation import CrdValidator, validate_create, validate_update
 from tests.unit.api.samples import CRD_FILE, REPO, USER_ID, load_yaml, sandbox
@@ -237,7 +242,8 @@ def test_an_idle_timeout_beyond_go_s_range_is_rejected_with_the_rule_s_own_messa
     errors = validate_create(with_spec(idleTimeout=text))
     assert errors == [
         f'spec.idleTimeout: Invalid value: "{text}": idleTimeout must be a duration: a number '
-        "and a unit, e.g. 30m, 1h or 720h (units: ns, us, ms, s, m, h; each part below 100000h)"
+        "and a unit, e.g. 30m, 1h or 720h (units: ns, us, ms, s, m, h; a part's whole number "
+        "has at most 5 digits in h, 6 in m, 8 in s, 11 in ms, 14 in us, 17 in ns)"
     ]
     assert model_error(with_spec(idleTimeout=text)) is not None
 
@@ -245,6 +251,17 @@ def test_an_idle_timeout_beyond_go_s_range_is_rejected_with_the_rule_s_own_messa
 @pytest.mark.parametrize("text", ["99999h", "604800s", "999999m", "1h30m"])
 def test_long_but_representable_idle_timeouts_are_admitted(text: str) -> None:
     assert_admitted(with_spec(idleTimeout=text))
+
+
+@pytest.mark.parametrize(("text", "cap"), [("1000000m", "6 in m"), ("100000000s", "8 in s")])
+def test_the_duration_message_states_the_cap_a_part_below_100000h_breaks(
+    text: str, cap: str
+) -> None:
+    # 1000000m is 16667h: refused for its digits, which the message says, not for its length.
+    errors = validate_create(with_spec(idleTimeout=text))
+    assert len(errors) == 1
+    assert cap in errors[0]
+    assert "100000h" not in errors[0]
 
 
 # -- scheduling: what the pod API would refuse -------------------------------------------------
@@ -323,6 +340,91 @@ def test_standard_and_extended_resource_names_are_admitted(name: str) -> None:
     assert_admitted(with_spec(resources={"limits": {name: "1"}}))
 
 
+#: A domain of 245 characters: requests.<name>, the name of its quota, would be too long.
+LONG_DOMAIN = ("a" * 63 + ".") * 3 + "a" * 53
+
+
+@pytest.mark.parametrize(
+    "name", ["requests.example.com/gpu", f"{LONG_DOMAIN}/gpu"], ids=["requests-prefix", "long"]
+)
+def test_an_extended_resource_the_pod_api_cannot_quota_is_rejected_at_admission(
+    name: str,
+) -> None:
+    assert_refused(
+        with_spec(resources={"limits": {name: "1"}}),
+        "an extended resource's name does not start with 'requests.'",
+    )
+
+
+def test_an_extended_resource_with_a_domain_of_244_characters_is_admitted() -> None:
+    assert_admitted(with_spec(resources={"limits": {f"{LONG_DOMAIN[1:]}/gpu": "1"}}))
+
+
+# -- requests and limits -----------------------------------------------------------------------
+
+ABOVE_LIMIT = "a request is above the limit of the same resource: lower resources.requests"
+OVERCOMMITTED = "hugepages and extended resources (e.g. nvidia.com/gpu) are never overcommitted"
+
+
+@pytest.mark.parametrize(
+    "resources",
+    [
+        {"requests": {"memory": "20Gi"}, "limits": {"memory": "8Gi"}},
+        {"requests": {"cpu": 4}, "limits": {"cpu": "2"}},
+        {"requests": {"cpu": "2500m"}, "limits": {"cpu": 2}},
+        {"requests": {"cpu": 3}, "limits": {"cpu": 2}},
+        {"requests": {"nvidia.com/gpu": 2}, "limits": {"nvidia.com/gpu": 1}},
+    ],
+    ids=["memory", "int-over-string", "string-over-int", "ints", "gpu"],
+)
+def test_a_request_above_its_limit_is_rejected_at_admission(resources: dict[str, Any]) -> None:
+    # The operator could never build the pod (InvalidResources), whatever its defaults.
+    assert validate_create(with_spec(resources=resources)) == [
+        f"spec.resources: Invalid value: {REQUEST_ABOVE_LIMIT_MESSAGE}"
+    ]
+    assert model_error(with_spec(resources=resources)) is not None
+
+
+@pytest.mark.parametrize(
+    "resources",
+    [
+        {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": 2, "memory": "8Gi"}},
+        {"requests": {"cpu": 1, "memory": "2Gi"}, "limits": {"cpu": "1500m", "memory": "8Gi"}},
+        {"requests": {"memory": "20Gi"}},  # the limit comes from the settings and follows it
+        {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": 1}},
+        {"limits": {"hugepages-2Mi": "4Mi"}},
+    ],
+    ids=["equal", "below", "no-limit", "gpu-equal", "hugepages-limit-only"],
+)
+def test_a_request_at_or_below_its_limit_is_admitted(resources: dict[str, Any]) -> None:
+    assert_admitted(with_spec(resources=resources))
+
+
+@pytest.mark.parametrize(
+    "resources",
+    [
+        {"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 2}},
+        {"requests": {"hugepages-2Mi": "2Mi"}, "limits": {"hugepages-2Mi": "4Mi"}},
+    ],
+    ids=["gpu", "hugepages"],
+)
+def test_a_resource_kubernetes_never_overcommits_must_request_its_limit(
+    resources: dict[str, Any],
+) -> None:
+    assert validate_create(with_spec(resources=resources)) == [
+        f"spec.resources: Invalid value: {OVERCOMMITTED_MESSAGE}"
+    ]
+    assert model_error(with_spec(resources=resources)) is not None
+
+
+def test_a_request_that_is_no_quantity_is_reported_once_not_also_against_its_limit() -> None:
+    errors = validate_create(
+        with_spec(resources={"requests": {"memory": "lots"}, "limits": {"memory": "8Gi"}})
+    )
+    assert len(errors) == 1
+    assert QUANTITY_MESSAGE in errors[0]
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
@@ -367,6 +469,10 @@ POOL_REFUSED = {
     "node-selector-value": {"nodeSelector": {"zone": "bad value!"}},
     "toleration": {"tolerations": [{"operator": "Exists", "value": "x"}]},
     "resource-name": {"resources": {"limits": {"gpu": "1"}}},
+    "request-above-limit": {"resources": {"requests": {"memory": "20Gi"}, "limits": {"memory": 1}}},
+    "gpu-overcommitted": {
+        "resources": {"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 2}}
+    },
     "image": {"image": "craft\u00a0sandbox:1"},
 }
 
@@ -382,6 +488,25 @@ def test_a_pool_refuses_the_pod_settings_a_sandbox_refuses(name: str) -> None:
     assert CrdValidator.from_file(POOL_CRD).admit_create(manifest).messages != []
     with pytest.raises(InvalidPoolError):
         parse_pool(copy.deepcopy(manifest))
+
+
+# -- the user library's prefix ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "prefix", ["", f"public/knowledge/{USER_ID}/user_library"], ids=["empty", "no-trailing-slash"]
+)
+def test_a_library_prefix_that_is_no_folder_is_rejected_at_admission(prefix: str) -> None:
+    # Nothing could allow it: empty names the whole bucket; without its '/' it also covers
+    # its siblings (…/user_library_x/) in S3.
+    assert validate_create(with_spec(userLibrary={"prefix": prefix})) == [
+        f'spec.userLibrary.prefix: Invalid value: "{prefix}": {PREFIX_FOLDER_MESSAGE}'
+    ]
+    assert model_error(with_spec(userLibrary={"prefix": prefix})) is not None
+
+
+def test_a_library_prefix_ending_in_a_slash_is_admitted() -> None:
+    assert_admitted(with_spec(userLibrary={"prefix": f"public/knowledge/{USER_ID}/user_library/"}))
 
 
 # -- kubectl explain ---------------------------------------------------------------------------
@@ -411,3 +536,48 @@ def test_kubectl_explain_describes_the_toleration_effects_the_enum_accepts() -> 
     for value in effect["enum"]:
         assert value in effect["description"]
     assert "unset matches all effects" in effect["description"]
+
+
+def spec_field(path: str) -> dict[str, Any]:
+    node = spec_schema()["properties"]["spec"]
+    for part in path.split("."):
+        node = node["properties"][part]
+    return node
+
+
+@pytest.mark.parametrize(
+    ("path", "setting"),
+    [
+        ("image", "images"),
+        ("serverURL", "serverURLs"),
+        ("runtimeClassName", "runtimeClassNames"),
+        ("priorityClassName", "priorityClassNames"),
+        ("nodeSelector", "nodeSelectors"),
+        ("tolerations", "tolerations"),
+        ("userLibrary.bucket", "buckets"),
+        ("userLibrary.prefix", "libraryPrefixes"),
+    ],
+)
+def test_kubectl_explain_says_which_fields_the_policy_must_allow(path: str, setting: str) -> None:
+    description = spec_field(path)["description"]
+    assert "CraftSandboxPolicy" in description
+    assert f"(spec.{setting})" in description
+    assert "PolicyDenied" in description
+
+
+def test_kubectl_explain_says_a_library_prefix_ends_with_a_slash() -> None:
+    assert "it ends with '/'" in spec_field("userLibrary.prefix")["description"]
+
+
+def test_kubectl_explain_names_the_library_volume_s_default_and_that_it_never_shrinks() -> None:
+    description = spec_field("userLibrary.size")["description"]
+    assert "CRAFT_LIBRARY_VOLUME_SIZE" in description
+    assert "never shrinks" in description
+
+
+def test_kubectl_explain_says_a_storage_class_applies_to_a_new_library_volume_only() -> None:
+    assert "new volume only" in spec_field("userLibrary.storageClassName")["description"]
+
+
+def test_kubectl_explain_names_the_setting_the_resources_override() -> None:
+    assert "CRAFT_SANDBOX_RESOURCES" in spec_field("resources")["description"]

@@ -187,26 +187,11 @@ CASES: tuple[PolicyCase, ...] = (
         "spec.userLibrary.bucket another-teams-bucket",
     ),
     _allowed("own-prefix", {"user": {"tenantId": "acme"}, "userLibrary": {"prefix": OWN_PREFIX}}),
-    _refused(
-        "own-prefix-without-its-slash-also-covers-its-siblings",
-        {"user": {"tenantId": "acme"}, "userLibrary": {"prefix": OWN_PREFIX.rstrip("/")}},
-        f"spec.userLibrary.prefix {OWN_PREFIX.rstrip('/')} must end with '/'",
-    ),
-    _refused(
-        "allowed-layout-without-its-slash",
-        {"user": {"tenantId": "acme"}, "userLibrary": {"prefix": f"legacy/acme/{USER}"}},
-        "must end with '/'",
-        policy=LAYOUT,
-    ),
+    # A prefix without its '/' (or an empty one) is refused by the CRD itself, before any
+    # policy: tests/unit/api/test_input_rules.py.
     _allowed(
         "own-prefix-with-an-upper-case-user-id",
         {"user": {"id": USER.upper(), "tenantId": "acme"}, "userLibrary": {"prefix": OWN_PREFIX}},
-    ),
-    _refused(
-        "empty-prefix",
-        {"userLibrary": {"prefix": ""}},
-        "spec.userLibrary.prefix must not be empty",
-        policy=LAYOUT,
     ),
     _refused(
         "another-users-prefix",

@@ -99,12 +99,12 @@ def test_without_a_policy_only_the_defaults_are_allowed() -> None:
 
 
 def test_every_violation_is_in_the_one_message() -> None:
-    violations = check({"image": "x:1", "userLibrary": {"prefix": ""}}, tenant="acme")
+    violations = check({"image": "x:1", "userLibrary": {"bucket": "b-2"}}, tenant="acme")
     message = describe(violations)
     assert message.startswith("not allowed by the platform: ")
     assert "tenant acme" in message
     assert "spec.image x:1" in message
-    assert "must not be empty" in message
+    assert "spec.userLibrary.bucket b-2" in message
 
 
 def test_a_tenant_label_binds_even_when_the_policy_allows_everything_else() -> None:
