@@ -312,14 +312,9 @@ def owners(obj: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
     ]
 
 
-def test_job_mode_on_a_statically_provisioned_volume_runs_one_sync_job_under_the_job_controller(
-    cluster: Cluster,
-    namespace: str,
-    launch: Launch,
-    watches: dict[str, Watch],
-    alice_library_volume: str,
-) -> None:
-    # The Secret with the S3 credentials for sync Jobs, as the platform engineer sets it up.
+def job_mode_alice(cluster: Cluster, namespace: str, launch: Launch) -> OperatorProcess:
+    """The Secret with the S3 credentials for sync Jobs, as the platform engineer sets it
+    up; the operator started with it; and sandbox ``alice`` in Job mode, revision 7."""
     cluster.create(
         "/api/v1/secrets",
         namespace,
@@ -332,12 +327,22 @@ def test_job_mode_on_a_statically_provisioned_volume_runs_one_sync_job_under_the
     )
     operator = launch(CRAFT_LIBRARY_S3_SECRET="library-s3")
     operator.start()
-
     cluster.create(
         f"{CRAFT}/craftsandboxes",
         namespace,
         sandbox("alice", "7", userLibrary={"mode": "Job", "size": "1Gi"}),
     )
+    return operator
+
+
+def test_job_mode_on_a_statically_provisioned_volume_runs_one_sync_job_under_the_job_controller(
+    cluster: Cluster,
+    namespace: str,
+    launch: Launch,
+    watches: dict[str, Watch],
+    alice_library_volume: str,
+) -> None:
+    operator = job_mode_alice(cluster, namespace, launch)
 
     synced = converge(
         lambda: ready(cluster, namespace, "alice"),
@@ -546,23 +551,7 @@ def test_a_running_sync_job_whose_labels_were_edited_away_is_followed_not_double
     runs on. An admission policy holds the Job's pod back, so the Job runs while its labels
     go; once the policy is lifted, the Job controller runs it and the operator, reading the
     Job it no longer sees, collects its outcome: no second Job writes the volume beside it."""
-    cluster.create(
-        "/api/v1/secrets",
-        namespace,
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "library-s3"},
-            "stringData": {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"},
-        },
-    )
-    operator = launch(CRAFT_LIBRARY_S3_SECRET="library-s3")
-    operator.start()
-    cluster.create(
-        f"{CRAFT}/craftsandboxes",
-        namespace,
-        sandbox("alice", "7", userLibrary={"mode": "Job", "size": "1Gi"}),
-    )
+    operator = job_mode_alice(cluster, namespace, launch)
     converge(
         lambda: cluster.get("/apis/batch/v1/jobs", namespace, "alice-library-1"),
         "the sync Job made",

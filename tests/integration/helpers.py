@@ -19,6 +19,13 @@ NAMESPACE = "team-a"
 USER_ID = "3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b"
 
 
+#: Resources the CRD admits but no pod can have: a device Kubernetes never overcommits,
+#: requested without a limit (the pod API refuses it; the operator says so first). Setting
+#: the limit too (``WIDGET_LIMIT``) fixes it.
+UNBUILDABLE_RESOURCES = {"requests": {"example.com/widget": "1"}}
+WIDGET_LIMIT = {"limits": {"example.com/widget": "1"}}
+
+
 def sandbox(name: str, **spec: Any) -> dict[str, Any]:
     """A CraftSandbox manifest in the test namespace."""
     return {

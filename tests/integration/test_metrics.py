@@ -10,7 +10,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from craft_operator.context import OperatorContext
 from tests.integration.conftest import SANDBOXES
-from tests.integration.helpers import NAMESPACE, phase, pod, sandbox
+from tests.integration.helpers import (
+    NAMESPACE,
+    UNBUILDABLE_RESOURCES,
+    WIDGET_LIMIT,
+    phase,
+    pod,
+    sandbox,
+)
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually
 from tests.support.pod_exec import mark_pod_running
@@ -50,8 +57,7 @@ async def test_a_provisioned_sandbox_shows_in_the_metrics(
 async def test_a_sandbox_fixed_after_hours_failed_is_measured_from_its_fix(
     emulator: KubeEmulator, operator: OperatorContext
 ) -> None:
-    limits = {"requests": {"memory": "20Gi"}, "limits": {"memory": "8Gi"}}
-    emulator.create(SANDBOXES, sandbox("alice", resources=limits))
+    emulator.create(SANDBOXES, sandbox("alice", resources=UNBUILDABLE_RESOURCES))
     failed = await phase(emulator, "alice", "Failed")
     # Two hours go by while it is Failed (its Ready condition False since then).
     long_ago = (datetime.now(UTC) - timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -63,9 +69,7 @@ async def test_a_sandbox_fixed_after_hours_failed_is_measured_from_its_fix(
         SANDBOXES, NAMESPACE, "alice", {"status": {"conditions": conditions}}, subresource="status"
     )
 
-    emulator.patch(
-        SANDBOXES, NAMESPACE, "alice", {"spec": {"resources": {"limits": {"memory": "32Gi"}}}}
-    )
+    emulator.patch(SANDBOXES, NAMESPACE, "alice", {"spec": {"resources": WIDGET_LIMIT}})
     await eventually(lambda: pod(emulator, "alice"), what="the pod")
     provisioning = await phase(emulator, "alice", "Provisioning")
     assert provisioning["recoveredAt"]

@@ -91,7 +91,6 @@ async def test_every_disallowed_field_is_refused_without_a_token(
         "url": {"serverURL": "https://onyx.attacker.example"},
         "bucket": {"userLibrary": {"bucket": "someone-elses-files"}},
         "prefix": {"userLibrary": {"prefix": "public/knowledge/"}},
-        "empty": {"userLibrary": {"prefix": ""}},
         "runtime": {"runtimeClassName": "runc"},
         "priority": {"priorityClassName": "system-node-critical"},
         "toleration": {"tolerations": [{"operator": "Exists"}]},

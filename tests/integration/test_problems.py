@@ -17,6 +17,8 @@ from craft_operator.credentials.keyring import generate_key_entry
 from tests.integration.conftest import SANDBOXES
 from tests.integration.helpers import (
     NAMESPACE,
+    UNBUILDABLE_RESOURCES,
+    WIDGET_LIMIT,
     condition,
     event_posted,
     foreign_pod,
@@ -62,17 +64,17 @@ async def test_no_server_url_anywhere_fails_the_sandbox_with_a_clear_reason(
         await eventually(lambda: pod(emulator, "alice"), what="the pod once the URL is set")
 
 
-async def test_requests_above_the_limits_the_spec_sets_fail_the_sandbox(
+async def test_resources_no_pod_can_have_fail_the_sandbox(
     emulator: KubeEmulator, operator: OperatorContext
 ) -> None:
-    emulator.create(
-        SANDBOXES,
-        sandbox("alice", resources={"requests": {"memory": "20Gi"}, "limits": {"memory": "8Gi"}}),
-    )
+    """A request above its limit is the CRD's to refuse; a device requested without a
+    limit, which the settings could supply, is only known not to work at reconcile."""
+    emulator.create(SANDBOXES, sandbox("alice", resources=UNBUILDABLE_RESOURCES))
 
     await phase(emulator, "alice", "Failed")
-    message = condition(emulator, "alice", "PodReady")["message"]
-    assert message == "resources.requests.memory (20Gi) is above resources.limits.memory (8Gi)"
+    said = condition(emulator, "alice", "PodReady")
+    assert said["reason"] == "InvalidResources"
+    assert said["message"].startswith("resources.limits.example.com/widget must be set")
     assert pod(emulator, "alice") is None
 
 
@@ -91,7 +93,7 @@ async def test_a_failed_sandbox_stays_failed_while_the_database_is_down(
     """Not Pending (new, to on-call) and not recovered: nothing judged its pod again."""
     emulator.create(
         SANDBOXES,
-        sandbox("alice", resources={"requests": {"memory": "20Gi"}, "limits": {"memory": "8Gi"}}),
+        sandbox("alice", resources=UNBUILDABLE_RESOURCES),
     )
     await phase(emulator, "alice", "Failed")
     credentials_database_down(operator, monkeypatch)
@@ -117,14 +119,12 @@ async def test_a_failed_sandbox_whose_spec_is_fixed_during_an_outage_waits_inste
     down: its pod waits for the credentials."""
     emulator.create(
         SANDBOXES,
-        sandbox("alice", resources={"requests": {"memory": "20Gi"}, "limits": {"memory": "8Gi"}}),
+        sandbox("alice", resources=UNBUILDABLE_RESOURCES),
     )
     await phase(emulator, "alice", "Failed")
     credentials_database_down(operator, monkeypatch)
 
-    emulator.patch(
-        SANDBOXES, NAMESPACE, "alice", {"spec": {"resources": {"requests": {"memory": "4Gi"}}}}
-    )
+    emulator.patch(SANDBOXES, NAMESPACE, "alice", {"spec": {"resources": WIDGET_LIMIT}})
 
     await phase(emulator, "alice", "Pending")
     assert condition(emulator, "alice", "PodReady")["status"] == "Unknown"
@@ -153,8 +153,7 @@ async def test_a_sandbox_failed_for_its_spec_says_so_once_not_on_every_resync(
         str(emulator.url).rstrip("/"), resyncing, exec_transport=pod_exec
     ) as operator:
         said = reasons_said(operator)
-        limits = {"requests": {"memory": "20Gi"}, "limits": {"memory": "8Gi"}}
-        emulator.create(SANDBOXES, sandbox("alice", resources=limits))
+        emulator.create(SANDBOXES, sandbox("alice", resources=UNBUILDABLE_RESOURCES))
         await phase(emulator, "alice", "Failed")
         await passes_in(operator, 2.0)  # several resyncs of a sandbox that did not change
 

@@ -9,14 +9,14 @@ from datetime import UTC, datetime, timedelta
 from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
 from tests.integration.conftest import SANDBOXES
-from tests.integration.helpers import NAMESPACE, phase, pod, status
+from tests.integration.helpers import NAMESPACE, UNBUILDABLE_RESOURCES, phase, pod, status
 from tests.integration.test_drift import ready_sandbox
 from tests.integration.test_renewal import due_for_renewal
 from tests.integration.test_renewal import ready_sandbox as ready_with_pat
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually
 
-UNBUILDABLE = {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}
+UNBUILDABLE = {"resources": UNBUILDABLE_RESOURCES}
 
 
 def stopped(emulator: KubeEmulator) -> bool:

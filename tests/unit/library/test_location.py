@@ -26,7 +26,7 @@ def test_the_default_prefix_is_onyx_s_layout_for_the_user() -> None:
 
 
 def test_the_spec_overrides_bucket_and_prefix_and_settings_give_the_endpoint() -> None:
-    library = UserLibrary(bucket="my-bucket", prefix="custom/place")
+    library = UserLibrary(bucket="my-bucket", prefix="custom/place/")
     configured = settings(s3_bucket="xyz", s3_endpoint_url="http://minio:9000", s3_region="eu-1")
 
     location = resolve_location(library, USER, configured)
