@@ -91,9 +91,6 @@ async def test_a_recreated_sandbox_naming_a_pool_claims_while_its_predecessors_p
     emulator.create(SANDBOXES, sandbox("alice", poolRef={"name": NAME}))
 
     ready = await phase(emulator, "alice", "Ready")
-    from tests.integration.helpers import event_reasons
-
-    print("REASONS", event_reasons(emulator, "alice"), pod(emulator, "alice")["metadata"])
     assert ready["claimedFrom"] == NAME
     assert ready["podName"] != "alice"
     assert uid(pod(emulator, "alice")) == uid(old), "the stopping pod is left to stop"

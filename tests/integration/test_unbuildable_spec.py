@@ -5,11 +5,21 @@ when idle, and given its renewed PAT."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
 
 from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
 from tests.integration.conftest import SANDBOXES
-from tests.integration.helpers import NAMESPACE, UNBUILDABLE_RESOURCES, phase, pod, status
+from tests.integration.helpers import (
+    NAMESPACE,
+    UNBUILDABLE_RESOURCES,
+    condition,
+    phase,
+    pod,
+    status,
+)
 from tests.integration.test_drift import ready_sandbox
 from tests.integration.test_renewal import due_for_renewal
 from tests.integration.test_renewal import ready_sandbox as ready_with_pat
@@ -24,10 +34,20 @@ def stopped(emulator: KubeEmulator) -> bool:
     return found is None or bool(found["metadata"].get("deletionTimestamp"))
 
 
-async def test_suspend_stops_its_pod(emulator: KubeEmulator, operator: OperatorContext) -> None:
+#: A request above its limit: refused at admission since, but stored under an older CRD.
+STORED_BEFORE = {"resources": {"requests": {"cpu": "3"}, "limits": {"cpu": "2"}}}
+
+
+@pytest.mark.parametrize("spec", [UNBUILDABLE, STORED_BEFORE], ids=["admitted", "stored-before"])
+async def test_suspend_stops_its_pod(
+    emulator: KubeEmulator, operator: OperatorContext, spec: dict[str, Any]
+) -> None:
     await ready_sandbox(emulator)
-    emulator.patch(SANDBOXES, NAMESPACE, "alice", {"spec": UNBUILDABLE})
+    if spec is STORED_BEFORE:
+        emulator.validators.clear()  # the CRD before it refused a request above its limit
+    emulator.patch(SANDBOXES, NAMESPACE, "alice", {"spec": spec})
     await phase(emulator, "alice", "Failed")
+    assert condition(emulator, "alice", "PodReady")["reason"] == "InvalidResources"
 
     emulator.patch(SANDBOXES, NAMESPACE, "alice", {"spec": {"suspend": True}})
 

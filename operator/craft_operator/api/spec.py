@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -25,7 +24,6 @@ from craft_operator.api.base import (
     duration_rules,
     is_quantity_cel,
     quantity_range_rule,
-    quantity_value,
     storing,
 )
 from craft_operator.api.constants import (
@@ -98,13 +96,6 @@ def is_extended_name_quotable(name: str) -> bool:
     if "/" not in name or "kubernetes.io/" in name:
         return True
     return not name.startswith("requests.") and len(name.split("/", 1)[0]) <= _QUOTA_DOMAIN_MAX
-
-
-def never_overcommitted(name: str) -> bool:
-    """Whether Kubernetes never overcommits resource ``name`` (hugepages and extended
-    resources, as :func:`craft_operator.builders.quantities.overcommit_problem` judges them):
-    its request must equal its limit."""
-    return name.startswith("hugepages-") or ("/" in name and not name.startswith("kubernetes.io/"))
 
 
 def check_node_selector(value: dict[str, str] | None) -> dict[str, str] | None:
@@ -259,12 +250,17 @@ OVERCOMMITTED_MESSAGE = (
     "(it defaults to the limit)"
 )
 _NEVER_OVERCOMMITTED = (
-    "(n.startsWith('hugepages-') || (n.contains('/') && !n.startsWith('kubernetes.io/')))"
+    "(n.startsWith('hugepages-') || (n.contains('/') && !n.contains('kubernetes.io/')))"
 )
 
 
 class Resources(ApiModel):
-    """Compute resources for the sandbox container (requests and limits)."""
+    """Compute resources for the sandbox container (requests and limits).
+
+    A request above its limit (or a device's below it) is refused at admission only: an
+    object stored under an older CRD still parses, and the pod builder refuses it
+    (``InvalidResources``), which keeps an earlier pod obeying suspend, sleep and renewal.
+    """
 
     model_config = ConfigDict(
         json_schema_extra=cel_rules(
@@ -302,24 +298,6 @@ class Resources(ApiModel):
                 raise ValueError(f"resource names are {_RESOURCE_TEXT}")
             check_quantity(quantity, name)
         return value
-
-    @model_validator(mode="after")
-    def _requests_within_limits(self) -> Resources:
-        limits = self.limits or {}
-        for name, request in (self.requests or {}).items():
-            if name not in limits:
-                continue
-            asked, most = _value(request), _value(limits[name])
-            if asked > most:
-                raise ValueError(REQUEST_ABOVE_LIMIT_MESSAGE)
-            if asked < most and never_overcommitted(name):
-                raise ValueError(OVERCOMMITTED_MESSAGE)
-        return self
-
-
-def _value(quantity: int | str) -> Decimal:
-    """The value of a quantity :meth:`Resources._quantities` passed."""
-    return Decimal(quantity) if isinstance(quantity, int) else quantity_value(quantity)
 
 
 class TolerationOperator(StrEnum):

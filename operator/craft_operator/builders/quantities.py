@@ -155,7 +155,12 @@ def overcommit_problem(resource: str, request: str | None, limit: str | None) ->
     such as ``nvidia.com/gpu``, or ``hugepages-*``), said before any pod is made: a
     request without a limit, a request other than its limit, a fraction of a device.
     ``None``: nothing."""
-    extended = "/" in resource and not resource.startswith(("kubernetes.io/", "requests."))
+    # Kubernetes counts a name with "kubernetes.io/" anywhere in it as native (overcommitted).
+    extended = (
+        "/" in resource
+        and "kubernetes.io/" not in resource
+        and not resource.startswith("requests.")
+    )
     if not (extended or resource.startswith("hugepages-")):
         return None
     if limit is None:

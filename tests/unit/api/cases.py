@@ -229,11 +229,13 @@ INVALID: list[Case] = [
         "request-above-limit",
         spec(resources={"requests": {"memory": "20Gi"}, "limits": {"memory": "8Gi"}}),
         "a request is above the limit of the same resource",
+        model=False,
     ),
     Case(
         "gpu-request-below-limit",
         spec(resources={"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 2}}),
         "hugepages and extended resources (e.g. nvidia.com/gpu) are never overcommitted",
+        model=False,
     ),
     Case(
         "quantity-a-list",

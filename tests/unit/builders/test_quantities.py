@@ -9,6 +9,7 @@ import pytest
 from craft_operator.builders.quantities import (
     canonical_quantity,
     canonical_resources,
+    overcommit_problem,
     parse_quantity,
 )
 
@@ -159,3 +160,17 @@ def test_a_quantity_by_value_has_one_form_however_it_is_spelled(
 
 def test_text_that_is_no_quantity_is_left_as_it_is() -> None:
     assert canonical_quantity("two") == "two"
+
+
+@pytest.mark.parametrize(
+    ("resource", "problem"),
+    [
+        ("nvidia.com/gpu", True),
+        ("hugepages-2Mi", True),
+        ("example.kubernetes.io/widget", False),  # native to Kubernetes: overcommitted
+        ("kubernetes.io/widget", False),
+        ("memory", False),
+    ],
+)
+def test_only_devices_and_hugepages_must_request_their_limit(resource: str, problem: bool) -> None:
+    assert (overcommit_problem(resource, "2Mi", "4Mi") is not None) is problem
