@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Table, case, delete, literal, update
@@ -34,6 +34,13 @@ def _live(now: datetime, pat: Table) -> Any:
     return pat.c.expires_at.is_(None) | (pat.c.expires_at > bound)
 
 
+#: How far before its own clock the operator dates a revocation. Onyx's server judges a
+#: PAT by ``expires_at`` against its own clock alone: an expiry of the operator's "now"
+#: would leave a revoked PAT authenticating for as long as the operator's clock runs ahead
+#: of the server's.
+REVOCATION_SKEW = timedelta(minutes=5)
+
+
 def _craft_pat_of(user_id: uuid.UUID, pat: Table) -> Any:
     """Whether a PAT is a Craft PAT of ``user_id``: the operator acts on no other, whatever
     the id it looked up names (ids restart in each tenant's schema)."""
@@ -45,23 +52,25 @@ def revoke_pats_statement(
 ) -> Any:
     """Onyx's revocation of each PAT of ``pat_ids`` that is a Craft PAT of ``user_id`` (in
     the table ``pat``: a tenant's, in multi-tenant Onyx): ``is_revoked`` true and
-    ``expires_at`` now (never later). Also of one only marked ``is_revoked`` (by hand,
-    say), which Onyx's server still accepts until its ``expires_at``."""
+    ``expires_at`` :data:`REVOCATION_SKEW` before now (never later). Also of one only
+    marked ``is_revoked`` (by hand, say), which Onyx's server still accepts until its
+    ``expires_at``."""
+    past = now - REVOCATION_SKEW
     return (
         update(pat)
         .where(
             pat.c.id.in_(list(pat_ids)),
             _craft_pat_of(user_id, pat),
-            pat.c.is_revoked.is_(False) | _live(now, pat),
+            pat.c.is_revoked.is_(False) | _live(past, pat),
         )
-        .values(is_revoked=True, expires_at=_no_later_than(now, pat))
+        .values(is_revoked=True, expires_at=_no_later_than(past, pat))
     )
 
 
 def revoke_pat_statement(
     pat_id: int, now: datetime, pat: Table = PAT, *, user_id: uuid.UUID
 ) -> Any:
-    """Onyx's revocation: ``is_revoked`` true and ``expires_at`` now (never later)."""
+    """Onyx's revocation: ``is_revoked`` true and ``expires_at`` in the past (never later)."""
     return revoke_pats_statement([pat_id], now, pat, user_id=user_id)
 
 
@@ -70,13 +79,13 @@ def grace_statement(
 ) -> Any:
     """Leave a superseded PAT live until ``until`` at the latest: its ``expires_at`` is
     shortened to it (never extended), so Onyx's server refuses it from then on even if the
-    operator is gone by then. One marked ``is_revoked`` meanwhile expires now."""
+    operator is gone by then. One marked ``is_revoked`` meanwhile expires as revoked."""
     return (
         update(pat)
         .where(pat.c.id == pat_id, _craft_pat_of(user_id, pat))
         .values(
             expires_at=case(
-                (pat.c.is_revoked.is_(True), _no_later_than(now, pat)),
+                (pat.c.is_revoked.is_(True), _no_later_than(now - REVOCATION_SKEW, pat)),
                 else_=_no_later_than(until, pat),
             )
         )

@@ -24,6 +24,7 @@ from craft_operator.credentials import (
 )
 from craft_operator.credentials.db import alembic_config, head_revision
 from craft_operator.credentials.orphans import revoke_orphan, rows_of_cluster
+from craft_operator.credentials.revocation import REVOCATION_SKEW
 from craft_operator.credentials.tables import PersonalAccessToken, SandboxCredential
 
 from .conftest import Clock, Database
@@ -149,7 +150,7 @@ def test_any_other_replacement_revokes_the_old_pat_at_once(
     assert again.grace_pat_id is None
     old = pat_row(database, first.pat_id)
     assert old.is_revoked
-    assert old.expires_at == clock.now
+    assert old.expires_at == clock.now - REVOCATION_SKEW
     assert stored_superseded(database, ALICE) is None
     assert database.live_pats(at=clock.now) == 1
 

@@ -22,6 +22,7 @@ from craft_operator.credentials import (
 )
 from craft_operator.credentials.db import upgrade
 from craft_operator.credentials.errors import CredentialsError, KeyNotInRingError
+from craft_operator.credentials.revocation import REVOCATION_SKEW
 from craft_operator.credentials.store import DEFAULT_RENEWAL_GRACE, UNDECRYPTABLE
 from craft_operator.credentials.tables import PersonalAccessToken, SandboxCredential
 from craft_operator.credentials.tokens import PatType
@@ -372,9 +373,23 @@ def test_revoke_revokes_the_pat_and_is_idempotent(
 
     row = pat_row(database, issued.pat_id)
     assert row.is_revoked
-    assert row.expires_at == clock.now
+    # Dated back: Onyx's server judges by expires_at on its own clock, maybe behind ours.
+    assert row.expires_at == clock.now - REVOCATION_SKEW
     assert store.show(SANDBOX.namespace, SANDBOX.name) is None
-    assert database.live_pats(at=clock.now) == 0
+    assert database.live_pats(at=clock.now - REVOCATION_SKEW + timedelta(seconds=1)) == 0
+
+
+def test_a_revoked_pat_fails_at_an_onyx_server_whose_clock_is_minutes_behind(
+    store: CredentialStore, database: Database, clock: Clock
+) -> None:
+    """Onyx's server goes by expires_at against its own clock alone."""
+    onyx_now = clock.now
+    clock.advance(timedelta(minutes=4))  # the operator's clock ahead of the server's
+    store.ensure(SANDBOX, user_id=database.new_user(), tenant_id="public")
+
+    assert store.revoke(SANDBOX)
+
+    assert database.live_pats(at=onyx_now + timedelta(seconds=1)) == 0
 
 
 def test_after_revocation_ensure_mints_a_fresh_pat(
