@@ -89,6 +89,9 @@ class Memory:
     #: stopped by an earlier row (the database down, say) marks PodReady Unknown, and the
     #: False that follows would restart the provisioning timeout's clock.
     starting: dict[tuple[str, str], tuple[str, datetime]] = field(default_factory=dict)
+    #: When this process created the sandbox's pod (by uid), on its own clock, per sandbox:
+    #: the pod's creationTimestamp is the API server's, which may run minutes apart.
+    made: dict[tuple[str, str], tuple[str, datetime]] = field(default_factory=dict)
     #: The suspension each sandbox was last resumed from, and the moment of that resume: a
     #: pass that finds the same suspension again (its resume's status was never written)
     #: resumes it as before, once.

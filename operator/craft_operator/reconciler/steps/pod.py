@@ -340,6 +340,9 @@ def _starting_since(p: Pass, pod: dict[str, Any]) -> datetime | None:
 def _since_status(p: Pass, pod: dict[str, Any]) -> datetime | None:
     """:func:`_starting_since` as the pod and the stored PodReady condition tell it."""
     created = pod_state.created_at(pod)
+    made = p.memory.made.get(p.run.key)
+    if made is not None and made[0] == pod["metadata"].get("uid"):
+        created = made[1]  # on the clock run.now and the condition's times are on
     held = p.run.condition(POD_READY)
     if held is None or held.last_transition_time is None:
         return created

@@ -95,6 +95,7 @@ async def create(p: Pass, desired: dict[str, Any]) -> Stop:
     run.status.claimed_from = None
     run.pod_exists = True
     run.status.pod_uid = created["metadata"].get("uid")
+    p.memory.made[run.key] = (str(run.status.pod_uid), run.now)
     _record_admission(p, desired, created)
     run.set(ConditionState.false(POD_READY, "PodStarting", pod_state.waiting_detail(created)))
     # The pod's own watch event is the echo of this write: without a change to it (no

@@ -251,13 +251,38 @@ async def test_failures_are_forgotten_only_once_a_pod_has_stayed_ready_ten_minut
     assert p.run.status.pod_failures == failures_after
 
 
-def aged(world: World, hours: int) -> None:
-    """The cached pod as if created ``hours`` before the pass (a long-lived or warm pod)."""
+def aged(world: World, hours: int, minutes: int = 0) -> None:
+    """The cached pod as if created ``hours`` (and ``minutes``) before the pass (a
+    long-lived or warm pod)."""
     found = world.emulator.get("v1/pods", NAMESPACE, NAME)
-    created = (NOW - timedelta(hours=hours)).isoformat().replace("+00:00", "Z")
+    created = (NOW - timedelta(hours=hours, minutes=minutes)).isoformat().replace("+00:00", "Z")
     world.cache.put(
         "Pod", {**found, "metadata": {**found["metadata"], "creationTimestamp": created}}
     )
+
+
+async def test_a_pod_just_made_is_not_timed_out_by_an_api_server_clock_minutes_behind(
+    world: World,
+) -> None:
+    """Its creationTimestamp is the API server's clock: a woken sandbox (PodReady False
+    for hours) whose pod is seconds old was said ProvisioningTimedOut at once, a failure
+    to the backend's client, when the operator's clock ran ahead."""
+    slept = (NOW - timedelta(hours=2)).isoformat().replace("+00:00", "Z")
+    asleep = {"type": "PodReady", "status": "False", "reason": "Sleeping", "message": "m"}
+    status = {"conditions": [{**asleep, "lastTransitionTime": slept}]}
+    first = await pod_pass(world, status=status)
+    await pod.converge_pod(first)
+    mark_pod_running(world.emulator, NAMESPACE, NAME, ready=False)
+    aged(world, hours=0, minutes=4)  # stamped by an API server 4 min behind the operator
+
+    later = await pod_pass(world, status=dump_status(first.run.finish()), memory=first.memory)
+    later.run.now = NOW + timedelta(seconds=2)
+    assert await pod.converge_pod(later) == Stop("WaitingForPod")
+
+    condition = later.run.condition("PodReady")
+    assert condition is not None
+    assert condition.reason == "PodStarting"
+    assert "ProvisioningTimedOut" not in world.events.reasons
 
 
 async def test_an_old_pod_that_stops_being_ready_is_starting_not_timed_out(world: World) -> None:
