@@ -45,6 +45,7 @@ from craft_operator.reconciler.services import StoreCredentials
 
 if TYPE_CHECKING:
     from craft_operator.credentials.orphans import StoredCredential
+    from craft_operator.credentials.store import CredentialStore
 
 log = logging.getLogger(__name__)
 
@@ -139,16 +140,10 @@ class OrphanSweeper:
 
     async def sweep_once(self) -> SweepReport:
         """One sweep (see the module); the caller checks that this replica is active."""
-        from craft_operator.credentials.orphans import (  # SQLAlchemy: not at idle start-up
-            count_without_cluster,
-            revoke_orphan,
-            rows_of_cluster,
-        )
-
         if self.cluster_id is None:
             raise RuntimeError("the orphan sweep needs a cluster id")
         rows = await self._credentials.call(
-            rows_of_cluster, self.cluster_id, tuple(self._namespaces())
+            _rows_of_cluster, self.cluster_id, tuple(self._namespaces())
         )
         revoked: list[int] = []
         unconfirmed = failed = 0
@@ -163,7 +158,7 @@ class OrphanSweeper:
                     orphan = True
                 if orphan is None:
                     unconfirmed += 1
-                elif orphan and await self._credentials.call(revoke_orphan, row):
+                elif orphan and await self._credentials.call(_revoke_orphan, row):
                     self._credentials.forget(row.sandbox_uid)
                     revoked.append(row.pat_id)
                     log.info(
@@ -184,7 +179,7 @@ class OrphanSweeper:
                     exc,
                 )
         self._metrics.orphans_revoked(len(revoked))
-        unowned = await self._credentials.call(count_without_cluster)
+        unowned = await self._credentials.call(_count_without_cluster)
         if unowned and unowned != self._reported_unowned:
             log.warning(
                 "orphan sweep: %d credential rows have no cluster id (written before it was "
@@ -242,3 +237,29 @@ def says_the_sandbox_is_gone(exc: NotFoundError, name: str) -> bool:
         and exc.details.get("name") == name
         and exc.details.get("kind") == SANDBOXES.plural
     )
+
+
+# The database's side of a sweep, imported in the database thread that runs it, once the
+# store's opening has imported SQLAlchemy there (not at an idle start-up, and never in the
+# event loop's thread beside that opening: two threads importing SQLAlchemy's modules at
+# once can leave one of them half made, for good, in this process).
+
+
+def _rows_of_cluster(
+    store: CredentialStore, cluster_id: str, namespaces: tuple[str, ...]
+) -> list[StoredCredential]:
+    from craft_operator.credentials.orphans import rows_of_cluster
+
+    return rows_of_cluster(store, cluster_id, namespaces)
+
+
+def _revoke_orphan(store: CredentialStore, row: StoredCredential) -> bool:
+    from craft_operator.credentials.orphans import revoke_orphan
+
+    return revoke_orphan(store, row)
+
+
+def _count_without_cluster(store: CredentialStore) -> int:
+    from craft_operator.credentials.orphans import count_without_cluster
+
+    return count_without_cluster(store)

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.abc
 import itertools
 import logging
+import sys
+import threading
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,6 +25,7 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client import generate_latest
 
+import craft_operator.credentials
 from craft_operator.credentials import CredentialStore, KeyRing, SandboxIdentity, generate_key_entry
 from craft_operator.credentials.db import create_credentials_engine, upgrade
 from craft_operator.credentials.tables import PersonalAccessToken, SandboxCredential
@@ -470,3 +474,35 @@ async def test_in_steady_state_it_sweeps_once_per_interval(
     assert sweeps[0] - started < 0.1, "the first sweep waits for nothing but the cache"
     assert len(sweeps) >= 3, "it keeps sweeping"
     assert all(later - earlier >= 0.2 for earlier, later in itertools.pairwise(sweeps))
+
+
+class _ImportWatcher(importlib.abc.MetaPathFinder):
+    """Records the thread that imports each watched module (and lets the import go on)."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+        self.threads: list[str] = []
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> None:
+        if fullname in self.names:
+            self.threads.append(threading.current_thread().name)
+
+
+async def test_the_sweep_imports_the_database_side_in_the_database_thread_only(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At start, the sweep and the store's opening run at once: importing SQLAlchemy's
+    modules in the event loop's thread beside the opening's thread left one half made, and
+    every database call of the process failed from then on."""
+    world.mint("gone")
+    name = "craft_operator.credentials.orphans"
+    monkeypatch.delitem(sys.modules, name)
+    monkeypatch.delattr(craft_operator.credentials, "orphans", raising=False)
+    watcher = _ImportWatcher({name})
+    monkeypatch.setattr(sys, "meta_path", [watcher, *sys.meta_path])
+
+    report = await world.sweeper.tick()
+
+    assert report is not None
+    assert watcher.threads
+    assert threading.main_thread().name not in watcher.threads
