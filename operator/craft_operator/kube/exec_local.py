@@ -46,7 +46,7 @@ _READ_BYTES = 64 * 1024
 class _Conversation:
     """Feeding one local process its stdin and reading its output, within the output cap.
 
-    ``sent`` counts the stdin bytes written; ``held`` the output bytes read, of both streams
+    ``sent`` counts the stdin bytes the pipe took; ``held`` the output bytes read, of both streams
     together, which may not exceed ``limit``; ``progress`` is told of each move.
     """
 
@@ -72,8 +72,10 @@ class _Conversation:
                     if chunk is None:
                         break
                     pipe.write(chunk)
-                    self.sent += len(chunk)
                     await pipe.drain()
+                    # Counted once the pipe took it: a chunk still in this process's buffer
+                    # when the command exits was never sent (it depends on timing alone).
+                    self.sent += len(chunk)
                     self.progress.moved()
             except (BrokenPipeError, ConnectionResetError):
                 return  # the command exited early; its exit code says why

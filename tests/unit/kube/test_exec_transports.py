@@ -318,3 +318,16 @@ def test_a_failure_to_connect_is_named_by_its_kind_and_reason_never_its_address(
     failure: BaseException, said: str
 ) -> None:
     assert connection_failure(failure) == said
+
+
+async def test_stdin_a_command_never_read_is_not_counted_as_sent(tmp_path: Path) -> None:
+    """What the tests measure of an upload a pod refused before reading it: a chunk still
+    in this process's buffer when the command exits never reached it."""
+    local = LocalExec(root=tmp_path / "pods")
+
+    result = await local.run(
+        "ns", "pod", "main", ["sh", "-c", "exit 77"], stdin=b"L" * 2_000_000, timeout=30
+    )
+
+    assert result.exit_code == 77
+    assert local.calls[-1].stdin_bytes < 200_000
