@@ -154,13 +154,16 @@ def revoke_named(
 
 def _of_a_later_namesake(row: Any, uid: str | None, created_at: datetime | None) -> bool:
     """Whether ``row`` may be another sandbox's of that name, created after the one with
-    ``uid`` (so not an orphan it may clean up): its sandbox's recorded creation is later,
-    or it was written after ``created_at``. Either keeps it: an older operator replacing
-    a row leaves the previous sandbox's creation time on it, so an earlier time alone
-    proves nothing (the orphan sweep takes what this leaves)."""
+    ``uid`` (so not an orphan it may clean up): its sandbox's recorded creation is not
+    earlier (creation times have seconds only: a namesake made in the same second may be
+    the later one), or it was written after ``created_at``, give or take
+    :data:`REVOCATION_SKEW` (the row's time is the operator's clock, the creation the API
+    server's). Either keeps it: an older operator replacing a row leaves the previous
+    sandbox's creation time on it, so an earlier time alone proves nothing (the orphan
+    sweep, which asks the API server, takes what this leaves)."""
     if uid is None or created_at is None or row.sandbox_uid == uid:
         return False
     theirs = row.sandbox_created_at
-    if theirs is not None and utc(theirs) > utc(created_at):
+    if theirs is not None and utc(theirs) >= utc(created_at):
         return True
-    return bool(utc(row.created_at) >= utc(created_at))
+    return bool(utc(row.created_at) >= utc(created_at) - REVOCATION_SKEW)

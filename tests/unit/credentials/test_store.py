@@ -310,12 +310,35 @@ def test_revoking_a_sandbox_revokes_a_pat_left_by_an_earlier_one_of_its_name(
 ) -> None:
     earlier = SandboxIdentity(SANDBOX.namespace, SANDBOX.name, "earlier-uid")
     left = store.ensure(earlier, user_id=database.new_user(), tenant_id="public")
-    clock.advance(timedelta(minutes=5))
+    clock.advance(timedelta(minutes=10))  # beyond the clocks' skew allowed for
 
     assert store.revoke(SANDBOX, created_at=clock.now) is True
 
     assert pat_row(database, left.pat_id).is_revoked
     assert store.show(SANDBOX.namespace, SANDBOX.name) is None
+
+
+@pytest.mark.parametrize("recorded", [False, True], ids=["row-of-an-older-image", "same-second"])
+def test_a_late_finalizer_keeps_a_namesakes_pat_whatever_the_clocks_skew(
+    store: CredentialStore, database: Database, clock: Clock, recorded: bool
+) -> None:
+    """The row's write time is the operator's clock, the sandboxes' creation the API
+    server's, to the second; here the operator's runs 2 minutes behind. B, the sandbox
+    made again under A's name 40 s later (or in the same second), keeps its live PAT when
+    a stale pass for A finalizes late."""
+    user = database.new_user()
+    api_now = (clock.now + timedelta(minutes=2)).replace(microsecond=0)
+    a_created = api_now
+    b_created = api_now if recorded else None
+    if not recorded:
+        clock.advance(timedelta(seconds=40))  # and B's row from an image before 0007
+    b = SandboxIdentity(SANDBOX.namespace, SANDBOX.name, "b-uid", created_at=b_created)
+    store.ensure(b, user_id=user, tenant_id="public")
+
+    a = SandboxIdentity(SANDBOX.namespace, SANDBOX.name, "a-uid", created_at=a_created)
+    store.revoke(a, created_at=a_created)
+
+    assert database.live_pats(user_id=user, at=clock.now) == 1
 
 
 def test_a_changed_tenant_gets_a_new_pat_in_its_own_form(
