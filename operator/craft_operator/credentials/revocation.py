@@ -105,8 +105,8 @@ def revoke_named(
     what was revoked, if any.
 
     Given the sandbox's ``uid`` and creation time, a row of another uid goes only if it
-    was written before the sandbox was created (an earlier sandbox of that name, gone
-    without its finalizer). One written since belongs to a later namesake: a replica
+    is surely an earlier sandbox's of that name, gone without its finalizer (see
+    :func:`_of_a_later_namesake`). One that may be a later namesake's stays: a replica
     finalizing a stale copy of a deleted sandbox must not revoke the live one's PAT.
     """
     subject = f"sandbox {namespace}/{name}"

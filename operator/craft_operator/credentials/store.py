@@ -246,9 +246,10 @@ class CredentialStore:
         """Revoke the sandbox's PAT and forget its token; False if none was stored.
 
         Idempotent. Matches this cluster's row by namespace and name: a row with another
-        uid is an orphan of an earlier object of that name and goes too, unless it was
-        written after ``created_at`` (the sandbox's creation, when known): then it is a
-        later namesake's and stays. A row from before cluster ids goes only if it proves
+        uid is an orphan of an earlier object of that name and goes too, unless it may be a
+        later namesake's (created in the same second or after ``created_at``, the
+        sandbox's creation when known, or written within the clocks' skew of it): then it
+        stays, for the orphan sweep. A row from before cluster ids goes only if it proves
         to be this sandbox's.
         """
         revoke = functools.partial(

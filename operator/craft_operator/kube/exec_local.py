@@ -64,6 +64,7 @@ class _Conversation:
         """Write all of stdin, then close it; stop quietly if the command stopped reading."""
         pipe = self.process.stdin
         assert pipe is not None
+        written = 0
         async with contextlib.aclosing(_chunks(self.stdin)) as chunks:
             try:
                 while True:
@@ -72,16 +73,21 @@ class _Conversation:
                     if chunk is None:
                         break
                     pipe.write(chunk)
+                    written += len(chunk)
                     await pipe.drain()
-                    # Counted once the pipe took it: a chunk still in this process's buffer
-                    # when the command exits was never sent (it depends on timing alone).
-                    self.sent += len(chunk)
+                    # What left this process: bytes still in its buffer when the command
+                    # exits were never sent (how many depends on timing alone).
+                    self.sent = written - pipe.transport.get_write_buffer_size()
                     self.progress.moved()
             except (BrokenPipeError, ConnectionResetError):
                 return  # the command exited early; its exit code says why
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        try:
             pipe.close()
             await pipe.wait_closed()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        else:
+            self.sent = written  # closing flushed the rest into the pipe
         self.progress.sent_all()
 
     async def drain(self, stream: asyncio.StreamReader) -> bytes:

@@ -331,3 +331,20 @@ async def test_stdin_a_command_never_read_is_not_counted_as_sent(tmp_path: Path)
 
     assert result.exit_code == 77
     assert local.calls[-1].stdin_bytes < 200_000
+
+
+async def test_a_chunk_left_in_this_process_buffer_is_not_counted_as_sent(tmp_path: Path) -> None:
+    """drain() returns once the buffer is under its high-water mark, not empty."""
+    pipe = 64 * 1024  # Linux's default pipe capacity
+
+    async def two_chunks() -> AsyncIterator[bytes]:
+        yield b"a" * pipe  # the kernel's pipe takes it
+        yield b"b" * 60_000  # stays in asyncio's buffer: nothing reads the pipe
+
+    local = LocalExec(root=tmp_path / "pods")
+    result = await local.run(
+        "ns", "pod", "main", ["sh", "-c", "sleep 1; exit 77"], stdin=two_chunks(), timeout=30
+    )
+
+    assert result.exit_code == 77
+    assert local.calls[-1].stdin_bytes <= pipe

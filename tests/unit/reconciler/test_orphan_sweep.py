@@ -496,7 +496,7 @@ async def test_the_sweep_imports_the_database_side_in_the_database_thread_only(
     every database call of the process failed from then on."""
     world.mint("gone")
     name = "craft_operator.credentials.orphans"
-    monkeypatch.delitem(sys.modules, name)
+    monkeypatch.delitem(sys.modules, name, raising=False)
     monkeypatch.delattr(craft_operator.credentials, "orphans", raising=False)
     watcher = _ImportWatcher({name})
     monkeypatch.setattr(sys, "meta_path", [watcher, *sys.meta_path])
