@@ -41,7 +41,9 @@ def restart_wait(p: Pass) -> Stop | None:
         and previous.reason == REJECTED
         and run.failed_pod_stands()
     ):
-        wait = (refused_at + RETRY_REJECTED_AFTER - run.now).total_seconds()
+        # At most the whole wait: a clock stepped back must not stretch it.
+        retry_after = RETRY_REJECTED_AFTER.total_seconds()
+        wait = min((refused_at - run.now).total_seconds() + retry_after, retry_after)
         if wait > 0:
             run.revisit(after=wait)
             return Stop(WAITING)
@@ -51,7 +53,8 @@ def restart_wait(p: Pass) -> Stop | None:
         # leaves PodReady False all along, so that time is when the pod was created.
         failed_at = run.status.last_pod_failure_time or previous.last_transition_time or run.now
         backoff = pod_state.restart_backoff(s.settings.pod_restart_backoff, failures)
-        wait = (failed_at - run.now).total_seconds() + backoff
+        # At most the whole backoff: the failure's time may be another replica's clock.
+        wait = min((failed_at - run.now).total_seconds() + backoff, backoff)
         if wait > 0:
             run.revisit(after=wait)
             return Stop(WAITING)

@@ -251,6 +251,27 @@ async def test_failures_are_forgotten_only_once_a_pod_has_stayed_ready_ten_minut
     assert p.run.status.pod_failures == failures_after
 
 
+async def test_a_failed_pods_backoff_is_no_longer_on_a_replica_whose_clock_is_behind(
+    world: World,
+) -> None:
+    """lastPodFailureTime is the clock of the replica that saw the failure: after a
+    failover to one 5 minutes behind, a 10 s backoff must not become 5 minutes."""
+    await pod.converge_pod(await pod_pass(world))
+    mark_pod_failed(world.emulator, NAMESPACE, NAME)
+    observed(world)
+    failed = await pod_pass(world)
+    assert await pod.converge_pod(failed) == Stop("WaitingForPod")
+    backoff = world.services.settings.pod_restart_backoff
+
+    later = await pod_pass(
+        world, status=dump_status(failed.run.status), now=NOW - timedelta(minutes=5)
+    )
+
+    assert await pod.converge_pod(later) == Stop("WaitingForPod")
+    assert later.run.verdict.after is not None
+    assert later.run.verdict.after <= backoff
+
+
 def aged(world: World, hours: int, minutes: int = 0) -> None:
     """The cached pod as if created ``hours`` (and ``minutes``) before the pass (a
     long-lived or warm pod)."""
