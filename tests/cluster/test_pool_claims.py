@@ -73,6 +73,12 @@ def pool_full(cluster: Cluster, namespace: str, replicas: int, image: str | None
     )
 
 
+def refilled_with_one_claimed(cluster: Cluster, namespace: str) -> bool:
+    """The pool of two full again, and its status counting one pod claimed from it."""
+    status = (cluster.get(POOLS, namespace, "warm") or {}).get("status") or {}
+    return pool_full(cluster, namespace, 2) and status.get("claimed") == 1
+
+
 def sandbox(name: str, **spec: Any) -> dict[str, Any]:
     return {
         "apiVersion": "craft.onyx.app/v1alpha1",
@@ -157,10 +163,7 @@ def test_a_claim_takes_six_writes_and_one_event(
         cluster,
         namespace,
         operator,
-        lambda: (
-            pool_full(cluster, namespace, 2)
-            and (cluster.get(POOLS, namespace, "warm") or {})["status"].get("claimed") == 1
-        ),
+        lambda: refilled_with_one_claimed(cluster, namespace),
         "refilled, and the status counting the claimed pod",
     )
 
@@ -241,10 +244,7 @@ def test_a_sandbox_naming_a_pool_is_ready_on_the_claimed_pod_with_its_token_skil
         cluster,
         namespace,
         operator,
-        lambda: (
-            pool_full(cluster, namespace, 2)
-            and (cluster.get(POOLS, namespace, "warm") or {})["status"].get("claimed") == 1
-        ),
+        lambda: refilled_with_one_claimed(cluster, namespace),
         "the pool refilled",
     )
     assert meta["name"] not in {pod["metadata"]["name"] for pod in pool_pods(cluster, namespace)}
@@ -449,9 +449,6 @@ def test_a_claimed_pod_whose_managed_by_label_was_removed_is_kept_and_no_second_
         cluster,
         namespace,
         operator,
-        lambda: (
-            pool_full(cluster, namespace, 2)
-            and (cluster.get(POOLS, namespace, "warm") or {})["status"].get("claimed") == 1
-        ),
+        lambda: refilled_with_one_claimed(cluster, namespace),
         "the pool counting the pod claimed again",
     )

@@ -39,6 +39,17 @@ def job_mode_sandbox(**library: Any) -> dict[str, Any]:
     return sandbox("alice", userLibrary={"mode": "Job", **library})
 
 
+async def first_job_running(emulator: KubeEmulator) -> dict[str, Any]:
+    """Sandbox ``alice`` in Job mode, its pod running and its first sync Job made: the Job."""
+    emulator.create(SANDBOXES, job_mode_sandbox())
+    await eventually(lambda: pod(emulator, "alice"), what="the pod")
+    mark_pod_running(emulator, NAMESPACE, "alice")
+    job: dict[str, Any] = await eventually(
+        lambda: emulator.find(JOBS, NAMESPACE, "alice-library-1"), what="Job 1"
+    )
+    return job
+
+
 def finish_job(
     emulator: KubeEmulator,
     name: str,
@@ -159,10 +170,7 @@ async def test_job_mode_mounts_a_volume_and_runs_a_sync_job_whose_outcome_lands_
 async def test_a_revision_annotated_while_a_job_runs_gets_a_job_of_its_own(
     emulator: KubeEmulator, job_mode_operator: None
 ) -> None:
-    emulator.create(SANDBOXES, job_mode_sandbox())
-    await eventually(lambda: pod(emulator, "alice"), what="the pod")
-    mark_pod_running(emulator, NAMESPACE, "alice")
-    await eventually(lambda: emulator.find(JOBS, NAMESPACE, "alice-library-1"), what="Job 1")
+    await first_job_running(emulator)
 
     emulator.patch(SANDBOXES, NAMESPACE, "alice", {"metadata": {"annotations": {REVISION: "r2"}}})
     finish_job(emulator, "alice-library-1", result={"ok": True, "files": 1, "bytes": 1})
@@ -184,10 +192,7 @@ async def test_a_running_job_whose_labels_were_edited_away_is_followed_not_doubl
     # The watches select by the managed-by label: the API server tells them the Job was
     # deleted while it runs on. No second Job writes the volume beside it, and nothing
     # beyond the operator's grants is used (its Role has no patch on Jobs).
-    emulator.create(SANDBOXES, job_mode_sandbox())
-    await eventually(lambda: pod(emulator, "alice"), what="the pod")
-    mark_pod_running(emulator, NAMESPACE, "alice")
-    await eventually(lambda: emulator.find(JOBS, NAMESPACE, "alice-library-1"), what="Job 1")
+    await first_job_running(emulator)
     await eventually(
         lambda: condition(emulator, "alice", "UserLibrarySynced")["reason"] == "Syncing",
         what="UserLibrarySynced Syncing",
@@ -209,10 +214,7 @@ async def test_a_running_job_whose_labels_were_edited_away_is_followed_not_doubl
 async def test_a_job_that_fails_for_good_is_reported_and_not_rerun(
     emulator: KubeEmulator, job_mode_operator: None
 ) -> None:
-    emulator.create(SANDBOXES, job_mode_sandbox())
-    await eventually(lambda: pod(emulator, "alice"), what="the pod")
-    mark_pod_running(emulator, NAMESPACE, "alice")
-    await eventually(lambda: emulator.find(JOBS, NAMESPACE, "alice-library-1"), what="Job 1")
+    await first_job_running(emulator)
 
     finish_job(
         emulator,
@@ -256,10 +258,7 @@ async def test_job_mode_without_an_s3_secret_says_which_setting_is_missing(
 async def test_deleting_a_job_mode_sandbox_removes_its_volume_and_jobs(
     emulator: KubeEmulator, job_mode_operator: None
 ) -> None:
-    emulator.create(SANDBOXES, job_mode_sandbox())
-    await eventually(lambda: pod(emulator, "alice"), what="the pod")
-    mark_pod_running(emulator, NAMESPACE, "alice")
-    await eventually(lambda: emulator.find(JOBS, NAMESPACE, "alice-library-1"), what="Job 1")
+    await first_job_running(emulator)
 
     emulator.remove(SANDBOXES, NAMESPACE, "alice")
 
@@ -594,10 +593,7 @@ async def test_a_library_volume_being_deleted_gets_no_job_and_the_sandbox_says_w
     )
     url = str(emulator.url).rstrip("/")
     async with running_operator(url, job_mode, exec_transport=pod_exec) as operator:
-        emulator.create(SANDBOXES, job_mode_sandbox())
-        await eventually(lambda: pod(emulator, "alice"), what="the pod")
-        mark_pod_running(emulator, NAMESPACE, "alice")
-        await eventually(lambda: emulator.find(JOBS, NAMESPACE, "alice-library-1"), what="Job 1")
+        await first_job_running(emulator)
         finish_job(emulator, "alice-library-1", result={"ok": True, "files": 1, "bytes": 1})
         await phase(emulator, "alice", "Ready")
         protection = {"metadata": {"finalizers": ["kubernetes.io/pvc-protection"]}}

@@ -12,8 +12,8 @@ from craft_operator.context import OperatorContext
 from tests.integration.conftest import SANDBOXES
 from tests.integration.helpers import NAMESPACE, condition, phase, pod, sandbox, status
 from tests.integration.test_library_jobs import (
-    JOBS,
     finish_job,
+    first_job_running,
     job_mode_sandbox,
 )
 from tests.integration.test_pools import NAME, full
@@ -47,10 +47,17 @@ async def deleted_while_its_pod_stops(emulator: KubeEmulator, **spec: Any) -> di
     return old
 
 
-def not_failed(emulator: KubeEmulator) -> None:
-    """What the backend's client concludes: no failure that waits for someone to act."""
+async def waits_without_failing(emulator: KubeEmulator, type_: str, reason: str) -> dict[str, Any]:
+    """Condition ``type_`` of ``alice`` once said, which must be ``reason``; and what the
+    backend's client concludes: no failure that waits for someone to act."""
+    said: dict[str, Any] = await eventually(
+        lambda: (c := condition(emulator, "alice", type_)).get("reason") and c,
+        what=f"{type_} said",
+    )
+    assert said["reason"] == reason, said
     failure = failure_of(progress_of(emulator.get(SANDBOXES, NAMESPACE, "alice")))
     assert failure is None, failure
+    return said
 
 
 async def test_a_recreated_sandbox_waits_for_its_predecessors_pod_then_gets_its_own(
@@ -60,13 +67,8 @@ async def test_a_recreated_sandbox_waits_for_its_predecessors_pod_then_gets_its_
 
     created = emulator.create(SANDBOXES, sandbox("alice"))
 
-    waiting = await eventually(
-        lambda: (c := condition(emulator, "alice", "PodReady")).get("reason") and c,
-        what="PodReady said",
-    )
-    assert waiting["reason"] == "PodTerminating", waiting
+    waiting = await waits_without_failing(emulator, "PodReady", "PodTerminating")
     assert "another object's pod alice is stopping" in waiting["message"]
-    not_failed(emulator)
     assert uid(pod(emulator, "alice")) == uid(old), "the stopping pod is not taken, nor replaced"
 
     emulator.kubelet_remove(NAMESPACE, "alice")
@@ -99,10 +101,7 @@ async def test_a_recreated_sandbox_naming_a_pool_claims_while_its_predecessors_p
 async def test_a_recreated_job_mode_sandbox_waits_for_its_predecessors_library_volume(
     emulator: KubeEmulator, job_mode_operator: None
 ) -> None:
-    emulator.create(SANDBOXES, job_mode_sandbox())
-    await eventually(lambda: pod(emulator, "alice"), what="the pod")
-    mark_pod_running(emulator, NAMESPACE, "alice")
-    await eventually(lambda: emulator.find(JOBS, NAMESPACE, "alice-library-1"), what="Job 1")
+    await first_job_running(emulator)
     finish_job(emulator, "alice-library-1", result={"ok": True, "files": 1, "bytes": 1})
     await phase(emulator, "alice", "Ready")
     # As on a cluster: a volume a pod mounts is held by pvc-protection until the pod goes.
@@ -114,13 +113,8 @@ async def test_a_recreated_job_mode_sandbox_waits_for_its_predecessors_library_v
 
     created = emulator.create(SANDBOXES, job_mode_sandbox())
 
-    waiting = await eventually(
-        lambda: (c := condition(emulator, "alice", "UserLibrarySynced")).get("reason") and c,
-        what="UserLibrarySynced said",
-    )
-    assert waiting["reason"] == "VolumeTerminating", waiting
+    waiting = await waits_without_failing(emulator, "UserLibrarySynced", "VolumeTerminating")
     assert "still being deleted" in waiting["message"]
-    not_failed(emulator)
 
     emulator.patch(PVCS, NAMESPACE, "alice-library", {"metadata": {"finalizers": None}})
     fresh = await eventually(

@@ -22,12 +22,17 @@ def deleted(world: PoolWorld, name: str) -> bool:
     return found is None or bool(found["metadata"].get("deletionTimestamp"))
 
 
-def lose_sight_of(world: PoolWorld, name: str) -> None:
-    """Edit the pod's managed-by label away (the watches, which select by it, are told it
-    was deleted) and note it, as the children's handler does."""
+def edit_label_away(world: PoolWorld, name: str) -> None:
+    """Remove the pod's managed-by label: the watches, which select by it, are told the pod
+    was deleted."""
     world.emulator.patch(
         "v1/pods", NAMESPACE, name, {"metadata": {"labels": {kinds.LABEL_MANAGED_BY: None}}}
     )
+
+
+def lose_sight_of(world: PoolWorld, name: str) -> None:
+    """:func:`edit_label_away`, and note the pod, as the children's handler does."""
+    edit_label_away(world, name)
     world.reconciler.out_of_sight.note(KEY, name)
 
 
@@ -152,9 +157,7 @@ async def test_a_pod_that_left_sight_before_this_activation_is_found_and_deleted
     """The event went with the process that saw it (a restart, a standby taking over)."""
     world = await a_full_pool(make_world)
     lost = world.unclaimed()[0]["metadata"]["name"]
-    world.emulator.patch(
-        "v1/pods", NAMESPACE, lost, {"metadata": {"labels": {kinds.LABEL_MANAGED_BY: None}}}
-    )
+    edit_label_away(world, lost)
     await world.reconciler.forget_all()  # stood by; active again from the cluster's state
 
     await world.pass_()
@@ -180,9 +183,7 @@ async def test_a_failed_list_of_pods_out_of_sight_is_tried_on_the_next_pass(
 ) -> None:
     world = await a_full_pool(make_world)
     lost = world.unclaimed()[0]["metadata"]["name"]
-    world.emulator.patch(
-        "v1/pods", NAMESPACE, lost, {"metadata": {"labels": {kinds.LABEL_MANAGED_BY: None}}}
-    )
+    edit_label_away(world, lost)
     await world.reconciler.forget_all()
     refused = failure_response(500, "InternalError", "etcd is away")
 
