@@ -53,16 +53,6 @@ COLD_START = "WorkspaceNeedsColdStart"
 SIZE_INVALID = "WorkspaceSizeInvalid"
 
 
-class _TerminatingError(Exception):
-    """The workspace's name is held by a PVC being deleted (an earlier sandbox's)."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(
-            f"PVC {name} of an earlier sandbox of this name is still being deleted (it waits "
-            "for the pods using it to stop); the workspace is made once it is gone"
-        )
-
-
 def cold_start_reason(sandbox: CraftSandbox) -> str | None:
     """Why ``sandbox`` cannot take a warm pod from a pool (``None``: it can).
 
@@ -91,12 +81,12 @@ async def converge_workspace(p: Pass) -> Stop | None:
     desired = build_workspace_pvc(p.sandbox)
     try:
         pvc = await _owned(p, desired)
-    except _TerminatingError as exc:
-        p.run.status.workspace = None  # no claim of this sandbox's: not the one named before
-        return p.fail(POD_READY, "WorkspaceTerminating", str(exc))
     except ForeignObjectError as exc:
+        # WorkspaceTerminating (an earlier sandbox's PVC still being deleted: it waits for
+        # the pods using it to stop) or WorkspaceNameTaken. No claim of this sandbox's: not
+        # the one named before.
         p.run.status.workspace = None
-        return p.fail(POD_READY, "WorkspaceNameTaken", str(exc))
+        return p.fail(POD_READY, exc.reason("Workspace"), str(exc))
     except ApiError as exc:
         p.run.status.workspace = None
         return p.fail(POD_READY, "WorkspaceWriteFailed", f"cannot write the workspace: {exc}")
@@ -136,13 +126,13 @@ async def _owned(p: Pass, desired: dict[str, Any]) -> dict[str, Any]:
         return await _kept(p, desired)
     try:
         result = await converge(s.kube, s.cache, PVC.api, PVC.name, desired)
-    except ForeignObjectError:
+    except ForeignObjectError as exc:
+        if exc.leaving:
+            raise
         meta = desired["metadata"]
         found = s.cache.get(PVC.name, meta["namespace"], meta["name"])
         if found is None:
             found = await s.kube.get(PVC.api, meta["namespace"], meta["name"])
-        if found["metadata"].get("deletionTimestamp"):
-            raise _TerminatingError(meta["name"]) from None
         if not _ours_unowned(p, found):
             raise
         return await _adopt(p, found)
@@ -175,11 +165,11 @@ async def _kept(p: Pass, desired: dict[str, Any]) -> dict[str, Any]:
             _ours_unowned(p, found) and labels.get(LABEL_ONYX_SANDBOX_ID) == uid
         ):
             return found  # this sandbox's own, deleted by someone: said in status
-        raise _TerminatingError(name)
+        raise ForeignObjectError.of("PersistentVolumeClaim", found)
     if controlled_by(found, uid):
         return await _keep(p, found, desired, uid or "")
     if not _ours_unowned(p, found):
-        raise ForeignObjectError("PersistentVolumeClaim", namespace, name)
+        raise ForeignObjectError.of("PersistentVolumeClaim", found)
     earlier = not _own_kept(p, found)  # (its labels edited away, the status still knows it)
     patch = drift_patch(found, desired)
     if patch:
