@@ -93,11 +93,17 @@ def is_quantity_cel(expression: str) -> str:
     return f"({expression}.matches({cel_string(QUANTITY_PATTERN)}) && isQuantity({expression}))"
 
 
+def int_or_quantity_cel(expression: str) -> str:
+    """CEL: whether the int-or-string ``expression`` is a quantity (an int, or a string
+    :func:`is_quantity_cel` passes); unparenthesised."""
+    return f"type({expression}) == int || {is_quantity_cel(expression)}"
+
+
 #: A quantity's format, as a CEL rule rather than a schema pattern (whose error shows only
 #: the regex); a field with rules of its own lists this one first. The pattern is the
 #: grammar; ``isQuantity`` is Kubernetes' own parser agreeing with it.
 QUANTITY_RULE = cel(
-    f"type(self) == int || {is_quantity_cel('self')}",
+    int_or_quantity_cel("self"),
     "must be a Kubernetes quantity: a number with an optional unit, e.g. 500m, 2, 1.5Gi or 4Gi",
 )
 _LIMIT = f"quantity('{QUANTITY_LIMIT}')"

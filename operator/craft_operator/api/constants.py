@@ -70,6 +70,13 @@ RESOURCE_NAME_PATTERN = (
 )
 S3_BUCKET_PATTERN = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
 
+
+def is_extended_resource(name: str) -> bool:
+    """Whether resource ``name`` is an extended one (e.g. ``nvidia.com/gpu``): it has a
+    domain, and Kubernetes counts any name with ``kubernetes.io/`` in it as native."""
+    return "/" in name and "kubernetes.io/" not in name
+
+
 ANNOTATION_LIBRARY_REVISION = f"{GROUP}/user-library-revision"
 ANNOTATION_LAST_ACTIVITY = f"{GROUP}/last-activity"
 #: Written by ``craft-operator credentials revoke`` (the PAT's id): a new value has the

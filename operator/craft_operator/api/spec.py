@@ -22,7 +22,7 @@ from craft_operator.api.base import (
     check_quantity,
     class_name_rule,
     duration_rules,
-    is_quantity_cel,
+    int_or_quantity_cel,
     quantity_range_rule,
     storing,
 )
@@ -41,6 +41,7 @@ from craft_operator.api.constants import (
     TENANT_ID_PATTERN,
     URL_PATTERN,
     UUID_PATTERN,
+    is_extended_resource,
 )
 from craft_operator.api.durations import Duration
 from craft_operator.api.workspace import WORKSPACE_FIELD_RULES, WORKSPACE_KEPT_RULE, Workspace
@@ -93,7 +94,7 @@ def is_extended_name_quotable(name: str) -> bool:
     ``requests.``, and ``requests.<name>`` (its quota's name) still a qualified name, so a
     domain of at most 244 characters. A name with no domain, or a ``kubernetes.io/`` one,
     is not an extended resource and passes."""
-    if "/" not in name or "kubernetes.io/" in name:
+    if not is_extended_resource(name):
         return True
     return not name.startswith("requests.") and len(name.split("/", 1)[0]) <= _QUOTA_DOMAIN_MAX
 
@@ -215,9 +216,8 @@ _RESOURCE_NAMES = {"maxProperties": 16} | cel_rules(
 
 
 def _is_quantity(value: str) -> str:
-    """CEL: the int-or-string ``value`` is a quantity ``quantity()`` may read (an int, or a
-    string that passed the pattern and ``isQuantity``: see :func:`is_quantity_cel`)."""
-    return f"(type({value}) == int || {is_quantity_cel(value)})"
+    """CEL: the int-or-string ``value`` is a quantity ``quantity()`` may read."""
+    return f"({int_or_quantity_cel(value)})"
 
 
 def _quantity(value: str) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
 
+from craft_operator.api.constants import is_extended_resource
+
 _SUFFIXES: dict[str, Decimal] = {
     "": Decimal(1),
     "n": Decimal("1e-9"),
@@ -155,12 +157,7 @@ def overcommit_problem(resource: str, request: str | None, limit: str | None) ->
     such as ``nvidia.com/gpu``, or ``hugepages-*``), said before any pod is made: a
     request without a limit, a request other than its limit, a fraction of a device.
     ``None``: nothing."""
-    # Kubernetes counts a name with "kubernetes.io/" anywhere in it as native (overcommitted).
-    extended = (
-        "/" in resource
-        and "kubernetes.io/" not in resource
-        and not resource.startswith("requests.")
-    )
+    extended = is_extended_resource(resource) and not resource.startswith("requests.")
     if not (extended or resource.startswith("hugepages-")):
         return None
     if limit is None:
