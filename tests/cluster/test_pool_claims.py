@@ -452,3 +452,30 @@ def test_a_claimed_pod_whose_managed_by_label_was_removed_is_kept_and_no_second_
         lambda: refilled_with_one_claimed(cluster, namespace),
         "the pool counting the pod claimed again",
     )
+
+
+def test_a_pod_out_of_sight_while_no_operator_ran_is_deleted_by_the_next_one(
+    cluster: Cluster, namespace: str, operator: OperatorProcess
+) -> None:
+    """No watch was open to report it: the next process finds it by listing the pool's pods
+    without the managed-by label (a `!=` selector, as the real API server reads it)."""
+    a_pool(cluster, namespace, 2)
+    until(cluster, namespace, operator, lambda: pool_full(cluster, namespace, 2), "pool full")
+    lost = pool_pods(cluster, namespace)[0]["metadata"]["name"]
+    operator.kill()
+
+    cluster.patch(PODS, namespace, lost, {"metadata": {"labels": {MANAGED_BY: None}}})
+    operator.start()
+
+    until(
+        cluster,
+        namespace,
+        operator,
+        lambda: all(
+            pod["metadata"]["name"] != lost or pod["metadata"].get("deletionTimestamp")
+            for pod in cluster.list(PODS, namespace)
+        ),
+        "the pod out of sight deleted",
+    )
+    until(cluster, namespace, operator, lambda: pool_full(cluster, namespace, 2), "refilled")
+    assert "pods out of sight not listed" not in operator.log_tail(200)
