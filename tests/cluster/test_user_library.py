@@ -519,14 +519,26 @@ def sync_pods_held_back(cluster: Cluster, namespace: str) -> Iterator[Callable[[
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "probe", "labels": {"app.kubernetes.io/component": "library-sync"}},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        "spec": {  # within the namespace's restricted Pod Security: only the policy refuses it
+            "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox",
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+        },
     }
 
     def refused() -> bool:
         try:
             cluster.create("/api/v1/pods", namespace, probe, dry_run=True)
-        except ApiError:
-            return True
+        except ApiError as error:
+            return "held back by the test" in str(error)
         return False
 
     wait_for(refused, within=30, what="the admission policy in force")
