@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import kmock
@@ -24,6 +24,7 @@ from tests.support.pod_exec import EmulatedPodExec
 from tests.support.policy import declare_policy_resource
 from tests.support.pools import declare_pool_resource
 from tests.support.rbac import Access, Install, access_of, grants, install_rules
+from tests.support.s3 import S3Server, running_s3_server, use_fake_aws_credentials
 from tests.support.sandbox_namespace import provision_sandbox_namespaces
 
 SANDBOXES = kmock.resource(models.GROUP, models.VERSION, models.PLURAL)
@@ -95,6 +96,13 @@ def settings(tmp_path: Path) -> Settings:
         pod_restart_backoff=0.2,
         metrics_port=0,  # tests read the registry; a fixed port would collide between runs
     )
+
+
+@pytest.fixture
+def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
+    """moto's S3 server over HTTP, with fake AWS credentials in the environment."""
+    use_fake_aws_credentials(monkeypatch)
+    yield from running_s3_server()
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ and says so in its status; the operator's record of the sync outlives no sandbox
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -26,16 +26,10 @@ from tests.integration.helpers import (
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually, running_operator
 from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
-from tests.support.s3 import S3Server, running_s3_server, use_fake_aws_credentials
+from tests.support.s3 import S3Server
 
 BUCKET = "craft-libraries"
 PREFIX = f"public/knowledge/{USER_ID}/user_library/"
-
-
-@pytest.fixture
-def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
-    use_fake_aws_credentials(monkeypatch)
-    yield from running_s3_server()
 
 
 @pytest.fixture

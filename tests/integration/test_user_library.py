@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -32,17 +32,11 @@ from tests.support.emulator import KubeEmulator
 from tests.support.faults import failure_response
 from tests.support.operator import eventually, running_operator
 from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
-from tests.support.s3 import S3Server, running_s3_server, use_fake_aws_credentials
+from tests.support.s3 import S3Server
 
 REVISION = "craft.onyx.app/user-library-revision"
 BUCKET = "craft-libraries"
 PREFIX = f"public/knowledge/{USER_ID}/user_library/"
-
-
-@pytest.fixture
-def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
-    use_fake_aws_credentials(monkeypatch)
-    yield from running_s3_server()
 
 
 @pytest.fixture
