@@ -137,7 +137,7 @@ async def operator(
 @pytest.fixture
 async def job_mode_operator(
     emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec
-) -> AsyncIterator[None]:
+) -> AsyncIterator[OperatorContext]:
     """The operator running, its library in Job mode (sync Jobs with an S3 Secret)."""
     job_mode = settings.model_copy(
         update={
@@ -146,5 +146,6 @@ async def job_mode_operator(
             "operator_image": "craft-operator:test",
         }
     )
-    async with running_operator(str(emulator.url).rstrip("/"), job_mode, exec_transport=pod_exec):
-        yield
+    url = str(emulator.url).rstrip("/")
+    async with running_operator(url, job_mode, exec_transport=pod_exec) as context:
+        yield context

@@ -12,6 +12,7 @@ import pytest
 from kmock._internal import rendering
 
 from craft_operator.config import Settings
+from craft_operator.context import OperatorContext
 from craft_operator.kube.kinds import LABEL_MANAGED_BY
 from tests.integration.conftest import SANDBOXES
 from tests.integration.helpers import (
@@ -123,7 +124,7 @@ def finish_job(
 
 
 async def test_job_mode_mounts_a_volume_and_runs_a_sync_job_whose_outcome_lands_in_status(
-    emulator: KubeEmulator, job_mode_operator: None
+    emulator: KubeEmulator, job_mode_operator: OperatorContext
 ) -> None:
     emulator.create(SANDBOXES, job_mode_sandbox(size="5Gi"))
 
@@ -168,7 +169,7 @@ async def test_job_mode_mounts_a_volume_and_runs_a_sync_job_whose_outcome_lands_
 
 
 async def test_a_revision_annotated_while_a_job_runs_gets_a_job_of_its_own(
-    emulator: KubeEmulator, job_mode_operator: None
+    emulator: KubeEmulator, job_mode_operator: OperatorContext
 ) -> None:
     await first_job_running(emulator)
 
@@ -187,7 +188,7 @@ async def test_a_revision_annotated_while_a_job_runs_gets_a_job_of_its_own(
 
 
 async def test_a_running_job_whose_labels_were_edited_away_is_followed_not_doubled(
-    emulator: KubeEmulator, job_mode_operator: None
+    emulator: KubeEmulator, job_mode_operator: OperatorContext
 ) -> None:
     # The watches select by the managed-by label: the API server tells them the Job was
     # deleted while it runs on. No second Job writes the volume beside it, and nothing
@@ -212,7 +213,7 @@ async def test_a_running_job_whose_labels_were_edited_away_is_followed_not_doubl
 
 
 async def test_a_job_that_fails_for_good_is_reported_and_not_rerun(
-    emulator: KubeEmulator, job_mode_operator: None
+    emulator: KubeEmulator, job_mode_operator: OperatorContext
 ) -> None:
     await first_job_running(emulator)
 
@@ -256,7 +257,7 @@ async def test_job_mode_without_an_s3_secret_says_which_setting_is_missing(
 
 
 async def test_deleting_a_job_mode_sandbox_removes_its_volume_and_jobs(
-    emulator: KubeEmulator, job_mode_operator: None
+    emulator: KubeEmulator, job_mode_operator: OperatorContext
 ) -> None:
     await first_job_running(emulator)
 

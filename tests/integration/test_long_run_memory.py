@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from craft_operator.api.pool import LABEL_POOL
 from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
 from craft_operator.kube.cache import TOMBSTONE_SECONDS
@@ -18,7 +19,8 @@ from craft_operator.library import make_s3_client
 from craft_operator.reconciler.pool_pods import ready_pool_pod_names
 from tests.integration.conftest import SANDBOXES
 from tests.integration.helpers import NAMESPACE, pod, sandbox, status
-from tests.integration.test_pools import NAME, full, run_all, unclaimed
+from tests.integration.test_library_jobs import JOBS, PVCS, finish_job
+from tests.integration.test_pools import NAME, run_all, unclaimed
 from tests.integration.test_user_library import BUCKET, REVISION, upload
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually, running_operator
@@ -91,32 +93,64 @@ def held(root: object) -> dict[str, int]:
     return dict(sizes)
 
 
-def metric_series(operator: OperatorContext) -> int:
-    """How many time series the operator's metrics export."""
-    return sum(len(family.samples) for family in operator.services.metrics.registry.collect())
-
-
-def cached_by_kind(operator: OperatorContext) -> collections.Counter[tuple[str, str | None]]:
-    """How many objects the operator's cache holds, per kind and namespace."""
+def holdings(operator: OperatorContext) -> dict[str, int]:
+    """What the operator holds: :func:`held`, the time series its metrics export, and the
+    objects its cache holds per kind and namespace."""
+    series = sum(len(family.samples) for family in operator.services.metrics.registry.collect())
     keys = operator.services.cache._objects  # type: ignore[attr-defined]
-    return collections.Counter(key[:2] for key in keys)
+    by_kind = collections.Counter(f"{kind} in {namespace}" for kind, namespace, _ in keys)
+    return {
+        **held(operator),
+        "metric series": series,
+        **{f"cached {kinds}": count for kinds, count in by_kind.items()},
+    }
+
+
+def grown_since(before: dict[str, int], after: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """What holds more in ``after`` than in ``before``: (before, after)."""
+    return {key: (before.get(key, 0), n) for key, n in after.items() if n > before.get(key, 0)}
+
+
+def start_pod(emulator: KubeEmulator, name: str) -> None:
+    """Start sandbox ``name``'s own pod (a cold start), if made."""
+    if pod(emulator, name) is not None:
+        mark_pod_running(emulator, NAMESPACE, name)
 
 
 def ready(emulator: KubeEmulator, name: str) -> bool:
-    """Whether sandbox ``name`` is Ready; its own pod (a cold start) is started if made."""
-    if pod(emulator, name) is not None:
-        mark_pod_running(emulator, NAMESPACE, name)
+    """Whether sandbox ``name`` is Ready (its own pod started once made)."""
+    start_pod(emulator, name)
     return status(emulator, name).get("phase") == "Ready"
 
 
-async def come_and_go(emulator: KubeEmulator, names: list[str], **spec: Any) -> None:
+def warm(emulator: KubeEmulator, operator: OperatorContext, pool_name: str) -> int:
+    """How many of pool ``pool_name``'s pods a claim may take, as the operator sees them
+    (its pods are started once made)."""
+    for found in emulator.list("v1/pods", NAMESPACE):
+        labels = found["metadata"].get("labels") or {}
+        if labels.get(LABEL_POOL) == pool_name and not found.get("status", {}).get("phase"):
+            mark_pod_running(emulator, NAMESPACE, found["metadata"]["name"])
+    return len(ready_pool_pod_names(operator.services.cache, NAMESPACE, pool_name))
+
+
+def first_job(emulator: KubeEmulator, name: str) -> dict[str, Any] | None:
+    """Sandbox ``name``'s first sync Job, once made (its pod started once made)."""
+    start_pod(emulator, name)
+    return emulator.find(JOBS, NAMESPACE, f"{name}-library-1")
+
+
+async def come_and_go(emulator: KubeEmulator, names: list[str], **spec: Any) -> dict[str, str]:
     """Create sandboxes ``names``, see each Ready with its library, sync the first's again
-    on an upload, delete them, and wait until they are gone."""
+    on an upload, delete them, and wait until they are gone: the pool each was claimed
+    from, if any."""
+    claimed = {}
     for name in names:
         emulator.create(SANDBOXES, sandbox(name, **spec))
     for name in names:
         await eventually(lambda n=name: ready(emulator, n), what=f"{name} Ready")
         assert status(emulator, name)["userLibrary"]["files"] == 2
+        if pool_name := status(emulator, name).get("claimedFrom"):
+            claimed[name] = pool_name
     emulator.patch(SANDBOXES, NAMESPACE, names[0], {"metadata": {"annotations": {REVISION: "2"}}})
     await eventually(
         lambda: status(emulator, names[0])["userLibrary"].get("observedRevision") == "2",
@@ -126,23 +160,29 @@ async def come_and_go(emulator: KubeEmulator, names: list[str], **spec: Any) -> 
         emulator.remove(SANDBOXES, NAMESPACE, name)
     for name in names:
         await eventually(lambda n=name: emulator.find(SANDBOXES, NAMESPACE, n) is None)
+    return claimed
 
 
-async def quiet(emulator: KubeEmulator, operator: OperatorContext) -> None:
-    """Wait until the pool is full again, its pods the only ones, and nothing runs."""
-    await full(emulator, 2)
+async def quiet(emulator: KubeEmulator, operator: OperatorContext, *, pool_pods: int) -> None:
+    """Wait until nothing runs and the only pods, Jobs and volumes are the pool's ready
+    ``pool_pods``, in the cluster and in the operator's cache alike."""
+    cache = operator.services.cache
 
     def still() -> bool:
-        run_all(emulator)  # a pod refilled since is started too
+        run_all(emulator)  # the pool's pods made meanwhile are started
         pods = {p["metadata"]["name"] for p in emulator.list("v1/pods", NAMESPACE)}
-        cached = {key[2] for key in operator.services.cache._objects if key[0] == "Pod"}  # type: ignore[attr-defined]
-        pool_pods = {p["metadata"]["name"] for p in unclaimed(emulator)}
+        cached = {key[2] for key in cache._objects if key[0] in ("Pod", "Job", "PVC")}  # type: ignore[attr-defined]
         return (
-            pods == cached == pool_pods
-            # Both claimable as the operator sees them (the pool's status may be seconds old).
-            and len(ready_pool_pod_names(operator.services.cache, NAMESPACE, NAME)) == 2
+            pods == cached == {p["metadata"]["name"] for p in unclaimed(emulator)}
+            and not emulator.list(JOBS, NAMESPACE)
+            and not emulator.list(PVCS, NAMESPACE)
+            # As the operator sees them (the pool's status may be seconds old).
+            and len(ready_pool_pod_names(cache, NAMESPACE, NAME)) == pool_pods
             and not operator.queue._processing
             and not operator.pool_queue._processing
+            # A visit still due for an object gone meanwhile finds it gone, and is dropped.
+            and all(emulator.find(SANDBOXES, *key) for key in operator.queue._due)
+            and all(emulator.find(POOLS, *key) for key in operator.pool_queue._due)
             and not operator.pool_reconciler._status_due
         )
 
@@ -156,22 +196,73 @@ async def test_sandboxes_that_came_and_went_leave_nothing_held(
     emulator.create(
         POOLS, {**pool(NAME, replicas=2), "metadata": {"name": NAME, "namespace": NAMESPACE}}
     )
-    await full(emulator, 2)
     # Every path once, so that what is made on first use is in the baseline.
     await come_and_go(emulator, ["first-cold"])
     await come_and_go(emulator, ["first-pooled"], poolRef={"name": NAME})
-    await quiet(emulator, operator)
-    before, series = held(operator), metric_series(operator)
-    cached = cached_by_kind(operator)
+    await quiet(emulator, operator, pool_pods=2)
+    before = holdings(operator)
 
     for round_ in range(2):
         await come_and_go(emulator, [f"cold-{round_}-{i}" for i in range(4)])
         pooled = [f"pooled-{round_}-{i}" for i in range(3)]  # one more than the pool holds
-        await come_and_go(emulator, pooled, poolRef={"name": NAME})
-    await quiet(emulator, operator)
+        claimed = await come_and_go(emulator, pooled, poolRef={"name": NAME})
+        assert len(claimed) >= 2, "the pool's two pods were claimed"
+        await quiet(emulator, operator, pool_pods=2)
+    await quiet(emulator, operator, pool_pods=2)
 
-    after = held(operator)
-    grown = {path: (before.get(path, 0), n) for path, n in after.items() if n > before.get(path, 0)}
-    assert grown == {}, "held after the sandboxes went: (before, after)"
-    assert metric_series(operator) == series
-    assert cached_by_kind(operator) == cached  # the pool's two pods are new ones
+    assert grown_since(before, holdings(operator)) == {}, "held after the sandboxes went"
+
+
+async def sync_with_jobs_and_go(emulator: KubeEmulator, names: list[str]) -> None:
+    """Create sandboxes ``names`` in Job mode, see each Ready once its sync Job ends,
+    delete them, and wait until they are gone."""
+    for name in names:
+        emulator.create(SANDBOXES, sandbox(name, userLibrary={"mode": "Job"}))
+    for name in names:
+        await eventually(lambda n=name: first_job(emulator, n), what=f"{name}'s sync Job")
+        finish_job(emulator, f"{name}-library-1", result={"ok": True, "files": 1, "bytes": 1})
+        await eventually(lambda n=name: ready(emulator, n), what=f"{name} Ready")
+    for name in names:
+        emulator.remove(SANDBOXES, NAMESPACE, name)
+    for name in names:
+        await eventually(lambda n=name: emulator.find(SANDBOXES, NAMESPACE, n) is None)
+
+
+async def test_sandboxes_whose_libraries_synced_in_jobs_leave_nothing_held(
+    emulator: KubeEmulator, job_mode_operator: OperatorContext
+) -> None:
+    operator = job_mode_operator
+    await sync_with_jobs_and_go(emulator, ["first"])
+    await quiet(emulator, operator, pool_pods=0)
+    before = holdings(operator)
+
+    for round_ in range(2):
+        await sync_with_jobs_and_go(emulator, [f"job-{round_}-{i}" for i in range(4)])
+    await quiet(emulator, operator, pool_pods=0)
+
+    assert grown_since(before, holdings(operator)) == {}, "held after the sandboxes went"
+
+
+async def test_pools_that_came_and_went_leave_nothing_held_nor_their_metrics(
+    emulator: KubeEmulator, operator_with_library: OperatorContext
+) -> None:
+    operator = operator_with_library
+
+    async def pool_comes_and_goes(name: str) -> None:
+        body = {**pool(name, replicas=2), "metadata": {"name": name, "namespace": NAMESPACE}}
+        emulator.create(POOLS, body)
+        await eventually(lambda: warm(emulator, operator, name) == 2, what=f"pool {name} warm")
+        claimed = await come_and_go(emulator, [f"{name}-user"], poolRef={"name": name})
+        assert claimed == {f"{name}-user": name}
+        emulator.remove(POOLS, NAMESPACE, name)
+        await eventually(lambda: emulator.find(POOLS, NAMESPACE, name) is None, what="gone")
+
+    await pool_comes_and_goes("first")
+    await quiet(emulator, operator, pool_pods=0)
+    before = holdings(operator)
+
+    for index in range(4):
+        await pool_comes_and_goes(f"pool-{index}")
+    await quiet(emulator, operator, pool_pods=0)
+
+    assert grown_since(before, holdings(operator)) == {}, "held after the pools went"

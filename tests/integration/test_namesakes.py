@@ -99,7 +99,7 @@ async def test_a_recreated_sandbox_naming_a_pool_claims_while_its_predecessors_p
 
 
 async def test_a_recreated_job_mode_sandbox_waits_for_its_predecessors_library_volume(
-    emulator: KubeEmulator, job_mode_operator: None
+    emulator: KubeEmulator, job_mode_operator: OperatorContext
 ) -> None:
     await first_job_running(emulator)
     finish_job(emulator, "alice-library-1", result={"ok": True, "files": 1, "bytes": 1})
