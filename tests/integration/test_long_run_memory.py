@@ -18,13 +18,13 @@ from craft_operator.kube.client import WRITTEN_REMEMBERED
 from craft_operator.library import make_s3_client
 from craft_operator.reconciler.pool_pods import ready_pool_pod_names
 from tests.integration.conftest import SANDBOXES
-from tests.integration.helpers import NAMESPACE, pod, sandbox, status
+from tests.integration.helpers import NAMESPACE, UNBUILDABLE_RESOURCES, pod, sandbox, status
 from tests.integration.test_library_jobs import JOBS, PVCS, finish_job
 from tests.integration.test_pools import NAME, run_all, unclaimed
 from tests.integration.test_user_library import BUCKET, REVISION, upload
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually, running_operator
-from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
+from tests.support.pod_exec import EmulatedPodExec, mark_pod_failed, mark_pod_running
 from tests.support.pools import POOLS, pool
 from tests.support.s3 import S3Server
 
@@ -266,3 +266,46 @@ async def test_pools_that_came_and_went_leave_nothing_held_nor_their_metrics(
     await quiet(emulator, operator, pool_pods=0)
 
     assert grown_since(before, holdings(operator)) == {}, "held after the pools went"
+
+
+async def fail_suspend_and_go(emulator: KubeEmulator, settings: Settings, round_: int) -> None:
+    """Sandboxes that went wrong or slept: one whose pods failed until it is Failed, one
+    whose spec cannot be built, one suspended and resumed; then none of them is left."""
+    failing, unbuildable, suspended = (f"{what}-{round_}" for what in ("failing", "bad", "nap"))
+    emulator.create(SANDBOXES, sandbox(failing))
+    emulator.create(SANDBOXES, sandbox(unbuildable, resources=UNBUILDABLE_RESOURCES))
+    emulator.create(SANDBOXES, sandbox(suspended))
+    seen: set[str] = set()
+    for attempt in range(settings.max_pod_failures):
+        current = await eventually(
+            lambda: (p := pod(emulator, failing)) and p["metadata"]["uid"] not in seen and p,
+            what=f"pod {attempt + 1} of {failing}",
+        )
+        seen.add(current["metadata"]["uid"])
+        mark_pod_failed(emulator, NAMESPACE, failing)
+    for name in (failing, unbuildable):
+        await eventually(lambda n=name: status(emulator, n).get("phase") == "Failed", what=name)
+    await eventually(lambda: ready(emulator, suspended), what=f"{suspended} Ready")
+    emulator.patch(SANDBOXES, NAMESPACE, suspended, {"spec": {"suspend": True}})
+    await eventually(lambda: status(emulator, suspended).get("phase") == "Suspended")
+    emulator.patch(SANDBOXES, NAMESPACE, suspended, {"spec": {"suspend": False}})
+    await eventually(lambda: ready(emulator, suspended), what=f"{suspended} resumed")
+    for name in (failing, unbuildable, suspended):
+        emulator.remove(SANDBOXES, NAMESPACE, name)
+    for name in (failing, unbuildable, suspended):
+        await eventually(lambda n=name: emulator.find(SANDBOXES, NAMESPACE, n) is None)
+
+
+async def test_sandboxes_that_failed_or_slept_leave_nothing_held(
+    emulator: KubeEmulator, operator_with_library: OperatorContext, settings: Settings
+) -> None:
+    operator = operator_with_library
+    await fail_suspend_and_go(emulator, settings, 0)
+    await quiet(emulator, operator, pool_pods=0)
+    before = holdings(operator)
+
+    for round_ in range(1, 3):
+        await fail_suspend_and_go(emulator, settings, round_)
+    await quiet(emulator, operator, pool_pods=0)
+
+    assert grown_since(before, holdings(operator)) == {}, "held after the sandboxes went"

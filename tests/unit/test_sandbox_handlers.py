@@ -90,6 +90,17 @@ def test_a_sandbox_seen_within_the_second_of_its_creation_is_timed_from_that_mom
     assert memo.services.metrics.take_seen("u2") is None
 
 
+@pytest.mark.parametrize("how", ["deleted", "recreated unseen"])
+def test_a_sandbox_gone_before_it_was_ready_leaves_no_moment_behind(how: str) -> None:
+    memo = handler_memo()
+    sandbox.on_sandbox_event(memo, "ADDED", created("u1", "2026-11-28T12:00:00Z"))
+    if how == "deleted":
+        sandbox.on_sandbox_event(memo, "DELETED", created("u1", "2026-11-28T12:00:00Z"))
+    else:
+        sandbox.on_sandbox_event(memo, "ADDED", body("u2", "9"))
+    assert memo.services.metrics.take_seen("u1") is None
+
+
 def test_the_moments_remembered_are_bounded() -> None:
     metrics = Metrics()
     for index in range(SEEN_LIMIT + 10):

@@ -31,6 +31,7 @@ def on_sandbox_event(memo: OperatorContext, event_type: str, obj: dict[str, Any]
         memo.reconciler.forget(key)
         # Its PAT was revoked by its finalizer, or, removed by hand, is the orphan sweep's.
         memo.services.credentials.forget(str(uid))
+        memo.services.metrics.sandbox_gone(str(uid))
         return
     before = memo.cache.get(kinds.SANDBOX.name, *key)
     recreated = before is not None and before["metadata"].get("uid") != meta.get("uid")
@@ -42,7 +43,9 @@ def on_sandbox_event(memo: OperatorContext, event_type: str, obj: dict[str, Any]
             # sandbox inherits nothing of the old one's backoffs and memory.
             memo.queue.forget(key)
             memo.reconciler.forget(key)
-            memo.services.credentials.forget(str(before["metadata"].get("uid", "")))
+            gone = str(before["metadata"].get("uid", ""))
+            memo.services.credentials.forget(gone)
+            memo.services.metrics.sandbox_gone(gone)
         # New to the cache; the echo of the running pass's own write all the same if its
         # event came before the write's answer (asked when that pass ends).
         memo.queue.add(key, echo=memo.echo_check(meta))

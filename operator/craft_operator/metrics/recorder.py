@@ -153,8 +153,9 @@ class Metrics:
     def saw_created(self, uid: str, moment: datetime) -> None:
         """The watch brought a sandbox created moments ago: ``moment`` says its creation to
         the millisecond, where its ``creationTimestamp`` says only the second (a warm claim
-        is Ready in a fraction of one). At most :data:`SEEN_LIMIT` are kept, the oldest
-        dropped first (a sandbox that never becomes Ready is measured to the second)."""
+        is Ready in a fraction of one). Kept until it is Ready or deleted, at most
+        :data:`SEEN_LIMIT`, the oldest dropped first (a sandbox that is not Ready for that
+        long is measured to the second)."""
         self._seen.pop(uid, None)
         self._seen[uid] = moment
         while len(self._seen) > SEEN_LIMIT:
@@ -163,6 +164,11 @@ class Metrics:
     def take_seen(self, uid: str) -> datetime | None:
         """The moment :meth:`saw_created` recorded for ``uid``, once."""
         return self._seen.pop(uid, None)
+
+    def sandbox_gone(self, uid: str) -> None:
+        """Sandbox ``uid`` was deleted: the moment it was seen goes too (it never became
+        Ready, or it would have been taken)."""
+        self._seen.pop(uid, None)
 
     def observe_phase(self, phase: ProvisioningPhase | str, seconds: float) -> None:
         """One provisioning step took ``seconds``; ``phase`` must be a :class:`ProvisioningPhase`
