@@ -21,6 +21,7 @@ from tests.integration.conftest import SANDBOXES
 from tests.integration.helpers import NAMESPACE, UNBUILDABLE_RESOURCES, pod, sandbox, status
 from tests.integration.test_library_jobs import JOBS, PVCS, finish_job
 from tests.integration.test_pools import NAME, run_all, unclaimed
+from tests.integration.test_renewal import due_for_renewal
 from tests.integration.test_user_library import BUCKET, REVISION, upload
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually, running_operator
@@ -306,6 +307,38 @@ async def test_sandboxes_that_failed_or_slept_leave_nothing_held(
 
     for round_ in range(1, 3):
         await fail_suspend_and_go(emulator, settings, round_)
+    await quiet(emulator, operator, pool_pods=0)
+
+    assert grown_since(before, holdings(operator)) == {}, "held after the sandboxes went"
+
+
+async def renew_and_go(
+    emulator: KubeEmulator, operator: OperatorContext, settings: Settings, name: str
+) -> None:
+    """A sandbox whose PAT was renewed in its pod, the one it replaced revoked; then gone."""
+    emulator.create(SANDBOXES, sandbox(name, credentials={"lifetime": "1h"}))
+    await eventually(lambda: ready(emulator, name), what=f"{name} Ready")
+    first = status(emulator, name)["credentials"]["patId"]
+    uid = emulator.get(SANDBOXES, NAMESPACE, name)["metadata"]["uid"]
+    due_for_renewal(settings, operator, first, uid, name)
+    await eventually(
+        lambda: status(emulator, name).get("validatedPatID") not in (None, first),
+        what=f"{name}'s renewed PAT validated",
+    )
+    emulator.remove(SANDBOXES, NAMESPACE, name)
+    await eventually(lambda: emulator.find(SANDBOXES, NAMESPACE, name) is None, what="gone")
+
+
+async def test_sandboxes_whose_pats_were_renewed_leave_nothing_held(
+    emulator: KubeEmulator, operator_with_library: OperatorContext, settings: Settings
+) -> None:
+    operator = operator_with_library
+    await renew_and_go(emulator, operator, settings, "first")
+    await quiet(emulator, operator, pool_pods=0)
+    before = holdings(operator)
+
+    for index in range(4):
+        await renew_and_go(emulator, operator, settings, f"renewed-{index}")
     await quiet(emulator, operator, pool_pods=0)
 
     assert grown_since(before, holdings(operator)) == {}, "held after the sandboxes went"

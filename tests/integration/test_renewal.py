@@ -40,8 +40,11 @@ async def ready_sandbox(emulator: KubeEmulator) -> tuple[int, str, str]:
     return pat, token_in_secret(emulator, "alice"), created["metadata"]["uid"]
 
 
-def due_for_renewal(settings: Settings, operator: OperatorContext, pat: int, uid: str) -> None:
-    """Move the PAT into its renewal window, as time would, and have the operator look."""
+def due_for_renewal(
+    settings: Settings, operator: OperatorContext, pat: int, uid: str, name: str = "alice"
+) -> None:
+    """Move sandbox ``name``'s PAT into its renewal window, as time would, and have the
+    operator look."""
     engine = sa.create_engine(settings.database_url_value)
     soon = datetime.now(UTC) + timedelta(minutes=10)  # inside 20 % of 1h; past the grace
     with engine.begin() as connection:
@@ -51,7 +54,7 @@ def due_for_renewal(settings: Settings, operator: OperatorContext, pat: int, uid
         )
     engine.dispose()
     operator.services.credentials.forget(uid)  # type: ignore[attr-defined]
-    operator.queue.add((NAMESPACE, "alice"))
+    operator.queue.add((NAMESPACE, name))
 
 
 def expires_at(settings: Settings, pat: int) -> datetime:
