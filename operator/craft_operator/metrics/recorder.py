@@ -154,8 +154,8 @@ class Metrics:
         """The watch brought a sandbox created moments ago: ``moment`` says its creation to
         the millisecond, where its ``creationTimestamp`` says only the second (a warm claim
         is Ready in a fraction of one). Kept until it is Ready or deleted, at most
-        :data:`SEEN_LIMIT`, the oldest dropped first (a sandbox that is not Ready for that
-        long is measured to the second)."""
+        :data:`SEEN_LIMIT`, the oldest dropped first (a sandbox whose moment was dropped is
+        measured to the second)."""
         self._seen.pop(uid, None)
         self._seen[uid] = moment
         while len(self._seen) > SEEN_LIMIT:
