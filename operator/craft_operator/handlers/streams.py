@@ -15,6 +15,7 @@ the operator's start-up, clean-up, peering and probes.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -28,6 +29,9 @@ from craft_operator.handlers.sandbox import on_sandbox_event
 from craft_operator.kube import kinds
 from craft_operator.kube.watch import WatchStream
 from craft_operator.reconciler import egress
+from craft_operator.reconciler.api_away import ApiServerAwayError
+
+logger = logging.getLogger(__name__)
 
 Handler = Callable[[OperatorContext, str, dict[str, Any]], None]
 
@@ -55,9 +59,23 @@ def on_stream_failing(
 ) -> None:
     """Mark the cache's view of ``kind`` in ``namespace`` stale while its stream fails (no
     sandbox pod starts on a stale view of the NetworkPolicies: one deleted meanwhile would
-    still count); when the NetworkPolicies' view is whole again, wake what waited on it."""
+    still count); when the NetworkPolicies' view is whole again, wake what waited on it.
+
+    When the sandboxes' or pools' stream is answered again, the API server is back (it
+    restarted, say): those whose last pass it cut short go again at once, their backoff
+    forgotten (a relist queues only what changed, and after a long outage they would wait
+    up to five minutes)."""
     memo.cache.mark_stale(kind, namespace, failing)
-    if failing or kind != kinds.NETWORK_POLICY.name or not memo.gate.active:
+    if failing or not memo.gate.active:
+        return
+    if kind in (kinds.SANDBOX.name, kinds.POOL.name):
+        queue = memo.queue if kind == kinds.SANDBOX.name else memo.pool_queue
+        back = queue.retry_now(ApiServerAwayError, lambda key: namespace in (None, key[0]))
+        if back:
+            logger.info(
+                "the API server serves again: %d %s passes it cut short go again", back, kind
+            )
+    if kind != kinds.NETWORK_POLICY.name:
         return
     scopes = [namespace] if namespace is not None else memo.cache.namespaces(kinds.SANDBOX.name)
     for scope in scopes:

@@ -40,7 +40,7 @@ from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError, ConflictError
 from craft_operator.kube.event_batch import post_coalesced
 from craft_operator.kube.pod_shape import built_digest, is_as_built, where_unlike
-from craft_operator.reconciler import egress
+from craft_operator.reconciler import api_away, egress
 from craft_operator.reconciler.deadline import Moment
 from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.policy_step import MISSING
@@ -205,8 +205,18 @@ class PoolReconciler:
     async def reconcile(self, key: PoolKey) -> float | None:
         """One pass over the pool ``key``; returns when to revisit (seconds) or ``None``.
 
-        Raises :class:`PoolRetryLaterError` when pods could not be created.
+        Raises :class:`PoolRetryLaterError` when pods could not be created, and
+        :class:`~craft_operator.reconciler.api_away.ApiServerAwayError` when the API server
+        was away.
         """
+        try:
+            return await self._reconcile(key)
+        except ApiError as exc:
+            if not api_away.is_away(exc):
+                raise
+            raise api_away.away(f"pool {key[0]}/{key[1]}", exc) from exc
+
+    async def _reconcile(self, key: PoolKey) -> float | None:
         s = self.services
         namespace, name = key
         body = s.cache.get(POOL, namespace, name)

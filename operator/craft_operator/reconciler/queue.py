@@ -76,6 +76,8 @@ class WorkQueue(Generic[K]):
         self._echoes: dict[K, list[Callable[[], bool]]] = {}
         self._forgotten: set[K] = set()
         self._failures: dict[K, int] = {}
+        #: What the last pass of each key in ``_failures`` failed with.
+        self._failed_with: dict[K, type[Exception]] = {}
         self._counter = itertools.count()
         self._wakeup = asyncio.Event()
         self._workers: list[asyncio.Task[None]] = []
@@ -131,11 +133,25 @@ class WorkQueue(Generic[K]):
             heapq.heapify(self._heap)
         self._wakeup.set()
 
+    def retry_now(self, cause: type[Exception], which: Callable[[K], bool]) -> int:
+        """Visit now, their failures forgotten, the keys ``which`` picks whose last pass
+        failed with ``cause``: what failed them is over (the API server serves again), so
+        neither the wait nor the backoff their failures grew stands. How many there were."""
+        keys = [
+            k for k, error in self._failed_with.items() if issubclass(error, cause) and which(k)
+        ]
+        for key in keys:
+            self._failures.pop(key, None)
+            self._failed_with.pop(key, None)
+            self.add(key)
+        return len(keys)
+
     def forget(self, key: K) -> None:
         """Drop ``key``: its backoff history and any pending visit, also one its running
         pass would ask for (the object is gone: a later ``add`` starts afresh)."""
         self._due.pop(key, None)
         self._failures.pop(key, None)
+        self._failed_with.pop(key, None)
         self._dirty.discard(key)
         self._echoes.pop(key, None)
         if key in self._processing:
@@ -188,6 +204,7 @@ class WorkQueue(Generic[K]):
         self._heap.clear()
         self._due.clear()
         self._failures.clear()
+        self._failed_with.clear()
         self._dirty.clear()
         self._echoes.clear()
         self._forgotten |= self._processing
@@ -244,6 +261,7 @@ class WorkQueue(Generic[K]):
                 failures = self._failures.get(key, 0) + 1
                 if key not in self._forgotten:  # (gone meanwhile: nothing to remember)
                     self._failures[key] = failures
+                    self._failed_with[key] = type(exc)
                 delay = self._backoff.delay(failures)
                 if isinstance(exc, RetryableError) and exc.retry_after is not None:
                     delay = exc.retry_after  # counted as a failure all the same
@@ -261,6 +279,7 @@ class WorkQueue(Generic[K]):
             else:
                 self.processed += 1
                 self._failures.pop(key, None)
+                self._failed_with.pop(key, None)
                 if requeue_after is not None and key not in self._forgotten:
                     self.add(key, requeue_after)
             finally:

@@ -20,7 +20,7 @@ from craft_operator.api.parse import InvalidSandboxError, parse_sandbox
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError
 from craft_operator.kube.event_batch import EventBatch
-from craft_operator.reconciler import finalizer, suspension
+from craft_operator.reconciler import api_away, finalizer, suspension
 from craft_operator.reconciler import policy_step as policy
 from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.queue import RetryableError
@@ -72,9 +72,16 @@ class SandboxReconciler:
     async def reconcile(self, key: tuple[str, str]) -> float | None:
         """One pass for the sandbox ``key``; returns when to revisit (seconds) or ``None``.
 
-        Raises :class:`RetryLaterError` when the pass asks to be retried with backoff.
+        Raises :class:`RetryLaterError` when the pass asks to be retried with backoff, and
+        :class:`~craft_operator.reconciler.api_away.ApiServerAwayError` when the API server
+        was away.
         """
-        verdict = await self._pass(key)
+        try:
+            verdict = await self._pass(key)
+        except ApiError as exc:
+            if not api_away.is_away(exc):
+                raise
+            raise api_away.away(f"{key[0]}/{key[1]}", exc) from exc
         if verdict is None:
             return None
         return next_visit(key, verdict, self.services.settings.resync_interval)

@@ -23,6 +23,7 @@ from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import ApiError, KubeClient
 from craft_operator.metrics import Metrics
+from craft_operator.reconciler.api_away import ApiServerAwayError
 from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.policy_step import POLICY as PLATFORM_POLICY
 from craft_operator.reconciler.pool import STATUS_INTERVAL, PoolReconciler, PoolRetryLaterError
@@ -1162,3 +1163,23 @@ async def test_a_pod_not_as_built_does_not_stall_a_template_update(world: PoolWo
     templates = [pod["metadata"]["labels"][LABEL_POOL_TEMPLATE_HASH] for pod in world.unclaimed()]
     assert old_hash not in templates, "every old pod replaced"
     assert "forged" in [pod["metadata"]["name"] for pod in world.unclaimed()], "never deleted"
+
+
+# -- the API server away -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("status", "away"), [(0, True), (503, True), (403, False)])
+async def test_a_pass_the_api_servers_absence_cut_short_says_so_and_a_refusal_stays_one(
+    world: PoolWorld, status: int, away: bool
+) -> None:
+    world.create_pool(replicas=1)
+
+    async def answer(*args: object, **kwargs: object) -> object:
+        raise ApiError(status, "Answer", "the answer of the test")
+
+    world.services.kube.patch = answer  # type: ignore[method-assign]
+    with pytest.raises(ApiError if not away else ApiServerAwayError) as caught:
+        await world.pass_()
+    assert isinstance(caught.value, ApiServerAwayError) is away
+    if away:
+        assert str(caught.value).startswith(f"pool {NAMESPACE}/{NAME}: the API server is away")

@@ -25,6 +25,7 @@ class Recorder:
         self.max_total = 0
         self.gates: dict[str, asyncio.Event] = {}
         self.fail: dict[str, int] = {}
+        self.errors: dict[str, type[Exception]] = {}
         self.requeue: dict[str, float] = {}
         self.started: dict[str, asyncio.Event] = {}
 
@@ -57,7 +58,7 @@ class Recorder:
                 await asyncio.sleep(0)
             if self.fail.get(key, 0) > 0:
                 self.fail[key] -= 1
-                raise RuntimeError(f"{key} failed")
+                raise self.errors.get(key, RuntimeError)(f"{key} failed")
             return self.requeue.pop(key, None)
         finally:
             self.running[key] -= 1
@@ -265,6 +266,44 @@ async def test_a_failing_key_is_retried_after_its_backoff_not_at_once(
     queue.add("a")  # an event about the object brings it forward
     await eventually(lambda: queue.processed == 1)
     assert queue.failures("a") == 0
+
+
+class AwayError(RetryableError):
+    """A cause of failures that says when it is over (as the API server's return does)."""
+
+
+async def test_keys_a_cause_failed_go_again_at_once_once_it_is_over_their_backoff_forgotten(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    queue = make_queue(concurrency=3, backoff=Backoff(base=3600, jitter=0))
+    recorder.errors.update(a=AwayError, c=AwayError)
+    recorder.fail.update(a=2, b=1, c=1)
+    for key in "abc":
+        queue.add(key)
+    await eventually(lambda: queue.failed == 3)
+
+    assert queue.retry_now(AwayError, lambda key: key != "c") == 1  # b failed otherwise
+
+    await eventually(lambda: queue.failed == 4)
+    assert queue.failures("a") == 1, "a failure after the cause is over is a first one"
+    await settle()
+    assert sorted(recorder.calls) == ["a", "a", "b", "c"], "b and c wait out their backoff"
+    assert queue.retry_now(AwayError, lambda key: True) == 2  # a (again) and c
+    await eventually(lambda: queue.processed == 2)
+
+
+async def test_a_forgotten_key_is_not_brought_back_by_its_causes_end(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    queue = make_queue(concurrency=1, backoff=Backoff(base=3600, jitter=0))
+    recorder.errors["a"] = AwayError
+    recorder.fail["a"] = 1
+    queue.add("a")
+    await eventually(lambda: queue.failed == 1)
+    queue.forget("a")
+    assert queue.retry_now(AwayError, lambda key: True) == 0
+    await settle()
+    assert recorder.calls == ["a"]
 
 
 async def test_expected_failures_are_retried_like_others(

@@ -1,0 +1,30 @@
+"""A pass cut short because the API server was away (restarting, unreachable, not serving
+yet) is no bug of the operator's: it is retried without a traceback, and at once when the
+API server serves again (see ``handlers.streams.on_stream_failing``), not after the backoff
+its failures grew meanwhile."""
+
+from __future__ import annotations
+
+from craft_operator.kube.client import ApiError
+from craft_operator.reconciler.queue import RetryableError
+
+#: Answers meaning the API server is away: none (refused, cut, timed out), too busy or not
+#: serving yet (429 while its storage initializes, 503), or a proxy in front of it saying so.
+AWAY_STATUSES = frozenset({0, 429, 502, 503, 504})
+
+
+class ApiServerAwayError(RetryableError):
+    """The API server was away during a pass: retried with backoff, and at once when it is
+    back."""
+
+
+def is_away(exc: ApiError) -> bool:
+    """Whether ``exc`` says the API server was away rather than refused the request."""
+    return exc.status in AWAY_STATUSES
+
+
+def away(subject: str, exc: ApiError) -> ApiServerAwayError:
+    """The error of a pass over ``subject`` that ``exc`` cut short (see :func:`is_away`)."""
+    return ApiServerAwayError(
+        f"{subject}: the API server is away ({exc}); retried, at once when it serves again"
+    )
