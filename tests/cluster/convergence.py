@@ -113,6 +113,13 @@ def converged(cluster: Cluster, database_url: str, namespace: str, expected: Ite
 # -- what an operator process says about itself ----------------------------------------------
 
 
+def serving(operator: OperatorProcess) -> bool:
+    """Whether the process is past its start-up: its metrics endpoint answers."""
+    pages = len(operator.metrics)
+    operator.scrape_metrics()
+    return len(operator.metrics) > pages
+
+
 def metrics_now(operator: OperatorProcess) -> dict[str, float]:
     """The samples the running process serves now, by name with labels (``a{b="c"}``).
 

@@ -35,6 +35,7 @@ from tests.cluster.convergence import (
     describe,
     log_text,
     sandbox_manifest,
+    serving,
 )
 from tests.resilience.harness import pats_minted_per_sandbox
 from tests.support.cluster import Cluster, wait_for
@@ -80,13 +81,6 @@ def replayable(seed: int, request: pytest.FixtureRequest) -> Iterator[None]:
             f"{exc}\nseed {seed}; replay with: RESILIENCE_SEED={seed} RESILIENCE_SCALE={scale} "
             f".venv/bin/pytest '{request.node.nodeid}'"
         ) from exc
-
-
-def serving(operator: OperatorProcess) -> bool:
-    """Whether the process is past its start-up: its metrics endpoint answers."""
-    pages = len(operator.metrics)
-    operator.scrape_metrics()
-    return len(operator.metrics) > pages
 
 
 @dataclasses.dataclass

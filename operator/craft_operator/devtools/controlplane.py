@@ -153,6 +153,18 @@ class ControlPlane:
             self.state, first=([*clients, "onyx-api"], ["kube-apiserver"], ["etcd"])
         )
 
+    def restart_apiserver(self, timeout: float = 60.0) -> None:
+        """Stop kube-apiserver alone and start it again, as a control-plane upgrade does:
+        the same flags, port and key material, so the same tokens and certificates are
+        accepted. Returns once the API is ready again.
+
+        Everything else runs on: etcd keeps the cluster's state (resource versions too), and
+        the API's clients see their connections cut, then refused, until it serves again.
+        """
+        processes.stop(self.state, ["kube-apiserver"])
+        self._start_apiserver()
+        self._wait_for_api(timeout)
+
     def running(self) -> bool:
         """True when every process of this control plane is alive."""
         alive = {p.name for p in processes.recorded(self.state) if processes.is_running(p)}

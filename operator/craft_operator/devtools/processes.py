@@ -13,7 +13,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,6 +109,15 @@ def stop_all(state: Path, *, grace: float = 10.0, first: Sequence[Sequence[str]]
     stopped += _stop(recorded(state), grace)
     for path in _pid_dir(state).glob("*.pid"):
         path.unlink()
+    return stopped
+
+
+def stop(state: Path, names: Collection[str], *, grace: float = 10.0) -> list[str]:
+    """Stop only the recorded processes named ``names``, as :func:`stop_all` stops them;
+    their pid files go, the others' stay. The names of those that were running."""
+    stopped = _stop([p for p in recorded(state) if p.name in names], grace)
+    for name in names:
+        (_pid_dir(state) / f"{name}.pid").unlink(missing_ok=True)
     return stopped
 
 

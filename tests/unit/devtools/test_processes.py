@@ -80,3 +80,13 @@ def test_groups_named_first_are_stopped_first_in_order(tmp_path: Path) -> None:
         processes.start(tmp_path, name, [SLEEP, "60"])
     stopped = processes.stop_all(tmp_path, first=(["client"], ["server"]))
     assert stopped == ["client", "server", "storage"]
+
+
+def test_stopping_some_processes_by_name_leaves_the_others_running(tmp_path: Path) -> None:
+    for name in ("server", "client"):
+        processes.start(tmp_path, name, [SLEEP, "60"])
+    assert processes.stop(tmp_path, ["server"]) == ["server"]
+    [left] = processes.recorded(tmp_path)
+    assert left.name == "client"
+    assert processes.is_running(left)
+    assert processes.stop_all(tmp_path) == ["client"]
