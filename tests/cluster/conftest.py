@@ -176,7 +176,7 @@ def launch(
     # The real authorizer is the judge of least privilege: the namespaced RBAC of
     # manifests/base and manifests/sandbox-namespace must grant every request the operator
     # made in this test.
-    refused = forbidden_requests(cluster.plane, namespace)
+    refused = forbidden_requests(cluster.plane, namespace, restarts=cluster.restarts)
     assert not refused, f"the API server refused the operator (RBAC lacks a grant): {refused}"
 
 

@@ -15,6 +15,7 @@ error or traceback, and exits cleanly on ``SIGTERM``.
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from pathlib import Path
@@ -31,13 +32,33 @@ from tests.cluster.convergence import (
 from tests.resilience.harness import pats_minted_per_sandbox
 from tests.support.cluster import Cluster, wait_for
 
+#: A line the operator's logging starts: its time, then its level.
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ ")
 WAVES = [[f"user-{wave}{index}" for index in range(2)] for wave in range(3)]
 #: How long after a wave is created its sandboxes are still being reconciled.
 MID_RECONCILE = 0.5
 #: Seconds from the API serving again to every sandbox converged: the streams' backoff
 #: (a few seconds after an outage this short) and a pass or two, not a reconcile backoff
 #: that grew while the API was away (up to five minutes).
-BACK_WITHIN = 30.0
+BACK_WITHIN = 45.0
+
+
+def unexcused_errors(log: str) -> list[str]:
+    """The operator's errors (each with its traceback), but its reports of refusals (403):
+    a restarted kube-apiserver refuses requests for a moment, until its authorizer has
+    loaded, and the launch fixture checks in the audit log that there were no others."""
+    blocks: list[list[str]] = []
+    for line in log.splitlines():
+        if LOG_LINE.match(line):
+            blocks.append([line])
+        elif blocks:
+            blocks[-1].append(line)  # a traceback's lines
+    return [
+        "\n".join(block)
+        for block in blocks
+        if (" ERROR " in block[0] or "Traceback (most recent call last):" in block)
+        and "ApiError: 403 Forbidden" not in block[-1]
+    ]
 
 
 def test_sandboxes_converge_with_one_pod_and_one_pat_each_across_apiserver_restarts(
@@ -64,9 +85,7 @@ def test_sandboxes_converge_with_one_pod_and_one_pat_each_across_apiserver_resta
                 for s in cluster.list(SANDBOXES, namespace)
             )
         )
-        stopped = time.monotonic()
-        cluster.plane.restart_apiserver()
-        downtime.append(time.monotonic() - stopped)
+        downtime.append(cluster.restart_apiserver())
         assert operator.alive, "the operator exited while kube-apiserver restarted:\n" + (
             operator.log_tail()
         )
@@ -87,9 +106,8 @@ def test_sandboxes_converge_with_one_pod_and_one_pat_each_across_apiserver_resta
     minted = pats_minted_per_sandbox(database)
     assert len(minted) == len(names), f"PATs minted for {len(minted)} sandboxes: {minted}"
     assert set(minted.values()) == {1}, f"a sandbox got a second PAT: {minted}"
-    log = log_text(operator)
-    errors = [line for line in log.splitlines() if " ERROR " in line or "Traceback" in line]
-    assert not errors, "the operator logged errors:\n" + "\n".join(errors)
+    errors = unexcused_errors(log_text(operator))
+    assert not errors, "the operator logged errors:\n" + "\n\n".join(errors)
     wait_for(lambda: serving(operator), within=30, what="the operator still serving")
     assert operator.terminate() == 0, operator.log_tail()
 

@@ -14,7 +14,8 @@ import subprocess
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -68,11 +69,29 @@ def path_of(kind_path: str, namespace: str | None, name: str | None = None) -> s
     return f"{path}/{name}" if name else path
 
 
+#: How long after kube-apiserver is ready again its first moments are counted (see
+#: :attr:`Cluster.restarts`).
+FIRST_MOMENTS = timedelta(seconds=1)
+
+
 @dataclass
 class Cluster:
     """An admin's client of a running control plane."""
 
     plane: ControlPlane
+    #: When kube-apiserver was restarted: from its stop to its first moments back. Until its
+    #: authorizer has loaded the RBAC objects it refuses what they grant (403), for some
+    #: tens of milliseconds: :func:`forbidden_requests` leaves those out.
+    restarts: list[tuple[datetime, datetime]] = field(default_factory=list)
+
+    def restart_apiserver(self) -> float:
+        """Restart kube-apiserver alone (:meth:`ControlPlane.restart_apiserver`), recorded
+        in :attr:`restarts`; the seconds from its stop to its being ready again."""
+        stopped = datetime.now(UTC)
+        self.plane.restart_apiserver()
+        ready = datetime.now(UTC)
+        self.restarts.append((stopped, ready + FIRST_MOMENTS))
+        return (ready - stopped).total_seconds()
 
     def call(
         self,
@@ -261,13 +280,24 @@ def audited_requests(plane: ControlPlane, user: str = OPERATOR_USER) -> list[dic
     return events
 
 
-def forbidden_requests(plane: ControlPlane, namespace: str, user: str = OPERATOR_USER) -> list[str]:
-    """``user``'s requests in ``namespace`` (or cluster-scoped) that the authorizer refused."""
+def forbidden_requests(
+    plane: ControlPlane,
+    namespace: str,
+    user: str = OPERATOR_USER,
+    *,
+    restarts: Iterable[tuple[datetime, datetime]] = (),
+) -> list[str]:
+    """``user``'s requests in ``namespace`` (or cluster-scoped) that the authorizer refused,
+    but those received during ``restarts`` (see :attr:`Cluster.restarts`)."""
+    windows = list(restarts)
     refused = []
     for event in audited_requests(plane, user):
         where = event.get("objectRef", {}).get("namespace")
         decision = event.get("annotations", {}).get("authorization.k8s.io/decision")
-        if decision == "forbid" and where in (None, namespace):
+        if decision != "forbid" or where not in (None, namespace):
+            continue
+        received = datetime.fromisoformat(event["requestReceivedTimestamp"])
+        if not any(start <= received <= end for start, end in windows):
             refused.append(f"{event['verb']} {event['requestURI']}")
     return refused
 

@@ -76,8 +76,8 @@ class WorkQueue(Generic[K]):
         self._echoes: dict[K, list[Callable[[], bool]]] = {}
         self._forgotten: set[K] = set()
         self._failures: dict[K, int] = {}
-        #: What the last pass of each key in ``_failures`` failed with.
-        self._failed_with: dict[K, type[Exception]] = {}
+        #: What the passes of each key in ``_failures`` failed with, in this run of failures.
+        self._failed_with: dict[K, set[type[Exception]]] = {}
         self._counter = itertools.count()
         self._wakeup = asyncio.Event()
         self._workers: list[asyncio.Task[None]] = []
@@ -134,11 +134,16 @@ class WorkQueue(Generic[K]):
         self._wakeup.set()
 
     def retry_now(self, cause: type[Exception], which: Callable[[K], bool]) -> int:
-        """Visit now, their failures forgotten, the keys ``which`` picks whose last pass
-        failed with ``cause``: what failed them is over (the API server serves again), so
-        neither the wait nor the backoff their failures grew stands. How many there were."""
+        """Visit now, their failures forgotten, the keys ``which`` picks that failed with
+        ``cause`` since their last success: what failed them is over (the API server serves
+        again), so neither the wait nor the backoff their failures grew stands, even if
+        their last pass failed otherwise as it ended (a restarted API server refuses
+        requests for a moment, until its authorizer has loaded). How many there were."""
+        failed = self._failed_with.items()
         keys = [
-            k for k, error in self._failed_with.items() if issubclass(error, cause) and which(k)
+            key
+            for key, errors in failed
+            if any(issubclass(error, cause) for error in errors) and which(key)
         ]
         for key in keys:
             self._failures.pop(key, None)
@@ -261,7 +266,7 @@ class WorkQueue(Generic[K]):
                 failures = self._failures.get(key, 0) + 1
                 if key not in self._forgotten:  # (gone meanwhile: nothing to remember)
                     self._failures[key] = failures
-                    self._failed_with[key] = type(exc)
+                    self._failed_with.setdefault(key, set()).add(type(exc))
                 delay = self._backoff.delay(failures)
                 if isinstance(exc, RetryableError) and exc.retry_after is not None:
                     delay = exc.retry_after  # counted as a failure all the same

@@ -292,6 +292,24 @@ async def test_keys_a_cause_failed_go_again_at_once_once_it_is_over_their_backof
     await eventually(lambda: queue.processed == 2)
 
 
+async def test_a_key_that_failed_otherwise_after_the_cause_goes_again_at_its_end_too(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    """A restarted API server refuses requests for a moment (403) before it serves them."""
+    queue = make_queue(concurrency=1, backoff=Backoff(base=3600, jitter=0))
+    recorder.errors["a"] = AwayError
+    recorder.fail["a"] = 1
+    queue.add("a")
+    await eventually(lambda: queue.failed == 1)
+    recorder.errors["a"] = RuntimeError
+    recorder.fail["a"] = 1
+    queue.add("a")  # an event about it brings it forward
+    await eventually(lambda: queue.failed == 2)
+
+    assert queue.retry_now(AwayError, lambda key: True) == 1
+    await eventually(lambda: queue.processed == 1)
+
+
 async def test_a_forgotten_key_is_not_brought_back_by_its_causes_end(
     recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
 ) -> None:
