@@ -62,9 +62,9 @@ def on_stream_failing(
     still count); when the NetworkPolicies' view is whole again, wake what waited on it.
 
     When the sandboxes' or pools' stream is answered again, the API server is back (it
-    restarted, say): those whose last pass it cut short go again at once, their backoff
-    forgotten (a relist queues only what changed, and after a long outage they would wait
-    up to five minutes)."""
+    restarted, say): those with a pass it cut short since their last success go again at
+    once, their backoff forgotten (a relist queues only what changed, and after a long
+    outage they would wait up to five minutes)."""
     memo.cache.mark_stale(kind, namespace, failing)
     if failing or not memo.gate.active:
         return
