@@ -187,7 +187,7 @@ async def quiet(emulator: KubeEmulator, operator: OperatorContext, *, pool_pods:
             and not operator.pool_reconciler._status_due
         )
 
-    await eventually(still, what="the operator quiet, the pool's pods the only ones")
+    await eventually(still, within=30, what="the operator quiet, the pool's pods the only ones")
 
 
 async def test_sandboxes_that_came_and_went_leave_nothing_held(
