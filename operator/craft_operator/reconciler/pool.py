@@ -353,6 +353,8 @@ class PoolReconciler:
         wait = self._status_wait(key, body, status)
         changed_meanwhile = False if wait else await write_pool_status(s, body, status)
         if outcome.create_error is not None:
+            if api_away.is_away(outcome.create_error):
+                raise api_away.away(f"pool {namespace}/{name}", outcome.create_error)
             message = f"{namespace}/{name}: {outcome.create_error}"
             raise PoolRetryLaterError(message, retry_after=0.0 if changed_meanwhile else None)
         if changed_meanwhile:
@@ -378,8 +380,9 @@ class PoolReconciler:
 
     def _count_refusals(self, key: PoolKey, outcome: _Outcome, now: Moment, template: str) -> None:
         """A refused create starts (or doubles) the wait before the next ones; a create
-        that went through ends it."""
-        if outcome.create_error is not None:
+        that went through ends it. A create the API server's absence cut short is no
+        refusal: the pool fills as soon as it is back."""
+        if outcome.create_error is not None and not api_away.is_away(outcome.create_error):
             held = self._refusals.get(key)
             count = (held.count if held else 0) + 1
             delay = _backoff(self.services.settings.pod_restart_backoff, count)

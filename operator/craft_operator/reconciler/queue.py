@@ -17,6 +17,7 @@ import contextlib
 import heapq
 import itertools
 import logging
+import math
 import random
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
@@ -78,6 +79,8 @@ class WorkQueue(Generic[K]):
         self._failures: dict[K, int] = {}
         #: What the passes of each key in ``_failures`` failed with, in this run of failures.
         self._failed_with: dict[K, set[type[Exception]]] = {}
+        #: When :meth:`retry_now` last ran each key that has not succeeded since.
+        self._rushed: dict[K, float] = {}
         self._counter = itertools.count()
         self._wakeup = asyncio.Event()
         self._workers: list[asyncio.Task[None]] = []
@@ -133,21 +136,28 @@ class WorkQueue(Generic[K]):
             heapq.heapify(self._heap)
         self._wakeup.set()
 
-    def retry_now(self, cause: type[Exception], which: Callable[[K], bool]) -> int:
+    def retry_now(
+        self, cause: type[Exception], which: Callable[[K], bool], *, at_most_every: float = 30.0
+    ) -> int:
         """Visit now, their failures forgotten, the keys ``which`` picks that failed with
         ``cause`` since their last success: what failed them is over (the API server serves
         again), so neither the wait nor the backoff their failures grew stands, even if
         their last pass failed otherwise as it ended (a restarted API server refuses
-        requests for a moment, until its authorizer has loaded). How many there were."""
-        failed = self._failed_with.items()
+        requests for a moment, until its authorizer has loaded). A key is rushed so at most
+        once in ``at_most_every`` seconds until it succeeds: a stream that flaps while the
+        API server goes on failing a key must not undo the key's backoff. How many."""
+        now = asyncio.get_running_loop().time()
         keys = [
             key
-            for key, errors in failed
-            if any(issubclass(error, cause) for error in errors) and which(key)
+            for key, errors in self._failed_with.items()
+            if any(issubclass(error, cause) for error in errors)
+            and which(key)
+            and now - self._rushed.get(key, -math.inf) >= at_most_every
         ]
         for key in keys:
             self._failures.pop(key, None)
             self._failed_with.pop(key, None)
+            self._rushed[key] = now
             self.add(key)
         return len(keys)
 
@@ -157,6 +167,7 @@ class WorkQueue(Generic[K]):
         self._due.pop(key, None)
         self._failures.pop(key, None)
         self._failed_with.pop(key, None)
+        self._rushed.pop(key, None)
         self._dirty.discard(key)
         self._echoes.pop(key, None)
         if key in self._processing:
@@ -210,6 +221,7 @@ class WorkQueue(Generic[K]):
         self._due.clear()
         self._failures.clear()
         self._failed_with.clear()
+        self._rushed.clear()
         self._dirty.clear()
         self._echoes.clear()
         self._forgotten |= self._processing
@@ -285,6 +297,7 @@ class WorkQueue(Generic[K]):
                 self.processed += 1
                 self._failures.pop(key, None)
                 self._failed_with.pop(key, None)
+                self._rushed.pop(key, None)
                 if requeue_after is not None and key not in self._forgotten:
                     self.add(key, requeue_after)
             finally:

@@ -1183,3 +1183,22 @@ async def test_a_pass_the_api_servers_absence_cut_short_says_so_and_a_refusal_st
     assert isinstance(caught.value, ApiServerAwayError) is away
     if away:
         assert str(caught.value).startswith(f"pool {NAMESPACE}/{NAME}: the API server is away")
+
+
+@pytest.mark.parametrize("status", [0, 503])
+async def test_creates_the_api_servers_absence_cut_short_are_no_refusal_and_refill_once_back(
+    world: PoolWorld, status: int
+) -> None:
+    world.create_pool(replicas=3)
+    real = world.services.kube.create
+
+    async def away(*args: object, **kwargs: object) -> object:
+        raise ApiError(status, "Unreachable", "the answer of the test")
+
+    world.services.kube.create = away  # type: ignore[method-assign]
+    with pytest.raises(ApiServerAwayError):
+        await world.pass_()
+
+    world.services.kube.create = real  # type: ignore[method-assign]
+    await world.pass_()
+    assert len(world.unclaimed()) == 3, "no refusal's wait before the creates"

@@ -288,8 +288,28 @@ async def test_keys_a_cause_failed_go_again_at_once_once_it_is_over_their_backof
     assert queue.failures("a") == 1, "a failure after the cause is over is a first one"
     await settle()
     assert sorted(recorder.calls) == ["a", "a", "b", "c"], "b and c wait out their backoff"
-    assert queue.retry_now(AwayError, lambda key: True) == 2  # a (again) and c
+    assert queue.retry_now(AwayError, lambda key: True, at_most_every=0) == 2  # a again, c
     await eventually(lambda: queue.processed == 2)
+
+
+async def test_a_key_the_cause_goes_on_failing_is_rushed_once_however_often_it_seems_over(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    """A watch stream that flaps while the API server goes on failing a key's requests
+    must not undo the key's backoff."""
+    queue = make_queue(concurrency=1, backoff=Backoff(base=3600, jitter=0))
+    recorder.errors["a"] = AwayError
+    recorder.fail["a"] = 100
+    queue.add("a")
+    await eventually(lambda: queue.failed == 1)
+
+    rushed = [queue.retry_now(AwayError, lambda key: True) for _ in range(10)]
+    await eventually(lambda: queue.failed == 2)
+    await settle()
+
+    assert rushed == [1] + [0] * 9
+    assert recorder.calls == ["a", "a"]
+    assert queue.failures("a") == 1
 
 
 async def test_a_key_that_failed_otherwise_after_the_cause_goes_again_at_its_end_too(
