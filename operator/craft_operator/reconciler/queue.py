@@ -137,7 +137,7 @@ class WorkQueue(Generic[K]):
         self._wakeup.set()
 
     def retry_now(
-        self, cause: type[Exception], which: Callable[[K], bool], *, at_most_every: float = 30.0
+        self, cause: type[Exception], which: Callable[[K], bool], *, at_most_every: float = 10.0
     ) -> int:
         """Visit now, their failures forgotten, the keys ``which`` picks that failed with
         ``cause`` since their last success: what failed them is over (the API server serves
