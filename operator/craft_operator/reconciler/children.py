@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -26,15 +26,24 @@ class ForeignObjectError(Exception):
     """A child's name is taken by an object the operator does not manage; it is left alone.
 
     ``leaving``: that object is being deleted (an earlier sandbox's of this name, say), so
-    the name frees itself; nobody has to change anything."""
+    the name frees itself; nobody has to change anything. Unless it stays: the message then
+    says since when, and which finalizers hold it, for whoever has to look."""
 
     def __init__(
-        self, kind: str, namespace: str | None, name: str, *, leaving: bool = False
+        self,
+        kind: str,
+        namespace: str | None,
+        name: str,
+        *,
+        leaving: bool = False,
+        since: str = "",
+        finalizers: Sequence[str] = (),
     ) -> None:
         if leaving:
             message = (
                 f"{kind} {namespace}/{name} of another object (an earlier sandbox of this "
-                "name, say) is still being deleted: retried until this sandbox's can be made"
+                f"name, say) is still being deleted{_held(since, finalizers)}: retried "
+                "until this sandbox's can be made"
             )
         else:
             message = (
@@ -53,12 +62,31 @@ class ForeignObjectError(Exception):
     def of(cls, kind: str, found: Mapping[str, Any]) -> ForeignObjectError:
         """The error for ``found``, an object of ``kind`` that is not ours."""
         meta = found.get("metadata") or {}
+        deleted = meta.get("deletionTimestamp")
+        finalizers = meta.get("finalizers")
         return cls(
             kind,
             meta.get("namespace"),
             str(meta.get("name")),
-            leaving=bool(meta.get("deletionTimestamp")),
+            leaving=bool(deleted),
+            since=str(deleted or ""),
+            finalizers=[str(f) for f in finalizers] if isinstance(finalizers, list) else (),
         )
+
+
+#: Finalizers named in a message at most; the API server allows many, each up to 316 bytes.
+NAMED_FINALIZERS = 4
+
+
+def _held(since: str, finalizers: Sequence[str]) -> str:
+    """`` (since <time>; held by finalizers a, b)``: what keeps an object being deleted, the
+    same words on every pass while it stays (so its Warning event is one, counted)."""
+    said = [f"since {since[:40]}"] if since else []
+    if finalizers:
+        named = ", ".join(f[:80] for f in finalizers[:NAMED_FINALIZERS])
+        more = len(finalizers) - NAMED_FINALIZERS
+        said.append(f"held by finalizers {named}" + (f" and {more} more" if more > 0 else ""))
+    return f" ({'; '.join(said)})" if said else ""
 
 
 def controlled_by(obj: Mapping[str, Any], uid: str | None) -> bool:

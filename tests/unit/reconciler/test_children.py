@@ -345,7 +345,34 @@ async def test_a_child_of_an_earlier_sandbox_still_being_deleted_frees_its_name_
     assert caught.value.leaving
     assert caught.value.reason("ConfigMap") == "ConfigMapTerminating"
     assert "still being deleted" in str(caught.value)
+    deleted = emulator.get("v1/configmaps", NAMESPACE, "alice-skills")["metadata"]
+    assert f"(since {deleted['deletionTimestamp']}; held by finalizers example.com/hold)" in str(
+        caught.value
+    ), "whoever finds it stuck learns since when and what holds it"
     assert emulator.get("v1/configmaps", NAMESPACE, "alice-skills")["data"] == earlier["data"]
+
+
+def test_an_object_held_by_many_long_finalizers_names_a_few_of_them_shortened() -> None:
+    found = {
+        "metadata": {
+            "namespace": NAMESPACE,
+            "name": "alice-skills",
+            "deletionTimestamp": "2026-11-29T17:00:00Z",
+            "finalizers": [f"example.com/{index}-" + "x" * 300 for index in range(30)],
+        }
+    }
+    message = str(ForeignObjectError.of("ConfigMap", found))
+    assert "since 2026-11-29T17:00:00Z; held by finalizers example.com/0-xx" in message
+    assert "example.com/3-" in message
+    assert "example.com/4-" not in message
+    assert "and 26 more" in message
+    assert len(message) < 600, "a status message, not a dump of the object"
+
+
+def test_an_object_being_deleted_without_finalizers_says_since_when_only() -> None:
+    found = {"metadata": {"name": "alice-skills", "deletionTimestamp": "2026-11-29T17:00:00Z"}}
+    message = str(ForeignObjectError.of("Secret", found))
+    assert "is still being deleted (since 2026-11-29T17:00:00Z): retried" in message
 
 
 async def test_a_child_of_someone_else_asks_for_a_change(

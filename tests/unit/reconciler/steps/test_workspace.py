@@ -324,6 +324,7 @@ async def test_the_pvc_of_an_earlier_sandbox_still_being_deleted_is_waited_for(
     condition = p.run.condition("PodReady")
     assert condition is not None
     assert "still being deleted" in condition.message
+    assert "held by finalizers kubernetes.io/pvc-protection" in condition.message
     assert p.run.verdict.backoff == "WorkspaceTerminating", "retried: it passes by itself"
 
 
