@@ -60,6 +60,14 @@ def pool_pods(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
     ]
 
 
+def going(cluster: Cluster, namespace: str, name: str) -> bool:
+    """Whether the pod ``name`` is gone or being deleted."""
+    return all(
+        pod["metadata"]["name"] != name or pod["metadata"].get("deletionTimestamp")
+        for pod in cluster.list(PODS, namespace)
+    )
+
+
 def pool_full(cluster: Cluster, namespace: str, replicas: int, image: str | None = None) -> bool:
     """``replicas`` unclaimed pods, all Ready (and of ``image``), and the status says so."""
     pods = pool_pods(cluster, namespace)
@@ -397,10 +405,7 @@ def test_an_unclaimed_pod_out_of_the_watches_sight_is_deleted_and_a_scale_down_r
         cluster,
         namespace,
         operator,
-        lambda: all(
-            pod["metadata"]["name"] != lost or pod["metadata"].get("deletionTimestamp")
-            for pod in cluster.list(PODS, namespace)
-        ),
+        lambda: going(cluster, namespace, lost),
         "the pod out of sight deleted",
     )
     until(cluster, namespace, operator, lambda: pool_full(cluster, namespace, 1), "refilled")
@@ -471,10 +476,7 @@ def test_a_pod_out_of_sight_while_no_operator_ran_is_deleted_by_the_next_one(
         cluster,
         namespace,
         operator,
-        lambda: all(
-            pod["metadata"]["name"] != lost or pod["metadata"].get("deletionTimestamp")
-            for pod in cluster.list(PODS, namespace)
-        ),
+        lambda: going(cluster, namespace, lost),
         "the pod out of sight deleted",
     )
     until(cluster, namespace, operator, lambda: pool_full(cluster, namespace, 2), "refilled")

@@ -13,6 +13,7 @@ import pytest
 from craft_operator.api.pool import LABEL_POOL
 from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
+from craft_operator.kube import kinds
 from craft_operator.kube.cache import TOMBSTONE_SECONDS
 from craft_operator.kube.client import WRITTEN_REMEMBERED
 from craft_operator.library import make_s3_client
@@ -172,7 +173,11 @@ async def quiet(emulator: KubeEmulator, operator: OperatorContext, *, pool_pods:
     def still() -> bool:
         run_all(emulator)  # the pool's pods made meanwhile are started
         pods = {p["metadata"]["name"] for p in emulator.list("v1/pods", NAMESPACE)}
-        cached = {key[2] for key in cache._objects if key[0] in ("Pod", "Job", "PVC")}  # type: ignore[attr-defined]
+        cached = {
+            key[2]
+            for key in cache._objects
+            if key[0] in (kinds.POD.name, kinds.JOB.name, kinds.PVC.name)
+        }  # type: ignore[attr-defined]
         return (
             pods == cached == {p["metadata"]["name"] for p in unclaimed(emulator)}
             and not emulator.list(JOBS, NAMESPACE)
