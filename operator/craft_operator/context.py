@@ -61,6 +61,7 @@ class OperatorContext:
             self.reconciler.reconcile,
             concurrency=self.settings.workers,
             expected=(RetryLaterError, ApiServerAwayError),
+            waits_out=(ApiServerAwayError,),
         )
         self.pool_reconciler = PoolReconciler(self.services)
         self.pool_queue = WorkQueue(
@@ -71,10 +72,10 @@ class OperatorContext:
         self.gate = ActivityGate(kube=self.kube, cache=self.cache, queue=self.queue)
         self.gate.followers.append((self.pool_queue, kinds.POOL.name))
         pool = self.services.library_pool
-        pool.wake = self.queue.add
+        pool.wake = self.queue.wake
         self.gate.stop_also.append(pool.close)
         deliveries = self.services.deliveries
-        deliveries.wake = self.queue.add
+        deliveries.wake = self.queue.wake
         self.gate.stop_also.append(deliveries.close)
         self.gate.stop_also.append(self.reconciler.forget_all)
         self.gate.stop_also.append(self.pool_reconciler.forget_all)

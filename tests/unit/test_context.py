@@ -22,4 +22,5 @@ def test_the_memo_exposes_one_services_object(tmp_path: Path) -> None:
         services.cache,
         services.events,
     )
-    assert context.services.library_pool.wake == context.queue.add
+    assert context.services.library_pool.wake == context.queue.wake
+    assert context.services.deliveries.wake == context.queue.wake

@@ -61,9 +61,12 @@ class WorkQueue(Generic[K]):
         concurrency: int = 8,
         backoff: Backoff | None = None,
         expected: tuple[type[Exception], ...] = (),
+        waits_out: tuple[type[Exception], ...] = (),
     ) -> None:
         self._handler = handler
         self._expected = expected
+        #: Failures a :meth:`wake` does not cut short (see there).
+        self._waits_out = waits_out
         self._concurrency = concurrency
         self._backoff = backoff or Backoff()
         self._heap: list[tuple[float, int, K]] = []
@@ -135,6 +138,18 @@ class WorkQueue(Generic[K]):
             self._heap = [entry for entry in self._heap if self._due.get(entry[2]) == entry[0]]
             heapq.heapify(self._heap)
         self._wakeup.set()
+
+    def wake(self, key: K) -> None:
+        """Visit ``key`` now for news of its own work in the background (a library sync or
+        a PAT delivery that ended), as :meth:`add` does, unless its passes have failed with
+        one of ``waits_out`` (the API server away) since its last success and its retry is
+        scheduled: that retry, or :meth:`retry_now` once the cause is over, reads the news.
+        A visit now would fail alike and grow its backoff a step more each time."""
+        errors = self._failed_with.get(key)
+        waiting = key in self._due and key not in self._processing
+        if waiting and errors and any(issubclass(error, self._waits_out) for error in errors):
+            return
+        self.add(key)
 
     def retry_now(
         self, cause: type[Exception], which: Callable[[K], bool], *, at_most_every: float = 10.0

@@ -344,6 +344,58 @@ async def test_a_forgotten_key_is_not_brought_back_by_its_causes_end(
     assert recorder.calls == ["a"]
 
 
+async def test_news_of_a_keys_own_work_waits_for_its_retry_while_the_cause_lasts(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    """A library sync that ended (failed: its exec met the API server's absence too) would
+    otherwise visit the sandbox at once, fail again and grow its backoff two steps a time."""
+    queue = make_queue(concurrency=1, backoff=Backoff(base=3600, jitter=0), waits_out=(AwayError,))
+    recorder.errors["a"] = AwayError
+    recorder.fail["a"] = 1
+    queue.add("a")
+    await eventually(lambda: queue.failed == 1)
+
+    queue.wake("a")
+    await settle()
+
+    assert recorder.calls == ["a"], "it waits for its retry"
+    assert queue.failures("a") == 1
+    assert queue.retry_now(AwayError, lambda key: True) == 1, "the cause's end brings it"
+    await eventually(lambda: queue.processed == 1)
+
+
+async def test_news_of_a_keys_own_work_visits_it_at_once_when_it_failed_otherwise(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    queue = make_queue(concurrency=1, backoff=Backoff(base=3600, jitter=0), waits_out=(AwayError,))
+    recorder.fail["a"] = 1
+    queue.add("a")
+    await eventually(lambda: queue.failed == 1)
+
+    queue.wake("a")
+
+    await eventually(lambda: queue.processed == 1)
+    assert recorder.calls == ["a", "a"]
+
+
+async def test_news_that_comes_while_its_key_runs_is_read_after_that_pass_whatever_it_met(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    """The pass running may succeed without having seen it."""
+    queue = make_queue(concurrency=1, backoff=Backoff(base=3600, jitter=0), waits_out=(AwayError,))
+    recorder.errors["a"] = AwayError
+    recorder.fail["a"] = 1
+    queue.add("a")
+    await eventually(lambda: queue.failed == 1)
+    recorder.started_event("a").clear()
+    gate = await recorder.held_open(queue, "a")  # an event about it brings it forward
+
+    queue.wake("a")
+    gate.set()
+
+    await eventually(lambda: recorder.calls == ["a", "a", "a"])
+
+
 async def test_expected_failures_are_retried_like_others(
     recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
 ) -> None:
