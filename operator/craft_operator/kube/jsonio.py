@@ -26,8 +26,13 @@ def loads(data: bytes | str) -> Any:
 
 
 def dumps(value: Any) -> bytes:
-    """Compact JSON (UTF-8)."""
+    """Compact JSON (UTF-8).
+
+    A lone surrogate (a file name on a volume that is not UTF-8, as Python reads it back) is
+    written as its escape, which the API server reads as U+FFFD: orjson refuses it, and one
+    in a status message would otherwise fail every write of that status.
+    """
     try:
         return orjson.dumps(value)
-    except TypeError:  # an integer past 64 bits, a key that is not a string
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    except TypeError:  # an integer past 64 bits, a key that is not a string, a surrogate
+        return json.dumps(value, separators=(",", ":")).encode("ascii")

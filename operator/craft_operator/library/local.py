@@ -330,8 +330,9 @@ _FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 def _destination_error(exc: OSError, root: Path) -> DestinationError:
     """What a failed local write means for the sync: a full volume says how to make room,
-    an error that may pass is retried, anything else (a file in the way) is final."""
-    where = exc.filename or root
+    an error that may pass is retried, anything else (a file in the way) is final. A name
+    that is not UTF-8 (the agent's) is quoted with its bytes escaped (``\\xff``)."""
+    where = os.fsencode(exc.filename or root).decode("utf-8", "backslashreplace")
     message = f"cannot update {where}: {exc.strerror or exc}"
     if exc.errno in _FULL_ERRNOS:
         message += (

@@ -138,6 +138,12 @@ def _termination(
     return found
 
 
+def _text(value: Any) -> str:
+    """``value`` as text that can be written anywhere: a lone surrogate (escaped in the JSON
+    of a termination message, a file name that is not UTF-8, say) as its escape."""
+    return str(value).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def read_outcome(cache: ObjectCache, job: Mapping[str, Any]) -> JobOutcome | None:
     """The outcome of a finished Job; ``None`` while it runs."""
     finished = job_finished(job)
@@ -154,8 +160,8 @@ def read_outcome(cache: ObjectCache, job: Mapping[str, Any]) -> JobOutcome | Non
     else:
         conditions = job.get("status", {}).get("conditions") or []
         failed: Mapping[str, Any] = next((c for c in conditions if c.get("type") == "Failed"), {})
-        message = str(result.get("error") or failed.get("message") or "the sync Job failed")
-        reason = str(result.get("reason") or "")
+        message = _text(result.get("error") or failed.get("message") or "the sync Job failed")
+        reason = _text(result.get("reason") or "")
         if not reason:
             timed_out = failed.get("reason") == "DeadlineExceeded"
             reason = "SyncTimedOut" if timed_out else "SyncJobFailed"

@@ -38,3 +38,10 @@ def test_what_is_not_json_raises_the_standard_librarys_error() -> None:
 def test_encoding_is_compact_utf8_and_falls_back_for_what_orjson_refuses() -> None:
     assert jsonio.dumps({"a": [1, "é"]}) == '{"a":[1,"é"]}'.encode()
     assert json.loads(jsonio.dumps({"big": 2**70, 1: "x"})) == {"big": 2**70, "1": "x"}
+
+
+def test_a_lone_surrogate_is_written_as_its_escape_not_refused() -> None:
+    """A file name that is not UTF-8, as Python reads it, in a status message."""
+    written = jsonio.dumps({"message": "cannot update \udcff", "name": "é"})
+    assert written == b'{"message":"cannot update \\udcff","name":"\\u00e9"}'
+    assert json.loads(written) == {"message": "cannot update \udcff", "name": "é"}

@@ -434,6 +434,26 @@ def test_a_full_volume_says_how_to_make_room_and_an_io_error_that_may_pass_is_re
     assert full is (error in (errno.ENOSPC, errno.EDQUOT))
 
 
+def test_a_name_that_is_not_utf8_is_quoted_with_its_bytes_escaped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent's file names are any bytes; Python reads such a name back with a lone
+    surrogate, which no status message, event or JSON could carry."""
+    from craft_operator.library import local
+    from craft_operator.library.errors import DestinationError
+
+    def failing(parent: int, name: str, relative: str) -> int:
+        raise OSError(errno.EACCES, os.strerror(errno.EACCES), os.fsdecode(b"docs/\xff"))
+
+    monkeypatch.setattr(local, "_create_file", failing)
+
+    with pytest.raises(DestinationError) as caught:
+        sync(tmp_path / "lib", Store({"a.txt": b"a"}))
+
+    assert caught.value.message == "cannot update docs/\\xff: Permission denied"
+    caught.value.message.encode("utf-8")
+
+
 def test_an_io_error_reading_the_manifest_that_may_pass_is_retried(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

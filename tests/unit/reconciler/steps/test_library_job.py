@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 import pytest
 
 from craft_operator.api.status_codec import dump_status
@@ -528,6 +529,24 @@ async def test_a_job_error_quoting_pieces_of_the_pat_is_withheld(job_world: Worl
     assert collected.run.status.user_library is not None
     assert secret[:14] not in str(collected.run.status.user_library)
     assert all(secret[:14] not in said for _, _, said in job_world.events.posted)
+
+
+async def test_a_job_error_quoting_a_file_name_that_is_not_utf8_can_be_written_and_said(
+    job_world: World,
+) -> None:
+    """The agent names a file with bytes that are not UTF-8; the sync quotes its name, which
+    reaches the termination message's JSON as an escaped lone surrogate. Taken as is, no
+    status holding it could be written, on any pass, nor its Warning event sent."""
+    planted = {**FULL_VOLUME, "error": "cannot update docs/\udcff: Permission denied"}
+    first = await next_pass(job_world, {})
+    end_job(job_world, "alice-library-1", json.loads(json.dumps(planted)), exit_code=3)
+    collected = await next_pass(job_world, first)
+
+    status, reason, message = condition(collected)
+    assert (status, reason) == ("False", "DestinationFailed")
+    assert "cannot update docs/\\udcff: Permission denied" in message
+    orjson.dumps(dump_status(collected.run.status))
+    orjson.dumps(job_world.events.posted[-1])
 
 
 FULL_VOLUME = {
