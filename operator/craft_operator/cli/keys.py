@@ -55,7 +55,8 @@ def rotate(batch_size: int) -> None:
     (from before cluster ids) are not rotated, only counted by key: an old key can be
     dropped from the ring only when the summary says so, i.e. when neither this cluster's
     tokens nor such rows use it (adopt those with 'craft-operator credentials adopt', then
-    run this again).
+    run this again), and only once every operator replica encrypts with the new first key
+    and a run after that still finds no token under the old one.
     """
     quiet_logging()
     settings = settings_or_fail()
@@ -124,10 +125,23 @@ def summary(usage: KeyUsage, ring_key_ids: tuple[str, ...]) -> list[str]:
         lines.append(f"key {key!r} cannot be dropped from the ring yet: {_users(usage, key)}")
     droppable = [key for key in old if key not in needed]
     if droppable:
-        lines.append(
-            f"no stored token uses key(s) {', '.join(droppable)}: they can be dropped from the ring"
-        )
+        lines.extend(_droppable(droppable, ring_key_ids[0]))
     return lines
+
+
+def _droppable(keys: list[str], current: str) -> list[str]:
+    """The lines on old keys no stored token uses: when they can really go, since an
+    operator replica still on the old ring seals new tokens under its first key."""
+    return [
+        f"no stored token uses key(s) {', '.join(keys)} now",
+        f"they can be dropped from the ring once every operator replica encrypts with "
+        f"{current!r} and a run of this after that still finds no token under them (a replica "
+        "still on the old ring seals new tokens under them)",
+        "a replica encrypts with the first key of its own ring: with "
+        "CRAFT_ENCRYPTION_KEYS_FILE, of that file in its pod, re-read before each seal (run "
+        "this command there: it re-encrypts under that key); with CRAFT_ENCRYPTION_KEYS, of "
+        "the ring it was started with",
+    ]
 
 
 def _users(usage: KeyUsage, key: str) -> str:

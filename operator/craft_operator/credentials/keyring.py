@@ -10,7 +10,8 @@ into another sandbox's row, or relabelled with another key id, fails authenticat
 Key ring text: ``id:base64key`` entries separated by commas or newlines; the first entry
 encrypts, every entry decrypts. A ring read from a file (a mounted Secret, which Kubernetes
 updates in place) can be re-read while the operator runs: see :meth:`KeyRing.reload`, and
-:meth:`FileKeyRing.encrypt`, which re-reads a file last read over an interval ago.
+:meth:`FileKeyRing.encrypt`, which re-reads a file that changed since its last read (or
+was last read over an interval ago).
 """
 
 from __future__ import annotations
@@ -45,8 +46,12 @@ KEY_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _KEY_ID_RE = re.compile(KEY_ID_PATTERN)
 _AAD_LABEL = b"craft-operator/pat/v1\x00"
 DEV_KEY_RING_FILE = "dev-encryption-keys"
-#: A key ring file is re-read at most this often (seconds), however many tokens need it.
+#: A key ring file that looks unchanged (same inode, size and mtime) is re-read at most this
+#: often (seconds), however many tokens need it; a changed one is re-read at its next use.
 RELOAD_INTERVAL = 10.0
+
+#: What tells a key ring file's versions apart without reading it: inode, size, mtime (ns).
+FileStamp = tuple[int, int, int]
 
 
 _KEY_ID_RULE = "1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
@@ -316,14 +321,25 @@ def _read_key_file(path: Path) -> _Keys:
         raise KeyRingError(f"key ring file {path}: {exc}") from None
 
 
+def _stamp(path: Path) -> FileStamp | None:
+    """The file's inode, size and mtime (following symlinks, as a Secret volume's file is
+    one), or None when it cannot be stat'ed."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return (status.st_ino, status.st_size, status.st_mtime_ns)
+
+
 class FileKeyRing(KeyRing):
     """A key ring read from a file, which :meth:`reload` reads again (before sealing, and
-    when a token names a key the ring lacks).
+    when a token names a key the ring lacks) once it changed.
 
-    A Secret mounted as a volume is updated in place when the Secret changes, and the
-    operator is not restarted: a token sealed under a key added there since (by
-    ``craft-operator keys rotate`` run with the new ring) opens once the file is re-read,
-    and a key put first there since seals the tokens encrypted after the next re-read.
+    A Secret mounted as a volume is updated in place when the Secret changes (the kubelet
+    swaps a symlink to a new file), and the operator is not restarted: a token sealed under
+    a key added there since (by ``craft-operator keys rotate`` run with the new ring) opens
+    once the file is re-read, and a key put first there seals every token encrypted after
+    the file changed.
     """
 
     def __init__(
@@ -334,6 +350,8 @@ class FileKeyRing(KeyRing):
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         # Not KeyRing.__init__: the keys come from the file, read as on every reload.
+        # Stamped before reading: a change while it is read shows at the next check.
+        self._read_stamp = _stamp(path)
         self._keys = _read_key_file(path)
         self.path = path
         self._interval = interval
@@ -341,15 +359,23 @@ class FileKeyRing(KeyRing):
         self._read_at = monotonic()
         self._reading = threading.Lock()
 
+    def _due(self, now: float, stamp: FileStamp | None) -> bool:
+        """Whether to read the file: it changed since the last read, or that read is
+        ``interval`` seconds old (a change that kept inode, size and mtime, which a
+        coarse clock allows for an edit in place)."""
+        return stamp != self._read_stamp or now - self._read_at >= self._interval
+
     def reload(self) -> bool:
-        """Read the file again, at most once per ``interval`` seconds; True if it was read
-        and the ring is now what it says. A file that cannot be read or parsed leaves the
-        ring as it was, and is logged (by entry position, never with key material)."""
+        """Read the file again if it changed since the last read (its inode, size or
+        mtime), else at most once per ``interval`` seconds; True if it was read and the
+        ring is now what it says. A file that cannot be read or parsed leaves the ring as
+        it was, and is logged (by entry position, never with key material) once per change
+        or interval."""
         with self._reading:
-            now = self._monotonic()
-            if now - self._read_at < self._interval:
+            now, stamp = self._monotonic(), _stamp(self.path)
+            if not self._due(now, stamp):
                 return False
-            self._read_at = now
+            self._read_at, self._read_stamp = now, stamp
             try:
                 fresh = _read_key_file(self.path)
             except KeyRingError as exc:
@@ -366,11 +392,11 @@ class FileKeyRing(KeyRing):
             return True
 
     def encrypt(self, plaintext: bytes, *, context: bytes) -> bytes:
-        """Encrypt under the current key, after re-reading the file if its last read is
-        older than the interval (see :meth:`reload`): a key put first in the Secret seals
-        the tokens minted from then on. Sealed under the key it replaces, they would miss a
-        ``keys rotate`` already run, and be stranded once that key is dropped. Within the
-        interval this costs a lock and a clock read."""
+        """Encrypt under the current key, after re-reading the file if it changed since
+        its last read (see :meth:`reload`): a key put first in the Secret seals every token
+        minted from then on. Sealed under the key it replaces, they would miss a
+        ``keys rotate`` already run, and be stranded once that key is dropped. An unchanged
+        file costs a lock, a clock read and a stat."""
         self.reload()
         return super().encrypt(plaintext, context=context)
 
@@ -387,6 +413,6 @@ class FileKeyRing(KeyRing):
 
 def key_ring_from_file(path: Path, *, monotonic: Callable[[], float] = time.monotonic) -> KeyRing:
     """Read a key ring file (the same text as CRAFT_ENCRYPTION_KEYS); the ring re-reads it
-    on :meth:`KeyRing.reload` and before encrypting, at most once per
-    :data:`RELOAD_INTERVAL` seconds."""
+    on :meth:`KeyRing.reload` and before encrypting once it changed (an unchanged file at
+    most once per :data:`RELOAD_INTERVAL` seconds)."""
     return FileKeyRing(path, monotonic=monotonic)

@@ -165,7 +165,7 @@ def _noted(result: CheckResult, ring: KeyRing, usage: KeyUsage) -> CheckResult:
     if old:
         count = sum(usage.by_key[key] for key in old)
         detail += f"; {count} stored token(s) under older key(s) {', '.join(old)}"
-        fixes = fixes or ["run: craft-operator keys rotate, then drop the old keys"]
+        fixes = fixes or ["run: craft-operator keys rotate, and drop old keys only as it says"]
     if usage.unclaimed_by_key:
         counts = ", ".join(f"{key}: {n}" for key, n in sorted(usage.unclaimed_by_key.items()))
         detail += f"; rows without a cluster id (never rotated) by key: {counts}"

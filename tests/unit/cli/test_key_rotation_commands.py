@@ -1,6 +1,6 @@
 """``keys rotate`` says plainly which old keys can be dropped (rows without a cluster id
-count), names rows it cannot read and rows it had to skip; the credential commands never
-migrate the schema."""
+count) and when (once every operator replica encrypts with the new key), names rows it
+cannot read and rows it had to skip; the credential commands never migrate the schema."""
 
 from __future__ import annotations
 
@@ -12,7 +12,11 @@ from click.testing import CliRunner, Result
 
 from craft_operator.cli import main
 from craft_operator.config import load_settings
-from craft_operator.credentials import SandboxIdentity, build_credential_store, generate_key_entry
+from craft_operator.credentials import (
+    SandboxIdentity,
+    build_credential_store,
+    generate_key_entry,
+)
 from craft_operator.credentials.db import VERSION_TABLE, head_revision
 from craft_operator.credentials.rotation import RotationReport
 from craft_operator.credentials.store import CredentialStore
@@ -78,19 +82,67 @@ def test_an_old_key_still_sealing_rows_without_a_cluster_id_cannot_be_dropped(
         result.output
     )
     assert "craft-operator credentials adopt" in result.output
-    assert "can be dropped from the ring\n" not in result.output
+    assert "no stored token uses key(s)" not in result.output
+    assert "they can be dropped from the ring" not in result.output
 
 
-def test_an_old_key_no_row_uses_is_said_to_be_droppable(env: dict[str, str]) -> None:
+def test_an_old_key_no_row_uses_can_go_once_every_replica_encrypts_with_the_new_one(
+    env: dict[str, str],
+) -> None:
     mint(env, "alice")
 
     result = run({**env, "CRAFT_ENCRYPTION_KEYS": f"{K2},{K1}"}, "keys", "rotate")
 
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[-1] == (
-        "no stored token uses key(s) k1: they can be dropped from the ring"
-    )
+    assert result.output.splitlines()[-3:] == [
+        "no stored token uses key(s) k1 now",
+        "they can be dropped from the ring once every operator replica encrypts with 'k2' "
+        "and a run of this after that still finds no token under them (a replica still on "
+        "the old ring seals new tokens under them)",
+        "a replica encrypts with the first key of its own ring: with "
+        "CRAFT_ENCRYPTION_KEYS_FILE, of that file in its pod, re-read before each seal (run "
+        "this command there: it re-encrypts under that key); with CRAFT_ENCRYPTION_KEYS, of "
+        "the ring it was started with",
+    ]
     assert "cannot be dropped" not in result.output
+
+
+def sandbox(name: str) -> SandboxIdentity:
+    return SandboxIdentity("team-a", name, f"uid-{name}")
+
+
+def test_a_pat_the_running_operator_mints_right_after_a_rotation_is_sealed_under_the_new_key(
+    tmp_path: Path,
+) -> None:
+    # The operator reads its ring from a Secret volume and is not restarted. On-call puts
+    # k2 first in the Secret and, once the volume shows it, runs keys rotate in the
+    # operator's pod (the same file); a sandbox created a moment later gets a PAT.
+    keys = tmp_path / "keys"
+    keys.write_text(f"{K1}\n", encoding="utf-8")
+    env = {"CRAFT_STATE_DIR": str(tmp_path), "CRAFT_ENCRYPTION_KEYS_FILE": str(keys)}
+    settings = load_settings(state_dir=tmp_path, encryption_keys_file=keys)
+    operator = build_credential_store(settings)
+    try:
+        operator.ensure(sandbox("alice"), user_id=USER, tenant_id="public")
+        keys.write_text(f"{K2}\n{K1}\n", encoding="utf-8")  # the kubelet updates the volume
+        rotated = run(env, "keys", "rotate")
+        operator.ensure(sandbox("bob"), user_id=USER, tenant_id="public")
+        sealed = operator.key_ids_in_use()
+        again = run(env, "keys", "rotate")
+    finally:
+        operator.close()
+    keys.write_text(f"{K2}\n", encoding="utf-8")  # k1 dropped, the operator restarted
+    restarted = build_credential_store(settings)
+    try:
+        bob = restarted.ensure(sandbox("bob"), user_id=USER, tenant_id="public")
+    finally:
+        restarted.close()
+
+    assert "re-encrypted 1 stored token(s) under key 'k2'" in rotated.output
+    assert sealed == {"k2": 2}
+    assert "re-encrypted 0 stored token(s) under key 'k2'" in again.output
+    assert "no stored token uses key(s) k1 now" in again.output
+    assert not bob.minted
 
 
 def test_rows_with_an_unreadable_envelope_header_are_named_and_the_rest_counted(

@@ -1,10 +1,12 @@
 """A stale key ring: a token sealed under a key the operator's ring lacks is never revoked
-or replaced; a ring read from a file (a mounted Secret, updated in place) is re-read, at
-most once per interval, and a token under a key it has gained is reused."""
+or replaced; a ring read from a file (a mounted Secret, updated in place) is re-read once
+the file changed (an unchanged one at most once per interval): a token under a key it has
+gained is reused, and a new first key seals the very next token."""
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,8 +21,13 @@ from craft_operator.credentials import (
     SandboxIdentity,
     generate_key_entry,
 )
+from craft_operator.credentials import keyring as keyring_module
 from craft_operator.credentials.errors import KeyNotInRingError
-from craft_operator.credentials.keyring import RELOAD_INTERVAL, key_ring_from_file, parse_header
+from craft_operator.credentials.keyring import (
+    RELOAD_INTERVAL,
+    key_ring_from_file,
+    parse_header,
+)
 from craft_operator.credentials.store import UNDECRYPTABLE
 from craft_operator.credentials.tables import PersonalAccessToken, SandboxCredential
 from craft_operator.reconciler.steps.credentials import failure_reason
@@ -103,7 +110,7 @@ def test_a_rotation_elsewhere_is_picked_up_from_the_key_ring_file_without_revoki
     assert database.live_pats() == 1
 
 
-def test_the_key_ring_file_is_re_read_at_most_once_per_interval(
+def test_a_changed_key_ring_file_is_re_read_at_once_and_an_unchanged_one_once_per_interval(
     tmp_path: Path, k1: str, k2: str
 ) -> None:
     path, ticker = tmp_path / "keys", Ticker()
@@ -111,16 +118,64 @@ def test_the_key_ring_file_is_re_read_at_most_once_per_interval(
     ring = key_ring_from_file(path, monotonic=ticker)
     write_ring(path, k2, k1)
 
-    soon = ring.reload()
+    changed = ring.reload()
+    unchanged = ring.reload()
     ticker.now += RELOAD_INTERVAL
-    later = ring.reload()
-    write_ring(path, k1)
-    ticker.now += RELOAD_INTERVAL / 2
-    too_soon = ring.reload()
+    unchanged_later = ring.reload()
 
-    assert (soon, later, too_soon) == (False, True, False)
+    assert (changed, unchanged, unchanged_later) == (True, False, True)
     assert ring.key_ids == ("k2", "k1")
     assert ring.current_key_id == "k2"
+
+
+def counting_reads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The paths the key ring module reads key ring files from, from now on."""
+    reads: list[Path] = []
+    read = keyring_module._read_key_file
+
+    def counted(path: Path) -> object:
+        reads.append(path)
+        return read(path)
+
+    monkeypatch.setattr(keyring_module, "_read_key_file", counted)
+    return reads
+
+
+def test_sealing_with_an_unchanged_key_ring_file_reads_it_at_most_once_per_interval(
+    tmp_path: Path, k1: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, ticker = tmp_path / "keys", Ticker()
+    write_ring(path, k1)
+    ring = key_ring_from_file(path, monotonic=ticker)
+    reads = counting_reads(monkeypatch)
+
+    for _ in range(5):
+        assert sealed_with(ring) == "k1"
+    reads_within_the_interval = len(reads)
+    ticker.now += RELOAD_INTERVAL
+    sealed_with(ring)
+    sealed_with(ring)
+
+    assert (reads_within_the_interval, len(reads)) == (0, 1)
+
+
+def test_an_edit_in_place_that_keeps_size_and_mtime_is_read_once_the_interval_has_passed(
+    tmp_path: Path, k1: str
+) -> None:
+    # A coarse file clock can give an edit in place the mtime the file had: only the
+    # interval notices it. A Secret volume's update is a new file, noticed at once.
+    path, ticker = tmp_path / "keys", Ticker()
+    write_ring(path, k1)
+    ring = key_ring_from_file(path, monotonic=ticker)
+    before = os.stat(path)
+    write_ring(path, generate_key_entry("k9").get_secret_value())  # as long as k1's entry
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+    soon = sealed_with(ring)
+    ticker.now += RELOAD_INTERVAL
+    later = sealed_with(ring)
+
+    assert (soon, later) == ("k1", "k9")
 
 
 def test_a_bad_key_ring_file_keeps_the_ring_and_logs_no_key_material(
@@ -150,21 +205,62 @@ def sealed_with(ring: KeyRing) -> str:
     return parse_header(ring.encrypt(b"a token", context=b"uid"), subject="test")[0]
 
 
-def test_a_new_first_key_in_the_file_encrypts_once_the_interval_has_passed(
+def test_a_new_first_key_in_the_file_seals_the_very_next_token(
     tmp_path: Path, k1: str, k2: str
 ) -> None:
     path, ticker = tmp_path / "keys", Ticker()
     write_ring(path, k1)
     ring = key_ring_from_file(path, monotonic=ticker)
-    write_ring(path, k2, k1)  # the kubelet updates the Secret volume; no token needs k2 yet
+    first = sealed_with(ring)
+    write_ring(path, k2, k1)  # no token needs k2 yet, and no interval has passed
 
-    ticker.now += RELOAD_INTERVAL / 2
-    soon = sealed_with(ring)
-    ticker.now += RELOAD_INTERVAL / 2
-    later = sealed_with(ring)
-
-    assert (soon, later) == ("k1", "k2")
+    assert (first, sealed_with(ring)) == ("k1", "k2")
     assert ring.current_key_id == "k2"
+
+
+def project_secret(volume: Path, version: str, *entries: str) -> None:
+    """Update ``volume`` as the kubelet updates a Secret volume: the ring is written into a
+    new directory, and the ``..data`` symlink the ``keys`` symlink goes through is swapped."""
+    directory = volume / f"..{version}"
+    directory.mkdir()
+    write_ring(directory / "keys", *entries)
+    swap = volume / "..data_tmp"
+    swap.symlink_to(directory.name)
+    os.replace(swap, volume / "..data")
+    if not (volume / "keys").is_symlink():
+        (volume / "keys").symlink_to("..data/keys")
+
+
+def test_a_secret_volume_s_update_seals_the_very_next_token_under_its_first_key(
+    tmp_path: Path, k1: str, k2: str
+) -> None:
+    volume, ticker = tmp_path / "secret", Ticker()
+    volume.mkdir()
+    project_secret(volume, "2026_01_01_00_00_00.1", k1)
+    ring = key_ring_from_file(volume / "keys", monotonic=ticker)
+    first = sealed_with(ring)
+    project_secret(volume, "2026_01_01_00_01_00.2", k2, k1)
+
+    assert (first, sealed_with(ring)) == ("k1", "k2")
+
+
+def test_an_empty_key_ring_file_keeps_the_ring_is_logged_once_and_its_repair_seals_at_once(
+    tmp_path: Path, k1: str, k2: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    path, ticker = tmp_path / "keys", Ticker()
+    write_ring(path, k1)
+    ring = key_ring_from_file(path, monotonic=ticker)
+    path.write_text("", encoding="utf-8")  # an edit in place, half done
+
+    with caplog.at_level(logging.DEBUG):
+        while_empty = [sealed_with(ring) for _ in range(3)]
+    write_ring(path, k2, k1)
+    repaired = sealed_with(ring)
+
+    assert (while_empty, repaired) == (["k1", "k1", "k1"], "k2")
+    logged = [record.getMessage() for record in caplog.records]
+    assert sum("keeping the key ring as it was" in line for line in logged) == 1
+    assert any("the key ring is empty" in line for line in logged)
 
 
 def test_a_pat_minted_after_a_rotation_is_sealed_under_the_new_key_and_survives_the_old_s_removal(
@@ -183,9 +279,8 @@ def test_a_pat_minted_after_a_rotation_is_sealed_under_the_new_key_and_survives_
     operator.ensure(SANDBOX, user_id=user, tenant_id="public")
     write_ring(path, k2, k1)
     make_store(KeyRing.parse(f"{k2},{k1}")).rotate()
-    ticker.now += RELOAD_INTERVAL
 
-    minted = operator.ensure(NEWER_SANDBOX, user_id=user, tenant_id="public")
+    minted = operator.ensure(NEWER_SANDBOX, user_id=user, tenant_id="public")  # no wait
     write_ring(path, k2)
     restarted = make_store(key_ring_from_file(path))
     again = restarted.ensure(NEWER_SANDBOX, user_id=user, tenant_id="public")
