@@ -42,7 +42,9 @@ ENVELOPE_VERSION = 1
 KEY_BYTES = 32
 NONCE_BYTES = 12
 TAG_BYTES = 16
-KEY_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+#: A key id, matched against the whole text (``fullmatch``: ``$`` would let a trailing
+#: newline through, and an entry printed with one parses in no ring).
+KEY_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 _KEY_ID_RE = re.compile(KEY_ID_PATTERN)
 _AAD_LABEL = b"craft-operator/pat/v1\x00"
 DEV_KEY_RING_FILE = "dev-encryption-keys"
@@ -57,13 +59,18 @@ FileStamp = tuple[int, int, int]
 _KEY_ID_RULE = "1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
 
 
+def _is_key_id(text: str) -> bool:
+    """Whether all of ``text`` is a key id (no trailing newline or anything else)."""
+    return _KEY_ID_RE.fullmatch(text) is not None
+
+
 def check_key_id(key_id: str) -> str:
     """Return ``key_id`` if it is a valid key id, else raise :class:`KeyRingError`.
 
     The message never repeats the text: an entry written the wrong way round puts the key
     itself where the id belongs.
     """
-    if not _KEY_ID_RE.match(key_id):
+    if not _is_key_id(key_id):
         raise KeyRingError(f"the key id is invalid: use {_KEY_ID_RULE}")
     return key_id
 
@@ -96,7 +103,7 @@ def _parse_entry(position: int, entry: str) -> tuple[str, bytes]:
     key_id = key_id.strip()
     if not separator:
         raise KeyRingError(f"{where} is not of the form id:base64key")
-    if not _KEY_ID_RE.match(key_id):
+    if not _is_key_id(key_id):
         raise KeyRingError(
             f"{where}: the key id is invalid (use {_KEY_ID_RULE}); entries are written id:base64key"
         )
@@ -247,7 +254,7 @@ def parse_header(envelope: bytes, *, subject: str) -> tuple[str, int]:
         key_id = envelope[2:end].decode("ascii")
     except UnicodeDecodeError:
         raise DecryptionError(f"the stored token of {subject} has a corrupt key id") from None
-    if not _KEY_ID_RE.match(key_id):
+    if not _is_key_id(key_id):
         raise DecryptionError(f"the stored token of {subject} has a corrupt key id")
     return key_id, end
 

@@ -66,6 +66,17 @@ def test_keys_generate_refuses_a_bad_id_in_one_line() -> None:
     assert "is invalid" in result.output
 
 
+def test_keys_generate_refuses_an_id_with_a_trailing_newline() -> None:
+    # Accepted, it printed an entry "k1\n:<key>" that no key ring parses.
+    result = CliRunner().invoke(main, ["keys", "generate", "--id", "k1\n"])
+
+    assert result.exit_code == 2
+    assert result.output == (
+        "craft-operator: the key id is invalid: use 1-64 letters, digits, '.', '_' or '-', "
+        "starting with a letter or digit\n"
+    )
+
+
 def test_db_upgrade_migrates_then_reports_nothing_to_do(env: dict[str, str]) -> None:
     first = run(env, "db", "upgrade")
     second = run(env, "db", "upgrade")

@@ -14,6 +14,7 @@ from pydantic import SecretStr
 from craft_operator.credentials import DecryptionError, KeyRing, KeyRingError, generate_key_entry
 from craft_operator.credentials.keyring import (
     NONCE_BYTES,
+    check_key_id,
     development_key_ring,
     key_ring_from_file,
     open_token,
@@ -185,6 +186,23 @@ def test_an_unknown_key_id_is_named() -> None:
 
     with pytest.raises(KeyRingError, match="key 'gone', which is not in the key ring"):
         open_token(KeyRing.parse(f"k:{KEY_B}"), envelope, sandbox_uid="u1", subject=SUBJECT)
+
+
+@pytest.mark.parametrize("key_id", ["k1\n", "k1\r\n", "k1 ", "\nk1", ""])
+def test_a_key_id_is_refused_unless_all_of_it_is_a_key_id(key_id: str) -> None:
+    with pytest.raises(KeyRingError, match="the key id is invalid"):
+        check_key_id(key_id)
+    with pytest.raises(KeyRingError, match="the key id is invalid"):
+        KeyRing([(key_id, b"A" * 32)])
+
+
+def test_an_envelope_naming_a_key_id_with_a_trailing_newline_is_corrupt() -> None:
+    ring = KeyRing.parse(f"k1:{KEY_A}")
+    sealed = seal_token(ring, TOKEN, sandbox_uid="u1")
+    envelope = bytes([sealed[0], 3]) + b"k1\n" + sealed[4:]
+
+    with pytest.raises(DecryptionError, match="has a corrupt key id"):
+        open_token(ring, envelope, sandbox_uid="u1", subject=SUBJECT)
 
 
 def test_relabelling_the_key_id_fails_authentication() -> None:
