@@ -75,12 +75,22 @@ POSTGRES_CONNECT_DEFAULTS: Mapping[str, int] = {
 #: its own (the URL's ``options``, ``PGOPTIONS``, the role's or the database's settings): a
 #: row another client holds locked (a replica cut off mid-mint, an open ``psql`` session)
 #: or a statement that hangs would otherwise hold a database thread for as long, and the
-#: threads are shared by every sandbox. Both end well within a call's own bound (60 s).
+#: threads are shared by every sandbox. ``lock_timeout`` and ``statement_timeout`` end
+#: well within a call's own bound (60 s). Neither ends a transaction whose client went
+#: silent between statements (its node lost, a partition): the server keeps it, and its row
+#: locks, until its own TCP keepalive gives up on the peer (about two hours by default),
+#: and no other replica can mint, renew or revoke that sandbox meanwhile:
+#: ``idle_in_transaction_session_timeout`` ends such a session. 10 s: under
+#: ``lock_timeout``, so a call that waits for the row its silent holder keeps gets it
+#: within its own wait, instead of failing and being retried later;
+#: and far above the operator's own pauses inside a transaction (a few milliseconds of
+#: local work between statements: no network call, no sleep, no prompt).
 #: ``SET LOCAL`` (here ``set_config(..., true)``) lasts for the transaction, so PgBouncer's
 #: transaction pooling passes it on, unlike a startup parameter. Migrations are not bound.
 POSTGRES_TRANSACTION_BOUNDS: Mapping[str, str] = {
     "lock_timeout": "20s",
     "statement_timeout": "30s",
+    "idle_in_transaction_session_timeout": "10s",
 }
 #: Execution option that leaves a Postgres transaction without the bounds (a migration
 #: waits for another operator's, under an advisory lock).
@@ -117,7 +127,8 @@ def create_credentials_engine(url: str | URL, *, echo: bool = False) -> Engine:
     waited for at most ``_SQLITE_BUSY_TIMEOUT_S``. Postgres connections time out and probe
     the peer (see :func:`postgres_connect_args`), prepare no statements on the server (so
     that PgBouncer's transaction pooling works), and each transaction waits for a lock or
-    a statement at most :data:`POSTGRES_TRANSACTION_BOUNDS`.
+    a statement, or for its client between statements, at most
+    :data:`POSTGRES_TRANSACTION_BOUNDS`.
     """
     parsed = _parse_database_url(url)
     if parsed.get_backend_name() == "postgresql":

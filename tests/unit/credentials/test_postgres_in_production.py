@@ -5,6 +5,7 @@ operator's threads, and be said as the outage it is."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import Engine, event, text
+from sqlalchemy.exc import DBAPIError
 
 from craft_operator.credentials import CredentialStore, KeyRing, generate_key_entry
 from craft_operator.credentials import db as db_module
@@ -58,6 +60,57 @@ def test_each_transaction_waits_for_a_lock_and_a_statement_for_a_bounded_time(
 ) -> None:
     assert session_setting(engine, "lock_timeout") == "20s"
     assert session_setting(engine, "statement_timeout") == "30s"
+
+
+def test_each_transaction_waits_for_its_client_between_statements_for_a_bounded_time(
+    engine: Engine,
+) -> None:
+    """Set for the transaction only (``SET LOCAL``): PgBouncer may hand the server
+    connection to another client next."""
+    show = text("SHOW idle_in_transaction_session_timeout")
+    with engine.connect() as connection:
+        assert connection.execute(show).scalar_one() == "10s"
+        connection.commit()
+
+        connection.execution_options(isolation_level="AUTOCOMMIT")
+        assert connection.execute(show).scalar_one() == "0"
+
+
+def scaled_bounds(divisor: int) -> dict[str, str]:
+    """The operator's own transaction bounds, each divided by ``divisor`` (in ms)."""
+    units = {"ms": 1, "s": 1000, "min": 60_000}
+    scaled = {}
+    for name, value in db_module.POSTGRES_TRANSACTION_BOUNDS.items():
+        number, unit = re.findall(r"\d+|[a-z]+", value)
+        scaled[name] = f"{int(number) * units[unit] // divisor}ms"
+    return scaled
+
+
+def test_a_replica_gone_silent_mid_transaction_lets_go_of_the_row_it_locked(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica cut off mid-mint (its node lost, a partition) sends nothing more: its
+    transaction stayed open on the server with alice's row locked until the server's TCP
+    keepalive gave up on it, about two hours, and the new leader could neither renew nor
+    revoke alice (her deletion blocked). Bounds scaled down five times, in proportion."""
+    monkeypatch.setattr(db_module, "POSTGRES_TRANSACTION_BOUNDS", scaled_bounds(5))
+    engine = create_credentials_engine(url)
+    upgrade(engine)
+    store = store_on(engine)
+    store.ensure(ALICE, user_id=add_user(engine), tenant_id="public")
+    cut_off = create_credentials_engine(url)
+    replica = cut_off.connect()
+    replica.begin()
+    replica.execute(text("SELECT 1 FROM craft_sandbox_credential WHERE name = 'alice' FOR UPDATE"))
+    try:
+        assert store.revoke(ALICE)  # waits for the row within its own lock timeout
+
+        with pytest.raises(DBAPIError, match="idle-in-transaction timeout"):
+            replica.execute(text("SELECT 1"))
+    finally:
+        replica.invalidate()
+        cut_off.dispose()
+        engine.dispose()
 
 
 def test_bounds_the_session_already_has_are_kept(url: str) -> None:
