@@ -37,10 +37,11 @@ from craft_operator.cli import main
 from craft_operator.config import load_settings
 from craft_operator.credentials import SandboxIdentity, build_credential_store, generate_key_entry
 from craft_operator.credentials.db import VERSION_TABLE, create_credentials_engine, upgrade
-from craft_operator.devtools.onyx_schema import create_onyx_tables
+from craft_operator.devtools.onyx_schema import add_user, create_onyx_tables
 from craft_operator.devtools.postgres import ThrowawayPostgres
 from craft_operator.doctor import Status, check_kubernetes, unexpected_failure
 from craft_operator.doctor import kubernetes as doctor_kubernetes
+from craft_operator.doctor.database import table_sequences
 from craft_operator.library.s3 import make_s3_client
 from craft_operator.permissions import access_requests
 from craft_operator.policy.crd import build_policy_crd
@@ -938,6 +939,9 @@ def test_a_database_role_that_may_not_use_onyx_s_tables_fails_naming_the_grants(
         connection.execute(sqlalchemy.text(f"GRANT USAGE ON SCHEMA public TO {role}"))
         for table in ("craft_sandbox_credential", "craft_library_sync", VERSION_TABLE):
             connection.execute(sqlalchemy.text(f"GRANT ALL ON {table} TO {role}"))
+        connection.execute(
+            sqlalchemy.text(f"GRANT USAGE ON SEQUENCE craft_sandbox_credential_id_seq TO {role}")
+        )
         connection.execute(sqlalchemy.text(f'GRANT SELECT ON "user" TO {role}'))
     admin.dispose()
     monkeypatch.setenv("CRAFT_DATABASE_URL", url.replace("postgres@", f"{role}@", 1))
@@ -949,9 +953,99 @@ def test_a_database_role_that_may_not_use_onyx_s_tables_fails_naming_the_grants(
     text = line(result, "database privileges")
     assert text.startswith(
         "✘ database privileges: the role in CRAFT_DATABASE_URL may not SELECT, INSERT, UPDATE "
-        'ON "personal_access_token": '
+        'ON "personal_access_token"; USAGE ON SEQUENCE personal_access_token_id_seq: '
     )
-    assert text.endswith('— GRANT SELECT, INSERT, UPDATE ON "personal_access_token" TO <that role>')
+    assert text.endswith(
+        '— GRANT SELECT, INSERT, UPDATE ON "personal_access_token" TO <that role>; '
+        "GRANT USAGE ON SEQUENCE personal_access_token_id_seq TO <that role>"
+    )
+
+
+#: The table grants README asks of the operator's database role.
+TABLE_GRANTS = (
+    'SELECT, INSERT, UPDATE ON "personal_access_token"',
+    'SELECT ON "user"',
+    "SELECT, INSERT, UPDATE, DELETE ON craft_sandbox_credential",
+    "SELECT, INSERT, UPDATE, DELETE ON craft_library_sync",
+    f"SELECT ON {VERSION_TABLE}",
+)
+SEQUENCE_GRANTS = (
+    "USAGE ON SEQUENCE personal_access_token_id_seq",
+    "USAGE ON SEQUENCE craft_sandbox_credential_id_seq",
+)
+
+
+@pytest.mark.postgres
+def test_a_database_role_with_the_table_grants_alone_fails_naming_the_sequences_it_needs(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, postgres_server: ThrowawayPostgres
+) -> None:
+    """An INSERT takes its id from the table's sequence, which needs a grant of its own:
+    doctor passed such a role, and its first mint failed ("permission denied for sequence
+    personal_access_token_id_seq")."""
+    url = postgres_server.create_database()
+    admin = create_credentials_engine(url)
+    create_onyx_tables(admin)
+    upgrade(admin)
+    add_user(admin, user_id=uuid.UUID(USER))
+    role = f"craft_{uuid.uuid4().hex[:8]}"
+
+    def grant(*grants: str) -> None:
+        with admin.begin() as connection:
+            for what in grants:
+                connection.execute(sqlalchemy.text(f"GRANT {what} TO {role}"))
+
+    with admin.begin() as connection:
+        connection.execute(sqlalchemy.text(f"CREATE ROLE {role} LOGIN"))
+    grant("USAGE ON SCHEMA public", *TABLE_GRANTS)
+    monkeypatch.setenv("CRAFT_DATABASE_URL", url.replace("postgres@", f"{role}@", 1))
+    monkeypatch.setenv("CRAFT_DATABASE_AUTO_MIGRATE", "false")
+    monkeypatch.setenv("CRAFT_CLUSTER_ID", "east")
+    try:
+        result = run_doctor("--skip-kubernetes")
+
+        assert result.exit_code == 1, result.output
+        assert line(result, "database privileges") == (
+            "✘ database privileges: the role in CRAFT_DATABASE_URL may not "
+            "USAGE ON SEQUENCE personal_access_token_id_seq; "
+            "USAGE ON SEQUENCE craft_sandbox_credential_id_seq: sandboxes' PATs cannot be "
+            "minted, renewed or revoked — "
+            "GRANT USAGE ON SEQUENCE personal_access_token_id_seq TO <that role>; "
+            "GRANT USAGE ON SEQUENCE craft_sandbox_credential_id_seq TO <that role>"
+        )
+
+        grant(*SEQUENCE_GRANTS)
+        result = run_doctor("--skip-kubernetes")
+
+        assert line(result, "database privileges").startswith("✔ database privileges: ")
+        store = build_credential_store(load_settings())
+        try:
+            alice = SandboxIdentity("team-a", "alice", "uid-alice")
+            assert store.ensure(alice, user_id=USER, tenant_id="public").minted
+        finally:
+            store.close()
+    finally:
+        admin.dispose()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("column", "sequences"),
+    [
+        ("id serial PRIMARY KEY", ["numbered_id_seq"]),
+        ("id integer GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY", ["numbered_id_seq"]),
+        ("id uuid PRIMARY KEY", []),
+    ],
+)
+def test_the_sequences_an_insert_takes_ids_from_are_those_of_serial_and_identity_columns(
+    postgres_server: ThrowawayPostgres, column: str, sequences: list[str]
+) -> None:
+    engine = create_credentials_engine(postgres_server.create_database())
+    try:
+        with engine.begin() as connection:
+            connection.execute(sqlalchemy.text(f"CREATE TABLE numbered ({column}, note text)"))
+            assert table_sequences(connection, "numbered") == sequences
+    finally:
+        engine.dispose()
 
 
 @pytest.mark.postgres

@@ -10,7 +10,7 @@ from pathlib import Path
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError as AlembicCommandError
 from sqlalchemy import Engine, inspect, text
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError
 
 from craft_operator.config import Settings
@@ -132,39 +132,78 @@ _PRIVILEGES: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 def _check_privileges(engine: Engine, settings: Settings) -> CheckResult:
     """Whether the database role may do to each table what the operator does (a role made
-    for the operator's own tables alone passed every check, and every mint failed). Onyx's
-    tables of a multi-tenant deployment are in each tenant's schema: not checked here."""
+    for the operator's own tables alone passed every check, and every mint failed), and
+    take ids from the sequences of the tables it inserts into (a role given exactly the
+    table grants passed, and its first INSERT failed: "permission denied for sequence").
+    Onyx's tables of a multi-tenant deployment are in each tenant's schema: not checked
+    here."""
     name = "database privileges"
     wanted = [
         (table, privileges)
         for table, privileges in _PRIVILEGES
         if not (settings.onyx_multi_tenant and table in (PAT_TABLE, USER_TABLE))
     ]
-    lacking: dict[str, list[str]] = {}
+    grants: list[str] = []
     try:
         with translated_errors("checking the database role's privileges"), engine.connect() as c:
             inspector = inspect(c)
             for table, privileges in wanted:
                 if not inspector.has_table(table):
                     continue  # the schema check says what is missing
-                for privilege in privileges:
-                    allowed = c.execute(
-                        text("SELECT has_table_privilege(current_user, :table, :privilege)"),
-                        {"table": f'"{table}"', "privilege": privilege},
-                    ).scalar()
-                    if not allowed:
-                        lacking.setdefault(table, []).append(privilege)
+                grants.extend(_lacking_grants(c, table, privileges))
     except CredentialsError as exc:
         return warn(name, f"cannot ask the database: {exc}")
-    if lacking:
-        grants = [f'{", ".join(privileges)} ON "{table}"' for table, privileges in lacking.items()]
+    if grants:
         return fail(
             name,
             f"the role in CRAFT_DATABASE_URL may not {'; '.join(grants)}: sandboxes' PATs "
             "cannot be minted, renewed or revoked",
             "; ".join(f"GRANT {grant} TO <that role>" for grant in grants),
         )
-    return ok(name, "the role may read and write every table the operator uses")
+    return ok(
+        name,
+        "the role may read and write every table the operator uses, and take ids from their "
+        "sequences",
+    )
+
+
+def _lacking_grants(connection: Connection, table: str, privileges: tuple[str, ...]) -> list[str]:
+    """What the role lacks of ``privileges`` on ``table`` and, if it inserts there, of the
+    sequences that number its rows, each as a GRANT's object (``USAGE ON SEQUENCE s``)."""
+    lacking = [
+        privilege
+        for privilege in privileges
+        if not connection.execute(
+            text("SELECT has_table_privilege(current_user, :table, :privilege)"),
+            {"table": f'"{table}"', "privilege": privilege},
+        ).scalar()
+    ]
+    grants = [f'{", ".join(lacking)} ON "{table}"'] if lacking else []
+    if "INSERT" in privileges:
+        grants.extend(
+            f"USAGE ON SEQUENCE {sequence}"
+            for sequence in table_sequences(connection, table)
+            # nextval() takes either.
+            if not connection.execute(
+                text("SELECT has_sequence_privilege(current_user, :sequence, 'USAGE, UPDATE')"),
+                {"sequence": sequence},
+            ).scalar()
+        )
+    return grants
+
+
+def table_sequences(connection: Connection, table: str) -> list[str]:
+    """The sequences an INSERT into ``table`` takes ids from, named as a GRANT names them:
+    those of its serial and identity columns (none if it has neither)."""
+    rows = connection.execute(
+        text(
+            "SELECT DISTINCT CAST(CAST(pg_get_serial_sequence(:table, attname) AS regclass) "
+            "AS text) AS sequence FROM pg_attribute "
+            "WHERE attrelid = CAST(:table AS regclass) AND attnum > 0 AND NOT attisdropped"
+        ),
+        {"table": f'"{table}"'},
+    )
+    return sorted(row.sequence for row in rows if row.sequence is not None)
 
 
 def _embedded(result: CheckResult, settings: Settings, *, peering: bool) -> CheckResult:
