@@ -349,12 +349,34 @@ async def test_a_write_failing_before_it_reaches_the_api_drops_that_event_only(
     assert (recorder.dropped, recorder.posted) == (1, 1)
 
 
-async def test_an_event_the_client_cannot_encode_is_dropped_and_stop_still_returns(
+async def test_an_event_naming_a_file_that_is_not_utf8_is_posted_with_the_name_escaped(
     kube: KubeClient, emulator: KubeEmulator
 ) -> None:
     recorder = EventRecorder(kube)
     recorder.start()
-    recorder.post(SANDBOX, type="Warning", reason="Bad", message="file \udcff.txt")
+    recorder.post(SANDBOX, type="Warning", reason="Planted", message="file \udcff.txt")
+    await asyncio.wait_for(recorder.drained(), 5)
+    await recorder.stop(drain_timeout=1)
+
+    assert [event["reason"] for event in events(emulator)] == ["Planted"]
+    assert recorder.dropped == 0
+
+
+async def test_an_event_the_client_fails_to_send_is_dropped_and_stop_still_returns(
+    kube: KubeClient, emulator: KubeEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not an API error: the client could not log in, say."""
+    create = kube.create
+
+    async def failing(kind: Any, obj: Any) -> dict[str, Any]:
+        if obj.get("reason") == "Bad":
+            raise RuntimeError("the client could not log in")
+        return await create(kind, obj)
+
+    monkeypatch.setattr(kube, "create", failing)
+    recorder = EventRecorder(kube)
+    recorder.start()
+    recorder.post(SANDBOX, type="Warning", reason="Bad", message="m")
     recorder.post(SANDBOX, type="Warning", reason="Good", message="m")
     await asyncio.wait_for(recorder.drained(), 5)
 
