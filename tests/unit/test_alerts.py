@@ -64,3 +64,65 @@ def test_the_metrics_table_in_the_docs_lists_every_metric() -> None:
     families, _ = exported()
     table = re.findall(r"^\| `(craft_[a-z_]+)` \|", DOCS.read_text(), re.MULTILINE)
     assert set(table) == families
+
+
+def rule(name: str) -> dict[str, object]:
+    """The alert rule called ``name``."""
+    return next(rule for rule in rules() if rule["alert"] == name)
+
+
+def runbook(name: str) -> str:
+    """What on-call reads for alert ``name``: its description and its row in the docs."""
+    row = next(line for line in DOCS.read_text().splitlines() if line.startswith(f"| `{name}` |"))
+    return str(rule(name)["annotations"]["description"]) + row  # type: ignore[index]
+
+
+def reasons(metric: str) -> set[str]:
+    """The ``reason`` label values the operator exports for ``metric`` (all declared)."""
+    return {
+        sample.labels["reason"]
+        for family in Metrics(CollectorRegistry()).registry.collect()
+        if family.name == metric
+        for sample in family.samples
+        if "reason" in sample.labels
+    }
+
+
+def left_out(name: str) -> set[str]:
+    """The reasons alert ``name``'s expression leaves out (``reason!~"a|b"``, ``reason!="a"``)."""
+    found = re.search(r'reason!(?:~|=)"([^"]*)"', str(rule(name)["expr"]))
+    return set(found.group(1).split("|")) if found else set()
+
+
+@pytest.mark.parametrize(
+    ("alert", "metric"),
+    [
+        ("CraftPATErrors", "craft_pat_errors"),
+        ("CraftUserLibrarySyncErrors", "craft_user_library_sync_errors"),
+    ],
+)
+def test_every_reason_an_alert_fires_for_or_leaves_out_is_in_its_runbook(
+    alert: str, metric: str
+) -> None:
+    """A page naming a reason its runbook never mentions leaves on-call nothing to do."""
+    exported_reasons = reasons(metric)
+    assert left_out(alert) <= exported_reasons, "it leaves out reasons that exist"
+    unexplained = sorted(reason for reason in exported_reasons if reason not in runbook(alert))
+    assert unexplained == []
+
+
+def test_a_deleted_tenant_is_not_paged_as_a_broken_credential_database() -> None:
+    """Its schema dropped in Onyx, a tenant's sandboxes fail one tenant's way; doctor, which
+    the database's runbook names, does not look at tenants' schemas."""
+    from craft_operator.credentials.errors import TenantGoneError
+    from craft_operator.reconciler.steps.credentials import failure_reason
+
+    reason = failure_reason(TenantGoneError("no schema 'tenant_x'"))
+    assert reason == "TenantGone"
+    assert reason in left_out("CraftPATErrors")
+
+
+def test_a_file_changed_while_it_synced_does_not_count_towards_the_sync_error_alert() -> None:
+    from craft_operator.library.errors import S3ObjectChangedError
+
+    assert S3ObjectChangedError.reason in left_out("CraftUserLibrarySyncErrors")

@@ -78,6 +78,7 @@ CREDENTIAL_ERROR_REASONS = frozenset(
         "KeyNotInRing",
         "KeyRingError",
         "DatabaseSchemaMissing",
+        "TenantGone",
         "CredentialsError",
         "RevokeFailed",
     }

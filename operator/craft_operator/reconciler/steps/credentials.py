@@ -11,6 +11,7 @@ from craft_operator.credentials.errors import (
     KeyNotInRingError,
     KeyRingError,
     SchemaMissingError,
+    TenantGoneError,
     UserInactiveError,
     UserNotFoundError,
 )
@@ -27,6 +28,7 @@ _REASONS: tuple[tuple[type[CredentialsError], str], ...] = (
     (DatabaseUnavailableError, "DatabaseUnavailable"),
     (KeyNotInRingError, "KeyNotInRing"),  # before KeyRingError, its base: first match wins
     (KeyRingError, "KeyRingError"),
+    (TenantGoneError, "TenantGone"),  # before SchemaMissingError, its base
     (SchemaMissingError, "DatabaseSchemaMissing"),
 )
 
