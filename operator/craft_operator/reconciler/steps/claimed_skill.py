@@ -41,16 +41,25 @@ has_size() {
   [ "$(dd if="$1" bs=1 skip="$2" count=1 2>/dev/null; echo .)" = . ] || return 1
   [ "$2" -eq 0 ] || [ "$(dd if="$1" bs=1 skip="$(($2 - 1))" count=1 2>/dev/null; echo .)" != . ]
 }"""
-#: Writes stdin to the file ``$1`` atomically (``mv -T``: never into a directory planted
-#: there), readable by all (the agent reads it), once it holds all ``$2`` bytes: an exec
-#: whose client went away is not ended, its stdin is, so the end of stdin does not mean
-#: that all of it came. Through a file of this shell's own (a cancelled delivery's shell
-#: may still be writing), removed if it is not installed.
-WRITE_SKILL = (
-    'umask 022 && mkdir -p "${1%/*}" && skill_tmp="$1.$$" && trap \'rm -f "$skill_tmp"\' EXIT '
-    '&& cat > "$skill_tmp" && has_size "$skill_tmp" "$2" && mv -fT "$skill_tmp" "$1"'
-)
-WRITE_SKILL_SCRIPT = f"{HAS_SIZE_FUNCTION}\n{WRITE_SKILL}"
+
+
+def write_skill(failed: int) -> str:
+    """Commands that write stdin to the file ``$1`` atomically (``mv -T``: never into a
+    directory planted there), readable by all (the agent reads it), once it holds all
+    ``$2`` bytes, or exit ``failed``: an exec whose client went away is not ended, its stdin
+    is, so the end of stdin does not mean that all of it came. Through a file of this
+    shell's own (a cancelled delivery's shell may still be writing), removed if it is not
+    installed. A shell that cannot fork (the pod's pids limit reached by the agent's
+    processes) ends at once, with 2, and runs only its EXIT trap: that trap says ``failed``
+    until the file is in place, as 2 would read as onyx-cli's own code after a PAT."""
+    return (
+        f'umask 022 && skill_tmp="$1.$$" && trap \'exit {failed}\' EXIT && mkdir -p "${{1%/*}}" '
+        '&& cat > "$skill_tmp" && has_size "$skill_tmp" "$2" && mv -fT "$skill_tmp" "$1" '
+        f'&& trap - EXIT || {{ rm -f "$skill_tmp"; exit {failed}; }}'
+    )
+
+
+WRITE_SKILL_SCRIPT = f"{HAS_SIZE_FUNCTION}\n{write_skill(1)}"
 TIMEOUT = 10.0
 #: How the deliveries' failures of a standalone SKILL.md write are told from the PAT's.
 SKILL_TARGET = "skill|"

@@ -58,24 +58,33 @@ WAITING_RETRY = 10.0
 #: mean that all of it came. So the PAT is sent as one line (it never holds a newline), and
 #: ``read`` fails unless that newline arrived; the file is then written from the line,
 #: through a file of this shell's own (a cancelled delivery's shell may still be writing),
-#: removed if it is not installed (``exec`` of onyx-cli runs no trap: it is installed).
+#: removed if it is not installed (:data:`NOT_DELIVERED`).
 #: ``mv -T`` replaces the file, never moves into a directory the agent planted there.
+#: Until the file is in place, the EXIT trap says :data:`EXIT_NOT_DELIVERED`: a shell that
+#: cannot fork (the pod's pids limit reached by the agent's processes) ends at once with 2,
+#: running only that trap, and 2 would read as onyx-cli's own code (a SKILL.md counted as
+#: delivered, the Onyx server blamed).
 WRITE_PAT_SCRIPT = (
-    'umask 077 && pat_tmp="$1.$$" && trap \'rm -f "$pat_tmp"\' EXIT && IFS= read -r t '
-    '&& printf \'%s\' "$t" > "$pat_tmp" && mv -fT "$pat_tmp" "$1"'
+    f"umask 077 && pat_tmp=\"$1.$$\" && trap 'exit {EXIT_NOT_DELIVERED}' EXIT "
+    '&& IFS= read -r t && printf \'%s\' "$t" > "$pat_tmp" && mv -fT "$pat_tmp" "$1" '
+    "&& trap - EXIT"
 )
+#: What follows the PAT's write when it fails: its temporary file removed (if the shell can
+#: still fork), and the code that says the PAT was not delivered.
+NOT_DELIVERED = f'|| {{ rm -f "$pat_tmp"; exit {EXIT_NOT_DELIVERED}; }}'
+
 #: With a claimed pod's SKILL.md too: the PAT is the first ``$3`` bytes of stdin (``dd``
 #: with one-byte blocks reads no further), kept once all of them came and written to
 #: ``$1``; the rest is the SKILL.md, ``$4`` bytes, written to ``$2`` by the SKILL.md's own
 #: commands (given ``$2`` and ``$4`` as their ``$1`` and ``$2``).
 WRITE_PAT_AND_SKILL_SCRIPT = (
     f"{claimed_skill.HAS_SIZE_FUNCTION}\n"
-    'umask 077 && pat_tmp="$1.$$" && trap \'rm -f "$pat_tmp"\' EXIT '
+    f"umask 077 && pat_tmp=\"$1.$$\" && trap 'exit {EXIT_NOT_DELIVERED}' EXIT "
     '&& t=$(dd bs=1 count="$3" 2>/dev/null) && [ "${#t}" -eq "$3" ] '
     '&& printf \'%s\' "$t" > "$pat_tmp" '
-    f'&& mv -fT "$pat_tmp" "$1" || exit {EXIT_NOT_DELIVERED}\n'
+    f'&& mv -fT "$pat_tmp" "$1" && trap - EXIT {NOT_DELIVERED}\n'
     'set -- "$2" "$4"\n'
-    f"{claimed_skill.WRITE_SKILL} || exit {EXIT_SKILL_NOT_DELIVERED}"
+    f"{claimed_skill.write_skill(EXIT_SKILL_NOT_DELIVERED)}"
 )
 #: onyx-cli is validated with the PAT this exec was given, from the shell's own variable,
 #: never with what the pod's files say: the agent controls them (it could swap the file
@@ -88,7 +97,7 @@ VALIDATE_LINE = (
 DELIVER_ARGV = (
     "sh",
     "-c",
-    f"{WRITE_PAT_SCRIPT} || exit {EXIT_NOT_DELIVERED}\n{VALIDATE_LINE}",
+    f"{WRITE_PAT_SCRIPT} {NOT_DELIVERED}\n{VALIDATE_LINE}",
     "deliver-pat",
     PAT_FILE,
 )
