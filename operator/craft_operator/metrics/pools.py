@@ -39,6 +39,8 @@ class ColdStartReason(StrEnum):
     CLAIM_CONFLICT = "ClaimConflict"  # every Ready pod was claimed by another sandbox first
     CLAIM_FAILED = "ClaimFailed"  # the claim's write or delivery failed
     NOT_AS_BUILT = "PoolPodNotAsBuilt"  # the Ready pods it looked at were not the operator's make
+    # A NetworkPolicy would let a claimed pod's egress out (it selects claimed pods).
+    EGRESS_NOT_RESTRICTED = "EgressNotRestricted"
 
 
 def cold_start_reason(reason: str) -> str:
@@ -55,6 +57,7 @@ POOL_REASONS = (
     ColdStartReason.CLAIM_CONFLICT,
     ColdStartReason.CLAIM_FAILED,
     ColdStartReason.NOT_AS_BUILT,
+    ColdStartReason.EGRESS_NOT_RESTRICTED,
 )
 
 

@@ -77,22 +77,29 @@ def restricts_egress(policy: Mapping[str, Any], labels: Mapping[str, str]) -> bo
 
 def lets_everything_out(policies: Iterable[Mapping[str, Any]]) -> bool:
     """Whether the egress rules of ``policies``, which add up, allow every destination on
-    every port, however it is spelt: a rule without peers, or address blocks without
-    exceptions covering every address of a family (``0.0.0.0/0``, ``::0/0``, two halves,
-    in one rule or several), on no ports or on ports covering every TCP and UDP port (in
-    one rule or several)."""
+    every TCP and every UDP port, however it is spelt: a rule without peers, or for each
+    protocol, address blocks without exceptions covering every address of a family
+    (``0.0.0.0/0``, ``::0/0``, two halves, in one rule or several) on every port of it, or
+    ports covering every port of it (in one rule or several) to every address. A rule set
+    split by address and by port at once is not added up."""
+    rules = [rule for policy in policies for rule in (policy.get("spec") or {}).get("egress") or []]
+    return all(_lets_all_of(protocol, rules) for protocol in ("TCP", "UDP"))
+
+
+def _lets_all_of(protocol: str, rules: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether ``rules`` let every destination out on every port of ``protocol``."""
     on_every_port: list[Mapping[str, Any]] = []  # the peers of rules on every port
-    to_everywhere: list[Mapping[str, Any]] = []  # the ports of rules to every address
-    for policy in policies:
-        for rule in (policy.get("spec") or {}).get("egress") or []:
-            ports, peers = rule.get("ports") or [], rule.get("to") or []
-            if _every_port(ports):
-                if not peers:
-                    return True
-                on_every_port.extend(peers)
-            if ports and (not peers or _every_address(peers)):
-                to_everywhere.extend(ports)
-    return _every_address(on_every_port) or (bool(to_everywhere) and _every_port(to_everywhere))
+    to_everywhere: list[tuple[int, int]] = []  # the ports of rules to every address
+    for rule in rules:
+        ports, peers = rule.get("ports") or [], rule.get("to") or []
+        spans = _spans(ports, protocol)
+        if _covers_all(spans):
+            if not peers:
+                return True
+            on_every_port.extend(peers)
+        if not peers or _every_address(peers):
+            to_everywhere.extend(spans)
+    return _every_address(on_every_port) or _covers_all(to_everywhere)
 
 
 def _every_address(peers: Iterable[Mapping[str, Any]]) -> bool:
@@ -115,23 +122,21 @@ def _every_address(peers: Iterable[Mapping[str, Any]]) -> bool:
     )
 
 
-def _every_port(ports: Iterable[Mapping[str, Any]]) -> bool:
-    """Whether ``ports`` (a rule's; none: every port) let out every TCP and UDP port."""
-    ranges: dict[str, list[tuple[int, int]]] = {"TCP": [], "UDP": []}
+def _spans(ports: Iterable[Mapping[str, Any]], protocol: str) -> list[tuple[int, int]]:
+    """The port ranges of ``protocol`` a rule's ``ports`` let out (none given: all)."""
+    spans: list[tuple[int, int]] = []
     given = False
     for entry in ports:
         given = True
-        protocol = str(entry.get("protocol") or "TCP")
-        port, end = entry.get("port"), entry.get("endPort")
-        if protocol not in ranges:
+        if str(entry.get("protocol") or "TCP") != protocol:
             continue
+        port, end = entry.get("port"), entry.get("endPort")
         if port is None:
-            ranges[protocol].append((1, 65535))
+            spans.append((1, 65535))
         elif isinstance(port, int):
-            last = end if isinstance(end, int) and end >= port else port
-            ranges[protocol].append((port, last))
+            spans.append((port, end if isinstance(end, int) and end >= port else port))
         # A named port is one port of the pod's: never all of them.
-    return not given or all(_covers_all(spans) for spans in ranges.values())
+    return spans if given else [(1, 65535)]
 
 
 def _covers_all(spans: list[tuple[int, int]]) -> bool:

@@ -158,6 +158,11 @@ def test_a_policy_that_lets_all_egress_out_undoes_the_deny_beside_it(
             {"to": [{"ipBlock": {"cidr": "0.0.0.0/1"}}]},
             {"to": [{"ipBlock": {"cidr": "128.0.0.0/1"}}]},
         ],
+        [  # TCP's addresses in halves, UDP's whole: every address on every port of both
+            {"ports": [{"protocol": "UDP"}], "to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]},
+            {"ports": [{"protocol": "TCP"}], "to": [{"ipBlock": {"cidr": "0.0.0.0/1"}}]},
+            {"ports": [{"protocol": "TCP"}], "to": [{"ipBlock": {"cidr": "128.0.0.0/1"}}]},
+        ],
     ],
 )
 def test_rules_that_add_up_to_everything_let_all_egress_out_in_one_policy_or_two(

@@ -36,6 +36,7 @@ from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
 from craft_operator.kube.pod_shape import built_digest, is_as_built, where_unlike
 from craft_operator.metrics.pools import ColdStartReason
+from craft_operator.reconciler import egress
 from craft_operator.reconciler.children import controlled_by
 from craft_operator.reconciler.pool_pods import ready_pool_pod_names
 from craft_operator.reconciler.step import Pass, Stop
@@ -94,6 +95,15 @@ async def claim(p: Pass) -> dict[str, Any] | Stop | None:
     if not tries:
         why = f"the Ready pods of pool {pool} it looked at are not as the operator builds them"
         _cold(p, ColdStartReason.NOT_AS_BUILT, why, pool)
+        return None
+    tries = [pod for pod in tries if not _egress_open_once_claimed(p, pod, pool)]
+    if not tries:
+        why = (
+            f"no NetworkPolicy restricts the egress of pool {pool}'s pods once claimed, or "
+            "one that selects them then lets all egress out (a policy on the claimed-from "
+            "label, say)"
+        )
+        _cold(p, ColdStartReason.EGRESS_NOT_RESTRICTED, why, pool)
         return None
     for pod in tries:
         claimed = await _take(p, pod, pool)
@@ -257,6 +267,24 @@ def claim_patch(pod: Mapping[str, Any], p: Pass, pool: str) -> dict[str, Any]:
             "ownerReferences": [owner_reference(p.sandbox)],
         }
     }
+
+
+def as_claimed(pod: Mapping[str, Any], p: Pass, pool: str) -> dict[str, Any]:
+    """The metadata (namespace, labels) ``pod`` will have once :func:`claim_patch` lands."""
+    labels = dict(pod["metadata"].get("labels") or {})
+    for key, value in claim_patch(pod, p, pool)["metadata"]["labels"].items():
+        if value is None:
+            labels.pop(key, None)
+        else:
+            labels[key] = value
+    return {"metadata": {"namespace": pod["metadata"].get("namespace"), "labels": labels}}
+
+
+def _egress_open_once_claimed(p: Pass, pod: Mapping[str, Any], pool: str) -> bool:
+    """Whether ``pod`` would run with its egress unrestricted once claimed: the pod step
+    asked of the sandbox's own pod's labels, and a claimed pod's differ (``claimed-from``
+    added, the pool's template hash kept), which a NetworkPolicy may select."""
+    return egress.unrestricted(p.services.cache, p.services.settings, as_claimed(pod, p, pool))
 
 
 class _NotWritten:

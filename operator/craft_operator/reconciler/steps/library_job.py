@@ -7,6 +7,7 @@ status says about it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from craft_operator.api.models import ConditionStatus, UserLibraryStatus
@@ -209,16 +210,31 @@ async def _start(
     p.event("LibrarySyncJobCreated", f"created sync Job {name}")
 
 
+#: The value of the controller-uid labels of a Job's pods before the Job exists: no policy
+#: can name it, but one may select pods that have the label at all.
+UNKNOWN_UID = "not-yet-known"
+
+
+def job_pod_labels(job: Mapping[str, Any]) -> dict[str, str]:
+    """The labels the pods of ``job`` (not yet created) will carry: its template's, and
+    those the API server adds to the template of a Job made without ``manualSelector``,
+    which a NetworkPolicy may select them by (``batch.kubernetes.io/job-name Exists``)."""
+    name = str(job["metadata"]["name"])
+    return {
+        **(job["spec"]["template"]["metadata"].get("labels") or {}),
+        "batch.kubernetes.io/job-name": name,
+        "job-name": name,
+        "batch.kubernetes.io/controller-uid": UNKNOWN_UID,
+        "controller-uid": UNKNOWN_UID,
+    }
+
+
 def _egress_unrestricted(p: Pass, job: dict[str, Any]) -> bool:
     """No sync Job while no NetworkPolicy restricts the egress of its pod: it holds S3
     credentials and reads a volume the agent writes. Said once (a Warning); the Job starts
     once such a policy appears (the NetworkPolicy watch wakes the sandbox)."""
-    template = job["spec"]["template"]
     pod = {
-        "metadata": {
-            "namespace": job["metadata"].get("namespace"),
-            "labels": template["metadata"].get("labels") or {},
-        }
+        "metadata": {"namespace": job["metadata"].get("namespace"), "labels": job_pod_labels(job)}
     }
     refused = egress.refusal(
         p.services.cache,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp.web
@@ -171,6 +172,38 @@ async def test_with_no_ready_pod_the_sandbox_starts_cold_and_says_why(pooled: Wo
     assert pooled.stored("v1/pods", NAME) is not None
     assert pooled.events.reasons == ["ColdStart", "PodCreated"]
     assert "PoolEmpty" in pooled.events.posted[0][2]
+
+
+async def test_a_pool_pod_whose_egress_a_policy_lets_out_once_claimed_is_not_claimed(
+    make_world: Callable[..., World],
+) -> None:
+    """The pod step asks about the sandbox's own pod's labels; a claimed pod's differ
+    (``claimed-from`` added, the pool's template hash kept), and a NetworkPolicy may select
+    them: the sandbox starts cold, under the policy that restricts its own pod."""
+    world = make_world(allow_unrestricted_egress=False)
+    declare_pool_resource(world.emulator)
+    sandboxes = {"matchLabels": {"app.kubernetes.io/component": "sandbox"}}
+    claimed_pods = {"matchExpressions": [{"key": LABEL_CLAIMED_FROM, "operator": "Exists"}]}
+    for name, selector, egress in (("deny", sandboxes, []), ("claimed", claimed_pods, [{}])):
+        world.cache.put(
+            kinds.NETWORK_POLICY.name,
+            {
+                "metadata": {"name": name, "namespace": NAMESPACE},
+                "spec": {"podSelector": selector, "policyTypes": ["Egress"], "egress": egress},
+            },
+        )
+    [warm] = warm_pods(world, 1)
+    p = await pod_pass(world, spec={"poolRef": {"name": POOL}})
+
+    assert await pod.converge_pod(p) == Stop("WaitingForPod")
+
+    assert (
+        LABEL_CLAIMED_FROM
+        not in world.emulator.get("v1/pods", NAMESPACE, warm)["metadata"]["labels"]
+    )
+    assert world.stored("v1/pods", NAME) is not None, "a cold pod"
+    assert world.events.reasons == ["ColdStart", "PodCreated"]
+    assert "EgressNotRestricted" in world.events.posted[0][2]
 
 
 async def test_a_pool_that_does_not_exist_means_a_cold_start(pooled: World) -> None:

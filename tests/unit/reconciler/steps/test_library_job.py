@@ -421,6 +421,43 @@ async def test_a_foreign_object_at_the_next_job_name_is_skipped_not_retried_fore
     assert not untouched["metadata"].get("ownerReferences"), "never adopted"
 
 
+async def test_no_sync_job_starts_while_a_policy_on_the_job_controllers_labels_lets_all_out(
+    make_world: Callable[..., World],
+) -> None:
+    """The Job controller labels its pods with the Job's name (``job-name``,
+    ``batch.kubernetes.io/job-name``) and uid: "all egress for Jobs" selects them."""
+    world = make_world(
+        s3_bucket="onyx-user-files",
+        library_s3_secret="library-s3",
+        allow_unrestricted_egress=False,
+    )
+    for name, selector, egress in (
+        ("craft-library-sync-egress", SYNC_POD_SELECTOR, None),
+        ("jobs-anywhere", {"matchExpressions": [{"key": "job-name", "operator": "Exists"}]}, [{}]),
+    ):
+        spec: dict[str, Any] = {"podSelector": selector, "policyTypes": ["Egress"]}
+        if egress is not None:
+            spec["egress"] = egress
+        world.cache.put(
+            "NetworkPolicy", {"metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}
+        )
+
+    first = await next_pass(world, {})
+
+    assert jobs_created(world) == 0, "no Job holds S3 credentials with its egress open"
+    condition = first.run.condition("UserLibrarySynced")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("False", "EgressNotRestricted")
+
+
+SYNC_POD_SELECTOR = {
+    "matchLabels": {
+        "app.kubernetes.io/name": "craft-sandbox",
+        "app.kubernetes.io/component": "library-sync",
+    }
+}
+
+
 async def test_no_sync_job_starts_while_no_policy_restricts_the_egress_of_its_pod(
     make_world: Callable[..., World],
 ) -> None:
