@@ -218,12 +218,20 @@ def _clear_policy_warning(run: Run) -> None:
 
 
 def _forget_running(status: CraftSandboxStatus) -> None:
-    """Clear what the status says about a running sandbox: its PAT and its children."""
+    """Clear what the status says about a running sandbox: its PAT and its children, and
+    what its pods did (as a sleep does): a sandbox let in again starts afresh, and a
+    refusal count carried over read its new PAT's first refusal as a fresh PAT refused
+    too, so no PAT was minted for it."""
     status.credentials = None
     status.pod_name = None
     status.pod_uid = None
     status.admitted_images = None
     status.validated_pod_uid = None
+    status.validated_pat_id = None
+    status.validated_pat_display = None
+    status.cli_auth_failures = None
+    status.pod_failures = None
+    status.last_pod_failure_time = None
     status.skill = None
     status.user_library = None
     status.library_volume = None

@@ -240,6 +240,38 @@ async def test_a_denial_revokes_a_pat_minted_by_a_pass_that_ended_before_saying_
     assert calls == ["alice"]
 
 
+async def test_a_withdrawal_forgets_what_the_stopped_pod_did_as_a_sleep_does() -> None:
+    """Let in again (the policy loosened, no spec change), the sandbox starts afresh: a
+    refusal count carried over read its new PAT's first refusal as a fresh PAT refused too,
+    and no PAT was minted for it."""
+    sink = services(cache_with(labels={TENANT_LABEL: "acme"}))
+
+    async def revoke(
+        namespace: str, name: str, uid: str, *, created_at: datetime | None = None
+    ) -> bool:
+        return True
+
+    sink.credentials = SimpleNamespace(revoke=revoke)
+    ran = {
+        **RUNNING,
+        "validatedPodUID": "pod-1",
+        "validatedPatID": 7,
+        "cliAuthFailures": 2,
+        "podFailures": 1,
+    }
+    run = Run({**BODY, "status": ran}, NOW, CONDITIONS)
+
+    assert await enforce(sink, SANDBOX, run) is True
+
+    status = run.status
+    assert (status.credentials, status.validated_pat_id, status.cli_auth_failures) == (
+        None,
+        None,
+        None,
+    )
+    assert (status.validated_pod_uid, status.pod_failures) == (None, None)
+
+
 async def test_a_sandbox_the_policy_never_let_through_opens_no_database() -> None:
     sink = services(cache_with(labels={TENANT_LABEL: "acme"}))  # revoke would fail the test
     denied = {
