@@ -58,6 +58,12 @@ MAX_LINE_BYTES = 8 * 1024 * 1024
 #: not the normal end of a watch: a server doing it on every watch would be hammered.
 EMPTY_WATCH_SECONDS = 1.0
 
+#: How long a watch resumed after a failure may stay silent before the stream's view counts
+#: as current again. Until its first lines, it is not: a server that kept the version sends
+#: what was missed (a NetworkPolicy deleted during an outage) at once, and one that did not
+#: sends an ERROR 410 inside its 200, and the stream lists afresh.
+REPLAY_SECONDS = 1.0
+
 
 #: The outcomes counted in ``KubeClient.watch_outcomes``: a list made (at the start, and
 #: whenever events may have been missed), a watch or list failed (retried after a backoff),
@@ -176,6 +182,9 @@ class WatchStream:
                     else:
                         logger.info("watch of %s: %s; listing afresh", self.name, exc)
                         failures = 0
+                        # Until the list is in, what is held may include objects deleted
+                        # meanwhile (a NetworkPolicy whose absence holds pods back).
+                        self._set_failing(True)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
@@ -290,26 +299,39 @@ class WatchStream:
                     self._kube.unauthorized.set()
                 raise api_error(response.status, text)
             self._answered = loop.time()
-            self._set_failing(False)
-            buffer, scanned = bytearray(), 0
-            async for chunk in response.content.iter_any():
-                buffer += chunk
-                start = 0
-                while (end := buffer.find(b"\n", max(start, scanned))) >= 0:
-                    line = bytes(buffer[start:end])
-                    start, scanned = end + 1, end + 1
-                    if line.strip():
-                        self._dispatch(line)
-                        self._lines += 1
-                del buffer[:start]
-                scanned = len(buffer)
-                if scanned > MAX_LINE_BYTES:
-                    raise ApiError(0, "InvalidResponse", "a watch event longer than 8 MiB")
-            if buffer.strip():
-                self._dispatch(bytes(buffer))
-                self._lines += 1
+            # Current again once the first lines are in, or after a silence (see there).
+            silent = loop.call_later(REPLAY_SECONDS, self._set_failing, False)
+            try:
+                await self._read(response)
+            finally:
+                silent.cancel()
         if not self._lines and loop.time() - opened < EMPTY_WATCH_SECONDS:
             raise ApiError(0, "WatchEnded", "the server ended the watch at once, without a line")
+
+    async def _read(self, response: aiohttp.ClientResponse) -> None:
+        """Dispatch the watch's events, line by line; the stream counts as current once
+        the lines of a read are dispatched (a 410 among them raises first)."""
+        buffer, scanned = bytearray(), 0
+        async for chunk in response.content.iter_any():
+            buffer += chunk
+            start = 0
+            while (end := buffer.find(b"\n", max(start, scanned))) >= 0:
+                line = bytes(buffer[start:end])
+                start, scanned = end + 1, end + 1
+                if line.strip():
+                    self._dispatch(line)
+                    self._lines += 1
+            del buffer[:start]
+            scanned = len(buffer)
+            if scanned > MAX_LINE_BYTES:
+                raise ApiError(0, "InvalidResponse", "a watch event longer than 8 MiB")
+            if self._lines:
+                self._set_failing(False)
+        if buffer.strip():
+            self._dispatch(bytes(buffer))
+            self._lines += 1
+        if self._lines:
+            self._set_failing(False)
 
     def _dispatch(self, line: bytes) -> None:
         event = jsonio.loads(line)

@@ -625,3 +625,105 @@ def test_streams_cut_at_once_come_back_spread_out_not_in_step() -> None:
         delays = {_default_backoff(failures) for _ in range(50)}
         assert all(0.75 * base <= delay <= 1.25 * base for delay in delays)
         assert len(delays) > 1
+
+
+class Failing:
+    """A stream's ``on_failing`` handler: whether it says its view is out of date now, and
+    what it said, in order (the cache's staleness, which holds back pods, follows it)."""
+
+    def __init__(self) -> None:
+        self.said: list[bool] = []
+
+    def __call__(self, failing: bool) -> None:
+        self.said.append(failing)
+
+    @property
+    def now(self) -> bool:
+        return bool(self.said) and self.said[-1]
+
+
+async def test_a_410_after_an_outage_keeps_the_view_out_of_date_until_the_relist_is_in(
+    stand_in: StandIn,
+) -> None:
+    """A restarted API server answers the watch from the old version 200, then ERROR 410.
+    Until the relist is in, what the stream holds may include objects deleted during the
+    outage (a NetworkPolicy whose absence would hold pods back)."""
+    gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
+    relist_asked, relist_may_answer = asyncio.Event(), asyncio.Event()
+
+    async def slow_relist(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+        relist_asked.set()
+        await relist_may_answer.wait()
+        return await stand_in.listing("20")(request)
+
+    stand_in.answers += [
+        stand_in.listing("5", cm("deleted-meanwhile", "4")),
+        stand_in.status(503, "the API server restarts"),
+        stand_in.streaming(gone),
+        slow_relist,
+        stand_in.streaming(then_stall=True),
+    ]
+    seen, failing = Seen(), Failing()
+    task = await running(seen.stream(stand_in.kube, backoff=Delays(), on_failing=failing))
+    async with asyncio.timeout(5):
+        await relist_asked.wait()
+    await asyncio.sleep(0.05)
+
+    assert (NAMESPACE, "deleted-meanwhile") in seen.known(), "still held: the list is not in"
+    assert failing.now, "so the view is not current"
+
+    relist_may_answer.set()
+    await eventually(lambda: not failing.now, what="current once relisted")
+    assert seen.known() == set()
+    await stopped(task)
+
+
+async def test_a_resumed_watch_is_current_only_once_what_it_missed_is_in(
+    stand_in: StandIn,
+) -> None:
+    """The server's 200 comes before the events it replays from the version asked for."""
+    answered, replay = asyncio.Event(), asyncio.Event()
+
+    async def replaying(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+        response = aiohttp.web.StreamResponse()
+        await response.prepare(request)
+        answered.set()
+        await replay.wait()
+        await response.write(json.dumps(cm_event("DELETED", "a", "7")).encode() + b"\n")
+        await stand_in.closing.wait()
+        return response
+
+    stand_in.answers += [
+        stand_in.listing("5", cm("a", "4")),
+        stand_in.status(503, "the API server restarts"),
+        replaying,
+    ]
+    seen, failing = Seen(), Failing()
+    task = await running(seen.stream(stand_in.kube, backoff=Delays(), on_failing=failing))
+    async with asyncio.timeout(5):
+        await answered.wait()
+    await asyncio.sleep(0.05)
+
+    assert failing.now, "answered, but what it missed is not in yet"
+
+    replay.set()
+    await eventually(lambda: not failing.now, what="current once the replay is in")
+    assert seen.known() == set()
+    await stopped(task)
+
+
+async def test_a_resumed_watch_that_stays_silent_is_current_after_a_moment(
+    stand_in: StandIn,
+) -> None:
+    """A quiet namespace has nothing to replay: its pods are held back a moment, no more."""
+    stand_in.answers += [
+        stand_in.listing("5", cm("a", "4")),
+        stand_in.status(503, "the API server restarts"),
+        stand_in.streaming(then_stall=True),
+    ]
+    seen, failing = Seen(), Failing()
+    task = await running(seen.stream(stand_in.kube, backoff=Delays(), on_failing=failing))
+
+    await eventually(lambda: failing.said == [True, False], what="current after the silence")
+    assert seen.known() == {(NAMESPACE, "a")}
+    await stopped(task)
