@@ -58,11 +58,16 @@ MAX_LINE_BYTES = 8 * 1024 * 1024
 #: not the normal end of a watch: a server doing it on every watch would be hammered.
 EMPTY_WATCH_SECONDS = 1.0
 
-#: How long a watch resumed after a failure may stay silent before the stream's view counts
-#: as current again. Until its first lines, it is not: a server that kept the version sends
-#: what was missed (a NetworkPolicy deleted during an outage) at once, and one that did not
-#: sends an ERROR 410 inside its 200, and the stream lists afresh.
-REPLAY_SECONDS = 1.0
+#: A watch resumed after a failure replays what it missed (a NetworkPolicy deleted during
+#: an outage) at once, as a burst that may take several reads, or sends an ERROR 410 inside
+#: its 200 (the stream then lists afresh); nothing marks the end of a replay. So the
+#: stream's view counts as current again once the watch has been quiet this long after its
+#: last read ...
+REPLAY_QUIET_SECONDS = 0.25
+#: ... or this long after its answer if it sent nothing ...
+REPLAY_SILENCE_SECONDS = 1.0
+#: ... and at the latest this long after its answer (a namespace that is never quiet).
+REPLAY_LIMIT_SECONDS = 5.0
 
 
 #: The outcomes counted in ``KubeClient.watch_outcomes``: a list made (at the start, and
@@ -111,13 +116,19 @@ class WatchStream:
         client_timeout: float = 400.0,
         backoff: Callable[[int], float] | None = None,
         on_failing: Callable[[bool], None] | None = None,
+        replay: tuple[float, float, float] = (
+            REPLAY_QUIET_SECONDS,
+            REPLAY_SILENCE_SECONDS,
+            REPLAY_LIMIT_SECONDS,
+        ),
     ) -> None:
         """One stream; :meth:`run` keeps it open until cancelled.
 
         ``known`` gives what the consumer holds of this kind and scope: after a list, those
         of them missing from it are handed over as ``DELETED``. ``on_failing(True)`` is
-        called when the stream starts failing, ``on_failing(False)`` when a list or watch
-        is answered again (after the list's events).
+        called when the stream starts failing, ``on_failing(False)`` when its view is whole
+        again: a list is in (after its events), or a resumed watch has replayed what it
+        missed (``replay``: quiet, silence and limit, see :data:`REPLAY_QUIET_SECONDS`).
         """
         self._kube = kube
         self._kind = kind
@@ -129,6 +140,7 @@ class WatchStream:
         self._client_timeout = client_timeout
         self._backoff = backoff or _default_backoff
         self._on_failing = on_failing
+        self._replay = replay
         #: The version the next watch starts from; ``None``: list first.
         self.resource_version: str | None = None
         self._relist_needed = False
@@ -210,6 +222,9 @@ class WatchStream:
         delay = self._backoff(failures)
         logger.warning("watch of %s failed (%s); again in %.1fs", self.name, why, delay)
         await asyncio.sleep(delay)
+
+    def _whole_again(self) -> None:
+        self._set_failing(False)
 
     def _set_failing(self, failing: bool) -> None:
         """Keep the count of failing streams (``KubeClient.watch_outcomes``) true: a stream
@@ -299,18 +314,18 @@ class WatchStream:
                     self._kube.unauthorized.set()
                 raise api_error(response.status, text)
             self._answered = loop.time()
-            # Current again once the first lines are in, or after a silence (see there).
-            silent = loop.call_later(REPLAY_SECONDS, self._set_failing, False)
+            settling = _Settling(self._whole_again, *self._replay) if self._failing else None
             try:
-                await self._read(response)
+                await self._read(response, settling)
             finally:
-                silent.cancel()
+                if settling is not None:
+                    settling.cancel()
         if not self._lines and loop.time() - opened < EMPTY_WATCH_SECONDS:
             raise ApiError(0, "WatchEnded", "the server ended the watch at once, without a line")
 
-    async def _read(self, response: aiohttp.ClientResponse) -> None:
-        """Dispatch the watch's events, line by line; the stream counts as current once
-        the lines of a read are dispatched (a 410 among them raises first)."""
+    async def _read(self, response: aiohttp.ClientResponse, settling: _Settling | None) -> None:
+        """Dispatch the watch's events, line by line; a resumed watch's reads keep its view
+        from counting as current until it goes quiet (``settling``), or ends."""
         buffer, scanned = bytearray(), 0
         async for chunk in response.content.iter_any():
             buffer += chunk
@@ -325,8 +340,8 @@ class WatchStream:
             scanned = len(buffer)
             if scanned > MAX_LINE_BYTES:
                 raise ApiError(0, "InvalidResponse", "a watch event longer than 8 MiB")
-            if self._lines:
-                self._set_failing(False)
+            if settling is not None and self._failing:
+                settling.read()
         if buffer.strip():
             self._dispatch(bytes(buffer))
             self._lines += 1
@@ -347,6 +362,30 @@ class WatchStream:
             self._deliver(kind, obj)
         if version:
             self.resource_version = str(version)
+
+
+class _Settling:
+    """Marks a stream whose watch was resumed after a failure current again once the watch
+    has gone quiet: ``quiet`` seconds after its last read, ``silence`` after its answer if
+    it sent nothing, at the latest ``limit`` after its answer."""
+
+    def __init__(
+        self, current: Callable[[], None], quiet: float, silence: float, limit: float
+    ) -> None:
+        self._current, self._quiet = current, quiet
+        self._loop = asyncio.get_running_loop()
+        self._deadline = self._loop.time() + limit
+        self._timer = self._loop.call_later(min(silence, limit), current)
+
+    def read(self) -> None:
+        """The watch sent more: wait for quiet again (never past the limit)."""
+        self._timer.cancel()
+        delay = min(self._quiet, max(0.0, self._deadline - self._loop.time()))
+        self._timer = self._loop.call_later(delay, self._current)
+
+    def cancel(self) -> None:
+        """The watch ended."""
+        self._timer.cancel()
 
 
 def _default_backoff(failures: int) -> float:
