@@ -228,7 +228,8 @@ class WatchStream:
 
     def _set_failing(self, failing: bool) -> None:
         """Keep the count of failing streams (``KubeClient.watch_outcomes``) true: a stream
-        is failing from a failure until its next list or watch is answered."""
+        is failing from a failure until its view is whole again (its next list is in, or
+        its resumed watch has replayed what it missed: see :class:`_Settling`)."""
         if failing != self._failing:
             self._failing = failing
             self._kube.watch_outcomes[(self._kind.plural, FAILING)] += 1 if failing else -1
