@@ -289,3 +289,13 @@ class CraftSandboxStatus(StatusModel):
     library_volume: LibraryVolumeStatus | None = Field(
         default=None, description="The library volume, when spec.userLibrary.mode is Job."
     )
+
+    def forget_stopped_pods(self) -> None:
+        """Forget what the sandbox's pods did once they are stopped (a sleep, a suspension,
+        a withdrawal by the policy): a stop ends a row of failed pods, the verdict on
+        onyx-cli (a refused PAT, no onyx-cli) is given again in the next pod, and the
+        images an admission webhook gave the old pod are not the next one's."""
+        self.admitted_images = None
+        self.pod_failures = None
+        self.last_pod_failure_time = None
+        self.cli_auth_failures = None

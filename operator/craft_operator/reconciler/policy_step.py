@@ -225,13 +225,10 @@ def _forget_running(status: CraftSandboxStatus) -> None:
     status.credentials = None
     status.pod_name = None
     status.pod_uid = None
-    status.admitted_images = None
     status.validated_pod_uid = None
     status.validated_pat_id = None
     status.validated_pat_display = None
-    status.cli_auth_failures = None
-    status.pod_failures = None
-    status.last_pod_failure_time = None
+    status.forget_stopped_pods()
     status.skill = None
     status.user_library = None
     status.library_volume = None

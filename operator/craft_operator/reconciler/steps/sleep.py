@@ -105,11 +105,6 @@ async def _stop_pod(p: Pass, actual: dict[str, Any] | None, reason: str, message
         run.set(ConditionState.false(POD_READY, reason, message))
         run.status.pod_uid = None
         pod_lifecycle.look_again_once_overdue(p, deleting)
-    run.status.admitted_images = None
-    # What the stopped pods did is not the next pod's: a stop ends a row of failed pods,
-    # and the verdict on onyx-cli (a refused PAT, no onyx-cli) is given again in the next.
-    run.status.pod_failures = None
-    run.status.last_pod_failure_time = None
-    run.status.cli_auth_failures = None
+    run.status.forget_stopped_pods()
     run.set(ConditionState.unknown(CLI_VALIDATED, reason, f"{message}: validated in the next pod"))
     return Stop(reason)
