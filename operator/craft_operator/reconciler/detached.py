@@ -114,11 +114,16 @@ class DetachedCalls(Generic[T]):
         on (the sandbox is woken when it ends), while it waits for room to run (see
         :meth:`waiting`; woken when there is), or if it was cancelled meanwhile (the sandbox
         is gone, or the operator stands by). A call for another attempt (another pod or PAT)
-        is cancelled first. Once the operator stops, a call runs within its pass. ``owner``
-        is the pod the call runs in: one whose call ran past the wait is slow from then on
-        (see the module docstring)."""
+        is cancelled first, unless it runs in the same pod: the new one then waits for its
+        end (``None``; the sandbox is woken then), since a cancelled exec's command runs on
+        in the pod, and would write its older PAT over the new one. Once the operator
+        stops, a call runs within its pass. ``owner`` is the pod the call runs in: one whose
+        call ran past the wait is slow from then on (see the module docstring)."""
         call = self._calls.get(key)
         if call is not None and call.attempt != attempt:
+            if owner and call.owner == owner and not call.task.done():
+                call.detached = True  # (it is, or its pass ended: its end wakes the sandbox)
+                return None
             self._drop(key, call)
             call = None
         if call is not None and call.detached and not call.task.done():

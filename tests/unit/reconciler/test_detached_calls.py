@@ -49,7 +49,7 @@ async def test_a_slow_call_runs_on_wakes_the_sandbox_and_the_next_pass_takes_it(
     assert started == 1, "one call, never two at once"
 
 
-async def test_a_call_for_another_attempt_cancels_the_one_running() -> None:
+async def test_a_call_for_another_attempt_in_another_pod_cancels_the_one_running() -> None:
     calls = DetachedCalls[str](inline=0.05)
     cancelled = asyncio.Event()
 
@@ -64,9 +64,36 @@ async def test_a_call_for_another_attempt_cancels_the_one_running() -> None:
     async def new() -> str:
         return "new"
 
-    assert await calls.result(KEY, "old-pat", hangs) is None
-    assert await calls.result(KEY, "new-pat", new) == "new"
+    assert await calls.result(KEY, "old-pat", hangs, owner="pod-1") is None
+    assert await calls.result(KEY, "new-pat", new, owner="pod-2") == "new"
     await asyncio.wait_for(cancelled.wait(), 5)
+
+
+async def test_a_call_for_another_attempt_in_the_same_pod_waits_for_the_one_running() -> None:
+    # Cancelling an exec leaves its command running in the pod: two would run at once.
+    calls = DetachedCalls[str](inline=0.05)
+    woken: list[tuple[str, str]] = []
+    calls.wake = woken.append
+    release = asyncio.Event()
+    started: list[str] = []
+
+    def call(name: str) -> Callable[[], Awaitable[str]]:
+        async def run() -> str:
+            started.append(name)
+            if name == "old":
+                await release.wait()
+            return name
+
+        return run
+
+    assert await calls.result(KEY, "old-pat", call("old"), owner="pod-1") is None
+    assert await calls.result(KEY, "new-pat", call("new"), owner="pod-1") is None
+    assert started == ["old"], "the new one waits"
+    release.set()
+    await asyncio.sleep(0.01)
+    assert woken == [KEY], "the old one's end wakes the sandbox"
+    assert await calls.result(KEY, "new-pat", call("new"), owner="pod-1") == "new"
+    assert started == ["old", "new"]
 
 
 async def test_what_a_call_raises_reaches_the_pass_that_takes_it() -> None:

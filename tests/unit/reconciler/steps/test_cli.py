@@ -315,6 +315,51 @@ async def test_a_renewed_pat_is_delivered_into_the_same_pod(world: World) -> Non
     assert world.exec.calls == [cli.DELIVER_ARGV, cli.DELIVER_ARGV]
 
 
+async def test_a_renewed_pat_waits_for_the_old_ones_delivery_still_running_in_the_pod(
+    world: World,
+) -> None:
+    # A cancelled exec's shell runs on in the pod: cancelled before its write, it would put
+    # the old PAT over the renewed one once that one was validated and the old one revoked.
+    world.services.deliveries = DetachedCalls(inline=0.05)
+    woken: list[tuple[str, str]] = []
+    world.services.deliveries.wake = woken.append
+    world.exec.hold_delivery = asyncio.Event()
+    first = await ready_pass(world)
+    await cli.validate_cli(first)  # PAT 1's delivery runs on
+    world.credentials.pat_id = 2
+    stored = first.run.status.model_dump(by_alias=True, mode="json")
+    renewed = await ready_pass(world, status=stored)
+    await asyncio.wait_for(cli.validate_cli(renewed), 5)
+    assert len(world.exec.calls) == 1, "no second delivery beside the one running"
+
+    world.exec.hold_delivery.set()
+    world.exec.hold_delivery = None
+    await asyncio.sleep(0.05)
+    assert woken == [renewed.run.key], "its end wakes the sandbox"
+    stored = renewed.run.status.model_dump(by_alias=True, mode="json")
+    after = await ready_pass(world, status=stored)
+    await cli.validate_cli(after)
+    assert len(world.exec.calls) == 2
+    assert after.run.status.validated_pat_id == 2, "the renewed PAT goes in after it"
+
+
+async def test_a_new_pod_does_not_wait_for_a_delivery_still_running_in_the_old_one(
+    world: World,
+) -> None:
+    world.services.deliveries = DetachedCalls(inline=0.05)
+    world.exec.hold_delivery = asyncio.Event()
+    first = await ready_pass(world)
+    await cli.validate_cli(first)
+    world.exec.hold_delivery = None
+    stored = first.run.status.model_dump(by_alias=True, mode="json")
+    replaced = await ready_pass(world, status=stored)
+    replaced.pod = sandbox_pod("pod-2", version="2")
+    world.cache.put("Pod", replaced.pod)
+    await cli.validate_cli(replaced)
+    assert len(world.exec.calls) == 2, "the old pod's delivery is cancelled, not waited for"
+    assert replaced.run.status.validated_pod_uid == "pod-2"
+
+
 async def test_a_pat_that_cannot_be_written_into_the_pod_is_retried(world: World) -> None:
     world.exec.deliver_exit = 1
     p = await ready_pass(world)
