@@ -78,6 +78,9 @@ def is_extended_resource(name: str) -> bool:
 
 
 ANNOTATION_LIBRARY_REVISION = f"{GROUP}/user-library-revision"
+#: The longest revision synced: it is copied into the status and onto a sync Job, whose
+#: annotations the API server bounds at 256 KiB in all.
+MAX_LIBRARY_REVISION = 1024
 ANNOTATION_LAST_ACTIVITY = f"{GROUP}/last-activity"
 #: Written by ``craft-operator credentials revoke`` (the PAT's id): a new value has the
 #: operator check the sandbox's PAT in the database at once, not at its next recheck.

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from craft_operator.api.models import (
     ANNOTATION_LAST_ACTIVITY,
     ANNOTATION_LIBRARY_REVISION,
+    MAX_LIBRARY_REVISION,
     CraftSandbox,
     CraftSandboxStatus,
     Phase,
@@ -243,8 +244,15 @@ class AsyncSandboxClient:
         that fails in a way retrying cannot fix raises :class:`SandboxFailedError`, and so
         does a sandbox with no bucket configured (``UserLibrarySynced`` True
         ``NotConfigured``: nothing is synced); :class:`SandboxGoneError` if it is deleted.
+        A ``revision`` over 1,024 characters, which the operator would not sync, raises
+        :class:`ValueError` and writes nothing.
         """
         value = revision if revision is not None else str(time.time_ns())
+        if len(value) > MAX_LIBRARY_REVISION:
+            raise ValueError(
+                f"a library revision has at most {MAX_LIBRARY_REVISION:,} characters, "
+                f"not {len(value):,}"
+            )
         patch = {"metadata": {"annotations": {ANNOTATION_LIBRARY_REVISION: value}}}
         what = f"library sync {value}"
         if not wait:

@@ -115,3 +115,14 @@ async def test_a_sandbox_with_no_bucket_fails_the_wait_at_once(
     assert "cannot sync its library" in str(failure.value)
     assert "UserLibrarySynced is True, NotConfigured" in str(failure.value)
     assert aclient.requests["watch"] == 0, "not left to the wait's timeout"
+
+
+async def test_a_revision_the_operator_would_not_sync_is_refused_before_anything_is_written(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID)
+    writes = len(emulator.writes())
+    with pytest.raises(ValueError, match="at most 1,024 characters, not 1,025"):
+        await aclient.notify_library_changed(NAMESPACE, "alice", "r" * 1025)
+    assert len(emulator.writes()) == writes
+    assert await aclient.notify_library_changed(NAMESPACE, "alice", "r" * 1024) == "r" * 1024

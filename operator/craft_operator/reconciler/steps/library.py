@@ -12,7 +12,11 @@ from craft_operator.kube.client import ApiError
 from craft_operator.library import LibraryConfigError, resolve_location
 from craft_operator.reconciler.step import Pass, Step, Stop
 from craft_operator.reconciler.steps import library_exec, library_job
-from craft_operator.reconciler.steps.library_attempt import attempt_for, still_current
+from craft_operator.reconciler.steps.library_attempt import (
+    attempt_for,
+    refused_revision,
+    still_current,
+)
 from craft_operator.status import USER_LIBRARY_SYNCED, ConditionState
 
 #: UserLibrarySynced's reason when the API server refused a request about a sync Job.
@@ -42,9 +46,11 @@ async def sync_library(p: Pass) -> Stop | None:
             # the Jobs' API answers), and the pass's status is written.
             p.fail(USER_LIBRARY_SYNCED, JOB_REQUEST_FAILED, f"cannot manage the sync Job: {exc}")
         return None
-    current = run.status.user_library or UserLibraryStatus()
+    current = (run.status.user_library or UserLibraryStatus()).model_copy()
     if still_current(run, current, attempt) or current.failed_attempt == attempt.key:
         return None  # synced already, or its failure is reported and retrying cannot help
+    if refused_revision(p, current, attempt):
+        return None
     library_exec.step(p, location, attempt)
     return None
 

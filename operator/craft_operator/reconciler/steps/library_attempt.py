@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from craft_operator.api.models import (
     ANNOTATION_LIBRARY_REVISION,
+    MAX_LIBRARY_REVISION,
     ConditionStatus,
     CraftSandbox,
     UserLibraryStatus,
@@ -21,6 +22,8 @@ from craft_operator.status import USER_LIBRARY_SYNCED, ConditionState
 #: Reasons of a True condition: synced incrementally, or in full because the pod's copy of
 #: the manifest was not trusted.
 SYNCED, RESYNCED = "Synced", "ResyncedInFull"
+#: UserLibrarySynced's reason for a revision longer than :data:`MAX_LIBRARY_REVISION`.
+REVISION_TOO_LONG = "RevisionTooLong"
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,25 @@ def synced_message(synced: UserLibraryStatus) -> str:
     if synced.skipped:
         message += f"; {synced.skipped} unsafe keys skipped"
     return message
+
+
+def refused_revision(p: Pass, current: UserLibraryStatus, attempt: Attempt) -> bool:
+    """Whether ``attempt``'s revision is too long to sync: then the condition is False, a
+    Warning says so once, and nothing is synced until the annotation changes (the failed
+    attempt is recorded, as for any failure that retrying cannot fix)."""
+    if len(attempt.revision) <= MAX_LIBRARY_REVISION:
+        return False
+    message = (
+        f"the {ANNOTATION_LIBRARY_REVISION} annotation is {len(attempt.revision):,} "
+        f"characters long, over the {MAX_LIBRARY_REVISION:,} a revision may have: nothing "
+        "is synced until it changes"
+    )
+    current.failed_attempt = attempt.key
+    current.last_error = message
+    p.run.status.user_library = current
+    p.run.set(ConditionState.false(USER_LIBRARY_SYNCED, REVISION_TOO_LONG, message))
+    p.event(f"Library{REVISION_TOO_LONG}", message, warning=True)
+    return True
 
 
 def told(p: Pass, message: str, reason: str) -> str:

@@ -21,6 +21,7 @@ from craft_operator.reconciler.step import Pass
 from craft_operator.reconciler.steps.library_attempt import (
     SYNCED,
     Attempt,
+    refused_revision,
     still_current,
     synced_message,
     told,
@@ -44,6 +45,8 @@ async def sync(p: Pass, location: LibraryLocation, attempt: Attempt) -> None:
         current = collected
         p.run.status.user_library = current
     if still_current(p.run, current, attempt) or current.failed_attempt == attempt.key:
+        return
+    if refused_revision(p, current, attempt):
         return
     # The False condition of the failure stays meanwhile; its message says it is retried.
     wait = p.services.library_pool.retry_in(p.run.key)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from craft_operator.api.models import UserLibraryStatus
+from craft_operator.api.models import MAX_LIBRARY_REVISION, UserLibraryStatus
 from craft_operator.api.status_codec import dump_status
 from craft_operator.library import resolve_location
 from craft_operator.library.errors import DestinationUnwritableError, ExecFailedError
@@ -234,3 +234,34 @@ async def test_a_sync_error_quoting_pieces_of_the_pat_is_withheld_from_status_an
     for text in said:
         assert secret[:12] not in text
         assert secret[12:] not in text
+
+
+REVISION = "craft.onyx.app/user-library-revision"
+
+
+async def test_a_revision_too_long_to_record_is_refused_once_and_the_next_one_synced(
+    make_world: Callable[..., World],
+) -> None:
+    # The revision goes into the status, and onto a sync Job whose annotations the API
+    # server bounds: one near that bound would have every Job refused, retried for ever.
+    world = make_world(s3_bucket="onyx-user-files")
+    too_long = {REVISION: "r" * (MAX_LIBRARY_REVISION + 1)}
+    p = ready_pass(world, annotations=too_long)
+    await library.sync_library(p)
+    condition = p.run.condition("UserLibrarySynced")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("False", "RevisionTooLong")
+    assert "1,025 characters" in condition.message
+    assert world.events.reasons == ["LibraryRevisionTooLong"]
+    assert not world.services.library_pool.busy(p.run.key, p.sandbox.metadata.uid or "")
+
+    again = ready_pass(world, annotations=too_long, status=dump_status(p.run.status))
+    await library.sync_library(again)
+    assert world.events.reasons == ["LibraryRevisionTooLong"], "said once"
+    assert not world.services.library_pool.busy(p.run.key, p.sandbox.metadata.uid or "")
+
+    at_most = {REVISION: "r" * MAX_LIBRARY_REVISION}
+    fixed = ready_pass(world, annotations=at_most, status=dump_status(again.run.status))
+    await library.sync_library(fixed)
+    assert world.services.library_pool.busy(p.run.key, p.sandbox.metadata.uid or "")
+    await world.services.library_pool.close()

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
+from craft_operator.api.models import MAX_LIBRARY_REVISION
 from craft_operator.api.status_codec import dump_status
 from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
@@ -678,3 +679,26 @@ async def test_a_full_volume_grown_while_its_job_ran_is_tried_again(
     assert "has grown to 50Gi since" in message
     await volume_pass(job_world, failed, "50Gi")
     assert jobs_created(job_world) == 3
+
+
+async def test_no_sync_job_starts_for_a_revision_too_long_and_the_longest_fits_a_job(
+    job_world: World,
+) -> None:
+    annotation = "craft.onyx.app/user-library-revision"
+    p = job_world.pass_(spec=JOB_MODE, status={}, annotations={annotation: "r" * 300_000})
+    p.pod = POD
+    await library.sync_library(p)
+    condition = p.run.condition("UserLibrarySynced")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("False", "RevisionTooLong")
+    assert jobs_created(job_world) == 0
+
+    longest = job_world.pass_(
+        spec=JOB_MODE, status={}, annotations={annotation: "r" * MAX_LIBRARY_REVISION}
+    )
+    annotations = fourth_job(longest)["metadata"]["annotations"]
+    # The API server's bound on an object's annotations: 256 KiB, keys and values.
+    assert sum(len(k) + len(v) for k, v in annotations.items()) <= 256 * 1024
+    longest.pod = POD
+    await library.sync_library(longest)
+    assert jobs_created(job_world) == 1
