@@ -199,6 +199,11 @@ class KubeClient:
         assert self._info is not None
         return self._session, self._info
 
+    @property
+    def max_streams(self) -> int:
+        """How many streams the session of :meth:`stream_session` holds open at once."""
+        return self._max_streams
+
     def stream_session(self) -> aiohttp.ClientSession:
         """The session for long-lived streams such as exec websockets.
 

@@ -18,7 +18,8 @@ import contextlib
 import json
 import re
 import time
-from collections.abc import AsyncGenerator, AsyncIterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -133,6 +134,22 @@ class ExecError(Exception):
         super().__init__(message)
         if retryable is not None:
             self.retryable = retryable
+
+    def unburdened(self) -> ExecError:
+        """This error without its traceback and the exceptions it came from. A failed call
+        is kept (until the sandbox's next pass, days while it sleeps), and through them it
+        kept every frame it passed, and what they held: the output the pod printed."""
+        self.__traceback__ = None
+        self.__context__ = None
+        self.__cause__ = None
+        return self
+
+
+#: A check that a transport runs once its call holds a connection, just before the command
+#: starts: what it raises ends the call with nothing run. The caller sets it for the call
+#: (:class:`~craft_operator.reconciler.pod_guard.GuardedExec`): a call may wait for a
+#: connection, and the pod that the name stood for when it was checked may be gone by then.
+BEFORE_START: ContextVar[Callable[[], None] | None] = ContextVar("exec_before_start", default=None)
 
 
 class ExecUnavailableError(ExecError):

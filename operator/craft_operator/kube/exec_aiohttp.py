@@ -27,6 +27,7 @@ import aiohttp
 
 from craft_operator.kube.client import ApiError, KubeClient
 from craft_operator.kube.exec import (
+    BEFORE_START,
     CLOSE_CHANNEL,
     ERROR_CHANNEL,
     STATUS_MAX_BYTES,
@@ -35,6 +36,7 @@ from craft_operator.kube.exec import (
     STDOUT_CHANNEL,
     V4_CHANNEL_PROTOCOL,
     V5_CHANNEL_PROTOCOL,
+    ExecError,
     ExecOutputTooLargeError,
     ExecProtocolError,
     ExecResult,
@@ -67,6 +69,12 @@ class _Output:
         self.stderr = bytearray()
         self.status = bytearray()
         self.limit = limit
+
+    def clear(self) -> None:
+        """Let go of what was collected."""
+        self.stdout.clear()
+        self.stderr.clear()
+        self.status.clear()
 
     def take(self, frame: bytes) -> None:
         channel, data = frame[:1], frame[1:]
@@ -104,6 +112,9 @@ class AiohttpExec:
         and whatever the command prints meanwhile.
         """
         self._kube = kube
+        #: A call holds one from before its pod is checked (``BEFORE_START``) to its close,
+        #: so that it never waits for one of the session's connections after the check.
+        self._streams = asyncio.Semaphore(kube.max_streams)
         self._frame_bytes = frame_bytes
         self._max_output_bytes = max_output_bytes
         self._close_grace = close_grace
@@ -125,19 +136,25 @@ class AiohttpExec:
         chunks = stdin_chunks(stdin)
         deadline = asyncio.timeout(timeout)
         try:
-            async with deadline:
-                ws = await self._open(namespace, pod, container, argv, stdin is not None)
-                try:
-                    stdin_source = chunks if stdin is not None else None
-                    return await self._exchange(
-                        ws, stdin_source, limit, f"{namespace}/{pod}", deadline
-                    )
-                finally:
-                    await self._close(ws)
-        except TimeoutError:
-            if not deadline.expired():
-                raise  # the stdin source's own
-            raise ExecTimeoutError(f"exec in pod {namespace}/{pod} timed out") from None
+            try:
+                async with deadline, self._streams:
+                    check = BEFORE_START.get()
+                    if check is not None:
+                        check()
+                    ws = await self._open(namespace, pod, container, argv, stdin is not None)
+                    try:
+                        stdin_source = chunks if stdin is not None else None
+                        return await self._exchange(
+                            ws, stdin_source, limit, f"{namespace}/{pod}", deadline
+                        )
+                    finally:
+                        await self._close(ws)
+            except TimeoutError:
+                if not deadline.expired():
+                    raise  # the stdin source's own
+                raise ExecTimeoutError(f"exec in pod {namespace}/{pod} timed out") from None
+        except ExecError as exc:
+            raise exc.unburdened() from None
         finally:
             await close_stdin(chunks)
             await close_stdin(stdin)  # also when it was never started
@@ -195,7 +212,8 @@ class AiohttpExec:
         the call stalls: :class:`ExecStalledError`); ``deadline`` stands still while stdin
         is read from its source."""
         progress = Progress(self._idle_timeout if chunks is not None else None, deadline)
-        receiver = asyncio.create_task(_receive(ws, _Output(limit), where))
+        output = _Output(limit)
+        receiver = asyncio.create_task(_receive(ws, output, where))
         tasks: list[asyncio.Task[Any]] = [receiver]
         if chunks is not None:
             tasks.append(asyncio.create_task(self._send(ws, chunks, progress)))
@@ -214,6 +232,7 @@ class AiohttpExec:
             return receiver.result()
         finally:
             await _stop(tasks)
+            output.clear()  # (a copy was returned) what a failed call's frames still hold
 
     async def _send(self, ws: _Socket, chunks: AsyncIterator[bytes], progress: Progress) -> None:
         """Stdin in frames, then v5's close of the stdin channel; what the source raises

@@ -6,7 +6,7 @@ database) could reach another pod that took the name meanwhile, and a pool pod's
 anyone's to give a CraftSandbox: another user's pod would receive this user's PAT or
 library. So every such exec first checks, in the watch cache, that the pod of that name is
 still the one that was read (its uid), the sandbox's (its controller reference) and not
-being deleted.
+being deleted; a transport that waits for a connection checks again once it holds one.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
-from craft_operator.kube.exec import ExecError, ExecResult, ExecTransport, Stdin
+from craft_operator.kube.exec import BEFORE_START, ExecError, ExecResult, ExecTransport, Stdin
 from craft_operator.reconciler.children import controlled_by
 
 if TYPE_CHECKING:
@@ -66,17 +66,22 @@ class GuardedExec:
         timeout: float | None = None,  # noqa: ASYNC109 - the transport enforces it
         max_output_bytes: int | None = None,
     ) -> ExecResult:
-        """:meth:`ExecTransport.run`, if the pod is still the one meant."""
+        """:meth:`ExecTransport.run`, if the pod is still the one meant: checked now, and
+        again by a transport that waits for a connection, once it holds one."""
         self._check()
-        return await self._transport.run(
-            namespace,
-            pod,
-            container,
-            argv,
-            stdin=stdin,
-            timeout=timeout,
-            max_output_bytes=max_output_bytes,
-        )
+        before = BEFORE_START.set(self._check)
+        try:
+            return await self._transport.run(
+                namespace,
+                pod,
+                container,
+                argv,
+                stdin=stdin,
+                timeout=timeout,
+                max_output_bytes=max_output_bytes,
+            )
+        finally:
+            BEFORE_START.reset(before)
 
 
 def exec_into_pod_of(p: Pass) -> GuardedExec:
