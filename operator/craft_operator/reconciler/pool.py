@@ -72,6 +72,7 @@ from craft_operator.reconciler.pool_status import (
 )
 from craft_operator.reconciler.queue import RetryableError
 from craft_operator.reconciler.steps import pod_state
+from craft_operator.reconciler.steps.pod import STABLE_AFTER
 from craft_operator.status import ConditionState
 
 POD = kinds.POD
@@ -142,9 +143,11 @@ class _Refusals:
     template: str
 
 
-#: Seconds without a pool pod ending after which its failures are forgotten (a sandbox's
-#: pod failures likewise, once its pod stayed Ready ten minutes).
-FAILURES_FORGOTTEN_AFTER = 600.0
+#: Seconds without a pool pod ending after which its failures are forgotten: as a
+#: sandbox's pod failures once its pod stayed Ready that long. A pool seen full again
+#: keeps them meanwhile, since pods that crash soon after they are Ready fill it between
+#: their waves (a pool that stays full that long has had no pod end).
+FAILURES_FORGOTTEN_AFTER = STABLE_AFTER
 
 
 def _wave_end(failures: _Failures, base: float) -> Moment:
@@ -287,7 +290,7 @@ class PoolReconciler:
             ours = replace(ours, ready_old=[pod for pod in ours.ready_old if id(pod) not in gone])
         refused = egress.refusal(s.cache, s.settings, desired)
         now = Moment.now(s.steady, s.clock)
-        waiting = self._failure_wait(key, ours, pool.spec.replicas, now, hash_)
+        waiting = self._failure_wait(key, ours, now, hash_)
         held = self._refusals.get(key)
         if held is not None and held.template != hash_:
             self._refusals.pop(key, None)  # what was refused is not what is made now
@@ -391,35 +394,35 @@ class PoolReconciler:
         elif outcome.created:
             self._refusals.pop(key, None)
 
-    def _failure_wait(
-        self, key: PoolKey, pods: PoolView, replicas: int, now: Moment, template: str
-    ) -> float:
+    def _failure_wait(self, key: PoolKey, pods: PoolView, now: Moment, template: str) -> float:
         """Seconds new pods must still wait after pods that ended (0: none).
 
         The backoff doubles per wave of failures, not per pod (six pods evicted by one node
-        drain are one wave), and is forgotten once the pool is full again or no pod has
-        ended for FAILURES_FORGOTTEN_AFTER (under steady claims a pool is rarely full: one
-        failure an hour must not climb to the 300 s cap). A crashing image's replacements
-        keep ending, wave after wave, so their backoff keeps doubling.
+        drain are one wave: the refill after it waits the first backoff only), and is
+        forgotten once no pod has ended for FAILURES_FORGOTTEN_AFTER (one failure an hour
+        must not climb to the 300 s cap). A pool seen full again does not forget it: pods
+        that crash soon after they are Ready fill the pool between their waves. A crashing
+        image's replacements keep ending, wave after wave, so their backoff keeps doubling.
         """
         held = self._failures.get(key)
         if held is not None and held.template != template:
             self._failures.pop(key, None)  # what kept ending is not what is made now
             held = None
         ended = frozenset(str(pod["metadata"].get("uid", "")) for pod in pods.ended)
+        seen = held.seen if held is not None else frozenset()
+        if held is not None and now.since(held.at) >= FAILURES_FORGOTTEN_AFTER:
+            # Quiet that long: pods that end now are a first wave again (even when no pass
+            # came between, the pool full and nothing changing).
+            self._failures.pop(key, None)
+            held = None
         base = self.services.settings.pod_restart_backoff
         if held is not None and ended - held.seen and now.until(_wave_end(held, base)) > 0:
             # Ends that come while the wave's backoff runs are that wave (a kubelet evicts
             # a node's pods one at a time, each its own event and pass).
             self._failures[key] = _Failures(held.count, held.at, held.seen | ended, template)
-        elif ended - (held.seen if held else frozenset()):
+        elif ended - seen:
             count = (held.count if held else 0) + 1
             self._failures[key] = _Failures(count, now, ended, template)
-        elif held is not None and (
-            (pods.ready >= replicas and not pods.creating)
-            or now.since(held.at) >= FAILURES_FORGOTTEN_AFTER
-        ):
-            self._failures.pop(key, None)
         held = self._failures.get(key)
         if held is None:
             return 0.0

@@ -528,6 +528,57 @@ async def test_failures_hours_apart_each_wait_the_first_backoff_only(world: Pool
     assert all(wait is not None and 0 < wait <= 10 for wait in waits), waits
 
 
+async def refill_and_see_full(world: PoolWorld, *, replicas: int) -> None:
+    """Passes until the pool holds ``replicas`` Ready pods (a probe first, then the batch)
+    and a pass has seen it full and said so."""
+    for _ in range(5):
+        await world.pass_()
+        world.ready_all()
+        if len(world.unclaimed()) == replicas:
+            break
+    await world.pass_()
+    world.now[0] += timedelta(seconds=STATUS_INTERVAL)  # a refill's status write waits
+    await world.pass_()
+    assert world.condition("Ready")["reason"] == "PoolReady"
+
+
+async def test_pods_that_crash_soon_after_they_are_ready_wait_longer_wave_after_wave(
+    world: PoolWorld,
+) -> None:
+    """An app that dies 30 s after its readiness probe passes: the pool is seen full between
+    the waves, which must not make each wave the first (recreated every 10 s for ever)."""
+    world.create_pool(replicas=3)
+    waits, first_made = [], []
+    for _ in range(5):
+        await world.pass_()
+        first_made.append(len(world.unclaimed()))
+        await refill_and_see_full(world, replicas=3)
+        world.now[0] += timedelta(seconds=30)
+        for pod in world.unclaimed():
+            fail(world, pod["metadata"]["name"], reason="Error")
+        waits.append(await world.pass_())
+        assert world.condition("Ready")["reason"] == "PoolPodsFailing"
+        world.now[0] += timedelta(seconds=(waits[-1] or 0) + 1)
+
+    assert waits == [10, 20, 40, 80, 160], "the backoff doubles per wave, as a sandbox's does"
+    assert first_made == [3, 3, 1, 1, 1], "after a second wave, a probe before each batch"
+
+
+async def test_a_pool_that_stayed_full_ten_minutes_after_a_wave_refills_the_next_at_once(
+    world: PoolWorld,
+) -> None:
+    await world.filled(replicas=3)
+    waits = []
+    for _ in range(3):  # node drains ten minutes apart, the pool full in between
+        fail(world, world.unclaimed()[0]["metadata"]["name"])
+        waits.append(await world.pass_())
+        world.now[0] += timedelta(seconds=11)
+        await refill_and_see_full(world, replicas=3)
+        world.now[0] += timedelta(minutes=10)
+
+    assert waits == [10, 10, 10], "each drain waits the first backoff only"
+
+
 async def a_pass_over_quota(world: PoolWorld, *, then_allowed: bool = True) -> None:
     """One pass whose pod creates a quota refuses (the pass fails, to be retried); creates
     are allowed again after it unless ``then_allowed`` is false."""
