@@ -255,26 +255,42 @@ class PoolReconciler:
         desired: dict[str, Any],
         denied: PoolVerdict,
     ) -> float | None:
-        """The platform's policy does not allow the pool's pod settings: no pod is made, and
-        its unclaimed pods go (a policy that tightened reaches them too), unless the policy
-        object is only missing or unreadable (a GitOps prune): those then wait for it, and
-        only a scale-down and ended pods are carried out meanwhile."""
+        """The platform's policy does not allow the pool's pod settings: no pod is made.
+        Its unclaimed pods of those settings go (a policy that tightened reaches them), as
+        do those whose own image it does not allow; those of an earlier template it still
+        allows stay and serve claims (a spec changed to an image the policy refuses, a typo
+        in a registry say, leaves the pool its warm pods). While the policy object is only
+        missing or unreadable (a GitOps prune) every pod waits for it. Meanwhile only a
+        scale-down and ended pods are carried out."""
+        s = self.services
         if denied.absent is None:
-            await self._delete_unclaimed(*key, body["metadata"].get("uid"))
-            changed_meanwhile = await self._cannot_make_pods(
-                body, POLICY_DENIED, denied.message, desired
-            )
+            members, _ = pool_members(s.cache, *key, pool.metadata.uid)
+            await self._delete_all(self._refused(members, desired))
+        members, _ = pool_members(s.cache, *key, pool.metadata.uid)
+        made = (body.get("status") or {}).get("templateHash") or ""
+        pods = view(members, made, self._foreign.get(key, ()))
+        todo = plan(pods, pool.spec.replicas, max_creates=0, may_create=False)
+        if todo.delete:
+            await self._act(body, todo, desired)
+        if denied.absent is None:
+            reason, message = POLICY_DENIED, denied.message
         else:
-            members, _ = pool_members(self.services.cache, *key, pool.metadata.uid)
-            made = (body.get("status") or {}).get("templateHash") or ""
-            pods = view(members, made, self._foreign.get(key, ()))
-            todo = plan(pods, pool.spec.replicas, max_creates=0, may_create=False)
-            if todo.delete:
-                await self._act(body, todo, desired)
             message = f"{denied.message}; no new pods until the CraftSandboxPolicy is back"
             reason = POLICY_ABSENT if denied.absent == MISSING else POLICY_UNREADABLE
-            changed_meanwhile = await self._cannot_make_pods(body, reason, message, desired)
+        changed_meanwhile = await self._cannot_make_pods(body, reason, message, desired)
         return 0.0 if changed_meanwhile else None
+
+    def _refused(
+        self, members: Sequence[dict[str, Any]], desired: dict[str, Any]
+    ) -> list[Mapping[str, Any]]:
+        """The pool's live unclaimed pods the policy, present and readable, refuses: those
+        of the pool's current settings (which it does not allow), and those of an earlier
+        template whose own image it does not allow."""
+        hash_ = template_of(desired)
+        live = [pod for pod in members if not is_terminating(pod)]
+        earlier = [pod for pod in live if template_of(pod) != hash_]
+        banned = images_denied(earlier, self.services.cache, self.services.settings)
+        return [*(pod for pod in live if template_of(pod) == hash_), *banned]
 
     async def _converge(
         self, key: PoolKey, body: dict[str, Any], pool: CraftSandboxPool, desired: dict[str, Any]
@@ -626,9 +642,9 @@ class PoolReconciler:
         await self._delete_unclaimed(namespace, name)
         self.forget((namespace, name))
 
-    async def _delete_unclaimed(self, namespace: str, name: str, uid: str | None = None) -> None:
-        """Delete the pool's unclaimed pods (of that uid, if given) not being deleted yet."""
-        pods = pool_pods(self.services.cache, namespace, name, uid)
+    async def _delete_unclaimed(self, namespace: str, name: str) -> None:
+        """Delete the pool's unclaimed pods not being deleted yet."""
+        pods = pool_pods(self.services.cache, namespace, name)
         await self._delete_all([pod for pod in pods if not is_terminating(pod)])
 
 

@@ -385,6 +385,44 @@ async def test_a_policy_that_tightens_takes_the_pools_unclaimed_pods_not_its_cla
     assert live == [claimed], "the claimed pod is its sandbox's (judged as the sandbox is)"
 
 
+async def test_a_pool_changed_to_an_image_the_policy_refuses_keeps_its_warm_pods_and_makes_none(
+    world: PoolWorld,
+) -> None:
+    """A typo in the registry: the pods of the image before, which the policy still allows,
+    stay warm and claimable until the spec is mended."""
+    await world.filled(replicas=3)
+    await world.pass_()
+    before = sorted(pod["metadata"]["name"] for pod in world.unclaimed())
+
+    world.set_spec(image="registy.example.com/craft/sandbox:2")
+    await world.pass_()
+    await world.pass_()
+
+    assert sorted(pod["metadata"]["name"] for pod in world.unclaimed()) == before
+    assert world.condition("Ready")["reason"] == "PolicyDenied"
+    assert (world.status()["ready"], world.status()["replicas"]) == (3, 3), "still claimable"
+    world.set_spec(image="registry.example.com/craft/sandbox:2")  # mended: a rolling update
+    await world.pass_()
+    assert world.condition("Ready")["reason"] == "Updating"
+
+
+async def test_a_pool_changed_to_a_refused_image_loses_the_pods_whose_own_image_is_refused(
+    world: PoolWorld,
+) -> None:
+    set_platform_policy(world, images=["registry.example.com/"])
+    world.create_pool(replicas=2, image="registry.example.com/other:1")
+    await world.pass_()
+    world.ready_all()
+    await world.pass_()
+
+    set_platform_policy(world, images=["registry.example.com/craft/"])  # other:1 banned
+    world.set_spec(image="attacker.example/x:1")
+    await world.pass_()
+
+    assert world.unclaimed() == []
+    assert world.condition("Ready")["reason"] == "PolicyDenied"
+
+
 async def test_while_the_policy_object_is_missing_a_pool_keeps_its_pods_and_makes_none(
     world: PoolWorld,
 ) -> None:
