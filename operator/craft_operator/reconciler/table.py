@@ -63,16 +63,20 @@ POD_ROW = next(index for index, row in enumerate(STEPS) if pod.STEP in row)
 
 async def run_steps(p: Pass, steps: tuple[tuple[Step, ...], ...] = STEPS) -> None:
     """Run the rows in order until one stops; later conditions then wait, except that a
-    renewed PAT still goes into a Ready pod (:func:`cli.deliver_renewal`)."""
+    renewed PAT still goes into a Ready pod (:func:`cli.deliver_renewal`) that is not being
+    stopped."""
     for index, row in enumerate(steps):
         stops = [stop for step in row if (stop := await step.run(p)) is not None]
         if stops:
             if steps is STEPS and index <= POD_ROW:
+                if index < POD_ROW:
+                    # First, so that the pod of a sandbox suspended or falling asleep is
+                    # stopped before a renewed PAT could go into it (none goes into a pod
+                    # being deleted), as when the pod step stops it.
+                    await _pod_without_pod_step(p)
                 # Also when the pod step itself stopped with the pod running (a spec it
                 # cannot build a pod from keeps the earlier pod): its PAT must not lapse.
                 await cli.deliver_renewal(p)
-                if index < POD_ROW:
-                    await _pod_without_pod_step(p)
             _wait(p, steps[index + 1 :], stops[0])
             return
 

@@ -206,6 +206,35 @@ async def test_no_renewed_pat_goes_into_the_pod_the_same_pass_stopped(
     assert cli.status == "Unknown", "validated in the next pod, not in the stopped one"
 
 
+@pytest.mark.parametrize("stop", [{"idleTimeout": "1h"}, {"suspend": True}], ids=str)
+async def test_no_renewed_pat_goes_into_the_pod_a_pass_stopped_before_the_pod_row_stops(
+    world: World, stop: dict[str, object]
+) -> None:
+    made = world.emulator.create("v1/pods", ready_pod())
+    mark_pod_running(world.emulator, NAMESPACE, NAME)
+    world.cache.put("Pod", world.emulator.get("v1/pods", NAMESPACE, NAME))
+    # Another's Secret holds the credentials Secret's name: the pass ends at its row.
+    foreign = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": f"{NAME}-credentials", "namespace": NAMESPACE},
+    }
+    world.cache.put("Secret", world.emulator.create("v1/secrets", foreign))
+    uid = made["metadata"]["uid"]
+    world.credentials.grace_pat_id, world.credentials.pat_id = 1, 2  # renewed in this pass
+    validated = {"validatedPatID": 1, "validatedPodUID": uid, "podUID": uid}
+    p = world.pass_(spec=stop, annotations=OLD_ACTIVITY, status={"phase": "Ready", **validated})
+    await run_steps(p)
+
+    stopped = world.stored("v1/pods", NAME)
+    assert stopped is None or stopped["metadata"].get("deletionTimestamp")
+    assert world.exec.calls == [], "no exec into the pod the pass just deleted"
+    assert p.run.status.validated_pat_id == 1, "nothing validated in the stopped pod"
+    cli = p.run.condition("CLIValidated")
+    assert cli is not None
+    assert cli.status == "Unknown", "validated in the next pod, not in the stopped one"
+
+
 def ready_pod() -> dict[str, object]:
     """The sandbox's pod, as a pass before this one made it."""
     owner = {
