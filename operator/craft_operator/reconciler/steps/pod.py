@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from craft_operator.api.constants import LABEL_SANDBOX
 from craft_operator.api.models import ConditionStatus, LibraryMode
 from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL_TEMPLATE_HASH
 from craft_operator.builders.library_job import library_claim_name
@@ -92,31 +91,14 @@ async def _remove_extra_pods(p: Pass, kept: dict[str, Any]) -> None:
     """Delete any other live pod this sandbox controls besides ``kept``, its own live pod:
     one sandbox, one pod. None is made on purpose; a claim whose answer was lost while the
     cache lagged could leave one."""
-    kept_uid = kept["metadata"].get("uid")
-    for extra in own_pods(p):
-        extra_meta = extra["metadata"]
-        if extra_meta.get("uid") == kept_uid or extra_meta.get("deletionTimestamp"):
-            continue
-        answer = await pod_lifecycle.remove(p, extra)
-        if answer is None:
-            continue  # gone already, or another pod took its name meanwhile
-        message = (
-            f"deleted pod {extra_meta['name']}: the sandbox's pod is {kept['metadata']['name']}"
-        )
-        p.event("ExtraPodDeleted", message, warning=True)
-
-
-def own_pods(p: Pass) -> Iterator[dict[str, Any]]:
-    """The cached pods the sandbox controls (made for it or claimed), whatever their name."""
-    meta = p.sandbox.metadata
-    for pod in p.services.cache.labelled(POD.name, meta.namespace, LABEL_SANDBOX, meta.name):
-        if controlled_by(pod, meta.uid):
-            yield pod
+    why = f"the sandbox's pod is {kept['metadata']['name']}"
+    for extra in pod_lifecycle.extra_pods(p, kept):
+        await pod_lifecycle.remove_extra(p, extra, why=why)
 
 
 def has_pod(p: Pass) -> bool:
     """Whether a pod the sandbox controls exists (made for it or claimed), as cached."""
-    return any(True for _ in own_pods(p))
+    return any(True for _ in pod_lifecycle.own_pods(p))
 
 
 def own_pod(p: Pass) -> dict[str, Any] | None:
@@ -167,7 +149,7 @@ def _terminating(p: Pass, pod: dict[str, Any]) -> Stop:
 
 def claimed_pod(p: Pass) -> dict[str, Any] | None:
     """The pool pod this sandbox claimed (named after its pool, not the sandbox), if any."""
-    for pod in own_pods(p):
+    for pod in pod_lifecycle.own_pods(p):
         if LABEL_CLAIMED_FROM in (pod["metadata"].get("labels") or {}):
             return pod
     return None

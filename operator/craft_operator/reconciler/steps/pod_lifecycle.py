@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
+from craft_operator.api.constants import LABEL_SANDBOX
 from craft_operator.api.models import Phase
 from craft_operator.builders.naming import pod_name
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError, ConflictError
 from craft_operator.metrics import ProvisioningPhase
-from craft_operator.reconciler.children import ForeignObjectError, is_ours
+from craft_operator.reconciler.children import ForeignObjectError, controlled_by, is_ours
 from craft_operator.reconciler.step import Pass, Stop
 from craft_operator.reconciler.steps import claim, pod_state
 from craft_operator.status import POD_READY, ConditionState
@@ -167,6 +168,36 @@ async def remove(p: Pass, pod: Mapping[str, Any]) -> dict[str, Any] | None:
         p.services.cache.put(POD.name, answer)
     else:
         p.services.cache.remove(POD.name, pod)
+    return answer
+
+
+def own_pods(p: Pass) -> Iterator[dict[str, Any]]:
+    """The cached pods the sandbox controls (made for it or claimed), whatever their name."""
+    meta = p.sandbox.metadata
+    for pod in p.services.cache.labelled(POD.name, meta.namespace, LABEL_SANDBOX, meta.name):
+        if controlled_by(pod, meta.uid):
+            yield pod
+
+
+def extra_pods(p: Pass, kept: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The live pods the sandbox controls besides ``kept`` (all of them if ``None``), as
+    cached: one sandbox has one pod, and none while it is suspended or asleep."""
+    kept_uid = None if kept is None else kept["metadata"].get("uid")
+    return [
+        pod
+        for pod in own_pods(p)
+        if not pod["metadata"].get("deletionTimestamp")
+        and (kept is None or pod["metadata"].get("uid") != kept_uid)
+    ]
+
+
+async def remove_extra(p: Pass, extra: Mapping[str, Any], *, why: str) -> dict[str, Any] | None:
+    """Delete one of :func:`extra_pods`, said in an ``ExtraPodDeleted`` warning that ends
+    with ``why``; the API server's answer, as :func:`remove`'s."""
+    answer = await remove(p, extra)
+    if answer is not None:  # else gone already, or another pod took its name meanwhile
+        message = f"deleted pod {extra['metadata']['name']}: {why}"
+        p.event("ExtraPodDeleted", message, warning=True)
     return answer
 
 

@@ -89,12 +89,15 @@ async def _stop_pod(p: Pass, actual: dict[str, Any] | None, reason: str, message
         try:
             deleting = await pod_lifecycle.remove(p, actual)
         except ApiError as exc:
-            # The pod runs on (an admission webhook refusing deletes, say): the status must
-            # not say it stopped, nor Ready stay True beside Suspended or Sleeping.
-            name = actual["metadata"]["name"]
-            p.fail(POD_READY, STOP_FAILED, f"{message}, but pod {name} cannot be stopped: {exc}")
-            return Stop(STOP_FAILED)
+            return _stop_failed(p, actual, message, exc)
         p.event(f"Pod{reason}", message)
+    # Nor may any other pod the sandbox controls run on (a claim whose answer was lost).
+    for extra in pod_lifecycle.extra_pods(p, actual):
+        try:
+            answer = await pod_lifecycle.remove_extra(p, extra, why=message)
+        except ApiError as exc:
+            return _stop_failed(p, extra, message, exc)
+        pod_lifecycle.look_again_once_overdue(p, answer)
     stuck = None if actual is None else pod_state.stuck_terminating(actual, run.now)
     if actual is not None and stuck is not None:
         # Still there, and maybe still running (a partitioned node): said, and looked at.
@@ -108,3 +111,11 @@ async def _stop_pod(p: Pass, actual: dict[str, Any] | None, reason: str, message
     run.status.forget_stopped_pods()
     run.set(ConditionState.unknown(CLI_VALIDATED, reason, f"{message}: validated in the next pod"))
     return Stop(reason)
+
+
+def _stop_failed(p: Pass, pod: dict[str, Any], message: str, exc: ApiError) -> Stop:
+    """The pod runs on (an admission webhook refusing deletes, say): the status must not
+    say it stopped, nor Ready stay True beside Suspended or Sleeping."""
+    name = pod["metadata"]["name"]
+    p.fail(POD_READY, STOP_FAILED, f"{message}, but pod {name} cannot be stopped: {exc}")
+    return Stop(STOP_FAILED)

@@ -7,7 +7,11 @@ from __future__ import annotations
 from datetime import datetime
 
 import pytest
+from aiohttp import web
+from kmock._internal import rendering
 
+from craft_operator.api.constants import LABEL_SANDBOX
+from craft_operator.api.pool import LABEL_CLAIMED_FROM
 from craft_operator.metrics import time_to_ready
 from craft_operator.reconciler import suspension
 from craft_operator.reconciler.step import Memory
@@ -301,3 +305,73 @@ async def test_a_stopped_pod_being_deleted_is_looked_at_again_once_it_would_be_o
 
     # Held by a finalizer it would send no event: the pass comes when it would be overdue.
     assert p.run.verdict.after == 91
+
+
+@pytest.mark.parametrize(
+    ("spec", "status"),
+    [
+        ({"suspend": True}, {"phase": "Suspended", "suspendedAt": "2026-11-23T10:00:00Z"}),
+        ({"idleTimeout": "1h"}, {"phase": "Sleeping", "sleepingSince": "2026-11-23T11:00:00Z"}),
+    ],
+    ids=["suspended", "asleep"],
+)
+async def test_every_other_pod_the_sandbox_controls_stops_with_its_pod(
+    world: World, spec: dict[str, object], status: dict[str, object]
+) -> None:
+    world.emulator.create("v1/pods", ready_pod())
+    mark_pod_running(world.emulator, NAMESPACE, NAME)
+    # Its pod was asked to stop an hour ago and is held there (a finalizer, a lost node)...
+    stuck = world.emulator.get("v1/pods", NAMESPACE, NAME)
+    stuck["metadata"].update(
+        deletionTimestamp="2026-11-23T11:00:00Z", finalizers=["example.com/hold"]
+    )
+    world.cache.put("Pod", stuck)
+    # ... beside a pool pod it claimed too (a claim whose answer was lost, say).
+    extra = ready_pod()
+    meta = extra["metadata"]
+    assert isinstance(meta, dict)
+    meta.update(name="standard-x1", labels={LABEL_SANDBOX: NAME, LABEL_CLAIMED_FROM: "standard"})
+    world.emulator.create("v1/pods", extra)
+    mark_pod_running(world.emulator, NAMESPACE, "standard-x1")
+    world.cache.put("Pod", world.emulator.get("v1/pods", NAMESPACE, "standard-x1"))
+    p = world.pass_(spec=spec, status=status, annotations=OLD_ACTIVITY)
+    await pod.converge_pod(p)
+
+    other = world.stored("v1/pods", "standard-x1")
+    assert other is None or other["metadata"].get("deletionTimestamp"), "it runs on no more"
+    assert world.events.reasons == ["ExtraPodDeleted"]
+    ready = p.run.condition("PodReady")
+    assert ready is not None
+    assert ready.reason == status["phase"]
+    assert f"but pod {NAME} is still being deleted" in ready.message, "the stuck one is said"
+
+
+async def test_another_pod_of_a_suspended_sandbox_that_cannot_be_stopped_is_said(
+    world: World,
+) -> None:
+    world.emulator.create("v1/pods", ready_pod())
+    mark_pod_running(world.emulator, NAMESPACE, NAME)
+    world.cache.put("Pod", world.emulator.get("v1/pods", NAMESPACE, NAME))
+    extra = ready_pod()
+    meta = extra["metadata"]
+    assert isinstance(meta, dict)
+    meta.update(name="standard-x1", labels={LABEL_SANDBOX: NAME, LABEL_CLAIMED_FROM: "standard"})
+    world.emulator.create("v1/pods", extra)
+    world.cache.put("Pod", world.emulator.get("v1/pods", NAMESPACE, "standard-x1"))
+    world.emulator.before_request.append(refuse_deleting_standard_x1)
+    p = world.pass_(spec={"suspend": True}, status={"phase": "Ready"})
+    await pod.converge_pod(p)
+
+    assert world.stored("v1/pods", "standard-x1") is not None
+    ready = p.run.condition("PodReady")
+    assert ready is not None
+    assert (ready.status, ready.reason) == ("False", sleep.STOP_FAILED)
+    assert "pod standard-x1 cannot be stopped" in ready.message, "not said stopped"
+
+
+async def refuse_deleting_standard_x1(request: rendering.Request) -> web.Response | None:
+    """An emulator hook: the deletion of pod standard-x1 is refused, as by a webhook."""
+    if request.method.value.upper() == "DELETE" and request.url.path.endswith("/standard-x1"):
+        refusal = {"kind": "Status", "code": 403, "reason": "Forbidden", "message": "denied"}
+        return web.json_response(refusal, status=403)
+    return None
