@@ -200,11 +200,17 @@ class OrphanSweeper:
         """Whether the namespace does not exist: the watch cache holds the namespaces that
         do; one it lacks is asked for live (its immutable name label), so that a namespace
         created a moment ago is never taken for gone."""
-        if self._cache.get(NAMESPACE.name, None, namespace) is not None:
+        cached = self._cache.get(NAMESPACE.name, None, namespace)
+        if cached is not None and self._cache.is_current(NAMESPACE.name, None):
             return False
         return await namespace_state(self._kube, namespace) == NamespaceState.GONE
 
     def _alive_in_cache(self, row: StoredCredential) -> bool:
+        """Whether the cache holds the row's sandbox, and may be believed: while the watch
+        of its namespace fails (its Role gone, say, with the namespace after it) the cache
+        keeps what it last saw, and the API server is asked instead."""
+        if not self._cache.is_current(SANDBOX.name, row.namespace):
+            return False
         cached = self._cache.get(SANDBOX.name, row.namespace, row.name)
         return cached is not None and cached.get("metadata", {}).get("uid") == row.sandbox_uid
 

@@ -344,6 +344,29 @@ async def test_a_row_in_a_served_namespace_that_no_longer_exists_is_an_orphan(
     assert not world.pat_live(pat_id)
 
 
+async def test_a_sandbox_the_cache_still_holds_while_its_watch_fails_is_asked_for_live(
+    world: World,
+) -> None:
+    """The namespace's watch failed first (its Role pruned before it, say): the cache keeps
+    what it saw last, and the namespace's deletion never reaches it."""
+    uid, pat_id = world.mint("torn-down", namespace="team-z")
+    world.namespaces = ("team-a", "team-z")
+    world.cache.put(
+        "CraftSandbox", {"metadata": {"namespace": "team-z", "name": "torn-down", "uid": uid}}
+    )
+    world.cache.put("Namespace", {"metadata": {"name": "team-z"}})
+    world.cache.mark_stale("CraftSandbox", "team-z", True)
+    world.cache.mark_stale("Namespace", None, True)
+    world.api.refuse.add(("team-z", "torn-down"))
+    world.api.gone_namespaces.add("team-z")
+
+    report = await world.sweeper.tick()
+
+    assert report is not None
+    assert report.revoked == (pat_id,)
+    assert not world.pat_live(pat_id)
+
+
 async def test_a_row_in_a_namespace_being_deleted_waits_until_it_is_gone(world: World) -> None:
     _, pat_id = world.mint("torn-down", namespace="team-z")
     world.namespaces = ("team-z",)
