@@ -114,8 +114,10 @@ class CraftSandboxPolicySpec(ApiModel):
         description=(
             "Allowed spec.image values: 'registry.example.com/craft/' (ends in '/': any "
             "image under that path), 'registry.example.com/craft-sandbox' (that repository, "
-            "any tag or digest) or 'registry.example.com/craft-sandbox@sha256:…' (exactly "
-            "that image). The operator's CRAFT_SANDBOX_IMAGE is always allowed."
+            "any tag or digest), 'registry.example.com/craft-sandbox:1.3.0' or "
+            "'registry.example.com/craft-sandbox@sha256:…' (exactly that reference: a tag "
+            "with a digest appended is not it). The operator's CRAFT_SANDBOX_IMAGE is always "
+            "allowed."
         ),
         max_length=_MAX_ITEMS,
     )

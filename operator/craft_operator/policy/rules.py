@@ -40,13 +40,15 @@ class Violation:
 
 def image_allowed(image: str, entries: Sequence[str]) -> bool:
     """Whether ``image`` matches an allowed entry: a path prefix ending in ``/``, a
-    repository (any tag or digest of it), or an exact reference with a digest.
+    repository (any tag or digest of it), or an exact reference with a tag or a digest.
 
     What follows a repository's ``:`` is a tag only if it holds no ``/``: ``busybox:5000/x``
-    is repository ``x`` of the registry host ``busybox``, not a tag of ``busybox``.
+    is repository ``x`` of the registry host ``busybox``, not a tag of ``busybox``. A
+    tagged entry allows that reference only: not with a digest appended, which the
+    runtime pulls by, whatever the tag says.
     """
     for entry in entries:
-        if "@" in entry:
+        if "@" in entry or _has_tag(entry):
             if image == entry:
                 return True
         elif entry.endswith("/"):
@@ -55,6 +57,11 @@ def image_allowed(image: str, entries: Sequence[str]) -> bool:
         elif image.startswith(entry + "@") or _tagged(image, entry):
             return True
     return False
+
+
+def _has_tag(reference: str) -> bool:
+    """Whether ``reference`` ends in a tag (a ``:`` in its last path component)."""
+    return ":" in reference.rsplit("/", 1)[-1]
 
 
 def _tagged(image: str, repository: str) -> bool:

@@ -104,6 +104,29 @@ CASES: tuple[PolicyCase, ...] = (
         {"image": f"busybox:1.36@{DIGEST}"},
         policy={"images": ["busybox"]},
     ),
+    _allowed(
+        "image-of-an-allowed-tag",
+        {"image": f"{REPO}:1.3.0"},
+        policy={"images": [f"{REPO}:1.3.0"]},
+    ),
+    # The runtime pulls by the digest, whatever the tag says: any image of the repository.
+    _refused(
+        "image-of-an-allowed-tag-with-a-digest-appended",
+        {"image": f"{REPO}:1.3.0@{DIGEST}"},
+        "(spec.images)",
+        policy={"images": [f"{REPO}:1.3.0"]},
+    ),
+    _refused(
+        "image-of-another-tag-than-the-allowed-one",
+        {"image": f"{REPO}:1.3.1"},
+        "(spec.images)",
+        policy={"images": [f"{REPO}:1.3.0"]},
+    ),
+    _allowed(
+        "image-of-an-allowed-repository-behind-a-registry-port",
+        {"image": "registry.example.com:5000/craft-sandbox:1"},
+        policy={"images": ["registry.example.com:5000/craft-sandbox"]},
+    ),
     _refused(
         "image-of-the-repository-without-tag",
         {"image": REPO},
