@@ -13,7 +13,8 @@ from datetime import timedelta
 from typing import Any
 
 from craft_operator.kube import kinds
-from craft_operator.kube.client import ApiError
+from craft_operator.kube.client import ApiError, ConflictError
+from craft_operator.reconciler.children import as_seen
 from craft_operator.reconciler.step import Pass, Refusal
 
 PVC = kinds.PVC
@@ -31,7 +32,9 @@ async def grow(
 
     Returns the PVC and, when the API server refused (now, or within
     :data:`RETRY_REFUSED_AFTER` for this size), why, in words about ``what`` (``"the
-    workspace"``). Any other failure raises :class:`ApiError`.
+    workspace"``). Any other failure raises :class:`ApiError`: a 409 when ``pvc`` changed
+    or was replaced (someone else's of that name) since it was read, whose resize is never
+    sent; it is then forgotten from the cache, to be read anew on the next pass.
     """
     meta = pvc["metadata"]
     name, now = meta["name"], p.run.now
@@ -41,9 +44,12 @@ async def grow(
         p.run.revisit(after=(earlier.at + RETRY_REFUSED_AFTER - now).total_seconds())
         return pvc, earlier.message
     s = p.services
-    patch = {"spec": {"resources": {"requests": {"storage": size}}}}
+    patch = as_seen({"spec": {"resources": {"requests": {"storage": size}}}}, pvc)
     try:
         grown = await s.kube.patch(PVC.api, meta.get("namespace"), name, patch)
+    except ConflictError:
+        s.cache.forget(PVC.name, meta.get("namespace"), name)
+        raise
     except ApiError as exc:
         if exc.status not in RESIZE_REFUSED:
             raise

@@ -35,6 +35,7 @@ from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
 from craft_operator.reconciler.children import (
     ForeignObjectError,
+    as_seen,
     controlled_by,
     converge,
     drift_patch,
@@ -172,8 +173,8 @@ async def _kept(p: Pass, desired: dict[str, Any]) -> dict[str, Any]:
         raise ForeignObjectError.of("PersistentVolumeClaim", found)
     earlier = not _own_kept(p, found)  # (its labels edited away, the status still knows it)
     patch = drift_patch(found, desired)
-    if patch:
-        found = await _patch(s, found, patch)
+    if patch:  # only onto the PVC as read: never onto one that replaced it since (409)
+        found = await _patch(s, found, as_seen(patch, found))
     if earlier:
         p.event("WorkspaceAdopted", f"took back the retained workspace PVC {name}")
     return found
@@ -248,6 +249,8 @@ async def _keep(p: Pass, pvc: dict[str, Any], desired: dict[str, Any], uid: str)
 
 
 async def _patch(s: Services, pvc: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """Write ``patch`` to ``pvc`` and cache the result; on a 409 (``pvc`` changed or was
+    replaced since it was read) forget it, so the next pass reads it anew, and raise."""
     meta = pvc["metadata"]
     try:
         patched = await s.kube.patch(PVC.api, meta.get("namespace"), meta["name"], patch)

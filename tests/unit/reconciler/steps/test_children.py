@@ -180,3 +180,25 @@ async def test_job_mode_gets_its_library_volume(make_world: Callable[..., World]
     assert world.stored("v1/persistentvolumeclaims", f"{NAME}-library") is not None
     assert world.events.reasons == ["VolumeCreated"]
     assert p.run.verdict == Revisit()
+
+
+async def test_a_library_volume_resize_on_a_stale_cache_never_lands_on_a_pvc_that_replaced_it(
+    world: World,
+) -> None:
+    """Growing the library volume writes only to the PVC as read: someone else's made by
+    its name since the cache last saw it is never grown (VolumeWriteFailed; read anew)."""
+    pvcs, claim = "v1/persistentvolumeclaims", f"{NAME}-library"
+    await library_volume.converge_volume(world.pass_(spec={"userLibrary": {"mode": "Job"}}))
+    world.cache.put("PVC", world.emulator.get(pvcs, NAMESPACE, claim))
+    world.emulator.remove(pvcs, NAMESPACE, claim)  # the watch has not delivered it yet
+    spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    meta = {"name": claim, "namespace": NAMESPACE}
+    foreign = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": spec}
+    other = world.emulator.create(pvcs, foreign)
+    p = world.pass_(spec={"userLibrary": {"mode": "Job", "size": "50Gi"}})
+    assert await library_volume.converge_volume(p) is None
+    condition = p.run.condition("UserLibrarySynced")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("False", "VolumeWriteFailed")
+    assert world.stored(pvcs, claim) == other, "someone else's is left as it was"
+    assert world.cache.get("PVC", NAMESPACE, claim) is None, "read anew on the next pass"

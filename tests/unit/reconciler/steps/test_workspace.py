@@ -427,3 +427,68 @@ async def test_a_pass_stopped_before_the_workspace_never_takes_an_earlier_sandbo
     kept = world.stored(PVCS, CLAIM)
     assert kept is not None
     assert "ownerReferences" not in kept["metadata"]
+
+
+def replaced_behind_the_cache(world: World) -> dict[str, Any]:
+    """The PVC the cache holds is deleted and someone else's, unlabelled, made by that name
+    before the watch delivers the deletion (the cache still holds the old one): the new one."""
+    world.emulator.remove(PVCS, NAMESPACE, CLAIM)
+    foreign = retained_pvc()
+    del foreign["metadata"]["labels"]
+    made = world.emulator.create(PVCS, foreign)
+    assert world.cache.get("PVC", NAMESPACE, CLAIM) is not None, "the cache has the old one"
+    return made
+
+
+def untouched(world: World, other: dict[str, Any]) -> None:
+    """``other`` is as its maker made it: no label, owner or size of the operator's."""
+    assert world.stored(PVCS, CLAIM) == other
+
+
+async def test_a_retained_workspace_replaced_behind_a_stale_cache_leaves_the_new_pvc_alone(
+    world: World,
+) -> None:
+    """Taking back a retained workspace the cache still holds writes only to that very
+    PVC: someone else's made by its name since is never labelled as this sandbox's, so
+    neither mounted, nor adopted by its uid, nor deleted with the sandbox."""
+    world.emulator.create(PVCS, retained_pvc())
+    observed(world)
+    other = replaced_behind_the_cache(world)
+    p = world.pass_(spec=spec(retain=True))
+    assert await workspace.converge_workspace(p) == Stop("WorkspaceWriteFailed")
+    assert p.run.status.workspace is None, "no claim of this sandbox's"
+    untouched(world, other)
+    assert world.cache.get("PVC", NAMESPACE, CLAIM) is None, "read anew on the next pass"
+
+    again = world.pass_(spec=spec(retain=True))
+    assert await workspace.converge_workspace(again) == Stop("WorkspaceNameTaken")
+    await workspace.delete_unkept(world.services, sandbox_body(spec=spec()))
+    untouched(world, other)
+
+
+async def test_a_resize_on_a_stale_cache_never_lands_on_a_pvc_that_replaced_the_one_read(
+    world: World,
+) -> None:
+    """The resize goes only to the PVC as read: someone else's made by its name since is
+    neither grown nor recorded as this sandbox's claim (whose uid a later pass would adopt
+    and deleting the sandbox delete)."""
+    assert await workspace.converge_workspace(world.pass_(spec=spec())) is None
+    observed(world)
+    ours = world.stored(PVCS, CLAIM)
+    assert ours is not None
+    other = replaced_behind_the_cache(world)
+    p = world.pass_(spec=spec(size="5Gi"))
+    assert await workspace.converge_workspace(p) == Stop("WorkspaceWriteFailed")
+    condition = p.run.condition("PodReady")
+    assert condition is not None
+    assert "cannot resize" in condition.message
+    recorded_now = p.run.status.workspace
+    assert recorded_now is None or recorded_now.claim_uid != other["metadata"]["uid"]
+    untouched(world, other)
+    assert world.cache.get("PVC", NAMESPACE, CLAIM) is None, "read anew on the next pass"
+
+    recorded = {"workspace": {"claimName": CLAIM, "claimUID": ours["metadata"]["uid"]}}
+    again = world.pass_(spec=spec(size="5Gi"), status=recorded)
+    assert await workspace.converge_workspace(again) == Stop("WorkspaceNameTaken")
+    await workspace.delete_unkept(world.services, sandbox_body(spec=spec()))
+    untouched(world, other)
