@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 import aiohttp.web
@@ -42,21 +42,48 @@ def refuse_expansion(
     return [f"spec.resources.requests.storage: Forbidden: {FORBIDDEN}"]
 
 
-async def forbid_expansion(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
-    """An emulator ``before_request`` hook: a patch of a claim's resources is 403 Forbidden."""
-    if request.resource is None or request.resource.plural != "persistentvolumeclaims":
-        return None
-    if request.method.value.upper() != "PATCH" or "resources" not in json.dumps(request.data):
-        return None
-    body = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "status": "Failure",
-        "message": f'persistentvolumeclaims "{request.name}" is forbidden: {FORBIDDEN}',
-        "reason": "Forbidden",
-        "code": 403,
-    }
-    return aiohttp.web.Response(status=403, text=json.dumps(body), content_type="application/json")
+#: What the API server says to a resize it refuses for other reasons than the storage class:
+#: a ResourceQuota, a LimitRange, validation of a claim not bound yet.
+OVER_QUOTA = (
+    "exceeded quota: storage, requested: requests.storage=10Gi, used: requests.storage=1Gi, "
+    "limited: requests.storage=5Gi"
+)
+OVER_LIMIT = "maximum storage usage per PersistentVolumeClaim is 5Gi, but request is 10Gi"
+UNBOUND = (
+    "spec: Forbidden: spec is immutable after creation except resources.requests and "
+    "volumeAttributesClassName for bound claims"
+)
+
+Hook = Callable[[rendering.Request], Awaitable[aiohttp.web.StreamResponse | None]]
+
+
+def refuse_resize(code: int, words: str) -> Hook:
+    """An emulator ``before_request`` hook: a patch of a claim's resources is refused with
+    ``code`` (403 Forbidden or 422 Invalid) and ``words``, as the API server says them."""
+    reason, says = {403: ("Forbidden", "is forbidden"), 422: ("Invalid", "is invalid")}[code]
+
+    async def hook(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
+        if request.resource is None or request.resource.plural != "persistentvolumeclaims":
+            return None
+        if request.method.value.upper() != "PATCH" or "resources" not in json.dumps(request.data):
+            return None
+        body = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure",
+            "message": f'persistentvolumeclaims "{request.name}" {says}: {words}',
+            "reason": reason,
+            "code": code,
+        }
+        text = json.dumps(body)
+        return aiohttp.web.Response(status=code, text=text, content_type="application/json")
+
+    return hook
+
+
+#: An emulator ``before_request`` hook: a patch of a claim's resources is 403 Forbidden by
+#: the PersistentVolumeClaimResize admission plugin (the class does not allow expansion).
+forbid_expansion = refuse_resize(403, FORBIDDEN)
 
 
 @contextlib.contextmanager

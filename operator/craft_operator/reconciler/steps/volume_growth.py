@@ -1,10 +1,12 @@
 """Growing a PVC whose spec asks for more: one patch, and a refusal not asked again on
 every pass.
 
-A storage class without ``allowVolumeExpansion`` refuses every resize the same way; sent
-on each pass, the refused patch would be one write per pass for nothing. A refusal is
-remembered for :data:`RETRY_REFUSED_AFTER` (the class may be changed to allow expansion
-meanwhile), per sandbox, volume and size; a larger size is asked at once.
+A storage class without ``allowVolumeExpansion`` refuses every resize the same way, and so
+does a ResourceQuota or LimitRange the size exceeds; sent on each pass, the refused patch
+would be one write per pass for nothing. A refusal is remembered for
+:data:`RETRY_REFUSED_AFTER` (the class or the quota may be changed meanwhile), per sandbox,
+volume and size; a larger size is asked at once. Its message is the API server's, with the
+storage class named only when that message is about expansion not being supported.
 """
 
 from __future__ import annotations
@@ -21,6 +23,13 @@ PVC = kinds.PVC
 #: Statuses with which the API server refuses to expand a claim (its storage class has no
 #: allowVolumeExpansion, the claim is not bound yet, a quota or admission forbids it).
 RESIZE_REFUSED = (403, 422)
+#: The words (lower case) of a refusal because the claim's storage class does not allow
+#: expansion: the PersistentVolumeClaimResize admission plugin's "only dynamically
+#: provisioned pvc can be resized and the storageclass that provisions the pvc must support
+#: resize". A quota's "exceeded quota", a LimitRange's "maximum storage usage per
+#: PersistentVolumeClaim", an unbound claim's "spec is immutable ... for bound claims" are
+#: no storage class's doing.
+EXPANSION_UNSUPPORTED = ("must support resize", "allowvolumeexpansion")
 #: How long a refused resize is left before it is asked again.
 RETRY_REFUSED_AFTER = timedelta(minutes=5)
 
@@ -55,12 +64,20 @@ async def grow(
             raise
         have = (pvc.get("spec", {}).get("resources", {}).get("requests") or {}).get("storage")
         message = (
-            f"{what} cannot grow from {have} to {size}: the API server refused "
-            f"({exc.message}); the storage class must allow volume expansion"
+            f"{what} cannot grow from {have} to {size}: the API server refused ({exc.message})"
         )
+        if blames_the_storage_class(exc.message):
+            message += "; the storage class must allow volume expansion"
         refused[name] = Refusal(size, now, message)
         p.run.revisit(after=RETRY_REFUSED_AFTER.total_seconds())  # asked again then
         return pvc, message
     refused.pop(name, None)
     s.cache.put(PVC.name, grown)
     return grown, None
+
+
+def blames_the_storage_class(refusal: str) -> bool:
+    """Whether the API server's ``refusal`` of a resize says the claim's storage class does
+    not allow expansion (see :data:`EXPANSION_UNSUPPORTED`)."""
+    words = refusal.lower()
+    return any(phrase in words for phrase in EXPANSION_UNSUPPORTED)

@@ -129,6 +129,30 @@ async def test_a_refused_expansion_is_said_once_and_the_pass_goes_on(
     assert world.events.reasons == []
 
 
+@pytest.mark.parametrize(
+    ("code", "words"),
+    [(403, volumes.OVER_QUOTA), (403, volumes.OVER_LIMIT), (422, volumes.UNBOUND)],
+    ids=["a ResourceQuota", "a LimitRange", "a claim not bound yet"],
+)
+async def test_a_resize_refused_for_another_reason_than_the_storage_class_never_blames_it(
+    world: World, code: int, words: str
+) -> None:
+    """Sizes are bounded by a quota and a LimitRange: the admin is told what the API server
+    said, never sent to change a storage class that is not the cause."""
+    await workspace.converge_workspace(world.pass_(spec=spec()))
+    observed(world)
+    world.emulator.before_request.append(volumes.refuse_resize(code, words))
+    p = world.pass_(spec=spec(size="10Gi"))
+    assert await workspace.converge_workspace(p) is None, "the pod is not stopped for it"
+    status = p.run.status.workspace
+    assert status is not None
+    assert status.message is not None
+    assert "cannot grow from 1Gi to 10Gi" in status.message
+    assert words in status.message
+    assert "storage class" not in status.message
+    assert world.events.reasons[-1:] == ["WorkspaceResizeRefused"]
+
+
 async def test_a_refused_expansion_is_not_asked_again_on_every_pass(world: World) -> None:
     """A storage class without expansion refuses every time: one patch per pass would be
     writes for nothing. It is asked again after a while (the class may allow it since)."""
