@@ -54,6 +54,32 @@ COLD_START = "WorkspaceNeedsColdStart"
 SIZE_INVALID = "WorkspaceSizeInvalid"
 
 
+class RetainedForAnotherError(ForeignObjectError):
+    """The workspace's name is held by a workspace kept (``retain``) from an earlier
+    CraftSandbox of this name for another user or tenant: ``WorkspaceNameTaken``, whose
+    advice must not be to delete it (its files are that user's)."""
+
+    def __init__(self, namespace: str | None, name: str, retained_from: str) -> None:
+        super().__init__("PersistentVolumeClaim", namespace, name)
+        Exception.__init__(  # the message, in place of the generic "rename or delete it"
+            self,
+            f"PersistentVolumeClaim {namespace}/{name} is a workspace retained from an earlier "
+            f"CraftSandbox {retained_from!r} for another user or tenant, kept with that "
+            "user's files and left alone; give this sandbox another name (delete the PVC "
+            "only if that user's files may go)",
+        )
+
+
+def _not_ours(pvc: Mapping[str, Any]) -> ForeignObjectError:
+    """The error for ``pvc``, which holds the workspace's name but is not this sandbox's:
+    said as a workspace retained for another user or tenant when it is one."""
+    meta = pvc.get("metadata") or {}
+    retained_from = (meta.get("labels") or {}).get(LABEL_RETAINED)
+    if meta.get("deletionTimestamp") or has_controller(pvc) or not retained_from:
+        return ForeignObjectError.of("PersistentVolumeClaim", pvc)
+    return RetainedForAnotherError(meta.get("namespace"), str(meta.get("name")), retained_from)
+
+
 def cold_start_reason(sandbox: CraftSandbox) -> str | None:
     """Why ``sandbox`` cannot take a warm pod from a pool (``None``: it can).
 
@@ -135,7 +161,7 @@ async def _owned(p: Pass, desired: dict[str, Any]) -> dict[str, Any]:
         if found is None:
             found = await s.kube.get(PVC.api, meta["namespace"], meta["name"])
         if not _ours_unowned(p, found):
-            raise
+            raise _not_ours(found) from None
         return await _adopt(p, found)
     if result.action != "unchanged":
         name = desired["metadata"]["name"]
@@ -170,7 +196,7 @@ async def _kept(p: Pass, desired: dict[str, Any]) -> dict[str, Any]:
     if controlled_by(found, uid):
         return await _keep(p, found, desired, uid or "")
     if not _ours_unowned(p, found):
-        raise ForeignObjectError.of("PersistentVolumeClaim", found)
+        raise _not_ours(found)
     earlier = not _own_kept(p, found)  # (its labels edited away, the status still knows it)
     patch = drift_patch(found, desired)
     if patch:  # only onto the PVC as read: never onto one that replaced it since (409)

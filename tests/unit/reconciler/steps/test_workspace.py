@@ -233,6 +233,38 @@ async def test_a_retained_workspace_of_another_user_is_never_taken(
     assert pvc["metadata"]["labels"][LABEL_RETAINED] == NAME
 
 
+@pytest.mark.parametrize("retain", [False, True], ids=["owned", "kept (retain)"])
+async def test_refusing_another_users_retained_workspace_says_it_is_one_and_to_use_another_name(
+    world: World, retain: bool
+) -> None:
+    """Not the generic "rename or delete it": deleting it would delete that user's files."""
+    world.emulator.create(PVCS, retained_pvc(user=OTHER_USER))
+    observed(world)
+    p = world.pass_(spec=spec(retain=retain))
+    assert await workspace.converge_workspace(p) == Stop("WorkspaceNameTaken")
+    condition = p.run.condition("PodReady")
+    assert condition is not None
+    assert f"a workspace retained from an earlier CraftSandbox '{NAME}'" in condition.message
+    assert "for another user or tenant" in condition.message
+    assert "give this sandbox another name" in condition.message
+    assert "only if that user's files may go" in condition.message
+    assert "rename or delete it" not in condition.message
+
+
+async def test_a_pvc_of_someone_else_by_that_name_is_still_said_to_be_renamed_or_deleted(
+    world: World,
+) -> None:
+    foreign = retained_pvc()
+    del foreign["metadata"]["labels"]
+    world.emulator.create(PVCS, foreign)
+    p = world.pass_(spec=spec())
+    assert await workspace.converge_workspace(p) == Stop("WorkspaceNameTaken")
+    condition = p.run.condition("PodReady")
+    assert condition is not None
+    assert "is not managed by this CraftSandbox" in condition.message
+    assert "retained" not in condition.message
+
+
 async def test_a_write_the_api_server_refuses_is_workspace_write_failed(world: World) -> None:
     def refuse(resource: Any, obj: Any, old: Any) -> list[str]:
         return ["quota exceeded"] if resource.plural == "persistentvolumeclaims" else []
