@@ -256,7 +256,8 @@ def ready_pod() -> dict[str, object]:
     }
 
 
-@pytest.mark.parametrize(
+#: A sandbox suspended, or asleep: its spec and its status.
+STOPPED = pytest.mark.parametrize(
     ("spec", "status"),
     [
         ({"suspend": True}, {"phase": "Suspended", "suspendedAt": "2026-11-23T10:00:00Z"}),
@@ -264,6 +265,9 @@ def ready_pod() -> dict[str, object]:
     ],
     ids=["suspended", "asleep"],
 )
+
+
+@STOPPED
 async def test_a_stopped_pod_stuck_being_deleted_is_said_and_looked_at(
     world: World, spec: dict[str, object], status: dict[str, object]
 ) -> None:
@@ -307,14 +311,7 @@ async def test_a_stopped_pod_being_deleted_is_looked_at_again_once_it_would_be_o
     assert p.run.verdict.after == 91
 
 
-@pytest.mark.parametrize(
-    ("spec", "status"),
-    [
-        ({"suspend": True}, {"phase": "Suspended", "suspendedAt": "2026-11-23T10:00:00Z"}),
-        ({"idleTimeout": "1h"}, {"phase": "Sleeping", "sleepingSince": "2026-11-23T11:00:00Z"}),
-    ],
-    ids=["suspended", "asleep"],
-)
+@STOPPED
 async def test_every_other_pod_the_sandbox_controls_stops_with_its_pod(
     world: World, spec: dict[str, object], status: dict[str, object]
 ) -> None:
