@@ -28,12 +28,17 @@ from craft_operator.metrics import Metrics, MetricsPortError, MetricsServer, sta
 from craft_operator.peering.monitor import PeeringMonitor, default_identity
 from craft_operator.peering.options import PeeringOptions
 from craft_operator.reconciler.deps import Services
+from craft_operator.reconciler.detached import DEFAULT_LIMIT as DELIVERIES_LIMIT
+from craft_operator.reconciler.detached import DetachedCalls
 from craft_operator.reconciler.library_pool import LibrarySyncPool
 from craft_operator.reconciler.orphan_sweep import OrphanSweeper
 from craft_operator.reconciler.services import LibrarySyncer, StoreCredentials
 from craft_operator.reconciler.skill_renderer import SkillRenderer
 
 LoginFn = Callable[..., kopf.ConnectionInfo | None]
+#: Exec streams kept beyond the syncs' and deliveries' own: a call that ended may hold its
+#: stream a little longer while its connection closes (up to the exec's close grace).
+CLOSING_STREAMS_MARGIN = 8
 #: The kopf resources whose watches are filtered to the operator's own objects.
 CHILD_RESOURCES: tuple[tuple[str, ...], ...] = tuple(
     kind.api.resource for kind in kinds.KINDS if kind.managed_only
@@ -91,12 +96,24 @@ def configure_kopf(settings: kopf.OperatorSettings) -> None:
     settings.peering.standalone = True
 
 
+def exec_streams(settings: Settings) -> int:
+    """How many exec streams may be open at once: one for each library sync that may run
+    (CRAFT_LIBRARY_SYNC_CONCURRENCY) and each PAT or SKILL.md delivery, plus a margin for
+    calls closing. Fewer, and syncs could hold every stream while a delivery's timeout ran
+    out waiting for one, blamed on its healthy pod."""
+    return settings.library_sync_concurrency + DELIVERIES_LIMIT + CLOSING_STREAMS_MARGIN
+
+
 def build_context(
     settings: Settings, *, exec_transport: ExecTransport | None = None
 ) -> OperatorContext:
     """The services and state shared by all handlers."""
     # A retired streams session outlives the longest exec: a library sync's.
-    kube = KubeClient(request_timeout=60, stream_grace=settings.library_sync_timeout + 60)
+    kube = KubeClient(
+        request_timeout=60,
+        max_streams=exec_streams(settings),
+        stream_grace=settings.library_sync_timeout + 60,
+    )
     cache = ObjectCache()
     credentials = StoreCredentials(
         lambda: build_credential_store(settings),
@@ -119,6 +136,7 @@ def build_context(
         library_pool=LibrarySyncPool(
             settings.library_sync_concurrency, budget_seconds=settings.library_sync_timeout
         ),
+        deliveries=DetachedCalls(limit=DELIVERIES_LIMIT),
     )
     context = OperatorContext(services=services, events=events)
     context.gate.stop_also.append(credentials.forget_all)

@@ -24,3 +24,16 @@ def test_the_memo_exposes_one_services_object(tmp_path: Path) -> None:
     )
     assert context.services.library_pool.wake == context.queue.wake
     assert context.services.deliveries.wake == context.queue.wake
+
+
+def test_every_library_sync_allowed_leaves_an_exec_stream_for_each_delivery(
+    tmp_path: Path,
+) -> None:
+    # Syncs and PAT/SKILL.md deliveries share the exec session's streams: with fewer, the
+    # syncs could hold them all and a delivery's timeout run out waiting for one.
+    settings = Settings(state_dir=tmp_path, library_sync_concurrency=256)
+
+    services = build_context(settings).services
+
+    needed = services.library_pool.concurrency + services.deliveries.limit
+    assert services.kube.max_streams > needed

@@ -34,6 +34,10 @@ from craft_operator.reconciler.queue import Backoff
 T = TypeVar("T")
 #: A sandbox: (namespace, name).
 Key = tuple[str, str]
+#: Calls running at once by default (the PAT and SKILL.md deliveries' limit): each holds
+#: one of the exec session's streams, which the operator sizes to fit them beside the
+#: library syncs (``craft_operator.runtime.exec_streams``).
+DEFAULT_LIMIT = 32
 
 
 @dataclass
@@ -64,7 +68,7 @@ class DetachedCalls(Generic[T]):
         self,
         *,
         inline: float = 2.0,
-        limit: int = 32,
+        limit: int = DEFAULT_LIMIT,
         slow_limit: int | None = None,
         backoff: Backoff | None = None,
     ) -> None:
