@@ -768,6 +768,44 @@ def test_the_development_key_ring_is_a_warning_and_is_not_created(
     assert not (Path(env["CRAFT_STATE_DIR"]) / "fresh").exists()
 
 
+def test_a_state_dir_below_a_regular_file_fails_the_database_and_the_key_ring(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The operator would start, then fail every sandbox: it cannot make the folder.
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.delenv("CRAFT_ENCRYPTION_KEYS")
+    monkeypatch.setenv("CRAFT_STATE_DIR", str(blocker / "state"))
+    result = run_doctor("--skip-kubernetes")
+    assert result.exit_code == 1
+    database = line(result, "database")
+    assert database.startswith("✘ database: ")
+    assert f"cannot be created: {blocker} is not a directory" in database
+    assert database.endswith(
+        "— set CRAFT_STATE_DIR (or CRAFT_DATABASE_URL) to a folder the "
+        "operator may write in, e.g. a volume"
+    )
+    key_ring = line(result, "key ring")
+    assert key_ring.startswith("✘ key ring: no CRAFT_ENCRYPTION_KEYS, and the development key ring")
+    assert f"cannot be created: {blocker} is not a directory" in key_ring
+
+
+def test_a_state_dir_the_user_may_not_write_in_fails_the_database(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    monkeypatch.setenv("CRAFT_STATE_DIR", str(locked / "state"))
+    # Root may write anywhere: ask as a user who may not (what os.access answers).
+    access = os.access
+    monkeypatch.setattr(
+        os, "access", lambda path, mode, **kw: Path(path) != locked and access(path, mode, **kw)
+    )
+    result = run_doctor("--skip-kubernetes")
+    assert result.exit_code == 1
+    assert f"may not create files in {locked}" in line(result, "database")
+
+
 def test_a_check_that_raises_fails_its_own_line_and_the_others_still_run(
     env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

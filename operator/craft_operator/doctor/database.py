@@ -33,6 +33,7 @@ from craft_operator.credentials.tables import (
     PAT_TABLE,
     USER_TABLE,
 )
+from craft_operator.doctor.paths import WRITABLE_FIX, creation_problem
 from craft_operator.doctor.results import CheckResult, Status, fail, ok, warn
 
 DB_CONNECT_TIMEOUT_S = 10
@@ -75,6 +76,11 @@ def check_database(
     sqlite_file = _sqlite_file(url)
     if sqlite_file is not None and not sqlite_file.exists():
         detail = f"{shown} does not exist yet"
+        problem = creation_problem(sqlite_file)
+        if problem is not None:
+            return [
+                fail("database", f"{detail} and cannot be created: {problem}", WRITABLE_FIX)
+            ], None
         if settings.database_auto_migrate:
             created = ok("database", f"{detail}; the operator creates it at start")
             return [_embedded(created, settings, peering=peering)], None

@@ -16,6 +16,7 @@ from craft_operator.credentials.keyring import DEV_KEY_RING_FILE, KeyRing, key_r
 from craft_operator.credentials.rotation import KeyUsage
 from craft_operator.credentials.store import CredentialStore
 from craft_operator.credentials.tables import CREDENTIAL_TABLE
+from craft_operator.doctor.paths import WRITABLE_FIX, creation_problem
 from craft_operator.doctor.results import CheckResult, Status, fail, ok, warn
 
 #: How many tokens per key id doctor opens to prove the ring's key of that id sealed them.
@@ -47,6 +48,14 @@ def check_key_ring(
         path = settings.state_dir / DEV_KEY_RING_FILE
         production = "for production, " + _KEYS_FIX[0].lower() + _KEYS_FIX[1:]
         if not path.exists():
+            problem = creation_problem(path)
+            if problem is not None:
+                return fail(
+                    name,
+                    f"no CRAFT_ENCRYPTION_KEYS, and the development key ring {path} cannot be "
+                    f"created: {problem}",
+                    f"{WRITABLE_FIX}; for production, {_KEYS_FIX}",
+                )
             return warn(
                 name,
                 f"no CRAFT_ENCRYPTION_KEYS: the operator creates a development key ring at {path}",
