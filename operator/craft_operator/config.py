@@ -39,6 +39,9 @@ MAX_SECONDS = 365 * 24 * 3600.0
 #: A setting in seconds: finite, and at most :data:`MAX_SECONDS`.
 Seconds = Annotated[float, Field(le=MAX_SECONDS, allow_inf_nan=False)]
 
+#: The shortest CRAFT_PEERING_LIFETIME: see the setting.
+MIN_PEERING_LIFETIME = 15
+
 DEFAULT_SANDBOX_RESOURCES: dict[str, dict[str, str]] = {
     "requests": {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "5Gi"},
     "limits": {"cpu": "2", "memory": "10Gi", "ephemeral-storage": "20Gi"},
@@ -396,7 +399,11 @@ class Settings(BaseSettings):
     )
     peering_lifetime: int = Field(
         default=60,
-        ge=1,
+        # kopf touches the keep-alive every lifetime - 5..10 s, but never more often than
+        # every second: below 15 s the record may expire before the touch lands (the PATCH,
+        # a slow API server, clocks apart between the replicas), and a standby reading it
+        # then takes over while the active replica works on: two active replicas.
+        ge=MIN_PEERING_LIFETIME,
         le=3600,
         description=(
             "Seconds a replica's peering keep-alive stays valid: how long a replica that "

@@ -37,9 +37,10 @@ from tests.support.operator_process import OperatorProcess
 
 PEERINGS = "/apis/kopf.dev/v1/clusterkopfpeerings"
 PREFERRED, STANDBY = "craft-operator-0", "craft-operator-1"
-#: Seconds a keep-alive stays valid (kopf refreshes it every 1-5 s at this lifetime): how
-#: long a replica that died without a goodbye keeps its standby waiting.
-LIFETIME = 10
+#: Seconds a keep-alive stays valid (kopf refreshes it every 5-10 s at this lifetime, the
+#: shortest the settings allow): how long a replica that died without a goodbye keeps its
+#: standby waiting.
+LIFETIME = 15
 USER_ID = "3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b"
 
 

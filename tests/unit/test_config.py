@@ -481,3 +481,14 @@ def test_an_empty_s3_region_is_none_as_botocore_takes_it(
     """A templated ConfigMap's blank value worked before the region was checked."""
     monkeypatch.setenv("CRAFT_S3_REGION", "")
     assert load_settings().s3_region is None
+
+
+def test_a_peering_lifetime_that_may_expire_before_kopf_renews_it_stops_the_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # kopf renews the keep-alive 5 to 10 s before it expires, every second at the most: a
+    # shorter lifetime lets a standby take over from an active replica that works on.
+    message = settings_error(monkeypatch, CRAFT_PEERING_LIFETIME="14")
+    assert "CRAFT_PEERING_LIFETIME: Input should be greater than or equal to 15" in message
+    monkeypatch.setenv("CRAFT_PEERING_LIFETIME", "15")
+    assert load_settings().peering_lifetime == 15
