@@ -41,6 +41,12 @@ Seconds = Annotated[float, Field(le=MAX_SECONDS, allow_inf_nan=False)]
 
 #: The shortest CRAFT_PEERING_LIFETIME: see the setting.
 MIN_PEERING_LIFETIME = 15
+#: The shortest interval or timeout in seconds of the reconciler's own clocks (resync, idle
+#: check, provisioning): a fraction of a second revisits every sandbox back to back.
+MIN_INTERVAL = 1.0
+#: The shortest orphan sweep interval but 0 (off): each sweep reads every row of the
+#: cluster, and one failing (the database down) is tried again an interval later.
+MIN_ORPHAN_SWEEP_INTERVAL = 60.0
 
 DEFAULT_SANDBOX_RESOURCES: dict[str, dict[str, str]] = {
     "requests": {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "5Gi"},
@@ -237,7 +243,8 @@ class Settings(BaseSettings):
         default=600.0,
         ge=0,
         description=(
-            "Seconds between sweeps that revoke PATs whose CraftSandbox is gone (0: never)."
+            "Seconds between sweeps that revoke PATs whose CraftSandbox is gone (0: never; "
+            "else at least 60)."
         ),
     )
     s3_bucket: str | None = Field(default=None, description="Default S3 bucket of user libraries.")
@@ -276,7 +283,7 @@ class Settings(BaseSettings):
     )
     idle_check_interval: Seconds = Field(
         default=60.0,
-        gt=0,
+        ge=MIN_INTERVAL,
         description="Seconds between idle-timeout checks of each sandbox.",
     )
     workers: int = Field(default=16, ge=1, le=256, description="Sandboxes reconciled concurrently.")
@@ -286,7 +293,7 @@ class Settings(BaseSettings):
     )
     resync_interval: Seconds = Field(
         default=300.0,
-        gt=0,
+        ge=MIN_INTERVAL,
         description="Seconds between revisits of a sandbox when nothing changes (catches PATs "
         "revoked out of band).",
     )
@@ -366,7 +373,7 @@ class Settings(BaseSettings):
     )
     provisioning_timeout: Seconds = Field(
         default=180.0,
-        gt=0,
+        ge=MIN_INTERVAL,
         description="Seconds a pod may take to become ready.",
     )
     allow_unrestricted_egress: bool = Field(
@@ -520,6 +527,15 @@ class Settings(BaseSettings):
     def _check_database_url(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None:
             check_database_url_text(value.get_secret_value())
+        return value
+
+    @field_validator("orphan_sweep_interval")
+    @classmethod
+    def _check_sweep_interval(cls, value: float) -> float:
+        # A sweep every few milliseconds would read every row back to back, and, with the
+        # database down, log its failure as often.
+        if 0 < value < MIN_ORPHAN_SWEEP_INTERVAL:
+            raise ValueError(f"must be 0 (no sweeps) or at least {MIN_ORPHAN_SWEEP_INTERVAL:.0f}")
         return value
 
     @field_validator("library_volume_size")

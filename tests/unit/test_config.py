@@ -153,7 +153,7 @@ def test_every_public_variable_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
         ("CRAFT_S3_ENDPOINT_URL", "minio:9000", "should match pattern"),
         ("CRAFT_SANDBOX_IMAGE", "", "at least 1 character"),
         ("CRAFT_OPERATOR_NAMESPACE", "Craft System", "should match pattern"),
-        ("CRAFT_IDLE_CHECK_INTERVAL", "0", "greater than 0"),
+        ("CRAFT_IDLE_CHECK_INTERVAL", "0", "greater than or equal to 1"),
         ("CRAFT_CREDENTIAL_RENEWAL_GRACE", "0", "greater than 0"),
         ("CRAFT_CREDENTIAL_RENEWAL_GRACE", "5m", "valid number"),
     ],
@@ -492,3 +492,38 @@ def test_a_peering_lifetime_that_may_expire_before_kopf_renews_it_stops_the_star
     assert "CRAFT_PEERING_LIFETIME: Input should be greater than or equal to 15" in message
     monkeypatch.setenv("CRAFT_PEERING_LIFETIME", "15")
     assert load_settings().peering_lifetime == 15
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "reason"),
+    [
+        ("CRAFT_ORPHAN_SWEEP_INTERVAL", "0.001", "must be 0 (no sweeps) or at least 60"),
+        ("CRAFT_ORPHAN_SWEEP_INTERVAL", "59", "must be 0 (no sweeps) or at least 60"),
+        ("CRAFT_RESYNC_INTERVAL", "0.001", "greater than or equal to 1"),
+        ("CRAFT_IDLE_CHECK_INTERVAL", "0.5", "greater than or equal to 1"),
+        ("CRAFT_PROVISIONING_TIMEOUT", "0.5", "greater than or equal to 1"),
+    ],
+)
+def test_an_interval_short_enough_to_make_a_hot_loop_stops_the_start(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, reason: str
+) -> None:
+    # 0.001 s between sweeps, with the database down, logged a failure every millisecond.
+    message = settings_error(monkeypatch, **{variable: value})
+    assert f"{variable}: " in message
+    assert reason in message
+
+
+def test_the_shortest_intervals_allowed_and_no_orphan_sweep_start_the_operator(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CRAFT_ORPHAN_SWEEP_INTERVAL", "60")
+    for variable in (
+        "CRAFT_RESYNC_INTERVAL",
+        "CRAFT_IDLE_CHECK_INTERVAL",
+        "CRAFT_PROVISIONING_TIMEOUT",
+    ):
+        monkeypatch.setenv(variable, "1")
+    settings = load_settings()
+    assert (settings.orphan_sweep_interval, settings.resync_interval) == (60.0, 1.0)
+    monkeypatch.setenv("CRAFT_ORPHAN_SWEEP_INTERVAL", "0")
+    assert load_settings().orphan_sweep_interval == 0.0
