@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings import SettingsError as SourceParseError
@@ -39,6 +46,12 @@ MAX_SECONDS = 365 * 24 * 3600.0
 #: A setting in seconds: finite, and at most :data:`MAX_SECONDS`.
 Seconds = Annotated[float, Field(le=MAX_SECONDS, allow_inf_nan=False)]
 
+#: The longest session STS gives a role (its ``MaxSessionDuration`` at most), and how long
+#: a sync Job's scoped session outlives the Job's deadline: with CRAFT_LIBRARY_JOB_ROLE_ARN
+#: set, a sync may take at most the difference, or its S3 credentials would expire mid-sync.
+MAX_SCOPED_SESSION_SECONDS = 43_200
+SCOPED_SESSION_SLACK_SECONDS = 300
+MAX_SCOPED_SYNC_TIMEOUT = MAX_SCOPED_SESSION_SECONDS - SCOPED_SESSION_SLACK_SECONDS
 #: The shortest CRAFT_PEERING_LIFETIME: see the setting.
 MIN_PEERING_LIFETIME = 15
 #: The shortest interval or timeout in seconds of the reconciler's own clocks (resync, idle
@@ -536,6 +549,19 @@ class Settings(BaseSettings):
         # database down, log its failure as often.
         if 0 < value < MIN_ORPHAN_SWEEP_INTERVAL:
             raise ValueError(f"must be 0 (no sweeps) or at least {MIN_ORPHAN_SWEEP_INTERVAL:.0f}")
+        return value
+
+    @field_validator("library_sync_timeout")
+    @classmethod
+    def _check_sync_timeout(cls, value: float, info: ValidationInfo) -> float:
+        # Fields are validated in order: the role's ARN is read before the timeout.
+        if info.data.get("library_job_role_arn") and value > MAX_SCOPED_SYNC_TIMEOUT:
+            raise ValueError(
+                f"must be at most {MAX_SCOPED_SYNC_TIMEOUT} with CRAFT_LIBRARY_JOB_ROLE_ARN "
+                f"set: a sync Job's scoped S3 credentials last at most "
+                f"{MAX_SCOPED_SESSION_SECONDS} s (STS's longest session), and must outlive "
+                f"its deadline by {SCOPED_SESSION_SLACK_SECONDS} s"
+            )
         return value
 
     @field_validator("library_volume_size")

@@ -527,3 +527,21 @@ def test_the_shortest_intervals_allowed_and_no_orphan_sweep_start_the_operator(
     assert (settings.orphan_sweep_interval, settings.resync_interval) == (60.0, 1.0)
     monkeypatch.setenv("CRAFT_ORPHAN_SWEEP_INTERVAL", "0")
     assert load_settings().orphan_sweep_interval == 0.0
+
+
+def test_a_sync_timeout_the_scoped_credentials_would_not_outlive_stops_the_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # STS gives a session 12 h at most: a Job's S3 credentials expired mid-sync.
+    role = "arn:aws:iam::123456789012:role/craft-library-reader"
+    message = settings_error(
+        monkeypatch, CRAFT_LIBRARY_JOB_ROLE_ARN=role, CRAFT_LIBRARY_SYNC_TIMEOUT="42901"
+    )
+    assert "CRAFT_LIBRARY_SYNC_TIMEOUT: must be at most 42900 with CRAFT_LIBRARY_JOB_ROLE_ARN" in (
+        message
+    )
+    monkeypatch.setenv("CRAFT_LIBRARY_SYNC_TIMEOUT", "42900")
+    assert load_settings().library_sync_timeout == 42900.0
+    monkeypatch.delenv("CRAFT_LIBRARY_JOB_ROLE_ARN")
+    monkeypatch.setenv("CRAFT_LIBRARY_SYNC_TIMEOUT", "86400")  # the shared Secret's keys last
+    assert load_settings().library_sync_timeout == 86400.0

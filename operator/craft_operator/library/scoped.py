@@ -13,18 +13,20 @@ shared Secret ``CRAFT_LIBRARY_S3_SECRET`` is used as before (see the README).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from pydantic import SecretStr
 
+from craft_operator.config import MAX_SCOPED_SESSION_SECONDS, SCOPED_SESSION_SLACK_SECONDS
 from craft_operator.library.errors import S3AccessDeniedError, S3Error, S3UnavailableError
 from craft_operator.library.location import LibraryLocation, S3CredentialsSecret
 
 #: STS refuses sessions shorter than 15 minutes; roles allow 1 hour unless raised.
 MIN_SESSION_SECONDS = 900
-MAX_SESSION_SECONDS = 43200
+MAX_SESSION_SECONDS = MAX_SCOPED_SESSION_SECONDS
 SECRET_SUFFIX = "-s3"  # noqa: S105 -- a name suffix
 
 
@@ -61,8 +63,9 @@ class ScopedCredentials:
 
 
 def session_seconds(job_deadline_seconds: float) -> int:
-    """A session that outlives the Job's deadline (with 5 minutes' slack), within STS's range."""
-    wanted = int(job_deadline_seconds) + 300
+    """A session that outlives the Job's deadline (with 5 minutes' slack), within STS's range
+    (the settings refuse a CRAFT_LIBRARY_SYNC_TIMEOUT the longest would not outlive)."""
+    wanted = math.ceil(job_deadline_seconds) + SCOPED_SESSION_SLACK_SECONDS
     return max(MIN_SESSION_SECONDS, min(MAX_SESSION_SECONDS, wanted))
 
 

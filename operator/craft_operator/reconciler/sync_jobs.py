@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -211,13 +212,19 @@ def desired_job(
         sequence=sequence,
         caps=caps_from_settings(settings),
         revision=revision,
-        active_deadline_seconds=int(settings.library_sync_timeout),
+        active_deadline_seconds=job_deadline_seconds(settings),
     )
     annotations = job["metadata"].setdefault("annotations", {})
     annotations.update({ANNOTATION_POD_UID: pod_uid, ANNOTATION_CONFIG: config})
     if capacity:
         annotations[ANNOTATION_CAPACITY] = capacity
     return job
+
+
+def job_deadline_seconds(settings: Settings) -> int:
+    """A sync Job's ``activeDeadlineSeconds``: CRAFT_LIBRARY_SYNC_TIMEOUT rounded up, and
+    never 0 (a Job with no time at all fails at once, every sync with it)."""
+    return max(1, math.ceil(settings.library_sync_timeout))
 
 
 @functools.lru_cache(maxsize=4)
@@ -245,7 +252,7 @@ async def scoped_credentials(
         location,
         namespace=meta["namespace"],
         job_name=meta["name"],
-        seconds=session_seconds(settings.library_sync_timeout),
+        seconds=session_seconds(job_deadline_seconds(settings)),
     )
 
 

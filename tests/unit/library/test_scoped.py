@@ -145,3 +145,30 @@ def test_with_a_role_the_job_reads_its_own_secret_and_needs_no_shared_one(tmp_pa
         if "secretKeyRef" in item.get("valueFrom", {})
     }
     assert secrets == {"alice-library-2-s3"}
+
+
+def test_a_subsecond_sync_timeout_gives_the_job_a_second_not_none(tmp_path: Path) -> None:
+    # activeDeadlineSeconds 0: the Job controller fails every Job at once (DeadlineExceeded).
+    settings = Settings(state_dir=tmp_path, library_s3_secret="s3", library_sync_timeout=0.5)
+
+    job = desired_job(
+        sandbox(), settings, LOCATION, sequence=1, revision="r", pod_uid="p", config="c"
+    )
+
+    assert job["spec"]["activeDeadlineSeconds"] == 1
+
+
+def test_the_longest_sync_timeout_allowed_with_a_role_leaves_the_session_outliving_the_job(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(
+        state_dir=tmp_path, library_job_role_arn=ROLE, library_sync_timeout=43200 - 300.5
+    )
+
+    job = desired_job(
+        sandbox(), settings, LOCATION, sequence=1, revision="r", pod_uid="p", config="c"
+    )
+
+    deadline = job["spec"]["activeDeadlineSeconds"]
+    assert deadline >= settings.library_sync_timeout
+    assert session_seconds(settings.library_sync_timeout) >= deadline
