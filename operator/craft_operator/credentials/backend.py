@@ -17,7 +17,18 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any, cast
 
-from sqlalchemy import Engine, Row, Select, Table, bindparam, inspect, null, select
+from sqlalchemy import (
+    Engine,
+    FromClause,
+    Row,
+    Select,
+    Table,
+    bindparam,
+    inspect,
+    literal,
+    null,
+    select,
+)
 from sqlalchemy.engine import Connection
 
 from craft_operator.credentials.db import (
@@ -30,7 +41,7 @@ from craft_operator.credentials.errors import CredentialsError, SchemaMissingErr
 from craft_operator.credentials.keyring import KeyRing
 from craft_operator.credentials.tables import LibrarySyncRecord, SandboxCredential
 from craft_operator.credentials.tenants import DEFAULT_TABLES, OnyxTables, tenant_tables
-from craft_operator.credentials.tokens import PatType
+from craft_operator.credentials.tokens import PAT_NAME_PREFIX, PatType
 
 #: The store's modules all log under the store's name (as before they were split out).
 log = logging.getLogger("craft_operator.credentials.store")
@@ -92,18 +103,8 @@ def current_row_query(
                 grace_pat.c.expires_at.label("grace_expires_at"),
             ]
         )
-        # Only a Craft PAT of the row's user is the row's: one of another user or kind under
-        # that id (ids restart in each tenant's schema) reads as gone, and is never acted on.
-        joined = joined.outerjoin(
-            pat,
-            (pat.c.id == CRED.c.pat_id)
-            & (pat.c.user_id == CRED.c.user_id)
-            & (pat.c.pat_type == PatType.CRAFT),
-        ).outerjoin(
-            grace_pat,
-            (grace_pat.c.id == CRED.c.superseded_pat_id)
-            & (grace_pat.c.user_id == CRED.c.user_id)
-            & (grace_pat.c.pat_type == PatType.CRAFT),
+        joined = joined.outerjoin(pat, _is_the_rows(pat, CRED.c.pat_id, current=True)).outerjoin(
+            grace_pat, _is_the_rows(grace_pat, CRED.c.superseded_pat_id, current=False)
         )
     if onyx_mode and users is None:
         columns.append(null().label("user_active"))
@@ -121,6 +122,26 @@ def current_row_query(
         )
     )
     return query.with_for_update(of=CRED) if lock else query
+
+
+#: The name the mint gives a row's PATs (:func:`~.tokens.pat_name` of the row's sandbox).
+_ROW_PAT_NAME = literal(PAT_NAME_PREFIX) + CRED.c.namespace + literal("/") + CRED.c.name
+
+
+def _is_the_rows(pat: FromClause, pat_id: Any, *, current: bool) -> Any:
+    """Whether a PAT of the table ``pat`` is the one a row names by the column ``pat_id``:
+    of that id, a Craft PAT of the row's user, named after the row's sandbox and, for the
+    row's ``current`` PAT, created when the row says (the mint writes both at once). Ids
+    alone restart when a tenant's schema is recreated or restored while the operator's own
+    table is not: another sandbox's PAT under that id reads as gone, and is never acted on
+    (the superseded PAT's creation is not recorded: its name ties it)."""
+    condition = (
+        (pat.c.id == pat_id)
+        & (pat.c.user_id == CRED.c.user_id)
+        & (pat.c.pat_type == PatType.CRAFT)
+        & (pat.c.name == _ROW_PAT_NAME)
+    )
+    return condition & (pat.c.created_at == CRED.c.created_at) if current else condition
 
 
 def _gone_for_good(connection: Connection, gone: TenantGoneError) -> None:

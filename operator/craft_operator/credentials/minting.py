@@ -33,7 +33,13 @@ from craft_operator.credentials.errors import UserInactiveError, UserNotFoundErr
 from craft_operator.credentials.keyring import parse_header, seal_token
 from craft_operator.credentials.model import IssuedCredential, SandboxIdentity
 from craft_operator.credentials.renewal import GRACEFUL, EnsurePolicy
-from craft_operator.credentials.revocation import grace_statement, revoke_pats_statement
+from craft_operator.credentials.revocation import (
+    RowPat,
+    grace_statement,
+    joined_grace_pat,
+    owner_of,
+    revoke_pats_statement,
+)
 from craft_operator.credentials.tenants import OnyxTables
 from craft_operator.credentials.tokens import (
     CRAFT_SCOPES,
@@ -161,14 +167,19 @@ def _retiring(
     period revoked."""
     if row is None:
         return []
-    revoked = [] if row.superseded_pat_id is None else [row.superseded_pat_id]
+    owner = owner_of(row)
+    # Only a grace PAT the row's join found its own (another's may have its recorded id).
+    grace_pat = joined_grace_pat(row)
+    revoked = [] if grace_pat is None else [grace_pat]
     statements: list[Any] = []
-    if superseded is not None and grace is not None:
-        statements.append(grace_statement(superseded, grace, now, pat, user_id=row.user_id))
-    elif superseded is not None:
-        revoked.append(superseded)
+    if superseded is not None:
+        current = RowPat(superseded, row.created_at)
+        if grace is not None:
+            statements.append(grace_statement(current, grace, now, pat, owner=owner))
+        else:
+            revoked.append(current)
     if revoked:
-        statements.append(revoke_pats_statement(revoked, now, pat, user_id=row.user_id))
+        statements.append(revoke_pats_statement(revoked, now, pat, owner=owner))
     return statements
 
 

@@ -22,10 +22,10 @@ from sqlalchemy import Table, delete, exists, func, select, update
 from craft_operator.credentials.backend import log
 from craft_operator.credentials.db import WRITE_OPTION, translated_errors
 from craft_operator.credentials.model import utc_now
-from craft_operator.credentials.revocation import revoke_pats_statement
+from craft_operator.credentials.revocation import PatOwner, RowPat, revoke_pats_statement
 from craft_operator.credentials.store import CredentialStore
 from craft_operator.credentials.tables import LibrarySyncRecord, SandboxCredential
-from craft_operator.credentials.tokens import DEFAULT_TENANT
+from craft_operator.credentials.tokens import DEFAULT_TENANT, pat_name
 
 _CRED = cast(Table, SandboxCredential.__table__)
 _LIBRARY = cast(Table, LibrarySyncRecord.__table__)
@@ -98,14 +98,16 @@ def revoke_orphan(
     A row that changed since it was listed (a new sandbox of that name minted in the
     meantime: new uid, new version) is left alone and ``False`` returned. One transaction:
     the PATs are revoked only together with the row's deletion. In multi-tenant Onyx the
-    PATs are revoked in the schema of the row's tenant.
+    PATs are revoked in the schema of the row's tenant. Only the row's own are: Craft PATs
+    of its user named after its sandbox, the current one created with the row (see
+    :func:`~.revocation.revoke_pats_statement`).
     """
     writer = store.engine.execution_options(**{WRITE_OPTION: True})
     with (
         translated_errors(f"revoking the orphaned PAT {row.pat_id}"),
         writer.begin() as connection,
     ):
-        user_id = connection.execute(
+        deleted = connection.execute(
             delete(_CRED)
             .where(
                 _CRED.c.id == row.row_id,
@@ -113,13 +115,15 @@ def revoke_orphan(
                 _CRED.c.sandbox_uid == row.sandbox_uid,
                 _CRED.c.pat_id == row.pat_id,
             )
-            .returning(_CRED.c.user_id)
-        ).scalar_one_or_none()
-        if user_id is None:
+            .returning(_CRED.c.user_id, _CRED.c.created_at)
+        ).one_or_none()
+        if deleted is None:
             return False
-        pat_ids = [row.pat_id]
+        # The row's current PAT is the one of its id created with it (ids alone may name
+        # another sandbox's, once its tenant's schema was recreated or restored).
+        pats = [RowPat(row.pat_id, deleted.created_at)]
         if row.superseded_pat_id is not None:
-            pat_ids.append(row.superseded_pat_id)
+            pats.append(RowPat(row.superseded_pat_id))
         tables = store.revocable(connection, row.tenant_id)
         if tables is None:
             log.warning(
@@ -131,9 +135,8 @@ def revoke_orphan(
                 row.pat_id,
             )
         else:
-            statement = revoke_pats_statement(
-                pat_ids, now or utc_now(), tables.pat, user_id=user_id
-            )
+            owner = PatOwner(deleted.user_id, pat_name(row.namespace, row.name))
+            statement = revoke_pats_statement(pats, now or utc_now(), tables.pat, owner=owner)
             connection.execute(statement)
         connection.execute(delete(_LIBRARY).where(_LIBRARY.c.sandbox_uid == row.sandbox_uid))
     return True

@@ -13,7 +13,8 @@ from sqlalchemy import select, update
 from craft_operator.credentials.backend import CRED, StoreBackend, log
 from craft_operator.credentials.db import translated_errors
 from craft_operator.credentials.model import SandboxIdentity
-from craft_operator.credentials.revocation import revoke_pat_statement
+from craft_operator.credentials.revocation import PatOwner, RowPat, revoke_pat_statement
+from craft_operator.credentials.tokens import pat_name
 
 
 def retire(backend: StoreBackend, identity: SandboxIdentity, pat_id: int) -> int | None:
@@ -22,9 +23,11 @@ def retire(backend: StoreBackend, identity: SandboxIdentity, pat_id: int) -> int
 
     Acts only on this cluster's row of the sandbox with this uid whose current PAT is
     ``pat_id`` (a PAT the pod validated but that has since been replaced proves nothing),
-    and only on the PAT that row records as superseded, of the row's user. Idempotent: the
-    row forgets its superseded PAT, so a second call revokes nothing. In multi-tenant Onyx
-    the PAT is revoked in the schema of the row's tenant.
+    and only on the PAT that row records as superseded, of the row's user and named after
+    the sandbox (another's under that id, once its tenant's schema was recreated or
+    restored, is left alone). Idempotent: the row forgets its superseded PAT, so a second
+    call revokes nothing. In multi-tenant Onyx the PAT is revoked in the schema of the
+    row's tenant.
     """
     with (
         translated_errors(f"retiring the superseded PAT of {identity}"),
@@ -45,9 +48,10 @@ def retire(backend: StoreBackend, identity: SandboxIdentity, pat_id: int) -> int
         if row is None:
             return None
         pat = backend.tables(connection, row.tenant_id).pat
+        owner = PatOwner(row.user_id, pat_name(identity.namespace, identity.name))
         now = backend.clock()
         revoked = connection.execute(
-            revoke_pat_statement(row.superseded_pat_id, now, pat, user_id=row.user_id)
+            revoke_pat_statement(RowPat(row.superseded_pat_id), now, pat, owner=owner)
             .where(pat.c.expires_at > now)
             .returning(pat.c.id)
         ).scalar_one_or_none()

@@ -6,15 +6,15 @@ import dataclasses
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import Table, case, delete, literal, update
+from sqlalchemy import Table, case, delete, false, literal, or_, update
 
 from craft_operator.api.times import utc
 from craft_operator.credentials.backend import CRED, LIBRARY, PAT, StoreBackend, log
 from craft_operator.credentials.db import translated_errors
 from craft_operator.credentials.model import CredentialInfo, credential_info
-from craft_operator.credentials.tokens import PatType
+from craft_operator.credentials.tokens import PatType, pat_name
 
 
 def _no_later_than(moment: datetime, pat: Table) -> Any:
@@ -41,17 +41,69 @@ def _live(now: datetime, pat: Table) -> Any:
 REVOCATION_SKEW = timedelta(minutes=5)
 
 
-def _craft_pat_of(user_id: uuid.UUID, pat: Table) -> Any:
-    """Whether a PAT is a Craft PAT of ``user_id``: the operator acts on no other, whatever
-    the id it looked up names (ids restart in each tenant's schema)."""
-    return (pat.c.user_id == user_id) & (pat.c.pat_type == PatType.CRAFT)
+class RowPat(NamedTuple):
+    """A PAT a credential row names: its id and, for the row's current PAT, when it was
+    created (the mint writes the row's ``created_at`` on it); ``None`` for the PAT in its
+    grace period, whose creation the row does not record."""
+
+    pat_id: int
+    created_at: datetime | None = None
+
+
+class PatOwner(NamedTuple):
+    """Whose PATs a credential row's are: Craft PATs of its user, named after its sandbox
+    (:func:`~.tokens.pat_name`)."""
+
+    user_id: uuid.UUID
+    name: str
+
+
+def owner_of(row: Any) -> PatOwner:
+    """The owner of the PATs of credential ``row`` (its user, namespace and name)."""
+    return PatOwner(row.user_id, pat_name(row.namespace, row.name))
+
+
+def joined_pats(row: Any) -> list[RowPat]:
+    """The PATs of credential ``row`` (joined to them, see
+    :func:`~.backend.current_row_query`) that the join found to be the row's: its current
+    PAT, then the one in its grace period. Another's PAT under a recorded id (ids restart
+    when a tenant's schema is recreated or restored) is not among them."""
+    pats = [] if row.pat_hash is None else [RowPat(row.pat_id, row.created_at)]
+    grace = joined_grace_pat(row)
+    return pats if grace is None else [*pats, grace]
+
+
+def joined_grace_pat(row: Any) -> RowPat | None:
+    """The PAT in its grace period of credential ``row`` (joined to it), if the join found
+    it the row's (see :func:`joined_pats`)."""
+    if row.superseded_pat_id is None or row.grace_revoked is None:
+        return None
+    return RowPat(row.superseded_pat_id)
+
+
+def _owned(pats: Sequence[RowPat], owner: PatOwner, pat: Table) -> Any:
+    """Whether a PAT is one of ``pats`` and a Craft PAT of ``owner``: the operator acts on
+    no other, whatever the id it looked up names (ids restart in each tenant's schema, and
+    again when one is recreated or restored)."""
+    named = [
+        pat.c.id == one.pat_id
+        if one.created_at is None
+        else (pat.c.id == one.pat_id) & (pat.c.created_at == one.created_at)
+        for one in pats
+    ]
+    return (
+        or_(false(), *named)
+        & (pat.c.user_id == owner.user_id)
+        & (pat.c.pat_type == PatType.CRAFT)
+        & (pat.c.name == owner.name)
+    )
 
 
 def revoke_pats_statement(
-    pat_ids: Sequence[int], now: datetime, pat: Table = PAT, *, user_id: uuid.UUID
+    pats: Sequence[RowPat], now: datetime, pat: Table = PAT, *, owner: PatOwner
 ) -> Any:
-    """Onyx's revocation of each PAT of ``pat_ids`` that is a Craft PAT of ``user_id`` (in
-    the table ``pat``: a tenant's, in multi-tenant Onyx): ``is_revoked`` true and
+    """Onyx's revocation of each PAT of ``pats`` that is a Craft PAT of ``owner`` (in the
+    table ``pat``: a tenant's, in multi-tenant Onyx): ``is_revoked`` true and
     ``expires_at`` :data:`REVOCATION_SKEW` before now (never later). Also of one only
     marked ``is_revoked`` (by hand, say), which Onyx's server still accepts until its
     ``expires_at``."""
@@ -59,8 +111,7 @@ def revoke_pats_statement(
     return (
         update(pat)
         .where(
-            pat.c.id.in_(list(pat_ids)),
-            _craft_pat_of(user_id, pat),
+            _owned(pats, owner, pat),
             pat.c.is_revoked.is_(False) | _live(past, pat),
         )
         .values(is_revoked=True, expires_at=_no_later_than(past, pat))
@@ -68,21 +119,21 @@ def revoke_pats_statement(
 
 
 def revoke_pat_statement(
-    pat_id: int, now: datetime, pat: Table = PAT, *, user_id: uuid.UUID
+    row_pat: RowPat, now: datetime, pat: Table = PAT, *, owner: PatOwner
 ) -> Any:
     """Onyx's revocation: ``is_revoked`` true and ``expires_at`` in the past (never later)."""
-    return revoke_pats_statement([pat_id], now, pat, user_id=user_id)
+    return revoke_pats_statement([row_pat], now, pat, owner=owner)
 
 
 def grace_statement(
-    pat_id: int, until: datetime, now: datetime, pat: Table = PAT, *, user_id: uuid.UUID
+    row_pat: RowPat, until: datetime, now: datetime, pat: Table = PAT, *, owner: PatOwner
 ) -> Any:
     """Leave a superseded PAT live until ``until`` at the latest: its ``expires_at`` is
     shortened to it (never extended), so Onyx's server refuses it from then on even if the
     operator is gone by then. One marked ``is_revoked`` meanwhile expires as revoked."""
     return (
         update(pat)
-        .where(pat.c.id == pat_id, _craft_pat_of(user_id, pat))
+        .where(_owned([row_pat], owner, pat))
         .values(
             expires_at=case(
                 (pat.c.is_revoked.is_(True), _no_later_than(now - REVOCATION_SKEW, pat)),
@@ -129,12 +180,10 @@ def revoke_named(
             return None
         now = backend.clock()
         info = credential_info(row, now)
-        pat_ids = [row.pat_id]
-        if row.superseded_pat_id is not None:
-            pat_ids.append(row.superseded_pat_id)
+        pats = joined_pats(row)
         tables = backend.revocable(connection, row.tenant_id)
-        if tables is not None:
-            statement = revoke_pats_statement(pat_ids, now, tables.pat, user_id=row.user_id)
+        if tables is not None and pats:
+            statement = revoke_pats_statement(pats, now, tables.pat, owner=owner_of(row))
             connection.execute(statement)
         connection.execute(delete(CRED).where(CRED.c.id == row.id))
         # The row's library record goes with it, whichever sandbox of this name it was
@@ -148,7 +197,15 @@ def revoke_named(
             row.tenant_id,
         )
         return dataclasses.replace(info, forgotten=True)
-    log.info("%s: revoked PAT %s", subject, " and ".join(str(pat_id) for pat_id in pat_ids))
+    if not pats:
+        log.warning(
+            "%s: forgot its credential: PAT %s is not in Onyx (deleted, or its tenant's "
+            "schema recreated or restored: another sandbox's PAT may have its id)",
+            subject,
+            row.pat_id,
+        )
+        return info
+    log.info("%s: revoked PAT %s", subject, " and ".join(str(one.pat_id) for one in pats))
     return info
 
 

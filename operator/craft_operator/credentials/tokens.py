@@ -21,6 +21,8 @@ PAT_RANDOM_BYTES = 192
 DEFAULT_TENANT = "public"
 #: Scopes of a sandbox PAT: the agent may use the Craft sandbox API surface only.
 CRAFT_SCOPES: tuple[str, ...] = ("craft_sandbox",)
+#: How a sandbox PAT's name starts; ``namespace/name`` of its sandbox follows.
+PAT_NAME_PREFIX = "craft-sandbox "
 
 
 class PatType(StrEnum):
@@ -55,4 +57,4 @@ def display_form(token: SecretStr | str) -> str:
 
 def pat_name(namespace: str, name: str) -> str:
     """The PAT's label in Onyx's token list, naming the sandbox it belongs to."""
-    return f"craft-sandbox {namespace}/{name}"
+    return f"{PAT_NAME_PREFIX}{namespace}/{name}"

@@ -95,6 +95,16 @@ class TenantDatabase:
         with self.engine.connect() as connection:
             return int(connection.execute(query).scalar_one()) == 1
 
+    def recreate(self, tenant: str, *users: uuid.UUID) -> None:
+        """Drop ``tenant``'s schema and make it again with only ``users`` (as a restore of
+        a backup taken before its PATs would): its PAT ids start again from 1, while the
+        operator's own table, in the default schema, keeps its rows."""
+        with self.engine.begin() as connection:
+            connection.execute(sa.text(f'DROP SCHEMA "{tenant}" CASCADE'))
+        create_onyx_tables(self.engine, schema=tenant)
+        for user in users:
+            add_user(self.engine, user_id=user, schema=tenant)
+
     def rows(self) -> list[Any]:
         table = SandboxCredential.__table__
         with self.engine.connect() as connection:
@@ -547,3 +557,136 @@ def test_a_row_whose_tenant_has_no_schema_while_the_default_has_onyxs_is_never_f
     assert not pat.is_revoked
     assert tenants.rows() == [("alice", "tenant_c")]
     assert before.revoke(ALICE), "with the setting off, as the message says"
+
+
+# A tenant's schema recreated or restored while the operator's table is not: PAT ids start
+# again, so a row may name the id of another sandbox's new PAT (of the same user). Only the
+# PAT named after the row's sandbox, created with the row, is the row's.
+
+
+def untouched(tenants: TenantDatabase, issued: Any) -> bool:
+    """Whether the PAT ``issued`` in TENANT_A is as it was minted: not revoked, its expiry
+    unchanged (Onyx's server goes by the expiry)."""
+    pat = tenants.pat(TENANT_A, issued.pat_id)
+    return bool(not pat.is_revoked and pat.expires_at == issued.expires_at)
+
+
+def recreated_with_bob_holding_alice_s_pat_id(
+    store: CredentialStore, tenants: TenantDatabase, user: uuid.UUID
+) -> tuple[Any, Any]:
+    """Alice and Bob (one user) minted in TENANT_A, the schema recreated, Bob's new PAT
+    minted under Alice's PAT id; Alice's first PAT and Bob's new one."""
+    alice = ensure(store, ALICE, user, TENANT_A)
+    ensure(store, BOB, user, TENANT_A)
+    tenants.recreate(TENANT_A, user)
+    bob = ensure(store, BOB, user, TENANT_A)
+    assert (bob.minted, bob.pat_id) == (True, alice.pat_id)
+    return alice, bob
+
+
+def test_a_mint_after_a_tenant_s_schema_was_recreated_leaves_another_s_pat_of_the_old_id_live(
+    store: CredentialStore, tenants: TenantDatabase
+) -> None:
+    user = tenants.new_user(TENANT_A)
+    _, bob = recreated_with_bob_holding_alice_s_pat_id(store, tenants, user)
+
+    alice = ensure(store, ALICE, user, TENANT_A)
+
+    assert alice.minted
+    assert alice.superseded_pat_id is None
+    assert untouched(tenants, bob)
+    assert tenants.authenticates(TENANT_A, alice.token)
+
+
+def test_credentials_show_reads_a_pat_of_another_sandbox_under_the_row_s_pat_id_as_missing(
+    store: CredentialStore, tenants: TenantDatabase
+) -> None:
+    user = tenants.new_user(TENANT_A)
+    recreated_with_bob_holding_alice_s_pat_id(store, tenants, user)
+
+    shown = store.show(ALICE.namespace, ALICE.name)
+
+    assert shown is not None
+    assert shown.pat_state is PatState.MISSING
+
+
+def test_deleting_a_sandbox_after_its_schema_was_recreated_leaves_another_s_pat_of_its_id_live(
+    store: CredentialStore, tenants: TenantDatabase
+) -> None:
+    user = tenants.new_user(TENANT_A)
+    _, bob = recreated_with_bob_holding_alice_s_pat_id(store, tenants, user)
+
+    assert store.revoke(ALICE)  # the finalizer: the row goes, nothing of Bob's
+
+    assert tenants.rows() == [("bob", TENANT_A)]
+    assert untouched(tenants, bob)
+    assert store.revoke_named(BOB.namespace, BOB.name) is not None  # credentials revoke
+    assert not tenants.authenticates(TENANT_A, bob.token)
+
+
+def test_the_orphan_sweep_after_a_schema_was_recreated_leaves_another_s_pat_of_its_id_live(
+    store: CredentialStore, tenants: TenantDatabase
+) -> None:
+    user = tenants.new_user(TENANT_A)
+    _, bob = recreated_with_bob_holding_alice_s_pat_id(store, tenants, user)
+    [alice_row] = [row for row in rows_of_cluster(store, CLUSTER) if row.name == ALICE.name]
+
+    assert revoke_orphan(store, alice_row)
+
+    assert untouched(tenants, bob)
+
+
+def _retire(store: CredentialStore, user: uuid.UUID, pat_id: int) -> None:
+    assert store.retire(ALICE, pat_id) is None
+
+
+def _mint(store: CredentialStore, user: uuid.UUID, pat_id: int) -> None:
+    assert ensure(store, ALICE, user, TENANT_A).minted
+
+
+def _delete(store: CredentialStore, user: uuid.UUID, pat_id: int) -> None:
+    assert store.revoke(ALICE)
+
+
+def _sweep(store: CredentialStore, user: uuid.UUID, pat_id: int) -> None:
+    [row] = [row for row in rows_of_cluster(store, CLUSTER) if row.name == ALICE.name]
+    assert revoke_orphan(store, row)
+
+
+@pytest.mark.parametrize("then", [_retire, _mint, _delete, _sweep], ids=lambda f: f.__name__)
+def test_a_grace_pat_id_naming_another_s_pat_after_a_recreated_schema_is_never_revoked(
+    store: CredentialStore, tenants: TenantDatabase, clock: Clock, then: Callable[..., None]
+) -> None:
+    user = tenants.new_user(TENANT_A)
+    ensure(store, ALICE, user, TENANT_A)
+    clock.advance(INTO_WINDOW)
+    renewed = ensure(store, ALICE, user, TENANT_A)  # PAT 2, PAT 1 in its grace period
+    tenants.recreate(TENANT_A, user)
+    bob = ensure(store, BOB, user, TENANT_A)  # PAT 1 again: Bob's
+    assert bob.pat_id == renewed.grace_pat_id
+
+    then(store, user, renewed.pat_id)  # the pod was seen using PAT 2, or Alice re-mints or goes
+
+    assert untouched(tenants, bob)
+
+
+def test_a_namesake_s_pat_of_another_cluster_under_the_row_s_pat_id_is_not_the_row_s(
+    make_store: Callable[..., CredentialStore], tenants: TenantDatabase, clock: Clock
+) -> None:
+    # Two clusters sharing Onyx's database, each with a sandbox team-a/alice of one user:
+    # after the schema is recreated, west's PAT has east's id and east's PAT's name, but
+    # was not created with east's row.
+    user = tenants.new_user(TENANT_A)
+    east, west = make_store(), make_store(cluster_id="west")
+    earlier = ensure(east, ALICE, user, TENANT_A)
+    tenants.recreate(TENANT_A, user)
+    clock.advance(timedelta(seconds=1))
+    theirs = ensure(west, ALICE, user, TENANT_A)
+    assert theirs.pat_id == earlier.pat_id
+
+    ours = ensure(east, ALICE, user, TENANT_A)
+    assert east.revoke(ALICE)
+
+    assert ours.minted
+    assert ours.superseded_pat_id is None
+    assert untouched(tenants, theirs)
