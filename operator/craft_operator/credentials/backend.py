@@ -40,7 +40,12 @@ from craft_operator.credentials.db import (
 from craft_operator.credentials.errors import CredentialsError, SchemaMissingError, TenantGoneError
 from craft_operator.credentials.keyring import KeyRing
 from craft_operator.credentials.tables import LibrarySyncRecord, SandboxCredential
-from craft_operator.credentials.tenants import DEFAULT_TABLES, OnyxTables, tenant_tables
+from craft_operator.credentials.tenants import (
+    DEFAULT_TABLES,
+    OnyxTables,
+    check_tenant_id,
+    tenant_tables,
+)
 from craft_operator.credentials.tokens import PAT_NAME_PREFIX, PatType
 
 #: The store's modules all log under the store's name (as before they were split out).
@@ -236,7 +241,9 @@ class StoreBackend:
         """
         if not self.multi_tenant:
             return DEFAULT_TABLES
-        tables = tenant_tables(tenant_id)
+        # Checked before its tables are made and kept (a few dozen KB each): a spec may
+        # name any tenant, and one without a schema must leave nothing behind.
+        check_tenant_id(tenant_id)
         if fresh or tenant_id not in self._checked:
             try:
                 check_onyx_tables(connection, tenant_schema=tenant_id)
@@ -254,7 +261,7 @@ class StoreBackend:
                 if len(self._checked) >= _CHECKED_TENANTS:
                     self._checked.clear()
                 self._checked.add(tenant_id)
-        return tables
+        return tenant_tables(tenant_id)
 
     def revocable(self, connection: Connection, tenant_id: str) -> OnyxTables | None:
         """Where the PATs of a row of ``tenant_id`` are to be revoked: its tenant's tables

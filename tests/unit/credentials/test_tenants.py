@@ -337,6 +337,18 @@ def test_a_tenant_whose_schema_lacks_onyx_tables_is_a_schema_error_naming_it(
     assert tenants.rows() == []
 
 
+def test_a_tenant_without_a_schema_leaves_nothing_of_it_kept_in_memory(
+    store: CredentialStore, tenants: TenantDatabase
+) -> None:
+    """A spec may name any tenant id: tables made for each would be kept for good."""
+    tenant_tables.cache_clear()
+    for index in range(3):
+        with pytest.raises(TenantGoneError):
+            ensure(store, ALICE, uuid.uuid4(), f"nobody_{index}")
+
+    assert tenant_tables.cache_info().currsize == 0
+
+
 @pytest.mark.parametrize("tenant", ["acme.corp", 'a"b', "a b", "tenant_a;", "", "x" * 64])
 def test_a_tenant_id_that_cannot_name_a_schema_is_refused(
     store: CredentialStore, tenants: TenantDatabase, tenant: str
