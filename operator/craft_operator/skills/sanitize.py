@@ -3,9 +3,10 @@
 Source descriptions and scopes come from the CraftSandbox API, so they are untrusted: they
 must not be able to change the document's structure. The rules, applied in this order:
 
-1. Control characters become spaces; invisible format characters (zero-width spaces,
-   bidirectional overrides, byte-order marks), surrogates, private-use and unassigned code
-   points are removed.
+1. Control characters become spaces; invisible characters (Unicode's default-ignorable
+   code points: zero-width spaces, bidirectional overrides, byte-order marks, variation
+   selectors, tags, Hangul fillers), other format characters, surrogates, private-use
+   and unassigned code points are removed.
 2. Every run of whitespace, including newlines, ``\\r``, tabs and the Unicode line and
    paragraph separators (U+2028, U+2029), becomes one space: a value is always one line.
 3. Runs of three or more of ``-``, ``=``, `````` ` `````` or ``~`` are cut to two, so no
@@ -43,16 +44,34 @@ _RAW_FACTOR = 4
 
 _DROPPED_CATEGORIES = frozenset({"Cf", "Cs", "Co", "Cn"})
 _NOT_PRINTABLE_ASCII = re.compile(r"[^\x20-\x7e]+")
+# Unicode's Default_Ignorable_Code_Point: code points a renderer shows as nothing, among
+# them some that Python counts as printable (variation selectors, which can spell out any
+# bytes unseen, the combining grapheme joiner, the Hangul fillers). Python's unicodedata
+# lacks the property; these ranges are copied from the Unicode Character Database's
+# DerivedCoreProperties.txt (Unicode 14.0).
+_DEFAULT_IGNORABLE: tuple[tuple[int, int], ...] = (
+    (0x00AD, 0x00AD),
+    (0x034F, 0x034F),
+    (0x061C, 0x061C),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x200B, 0x200F),
+    (0x202A, 0x202E),
+    (0x2060, 0x206F),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFEFF, 0xFEFF),
+    (0xFFA0, 0xFFA0),
+    (0xFFF0, 0xFFF8),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0000, 0xE0FFF),
+)
 _COMMON_INVISIBLE: dict[int, str | None] = {
     **dict.fromkeys([*range(0x00, 0x20), *range(0x7F, 0xA0), 0x2028, 0x2029], " "),
     **dict.fromkeys(
-        [
-            *(0xAD, 0x061C, 0x180E, 0xFEFF),
-            *range(0x200B, 0x2010),
-            *range(0x202A, 0x202F),
-            *range(0x2060, 0x2070),
-        ],
-        None,
+        (code for first, last in _DEFAULT_IGNORABLE for code in range(first, last + 1)), None
     ),
 }
 _BACKSLASHES_BEFORE_LT = re.compile(r"\\+(?=<)")
