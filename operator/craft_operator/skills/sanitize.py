@@ -19,8 +19,8 @@ must not be able to change the document's structure. The rules, applied in this 
 6. A value that would open a Markdown block if a template placed it at the start of a
    line (``# heading``, ``> quote``, ``- item``, ``1. item``, a setext underline) gets
    that marker escaped. Only real block openers are escaped: ``#eng`` is not a heading
-   and stays as it is. Trailing backslashes are dropped so a value cannot escape
-   whatever the template puts after it.
+   and stays as it is. Trailing backslashes are dropped, before the marker is judged, so
+   a value cannot escape whatever the template puts after it (nor leave a bare ``#``).
 
 Inline Markdown (emphasis, code spans, links) is left alone: it cannot leave its line.
 """
@@ -140,10 +140,10 @@ def inline_text(value: str, *, limit: int) -> str:
     text = _cap(text, limit)
     text = _BACKSLASHES_BEFORE_LT.sub("", text)
     text = text.replace("<", "\\<")
-    text = _escape_block_start(text)
     # A trailing backslash would escape whatever a template puts right after the value.
-    # (Whitespace is single spaces by now.)
-    return text.rstrip(" \\")
+    # (Whitespace is single spaces by now.) Dropped before the block start is judged:
+    # ``#\\`` opens no heading, but the ``#`` it leaves does.
+    return _escape_block_start(text.rstrip(" \\"))
 
 
 def identifier_text(name: str) -> str:

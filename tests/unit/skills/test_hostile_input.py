@@ -120,6 +120,31 @@ def test_template_syntax_in_a_description_is_shown_not_executed() -> None:
     assert "49" not in text
 
 
+# A custom template may put a description at the start of its own line, right under a
+# line of text: there a bare "#" is a heading, "-" or "=" a setext underline.
+DESCRIPTION_ON_ITS_OWN_LINE = (
+    "---\nname: company-search\ndescription: Search.\n---\n\n# company-search\n\n"
+    "{% for s in sources %}\n{{ s.name }} holds:\n{{ s.description }}\n\n{% endfor %}\n"
+    "## Searching\n\nUse onyx-cli.\n"
+)
+AT_LINE_START = {
+    "hash, backslash": "#\\",
+    "hashes, backslash": "##\\",
+    "dash, backslash": "-\\",
+    "equals, backslash": "=\\",
+    "dashes, backslash": "--\\",
+}
+
+
+@pytest.mark.parametrize("value", AT_LINE_START.values(), ids=AT_LINE_START.keys())
+def test_a_description_at_the_start_of_a_template_line_opens_no_block(value: str) -> None:
+    def outline(description: str) -> list[tuple[str, str, int, str]]:
+        sources = [Source(name="slack", description=description)]
+        return block_outline(render_skill(sources, template=DESCRIPTION_ON_ITS_OWN_LINE).text)
+
+    assert outline(value) == outline("Team chat")
+
+
 HOSTILE_ALPHABET = st.sampled_from(
     [
         *"ab #>-=*+|`~<>!/\\[]()_.:1",

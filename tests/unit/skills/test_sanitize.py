@@ -142,6 +142,24 @@ def test_no_value_ends_in_a_backslash_whatever_trails_it(value: str) -> None:
     assert clean(value) == value.split("\\")[0].rstrip()
 
 
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("#\\", "\\#"),
+        ("## \\", "\\##"),
+        ("-\\", "\\-"),
+        ("+ \\\\", "\\+"),
+        ("=\\", "\\="),
+        ("--\\", "\\--"),
+        ("1.\\", "1\\."),
+    ],
+)
+def test_a_dropped_trailing_backslash_leaves_no_bare_block_marker(
+    value: str, expected: str
+) -> None:
+    assert clean(value) == expected
+
+
 def test_only_whitespace_and_control_characters_leave_nothing() -> None:
     assert clean(" \n\t\x00\u2028 ") == ""
 
