@@ -17,7 +17,8 @@ must not be able to change the document's structure. The rules, applied in this 
    escape, which renders as a plain ``<``; HTML entities (``&lt;``) would garble the text
    for an agent that reads the file raw.
 6. A value that would open a Markdown block if a template placed it at the start of a
-   line (``# heading``, ``> quote``, ``- item``, ``1. item``, a setext underline) gets
+   line (``# heading``, ``> quote``, ``- item``, ``1. item``, a setext underline, a
+   thematic break, spaced or not) gets
    that marker escaped. Only real block openers are escaped: ``#eng`` is not a heading
    and stays as it is. Trailing backslashes are dropped, before the marker is judged, so
    a value cannot escape whatever the template puts after it (nor leave a bare ``#``).
@@ -77,8 +78,10 @@ _COMMON_INVISIBLE: dict[int, str | None] = {
 _BACKSLASHES_BEFORE_LT = re.compile(r"\\+(?=<)")
 # Headings, quotes, list items, setext underlines, thematic breaks, link reference
 # definitions and table rows: what a value at the start of a template's line could begin.
+# A thematic break may be spaced ("_ _ _", "-- -"): whitespace is single spaces by now.
 _BLOCK_START = re.compile(
-    r"^(?:#{1,6}(?= |$)|>|[-+*](?= |$)|\d{1,9}(?=[.)]( |$))|[-=]+$|[*_]{3,}|\[|\|)"
+    r"^(?:#{1,6}(?= |$)|>|[-+*](?= |$)|\d{1,9}(?=[.)]( |$))|[-=]+$|[*_]{3,}"
+    r"|(?P<rule>[-*_])(?: ?(?P=rule)){2,}$|\[|\|)"
 )
 _NOT_IDENTIFIER = re.compile(r"[^A-Za-z0-9_.-]+")
 

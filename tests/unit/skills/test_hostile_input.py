@@ -121,7 +121,8 @@ def test_template_syntax_in_a_description_is_shown_not_executed() -> None:
 
 
 # A custom template may put a description at the start of its own line, right under a
-# line of text: there a bare "#" is a heading, "-" or "=" a setext underline.
+# line of text: there a bare "#" is a heading, "-" or "=" a setext underline, "_ _ _" a
+# thematic break.
 DESCRIPTION_ON_ITS_OWN_LINE = (
     "---\nname: company-search\ndescription: Search.\n---\n\n# company-search\n\n"
     "{% for s in sources %}\n{{ s.name }} holds:\n{{ s.description }}\n\n{% endfor %}\n"
@@ -133,6 +134,10 @@ AT_LINE_START = {
     "dash, backslash": "-\\",
     "equals, backslash": "=\\",
     "dashes, backslash": "--\\",
+    "spaced underscores": "_ _ _",
+    "spaced dashes": "-- -",
+    "spaced stars": "** *",
+    "spaced double underscores": "__ __",
 }
 
 

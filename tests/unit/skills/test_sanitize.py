@@ -109,6 +109,11 @@ def test_an_attacker_backslash_cannot_cancel_the_html_escape() -> None:
         ("==", "\\=="),
         ("***", "\\***"),
         ("___ break", "\\___ break"),
+        ("_ _ _", "\\_ _ _"),
+        ("__ __", "\\__ __"),
+        ("_ __", "\\_ __"),
+        ("-- -", "\\-- -"),
+        ("** *", "\\** *"),
         ("[docs]: https://evil.example", "\\[docs]: https://evil.example"),
         ("| a | b |", "\\| a | b |"),
     ],
@@ -117,7 +122,10 @@ def test_a_value_cannot_open_a_block_even_at_the_start_of_a_line(value: str, exp
     assert clean(value) == expected
 
 
-@pytest.mark.parametrize("value", ["#eng", "#support-tier-2", "2024 roadmap", "-5 degrees", "+1s"])
+@pytest.mark.parametrize(
+    "value",
+    ["#eng", "#support-tier-2", "2024 roadmap", "-5 degrees", "-5", "+1s", "_ _ x", "-- -5"],
+)
 def test_text_that_only_looks_like_a_block_marker_is_not_escaped(value: str) -> None:
     assert clean(value) == value
 
