@@ -99,14 +99,19 @@ def skill_source(source: Source) -> SkillSource:
     )
 
 
+def _first_of_each(sources: Sequence[Source]) -> list[tuple[str, Source]]:
+    """The sources SKILL.md lists, by identifier: the first of each, no internal ones, sorted."""
+    chosen: dict[str, Source] = {}
+    for source in sources:
+        name = identifier_text(source.name)
+        if name and not is_internal(name) and name not in chosen:
+            chosen[name] = source
+    return sorted(chosen.items())
+
+
 def listed_sources(sources: Sequence[Source]) -> list[SkillSource]:
     """The sources SKILL.md lists: first occurrence of each name, no internal ones, sorted."""
-    chosen: dict[str, SkillSource] = {}
-    for source in sources:
-        item = skill_source(source)
-        if item.name and not is_internal(item.name) and item.name not in chosen:
-            chosen[item.name] = item
-    return [chosen[name] for name in sorted(chosen)]
+    return [skill_source(source) for _, source in _first_of_each(sources)]
 
 
 def _unknown_names(sources: Sequence[Source]) -> tuple[str, ...]:
@@ -121,8 +126,12 @@ def _unknown_names(sources: Sequence[Source]) -> tuple[str, ...]:
 
 
 def sources_digest(sources: Sequence[Source]) -> str:
-    """A digest of ``sources`` as the spec gives them: which sources a rendering is for."""
-    key = [(source.name, source.description, source.scopes) for source in sources]
+    """A digest of what a rendering of ``sources`` depends on: the sources SKILL.md lists
+    (the first of each name, sorted, as given) and the unknown names it reports. The same
+    sources in another order, or with a duplicate that is not listed, have the same digest,
+    so their SKILL.md counts as rendered for them."""
+    listed = [(name, source.description, source.scopes) for name, source in _first_of_each(sources)]
+    key = {"listed": listed, "unknown": _unknown_names(sources)}
     return hashlib.sha256(json.dumps(key).encode("ascii")).hexdigest()
 
 

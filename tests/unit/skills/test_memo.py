@@ -56,7 +56,7 @@ def test_the_digest_tells_apart_sources_differing_in_any_field() -> None:
             [Source(name="a", scopes=["y"])],
             [Source(name="a", description="x")],
             [Source(name="a"), Source(name="b")],
-            [Source(name="b"), Source(name="a")],
+            [Source(name="b", description="x"), Source(name="a")],
         )
     }
     assert len(digests) == 6

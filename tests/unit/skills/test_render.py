@@ -170,6 +170,44 @@ def test_the_same_sources_in_another_order_render_the_same_bytes() -> None:
     assert first.content_hash == second.content_hash
 
 
+def test_the_sources_digest_is_that_of_what_is_listed_not_of_the_spec_order() -> None:
+    first = render_skill(
+        [Source(name="slack"), Source(name="jira", description="Tickets"), Source(name="slack")]
+    )
+    second = render_skill(
+        [
+            Source(name="jira", description="Tickets"),
+            Source(name="slack"),
+            Source(name="slack", description="Not listed: a later duplicate"),
+        ]
+    )
+    assert first.sources_hash == second.sources_hash
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        Source(name="slack", description="Only #eng"),
+        Source(name="slack", scopes=["#eng"]),
+        Source(name="slack_x"),
+    ],
+)
+def test_the_sources_digest_changes_with_what_is_listed(changed: Source) -> None:
+    before = render_skill([Source(name="slack"), Source(name="jira")])
+    after = render_skill([changed, Source(name="jira")])
+    assert before.sources_hash != after.sources_hash
+
+
+def test_the_sources_digest_changes_with_the_unknown_names_reported() -> None:
+    # The CRD rejects such names; the renderer still reports what it is given.
+    odd = Source.model_construct(name="wi ki", description=None, scopes=None)
+    before = render_skill([Source(name="wiki")])
+    after = render_skill([Source(name="wiki"), odd])
+    assert before.text == after.text
+    assert before.unknown_sources != after.unknown_sources
+    assert before.sources_hash != after.sources_hash
+
+
 def test_a_changed_description_changes_the_hash() -> None:
     before = render_skill([Source(name="slack")])
     after = render_skill([Source(name="slack", description="Only #eng")])

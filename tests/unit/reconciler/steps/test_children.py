@@ -167,6 +167,54 @@ async def test_a_broken_template_never_leaves_a_skill_listing_sources_the_user_l
     assert "`slack`" not in text, "the shipped template renders the current sources"
 
 
+IN_ONE_ORDER = {"sources": [{"name": "slack"}, {"name": "jira"}]}
+IN_ANOTHER = {"sources": [{"name": "jira"}, {"name": "slack"}, {"name": "jira"}]}
+
+
+async def test_the_same_sources_in_another_order_leave_the_skills_configmap_unwritten(
+    world: World,
+) -> None:
+    first = world.pass_(spec=IN_ONE_ORDER)
+    assert await skill.render_skill(first) is None
+    before = world.stored("v1/configmaps", f"{NAME}-skills")
+    assert first.run.status.skill is not None
+    status = {"skill": first.run.status.skill.model_dump(by_alias=True)}
+    assert await skill.render_skill(world.pass_(spec=IN_ANOTHER, status=status)) is None
+    assert world.stored("v1/configmaps", f"{NAME}-skills") == before
+
+
+async def test_a_broken_template_keeps_the_last_good_skill_of_the_same_sources_reordered(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from craft_operator.skills.render import render_skill
+    from craft_operator.skills.template import SkillTemplateError
+
+    custom = "---\nname: company-search\ndescription: Custom.\n---\n{{ source_names }}\n"
+    real = world.services.skills.render
+    broken = False
+
+    async def platform(sandbox: CraftSandbox, *, builtin: bool = False) -> RenderedSkill:
+        if builtin:
+            return await real(sandbox, builtin=True)
+        if broken:
+            raise SkillTemplateError("the template does not parse")
+        return render_skill(sandbox.spec.sources, template=custom)
+
+    monkeypatch.setattr(world.services.skills, "render", platform)
+    first = world.pass_(spec=IN_ONE_ORDER)
+    assert await skill.render_skill(first) is None
+    kept = world.stored("v1/configmaps", f"{NAME}-skills")
+    assert first.run.status.skill is not None
+    status = {"skill": first.run.status.skill.model_dump(by_alias=True)}
+    broken = True
+    p = world.pass_(spec=IN_ANOTHER, status=status)
+    assert await skill.render_skill(p) is None
+    condition = p.run.condition("SkillRendered")
+    assert condition is not None
+    assert "lists the current sources" in condition.message
+    assert world.stored("v1/configmaps", f"{NAME}-skills") == kept
+
+
 async def test_exec_mode_needs_no_volume(world: World) -> None:
     p = world.pass_()
     assert await library_volume.converge_volume(p) is None
