@@ -467,6 +467,10 @@ class KubeEmulator(kmock.KubernetesEmulator):
         await response.write_eof()
         return response
 
+    def open_watches(self) -> int:
+        """How many watches are open now (their headers sent, not yet ended)."""
+        return sum(len(watches) for watches in self._watches.values())
+
     def cut_watches(self) -> int:
         """Drop the connection of every open watch, as a flaky network would; how many."""
         cut = 0

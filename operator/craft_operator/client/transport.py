@@ -87,6 +87,10 @@ class Transport:
     closes a loop's async generators before the loop itself, and the session's keeper is
     one. A session whose loop was closed some other way is closed (as far as aiohttp can
     without its loop) the next time the client is used, or by :meth:`close`.
+
+    A session's pool has no limit on connections (aiohttp's default is 100): a call never
+    waits for a connection another call holds, so a request's timeout is always the
+    network's or the server's, never the pool's.
     """
 
     def __init__(
@@ -129,7 +133,11 @@ class Transport:
                 base_url=self.connection.server.rstrip("/") + "/",
                 headers={"Accept": JSON, "User-Agent": USER_AGENT},
                 timeout=self._timeout,
-                connector=aiohttp.TCPConnector(ssl=self.connection.ssl_context()),
+                # No pool limit: a wait holds its watch's connection for minutes, and a
+                # bounded pool shared with requests would let a process's waits starve its
+                # other calls. Each connection serves one call a caller is making, so the
+                # caller's own concurrency bounds them.
+                connector=aiohttp.TCPConnector(limit=0, ssl=self.connection.ssl_context()),
             )
             entry = _LoopSession(session, self._keep(loop, session))
             self._sessions[loop] = entry
