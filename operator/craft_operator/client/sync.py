@@ -2,9 +2,12 @@
 
 :class:`SandboxClient` runs :class:`~craft_operator.client.aio.AsyncSandboxClient` on an
 event loop in a thread of its own, so it holds no logic of its own, may be shared by
-threads, and works from code that is itself inside an event loop. Progress callbacks run
-in that thread, so they must not call the client (that would wait on the thread that runs
-the call: it raises :class:`SandboxClientError` instead). Make one per process (after a
+threads, and works from code that is itself inside an event loop. A progress callback that
+is a plain function runs in a worker thread (one report at a time, in order), so a slow one
+(a blocking write to a slow browser) holds up only its own wait, and it may call the
+client. A coroutine-function callback runs on the client's thread: it must not block, and
+must await ``client.aio``'s methods, not the client's (that would wait on the thread that
+runs the call: it raises :class:`SandboxClientError` instead). Make one per process (after a
 fork, not before: a forked child has no copy of the client's thread, so a client it
 inherited raises :class:`SandboxClientError` instead of waiting for ever) and close it when
 done: calls still running then end with :class:`SandboxClientError`.
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
 import os
 import threading
 from collections.abc import Coroutine, Iterable, Mapping
@@ -25,11 +29,15 @@ from craft_operator.api.models import CraftSandbox, CraftSandboxStatus, Source, 
 from craft_operator.client.aio import FIELD_MANAGER, AsyncSandboxClient, ProgressCallback
 from craft_operator.client.connection import Connection
 from craft_operator.client.errors import SandboxClientError
+from craft_operator.client.readiness import Progress
 from craft_operator.client.transport import RetryPolicy
 
 T = TypeVar("T")
 #: Seconds close() lets the calls it cancelled unwind before it closes the session.
 CLOSE_GRACE = 5.0
+#: Most plain-function progress callbacks running at once (threads are started as needed;
+#: each runs one report of a wait a caller's thread is blocked in).
+CALLBACK_THREADS = 256
 
 
 class SandboxClient:
@@ -63,6 +71,11 @@ class SandboxClient:
         self._lock = threading.Lock()
         self._closed = False
         self._calls: set[concurrent.futures.Future[Any]] = set()
+        # Not the loop's default executor: aiohttp resolves host names there, and callbacks
+        # blocking it would stall every call that opens a connection.
+        self._callbacks = concurrent.futures.ThreadPoolExecutor(
+            CALLBACK_THREADS, thread_name_prefix="craft-sandbox-callback"
+        )
 
     def __enter__(self) -> SandboxClient:
         return self
@@ -74,7 +87,8 @@ class SandboxClient:
         """Close the HTTP session and stop the client's thread.
 
         Calls other threads are making end with :class:`SandboxClientError`; so does any
-        later call. Not from a progress callback (the client's own thread). In a process
+        later call. Not from a coroutine-function progress callback (the client's own
+        thread). In a process
         forked from the one that made it, it does nothing: the client is the parent's.
         """
         if os.getpid() != self._pid:
@@ -94,6 +108,7 @@ class SandboxClient:
             for future in stuck:  # a call that ignored its cancellation: release its caller
                 future.cancel()
             self._loop.close()
+            self._callbacks.shutdown(wait=False)
 
     async def _shutdown(self) -> None:
         """On the client's loop: end the calls still running, then close the session."""
@@ -109,9 +124,10 @@ class SandboxClient:
     def _refuse_own_thread(self, what: str) -> None:
         if threading.current_thread() is self._thread:
             raise SandboxClientError(
-                f"SandboxClient.{what} was called from the client's own thread (a progress "
-                "callback?), where it would wait for itself forever: make the callback async "
-                "and await client.aio's method instead, or call it from another thread"
+                f"SandboxClient.{what} was called from the client's own thread (an async "
+                "progress callback?), where it would wait for itself forever: await "
+                "client.aio's method instead, or make the callback a plain function (it then "
+                "runs in a thread of its own)"
             )
 
     def _refuse_other_process(self, what: str) -> None:
@@ -123,6 +139,22 @@ class SandboxClient:
                 "return. Create the client after the fork, in the process that uses it "
                 "(e.g. in Celery's worker_process_init signal, or lazily on first use)"
             )
+
+    def _in_thread(self, callback: ProgressCallback | None) -> ProgressCallback | None:
+        """``callback`` as the client's loop calls it: a plain function runs in a worker
+        thread, so that it blocks only the wait that reports to it (each report awaited
+        before the next, so they stay in order); a coroutine function as it is."""
+        if callback is None or inspect.iscoroutinefunction(callback):
+            return callback
+        plain = callback
+
+        async def report(progress: Progress) -> None:
+            loop = asyncio.get_running_loop()
+            result = await loop.run_in_executor(self._callbacks, plain, progress)
+            if inspect.isawaitable(result):
+                await result
+
+        return report
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         try:
@@ -202,10 +234,12 @@ class SandboxClient:
         timeout: float = 300.0,
         on_progress: ProgressCallback | None = None,
     ) -> CraftSandbox:
-        """See :meth:`AsyncSandboxClient.wait_ready` (``on_progress`` runs in the client's
-        thread)."""
+        """See :meth:`AsyncSandboxClient.wait_ready`. A plain-function ``on_progress`` runs
+        in a worker thread, a coroutine function on the client's thread."""
         return self._run(
-            self.aio.wait_ready(namespace, name, timeout=timeout, on_progress=on_progress)
+            self.aio.wait_ready(
+                namespace, name, timeout=timeout, on_progress=self._in_thread(on_progress)
+            )
         )
 
     def touch(self, namespace: str, name: str, *, at: datetime | None = None) -> datetime:
@@ -241,10 +275,9 @@ class SandboxClient:
         timeout: float = 300.0,
         on_progress: ProgressCallback | None = None,
     ) -> None:
-        """See :meth:`AsyncSandboxClient.wake`."""
-        self._run(
-            self.aio.wake(namespace, name, wait=wait, timeout=timeout, on_progress=on_progress)
-        )
+        """See :meth:`AsyncSandboxClient.wake` (``on_progress`` as in :meth:`wait_ready`)."""
+        callback = self._in_thread(on_progress)
+        self._run(self.aio.wake(namespace, name, wait=wait, timeout=timeout, on_progress=callback))
 
     def delete(
         self, namespace: str, name: str, *, wait: bool = False, timeout: float = 120.0

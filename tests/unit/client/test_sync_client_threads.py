@@ -1,4 +1,5 @@
-"""The synchronous client's own thread: calls from it, and close() while calls run.
+"""The synchronous client's own thread: calls from it, progress callbacks, and close()
+while calls run.
 
 Each test guards its blocking call with a generous deadline only so that a regression
 (a deadlock) fails the test instead of hanging the suite; nothing here measures time.
@@ -20,12 +21,89 @@ from tests.unit.client.conftest import NAMESPACE, USER_ID, all_true, write_statu
 DEADLOCK = 30.0
 
 
-async def test_a_progress_callback_calling_the_sync_client_gets_an_error_not_a_deadlock(
+async def test_one_users_slow_progress_callback_does_not_hold_up_another_threads_calls(
+    client: SandboxClient, emulator: KubeEmulator
+) -> None:
+    await asyncio.to_thread(client.ensure, NAMESPACE, "alice", user_id=USER_ID)
+    await asyncio.to_thread(client.ensure, NAMESPACE, "bob", user_id=USER_ID)
+    blocking, released = threading.Event(), threading.Event()
+    outcomes: list[bool] = []
+
+    def stream_to_ui(_: Progress) -> None:  # a blocking write to a slow browser
+        blocking.set()
+        outcomes.append(released.wait(DEADLOCK))  # False: nothing released it meanwhile
+
+    alice = asyncio.create_task(
+        asyncio.to_thread(
+            client.wait_ready, NAMESPACE, "alice", timeout=DEADLOCK, on_progress=stream_to_ui
+        )
+    )
+    await eventually(blocking.is_set, what="alice's callback blocking")
+    bob = await asyncio.wait_for(asyncio.to_thread(client.get, NAMESPACE, "bob"), DEADLOCK)
+    released.set()  # only once bob's call returned: before, it waited behind the callback
+    write_status(emulator, "alice", "Ready", all_true())
+    await asyncio.wait_for(alice, DEADLOCK)
+
+    assert bob.metadata.name == "bob"
+    assert outcomes[0] is True, "bob's get() returned only after alice's callback gave up"
+
+
+async def test_a_plain_progress_callback_may_call_the_sync_client(
+    client: SandboxClient, emulator: KubeEmulator
+) -> None:
+    await asyncio.to_thread(client.ensure, NAMESPACE, "alice", user_id=USER_ID)
+    write_status(emulator, "alice", "Ready", all_true(), podName="alice", podUID="u1")
+    pods: list[str | None] = []
+
+    def report(_: Progress) -> None:
+        pods.append(client.pod_name(NAMESPACE, "alice"))
+
+    waiting = asyncio.to_thread(
+        client.wait_ready, NAMESPACE, "alice", timeout=DEADLOCK, on_progress=report
+    )
+    await asyncio.wait_for(waiting, DEADLOCK)
+
+    assert pods == ["alice"]
+
+
+async def test_reports_reach_a_plain_progress_callback_one_at_a_time_in_order(
+    client: SandboxClient, emulator: KubeEmulator
+) -> None:
+    await asyncio.to_thread(client.ensure, NAMESPACE, "alice", user_id=USER_ID)
+    phases: list[str] = []
+    running = threading.Lock()
+    proceed = threading.Event()
+
+    def report(progress: Progress) -> None:
+        assert running.acquire(blocking=False), "a report began before the last one ended"
+        try:
+            phases.append(progress.phase or "")
+            proceed.wait(DEADLOCK)  # held until the test has written every status
+        finally:
+            running.release()
+
+    waiting = asyncio.create_task(
+        asyncio.to_thread(
+            client.wait_ready, NAMESPACE, "alice", timeout=DEADLOCK, on_progress=report
+        )
+    )
+    await eventually(lambda: phases, what="the first report")
+    write_status(emulator, "alice", "Pending")
+    write_status(emulator, "alice", "Provisioning")
+    write_status(emulator, "alice", "Ready", all_true())
+    proceed.set()
+    await asyncio.wait_for(waiting, DEADLOCK)
+
+    assert phases[-1] == "Ready"
+    assert phases == sorted(phases, key=["", "Pending", "Provisioning", "Ready"].index)
+
+
+async def test_an_async_progress_callback_calling_the_sync_client_gets_an_error_not_a_deadlock(
     client: SandboxClient,
 ) -> None:
     await asyncio.to_thread(client.ensure, NAMESPACE, "alice", user_id=USER_ID)
 
-    def report(_: Progress) -> None:
+    async def report(_: Progress) -> None:
         client.pod_name(NAMESPACE, "alice")
 
     waiting = asyncio.to_thread(
@@ -52,12 +130,12 @@ async def test_an_async_progress_callback_may_await_the_clients_aio_methods(
     assert pods == ["alice"]
 
 
-async def test_closing_the_sync_client_from_a_progress_callback_is_refused(
+async def test_closing_the_sync_client_from_an_async_progress_callback_is_refused(
     client: SandboxClient,
 ) -> None:
     await asyncio.to_thread(client.ensure, NAMESPACE, "alice", user_id=USER_ID)
 
-    def report(_: Progress) -> None:
+    async def report(_: Progress) -> None:
         client.close()
 
     waiting = asyncio.to_thread(
