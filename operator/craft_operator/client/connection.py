@@ -32,7 +32,13 @@ TOKEN_REFRESH_SECONDS = 60.0
 
 @dataclass
 class Connection:
-    """One API server and the credentials for it."""
+    """One API server and the credentials for it.
+
+    A server URL with credentials in it (``https://user:password@host``) keeps them apart,
+    in :attr:`userinfo`, so that :attr:`server` (shown in every error) never holds them;
+    they are sent as basic auth when there is no token, as Go's HTTP client (kubectl's)
+    does.
+    """
 
     server: str
     token: str | None = field(default=None, repr=False)
@@ -46,12 +52,25 @@ class Connection:
     insecure: bool = False
     #: Where this came from, for error messages (never a secret).
     source: str = ""
+    #: The user name and password of the server URL, if it had them.
+    userinfo: tuple[str, str] | None = field(default=None, repr=False)
     _token_read: tuple[float, str] | None = field(default=None, repr=False)
 
+    def __post_init__(self) -> None:
+        self.server, userinfo = _split_userinfo(self.server)
+        if userinfo is not None:
+            self.userinfo = userinfo
+
     def authorization(self) -> dict[str, str]:
-        """The Authorization header, if the connection has a token."""
+        """The Authorization header: the token's, else the server URL's user and password,
+        else none."""
         token = self._current_token()
-        return {"Authorization": f"Bearer {token}"} if token else {}
+        if token:
+            return {"Authorization": f"Bearer {token}"}
+        if self.userinfo is not None:
+            pair = ":".join(self.userinfo).encode()
+            return {"Authorization": f"Basic {base64.b64encode(pair).decode('ascii')}"}
+        return {}
 
     def _current_token(self) -> str | None:
         if self.token_path is None:
@@ -258,6 +277,20 @@ def _server_url(value: object, where: str) -> str:
     if not valid:
         raise ConfigurationError(f"{where}: its server is not an http:// or https:// URL")
     return url.rstrip("/")
+
+
+def _split_userinfo(url: str) -> tuple[str, tuple[str, str] | None]:
+    """``url`` without its ``user:password@``, and those two (percent-decoded), if any."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return url, None
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if not at:
+        return url, None
+    user, _, password = userinfo.partition(":")
+    bare = urllib.parse.urlunsplit(parts._replace(netloc=host))
+    return bare, (urllib.parse.unquote(user), urllib.parse.unquote(password))
 
 
 def _flag(value: object, where: str) -> bool:

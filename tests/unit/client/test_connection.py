@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import re
 import ssl
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from craft_operator.client import (
     ConfigurationError,
     Connection,
     RetryPolicy,
+    UnreachableError,
     discover,
     from_kubeconfig,
     in_cluster,
@@ -404,3 +407,58 @@ async def test_a_server_certificate_the_ca_does_not_sign_fails_at_once_naming_th
     message = str(failure.value)
     assert "certificate at https://127.0.0.1:" in message
     assert f"could not be verified against the CA {other.ca_cert}" in message
+
+
+async def test_a_password_in_the_server_url_is_never_printed(tmp_path: Path) -> None:
+    path = kubeconfig(tmp_path / "config", {}, server="http://admin:s3cr3t-pw@127.0.0.1:1")
+    connection = from_kubeconfig([path])
+
+    async with AsyncSandboxClient(connection, retry=RetryPolicy(attempts=1)) as client:
+        with pytest.raises(UnreachableError) as caught:
+            await client.get("craft", "alice")
+
+    assert "s3cr3t-pw" not in str(caught.value)
+    assert "at http://127.0.0.1:1 (kubeconfig" in str(caught.value)
+    assert "s3cr3t-pw" not in repr(connection)
+
+
+@pytest.mark.parametrize(
+    ("user", "sent"),
+    [
+        ({}, "Basic " + base64.b64encode(b"ad min:p@ss").decode()),
+        ({"token": "abc"}, "Bearer abc"),  # as Go's client: the token wins
+    ],
+)
+async def test_credentials_in_the_server_url_are_sent_as_basic_auth_unless_there_is_a_token(
+    tmp_path: Path, user: dict[str, object], sent: str
+) -> None:
+    seen: list[str | None] = []
+
+    async def answer(request: aiohttp.web.Request) -> aiohttp.web.Response:
+        seen.append(request.headers.get("Authorization"))
+        return aiohttp.web.json_response({})
+
+    async with serving(answer) as port:
+        server = f"http://ad%20min:p%40ss@127.0.0.1:{port}"
+        path = kubeconfig(tmp_path / "config", user, server=server)
+        async with AsyncSandboxClient(from_kubeconfig([path])) as client:
+            await client.status("craft", "alice")
+
+    assert seen == [sent]
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    handler: Callable[[aiohttp.web.Request], Awaitable[aiohttp.web.StreamResponse]],
+) -> AsyncIterator[int]:
+    """A plain-HTTP server on localhost answering every GET with ``handler``; its port."""
+    app = aiohttp.web.Application()
+    app.router.add_get("/{tail:.*}", handler)
+    runner = aiohttp.web.AppRunner(app)
+    await runner.setup()
+    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield runner.addresses[0][1]
+    finally:
+        await runner.cleanup()
