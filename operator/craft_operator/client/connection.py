@@ -221,7 +221,7 @@ def from_kubeconfig(paths: list[Path], context: str | None = None) -> Connection
     where = f"{cluster_origin}: cluster {cluster_name!r}"
     return Connection(
         server=_server_url(cluster["server"], where),
-        token=user.get("token"),
+        token=_inline_token(user.get("token")),
         token_path=_path(user_dir, user.get("tokenFile")),
         ca_path=_path(cluster_dir, cluster.get("certificate-authority")),
         ca_data=_pem(cluster.get("certificate-authority-data"), where),
@@ -291,6 +291,12 @@ def _split_userinfo(url: str) -> tuple[str, tuple[str, str] | None]:
     user, _, password = userinfo.partition(":")
     bare = urllib.parse.urlunsplit(parts._replace(netloc=host))
     return bare, (urllib.parse.unquote(user), urllib.parse.unquote(password))
+
+
+def _inline_token(value: object) -> str | None:
+    """The user's ``token``, without the whitespace around it (a ``token: |`` block's final
+    newline), as a token file's is: HTTP headers cannot hold a newline."""
+    return str(value).strip() or None if value is not None else None
 
 
 def _flag(value: object, where: str) -> bool:

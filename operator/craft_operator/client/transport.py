@@ -207,12 +207,17 @@ class Transport:
             async with session.request(
                 method, path.lstrip("/"), data=data, headers=headers, params=params
             ) as response:
-                text = await response.text()
-                if response.status >= 400:
-                    raise api_error(response.status, text, what, response.headers)
-                answer = json.loads(text) if text else {}
+                status, answered = response.status, response.headers
+                raw, encoding = await response.read(), response.get_encoding()
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise _connection_error(exc, what, self.connection) from None
+        except ValueError as exc:  # only the request's: the answer is decoded below
+            raise _unsendable(exc, what, self.connection, headers) from None
+        try:
+            text = raw.decode(encoding)
+            if status >= 400:
+                raise api_error(status, text, what, answered)
+            answer = json.loads(text) if text else {}
         except ValueError:
             raise UnreachableError(0, "InvalidResponse", "the answer is not JSON", what) from None
         return answer if isinstance(answer, dict) else {}
@@ -233,25 +238,25 @@ class Transport:
         """
         session = await self._session()
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=read_timeout)
+        headers = self.connection.authorization()
         try:
             async with session.get(
                 path.lstrip("/"),
                 params={**params, "watch": "true"},
-                headers=self.connection.authorization(),
+                headers=headers,
                 timeout=timeout,
             ) as response:
                 if response.status >= 400:
-                    text = await response.text()
+                    text = (await response.read()).decode("utf-8", "replace")
                     raise api_error(response.status, text, what, response.headers)
                 if opened is not None:
                     opened()
-                async for line in _lines(response.content):
-                    yield json.loads(line)
+                async for line in _lines(response.content, what):
+                    yield _event(line, what)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise _connection_error(exc, what, self.connection) from None
-        except ValueError:
-            message = "a watch event is not JSON"
-            raise UnreachableError(0, "InvalidResponse", message, what) from None
+        except ValueError as exc:  # only the request's: the stream's are UnreachableErrors
+            raise _unsendable(exc, what, self.connection, headers) from None
 
 
 async def _close_orphan(entry: _LoopSession) -> None:
@@ -266,7 +271,17 @@ async def _close_orphan(entry: _LoopSession) -> None:
         entry.keeper.aclose().send(None)
 
 
-async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+def _event(line: bytes, what: Request) -> dict[str, Any]:
+    """One line of a watch stream, decoded."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        message = "a watch event is not JSON"
+        raise UnreachableError(0, "InvalidResponse", message, what) from None
+    return event if isinstance(event, dict) else {}
+
+
+async def _lines(stream: aiohttp.StreamReader, what: Request) -> AsyncIterator[bytes]:
     """Newline-delimited lines of any length up to :data:`MAX_EVENT_BYTES`."""
     buffer = bytearray()
     async for chunk in stream.iter_any():
@@ -277,7 +292,8 @@ async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:
             if line:
                 yield line
         if len(buffer) > MAX_EVENT_BYTES:
-            raise ValueError("watch event too large")
+            message = f"a watch event is larger than {MAX_EVENT_BYTES:,} bytes"
+            raise UnreachableError(0, "InvalidResponse", message, what)
     if buffer.strip():
         yield bytes(buffer).strip()
 
@@ -298,6 +314,23 @@ def _connection_error(
     detail = str(exc) or type(exc).__name__
     message = f"cannot reach the API server at {where}: {detail}"
     return UnreachableError(0, "Unreachable", message, what, sent=not isinstance(exc, NOT_SENT))
+
+
+def _unsendable(
+    exc: ValueError, what: Request, connection: Connection, headers: Mapping[str, str]
+) -> ConfigurationError:
+    """A request that cannot be sent as configured (not retried: it never can be), e.g. a
+    token with a newline or other control character in it, which HTTP headers forbid. The
+    cause is named, the token never: aiohttp's words, unless they quote a header."""
+    detail = str(exc) or type(exc).__name__
+    if any(value and value in detail for value in headers.values()):
+        detail = type(exc).__name__
+    where = f" ({connection.source})" if connection.source else ""
+    return ConfigurationError(
+        f"{what.describe()}: the request cannot be sent as configured{where}: {detail}; a "
+        "token (inline or in a token file) with a newline or other control character in it "
+        "is the usual cause"
+    )
 
 
 def _verification_failure(exc: BaseException) -> str | None:

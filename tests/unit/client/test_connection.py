@@ -25,6 +25,7 @@ from craft_operator.client import (
     from_kubeconfig,
     in_cluster,
 )
+from craft_operator.client.errors import Request
 from craft_operator.client.transport import Transport
 from craft_operator.devtools.pki import ensure_pki
 
@@ -462,3 +463,49 @@ async def serving(
         yield runner.addresses[0][1]
     finally:
         await runner.cleanup()
+
+
+def test_an_inline_token_loses_the_whitespace_around_it_as_a_token_file_does(
+    tmp_path: Path,
+) -> None:
+    path = kubeconfig(tmp_path / "config", {"token": "abc-token\n"})
+
+    assert from_kubeconfig([path]).authorization() == {"Authorization": "Bearer abc-token"}
+
+
+async def answer_empty(_: aiohttp.web.Request) -> aiohttp.web.Response:
+    return aiohttp.web.json_response({})
+
+
+async def test_a_token_that_cannot_be_sent_is_a_configuration_error_that_is_not_retried() -> None:
+    retried: list[object] = []
+    async with serving(answer_empty) as port:
+        connection = Connection(
+            server=f"http://127.0.0.1:{port}", token="abc-\ttoken\n", source="kubeconfig x"
+        )
+        transport = Transport(connection, retry=RetryPolicy(attempts=3, base_delay=0.01))
+        try:
+            with pytest.raises(ConfigurationError) as caught:
+                await transport.request("GET", "/api", Request("get"), retried=retried)
+        finally:
+            await transport.close()
+
+    assert retried == [], "the same header fails every time"
+    message = str(caught.value)
+    assert "cannot be sent as configured (kubeconfig x)" in message
+    assert "not JSON" not in message
+    assert "API server is up" not in message
+    assert "abc-" not in message
+
+
+async def test_a_watch_with_a_token_that_cannot_be_sent_is_a_configuration_error() -> None:
+    async with serving(answer_empty) as port:
+        connection = Connection(server=f"http://127.0.0.1:{port}", token="abc-token\n")
+        transport = Transport(connection)
+        events = transport.watch("/api", Request("watch"), {}, read_timeout=30)
+        try:
+            with pytest.raises(ConfigurationError, match="cannot be sent as configured"):
+                await anext(events)
+        finally:
+            await events.aclose()
+            await transport.close()
