@@ -36,8 +36,8 @@ class Connection:
 
     A server URL with credentials in it (``https://user:password@host``) keeps them apart,
     in :attr:`userinfo`, so that :attr:`server` (shown in every error) never holds them;
-    they are sent as basic auth when there is no token, as Go's HTTP client (kubectl's)
-    does.
+    they are sent as basic auth when there is no token. With a token, the token is sent
+    (kubectl, whose Go HTTP client adds the URL's first, would send those instead).
     """
 
     server: str

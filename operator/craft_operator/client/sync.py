@@ -86,10 +86,11 @@ class SandboxClient:
     def close(self) -> None:
         """Close the HTTP session and stop the client's thread.
 
-        Calls other threads are making end with :class:`SandboxClientError`; so does any
-        later call. Not from a coroutine-function progress callback (the client's own
-        thread). In a process
-        forked from the one that made it, it does nothing: the client is the parent's.
+        Calls other threads are making end with :class:`SandboxClientError`, once their
+        progress callbacks have returned (within 5 s: one still running then is left to
+        end on its own); so does any later call. Not from a coroutine-function progress
+        callback (the client's own thread). In a process forked from the one that made it,
+        it does nothing: the client is the parent's.
         """
         if os.getpid() != self._pid:
             return
@@ -143,14 +144,21 @@ class SandboxClient:
     def _in_thread(self, callback: ProgressCallback | None) -> ProgressCallback | None:
         """``callback`` as the client's loop calls it: a plain function runs in a worker
         thread, so that it blocks only the wait that reports to it (each report awaited
-        before the next, so they stay in order); a coroutine function as it is."""
+        before the next, so they stay in order; a wait that times out or is cancelled ends
+        only once its report has returned, as the caller may close what it writes to next);
+        a coroutine function as it is."""
         if callback is None or inspect.iscoroutinefunction(callback):
             return callback
         plain = callback
 
         async def report(progress: Progress) -> None:
             loop = asyncio.get_running_loop()
-            result = await loop.run_in_executor(self._callbacks, plain, progress)
+            running = loop.run_in_executor(self._callbacks, plain, progress)
+            try:
+                result = await asyncio.shield(running)
+            except asyncio.CancelledError:
+                await asyncio.wait({running})
+                raise
             if inspect.isawaitable(result):
                 await result
 

@@ -13,6 +13,7 @@ import threading
 import pytest
 
 from craft_operator.client import Progress, SandboxClient, SandboxClientError
+from craft_operator.client.errors import WaitTimeoutError
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually
 from tests.unit.client.conftest import NAMESPACE, USER_ID, all_true, write_status
@@ -46,6 +47,51 @@ async def test_one_users_slow_progress_callback_does_not_hold_up_another_threads
 
     assert bob.metadata.name == "bob"
     assert outcomes[0] is True, "bob's get() returned only after alice's callback gave up"
+
+
+async def test_a_wait_that_times_out_ends_only_once_its_plain_callback_has_returned(
+    client: SandboxClient, emulator: KubeEmulator
+) -> None:
+    # The caller closes what the callback writes to (its browser stream) once the wait ends.
+    await asyncio.to_thread(client.ensure, NAMESPACE, "alice", user_id=USER_ID)
+    writing = threading.Event()
+
+    def stream_to_ui(_: Progress) -> None:
+        writing.set()
+        threading.Event().wait(1.0)  # a slow write, past the wait's timeout
+        writing.clear()
+
+    with pytest.raises(WaitTimeoutError):
+        await asyncio.wait_for(
+            asyncio.to_thread(
+                client.wait_ready, NAMESPACE, "alice", timeout=0.3, on_progress=stream_to_ui
+            ),
+            DEADLOCK,
+        )
+    assert not writing.is_set(), "the wait ended while its callback still wrote"
+
+
+async def test_close_returns_once_the_plain_callbacks_of_the_calls_it_ended_have_returned(
+    client: SandboxClient, emulator: KubeEmulator
+) -> None:
+    await asyncio.to_thread(client.ensure, NAMESPACE, "alice", user_id=USER_ID)
+    writing = threading.Event()
+
+    def stream_to_ui(_: Progress) -> None:
+        writing.set()
+        threading.Event().wait(1.0)
+        writing.clear()
+
+    waiting = asyncio.create_task(
+        asyncio.to_thread(
+            client.wait_ready, NAMESPACE, "alice", timeout=DEADLOCK, on_progress=stream_to_ui
+        )
+    )
+    await eventually(writing.is_set, what="the callback writing")
+    await asyncio.wait_for(asyncio.to_thread(client.close), DEADLOCK)
+    assert not writing.is_set(), "close() returned while a callback still wrote"
+    with pytest.raises(SandboxClientError):
+        await asyncio.wait_for(waiting, DEADLOCK)
 
 
 async def test_a_plain_progress_callback_may_call_the_sync_client(
