@@ -133,20 +133,35 @@ def current_row_query(
 _ROW_PAT_NAME = literal(PAT_NAME_PREFIX) + CRED.c.namespace + literal("/") + CRED.c.name
 
 
-def _is_the_rows(pat: FromClause, pat_id: Any, *, current: bool) -> Any:
-    """Whether a PAT of the table ``pat`` is the one a row names by the column ``pat_id``:
-    of that id, a Craft PAT of the row's user, named after the row's sandbox and, for the
-    row's ``current`` PAT, created when the row says (the mint writes both at once). Ids
-    alone restart when a tenant's schema is recreated or restored while the operator's own
-    table is not: another sandbox's PAT under that id reads as gone, and is never acted on
-    (the superseded PAT's creation is not recorded: its name ties it)."""
+def craft_pat_of(
+    pat: FromClause, *, pat_id: Any, user_id: Any, name: Any, created_at: Any = None
+) -> Any:
+    """Whether a PAT of the table ``pat`` is the one a credential row names: of that id, a
+    Craft PAT of the row's user, named after the row's sandbox and, when ``created_at`` is
+    given (the row's current PAT: the mint writes both at once), created then. Each may be
+    a value or a column of the row. Ids alone restart when a tenant's schema is recreated
+    or restored while the operator's own table is not: another sandbox's PAT under that id
+    is never the row's, and never acted on (the superseded PAT's creation is not recorded:
+    its name ties it)."""
     condition = (
         (pat.c.id == pat_id)
-        & (pat.c.user_id == CRED.c.user_id)
+        & (pat.c.user_id == user_id)
         & (pat.c.pat_type == PatType.CRAFT)
-        & (pat.c.name == _ROW_PAT_NAME)
+        & (pat.c.name == name)
     )
-    return condition & (pat.c.created_at == CRED.c.created_at) if current else condition
+    return condition if created_at is None else condition & (pat.c.created_at == created_at)
+
+
+def _is_the_rows(pat: FromClause, pat_id: Any, *, current: bool) -> Any:
+    """Whether a PAT of the table ``pat`` is the one a row names by the column ``pat_id``
+    (:func:`craft_pat_of`, in a join)."""
+    return craft_pat_of(
+        pat,
+        pat_id=pat_id,
+        user_id=CRED.c.user_id,
+        name=_ROW_PAT_NAME,
+        created_at=CRED.c.created_at if current else None,
+    )
 
 
 def _gone_for_good(connection: Connection, gone: TenantGoneError) -> None:

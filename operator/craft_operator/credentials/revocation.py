@@ -11,10 +11,10 @@ from typing import Any, NamedTuple
 from sqlalchemy import Table, case, delete, false, literal, or_, update
 
 from craft_operator.api.times import utc
-from craft_operator.credentials.backend import CRED, LIBRARY, PAT, StoreBackend, log
+from craft_operator.credentials.backend import CRED, LIBRARY, PAT, StoreBackend, craft_pat_of, log
 from craft_operator.credentials.db import translated_errors
 from craft_operator.credentials.model import CredentialInfo, credential_info
-from craft_operator.credentials.tokens import PatType, pat_name
+from craft_operator.credentials.tokens import pat_name
 
 
 def _no_later_than(moment: datetime, pat: Table) -> Any:
@@ -82,20 +82,20 @@ def joined_grace_pat(row: Any) -> RowPat | None:
 
 
 def _owned(pats: Sequence[RowPat], owner: PatOwner, pat: Table) -> Any:
-    """Whether a PAT is one of ``pats`` and a Craft PAT of ``owner``: the operator acts on
-    no other, whatever the id it looked up names (ids restart in each tenant's schema, and
-    again when one is recreated or restored)."""
-    named = [
-        pat.c.id == one.pat_id
-        if one.created_at is None
-        else (pat.c.id == one.pat_id) & (pat.c.created_at == one.created_at)
-        for one in pats
-    ]
-    return (
-        or_(false(), *named)
-        & (pat.c.user_id == owner.user_id)
-        & (pat.c.pat_type == PatType.CRAFT)
-        & (pat.c.name == owner.name)
+    """Whether a PAT is one of ``pats`` and a Craft PAT of ``owner`` (:func:`craft_pat_of`):
+    the operator acts on no other, whatever the id it looked up names."""
+    return or_(
+        false(),
+        *(
+            craft_pat_of(
+                pat,
+                pat_id=one.pat_id,
+                user_id=owner.user_id,
+                name=owner.name,
+                created_at=one.created_at,
+            )
+            for one in pats
+        ),
     )
 
 
