@@ -51,6 +51,18 @@ RETRY_PENDING = "RetryPending"
 #: Seconds before a delivery that found no room to run on is tried again, if no detached
 #: delivery's end wakes it first.
 WAITING_RETRY = 10.0
+
+
+def _write_pat(read: str) -> str:
+    """The PAT's write: ``read`` puts it in ``$t``, and it is installed at ``$1`` as said
+    below (:data:`WRITE_PAT_SCRIPT`), under the EXIT trap until it is in place."""
+    return (
+        f"umask 077 && pat_tmp=\"$1.$$\" && trap 'exit {EXIT_NOT_DELIVERED}' EXIT "
+        f'&& {read} && printf \'%s\' "$t" > "$pat_tmp" && mv -fT "$pat_tmp" "$1" '
+        "&& trap - EXIT"
+    )
+
+
 #: One exec: write the PAT on stdin to the PAT file atomically, readable by the pod's user
 #: only, then run onyx-cli, which reads it (the image's wrapper). The path is an argument,
 #: so the token is never on a command line (exec's command is in the request URL).
@@ -64,11 +76,7 @@ WAITING_RETRY = 10.0
 #: cannot fork (the pod's pids limit reached by the agent's processes) ends at once with 2,
 #: running only that trap, and 2 would read as onyx-cli's own code (a SKILL.md counted as
 #: delivered, the Onyx server blamed).
-WRITE_PAT_SCRIPT = (
-    f"umask 077 && pat_tmp=\"$1.$$\" && trap 'exit {EXIT_NOT_DELIVERED}' EXIT "
-    '&& IFS= read -r t && printf \'%s\' "$t" > "$pat_tmp" && mv -fT "$pat_tmp" "$1" '
-    "&& trap - EXIT"
-)
+WRITE_PAT_SCRIPT = _write_pat("IFS= read -r t")
 #: What follows the PAT's write when it fails: its temporary file removed (if the shell can
 #: still fork), and the code that says the PAT was not delivered.
 NOT_DELIVERED = f'|| {{ rm -f "$pat_tmp"; exit {EXIT_NOT_DELIVERED}; }}'
@@ -77,12 +85,10 @@ NOT_DELIVERED = f'|| {{ rm -f "$pat_tmp"; exit {EXIT_NOT_DELIVERED}; }}'
 #: with one-byte blocks reads no further), kept once all of them came and written to
 #: ``$1``; the rest is the SKILL.md, ``$4`` bytes, written to ``$2`` by the SKILL.md's own
 #: commands (given ``$2`` and ``$4`` as their ``$1`` and ``$2``).
+_READ_PAT_BYTES = 't=$(dd bs=1 count="$3" 2>/dev/null) && [ "${#t}" -eq "$3" ]'
 WRITE_PAT_AND_SKILL_SCRIPT = (
     f"{claimed_skill.HAS_SIZE_FUNCTION}\n"
-    f"umask 077 && pat_tmp=\"$1.$$\" && trap 'exit {EXIT_NOT_DELIVERED}' EXIT "
-    '&& t=$(dd bs=1 count="$3" 2>/dev/null) && [ "${#t}" -eq "$3" ] '
-    '&& printf \'%s\' "$t" > "$pat_tmp" '
-    f'&& mv -fT "$pat_tmp" "$1" && trap - EXIT {NOT_DELIVERED}\n'
+    f"{_write_pat(_READ_PAT_BYTES)} {NOT_DELIVERED}\n"
     'set -- "$2" "$4"\n'
     f"{claimed_skill.write_skill(EXIT_SKILL_NOT_DELIVERED)}"
 )
