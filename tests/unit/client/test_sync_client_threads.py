@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -49,17 +50,25 @@ async def test_one_users_slow_progress_callback_does_not_hold_up_another_threads
     assert outcomes[0] is True, "bob's get() returned only after alice's callback gave up"
 
 
+def slow_ui_writer() -> tuple[Callable[[Progress], None], threading.Event]:
+    """A plain progress callback whose write to a slow browser takes a second, and the
+    event set while it writes."""
+    writing = threading.Event()
+
+    def stream_to_ui(_: Progress) -> None:
+        writing.set()
+        threading.Event().wait(1.0)
+        writing.clear()
+
+    return stream_to_ui, writing
+
+
 async def test_a_wait_that_times_out_ends_only_once_its_plain_callback_has_returned(
     client: SandboxClient, emulator: KubeEmulator
 ) -> None:
     # The caller closes what the callback writes to (its browser stream) once the wait ends.
     await asyncio.to_thread(client.ensure, NAMESPACE, "alice", user_id=USER_ID)
-    writing = threading.Event()
-
-    def stream_to_ui(_: Progress) -> None:
-        writing.set()
-        threading.Event().wait(1.0)  # a slow write, past the wait's timeout
-        writing.clear()
+    stream_to_ui, writing = slow_ui_writer()  # its write outlasts the wait's timeout
 
     with pytest.raises(WaitTimeoutError):
         await asyncio.wait_for(
@@ -75,12 +84,7 @@ async def test_close_returns_once_the_plain_callbacks_of_the_calls_it_ended_have
     client: SandboxClient, emulator: KubeEmulator
 ) -> None:
     await asyncio.to_thread(client.ensure, NAMESPACE, "alice", user_id=USER_ID)
-    writing = threading.Event()
-
-    def stream_to_ui(_: Progress) -> None:
-        writing.set()
-        threading.Event().wait(1.0)
-        writing.clear()
+    stream_to_ui, writing = slow_ui_writer()
 
     waiting = asyncio.create_task(
         asyncio.to_thread(
