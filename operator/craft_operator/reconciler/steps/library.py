@@ -46,7 +46,7 @@ async def sync_library(p: Pass) -> Stop | None:
             # the Jobs' API answers), and the pass's status is written.
             p.fail(USER_LIBRARY_SYNCED, JOB_REQUEST_FAILED, f"cannot manage the sync Job: {exc}")
         return None
-    current = (run.status.user_library or UserLibraryStatus()).model_copy()
+    current = run.status.user_library or UserLibraryStatus()
     if still_current(run, current, attempt) or current.failed_attempt == attempt.key:
         return None  # synced already, or its failure is reported and retrying cannot help
     if refused_revision(p, current, attempt):

@@ -120,9 +120,9 @@ def refused_revision(p: Pass, current: UserLibraryStatus, attempt: Attempt) -> b
         f"characters long, over the {MAX_LIBRARY_REVISION:,} a revision may have: nothing "
         "is synced until it changes"
     )
-    current.failed_attempt = attempt.key
-    current.last_error = message
-    p.run.status.user_library = current
+    p.run.status.user_library = current.model_copy(
+        update={"failed_attempt": attempt.key, "last_error": message}
+    )
     p.run.set(ConditionState.false(USER_LIBRARY_SYNCED, REVISION_TOO_LONG, message))
     p.event(f"Library{REVISION_TOO_LONG}", message, warning=True)
     return True
