@@ -74,10 +74,31 @@ def _lacking(denied: Sequence[AccessRequest], served: Sequence[str]) -> list[str
     return sorted({namespace for _, namespace in denied if namespace is not None} & set(served))
 
 
-def access_fix(denied: Sequence[AccessRequest], *, served: Sequence[str]) -> str:
-    """How to grant the ``denied`` requests of an operator serving ``served`` (pure)."""
+def access_fix(
+    denied: Sequence[AccessRequest],
+    *,
+    served: Sequence[str],
+    operator_namespace: str,
+) -> str:
+    """How to grant the ``denied`` requests of an operator serving ``served`` (pure).
+
+    manifests/base grants its Role in ``operator_namespace`` only, so a request denied in
+    another namespace that is not served (the SKILL.md template's ConfigMap kept there) gets
+    advice of its own.
+    """
     lacking = _lacking(denied, served)
-    other = [permission for permission, namespace in denied if namespace not in served]
+    elsewhere = sorted(
+        {
+            namespace
+            for _, namespace in denied
+            if namespace is not None and namespace not in served and namespace != operator_namespace
+        }
+    )
+    other = [
+        permission
+        for permission, namespace in denied
+        if namespace not in served and namespace not in elsewhere
+    ]
     fixes = []
     if lacking:
         fixes.append(
@@ -92,10 +113,22 @@ def access_fix(denied: Sequence[AccessRequest], *, served: Sequence[str]) -> str
         )
     elif other:
         fixes.append("apply the operator's RBAC (kubectl apply -k manifests/base)")
+    if elsewhere:
+        fixes.append(
+            f"manifests/base grants nothing in {', '.join(elsewhere)}: move the SKILL.md "
+            f"template's ConfigMap (CRAFT_SKILL_TEMPLATE_CONFIGMAP) to {operator_namespace} or "
+            "a served namespace, or bind a Role allowing get configmaps there to the "
+            f"operator's ServiceAccount ({operator_namespace}/craft-operator)"
+        )
     return "; ".join(fixes)
 
 
-def missing_access_message(denied: Sequence[AccessRequest], *, served: Sequence[str]) -> str:
+def missing_access_message(
+    denied: Sequence[AccessRequest],
+    *,
+    served: Sequence[str],
+    operator_namespace: str,
+) -> str:
     """One line: where the operator lacks access, what is denied, how to fix it (pure)."""
     lacking = _lacking(denied, served)
     where = (
@@ -103,7 +136,8 @@ def missing_access_message(denied: Sequence[AccessRequest], *, served: Sequence[
         if lacking
         else "the operator lacks API access it needs"
     )
-    return f"{where}: denied {describe_denied(denied)}; {access_fix(denied, served=served)}"
+    fix = access_fix(denied, served=served, operator_namespace=operator_namespace)
+    return f"{where}: denied {describe_denied(denied)}; {fix}"
 
 
 @dataclass(frozen=True)
@@ -125,6 +159,7 @@ async def check_operator_access(
     *,
     peering: bool,
     template_namespace: str | None = None,
+    operator_namespace: str,
     timeout: float = 10.0,  # noqa: ASYNC109 -- the API client's per-request timeout
 ) -> AccessVerdict:
     """Whether the operator can serve ``namespaces`` (see :class:`AccessVerdict`).
@@ -149,7 +184,11 @@ async def check_operator_access(
         await kube.close()
     excused = {*terminating, *missing}
     served = [namespace for namespace in namespaces if namespace not in excused]
-    problem = missing_access_message(denied, served=served) if denied else None
+    problem = (
+        missing_access_message(denied, served=served, operator_namespace=operator_namespace)
+        if denied
+        else None
+    )
     return AccessVerdict(problem, terminating, missing)
 
 

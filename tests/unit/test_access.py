@@ -53,10 +53,22 @@ class FakeApi:
         ]
 
 
-def check(monkeypatch: pytest.MonkeyPatch, served: list[str], **api: Any) -> access.AccessVerdict:
+def check(
+    monkeypatch: pytest.MonkeyPatch,
+    served: list[str],
+    template_namespace: str | None = None,
+    **api: Any,
+) -> access.AccessVerdict:
     fake = type("Api", (FakeApi,), api)
     monkeypatch.setattr(access, "KubeClient", fake)
-    return asyncio.run(access.check_operator_access(None, served, peering=False))  # type: ignore[arg-type]
+    verdict = access.check_operator_access(
+        None,  # type: ignore[arg-type]
+        served,
+        peering=False,
+        template_namespace=template_namespace,
+        operator_namespace="craft-system",
+    )
+    return asyncio.run(verdict)
 
 
 def test_a_namespace_without_the_role_stops_the_operator(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -114,3 +126,36 @@ def test_namespaces_that_cannot_be_read_excuse_no_missing_role(
     )
     assert verdict.problem is not None
     assert "team-a" in verdict.problem
+
+
+def test_a_template_configmap_elsewhere_is_not_sent_to_the_base_manifests(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """manifests/base grants its Role in the operator's namespace only: applying it cannot
+    let the operator read a SKILL.md template kept in another namespace."""
+    verdict = check(
+        monkeypatch,
+        ["team-a"],
+        template_namespace="onyx",
+        lacking=frozenset({"onyx"}),
+        namespaces={"team-a": False, "onyx": False},
+    )
+    assert verdict.problem is not None
+    assert "manifests/base grants nothing in onyx" in verdict.problem
+    assert "kubectl apply -k manifests/base" not in verdict.problem
+    assert "craft-system/craft-operator" in verdict.problem
+
+
+def test_a_template_configmap_in_the_operators_namespace_needs_the_base_manifests(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    verdict = check(
+        monkeypatch,
+        ["team-a"],
+        template_namespace="craft-system",
+        lacking=frozenset({"craft-system"}),
+        namespaces={"team-a": False, "craft-system": False},
+    )
+    assert verdict.problem is not None
+    assert "kubectl apply -k manifests/base" in verdict.problem
+    assert "grants nothing" not in verdict.problem

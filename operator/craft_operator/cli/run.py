@@ -272,6 +272,7 @@ def _cluster_problem(
             watched,
             peering=not peering.standalone,
             template_namespace=template[0] if template is not None else None,
+            operator_namespace=settings.operator_namespace,
         )
     )
 

@@ -208,7 +208,8 @@ async def _check_permissions(kube: KubeClient, settings: Settings, *, peering: b
     served = [namespace for namespace in namespaces if namespace not in excused]
     if denied:
         missing = describe_denied(denied, limit=len(denied))
-        return fail(name, f"{len(denied)} missing: {missing}", access_fix(denied, served=served))
+        fix = access_fix(denied, served=served, operator_namespace=settings.operator_namespace)
+        return fail(name, f"{len(denied)} missing: {missing}", fix)
     scope = f"in {', '.join(served)}" if namespaces else "cluster-wide"
     if not peering:
         scope += ", without the peering object's"
