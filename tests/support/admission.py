@@ -48,7 +48,7 @@ def admit(
 
 
 def default_craftsandbox(resource: kmock.resource, obj: dict[str, Any]) -> dict[str, Any]:
-    """Emulator mutation hook: apply the CRD's defaults, as the API server does on write.
+    """Emulator mutation hook: apply the CRDs' defaults, as the API server does on write.
 
     Unknown fields are not pruned here: validation is strict, so a field the operator
     writes that the CRD does not declare fails the test instead of vanishing silently.
@@ -56,9 +56,11 @@ def default_craftsandbox(resource: kmock.resource, obj: dict[str, Any]) -> dict[
     if is_policy(resource):
         return default_policy(copy.deepcopy(obj))
     if is_pool(resource):
-        return obj  # no defaults in its CRD
-    if resource.group != models.GROUP:
+        validator = pool_validator()
+    elif resource.group == models.GROUP:
+        validator = craftsandbox_validator()
+    else:
         return obj
     defaulted = copy.deepcopy(obj)
-    apply_defaults(defaulted, craftsandbox_validator().schema)
+    apply_defaults(defaulted, validator.schema)
     return defaulted
