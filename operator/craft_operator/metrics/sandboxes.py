@@ -101,7 +101,8 @@ def time_to_ready(
     sandbox Ready, else ``None``: measured from :func:`not_ready_since` of the body as the
     pass found it (its creation, when it lost Ready, when it woke or left Failed), or from
     the wake or recovery of this very pass (a woken sandbox that claims a warm pod may be
-    Ready in the pass that woke it). ``seen``: when the operator saw the sandbox created
+    Ready in the pass that woke it), to ``now``: when the status saying Ready was written,
+    so that the work of the pass is in it. ``seen``: when the operator saw the sandbox created
     (:meth:`Metrics.saw_created`), which stands for a start moment written to the second
     that it falls within (the creation, or Ready turning False in the first pass)."""
     if new_status.phase != Phase.READY:

@@ -41,10 +41,18 @@ async def write_status(s: Services, run: Run) -> None:
     _say_dropped(s, run, patch, updated.get("status") or {})
     if _content_changed(run.body, updated):
         run.changed_meanwhile()
-    seen = None
-    if run.status.phase == Phase.READY:
-        seen = s.metrics.take_seen(str(run.body.get("metadata", {}).get("uid", "")))
-    seconds = time_to_ready(run.body, run.status, run.now, seen)
+    _observe_ready(s, run)
+
+
+def _observe_ready(s: Services, run: Run) -> None:
+    """Observe the time to Ready of a pass that made the sandbox Ready, up to now: its
+    status is written, so whatever the pass did first (a claim, the PAT's delivery by
+    exec, onyx-cli's validation, the Secret and SKILL.md) is in it, not only the passes
+    before it. Once per sandbox: the next pass finds Ready stored."""
+    if run.status.phase != Phase.READY:
+        return
+    seen = s.metrics.take_seen(str(run.body.get("metadata", {}).get("uid", "")))
+    seconds = time_to_ready(run.body, run.status, s.clock(), seen)
     if seconds is not None:
         s.metrics.observe_ready(seconds)
 
