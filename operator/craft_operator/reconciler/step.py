@@ -92,6 +92,10 @@ class Memory:
     #: When this process created the sandbox's pod (by uid), on its own clock, per sandbox:
     #: the pod's creationTimestamp is the API server's, which may run minutes apart.
     made: dict[tuple[str, str], tuple[str, datetime]] = field(default_factory=dict)
+    #: The sandbox's pod (by uid) whose creation to Ready was observed, per sandbox: a pass
+    #: whose status write failed leaves PodReady not True, and its retry must not observe
+    #: the same pod again.
+    timed_ready: dict[tuple[str, str], str] = field(default_factory=dict)
     #: The suspension each sandbox was last resumed from, and the moment of that resume: a
     #: pass that finds the same suspension again (its resume's status was never written)
     #: resumes it as before, once.

@@ -260,11 +260,16 @@ def _observe_pod_ready(p: Pass, pod: dict[str, Any]) -> None:
 
     Not for a claimed pool pod: its age is how long it waited in the pool, and the claim
     records no time of its own (its duration is ``craft_pool_claim_duration_seconds``).
+    Once per pod: a pass whose status write failed is retried over the same pod.
     """
     if LABEL_CLAIMED_FROM in (pod["metadata"].get("labels") or {}):
         return
+    uid = str(pod["metadata"].get("uid"))
+    if p.memory.timed_ready.get(p.run.key) == uid:
+        return
     started_at = pod_state.created_at(pod)
     if started_at is not None:
+        p.memory.timed_ready[p.run.key] = uid
         # Until the pod's own Ready, if it says when: a pass that comes later (after an
         # outage of the database, say) adds nothing of the pod's.
         ready_at = min(pod_state.ready_since(pod) or p.run.now, p.run.now)

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from craft_operator.reconciler.step import Pass
+from craft_operator.reconciler.step import Memory, Pass
 from craft_operator.reconciler.steps import credentials, pod
 from craft_operator.status import format_time
 from tests.support.pod_exec import mark_pod_running
@@ -129,3 +129,23 @@ async def test_a_pod_that_turned_ready_during_an_outage_is_timed_until_its_own_r
 
     assert pod_ready_count(world) == 1
     assert sample(world, "craft_provisioning_phase_duration_seconds_sum", phase="pod_ready") == 60
+
+
+async def test_a_pod_whose_ready_status_was_not_written_is_timed_once(world: World) -> None:
+    """The pass that saw the pod Ready could not write its status (a 5xx, a timeout, an
+    object too large): the retry finds PodReady not True over the same pod, as before."""
+    memory = Memory()
+    first = await pod_pass(world, memory=memory)
+    await pod.converge_pod(first)
+    starting = first.run.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    mark_pod_running(world.emulator, NAMESPACE, NAME)
+    created_before(world, NAME, timedelta(seconds=42))
+
+    for after in (0, 2):  # the pass that sees it Ready, then its retry over the same status
+        p = await pod_pass(
+            world, memory=memory, status=starting, now=NOW + timedelta(seconds=after)
+        )
+        assert await pod.converge_pod(p) is None
+
+    assert pod_ready_count(world) == 1
+    assert sample(world, "craft_provisioning_phase_duration_seconds_sum", phase="pod_ready") == 42
