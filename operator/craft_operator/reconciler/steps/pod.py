@@ -161,6 +161,7 @@ async def _running(p: Pass, actual: dict[str, Any], desired: dict[str, Any]) -> 
     run.pod_exists = True
     if LABEL_CLAIMED_FROM in (actual["metadata"].get("labels") or {}):
         p.memory.cold_start.pop(run.key, None)  # the next start without a pod is said anew
+        claim.count_landed(p, actual)  # (a claim whose answer was lost: counted here)
     else:
         claim.count_cold_start(p)  # (a create whose answer was lost: counted here)
     uid = actual["metadata"].get("uid")

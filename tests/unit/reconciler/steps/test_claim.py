@@ -650,6 +650,69 @@ async def test_a_claim_that_may_have_landed_stops_the_pass_without_a_second_pod(
     assert sum(LABEL_CLAIMED_FROM in each for each in labels) == 1, "no second claim"
 
 
+def claims_counted(world: World) -> tuple[float | None, float | None]:
+    """The pool's claims counted, and the claim durations observed."""
+    registry, where = world.services.metrics.registry, {"namespace": NAMESPACE, "pool": POOL}
+    return (
+        registry.get_sample_value("craft_pool_claims_total", where),
+        registry.get_sample_value("craft_pool_claim_duration_seconds_count", where),
+    )
+
+
+def watch_delivers(world: World, names: list[str]) -> None:
+    """The watch brings the pods as the API server holds them."""
+    for name in names:
+        world.cache.put(kinds.POD.name, world.emulator.get("v1/pods", NAMESPACE, name))
+
+
+async def test_a_claim_that_landed_unanswered_is_counted_once_its_pod_is_seen_the_sandboxs(
+    pooled: World,
+) -> None:
+    names = warm_pods(pooled, 2)
+    pooled.services.metrics.pool_seen(NAMESPACE, POOL)
+    memory = Memory()
+    answer_lost(pooled, pod_readable=False)
+    first = await pod_pass(pooled, memory=memory, spec={"poolRef": {"name": POOL}})
+    assert await pod.converge_pod(first) == Stop("ClaimUnsettled")
+    assert claims_counted(pooled) == (0, 0), "not known to have landed yet"
+    pooled.emulator.before_request.pop(0)  # the API server answers again
+    watch_delivers(pooled, names)
+
+    for _ in range(2):  # the passes that run on the claimed pod
+        again = await pod_pass(pooled, memory=memory, spec={"poolRef": {"name": POOL}})
+        await pod.converge_pod(again)
+        assert again.pod is not None
+        assert LABEL_CLAIMED_FROM in again.pod["metadata"]["labels"]
+
+    assert claims_counted(pooled) == (1, 1)
+
+
+async def test_a_claim_left_unsettled_that_did_not_land_is_not_counted_beside_the_next(
+    pooled: World,
+) -> None:
+    names = warm_pods(pooled, 2)
+    pooled.services.metrics.pool_seen(NAMESPACE, POOL)
+    memory = Memory()
+
+    async def unanswered(request: Any) -> aiohttp.web.StreamResponse | None:
+        if "/pods/" not in request.url.path:
+            return None  # the claim's write and its read-back both fail; nothing is applied
+        return aiohttp.web.json_response({"kind": "Status", "code": 503}, status=503)
+
+    pooled.emulator.before_request.insert(0, unanswered)
+    first = await pod_pass(pooled, memory=memory, spec={"poolRef": {"name": POOL}})
+    assert await pod.converge_pod(first) == Stop("ClaimUnsettled")
+    pooled.emulator.before_request.pop(0)
+    watch_delivers(pooled, names)
+
+    for _ in range(2):  # the pass that claims a pod, then one that runs on it
+        again = await pod_pass(pooled, memory=memory, spec={"poolRef": {"name": POOL}})
+        await pod.converge_pod(again)
+        assert again.pod is not None
+
+    assert claims_counted(pooled) == (1, 1)
+
+
 async def test_a_sandbox_whose_pod_failed_waits_out_its_backoff_before_claiming_again(
     pooled: World,
 ) -> None:
