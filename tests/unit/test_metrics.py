@@ -764,15 +764,31 @@ async def test_nothing_but_state_and_counts_reach_the_exposition(
     assert "alice" not in text
 
 
-def test_sandboxes_kept_without_the_policy_are_counted_for_the_alert() -> None:
-    kept = sandbox("kept", "Ready", ready=("True", NOW))
+def kept_without_policy(name: str, *, deleting: bool = False) -> dict[str, Any]:
+    """A Ready sandbox whose PolicyEnforced is False: the policy went missing after it was
+    admitted."""
+    kept = sandbox(name, "Ready", ready=("True", NOW), deleting=deleting)
     kept["status"]["conditions"].append(
         {"type": "PolicyEnforced", "status": "False", "reason": "PolicyMissing"}
     )
+    return kept
+
+
+def test_sandboxes_kept_without_the_policy_are_counted_for_the_alert() -> None:
+    kept = kept_without_policy("kept")
     bodies = [kept, sandbox("fine", "Ready", ready=("True", NOW)), sandbox("new", None)]
 
     assert count_sandboxes(bodies, NOW).without_policy == 1
     assert count_sandboxes([], NOW).without_policy == 0
+
+
+def test_a_sandbox_being_deleted_is_not_counted_as_running_without_the_policy() -> None:
+    """Its passes go to the finalizer and never to the policy step, so a PolicyEnforced
+    False left from an outage stays on it after the policy is back (and paged for good)."""
+    counts = count_sandboxes([kept_without_policy("leaving", deleting=True)], NOW)
+
+    assert counts.by_phase["Terminating"] == 1
+    assert counts.without_policy == 0
 
 
 # -- warm pools ------------------------------------------------------------------------------

@@ -27,7 +27,8 @@ class SandboxCounts:
 
     by_phase: Mapping[str, int]
     oldest_not_ready_seconds: float
-    #: Sandboxes kept running while the CraftSandboxPolicy is missing or unreadable.
+    #: Sandboxes kept running while the CraftSandboxPolicy is missing or unreadable (not
+    #: those being deleted, which the policy step no longer visits).
     without_policy: int = 0
     #: ``namespace/name`` of the bodies that could not be read, left out of every count.
     unreadable: tuple[str, ...] = ()
@@ -141,7 +142,10 @@ class _Tally:
         )
         phase = _phase(body)
         if (body.get("metadata") or {}).get("deletionTimestamp"):
+            # Its passes go to the finalizer, never to the policy step: a PolicyEnforced
+            # False left from an outage would stay after the policy is back.
             phase = Phase.TERMINATING.value
+            unenforced = False
         waited = 0.0
         if phase in _WAITING_PHASES:
             since = not_ready_since(body)

@@ -116,7 +116,7 @@ class StateCollector(Collector):
         without_policy = GaugeMetricFamily(
             metric_name("sandboxes_without_policy"),
             "Sandboxes admitted before that keep running while the CraftSandboxPolicy is "
-            "missing or unreadable (condition PolicyEnforced False).",
+            "missing or unreadable (condition PolicyEnforced False; not those being deleted).",
         )
         unreadable = GaugeMetricFamily(
             metric_name("sandboxes_unreadable"),
