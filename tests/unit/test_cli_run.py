@@ -109,6 +109,26 @@ def test_an_unreadable_kubeconfig_is_one_line(tmp_path: Path) -> None:
     assert "cannot load Kubernetes credentials" in only_line(completed)
 
 
+@pytest.mark.parametrize(
+    ("server", "problem"),
+    [
+        ("https://bob:secret@127.0.0.1:1", "https://…@127.0.0.1:1 carries credentials"),
+        ("127.0.0.1:6443", "127.0.0.1:6443 has no scheme"),
+        ("https://127.0.0.1:99999", "https://127.0.0.1:99999 has an invalid port"),
+    ],
+)
+def test_a_server_url_the_client_cannot_use_is_one_line_without_its_password(
+    tmp_path: Path, server: str, problem: str
+) -> None:
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server)
+    completed = run_operator(tmp_path, "run", "--standalone", KUBECONFIG=str(kubeconfig))
+    assert completed.returncode == 1
+    line = only_line(completed)
+    assert f"the kubeconfig's API server URL {problem}" in line
+    assert line.endswith(": fix the kubeconfig")
+    assert "secret" not in line
+
+
 def test_bad_settings_stop_the_start_before_any_cluster_lookup(tmp_path: Path) -> None:
     password = "pa55-W0rd-never-shown"
     completed = run_operator(

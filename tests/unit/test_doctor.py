@@ -614,6 +614,20 @@ async def test_an_unreachable_api_server_fails_with_one_line(env: dict[str, str]
     assert "CraftSandbox API" not in result.output
 
 
+def test_a_server_url_with_a_password_fails_the_api_check_without_showing_it(
+    env: dict[str, str],
+) -> None:
+    write_kubeconfig(Path(env["KUBECONFIG"]), "https://bob:secret@127.0.0.1:1")
+    result = run_doctor()
+    assert result.exit_code == 1
+    assert line(result, "Kubernetes API").startswith(
+        "✘ Kubernetes API: the kubeconfig's API server URL https://…@127.0.0.1:1 carries "
+        "credentials (user:password@), which belong in the kubeconfig's user: fix the kubeconfig"
+    )
+    assert "secret" not in result.output
+    assert "unexpected" not in result.output
+
+
 def test_no_kubernetes_credentials_fail_the_api_check(env: dict[str, str]) -> None:
     result = run_doctor()
     assert result.exit_code == 1

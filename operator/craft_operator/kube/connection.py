@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import ssl
 from typing import Any
 
 import aiohttp
 import kopf
 import yaml
+import yarl
 
 from craft_operator.kube import login
 from craft_operator.yaml_errors import yaml_problem
@@ -33,7 +35,8 @@ def discover_connection() -> kopf.ConnectionInfo:
     otherwise.
     """
     try:
-        info = login.in_cluster() or login.from_kubeconfig()
+        in_cluster = login.in_cluster()
+        info = in_cluster or login.from_kubeconfig()
         if info is None:
             info = kopf.login_via_client(logger=logger, settings=kopf.OperatorSettings())
     except kopf.LoginError:
@@ -46,7 +49,64 @@ def discover_connection() -> kopf.ConnectionInfo:
             "no Kubernetes credentials found: not running in a cluster and no kubeconfig "
             "(set KUBECONFIG or run `kubectl config use-context`)"
         )
+    check_server(info.server, in_cluster=in_cluster is not None)
     return info
+
+
+def check_server(server: str, *, in_cluster: bool = False) -> None:
+    """Raise :class:`ClusterUnreachableError` unless ``server`` is a URL the API client can
+    connect to: http or https, a host, a port from 1 to 65535 if any, and no
+    ``user:password@`` (the kubeconfig's user holds the credentials).
+
+    The message says what is wrong and where to fix it, without quoting a password; aiohttp
+    would say it with a ``ValueError`` at the first request.
+    """
+    problem = _server_problem(server)
+    if problem is None:
+        return
+    if in_cluster:
+        source = "the in-cluster API server URL"
+        remedy = "check the pod's KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT"
+    else:
+        source = "the kubeconfig's API server URL"
+        remedy = "fix the kubeconfig"
+    raise ClusterUnreachableError(f"{source} {_shown(server)} {problem}: {remedy}")
+
+
+def _server_problem(server: str) -> str | None:
+    """What makes ``server`` unusable as the API server's URL, if anything."""
+    if "://" not in server:
+        return "has no scheme (https:// or http://)"
+    try:
+        url = yarl.URL(server)
+        port = url.explicit_port
+    except ValueError as exc:  # its message may quote the URL: name the part instead
+        message = str(exc)
+        if "port" in message.lower():
+            return "has an invalid port (not a number from 1 to 65535)"
+        if "IPv" in message:
+            return "has an invalid IPv6 address (give it in brackets: https://[::1]:6443)"
+        if "host is required" in message:
+            return "names no host"
+        return "is not a valid URL"
+    if url.scheme not in ("https", "http"):
+        return "has a scheme other than https:// or http://"
+    if not url.host:
+        return "names no host"
+    if port == 0:
+        return "has port 0 (not a number from 1 to 65535)"
+    if url.raw_user is not None or url.raw_password is not None:
+        return "carries credentials (user:password@), which belong in the kubeconfig's user"
+    return None
+
+
+def _shown(server: str) -> str:
+    """``server`` as it can be shown: anything up to an ``@`` (``user:password``) elided."""
+    _, at, tail = server.rpartition("@")
+    if not at:
+        return server
+    scheme = re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", server)
+    return f"{scheme.group() if scheme else ''}…@{tail}"
 
 
 def _reason(exc: Exception) -> str:

@@ -155,23 +155,9 @@ def test_a_revoke_without_a_cluster_to_ask_says_when_the_fresh_pat_comes(
     assert "within CRAFT_RESYNC_INTERVAL" in result.stderr
 
 
-@pytest.mark.parametrize(
-    "cluster",
-    [
-        {"server": "https://127.0.0.1:1", "certificate-authority": "/nonexistent/ca.crt"},
-        {
-            "server": "https://127.0.0.1:1",
-            "certificate-authority-data": base64.b64encode(b"not a certificate").decode(),
-        },
-    ],
-    ids=["CA file gone", "CA data not a certificate"],
-)
-def test_a_revoke_with_an_unusable_kubeconfig_says_so_after_revoking(
-    env: dict[str, str], tmp_path: Path, cluster: dict[str, str]
-) -> None:
-    """A kubeconfig copied from another machine: the PAT is revoked, so the command must
-    not read as failed (run again, it would say nothing was revoked)."""
-    kubeconfig = tmp_path / "kubeconfig"
+def write_kubeconfig(directory: Path, cluster: dict[str, str]) -> Path:
+    """A kubeconfig whose current context is ``cluster``, with a token."""
+    kubeconfig = directory / "kubeconfig"
     kubeconfig.write_text(
         json.dumps(
             {
@@ -184,6 +170,37 @@ def test_a_revoke_with_an_unusable_kubeconfig_says_so_after_revoking(
             }
         )
     )
+    return kubeconfig
+
+
+#: Server URLs aiohttp refuses with a ValueError (a traceback, once).
+MALFORMED_SERVERS = [
+    {"server": "127.0.0.1:6443"},
+    {"server": "https://127.0.0.1:99999"},
+    {"server": "https://[::1"},
+    {"server": "https://bob:secret@127.0.0.1:1"},
+]
+MALFORMED_SERVER_IDS = ["no scheme", "port too high", "unclosed bracket", "user:password@"]
+
+
+@pytest.mark.parametrize(
+    "cluster",
+    [
+        {"server": "https://127.0.0.1:1", "certificate-authority": "/nonexistent/ca.crt"},
+        {
+            "server": "https://127.0.0.1:1",
+            "certificate-authority-data": base64.b64encode(b"not a certificate").decode(),
+        },
+        *MALFORMED_SERVERS,
+    ],
+    ids=["CA file gone", "CA data not a certificate", *MALFORMED_SERVER_IDS],
+)
+def test_a_revoke_with_an_unusable_kubeconfig_says_so_after_revoking(
+    env: dict[str, str], tmp_path: Path, cluster: dict[str, str]
+) -> None:
+    """A kubeconfig copied from another machine: the PAT is revoked, so the command must
+    not read as failed (run again, it would say nothing was revoked)."""
+    kubeconfig = write_kubeconfig(tmp_path, cluster)
     issued = mint(env)
 
     result = CliRunner().invoke(
@@ -197,6 +214,7 @@ def test_a_revoke_with_an_unusable_kubeconfig_says_so_after_revoking(
     assert f"revoked PAT {issued.pat_id}" in result.stdout
     assert "could not ask the operator for a fresh PAT" in result.stderr
     assert "fix the kubeconfig" in result.stderr
+    assert "secret" not in result.stderr
 
 
 def test_credentials_revoke_revokes_and_a_second_revoke_finds_nothing(
@@ -325,3 +343,23 @@ def test_credentials_adopt_leaves_another_cluster_s_row_alone(
     with engine.connect() as connection:
         assert connection.execute(sa.select(SandboxCredential.cluster_id)).scalars().all() == [None]
     engine.dispose()
+
+
+@pytest.mark.parametrize("cluster", MALFORMED_SERVERS, ids=MALFORMED_SERVER_IDS)
+def test_credentials_adopt_with_a_malformed_server_url_fails_in_one_line(
+    env: dict[str, str], tmp_path: Path, cluster: dict[str, str]
+) -> None:
+    mint(env)
+    forget_clusters(env).dispose()
+    kubeconfig = write_kubeconfig(tmp_path, cluster)
+
+    result = run({**env, "KUBECONFIG": str(kubeconfig)}, "credentials", "adopt")
+
+    assert result.exit_code == 1
+    [message] = result.stderr.splitlines()
+    assert message.startswith(
+        "craft-operator: cannot read this cluster's CraftSandboxes, nothing was adopted: "
+        "the kubeconfig's API server URL "
+    )
+    assert message.endswith(": fix the kubeconfig")
+    assert "secret" not in message

@@ -194,6 +194,87 @@ def test_outside_a_cluster_there_is_no_service_account(files: Path) -> None:
                             account=files / "absent") is None  # fmt: skip
 
 
+MALFORMED_SERVERS = {
+    "10.0.0.1:6443": "has no scheme (https:// or http://)",
+    "https://10.0.0.1:99999": "has an invalid port (not a number from 1 to 65535)",
+    "https://10.0.0.1:http": "has an invalid port (not a number from 1 to 65535)",
+    "https://10.0.0.1:0": "has port 0 (not a number from 1 to 65535)",
+    "https://[fd00::1": "has an invalid IPv6 address (give it in brackets: https://[::1]:6443)",
+    "https://:6443": "names no host",
+    "ftp://10.0.0.1": "has a scheme other than https:// or http://",
+}
+
+
+@pytest.mark.parametrize("server", MALFORMED_SERVERS)
+def test_a_kubeconfig_server_the_client_cannot_use_is_said_so_before_any_request(
+    server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiohttp raised a ValueError (a traceback) at the first request."""
+    monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path, {"server": server}, {})))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+
+    with pytest.raises(ClusterUnreachableError) as raised:
+        discover_connection()
+
+    assert str(raised.value) == (
+        f"the kubeconfig's API server URL {server} {MALFORMED_SERVERS[server]}: fix the kubeconfig"
+    )
+
+
+@pytest.mark.parametrize(
+    "server",
+    [
+        "https://bob:s3cr3t@10.0.0.1:6443",
+        "https://bob:s3/cr3t@10.0.0.1",
+        "bob:s3cr3t@h:1",
+        "bob:s3cr3t@h://x",
+    ],
+)
+def test_a_kubeconfig_server_with_a_password_is_refused_without_showing_it(
+    server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiohttp cannot send the user's token and the URL's credentials together."""
+    monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path, {"server": server}, {})))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+
+    with pytest.raises(ClusterUnreachableError) as raised:
+        discover_connection()
+
+    assert "fix the kubeconfig" in str(raised.value)
+    assert "…@" in str(raised.value)
+    assert "cr3t" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "server", ["https://k", "http://127.0.0.1:8080", "https://[fd00::1]:6443/k8s/clusters/c-1"]
+)
+def test_a_usable_kubeconfig_server_is_taken_as_it_is(
+    server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path, {"server": server}, {})))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+
+    assert discover_connection().server == server
+
+
+def test_an_in_cluster_service_port_that_is_no_port_names_the_pod_s_variables(
+    files: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (files / "token").write_text("sa-token")
+    environ = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "https"}
+    read_service_account = login.in_cluster
+    monkeypatch.setattr(login, "in_cluster", lambda: read_service_account(environ, files))
+
+    with pytest.raises(ClusterUnreachableError) as raised:
+        discover_connection()
+
+    assert str(raised.value) == (
+        "the in-cluster API server URL https://10.96.0.1:https has an invalid port (not a "
+        "number from 1 to 65535): check the pod's KUBERNETES_SERVICE_HOST and "
+        "KUBERNETES_SERVICE_PORT"
+    )
+
+
 def test_a_client_key_rotated_many_times_leaves_two_files_of_it_at_most(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
