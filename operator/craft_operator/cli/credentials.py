@@ -91,7 +91,8 @@ def revoke(sandbox: tuple[str, str]) -> None:
         asyncio.run(ask_for_a_fresh_pat(namespace, name, info.pat_id))
     except NotFoundError:
         click.echo(f"its CraftSandbox {namespace}/{name} does not exist in this cluster")
-    except (ClusterUnreachableError, ApiError) as exc:
+    except (ClusterUnreachableError, ApiError, ValueError) as exc:
+        # ValueError: aiohttp's for a connection it cannot use; the PAT is revoked all the same.
         click.echo(
             f"could not ask the operator for a fresh PAT now ({exc}): it mints one at the "
             "sandbox's next revisit (within CRAFT_RESYNC_INTERVAL)",
@@ -110,7 +111,7 @@ async def ask_for_a_fresh_pat(namespace: str, name: str, pat_id: int) -> None:
     pod's service account).
 
     Raises :class:`ClusterUnreachableError` or :class:`ApiError` (:class:`NotFoundError`:
-    no such CraftSandbox).
+    no such CraftSandbox), or aiohttp's :class:`ValueError` for a connection it cannot use.
     """
     kube = KubeClient(request_timeout=30.0)
     kube.configure(discover_connection())
@@ -125,7 +126,8 @@ async def live_sandbox_uids(keys: Iterable[tuple[str, str]]) -> dict[tuple[str, 
     """The uid of each named CraftSandbox that exists in this cluster (the current
     kubeconfig context, or the pod's service account).
 
-    Raises :class:`ClusterUnreachableError` or :class:`ApiError` (other than not found).
+    Raises :class:`ClusterUnreachableError` or :class:`ApiError` (other than not found), or
+    aiohttp's :class:`ValueError` for a connection it cannot use.
     """
     kube = KubeClient(request_timeout=30.0)
     kube.configure(discover_connection())
@@ -167,7 +169,7 @@ def adopt(namespaces: tuple[str, ...], dry_run: bool) -> None:
         rows = unclaimed_rows(store, namespaces)
         try:
             uids = asyncio.run(live_sandbox_uids((row.namespace, row.name) for row in rows))
-        except (ClusterUnreachableError, ApiError) as exc:
+        except (ClusterUnreachableError, ApiError, ValueError) as exc:  # ValueError: aiohttp's
             fail(f"cannot read this cluster's CraftSandboxes, nothing was adopted: {exc}")
         adopted = adopt_rows(store, rows, uids, dry_run=dry_run)
     verb = "would adopt" if dry_run else "adopted"

@@ -136,11 +136,19 @@ def test_credentials_revoke_asks_the_operator_for_a_fresh_pat_at_once(
     assert f"craft.onyx.app/pat-revoked={issued.pat_id} on the CraftSandbox" in result.output
 
 
+@pytest.mark.parametrize(
+    "problem",
+    [
+        ClusterUnreachableError("no kubeconfig and not in a pod"),
+        ValueError("Cannot combine AUTHORIZATION header with credentials encoded in URL"),
+    ],
+    ids=["no cluster", "a connection aiohttp cannot use"],
+)
 def test_a_revoke_without_a_cluster_to_ask_says_when_the_fresh_pat_comes(
-    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, problem: Exception
 ) -> None:
     async def unreachable(namespace: str, name: str, pat_id: int) -> None:
-        raise ClusterUnreachableError("no kubeconfig and not in a pod")
+        raise problem
 
     module = importlib.import_module("craft_operator.cli.credentials")
     monkeypatch.setattr(module, "ask_for_a_fresh_pat", unreachable)
