@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import NoReturn
 
 import click
-from sqlalchemy.engine import make_url
 
 from craft_operator.config import Settings, SettingsError, load_settings
 from craft_operator.credentials import (
@@ -19,6 +18,7 @@ from craft_operator.credentials import (
     SchemaMissingError,
     build_credential_store,
 )
+from craft_operator.credentials.db import sqlite_file
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -79,10 +79,5 @@ def split_sandbox(ctx: click.Context, param: click.Parameter, value: str) -> tup
 
 def _missing_sqlite_file(url: str) -> Path | None:
     """The file of an SQLite URL that does not exist (``None``: it does, or not SQLite)."""
-    parsed = make_url(url)
-    if not parsed.drivername.startswith("sqlite"):
-        return None
-    if not parsed.database or parsed.database == ":memory:":
-        return None
-    path = Path(parsed.database).expanduser()
-    return None if path.exists() else path
+    path = sqlite_file(url)
+    return None if path is None or path.exists() else path

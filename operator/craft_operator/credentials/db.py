@@ -236,10 +236,22 @@ def postgres_connect_args(url: URL, environ: Mapping[str, str] | None = None) ->
     return {name: value for name, value in POSTGRES_CONNECT_DEFAULTS.items() if not given(name)}
 
 
+def sqlite_file(url: str | URL) -> Path | None:
+    """The file an SQLite URL names, ``~`` expanded (``sqlite:///~/craft.db``: in the home
+    folder), as the engine opens it; ``None`` for a database in memory or not SQLite."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database).expanduser()
+
+
 def _create_sqlite_engine(parsed: URL, *, echo: bool) -> Engine:
     """The embedded database's engine: WAL for files, ``BEGIN IMMEDIATE`` for writers."""
-    if parsed.database and parsed.database != ":memory:":
-        folder = Path(parsed.database).expanduser().parent
+    path = sqlite_file(parsed)
+    if path is not None:
+        # SQLite would open "~/craft.db" in a folder named "~" of the working directory.
+        parsed = parsed.set(database=str(path))
+        folder = path.parent
         try:
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as exc:

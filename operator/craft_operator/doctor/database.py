@@ -23,6 +23,7 @@ from craft_operator.credentials.db import (
     describe_url,
     head_revision,
     is_onyx_mode,
+    sqlite_file,
     translated_errors,
 )
 from craft_operator.credentials.errors import CredentialsError, SchemaMissingError
@@ -43,12 +44,9 @@ DATABASE_SECRET, DATABASE_SECRET_KEY = "craft-operator-database", "url"
 
 def _sqlite_file(url: str) -> Path | None:
     try:
-        parsed = make_url(url)
+        return sqlite_file(url)
     except ArgumentError:
         return None  # create_credentials_engine explains
-    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
-        return None
-    return Path(parsed.database).expanduser()
 
 
 def _with_connect_timeout(url: str) -> str:

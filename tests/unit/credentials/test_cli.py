@@ -88,6 +88,27 @@ def test_db_upgrade_migrates_then_reports_nothing_to_do(env: dict[str, str]) -> 
     assert f"already at revision {head_revision()}" in second.output
 
 
+def test_a_home_relative_sqlite_url_is_the_file_in_the_home_folder_for_every_command(
+    env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """doctor and the commands' checks expanded ~, the engine opened ./~/craft.db."""
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    home.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    env = {**env, "HOME": str(home), "CRAFT_DATABASE_URL": "sqlite:///~/craft.db"}
+
+    before = run(env, "doctor", "--skip-kubernetes")
+    upgrade = run(env, "db", "upgrade")
+    after = run(env, "credentials", "show", "team-a/nobody")
+
+    assert "✔ database: sqlite:///~/craft.db does not exist yet" in before.output
+    assert upgrade.exit_code == 0, upgrade.output
+    assert (home / "craft.db").is_file()
+    assert list(elsewhere.iterdir()) == []
+    assert after.output == "craft-operator: no credential is stored for sandbox team-a/nobody\n"
+
+
 def test_credentials_show_prints_the_display_form_never_the_token(env: dict[str, str]) -> None:
     issued = mint(env)
 
