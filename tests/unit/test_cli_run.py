@@ -113,7 +113,7 @@ def test_an_unreadable_kubeconfig_is_one_line(tmp_path: Path) -> None:
     ("server", "problem"),
     [
         ("https://bob:secret@127.0.0.1:1", "https://…@127.0.0.1:1 carries credentials"),
-        ("127.0.0.1:6443", "127.0.0.1:6443 has no scheme"),
+        ("ftp://127.0.0.1:6443", "ftp://127.0.0.1:6443 has a scheme other than"),
         ("https://127.0.0.1:99999", "https://127.0.0.1:99999 has an invalid port"),
     ],
 )

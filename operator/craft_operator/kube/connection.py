@@ -7,6 +7,7 @@ starts, instead of a retry loop or a traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -49,8 +50,21 @@ def discover_connection() -> kopf.ConnectionInfo:
             "no Kubernetes credentials found: not running in a cluster and no kubeconfig "
             "(set KUBECONFIG or run `kubectl config use-context`)"
         )
+    info = with_default_scheme(info)
     check_server(info.server, in_cluster=in_cluster is not None)
     return info
+
+
+def with_default_scheme(info: kopf.ConnectionInfo) -> kopf.ConnectionInfo:
+    """``info`` with a server given without a scheme (``10.0.0.1:6443``) read as kubectl
+    reads it: ``https://`` when the connection has TLS settings (a CA, a client certificate
+    or ``insecure-skip-tls-verify``), else ``http://``."""
+    if "://" in info.server:
+        return info
+    tls = any(
+        (info.ca_path, info.ca_data, info.insecure, info.certificate_path, info.certificate_data)
+    )
+    return dataclasses.replace(info, server=f"{'https' if tls else 'http'}://{info.server}")
 
 
 def check_server(server: str, *, in_cluster: bool = False) -> None:
@@ -76,7 +90,7 @@ def check_server(server: str, *, in_cluster: bool = False) -> None:
 def _server_problem(server: str) -> str | None:
     """What makes ``server`` unusable as the API server's URL, if anything."""
     if "://" not in server:
-        return "has no scheme (https:// or http://)"
+        return "has no scheme (https:// or http://)"  # (discover_connection gives it one)
     try:
         url = yarl.URL(server)
         port = url.explicit_port

@@ -204,12 +204,12 @@ def write_kubeconfig(directory: Path, cluster: dict[str, str]) -> Path:
 
 #: Server URLs aiohttp refuses with a ValueError (a traceback, once).
 MALFORMED_SERVERS = [
-    {"server": "127.0.0.1:6443"},
+    {"server": "https://127.0.0.1:http"},
     {"server": "https://127.0.0.1:99999"},
     {"server": "https://[::1"},
     {"server": "https://bob:secret@127.0.0.1:1"},
 ]
-MALFORMED_SERVER_IDS = ["no scheme", "port too high", "unclosed bracket", "user:password@"]
+MALFORMED_SERVER_IDS = ["port not a number", "port too high", "unclosed bracket", "user:password@"]
 
 
 @pytest.mark.parametrize(

@@ -195,7 +195,6 @@ def test_outside_a_cluster_there_is_no_service_account(files: Path) -> None:
 
 
 MALFORMED_SERVERS = {
-    "10.0.0.1:6443": "has no scheme (https:// or http://)",
     "https://10.0.0.1:99999": "has an invalid port (not a number from 1 to 65535)",
     "https://10.0.0.1:http": "has an invalid port (not a number from 1 to 65535)",
     "https://10.0.0.1:0": "has port 0 (not a number from 1 to 65535)",
@@ -297,3 +296,22 @@ def test_a_client_key_rotated_many_times_leaves_two_files_of_it_at_most(
     again = login.from_kubeconfig()  # the same data: the same file, no new one
     assert again is not None
     assert again.private_key_path == paths[-1]
+
+
+@pytest.mark.parametrize(
+    ("cluster", "server"),
+    [
+        ({"certificate-authority-data": "Y2E="}, "https://10.0.0.1:6443"),
+        ({"insecure-skip-tls-verify": True}, "https://10.0.0.1:6443"),
+        ({}, "http://10.0.0.1:6443"),
+    ],
+    ids=["a CA", "TLS unverified", "no TLS settings"],
+)
+def test_a_kubeconfig_server_without_a_scheme_is_read_as_kubectl_reads_it(
+    cluster: dict[str, Any], server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kubeconfig = write_kubeconfig(tmp_path, {"server": "10.0.0.1:6443", **cluster}, {})
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+
+    assert discover_connection().server == server
