@@ -86,7 +86,8 @@ POSTGRES_CONNECT_DEFAULTS: Mapping[str, int] = {
 #: and far above the operator's own pauses inside a transaction (a few milliseconds of
 #: local work between statements: no network call, no sleep, no prompt).
 #: ``SET LOCAL`` (here ``set_config(..., true)``) lasts for the transaction, so PgBouncer's
-#: transaction pooling passes it on, unlike a startup parameter. Migrations are not bound.
+#: transaction pooling passes it on, unlike a startup parameter. Migrations have bounds of
+#: their own: see :data:`MIGRATION_LOCK_TIMEOUT_MS`.
 POSTGRES_TRANSACTION_BOUNDS: Mapping[str, str] = {
     "lock_timeout": "20s",
     "statement_timeout": "30s",
@@ -95,6 +96,22 @@ POSTGRES_TRANSACTION_BOUNDS: Mapping[str, str] = {
 #: Execution option that leaves a Postgres transaction without the bounds (a migration
 #: waits for another operator's, under an advisory lock).
 UNBOUNDED_OPTION = "craft_unbounded"
+#: How long a migration waits for a lock once it holds the advisory lock (ms), unless the
+#: session's own ``lock_timeout`` is shorter. Its ``ALTER TABLE`` waits in Postgres's lock
+#: queue behind any reader of the table (a ``pg_dump``, an open ``psql`` transaction), and
+#: every later statement on the table queues behind the ``ALTER``: the other replicas' and
+#: clusters' calls would fail with their own lock timeout for as long as the reader lasts.
+#: Well under :data:`POSTGRES_TRANSACTION_BOUNDS`' 20 s, so that the calls queued behind a
+#: migration that gives up still get their rows; the migration is retried (the operator:
+#: with its next call; ``craft-operator db upgrade``: run again).
+MIGRATION_LOCK_TIMEOUT_MS = 5000
+_MIGRATION_BOUNDS = text(
+    "SELECT CASE WHEN setting::bigint = 0 OR setting::bigint > :limit "
+    "THEN set_config('lock_timeout', :value, true) END "
+    "FROM pg_settings WHERE name = 'lock_timeout'"
+).bindparams(limit=MIGRATION_LOCK_TIMEOUT_MS, value=f"{MIGRATION_LOCK_TIMEOUT_MS}ms")
+#: SQLSTATE of a lock not granted within ``lock_timeout``.
+_LOCK_NOT_AVAILABLE_SQLSTATE = "55P03"
 #: SQLSTATE of a write in a read-only transaction: a replica after a failover, or a
 #: demoted primary that still takes connections.
 _READ_ONLY_SQLSTATE = "25006"
@@ -445,13 +462,34 @@ def _create_embedded_pat_table(connection: Connection) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def _lock_waits_explained() -> Iterator[None]:
+    """A migration that gave up waiting for a lock (:data:`MIGRATION_LOCK_TIMEOUT_MS`) is
+    :class:`DatabaseUnavailableError`, saying who holds it and that it is retried."""
+    try:
+        yield
+    except DBAPIError as exc:
+        if sqlstate(exc) != _LOCK_NOT_AVAILABLE_SQLSTATE:
+            raise
+        raise DatabaseUnavailableError(
+            f"migrating the credentials database: another client holds a lock on "
+            f"{CREDENTIAL_TABLE} (a pg_dump, an open transaction: see pg_locks) and the "
+            f"migration gave up waiting for it (at most {MIGRATION_LOCK_TIMEOUT_MS // 1000} s) so "
+            "as not to hold up the other operators' calls queued behind it; nothing was "
+            f"changed: the operator tries again with its next call, or run craft-operator db "
+            f"upgrade again once that client is done ({_first_line(exc)})"
+        ) from None
+
+
 def upgrade(engine: Engine, *, multi_tenant: bool = False) -> UpgradeResult:
     """Bring the schema up to date: the operator's table, and in SQLite Onyx's PAT table.
 
     Safe to run from several operator processes at once (Postgres: an advisory lock;
     SQLite: the database write lock) and to run again. ``multi_tenant`` (multi-tenant
     Onyx): Onyx's tables are in the tenants' schemas, checked as each is first used, not
-    in the default schema.
+    in the default schema. On Postgres the wait for another operator's migration is
+    unbounded, any other lock is waited for at most :data:`MIGRATION_LOCK_TIMEOUT_MS`
+    (then :class:`DatabaseUnavailableError`, nothing changed).
     """
     check_multi_tenant(engine, multi_tenant)
     onyx_mode = is_onyx_mode(engine)
@@ -461,11 +499,14 @@ def upgrade(engine: Engine, *, multi_tenant: bool = False) -> UpgradeResult:
             **{WRITE_OPTION: True, UNBOUNDED_OPTION: True}
         ) as connection,
         connection.begin(),
+        _lock_waits_explained(),
     ):
         if onyx_mode:
+            # Waiting for another operator's migration is unbounded; any other lock is not.
             connection.execute(
                 text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY}
             )
+            connection.execute(_MIGRATION_BOUNDS)
             if not multi_tenant:
                 check_onyx_tables(connection)
             created = False

@@ -1,4 +1,5 @@
-"""The keys, db and credentials commands, run through the real CLI on an embedded database."""
+"""The keys, db and credentials commands, run through the real CLI on an embedded database
+(on Postgres where a test is marked so)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from alembic import command
 from click.testing import CliRunner, Result
 
 from craft_operator.cli import main
@@ -21,9 +23,12 @@ from craft_operator.credentials import (
     build_credential_store,
     generate_key_entry,
 )
-from craft_operator.credentials.db import head_revision
+from craft_operator.credentials.db import alembic_config, head_revision, upgrade
 from craft_operator.credentials.tables import SandboxCredential
 from craft_operator.kube.connection import ClusterUnreachableError
+from tests.support.postgres import long_reader
+
+from .conftest import Database
 
 USER = "3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b"
 SANDBOX = SandboxIdentity("team-a", "alice", "uid-alice")
@@ -107,6 +112,28 @@ def test_a_home_relative_sqlite_url_is_the_file_in_the_home_folder_for_every_com
     assert (home / "craft.db").is_file()
     assert list(elsewhere.iterdir()) == []
     assert after.output == "craft-operator: no credential is stored for sandbox team-a/nobody\n"
+
+
+@pytest.mark.postgres
+def test_db_upgrade_behind_a_long_reader_fails_in_one_line_and_succeeds_once_it_is_done(
+    onyx_database: Database, env: dict[str, str]
+) -> None:
+    upgrade(onyx_database.engine)
+    with onyx_database.engine.begin() as connection:
+        command.downgrade(alembic_config(connection), "0006_cluster_key_repair")
+    # The session's own lock_timeout, shorter than a migration's 5 s, is kept.
+    env = {**env, "CRAFT_DATABASE_URL": onyx_database.url + "?options=-c%20lock_timeout%3D1s"}
+
+    with long_reader(onyx_database.url):
+        blocked = run(env, "db", "upgrade")
+    done = run(env, "db", "upgrade")
+
+    assert blocked.exit_code == 1
+    assert blocked.output.count("\n") == 1
+    assert "another client holds a lock on craft_sandbox_credential" in blocked.output
+    assert "run craft-operator db upgrade again once that client is done" in blocked.output
+    assert done.exit_code == 0
+    assert f"migrated from revision 0006_cluster_key_repair to {head_revision()}" in done.output
 
 
 def test_credentials_show_prints_the_display_form_never_the_token(env: dict[str, str]) -> None:

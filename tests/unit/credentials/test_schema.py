@@ -25,11 +25,13 @@ from craft_operator.credentials.db import (
     alembic_config,
     check_schema,
     create_credentials_engine,
+    current_revision,
     head_revision,
     upgrade,
 )
 from craft_operator.credentials.store import CredentialStore
 from craft_operator.credentials.tables import PersonalAccessToken
+from tests.support.postgres import long_reader, wait_until_a_session_waits_for_a_lock
 
 from .conftest import Database
 
@@ -187,6 +189,61 @@ def test_concurrent_upgrades_from_several_operators_all_succeed(onyx_database: D
 
     assert errors == []
     check_schema(onyx_database.engine)
+
+
+@pytest.mark.postgres
+def test_a_migration_behind_a_long_reader_gives_up_so_other_operators_calls_go_through(
+    onyx_database: Database,
+) -> None:
+    """The ALTER TABLE waits in Postgres's lock queue behind a reader (a pg_dump), and
+    every later statement on the table behind it: it gives up well within their own lock
+    timeout, so another cluster's operator, still at the previous release, reads its row."""
+    url, engine = onyx_database.url, onyx_database.engine
+    upgrade(engine)
+    ring = KeyRing.parse(generate_key_entry("k1").get_secret_value())
+    west = CredentialStore(engine, ring, cluster_id="west")
+    west.ensure(
+        SandboxIdentity("ns", "alice", "uid-a"),
+        user_id=onyx_database.new_user(),
+        tenant_id="public",
+    )
+    with engine.begin() as connection:  # as before this release
+        command.downgrade(alembic_config(connection), "0006_cluster_key_repair")
+    other = create_credentials_engine(url)  # the other cluster's: the store's own bounds
+    migrating = create_credentials_engine(url)
+    outcome: list[BaseException | None] = []
+
+    def migrate() -> None:
+        try:
+            upgrade(migrating)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    migration = threading.Thread(target=migrate)
+    try:
+        with long_reader(url):
+            migration.start()
+            wait_until_a_session_waits_for_a_lock(engine)
+            with other.begin() as connection:
+                rows = connection.execute(
+                    text(
+                        "SELECT id FROM craft_sandbox_credential WHERE cluster_id = 'west' "
+                        "AND namespace = 'ns' AND name = 'alice' FOR UPDATE"
+                    )
+                ).all()
+    finally:
+        migration.join(60)  # once the reader is done, should the migration still wait
+    other.dispose()
+    migrating.dispose()
+
+    assert len(rows) == 1
+    assert isinstance(outcome[0], DatabaseUnavailableError)
+    assert "another client holds a lock on craft_sandbox_credential" in str(outcome[0])
+    assert "nothing was changed" in str(outcome[0])
+    with engine.connect() as connection:
+        assert current_revision(connection) == "0006_cluster_key_repair"
+    assert upgrade(engine).revision_after == head_revision()  # the reader done, it migrates
 
 
 def test_without_auto_migration_an_unmigrated_database_is_refused(tmp_path: Path) -> None:
