@@ -493,11 +493,16 @@ def upgrade(engine: Engine, *, multi_tenant: bool = False) -> UpgradeResult:
     """
     check_multi_tenant(engine, multi_tenant)
     onyx_mode = is_onyx_mode(engine)
+    options: dict[str, Any] = {WRITE_OPTION: True, UNBOUNDED_OPTION: True}
+    if onyx_mode:
+        # Each statement sees what committed before it: under a database default of
+        # repeatable read or serializable, the snapshot would be taken at the advisory lock,
+        # before the wait, and a migration that waited for another would not see its work
+        # and run the same migrations again ("relation ... already exists").
+        options["isolation_level"] = "READ COMMITTED"
     with (
         translated_errors("migrating the credentials database"),
-        engine.connect().execution_options(
-            **{WRITE_OPTION: True, UNBOUNDED_OPTION: True}
-        ) as connection,
+        engine.connect().execution_options(**options) as connection,
         connection.begin(),
         _lock_waits_explained(),
     ):

@@ -246,6 +246,45 @@ def test_a_migration_behind_a_long_reader_gives_up_so_other_operators_calls_go_t
     assert upgrade(engine).revision_after == head_revision()  # the reader done, it migrates
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize("start", [None, "0006_cluster_key_repair"])
+@pytest.mark.parametrize("isolation", ["repeatable read", "serializable"])
+def test_concurrent_upgrades_succeed_whatever_the_databases_default_isolation(
+    onyx_database: Database, isolation: str, start: str | None
+) -> None:
+    """The operators that waited for the first one's advisory lock see its migration done,
+    although the database's default_transaction_isolation is stricter than read committed."""
+    engine = onyx_database.engine
+    if start is not None:
+        upgrade(engine)
+        with engine.begin() as connection:
+            command.downgrade(alembic_config(connection), start)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+        name = connection.execute(text("SELECT current_database()")).scalar_one()
+        connection.execute(
+            text(f"ALTER DATABASE \"{name}\" SET default_transaction_isolation = '{isolation}'")
+        )
+    engine.dispose()  # new connections take the database's default
+    errors: list[BaseException] = []
+    together = threading.Barrier(4)
+
+    def run() -> None:
+        together.wait()
+        try:
+            upgrade(engine)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert errors == []
+    check_schema(engine)
+
+
 def test_without_auto_migration_an_unmigrated_database_is_refused(tmp_path: Path) -> None:
     settings = load_settings(
         state_dir=tmp_path,
