@@ -330,6 +330,15 @@ def is_retryable(exc: DBAPIError) -> bool:
     return sqlstate(exc) in {"40001", "40P01"}
 
 
+def _is_undefined_column(exc: DBAPIError, message: str) -> bool:
+    """A statement named a column the table lacks (Postgres 42703; SQLite says "no such
+    column" when reading it, "has no column named" when writing it)."""
+    code = sqlstate(exc)
+    if code is not None:
+        return code == "42703"
+    return "no such column" in message or "has no column named" in message
+
+
 @contextlib.contextmanager
 def translated_errors(subject: str) -> Iterator[None]:
     """Turn driver errors into the store's typed errors; ``subject`` says what was done.
@@ -354,6 +363,10 @@ def translated_errors(subject: str) -> Iterator[None]:
         if sqlstate(exc) == "42P01" or "no such table" in message:
             raise SchemaMissingError(
                 f"{subject}: a table is missing ({message}); run: craft-operator db upgrade"
+            ) from None
+        if _is_undefined_column(exc, message):  # a schema behind this operator's
+            raise SchemaMissingError(
+                f"{subject}: a column is missing ({message}); run: craft-operator db upgrade"
             ) from None
         if exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError):
             raise DatabaseUnavailableError(

@@ -285,6 +285,22 @@ def test_concurrent_upgrades_succeed_whatever_the_databases_default_isolation(
     check_schema(engine)
 
 
+def test_a_store_call_on_a_schema_a_revision_behind_is_schema_missing(
+    database: Database, store: CredentialStore
+) -> None:
+    """The schema went back under a running operator (another cluster's rolled back): its
+    calls say to migrate, on either database (SQLite's said it was unavailable)."""
+    identity = SandboxIdentity("ns", "alice", "uid-alice")
+    store.ensure(identity, user_id=database.new_user(), tenant_id="public")
+    with database.engine.begin() as connection:
+        command.downgrade(alembic_config(connection), "0001")
+
+    with pytest.raises(SchemaMissingError, match="a column is missing") as caught:
+        store.show("ns", "alice")
+
+    assert "run: craft-operator db upgrade" in str(caught.value)
+
+
 def test_without_auto_migration_an_unmigrated_database_is_refused(tmp_path: Path) -> None:
     settings = load_settings(
         state_dir=tmp_path,

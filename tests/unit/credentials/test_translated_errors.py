@@ -4,9 +4,13 @@ line only: Postgres's DETAIL line may quote a row (a PAT's hash and sealed token
 from __future__ import annotations
 
 import pytest
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
-from craft_operator.credentials import CredentialsError, DatabaseUnavailableError
+from craft_operator.credentials import (
+    CredentialsError,
+    DatabaseUnavailableError,
+    SchemaMissingError,
+)
 from craft_operator.credentials.db import translated_errors
 
 pytestmark = pytest.mark.unit
@@ -44,3 +48,32 @@ def test_a_conflict_left_unhandled_is_a_passing_unavailability() -> None:
     assert isinstance(error, DatabaseUnavailableError)
     assert "conflicted" in str(error)
     assert "canary" not in str(error)
+
+
+def test_a_column_postgres_does_not_know_is_a_schema_behind() -> None:
+    orig = DriverError(
+        "column craft_sandbox_credential.cluster_id does not exist\nLINE 1: x", "42703"
+    )
+    error = raised(ProgrammingError("SELECT ...", {}, orig))
+
+    assert isinstance(error, SchemaMissingError)
+    assert str(error) == (
+        "minting the PAT of x: a column is missing (column craft_sandbox_credential.cluster_id "
+        "does not exist); run: craft-operator db upgrade"
+    )
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "no such column: craft_sandbox_credential.cluster_id",
+        "table craft_sandbox_credential has no column named sandbox_created_at",
+    ],
+)
+def test_a_column_sqlite_does_not_know_is_a_schema_behind_not_an_unavailable_database(
+    message: str,
+) -> None:
+    error = raised(OperationalError("SELECT ...", {}, Exception(message)))
+
+    assert isinstance(error, SchemaMissingError)
+    assert f"a column is missing ({message}); run: craft-operator db upgrade" in str(error)

@@ -11,15 +11,19 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from alembic import command
 from click.testing import CliRunner
 
 from craft_operator.cli import main
 from craft_operator.cli.doctor import format_result
 from craft_operator.config import Settings, load_settings
 from craft_operator.credentials import SandboxIdentity, build_credential_store, generate_key_entry
+from craft_operator.credentials.db import alembic_config, create_credentials_engine
 from craft_operator.credentials.tables import SandboxCredential
+from craft_operator.devtools.onyx_schema import add_user
 from craft_operator.doctor import Status, check_key_ring
 from craft_operator.doctor.key_ring import SAMPLE_PER_KEY
+from tests.support.postgres import onyx_database
 
 USER = "3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b"
 K1 = generate_key_entry("k1").get_secret_value()
@@ -121,6 +125,39 @@ def test_rows_without_a_cluster_id_under_an_old_key_are_a_warning_saying_to_adop
         "; older key(s) k1 cannot be dropped while such rows use them"
     )
     assert "craft-operator credentials adopt" in result.fix
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_on_a_database_still_at_its_first_revision_the_tokens_are_not_checked_not_failed(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """doctor from the new image before a rollout, on a database of a release from before
+    cluster ids (0001): the ring is not failed for tokens it cannot count yet."""
+    url = f"sqlite:///{tmp_path}/craft-operator.db"
+    if backend == "postgres":
+        url = onyx_database(request.getfixturevalue("postgres_server"))
+    configured = load_settings(
+        state_dir=tmp_path, encryption_keys=K1, database_url=url, cluster_id="east"
+    )
+    store = build_credential_store(configured)
+    try:
+        user = USER if backend == "sqlite" else str(add_user(store.engine))
+        store.ensure(SandboxIdentity("team-a", "alice", "uid-alice"), user_id=user, tenant_id="t")
+    finally:
+        store.close()
+    engine = create_credentials_engine(url)
+    with engine.begin() as connection:
+        command.downgrade(alembic_config(connection), "0001")
+
+    result = check_key_ring(configured, engine)
+    engine.dispose()
+
+    assert result.status is Status.WARN, result
+    assert "the stored tokens were not checked against it" in result.detail
+    assert "a column is missing" in result.detail
+    assert result.fix == "run craft-operator doctor again once the schema is migrated"
 
 
 def test_a_row_with_an_unreadable_envelope_header_is_named_not_a_crash(
