@@ -4,6 +4,11 @@ Every identifier Onyx knows (its ``DocumentSource`` values, see REFERENCE.md) is
 internal-only, and never shown to the agent, or has a display name and a one-line
 description written for an agent deciding where to search. A unit test fails when an
 identifier in :data:`SOURCE_IDENTIFIERS` is in neither group.
+
+``federated_slack`` is accepted in ``spec.sources`` and described here, but it is not one
+of Onyx's ``DocumentSource`` values: it is a ``FederatedConnectorSource``, which Onyx's
+search filters and reports as ``slack``. ``POST /api/search`` rejects it (HTTP 422, so
+``onyx-cli`` exits 2), so the skill lists it under :func:`search_identifier`, ``slack``.
 """
 
 from __future__ import annotations
@@ -80,6 +85,11 @@ SOURCE_IDENTIFIERS: tuple[str, ...] = (
 INTERNAL_SOURCES: frozenset[str] = frozenset(
     {"ingestion_api", "craft_file", "not_applicable", "mock_connector", "user_file"}
 )
+
+
+#: Identifiers that are not Onyx ``DocumentSource`` values, mapped to the one Onyx searches
+#: them by (``FederatedConnectorSource.to_non_federated_source()`` in Onyx's constants.py).
+_SEARCHED_AS: Mapping[str, str] = MappingProxyType({"federated_slack": "slack"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +189,15 @@ def is_internal(name: str) -> bool:
 def lookup(name: str) -> CatalogEntry | None:
     """The catalog entry of ``name``, or None for an identifier the operator does not know."""
     return CATALOG.get(name)
+
+
+def search_identifier(name: str) -> str:
+    """The identifier ``onyx-cli search --source`` takes for source ``name``.
+
+    The name itself, except for a federated connector, which Onyx searches (and reports in
+    a result's ``source_type``) under the source it federates: ``federated_slack`` → ``slack``.
+    """
+    return _SEARCHED_AS.get(name, name)
 
 
 def fallback_display_name(name: str) -> str:

@@ -13,7 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from craft_operator.api.models import Source
-from craft_operator.skills.catalog import fallback_display_name, is_internal, lookup
+from craft_operator.skills.catalog import (
+    fallback_display_name,
+    is_internal,
+    lookup,
+    search_identifier,
+)
 from craft_operator.skills.sanitize import (
     ELLIPSIS,
     MAX_DESCRIPTION_CHARS,
@@ -81,7 +86,12 @@ def _scope_examples(scopes: Sequence[str] | None) -> tuple[tuple[str, ...], bool
 
 
 def skill_source(source: Source) -> SkillSource:
-    """Describe ``source`` for the template: spec description, else catalog, else its name."""
+    """Describe ``source`` for the template: spec description, else catalog, else its name.
+
+    It is named by the identifier ``onyx-cli search --source`` takes for it
+    (:func:`~craft_operator.skills.catalog.search_identifier`: ``federated_slack`` is
+    ``slack``), and described as itself (federated Slack as Slack's live search).
+    """
     name = identifier_text(source.name)
     entry = lookup(name)
     display_name = entry.display_name if entry else fallback_display_name(name)
@@ -90,7 +100,7 @@ def skill_source(source: Source) -> SkillSource:
         description = entry.description if entry else display_name
     scopes, more_scopes = _scope_examples(source.scopes)
     return SkillSource(
-        name=name,
+        name=search_identifier(name),
         display_name=display_name,
         description=description,
         scopes=scopes,
@@ -99,19 +109,31 @@ def skill_source(source: Source) -> SkillSource:
     )
 
 
-def _first_of_each(sources: Sequence[Source]) -> list[tuple[str, Source]]:
-    """The sources SKILL.md lists, by identifier: the first of each, no internal ones, sorted."""
-    chosen: dict[str, Source] = {}
+@dataclass(frozen=True, slots=True)
+class _Listed:
+    """A source SKILL.md lists: the identifier it is listed by, and its own name."""
+
+    listed_as: str
+    name: str
+    source: Source
+
+
+def _first_of_each(sources: Sequence[Source]) -> list[_Listed]:
+    """The sources SKILL.md lists: the first of each identifier they are searched by
+    (``slack`` and ``federated_slack`` are one), no internal ones, sorted by it."""
+    chosen: dict[str, _Listed] = {}
     for source in sources:
         name = identifier_text(source.name)
-        if name and not is_internal(name) and name not in chosen:
-            chosen[name] = source
-    return sorted(chosen.items())
+        if name and not is_internal(name):
+            listed_as = search_identifier(name)
+            chosen.setdefault(listed_as, _Listed(listed_as, name, source))
+    return [chosen[listed_as] for listed_as in sorted(chosen)]
 
 
 def listed_sources(sources: Sequence[Source]) -> list[SkillSource]:
-    """The sources SKILL.md lists: first occurrence of each name, no internal ones, sorted."""
-    return [skill_source(source) for _, source in _first_of_each(sources)]
+    """The sources SKILL.md lists: first occurrence of each identifier, no internal ones,
+    sorted; each under the identifier Onyx searches it by."""
+    return [skill_source(item.source) for item in _first_of_each(sources)]
 
 
 def _unknown_names(sources: Sequence[Source]) -> tuple[str, ...]:
@@ -125,12 +147,19 @@ def _unknown_names(sources: Sequence[Source]) -> tuple[str, ...]:
     return tuple(sorted(unknown))
 
 
+def _digest_entry(item: _Listed) -> list[object]:
+    entry: list[object] = [item.listed_as, item.source.description, item.source.scopes]
+    # A source listed under another identifier than its own also gives its own, so that
+    # `federated_slack` and `slack`, described differently, do not share a digest.
+    return entry if item.name == item.listed_as else [*entry, item.name]
+
+
 def sources_digest(sources: Sequence[Source]) -> str:
     """A digest of what a rendering of ``sources`` depends on: the sources SKILL.md lists
-    (the first of each name, sorted, as given) and the unknown names it reports. The same
-    sources in another order, or with a duplicate that is not listed, have the same digest,
-    so their SKILL.md counts as rendered for them."""
-    listed = [(name, source.description, source.scopes) for name, source in _first_of_each(sources)]
+    (the first of each identifier listed, sorted, as given) and the unknown names it
+    reports. The same sources in another order, or with a duplicate that is not listed,
+    have the same digest, so their SKILL.md counts as rendered for them."""
+    listed = [_digest_entry(item) for item in _first_of_each(sources)]
     key = {"listed": listed, "unknown": _unknown_names(sources)}
     return hashlib.sha256(json.dumps(key).encode("ascii")).hexdigest()
 

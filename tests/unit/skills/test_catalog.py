@@ -11,6 +11,7 @@ from craft_operator.skills.catalog import (
     fallback_display_name,
     is_internal,
     lookup,
+    search_identifier,
 )
 from craft_operator.skills.sanitize import MAX_DESCRIPTION_CHARS, inline_text
 
@@ -36,6 +37,22 @@ REFERENCE_INTERNAL = {
 }
 RENDERABLE = [name for name in REFERENCE_IDENTIFIERS if name not in REFERENCE_INTERNAL]
 
+# The values of Onyx's `DocumentSource` enum, copied by hand from onyx-dot-app/onyx @ a7d66a8b,
+# backend/onyx/configs/constants.py lines 240-306: the type of `sources` in the request of
+# POST /api/search (backend/onyx/server/features/search/models.py), so the only identifiers
+# `onyx-cli search --source` may be given; any other is answered with HTTP 422 (onyx-cli
+# exits 2). `federated_slack` is not one: it is `FederatedConnectorSource.FEDERATED_SLACK`
+# (constants.py lines 309-315), whose `to_non_federated_source()` is `DocumentSource.SLACK`.
+ONYX_DOCUMENT_SOURCES_TEXT = """
+ingestion_api slack web google_drive gmail github gitbook gitlab guru bookstack outline
+confluence jira slab productboard file coda canvas notion zulip linear hubspot document360
+gong google_sites zendesk loopio box dropbox sharepoint teams salesforce discourse axero
+clickup mediawiki wikipedia asana s3 r2 google_cloud_storage oci_storage xenforo
+not_applicable discord freshdesk fireflies egnyte airtable highspot drupal_wiki imap
+bitbucket testrail braintrust lumapps mock_connector user_file craft_file
+"""
+ONYX_DOCUMENT_SOURCES = frozenset(ONYX_DOCUMENT_SOURCES_TEXT.split())
+
 
 def test_the_module_lists_exactly_the_reference_identifiers() -> None:
     assert list(SOURCE_IDENTIFIERS) == REFERENCE_IDENTIFIERS
@@ -54,6 +71,21 @@ def test_every_renderable_identifier_has_a_display_name_and_a_one_line_descripti
     assert len(entry.description) <= MAX_DESCRIPTION_CHARS
     # Catalog text goes into the skill as it is: it must already be inert, one-line text.
     assert inline_text(entry.description, limit=MAX_DESCRIPTION_CHARS) == entry.description
+
+
+@pytest.mark.parametrize("name", RENDERABLE)
+def test_every_renderable_identifier_is_searched_by_an_onyx_document_source(name: str) -> None:
+    assert search_identifier(name) in ONYX_DOCUMENT_SOURCES
+
+
+def test_federated_slack_is_not_a_document_source_and_is_searched_as_slack() -> None:
+    assert "federated_slack" not in ONYX_DOCUMENT_SOURCES
+    assert search_identifier("federated_slack") == "slack"
+
+
+@pytest.mark.parametrize("name", ["slack", "confluence", "acme_wiki"])
+def test_other_identifiers_are_searched_by_their_own_name(name: str) -> None:
+    assert search_identifier(name) == name
 
 
 @pytest.mark.parametrize("name", sorted(REFERENCE_INTERNAL))
