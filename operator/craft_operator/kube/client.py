@@ -49,6 +49,11 @@ RETIRED_SESSION_GRACE = 600.0
 LIST_PAGE_SIZE = 500
 
 
+#: Answers meaning the API server is away: none (refused, cut, timed out), too busy or not
+#: serving yet (429 while its storage initializes, 503), or a proxy in front of it saying so.
+AWAY_STATUSES = frozenset({0, 429, 502, 503, 504})
+
+
 class ApiError(Exception):
     """The API server refused a request; ``status`` and ``reason`` say how, and ``details``
     (the Status object's, e.g. ``name`` and ``kind`` of a 404) what it was about."""
@@ -66,6 +71,12 @@ class ApiError(Exception):
     def retryable(self) -> bool:
         """Whether trying again later may succeed (throttling, server or network trouble)."""
         return self.status in (0, 408, 409, 429) or self.status >= 500
+
+    @property
+    def away(self) -> bool:
+        """Whether the API server was away rather than refused the request (see
+        :data:`AWAY_STATUSES`)."""
+        return self.status in AWAY_STATUSES
 
 
 class NotFoundError(ApiError):

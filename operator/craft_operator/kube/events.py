@@ -300,7 +300,10 @@ class EventRecorder:
             created = await self._kube.create(EVENTS, event)
         except ApiError as exc:
             self.dropped += 1
-            logger.warning("could not post event %s: %s", event["reason"], exc)
+            # The API server away (restarting, say) is said by the pass it cuts short, at
+            # INFO: one warning per event it also cuts would bury that line.
+            level = logging.INFO if exc.away else logging.WARNING
+            logger.log(level, "could not post event %s: %s", event["reason"], exc)
             if series is not None and self._series.get(key) is series:
                 self._forget(key)
             return

@@ -8,10 +8,6 @@ from __future__ import annotations
 from craft_operator.kube.client import ApiError
 from craft_operator.reconciler.queue import RetryableError
 
-#: Answers meaning the API server is away: none (refused, cut, timed out), too busy or not
-#: serving yet (429 while its storage initializes, 503), or a proxy in front of it saying so.
-AWAY_STATUSES = frozenset({0, 429, 502, 503, 504})
-
 
 class ApiServerAwayError(RetryableError):
     """The API server was away during a pass: retried with backoff, and at once when it is
@@ -20,7 +16,7 @@ class ApiServerAwayError(RetryableError):
 
 def is_away(exc: ApiError) -> bool:
     """Whether ``exc`` says the API server was away rather than refused the request."""
-    return exc.status in AWAY_STATUSES
+    return exc.away
 
 
 def away(subject: str, exc: ApiError) -> ApiServerAwayError:

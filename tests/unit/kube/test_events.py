@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
@@ -124,6 +125,30 @@ async def test_an_event_the_server_refuses_is_counted_dropped_and_the_rest_still
     assert recorder.dropped == 1
     assert recorder.posted == 1
     assert [event["reason"] for event in events(emulator)] == ["Good"]
+
+
+@pytest.mark.parametrize(("status", "level"), [(503, "INFO"), (403, "WARNING")])
+async def test_an_event_cut_by_the_api_server_being_away_is_logged_at_info_not_as_a_warning(
+    kube: KubeClient,
+    emulator: KubeEmulator,
+    caplog: pytest.LogCaptureFixture,
+    status: int,
+    level: str,
+) -> None:
+    """A pass the API server's absence cuts short says so in one INFO line (README): the
+    events it could not post are no refusal to warn about."""
+
+    async def answer(request: Any) -> aiohttp.web.StreamResponse | None:
+        return aiohttp.web.json_response({"reason": "Away", "message": "no"}, status=status)
+
+    caplog.set_level(logging.INFO, logger="craft_operator.kube.events")
+    emulator.before_request.insert(0, answer)
+    recorder = EventRecorder(kube)
+    recorder.start()
+    recorder.post(SANDBOX, type="Warning", reason="StatusWriteFailed", message="m")
+    await recorder.stop()
+    said = [r for r in caplog.records if "could not post event" in r.getMessage()]
+    assert [r.levelname for r in said] == [level]
 
 
 async def test_stop_gives_up_draining_after_its_timeout(emulator: KubeEmulator) -> None:
