@@ -16,7 +16,7 @@ from craft_operator.cli._store import (
     settings_or_fail,
     split_sandbox,
 )
-from craft_operator.credentials import CredentialInfo
+from craft_operator.credentials import CredentialInfo, Forgotten
 from craft_operator.credentials.orphans import StoredCredential, adopt_rows, unclaimed_rows
 from craft_operator.kube.client import SANDBOXES, ApiError, KubeClient, NotFoundError
 from craft_operator.kube.connection import ClusterUnreachableError, discover_connection
@@ -72,7 +72,9 @@ def revoke(sandbox: tuple[str, str]) -> None:
     The PAT stops working at once. Then the CraftSandbox is annotated
     (craft.onyx.app/pat-revoked, through the current kube context) so that the operator
     mints a fresh PAT and delivers it to the pod now; without a cluster to ask, it does at
-    the sandbox's next revisit (within CRAFT_RESYNC_INTERVAL).
+    the sandbox's next revisit (within CRAFT_RESYNC_INTERVAL). A PAT no longer in Onyx
+    (deleted there) is not revoked: the credential is forgotten, and a fresh PAT asked for
+    all the same.
     """
     quiet_logging()
     namespace, name = sandbox
@@ -80,13 +82,9 @@ def revoke(sandbox: tuple[str, str]) -> None:
         info = store.revoke_named(namespace, name)
     if info is None:
         fail(f"no credential is stored for sandbox {namespace}/{name}; nothing was revoked")
-    if info.forgotten:
-        click.echo(
-            f"forgot the credential of sandbox {namespace}/{name}: its Onyx tenant's schema is "
-            f"gone, and PAT {info.pat_id} with it"
-        )
+    click.echo(_what_was_done(info))
+    if info.forgotten is Forgotten.TENANT_GONE:
         return
-    click.echo(f"revoked PAT {info.pat_id} ({info.token_display}) of sandbox {namespace}/{name}")
     try:
         asyncio.run(ask_for_a_fresh_pat(namespace, name, info.pat_id))
     except NotFoundError:
@@ -103,6 +101,23 @@ def revoke(sandbox: tuple[str, str]) -> None:
             f"asked the operator for a fresh PAT now ({ANNOTATION_PAT_REVOKED}={info.pat_id} "
             "on the CraftSandbox)"
         )
+
+
+def _what_was_done(info: CredentialInfo) -> str:
+    """What ``credentials revoke`` did to the sandbox's credential, for the operator."""
+    sandbox = f"sandbox {info.namespace}/{info.name}"
+    if info.forgotten is Forgotten.TENANT_GONE:
+        return (
+            f"forgot the credential of {sandbox}: its Onyx tenant's schema is gone, and "
+            f"PAT {info.pat_id} with it"
+        )
+    if info.forgotten is Forgotten.PAT_NOT_IN_ONYX:
+        return (
+            f"forgot the credential of {sandbox}; nothing was revoked: its PAT {info.pat_id} "
+            f"({info.token_display}) is not in Onyx (deleted, or its schema recreated or "
+            "restored: a PAT of that id now is another's, left alone)"
+        )
+    return f"revoked PAT {info.pat_id} ({info.token_display}) of {sandbox}"
 
 
 async def ask_for_a_fresh_pat(namespace: str, name: str, pat_id: int) -> None:

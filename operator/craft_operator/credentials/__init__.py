@@ -21,6 +21,7 @@ from craft_operator.credentials.keyring import KeyRing, generate_key_entry
 from craft_operator.credentials.model import (
     DEFAULT_LIFETIME,
     CredentialInfo,
+    Forgotten,
     IssuedCredential,
     PatState,
     RotationResult,
@@ -48,6 +49,7 @@ __all__ = [
     "CredentialsError",
     "DatabaseUnavailableError",
     "DecryptionError",
+    "Forgotten",
     "IssuedCredential",
     "KeyRing",
     "KeyRingError",

@@ -92,6 +92,16 @@ class PatState(StrEnum):
     MISSING = "missing"
 
 
+class Forgotten(StrEnum):
+    """Why a revocation only deleted a stored row, revoking nothing."""
+
+    #: Its Onyx tenant's schema is gone, its PATs with it.
+    TENANT_GONE = "tenant-gone"
+    #: Its PAT is not in Onyx: deleted, or its tenant's schema recreated or restored (its
+    #: id may now be another PAT's, which is left alone).
+    PAT_NOT_IN_ONYX = "pat-not-in-onyx"
+
+
 @dataclass(frozen=True)
 class CredentialInfo:
     """What is stored for a sandbox, without the token (for ``credentials show``)."""
@@ -107,8 +117,8 @@ class CredentialInfo:
     created_at: datetime
     expires_at: datetime
     pat_state: PatState
-    #: Deleted without revoking anything: its tenant's schema is gone, its PATs with it.
-    forgotten: bool = False
+    #: Set when the row was deleted without revoking anything: why.
+    forgotten: Forgotten | None = None
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from sqlalchemy import Table, case, delete, false, literal, or_, update
 from craft_operator.api.times import utc
 from craft_operator.credentials.backend import CRED, LIBRARY, PAT, StoreBackend, craft_pat_of, log
 from craft_operator.credentials.db import translated_errors
-from craft_operator.credentials.model import CredentialInfo, credential_info
+from craft_operator.credentials.model import CredentialInfo, Forgotten, credential_info
 from craft_operator.credentials.tokens import pat_name
 
 
@@ -153,7 +153,8 @@ def revoke_named(
 ) -> CredentialInfo | None:
     """Revoke this cluster's row by namespace and name (its PAT and the one still in its
     grace period, if any, in the schema of the row's tenant in multi-tenant Onyx); returns
-    what was revoked, if any.
+    what was revoked, if any (with ``forgotten`` saying why, for a row deleted without
+    revoking anything).
 
     Given the sandbox's ``uid`` and creation time, a row of another uid goes only if it
     is surely an earlier sandbox's of that name, gone without its finalizer (see
@@ -196,7 +197,7 @@ def revoke_named(
             subject,
             row.tenant_id,
         )
-        return dataclasses.replace(info, forgotten=True)
+        return dataclasses.replace(info, forgotten=Forgotten.TENANT_GONE)
     if not pats:
         log.warning(
             "%s: forgot its credential: PAT %s is not in Onyx (deleted, or its tenant's "
@@ -204,7 +205,7 @@ def revoke_named(
             subject,
             row.pat_id,
         )
-        return info
+        return dataclasses.replace(info, forgotten=Forgotten.PAT_NOT_IN_ONYX)
     log.info("%s: revoked PAT %s", subject, " and ".join(str(one.pat_id) for one in pats))
     return info
 

@@ -67,6 +67,7 @@ from craft_operator.credentials.model import (
     DEFAULT_RENEWAL_GRACE,
     UNDECRYPTABLE,
     CredentialInfo,
+    Forgotten,
     IssuedCredential,
     PatState,
     RotationResult,
@@ -315,5 +316,7 @@ class CredentialStore:
 
 
 def _revoked(info: CredentialInfo | None) -> bool:
-    """Whether :meth:`CredentialStore.revoke_named` revoked a PAT (not only forgot a row)."""
-    return info is not None and not info.forgotten
+    """Whether :meth:`CredentialStore.revoke_named` revoked the row's PATs, or found them
+    gone from their tenant's schema (:attr:`Forgotten.PAT_NOT_IN_ONYX`); not when it only
+    forgot a row whose tenant's schema is gone."""
+    return info is not None and info.forgotten is not Forgotten.TENANT_GONE

@@ -288,6 +288,26 @@ def test_credentials_revoke_revokes_and_a_second_revoke_finds_nothing(
     assert mint(env).pat_id != issued.pat_id
 
 
+def test_credentials_revoke_of_a_pat_no_longer_in_onyx_says_it_revoked_nothing(
+    env: dict[str, str], asked: list[tuple[str, str, int]]
+) -> None:
+    issued = mint(env)
+    engine = sa.create_engine(f"sqlite:///{env['CRAFT_STATE_DIR']}/craft-operator.db")
+    with engine.begin() as connection:  # deleted in Onyx
+        connection.execute(sa.text("DELETE FROM personal_access_token"))
+    engine.dispose()
+
+    result = run(env, "credentials", "revoke", "team-a/alice")
+
+    assert result.exit_code == 0
+    assert f"revoked PAT {issued.pat_id}" not in result.output
+    assert (
+        "forgot the credential of sandbox team-a/alice; nothing was revoked: its PAT "
+        f"{issued.pat_id} ({issued.token_display}) is not in Onyx"
+    ) in result.output
+    assert asked == [("team-a", "alice", issued.pat_id)], "the sandbox needs a fresh PAT"
+
+
 def test_a_sandbox_argument_without_a_slash_is_a_usage_error(env: dict[str, str]) -> None:
     result = run(env, "credentials", "revoke", "alice")
 

@@ -13,6 +13,7 @@ from sqlalchemy import select, text, update
 
 from craft_operator.credentials import (
     CredentialStore,
+    Forgotten,
     KeyRing,
     PatState,
     SandboxIdentity,
@@ -400,6 +401,27 @@ def test_revoke_revokes_the_pat_and_is_idempotent(
     assert row.expires_at == clock.now - REVOCATION_SKEW
     assert store.show(SANDBOX.namespace, SANDBOX.name) is None
     assert database.live_pats(at=clock.now - REVOCATION_SKEW + timedelta(seconds=1)) == 0
+
+
+@pytest.mark.parametrize("onyx", ["deleted it", "gave its id to another PAT"])
+def test_a_pat_no_longer_in_onyx_is_not_said_to_be_revoked_its_row_is_only_forgotten(
+    store: CredentialStore, database: Database, onyx: str
+) -> None:
+    issued = store.ensure(SANDBOX, user_id=database.new_user(), tenant_id="public")
+    pat = PersonalAccessToken.__table__
+    with database.engine.begin() as connection:
+        if onyx == "deleted it":
+            connection.execute(pat.delete().where(pat.c.id == issued.pat_id))
+        else:  # a schema restored: the id is now another PAT's, of another name
+            connection.execute(update(pat).where(pat.c.id == issued.pat_id).values(name="x"))
+
+    info = store.revoke_named(SANDBOX.namespace, SANDBOX.name)  # credentials revoke
+
+    assert info is not None
+    assert info.forgotten is Forgotten.PAT_NOT_IN_ONYX
+    assert store.show(SANDBOX.namespace, SANDBOX.name) is None
+    if onyx != "deleted it":
+        assert not pat_row(database, issued.pat_id).is_revoked, "another's PAT is left alone"
 
 
 def test_a_revoked_pat_fails_at_an_onyx_server_whose_clock_is_minutes_behind(

@@ -27,6 +27,7 @@ from craft_operator.config import load_settings
 from craft_operator.credentials import (
     CredentialsError,
     CredentialStore,
+    Forgotten,
     KeyRing,
     PatState,
     SandboxIdentity,
@@ -545,7 +546,7 @@ def test_a_sandbox_of_a_tenant_onyx_deleted_is_revoked_and_forgotten(
     assert not store.revoke(ALICE), "the finalizer: nothing revoked, the row forgotten"
     forgotten = store.revoke_named(BOB.namespace, BOB.name)  # credentials revoke
     assert forgotten is not None
-    assert forgotten.forgotten
+    assert forgotten.forgotten is Forgotten.TENANT_GONE
     [left] = rows_of_cluster(store, CLUSTER)
     assert revoke_orphan(store, left)  # the orphan sweep
     assert tenants.rows() == []
