@@ -349,6 +349,15 @@ class LocalDestination:
         """Sync into ``root`` (created if missing; trusted, unlike everything under it)."""
         self.root = root
 
+    async def ensure_root(self) -> None:
+        """Create the root if missing (as :meth:`apply` does), for a sync that had nothing
+        to apply: an empty library leaves it too, and a root that cannot be (under a file,
+        say) fails such a sync with :class:`DestinationError` as it fails any other."""
+        try:
+            await asyncio.to_thread(self.root.mkdir, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _destination_error(exc, self.root) from None
+
     async def read_manifest(self) -> bytes | None:
         """The manifest, or ``None`` if there is none, or it is not a plain file, or it is
         larger than :data:`MANIFEST_READ_LIMIT`."""

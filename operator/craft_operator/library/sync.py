@@ -461,13 +461,17 @@ async def sync_user_library_local(
     disabled: Iterable[str] = (),
     caps: SyncCaps | None = None,
 ) -> SyncResult:
-    """Sync the library into the local directory ``dest``."""
-    return await sync_library(
+    """Sync the library into the local directory ``dest``, created if missing, even for an
+    empty library (not when the sync fails, over a cap say: nothing is written then)."""
+    destination = LocalDestination(dest)
+    result = await sync_library(
         store=store,
         bucket=bucket,
         prefix=prefix,
-        destination=LocalDestination(dest),
+        destination=destination,
         excludes=excludes,
         disabled=disabled,
         caps=caps,
     )
+    await destination.ensure_root()
+    return result

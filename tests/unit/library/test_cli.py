@@ -172,6 +172,29 @@ def test_over_a_cap_nothing_is_written_and_the_exit_code_is_permanent(
     assert not (tmp_path / "lib").exists()
 
 
+def test_an_empty_library_still_creates_the_destination(
+    bucket: Bucket, s3_server: S3Server, tmp_path: Path
+) -> None:
+    result = run(bucket, s3_server, tmp_path / "new" / "lib")
+
+    assert result.exit_code == 0
+    assert (tmp_path / "new" / "lib").is_dir()
+
+
+@pytest.mark.parametrize("objects", [0, 1], ids=["an empty library", "a library of one"])
+def test_a_destination_under_a_regular_file_is_a_permanent_failure(
+    bucket: Bucket, s3_server: S3Server, tmp_path: Path, objects: int
+) -> None:
+    for index in range(objects):
+        bucket.put(f"{index}.txt", b"x")
+    (tmp_path / "file").write_text("x")
+
+    result = run(bucket, s3_server, tmp_path / "file" / "lib")
+
+    assert result.exit_code == 3
+    assert f"cannot update {tmp_path / 'file' / 'lib'}: Not a directory" in result.stderr
+
+
 def test_the_result_file_stays_within_a_termination_message(
     bucket: Bucket, s3_server: S3Server, tmp_path: Path
 ) -> None:
