@@ -55,3 +55,21 @@ def test_the_commands_section_names_every_crd_the_crd_command_prints() -> None:
     flags = [option.opts[0] for option in crd.params if isinstance(option, click.Option)]
     assert flags
     assert [flag for flag in flags if flag not in usage] == [], usage
+
+
+def posted_event_reasons() -> set[str]:
+    """The event reasons the operator's code posts as literals (``p.event("X", ...)``,
+    ``reason="X"``)."""
+    code = "\n".join(
+        path.read_text(encoding="utf-8")
+        for path in (ROOT / "operator" / "craft_operator").rglob("*.py")
+    )
+    reasons = set(re.findall(r'\.event\(\s*"([A-Za-z]+)"', code))
+    return reasons | set(re.findall(r'reason="([A-Za-z]+)"', code))
+
+
+def test_every_event_reason_the_operator_posts_is_in_the_readme() -> None:
+    """On-call staff look up a reason they see in `kubectl describe`."""
+    reasons = posted_event_reasons()
+    assert {"PodCreated", "SandboxSleeping", "PATRevoked"} <= reasons  # the scan finds them
+    assert sorted(reason for reason in reasons if f"`{reason}`" not in README) == []
