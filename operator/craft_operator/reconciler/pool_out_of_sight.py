@@ -11,6 +11,11 @@ Those notes live in this process only: one that starts, or takes over from anoth
 replica, never sees the events that were lost with them. So the first pass of each pool in
 an activation also lists the pods that still carry the pool's label but not the operator's
 (one list per pool, answered by the API server's watch cache) and notes those.
+
+A pod whose deletion is refused (an admission webhook, a policy) is tried again on every
+pass; the refusal is logged and posted on the pool when it first comes and when its answer
+changes, not on every pass. The API server being away is no refusal: that is kept quiet
+here (the pass's other requests meet it too).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from craft_operator.api.pool import LABEL_POOL
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
 from craft_operator.kube.kinds import LABEL_MANAGED_BY, MANAGED_BY
+from craft_operator.reconciler import api_away
 from craft_operator.reconciler.children import controlled_by
 from craft_operator.reconciler.deps import Services
 
@@ -32,6 +38,8 @@ PoolKey = tuple[str, str]
 
 #: The Warning event that says a pod out of sight was deleted.
 OUT_OF_SIGHT = "PoolPodOutOfSight"
+#: The Warning event that says the deletion of a pod out of sight was refused.
+UNDELETABLE = "PoolPodOutOfSightUndeletable"
 
 
 class OutOfSight:
@@ -41,6 +49,9 @@ class OutOfSight:
         self._names: dict[PoolKey, set[str]] = {}
         #: The pools (key and uid) whose pods out of sight were listed in this activation.
         self._listed: set[tuple[PoolKey, str]] = set()
+        #: The answer (status and reason) last said of each pod noted whose deletion was
+        #: refused, per pool; a pod deleted, gone or back in sight is forgotten.
+        self._said: dict[PoolKey, dict[str, str]] = {}
 
     def note(self, key: PoolKey, name: str) -> None:
         """Pod ``name`` of pool ``key`` was reported deleted without a deletion under way."""
@@ -55,8 +66,10 @@ class OutOfSight:
         if key is None:
             self._names.clear()
             self._listed.clear()
+            self._said.clear()
         else:
             self._names.pop(key, None)
+            self._said.pop(key, None)
             self._listed = {listed for listed in self._listed if listed[0] != key}
 
     async def list_once(self, services: Services, body: Mapping[str, Any]) -> None:
@@ -83,10 +96,11 @@ class OutOfSight:
         sight (the cache lacks them: one whose labels were put back is the pool's again),
         its own, unclaimed and not being deleted; returns their names. A pod whose read or
         delete fails is kept for a later pass, and the pass goes on (a webhook refusing
-        deletes must not stop the pool)."""
+        deletes must not stop the pool); a refusal is said when it first comes or changes."""
         meta = body["metadata"]
         key = (meta["namespace"], meta["name"])
         names = self._names.pop(key, None)
+        said = self._said.pop(key, {})  # kept below for the pods still refused only
         if not names:
             return []
         deleted = []
@@ -97,8 +111,8 @@ class OutOfSight:
                 if await _delete_if_out_of_sight(services, meta, name):
                     deleted.append(name)
             except ApiError as exc:
-                log.warning("%s/%s: pod %s out of sight not deleted: %s", *key, name, exc)
                 self._names.setdefault(key, set()).add(name)
+                self._refused(services, body, name, exc, said.get(name))
         if deleted:
             message = (
                 f"deleted pods {', '.join(deleted)}: their labels were edited so that the "
@@ -106,6 +120,36 @@ class OutOfSight:
             )
             services.events.post(dict(body), type="Warning", reason=OUT_OF_SIGHT, message=message)
         return deleted
+
+    def _refused(
+        self,
+        services: Services,
+        body: Mapping[str, Any],
+        name: str,
+        exc: ApiError,
+        said: str | None,
+    ) -> None:
+        """Remember that pod ``name``'s read or delete failed with ``exc``; log it and post
+        it on the pool if it was not said before (``said``: what was). The API server being
+        away is no refusal: kept quiet, and what was said stays."""
+        key = (body["metadata"]["namespace"], body["metadata"]["name"])
+        if api_away.is_away(exc):
+            log.debug("%s/%s: pod %s out of sight not deleted: %s", *key, name, exc)
+            if said is not None:
+                self._said.setdefault(key, {})[name] = said
+            return
+        answer = f"{exc.status} {exc.reason}"  # the message may vary per request
+        self._said.setdefault(key, {})[name] = answer
+        if answer == said:
+            log.debug("%s/%s: pod %s out of sight still not deleted: %s", *key, name, exc)
+            return
+        log.warning("%s/%s: pod %s out of sight not deleted: %s", *key, name, exc)
+        message = (
+            f"cannot delete pod {name}, whose labels were edited so that the operator's "
+            f"watches no longer see it (the pool made another in its place): {exc}; "
+            "tried again on each pass"
+        )
+        services.events.post(dict(body), type="Warning", reason=UNDELETABLE, message=message)
 
 
 async def _delete_if_out_of_sight(services: Services, pool: Mapping[str, Any], name: str) -> bool:

@@ -1,9 +1,11 @@
 """A pool pod its watches lost sight of (its labels edited: the API server reports that as
 a deletion while it runs on) is read on the pool's next pass and deleted if it is still the
-pool's own, unclaimed and not being deleted; never a claimed pod, never twice."""
+pool's own, unclaimed and not being deleted; never a claimed pod, never twice. One whose
+deletion is refused is tried on every pass and said when the refusal comes or changes."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -199,3 +201,138 @@ async def test_a_failed_list_of_pods_out_of_sight_is_tried_on_the_next_pass(
     await world.pass_()
 
     assert deleted(world, lost)
+
+
+def refuse_deleting(world: PoolWorld, name: str, answers: list[tuple[int, str]]) -> list[int]:
+    """Answer each DELETE of pod ``name`` with the first of ``answers`` (status, reason),
+    as an admission webhook or an API server away would; returns a list that grows by one
+    per DELETE tried."""
+    tried: list[int] = []
+
+    async def refuse(request: Any) -> Any:
+        if request.method.value.upper() != "DELETE" or not request.url.path.endswith(f"/{name}"):
+            return None
+        tried.append(1)
+        status, reason = answers[0]
+        return failure_response(status, reason, f"{reason}: the deletion of {name} was refused")
+
+    world.emulator.before_request.append(refuse)
+    return tried
+
+
+def refusals_said(world: PoolWorld, caplog: pytest.LogCaptureFixture) -> tuple[int, int]:
+    """The Warning events and WARNING log lines that said a refused deletion."""
+    events = world.events.reasons.count("PoolPodOutOfSightUndeletable")
+    lines = [
+        record
+        for record in caplog.records
+        if record.levelno >= logging.WARNING and "not deleted" in record.getMessage()
+    ]
+    return events, len(lines)
+
+
+async def test_a_refused_deletion_is_said_once_on_the_pool_and_tried_on_every_pass(
+    make_world: Callable[..., PoolWorld],  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Pool passes run on every pool pod event: a WARNING per pass would flood the log."""
+    world = await a_full_pool(make_world)
+    stuck = world.unclaimed()[0]["metadata"]["name"]
+    lose_sight_of(world, stuck)
+    tried = refuse_deleting(world, stuck, [(403, "Forbidden")])
+    caplog.set_level(logging.DEBUG)
+
+    for _ in range(4):
+        await world.pass_()
+
+    assert not deleted(world, stuck)
+    assert len(tried) == 4
+    assert refusals_said(world, caplog) == (1, 1)
+    said = next(m for t, r, m in world.events.posted if r == "PoolPodOutOfSightUndeletable")
+    assert stuck in said
+    assert "403 Forbidden" in said
+
+
+async def test_a_refused_deletion_is_said_again_when_its_answer_changes(
+    make_world: Callable[..., PoolWorld],  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    world = await a_full_pool(make_world)
+    stuck = world.unclaimed()[0]["metadata"]["name"]
+    lose_sight_of(world, stuck)
+    answers = [(403, "Forbidden")]
+    refuse_deleting(world, stuck, answers)
+    caplog.set_level(logging.WARNING)
+    await world.pass_()
+
+    answers[0] = (400, "BadRequest")
+    await world.pass_()
+    await world.pass_()
+
+    assert refusals_said(world, caplog) == (2, 2)
+    assert "400 BadRequest" in world.events.posted[-1][2]
+
+
+async def test_an_api_server_away_is_no_refusal_to_say(
+    make_world: Callable[..., PoolWorld],  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Nor does it make the refusal said before new when the API server is back."""
+    world = await a_full_pool(make_world)
+    stuck = world.unclaimed()[0]["metadata"]["name"]
+    lose_sight_of(world, stuck)
+    answers = [(503, "ServiceUnavailable")]
+    refuse_deleting(world, stuck, answers)
+    caplog.set_level(logging.WARNING)
+
+    await world.pass_()
+    assert refusals_said(world, caplog) == (0, 0)
+    answers[0] = (403, "Forbidden")
+    await world.pass_()
+    answers[0] = (503, "ServiceUnavailable")
+    await world.pass_()
+    answers[0] = (403, "Forbidden")
+    await world.pass_()
+
+    assert not deleted(world, stuck)
+    assert refusals_said(world, caplog) == (1, 1)
+
+
+async def test_a_pod_back_in_sight_is_forgotten_and_said_anew_when_refused_again(
+    make_world: Callable[..., PoolWorld],  # noqa: F811
+) -> None:
+    """What was said of a pod goes with it: deleted, back in sight, or its pool gone."""
+    world = await a_full_pool(make_world)
+    stuck = world.unclaimed()[0]["metadata"]["name"]
+    lose_sight_of(world, stuck)
+    refuse_deleting(world, stuck, [(403, "Forbidden")])
+    await world.pass_()
+    world.emulator.patch(
+        "v1/pods",
+        NAMESPACE,
+        stuck,
+        {"metadata": {"labels": {kinds.LABEL_MANAGED_BY: kinds.MANAGED_BY}}},
+    )
+    await world.pass_()  # back in sight: the pool's again
+
+    lose_sight_of(world, stuck)
+    await world.pass_()
+
+    assert world.events.reasons.count("PoolPodOutOfSightUndeletable") == 2
+
+
+async def test_what_was_said_of_a_pool_goes_with_the_pool(
+    make_world: Callable[..., PoolWorld],  # noqa: F811
+) -> None:
+    """A pool recreated under its name is told of the refusal again."""
+    world = await a_full_pool(make_world)
+    stuck = world.unclaimed()[0]["metadata"]["name"]
+    lose_sight_of(world, stuck)
+    refuse_deleting(world, stuck, [(403, "Forbidden")])
+    await world.pass_()
+
+    world.reconciler.forget(KEY)
+    lose_sight_of(world, stuck)
+    await world.pass_()
+
+    assert world.events.reasons.count("PoolPodOutOfSightUndeletable") == 2
