@@ -75,6 +75,11 @@ class _Conversation:
                     pipe.write(chunk)
                     written += len(chunk)
                     await pipe.drain()
+                    if pipe.transport.is_closing():
+                        # The command closed its stdin, maybe before this write, which the
+                        # transport then dropped without a word: only what came before
+                        # surely reached it.
+                        return
                     # What left this process: bytes still in its buffer when the command
                     # exits were never sent (how many depends on timing alone).
                     self.sent = written - pipe.transport.get_write_buffer_size()
