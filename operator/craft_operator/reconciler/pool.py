@@ -28,6 +28,7 @@ from typing import Any
 
 from craft_operator.api.pool import (
     EGRESS_RESTRICTED,
+    MAX_REPLICAS,
     POOL_READY,
     CraftSandboxPool,
     CraftSandboxPoolStatus,
@@ -261,17 +262,11 @@ class PoolReconciler:
         allows stay and serve claims (a spec changed to an image the policy refuses, a typo
         in a registry say, leaves the pool its warm pods). While the policy object is only
         missing or unreadable (a GitOps prune) every pod waits for it. Meanwhile only a
-        scale-down and ended pods are carried out."""
+        scale-down and ended pods are carried out (:meth:`_cannot_make_pods`)."""
         s = self.services
         if denied.absent is None:
             members, _ = pool_members(s.cache, *key, pool.metadata.uid)
             await self._delete_all(self._refused(members, desired))
-        members, _ = pool_members(s.cache, *key, pool.metadata.uid)
-        made = (body.get("status") or {}).get("templateHash") or ""
-        pods = view(members, made, self._foreign.get(key, ()))
-        todo = plan(pods, pool.spec.replicas, max_creates=0, may_create=False)
-        if todo.delete:
-            await self._act(body, todo, desired)
         if denied.absent is None:
             reason, message = POLICY_DENIED, denied.message
         else:
@@ -444,7 +439,11 @@ class PoolReconciler:
             return 0.0
         return now.until(_wave_end(held, base))
 
-    async def _act(self, body: dict[str, Any], todo: Plan, desired: dict[str, Any]) -> _Outcome:
+    async def _act(
+        self, body: dict[str, Any], todo: Plan, desired: dict[str, Any] | None
+    ) -> _Outcome:
+        """Carry out ``todo``: its deletions, then its creates of ``desired`` (``None``: the
+        pool can make no pod, and the plan creates none)."""
         outcome = _Outcome()
         deleted: dict[str, list[Mapping[str, Any]]] = {}
         done = await self._delete_all([pod for pod, _ in todo.delete])
@@ -456,7 +455,7 @@ class PoolReconciler:
         for why, pods in deleted.items():
             self._deleted_event(body, why, pods, outcome)
         try:
-            if todo.create:
+            if todo.create and desired is not None:
                 await self._create(body, desired, todo.create, outcome)
         finally:
             post_coalesced(self.services.events, body, outcome.notes)
@@ -609,10 +608,13 @@ class PoolReconciler:
     async def _cannot_make_pods(
         self, body: dict[str, Any], reason: str, message: str, desired: dict[str, Any] | None
     ) -> bool:
-        """The spec or the settings cannot make a pod: say so once; nothing is created.
-        Egress is still judged for the ``desired`` pod (when the spec makes one), so that
-        ``EgressRestricted`` never keeps an old verdict beside this one."""
+        """The spec, the settings or the policy cannot make a pod: say so once; nothing is
+        created, but a scale-down (to zero, say: ``kubectl scale`` or an autoscaler) and
+        ended pods are still carried out. Egress is still judged for the ``desired`` pod
+        (when the spec makes one), so that ``EgressRestricted`` never keeps an old verdict
+        beside this one."""
         s = self.services
+        await self._scale_down_only(body, desired)
         if stored_reason(body, POOL_READY) != reason:
             s.events.post(body, type="Warning", reason=reason, message=message)
         if desired is None:
@@ -637,6 +639,23 @@ class PoolReconciler:
         )
         return await write_pool_status(s, body, status)
 
+    async def _scale_down_only(self, body: dict[str, Any], desired: dict[str, Any] | None) -> None:
+        """Delete the pool's ended pods and those above its ``replicas``, creating none:
+        its pods are seen by the template they were made of (``status.templateHash``), as
+        the spec may make none now. A ``replicas`` that cannot be read scales nothing down."""
+        meta = body["metadata"]
+        key = (meta["namespace"], meta["name"])
+        members, _ = pool_members(self.services.cache, *key, meta.get("uid"))
+        made = (body.get("status") or {}).get("templateHash") or ""
+        pods = view(members, made, self._foreign.get(key, ()))
+        replicas = _stated_replicas(body)
+        if replicas is None:
+            todo = Plan(tuple((pod, ENDED) for pod in pods.ended))
+        else:
+            todo = plan(pods, replicas, max_creates=0, may_create=False)
+        if todo.delete:
+            await self._act(body, todo, desired)
+
     async def _release(self, namespace: str, name: str) -> None:
         """The pool is gone or going: delete what is left of its unclaimed pods."""
         await self._delete_unclaimed(namespace, name)
@@ -646,6 +665,16 @@ class PoolReconciler:
         """Delete the pool's unclaimed pods not being deleted yet."""
         pods = pool_pods(self.services.cache, namespace, name)
         await self._delete_all([pod for pod in pods if not is_terminating(pod)])
+
+
+def _stated_replicas(body: Mapping[str, Any]) -> int | None:
+    """The pool's ``spec.replicas`` (1 when not given, as the CRD defaults it), read alone
+    so that a spec the operator cannot otherwise read still scales; ``None`` when it is no
+    count the CRD allows."""
+    value = (body.get("spec") or {}).get("replicas", 1)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if 0 <= value <= MAX_REPLICAS else None
 
 
 def _clock(moment: datetime) -> str:

@@ -1,0 +1,104 @@
+"""A pool follows its ``replicas`` down (``kubectl scale``, a HorizontalPodAutoscaler or
+KEDA) whatever else holds its pods back: a spec or operator settings that make no pod, a
+quota's refusals, pods that ended. What it says in its ``Ready`` condition is about the
+pods it is short of, and the backoffs it keeps are of refusals that still mean something."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from tests.unit.reconciler.test_pool import PoolWorld, fail, make_world  # noqa: F401
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def world(make_world: Callable[..., PoolWorld]) -> PoolWorld:  # noqa: F811
+    return make_world()
+
+
+#: A GPU request without its limit: the CRD admits it, the operator makes no pod of it.
+GPU_WITHOUT_LIMIT = {"requests": {"nvidia.com/gpu": "1"}}
+
+
+# -- while no pod can be made --------------------------------------------------------------
+
+
+async def test_a_pool_whose_spec_makes_no_pod_still_scales_to_zero(world: PoolWorld) -> None:
+    await world.filled(replicas=5)
+    await world.pass_()
+    world.set_spec(resources=GPU_WITHOUT_LIMIT)
+    await world.pass_()
+    assert world.condition("Ready")["reason"] == "InvalidResources"
+
+    world.set_spec(replicas=0)  # kubectl scale, or an autoscaler's scale to zero
+    await world.pass_()
+
+    assert world.unclaimed() == []
+    assert world.status()["replicas"] == 0
+    assert world.condition("Ready")["reason"] == "InvalidResources"
+    assert "PoolScaledDown" in world.events.steps
+
+
+async def test_a_pool_whose_settings_make_no_pod_still_scales_down(world: PoolWorld) -> None:
+    await world.filled(replicas=3)
+    await world.pass_()
+    world.services.settings = world.services.settings.model_copy(update={"server_url": None})
+
+    world.set_spec(replicas=1)
+    await world.pass_()
+
+    assert len(world.unclaimed()) == 1
+    assert (world.status()["replicas"], world.status()["ready"]) == (1, 1), "still claimable"
+    assert world.condition("Ready")["reason"] == "NoServerURL"
+
+
+async def test_a_pool_whose_spec_makes_no_pod_deletes_its_ended_pods_and_makes_none(
+    world: PoolWorld,
+) -> None:
+    await world.filled(replicas=3)
+    await world.pass_()
+    world.set_spec(resources=GPU_WITHOUT_LIMIT)
+    await world.pass_()
+    ended = world.unclaimed()[0]["metadata"]["name"]
+    fail(world, ended)
+
+    await world.pass_()
+
+    assert ended not in {pod["metadata"]["name"] for pod in world.pods()}
+    assert len(world.unclaimed()) == 2, "not replaced: the spec makes no pod"
+    assert world.status()["replicas"] == 2
+
+
+async def test_a_spec_the_operator_cannot_read_still_scales_down(world: PoolWorld) -> None:
+    """An object written under an older CRD, say (the emulator admits what the operator's
+    model does not): its replicas are read alone."""
+    await world.filled(replicas=3)
+    await world.pass_()
+    world.set_spec(image=5)
+    await world.pass_()
+    assert world.condition("Ready")["reason"] == "InvalidSpec"
+
+    world.set_spec(replicas=1)
+    await world.pass_()
+
+    assert len(world.unclaimed()) == 1
+    assert world.status()["replicas"] == 1
+
+
+async def test_a_replicas_the_operator_cannot_read_scales_nothing_down_but_ended_pods_go(
+    world: PoolWorld,
+) -> None:
+    await world.filled(replicas=3)
+    await world.pass_()
+    world.set_spec(replicas="two")
+    ended = world.unclaimed()[0]["metadata"]["name"]
+    fail(world, ended)
+
+    await world.pass_()
+
+    assert world.condition("Ready")["reason"] == "InvalidSpec"
+    assert ended not in {pod["metadata"]["name"] for pod in world.pods()}
+    assert len(world.unclaimed()) == 2
