@@ -332,18 +332,24 @@ class PoolReconciler:
         )
         # A stray already being deleted is not deleted (and reported) again on every pass.
         orphaned = [pod for pod in strays if not pod["metadata"].get("deletionTimestamp")]
-        todo = Plan(
-            (
+        todo = replace(
+            todo,
+            delete=(
                 *((pod, IMAGE_DENIED) for pod in banned),
                 *todo.delete,
                 *((pod, "PoolPodOrphaned") for pod in orphaned),
             ),
-            todo.create,
         )
         outcome = await self._act(body, todo, desired)
         self._count_refusals(key, outcome, now, hash_)
         refusal = self._refusals.get(key)
-        if refusal is not None and (outcome.create_error is not None or refusal_wait > 0):
+        # A backoff is said only while the pool lacks pods: scaled down meanwhile to what
+        # it holds, it waits for nothing (the backoff still holds the next scale-up).
+        if (
+            refusal is not None
+            and todo.short
+            and (outcome.create_error is not None or refusal_wait > 0)
+        ):
             # The same words from the refusal until the next try: one status write.
             outcome.held_refusal = (
                 f"{refusal.error}; new pods are tried after {_clock(refusal.until.wall)}"
@@ -355,7 +361,11 @@ class PoolReconciler:
             members, strays = self._members(body, key, pool, desired)
             after = view(members, hash_, self._foreign.get(key, ()))
         base = s.settings.pod_restart_backoff
-        resume_at = None if failures is None or waiting <= 0 else _wave_end(failures, base).wall
+        resume_at = (
+            None
+            if failures is None or waiting <= 0 or not todo.short
+            else _wave_end(failures, base).wall
+        )
         states = self._conditions(body, pool, after, refused, outcome, resume_at)
         status = count_status(
             body,
@@ -701,7 +711,8 @@ def _ready(
     resume_at: datetime | None,
 ) -> ConditionState:
     """The pool's Ready condition: it holds ``replicas`` Ready pods, all of its template
-    (``resume_at``: when new pods may start after pods that ended, if they wait)."""
+    (``resume_at``: when new pods may start after pods that ended, if the pool lacks pods
+    and they wait; ``outcome.held_refusal`` is likewise only set while it lacks pods)."""
     replicas = pool.spec.replicas
     count = f"{pods.ready}/{replicas} pods ready"
     if pods.ready >= replicas and not pods.has_old:

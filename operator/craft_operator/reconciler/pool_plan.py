@@ -125,6 +125,9 @@ class Plan:
 
     delete: tuple[tuple[Pod, str], ...] = ()
     create: int = 0
+    #: Pods the pool would create now if nothing held creates back (a backoff, a pass's
+    #: bound): 0 when it holds what it needs.
+    short: int = 0
 
 
 def surge_for(replicas: int) -> int:
@@ -181,5 +184,6 @@ def plan(
     alive_after = pods.alive - removed_alive
     missing = max(0, replicas - (current - excess))
     room = replicas + surge_for(replicas) - alive_after if pods.has_old else missing
-    create = max(0, min(missing, room, max_creates)) if may_create else 0
-    return Plan(tuple(delete), create)
+    short = max(0, min(missing, room))
+    create = min(short, max(0, max_creates)) if may_create else 0
+    return Plan(tuple(delete), create, short)

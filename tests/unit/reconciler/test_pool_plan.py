@@ -56,6 +56,14 @@ def test_ended_pods_go_even_when_nothing_may_be_created() -> None:
     assert todo.create == 0
 
 
+def test_a_plan_says_how_many_pods_the_pool_lacks_whatever_holds_creates_back() -> None:
+    pods = view([pod("p-01")], NEW)
+    assert plan(pods, 25, max_creates=10).short == 24
+    assert plan(pods, 3, max_creates=10, may_create=False).short == 2
+    assert plan(pods, 1, max_creates=10).short == 0
+    assert plan(view([pod("p-01"), pod("p-02")], NEW), 1, max_creates=10).short == 0
+
+
 def test_a_large_pool_updates_a_tenth_at_a_time() -> None:
     assert surge_for(3) == 1
     assert surge_for(100) == 10

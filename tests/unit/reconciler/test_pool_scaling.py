@@ -9,7 +9,14 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.unit.reconciler.test_pool import PoolWorld, fail, make_world  # noqa: F401
+from tests.support.pod_exec import mark_pod_running
+from tests.unit.reconciler.test_pool import (  # noqa: F401
+    NAMESPACE,
+    PoolWorld,
+    a_pass_over_quota,
+    fail,
+    make_world,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -102,3 +109,58 @@ async def test_a_replicas_the_operator_cannot_read_scales_nothing_down_but_ended
     assert world.condition("Ready")["reason"] == "InvalidSpec"
     assert ended not in {pod["metadata"]["name"] for pod in world.pods()}
     assert len(world.unclaimed()) == 2
+
+
+# -- what Ready says after a scale-down --------------------------------------------------
+
+
+async def test_a_pool_scaled_down_below_what_a_quota_refused_says_it_fills_not_that_creates_fail(
+    world: PoolWorld,
+) -> None:
+    """An autoscaler scales up past the quota, then back down below what exists: no pod is
+    needed, so the refusal's backoff is no reason the pool is not Ready."""
+    world.create_pool(replicas=4)
+    await world.pass_()
+    world.set_spec(replicas=8)
+    await a_pass_over_quota(world)
+    assert world.condition("Ready")["reason"] == "PodCreateFailed"
+
+    world.set_spec(replicas=2)
+    await world.pass_()
+
+    assert len(world.unclaimed()) == 2
+    assert world.condition("Ready")["reason"] == "Filling"
+
+
+async def test_a_pool_scaled_down_to_the_pods_a_failure_left_does_not_say_pods_are_failing(
+    world: PoolWorld,
+) -> None:
+    await world.filled(replicas=4)
+    await world.pass_()
+    pods = [pod["metadata"]["name"] for pod in world.unclaimed()]
+    for name in pods[:2]:
+        fail(world, name)  # a node drained
+    mark_pod_running(world.emulator, NAMESPACE, pods[2], ready=False)
+    await world.pass_()
+    assert world.condition("Ready")["reason"] == "PoolPodsFailing"
+
+    world.set_spec(replicas=2)  # the two left are all the autoscaler wants
+    await world.pass_()
+
+    ready = world.condition("Ready")
+    assert len(world.unclaimed()) == 2
+    assert ready["reason"] == "Filling", ready["message"]
+    assert "new ones start after" not in ready["message"]
+
+
+async def test_a_pool_still_short_of_pods_after_a_scale_down_still_says_the_refusal(
+    world: PoolWorld,
+) -> None:
+    world.create_pool(replicas=4)
+    await a_pass_over_quota(world)
+
+    world.set_spec(replicas=2)
+    await world.pass_()
+
+    assert world.unclaimed() == []
+    assert world.condition("Ready")["reason"] == "PodCreateFailed"
