@@ -48,6 +48,7 @@ from craft_operator.reconciler.policy_step import MISSING
 from craft_operator.reconciler.pool_out_of_sight import OutOfSight
 from craft_operator.reconciler.pool_plan import (
     ENDED,
+    EXCESS,
     Plan,
     PoolView,
     claimed_since_update,
@@ -125,6 +126,8 @@ class _Outcome:
     created: int = 0
     create_error: ApiError | None = None
     conflicts: int = 0
+    #: The pool's own pods deleted above its replicas (a scale-down frees their quota).
+    scaled_down: int = 0
     #: The last refusal of pod creates, while new ones wait out its backoff.
     held_refusal: str | None = None
     #: The pass's Normal events (reason, message), posted as one at its end.
@@ -135,10 +138,14 @@ class _Outcome:
 class _Refusals:
     """Pod creates the API server refused in a row (a quota, say), and until when new ones
     wait: events of the pool's pods, which come often under claims, do not shorten it; a
-    new pod template (resources lowered to fit the quota, say) is tried at once."""
+    new pod template (resources lowered to fit the quota, say) is tried at once, as is a
+    scale-up after a scale-down that deleted the pool's own pods (their quota is free), and
+    refusals are forgotten REFUSALS_FORGOTTEN_AFTER the last one."""
 
     count: int
     until: Moment
+    #: When the last refusal came.
+    at: Moment
     error: str
     #: The template hash of the pods refused.
     template: str
@@ -149,6 +156,9 @@ class _Refusals:
 #: keeps them meanwhile, since pods that crash soon after they are Ready fill it between
 #: their waves (a pool that stays full that long has had no pod end).
 FAILURES_FORGOTTEN_AFTER = STABLE_AFTER
+#: Seconds after the last refused create after which the refusals are forgotten: a new
+#: peak's first refusal, hours after the last, waits the first backoff, not the cap.
+REFUSALS_FORGOTTEN_AFTER = FAILURES_FORGOTTEN_AFTER
 
 
 def _wave_end(failures: _Failures, base: float) -> Moment:
@@ -302,10 +312,7 @@ class PoolReconciler:
         refused = egress.refusal(s.cache, s.settings, desired)
         now = Moment.now(s.steady, s.clock)
         waiting = self._failure_wait(key, ours, now, hash_)
-        held = self._refusals.get(key)
-        if held is not None and held.template != hash_:
-            self._refusals.pop(key, None)  # what was refused is not what is made now
-            held = None
+        held = self._held_refusals(key, now, hash_)
         refusal_wait = 0.0 if held is None else now.until(held.until)
         # Waves of pods keep ending and none of this template is Ready (an image that
         # crashes, a command that exits): one pod at a time, and only once the last one has
@@ -402,17 +409,31 @@ class PoolReconciler:
             return None
         return wait
 
+    def _held_refusals(self, key: PoolKey, now: Moment, template: str) -> _Refusals | None:
+        """The pool's refused creates that still hold new ones back: none once the
+        template changed (what was refused is not what is made now) or once none came for
+        REFUSALS_FORGOTTEN_AFTER (the backoff ran out long ago, and one refusal an hour
+        must not climb to the 300 s cap)."""
+        held = self._refusals.get(key)
+        if held is None:
+            return None
+        if held.template != template or now.since(held.at) >= REFUSALS_FORGOTTEN_AFTER:
+            self._refusals.pop(key, None)
+            return None
+        return held
+
     def _count_refusals(self, key: PoolKey, outcome: _Outcome, now: Moment, template: str) -> None:
         """A refused create starts (or doubles) the wait before the next ones; a create
-        that went through ends it. A create the API server's absence cut short is no
-        refusal: the pool fills as soon as it is back."""
+        that went through ends it, as does a scale-down that deleted the pool's own pods
+        (the quota they held is free: a scale-up soon after is tried at once). A create the
+        API server's absence cut short is no refusal: the pool fills as soon as it is back."""
         if outcome.create_error is not None and not api_away.is_away(outcome.create_error):
             held = self._refusals.get(key)
             count = (held.count if held else 0) + 1
             delay = _backoff(self.services.settings.pod_restart_backoff, count)
             error = str(outcome.create_error)
-            self._refusals[key] = _Refusals(count, now.after(delay), error, template)
-        elif outcome.created:
+            self._refusals[key] = _Refusals(count, now.after(delay), now, error, template)
+        elif outcome.created or outcome.scaled_down:
             self._refusals.pop(key, None)
 
     def _failure_wait(self, key: PoolKey, pods: PoolView, now: Moment, template: str) -> float:
@@ -460,6 +481,8 @@ class PoolReconciler:
         for (pod, why), ok in zip(todo.delete, done, strict=True):
             if ok:
                 deleted.setdefault(why, []).append(pod)
+                if why == EXCESS:
+                    outcome.scaled_down += 1
             else:
                 outcome.conflicts += 1
         for why, pods in deleted.items():
@@ -663,8 +686,8 @@ class PoolReconciler:
             todo = Plan(tuple((pod, ENDED) for pod in pods.ended))
         else:
             todo = plan(pods, replicas, max_creates=0, may_create=False)
-        if todo.delete:
-            await self._act(body, todo, desired)
+        if todo.delete and (await self._act(body, todo, desired)).scaled_down:
+            self._refusals.pop(key, None)  # their quota is free (see _count_refusals)
 
     async def _release(self, namespace: str, name: str) -> None:
         """The pool is gone or going: delete what is left of its unclaimed pods."""

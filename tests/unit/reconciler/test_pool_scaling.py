@@ -6,12 +6,14 @@ pods it is short of, and the backoffs it keeps are of refusals that still mean s
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 
 import pytest
 
 from tests.support.pod_exec import mark_pod_running
 from tests.unit.reconciler.test_pool import (  # noqa: F401
     NAMESPACE,
+    START,
     PoolWorld,
     a_pass_over_quota,
     fail,
@@ -164,3 +166,91 @@ async def test_a_pool_still_short_of_pods_after_a_scale_down_still_says_the_refu
 
     assert world.unclaimed() == []
     assert world.condition("Ready")["reason"] == "PodCreateFailed"
+
+
+# -- the refusals a pool remembers -----------------------------------------------------------
+
+
+async def refused_at(world: PoolWorld, *seconds: int) -> None:
+    """Passes whose creates a quota refuses, at these seconds after START (each after the
+    backoff of the one before); creates are allowed again after them."""
+    for at in seconds:
+        world.now[0] = START + timedelta(seconds=at)
+        await a_pass_over_quota(world)
+
+
+async def test_a_scale_up_after_a_scale_down_that_freed_quota_is_not_held_by_old_refusals(
+    world: PoolWorld,
+) -> None:
+    await world.filled(replicas=4)
+    await world.pass_()
+    world.set_spec(replicas=8)  # the autoscaler wants more than the quota allows
+    await refused_at(world, 0, 11, 32, 73)  # the next try would be at 153 s
+    world.now[0] = START + timedelta(seconds=80)
+    world.set_spec(replicas=2)  # demand fell: two of the pool's pods go, freeing quota
+    await world.pass_()
+    assert len(world.unclaimed()) == 2
+
+    world.now[0] = START + timedelta(seconds=85)
+    world.set_spec(replicas=4)  # demand is back
+    await world.pass_()
+
+    assert len(world.unclaimed()) == 4
+
+
+async def test_a_scale_down_that_deletes_no_pod_keeps_the_refusals_backoff(
+    world: PoolWorld,
+) -> None:
+    """Nothing of the pool's went, so the quota has no more room than when it refused."""
+    await world.filled(replicas=4)
+    await world.pass_()
+    world.set_spec(replicas=8)
+    await refused_at(world, 0)
+    world.set_spec(replicas=4)
+    await world.pass_()
+
+    world.now[0] = START + timedelta(seconds=5)
+    world.set_spec(replicas=8)
+    await world.pass_()
+
+    assert len(world.unclaimed()) == 4, "the refusal's 10 s backoff still runs"
+
+
+async def test_refusals_of_hours_ago_do_not_lengthen_a_new_refusals_backoff(
+    world: PoolWorld,
+) -> None:
+    await world.filled(replicas=4)
+    await world.pass_()
+    world.set_spec(replicas=8)
+    await refused_at(world, 0, 11, 32, 73, 154)  # the backoff has doubled to 160 s
+    world.set_spec(replicas=4)  # the autoscaler gives up; nothing is created for hours
+    await world.pass_()
+
+    world.now[0] = START + timedelta(hours=6)
+    world.set_spec(replicas=6)  # a new peak, refused once
+    await a_pass_over_quota(world)
+    world.now[0] = START + timedelta(hours=6, seconds=11)  # the first backoff: 10 s
+    await world.pass_()
+
+    assert len(world.unclaimed()) == 6
+
+
+async def test_a_scale_down_while_no_pod_can_be_made_frees_the_quota_for_the_next_scale_up(
+    world: PoolWorld,
+) -> None:
+    await world.filled(replicas=4)
+    await world.pass_()
+    world.set_spec(replicas=8)
+    await refused_at(world, 0)
+    settings = world.services.settings
+    world.services.settings = settings.model_copy(update={"server_url": None})
+    world.set_spec(replicas=2)
+    await world.pass_()
+    assert len(world.unclaimed()) == 2
+
+    world.services.settings = settings
+    world.now[0] = START + timedelta(seconds=5)
+    world.set_spec(replicas=4)
+    await world.pass_()
+
+    assert len(world.unclaimed()) == 4
