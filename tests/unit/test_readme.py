@@ -73,3 +73,29 @@ def test_every_event_reason_the_operator_posts_is_in_the_readme() -> None:
     reasons = posted_event_reasons()
     assert {"PodCreated", "SandboxSleeping", "PATRevoked"} <= reasons  # the scan finds them
     assert sorted(reason for reason in reasons if f"`{reason}`" not in README) == []
+
+
+def test_the_pool_scaling_advice_selects_series_every_pool_exports() -> None:
+    """The query the **Scaling** paragraph gives an autoscaler selects series that a pool has
+    from its first pass, a pool scaled to zero included (at zero until a sandbox asks)."""
+    from craft_operator.metrics import Metrics
+
+    advice = README.split("**Scaling**", 1)[1].split("\n\n", 1)[0].replace("\n", " ")
+    [query] = [span for span in re.findall(r"`([^`]+)`", advice) if "rate(" in span]
+    metrics = Metrics()
+    metrics.pool_seen("N", "P")
+    exported = [
+        (sample.name, sample.labels)
+        for family in metrics.registry.collect()
+        for sample in family.samples
+    ]
+    selectors = re.findall(r"(craft_[a-z_]+)\{([^}]*)\}", query)
+    assert {name for name, _ in selectors} == {
+        "craft_pool_claims_total",
+        "craft_pool_cold_starts_total",
+    }
+    for name, matchers in selectors:
+        wanted = dict(re.findall(r'([a-z_]+)="([^"]*)"', matchers))
+        assert any(
+            found == name and wanted.items() <= labels.items() for found, labels in exported
+        ), (name, wanted)
