@@ -9,7 +9,8 @@ is ever parsed by a shell. One sync runs
 2. ``UPLOAD``: once the state directory and the manifest are found writable (else
    :class:`~craft_operator.library.errors.DestinationUnwritableError`, before the archive
    is read), a tar stream on stdin (the new files, then the ``pending`` and ``final``
-   manifest pieces) is unpacked into ``.craft-sync/staging``; then ``pending`` is appended
+   manifest pieces) is unpacked into ``.craft-sync/staging.<random>``, a directory of this
+   sync's own (earlier ones' removed first); then ``pending`` is appended
    to the manifest;
 3. ``APPLY`` (in batches that keep each exec request small): delete, rename staged files
    into place, and in the last batch write the manifest and drop the staging directory.
@@ -27,6 +28,7 @@ user as these commands, so it cannot use planted symlinks to gain anything it la
 from __future__ import annotations
 
 import posixpath
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -69,6 +71,12 @@ if [ -f "$m" ]; then exec head -c "$2" "$m"; fi
 #: (none of the commands the scripts run exits with it).
 UNWRITABLE_EXIT = 77
 
+#: Each upload unpacks into a staging directory of its own (``staging.<random>``, the second
+#: argument): a command the operator abandoned (its S3 source failed mid-stream, say) runs on
+#: in the pod until it meets the end of its stdin, and an upload started meanwhile shared
+#: one directory with it: the one's ``mkdir`` could fail on the other's, failing that sync.
+#: An upload first removes every staging directory left by earlier ones.
+#:
 #: The archive ends with ``final`` (or ``manifest``): tar stops without a word at the end of
 #: its input between two members, and an exec whose caller went away gets the end of its
 #: stdin early, so nothing is applied unless that last member came. Before tar reads the
@@ -77,6 +85,7 @@ UNWRITABLE_EXIT = 77
 UPLOAD_SCRIPT = f"""\
 set -eu
 s="$1/.craft-sync"
+t="$s/$2"
 m="$s/manifest"
 if [ -e "$s" ] && {{ [ ! -d "$s" ] || [ ! -w "$s" ] || [ ! -x "$s" ]; }}; then
   echo "$s is not a directory the sync can write" >&2
@@ -87,20 +96,22 @@ if [ -e "$m" ] && {{ [ ! -f "$m" ] || [ ! -w "$m" ]; }}; then
   exit {UNWRITABLE_EXIT}
 fi
 mkdir -p "$s"
-rm -rf "$s/staging"
-mkdir "$s/staging"
-tar -x -o -f - -C "$s/staging"
-if [ ! -f "$s/staging/final" ] && [ ! -f "$s/staging/manifest" ]; then
+rm -rf "$s"/staging*
+mkdir "$t"
+tar -x -o -f - -C "$t"
+if [ ! -f "$t/final" ] && [ ! -f "$t/manifest" ]; then
   echo "the upload ended before the end of its archive" >&2
   exit 1
 fi
-cat "$s/staging/pending" >> "$m"
+cat "$t/pending" >> "$m"
 """
 
 APPLY_SCRIPT = """\
 set -eu
-r="$1"; finish="$2"; n="$3"; shift 3
+r="$1"; finish="$3"; n="$4"
 s="$r/.craft-sync"
+t="$s/$2"
+shift 4
 while [ "$n" -gt 0 ]; do
   rm -rf "$r/$1"
   d=$(dirname "$r/$1")
@@ -119,15 +130,15 @@ for p do
     mkdir -p "$d"
   fi
   if [ -L "$r/$p" ] || [ -d "$r/$p" ]; then rm -rf "$r/$p"; fi
-  mv -f "$s/staging/files/$p" "$r/$p"
+  mv -f "$t/files/$p" "$r/$p"
 done
 if [ "$finish" = 1 ]; then
-  if [ -f "$s/staging/manifest" ]; then
-    mv -f "$s/staging/manifest" "$s/manifest"
+  if [ -f "$t/manifest" ]; then
+    mv -f "$t/manifest" "$s/manifest"
   else
-    cat "$s/staging/final" >> "$s/manifest"
+    cat "$t/final" >> "$s/manifest"
   fi
-  rm -rf "$s/staging"
+  rm -rf "$t"
 fi
 """
 
@@ -292,9 +303,10 @@ class PodDestination:
         payload = sum(copy.size for copy in changes.copies)
         moves = [copy.path for copy in changes.copies]
         batches = apply_batches(changes.deletes, moves, self._budget)
+        staging = f"staging.{secrets.token_hex(8)}"
         for index, (deletes, moved) in enumerate(batches):
             finish = "1" if index == len(batches) - 1 else "0"
-            paths = [self._target.root, finish, str(len(deletes)), *deletes, *moved]
+            paths = [self._target.root, staging, finish, str(len(deletes)), *deletes, *moved]
             if index == 0:
                 await self._run(
                     "unpacking and applying the library upload",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from collections.abc import AsyncIterable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -29,6 +30,7 @@ from craft_operator.library.paths import MAX_PATH_BYTES, SkipReason
 from craft_operator.library.plan import S3Object
 from craft_operator.library.sync import MAX_REFUSED_ARCHIVED
 from craft_operator.library.tarstream import BLOCK
+from craft_operator.library.transfer import UPLOAD_SCRIPT
 from tests.support.s3 import S3Server
 
 from .conftest import Bucket
@@ -94,7 +96,7 @@ async def test_first_sync_copies_every_file_into_the_pod(bucket: Bucket, pods: L
     }
     assert (result.copied, result.deleted, result.files) == (3, 0, 3)
     assert result.bytes == 8 + 8 + 12
-    assert not (library_dir(pods) / ".craft-sync" / "staging").exists()
+    assert not list((library_dir(pods) / ".craft-sync").glob("staging*"))
 
 
 async def test_a_second_sync_without_changes_sends_nothing(bucket: Bucket, pods: LocalExec) -> None:
@@ -389,7 +391,8 @@ class FailingApply:
         timeout: float | None = None,  # noqa: ASYNC109
         max_output_bytes: int | None = None,
     ) -> ExecResult:
-        if len(argv) > 5 and argv[5] in ("0", "1"):  # APPLY: sh -c SCRIPT sh ROOT FINISH N
+        # APPLY: sh -c SCRIPT sh ROOT STAGING FINISH N
+        if len(argv) > 6 and argv[6] in ("0", "1"):
             self.applies += 1
             if self.applies == self.fail_at:
                 raise ExecUnavailableError("pod stopped answering")
@@ -515,6 +518,26 @@ async def test_a_library_of_many_small_files_on_a_slow_s3_is_not_the_pods_timeou
 
     assert result.copied == len(names)
     assert files_in(library_dir(pods)) == {name: name.encode() for name in names}
+
+
+async def test_each_upload_unpacks_into_a_staging_directory_of_its_own(
+    bucket: Bucket, pods: LocalExec
+) -> None:
+    """An upload the operator abandoned runs on in the pod until its stdin ends: the next
+    sync's must not share a directory with it (the one's mkdir could fail on the other's,
+    failing that sync)."""
+    bucket.put("a.txt", b"one")
+    await sync(bucket, pods)
+    bucket.put("a.txt", b"two")
+    await sync(bucket, pods)
+
+    uploads = [call.argv for call in pods.calls if call.argv[2].startswith(UPLOAD_SCRIPT)]
+    stagings = [argv[5] for argv in uploads]
+    assert len(stagings) == 2
+    assert all(re.fullmatch(r"staging\.[0-9a-f]{16}", name) for name in stagings)
+    assert stagings[0] != stagings[1]
+    assert not list((library_dir(pods) / ".craft-sync").glob("staging*"))
+    assert files_in(library_dir(pods)) == {"a.txt": b"two"}
 
 
 async def test_an_object_replaced_during_the_sync_is_retryable_and_applies_nothing(
