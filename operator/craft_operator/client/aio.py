@@ -2,8 +2,9 @@
 
 :class:`AsyncSandboxClient` is the whole client; :class:`~craft_operator.client.sync.SandboxClient`
 runs it for synchronous callers. Writes use the client's own field manager: ``ensure`` is a
-server-side apply of only the fields the backend sets (never forced unless asked, so it
-does not fight GitOps or the operator); annotations and ``spec.suspend`` are merge patches.
+server-side apply of only the fields the backend sets, all of them on every call (a field
+it leaves out it gives up; never forced unless asked, so it does not fight GitOps or the
+operator); annotations and ``spec.suspend`` are merge patches.
 """
 
 from __future__ import annotations
@@ -122,13 +123,18 @@ class AsyncSandboxClient:
     ) -> CraftSandbox:
         """Create the sandbox, or update the fields the backend owns (server-side apply).
 
+        Declarative: pass the whole spec the backend wants on every call, not only what
+        changed. A field this manager applied before and leaves out now is given up, and
+        removed from the sandbox unless another manager sets it too: an ``ensure`` with
+        only ``user_library`` removes the ``idle_timeout`` and ``sources`` applied before.
         ``workspace`` asks for a volume at ``/workspace/sessions`` that survives sleep and
         wake: a :class:`Workspace` or a mapping (``size``, ``storage_class_name``,
         ``retain``). Once applied, pass it on every later ``ensure``: leaving it out asks
         to remove it, which the API server refuses (:class:`InvalidError`) so that no
         user's files are deleted by an omission; its size may only grow.
         ``sources`` (the user's connected sources) is sent only when given, as every field:
-        what is left out is not claimed (and one this manager set before is released).
+        without it the backend claims none, so those another manager set stay (``[]``: the
+        user has none).
         ``spec`` takes any other field of :class:`CraftSandboxSpec` by its Python name
         (``idle_timeout``, ``user_library``, ``resources``, ...). ``spec.suspend`` is not
         set here (see :meth:`sleep`), so ensuring a sleeping sandbox does not wake it.

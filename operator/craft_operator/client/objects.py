@@ -49,7 +49,8 @@ def apply_body(
     try:
         if sources is not None:
             # Applying a field claims it: sent only when given, so that an ensure() without
-            # sources neither clears nor takes over those another manager set.
+            # sources does not take over those another manager set (it gives up any that
+            # this manager applied before: the caller passes its whole spec every time).
             given = [Source(name=s) if isinstance(s, str) else s for s in sources]
             spec = {**spec, "sources": given}
         model = CraftSandboxSpec(user=UserRef(**user), **spec)

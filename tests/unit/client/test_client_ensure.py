@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import aiohttp.web
 import pytest
 from kmock._internal import rendering
 
+from craft_operator.api.models import UserLibrary
 from craft_operator.client import (
     AsyncSandboxClient,
+    Connection,
     InvalidError,
     ObjectTooLargeError,
     SandboxGoneError,
 )
 from tests.support.emulator import KubeEmulator
 from tests.support.faults import failure_response
-from tests.unit.client.conftest import NAMESPACE, SANDBOXES, USER_ID
+from tests.unit.client.conftest import FAST, NAMESPACE, SANDBOXES, USER_ID
 
 #: The operator's finalizer: a deleted sandbox stays, being deleted, until it removes it.
 FINALIZER = "craft.onyx.app/cleanup"
@@ -33,6 +36,20 @@ def applied_specs(emulator: KubeEmulator) -> list[dict[str, Any]]:
 
     emulator.before_request.insert(0, hook)
     return specs
+
+
+def desired_spec(disabled_paths: list[str]) -> dict[str, Any]:
+    """The guide's way: one function builds the whole spec that every ensure() passes."""
+    return {
+        "user_id": USER_ID,
+        "sources": ["slack", "confluence"],
+        "idle_timeout": timedelta(hours=1),
+        "user_library": UserLibrary(disabled_paths=disabled_paths),
+    }
+
+
+def stored_spec(emulator: KubeEmulator) -> dict[str, Any]:
+    return dict(emulator.get(SANDBOXES, NAMESPACE, "alice")["spec"])
 
 
 def stored_sources(emulator: KubeEmulator) -> list[dict[str, Any]] | None:
@@ -63,6 +80,49 @@ async def test_ensure_with_an_empty_sources_list_sends_it_the_user_has_none(
 
     assert applied[0]["sources"] == []
     assert stored_sources(emulator) == []
+
+
+async def test_ensure_is_declarative_a_field_it_applied_before_and_leaves_out_is_removed(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    await aclient.ensure(
+        NAMESPACE, "alice", user_id=USER_ID, sources=["slack"], idle_timeout=timedelta(hours=1)
+    )
+
+    # Only the field that changed: server-side apply gives up the others.
+    await aclient.ensure(
+        NAMESPACE, "alice", user_id=USER_ID, user_library=UserLibrary(disabled_paths=["a.txt"])
+    )
+
+    spec = stored_spec(emulator)
+    assert "idleTimeout" not in spec
+    assert "sources" not in spec
+    assert spec["userLibrary"]["disabledPaths"] == ["a.txt"]
+
+
+async def test_changing_one_setting_by_ensuring_the_whole_spec_keeps_every_other_field(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    await aclient.ensure(NAMESPACE, "alice", **desired_spec(disabled_paths=[]))
+
+    await aclient.ensure(NAMESPACE, "alice", **desired_spec(disabled_paths=["a.txt"]))
+
+    spec = stored_spec(emulator)
+    assert spec["idleTimeout"] == "1h"
+    assert [source["name"] for source in spec["sources"]] == ["slack", "confluence"]
+    assert spec["userLibrary"]["disabledPaths"] == ["a.txt"]
+
+
+async def test_a_field_another_manager_applies_too_stays_when_the_backend_leaves_it_out(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator, connection: Connection
+) -> None:
+    async with AsyncSandboxClient(connection, field_manager="gitops", retry=FAST) as gitops:
+        await gitops.ensure(NAMESPACE, "alice", user_id=USER_ID, idle_timeout=timedelta(hours=2))
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID, idle_timeout=timedelta(hours=2))
+
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID)
+
+    assert stored_spec(emulator)["idleTimeout"] == "2h"
 
 
 async def test_ensure_on_a_sandbox_being_deleted_raises_gone_and_ensuring_after_creates_it(

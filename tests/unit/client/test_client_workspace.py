@@ -78,6 +78,16 @@ async def test_shrinking_the_workspace_is_the_api_servers_invalid_error(
     assert stored_workspace(emulator)["size"] == "2Gi"
 
 
+async def test_leaving_an_applied_workspace_out_of_ensure_is_the_api_servers_invalid_error(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID, workspace={"size": "1Gi"})
+    with pytest.raises(InvalidError, match="cannot be removed"):
+        await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID)
+    emulator.rejections.clear()  # refused on purpose
+    assert stored_workspace(emulator)["size"] == "1Gi"
+
+
 async def test_status_shows_the_workspace(
     aclient: AsyncSandboxClient, emulator: KubeEmulator
 ) -> None:
