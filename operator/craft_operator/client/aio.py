@@ -24,7 +24,6 @@ from craft_operator.api.models import (
     MAX_LIBRARY_REVISION,
     CraftSandbox,
     CraftSandboxStatus,
-    Phase,
     Source,
     Workspace,
 )
@@ -54,6 +53,7 @@ from craft_operator.client.readiness import (
     failure_of,
     library_failure_key,
     library_synced,
+    pod_stopped,
     progress_of,
 )
 from craft_operator.client.transport import APPLY_PATCH, MERGE_PATCH, RetryPolicy, Transport
@@ -284,8 +284,11 @@ class AsyncSandboxClient:
         timeout: float = 120.0,  # noqa: ASYNC109
     ) -> None:
         """Put the sandbox to sleep now (``spec.suspend: true``): its pod is deleted, its
-        credentials, status and library record kept. ``wait`` until the operator did
-        (:class:`SandboxGoneError` if the sandbox is deleted meanwhile)."""
+        credentials, status and library record kept. ``wait`` until the operator has
+        stopped the pod: a status for the suspended spec that names no pod, whatever its
+        phase (``Suspended``; ``Failed`` for a sandbox the platform's policy denies, whose
+        pod the operator deleted then). :class:`SandboxGoneError` if the sandbox is deleted
+        meanwhile."""
         suspend = self._merge(namespace, name, {"spec": {"suspend": True}})
         if not wait:
             await suspend
@@ -293,9 +296,7 @@ class AsyncSandboxClient:
         _, left = await _within(timeout, namespace, name, "Suspended", suspend)
 
         async def decide(obj: dict[str, Any] | None) -> bool | None:
-            progress = progress_of(_present(obj, namespace, name))
-            asleep = progress.current and progress.phase == Phase.SUSPENDED.value
-            return True if asleep and not progress.status.pod_uid else None
+            return True if pod_stopped(progress_of(_present(obj, namespace, name))) else None
 
         await self._watcher.until(namespace, name, decide, left, "Suspended")
 

@@ -184,6 +184,15 @@ def _first_failure(progress: Progress, status: CraftSandboxStatus) -> ConditionR
     return None
 
 
+def pod_stopped(progress: Progress) -> bool:
+    """Whether the operator has stopped the pod of a suspended sandbox: a status for the
+    current spec that names no pod. Its phase does not matter: ``Suspended`` once it
+    stopped the pod, but a sandbox the platform's policy denies stays ``Failed`` (the
+    operator deleted its pod with its other children, and runs no step that would say
+    ``Suspended``)."""
+    return progress.current and not progress.status.pod_uid
+
+
 def library_failure_key(obj: Mapping[str, Any]) -> str | None:
     """The operator's record of the last library sync that retrying cannot fix, if any."""
     library = (obj.get("status") or {}).get("userLibrary") or {}

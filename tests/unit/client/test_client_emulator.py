@@ -556,6 +556,26 @@ async def test_sleep_waits_until_the_operator_stopped_the_pod(
     assert await aclient.pod_name(NAMESPACE, "alice") is None
 
 
+async def test_sleep_of_a_sandbox_the_policy_denies_ends_once_the_operator_saw_the_suspend(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    """A denied sandbox stays Failed, its pod deleted: never Suspended, yet stopped."""
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID)
+    denied = {
+        "CredentialsReady": ("False", "PolicyDenied"),
+        "PodReady": ("False", "PolicyDenied"),
+    }
+    write_status(emulator, "alice", "Failed", denied)
+    sleeping = asyncio.create_task(aclient.sleep(NAMESPACE, "alice", wait=True, timeout=30))
+    await watching(aclient)
+    assert not sleeping.done(), "that status is for the spec before the suspend"
+
+    write_status(emulator, "alice", "Failed", denied)  # the operator's pass: still no pod
+
+    await sleeping
+    assert await aclient.pod_name(NAMESPACE, "alice") is None
+
+
 async def test_status_and_pod_name_are_typed(client: SandboxClient, emulator: KubeEmulator) -> None:
     await asyncio.to_thread(client.ensure, NAMESPACE, "alice", user_id=USER_ID)
     assert await asyncio.to_thread(client.pod_name, NAMESPACE, "alice") is None
