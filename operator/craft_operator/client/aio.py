@@ -200,7 +200,10 @@ class AsyncSandboxClient:
         keeps an earlier attempt's failure while the operator retries after a new revision,
         pod or configuration. The failure of a sync under a new configuration cannot be keyed
         so and leaves the wait to its timeout; before the first successful sync any such
-        failure fails the wait at once.
+        failure fails the wait at once. A sync that failed on a full library volume
+        (``DestinationFailed``) does not fail it while the volume is being grown
+        (``status.libraryVolume`` requests more than its capacity): the operator syncs
+        again once it has.
         """
         seen: list[tuple[object, ...]] = []
 

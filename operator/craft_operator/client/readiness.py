@@ -11,8 +11,10 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
+from craft_operator.api.base import quantity_value
 from craft_operator.api.models import (
     ANNOTATION_LAST_ACTIVITY,
     ANNOTATION_LIBRARY_REVISION,
@@ -27,6 +29,8 @@ from craft_operator.client.objects import parse_activity
 READY = "Ready"
 #: UserLibrarySynced's reason (condition True) when no bucket is configured.
 NOT_CONFIGURED = "NotConfigured"
+#: UserLibrarySynced's reason when the library directory could not be written (a full volume).
+DESTINATION_FAILED = "DestinationFailed"
 #: The conditions Ready requires, in the operator's order (``craft_operator.reconciler.table``; a
 #: test keeps the two equal, as this room may not import that one).
 REQUIRED = ("CredentialsReady", "SkillRendered", "PodReady", "CLIValidated", "UserLibrarySynced")
@@ -130,8 +134,9 @@ def failure_of(progress: Progress) -> SandboxFailedError | None:
 
     A library sync that failed for good counts only if it is the current attempt's: the
     operator keeps an earlier attempt's failure while it runs the next one (after a new
-    revision, a new pod, a new configuration). A sandbox asleep after being idle, with no
-    activity since, or suspended, needs waking first.
+    revision, a new pod, a new configuration), and one on a full library volume while the
+    volume is being grown. A sandbox asleep after being idle, with no activity since, or
+    suspended, needs waking first.
     """
     if not progress.current or progress.ready:
         return None
@@ -174,7 +179,10 @@ def _first_failure(progress: Progress, status: CraftSandboxStatus) -> ConditionR
             # A freshly minted PAT was refused too: no more are minted until the spec changes.
             or (condition.reason == "AuthFailed" and (status.cli_auth_failures or 0) > 1)
             # A library sync failed in a way retrying cannot fix (over a cap, no bucket, ...).
-            or (condition.type == "UserLibrarySynced" and _library_gave_up(progress, status))
+            or (
+                condition.type == "UserLibrarySynced"
+                and _library_gave_up(progress, status, condition.reason)
+            )
         )
         if final:
             return ConditionReport(condition.type, condition.reason, condition.message)
@@ -218,8 +226,10 @@ def library_synced(obj: Mapping[str, Any], revision: str, failed_before: str | N
         return True
     failed = library_failure_key(obj)
     current = progress.library_attempt
+    condition = next((c for c in progress.conditions if c.type == "UserLibrarySynced"), None)
+    if condition is not None and _retried_once_grown(progress.status, condition.reason):
+        failed = None  # the operator syncs again once the volume has grown
     if failed and (failed == current if current is not None else failed != failed_before):
-        condition = next((c for c in progress.conditions if c.type == "UserLibrarySynced"), None)
         report = ConditionReport(
             "UserLibrarySynced",
             condition.reason if condition else "SyncFailed",
@@ -259,9 +269,9 @@ def _library_not_configured(progress: Progress) -> ConditionReport | None:
     return ConditionReport(synced.type, synced.reason, synced.message, synced.status)
 
 
-def _library_gave_up(progress: Progress, status: CraftSandboxStatus) -> bool:
+def _library_gave_up(progress: Progress, status: CraftSandboxStatus, reason: str) -> bool:
     failed = status.user_library.failed_attempt if status.user_library is not None else None
-    if not failed:
+    if not failed or _retried_once_grown(status, reason):
         return False
     if progress.library_attempt is None:
         # Never synced: no configuration to key the current attempt by. A failure retrying
@@ -271,6 +281,26 @@ def _library_gave_up(progress: Progress, status: CraftSandboxStatus) -> bool:
     # Another key is an earlier attempt's, even one recorded during the wait (the sync of
     # the revision annotated before ended after this one was): the operator retries.
     return failed == progress.library_attempt
+
+
+def _retried_once_grown(status: CraftSandboxStatus, reason: str) -> bool:
+    """A sync that failed on a full library volume while the volume is asked to grow: the
+    operator keeps the failure (its key has no size) until the bound volume's capacity
+    grows, then tries the sync again, so it is not final while the resize is pending
+    (``status.libraryVolume.requested`` above its ``capacity``)."""
+    volume = status.library_volume
+    if reason != DESTINATION_FAILED or volume is None:
+        return False
+    requested, capacity = _quantity(volume.requested), _quantity(volume.capacity)
+    return requested is not None and capacity is not None and requested > capacity
+
+
+def _quantity(text: str | None) -> Decimal | None:
+    """A size's value; ``None`` if there is none or it is not a quantity."""
+    try:
+        return quantity_value(text) if text is not None else None
+    except ValueError:
+        return None
 
 
 def _stays_asleep(progress: Progress) -> bool:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from craft_operator.api.models import UserLibrary
 from craft_operator.client import AsyncSandboxClient, Progress, SandboxFailedError
 from craft_operator.reconciler.steps.library_attempt import Attempt
 from tests.support.emulator import KubeEmulator
@@ -19,6 +20,8 @@ from tests.support.operator import eventually
 from tests.unit.client.conftest import NAMESPACE, USER_ID, all_true, write_status
 
 TOO_LARGE = all_true(UserLibrarySynced=("False", "LibraryTooLarge"), Ready=("False", "NotReady"))
+#: A sync that could not write the library volume (full): retried only once it has grown.
+FULL = all_true(UserLibrarySynced=("False", "DestinationFailed"), Ready=("False", "NotReady"))
 
 
 def failed(revision: str, pod: str, *, config: str = "cfg") -> dict[str, object]:
@@ -141,3 +144,48 @@ async def test_a_first_library_sync_that_failed_for_good_fails_the_wait_at_once(
     with pytest.raises(SandboxFailedError, match="LibraryTooLarge"):
         await aclient.wait_ready(NAMESPACE, "alice", timeout=30)
     assert aclient.requests["watch"] == 0, "not left to the wait's timeout"
+
+
+def library_volume(requested: str, capacity: str) -> dict[str, object]:
+    """``status.libraryVolume``: the size the PVC requests and the bound volume's."""
+    return {
+        "libraryVolume": {
+            "claimName": "alice-library",
+            "requested": requested,
+            "capacity": capacity,
+            "phase": "Bound",
+        }
+    }
+
+
+async def test_a_full_library_volume_being_grown_does_not_fail_the_wait(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    """The failure's key has no size: the operator keeps it until the volume has grown,
+    then syncs again."""
+    await sandbox_at_revision(aclient, "r7")
+    grown = UserLibrary(mode="Job", size="50Gi")
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID, user_library=grown)
+    pending = library_volume(requested="50Gi", capacity="20Gi")
+    write_status(emulator, "alice", "Provisioning", FULL, **failed("r7", "pod-1"), **pending)
+    waiting = asyncio.create_task(aclient.wait_ready(NAMESPACE, "alice", timeout=30))
+    await watching_or_done(aclient, waiting)
+    assert not waiting.done(), "the operator syncs again once the volume has grown"
+
+    synced = {"podUID": "pod-1", "userLibrary": {"observedRevision": "r7", "configHash": "cfg"}}
+    grown_to = library_volume(requested="50Gi", capacity="50Gi")
+    write_status(emulator, "alice", "Ready", all_true(), **synced, **grown_to)
+
+    assert (await waiting).status.phase == "Ready"
+
+
+async def test_a_full_library_volume_not_asked_to_grow_fails_the_wait_at_once(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    await sandbox_at_revision(aclient, "r7")
+    full = library_volume(requested="20Gi", capacity="20Gi")
+    write_status(emulator, "alice", "Provisioning", FULL, **failed("r7", "pod-1"), **full)
+
+    with pytest.raises(SandboxFailedError, match="DestinationFailed"):
+        await aclient.wait_ready(NAMESPACE, "alice", timeout=30)
+    assert aclient.requests["watch"] == 0

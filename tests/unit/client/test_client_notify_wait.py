@@ -126,3 +126,23 @@ async def test_a_revision_the_operator_would_not_sync_is_refused_before_anything
         await aclient.notify_library_changed(NAMESPACE, "alice", "r" * 1025)
     assert len(emulator.writes()) == writes
     assert await aclient.notify_library_changed(NAMESPACE, "alice", "r" * 1024) == "r" * 1024
+
+
+async def test_a_sync_that_failed_on_a_full_library_volume_being_grown_does_not_fail_the_wait(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID)
+    write_status(emulator, "alice", "Ready", all_true(), **synced("r0"))
+    waiting = asyncio.create_task(
+        aclient.notify_library_changed(NAMESPACE, "alice", "r1", wait=True, timeout=30)
+    )
+    await eventually(lambda: aclient.requests["watch"] >= 1 or waiting.done(), what="the wait")
+
+    full = all_true(UserLibrarySynced=("False", "DestinationFailed"), Ready=("False", "NotReady"))
+    growing = {"libraryVolume": {"requested": "50Gi", "capacity": "20Gi"}}
+    write_status(emulator, "alice", "Provisioning", full, **failed_for_good("r1"), **growing)
+    await asyncio.sleep(0.2)
+    assert not waiting.done(), "the operator syncs r1 again once the volume has grown"
+    write_status(emulator, "alice", "Ready", all_true(), **synced("r1"))
+
+    assert await waiting == "r1"
