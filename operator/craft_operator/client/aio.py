@@ -205,6 +205,19 @@ class AsyncSandboxClient:
         (``status.libraryVolume`` requests more than its capacity): the operator syncs
         again once it has.
         """
+        return await self._wait_ready(namespace, name, timeout, on_progress)
+
+    async def _wait_ready(
+        self,
+        namespace: str,
+        name: str,
+        timeout: float,  # noqa: ASYNC109
+        on_progress: ProgressCallback | None,
+        *,
+        budget: float | None = None,
+    ) -> CraftSandbox:
+        """:meth:`wait_ready`; ``budget``: the caller's whole timeout, which a
+        :class:`WaitTimeoutError` names when the wait has only what is left of it."""
         seen: list[tuple[object, ...]] = []
 
         async def decide(found: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -220,7 +233,7 @@ class AsyncSandboxClient:
                 raise failure
             return None
 
-        found = await self._watcher.until(namespace, name, decide, timeout, "Ready")
+        found = await self._watcher.until(namespace, name, decide, timeout, "Ready", budget=budget)
         return to_model(found)
 
     # -- the backend's triggers ---------------------------------------------------------------
@@ -275,7 +288,7 @@ class AsyncSandboxClient:
         async def decide(obj: dict[str, Any] | None) -> bool | None:
             return library_synced(_present(obj, namespace, name), value, before)
 
-        await self._watcher.until(namespace, name, decide, left, what)
+        await self._watcher.until(namespace, name, decide, left, what, budget=timeout)
         return value
 
     async def sleep(
@@ -301,7 +314,7 @@ class AsyncSandboxClient:
         async def decide(obj: dict[str, Any] | None) -> bool | None:
             return True if pod_stopped(progress_of(_present(obj, namespace, name))) else None
 
-        await self._watcher.until(namespace, name, decide, left, "Suspended")
+        await self._watcher.until(namespace, name, decide, left, "Suspended", budget=timeout)
 
     async def wake(
         self,
@@ -319,7 +332,7 @@ class AsyncSandboxClient:
             await woken
             return
         _, left = await _within(timeout, namespace, name, "Ready", woken)
-        await self.wait_ready(namespace, name, timeout=left, on_progress=on_progress)
+        await self._wait_ready(namespace, name, left, on_progress, budget=timeout)
 
     async def delete(
         self,
@@ -347,7 +360,7 @@ class AsyncSandboxClient:
                     return True
                 return None
 
-            await self._watcher.until(namespace, name, gone, left, "deletion")
+            await self._watcher.until(namespace, name, gone, left, "deletion", budget=timeout)
         return deleted is not None
 
     async def _delete(self, namespace: str, name: str) -> str | None:
@@ -494,7 +507,8 @@ async def _within(
     write: Awaitable[T],
 ) -> tuple[T, float]:
     """``write`` (with its retries) within ``timeout``, and the seconds left for the wait
-    that follows it: a throttled write must not stretch a wait past its deadline. Raises
+    that follows it: a throttled write must not stretch a wait past its deadline (the
+    wait's :class:`WaitTimeoutError` still names ``timeout``, the caller's). Raises
     :class:`WaitTimeoutError` if the write does not finish in time (it may have landed:
     every write the client makes can be made again)."""
     started = time.monotonic()

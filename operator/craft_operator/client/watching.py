@@ -57,11 +57,14 @@ class Watcher:
         decide: Decide[T],
         timeout: float,  # noqa: ASYNC109 - the wait's deadline, raised as WaitTimeoutError
         what: str,
+        *,
+        budget: float | None = None,
     ) -> T:
         """What ``decide`` returns first; :class:`WaitTimeoutError` after ``timeout`` s.
 
-        Anything ``decide`` raises (a ``TimeoutError`` of the caller's progress callback
-        too) propagates as it is.
+        ``budget`` is the caller's whole timeout when the wait has only what is left of it
+        (after a write): the error names it, not ``timeout``. Anything ``decide`` raises (a
+        ``TimeoutError`` of the caller's progress callback too) propagates as it is.
         """
         last: list[Object | None] = [None]
         deadline = asyncio.timeout(timeout)
@@ -74,7 +77,8 @@ class Watcher:
             seen = last[0]
             shown = progress_of(seen).message if seen is not None else "not found"
             where = f'CraftSandbox "{name}" in namespace "{namespace}"'
-            raise WaitTimeoutError(f"{where}: {what}", timeout, shown) from None
+            seconds = timeout if budget is None else budget
+            raise WaitTimeoutError(f"{where}: {what}", seconds, shown) from None
 
     async def _follow(
         self, namespace: str, name: str, decide: Decide[T], last: list[Object | None]
