@@ -21,18 +21,12 @@ from craft_operator.api.constants import (
     QUANTITY_LIMIT_VALUE,
     QUANTITY_MAX_LENGTH,
     QUANTITY_PATTERN,
+    STORED_URL_PATTERN,
+    URL_PATTERN,
 )
 from craft_operator.api.durations import DURATION_FORMAT_HINT, DURATION_PATTERN
-
-#: The validation context of an object read back from the API server. Checks that only keep
-#: a new object storable (the lists' size budgets) do not apply to it: it is stored, perhaps
-#: from before a budget, and the API server's ratcheting keeps it valid while unchanged.
-STORED: dict[str, Any] = {"stored": True}
-
-
-def storing(info: ValidationInfo) -> bool:
-    """Whether the object validated is about to be stored (not read back: see ``STORED``)."""
-    return not (info.context or {}).get("stored", False)
+from craft_operator.api.stored import STORED as STORED
+from craft_operator.api.stored import storing as storing
 
 
 def cel(rule: str, message: str, **extra: str) -> dict[str, str]:
@@ -197,6 +191,12 @@ def check_pattern(value: str | None, pattern: str, message: str) -> str | None:
     if value is not None and not re.fullmatch(pattern, value):
         raise ValueError(message)
     return value
+
+
+def check_url(value: str | None, info: ValidationInfo, message: str) -> str | None:
+    """Python's side of a URL field's rule (:data:`URL_PATTERN`); an object read back from
+    the API server may hold any URL an older CRD admitted (:data:`STORED_URL_PATTERN`)."""
+    return check_pattern(value, URL_PATTERN if storing(info) else STORED_URL_PATTERN, message)
 
 
 def check_duration(value: timedelta | None, low: timedelta, high: timedelta, message: str) -> Any:

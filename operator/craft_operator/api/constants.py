@@ -23,6 +23,10 @@ UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0
 #: re and pydantic's regex, and every pattern here is checked by both.
 #: An http(s) URL: a host (any printable ASCII but '/', '?', '#'), then an optional path.
 URL_PATTERN = r'^https?://[!-"$-.0->@-~]+(/[!-~]*)?$'
+#: The URLs the CRDs before 2026-11-27 (fc0cd74) admitted, for objects read back only (never
+#: in a CRD): their ``[^\s]``, as RE2 reads it ([\t\n\f\r ]), so any other character too,
+#: e.g. an internationalised host name (``https://onyx.bücher.example``).
+STORED_URL_PATTERN = r"^https?://[^\t\n\f\r /?#]+(/[^\t\n\f\r ]*)?$"
 SOURCE_NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
 #: A label value (children carry the tenant in the onyx.app/tenant-id label).
 TENANT_ID_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$"

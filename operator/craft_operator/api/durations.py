@@ -2,15 +2,20 @@
 
 The same grammar as Go's ``time.ParseDuration`` minus negative values, so the strings that
 pass the CRD schema are exactly the ones CEL's ``duration()`` accepts at admission.
+A duration read back from the API server (the ``STORED`` context) may be any the CRDs
+before the parts were capped admitted: see :func:`parse_stored_duration`.
 """
 
 from __future__ import annotations
 
 import re
 from datetime import timedelta
+from fractions import Fraction
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
+from pydantic import BeforeValidator, PlainSerializer, ValidationInfo, WithJsonSchema
+
+from craft_operator.api.stored import storing
 
 _UNIT_SECONDS: dict[str, float] = {
     "ns": 1e-9,
@@ -40,6 +45,12 @@ DURATION_FORMAT_HINT = (
 _PART_RE = re.compile(_PART)
 _WHOLE_RE = re.compile(DURATION_PATTERN)
 MAX_DURATION_LENGTH = 32
+#: The grammar of the CRDs before 2026-11-27 (fc0cd74): no cap on a part's digits. They
+#: admitted any such string that CEL's ``duration()`` read, i.e. within Go's range.
+_UNCAPPED_RE = re.compile(rf"^(?:{_PART})+$")
+#: The longest Go duration, in nanoseconds (about 2562047h).
+_GO_MAX_NANOSECONDS = 2**63 - 1
+_UNIT_NANOSECONDS = {unit: round(seconds * 1e9) for unit, seconds in _UNIT_SECONDS.items()}
 
 
 def parse_duration(text: str) -> timedelta:
@@ -50,8 +61,32 @@ def parse_duration(text: str) -> timedelta:
         or not _WHOLE_RE.fullmatch(text)
     ):
         raise ValueError(f"{text!r} is not a duration; use {DURATION_FORMAT_HINT}")
-    seconds = sum(float(value) * _UNIT_SECONDS[unit] for value, unit in _PART_RE.findall(text))
-    return _timedelta(seconds, text)
+    return _timedelta(_seconds(text), text)
+
+
+def parse_stored_duration(text: str) -> timedelta:
+    """Parse a duration the API server already holds: one that the CRDs of any version
+    admitted, so also a part longer than :data:`DURATION_PATTERN` allows (``100000h``,
+    ``1000000m``), as long as the whole is within Go's range, where CEL's ``duration()``
+    read it. An older operator ran such an object; an upgrade must not fail it."""
+    if (
+        not isinstance(text, str)
+        or len(text) > MAX_DURATION_LENGTH
+        or not _UNCAPPED_RE.fullmatch(text)
+    ):
+        raise ValueError(f"{text!r} is not a duration; use {DURATION_FORMAT_HINT}")
+    nanoseconds = sum(
+        Fraction(value) * _UNIT_NANOSECONDS[unit] for value, unit in _PART_RE.findall(text)
+    )
+    if nanoseconds > _GO_MAX_NANOSECONDS:
+        raise ValueError(
+            f"{text!r} is longer than the longest duration Kubernetes reads (about 2562047h)"
+        )
+    return _timedelta(_seconds(text), text)
+
+
+def _seconds(text: str) -> float:
+    return sum(float(value) * _UNIT_SECONDS[unit] for value, unit in _PART_RE.findall(text))
 
 
 def _timedelta(seconds: float, shown: object) -> timedelta:
@@ -82,12 +117,12 @@ def format_duration(value: timedelta) -> str:
     return text
 
 
-def _coerce(value: Any) -> Any:
+def _coerce(value: Any, info: ValidationInfo) -> Any:
     if isinstance(value, timedelta):
         return value
     if isinstance(value, int | float) and not isinstance(value, bool):
         return _timedelta(value, value)
-    return parse_duration(value)
+    return parse_duration(value) if storing(info) else parse_stored_duration(value)
 
 
 Duration = Annotated[

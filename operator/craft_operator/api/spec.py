@@ -20,6 +20,7 @@ from craft_operator.api.base import (
     check_duration,
     check_pattern,
     check_quantity,
+    check_url,
     class_name_rule,
     duration_rules,
     int_or_quantity_cel,
@@ -814,8 +815,8 @@ class CraftSandboxSpec(PodSettingsChecks):
 
     @field_validator("server_url")
     @classmethod
-    def _server_url(cls, value: str | None) -> str | None:
-        return check_pattern(value, URL_PATTERN, "serverURL must be an http:// or https:// URL")
+    def _server_url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return check_url(value, info, "serverURL must be an http:// or https:// URL")
 
     @field_validator("sources")
     @classmethod

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from craft_operator.api.base import STORED
 from craft_operator.api.constants import API_VERSION, PLURAL
 from craft_operator.api.parse import InvalidSandboxError, parse_sandbox
 from craft_operator.api.pool import POOL_PLURAL, InvalidPoolError, parse_pool
@@ -50,7 +51,7 @@ async def check_policy(kube: KubeClient, settings: Settings) -> CheckResult:
             "defaults; running ones keep running",
         )
     try:
-        policy = CraftSandboxPolicy.model_validate(body).spec
+        policy = CraftSandboxPolicy.model_validate(body, context=STORED).spec
     except ValidationError:
         return warn(
             NAME,

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field, ValidationInfo
 
+from craft_operator.api.base import check_url
 from craft_operator.api.models import (
     DNS_LABEL_PATTERN,
     GROUP,
@@ -100,6 +101,19 @@ class LibraryPrefixRule(ApiModel):
     )
 
 
+def _server_url(value: str, info: ValidationInfo) -> str | None:
+    return check_url(value, info, "each of serverURLs must be an http:// or https:// URL")
+
+
+#: An allowed server URL. The schema's ``pattern`` is checked by :func:`_server_url` (as
+#: pydantic's would, but more leniently for a policy read back: see ``check_url``).
+ServerUrl = Annotated[
+    str,
+    Field(max_length=2048, json_schema_extra={"pattern": URL_PATTERN}),
+    AfterValidator(_server_url),
+]
+
+
 class CraftSandboxPolicySpec(ApiModel):
     """What CraftSandboxes may name beyond the operator's defaults.
 
@@ -121,7 +135,7 @@ class CraftSandboxPolicySpec(ApiModel):
         ),
         max_length=_MAX_ITEMS,
     )
-    server_urls: list[Annotated[str, Field(max_length=2048, pattern=URL_PATTERN)]] = Field(
+    server_urls: list[ServerUrl] = Field(
         default_factory=list,
         alias="serverURLs",
         description=(

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from craft_operator.api.base import STORED
 from craft_operator.api.models import CraftSandbox, CraftSandboxStatus, Phase
 from craft_operator.api.parse import describe_validation_error
 from craft_operator.config import Settings
@@ -112,7 +113,9 @@ def read_policy(cache: ObjectCache) -> PolicyRead:
     raw = body.get("spec")
     if not (_parsed and _parsed[0][0] == raw):
         try:
-            spec: CraftSandboxPolicySpec | None = CraftSandboxPolicy.model_validate(body).spec
+            spec: CraftSandboxPolicySpec | None = CraftSandboxPolicy.model_validate(
+                body, context=STORED
+            ).spec
         except ValidationError as exc:
             logger.warning(
                 "CraftSandboxPolicy %s is unreadable: allowing only the defaults (%s)",

@@ -15,7 +15,9 @@ from craft_operator.api.durations import (
     Duration,
     format_duration,
     parse_duration,
+    parse_stored_duration,
 )
+from craft_operator.api.stored import STORED
 from tests.support.crd_validation import parse_go_duration
 
 pytestmark = pytest.mark.unit
@@ -167,3 +169,37 @@ def test_the_json_schema_is_a_bounded_string() -> None:
     schema = Holder.model_json_schema()["properties"]["value"]
     schema.pop("title", None)
     assert schema == {"type": "string", "maxLength": MAX_DURATION_LENGTH}
+
+
+@pytest.mark.parametrize(
+    "text", ["100000h", "1000000m", "1000000000s", "2562047h", "9223372036854775807ns"]
+)
+def test_a_stored_duration_may_be_any_the_uncapped_grammar_and_go_admit(text: str) -> None:
+    # The CRDs before 2026-11-27 had no cap on a part's digits; CEL's duration() then
+    # admitted anything within Go's range.
+    nanoseconds = parse_go_duration(text)
+    assert parse_stored_duration(text) == timedelta(microseconds=round(nanoseconds / 1000))
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize("text", ["2562048h", "9223372036854775808ns", "2562047h47m17s"])
+def test_a_stored_duration_beyond_go_s_range_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="invalid duration"):
+        parse_go_duration(text)
+    with pytest.raises(ValueError, match="longer than the longest duration"):
+        parse_stored_duration(text)
+
+
+@pytest.mark.parametrize("text", ["", "1d", "-1h", "1.h", "1 h", "1." + "0" * 30 + "s"])
+def test_a_stored_duration_keeps_the_grammar_and_the_length_limit(text: str) -> None:
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_stored_duration(text)
+
+
+def test_the_pydantic_type_reads_a_long_duration_only_from_a_stored_object() -> None:
+    assert Holder.model_validate({"value": "100000h"}, context=STORED).value == timedelta(
+        hours=100000
+    )
+    with pytest.raises(ValidationError, match="'100000h' is not a duration"):
+        Holder.model_validate({"value": "100000h"})

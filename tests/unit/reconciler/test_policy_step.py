@@ -295,13 +295,26 @@ async def test_a_sandbox_the_policy_never_let_through_opens_no_database() -> Non
 def test_an_unreadable_policy_is_logged_with_what_is_wrong_in_it(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # A serverURLs entry with a no-break space: the policy CRD refuses it now; one stored
-    # under an older CRD makes the whole policy unreadable, and the log must say why.
-    cache = cache_with(labels={}, spec={"serverURLs": ["https://onyx.example.com/a\u00a0b"]})
+    # A node selector listing 257 values: the policy CRD refuses it now; one stored under an
+    # older CRD makes the whole policy unreadable, and the log must say why.
+    cache = cache_with(labels={}, spec={"nodeSelectors": {"pool": ["v"] * 257}})
     with caplog.at_level("WARNING", logger="craft_operator.reconciler.policy_step"):
         assert read_policy(cache).absent == UNREADABLE
     [record] = [r for r in caplog.records if "unreadable" in r.getMessage()]
-    assert "spec.serverURLs.0: String should match pattern" in record.getMessage()
+    assert "spec.nodeSelectors.pool: List should have at most 256 items" in record.getMessage()
+
+
+@pytest.mark.parametrize(
+    "url", ["https://onyx.bücher.example", "https://onyx.example.com/a\u00a0b"]
+)
+def test_a_policy_stored_with_a_server_url_an_older_crd_admitted_is_read(url: str) -> None:
+    # The CRDs before 2026-11-27 admitted any URL without RE2 white space ([\t\n\f\r ]);
+    # the policy CRD admits only printable ASCII now. Unreadable, the whole policy would be
+    # ignored and every sandbox limited to the operator's defaults after an upgrade.
+    cache = cache_with(labels={}, spec={"serverURLs": [url]})
+    read = read_policy(cache)
+    assert read.absent is None
+    assert read.spec.server_urls == [url]
 
 
 class Kube:
