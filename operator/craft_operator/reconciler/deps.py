@@ -48,5 +48,6 @@ class Services:
     #: The PAT deliveries (onyx-cli's exec) that outlive the pass that started them.
     deliveries: DetachedCalls[ExecResult] = field(default_factory=DetachedCalls)
     #: Status fields the API server was seen to drop from a write (an older CRD installed),
-    #: each said once by this process.
-    dropped_status_fields: set[str] = field(default_factory=set)
+    #: by kind (``("CraftSandboxPool", "status.selector")``), each said once by this process
+    #: until a write keeps it (see :mod:`craft_operator.reconciler.dropped_status`).
+    dropped_status_fields: set[tuple[str, str]] = field(default_factory=set)

@@ -44,6 +44,7 @@ from craft_operator.kube.pod_shape import built_digest, is_as_built, where_unlik
 from craft_operator.reconciler import api_away, egress
 from craft_operator.reconciler.deadline import Moment
 from craft_operator.reconciler.deps import Services
+from craft_operator.reconciler.dropped_status import known_dropped
 from craft_operator.reconciler.policy_step import MISSING
 from craft_operator.reconciler.pool_out_of_sight import OutOfSight
 from craft_operator.reconciler.pool_plan import (
@@ -398,7 +399,8 @@ class PoolReconciler:
     ) -> float | None:
         """Seconds a routine status change (claims, refills) still waits, so that those of
         STATUS_INTERVAL seconds share one write; ``None``: write now."""
-        if not is_routine(body, status) or not status_patch(body, status):
+        dropped = known_dropped(self.services, kinds.POOL)
+        if not is_routine(body, status, dropped) or not status_patch(body, status, dropped):
             self._status_due.pop(key, None)
             return None
         now = Moment.now(self.services.steady, self.services.clock)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +18,7 @@ from craft_operator.api.status import Condition
 from craft_operator.kube import kinds
 from craft_operator.kube.client import NotFoundError
 from craft_operator.reconciler.deps import Services
+from craft_operator.reconciler.dropped_status import known_dropped, say_dropped, without
 from craft_operator.reconciler.pool_plan import PoolView
 from craft_operator.status import ConditionState, find_condition, merge_patch, set_condition
 
@@ -82,16 +83,22 @@ ROUTINE_FIELDS = frozenset({"replicas", "ready", "creating", "claimed", "conditi
 ROUTINE_READY = frozenset({"PoolReady", "Filling"})
 
 
-def status_patch(body: Mapping[str, Any], status: CraftSandboxPoolStatus) -> dict[str, Any]:
-    """The merge patch from the stored status to ``status`` (empty: nothing to write)."""
+def status_patch(
+    body: Mapping[str, Any], status: CraftSandboxPoolStatus, dropped: Collection[str] = ()
+) -> dict[str, Any]:
+    """The merge patch from the stored status to ``status`` (empty: nothing to write),
+    without the ``dropped`` fields (those the installed CRD lacks: see ``known_dropped``)."""
     new = status.model_dump(by_alias=True, mode="json", exclude_none=True)
-    return merge_patch(body.get("status") or {}, new)
+    return without(merge_patch(body.get("status") or {}, new), dropped)
 
 
-def is_routine(body: Mapping[str, Any], status: CraftSandboxPoolStatus) -> bool:
+def is_routine(
+    body: Mapping[str, Any], status: CraftSandboxPoolStatus, dropped: Collection[str] = ()
+) -> bool:
     """Whether the change from the stored status is only what claims and refills move: the
-    pod counts, and Ready between PoolReady and Filling (nothing failing, nothing new)."""
-    patch = status_patch(body, status)
+    pod counts, and Ready between PoolReady and Filling (nothing failing, nothing new).
+    The ``dropped`` fields, which no write keeps, are no change."""
+    patch = status_patch(body, status, dropped)
     if not patch.keys() <= ROUTINE_FIELDS:
         return False
     old = {c.type: c for c in stored_conditions(body)}
@@ -110,15 +117,17 @@ def is_routine(body: Mapping[str, Any], status: CraftSandboxPoolStatus) -> bool:
 async def write_pool_status(
     s: Services, body: Mapping[str, Any], status: CraftSandboxPoolStatus
 ) -> bool:
-    """Patch the status subresource with what changed; nothing when nothing did.
+    """Patch the status subresource with what changed; nothing when nothing did, or only
+    fields the installed CRD drops (said once: see ``dropped_status``).
 
     Returns whether the pool's spec changed while the pass ran: the write's answer is newer
     than the watch event of that change, which the cache then drops as old news, so the
     caller must come back by itself.
     """
+    if not status_patch(body, status, known_dropped(s, POOL)):
+        return False  # nothing, or only what the installed CRD drops: no write per pass
+    # The whole patch, fields known dropped too: the CRDs may have been applied since.
     patch = status_patch(body, status)
-    if not patch:
-        return False
     meta = body["metadata"]
     try:
         updated = await s.kube.patch(
@@ -127,6 +136,7 @@ async def write_pool_status(
     except NotFoundError:
         return False
     s.cache.put(POOL.name, updated)
+    say_dropped(s, POOL, body, patch, updated.get("status") or {})
     return bool(
         updated.get("spec") != body.get("spec")
         or updated.get("metadata", {}).get("deletionTimestamp") != meta.get("deletionTimestamp")

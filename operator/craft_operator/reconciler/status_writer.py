@@ -6,14 +6,13 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from craft_operator.api.crd import APPLY_CRDS
 from craft_operator.api.models import Phase
 from craft_operator.kube import kinds
 from craft_operator.kube.client import NotFoundError
 from craft_operator.metrics import time_to_ready
 from craft_operator.reconciler.deps import Services
+from craft_operator.reconciler.dropped_status import say_dropped
 from craft_operator.reconciler.run import Run
-from craft_operator.reconciler.step import WARNING
 
 logger = logging.getLogger(__name__)
 SANDBOX = kinds.SANDBOX
@@ -38,7 +37,7 @@ async def write_status(s: Services, run: Run) -> None:
     except NotFoundError:
         return
     s.cache.put(SANDBOX.name, updated)
-    _say_dropped(s, run, patch, updated.get("status") or {})
+    say_dropped(s, SANDBOX, run.body, patch, updated.get("status") or {})
     if _content_changed(run.body, updated):
         run.changed_meanwhile()
     _observe_ready(s, run)
@@ -55,39 +54,6 @@ def _observe_ready(s: Services, run: Run) -> None:
     seconds = time_to_ready(run.body, run.status, s.clock(), seen)
     if seconds is not None:
         s.metrics.observe_ready(seconds)
-
-
-def dropped_fields(
-    written: Mapping[str, Any], kept: Mapping[str, Any], prefix: str = "status"
-) -> list[str]:
-    """The fields of a status patch (set, not removed) the API server's answer lacks: it
-    prunes those its CRD does not declare."""
-    dropped = []
-    for key, value in written.items():
-        path = f"{prefix}.{key}"
-        if value is None:
-            continue
-        if key not in kept:
-            dropped.append(path)
-        elif isinstance(value, Mapping) and isinstance(kept[key], Mapping):
-            dropped += dropped_fields(value, kept[key], path)
-    return dropped
-
-
-def _say_dropped(s: Services, run: Run, patch: Mapping[str, Any], kept: Mapping[str, Any]) -> None:
-    """Say once per field that the installed CRD is older than the operator: what it drops
-    is lost on every write (a webhook-mutated pod's admitted images among them, so such a
-    pod would be replaced after each restart)."""
-    new = [path for path in dropped_fields(patch, kept) if path not in s.dropped_status_fields]
-    if not new:
-        return
-    s.dropped_status_fields.update(new)
-    message = (
-        f"the API server dropped {', '.join(new)} from a status write: the installed "
-        f"CraftSandbox CRD is older than this operator; install its CRDs: {APPLY_CRDS}"
-    )
-    logger.error("%s/%s: %s", run.namespace, run.name, message)
-    s.events.post(run.body, type=WARNING, reason="StatusFieldsDropped", message=message)
 
 
 def _content_changed(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:

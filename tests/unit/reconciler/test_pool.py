@@ -1291,3 +1291,85 @@ async def test_creates_the_api_servers_absence_cut_short_are_no_refusal_and_refi
     world.services.kube.create = real  # type: ignore[method-assign]
     await world.pass_()
     assert len(world.unclaimed()) == 3, "no refusal's wait before the creates"
+
+
+def older_pool_crd(resource: Any, obj: dict[str, Any]) -> dict[str, Any]:
+    """The API server under the pool CRD from before 2026-11-27: no ``status.selector``."""
+    if resource == POOLS:
+        (obj.get("status") or {}).pop("selector", None)
+    return obj
+
+
+def dropped_said(world: PoolWorld) -> list[str]:
+    """The messages of the StatusFieldsDropped events posted so far."""
+    return [
+        message for _, reason, message in world.events.posted if reason == "StatusFieldsDropped"
+    ]
+
+
+async def test_a_status_field_an_older_pool_crd_drops_is_said_once_in_an_event_and_the_log(
+    world: PoolWorld, caplog: pytest.LogCaptureFixture
+) -> None:
+    world.emulator.mutators.append(older_pool_crd)
+    with caplog.at_level("ERROR", logger="craft_operator.reconciler.dropped_status"):
+        await world.filled(replicas=2)
+        for _ in range(3):
+            await world.pass_()
+        world.set_spec(replicas=3)  # written at once, the selector with it: dropped again
+        await world.pass_()
+    message = (
+        "the API server dropped status.selector from a status write: the installed "
+        "CraftSandboxPool CRD is older than this operator; install its CRDs: "
+        "kubectl apply -k crds"
+    )
+    assert dropped_said(world) == [message]
+    assert [r.getMessage() for r in caplog.records] == [f"{NAMESPACE}/{NAME}: {message}"]
+    assert world.status()["observedGeneration"] == world.pool_body()["metadata"]["generation"]
+
+
+async def test_a_steady_pool_under_an_older_crd_writes_no_status(world: PoolWorld) -> None:
+    world.emulator.mutators.append(older_pool_crd)
+    await world.filled(replicas=2)
+    await world.pass_()
+    world.now[0] += timedelta(seconds=STATUS_INTERVAL)
+    await world.pass_()  # the pods' Ready, held for the interval, written
+    assert world.condition("Ready")["reason"] == "PoolReady"
+    before = status_patches(world)
+    for _ in range(3):
+        world.now[0] += timedelta(seconds=STATUS_INTERVAL)
+        await world.pass_()
+    assert status_patches(world) == before
+    assert "selector" not in world.status()
+
+
+async def test_claims_under_an_older_crd_still_share_one_status_write(world: PoolWorld) -> None:
+    # The selector the API server drops is no change that must be written at once.
+    world.emulator.mutators.append(older_pool_crd)
+    await world.filled(replicas=3)
+    await world.pass_()
+    world.now[0] += timedelta(seconds=STATUS_INTERVAL)
+    await world.pass_()
+    before = status_patches(world)
+    world.claim(world.unclaimed()[0]["metadata"]["name"])
+    assert await world.pass_() == STATUS_INTERVAL
+    assert status_patches(world) == before, "held within the interval"
+    world.now[0] += timedelta(seconds=STATUS_INTERVAL)
+    await world.pass_()
+    assert status_patches(world) == before + 1
+    assert world.status()["claimed"] == 1
+
+
+async def test_the_dropped_field_is_written_again_once_the_crds_are_applied(
+    world: PoolWorld,
+) -> None:
+    world.emulator.mutators.append(older_pool_crd)
+    await world.filled(replicas=2)
+    await world.pass_()
+    world.emulator.mutators.remove(older_pool_crd)  # kubectl apply -k crds
+    world.set_spec(replicas=3)  # the next write the pool makes carries it
+    await world.pass_()
+    assert world.status()["selector"] == f"{LABEL_POOL}={NAME}"
+    world.emulator.mutators.append(older_pool_crd)  # rolled back: said again
+    world.set_spec(replicas=2)
+    await world.pass_()
+    assert len(dropped_said(world)) == 2
