@@ -84,7 +84,8 @@ class OutOfSight:
         try:
             found = await services.kube.list(POD.api, key[0], label_selector=selector)
         except ApiError as exc:
-            log.warning("%s/%s: pods out of sight not listed: %s", *key, exc)
+            level = logging.INFO if api_away.is_away(exc) else logging.WARNING
+            log.log(level, "%s/%s: pods out of sight not listed: %s", *key, exc)
             return
         self._listed.add((key, uid))
         for pod in found:

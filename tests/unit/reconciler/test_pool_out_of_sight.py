@@ -180,14 +180,21 @@ async def test_pods_out_of_sight_are_listed_once_per_pool_and_activation(
     assert out_of_sight_lists(world) == 2
 
 
+@pytest.mark.parametrize(("status", "level"), [(503, "INFO"), (500, "WARNING")])
 async def test_a_failed_list_of_pods_out_of_sight_is_tried_on_the_next_pass(
     make_world: Callable[..., PoolWorld],  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+    status: int,
+    level: str,
 ) -> None:
+    """Said on each pass it fails, as a warning unless the API server is away (then the
+    pass's other requests meet it too, and one INFO line each is what the README says)."""
+    caplog.set_level(logging.INFO)
     world = await a_full_pool(make_world)
     lost = world.unclaimed()[0]["metadata"]["name"]
     edit_label_away(world, lost)
     await world.reconciler.forget_all()
-    refused = failure_response(500, "InternalError", "etcd is away")
+    refused = failure_response(status, "Failing", "etcd is away")
 
     async def fail_the_list(request: Any) -> Any:
         wanted = "managed-by!=" in request.url.query.get("labelSelector", "")
@@ -196,6 +203,8 @@ async def test_a_failed_list_of_pods_out_of_sight_is_tried_on_the_next_pass(
     world.emulator.before_request.append(fail_the_list)
     await world.pass_()
     assert not deleted(world, lost)
+    said = [r.levelname for r in caplog.records if "pods out of sight not listed" in r.message]
+    assert said == [level]
     world.emulator.before_request.clear()
 
     await world.pass_()
