@@ -56,15 +56,17 @@ def discover_connection() -> kopf.ConnectionInfo:
 
 
 def with_default_scheme(info: kopf.ConnectionInfo) -> kopf.ConnectionInfo:
-    """``info`` with a server given without a scheme (``10.0.0.1:6443``) read as kubectl
-    reads it: ``https://`` when the connection has TLS settings (a CA, a client certificate
-    or ``insecure-skip-tls-verify``), else ``http://``."""
+    """``info`` with a server given without a scheme (``10.0.0.1:6443``) read as
+    ``https://`` when the connection has TLS settings (a CA, a client certificate or
+    ``insecure-skip-tls-verify``), as kubectl reads it, or credentials to send (a token, a
+    password): kubectl would send those in clear text over ``http://``, the backend's
+    client never does. Else ``http://``, as kubectl reads it."""
     if "://" in info.server:
         return info
-    tls = any(
-        (info.ca_path, info.ca_data, info.insecure, info.certificate_path, info.certificate_data)
-    )
-    return dataclasses.replace(info, server=f"{'https' if tls else 'http'}://{info.server}")
+    secured = (info.ca_path, info.ca_data, info.insecure, info.certificate_path)
+    sent = (info.certificate_data, info.token, info.username, info.password)
+    scheme = "https" if any((*secured, *sent)) else "http"
+    return dataclasses.replace(info, server=f"{scheme}://{info.server}")
 
 
 def check_server(server: str, *, in_cluster: bool = False) -> None:

@@ -299,18 +299,24 @@ def test_a_client_key_rotated_many_times_leaves_two_files_of_it_at_most(
 
 
 @pytest.mark.parametrize(
-    ("cluster", "server"),
+    ("cluster", "user", "server"),
     [
-        ({"certificate-authority-data": "Y2E="}, "https://10.0.0.1:6443"),
-        ({"insecure-skip-tls-verify": True}, "https://10.0.0.1:6443"),
-        ({}, "http://10.0.0.1:6443"),
+        ({"certificate-authority-data": "Y2E="}, {}, "https://10.0.0.1:6443"),
+        ({"insecure-skip-tls-verify": True}, {}, "https://10.0.0.1:6443"),
+        ({}, {"token": "t0k3n"}, "https://10.0.0.1:6443"),
+        ({}, {"username": "bob", "password": "pw"}, "https://10.0.0.1:6443"),
+        ({}, {}, "http://10.0.0.1:6443"),
     ],
-    ids=["a CA", "TLS unverified", "no TLS settings"],
+    ids=["a CA", "TLS unverified", "a token", "a password", "nothing to secure"],
 )
-def test_a_kubeconfig_server_without_a_scheme_is_read_as_kubectl_reads_it(
-    cluster: dict[str, Any], server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_server_without_a_scheme_is_read_as_kubectl_does_but_credentials_never_go_in_clear(
+    cluster: dict[str, Any],
+    user: dict[str, Any],
+    server: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    kubeconfig = write_kubeconfig(tmp_path, {"server": "10.0.0.1:6443", **cluster}, {})
+    kubeconfig = write_kubeconfig(tmp_path, {"server": "10.0.0.1:6443", **cluster}, user)
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
 
