@@ -649,7 +649,14 @@ class PoolReconciler:
         (when the spec makes one), so that ``EgressRestricted`` never keeps an old verdict
         beside this one."""
         s = self.services
-        await self._scale_down_only(body, desired)
+        try:
+            await self._scale_down_only(body, desired)
+        except ApiError as exc:
+            if api_away.is_away(exc):
+                raise
+            # (a webhook refusing pod deletes, say): what the pool cannot do is said anyway
+            meta = body["metadata"]
+            log.warning("%s/%s: pods not scaled down: %s", meta["namespace"], meta["name"], exc)
         if stored_reason(body, POOL_READY) != reason:
             s.events.post(body, type="Warning", reason=reason, message=message)
         if desired is None:

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
+from craft_operator.kube.client import ApiError
 from tests.support.pod_exec import mark_pod_running
 from tests.unit.reconciler.test_pool import (  # noqa: F401
     NAMESPACE,
@@ -62,6 +64,25 @@ async def test_a_pool_whose_settings_make_no_pod_still_scales_down(world: PoolWo
     assert len(world.unclaimed()) == 1
     assert (world.status()["replicas"], world.status()["ready"]) == (1, 1), "still claimable"
     assert world.condition("Ready")["reason"] == "NoServerURL"
+
+
+async def test_a_pool_whose_spec_makes_no_pod_says_so_though_its_pods_cannot_be_deleted(
+    world: PoolWorld,
+) -> None:
+    """The scale-down is tried first; an admission webhook refusing pod deletes must not
+    keep the pool from saying what it cannot do."""
+    await world.filled(replicas=3)
+    await world.pass_()
+
+    async def refused(*args: Any, **kwargs: Any) -> Any:
+        raise ApiError(403, "Forbidden", "admission webhook denied the request")
+
+    world.services.kube.delete = refused  # type: ignore[method-assign]
+    world.set_spec(resources=GPU_WITHOUT_LIMIT, replicas=1)
+    await world.pass_()
+
+    assert world.condition("Ready")["reason"] == "InvalidResources"
+    assert len(world.unclaimed()) == 3
 
 
 async def test_a_pool_whose_spec_makes_no_pod_deletes_its_ended_pods_and_makes_none(
