@@ -49,5 +49,6 @@ class Services:
     deliveries: DetachedCalls[ExecResult] = field(default_factory=DetachedCalls)
     #: Status fields the API server was seen to drop from a write (an older CRD installed),
     #: by kind (``("CraftSandboxPool", "status.selector")``), each said once by this process
-    #: until a write keeps it (see :mod:`craft_operator.reconciler.dropped_status`).
-    dropped_status_fields: set[tuple[str, str]] = field(default_factory=set)
+    #: until a write keeps it, with when it was last seen dropped (``steady``'s seconds; see
+    #: :mod:`craft_operator.reconciler.dropped_status`).
+    dropped_status_fields: dict[tuple[str, str], float] = field(default_factory=dict)

@@ -3,7 +3,9 @@
 The API server prunes what a CRD does not declare, so a field added since (a sandbox's
 ``status.admittedImages``, a pool's ``status.selector``) is lost on every write where the
 CRDs were not applied before the rollout. The writers say so once per kind and field, and
-leave out of their patches what would only be dropped again.
+leave out of their patches what would only be dropped again, for
+:data:`RECHECK_AFTER` seconds: then a write tries them again, so that a pool that changes
+nothing else still gets its selector once the CRDs are applied.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from craft_operator.reconciler.step import WARNING
 
 logger = logging.getLogger(__name__)
 REASON = "StatusFieldsDropped"
+#: Seconds a field seen dropped is left out of the writers' patches before one tries it
+#: again (one write per pool at most that often while the CRD stays old).
+RECHECK_AFTER = 600.0
 
 
 def dropped_fields(
@@ -39,9 +44,14 @@ def dropped_fields(
 
 
 def known_dropped(s: Services, kind: CachedKind) -> frozenset[str]:
-    """The status fields of ``kind`` the API server was seen to drop (``status.selector``),
-    until a write keeps them again (its CRD applied)."""
-    return frozenset(path for name, path in s.dropped_status_fields if name == kind.name)
+    """The status fields of ``kind`` the API server was seen to drop (``status.selector``)
+    in the last :data:`RECHECK_AFTER` seconds: no write need carry them meanwhile."""
+    recent = s.steady() - RECHECK_AFTER
+    return frozenset(
+        path
+        for (name, path), seen in s.dropped_status_fields.items()
+        if name == kind.name and seen > recent
+    )
 
 
 def say_dropped(
@@ -56,12 +66,14 @@ def say_dropped(
     dropped; forget a field it keeps again, the CRD having been applied meanwhile."""
     for name, path in list(s.dropped_status_fields):
         if name == kind.name and _holds(kept, path):
-            s.dropped_status_fields.discard((name, path))
-    known = known_dropped(s, kind)
-    new = [path for path in dropped_fields(patch, kept) if path not in known]
+            del s.dropped_status_fields[(name, path)]
+    new = []
+    for path in dropped_fields(patch, kept):
+        if (kind.name, path) not in s.dropped_status_fields:
+            new.append(path)
+        s.dropped_status_fields[(kind.name, path)] = s.steady()
     if not new:
         return
-    s.dropped_status_fields.update((kind.name, path) for path in new)
     message = (
         f"the API server dropped {', '.join(new)} from a status write: the installed "
         f"{kind.name} CRD is older than this operator; install its CRDs: {APPLY_CRDS}"

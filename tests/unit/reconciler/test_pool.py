@@ -25,6 +25,7 @@ from craft_operator.kube.client import ApiError, KubeClient
 from craft_operator.metrics import Metrics
 from craft_operator.reconciler.api_away import ApiServerAwayError
 from craft_operator.reconciler.deps import Services
+from craft_operator.reconciler.dropped_status import RECHECK_AFTER
 from craft_operator.reconciler.policy_step import POLICY as PLATFORM_POLICY
 from craft_operator.reconciler.pool import STATUS_INTERVAL, PoolReconciler, PoolRetryLaterError
 from craft_operator.reconciler.pool_pods import ready_pool_pods
@@ -1357,6 +1358,26 @@ async def test_claims_under_an_older_crd_still_share_one_status_write(world: Poo
     await world.pass_()
     assert status_patches(world) == before + 1
     assert world.status()["claimed"] == 1
+
+
+async def test_a_steady_pool_gets_its_dropped_field_written_once_the_crds_are_applied(
+    world: PoolWorld,
+) -> None:
+    """A pool that changes nothing else tries the field again now and then: no claim, no
+    scale, no restart needed for an autoscaler to find its selector."""
+    world.emulator.mutators.append(older_pool_crd)
+    await world.filled(replicas=2)
+    await world.pass_()
+    world.now[0] += timedelta(seconds=STATUS_INTERVAL)
+    await world.pass_()
+    assert "selector" not in world.status()
+    world.emulator.mutators.remove(older_pool_crd)  # kubectl apply -k crds
+    world.now[0] += timedelta(seconds=RECHECK_AFTER)
+
+    await world.pass_()
+
+    assert world.status()["selector"] == f"{LABEL_POOL}={NAME}"
+    assert len(dropped_said(world)) == 1
 
 
 async def test_the_dropped_field_is_written_again_once_the_crds_are_applied(
