@@ -57,21 +57,26 @@ def test_the_commands_section_names_every_crd_the_crd_command_prints() -> None:
     assert [flag for flag in flags if flag not in usage] == [], usage
 
 
-def posted_event_reasons() -> set[str]:
-    """The event reasons the operator's code posts as literals (``p.event("X", ...)``,
-    ``reason="X"``)."""
+def posted_reasons() -> set[str]:
+    """The event and condition reasons the operator's code spells out: as literals
+    (``p.event("X", ...)``, ``reason="X"``, an event note ``("X", message)``) or as
+    module constants (``ORPHANED = "PoolPodOrphaned"``), however they are passed on."""
     code = "\n".join(
         path.read_text(encoding="utf-8")
         for path in (ROOT / "operator" / "craft_operator").rglob("*.py")
     )
     reasons = set(re.findall(r'\.event\(\s*"([A-Za-z]+)"', code))
-    return reasons | set(re.findall(r'reason="([A-Za-z]+)"', code))
+    reasons |= set(re.findall(r'reason="([A-Za-z]+)"', code))
+    reasons |= set(re.findall(r'notes\.append\(\(\s*"([A-Za-z]+)"', code))
+    constant = r'^[A-Z][A-Z0-9_]*(?:\s*:[^=\n]+)?\s*=\s*"([A-Z][a-z]+(?:[A-Z][a-z0-9]*)+)"\s*$'
+    return reasons | set(re.findall(constant, code, flags=re.MULTILINE))
 
 
-def test_every_event_reason_the_operator_posts_is_in_the_readme() -> None:
+def test_every_reason_the_operator_posts_is_in_the_readme() -> None:
     """On-call staff look up a reason they see in `kubectl describe`."""
-    reasons = posted_event_reasons()
-    assert {"PodCreated", "SandboxSleeping", "PATRevoked"} <= reasons  # the scan finds them
+    reasons = posted_reasons()
+    found = {"PodCreated", "SandboxSleeping", "PATRevoked", "PoolPodOrphaned", "PoolPodsCreated"}
+    assert found <= reasons  # the scan finds each way of spelling one
     assert sorted(reason for reason in reasons if f"`{reason}`" not in README) == []
 
 

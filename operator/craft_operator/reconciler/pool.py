@@ -50,6 +50,7 @@ from craft_operator.reconciler.pool_out_of_sight import OutOfSight
 from craft_operator.reconciler.pool_plan import (
     ENDED,
     EXCESS,
+    ORPHANED,
     Plan,
     PoolView,
     claimed_since_update,
@@ -345,7 +346,7 @@ class PoolReconciler:
             delete=(
                 *((pod, IMAGE_DENIED) for pod in banned),
                 *todo.delete,
-                *((pod, "PoolPodOrphaned") for pod in orphaned),
+                *((pod, ORPHANED) for pod in orphaned),
             ),
         )
         outcome = await self._act(body, todo, desired)
@@ -558,9 +559,9 @@ class PoolReconciler:
         names = ", ".join(sorted(pod["metadata"]["name"] for pod in pods))
         if why == ENDED:
             message = f"replacing {len(pods)} pods that ended: {_how_they_ended(pods)}"
-        elif why == "PoolPodOrphaned":
+        elif why == ORPHANED:
             message = f"deleted {len(pods)} pods of an earlier pool of this name: {names}"
-        elif why == "PoolScaledDown":
+        elif why == EXCESS:
             message = f"deleted {len(pods)} pods above spec.replicas: {names}"
         elif why == IMAGE_DENIED:
             message = (

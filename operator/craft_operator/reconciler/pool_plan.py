@@ -39,6 +39,7 @@ Pod = Mapping[str, Any]
 ENDED = "PoolPodEnded"
 OUTDATED = "PoolPodOutdated"
 EXCESS = "PoolScaledDown"
+ORPHANED = "PoolPodOrphaned"
 
 
 @dataclass(frozen=True)
