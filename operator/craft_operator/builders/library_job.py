@@ -123,9 +123,14 @@ def sync_args(
     if location.region:
         args += ["--region", location.region]
     for pattern in excludes:
+        if "\x00" in pattern:  # execve cannot pass it: every pod of the Job would fail
+            raise LibraryConfigError(
+                f"exclude glob {pattern!r} is invalid: it holds a NUL character"
+            )
         args += ["--exclude", pattern]
     for path in disabled:
-        args += ["--disabled", path]
+        if "\x00" not in path:  # (one that holds a NUL matches nothing: no path does)
+            args += ["--disabled", path]
     if sum(len(arg.encode()) for arg in args) > MAX_ARGS_BYTES:
         raise LibraryConfigError(
             f"the excludes and disabled paths of sandbox take more than {MAX_ARGS_BYTES} bytes"
@@ -211,7 +216,12 @@ def _sync_pod_spec(
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "securityContext": pod_security_context(SANDBOX_UID),
+        # The agent controls what is on the volume: the kubelet changes the group of the
+        # volume's root only, not of each of the millions of entries it may have made.
+        "securityContext": {
+            **pod_security_context(SANDBOX_UID),
+            "fsGroupChangePolicy": "OnRootMismatch",
+        },
         "affinity": {
             "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [sandbox_node]}
         },

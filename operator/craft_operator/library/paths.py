@@ -161,6 +161,8 @@ class _Glob:
 @lru_cache(maxsize=512)
 def _translate(pattern: str) -> _Glob:
     """Translate one exclude glob, or raise :class:`InvalidGlobError`."""
+    if "\x00" in pattern:  # no path holds one, and no argv can carry one (a sync Job's)
+        raise InvalidGlobError(f"exclude glob {pattern!r} is invalid: it holds a NUL character")
     directory_only = pattern.endswith("/")
     body = unicodedata.normalize("NFC", pattern.strip("/"))
     anchored = pattern.startswith("/") or "/" in body

@@ -209,3 +209,24 @@ def test_the_job_pod_must_run_on_the_sandbox_pods_node_and_tolerates_its_taints(
         {"key": "sandboxes", "operator": "Exists", "effect": "NoSchedule"}
     ]
     assert "tolerations" not in job()["spec"]["template"]["spec"]
+
+
+def test_a_disabled_path_with_a_nul_byte_stays_out_of_the_jobs_argv() -> None:
+    """execve cannot pass it (every pod of the Job would fail to start); like any path no
+    file can have, it disables nothing."""
+    args = container(job(sandbox(disabledPaths=["drafts\x00/secret", "x"])))
+    assert all("\x00" not in arg for arg in args["args"])
+    assert args["args"][-2:] == ["--disabled", "x"]
+
+
+def test_an_exclude_glob_with_a_nul_byte_is_a_misconfiguration_not_a_job_that_cannot_start() -> (
+    None
+):
+    with pytest.raises(LibraryConfigError, match="NUL"):
+        job(sandbox(exclude=["*.tmp\x00"]))
+
+
+def test_the_kubelet_does_not_walk_the_agents_volume_on_every_sync() -> None:
+    """The default fsGroupChangePolicy changes the group of every entry on each mount."""
+    spec = job()["spec"]["template"]["spec"]
+    assert spec["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"

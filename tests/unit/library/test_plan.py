@@ -461,7 +461,9 @@ def test_globs_past_their_memory_budget_still_say_what_they_cover() -> None:
     assert not matcher.excludes("b" * 50 + "a" + "b" * 89 + "c")
 
 
-@pytest.mark.parametrize("pattern", ["[z-a]", "notes/[9-0].md", "[[:digit:]]*", "[x[:alpha:]]"])
+@pytest.mark.parametrize(
+    "pattern", ["[z-a]", "notes/[9-0].md", "[[:digit:]]*", "[x[:alpha:]]", "[\x00a]*"]
+)
 def test_a_glob_that_cannot_be_compiled_is_said_to_be_invalid(pattern: str) -> None:
     with pytest.raises(InvalidGlobError, match="invalid"):
         check_globs(["*.tmp", pattern])
