@@ -14,6 +14,7 @@ from craft_operator.api.models import GROUP
 from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
 from craft_operator.credentials.factory import build_credential_store
+from craft_operator.daemon_threads import in_daemon_thread
 from craft_operator.handlers import lifecycle
 from craft_operator.handlers import peering as peering_handlers
 from craft_operator.kube import kinds
@@ -184,10 +185,11 @@ def build_registry(
     handlers.register(registry)
 
     async def _read(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        # Reading the credentials may block (a kubeconfig's exec plugin): in a thread.
+        # Reading the credentials may block (a kubeconfig's exec plugin waiting for a
+        # login): in a daemon thread, which a read still hanging does not hold the exit on.
         if login is not None:
-            return await asyncio.to_thread(login, **kwargs)
-        return await asyncio.to_thread(discover_connection)
+            return await in_daemon_thread(login, **kwargs)
+        return await in_daemon_thread(discover_connection)
 
     async def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         # The client is configured on the event loop, which owns its sessions and Events.

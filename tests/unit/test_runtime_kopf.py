@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from pathlib import Path
 
@@ -77,3 +78,33 @@ async def test_the_login_reads_credentials_in_a_thread_and_configures_the_client
     assert read_in != [loop_thread]
     assert configured_in == [loop_thread]
     assert context.kube.connected.is_set()
+
+
+def test_a_credentials_read_that_hangs_does_not_hold_the_processs_exit(tmp_path: Path) -> None:
+    """A kubeconfig's exec plugin waiting for a login that never comes: once the operator
+    stops, `craft-operator run`'s asyncio.Runner must not wait for the read's thread (it
+    joins its default executor's threads without a limit)."""
+    release = threading.Event()
+
+    def hung_login(**_: object) -> kopf.ConnectionInfo | None:
+        release.wait()
+        return None
+
+    async def main() -> None:
+        context = build_context(Settings(state_dir=tmp_path, server_url="http://onyx.test:8080"))
+        registry = build_registry(context, login=hung_login)
+        [handler] = registry._activities.get_handlers(activity=Activity.AUTHENTICATION)
+        with pytest.raises(TimeoutError):  # kopf cancels the login as the operator stops
+            await asyncio.wait_for(handler.fn(), 0.2)
+
+    def run() -> None:  # as `craft-operator run` does
+        with asyncio.Runner() as runner:
+            runner.run(main())
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(5.0)
+    exited = not thread.is_alive()
+    release.set()
+    thread.join(5.0)
+    assert exited, "the runner waited for the read's thread"
