@@ -52,6 +52,9 @@ class OperatorContext:
     sweeper: OrphanSweeper | None = None
     #: Tasks the start-up handler started, cancelled by the clean-up handler.
     background: set[asyncio.Task[None]] = field(default_factory=set)
+    #: Set once a stop is asked for (a signal, the caller's stop flag): the drain gives the
+    #: passes in progress their grace, so the clean-up handler stops what is left at once.
+    stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
         if self.services.events is not self.events:

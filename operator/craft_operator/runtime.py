@@ -319,6 +319,7 @@ async def run_operator(
         registry = build_registry(context, login=login, monitor=monitor)
         ignored = _ignored_tasks(foreign_tasks)
         requested = stop_flag or asyncio.Event()
+        context.stop_requested = requested
         kopf_stop = asyncio.Event()
         tasks = await kopf.spawn_tasks(
             registry=registry,

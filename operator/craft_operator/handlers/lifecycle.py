@@ -137,13 +137,16 @@ def _stop_requested(
 
 
 async def stop_workers(memo: OperatorContext, **_: Any) -> None:
-    """Stop the workers and close the API client and the S3 connections."""
+    """Stop the workers and close the API client and the S3 connections. After a stop was
+    asked for, the drain gave the passes their grace (or a second signal cut it short):
+    what is left is cancelled at once."""
     for task in memo.background:
         task.cancel()
     await asyncio.gather(*memo.background, return_exceptions=True)
     memo.background.clear()
-    await memo.queue.stop(grace=STOP_GRACE)
-    await memo.pool_queue.stop(grace=STOP_GRACE)
+    grace = 0.0 if memo.stop_requested.is_set() else STOP_GRACE
+    await memo.queue.stop(grace=grace)
+    await memo.pool_queue.stop(grace=grace)
     await memo.events.stop()
     await memo.services.library.close()
     await memo.kube.close()
