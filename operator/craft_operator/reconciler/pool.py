@@ -668,36 +668,39 @@ class PoolReconciler:
             egress_state = self._egress(body, egress.refusal(s.cache, s.settings, desired))
         states = [egress_state, ConditionState.false(POOL_READY, reason, message)]
         meta = body["metadata"]
-        namespace, name = meta["namespace"], meta["name"]
-        members, _ = pool_members(s.cache, namespace, name, meta.get("uid"))
         # The pods made before are counted by the template they were made of: kept while
         # the policy is missing, say, those Ready serve claims still.
-        made = (body.get("status") or {}).get("templateHash")
         status = count_status(
             body,
-            view(members, made or "", self._foreign.get((namespace, name), ())),
-            claimed=count_claimed(s.cache, namespace, name),
-            template_hash=made,
+            self._as_made(body),
+            claimed=count_claimed(s.cache, meta["namespace"], meta["name"]),
+            template_hash=(body.get("status") or {}).get("templateHash"),
             conditions=with_conditions(body, states, s.clock()),
         )
         return await write_pool_status(s, body, status)
+
+    def _as_made(self, body: Mapping[str, Any]) -> PoolView:
+        """The pool's pods, seen by the template they were made of (``status.templateHash``):
+        for a pass whose spec, settings or policy make no pod now."""
+        meta = body["metadata"]
+        key = (meta["namespace"], meta["name"])
+        members, _ = pool_members(self.services.cache, *key, meta.get("uid"))
+        made = (body.get("status") or {}).get("templateHash") or ""
+        return view(members, made, self._foreign.get(key, ()))
 
     async def _scale_down_only(self, body: dict[str, Any], desired: dict[str, Any] | None) -> None:
         """Delete the pool's ended pods and those above its ``replicas``, creating none:
         its pods are seen by the template they were made of (``status.templateHash``), as
         the spec may make none now. A ``replicas`` that cannot be read scales nothing down."""
-        meta = body["metadata"]
-        key = (meta["namespace"], meta["name"])
-        members, _ = pool_members(self.services.cache, *key, meta.get("uid"))
-        made = (body.get("status") or {}).get("templateHash") or ""
-        pods = view(members, made, self._foreign.get(key, ()))
+        pods = self._as_made(body)
         replicas = _stated_replicas(body)
         if replicas is None:
             todo = Plan(tuple((pod, ENDED) for pod in pods.ended))
         else:
             todo = plan(pods, replicas, max_creates=0, may_create=False)
         if todo.delete and (await self._act(body, todo, desired)).scaled_down:
-            self._refusals.pop(key, None)  # their quota is free (see _count_refusals)
+            meta = body["metadata"]  # their quota is free (see _count_refusals)
+            self._refusals.pop((meta["namespace"], meta["name"]), None)
 
     async def _release(self, namespace: str, name: str) -> None:
         """The pool is gone or going: delete what is left of its unclaimed pods."""
