@@ -14,13 +14,8 @@ class ApiServerAwayError(RetryableError):
     back."""
 
 
-def is_away(exc: ApiError) -> bool:
-    """Whether ``exc`` says the API server was away rather than refused the request."""
-    return exc.away
-
-
 def away(subject: str, exc: ApiError) -> ApiServerAwayError:
-    """The error of a pass over ``subject`` that ``exc`` cut short (see :func:`is_away`)."""
+    """The error of a pass over ``subject`` that ``exc`` cut short (see :attr:`ApiError.away`)."""
     return ApiServerAwayError(
         f"{subject}: the API server is away ({exc}); retried, at once when it serves again"
     )

@@ -228,7 +228,7 @@ class PoolReconciler:
         try:
             return await self._reconcile(key)
         except ApiError as exc:
-            if not api_away.is_away(exc):
+            if not exc.away:
                 raise
             raise api_away.away(f"pool {key[0]}/{key[1]}", exc) from exc
 
@@ -386,7 +386,7 @@ class PoolReconciler:
         wait = self._status_wait(key, body, status)
         changed_meanwhile = False if wait else await write_pool_status(s, body, status)
         if outcome.create_error is not None:
-            if api_away.is_away(outcome.create_error):
+            if outcome.create_error.away:
                 raise api_away.away(f"pool {namespace}/{name}", outcome.create_error)
             message = f"{namespace}/{name}: {outcome.create_error}"
             raise PoolRetryLaterError(message, retry_after=0.0 if changed_meanwhile else None)
@@ -430,7 +430,7 @@ class PoolReconciler:
         that went through ends it, as does a scale-down that deleted the pool's own pods
         (the quota they held is free: a scale-up soon after is tried at once). A create the
         API server's absence cut short is no refusal: the pool fills as soon as it is back."""
-        if outcome.create_error is not None and not api_away.is_away(outcome.create_error):
+        if outcome.create_error is not None and not outcome.create_error.away:
             held = self._refusals.get(key)
             count = (held.count if held else 0) + 1
             delay = _backoff(self.services.settings.pod_restart_backoff, count)
@@ -653,7 +653,7 @@ class PoolReconciler:
         try:
             await self._scale_down_only(body, desired)
         except ApiError as exc:
-            if api_away.is_away(exc):
+            if exc.away:
                 raise
             # (a webhook refusing pod deletes, say): what the pool cannot do is said anyway
             meta = body["metadata"]

@@ -28,7 +28,6 @@ from craft_operator.api.pool import LABEL_POOL
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
 from craft_operator.kube.kinds import LABEL_MANAGED_BY, MANAGED_BY
-from craft_operator.reconciler import api_away
 from craft_operator.reconciler.children import controlled_by
 from craft_operator.reconciler.deps import Services
 
@@ -84,7 +83,7 @@ class OutOfSight:
         try:
             found = await services.kube.list(POD.api, key[0], label_selector=selector)
         except ApiError as exc:
-            level = logging.INFO if api_away.is_away(exc) else logging.WARNING
+            level = logging.INFO if exc.away else logging.WARNING
             log.log(level, "%s/%s: pods out of sight not listed: %s", *key, exc)
             return
         self._listed.add((key, uid))
@@ -134,7 +133,7 @@ class OutOfSight:
         it on the pool if it was not said before (``said``: what was). The API server being
         away is no refusal: kept quiet, and what was said stays."""
         key = (body["metadata"]["namespace"], body["metadata"]["name"])
-        if api_away.is_away(exc):
+        if exc.away:
             log.debug("%s/%s: pod %s out of sight not deleted: %s", *key, name, exc)
             if said is not None:
                 self._said.setdefault(key, {})[name] = said

@@ -79,7 +79,7 @@ class SandboxReconciler:
         try:
             verdict = await self._pass(key)
         except ApiError as exc:
-            if not api_away.is_away(exc):
+            if not exc.away:
                 raise
             raise api_away.away(f"{key[0]}/{key[1]}", exc) from exc
         if verdict is None:
