@@ -13,6 +13,7 @@ import pytest
 
 from craft_operator import handlers
 from craft_operator.api.parse import parse_sandbox
+from craft_operator.credentials.model import Revocation
 from craft_operator.handlers.streams import watch_streams
 from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
@@ -157,8 +158,8 @@ class FakeKube:
 class NoCredentials:
     async def revoke(
         self, namespace: str, name: str, uid: str, *, created_at: datetime | None = None
-    ) -> bool:
-        return False
+    ) -> Revocation:
+        return Revocation.NOTHING
 
     def forget(self, uid: str) -> None:
         return None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
+from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
@@ -100,6 +100,22 @@ class Forgotten(StrEnum):
     #: Its PAT is not in Onyx: deleted, or its tenant's schema recreated or restored (its
     #: id may now be another PAT's, which is left alone).
     PAT_NOT_IN_ONYX = "pat-not-in-onyx"
+
+
+class Revocation(Enum):
+    """What revoking a sandbox's PAT did; false only for :attr:`NOTHING`."""
+
+    #: Nothing of the sandbox's was stored (or only a later namesake's row, left alone, or
+    #: one whose Onyx tenant's schema is gone, forgotten).
+    NOTHING = "nothing"
+    #: Its PAT, and the one in its grace period, revoked in Onyx.
+    REVOKED = "revoked"
+    #: Its stored row forgotten: its PAT was no longer in Onyx (deleted there), so there
+    #: was nothing to revoke.
+    NOT_IN_ONYX = "not-in-onyx"
+
+    def __bool__(self) -> bool:
+        return self is not Revocation.NOTHING
 
 
 @dataclass(frozen=True)

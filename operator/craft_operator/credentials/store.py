@@ -70,6 +70,7 @@ from craft_operator.credentials.model import (
     Forgotten,
     IssuedCredential,
     PatState,
+    Revocation,
     RotationResult,
     SandboxIdentity,
     credential_info,
@@ -243,8 +244,11 @@ class CredentialStore:
         """
         return retire_superseded(self._backend, identity, pat_id)
 
-    def revoke(self, identity: SandboxIdentity, *, created_at: datetime | None = None) -> bool:
-        """Revoke the sandbox's PAT and forget its token; False if none was stored.
+    def revoke(
+        self, identity: SandboxIdentity, *, created_at: datetime | None = None
+    ) -> Revocation:
+        """Revoke the sandbox's PAT and forget its token; :attr:`Revocation.NOTHING` (false)
+        if none was stored, :attr:`Revocation.NOT_IN_ONYX` if its PAT was gone from Onyx.
 
         Idempotent. Matches this cluster's row by namespace and name: a row with another
         uid is an orphan of an earlier object of that name and goes too, unless it may be a
@@ -262,11 +266,13 @@ class CredentialStore:
             created_at=created_at,
         )
         with translated_errors(f"revoking the PAT of {identity}"):
-            revoked = _revoked(revoke())
+            revoked = _revocation(revoke())
             # True also when the claim lost to this cluster's row of that name: a later
             # namesake's, which the guard must keep here too.
             if claim_unclaimed(self._backend, identity):
-                revoked = _revoked(revoke()) or revoked
+                again = _revocation(revoke())
+                if again is Revocation.REVOKED or not revoked:
+                    revoked = again
         return revoked
 
     def revoke_named(self, namespace: str, name: str) -> CredentialInfo | None:
@@ -315,8 +321,11 @@ class CredentialStore:
         return key_usage(self._backend, sample_per_key=sample_per_key)
 
 
-def _revoked(info: CredentialInfo | None) -> bool:
-    """Whether :meth:`CredentialStore.revoke_named` revoked the row's PATs, or found them
-    gone from their tenant's schema (:attr:`Forgotten.PAT_NOT_IN_ONYX`); not when it only
-    forgot a row whose tenant's schema is gone."""
-    return info is not None and info.forgotten is not Forgotten.TENANT_GONE
+def _revocation(info: CredentialInfo | None) -> Revocation:
+    """What :func:`revoke_named` did, as :meth:`CredentialStore.revoke` tells it: nothing
+    also when it only forgot a row whose tenant's schema is gone."""
+    if info is None or info.forgotten is Forgotten.TENANT_GONE:
+        return Revocation.NOTHING
+    if info.forgotten is Forgotten.PAT_NOT_IN_ONYX:
+        return Revocation.NOT_IN_ONYX
+    return Revocation.REVOKED

@@ -14,6 +14,7 @@ from typing import Any
 from craft_operator.api.models import GROUP, Phase
 from craft_operator.api.times import parse_time
 from craft_operator.credentials.errors import CredentialsError
+from craft_operator.credentials.model import Revocation
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
 from craft_operator.reconciler.children import controlled_by
@@ -29,6 +30,10 @@ DELETION_BLOCKED = "DeletionBlocked"
 #: CredentialsReady's reason while other finalizers hold a sandbox this one released.
 DELETING = "Deleting"
 SANDBOX = kinds.SANDBOX
+PAT_NOT_IN_ONYX = (
+    "the sandbox's PAT was no longer in Onyx (deleted there): nothing to revoke, its stored "
+    "token is forgotten"
+)
 
 
 class _BlockedError(Exception):
@@ -69,10 +74,12 @@ async def finalize(s: Services, body: dict[str, Any], conditions: Sequence[str])
         revoked = await s.credentials.revoke(namespace, name, uid, created_at=created_at)
     except CredentialsError as exc:
         return await _revoke_failed(s, body, conditions, exc)
-    if revoked:
+    if revoked is Revocation.REVOKED:
         s.events.post(
             body, type="Normal", reason="PATRevoked", message="the sandbox's PAT was revoked"
         )
+    elif revoked is Revocation.NOT_IN_ONYX:
+        s.events.post(body, type="Normal", reason="PATForgotten", message=PAT_NOT_IN_ONYX)
     s.library_pool.forget((namespace, name))
     try:
         await s.library.forget(uid)

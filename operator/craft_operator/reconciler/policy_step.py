@@ -40,6 +40,7 @@ from craft_operator.api.models import CraftSandbox, CraftSandboxStatus, Phase
 from craft_operator.api.parse import describe_validation_error
 from craft_operator.config import Settings
 from craft_operator.credentials.errors import CredentialsError
+from craft_operator.credentials.model import Revocation
 from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import (
@@ -278,8 +279,11 @@ async def _deny(services: PolicyServices, sandbox: CraftSandbox, run: Run, messa
     if had_token:
         try:
             created_at = sandbox.metadata.creation_timestamp
-            if await services.credentials.revoke(namespace, name, uid, created_at=created_at):
+            revoked = await services.credentials.revoke(namespace, name, uid, created_at=created_at)
+            if revoked is Revocation.REVOKED:
                 withdrawn.append("revoked the PAT")
+            elif revoked is Revocation.NOT_IN_ONYX:
+                withdrawn.append("forgot the PAT (no longer in Onyx)")
         except CredentialsError as exc:
             unrevoked = str(exc)
             services.metrics.pat_failed("RevokeFailed")

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from pydantic import SecretStr
 
 from craft_operator.api.models import CraftSandbox
+from craft_operator.credentials.model import Revocation
 from craft_operator.library import LibraryLocation, SyncResult
 from craft_operator.skills.render import RenderedSkill
 
@@ -89,8 +90,9 @@ class CredentialsPort(Protocol):
 
     async def revoke(
         self, namespace: str, name: str, uid: str, *, created_at: datetime | None = None
-    ) -> bool:
-        """Revoke the sandbox's PAT (and the one in its grace period); False if it had none.
+    ) -> Revocation:
+        """Revoke the sandbox's PAT (and the one in its grace period); false if it had none,
+        :attr:`Revocation.NOT_IN_ONYX` if its PAT was gone from Onyx (its row is forgotten).
 
         ``created_at`` (the sandbox's creation) keeps a later namesake's PAT from being
         revoked by a stale copy of a deleted sandbox."""

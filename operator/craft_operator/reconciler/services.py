@@ -26,7 +26,7 @@ from craft_operator.api.models import ANNOTATION_PAT_REVOKED, CraftSandbox
 from craft_operator.builders.naming import SANDBOX_CONTAINER
 from craft_operator.config import Settings
 from craft_operator.credentials.errors import CredentialsError, DatabaseUnavailableError
-from craft_operator.credentials.model import IssuedCredential, SandboxIdentity
+from craft_operator.credentials.model import IssuedCredential, Revocation, SandboxIdentity
 from craft_operator.daemon_threads import DaemonThreadPool
 from craft_operator.kube.exec import ExecTransport
 from craft_operator.library import (
@@ -331,7 +331,7 @@ class StoreCredentials:
 
     async def revoke(
         self, namespace: str, name: str, uid: str, *, created_at: datetime | None = None
-    ) -> bool:
+    ) -> Revocation:
         """Revoke the sandbox's PAT (idempotent).
 
         Not while an earlier call for this sandbox still runs in the database after its

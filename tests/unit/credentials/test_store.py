@@ -23,6 +23,7 @@ from craft_operator.credentials import (
 )
 from craft_operator.credentials.db import upgrade
 from craft_operator.credentials.errors import CredentialsError, KeyNotInRingError
+from craft_operator.credentials.model import Revocation
 from craft_operator.credentials.revocation import REVOCATION_SKEW
 from craft_operator.credentials.store import DEFAULT_RENEWAL_GRACE, UNDECRYPTABLE
 from craft_operator.credentials.tables import PersonalAccessToken, SandboxCredential
@@ -226,7 +227,7 @@ def test_revoking_for_a_deleted_sandbox_leaves_the_pat_of_a_namesake_created_sin
     reborn = SandboxIdentity(SANDBOX.namespace, SANDBOX.name, "another-uid")
     live = store.ensure(reborn, user_id=user, tenant_id="public")
 
-    assert store.revoke(SANDBOX, created_at=first_created) is False
+    assert store.revoke(SANDBOX, created_at=first_created) is Revocation.NOTHING
 
     assert not pat_row(database, live.pat_id).is_revoked
     info = store.show(SANDBOX.namespace, SANDBOX.name)
@@ -243,7 +244,7 @@ def test_a_late_ensure_for_a_deleted_sandbox_leaves_the_pat_of_a_namesake_create
     first = SandboxIdentity(SANDBOX.namespace, SANDBOX.name, "first-uid", created_at=clock.now)
     store.ensure(first, user_id=user, tenant_id="public")
     clock.advance(timedelta(minutes=1))
-    assert store.revoke(first, created_at=first.created_at) is True
+    assert store.revoke(first, created_at=first.created_at) is Revocation.REVOKED
     reborn = SandboxIdentity(SANDBOX.namespace, SANDBOX.name, "reborn-uid", created_at=clock.now)
     live = store.ensure(reborn, user_id=user, tenant_id="public")
     clock.advance(timedelta(seconds=10))
@@ -301,7 +302,7 @@ def test_a_finalizer_never_revokes_a_live_namesakes_pat_for_a_creation_time_left
     clock.advance(timedelta(minutes=1))
 
     # A replica finalizing a stale copy of a sandbox made and deleted in between.
-    assert store.revoke(SANDBOX, created_at=deleted_created) is False
+    assert store.revoke(SANDBOX, created_at=deleted_created) is Revocation.NOTHING
 
     assert not pat_row(database, live.pat_id).is_revoked
 
@@ -313,7 +314,7 @@ def test_revoking_a_sandbox_revokes_a_pat_left_by_an_earlier_one_of_its_name(
     left = store.ensure(earlier, user_id=database.new_user(), tenant_id="public")
     clock.advance(timedelta(minutes=10))  # beyond the clocks' skew allowed for
 
-    assert store.revoke(SANDBOX, created_at=clock.now) is True
+    assert store.revoke(SANDBOX, created_at=clock.now) is Revocation.REVOKED
 
     assert pat_row(database, left.pat_id).is_revoked
     assert store.show(SANDBOX.namespace, SANDBOX.name) is None
@@ -392,8 +393,8 @@ def test_revoke_revokes_the_pat_and_is_idempotent(
 ) -> None:
     issued = store.ensure(SANDBOX, user_id=database.new_user(), tenant_id="public")
 
-    assert store.revoke(SANDBOX) is True
-    assert store.revoke(SANDBOX) is False
+    assert store.revoke(SANDBOX) is Revocation.REVOKED
+    assert store.revoke(SANDBOX) is Revocation.NOTHING
 
     row = pat_row(database, issued.pat_id)
     assert row.is_revoked
@@ -422,6 +423,19 @@ def test_a_pat_no_longer_in_onyx_is_not_said_to_be_revoked_its_row_is_only_forgo
     assert store.show(SANDBOX.namespace, SANDBOX.name) is None
     if onyx != "deleted it":
         assert not pat_row(database, issued.pat_id).is_revoked, "another's PAT is left alone"
+
+
+def test_the_finalizer_is_told_a_pat_no_longer_in_onyx_was_not_revoked(
+    store: CredentialStore, database: Database
+) -> None:
+    issued = store.ensure(SANDBOX, user_id=database.new_user(), tenant_id="public")
+    pat = PersonalAccessToken.__table__
+    with database.engine.begin() as connection:
+        connection.execute(pat.delete().where(pat.c.id == issued.pat_id))
+
+    assert store.revoke(SANDBOX) is Revocation.NOT_IN_ONYX
+    assert store.show(SANDBOX.namespace, SANDBOX.name) is None
+    assert store.revoke(SANDBOX) is Revocation.NOTHING
 
 
 def test_a_revoked_pat_fails_at_an_onyx_server_whose_clock_is_minutes_behind(

@@ -12,6 +12,7 @@ from craft_operator.api.models import CredentialsStatus
 from craft_operator.api.parse import parse_sandbox
 from craft_operator.api.status_codec import dump_status
 from craft_operator.credentials import DatabaseUnavailableError
+from craft_operator.credentials.model import Revocation
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.metrics import Metrics
 from craft_operator.policy.models import TENANT_LABEL
@@ -53,15 +54,17 @@ NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 class Events:
     def __init__(self) -> None:
         self.posted: list[tuple[str, str]] = []
+        self.messages: dict[str, str] = {}
 
     def post(self, body: Any, *, type: str, reason: str, message: str) -> None:
         self.posted.append((type, reason))
+        self.messages[reason] = message
 
 
 class Credentials:
     async def revoke(
         self, namespace: str, name: str, uid: str, *, created_at: datetime | None = None
-    ) -> bool:
+    ) -> Revocation:
         raise AssertionError("a sandbox kept while the policy is unreadable is not revoked")
 
 
@@ -155,9 +158,9 @@ async def test_a_missing_policy_does_not_excuse_another_tenants_namespace() -> N
 
     async def revoke(
         namespace: str, name: str, uid: str, *, created_at: datetime | None = None
-    ) -> bool:
+    ) -> Revocation:
         revocations.append((uid, created_at))
-        return True
+        return Revocation.REVOKED
 
     sink.credentials = SimpleNamespace(revoke=revoke)
     run = Run({**BODY, "status": RUNNING}, NOW, CONDITIONS)
@@ -171,6 +174,33 @@ async def test_a_missing_policy_does_not_excuse_another_tenants_namespace() -> N
     )
 
 
+@pytest.mark.parametrize(
+    ("revocation", "said"),
+    [
+        (Revocation.REVOKED, "revoked the PAT"),
+        (Revocation.NOT_IN_ONYX, "forgot the PAT (no longer in Onyx)"),
+    ],
+)
+async def test_a_withdrawal_says_whether_the_pat_was_revoked_or_already_gone_from_onyx(
+    revocation: Revocation, said: str
+) -> None:
+    sink = services(cache_with(labels={TENANT_LABEL: "acme"}))
+
+    async def revoke(
+        namespace: str, name: str, uid: str, *, created_at: datetime | None = None
+    ) -> Revocation:
+        return revocation
+
+    sink.credentials = SimpleNamespace(revoke=revoke)
+    run = Run({**BODY, "status": RUNNING}, NOW, CONDITIONS)
+
+    assert await enforce(sink, SANDBOX, run) is True
+
+    withdrawn = sink.events.messages["AccessWithdrawn"]
+    assert said in withdrawn
+    assert ("revoked" in withdrawn) is (revocation is Revocation.REVOKED)
+
+
 class FlakyRevocation:
     """The credentials store: the first revocation finds the database down."""
 
@@ -179,11 +209,11 @@ class FlakyRevocation:
 
     async def revoke(
         self, namespace: str, name: str, uid: str, *, created_at: datetime | None = None
-    ) -> bool:
+    ) -> Revocation:
         self.calls += 1
         if self.calls == 1:
             raise DatabaseUnavailableError("the credentials database is unreachable")
-        return True
+        return Revocation.REVOKED
 
 
 async def test_a_denial_whose_revocation_failed_revokes_on_the_next_pass() -> None:
@@ -221,9 +251,9 @@ async def test_a_denial_revokes_a_pat_minted_by_a_pass_that_ended_before_saying_
 
     async def revoke(
         namespace: str, name: str, uid: str, *, created_at: datetime | None = None
-    ) -> bool:
+    ) -> Revocation:
         calls.append(name)
-        return True
+        return Revocation.REVOKED
 
     sink.credentials = SimpleNamespace(revoke=revoke)
     waiting = {"type": "CredentialsReady", "status": "Unknown", "reason": "Minting", "message": "m"}
@@ -248,8 +278,8 @@ async def test_a_withdrawal_forgets_what_the_stopped_pod_did_as_a_sleep_does() -
 
     async def revoke(
         namespace: str, name: str, uid: str, *, created_at: datetime | None = None
-    ) -> bool:
-        return True
+    ) -> Revocation:
+        return Revocation.REVOKED
 
     sink.credentials = SimpleNamespace(revoke=revoke)
     ran = {
@@ -331,8 +361,8 @@ class Kube:
 class Revoking:
     async def revoke(
         self, namespace: str, name: str, uid: str, *, created_at: datetime | None = None
-    ) -> bool:
-        return True
+    ) -> Revocation:
+        return Revocation.REVOKED
 
 
 async def test_a_spec_denied_while_the_policy_is_missing_is_not_let_back_in_by_the_next_pass() -> (

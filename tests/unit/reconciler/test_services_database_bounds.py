@@ -21,6 +21,7 @@ from craft_operator.config import Settings
 from craft_operator.credentials.errors import DatabaseUnavailableError
 from craft_operator.credentials.factory import build_credential_store
 from craft_operator.credentials.keyring import generate_key_entry
+from craft_operator.credentials.model import Revocation
 from craft_operator.credentials.store import CredentialStore
 from craft_operator.reconciler.services import StoreCredentials
 from craft_operator.reconciler.steps.credentials import failure_reason
@@ -346,7 +347,7 @@ async def test_a_pat_is_not_revoked_while_an_ensure_its_pass_gave_up_on_still_ru
         if not credentials._ages("uid-alice"):
             break
         await asyncio.sleep(0.02)
-    assert await credentials.revoke("craft-sandboxes", "alice", "uid-alice") is True
+    assert await credentials.revoke("craft-sandboxes", "alice", "uid-alice") is Revocation.REVOKED
     assert sqlite_store.show("craft-sandboxes", "alice") is None, "nothing left unrevoked"
     credentials.close()
 

@@ -22,7 +22,7 @@ from craft_operator.api.models import CraftSandbox
 from craft_operator.api.parse import parse_sandbox
 from craft_operator.config import Settings
 from craft_operator.credentials.errors import CredentialsError
-from craft_operator.credentials.model import IssuedCredential
+from craft_operator.credentials.model import IssuedCredential, Revocation
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import KubeClient
 from craft_operator.kube.event_batch import steps_of
@@ -87,9 +87,9 @@ class Credentials:
 
     async def revoke(
         self, namespace: str, name: str, uid: str, *, created_at: datetime | None = None
-    ) -> bool:
+    ) -> Revocation:
         self.revoked.append((uid, created_at))
-        return True
+        return Revocation.REVOKED
 
     def forget(self, uid: str) -> None:
         return None

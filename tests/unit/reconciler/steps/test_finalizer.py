@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from craft_operator.credentials.errors import DatabaseUnavailableError
+from craft_operator.credentials.model import Revocation
 from craft_operator.kube import kinds
 from craft_operator.reconciler import finalizer
 from craft_operator.reconciler.table import CONDITIONS
@@ -97,6 +98,36 @@ async def test_the_pat_revoked_is_the_one_of_this_sandbox_as_created(world: Worl
     assert created.tzinfo is not None
 
 
+@pytest.mark.parametrize(
+    ("revocation", "said"),
+    [
+        (Revocation.REVOKED, ("PATRevoked", "the sandbox's PAT was revoked")),
+        (Revocation.NOT_IN_ONYX, ("PATForgotten", finalizer.PAT_NOT_IN_ONYX)),
+        (Revocation.NOTHING, None),
+    ],
+)
+async def test_the_deletion_says_whether_the_pat_was_revoked_or_already_gone_from_onyx(
+    world: World, revocation: Revocation, said: tuple[str, str] | None
+) -> None:
+    body = deleted_sandbox(world)
+
+    async def revoke(
+        namespace: str, name: str, uid: str, *, created_at: datetime | None = None
+    ) -> Revocation:
+        return revocation
+
+    world.credentials.revoke = revoke  # type: ignore[method-assign]
+
+    assert await finalizer.finalize(world.services, body, CONDITIONS) is None
+
+    about_the_pat = {
+        (reason, message)
+        for _, reason, message in world.events.posted
+        if reason in {"PATRevoked", "PATForgotten"}
+    }
+    assert about_the_pat == ({said} if said else set())
+
+
 async def test_in_a_namespace_being_deleted_the_sandbox_is_let_go_and_its_children_left_to_it(
     world: World,
 ) -> None:
@@ -159,7 +190,7 @@ async def test_a_revocation_that_fails_where_the_role_went_says_what_to_do(
 
     async def revoke(
         namespace: str, name: str, uid: str, *, created_at: datetime | None = None
-    ) -> bool:
+    ) -> Revocation:
         raise DatabaseUnavailableError("the credential database cannot be reached")
 
     world.credentials.revoke = revoke  # type: ignore[method-assign]
