@@ -339,6 +339,32 @@ def _is_undefined_column(exc: DBAPIError, message: str) -> bool:
     return "no such column" in message or "has no column named" in message
 
 
+#: Where the drivers' messages name the table of a missing table or column: Postgres's
+#: ``relation "s.t"``, ``column "c" of relation "t"`` and ``column t.c``, SQLite's
+#: ``no such table: s.t``, ``no such column: t.c`` and ``table t has no column named c``.
+_TABLE_IN_MESSAGE = re.compile(
+    r'relation "(?:[^"]*\.)?([^".]+)"'
+    r"|^column \"?([^\s\".]+)\"?\."
+    r"|^no such table: (?:\w+\.)?(\w+)"
+    r"|^no such column: (\w+)\."
+    r"|^table (\w+) has no column"
+)
+
+
+def _schema_missing(subject: str, what: str, message: str) -> str:
+    """What a missing table or column means: this operator's own tables are migrated by
+    ``db upgrade``; Onyx's (``user``, ``personal_access_token``) never are, by it."""
+    found = _TABLE_IN_MESSAGE.search(message)
+    table = next((name for name in found.groups() if name), None) if found else None
+    if table in (USER_TABLE, PAT_TABLE):
+        return (
+            f"{subject}: {what} of Onyx's is missing ({message}): Onyx's schema is not one "
+            f"this operator reads (Onyx rolled back, or a release that changed its "
+            f"{table} table); craft-operator db upgrade never changes Onyx's tables"
+        )
+    return f"{subject}: {what} is missing ({message}); run: craft-operator db upgrade"
+
+
 @contextlib.contextmanager
 def translated_errors(subject: str) -> Iterator[None]:
     """Turn driver errors into the store's typed errors; ``subject`` says what was done.
@@ -361,13 +387,9 @@ def translated_errors(subject: str) -> Iterator[None]:
                 f"{subject}: the transaction conflicted with another (retried): {message}"
             ) from None
         if sqlstate(exc) == "42P01" or "no such table" in message:
-            raise SchemaMissingError(
-                f"{subject}: a table is missing ({message}); run: craft-operator db upgrade"
-            ) from None
+            raise SchemaMissingError(_schema_missing(subject, "a table", message)) from None
         if _is_undefined_column(exc, message):  # a schema behind this operator's
-            raise SchemaMissingError(
-                f"{subject}: a column is missing ({message}); run: craft-operator db upgrade"
-            ) from None
+            raise SchemaMissingError(_schema_missing(subject, "a column", message)) from None
         if exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError):
             raise DatabaseUnavailableError(
                 f"{subject}: the credentials database is unavailable: {message}"

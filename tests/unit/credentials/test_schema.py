@@ -301,6 +301,25 @@ def test_a_store_call_on_a_schema_a_revision_behind_is_schema_missing(
     assert "run: craft-operator db upgrade" in str(caught.value)
 
 
+def test_a_column_missing_from_onyxs_table_is_not_said_to_be_fixed_by_db_upgrade(
+    database: Database, store: CredentialStore
+) -> None:
+    """db upgrade migrates the operator's own tables, never Onyx's: a column Onyx's
+    schema lost (Onyx rolled back under a running operator) is Onyx's to fix."""
+    identity = SandboxIdentity("ns", "alice", "uid-alice")
+    user = database.new_user()
+    with database.engine.begin() as connection:
+        connection.execute(text("ALTER TABLE personal_access_token DROP COLUMN token_display"))
+
+    with pytest.raises(SchemaMissingError) as caught:
+        store.ensure(identity, user_id=user, tenant_id="public")
+
+    message = str(caught.value)
+    assert "Onyx's" in message
+    assert "personal_access_token" in message
+    assert "run: craft-operator db upgrade" not in message
+
+
 def test_without_auto_migration_an_unmigrated_database_is_refused(tmp_path: Path) -> None:
     settings = load_settings(
         state_dir=tmp_path,

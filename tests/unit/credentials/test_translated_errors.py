@@ -77,3 +77,42 @@ def test_a_column_sqlite_does_not_know_is_a_schema_behind_not_an_unavailable_dat
 
     assert isinstance(error, SchemaMissingError)
     assert f"a column is missing ({message}); run: craft-operator db upgrade" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("message", "sqlstate"),
+    [
+        ("column personal_access_token.token_display does not exist", "42703"),
+        ('column "scopes" of relation "personal_access_token" does not exist', "42703"),
+        ("column user.is_active does not exist", "42703"),
+        ('relation "tenant_acme.personal_access_token" does not exist', "42P01"),
+        ("no such column: personal_access_token.scopes", ""),
+        ("table personal_access_token has no column named scopes", ""),
+        ("no such table: main.user", ""),
+    ],
+)
+def test_what_onyxs_tables_lack_is_never_said_to_be_fixed_by_db_upgrade(
+    message: str, sqlstate: str
+) -> None:
+    orig = DriverError(message, sqlstate) if sqlstate else Exception(message)
+    error = raised(ProgrammingError("SELECT ...", {}, orig))
+
+    assert isinstance(error, SchemaMissingError)
+    assert "of Onyx's is missing" in str(error)
+    assert "run: craft-operator db upgrade" not in str(error)
+
+
+@pytest.mark.parametrize(
+    ("message", "sqlstate"),
+    [
+        ('column "user_id" of relation "craft_sandbox_credential" does not exist', "42703"),
+        ('relation "craft_library_sync" does not exist', "42P01"),
+        ("no such table: craft_sandbox_credential", ""),
+    ],
+)
+def test_what_the_operators_own_tables_lack_is_for_db_upgrade(message: str, sqlstate: str) -> None:
+    orig = DriverError(message, sqlstate) if sqlstate else Exception(message)
+    error = raised(ProgrammingError("SELECT ...", {}, orig))
+
+    assert isinstance(error, SchemaMissingError)
+    assert str(error).endswith("; run: craft-operator db upgrade")
