@@ -55,6 +55,7 @@ from craft_operator.client.readiness import (
     library_synced,
     pod_stopped,
     progress_of,
+    stop_refused,
 )
 from craft_operator.client.transport import APPLY_PATCH, MERGE_PATCH, RetryPolicy, Transport
 from craft_operator.client.watching import Watcher
@@ -304,7 +305,8 @@ class AsyncSandboxClient:
         stopped the pod: a status for the suspended spec that names no pod, whatever its
         phase (``Suspended``; ``Failed`` for a sandbox the platform's policy denies, whose
         pod the operator deleted then). :class:`SandboxGoneError` if the sandbox is deleted
-        meanwhile."""
+        meanwhile; :class:`SandboxFailedError` (``InvalidSpec``) if the operator cannot read
+        the spec, and so leaves the pod running."""
         suspend = self._merge(namespace, name, {"spec": {"suspend": True}})
         if not wait:
             await suspend
@@ -312,7 +314,11 @@ class AsyncSandboxClient:
         _, left = await _within(timeout, namespace, name, "Suspended", suspend)
 
         async def decide(obj: dict[str, Any] | None) -> bool | None:
-            return True if pod_stopped(progress_of(_present(obj, namespace, name))) else None
+            progress = progress_of(_present(obj, namespace, name))
+            refused = stop_refused(progress)
+            if refused is not None:
+                raise refused
+            return True if pod_stopped(progress) else None
 
         await self._watcher.until(namespace, name, decide, left, "Suspended", budget=timeout)
 

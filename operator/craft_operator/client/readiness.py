@@ -201,6 +201,21 @@ def pod_stopped(progress: Progress) -> bool:
     return progress.current and not progress.status.pod_uid
 
 
+def stop_refused(progress: Progress) -> SandboxFailedError | None:
+    """Why the operator will not stop the pod of a suspended sandbox, or ``None``: a spec
+    it cannot read (``PodReady`` ``InvalidSpec``) is acted on in no way, suspend included,
+    so its pod runs on until someone fixes the spec."""
+    if not progress.current or not progress.status.pod_uid:
+        return None
+    pod_ready = next((c for c in progress.conditions if c.type == "PodReady"), None)
+    if pod_ready is None or (pod_ready.status, pod_ready.reason) != ("False", "InvalidSpec"):
+        return None
+    report = ConditionReport(pod_ready.type, pod_ready.reason, pod_ready.message)
+    return SandboxFailedError(
+        progress.namespace, progress.name, progress.phase, report, goal="stop its pod"
+    )
+
+
 def library_failure_key(obj: Mapping[str, Any]) -> str | None:
     """The operator's record of the last library sync that retrying cannot fix, if any."""
     library = (obj.get("status") or {}).get("userLibrary") or {}

@@ -576,6 +576,25 @@ async def test_sleep_of_a_sandbox_the_policy_denies_ends_once_the_operator_saw_t
     assert await aclient.pod_name(NAMESPACE, "alice") is None
 
 
+async def test_sleep_of_a_sandbox_whose_spec_the_operator_cannot_read_fails_at_once(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    """The operator acts on no part of a spec it cannot read, suspend included: the pod
+    runs on, so waiting for it to stop would only run out the timeout."""
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID)
+    write_status(emulator, "alice", "Ready", all_true(), podName="alice", podUID="u1")
+    sleeping = asyncio.create_task(aclient.sleep(NAMESPACE, "alice", wait=True, timeout=30))
+    await watching(aclient)
+
+    invalid = {"PodReady": ("False", "InvalidSpec")}
+    write_status(emulator, "alice", "Failed", invalid, podName="alice", podUID="u1")
+
+    with pytest.raises(SandboxFailedError) as caught:
+        await asyncio.wait_for(sleeping, 5)
+    assert caught.value.reason == "InvalidSpec"
+    assert "cannot stop its pod" in str(caught.value)
+
+
 async def test_status_and_pod_name_are_typed(client: SandboxClient, emulator: KubeEmulator) -> None:
     await asyncio.to_thread(client.ensure, NAMESPACE, "alice", user_id=USER_ID)
     assert await asyncio.to_thread(client.pod_name, NAMESPACE, "alice") is None
