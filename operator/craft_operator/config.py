@@ -374,9 +374,13 @@ class Settings(BaseSettings):
     library_manifest_max_bytes: int = Field(
         default=4 * 1024 * 1024,
         ge=1024,
+        # Under the exec transport's 64 MiB cap on a command's output, which would otherwise
+        # take any manifest over it for too large, whatever this says.
+        le=32 * 1024 * 1024,
         description=(
-            "Most bytes read of the library manifest in a pod; a larger one is not trusted "
-            "and the library is copied again in full (LibraryManifestUntrusted)."
+            "Most bytes read of the library manifest in a pod (1 KiB to 32 MiB); a larger "
+            "one is not trusted and the library is copied again in full "
+            "(LibraryManifestUntrusted)."
         ),
     )
     max_pod_failures: int = Field(

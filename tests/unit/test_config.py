@@ -545,3 +545,16 @@ def test_a_sync_timeout_the_scoped_credentials_would_not_outlive_stops_the_start
     monkeypatch.delenv("CRAFT_LIBRARY_JOB_ROLE_ARN")
     monkeypatch.setenv("CRAFT_LIBRARY_SYNC_TIMEOUT", "86400")  # the shared Secret's keys last
     assert load_settings().library_sync_timeout == 86400.0
+
+
+@pytest.mark.parametrize("value", ["33554433", "67108864", "1073741824"])
+def test_a_manifest_cap_over_32_mib_stops_the_start_naming_the_setting(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    """Over the exec transport's own 64 MiB cap on output, any manifest past it would be
+    resynced in full whatever the setting said; 32 MiB leaves room for the command's own."""
+    message = settings_error(
+        monkeypatch, CRAFT_DATABASE_URL=DATABASE_URL, CRAFT_LIBRARY_MANIFEST_MAX_BYTES=value
+    )
+    assert "CRAFT_LIBRARY_MANIFEST_MAX_BYTES: " in message
+    assert "less than or equal to 33554432" in message
