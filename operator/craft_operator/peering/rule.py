@@ -68,9 +68,10 @@ def records(status: Mapping[str, Any] | None, now: datetime) -> list[PeerRecord]
             lastseen = _parse_time(info.get("lastseen"), now)
             lifetime = timedelta(seconds=int(info.get("lifetime", DEFAULT_LIFETIME)))
             priority = int(info.get("priority", 0))
-        except (TypeError, ValueError):
+            expires = lastseen + lifetime
+        except (TypeError, ValueError, OverflowError):  # past datetime's range too
             continue
-        found.append(PeerRecord(str(identity), priority, lastseen + lifetime))
+        found.append(PeerRecord(str(identity), priority, expires))
     return found
 
 

@@ -102,3 +102,19 @@ def test_the_blockers_are_the_live_peers_with_a_higher_or_equal_priority() -> No
 def test_malformed_records_are_skipped() -> None:
     status = {"a": "not a record", "b": {"priority": "high"}, "c": record(1)}
     assert [peer.identity for peer in records(status, NOW)] == ["c"]
+
+
+@pytest.mark.parametrize("lifetime", [10**20, 10**12, "1" + "0" * 400])
+def test_a_record_whose_lifetime_runs_past_any_date_is_skipped_as_malformed(
+    lifetime: object,
+) -> None:
+    """Past datetime's range (year 9999) a lifetime is no lifetime a replica writes; read,
+    it raised OverflowError out of the rule on every check."""
+    status = {
+        "huge": {**record(99), "lifetime": lifetime},
+        "last": {**record(99), "lastseen": "9999-12-31T23:59:59+00:00"},
+        "c": record(1),
+    }
+
+    assert [peer.identity for peer in records(status, NOW)] == ["c"]
+    assert evaluate(status, identity=ME, priority=PRIORITY, now=NOW).active
