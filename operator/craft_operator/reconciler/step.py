@@ -85,10 +85,13 @@ class Memory:
     #: sandbox: a cold pod whose creation is retried (a quota, say) is one cold start, not
     #: one a pass, counted when the pod is created.
     cold_start: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
-    #: The claim that went unanswered and whose pod could not be read (``ClaimUnsettled``),
-    #: per sandbox: its pool, its pod's uid and the seconds the claim took until the pass
-    #: gave up on it. It is counted if a later pass finds that pod the sandbox's.
-    unsettled_claim: dict[tuple[str, str], tuple[str, str, float]] = field(default_factory=dict)
+    #: The claims that went unanswered and whose pods could not be read (``ClaimUnsettled``),
+    #: per sandbox, the latest last (a few at most): each one's pool, its pod's uid and the
+    #: seconds the claim took until the pass gave up on it. The one whose pod a later pass
+    #: finds the sandbox's is counted.
+    unsettled_claims: dict[tuple[str, str], tuple[tuple[str, str, float], ...]] = field(
+        default_factory=dict
+    )
     #: Since when the sandbox's pod (by uid) has been seen not Ready, per sandbox: a pass
     #: stopped by an earlier row (the database down, say) marks PodReady Unknown, and the
     #: False that follows would restart the provisioning timeout's clock.

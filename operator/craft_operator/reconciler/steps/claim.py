@@ -53,6 +53,8 @@ MAX_LOOKED_AT = 16
 JOB_MODE = "LibraryJobModeNeedsColdStart"
 #: A claim went unanswered and its pod could not be read: it may have landed.
 UNSETTLED = "ClaimUnsettled"
+#: The unsettled claims remembered per sandbox: a pass makes one at most, and each backs off.
+UNSETTLED_KEPT = 4
 
 
 def wants_pool(p: Pass) -> bool:
@@ -109,10 +111,11 @@ async def claim(p: Pass) -> dict[str, Any] | Stop | None:
         claimed = await _take(p, pod, pool)
         if isinstance(claimed, Stop):
             unsettled = (pool, str(pod["metadata"].get("uid")), time.monotonic() - started)
-            p.memory.unsettled_claim[p.run.key] = unsettled
+            earlier = p.memory.unsettled_claims.get(p.run.key, ())
+            p.memory.unsettled_claims[p.run.key] = (*earlier, unsettled)[-UNSETTLED_KEPT:]
             return claimed
         if isinstance(claimed, dict):
-            p.memory.unsettled_claim.pop(p.run.key, None)  # (counted here, not as landed)
+            p.memory.unsettled_claims.pop(p.run.key, None)  # (counted here, not as landed)
             namespace = p.sandbox.metadata.namespace or ""
             seconds = time.monotonic() - started
             p.services.metrics.pool_claimed(namespace, _counted_as(p, pool), seconds)
@@ -353,24 +356,23 @@ def _cold(p: Pass, reason: str, why: str, pool: str = "") -> None:
 
 
 def count_landed(p: Pass, pod: Mapping[str, Any]) -> None:
-    """Count the claim of ``pod``, the sandbox's claimed pod, if it is the one a pass left
+    """Count the claim of ``pod``, the sandbox's claimed pod, if it is one a pass left
     unsettled (:data:`UNSETTLED`): that claim landed, though no answer said so. Once: what
     was remembered goes, whichever pod the sandbox runs on (a claim that did not land is
     no claim, and a later one that did was counted when it was written)."""
-    unsettled = p.memory.unsettled_claim.pop(p.run.key, None)
-    if unsettled is None:
-        return
-    pool, uid, seconds = unsettled
-    if pod["metadata"].get("uid") == uid:
-        namespace = p.sandbox.metadata.namespace or ""
-        p.services.metrics.pool_claimed(namespace, _counted_as(p, pool), seconds)
+    uid = pod["metadata"].get("uid")
+    for pool, claimed_uid, seconds in p.memory.unsettled_claims.pop(p.run.key, ()):
+        if claimed_uid == uid:
+            namespace = p.sandbox.metadata.namespace or ""
+            p.services.metrics.pool_claimed(namespace, _counted_as(p, pool), seconds)
+            return
 
 
 def count_cold_start(p: Pass) -> None:
     """Count the cold start said for the sandbox, by its latest reason, now that its cold
     pod was created: a sandbox whose creation was retried, under a quota say, while the
     reason changed is one cold start, and one that claimed a warm pod meanwhile is none."""
-    p.memory.unsettled_claim.pop(p.run.key, None)  # (a claim left unsettled did not count)
+    p.memory.unsettled_claims.pop(p.run.key, None)  # (a claim left unsettled did not count)
     said = p.memory.cold_start.pop(p.run.key, None)
     if said is not None:
         reason, pool = said

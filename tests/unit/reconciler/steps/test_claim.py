@@ -650,6 +650,14 @@ async def test_a_claim_that_may_have_landed_stops_the_pass_without_a_second_pod(
     assert sum(LABEL_CLAIMED_FROM in each for each in labels) == 1, "no second claim"
 
 
+async def unanswered(request: Any) -> aiohttp.web.StreamResponse | None:
+    """Every pod request fails unanswered (503): a claim's write and its read-back; nothing
+    is applied."""
+    if "/pods/" not in request.url.path:
+        return None
+    return aiohttp.web.json_response({"kind": "Status", "code": 503}, status=503)
+
+
 def claims_counted(world: World) -> tuple[float | None, float | None]:
     """The pool's claims counted, and the claim durations observed."""
     registry, where = world.services.metrics.registry, {"namespace": NAMESPACE, "pool": POOL}
@@ -694,11 +702,6 @@ async def test_a_claim_left_unsettled_that_did_not_land_is_not_counted_beside_th
     pooled.services.metrics.pool_seen(NAMESPACE, POOL)
     memory = Memory()
 
-    async def unanswered(request: Any) -> aiohttp.web.StreamResponse | None:
-        if "/pods/" not in request.url.path:
-            return None  # the claim's write and its read-back both fail; nothing is applied
-        return aiohttp.web.json_response({"kind": "Status", "code": 503}, status=503)
-
     pooled.emulator.before_request.insert(0, unanswered)
     first = await pod_pass(pooled, memory=memory, spec={"poolRef": {"name": POOL}})
     assert await pod.converge_pod(first) == Stop("ClaimUnsettled")
@@ -709,6 +712,40 @@ async def test_a_claim_left_unsettled_that_did_not_land_is_not_counted_beside_th
         again = await pod_pass(pooled, memory=memory, spec={"poolRef": {"name": POOL}})
         await pod.converge_pod(again)
         assert again.pod is not None
+
+    assert claims_counted(pooled) == (1, 1)
+
+
+async def test_of_two_unsettled_claims_in_a_row_the_one_that_landed_is_counted(
+    pooled: World,
+) -> None:
+    names = warm_pods(pooled, 2)
+    pooled.services.metrics.pool_seen(NAMESPACE, POOL)
+    memory = Memory()
+    answer_lost(pooled, pod_readable=False)
+    first = await pod_pass(pooled, memory=memory, spec={"poolRef": {"name": POOL}})
+    assert await pod.converge_pod(first) == Stop("ClaimUnsettled")
+    [landed] = [
+        name
+        for name in names
+        if LABEL_CLAIMED_FROM
+        in pooled.emulator.get("v1/pods", NAMESPACE, name)["metadata"]["labels"]
+    ]
+    pooled.emulator.before_request.pop(0)
+    # The watch lags behind: the claimed pod is out of view, the other still looks free.
+    pooled.cache.forget(kinds.POD.name, NAMESPACE, landed)
+
+    pooled.emulator.before_request.insert(0, unanswered)
+    second = await pod_pass(pooled, memory=memory, spec={"poolRef": {"name": POOL}})
+    assert await pod.converge_pod(second) == Stop("ClaimUnsettled")
+    pooled.emulator.before_request.pop(0)
+    watch_delivers(pooled, names)
+
+    for _ in range(2):  # the passes that run on the pod the first claim took
+        again = await pod_pass(pooled, memory=memory, spec={"poolRef": {"name": POOL}})
+        await pod.converge_pod(again)
+        assert again.pod is not None
+        assert again.pod["metadata"]["name"] == landed
 
     assert claims_counted(pooled) == (1, 1)
 
