@@ -1,9 +1,10 @@
 """The import rules of ARCHITECTURE.md: rooms import only rooms below them, and no module
-imports itself through a cycle."""
+imports itself through a cycle; and the table of steps it quotes."""
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -158,3 +159,20 @@ def test_nothing_outside_the_reconciler_reaches_into_its_services() -> None:
         for line in reads_of_the_reconcilers_fields(path)
     ]
     assert reaches == []
+
+
+def test_the_table_of_steps_architecture_md_quotes_is_the_reconcilers() -> None:
+    """The rows and their order as ARCHITECTURE.md shows them: it is where a newcomer reads
+    which step runs before which."""
+    from craft_operator.reconciler import table
+
+    text = (Path(__file__).resolve().parents[2] / "ARCHITECTURE.md").read_text()
+    block = re.search(r"STEPS = \((.*?)\n\s*\)\n", text, re.S)
+    assert block is not None, "ARCHITECTURE.md quotes STEPS"
+    quoted = [
+        re.findall(r"(\w+)\.STEP", line.split("#")[0])
+        for line in block.group(1).splitlines()
+        if ".STEP" in line.split("#")[0]
+    ]
+    actual = [[step.run.__module__.rsplit(".", 1)[-1] for step in row] for row in table.STEPS]
+    assert quoted == actual
