@@ -126,3 +126,17 @@ def test_a_file_changed_while_it_synced_does_not_count_towards_the_sync_error_al
     from craft_operator.library.errors import S3ObjectChangedError
 
     assert S3ObjectChangedError.reason in left_out("CraftUserLibrarySyncErrors")
+
+
+def test_the_metrics_table_names_every_cold_start_reason() -> None:
+    """On-call reads what each ``reason`` of ``craft_pool_cold_starts`` means there."""
+    from craft_operator.metrics.pools import ColdStartReason
+
+    [row] = [
+        line
+        for line in DOCS.read_text(encoding="utf-8").splitlines()
+        if line.startswith("| `craft_pool_cold_starts`")
+    ]
+    missing = [reason.value for reason in ColdStartReason if f"`{reason.value}`" not in row]
+    assert missing == []
+    assert "`Other`" in row
