@@ -13,6 +13,9 @@ costs a fraction of botocore's paginator and no thread; a bucket whose URLs boto
 or whose listing S3 refuses as if its URL were wrong, is listed by boto3 (which then says
 what is wrong, in its words).
 
+Requests go through the proxy botocore sends the client's through (:class:`_Proxies`): a
+cluster whose egress to S3 is a proxy reaches S3 on both paths, or on neither.
+
 The ETag the plan was made from is sent as ``If-Match``, so an object replaced since the
 listing is refused (412) as with boto3. Failures are the same
 :class:`~craft_operator.library.errors.S3Error` subclasses, classified by the same rules;
@@ -28,7 +31,8 @@ import re
 import ssl
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
 
 from craft_operator.daemon_threads import in_daemon_thread
 from craft_operator.library.errors import S3Error, S3UnavailableError
@@ -77,6 +81,7 @@ class ObjectFetcher:
         self._max_connections = max_connections
         self._attempts = max(1, attempts)
         self._retry_pause = retry_pause
+        self._proxies = _Proxies(client)
         self._session: aiohttp.ClientSession | None = None
 
     def _opened(self) -> aiohttp.ClientSession:
@@ -131,7 +136,9 @@ class ObjectFetcher:
             raise classify_s3_error(exc, bucket=bucket, key=key) from None
         try:
             async with self._opened().get(
-                URL(url, encoded=True), headers={"If-Match": etag}, allow_redirects=False
+                URL(url, encoded=True),
+                allow_redirects=False,
+                **self._proxies.options(url, {"If-Match": etag}),
             ) as response:
                 if response.status != 200:
                     if response.status in _SIGNER_DOUBTS:
@@ -206,7 +213,7 @@ class ObjectFetcher:
             return None
         try:
             async with self._opened().get(
-                URL(url, encoded=True), allow_redirects=False
+                URL(url, encoded=True), allow_redirects=False, **self._proxies.options(url, {})
             ) as response:
                 if response.status in _SIGNER_DOUBTS:
                     self._signer.forget(bucket)
@@ -254,6 +261,48 @@ class ObjectFetcher:
 #: no longer right (403 also answers a missing key to a reader without ListBucket: a probe
 #: more, 0.2 ms, and a GET more).
 _SIGNER_DOUBTS = frozenset({301, 307, 400, 403})
+
+
+class _Proxies:
+    """The proxy each URL goes through, by botocore's rules for ``client``: its config's
+    ``proxies`` if given, else the environment's (``HTTPS_PROXY``, ``HTTP_PROXY``) unless
+    ``NO_PROXY`` names the client's endpoint, read once as botocore reads them when it makes
+    the client; the URL's scheme picks the proxy, with botocore's ``Proxy-Authorization``
+    for a proxy URL's ``user:password@``.
+
+    Not aiohttp's ``trust_env``: it checks ``NO_PROXY`` against each URL's host rather than
+    the endpoint's, reads the environment at each request, and sends a ``~/.netrc`` login
+    for the host as ``Authorization``, which S3 refuses beside a presigned URL's own.
+    """
+
+    def __init__(self, client: S3Client) -> None:
+        from botocore.httpsession import ProxyConfiguration
+        from botocore.utils import get_environ_proxies
+
+        proxies = getattr(client.meta.config, "proxies", None)
+        if proxies is None:
+            proxies = get_environ_proxies(client.meta.endpoint_url)
+        self._config = ProxyConfiguration(proxies=proxies)
+
+    def options(self, url: str, headers: dict[str, str]) -> dict[str, Any]:
+        """aiohttp's options for a request to ``url`` with ``headers``: the proxy botocore
+        sends it through, if any, and the proxy's credentials where botocore (urllib3) puts
+        them: in the ``CONNECT`` of a tunnel for HTTPS, else in the request itself (aiohttp
+        sends its ``proxy_headers`` only in a ``CONNECT``)."""
+        from yarl import URL
+
+        proxy = self._config.proxy_url_for(url)
+        if not proxy:
+            return {"headers": headers}
+        try:
+            address = URL(proxy).with_user(None)
+        except ValueError:
+            # Its text may hold the proxy's password.
+            raise S3Error("the proxy URL for S3 requests cannot be parsed") from None
+        credentials = self._config.proxy_headers_for(proxy)
+        if urlsplit(url).scheme == "https":
+            return {"headers": headers, "proxy": address, "proxy_headers": credentials}
+        return {"headers": {**headers, **credentials}, "proxy": address}
 
 
 class _SignedHereRefusedError(Exception):
