@@ -151,6 +151,7 @@ def classify_s3_error(exc: Exception, *, bucket: str, key: str | None = None) ->
         ReadTimeoutError,
     )
     from botocore.exceptions import ConnectionError as BotoConnectionError
+    from urllib3.exceptions import HTTPError as URLLib3HTTPError
 
     where = f"s3://{bucket}/{key}" if key is not None else f"bucket {bucket!r}"
     if isinstance(exc, ClientError):
@@ -195,6 +196,11 @@ def classify_s3_error(exc: Exception, *, bucket: str, key: str | None = None) ->
     if isinstance(exc, BotoCoreError | OSError):
         # Broken streams (IncompleteRead, ResponseStreamingError) and socket errors.
         return S3UnavailableError(f"S3 failed while reading {where}: {exc}")
+    if isinstance(exc, URLLib3HTTPError):
+        # What botocore lets through from urllib3 unwrapped: a TLS error in a streamed
+        # body, a read timeout on an error answer's body. Its text names the connection
+        # pool or the URL, presigned query and all: its type says enough.
+        return S3UnavailableError(f"S3 failed while reading {where}: {type(exc).__name__}")
     # Anything else is no error of S3's: its text is nobody's to trust with a secret.
     return S3Error(f"S3 request for {where} failed: {type(exc).__name__}")
 
@@ -240,8 +246,9 @@ def _classified(bucket: str, key: str | None = None) -> Iterator[None]:
         raise
     except Exception as exc:
         from botocore.exceptions import BotoCoreError, ClientError
+        from urllib3.exceptions import HTTPError as URLLib3HTTPError
 
-        if not isinstance(exc, BotoCoreError | ClientError | OSError):
+        if not isinstance(exc, BotoCoreError | ClientError | OSError | URLLib3HTTPError):
             raise
         raise classify_s3_error(exc, bucket=bucket, key=key) from exc
 

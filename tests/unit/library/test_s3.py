@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import io
+import ssl
+from typing import Any
+
 import pytest
+import urllib3.exceptions
 from botocore.exceptions import (
     ClientError,
     EndpointConnectionError,
     HTTPClientError,
     NoCredentialsError,
 )
+from botocore.response import StreamingBody
+from urllib3.response import HTTPResponse
 
 from craft_operator.library.errors import (
     S3AccessDeniedError,
@@ -17,7 +25,7 @@ from craft_operator.library.errors import (
     S3ObjectChangedError,
     S3UnavailableError,
 )
-from craft_operator.library.s3 import S3ObjectStore, classify_s3_error
+from craft_operator.library.s3 import S3ObjectStore, classify_s3_error, make_s3_client
 
 from .conftest import Bucket
 
@@ -161,3 +169,93 @@ def test_a_vanished_object_counts_as_changed_only_when_reading_it() -> None:
 
     assert isinstance(classify_s3_error(gone, bucket="b", key="k"), S3ObjectChangedError)
     assert not isinstance(classify_s3_error(gone, bucket="b"), S3ObjectChangedError)
+
+
+@UNIT
+@pytest.mark.parametrize(
+    "error",
+    [
+        urllib3.exceptions.SSLError("[SSL: DECRYPTION_FAILED_OR_BAD_RECORD_MAC] canary"),
+        urllib3.exceptions.ReadTimeoutError(
+            None,  # type: ignore[arg-type]
+            "/files/k?X-Amz-Signature=canary",
+            "Read timed out. (read timeout=30)",
+        ),
+    ],
+)
+def test_urllib3s_own_errors_are_retryable_and_said_by_their_type_only(
+    error: Exception,
+) -> None:
+    """botocore lets some through unwrapped; their text may quote a presigned URL."""
+    classified = classify_s3_error(error, bucket="files", key="k")
+
+    assert isinstance(classified, S3UnavailableError)
+    assert type(error).__name__ in str(classified)
+    assert "canary" not in str(classified)
+
+
+class TlsBreaksAfterFourBytes(io.RawIOBase):
+    """A connection whose TLS record layer fails after the first four bytes of a body."""
+
+    def __init__(self) -> None:
+        self._sent = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._sent:
+            raise ssl.SSLError(1, "[SSL: DECRYPTION_FAILED_OR_BAD_RECORD_MAC]")
+        self._sent = True
+        buffer[:4] = b"abcd"
+        return 4
+
+
+@UNIT
+def test_a_large_file_whose_tls_breaks_mid_read_is_s3_unavailable() -> None:
+    """urllib3 raises its own SSLError there, which botocore's streamed body passes on."""
+    client = make_s3_client(endpoint_url="http://127.0.0.1:9", region="us-east-1")
+    raw = HTTPResponse(
+        body=io.BufferedReader(TlsBreaksAfterFourBytes()),
+        headers={"Content-Length": "1000"},
+        status=200,
+        preload_content=False,
+        decode_content=False,
+    )
+    client.get_object = lambda **_: {"Body": StreamingBody(raw, 1000)}  # type: ignore[method-assign,assignment,misc]
+    body = S3ObjectStore(client).open_object("files", "k", '"etag"')
+    assert body.read(4) == b"abcd"
+
+    with pytest.raises(S3UnavailableError) as raised:
+        body.read(1024)
+    assert "SSLError" in str(raised.value)
+
+
+@S3
+async def test_an_error_answer_whose_body_stalls_is_s3_unavailable() -> None:
+    """GetObject streams its body, so botocore reads an error answer's body where urllib3's
+    errors are not wrapped: a 503 whose body stalls past the read timeout raises
+    urllib3's own ReadTimeoutError."""
+    answered = asyncio.Event()
+
+    async def stall(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\n"
+            b"Content-Length: 500\r\n\r\n<Error><Code>SlowDown</Code>"
+        )
+        await writer.drain()
+        await answered.wait()
+        writer.close()
+
+    server = await asyncio.start_server(stall, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = make_s3_client(
+        endpoint_url=f"http://127.0.0.1:{port}", region="us-east-1", max_attempts=1, read_timeout=1
+    )
+    try:
+        with pytest.raises(S3UnavailableError):
+            await asyncio.to_thread(S3ObjectStore(client).open_object, "files", "k", '"etag"')
+    finally:
+        answered.set()
+        server.close()
