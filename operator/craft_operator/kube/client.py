@@ -11,7 +11,6 @@ import asyncio
 import base64
 import collections
 import contextlib
-import json
 import ssl
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -270,15 +269,20 @@ class KubeClient:
                         self.unauthorized.set()
                     error = api_error(response.status, raw.decode(errors="replace"))
                     raise withhold_quoted_secrets(error, path, body)
-                answer = jsonio.loads(raw) if raw else {}
+                # A deletion's answer is an object only its callers that find one use.
+                answer = {} if not raw and method == "DELETE" else jsonio.loads(raw)
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise ApiError(0, "Unreachable", f"{method} {path}: {type(exc).__name__}") from None
         except ValueError:
-            # E.g. a proxy in the way answering with HTML; status 0 like other transport trouble.
+            # E.g. a proxy in the way answering with HTML, or with nothing; status 0 like
+            # other transport trouble.
             raise ApiError(
                 0, "InvalidResponse", f"{method} {path}: the answer is not JSON"
             ) from None
-        if method in WRITES and isinstance(answer, dict):
+        if not isinstance(answer, dict):
+            # Every answer of the API server is an object (a Status, at the least).
+            raise ApiError(0, "InvalidResponse", f"{method} {path}: the answer is not an object")
+        if method in WRITES:
             self._remember_written(answer)
         return answer
 
@@ -433,7 +437,7 @@ def api_error(status: int, text: str) -> ApiError:
     """The typed error of an answer with ``status`` and body ``text``."""
     reason, message, details = "Error", text[:500], None
     try:
-        payload = json.loads(text)
+        payload = jsonio.loads(text)
         reason = str(payload.get("reason") or reason)
         message = str(payload.get("message") or message)[:1000]
         found = payload.get("details")

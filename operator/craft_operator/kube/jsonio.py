@@ -18,11 +18,17 @@ import orjson
 
 
 def loads(data: bytes | str) -> Any:
-    """The decoded JSON; raises :class:`ValueError` (``json.JSONDecodeError``) if it is not."""
+    """The decoded JSON; raises :class:`ValueError` (``json.JSONDecodeError``) if it is not,
+    or if it nests deeper than the standard library's recursion reads."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
+        pass
+    try:
         return json.loads(data)
+    except RecursionError:
+        # orjson stops at 1,024 levels, the standard library at the interpreter's limit.
+        raise ValueError("JSON nested too deeply") from None
 
 
 def dumps(value: Any) -> bytes:

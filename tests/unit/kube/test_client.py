@@ -307,6 +307,54 @@ async def test_a_success_answer_that_is_not_json_is_a_retryable_api_error(
     assert "GET /api/v1/namespaces/craft-sandboxes/configmaps/a" in caught.value.message
 
 
+#: JSON nested past what any decoder reads (as a broken proxy or a hostile one may send).
+TOO_DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["", "null", "[]", '"ok"', TOO_DEEP],
+    ids=["empty", "null", "list", "string", "too-deep"],
+)
+async def test_a_success_answer_that_is_no_object_is_a_retryable_api_error(
+    kube: KubeClient, answer_with: Any, body: str
+) -> None:
+    """Every caller reads an object out of a success: anything else is a proxy's doing."""
+    answer_with(200, body)
+    with pytest.raises(ApiError) as caught:
+        await kube.get(CONFIGMAPS, NAMESPACE, "a")
+    assert (caught.value.status, caught.value.reason) == (0, "InvalidResponse")
+    assert caught.value.retryable
+    assert "GET /api/v1/namespaces/craft-sandboxes/configmaps/a" in caught.value.message
+
+
+async def test_a_list_whose_answer_is_no_object_is_a_retryable_api_error(
+    kube: KubeClient, answer_with: Any
+) -> None:
+    answer_with(200, "null")
+    with pytest.raises(ApiError) as caught:
+        await kube.list(CONFIGMAPS, NAMESPACE)
+    assert caught.value.reason == "InvalidResponse"
+
+
+async def test_an_empty_answer_to_a_delete_is_no_object_and_no_error(
+    kube: KubeClient, answer_with: Any
+) -> None:
+    """The callers of a deletion look for the object in its answer, and do without."""
+    answer_with(200, "")
+    assert await kube.delete(CONFIGMAPS, NAMESPACE, "a") == {}
+
+
+async def test_an_error_body_nested_too_deeply_becomes_the_message(
+    kube: KubeClient, answer_with: Any
+) -> None:
+    answer_with(500, TOO_DEEP)
+    with pytest.raises(ApiError) as caught:
+        await kube.get(CONFIGMAPS, NAMESPACE, "a")
+    assert (caught.value.status, caught.value.reason) == (500, "Error")
+    assert caught.value.message == TOO_DEEP[:500]
+
+
 async def test_an_unreachable_server_is_a_retryable_api_error_with_status_0() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -35,6 +35,12 @@ def test_what_is_not_json_raises_the_standard_librarys_error() -> None:
         jsonio.loads(b"<html>a proxy</html>")
 
 
+def test_json_nested_too_deeply_raises_a_value_error_as_other_refusals() -> None:
+    """Not the standard library's RecursionError, which its callers do not expect."""
+    with pytest.raises(ValueError, match="nested too deeply"):
+        jsonio.loads(b"[" * 100_000 + b"]" * 100_000)
+
+
 def test_encoding_is_compact_utf8_and_falls_back_for_what_orjson_refuses() -> None:
     assert jsonio.dumps({"a": [1, "é"]}) == '{"a":[1,"é"]}'.encode()
     assert json.loads(jsonio.dumps({"big": 2**70, 1: "x"})) == {"big": 2**70, "1": "x"}
