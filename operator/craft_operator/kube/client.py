@@ -46,6 +46,11 @@ RETIRED_SESSION_GRACE = 600.0
 #: Objects per page of a list: a relist of 10,000 sandboxes' objects holds one page at a
 #: time, as kopf's own lists do.
 LIST_PAGE_SIZE = 500
+#: How many times a list starts again when its continue token expired (410) before the
+#: expiry is the list's failure, which its callers back off from: a server that refuses
+#: every token (an aggregated API, a proxy that keeps no state) would otherwise be listed
+#: again as fast as it answers, for ever.
+LIST_RESTARTS = 3
 
 
 #: Answers meaning the API server is away: none (refused, cut, timed out), too busy or not
@@ -320,21 +325,22 @@ class KubeClient:
         """The objects of a list, fetched ``page_size`` at a time: a caller that keeps less
         than each object (the cache) never holds more than one page of whole objects.
 
-        A continue token that expired (410) mid-way starts the list again; the objects
-        already given are given again (in their newer version, if they changed).
+        A continue token that expired (410) mid-way starts the list again, up to
+        :data:`LIST_RESTARTS` times (then the 410 is raised); the objects already given
+        are given again (in their newer version, if they changed).
         """
         params = {"limit": str(page_size)}
         if label_selector:
             params["labelSelector"] = label_selector
-        token = ""
+        token, restarts = "", 0
         while True:
             page = {**params, "continue": token} if token else params
             try:
                 answer = await self.request("GET", kind.path(namespace), params=page)
             except ApiError as exc:
-                if exc.status != 410 or not token:
+                if exc.status != 410 or not token or restarts == LIST_RESTARTS:
                     raise
-                token = ""
+                token, restarts = "", restarts + 1
                 continue
             for obj in answer.get("items") or []:
                 yield obj

@@ -16,6 +16,7 @@ from craft_operator import __version__
 from craft_operator.kube.client import (
     CONFIGMAPS,
     JOBS,
+    LIST_RESTARTS,
     PODS,
     RETIRED_SESSION_GRACE,
     SANDBOXES,
@@ -132,6 +133,20 @@ async def test_an_expired_continue_token_starts_the_list_again(
 
     assert found == ["a", "b", "a", "b", "c"]
     assert [query.get("continue") for query in asked] == [None, "t1", None]
+
+
+async def test_a_list_whose_continue_tokens_always_expire_fails_after_a_few_restarts(
+    kube: KubeClient, emulator: KubeEmulator
+) -> None:
+    """A server that refuses every token (an aggregated API, a proxy that keeps no state):
+    the expiry is the list's failure, which its callers back off from."""
+    asked = serve_list_pages(emulator, [(["a"], "t1"), 410] * (LIST_RESTARTS + 2))
+
+    with pytest.raises(ApiError) as caught:
+        await kube.list(CONFIGMAPS, NAMESPACE)
+
+    assert caught.value.status == 410
+    assert [query.get("continue") for query in asked] == [None, "t1"] * (LIST_RESTARTS + 1)
 
 
 async def test_a_merge_patch_changes_only_what_it_names(kube: KubeClient) -> None:
