@@ -53,6 +53,11 @@ URL_LIFETIME = 300
 ERROR_BODY_BYTES = 16 * 1024
 #: The most bytes a listing page may take: 1,000 keys of 1,024 characters, URL-encoded.
 LISTING_PAGE_BYTES = 8 * 1024 * 1024
+#: The most listing pages without an object, each with a new continuation token, that a
+#: listing follows: S3 answers some where it passes over many delete markers, and a store
+#: that answered nothing else would be listed until the sync's deadline (every page with
+#: an object brings the listing closer to its limit).
+LISTING_EMPTY_PAGES = 1000
 READ_CHUNK = 256 * 1024
 _CODE = re.compile(rb"<Code>([^<]{1,128})</Code>")
 _MESSAGE = re.compile(rb"<Message>([^<]{1,512})</Message>")
@@ -167,6 +172,7 @@ class ObjectFetcher:
         objects: list[S3Object] = []
         tokens: set[str] = set()
         token: str | None = None
+        empty_pages = 0
         while True:
             params = [("prefix", prefix)]
             if token is not None:
@@ -181,6 +187,13 @@ class ObjectFetcher:
                 return objects[: limit + 1]
             if page.next_token is None:
                 return objects
+            empty_pages += 0 if page.objects else 1
+            if empty_pages == LISTING_EMPTY_PAGES:
+                raise S3Error(
+                    f"S3 answered {empty_pages} listing pages of bucket {bucket!r} without an "
+                    "object, each with more to come",
+                    retryable=True,
+                )
             if page.next_token in tokens:
                 raise S3Error(
                     f"S3 repeated a continuation token while listing bucket {bucket!r}",

@@ -200,6 +200,44 @@ async def test_a_listing_that_comes_back_to_an_earlier_page_is_stopped(stand_in_
     assert raised.value.retryable
 
 
+async def test_a_listing_of_empty_pages_with_new_tokens_for_ever_is_stopped(
+    stand_in_s3: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(s3_fetch, "LISTING_EMPTY_PAGES", 5)
+    asked: list[str] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        asked.append(request.query.get("continuation-token", ""))
+        return listing(page([], token=f"t{len(asked)}"))
+
+    store = store_for(await stand_in_s3(answer))
+    try:
+        with pytest.raises(S3Error, match="5 listing pages of bucket 'files' without") as raised:
+            await store.list_objects_on_loop("files", "p/")
+    finally:
+        await store.close()
+    assert raised.value.retryable
+    assert asked == ["", "t1", "t2", "t3", "t4"]
+
+
+async def test_empty_pages_before_the_objects_are_followed(
+    stand_in_s3: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S3 answers some where it passes over many delete markers."""
+    monkeypatch.setattr(s3_fetch, "LISTING_EMPTY_PAGES", 5)
+    pages = [page([], token="t1"), page([], token="t2"), page(["p/a"], token="t3"), page([])]
+
+    async def answer(request: web.Request) -> web.Response:
+        return listing(pages.pop(0))
+
+    store = store_for(await stand_in_s3(answer))
+    try:
+        found = await store.list_objects_on_loop("files", "p/")
+    finally:
+        await store.close()
+    assert [obj.key for obj in found or []] == ["p/a"]
+
+
 async def test_a_listing_page_past_its_size_is_refused_before_it_is_parsed(
     stand_in_s3: Serve, monkeypatch: pytest.MonkeyPatch
 ) -> None:
