@@ -27,6 +27,7 @@ from tests.integration.helpers import (
     sandbox,
     status,
 )
+from tests.integration.test_drift import ready_sandbox
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually, running_operator
 from tests.support.pod_exec import EmulatedPodExec, mark_pod_running
@@ -233,6 +234,22 @@ async def test_a_spec_the_api_server_let_through_but_the_operator_cannot_read_is
     assert condition(emulator, "alice", "PodReady")["reason"] == "InvalidSpec"
     assert said.count("InvalidSpec") == 1
     assert pod(emulator, "alice") is None
+
+
+async def test_a_status_field_the_operator_cannot_read_leaves_a_ready_sandbox_ready(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    """The CRD's date-time admits an offset of +24:00 (or the year 0000) that the model
+    does not read: written by another operator version, or anyone with status access, it
+    is removed by the next status patch; the sandbox is not Failed for it."""
+    await ready_sandbox(emulator)
+    unreadable = {"wokeAt": "2024-01-01T00:00:00+24:00"}
+
+    emulator.patch(SANDBOXES, NAMESPACE, "alice", {"status": unreadable}, subresource="status")
+
+    await eventually(lambda: "wokeAt" not in status(emulator, "alice"), what="wokeAt removed")
+    assert status(emulator, "alice")["phase"] == "Ready"
+    assert condition(emulator, "alice", "PodReady")["status"] == "True"
 
 
 async def test_a_database_outage_keeps_the_sandbox_pending_and_is_retried_with_backoff(

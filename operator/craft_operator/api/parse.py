@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from craft_operator.api.base import STORED
 from craft_operator.api.models import CraftSandbox
+from craft_operator.api.status_codec import parse_status
 
 
 class InvalidSandboxError(ValueError):
@@ -27,8 +28,16 @@ def describe_validation_error(error: ValidationError) -> str:
 
 def parse_sandbox(body: Mapping[str, Any]) -> CraftSandbox:
     """Validate a CraftSandbox body the API server stored; raise :class:`InvalidSandboxError`
-    with a readable message."""
+    with a readable message.
+
+    Only the spec (and metadata) can make it invalid: the status is read leniently, as
+    :func:`~craft_operator.api.status_codec.parse_status` reads it, a field this operator
+    cannot read left out. Another version of the operator, or anyone allowed to write the
+    status, may store one the CRD admits (any ``date-time``) and the model does not.
+    """
+    status, _ = parse_status(body.get("status"))
     try:
-        return CraftSandbox.model_validate(dict(body), context=STORED)
+        sandbox = CraftSandbox.model_validate({**body, "status": {}}, context=STORED)
     except ValidationError as exc:
         raise InvalidSandboxError(describe_validation_error(exc)) from None
+    return sandbox.model_copy(update={"status": status})

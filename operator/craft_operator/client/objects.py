@@ -8,7 +8,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from craft_operator.api.base import STORED
 from craft_operator.api.models import (
     API_VERSION,
     GROUP,
@@ -21,8 +20,7 @@ from craft_operator.api.models import (
     UserRef,
     Workspace,
 )
-from craft_operator.api.parse import describe_validation_error
-from craft_operator.api.status_codec import parse_status
+from craft_operator.api.parse import InvalidSandboxError, describe_validation_error, parse_sandbox
 from craft_operator.client.errors import InvalidSpecError
 
 
@@ -71,14 +69,10 @@ def apply_body(
 
 def to_model(obj: Mapping[str, Any]) -> CraftSandbox:
     """The typed sandbox; the status parsed leniently, as the operator reads it."""
-    status, _ = parse_status(obj.get("status"))
     try:
-        sandbox = CraftSandbox.model_validate({**obj, "status": {}}, context=STORED)
-    except ValidationError as exc:
-        raise InvalidSpecError(
-            f"the stored CraftSandbox is not valid: {describe_validation_error(exc)}"
-        ) from None
-    return sandbox.model_copy(update={"status": status})
+        return parse_sandbox(obj)
+    except InvalidSandboxError as exc:
+        raise InvalidSpecError(f"the stored CraftSandbox is not valid: {exc}") from None
 
 
 def sandbox_path(namespace: str, name: str | None = None) -> str:

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from craft_operator.api.models import CraftSandbox
 from craft_operator.api.parse import InvalidSandboxError, parse_sandbox
+from craft_operator.api.status_codec import dump_status
 from craft_operator.client.objects import to_model
 from tests.support.crd_validation import validate_create
 from tests.unit.api.samples import USER_ID, sandbox
@@ -96,3 +97,38 @@ def test_the_same_server_url_in_a_new_object_is_refused_by_the_crd_and_the_model
 def test_a_stored_server_url_no_crd_admitted_is_still_invalid(url: str) -> None:
     with pytest.raises(InvalidSandboxError, match="serverURL must be an http:// or https://"):
         parse_sandbox(with_spec(serverURL=url))
+
+
+#: Stored status fields the CRD admits (its ``date-time`` format takes an offset of +24:00
+#: and the year 0000) that the model cannot read.
+UNREADABLE_STATUSES = [
+    {"sleepingSince": "2024-01-01T00:00:00+24:00"},
+    {"wokeAt": "0000-01-01T00:00:00Z"},
+    {"credentials": {"expiresAt": "0000-01-01T00:00:00Z"}},
+    {
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "Ready",
+                "lastTransitionTime": "0000-01-01T00:00:00Z",
+            }
+        ]
+    },
+]
+
+
+@pytest.mark.parametrize("status", UNREADABLE_STATUSES)
+def test_a_stored_status_the_model_cannot_read_does_not_make_the_sandbox_invalid(
+    status: dict[str, Any],
+) -> None:
+    stored = {**with_spec(), "status": {"phase": "Ready", "podName": "alice", **status}}
+    for read in (parse_sandbox(stored), to_model(stored)):
+        assert read.spec.user.id == USER_ID
+        assert dump_status(read.status) == {"phase": "Ready", "podName": "alice"}
+
+
+def test_a_stored_spec_the_model_cannot_read_is_still_invalid_beside_any_status() -> None:
+    stored = {**with_spec(idleTimeout="30s"), "status": {"sleepingSince": "not a time"}}
+    with pytest.raises(InvalidSandboxError, match=r"^spec\.idleTimeout: [^;]*$"):
+        parse_sandbox(stored)
