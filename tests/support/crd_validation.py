@@ -218,15 +218,27 @@ def go_duration(value: Any) -> celtypes.DurationType:
     return celtypes.DurationType(seconds, rest)
 
 
+#: A quantity's unit in :class:`CelQuantity`: Kubernetes reads quantities to the nano.
+NANOS = 10**9
+
+
 class CelQuantity(celtypes.IntType):
     """A Kubernetes quantity in CEL (its ``quantity()`` library), compared by value.
 
-    cel-python has no such library; the value is kept in milli-units as an integer, which
-    orders quantities exactly as ``resource.Quantity.Cmp`` does for every size a volume has.
+    cel-python has no such library; the value is kept in nano-units as an integer: Kubernetes
+    reads a quantity to the nano, a finer one rounded up (as ``parse_quantity`` does), so
+    this orders quantities exactly as ``resource.Quantity.Cmp`` does. It is compared and
+    added only by the functions below, never by CEL's int64 arithmetic, so it may exceed
+    int64 (8Pi is about 9e24 nanos).
     """
 
     def __new__(cls, value: Any) -> CelQuantity:
-        return super().__new__(cls, int(parse_quantity(str(value)) * 1000))
+        return cls.of_nanos(int(parse_quantity(str(value)) * NANOS))
+
+    @classmethod
+    def of_nanos(cls, nanos: int) -> CelQuantity:
+        """The quantity of ``nanos`` nano-units (past IntType's int64 check)."""
+        return int.__new__(cls, nanos)
 
 
 def cel_is_quantity(value: Any) -> celtypes.BoolType:
@@ -255,8 +267,8 @@ def cel_is_greater_than(left: Any, right: Any) -> celtypes.BoolType:
 
 def cel_add(left: Any, right: Any) -> CelQuantity:
     """CEL ``<quantity>.add(<quantity>)`` and ``<quantity>.add(<int>)``."""
-    milli = int(right) if isinstance(right, CelQuantity) else int(right) * 1000
-    return celtypes.IntType.__new__(CelQuantity, int(left) + milli)
+    nanos = int(right) if isinstance(right, CelQuantity) else int(right) * NANOS
+    return CelQuantity.of_nanos(int(left) + nanos)
 
 
 def cel_sum(values: Any) -> Any:

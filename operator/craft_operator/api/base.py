@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from decimal import Context, Decimal
+from decimal import ROUND_UP, Context, Decimal
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchema
@@ -152,18 +152,32 @@ _SUFFIXES: dict[str, Decimal] = {
     **{f"{prefix}i": Decimal(2 ** (10 * power)) for power, prefix in enumerate("KMGTPE", 1)},
 }
 _NUMBER = re.compile(r"[+-]?[0-9.]+")
+_NANO = Decimal("1e-9")
+_NANO_EXPONENT = -9
+
+
+def scaled_quantity(number: Decimal, scale: Decimal) -> Decimal:
+    """``number`` times ``scale`` (a suffix's) as Kubernetes reads it: to the nano, a finer
+    value rounded up, away from zero (``resource.ParseQuantity`` and CEL's ``quantity()``;
+    ``0.9999999999`` is 1), so a value compares as the API server compares it."""
+    value = _DECIMAL.multiply(number, scale)
+    exponent = value.as_tuple().exponent
+    if isinstance(exponent, int) and exponent < _NANO_EXPONENT:
+        return value.quantize(_NANO, rounding=ROUND_UP, context=_DECIMAL)
+    return value
 
 
 def quantity_value(text: str) -> Decimal:
-    """The exact value of a quantity matching :data:`QUANTITY_PATTERN` (else ``ValueError``)."""
+    """The value of a quantity matching :data:`QUANTITY_PATTERN` (else ``ValueError``), as
+    Kubernetes reads it: to the nano (see :func:`scaled_quantity`)."""
     if len(text) > QUANTITY_MAX_LENGTH or not re.fullmatch(QUANTITY_PATTERN, text):
         raise ValueError(f"{text[:QUANTITY_MAX_LENGTH]!r} is not a Kubernetes quantity")
     number = _NUMBER.match(text)
     assert number is not None  # the pattern starts with one
     value, suffix = Decimal(number.group()), text[number.end() :]
     if suffix in _SUFFIXES:
-        return _DECIMAL.multiply(value, _SUFFIXES[suffix])
-    return value.scaleb(int(suffix[1:]), _DECIMAL)  # an exponent: e3, E-2
+        return scaled_quantity(value, _SUFFIXES[suffix])
+    return scaled_quantity(value, Decimal(1).scaleb(int(suffix[1:])))  # an exponent: e3, E-2
 
 
 def check_quantity(value: int | str, field: str = "a quantity", *, minimum: int = 0) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
 
+from craft_operator.api.base import scaled_quantity
 from craft_operator.api.constants import is_extended_resource
 
 _SUFFIXES: dict[str, Decimal] = {
@@ -33,7 +34,8 @@ LARGEST = Decimal(2**63 - 1)
 
 
 def parse_quantity(value: int | str) -> Decimal:
-    """The numeric value of a quantity (``500m`` -> 0.5, ``2Gi`` -> 2147483648).
+    """The numeric value of a quantity (``500m`` -> 0.5, ``2Gi`` -> 2147483648), as
+    Kubernetes reads it: to the nano, a finer one rounded up (``0.9999999999`` -> 1).
 
     Raises ``ValueError`` for text that is no quantity, and for one larger than Kubernetes
     allows (``1e999999999`` would otherwise overflow the arithmetic itself).
@@ -49,7 +51,7 @@ def parse_quantity(value: int | str) -> Decimal:
             parsed = Decimal(number)
             if parsed.adjusted() > LARGEST.adjusted() + 1:
                 raise ValueError(f"{value!r} is larger than Kubernetes allows (2^63-1)")
-            parsed *= _SUFFIXES[suffix or ""]
+            parsed = scaled_quantity(parsed, _SUFFIXES[suffix or ""])
         except InvalidOperation:
             raise ValueError(f"{value!r} is not a Kubernetes quantity") from None
     if abs(parsed) > LARGEST:
@@ -79,8 +81,9 @@ def canonical_quantity(value: str, *, by_value: bool = False) -> str:
     """The quantity as the API server stores it (``0.5`` -> ``500m``, ``2048Mi`` -> ``2Gi``,
     ``1000m`` -> ``1``): a binary suffix stays binary where the value allows, else the
     largest decimal suffix whose number is whole (``1e3`` too, which the server keeps as
-    written: equal values still compare equal). Text that is no quantity, or finer than a
-    nano, is returned as it is; see :func:`canonical_resources` for CPU.
+    written: equal values still compare equal). Text that is no quantity is returned as it
+    is; a value finer than a nano is first rounded up to one, as Kubernetes reads it; see
+    :func:`canonical_resources` for pod resources (rounded up to thousandths).
 
     ``by_value``: one form per value, however it was spelled (``4294967296`` and ``4Gi``
     are both ``4Gi``, ``2000M`` and ``1953125Ki`` both ``2G``): the shorter of its binary

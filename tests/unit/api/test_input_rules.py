@@ -163,6 +163,30 @@ def test_the_model_reads_a_quantity_s_exact_value(text: str, value: Decimal) -> 
 
 
 @pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("0.9999999999", Decimal(1)),
+        ("1.0000000001Gi", Decimal("1073741824.107374183")),
+        ("1e-10", Decimal("1e-9")),
+        ("999999999999e-21", Decimal("1e-9")),
+    ],
+)
+def test_the_model_reads_a_quantity_finer_than_a_nano_rounded_up_as_kubernetes_does(
+    text: str, value: Decimal
+) -> None:
+    assert quantity_value(text) == value
+
+
+@pytest.mark.parametrize("size", ["0.9999999999", "0.9999999999999999", "999999999.1n"])
+def test_a_size_kubernetes_rounds_up_to_a_byte_is_admitted_by_the_crd_and_the_model(
+    size: str,
+) -> None:
+    # CEL's quantity() reads it to the nano, rounded up: at least 1.
+    assert_admitted(with_spec(workspace={"size": size}))
+    assert_admitted(with_spec(userLibrary={"mode": "Job", "size": size}))
+
+
+@pytest.mark.parametrize(
     ("value", "minimum", "accepted"),
     [
         ("1Ki", 1, True),
@@ -395,13 +419,24 @@ def test_a_request_above_its_limit_is_rejected_at_admission(resources: dict[str,
         {"requests": {"cpu": 1, "memory": "2Gi"}, "limits": {"cpu": "1500m", "memory": "8Gi"}},
         {"requests": {"memory": "20Gi"}},  # the limit comes from the settings and follows it
         {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": 1}},
+        {"requests": {"cpu": "1"}, "limits": {"cpu": "0.9999999999999999"}},
+        {"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": "0.9999999995"}},
         {"limits": {"hugepages-2Mi": "4Mi"}},
         {
             "requests": {"example.kubernetes.io/widget": 1},
             "limits": {"example.kubernetes.io/widget": 2},
         },
     ],
-    ids=["equal", "below", "no-limit", "gpu-equal", "hugepages-limit-only", "native-prefixed"],
+    ids=[
+        "equal",
+        "below",
+        "no-limit",
+        "gpu-equal",
+        "equal-to-the-nano",
+        "gpu-equal-to-the-nano",
+        "hugepages-limit-only",
+        "native-prefixed",
+    ],
 )
 def test_a_request_at_or_below_its_limit_is_admitted(resources: dict[str, Any]) -> None:
     assert_admitted(with_spec(resources=resources))

@@ -144,6 +144,26 @@ def test_a_request_equal_to_a_spec_limit_is_fine(
     assert resources_for(sandbox, settings)["limits"]["cpu"] == "2"
 
 
+@pytest.mark.parametrize(
+    "resources",
+    [
+        {"requests": {"cpu": "1"}, "limits": {"cpu": str(0.7 + 0.2 + 0.1)}},
+        {"requests": {"memory": "3"}, "limits": {"memory": "2.9999999999"}},
+        {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "0.9999999995"}},
+    ],
+    ids=["cpu", "memory", "device"],
+)
+def test_a_limit_equal_to_its_request_at_kubernetes_precision_is_fine(
+    make_sandbox: MakeSandbox, settings: Settings, resources: dict[str, Any]
+) -> None:
+    """Kubernetes reads a quantity to the nano, a finer one rounded up (0.9999999999999999
+    is 1): the CRD admits these, and the pod API stores each limit as its request."""
+    assert resources_for(make_sandbox(resources=resources), settings)["limits"] == {
+        **settings.sandbox_resources["limits"],
+        **resources["limits"],
+    }
+
+
 def test_a_request_above_a_limit_the_spec_sets_is_invalid_resources(
     make_sandbox: MakeSandbox, settings: Settings
 ) -> None:

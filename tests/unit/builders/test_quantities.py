@@ -63,6 +63,25 @@ def test_decimal_exponents_are_accepted(text: str, value: Decimal) -> None:
     assert parse_quantity(text) == value
 
 
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        (str(0.7 + 0.2 + 0.1), Decimal(1)),  # 0.9999999999999999: a float's sum
+        ("2.9999999999", Decimal(3)),
+        ("1.0000000001", Decimal("1.000000001")),
+        ("0.1n", Decimal("1e-9")),
+        ("1e-20", Decimal("1e-9")),
+        ("0.0000000001Ki", Decimal("0.000000103")),
+        ("-0.0000000001", Decimal("-1e-9")),  # away from zero, as Kubernetes rounds
+        ("0.00000000000", Decimal(0)),
+    ],
+)
+def test_a_quantity_finer_than_a_nano_is_rounded_up_to_one_as_kubernetes_reads_it(
+    text: str, value: Decimal
+) -> None:
+    assert parse_quantity(text) == value
+
+
 def test_a_bare_capital_e_is_the_exa_suffix_not_an_exponent() -> None:
     assert parse_quantity("1E") == Decimal(10**18)
 
