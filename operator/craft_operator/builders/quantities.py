@@ -49,7 +49,8 @@ def parse_quantity(value: int | str) -> Decimal:
         number, suffix = match.groups()
         try:
             parsed = Decimal(number)
-            if parsed.adjusted() > LARGEST.adjusted() + 1:
+            # A zero is zero whatever its exponent (0e999): only a nonzero one is too large.
+            if parsed and parsed.adjusted() > LARGEST.adjusted() + 1:
                 raise ValueError(f"{value!r} is larger than Kubernetes allows (2^63-1)")
             parsed = scaled_quantity(parsed, _SUFFIXES[suffix or ""])
         except InvalidOperation:

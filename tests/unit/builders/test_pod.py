@@ -164,6 +164,16 @@ def test_a_limit_equal_to_its_request_at_kubernetes_precision_is_fine(
     }
 
 
+@pytest.mark.parametrize("zero", ["0e20", "0e999", "0.0e999"])
+def test_a_zero_written_with_a_large_exponent_is_a_zero_limit(
+    make_sandbox: MakeSandbox, settings: Settings, zero: str
+) -> None:
+    """The CRD admits it (its value is 0) and the pod API stores it as 0."""
+    sandbox = make_sandbox(resources={"requests": {"cpu": zero}, "limits": {"memory": zero}})
+    resources = resources_for(sandbox, settings)
+    assert (resources["requests"]["cpu"], resources["limits"]["memory"]) == (zero, zero)
+
+
 def test_a_request_above_a_limit_the_spec_sets_is_invalid_resources(
     make_sandbox: MakeSandbox, settings: Settings
 ) -> None:

@@ -115,6 +115,12 @@ def test_a_quantity_larger_than_kubernetes_allows_is_refused_not_overflowed(
         parse_quantity(text)
 
 
+@pytest.mark.parametrize("text", ["0e20", "0e999", "0.0e999", "00e100", "-0E+999"])
+def test_a_zero_with_any_exponent_is_zero_as_the_api_server_stores_it(text: str) -> None:
+    assert parse_quantity(text) == 0
+    assert canonical_resources({"limits": {"memory": text}}) == {"limits": {"memory": "0"}}
+
+
 @pytest.mark.parametrize("text", ["9223372036854775807", "7Ei", "9e18"])
 def test_the_largest_quantities_kubernetes_allows_parse(text: str) -> None:
     assert parse_quantity(text) <= 2**63 - 1
@@ -132,6 +138,7 @@ CANONICAL = {
     "2000M": "2G",
     "2G": "2G",
     "0": "0",
+    "0e999": "0",
     "2048Mi": "2Gi",
     "1.5Gi": "1536Mi",
     "1024Ki": "1Mi",
