@@ -127,8 +127,9 @@ class CraftSandboxPolicySpec(ApiModel):
         default_factory=list,
         description=(
             "Allowed spec.image values: 'registry.example.com/craft/' (ends in '/': any "
-            "image under that path), 'registry.example.com/craft-sandbox' (that repository, "
-            "any tag or digest), 'registry.example.com/craft-sandbox:1.3.0' or "
+            "image under that path), 'registry.example.com/craft-sandbox' (that repository: "
+            "untagged, which is its :latest, or any tag or digest), "
+            "'registry.example.com/craft-sandbox:1.3.0' or "
             "'registry.example.com/craft-sandbox@sha256:…' (exactly that reference: a tag "
             "with a digest appended is not it). The operator's CRAFT_SANDBOX_IMAGE is always "
             "allowed."

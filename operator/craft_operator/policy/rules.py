@@ -40,7 +40,8 @@ class Violation:
 
 def image_allowed(image: str, entries: Sequence[str]) -> bool:
     """Whether ``image`` matches an allowed entry: a path prefix ending in ``/``, a
-    repository (any tag or digest of it), or an exact reference with a tag or a digest.
+    repository (the repository untagged, which Kubernetes pulls as its ``:latest``, or any
+    tag or digest of it), or an exact reference with a tag or a digest.
 
     What follows a repository's ``:`` is a tag only if it holds no ``/``: ``busybox:5000/x``
     is repository ``x`` of the registry host ``busybox``, not a tag of ``busybox``. A
@@ -54,7 +55,7 @@ def image_allowed(image: str, entries: Sequence[str]) -> bool:
         elif entry.endswith("/"):
             if image.startswith(entry):
                 return True
-        elif image.startswith(entry + "@") or _tagged(image, entry):
+        elif image == entry or image.startswith(entry + "@") or _tagged(image, entry):
             return True
     return False
 

@@ -127,9 +127,20 @@ CASES: tuple[PolicyCase, ...] = (
         {"image": "registry.example.com:5000/craft-sandbox:1"},
         policy={"images": ["registry.example.com:5000/craft-sandbox"]},
     ),
+    # Untagged, Kubernetes pulls the repository's :latest, a tag the entry allows.
+    _allowed("image-of-the-repository-without-tag", {"image": REPO}, policy={"images": [REPO]}),
+    _allowed(
+        "image-untagged-of-a-short-name", {"image": "busybox"}, policy={"images": ["busybox"]}
+    ),
     _refused(
-        "image-of-the-repository-without-tag",
+        "image-untagged-of-a-repository-whose-one-tag-is-allowed",
         {"image": REPO},
+        "(spec.images)",
+        policy={"images": [f"{REPO}:1.3.0"]},
+    ),
+    _refused(
+        "image-untagged-of-a-sibling-repository",
+        {"image": f"{REPO}-evil"},
         "(spec.images)",
         policy={"images": [REPO]},
     ),
