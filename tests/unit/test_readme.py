@@ -104,3 +104,14 @@ def test_the_pool_scaling_advice_selects_series_every_pool_exports() -> None:
         assert any(
             found == name and wanted.items() <= labels.items() for found, labels in exported
         ), (name, wanted)
+
+
+def test_the_readme_says_a_device_request_alone_passes_admission_and_why() -> None:
+    """A hugepages or extended resource requested without a limit passes the CRD (its limit
+    may come from CRAFT_SANDBOX_RESOURCES; tests/unit/api/test_input_rules.py): the README
+    must not have the backend expect a refusal at admission that never comes."""
+    refused = README.split("Over budget is refused at admission", 1)[1].split("\n\n", 1)[0]
+    said = " ".join(refused.split())
+    assert "requested without a limit is admitted" in said
+    assert "`CRAFT_SANDBOX_RESOURCES`" in said
+    assert "`InvalidResources`" in said

@@ -460,6 +460,15 @@ def test_a_resource_kubernetes_never_overcommits_must_request_its_limit(
     assert model_error(with_spec(resources=resources)) is None
 
 
+@pytest.mark.parametrize("name", ["nvidia.com/gpu", "hugepages-2Mi"])
+def test_a_resource_kubernetes_never_overcommits_may_be_requested_without_a_limit(
+    name: str,
+) -> None:
+    # Its limit may come from CRAFT_SANDBOX_RESOURCES; without one there, the pod builder
+    # says InvalidResources (tests/unit/builders/test_pod.py).
+    assert_admitted(with_spec(resources={"requests": {name: "2Mi" if "huge" in name else 1}}))
+
+
 def test_a_request_that_is_no_quantity_is_reported_once_not_also_against_its_limit() -> None:
     errors = validate_create(
         with_spec(resources={"requests": {"memory": "lots"}, "limits": {"memory": "8Gi"}})

@@ -227,6 +227,21 @@ def test_what_the_pod_api_refuses_of_resources_it_never_overcommits_is_invalid_r
     assert caught.value.reason == "InvalidResources"
 
 
+def test_a_device_request_alone_takes_its_limit_from_the_settings(
+    make_sandbox: MakeSandbox, tmp_path: Any
+) -> None:
+    settings = Settings(
+        state_dir=tmp_path,
+        server_url="http://onyx:8080",
+        sandbox_resources={"limits": {"nvidia.com/gpu": "1"}},
+    )
+    sandbox = make_sandbox(resources={"requests": {"nvidia.com/gpu": "1"}})
+    assert resources_for(sandbox, settings) == {
+        "requests": {"nvidia.com/gpu": "1"},
+        "limits": {"nvidia.com/gpu": "1"},
+    }
+
+
 def test_a_device_limit_alone_is_a_request_of_as_many(
     make_sandbox: MakeSandbox, settings: Settings
 ) -> None:
