@@ -9,11 +9,13 @@ from __future__ import annotations
 import base64
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from craft_operator.api.durations import parse_duration
 from craft_operator.client import (
     AsyncSandboxClient,
     FieldConflictError,
@@ -142,6 +144,24 @@ async def test_ensure_does_not_take_fields_another_manager_owns_unless_forced(
         for entry in (cluster.sandbox(namespace, "bob") or {})["metadata"]["managedFields"]
     }
     assert "onyx-backend" in managers
+
+
+@pytest.mark.parametrize(
+    "idle_timeout",
+    ["99999h99999h", timedelta(hours=100000), timedelta(hours=499995, minutes=9)],
+    ids=["two-parts", "one-past-a-part", "longest"],
+)
+async def test_a_long_idle_timeout_the_crd_admits_is_applied_as_it_admits_it(
+    cluster: Cluster, namespace: str, backend: Path, idle_timeout: str | timedelta
+) -> None:
+    # The client writes hours in parts of at most 99999h: one part of 100000h is a 422.
+    async with AsyncSandboxClient(kubeconfig=backend) as sandboxes:
+        applied = await sandboxes.ensure(
+            namespace, "carol", user_id=USER_ID, idle_timeout=idle_timeout
+        )
+
+    stored = (cluster.sandbox(namespace, "carol") or {})["spec"]["idleTimeout"]
+    assert parse_duration(stored) == applied.spec.idle_timeout
 
 
 async def test_a_namespace_without_the_backends_role_is_refused_with_what_to_bind(

@@ -97,8 +97,14 @@ def _timedelta(seconds: float, shown: object) -> timedelta:
         raise ValueError(f"{shown!r} is longer than any duration the operator handles") from None
 
 
+#: The most hours one part of :data:`DURATION_PATTERN` holds (5 digits).
+_MAX_PART_HOURS: int = 10 ** _MAX_DIGITS["h"] - 1
+
+
 def format_duration(value: timedelta) -> str:
-    """Render a :class:`timedelta` in the shortest Kubernetes-style form (``1h30m``, ``45s``)."""
+    """Render a :class:`timedelta` in the shortest Kubernetes-style form (``1h30m``, ``45s``),
+    in parts :data:`DURATION_PATTERN` admits: hours beyond 99999h in more than one part
+    (``199998h`` is ``99999h99999h``), which Go's ``time.ParseDuration`` adds up."""
     total = value.total_seconds()
     if total == 0:
         return "0s"
@@ -106,9 +112,10 @@ def format_duration(value: timedelta) -> str:
         return "-" + format_duration(-value)
     hours, rest = divmod(total, 3600)
     minutes, seconds = divmod(rest, 60)
-    text = ""
-    if hours:
-        text += f"{int(hours)}h"
+    full_parts, last_part = divmod(int(hours), _MAX_PART_HOURS)
+    text = f"{_MAX_PART_HOURS}h" * full_parts
+    if last_part:
+        text += f"{last_part}h"
     if minutes:
         text += f"{int(minutes)}m"
     if seconds:
@@ -119,10 +126,28 @@ def format_duration(value: timedelta) -> str:
 
 def _coerce(value: Any, info: ValidationInfo) -> Any:
     if isinstance(value, timedelta):
-        return value
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return _timedelta(value, value)
-    return parse_duration(value) if storing(info) else parse_stored_duration(value)
+        parsed = value
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        parsed = _timedelta(value, value)
+    elif storing(info):
+        parsed = parse_duration(value)
+    else:
+        return parse_stored_duration(value)
+    return _writable(parsed) if storing(info) else parsed
+
+
+def _writable(value: timedelta) -> timedelta:
+    """``value``, if the CRD admits it as :func:`format_duration` writes it (the model sends
+    that form); else ``ValueError``, said here rather than by the API server's 422."""
+    text = format_duration(value)
+    if len(text) > MAX_DURATION_LENGTH:
+        parts = MAX_DURATION_LENGTH // len(f"{_MAX_PART_HOURS}h")
+        raise ValueError(
+            f"{text[:MAX_DURATION_LENGTH]}... is longer than the {MAX_DURATION_LENGTH} "
+            f"characters of a duration (each part at most {_MAX_PART_HOURS}h: about "
+            f"{_MAX_PART_HOURS * parts}h in all)"
+        )
+    return value
 
 
 Duration = Annotated[

@@ -144,6 +144,43 @@ def test_durations_are_written_in_the_shortest_form_that_parses_back(
     assert parse_duration(text) == value
 
 
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (timedelta(hours=99999), "99999h"),
+        (timedelta(hours=100000), "99999h1h"),
+        (timedelta(hours=199998), "99999h99999h"),
+        (timedelta(hours=499995, minutes=9), "99999h99999h99999h99999h99999h9m"),
+    ],
+)
+def test_a_duration_beyond_99999h_is_written_in_parts_the_crd_admits(
+    value: timedelta, text: str
+) -> None:
+    # One part of 100000h or more is refused by the CRD's pattern (a 422), not the sum.
+    assert format_duration(value) == text
+    assert re.fullmatch(DURATION_PATTERN, text)
+    assert len(text) <= MAX_DURATION_LENGTH
+    assert parse_duration(text) == value
+    assert parse_go_duration(text) == round(value.total_seconds() * 1e9)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        timedelta(hours=499995, minutes=10),
+        timedelta(hours=600000),
+        timedelta(hours=499995, microseconds=1),
+        600000 * 3600,
+    ],
+)
+def test_a_duration_too_long_to_write_in_32_characters_is_refused_for_a_new_object(
+    value: timedelta | int,
+) -> None:
+    with pytest.raises(ValidationError, match="longer than the 32 characters of a duration"):
+        Holder(value=value)
+    assert Holder.model_validate({"value": value}, context=STORED).value.days > 20000
+
+
 def test_a_negative_duration_is_written_in_go_syntax() -> None:
     # The CRD never holds one; the operator may still log how overdue something is.
     assert format_duration(timedelta(seconds=-90)) == "-1m30s"

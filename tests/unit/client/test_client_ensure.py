@@ -14,6 +14,7 @@ from craft_operator.client import (
     AsyncSandboxClient,
     Connection,
     InvalidError,
+    InvalidSpecError,
     ObjectTooLargeError,
     SandboxGoneError,
 )
@@ -160,3 +161,30 @@ async def test_ensure_of_a_sandbox_too_large_to_store_says_so_at_once_without_re
         await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID, sources=["slack"])
     assert isinstance(raised.value, InvalidError), "a bad spec, as a 422 is"
     assert len(tries) == 1
+
+
+@pytest.mark.parametrize(
+    ("idle_timeout", "sent"),
+    [
+        ("99999h99999h", "99999h99999h"),
+        (timedelta(hours=100000), "99999h1h"),
+        (timedelta(hours=499995), "99999h99999h99999h99999h99999h"),
+    ],
+)
+async def test_a_long_idle_timeout_is_sent_as_the_crd_admits_it(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator, idle_timeout: Any, sent: str
+) -> None:
+    # Written as one part (199998h) the CRD would refuse it: a part has at most 5 digits.
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID, idle_timeout=idle_timeout)
+    assert stored_spec(emulator)["idleTimeout"] == sent
+
+
+async def test_an_idle_timeout_longer_than_the_crd_admits_is_refused_before_sending(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    applied = applied_specs(emulator)
+    with pytest.raises(InvalidSpecError, match="longer than the 32 characters of a duration"):
+        await aclient.ensure(
+            NAMESPACE, "alice", user_id=USER_ID, idle_timeout=timedelta(hours=600000)
+        )
+    assert applied == []
