@@ -308,7 +308,8 @@ class Settings(BaseSettings):
         default=300.0,
         ge=MIN_INTERVAL,
         description="Seconds between revisits of a sandbox when nothing changes (catches PATs "
-        "revoked out of band).",
+        "revoked out of band): each sandbox's PAT is read from the credentials database this "
+        "often, and no more while nothing changes.",
     )
     pod_restart_backoff: Seconds = Field(
         default=10.0,

@@ -116,10 +116,7 @@ def build_context(
         stream_grace=settings.library_sync_timeout + 60,
     )
     cache = ObjectCache()
-    credentials = StoreCredentials(
-        lambda: build_credential_store(settings),
-        renewal_fraction=settings.credential_renewal_fraction,
-    )
+    credentials = StoreCredentials.for_settings(settings, lambda: build_credential_store(settings))
     events = EventRecorder(kube)
     metrics = Metrics()
     # Exec rides on the API client: its credentials, SSL context and a pool of its own.

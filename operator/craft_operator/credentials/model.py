@@ -81,6 +81,9 @@ class IssuedCredential:
     grace_pat_id: int | None = None
     #: When ``grace_pat_id`` expires (Onyx's server refuses it from then on).
     grace_expires_at: datetime | None = None
+    #: When the reconciler's memory of this PAT lapses and the database is read again for
+    #: it (set by the reconciler's adapter, never by the store).
+    recheck_at: datetime | None = None
 
 
 class PatState(StrEnum):

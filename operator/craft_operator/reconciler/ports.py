@@ -74,6 +74,12 @@ class IssuedCredential(Protocol):
         """When ``grace_pat_id`` expires (Onyx refuses it from then on)."""
         ...
 
+    @property
+    def recheck_at(self) -> datetime | None:
+        """When the PAT is read from the database again at the latest (``None``: on every
+        call): a pass that comes back by then has anything done to it out of band noticed."""
+        ...
+
 
 class CredentialsPort(Protocol):
     """Mints, reuses and revokes the PAT of a sandbox."""

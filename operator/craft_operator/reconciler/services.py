@@ -1,8 +1,9 @@
 """Adapters from the domain services to the reconciler's ports.
 
 - :class:`StoreCredentials`: the (blocking) credential store, off the event loop in a
-  bounded pool of its own threads, each call bounded in time, with a short memory so a
-  resync does not query the database for every sandbox every time.
+  bounded pool of its own threads, each call bounded in time, with a memory so that the
+  passes between two resyncs (the idle check's, a pod's events) do not query the database:
+  an unchanged sandbox's PAT is read about once per CRAFT_RESYNC_INTERVAL.
 - :class:`~craft_operator.reconciler.skill_renderer.SkillRenderer` (in its own module):
   renders SKILL.md.
 - :class:`LibrarySyncer`: syncs a user library from S3 into a pod over exec, with one S3
@@ -59,6 +60,10 @@ DATABASE_THREADS = 8
 #: How long a pass waits for a database call (its turn, the store's opening, the call)
 #: before it fails with :class:`DatabaseUnavailableError`, to be retried with backoff.
 DATABASE_CALL_TIMEOUT_S = 60.0
+#: The share of the recheck interval for which a checked PAT is reused: a little under the
+#: whole, so that the pass the reconciler makes when the interval is up always reads,
+#: whatever the slewing of the wall clock against the work queue's timers.
+REUSE_SHARE = 0.99
 
 
 def _identity(
@@ -67,15 +72,32 @@ def _identity(
     return SandboxIdentity(namespace=namespace, name=name, uid=uid, created_at=created_at)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Checked:
+    """What the database said of a sandbox's PAT, and under what it was asked."""
+
+    issued: IssuedCredential
+    at: datetime
+    #: When the PAT is due for renewal (``None``: it does not expire).
+    renew_at: datetime | None
+    #: The sandbox's ``craft.onyx.app/pat-revoked`` annotation then.
+    revoked: str | None
+    #: The sandbox's ``spec.credentials.lifetime`` then.
+    lifetime: timedelta
+
+
 class StoreCredentials:
     """The credential store as the reconciler's ``CredentialsPort``.
 
-    A PAT checked less than ``recheck_interval`` seconds ago (and not yet inside its renewal
-    window) is reused without a database round trip. A revocation made out of band is
-    therefore noticed within that interval, or at once if the sandbox's
-    ``craft.onyx.app/pat-revoked`` annotation changed since (``credentials revoke`` sets it). A
-    remembered PAT in its grace period is dropped once its grace is over, or when
-    :meth:`retire` revokes it.
+    A sandbox's PAT is read from the database at least every ``recheck_interval`` seconds
+    (the operator's CRAFT_RESYNC_INTERVAL): one checked less than :data:`REUSE_SHARE` of it
+    ago (and not yet inside its renewal window) is reused without a database round trip,
+    carrying the moment it is read again (``recheck_at``), by which the reconciler comes
+    back. A revocation made out of band (or a user made inactive in Onyx) is therefore
+    noticed within that interval, however often passes come meanwhile; at once if the
+    sandbox's ``craft.onyx.app/pat-revoked`` annotation (``credentials revoke`` sets it) or
+    its ``spec.credentials.lifetime`` changed since. A remembered PAT in its grace period is
+    dropped once its grace is over, or when :meth:`retire` revokes it.
 
     The (blocking) database calls run in a pool of at most ``threads`` daemon threads of
     their own, named ``craft-db-N``, and each call, the store's opening included, fails with
@@ -92,7 +114,7 @@ class StoreCredentials:
         store: CredentialStore | Callable[[], CredentialStore],
         *,
         renewal_fraction: float = 0.2,
-        recheck_interval: float = 60.0,
+        recheck_interval: float = 300.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         call_timeout: float = DATABASE_CALL_TIMEOUT_S,
         threads: int = DATABASE_THREADS,
@@ -117,15 +139,33 @@ class StoreCredentials:
         self._closed = False
         self._renewal_fraction = renewal_fraction
         self._recheck = timedelta(seconds=recheck_interval)
+        self._reuse = self._recheck * REUSE_SHARE
         self._clock = clock
-        #: Per sandbox uid: its PAT, when checked, when due for renewal, and the
-        #: ``craft.onyx.app/pat-revoked`` annotation it was checked under.
-        self._known: dict[str, tuple[IssuedCredential, datetime, datetime | None, str | None]] = {}
+        #: Per sandbox uid: the last check of its PAT.
+        self._known: dict[str, _Checked] = {}
         #: Database calls still running per sandbox uid, those whose pass gave up on them
         #: (past the call timeout) included: their writes may still land.
         self._running: dict[str, list[float]] = {}  # uid: when each such call began
         self._running_lock = threading.Lock()
         self.database_calls = 0
+
+    @classmethod
+    def for_settings(
+        cls,
+        settings: Settings,
+        store: CredentialStore | Callable[[], CredentialStore],
+        *,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> StoreCredentials:
+        """The adapter as the operator runs it: PATs renewed by CRAFT_CREDENTIAL_RENEWAL_FRACTION
+        and read from the database once per CRAFT_RESYNC_INTERVAL, the interval README
+        promises an out-of-band revocation is noticed within."""
+        return cls(
+            store,
+            renewal_fraction=settings.credential_renewal_fraction,
+            recheck_interval=settings.resync_interval,
+            clock=clock,
+        )
 
     async def forget_all(self) -> None:
         """The replica stands by: the PATs it remembers may be renewed and retired by the
@@ -291,18 +331,11 @@ class StoreCredentials:
         """A live PAT for ``sandbox`` (see :meth:`CredentialStore.ensure`)."""
         uid = sandbox.metadata.uid or ""
         now = self._clock()
-        known = self._known.get(uid)
         revoked = sandbox.metadata.annotations.get(ANNOTATION_PAT_REVOKED)
-        if known is not None and rejected_pat_id is None:
-            issued, checked_at, renew_at, checked_under = known
-            if (
-                checked_under == revoked  # a revocation by hand is looked at at once
-                # A wall clock stepped back (NTP, a restored VM) makes the age negative:
-                # checked again, or revocations in Onyx went unseen for the step's length.
-                and timedelta(0) <= now - checked_at < self._recheck
-                and (renew_at is None or now < renew_at)
-            ):
-                return _reused(issued, now)
+        lifetime = sandbox.spec.credentials.lifetime
+        known = self._known.get(uid)
+        if known is not None and rejected_pat_id is None and self._fresh(known, now, sandbox):
+            return _reused(known.issued, now, recheck_at=known.at + self._recheck)
         identity = _identity(
             sandbox.metadata.namespace or "",
             sandbox.metadata.name,
@@ -310,7 +343,6 @@ class StoreCredentials:
             sandbox.metadata.creation_timestamp,
         )
         self._one_call_at_a_time(f"ensuring the PAT of {identity.namespace}/{identity.name}", uid)
-        lifetime = sandbox.spec.credentials.lifetime
         self.database_calls += 1
         issued = await self._bounded(
             f"ensuring the PAT of {identity.namespace}/{identity.name}",
@@ -326,8 +358,21 @@ class StoreCredentials:
         renew_at = (
             issued.expires_at - lifetime * self._renewal_fraction if issued.expires_at else None
         )
-        self._known[uid] = (issued, now, renew_at, revoked)
-        return issued
+        self._known[uid] = _Checked(issued, now, renew_at, revoked, lifetime)
+        return dataclasses.replace(issued, recheck_at=now + self._recheck)
+
+    def _fresh(self, known: _Checked, now: datetime, sandbox: CraftSandbox) -> bool:
+        """Whether ``known`` may stand for a database read of ``sandbox``'s PAT now."""
+        return (
+            # A revocation by hand is looked at at once, and so is a changed lifetime (a
+            # shorter one may replace the PAT).
+            known.revoked == sandbox.metadata.annotations.get(ANNOTATION_PAT_REVOKED)
+            and known.lifetime == sandbox.spec.credentials.lifetime
+            # A wall clock stepped back (NTP, a restored VM) makes the age negative: checked
+            # again, or revocations in Onyx went unseen for the step's length.
+            and timedelta(0) <= now - known.at < self._reuse
+            and (known.renew_at is None or now < known.renew_at)
+        )
 
     async def revoke(
         self, namespace: str, name: str, uid: str, *, created_at: datetime | None = None
@@ -375,9 +420,9 @@ class StoreCredentials:
             uid=uid,
         )
         known = self._known.get(uid)
-        if known is not None and known[0].pat_id == pat_id:
-            retired = dataclasses.replace(known[0], grace_pat_id=None, grace_expires_at=None)
-            self._known[uid] = (retired, *known[1:])
+        if known is not None and known.issued.pat_id == pat_id:
+            retired = dataclasses.replace(known.issued, grace_pat_id=None, grace_expires_at=None)
+            self._known[uid] = dataclasses.replace(known, issued=retired)
         return revoked
 
     async def in_database(self, call: Callable[[Engine], _T]) -> _T:
@@ -401,9 +446,9 @@ def _close_abandoned(work: concurrent.futures.Future[CredentialStore]) -> None:
         log.info("closed the credential store of an opening abandoned earlier")
 
 
-def _reused(issued: IssuedCredential, now: datetime) -> IssuedCredential:
-    """A remembered PAT as a reuse returns it: nothing minted, and the PAT in its grace
-    period only while it is live."""
+def _reused(issued: IssuedCredential, now: datetime, *, recheck_at: datetime) -> IssuedCredential:
+    """A remembered PAT as a reuse returns it: nothing minted, the PAT in its grace period
+    only while it is live, and when it is read from the database again."""
     live = issued.grace_expires_at is not None and now < issued.grace_expires_at
     return dataclasses.replace(
         issued,
@@ -412,6 +457,7 @@ def _reused(issued: IssuedCredential, now: datetime) -> IssuedCredential:
         reason=None,
         grace_pat_id=issued.grace_pat_id if live else None,
         grace_expires_at=issued.grace_expires_at if live else None,
+        recheck_at=recheck_at,
     )
 
 

@@ -1,5 +1,6 @@
-"""Specification of the reconciler's adapters: the credential store with a short memory
-(real SQLite store), and the SKILL.md renderer with its template ConfigMap (emulator)."""
+"""Specification of the reconciler's adapters: the credential store with a memory that
+reads each PAT once per resync interval (real SQLite store), and the SKILL.md renderer with
+its template ConfigMap (emulator)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from craft_operator.api.models import ANNOTATION_PAT_REVOKED
+from craft_operator.api.models import ANNOTATION_PAT_REVOKED, CraftSandbox
 from craft_operator.config import Settings
 from craft_operator.credentials.errors import CredentialsError
 from craft_operator.credentials.factory import build_credential_store
@@ -21,6 +22,9 @@ from tests.unit.reconciler.conftest import NAMESPACE
 from tests.unit.reconciler.parsed import make_sandbox
 
 LIFETIME = timedelta(hours=100)
+HOUR = timedelta(hours=1)
+#: How long a pass takes from its PAT's check to the timing of its next visit.
+PASS = timedelta(milliseconds=10)
 
 
 class Clock:
@@ -54,8 +58,25 @@ def clock() -> Clock:
 
 @pytest.fixture
 def credentials(store: CredentialStore, clock: Clock) -> StoreCredentials:
-    """The adapter, remembering checks for 60 s."""
-    return StoreCredentials(store, recheck_interval=60, renewal_fraction=0.2, clock=clock)
+    """The adapter, reading each PAT at least every 300 s (CRAFT_RESYNC_INTERVAL's default)."""
+    return StoreCredentials(store, recheck_interval=300, renewal_fraction=0.2, clock=clock)
+
+
+async def an_hour_of_passes(
+    credentials: StoreCredentials, clock: Clock, sandbox: CraftSandbox, every: timedelta
+) -> int:
+    """The database calls of an hour of passes over ``sandbox``, each coming back after
+    ``every`` or by the time its PAT is to be read again (as the credentials step asks),
+    after the pass that made it Ready."""
+    issued = await credentials.ensure(sandbox)
+    before = credentials.database_calls
+    end = clock.now + HOUR
+    while True:
+        assert issued.recheck_at is not None
+        clock.now = min(clock.now + PASS + every, issued.recheck_at)
+        if clock.now > end:
+            return credentials.database_calls - before
+        issued = await credentials.ensure(sandbox)
 
 
 # -- StoreCredentials ----------------------------------------------------------------------
@@ -72,7 +93,7 @@ async def test_a_second_ensure_within_the_recheck_interval_makes_no_database_cal
     credentials: StoreCredentials, clock: Clock
 ) -> None:
     first = await credentials.ensure(make_sandbox())
-    clock.advance(timedelta(seconds=59))
+    clock.advance(timedelta(seconds=260))
     second = await credentials.ensure(make_sandbox())
     assert credentials.database_calls == 1
     assert not second.minted
@@ -96,11 +117,66 @@ async def test_after_the_recheck_interval_the_database_is_asked_again(
     credentials: StoreCredentials, clock: Clock
 ) -> None:
     first = await credentials.ensure(make_sandbox())
-    clock.advance(timedelta(seconds=60))
+    clock.advance(timedelta(seconds=300))
     second = await credentials.ensure(make_sandbox())
     assert credentials.database_calls == 2
     assert not second.minted
     assert second.pat_id == first.pat_id
+
+
+async def test_a_little_before_the_recheck_interval_is_up_the_database_is_asked_already(
+    credentials: StoreCredentials, clock: Clock
+) -> None:
+    """The pass that comes back when the interval is up reads, even on a wall clock that
+    runs a little slow against the work queue's timers."""
+    await credentials.ensure(make_sandbox())
+    clock.advance(timedelta(seconds=297))
+    await credentials.ensure(make_sandbox())
+    assert credentials.database_calls == 2
+
+
+async def test_a_remembered_pat_says_when_it_is_read_again(
+    credentials: StoreCredentials, clock: Clock
+) -> None:
+    """A pass between two reads (a pod's event, the idle check) comes back by the next read:
+    a PAT revoked out of band is noticed within the interval, whatever brings the passes."""
+    checked = clock.now
+    first = await credentials.ensure(make_sandbox())
+    clock.advance(timedelta(seconds=260))
+    remembered = await credentials.ensure(make_sandbox())
+    assert credentials.database_calls == 1
+    assert first.recheck_at == remembered.recheck_at == checked + timedelta(seconds=300)
+
+
+@pytest.mark.parametrize(
+    "every",
+    [
+        pytest.param(timedelta(seconds=1), id="a pass every second"),
+        pytest.param(timedelta(seconds=60), id="the idle check's"),
+        pytest.param(timedelta(seconds=300), id="the resync's"),
+    ],
+)
+async def test_an_unchanged_sandbox_reads_the_database_once_per_resync_interval(
+    store: CredentialStore, clock: Clock, every: timedelta
+) -> None:
+    """With the production settings: a sandbox with an idle timeout is visited every
+    CRAFT_IDLE_CHECK_INTERVAL, yet its PAT is read only as often as README promises an
+    out-of-band revocation is noticed (every CRAFT_RESYNC_INTERVAL), and no less often."""
+    settings = Settings()
+    credentials = StoreCredentials.for_settings(settings, store, clock=clock)
+    calls = await an_hour_of_passes(credentials, clock, make_sandbox(), every)
+    assert calls == HOUR.total_seconds() // settings.resync_interval
+
+
+async def test_a_changed_lifetime_is_read_at_once(
+    credentials: StoreCredentials,
+) -> None:
+    """A shortened lifetime may replace the PAT: not up to a recheck interval later."""
+    first = await credentials.ensure(make_sandbox())
+    shortened = await credentials.ensure(make_sandbox(lifetime="1h"))
+    assert credentials.database_calls == 2
+    assert shortened.minted
+    assert shortened.pat_id != first.pat_id
 
 
 async def test_a_wall_clock_stepped_back_asks_the_database_again(

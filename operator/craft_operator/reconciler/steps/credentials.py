@@ -54,7 +54,8 @@ async def ensure_pat(p: Pass) -> Stop | None:
 
 def record(p: Pass, issued: IssuedCredential) -> None:
     """The pass holds ``issued`` from here: a mint counted and said in an event, the
-    condition, ``status.credentials`` and the revisit before its renewal."""
+    condition, ``status.credentials``, and the revisit before its renewal and by the time
+    it is read from the database again."""
     s, run = p.services, p.run
     if issued.minted:
         s.metrics.pat_minted(issued.reason)
@@ -80,6 +81,10 @@ def record(p: Pass, issued: IssuedCredential) -> None:
         lifetime = p.sandbox.spec.credentials.lifetime
         renew_at = issued.expires_at - lifetime * s.settings.credential_renewal_fraction
         run.revisit(after=max(60.0, (renew_at - run.now).total_seconds() + 1))
+    if issued.recheck_at is not None:
+        # Back by the time the database is read again, whatever brought this pass (a pod's
+        # event, the idle check): a PAT revoked out of band is noticed within the interval.
+        run.revisit(after=(issued.recheck_at - run.now).total_seconds())
     p.issued = issued
 
 

@@ -58,6 +58,8 @@ class Credentials:
     retired: list[int] = field(default_factory=list)
     #: The sandboxes ``revoke`` was called for: uid and creation time.
     revoked: list[tuple[str, datetime | None]] = field(default_factory=list)
+    #: When the PAT is read from the database again, as the adapter's memory says.
+    recheck_at: datetime | None = None
 
     def issued(self, *, minted: bool, superseded: int | None = None) -> IssuedCredential:
         """The PAT as the store would return it."""
@@ -72,6 +74,7 @@ class Credentials:
             reason="the Onyx server refused it" if superseded else None,
             grace_pat_id=self.grace_pat_id,
             grace_expires_at=NOW + timedelta(minutes=5) if self.grace_pat_id else None,
+            recheck_at=self.recheck_at,
         )
 
     async def ensure(

@@ -10,7 +10,7 @@ from craft_operator.credentials.errors import DatabaseUnavailableError, UserNotF
 from craft_operator.reconciler.run import Revisit
 from craft_operator.reconciler.step import Stop
 from craft_operator.reconciler.steps import credentials
-from tests.unit.reconciler.steps.conftest import CANARY, World
+from tests.unit.reconciler.steps.conftest import CANARY, NOW, World
 
 pytestmark = pytest.mark.unit
 
@@ -43,6 +43,15 @@ async def test_the_pass_comes_back_before_the_pat_must_be_renewed(world: World) 
     fraction = world.services.settings.credential_renewal_fraction
     expected = 3600 - 3600 * fraction + 1
     assert p.run.verdict.after == pytest.approx(max(60.0, expected))
+
+
+async def test_the_pass_comes_back_by_the_time_the_pat_is_read_again(world: World) -> None:
+    """Whatever brought this pass, the next one reads the database in time: a PAT revoked
+    out of band is noticed within CRAFT_RESYNC_INTERVAL."""
+    world.credentials.recheck_at = NOW + timedelta(seconds=120)
+    p = world.pass_()
+    await credentials.ensure_pat(p)
+    assert p.run.verdict.after == pytest.approx(120)
 
 
 @pytest.mark.parametrize(
