@@ -122,6 +122,16 @@ class CredentialsPort(Protocol):
 class SkillsPort(Protocol):
     """Renders the company-search SKILL.md for a sandbox."""
 
+    async def inputs(self, sandbox: CraftSandbox) -> tuple[str, str | None]:
+        """What :meth:`render` would render from, as digests: the sandbox's sources' and the
+        configured template's (``None``: the built-in one), as ``RenderedSkill`` records
+        them (``sources_hash``, ``template_hash``).
+
+        Raises :class:`~craft_operator.skills.template.SkillTemplateError` when a custom
+        template cannot be loaded.
+        """
+        ...
+
     async def render(self, sandbox: CraftSandbox, *, builtin: bool = False) -> RenderedSkill:
         """The rendering with the configured template (``builtin``: the shipped one).
 

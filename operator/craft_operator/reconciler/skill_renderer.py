@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 from collections.abc import Sequence
 
 from craft_operator.api.models import CraftSandbox
@@ -16,7 +15,12 @@ from craft_operator.config import Settings
 from craft_operator.daemon_threads import DaemonThreadPool
 from craft_operator.kube.client import CONFIGMAPS, ApiError, KubeClient, NotFoundError
 from craft_operator.skills.memo import RenderMemo
-from craft_operator.skills.render import RenderedSkill, render_skill, sources_digest
+from craft_operator.skills.render import (
+    RenderedSkill,
+    render_skill,
+    sources_digest,
+    template_digest,
+)
 from craft_operator.skills.template import SkillTemplateError, template_from_configmap
 
 #: Threads that render custom templates.
@@ -56,6 +60,14 @@ class SkillRenderer:
         #: Custom renderings under way, by (sources digest, template digest).
         self._rendering: dict[tuple[str, str | None], asyncio.Future[RenderedSkill]] = {}
         self._template_digest: tuple[str, str] | None = None
+
+    async def inputs(self, sandbox: CraftSandbox) -> tuple[str, str | None]:
+        """What :meth:`render` renders ``sandbox``'s SKILL.md from, as digests: its sources'
+        and the configured template's (``None``: the built-in one); raises
+        :class:`SkillTemplateError` when the template cannot be read."""
+        template = await self._custom_template()
+        template_hash = None if template is None else self._digest(template)
+        return sources_digest(sandbox.spec.sources), template_hash
 
     async def render(self, sandbox: CraftSandbox, *, builtin: bool = False) -> RenderedSkill:
         """The SKILL.md for ``sandbox``'s sources."""
@@ -118,8 +130,7 @@ class SkillRenderer:
     def _digest(self, template: str) -> str:
         # Worked out once per text read, not per render (a template may be 1 MiB).
         if self._template_digest is None or self._template_digest[0] is not template:
-            digest = hashlib.sha256(template.encode()).hexdigest()
-            self._template_digest = (template, digest)
+            self._template_digest = (template, template_digest(template))
         return self._template_digest[1]
 
     async def _custom_template(self) -> str | None:

@@ -65,6 +65,18 @@ class Held:
 
 
 @dataclass(frozen=True)
+class SkillMark:
+    """The SKILL.md a sandbox's ConfigMap was last written or found to hold, without its
+    text (the ConfigMap holds that): what it was rendered from and what it says."""
+
+    #: The digests of the sources and of the template (``None``: the built-in one).
+    inputs: tuple[str, str | None]
+    content_hash: str
+    source_count: int
+    unknown_sources: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Refusal:
     """A resize of a volume the API server refused: to what size, when, and why."""
 
@@ -126,6 +138,9 @@ class Memory:
     #: Sandboxes whose last status write failed (an object too large for etcd, say): their
     #: next pass writes at once instead of holding.
     unwritten: dict[tuple[str, str], bool] = field(default_factory=dict)
+    #: The SKILL.md each sandbox's ConfigMap holds, per sandbox: a pass over an unchanged
+    #: sandbox renders nothing, however many sandboxes share the renderer's memo.
+    skills: dict[tuple[str, str], SkillMark] = field(default_factory=dict)
 
     def forget(self, key: tuple[str, str]) -> None:
         """Drop everything remembered about one sandbox."""

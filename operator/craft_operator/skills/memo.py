@@ -1,4 +1,8 @@
-"""A bounded memory of renderings, so a pass over an unchanged sandbox renders nothing.
+"""A bounded memory of renderings, so sandboxes with the same sources and template share
+one rendering. (A pass over an unchanged sandbox renders nothing whatever this memory
+holds: the skill step keeps what the sandbox's ConfigMap holds, :mod:`steps.skill
+<craft_operator.reconciler.steps.skill>`; a least-recently-used memory smaller than the
+fleet would forget every rendering before a resync came back to it.)
 
 Bounded by entries *and* by the bytes of the renderings it holds: a spec may carry about
 1 MB of sources, and every edit of them is a new key, so a memory bounded only by count

@@ -65,6 +65,9 @@ class RenderedSkill:
     unknown_sources: tuple[str, ...]
     #: :func:`sources_digest` of the sources it was rendered for.
     sources_hash: str
+    #: :func:`template_digest` of the custom template it was rendered with (``None``: the
+    #: built-in one).
+    template_hash: str | None = None
 
 
 def _scope_examples(scopes: Sequence[str] | None) -> tuple[tuple[str, ...], bool]:
@@ -154,6 +157,11 @@ def _digest_entry(item: _Listed) -> list[object]:
     return entry if item.name == item.listed_as else [*entry, item.name]
 
 
+def template_digest(template: str) -> str:
+    """A digest of a custom template's text."""
+    return hashlib.sha256(template.encode("utf-8")).hexdigest()
+
+
 def sources_digest(sources: Sequence[Source]) -> str:
     """A digest of what a rendering of ``sources`` depends on: the sources SKILL.md lists
     (the first of each identifier listed, sorted, as given) and the unknown names it
@@ -185,6 +193,7 @@ def render_skill(sources: Sequence[Source], *, template: str | None = None) -> R
         source_count=len(items),
         unknown_sources=_unknown_names(sources),
         sources_hash=sources_digest(sources),
+        template_hash=None if template is None else template_digest(template),
     )
 
 

@@ -106,6 +106,21 @@ async def test_a_custom_template_is_read_again_after_its_ttl(
     assert "Revised company search." in rendered.text
 
 
+async def test_the_inputs_are_what_a_rendering_records_it_was_made_from(
+    kube: KubeClient, emulator: KubeEmulator, tmp_path: Path, custom_settings: Settings
+) -> None:
+    """The skill step holds a ConfigMap's SKILL.md current while these stay the same."""
+    emulator.create("v1/configmaps", template_configmap())
+    sandbox = make_sandbox(sources=SOURCES)
+    for renderer in (
+        SkillRenderer(kube, Settings(state_dir=tmp_path)),
+        SkillRenderer(kube, custom_settings),
+    ):
+        rendered = await renderer.render(sandbox)
+        assert await renderer.inputs(sandbox) == (rendered.sources_hash, rendered.template_hash)
+    assert rendered.template_hash is not None, "a custom template's digest is part of them"
+
+
 async def test_concurrent_renders_read_the_template_once(
     kube: KubeClient, emulator: KubeEmulator, custom_settings: Settings
 ) -> None:

@@ -16,7 +16,7 @@ from craft_operator.builders.naming import (
 from craft_operator.kube import kinds
 from craft_operator.metrics import ProvisioningPhase
 from craft_operator.reconciler.children import controlled_by
-from craft_operator.reconciler.step import Pass, Step, Stop
+from craft_operator.reconciler.step import Pass, SkillMark, Step, Stop
 from craft_operator.skills.render import RenderedSkill, sources_digest
 from craft_operator.skills.template import SkillTemplateError
 from craft_operator.status import SKILL_RENDERED, ConditionState
@@ -42,7 +42,7 @@ async def render_skill(p: Pass) -> Stop | None:
         kinds.CONFIGMAP.name, p.sandbox.metadata.namespace, skills_configmap_name(p.sandbox)
     )
     try:
-        rendered: RenderedSkill = await s.skills.render(p.sandbox)
+        rendered = await _rendering(p, existing)
     except SkillTemplateError as exc:
         p.event("SkillTemplateError", str(exc), warning=True)
         run.revisit(backoff=TEMPLATE_FALLBACK)
@@ -76,25 +76,62 @@ async def render_skill(p: Pass) -> Stop | None:
     return None
 
 
+async def _rendering(p: Pass, configmap: Mapping[str, Any] | None) -> RenderedSkill:
+    """The SKILL.md for the sandbox: the one its ConfigMap holds, as the operator wrote it,
+    when that was rendered from the sources and template the sandbox has now (a pass over
+    an unchanged sandbox renders nothing, whatever the fleet's size), else the renderer's."""
+    s = p.services
+    mark = p.memory.skills.get(p.run.key)
+    if mark is not None and mark.inputs == await s.skills.inputs(p.sandbox):
+        text = _own_text(p, configmap)
+        if text is not None and _digest(text) == mark.content_hash:
+            return RenderedSkill(
+                text=text,
+                content_hash=mark.content_hash,
+                source_count=mark.source_count,
+                unknown_sources=mark.unknown_sources,
+                sources_hash=mark.inputs[0],
+                template_hash=mark.inputs[1],
+            )
+    return await s.skills.render(p.sandbox)
+
+
+def _own_text(p: Pass, configmap: Mapping[str, Any] | None) -> str | None:
+    """The SKILL.md ``configmap`` holds, if it is the sandbox's own."""
+    if configmap is None or not controlled_by(configmap, p.sandbox.metadata.uid):
+        return None
+    text = (configmap.get("data") or {}).get(SKILL_KEY)
+    return text if isinstance(text, str) else None
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def _lists_current_sources(p: Pass, configmap: Mapping[str, Any] | None) -> bool:
     """Whether ``configmap`` is the sandbox's own and holds, as the operator wrote it, a
     rendering of the sandbox's current sources: its SKILL.md's hash is the one the status
     records (which the ConfigMap's editors cannot write), so neither a ConfigMap someone
     else made under its name nor an edit of its own is kept as the last good rendering."""
-    if configmap is None or not controlled_by(configmap, p.sandbox.metadata.uid):
-        return False
+    text = _own_text(p, configmap)
     recorded = p.run.old_status.skill
-    text = (configmap.get("data") or {}).get(SKILL_KEY)
-    if recorded is None or not isinstance(text, str):
+    if configmap is None or text is None or recorded is None:
         return False
-    if hashlib.sha256(text.encode("utf-8")).hexdigest() != recorded.content_hash:
+    if _digest(text) != recorded.content_hash:
         return False
     annotations = configmap.get("metadata", {}).get("annotations") or {}
     return annotations.get(ANNOTATION_SOURCES_HASH) == sources_digest(p.sandbox.spec.sources)
 
 
 def _record(p: Pass, rendered: RenderedSkill) -> None:
-    """The skill's status; sources not known to the operator said once per rendering."""
+    """The skill's status, and what the ConfigMap now holds remembered for the next pass;
+    sources not known to the operator said once per rendering."""
+    p.memory.skills[p.run.key] = SkillMark(
+        inputs=(rendered.sources_hash, rendered.template_hash),
+        content_hash=rendered.content_hash,
+        source_count=rendered.source_count,
+        unknown_sources=rendered.unknown_sources,
+    )
     previous = p.run.old_status.skill.content_hash if p.run.old_status.skill else None
     p.run.status.skill = SkillStatus(
         source_count=rendered.source_count, content_hash=rendered.content_hash
