@@ -25,6 +25,9 @@ DEFAULT_RENEWAL_GRACE = timedelta(minutes=5)
 
 #: How a mint's reason starts when the stored token could not be decrypted.
 UNDECRYPTABLE = "the stored token cannot be decrypted with the key ring"
+#: A mint's reason where no credential is stored: a first mint, or one after the row was
+#: deleted (``credentials revoke`` deletes it).
+NO_CREDENTIAL = "no credential stored"
 
 
 def utc_now() -> datetime:

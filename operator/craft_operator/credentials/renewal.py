@@ -15,6 +15,7 @@ from craft_operator.credentials.errors import UserNotFoundError
 from craft_operator.credentials.model import (
     DEFAULT_RENEWAL_FRACTION,
     DEFAULT_RENEWAL_GRACE,
+    NO_CREDENTIAL,
     PatState,
     SandboxIdentity,
     pat_state,
@@ -68,7 +69,7 @@ def parse_user_id(user_id: str | uuid.UUID, identity: SandboxIdentity) -> uuid.U
 def replacement_reason(row: Row[Any] | None, policy: EnsurePolicy, now: datetime) -> str | None:
     """Why the stored credential cannot be reused, or ``None`` if it can (pure)."""
     if row is None:
-        return "no credential stored"
+        return NO_CREDENTIAL
     if policy.force_new:
         return "a new PAT was requested"
     if policy.rejected_pat_id is not None and row.pat_id == policy.rejected_pat_id:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from craft_operator.api.models import ConditionStatus, CredentialsStatus
+from craft_operator.api.models import ANNOTATION_PAT_REVOKED, ConditionStatus, CredentialsStatus
 from craft_operator.credentials.errors import (
     CredentialsError,
     DatabaseUnavailableError,
@@ -15,6 +15,7 @@ from craft_operator.credentials.errors import (
     UserInactiveError,
     UserNotFoundError,
 )
+from craft_operator.credentials.model import NO_CREDENTIAL
 from craft_operator.metrics import ProvisioningPhase
 from craft_operator.reconciler.ports import IssuedCredential
 from craft_operator.reconciler.step import Pass, Step, Stop
@@ -58,11 +59,12 @@ def record(p: Pass, issued: IssuedCredential) -> None:
     it is read from the database again."""
     s, run = p.services, p.run
     if issued.minted:
-        s.metrics.pat_minted(issued.reason)
+        reason = _mint_reason(p, issued)
+        s.metrics.pat_minted(reason)
         p.event(
             "PATMinted",
             f"minted PAT {issued.token_display} (id {issued.pat_id})"
-            + (f": {issued.reason}" if issued.reason else ""),
+            + (f": {reason}" if reason else ""),
         )
     else:
         s.metrics.pat_reused()
@@ -86,6 +88,18 @@ def record(p: Pass, issued: IssuedCredential) -> None:
         # event, the idle check): a PAT revoked out of band is noticed within the interval.
         run.revisit(after=(issued.recheck_at - run.now).total_seconds())
     p.issued = issued
+
+
+def _mint_reason(p: Pass, issued: IssuedCredential) -> str | None:
+    """Why ``issued`` was minted. ``credentials revoke`` deletes the stored row, so the PAT
+    minted for the pass its annotation triggers finds no credential stored; when the
+    annotation names the PAT the status held, that mint was asked for by the revocation
+    (a first mint otherwise)."""
+    revoked = p.sandbox.metadata.annotations.get(ANNOTATION_PAT_REVOKED)
+    held = p.run.old_status.credentials
+    if issued.reason != NO_CREDENTIAL or held is None or revoked != str(held.pat_id):
+        return issued.reason
+    return f"a new PAT was requested after PAT {held.pat_id} was revoked ({ANNOTATION_PAT_REVOKED})"
 
 
 def _message(p: Pass, issued: IssuedCredential) -> str:

@@ -60,6 +60,8 @@ class Credentials:
     revoked: list[tuple[str, datetime | None]] = field(default_factory=list)
     #: When the PAT is read from the database again, as the adapter's memory says.
     recheck_at: datetime | None = None
+    #: Why the store says a PAT that replaced none was minted.
+    mint_reason: str | None = None
 
     def issued(self, *, minted: bool, superseded: int | None = None) -> IssuedCredential:
         """The PAT as the store would return it."""
@@ -71,11 +73,14 @@ class Credentials:
             expires_at=NOW + self.lifetime,
             minted=minted,
             superseded_pat_id=superseded,
-            reason="the Onyx server refused it" if superseded else None,
+            reason="the Onyx server refused it" if superseded else self._first_reason(minted),
             grace_pat_id=self.grace_pat_id,
             grace_expires_at=NOW + timedelta(minutes=5) if self.grace_pat_id else None,
             recheck_at=self.recheck_at,
         )
+
+    def _first_reason(self, minted: bool) -> str | None:
+        return self.mint_reason if minted else None
 
     async def ensure(
         self, sandbox: CraftSandbox, *, rejected_pat_id: int | None = None

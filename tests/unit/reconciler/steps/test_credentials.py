@@ -80,3 +80,36 @@ async def test_the_token_is_never_in_the_status_or_events(world: World) -> None:
     await credentials.ensure_pat(p)
     assert CANARY not in p.run.status.model_dump_json()
     assert all(CANARY not in message for *_, message in world.events.posted)
+
+
+REVOKED = {"craft.onyx.app/pat-revoked": "7"}
+HELD = {"credentials": {"tokenDisplay": "onyx_pat_OLD...0000", "patId": 7}}
+
+
+async def test_the_pat_minted_after_credentials_revoke_says_the_revocation_asked_for_it(
+    world: World,
+) -> None:
+    world.credentials.mint_reason = "no credential stored"  # revoke deleted the row
+    p = world.pass_(annotations=REVOKED, status=HELD)
+    await credentials.ensure_pat(p)
+    (_, _, message), *_ = world.events.posted
+    reason = "a new PAT was requested after PAT 7 was revoked (craft.onyx.app/pat-revoked)"
+    assert message.endswith(f"(id 1): {reason}")
+    mints = world.services.metrics.registry.get_sample_value(
+        "craft_pat_mints_total", {"reason": "requested"}
+    )
+    assert mints == 1
+
+
+@pytest.mark.parametrize(
+    ("annotations", "status"),
+    [({}, HELD), (REVOKED, {}), ({"craft.onyx.app/pat-revoked": "6"}, HELD)],
+    ids=["no revocation", "no PAT held", "another PAT revoked"],
+)
+async def test_a_pat_minted_where_none_is_stored_is_otherwise_a_first_mint(
+    world: World, annotations: dict[str, str], status: dict[str, object]
+) -> None:
+    world.credentials.mint_reason = "no credential stored"
+    await credentials.ensure_pat(world.pass_(annotations=annotations, status=status))
+    (_, _, message), *_ = world.events.posted
+    assert message.endswith(": no credential stored")
