@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import yaml
@@ -228,26 +229,45 @@ def run_locally(state: Path, build_script: Path, repo: Path) -> int:
     database_url = f"sqlite:///{operator_state / 'craft-operator.db'}"
     onyx_api = start_onyx_api(plane, database_url)
     apply_example(plane, repo)
-    print(
-        f"make run: no kube context, so started a local control plane ({plane.server}), the "
-        f"stand-in Onyx API ({onyx_api}) and sandbox {SANDBOX_NAMESPACE}/alice; watch it with "
-        f"`KUBECONFIG={plane.kubeconfig} {plane.binary('kubectl')} get csb -A -w`; Ctrl-C "
-        "stops the operator, `make controlplane-down` the rest",
-        flush=True,
+    environment = operator_environment(plane, operator_state, database_url, onyx_api)
+    print(announcement(plane, onyx_api, environment), flush=True)
+    os.execve(  # noqa: S606
+        operator_command()[0],
+        [*operator_command(), "run", "--standalone"],
+        {**os.environ, **environment},
     )
-    environment = {
-        **os.environ,
+    return 0  # not reached
+
+
+def operator_environment(
+    plane: ControlPlane, operator_state: Path, database_url: str, onyx_api: str
+) -> dict[str, str]:
+    """What the operator runs with on the local control plane, beyond this environment:
+    the plane's kubeconfig, its own state directory and database, and the stand-in Onyx
+    API as its server (unless ``CRAFT_SERVER_URL`` names another)."""
+    return {
         "KUBECONFIG": str(plane.kubeconfig),
         "CRAFT_STATE_DIR": str(operator_state),
         "CRAFT_DATABASE_URL": database_url,
         "CRAFT_SERVER_URL": os.environ.get("CRAFT_SERVER_URL", onyx_api),
     }
-    os.execve(  # noqa: S606
-        operator_command()[0],
-        [*operator_command(), "run", "--standalone"],
-        environment,
+
+
+def announcement(plane: ControlPlane, onyx_api: str, environment: Mapping[str, str]) -> str:
+    """What ``make run`` says once the local run is up: what it started, and the export
+    line for another terminal, where kubectl and ``craft-operator`` (``doctor``,
+    ``credentials show``) then see this control plane and the operator's database, not
+    ``~/.local/state/craft-operator``'s."""
+    exports = " ".join(f"{name}={shlex.quote(value)}" for name, value in environment.items())
+    return (
+        f"make run: no kube context, so started a local control plane ({plane.server}), the "
+        f"stand-in Onyx API ({onyx_api}) and sandbox {SANDBOX_NAMESPACE}/alice; Ctrl-C "
+        "stops the operator, `make controlplane-down` the rest. In another terminal, for "
+        "kubectl and craft-operator (doctor, credentials show):\n"
+        f"  export {exports}\n"
+        f"  {plane.binary('kubectl')} get csb -A -w\n"
+        f"  {operator_command()[0]} credentials show {SANDBOX_NAMESPACE}/alice"
     )
-    return 0  # not reached
 
 
 def main(argv: Sequence[str] | None = None) -> int:

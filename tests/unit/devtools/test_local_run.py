@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 from pathlib import Path
 
@@ -162,3 +163,28 @@ def test_a_taken_onyx_api_port_stops_make_run_before_the_control_plane_starts(
         state = tmp_path / ".controlplane"
         assert local.main(["--state", str(state), "--build-script", str(BUILD_SCRIPT)]) == 1
     assert "is taken by another program" in capsys.readouterr().err
+
+
+def test_the_line_make_run_prints_for_another_terminal_exports_what_the_operator_runs_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without CRAFT_STATE_DIR and CRAFT_DATABASE_URL there, `craft-operator doctor` and
+    # `credentials show` read ~/.local/state/craft-operator, not the operator's database.
+    monkeypatch.delenv("CRAFT_SERVER_URL", raising=False)
+    state = tmp_path / "a checkout" / ".controlplane"
+    plane = ControlPlane(state, tmp_path / "bin", Ports())
+    database = f"sqlite:///{state / 'operator' / 'craft-operator.db'}"
+    environment = local.operator_environment(
+        plane, state / "operator", database, "http://127.0.0.1:18080"
+    )
+
+    said = local.announcement(plane, "http://127.0.0.1:18080", environment)
+
+    (export,) = [line for line in said.splitlines() if line.strip().startswith("export ")]
+    exported = dict(word.split("=", 1) for word in shlex.split(export)[1:])
+    assert exported == {
+        "KUBECONFIG": str(state / "admin.kubeconfig"),
+        "CRAFT_STATE_DIR": str(state / "operator"),
+        "CRAFT_DATABASE_URL": database,
+        "CRAFT_SERVER_URL": "http://127.0.0.1:18080",
+    }
