@@ -221,7 +221,8 @@ def run_locally(state: Path, build_script: Path, repo: Path) -> int:
     """Start the local control plane, the Onyx API and the example; run the operator."""
     previous = load(state)
     refuse_a_taken_onyx_api_port(state)  # before anything starts
-    ports = previous.ports if previous.running() else Ports()
+    reused = previous.running()
+    ports = previous.ports if reused else Ports()
     plane = ControlPlane(state, build_binaries(build_script), ports, default_onyx_cli())
     plane.up()
     operator_state = state / "operator"
@@ -230,7 +231,7 @@ def run_locally(state: Path, build_script: Path, repo: Path) -> int:
     onyx_api = start_onyx_api(plane, database_url)
     apply_example(plane, repo)
     environment = operator_environment(plane, operator_state, database_url, onyx_api)
-    print(announcement(plane, onyx_api, environment), flush=True)
+    print(announcement(plane, onyx_api, environment, reused=reused), flush=True)
     os.execve(  # noqa: S606
         operator_command()[0],
         [*operator_command(), "run", "--standalone"],
@@ -253,14 +254,22 @@ def operator_environment(
     }
 
 
-def announcement(plane: ControlPlane, onyx_api: str, environment: Mapping[str, str]) -> str:
-    """What ``make run`` says once the local run is up: what it started, and the export
+def announcement(
+    plane: ControlPlane, onyx_api: str, environment: Mapping[str, str], *, reused: bool = False
+) -> str:
+    """What ``make run`` says once the local run is up: what it started (or, ``reused``,
+    that the control plane was already running), and the export
     line for another terminal, where kubectl and ``craft-operator`` (``doctor``,
     ``credentials show``) then see this control plane and the operator's database, not
     ``~/.local/state/craft-operator``'s."""
     exports = " ".join(f"{name}={shlex.quote(value)}" for name, value in environment.items())
+    plane_said = (
+        f"reusing the local control plane ({plane.server}) already running, with"
+        if reused
+        else f"started a local control plane ({plane.server}),"
+    )
     return (
-        f"make run: no kube context, so started a local control plane ({plane.server}), the "
+        f"make run: no kube context, so {plane_said} the "
         f"stand-in Onyx API ({onyx_api}) and sandbox {SANDBOX_NAMESPACE}/alice; Ctrl-C "
         "stops the operator, `make controlplane-down` the rest. In another terminal, for "
         "kubectl and craft-operator (doctor, credentials show):\n"

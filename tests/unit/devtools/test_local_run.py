@@ -188,3 +188,18 @@ def test_the_line_make_run_prints_for_another_terminal_exports_what_the_operator
         "CRAFT_DATABASE_URL": database,
         "CRAFT_SERVER_URL": "http://127.0.0.1:18080",
     }
+
+
+@pytest.mark.parametrize(
+    ("reused", "said"),
+    [
+        (False, "so started a local control plane (https://127.0.0.1:16443), the stand-in"),
+        (True, "so reusing the local control plane (https://127.0.0.1:16443) already running"),
+    ],
+)
+def test_make_run_says_whether_it_started_the_local_control_plane_or_reused_it(
+    tmp_path: Path, reused: bool, said: str
+) -> None:
+    plane = ControlPlane(tmp_path, tmp_path / "bin", Ports(apiserver=16443))
+    first = local.announcement(plane, "http://127.0.0.1:18080", {}, reused=reused)
+    assert said in first.splitlines()[0]
