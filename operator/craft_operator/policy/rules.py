@@ -15,6 +15,7 @@ from craft_operator.api.models import CraftSandbox, Toleration, TolerationOperat
 from craft_operator.config import Settings
 from craft_operator.policy.models import (
     DEFAULT_LAYOUT,
+    POLICY_NAME,
     TENANT_LABEL,
     TENANT_PLACEHOLDER,
     USER_PLACEHOLDER,
@@ -23,6 +24,8 @@ from craft_operator.policy.models import (
 )
 
 POLICY_REF = "the CraftSandboxPolicy"
+#: Why a refusal refuses where there is no CraftSandboxPolicy object at all.
+NO_POLICY = f"there is no CraftSandboxPolicy {POLICY_NAME}, so only the operator's defaults apply"
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,7 @@ def allowed_layouts(policy: CraftSandboxPolicySpec, namespace: str) -> list[str]
 
 
 def _prefix_violation(
-    sandbox: CraftSandbox, policy: CraftSandboxPolicySpec, namespace: str
+    sandbox: CraftSandbox, policy: CraftSandboxPolicySpec, namespace: str, *, policy_missing: bool
 ) -> Violation | None:
     prefix = sandbox.spec.user_library.prefix
     if prefix is None:
@@ -135,10 +138,14 @@ def _prefix_violation(
     ]
     if prefix in allowed:
         return None
+    unset = f"{field} {prefix} is not this user's library: leave it unset (it is then {allowed[0]})"
+    if policy_missing:
+        return Violation(
+            field, f"{unset}; {NO_POLICY} (a policy lists other layouts in spec.libraryPrefixes)"
+        )
     return Violation(
         field,
-        f"{field} {prefix} is not this user's library: leave it unset (it is then "
-        f"{allowed[0]}) or use a layout {POLICY_REF} allows in namespace {namespace} "
+        f"{unset} or use a layout {POLICY_REF} allows in namespace {namespace} "
         "(spec.libraryPrefixes)",
     )
 
@@ -149,20 +156,25 @@ def evaluate(
     *,
     namespace_labels: dict[str, str],
     settings: Settings,
+    policy_missing: bool = False,
 ) -> list[Violation]:
     """Everything ``sandbox`` names that ``policy`` and its namespace do not allow.
 
     An empty list: the sandbox is allowed. Unset fields are always allowed (the operator's
-    defaults apply), and so are the defaults themselves.
+    defaults apply), and so are the defaults themselves. ``policy_missing``: there is no
+    CraftSandboxPolicy object (``policy`` is then empty), and the messages say so.
     """
     spec = sandbox.spec
     namespace = sandbox.metadata.namespace or ""
     found: list[Violation] = []
 
     def refuse(field: str, value: str, setting: str) -> None:
-        found.append(
-            Violation(field, f"{field} {value} is not allowed by {POLICY_REF} (spec.{setting})")
+        why = (
+            f": {NO_POLICY} (a policy lists more in spec.{setting})"
+            if policy_missing
+            else f" by {POLICY_REF} (spec.{setting})"
         )
+        found.append(Violation(field, f"{field} {value} is not allowed{why}"))
 
     tenant = namespace_labels.get(TENANT_LABEL)
     if tenant is not None and spec.user.tenant_id != tenant:
@@ -195,7 +207,7 @@ def evaluate(
     bucket = spec.user_library.bucket
     if bucket is not None and bucket != settings.s3_bucket and bucket not in policy.buckets:
         refuse("spec.userLibrary.bucket", bucket, "buckets")
-    prefix = _prefix_violation(sandbox, policy, namespace)
+    prefix = _prefix_violation(sandbox, policy, namespace, policy_missing=policy_missing)
     if prefix is not None:
         found.append(prefix)
     return found

@@ -150,7 +150,11 @@ def check(sandbox: CraftSandbox, cache: ObjectCache, settings: Settings) -> list
     labels = namespace_labels(cache, sandbox.metadata.namespace or "")
     if labels is None:
         return None
-    return evaluate(sandbox, current_policy(cache), namespace_labels=labels, settings=settings)
+    policy = read_policy(cache)
+    missing = policy.absent == MISSING
+    return evaluate(
+        sandbox, policy.spec, namespace_labels=labels, settings=settings, policy_missing=missing
+    )
 
 
 async def enforce(services: PolicyServices, sandbox: CraftSandbox, run: Run) -> bool:
@@ -160,7 +164,13 @@ async def enforce(services: PolicyServices, sandbox: CraftSandbox, run: Run) -> 
         _wait_for_namespace(run)
         return True
     policy = read_policy(services.cache)
-    violations = evaluate(sandbox, policy.spec, namespace_labels=labels, settings=services.settings)
+    violations = evaluate(
+        sandbox,
+        policy.spec,
+        namespace_labels=labels,
+        settings=services.settings,
+        policy_missing=policy.absent == MISSING,
+    )
     if not violations:
         _clear_policy_warning(run)
         return False

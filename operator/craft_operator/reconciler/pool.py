@@ -281,9 +281,13 @@ class PoolReconciler:
             await self._delete_all(self._refused(members, desired))
         if denied.absent is None:
             reason, message = POLICY_DENIED, denied.message
+        elif denied.absent == MISSING:
+            # Perhaps there never was one: "until it is back" would send someone looking.
+            message = f"{denied.message}; no new pods until a CraftSandboxPolicy allows them"
+            reason = POLICY_ABSENT
         else:
             message = f"{denied.message}; no new pods until the CraftSandboxPolicy is back"
-            reason = POLICY_ABSENT if denied.absent == MISSING else POLICY_UNREADABLE
+            reason = POLICY_UNREADABLE
         changed_meanwhile = await self._cannot_make_pods(body, reason, message, desired)
         return 0.0 if changed_meanwhile else None
 

@@ -20,7 +20,7 @@ from craft_operator.config import Settings
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.policy.models import CraftSandboxPolicySpec
 from craft_operator.policy.rules import Violation, describe, evaluate, image_permitted
-from craft_operator.reconciler.policy_step import read_policy
+from craft_operator.reconciler.policy_step import MISSING, read_policy
 
 #: The fields a pool shares with a sandbox that the policy judges.
 POOL_FIELDS = frozenset(
@@ -44,13 +44,19 @@ class PoolVerdict:
 
 
 def pool_violations(
-    pool: CraftSandboxPool, policy: CraftSandboxPolicySpec, settings: Settings
+    pool: CraftSandboxPool,
+    policy: CraftSandboxPolicySpec,
+    settings: Settings,
+    *,
+    policy_missing: bool = False,
 ) -> list[Violation]:
-    """What of the pool's pod settings ``policy`` does not allow."""
+    """What of the pool's pod settings ``policy`` does not allow (``policy_missing``: there
+    is no CraftSandboxPolicy object, and the messages say so)."""
+    sandbox = template_sandbox(pool.spec)
     return [
         violation
         for violation in evaluate(
-            template_sandbox(pool.spec), policy, namespace_labels={}, settings=settings
+            sandbox, policy, namespace_labels={}, settings=settings, policy_missing=policy_missing
         )
         if violation.field.split("[", 1)[0] in POOL_FIELDS  # spec.tolerations[0] too
     ]
@@ -61,7 +67,7 @@ def judge_pool(
 ) -> PoolVerdict | None:
     """``None`` if the policy allows the pool's pod settings, else why not."""
     policy = read_policy(cache)
-    found = pool_violations(pool, policy.spec, settings)
+    found = pool_violations(pool, policy.spec, settings, policy_missing=policy.absent == MISSING)
     if not found:
         return None
     return PoolVerdict(describe(found), policy.absent)

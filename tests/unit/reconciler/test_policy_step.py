@@ -406,3 +406,46 @@ async def test_a_withdrawal_whose_revocation_failed_stays_one_when_the_policy_go
     gone.credentials = Revoking()
     retry = Run({**BODY, "status": dump_status(first.status)}, NOW, CONDITIONS)
     assert await enforce(gone, SANDBOX, retry) is True
+
+
+NO_POLICY = "there is no CraftSandboxPolicy default, so only the operator's defaults apply"
+
+
+async def test_with_no_policy_object_a_refusal_says_there_is_none_and_only_the_defaults_apply() -> (
+    None
+):
+    # make run installs none: "not allowed by the CraftSandboxPolicy" sent people looking
+    # for one.
+    body = {**BODY, "spec": {**BODY["spec"], "userLibrary": {"bucket": "onyx-user-files-eu"}}}
+    run, sink = Run(body, NOW, CONDITIONS), services(cache_with(labels={}))
+    sink.credentials = Revoking()
+
+    assert await enforce(sink, parse_sandbox(body), run) is True
+
+    denied = run.condition("CredentialsReady")
+    assert denied is not None
+    assert denied.reason == "PolicyDenied"
+    assert (
+        "spec.userLibrary.bucket onyx-user-files-eu is not allowed: "
+        f"{NO_POLICY} (a policy lists more in spec.buckets)"
+    ) in denied.message
+    assert "spec.image registry.example.com/craft/sandbox:1 is not allowed: " in denied.message
+    assert "by the CraftSandboxPolicy" not in denied.message
+
+
+def test_with_a_policy_object_a_refusal_names_the_policy_field_to_list_it_in() -> None:
+    violations = check(SANDBOX, cache_with(labels={}, spec={}), SETTINGS) or []
+    assert [violation.message for violation in violations] == [
+        "spec.image registry.example.com/craft/sandbox:1 is not allowed by the "
+        "CraftSandboxPolicy (spec.images)"
+    ]
+
+
+def test_with_no_policy_object_a_prefix_refusal_says_only_onyxs_layout_applies() -> None:
+    body = {**BODY, "spec": {"user": {"id": USER}, "userLibrary": {"prefix": "shared/"}}}
+    (violation,) = check(parse_sandbox(body), cache_with(labels={}), SETTINGS) or []
+    assert violation.message == (
+        f"spec.userLibrary.prefix shared/ is not this user's library: leave it unset (it is "
+        f"then public/knowledge/{USER}/user_library/); {NO_POLICY} (a policy lists other "
+        "layouts in spec.libraryPrefixes)"
+    )

@@ -441,6 +441,24 @@ async def test_while_the_policy_object_is_missing_a_pool_keeps_its_pods_and_make
     assert (world.status()["ready"], world.status()["replicas"]) == (2, 2)
 
 
+async def test_a_pool_on_a_cluster_with_no_policy_object_says_only_the_defaults_apply(
+    world: PoolWorld,
+) -> None:
+    # make run installs none: "until the CraftSandboxPolicy is back" sent people looking
+    # for one that never was.
+    world.services.cache.forget(PLATFORM_POLICY, None, "default")
+    world.create_pool(replicas=2, image="registry.example.com/other:1")
+    await world.pass_()
+    assert world.pods() == []
+    ready = world.condition("Ready")
+    assert ready["reason"] == "PolicyMissing"
+    assert ready["message"].endswith(
+        "spec.image registry.example.com/other:1 is not allowed: there is no "
+        "CraftSandboxPolicy default, so only the operator's defaults apply (a policy lists "
+        "more in spec.images); no new pods until a CraftSandboxPolicy allows them"
+    )
+
+
 async def test_once_its_pods_are_ready_the_pool_is_ready(world: PoolWorld) -> None:
     await world.filled(replicas=2)
     # Pods becoming ready is a routine change: written within the status interval.
