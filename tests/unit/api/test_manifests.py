@@ -7,6 +7,7 @@ which applies the committed CRD's schema and CEL rules the way the API server do
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,19 @@ def test_the_example_explains_itself_in_a_leading_comment(path: Path) -> None:
     header = [line for line in lines[: lines.index("apiVersion: craft.onyx.app/v1alpha1")]]
     assert header
     assert all(line.startswith("#") for line in header)
+
+
+@pytest.mark.parametrize(
+    "path", [*EXAMPLES, *EXAMPLES_DIR.glob("pools/*.yaml")], ids=lambda path: path.name
+)
+def test_every_kubectl_command_in_an_examples_comment_names_its_namespace(path: Path) -> None:
+    # make run's kubeconfig has a context without a namespace: without -n, "NotFound".
+    commands = [
+        line
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if "#   kubectl " in line and " namespace " not in line  # namespaces: cluster-scoped
+    ]
+    assert all(re.search(r" -n \S+", command) for command in commands), commands
 
 
 def test_the_examples_cover_the_documented_scenarios() -> None:
