@@ -30,11 +30,15 @@ logger = logging.getLogger(__name__)
 
 class RetryableError(Exception):
     """A failure the queue retries: with its backoff, or after ``retry_after`` seconds if
-    given (the failure still counts, so the backoff goes on growing after it)."""
+    given (the failure still counts, so the backoff goes on growing after it); never later
+    than ``retry_by`` seconds if given."""
 
-    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+    def __init__(
+        self, message: str, *, retry_after: float | None = None, retry_by: float | None = None
+    ) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.retry_by = retry_by
 
 
 class Backoff:
@@ -297,6 +301,8 @@ class WorkQueue(Generic[K]):
                 delay = self._backoff.delay(failures)
                 if isinstance(exc, RetryableError) and exc.retry_after is not None:
                     delay = exc.retry_after  # counted as a failure all the same
+                if isinstance(exc, RetryableError) and exc.retry_by is not None:
+                    delay = min(delay, exc.retry_by)
                 if isinstance(exc, self._expected):
                     logger.info("%s; retry %d in %.1fs", exc, failures, delay)
                 else:

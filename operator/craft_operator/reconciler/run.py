@@ -34,6 +34,9 @@ class Revisit:
     #: The sandbox was edited while the pass ran: come back at once, backoff or not (the
     #: edit may be the fix; its watch event, older than the cache, wakes nobody).
     changed: bool = False
+    #: Come back within this many seconds at the latest, backoff or not: the moment a PAT
+    #: reused from memory is read from the database again (``None``: no such moment).
+    due: float | None = None
 
 
 #: PodReady's reasons on a Failed sandbox that only a change of its spec (or a pod) can
@@ -91,6 +94,7 @@ class Run:
         self.touched: set[str] = set()
         self._backoff: str | None = None
         self._after: float | None = None
+        self._due: float | None = None
         self._changed = False
         #: Seconds this pass's status may wait for the next pass instead of being written.
         self.hold_for: float | None = None
@@ -148,6 +152,13 @@ class Run:
             after = max(0.0, after)
             self._after = after if self._after is None else min(self._after, after)
 
+    def due_within(self, seconds: float) -> None:
+        """Come back within ``seconds`` at the latest, whatever else the pass asks, its
+        backoff included (the earliest request wins): what must be looked at again by then
+        (a PAT's database read) is not put off by a failing step's growing backoff."""
+        seconds = max(0.0, seconds)
+        self._due = seconds if self._due is None else min(self._due, seconds)
+
     def hold(self, seconds: float) -> None:
         """Let the next pass, within ``seconds``, write this pass's status with its own: a
         pass that started work ending soon (a library sync) saves one status write."""
@@ -167,7 +178,9 @@ class Run:
     @property
     def verdict(self) -> Revisit:
         """When to come back, as the steps asked so far."""
-        return Revisit(after=self._after, backoff=self._backoff, changed=self._changed)
+        return Revisit(
+            after=self._after, backoff=self._backoff, changed=self._changed, due=self._due
+        )
 
     def timestamp(self) -> str:
         """``now`` as Kubernetes writes times."""

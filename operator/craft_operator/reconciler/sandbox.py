@@ -42,13 +42,17 @@ class RetryLaterError(RetryableError):
 
 def next_visit(key: tuple[str, str], verdict: Revisit, resync: float) -> float:
     """Seconds until the next pass after one that ended with ``verdict`` (at most
-    ``resync``); :class:`RetryLaterError` for the queue's backoff, at once if the sandbox
-    was edited during the pass (the edit may be the fix: it is looked at now, and the
-    failure still counts towards the backoff)."""
+    ``resync``, and ``verdict.due``); :class:`RetryLaterError` for the queue's backoff, but
+    no later than ``verdict.due``, and at once if the sandbox was edited during the pass
+    (the edit may be the fix: it is looked at now, and the failure still counts towards
+    the backoff)."""
     if verdict.backoff:
         retry_after = 0.0 if verdict.changed else None
-        raise RetryLaterError(f"{key[0]}/{key[1]}: {verdict.backoff}", retry_after=retry_after)
-    return resync if verdict.after is None else min(resync, verdict.after)
+        raise RetryLaterError(
+            f"{key[0]}/{key[1]}: {verdict.backoff}", retry_after=retry_after, retry_by=verdict.due
+        )
+    wanted = [resync, *(seconds for seconds in (verdict.after, verdict.due) if seconds is not None)]
+    return min(wanted)
 
 
 class SandboxReconciler:

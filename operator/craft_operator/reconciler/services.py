@@ -64,6 +64,13 @@ DATABASE_CALL_TIMEOUT_S = 60.0
 #: whole, so that the pass the reconciler makes when the interval is up always reads,
 #: whatever the slewing of the wall clock against the work queue's timers.
 REUSE_SHARE = 0.99
+#: The shortest memory of a checked PAT: a CRAFT_RESYNC_INTERVAL set lower (for drift,
+#: say) does not have every sandbox's PAT read from the database that often too.
+MIN_RECHECK_S = 60.0
+
+
+def _wall_clock() -> datetime:
+    return datetime.now(UTC)
 
 
 def _identity(
@@ -77,7 +84,10 @@ class _Checked:
     """What the database said of a sandbox's PAT, and under what it was asked."""
 
     issued: IssuedCredential
-    at: datetime
+    #: The monotonic clock when it was asked: the memory ages on it, so a wall clock
+    #: stepped back (NTP, a restored VM) neither keeps a PAT from being read again nor
+    #: delays the read.
+    ticks: float
     #: When the PAT is due for renewal (``None``: it does not expire).
     renew_at: datetime | None
     #: The sandbox's ``craft.onyx.app/pat-revoked`` annotation then.
@@ -115,7 +125,8 @@ class StoreCredentials:
         *,
         renewal_fraction: float = 0.2,
         recheck_interval: float = 300.0,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Callable[[], datetime] = _wall_clock,
+        ticks: Callable[[], float] | None = None,
         call_timeout: float = DATABASE_CALL_TIMEOUT_S,
         threads: int = DATABASE_THREADS,
         opening_bound: float | None = None,
@@ -138,9 +149,13 @@ class StoreCredentials:
         self._opening_bound = 2 * call_timeout if opening_bound is None else opening_bound
         self._closed = False
         self._renewal_fraction = renewal_fraction
-        self._recheck = timedelta(seconds=recheck_interval)
-        self._reuse = self._recheck * REUSE_SHARE
+        self._recheck = recheck_interval
+        self._reuse = recheck_interval * REUSE_SHARE
         self._clock = clock
+        # A clock of the tests' own moves the memory's age too, unless they give ticks.
+        self._ticks = ticks or (
+            time.monotonic if clock is _wall_clock else lambda: clock().timestamp()
+        )
         #: Per sandbox uid: the last check of its PAT.
         self._known: dict[str, _Checked] = {}
         #: Database calls still running per sandbox uid, those whose pass gave up on them
@@ -155,15 +170,16 @@ class StoreCredentials:
         settings: Settings,
         store: CredentialStore | Callable[[], CredentialStore],
         *,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Callable[[], datetime] = _wall_clock,
     ) -> StoreCredentials:
         """The adapter as the operator runs it: PATs renewed by CRAFT_CREDENTIAL_RENEWAL_FRACTION
-        and read from the database once per CRAFT_RESYNC_INTERVAL, the interval README
-        promises an out-of-band revocation is noticed within."""
+        and read from the database once per CRAFT_RESYNC_INTERVAL (the interval README
+        promises an out-of-band revocation is noticed within), but not more often than
+        once a minute (:data:`MIN_RECHECK_S`)."""
         return cls(
             store,
             renewal_fraction=settings.credential_renewal_fraction,
-            recheck_interval=settings.resync_interval,
+            recheck_interval=max(settings.resync_interval, MIN_RECHECK_S),
             clock=clock,
         )
 
@@ -334,8 +350,14 @@ class StoreCredentials:
         revoked = sandbox.metadata.annotations.get(ANNOTATION_PAT_REVOKED)
         lifetime = sandbox.spec.credentials.lifetime
         known = self._known.get(uid)
-        if known is not None and rejected_pat_id is None and self._fresh(known, now, sandbox):
-            return _reused(known.issued, now, recheck_at=known.at + self._recheck)
+        ticks = self._ticks()
+        if (
+            known is not None
+            and rejected_pat_id is None
+            and self._fresh(known, now, ticks, sandbox)
+        ):
+            left = timedelta(seconds=self._recheck - (ticks - known.ticks))
+            return _reused(known.issued, now, recheck_at=now + left)
         identity = _identity(
             sandbox.metadata.namespace or "",
             sandbox.metadata.name,
@@ -358,19 +380,18 @@ class StoreCredentials:
         renew_at = (
             issued.expires_at - lifetime * self._renewal_fraction if issued.expires_at else None
         )
-        self._known[uid] = _Checked(issued, now, renew_at, revoked, lifetime)
-        return dataclasses.replace(issued, recheck_at=now + self._recheck)
+        # Aged from the call's start: the database answered at some moment since.
+        self._known[uid] = _Checked(issued, ticks, renew_at, revoked, lifetime)
+        return dataclasses.replace(issued, recheck_at=now + timedelta(seconds=self._recheck))
 
-    def _fresh(self, known: _Checked, now: datetime, sandbox: CraftSandbox) -> bool:
+    def _fresh(self, known: _Checked, now: datetime, ticks: float, sandbox: CraftSandbox) -> bool:
         """Whether ``known`` may stand for a database read of ``sandbox``'s PAT now."""
         return (
             # A revocation by hand is looked at at once, and so is a changed lifetime (a
             # shorter one may replace the PAT).
             known.revoked == sandbox.metadata.annotations.get(ANNOTATION_PAT_REVOKED)
             and known.lifetime == sandbox.spec.credentials.lifetime
-            # A wall clock stepped back (NTP, a restored VM) makes the age negative: checked
-            # again, or revocations in Onyx went unseen for the step's length.
-            and timedelta(0) <= now - known.at < self._reuse
+            and 0.0 <= ticks - known.ticks < self._reuse
             and (known.renew_at is None or now < known.renew_at)
         )
 

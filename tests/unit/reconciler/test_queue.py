@@ -626,6 +626,26 @@ async def test_a_failure_retried_at_once_still_counts_towards_the_backoff() -> N
     assert queue.failures("a") == 2, "the second failure backs off from the second step"
 
 
+async def test_a_failure_due_sooner_than_its_backoff_is_retried_when_due() -> None:
+    attempts: list[float] = []
+
+    async def handler(key: str) -> None:
+        attempts.append(asyncio.get_running_loop().time())
+        raise RetryableError("failing, a PAT due for a read soon", retry_by=0.05)
+
+    queue: WorkQueue[str] = WorkQueue(
+        handler, concurrency=1, backoff=Backoff(base=30, cap=60, jitter=0),
+        expected=(RetryableError,),
+    )  # fmt: skip
+    queue.start()
+    queue.add("a")
+    await eventually(lambda: len(attempts) == 3)
+    await queue.stop()
+
+    assert queue.failures("a") >= 3, "each retry still counts towards the backoff"
+    assert attempts[2] - attempts[0] < 5, "not the 30 s and 60 s of the backoff"
+
+
 async def test_a_pass_longer_than_the_grace_is_cancelled() -> None:
     cancelled = asyncio.Event()
 

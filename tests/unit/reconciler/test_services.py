@@ -168,6 +168,39 @@ async def test_an_unchanged_sandbox_reads_the_database_once_per_resync_interval(
     assert calls == HOUR.total_seconds() // settings.resync_interval
 
 
+async def test_a_resync_interval_under_a_minute_reads_the_pat_once_a_minute(
+    store: CredentialStore, clock: Clock
+) -> None:
+    """A CRAFT_RESYNC_INTERVAL set low (for drift, say) does not read every sandbox's PAT
+    from the database that often too: at 1 s, 1,000 sandboxes would be 1,000 reads a
+    second on Onyx's Postgres."""
+    settings = Settings(resync_interval=5)
+    credentials = StoreCredentials.for_settings(settings, store, clock=clock)
+    calls = await an_hour_of_passes(credentials, clock, make_sandbox(), timedelta(seconds=5))
+    assert calls == HOUR.total_seconds() // 60
+
+
+async def test_a_wall_clock_stepped_back_a_little_neither_holds_nor_delays_the_read(
+    store: CredentialStore, clock: Clock
+) -> None:
+    """The memory ages on the monotonic clock: a step back of the wall clock shorter than
+    the PAT's age (NTP) does not put its next read off by the step's length."""
+    ticks = [0.0]
+    credentials = StoreCredentials(store, clock=clock, ticks=lambda: ticks[0])
+    await credentials.ensure(make_sandbox())
+    ticks[0] += 295
+    clock.advance(timedelta(seconds=5))  # 295 s passed; the wall clock stepped back 290 s
+
+    remembered = await credentials.ensure(make_sandbox())
+
+    assert credentials.database_calls == 1
+    assert remembered.recheck_at == clock.now + timedelta(seconds=5)
+    ticks[0] += 5
+    clock.advance(timedelta(seconds=5))
+    await credentials.ensure(make_sandbox())
+    assert credentials.database_calls == 2
+
+
 async def test_a_changed_lifetime_is_read_at_once(
     credentials: StoreCredentials,
 ) -> None:

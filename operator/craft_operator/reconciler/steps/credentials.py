@@ -85,8 +85,9 @@ def record(p: Pass, issued: IssuedCredential) -> None:
         run.revisit(after=max(60.0, (renew_at - run.now).total_seconds() + 1))
     if issued.recheck_at is not None:
         # Back by the time the database is read again, whatever brought this pass (a pod's
-        # event, the idle check): a PAT revoked out of band is noticed within the interval.
-        run.revisit(after=(issued.recheck_at - run.now).total_seconds())
+        # event, the idle check) and however a failing step backs off: a PAT revoked out of
+        # band is noticed within the interval.
+        run.due_within((issued.recheck_at - run.now).total_seconds())
     p.issued = issued
 
 

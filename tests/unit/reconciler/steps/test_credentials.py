@@ -8,6 +8,7 @@ import pytest
 
 from craft_operator.credentials.errors import DatabaseUnavailableError, UserNotFoundError
 from craft_operator.reconciler.run import Revisit
+from craft_operator.reconciler.sandbox import RetryLaterError, next_visit
 from craft_operator.reconciler.step import Stop
 from craft_operator.reconciler.steps import credentials
 from tests.unit.reconciler.steps.conftest import CANARY, NOW, World
@@ -51,7 +52,24 @@ async def test_the_pass_comes_back_by_the_time_the_pat_is_read_again(world: Worl
     world.credentials.recheck_at = NOW + timedelta(seconds=120)
     p = world.pass_()
     await credentials.ensure_pat(p)
-    assert p.run.verdict.after == pytest.approx(120)
+    assert p.run.verdict.due == pytest.approx(120)
+    assert next_visit(p.run.key, p.run.verdict, 300.0) == pytest.approx(120)
+
+
+async def test_a_backing_off_pass_still_comes_back_by_the_time_the_pat_is_read_again(
+    world: World,
+) -> None:
+    """A failing step's backoff (a broken custom template backs off every sandbox, and the
+    queue's backoff grows to 5 minutes) does not put the PAT's next read off past it."""
+    world.credentials.recheck_at = NOW + timedelta(seconds=120)
+    p = world.pass_()
+    await credentials.ensure_pat(p)
+    p.run.revisit(backoff="TemplateFallback")
+
+    with pytest.raises(RetryLaterError) as retry:
+        next_visit(p.run.key, p.run.verdict, 300.0)
+
+    assert retry.value.retry_by == pytest.approx(120)
 
 
 @pytest.mark.parametrize(
