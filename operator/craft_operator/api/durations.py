@@ -9,6 +9,7 @@ before the parts were capped admitted: see :func:`parse_stored_duration`.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from datetime import timedelta
 from fractions import Fraction
 from typing import Annotated, Any
@@ -17,14 +18,14 @@ from pydantic import BeforeValidator, PlainSerializer, ValidationInfo, WithJsonS
 
 from craft_operator.api.stored import storing
 
-_UNIT_SECONDS: dict[str, float] = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
+_UNIT_NANOSECONDS: dict[str, int] = {
+    "ns": 1,
+    "us": 10**3,
+    "µs": 10**3,
+    "ms": 10**6,
+    "s": 10**9,
+    "m": 60 * 10**9,
+    "h": 3600 * 10**9,
 }
 _PART = r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)"
 #: The most digits before the point, per unit: each part stays below 100000h, so that no
@@ -50,7 +51,6 @@ MAX_DURATION_LENGTH = 32
 _UNCAPPED_RE = re.compile(rf"^(?:{_PART})+$")
 #: The longest Go duration, in nanoseconds (about 2562047h).
 _GO_MAX_NANOSECONDS = 2**63 - 1
-_UNIT_NANOSECONDS = {unit: round(seconds * 1e9) for unit, seconds in _UNIT_SECONDS.items()}
 
 
 def parse_duration(text: str) -> timedelta:
@@ -61,7 +61,7 @@ def parse_duration(text: str) -> timedelta:
         or not _WHOLE_RE.fullmatch(text)
     ):
         raise ValueError(f"{text!r} is not a duration; use {DURATION_FORMAT_HINT}")
-    return _timedelta(_seconds(text), text)
+    return _exact_timedelta(_nanoseconds(text), text)
 
 
 def parse_stored_duration(text: str) -> timedelta:
@@ -75,18 +75,28 @@ def parse_stored_duration(text: str) -> timedelta:
         or not _UNCAPPED_RE.fullmatch(text)
     ):
         raise ValueError(f"{text!r} is not a duration; use {DURATION_FORMAT_HINT}")
-    nanoseconds = sum(
-        Fraction(value) * _UNIT_NANOSECONDS[unit] for value, unit in _PART_RE.findall(text)
-    )
+    nanoseconds = _nanoseconds(text)
     if nanoseconds > _GO_MAX_NANOSECONDS:
         raise ValueError(
             f"{text!r} is longer than the longest duration Kubernetes reads (about 2562047h)"
         )
-    return _timedelta(_seconds(text), text)
+    return _exact_timedelta(nanoseconds, text)
 
 
-def _seconds(text: str) -> float:
-    return sum(float(value) * _UNIT_SECONDS[unit] for value, unit in _PART_RE.findall(text))
+def _nanoseconds(text: str) -> Fraction:
+    # Exact, not a float: 99999h0.1s is 0.1s more than 99999h, not 0.100000024s.
+    return sum(
+        (Fraction(value) * _UNIT_NANOSECONDS[unit] for value, unit in _PART_RE.findall(text)),
+        Fraction(0),
+    )
+
+
+def _exact_timedelta(nanoseconds: Fraction, shown: str) -> timedelta:
+    """``nanoseconds`` to the nearest microsecond (half to even, as :class:`timedelta` rounds)."""
+    try:
+        return timedelta(microseconds=round(nanoseconds / 1000))
+    except OverflowError:
+        raise ValueError(f"{shown!r} is longer than any duration the operator handles") from None
 
 
 def _timedelta(seconds: float, shown: object) -> timedelta:
@@ -97,31 +107,116 @@ def _timedelta(seconds: float, shown: object) -> timedelta:
         raise ValueError(f"{shown!r} is longer than any duration the operator handles") from None
 
 
-#: The most hours one part of :data:`DURATION_PATTERN` holds (5 digits).
-_MAX_PART_HOURS: int = 10 ** _MAX_DIGITS["h"] - 1
+#: The most one part of :data:`DURATION_PATTERN` holds, per unit :func:`format_duration` writes.
+_UNITS = ("h", "m", "s", "ms", "us")
+_MAX_PART = {unit: 10 ** _MAX_DIGITS["us|µs" if unit == "us" else unit] - 1 for unit in _UNITS}
+_MAX_PART_HOURS: int = _MAX_PART["h"]
+_MICROSECONDS = {unit: _UNIT_NANOSECONDS[unit] // 1000 for unit in _UNITS}
+#: Where a part with a fraction may leave the rest to smaller units.
+_CUTS: dict[str, tuple[str, ...]] = {"h": ("m", "s"), "m": ("s",), "s": ("ms",), "ms": (), "us": ()}
+#: The most digits an exact decimal part has: 9us is 0.0000000025h (1/(2**10 * 5**8)).
+_MOST_FRACTION_DIGITS = 10
 
 
 def format_duration(value: timedelta) -> str:
-    """Render a :class:`timedelta` in the shortest Kubernetes-style form (``1h30m``, ``45s``),
-    in parts :data:`DURATION_PATTERN` admits: hours beyond 99999h in more than one part
-    (``199998h`` is ``99999h99999h``), which Go's ``time.ParseDuration`` adds up."""
-    total = value.total_seconds()
-    if total == 0:
-        return "0s"
-    if total < 0:
+    """Render a :class:`timedelta` exactly, to the microsecond, in the usual Kubernetes-style
+    form (``1h30m``, ``45s``, ``0.25s``) in parts :data:`DURATION_PATTERN` admits: hours beyond
+    99999h in more than one part (``199998h`` is ``99999h99999h``), which Go's
+    ``time.ParseDuration`` adds up. When that form is longer than
+    :data:`MAX_DURATION_LENGTH`, the shortest form the CRD admits instead (a part of minutes or
+    seconds beyond 59, a sub-second rest in a part of its own: ``99999h99999h99999h99999h999999m``
+    rather than ``...99999h16666h39m``), so that every duration the CRD admits is written in a
+    form it admits; if there is none, the usual form (too long to send)."""
+    if value < timedelta(0):
         return "-" + format_duration(-value)
-    hours, rest = divmod(total, 3600)
-    minutes, seconds = divmod(rest, 60)
-    full_parts, last_part = divmod(int(hours), _MAX_PART_HOURS)
-    text = f"{_MAX_PART_HOURS}h" * full_parts
-    if last_part:
-        text += f"{last_part}h"
-    if minutes:
-        text += f"{int(minutes)}m"
-    if seconds:
-        # Fixed-point, not :g, which writes 1e-06 for a microsecond.
-        text += f"{seconds:.9f}".rstrip("0").rstrip(".") + "s"
-    return text
+    microseconds = (value.days * 86400 + value.seconds) * 10**6 + value.microseconds
+    usual = _usual_form(microseconds)
+    if len(usual) <= MAX_DURATION_LENGTH:
+        return usual
+    shortest = min(_compact_forms(microseconds), key=len, default=usual)
+    return shortest if len(shortest) <= MAX_DURATION_LENGTH else usual
+
+
+def _usual_form(microseconds: int) -> str:
+    hours, rest = divmod(microseconds, _MICROSECONDS["h"])
+    minutes, rest = divmod(rest, _MICROSECONDS["m"])
+    full_parts, last_part = divmod(hours, _MAX_PART_HOURS)
+    text = f"{_MAX_PART_HOURS}h" * full_parts + _unit(last_part, "h") + _unit(minutes, "m")
+    return text + _decimal_seconds(rest) or "0s"
+
+
+def _compact_forms(microseconds: int) -> Iterator[str]:
+    """Ways to write ``microseconds`` in parts the CRD admits, among them the shortest: full
+    99999h parts, then at most one part of each unit, the last with a fraction if that is
+    exact (``99999.5h``, ``1299.01572s``, ``1s1us`` rather than ``1.000001s``)."""
+    full_hours = _MAX_PART_HOURS * _MICROSECONDS["h"]
+    most_full_parts = min(microseconds // full_hours, MAX_DURATION_LENGTH // len("99999h"))
+    # After one full part fewer, the rest is more than 99999h; after two fewer, it is more
+    # than the rest's parts hold (99999h, 999999m and 99999999.999999s).
+    for full_parts in range(most_full_parts, max(most_full_parts - 2, -1), -1):
+        for rest in _rest_forms(microseconds - full_parts * full_hours, _UNITS):
+            yield f"{_MAX_PART_HOURS}h" * full_parts + rest
+
+
+def _rest_forms(microseconds: int, units: tuple[str, ...]) -> Iterator[str]:
+    """``microseconds`` in at most one part of each of ``units`` (largest first)."""
+    if not microseconds:
+        yield ""
+        return
+    unit, smaller = units[0], units[1:]
+    decimal = _decimal(microseconds, unit)
+    if decimal and unit == "s":  # the usual form of a rest in seconds (0.25s, not 250ms)
+        yield decimal
+    if smaller:
+        for kept in _part_candidates(microseconds // _MICROSECONDS[unit], unit):
+            for rest in _rest_forms(microseconds - kept * _MICROSECONDS[unit], smaller):
+                yield _unit(kept, unit) + rest
+    if decimal and unit != "s":
+        yield decimal
+    # A fraction of this unit, and the rest it cannot say exactly in a part of its own:
+    # 99999.812h6us, 8.2s88us.
+    for cut in {microseconds % _MICROSECONDS[smaller_unit] for smaller_unit in _CUTS[unit]} - {0}:
+        fraction_part = _decimal(microseconds - cut, unit)
+        if fraction_part:
+            yield fraction_part + min(_rest_forms(cut, smaller), key=len)
+
+
+def _part_candidates(total: int, unit: str) -> Iterator[int]:
+    """What one part may keep of ``total`` (the rest going to smaller units), largest first:
+    for each number of digits the most it can hold, and nothing. For a given number of digits
+    in this part, keeping more never makes the smaller units' parts longer. Below a minute,
+    a smaller unit takes 3 digits more for the same time: the part keeps all it can or none."""
+    most = _MAX_PART[unit]
+    for digits in range(len(str(most)), 0, -1) if unit in ("h", "m") else ():
+        yield min(total, 10**digits - 1)
+    yield from (min(total, most), 0)
+
+
+def _decimal(microseconds: int, unit: str) -> str | None:
+    """``microseconds`` as one part in ``unit`` (``1.5h``), if a decimal says it exactly and
+    the part's whole number has at most the digits :data:`DURATION_PATTERN` allows."""
+    value = Fraction(microseconds, _MICROSECONDS[unit])
+    if value >= _MAX_PART[unit] + 1:
+        return None
+    for digits in range(_MOST_FRACTION_DIGITS + 1):
+        scaled = value * 10**digits
+        if scaled.denominator == 1:
+            whole, fraction = divmod(scaled.numerator, 10**digits)
+            # The fewest digits that are exact: the last is never 0.
+            return f"{whole}.{fraction:0{digits}d}{unit}" if digits else f"{whole}{unit}"
+    return None
+
+
+def _unit(count: int, unit: str) -> str:
+    return f"{count}{unit}" if count else ""
+
+
+def _decimal_seconds(microseconds: int) -> str:
+    if not microseconds:
+        return ""
+    seconds, fraction = divmod(microseconds, _MICROSECONDS["s"])
+    # Fixed-point, not :g, which writes 1e-06 for a microsecond.
+    return f"{seconds}.{fraction:06d}".rstrip("0").rstrip(".") + "s"
 
 
 def _coerce(value: Any, info: ValidationInfo) -> Any:

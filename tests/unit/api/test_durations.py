@@ -3,6 +3,7 @@ the operator writes back parses to the same value."""
 
 from __future__ import annotations
 
+import random
 import re
 from datetime import timedelta
 
@@ -240,3 +241,68 @@ def test_the_pydantic_type_reads_a_long_duration_only_from_a_stored_object() -> 
     )
     with pytest.raises(ValidationError, match="'100000h' is not a duration"):
         Holder.model_validate({"value": "100000h"})
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "99999h99999h99999h99999h999999m",
+        "99999h99999h99999h59m59.999999s",
+        "99999h99999h99999h99999h0.001s",
+        "99999h99999h99999h99999.3608377h",
+        "99999h99999h99999h99999h88us8.2s",
+        "99999h99999h99999h99999h9999µs",
+    ],
+)
+def test_a_duration_the_crd_admits_is_written_in_a_form_it_admits(text: str) -> None:
+    # Not refused locally as longer than 32 characters: the usual form (hours, then minutes
+    # and seconds below 60) may be longer than the one given, so a shorter one is written.
+    assert re.fullmatch(DURATION_PATTERN, text)
+    assert len(text) <= MAX_DURATION_LENGTH
+    value = Holder(value=text).value
+    written = Holder(value=text).model_dump(mode="json")["value"]
+    assert re.fullmatch(DURATION_PATTERN, written)
+    assert len(written) <= MAX_DURATION_LENGTH
+    assert parse_duration(written) == value
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "99999h0.1s",
+        "99999h99999h99999h99999h999999m",
+        "99999h99999h99999h59m59.999999s",
+        "99999h99999h99999h99999h0.001s",
+        "99999h99999h99999h99999h9m1.5s",
+    ],
+)
+def test_a_duration_written_as_the_operator_writes_it_is_sent_as_given(text: str) -> None:
+    # Exact, from the timedelta's whole days, seconds and microseconds: no float in between.
+    assert format_duration(parse_duration(text)) == text
+
+
+def test_a_long_duration_the_crd_admits_is_written_back_to_the_same_value() -> None:
+    # Full 99999h parts, then hours, minutes, seconds and sub-second parts, the last of them
+    # with a fraction: the strings near the length limit the backend would send.
+    rng = random.Random(20261130)
+    digits = {"h": 5, "m": 6, "s": 8, "ms": 11, "us": 14}
+    fraction_digits = {"h": 8, "m": 7, "s": 6, "ms": 3, "us": 0}
+    checked = 0
+    while checked < 300:
+        units = sorted(rng.sample(list(digits), rng.randint(1, 3)), key=list(digits).index)
+        text = "99999h" * rng.randint(2, 5)
+        for unit in units:
+            whole = rng.choice(["9" * digits[unit], str(rng.randrange(10 ** digits[unit]))])
+            if unit == units[-1] and fraction_digits[unit] and rng.random() < 0.5:
+                whole += f".{rng.randrange(1, 10 ** rng.randint(1, fraction_digits[unit]))}"
+            text += whole + unit
+        if len(text) > MAX_DURATION_LENGTH:
+            continue
+        value = parse_duration(text)
+        written = format_duration(value)
+        assert re.fullmatch(DURATION_PATTERN, written), (text, written)
+        assert len(written) <= MAX_DURATION_LENGTH, (text, written)
+        assert parse_duration(written) == value, (text, written)
+        assert parse_go_duration(written) == value // timedelta(microseconds=1) * 1000
+        assert format_duration(parse_duration(written)) == written
+        checked += 1
