@@ -104,6 +104,11 @@ class PolicyRead:
     spec: CraftSandboxPolicySpec
     absent: str | None = None
 
+    @property
+    def missing(self) -> bool:
+        """There is no CraftSandboxPolicy object at all (not an unreadable one)."""
+        return self.absent == MISSING
+
 
 def read_policy(cache: ObjectCache) -> PolicyRead:
     """The CraftSandboxPolicy ``default`` from the cache; none, or unreadable: an empty spec
@@ -131,12 +136,6 @@ def read_policy(cache: ObjectCache) -> PolicyRead:
     )
 
 
-def current_policy(cache: ObjectCache) -> CraftSandboxPolicySpec:
-    """The CraftSandboxPolicy ``default`` from the cache; none, or unreadable: empty (only
-    the operator's defaults are allowed)."""
-    return read_policy(cache).spec
-
-
 def namespace_labels(cache: ObjectCache, namespace: str) -> dict[str, str] | None:
     """The namespace's labels, or ``None`` if the cache has not seen the namespace yet."""
     body = cache.get(NAMESPACE, None, namespace)
@@ -151,9 +150,12 @@ def check(sandbox: CraftSandbox, cache: ObjectCache, settings: Settings) -> list
     if labels is None:
         return None
     policy = read_policy(cache)
-    missing = policy.absent == MISSING
     return evaluate(
-        sandbox, policy.spec, namespace_labels=labels, settings=settings, policy_missing=missing
+        sandbox,
+        policy.spec,
+        namespace_labels=labels,
+        settings=settings,
+        policy_missing=policy.missing,
     )
 
 
@@ -169,7 +171,7 @@ async def enforce(services: PolicyServices, sandbox: CraftSandbox, run: Run) -> 
         policy.spec,
         namespace_labels=labels,
         settings=services.settings,
-        policy_missing=policy.absent == MISSING,
+        policy_missing=policy.missing,
     )
     if not violations:
         _clear_policy_warning(run)

@@ -20,7 +20,7 @@ from craft_operator.config import Settings
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.policy.models import CraftSandboxPolicySpec
 from craft_operator.policy.rules import Violation, describe, evaluate, image_permitted
-from craft_operator.reconciler.policy_step import MISSING, read_policy
+from craft_operator.reconciler.policy_step import read_policy
 
 #: The fields a pool shares with a sandbox that the policy judges.
 POOL_FIELDS = frozenset(
@@ -67,7 +67,7 @@ def judge_pool(
 ) -> PoolVerdict | None:
     """``None`` if the policy allows the pool's pod settings, else why not."""
     policy = read_policy(cache)
-    found = pool_violations(pool, policy.spec, settings, policy_missing=policy.absent == MISSING)
+    found = pool_violations(pool, policy.spec, settings, policy_missing=policy.missing)
     if not found:
         return None
     return PoolVerdict(describe(found), policy.absent)
