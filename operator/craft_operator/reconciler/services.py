@@ -354,7 +354,7 @@ class StoreCredentials:
         if (
             known is not None
             and rejected_pat_id is None
-            and self._fresh(known, now, ticks, sandbox)
+            and self._fresh(known, now, ticks, revoked, lifetime)
         ):
             left = timedelta(seconds=self._recheck - (ticks - known.ticks))
             return _reused(known.issued, now, recheck_at=now + left)
@@ -384,13 +384,21 @@ class StoreCredentials:
         self._known[uid] = _Checked(issued, ticks, renew_at, revoked, lifetime)
         return dataclasses.replace(issued, recheck_at=now + timedelta(seconds=self._recheck))
 
-    def _fresh(self, known: _Checked, now: datetime, ticks: float, sandbox: CraftSandbox) -> bool:
-        """Whether ``known`` may stand for a database read of ``sandbox``'s PAT now."""
+    def _fresh(
+        self,
+        known: _Checked,
+        now: datetime,
+        ticks: float,
+        revoked: str | None,
+        lifetime: timedelta,
+    ) -> bool:
+        """Whether ``known`` may stand for a database read of the PAT now, for a sandbox
+        whose ``pat-revoked`` annotation and lifetime are ``revoked`` and ``lifetime``."""
         return (
             # A revocation by hand is looked at at once, and so is a changed lifetime (a
             # shorter one may replace the PAT).
-            known.revoked == sandbox.metadata.annotations.get(ANNOTATION_PAT_REVOKED)
-            and known.lifetime == sandbox.spec.credentials.lifetime
+            known.revoked == revoked
+            and known.lifetime == lifetime
             and 0.0 <= ticks - known.ticks < self._reuse
             and (known.renew_at is None or now < known.renew_at)
         )
