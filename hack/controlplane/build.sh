@@ -6,7 +6,9 @@
 # The binaries are cached under $CRAFT_CONTROLPLANE_CACHE (default
 # ~/.cache/craft-operator/controlplane), keyed by a hash of this module's go.mod, go.sum and
 # sources: a second run with nothing changed prints the same directory and builds nothing.
-# Go's own module and build caches make a rebuild after a small change quick too.
+# Go's own module and build caches make a rebuild after a small change quick too. The cache
+# keeps the three builds used last (other checkouts of other sources share it); a build
+# directory another run is still filling is left alone unless abandoned for a day.
 # Needs Go (the version go.mod names) and the Go module proxy; nothing else is downloaded.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -17,9 +19,23 @@ die() { echo "controlplane build: $*" >&2; exit 1; }
 
 key="$(cd "$here" && find build.sh go.mod go.sum cmd -type f | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)"
 out="$cache/$key"
+KEEP_BUILDS=3
+
+# Builds beyond the three used last, and staging directories abandoned for a day, go. Each
+# use touches its build, so another checkout's build in use is among the three.
+prune() {
+    touch "$out"
+    local stale
+    find "$cache" -mindepth 1 -maxdepth 1 -type d -name '.build-*' -mmin +1440 -exec rm -rf {} +
+    stale="$(find "$cache" -mindepth 1 -maxdepth 1 -type d ! -name '.*' -printf '%T@ %p\n' |
+        LC_ALL=C sort -rn | tail -n +$((KEEP_BUILDS + 1)) | cut -d' ' -f2-)"
+    [[ -z $stale ]] || xargs -d '\n' rm -rf <<<"$stale"
+}
+
 complete=1
 for binary in "${binaries[@]}"; do [[ -x "$out/$binary" ]] || complete=0; done
 if [[ $complete == 1 ]]; then
+    prune
     echo "$out"
     exit 0
 fi
@@ -44,6 +60,5 @@ for binary in "${binaries[@]}"; do [[ -x "$staging/$binary" ]] || die "go build 
 rm -rf "$out"
 mv "$staging" "$out"
 trap - EXIT
-# Older builds of this module are of no further use.
-find "$cache" -mindepth 1 -maxdepth 1 -type d ! -name "$key" -exec rm -rf {} +
+prune
 echo "$out"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -56,3 +59,53 @@ def test_down_with_nothing_running_says_so(
 
 def test_status_of_a_stopped_control_plane_fails(tmp_path: Path) -> None:
     assert main(["status", "--state", str(tmp_path)]) == 1
+
+
+BUILD_SCRIPT = Path(__file__).resolve().parents[3] / "hack" / "controlplane" / "build.sh"
+
+
+def build_key() -> str:
+    """The cache key build.sh computes: a hash of its module's files."""
+    listing = "find build.sh go.mod go.sum cmd -type f | LC_ALL=C sort | xargs sha256sum"
+    command = f"{listing} | sha256sum | cut -c1-16"
+    run = subprocess.run(
+        ["bash", "-c", command], cwd=BUILD_SCRIPT.parent, capture_output=True, text=True
+    )
+    return run.stdout.strip()
+
+
+def fake_build(directory: Path, age_s: float) -> Path:
+    directory.mkdir(parents=True)
+    for name in BINARIES:
+        binary = directory / name
+        binary.write_text("#!/bin/sh\n")
+        binary.chmod(0o755)
+    stamp = time.time() - age_s
+    os.utime(directory, (stamp, stamp))
+    return directory
+
+
+def test_a_cached_build_is_used_and_the_cache_keeps_the_three_builds_used_last(
+    tmp_path: Path,
+) -> None:
+    cache = tmp_path / "cache"
+    ours = fake_build(cache / build_key(), age_s=10 * 86400)
+    for age in (1, 2, 3):
+        fake_build(cache / f"other{age}", age_s=age * 3600)
+    building = cache / ".build-young"
+    building.mkdir()
+    abandoned = cache / ".build-old"
+    abandoned.mkdir()
+    os.utime(abandoned, (time.time() - 2 * 86400,) * 2)
+
+    # No Go on the path: a complete cached build needs none.
+    environ = {"PATH": "/usr/bin:/bin", "CRAFT_CONTROLPLANE_CACHE": str(cache)}
+    run = subprocess.run(
+        ["bash", str(BUILD_SCRIPT)], env=environ, capture_output=True, text=True, check=True
+    )
+
+    assert run.stdout.strip() == str(ours)
+    left = sorted(path.name for path in cache.iterdir())
+    # Used now, ours is the newest; of the others the two used last stay, and a staging
+    # directory another build may still be filling is not touched; one abandoned goes.
+    assert left == sorted([ours.name, "other1", "other2", building.name])
