@@ -187,3 +187,9 @@ def credential_info(row: Row[Any], now: datetime) -> CredentialInfo:
         expires_at=row.expires_at,
         pat_state=pat_state(row, now),
     )
+
+
+def renewal_due_at(expires_at: datetime, lifetime: timedelta, fraction: float) -> datetime:
+    """When a PAT that expires at ``expires_at`` enters its renewal window: the last
+    ``fraction`` of the sandbox's ``lifetime`` before it expires."""
+    return expires_at - lifetime * fraction

@@ -19,6 +19,7 @@ from craft_operator.credentials.model import (
     PatState,
     SandboxIdentity,
     pat_state,
+    renewal_due_at,
 )
 
 #: Why a PAT due for renewal is replaced. Only these leave the superseded PAT live for the
@@ -86,9 +87,8 @@ def replacement_reason(row: Row[Any] | None, policy: EnsurePolicy, now: datetime
     expires_at: datetime | None = row.pat_expires_at
     if expires_at is None:
         return "the PAT never expires"
-    remaining = expires_at - now
-    if remaining < policy.lifetime * policy.renewal_fraction:
+    if now > renewal_due_at(expires_at, policy.lifetime, policy.renewal_fraction):
         return IN_RENEWAL_WINDOW
-    if remaining > policy.lifetime + _LIFETIME_SLACK:
+    if expires_at - now > policy.lifetime + _LIFETIME_SLACK:
         return OUTLIVES_LIFETIME
     return None

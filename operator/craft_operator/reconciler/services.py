@@ -27,7 +27,12 @@ from craft_operator.api.models import ANNOTATION_PAT_REVOKED, CraftSandbox
 from craft_operator.builders.naming import SANDBOX_CONTAINER
 from craft_operator.config import Settings
 from craft_operator.credentials.errors import CredentialsError, DatabaseUnavailableError
-from craft_operator.credentials.model import IssuedCredential, Revocation, SandboxIdentity
+from craft_operator.credentials.model import (
+    IssuedCredential,
+    Revocation,
+    SandboxIdentity,
+    renewal_due_at,
+)
 from craft_operator.daemon_threads import DaemonThreadPool
 from craft_operator.kube.exec import ExecTransport
 from craft_operator.library import (
@@ -378,7 +383,9 @@ class StoreCredentials:
             uid=uid,
         )
         renew_at = (
-            issued.expires_at - lifetime * self._renewal_fraction if issued.expires_at else None
+            renewal_due_at(issued.expires_at, lifetime, self._renewal_fraction)
+            if issued.expires_at
+            else None
         )
         # Aged from the call's start: the database answered at some moment since.
         self._known[uid] = _Checked(issued, ticks, renew_at, revoked, lifetime)

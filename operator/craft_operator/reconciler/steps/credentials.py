@@ -15,7 +15,7 @@ from craft_operator.credentials.errors import (
     UserInactiveError,
     UserNotFoundError,
 )
-from craft_operator.credentials.model import NO_CREDENTIAL
+from craft_operator.credentials.model import NO_CREDENTIAL, renewal_due_at
 from craft_operator.metrics import ProvisioningPhase
 from craft_operator.reconciler.ports import IssuedCredential
 from craft_operator.reconciler.step import Pass, Step, Stop
@@ -80,8 +80,11 @@ def record(p: Pass, issued: IssuedCredential) -> None:
         expires_at=kube_time(issued.expires_at) if issued.expires_at else None,
     )
     if issued.expires_at is not None:
-        lifetime = p.sandbox.spec.credentials.lifetime
-        renew_at = issued.expires_at - lifetime * s.settings.credential_renewal_fraction
+        renew_at = renewal_due_at(
+            issued.expires_at,
+            p.sandbox.spec.credentials.lifetime,
+            s.settings.credential_renewal_fraction,
+        )
         run.revisit(after=max(60.0, (renew_at - run.now).total_seconds() + 1))
     if issued.recheck_at is not None:
         # Back by the time the database is read again, whatever brought this pass (a pod's
