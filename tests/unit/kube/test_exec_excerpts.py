@@ -86,3 +86,12 @@ def test_an_excerpt_without_a_piece_of_the_token_is_kept_whole() -> None:
 
 def test_without_the_secret_anything_like_a_pat_is_still_redacted() -> None:
     assert excerpt(f"bad {TOKEN} here".encode()) == "bad [redacted] here"
+
+
+def test_a_token_the_length_limit_cuts_in_two_leaves_no_piece_of_it() -> None:
+    # The limit keeps the end, which here starts inside the token: cut first, what is left
+    # of it has no prefix to be recognised by, and would be shown.
+    shown = excerpt(f"error: {TOKEN} was refused".encode(), limit=60)
+
+    assert shown == "error: [redacted] was refused"
+    assert TOKEN[-20:] not in shown

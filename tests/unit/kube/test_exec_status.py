@@ -92,6 +92,21 @@ def test_a_status_message_reaches_a_condition_as_one_short_plain_line_without_a_
     assert "A" * 8 not in said
 
 
+def test_the_end_of_a_status_message_that_reaches_a_condition_holds_no_token_or_control() -> None:
+    # What is kept is the end of the message: there too, a token is redacted and escape
+    # sequences and line breaks are gone.
+    token = "onyx_pat_" + "B" * 256
+    message = "x " * 30_000 + f"failed\x1b[2J\r\nwith {token}\x07 at the end"
+
+    with pytest.raises(ExecError) as raised:
+        parse_exec_status(status(reason="InternalError", message=message))
+
+    said = str(raised.value)
+    assert said.endswith("failed; with [redacted] at the end")
+    assert all(ord(character) >= 0x20 for character in said)
+    assert "B" * 8 not in said
+
+
 @pytest.mark.parametrize(
     ("reason", "message"),
     [
