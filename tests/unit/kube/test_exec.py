@@ -26,7 +26,7 @@ from craft_operator.kube.exec import (
     parse_exec_status,
 )
 from craft_operator.kube.exec_aiohttp import AiohttpExec, framed
-from tests.support.exec_api import FakeApiServer
+from tests.support.exec_api import FakeApiServer, aiohttp_exec
 
 pytestmark = [pytest.mark.unit]
 
@@ -249,6 +249,27 @@ async def test_output_over_the_calls_cap_is_abandoned_not_collected(
 
     assert raised.value.limit == 100_000
     assert not raised.value.retryable
+
+
+async def test_no_call_reads_more_than_the_transports_own_cap_whatever_it_asks_for(
+    api_server: FakeApiServer,
+) -> None:
+    # The whole stream's cap (64 MiB in the operator) bounds every caller's.
+    argv = ["head", "-c", "2000000", "/dev/zero"]
+    async with aiohttp_exec(api_server, max_output_bytes=100_000) as transport:
+        with pytest.raises(ExecOutputTooLargeError) as raised:
+            await transport.run("ns", "pod", "main", argv, timeout=30, max_output_bytes=10**9)
+
+    assert raised.value.limit == 100_000
+
+
+async def test_stdout_and_stderr_count_together_against_the_cap(transport: AiohttpExec) -> None:
+    script = "head -c 60000 /dev/zero; head -c 60000 /dev/zero >&2"
+
+    with pytest.raises(ExecOutputTooLargeError):
+        await transport.run(
+            "ns", "pod", "main", ["sh", "-c", script], timeout=30, max_output_bytes=100_000
+        )
 
 
 async def test_a_command_that_never_reads_its_stdin_times_out(
