@@ -198,6 +198,19 @@ CASES: tuple[PolicyCase, ...] = (
             "tolerations": [{"key": "sandboxes", "operator": "Exists", "effect": "NoSchedule"}]
         },
     ),
+    _refused(
+        "toleration-of-another-value-of-an-allowed-key",
+        {"tolerations": [{"key": "dedicated", "value": "gpu-team", "effect": "NoSchedule"}]},
+        "(spec.tolerations)",
+        policy={"tolerations": [{"key": "dedicated", "value": "sandboxes"}]},
+    ),
+    # Exists tolerates every value of the key: wider than the value the entry allows.
+    _refused(
+        "toleration-of-every-value-where-one-is-allowed",
+        {"tolerations": [{"key": "dedicated", "operator": "Exists"}]},
+        "(spec.tolerations)",
+        policy={"tolerations": [{"key": "dedicated"}]},
+    ),
     _allowed(
         "node-selector-allowed",
         {"nodeSelector": {"workload": "sandboxes"}},
