@@ -174,6 +174,59 @@ async def test_a_missing_policy_does_not_excuse_another_tenants_namespace() -> N
     )
 
 
+class Deletions:
+    """The API client of a withdrawal: records each delete and the uid it is made on (its
+    precondition)."""
+
+    def __init__(self) -> None:
+        self.deleted: list[tuple[str, str, str | None]] = []
+
+    async def delete(self, kind: Any, namespace: str, name: str, **options: Any) -> None:
+        self.deleted.append((kind.plural, name, options.get("uid")))
+
+
+def labelled_child(name: str, uid: str, *, controller: str) -> dict[str, Any]:
+    """An object in the cache with the sandbox's labels, controlled by ``controller``."""
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "team-a",
+            "uid": uid,
+            "resourceVersion": "1",
+            "labels": {
+                "app.kubernetes.io/managed-by": "craft-operator",
+                "craft.onyx.app/sandbox": "alice",
+            },
+            "ownerReferences": [
+                {"kind": "CraftSandbox", "name": "alice", "uid": controller, "controller": True}
+            ],
+        }
+    }
+
+
+async def test_a_withdrawal_deletes_only_the_sandboxs_own_children_each_on_its_uid() -> None:
+    """Someone else's ConfigMap under the skills' name, with the sandbox's labels copied,
+    is left alone; the sandbox's own Secret is deleted only if it is still that very
+    object (a successor under its name is refused by the API server)."""
+    cache = cache_with(labels={TENANT_LABEL: "acme"})
+    cache.put("Secret", labelled_child("alice-credentials", "secret-1", controller="u-1"))
+    cache.put("ConfigMap", labelled_child("alice-skills", "foreign-9", controller="u-mallory"))
+    sink = services(cache)
+    sink.kube = Deletions()
+
+    async def revoke(
+        namespace: str, name: str, uid: str, *, created_at: datetime | None = None
+    ) -> Revocation:
+        return Revocation.REVOKED
+
+    sink.credentials = SimpleNamespace(revoke=revoke)
+    run = Run({**BODY, "status": RUNNING}, NOW, CONDITIONS)
+
+    assert await enforce(sink, SANDBOX, run) is True
+
+    assert sink.kube.deleted == [("secrets", "alice-credentials", "secret-1")]
+
+
 @pytest.mark.parametrize(
     ("revocation", "said"),
     [
