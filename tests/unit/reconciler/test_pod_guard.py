@@ -55,6 +55,11 @@ def replaced_by_another_sandbox(cache: ObjectCache) -> None:
     cache.put("Pod", pod(uid="pod-9", owner="uid-of-mallory", version="3"))
 
 
+def recreated_by_its_sandbox(cache: ObjectCache) -> None:
+    cache.remove("Pod", pod(version="2"))
+    cache.put("Pod", pod(uid="pod-2", version="3"))
+
+
 def gone(cache: ObjectCache) -> None:
     cache.remove("Pod", pod(version="2"))
 
@@ -69,7 +74,10 @@ def released(cache: ObjectCache) -> None:
     cache.put("Pod", pod(owner="uid-of-someone-else", version="2"))
 
 
-@pytest.mark.parametrize("change", [replaced_by_another_sandbox, gone, terminating, released])
+@pytest.mark.parametrize(
+    "change",
+    [replaced_by_another_sandbox, recreated_by_its_sandbox, gone, terminating, released],
+)
 async def test_a_pod_that_changed_since_it_was_read_gets_nothing(change: Any) -> None:
     cache = ObjectCache()
     read = pod()
