@@ -30,12 +30,12 @@ from craft_operator.builders.pool import (
 )
 from craft_operator.kube import kinds
 from craft_operator.kube.client import ApiError
-from craft_operator.kube.exec import ExecError
+from craft_operator.kube.exec import ExecError, ExecResult, ExecTimeoutError
 from craft_operator.kube.pod_shape import built_digest
 from craft_operator.reconciler.detached import DetachedCalls
 from craft_operator.reconciler.run import Run
 from craft_operator.reconciler.step import Memory, Pass, Stop
-from craft_operator.reconciler.steps import claim, credentials, pod, pod_lifecycle
+from craft_operator.reconciler.steps import claim, claimed_skill, credentials, pod, pod_lifecycle
 from craft_operator.reconciler.steps.claimed_skill import SKILL_FILE
 from craft_operator.reconciler.steps.cli import EXIT_SKILL_NOT_DELIVERED
 from craft_operator.reconciler.table import CONDITIONS, run_steps
@@ -383,6 +383,41 @@ async def test_a_skill_write_the_pod_holds_runs_on_without_the_pass_and_is_taken
     await run_steps(taken)
     assert taken.run.status.delivered_skill != first.run.status.delivered_skill
     assert len([call for call in pooled.exec.calls if call[3] == "deliver-skill"]) == 1
+
+
+async def test_a_skill_write_the_pod_holds_forever_ends_at_its_timeout(
+    pooled: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent can stop the write's shell: the write is abandoned at its timeout, gives
+    back its place among the deliveries that run on, and is reported and retried."""
+    monkeypatch.setattr(claimed_skill, "TIMEOUT", 0.05)
+    pooled.services.deliveries.inline = 1.0
+    warm_pods(pooled, 1)
+    first = pooled.pass_(spec={"poolRef": {"name": POOL}})
+    await run_steps(first)
+    edit_skill(pooled, first.sandbox, "---\nname: company-search\n---\nedited\n")
+    pooled.exec.hold_skill = asyncio.Event()  # never set
+    pod_exec = pooled.exec.run
+
+    async def bounded(
+        *args: Any,
+        timeout: float | None = None,  # noqa: ASYNC109 - the ExecTransport interface
+        **kwargs: Any,
+    ) -> ExecResult:
+        try:  # as every transport does: the call is abandoned at its timeout
+            async with asyncio.timeout(timeout):
+                return await pod_exec(*args, timeout=timeout, **kwargs)
+        except TimeoutError:
+            raise ExecTimeoutError("the command did not finish in time") from None
+
+    monkeypatch.setattr(pooled.exec, "run", bounded)
+    held = pooled.pass_(spec={"poolRef": {"name": POOL}}, status=dump_status(first.run.status))
+    await run_steps(held)
+
+    skill = held.run.condition("SkillRendered")
+    assert skill is not None
+    assert (skill.status, skill.reason) == ("False", "SkillDeliveryFailed")
+    assert pooled.services.deliveries.unfinished == 0
 
 
 async def test_a_skill_the_pod_refuses_is_reported_on_skill_rendered_and_retried(

@@ -632,6 +632,36 @@ async def test_a_pod_that_stalls_the_delivery_is_retried_with_backoff(
     assert p.run.verdict.backoff == "ExecFailed"
 
 
+async def test_a_delivery_the_pod_holds_forever_ends_at_the_cli_timeout(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent can stop onyx-cli (SIGSTOP): the delivery is abandoned at the CLI timeout,
+    so it gives back its place among the deliveries that run on, and is retried."""
+    from craft_operator.kube.exec import ExecTimeoutError
+
+    async def held(
+        *args: object,
+        timeout: float | None = None,  # noqa: ASYNC109 - the ExecTransport interface
+        **kwargs: object,
+    ) -> object:
+        try:  # as every transport does: the call is abandoned at its timeout
+            async with asyncio.timeout(timeout):
+                await asyncio.Event().wait()
+        except TimeoutError:
+            raise ExecTimeoutError("the command did not finish in time") from None
+        raise AssertionError("never set")
+
+    monkeypatch.setattr(cli, "CLI_TIMEOUT", 0.05)
+    monkeypatch.setattr(world.exec, "run", held)
+    world.services.deliveries = DetachedCalls(inline=1.0)
+    p = await ready_pass(world)
+    await cli.validate_cli(p)
+    condition = p.run.condition("CLIValidated")
+    assert condition is not None
+    assert condition.reason == "ExecFailed"
+    assert world.services.deliveries.unfinished == 0
+
+
 def test_a_delivery_keeps_only_the_ends_of_what_the_pod_printed() -> None:
     """Its result may wait in memory for the sandbox's next pass (days, if it sleeps), and
     the pod decides how much it prints: a megabyte each would add up over sandboxes."""
