@@ -98,6 +98,28 @@ async def test_the_pat_revoked_is_the_one_of_this_sandbox_as_created(world: Worl
     assert created.tzinfo is not None
 
 
+async def test_the_finalizer_leaves_an_object_that_took_a_cached_childs_name_since(
+    world: World,
+) -> None:
+    """The cache still holds the sandbox's Secret, which someone else's of that name has
+    replaced: the delete is made on the cached one's uid, and the API server refuses it."""
+    body = deleted_sandbox(world)
+    world.emulator.remove("v1/secrets", NAMESPACE, SECRET)
+    successor = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": SECRET, "namespace": NAMESPACE},
+        "data": {"token": "c2VjcmV0"},
+    }
+    made = world.emulator.create("v1/secrets", successor)
+
+    assert await finalizer.finalize(world.services, body, CONDITIONS) is None
+
+    kept = world.emulator.find("v1/secrets", NAMESPACE, SECRET)
+    assert kept is not None
+    assert kept["metadata"]["uid"] == made["metadata"]["uid"]
+
+
 @pytest.mark.parametrize(
     ("revocation", "said"),
     [
