@@ -685,6 +685,71 @@ async def test_a_claim_that_may_have_landed_stops_the_pass_without_a_second_pod(
     assert sum(LABEL_CLAIMED_FROM in each for each in labels) == 1, "no second claim"
 
 
+def claimed_by_bob_unanswered(world: World) -> None:
+    """Another sandbox (bob) claims each pod this one tries, and this one's claim goes
+    unanswered (503): its write lost the race though no answer said so."""
+    other = {"apiVersion": "craft.onyx.app/v1alpha1", "kind": "CraftSandbox", "name": "bob"}
+
+    async def bob_first(request: Any) -> aiohttp.web.StreamResponse | None:
+        path, method = request.url.path, request.method.value.upper()
+        if "/pods/" not in path or method != "PATCH":
+            return None
+        world.emulator.patch(
+            "v1/pods",
+            NAMESPACE,
+            path.rsplit("/", 1)[-1],
+            {
+                "metadata": {
+                    "labels": {LABEL_POOL: None, LABEL_CLAIMED_FROM: POOL},
+                    "ownerReferences": [{**other, "uid": "uid-bob", "controller": True}],
+                }
+            },
+        )
+        return aiohttp.web.json_response({"kind": "Status", "code": 503}, status=503)
+
+    world.emulator.before_request.insert(0, bob_first)
+
+
+async def test_a_pod_read_back_after_an_unanswered_claim_is_kept_only_if_it_is_the_sandboxs(
+    pooled: World,
+) -> None:
+    [warm] = warm_pods(pooled, 1)
+    claimed_by_bob_unanswered(pooled)
+    p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    await pod.converge_pod(p)
+    assert p.pod is None or p.pod["metadata"]["name"] != warm, "never bob's pod"
+    [owner] = pooled.emulator.get("v1/pods", NAMESPACE, warm)["metadata"]["ownerReferences"]
+    assert owner["uid"] == "uid-bob"
+    assert pooled.stored("v1/pods", NAME) is not None, "cold instead"
+
+
+async def test_a_claim_the_api_server_refuses_starts_cold_as_a_failed_claim_not_a_lost_race(
+    pooled: World,
+) -> None:
+    warm_pods(pooled, 2)
+    pooled.services.metrics.pool_seen(NAMESPACE, POOL)
+    patches: list[str] = []
+
+    async def refuse(request: Any) -> aiohttp.web.StreamResponse | None:
+        path, method = request.url.path, request.method.value.upper()
+        if "/pods/" not in path or method != "PATCH":
+            return None
+        patches.append(path.rsplit("/", 1)[-1])
+        status = {"kind": "Status", "code": 403, "reason": "Forbidden", "message": "denied"}
+        return aiohttp.web.json_response(status, status=403)
+
+    pooled.emulator.before_request.insert(0, refuse)
+    p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    await pod.converge_pod(p)
+    assert len(patches) == 1, "a refused claim is not tried on the next pod"
+    [cold] = [event for event in pooled.events.posted if event[1] == "ColdStart"]
+    assert "ClaimFailed" in cold[2]
+    assert pooled.stored("v1/pods", NAME) is not None, "cold instead"
+    where = {"namespace": NAMESPACE, "pool": POOL, "reason": "ClaimFailed"}
+    registry = pooled.services.metrics.registry
+    assert registry.get_sample_value("craft_pool_cold_starts_total", where) == 1
+
+
 async def unanswered(request: Any) -> aiohttp.web.StreamResponse | None:
     """Every pod request fails unanswered (503): a claim's write and its read-back; nothing
     is applied."""
