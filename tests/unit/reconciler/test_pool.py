@@ -900,6 +900,20 @@ async def test_deleting_the_pool_deletes_its_unclaimed_pods_only(world: PoolWorl
     assert [pod["metadata"]["name"] for pod in world.pods()] == [claimed]
 
 
+async def test_deleting_the_pool_leaves_a_pod_that_carries_its_label_but_is_not_its_own(
+    world: PoolWorld,
+) -> None:
+    await world.filled(replicas=1)
+    claimed = world.unclaimed()[0]["metadata"]["name"]
+    world.claim(claimed)
+    # Labels are anyone's to write: the claimed pod is the sandbox's still.
+    relabelled = {"metadata": {"labels": {LABEL_POOL: NAME}}}
+    world.emulator.patch("v1/pods", NAMESPACE, claimed, relabelled)
+    world.emulator.remove(POOLS, NAMESPACE, NAME)
+    await world.pass_()
+    assert [pod["metadata"]["name"] for pod in world.pods()] == [claimed]
+
+
 async def test_pods_of_an_earlier_pool_of_the_name_are_deleted_once_not_on_every_pass(
     world: PoolWorld,
 ) -> None:

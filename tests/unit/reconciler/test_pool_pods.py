@@ -97,6 +97,13 @@ def test_only_the_pools_own_ready_unclaimed_pods_of_its_template_are_offered_old
     assert list(ready_pool_pod_names(cache, "ns", "warm", template_hash="h0")) == ["other-template"]
 
 
+def test_a_pod_that_no_longer_runs_is_not_offered_whatever_its_ready_condition_says() -> None:
+    ended = pod("ended", "2026-11-27T09:00:00Z")
+    ended["status"]["phase"] = "Succeeded"  # its Ready condition not yet updated
+    cache = cache_with(ended, pod("running", "2026-11-27T10:00:00Z"))
+    assert list(ready_pool_pod_names(cache, "ns", "warm")) == ["running"]
+
+
 def test_a_pod_is_offered_once_ready_and_no_longer_once_claimed_or_deleted() -> None:
     starting = pod("a", "2026-11-27T10:00:00Z", ready=False)
     cache = cache_with(starting)
