@@ -861,6 +861,16 @@ async def test_a_template_change_replaces_the_pods_gradually(world: PoolWorld) -
     assert "PoolPodOutdated" in world.events.steps
 
 
+async def test_during_an_update_only_the_current_templates_pods_count_as_ready(
+    world: PoolWorld,
+) -> None:
+    await updating(world, replicas=3)
+    await world.pass_()  # one new pod, starting; the three old ones still Ready
+    status = world.status()
+    assert (status["replicas"], status["ready"], status["creating"]) == (4, 0, 1)
+    assert world.condition("Ready")["reason"] == "Updating"
+
+
 async def test_an_update_never_touches_a_claimed_pod(world: PoolWorld) -> None:
     await world.filled(replicas=2)
     claimed = world.unclaimed()[0]["metadata"]["name"]
@@ -897,6 +907,20 @@ async def test_deleting_the_pool_deletes_its_unclaimed_pods_only(world: PoolWorl
     await world.pass_()
     world.emulator.remove(POOLS, NAMESPACE, NAME)
     await world.pass_()
+    assert [pod["metadata"]["name"] for pod in world.pods()] == [claimed]
+
+
+async def test_a_pool_held_by_a_finalizer_while_deleted_deletes_its_pods_and_makes_no_more(
+    world: PoolWorld,
+) -> None:
+    await world.filled(replicas=2)
+    claimed = world.unclaimed()[0]["metadata"]["name"]
+    world.claim(claimed)
+    held = {"metadata": {"finalizers": ["example.com/hold"]}}
+    world.emulator.patch(POOLS, NAMESPACE, NAME, held)
+    world.emulator.remove(POOLS, NAMESPACE, NAME)  # it stays, being deleted
+    for _ in range(2):
+        await world.pass_()
     assert [pod["metadata"]["name"] for pod in world.pods()] == [claimed]
 
 
