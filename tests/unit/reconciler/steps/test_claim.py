@@ -1184,3 +1184,54 @@ async def test_a_cold_pod_whose_create_answer_was_lost_is_still_one_cold_start(
         pooled.cache.put(kinds.POD.name, pooled.emulator.get("v1/pods", NAMESPACE, NAME))
 
     assert cold_starts(pooled) == {"PoolEmpty": 1}
+
+
+async def test_a_sandbox_waking_from_sleep_does_not_claim_from_a_pool_being_deleted(
+    pooled: World,
+) -> None:
+    [warm] = warm_pods(pooled, 1)
+    body = pooled.cache.get(kinds.POOL.name, NAMESPACE, POOL)
+    assert body is not None
+    deleting = copy.deepcopy(body)
+    deleting["metadata"]["deletionTimestamp"] = "2026-11-23T12:00:00Z"
+    deleting["metadata"]["resourceVersion"] = str(int(body["metadata"]["resourceVersion"]) + 1)
+    pooled.cache.put(kinds.POOL.name, deleting)
+    p = await pod_pass(pooled, status={"wokeAt": "2026-11-23T11:59:00Z"})
+    await pod.converge_pod(p)
+    assert LABEL_POOL in pooled.emulator.get("v1/pods", NAMESPACE, warm)["metadata"]["labels"]
+    assert pooled.stored("v1/pods", NAME) is not None, "cold instead"
+
+
+async def test_a_pass_tries_three_pods_at_most_before_it_starts_cold(pooled: World) -> None:
+    warm_pods(pooled, 5)
+    tried: list[str] = []
+
+    async def lost_race(request: Any) -> aiohttp.web.StreamResponse | None:
+        path, method = request.url.path, request.method.value.upper()
+        if "/pods/" not in path or method != "PATCH":
+            return None
+        tried.append(path.rsplit("/", 1)[-1])
+        status = {"kind": "Status", "code": 409, "reason": "Conflict", "message": "stale"}
+        return aiohttp.web.json_response(status, status=409)
+
+    pooled.emulator.before_request.insert(0, lost_race)
+    p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    await pod.converge_pod(p)
+    assert len(tried) == claim.MAX_TRIES == 3
+    assert "ClaimConflict" in pooled.events.posted[0][2]
+
+
+async def test_a_cold_start_is_said_once_while_its_pods_creation_is_retried(
+    pooled: World,
+) -> None:
+    warm_pods(pooled, 0)
+    memory = Memory()
+    over_quota(pooled)
+    said = 0
+    for _ in range(3):  # the pod step retries the cold pod's creation, pass after pass
+        p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+        p.memory = memory
+        with contextlib.suppress(Exception):
+            await pod.converge_pod(p)
+        said += pooled.events.reasons.count("ColdStart")
+    assert said == 1
