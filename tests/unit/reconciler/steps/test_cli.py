@@ -566,6 +566,45 @@ async def test_a_pat_that_replaced_the_pods_goes_in_though_an_earlier_row_stoppe
         assert world.exec.calls == []
 
 
+NOT_THE_SANDBOXS_READY_POD = {
+    "someone else's": {
+        "metadata": {
+            "ownerReferences": [
+                {"kind": "CraftSandbox", "name": "x", "uid": "x", "controller": True}
+            ]
+        }
+    },
+    "not ready": {
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}
+    },
+    "being deleted": {"metadata": {"deletionTimestamp": "2026-11-23T12:00:00Z"}},
+}
+
+
+@pytest.mark.parametrize(
+    "unlike", NOT_THE_SANDBOXS_READY_POD.values(), ids=list(NOT_THE_SANDBOXS_READY_POD)
+)
+async def test_a_renewed_pat_that_an_earlier_row_held_back_goes_into_no_other_pod(
+    world: World, unlike: dict[str, Any]
+) -> None:
+    """The renewal's PAT goes in past a stopped pass only into the sandbox's own Ready pod:
+    a pod of its name that another controls would keep the token."""
+    pod: dict[str, Any] = {
+        **sandbox_pod(),
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    pod = {key: {**pod[key], **unlike.get(key, {})} for key in pod}
+    world.cache.put("Pod", pod)
+    world.credentials.pat_id, world.credentials.grace_pat_id = 2, 1
+    p = world.pass_(status={"validatedPatID": 1, "validatedPodUID": "pod-1"})
+    await credentials.ensure_pat(p)  # the rows before the pod step stop after this
+
+    await cli.deliver_renewal(p)
+
+    assert world.exec.calls == []
+    assert p.run.status.validated_pat_id == 1
+
+
 async def test_a_renewed_pat_that_failed_to_go_in_still_goes_in_once_the_old_one_is_dead(
     world: World,
 ) -> None:
