@@ -1184,6 +1184,41 @@ async def test_pods_labelled_as_claimed_by_hand_retire_no_old_pod_and_count_for_
     assert world.status()["claimed"] == 0
 
 
+async def test_pods_naming_a_sandbox_they_do_not_belong_to_retire_no_old_pod(
+    world: PoolWorld,
+) -> None:
+    await updating(world, replicas=3)
+    await world.pass_()  # the first new pod
+    new_hash = world.status()["templateHash"]
+    # alice's name, not her uid: an earlier alice's pods, or someone's made to look hers
+    owner = {**SANDBOX_OWNER, "uid": "uid-of-another-alice"}
+    for index in range(3):
+        name = f"not-alices-{index}"
+        labels = {
+            LABEL_CLAIMED_FROM: NAME,
+            LABEL_POOL_TEMPLATE_HASH: new_hash,
+            kinds.LABEL_MANAGED_BY: kinds.MANAGED_BY,
+        }
+        world.emulator.create(
+            "v1/pods",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": NAMESPACE,
+                    "labels": labels,
+                    "ownerReferences": [owner],
+                },
+                "spec": {"containers": [{"name": "x", "image": "busybox"}]},
+            },
+        )
+        mark_pod_running(world.emulator, NAMESPACE, name)
+    await world.pass_()
+    ready = [pod for pod in world.unclaimed() if pod.get("status", {}).get("phase") == "Running"]
+    assert len(ready) == 3, "the old Ready pods stay until new ones are Ready"
+
+
 async def test_a_large_pool_is_deleted_ten_pods_at_a_time_not_one_after_another(
     world: PoolWorld,
 ) -> None:
