@@ -35,14 +35,21 @@ controlplane-up: $(STAMP) ## Start a local control plane (etcd, kube-apiserver, 
 controlplane-down: $(STAMP) ## Stop every process of the local control plane
 	@$(BIN)/python -m craft_operator.devtools.controlplane down --state "$(CONTROLPLANE_STATE)"
 
+# The unit and integration tiers run on TEST_WORKERS processes (pytest-xdist; one per core,
+# at most 4): each of their tests starts what it needs on free ports. The cluster and
+# resilience tiers run after, in one process: each drives servers whose timing parallel
+# workers would disturb. TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); if [ $$n -lt 2 ]; then echo 0; elif [ $$n -gt 4 ]; then echo 4; else echo $$n; fi)
+
 test: $(STAMP) ## Run every tier: unit, integration, cluster, resilience at CI size (e2e skips without Docker)
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest tests/unit tests/integration -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(BIN)/pytest tests --ignore=tests/unit --ignore=tests/integration $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## Run only the unit tests
-	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+	$(BIN)/pytest tests/unit -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 test-integration: $(STAMP) ## Run only the integration tests (kopf against the KMock emulator)
-	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
+	$(BIN)/pytest tests/integration -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 test-cluster: $(STAMP) ## Run only the cluster tier (the operator on the local control plane)
 	$(BIN)/pytest tests/cluster $(PYTEST_ARGS)
