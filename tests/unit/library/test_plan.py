@@ -166,6 +166,17 @@ def test_a_key_outside_the_prefix_is_reported_not_written() -> None:
     ]
 
 
+@pytest.mark.parametrize("etag", ['"a\tb"', '"a\nb"', '"a\x7fb"', ""])
+def test_an_object_whose_etag_cannot_be_a_manifest_field_is_skipped_and_said(etag: str) -> None:
+    """A tab or newline in an ETag would break its manifest line, or add lines of its own."""
+    result = plan([obj("odd.txt", etag=etag), obj("fine.txt")])
+
+    assert [(item.key, item.reason) for item in result.skipped] == [
+        (PREFIX + "odd.txt", SkipReason.INVALID_ETAG)
+    ]
+    assert list(result.library) == ["fine.txt"]
+
+
 def test_folder_markers_are_ignored_silently() -> None:
     result = plan([obj("folder/", size=0), obj("folder/a")])
 
@@ -252,6 +263,14 @@ def test_excluded_and_hostile_keys_do_not_count_against_the_caps() -> None:
     )
 
     assert list(result.library) == ["ok"]
+
+
+def test_a_library_exactly_at_every_cap_is_synced_whole() -> None:
+    listing = [obj("big", size=500), obj("f1", size=250), obj("f2", size=250)]
+
+    result = plan(listing, caps=SyncCaps(max_file_bytes=500, max_total_bytes=1_000, max_files=3))
+
+    assert (result.files, result.bytes) == (3, 1_000)
 
 
 def test_default_caps_are_500_mb_per_file_10_gb_and_10_000_files_in_total() -> None:
