@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from craft_operator.api.models import MAX_LIBRARY_REVISION, UserLibraryStatus
+from craft_operator.api.models import MAX_LIBRARY_REVISION, ConditionStatus, UserLibraryStatus
 from craft_operator.api.status_codec import dump_status
 from craft_operator.library import resolve_location
 from craft_operator.library.errors import DestinationUnwritableError, ExecFailedError
+from craft_operator.library.record import TAMPERED, Distrust
 from craft_operator.library.sync import SyncResult
 from craft_operator.reconciler.pod_guard import PodChangedError
 from craft_operator.reconciler.step import WAITING_MESSAGE, Pass
@@ -265,3 +266,121 @@ async def test_a_revision_too_long_to_record_is_refused_once_and_the_next_one_sy
     await library.sync_library(fixed)
     assert world.services.library_pool.busy(p.run.key, p.sandbox.metadata.uid or "")
     await world.services.library_pool.close()
+
+
+@pytest.mark.parametrize(
+    ("annotations", "spec", "pod_uid"),
+    [
+        ({}, {}, "pod-2"),
+        ({REVISION: "2"}, {}, "pod-1"),
+        ({}, {"userLibrary": {"exclude": ["*.tmp"]}}, "pod-1"),
+        ({}, {"userLibrary": {"disabledPaths": ["drafts"]}}, "pod-1"),
+        ({}, {"userLibrary": {"prefix": "elsewhere/"}}, "pod-1"),
+    ],
+    ids=["a new pod", "a new revision", "a new exclude", "a newly disabled path", "a new prefix"],
+)
+async def test_a_synced_library_is_synced_again_for_a_new_pod_revision_or_configuration(
+    make_world: Callable[..., World],
+    annotations: dict[str, str],
+    spec: dict[str, Any],
+    pod_uid: str,
+) -> None:
+    world = make_world(s3_bucket="onyx-user-files")
+    synced = ConditionState.true("UserLibrarySynced", "Synced", "3 files")
+    done = pass_after_a_sync(world, synced, UserLibraryStatus(last_sync_time=NOW))
+    p = ready_pass(world, annotations=annotations, spec=spec, status=dump_status(done.run.status))
+    p.pod = {"metadata": {**POD["metadata"], "uid": pod_uid}}
+
+    await library.sync_library(p)
+
+    assert world.services.library_pool.busy(p.run.key, UID)
+    await world.services.library_pool.close()
+
+
+def a_result(distrust: Distrust | None = None) -> SyncResult:
+    return SyncResult(
+        files=3,
+        bytes=30,
+        bytes_transferred=40,
+        copied=3,
+        deleted=0,
+        skipped=(),
+        excluded=0,
+        duration_seconds=0.1,
+        distrust=distrust,
+    )
+
+
+class HeldLibrary:
+    """The library port: every sync waits for ``release``, then ends with ``result``."""
+
+    def __init__(self, result: SyncResult) -> None:
+        self.result = result
+        self.release = asyncio.Event()
+
+    async def sync(self, *args: object, **kwargs: object) -> SyncResult:
+        await self.release.wait()
+        return self.result
+
+    async def forget(self, uid: str) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+async def ended(world: World, p: Pass) -> None:
+    for _ in range(500):
+        if not world.services.library_pool.busy(p.run.key, UID):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the sync did not end")
+
+
+async def test_a_sync_of_an_earlier_revision_is_not_recorded_as_the_one_asked_for_since(
+    make_world: Callable[..., World],
+) -> None:
+    world = make_world(s3_bucket="onyx-user-files")
+    held = HeldLibrary(a_result())
+    world.services.library = held  # type: ignore[misc]
+    first = ready_pass(world, annotations={REVISION: "1"})
+    await library.sync_library(first)
+    bumped = ready_pass(world, annotations={REVISION: "2"}, status=dump_status(first.run.status))
+    await library.sync_library(bumped)  # revision 1's sync still runs
+    held.release.set()
+    await ended(world, bumped)
+
+    collecting = ready_pass(
+        world, annotations={REVISION: "2"}, status=dump_status(bumped.run.status)
+    )
+    await library.sync_library(collecting)
+
+    recorded = collecting.run.status.user_library
+    assert recorded is None or recorded.observed_revision != "2"
+    assert not collecting.run.condition_is("UserLibrarySynced", ConditionStatus.TRUE)
+    assert world.services.library_pool.busy(collecting.run.key, UID), "revision 2 is synced"
+    await world.services.library_pool.close()
+
+
+async def test_a_library_copied_again_because_the_pods_manifest_was_untrusted_says_so(
+    make_world: Callable[..., World],
+) -> None:
+    world = make_world(s3_bucket="onyx-user-files")
+    untrusted = Distrust(
+        TAMPERED, "the library manifest in the pod is not the one the operator wrote"
+    )
+    held = HeldLibrary(a_result(untrusted))
+    held.release.set()
+    world.services.library = held  # type: ignore[misc]
+    first = ready_pass(world)
+    await library.sync_library(first)
+    await ended(world, first)
+
+    collecting = ready_pass(world, status=dump_status(first.run.status))
+    await library.sync_library(collecting)
+
+    condition = collecting.run.condition("UserLibrarySynced")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("True", "ResyncedInFull")
+    assert "(ManifestTampered)" in condition.message
+    assert "LibraryManifestUntrusted" in world.events.reasons
