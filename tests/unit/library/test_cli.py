@@ -80,6 +80,31 @@ def test_a_second_run_downloads_only_the_changed_file_and_deletes_removed_ones(
     assert tree(tmp_path / "lib") == {"same.txt": b"s" * 1000, "changes.txt": b"new content"}
 
 
+def test_deleting_a_removed_file_keeps_its_neighbours_and_files_the_sync_did_not_place(
+    bucket: Bucket, s3_server: S3Server, tmp_path: Path
+) -> None:
+    """In Job mode the sandbox writes into the same volume: what the agent saved beside the
+    library's files, and the library's other files, survive a deletion next to them."""
+    bucket.put("notes/stays.txt", b"s")
+    bucket.put("notes/goes.txt", b"g")
+    bucket.put("notes/deep/goes.md", b"g")
+    lib = tmp_path / "lib"
+    run(bucket, s3_server, lib)
+    (lib / "notes" / "mine.txt").write_bytes(b"the agent's")
+    (lib / "notes" / "deep" / "mine.md").write_bytes(b"the agent's too")
+    bucket.delete("notes/goes.txt")
+    bucket.delete("notes/deep/goes.md")
+
+    result = run(bucket, s3_server, lib, "--json")
+
+    assert json.loads(result.stdout)["deleted"] == 2
+    assert tree(lib) == {
+        "notes/stays.txt": b"s",
+        "notes/mine.txt": b"the agent's",
+        "notes/deep/mine.md": b"the agent's too",
+    }
+
+
 def test_json_lists_skipped_keys_with_reasons_and_excludes_apply(
     bucket: Bucket, s3_server: S3Server, tmp_path: Path
 ) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import io
 import os
 import re
 from collections.abc import AsyncIterable, Sequence
@@ -25,7 +27,7 @@ from craft_operator.library import (
     sync_user_library_exec,
     sync_user_library_local,
 )
-from craft_operator.library.errors import S3ObjectArchivedError
+from craft_operator.library.errors import DestinationError, S3ObjectArchivedError
 from craft_operator.library.paths import MAX_PATH_BYTES, SkipReason
 from craft_operator.library.plan import S3Object
 from craft_operator.library.sync import MAX_REFUSED_ARCHIVED
@@ -703,3 +705,70 @@ async def test_in_job_mode_an_object_in_an_archive_tier_is_skipped_too(
 
     assert files_in(tmp_path / "library") == {"notes.md": b"# notes\n"}
     assert [item.key for item in result.skipped] == [bucket.prefix + "old/2019.pdf"]
+
+
+async def local_sync(bucket: Bucket, dest: Path, store: Any = None) -> SyncResult:
+    return await sync_user_library_local(
+        store=store or bucket.store, bucket=bucket.name, prefix=bucket.prefix, dest=dest
+    )
+
+
+async def test_in_job_mode_a_sync_stopped_between_renames_is_repaired_whatever_s3_holds_next(
+    bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from craft_operator.library import local
+
+    destination = tmp_path / "library"
+    bucket.put("a.txt", b"v1 a")
+    bucket.put("b.txt", b"v1 b")
+    await local_sync(bucket, destination)
+    bucket.put("a.txt", b"v2 a")
+    bucket.put("b.txt", b"v2 b")
+    renamed: list[object] = []
+    rename_into = local._rename_into
+
+    def stopped_at_the_second(*args: Any) -> None:
+        renamed.append(args)
+        if len(renamed) == 2:
+            raise OSError(errno.EIO, "the sync Job's pod was stopped")
+        rename_into(*args)
+
+    monkeypatch.setattr(local, "_rename_into", stopped_at_the_second)
+    with pytest.raises(DestinationError):
+        await local_sync(bucket, destination)
+    monkeypatch.undo()
+    assert files_in(destination) == {"a.txt": b"v2 a", "b.txt": b"v1 b"}
+
+    # Meanwhile a.txt is set back to its old content: the manifest must not vouch for it.
+    bucket.put("a.txt", b"v1 a")
+    await local_sync(bucket, destination)
+
+    assert files_in(destination) == {"a.txt": b"v1 a", "b.txt": b"v2 b"}
+
+
+async def test_in_job_mode_a_download_shorter_than_its_listing_applies_nothing(
+    bucket: Bucket, tmp_path: Path
+) -> None:
+    bucket.put("a.txt", b"first")
+    bucket.put("b.txt", b"0123456789")
+
+    class CutShort:
+        """Serves b.txt's body cut short, as a connection closed early would."""
+
+        def list_objects(self, name: str, prefix: str, *, limit: int | None = None):  # type: ignore[no-untyped-def]
+            return bucket.store.list_objects(name, prefix, limit=limit)
+
+        def open_object(self, name: str, key: str, etag: str):  # type: ignore[no-untyped-def]
+            body = bucket.store.open_object(name, key, etag)
+            if not key.endswith("b.txt"):
+                return body
+            data = body.read()
+            body.close()
+            return io.BytesIO(data[:4])
+
+    with pytest.raises(S3ObjectChangedError):
+        await local_sync(bucket, tmp_path / "library", CutShort())
+
+    assert files_in(tmp_path / "library") == {}
+    await local_sync(bucket, tmp_path / "library")
+    assert files_in(tmp_path / "library") == {"a.txt": b"first", "b.txt": b"0123456789"}
