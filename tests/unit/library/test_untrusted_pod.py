@@ -249,6 +249,28 @@ async def test_a_new_pods_first_sync_cut_off_is_resumed_without_a_tamper_alarm(
     assert (await sync(synced_twice, pods, records)).copied == 0
 
 
+async def test_a_first_sync_lost_before_its_upload_reached_the_pod_still_leaves_a_whole_manifest(
+    synced_twice: Bucket, pods: LocalExec
+) -> None:
+    class Unreachable:
+        """The pod stops answering before the upload reaches it: nothing lands."""
+
+        async def run(self, *args: object, **kw: object) -> ExecResult:
+            raise ExecOutputTooLargeError("stand-in for a lost connection", limit=0)
+
+    records = MemoryRecords()
+    with pytest.raises(Exception, match="stand-in"):
+        await sync(synced_twice, Unreachable(), records)
+    assert not manifest_of(pods).exists()
+
+    result = await sync(synced_twice, pods, records)
+
+    assert (result.copied, result.distrust) == (2, None)
+    manifest = parse_manifest(manifest_of(pods).read_bytes())
+    assert manifest.valid, "the manifest starts with its header"
+    assert set(manifest.entries) == {"a.txt", "notes/b.md"}
+
+
 async def test_an_interrupted_sync_is_resumed_from_the_record_without_a_tamper_alarm(
     synced_twice: Bucket, pods: LocalExec
 ) -> None:
