@@ -20,7 +20,7 @@ from craft_operator.api.status_codec import dump_status
 from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import JOBS
-from craft_operator.kube.kinds import LABEL_MANAGED_BY
+from craft_operator.kube.kinds import LABEL_MANAGED_BY, MANAGED_BY
 from craft_operator.library import SyncResult, resolve_location
 from craft_operator.reconciler.library_pool import LibrarySyncPool
 from craft_operator.reconciler.queue import Backoff
@@ -152,6 +152,27 @@ async def test_a_retryable_job_failure_waits_for_the_backoff_before_the_next_job
     assert retried.run.status.user_library is not None
     assert retried.run.status.user_library.job == "alice-library-2"
     assert condition(retried)[:2] == ("False", "S3Unavailable")  # until the retry's outcome
+
+
+async def test_an_s3_refusal_that_failed_the_job_at_once_is_still_retried_with_backoff(
+    job_world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The sync exits with a permanent code, so the Job fails without retrying its pod;
+    # the refusal may be mended on S3's side, where the operator sees no change.
+    refused = {"ok": False, "error": "Access Denied", "reason": "S3AccessDenied", "retryable": True}
+    first = await next_pass(job_world, {})
+    end_job(job_world, "alice-library-1", refused, exit_code=3)
+
+    collected = await next_pass(job_world, first)
+
+    status, reason, message = condition(collected)
+    assert (status, reason) == ("False", "S3AccessDenied")
+    assert message.endswith("retried with backoff")
+    backoff_passed(job_world, monkeypatch)
+    retried = await next_pass(job_world, collected)
+    assert jobs_created(job_world) == 2
+    assert retried.run.status.user_library is not None
+    assert retried.run.status.user_library.job == "alice-library-2"
 
 
 async def test_consecutive_job_failures_double_the_backoff_and_a_success_resets_it(
@@ -320,14 +341,17 @@ async def test_an_exec_mode_sync_keeps_job_modes_numbering_for_a_switch_back(
     await pool.close()
 
 
+@pytest.mark.parametrize(
+    "labels", [{}, {LABEL_MANAGED_BY: MANAGED_BY}], ids=["unlabelled", "labelled as ours"]
+)
 async def test_a_job_by_the_recorded_name_that_the_sandbox_does_not_control_is_left_alone(
-    job_world: World,
+    job_world: World, labels: dict[str, str]
 ) -> None:
     p = ready(job_world, {"userLibrary": {"job": "alice-library-3", "jobSequence": 3}})
     foreign = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": "alice-library-3", "namespace": NAMESPACE},
+        "metadata": {"name": "alice-library-3", "namespace": NAMESPACE, "labels": labels},
         "spec": {
             "template": {
                 "spec": {"restartPolicy": "Never", "containers": [{"name": "x", "image": "x"}]}
