@@ -222,3 +222,89 @@ async def test_a_revocation_that_fails_where_the_role_went_says_what_to_do(
     assert verdict is not None
     assert verdict.backoff is not None, "backs off, no traceback on every retry"
     assert "kubectl patch csb alice" in caplog.text
+
+
+async def test_a_pat_that_cannot_be_revoked_holds_the_deletion_and_nothing_is_deleted(
+    world: World,
+) -> None:
+    body = deleted_sandbox(world)
+
+    async def revoke(
+        namespace: str, name: str, uid: str, *, created_at: datetime | None = None
+    ) -> Revocation:
+        raise DatabaseUnavailableError("the credential database cannot be reached")
+
+    world.credentials.revoke = revoke  # type: ignore[method-assign]
+
+    verdict = await finalizer.finalize(world.services, body, CONDITIONS)
+
+    assert verdict is not None
+    assert verdict.backoff is not None
+    stored = world.emulator.get(SANDBOXES, NAMESPACE, NAME)
+    assert stored["metadata"]["finalizers"] == [finalizer.FINALIZER]
+    assert world.emulator.find("v1/secrets", NAMESPACE, SECRET) is not None
+    ready = next(c for c in stored["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "RevokeFailed")
+    assert ("Warning", "RevokeFailed") in {(t, r) for t, r, _ in world.events.posted}
+
+
+async def test_a_child_whose_name_a_successor_took_since_it_was_cached_is_not_deleted(
+    world: World,
+) -> None:
+    body = deleted_sandbox(world)
+    world.emulator.remove("v1/secrets", NAMESPACE, SECRET)
+    successor = world.emulator.create(
+        "v1/secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": SECRET, "namespace": NAMESPACE},
+        },
+    )
+
+    assert await finalizer.finalize(world.services, body, CONDITIONS) is None
+
+    kept = world.emulator.find("v1/secrets", NAMESPACE, SECRET)
+    assert kept is not None
+    assert kept["metadata"]["uid"] == successor["metadata"]["uid"]
+
+
+async def test_adding_the_finalizer_to_a_stale_copy_drops_no_finalizer_added_meanwhile(
+    world: World,
+) -> None:
+    declare_craft_resources(world.emulator)
+    body = sandbox_body()
+    del body["metadata"]["resourceVersion"]
+    stale = world.emulator.create(SANDBOXES, body)
+    world.emulator.patch(
+        SANDBOXES, NAMESPACE, NAME, {"metadata": {"finalizers": ["example.com/backup"]}}
+    )
+
+    verdict = await finalizer.ensure(world.services, stale)
+
+    stored = world.emulator.get(SANDBOXES, NAMESPACE, NAME)
+    assert "example.com/backup" in stored["metadata"]["finalizers"]
+    assert verdict is not None
+
+
+async def test_a_deleted_sandbox_leaves_no_library_record_nor_sync_state_behind(
+    world: World,
+) -> None:
+    from craft_operator.library.errors import S3UnavailableError
+    from craft_operator.reconciler.library_pool import Outcome
+
+    body = deleted_sandbox(world)
+    forgotten: list[str] = []
+
+    async def forget(uid: str) -> None:
+        forgotten.append(uid)
+
+    world.services.library.forget = forget  # type: ignore[method-assign]
+    pool = world.services.library_pool
+    pool.count((NAMESPACE, NAME), Outcome("", error=S3UnavailableError("S3 is unreachable")))
+    assert pool.retry_in((NAMESPACE, NAME)) > 0
+
+    assert await finalizer.finalize(world.services, body, CONDITIONS) is None
+
+    assert forgotten == [body["metadata"]["uid"]]
+    assert pool.retry_in((NAMESPACE, NAME)) == 0, "a namesake starts without its backoff"
