@@ -372,6 +372,36 @@ async def test_a_job_by_the_recorded_name_that_the_sandbox_does_not_control_is_l
     assert status.job == "alice-library-4"
 
 
+async def test_a_running_job_named_as_the_sandboxs_but_not_its_own_is_not_awaited(
+    job_world: World,
+) -> None:
+    # Labelled as the operator's, so the watches cache it: only the uid tells.
+    foreign = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "alice-library-2",
+            "namespace": NAMESPACE,
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY},
+        },
+        "spec": {
+            "template": {
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "x", "image": "x"}]}
+            }
+        },
+    }
+    job_world.cache.put("Job", await job_world.services.kube.create(JOBS, foreign))
+
+    p = await next_pass(job_world, {})
+
+    status = p.run.status.user_library
+    assert status is not None
+    assert status.job == "alice-library-1"
+    ours = job_world.stored("batch/v1/jobs", "alice-library-1")
+    assert ours is not None
+    assert ours["metadata"]["ownerReferences"][0]["uid"] == p.sandbox.metadata.uid
+
+
 def test_a_job_past_its_deadline_reports_that_the_sync_timed_out() -> None:
     job = {
         "metadata": {"name": "alice-library-1", "namespace": NAMESPACE, "uid": "job-uid"},
