@@ -97,6 +97,23 @@ async def test_a_sync_recorded_before_a_pass_stopped_early_stands_as_it_was_said
     assert condition.message == "3 files, 10 bytes; 2 unsafe keys skipped"
 
 
+async def test_a_sync_that_failed_since_is_not_taken_back_as_synced_by_a_pass_that_waited(
+    make_world: Callable[..., World],
+) -> None:
+    # The status records a sync of this revision into this pod, but the library was synced
+    # again since (after an egress refusal, say) and that failed, maybe half way.
+    world = make_world(s3_bucket="onyx-user-files")
+    waiting = ConditionState.unknown("UserLibrarySynced", "Waiting", WAITING_MESSAGE)
+    recorded = UserLibraryStatus(last_sync_time=NOW, files=3, last_error="S3 is unreachable")
+    p = pass_after_a_sync(world, waiting, recorded)
+
+    await library.sync_library(p)
+
+    assert not p.run.condition_is("UserLibrarySynced", ConditionStatus.TRUE)
+    assert world.services.library_pool.busy(p.run.key, p.sandbox.metadata.uid or "")
+    await world.services.library_pool.close()
+
+
 class CapturingLibrary:
     """The library port, keeping what each sync was given instead of syncing."""
 
