@@ -223,6 +223,21 @@ async def test_a_new_pod_is_synced_by_one_exec_and_its_manifest_is_never_read(
     assert (await sync(synced_twice, pods, records, pod_uid="pod-uid-2")).copied == 0
 
 
+async def test_a_new_pods_manifest_is_replaced_even_with_nothing_to_copy_and_raises_no_alarm(
+    bucket: Bucket, pods: LocalExec
+) -> None:
+    # The library is empty; the pod shows a manifest the operator did not write.
+    manifest_of(pods).parent.mkdir(parents=True)
+    manifest_of(pods).write_bytes(b'craft-library-manifest 1\n+\t1\t"x"\tleft-over.txt\n')
+    records = MemoryRecords()
+
+    first = await sync(bucket, pods, records)
+    second = await sync(bucket, pods, records)
+
+    assert (first.distrust, second.distrust) == (None, None)
+    assert b"left-over" not in manifest_of(pods).read_bytes()
+
+
 async def test_a_new_pods_first_sync_cut_off_is_resumed_without_a_tamper_alarm(
     synced_twice: Bucket, pods: LocalExec
 ) -> None:
