@@ -14,7 +14,12 @@ from craft_operator.api.status_codec import dump_status
 from craft_operator.credentials import CredentialStore, KeyRing, generate_key_entry
 from craft_operator.credentials.db import create_credentials_engine, upgrade
 from craft_operator.credentials.errors import CredentialsError, DatabaseUnavailableError
-from craft_operator.kube.exec import ExecError, ExecOutputTooLargeError, ExecResult
+from craft_operator.kube.exec import (
+    ExecError,
+    ExecOutputTooLargeError,
+    ExecResult,
+    ExecTimeoutError,
+)
 from craft_operator.reconciler import cli_validation
 from craft_operator.reconciler.detached import DetachedCalls
 from craft_operator.reconciler.queue import Backoff
@@ -657,8 +662,6 @@ async def test_no_pat_is_retired_before_onyx_cli_accepts_the_new_one(world: Worl
 async def test_a_pod_that_stalls_the_delivery_is_retried_with_backoff(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from craft_operator.kube.exec import ExecTimeoutError
-
     async def stalled(*args: object, **kwargs: object) -> object:
         raise ExecTimeoutError("the command did not finish in time")
 
@@ -676,7 +679,6 @@ async def test_a_delivery_the_pod_holds_forever_ends_at_the_cli_timeout(
 ) -> None:
     """The agent can stop onyx-cli (SIGSTOP): the delivery is abandoned at the CLI timeout,
     so it gives back its place among the deliveries that run on, and is retried."""
-    from craft_operator.kube.exec import ExecTimeoutError
 
     async def held(
         *args: object,

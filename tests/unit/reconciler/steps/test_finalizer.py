@@ -11,7 +11,9 @@ import pytest
 from craft_operator.credentials.errors import DatabaseUnavailableError
 from craft_operator.credentials.model import Revocation
 from craft_operator.kube import kinds
+from craft_operator.library.errors import S3UnavailableError
 from craft_operator.reconciler import finalizer
+from craft_operator.reconciler.library_pool import Outcome
 from craft_operator.reconciler.table import CONDITIONS
 from tests.integration.conftest import SANDBOXES, declare_craft_resources
 from tests.support.apply import FailNext
@@ -248,27 +250,6 @@ async def test_a_pat_that_cannot_be_revoked_holds_the_deletion_and_nothing_is_de
     assert ("Warning", "RevokeFailed") in {(t, r) for t, r, _ in world.events.posted}
 
 
-async def test_a_child_whose_name_a_successor_took_since_it_was_cached_is_not_deleted(
-    world: World,
-) -> None:
-    body = deleted_sandbox(world)
-    world.emulator.remove("v1/secrets", NAMESPACE, SECRET)
-    successor = world.emulator.create(
-        "v1/secrets",
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": SECRET, "namespace": NAMESPACE},
-        },
-    )
-
-    assert await finalizer.finalize(world.services, body, CONDITIONS) is None
-
-    kept = world.emulator.find("v1/secrets", NAMESPACE, SECRET)
-    assert kept is not None
-    assert kept["metadata"]["uid"] == successor["metadata"]["uid"]
-
-
 async def test_adding_the_finalizer_to_a_stale_copy_drops_no_finalizer_added_meanwhile(
     world: World,
 ) -> None:
@@ -290,9 +271,6 @@ async def test_adding_the_finalizer_to_a_stale_copy_drops_no_finalizer_added_mea
 async def test_a_deleted_sandbox_leaves_no_library_record_nor_sync_state_behind(
     world: World,
 ) -> None:
-    from craft_operator.library.errors import S3UnavailableError
-    from craft_operator.reconciler.library_pool import Outcome
-
     body = deleted_sandbox(world)
     forgotten: list[str] = []
 
