@@ -493,15 +493,15 @@ async def test_a_library_of_many_small_files_on_a_slow_s3_is_not_the_pods_timeou
     bucket: Bucket, tmp_path: Path
 ) -> None:
     # S3 answers each small GET in 100-200 ms: 10,000 notes take minutes to read, whatever
-    # the pod's pace. Scaled down: 60 files at 100 ms each, about 9 in flight, is ~0.7 s of
-    # waiting on S3 against a pod timeout of 0.5 s.
+    # the pod's pace. Scaled down: 60 files at 400 ms each, about 9 in flight, is ~2.7 s of
+    # waiting on S3 against a pod timeout of 1.5 s (room for a busy machine's uploads).
     names = [f"notes/{i:02d}.md" for i in range(60)]
     for name in names:
         bucket.put(name, name.encode())
     fetch = bucket.store.fetch_object
 
     async def slow_fetch(*args: object, **kwargs: object) -> bytes:
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.4)
         return await fetch(*args, **kwargs)  # type: ignore[arg-type]
 
     bucket.store.fetch_object = slow_fetch  # type: ignore[method-assign]
@@ -515,7 +515,7 @@ async def test_a_library_of_many_small_files_on_a_slow_s3_is_not_the_pods_timeou
         namespace=NAMESPACE,
         pod=POD,
         container=CONTAINER,
-        timeout_seconds=0.5,
+        timeout_seconds=1.5,
     )
 
     assert result.copied == len(names)
