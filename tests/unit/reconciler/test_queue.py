@@ -312,6 +312,27 @@ async def test_a_key_the_cause_goes_on_failing_is_rushed_once_however_often_it_s
     assert queue.failures("a") == 1
 
 
+async def test_a_rushed_key_the_cause_fails_again_waits_its_backoff_through_further_flaps(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    """The stream flaps on after the rushed pass failed again: the key is not rushed once
+    per flap (a pass a second against an API server that keeps failing it)."""
+    queue = make_queue(concurrency=1, backoff=Backoff(base=3600, jitter=0))
+    recorder.errors["a"] = AwayError
+    recorder.fail["a"] = 100
+    queue.add("a")
+    await eventually(lambda: queue.failed == 1)
+    assert queue.retry_now(AwayError, lambda key: True) == 1
+    await eventually(lambda: queue.failed == 2)
+
+    rushed = [queue.retry_now(AwayError, lambda key: True) for _ in range(5)]
+    await settle()
+
+    assert rushed == [0] * 5
+    assert recorder.calls == ["a", "a"]
+    assert queue.failures("a") == 1, "its backoff grows again from the rushed pass"
+
+
 async def test_a_key_that_failed_otherwise_after_the_cause_goes_again_at_its_end_too(
     recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
 ) -> None:
@@ -470,6 +491,23 @@ async def test_forget_while_running_cancels_the_rerun(
     await eventually(lambda: queue.processed == 1)
     await settle()
     assert recorder.calls == ["a"]
+
+
+async def test_a_later_visit_asked_by_a_pass_whose_key_was_forgotten_meanwhile_is_dropped(
+    recorder: Recorder, make_queue: Callable[..., WorkQueue[str]]
+) -> None:
+    """The sandbox was deleted while its pass ran: the revisit that pass asks for (its
+    resync, a PAT's renewal) would visit an object that is gone."""
+    queue = make_queue(concurrency=1)
+    recorder.requeue["a"] = 0.01
+    gate = await recorder.held_open(queue, "a")
+    queue.forget("a")
+    gate.set()
+    await eventually(lambda: queue.processed == 1)
+    await asyncio.sleep(0.05)
+
+    assert recorder.calls == ["a"]
+    assert len(queue) == 0
 
 
 async def test_a_pass_that_fails_after_its_key_was_forgotten_leaves_no_failure_behind(
@@ -691,6 +729,14 @@ def test_backoff_stays_at_the_cap_however_long_a_key_keeps_failing(failures: int
     Onyx gets there. An OverflowError here would end the worker task (and drop the key)."""
     assert Backoff(base=1.0, cap=300.0, jitter=0.0).delay(failures) == 300.0
     assert 270.0 <= Backoff(base=1.0, cap=300.0, jitter=0.1).delay(failures) <= 330.0
+
+
+@pytest.mark.parametrize("failures", [9, 10, 11, 50])
+def test_backoff_jitter_never_takes_a_delay_past_the_cap(failures: int) -> None:
+    """A failing sandbox is retried at least every 5 minutes (the README's "1 s doubling
+    to 5 minutes"), jitter or not."""
+    backoff = Backoff(base=1.0, cap=300.0, jitter=0.1)
+    assert max(backoff.delay(failures) for _ in range(500)) <= 300.0
 
 
 @pytest.mark.parametrize("failures", [1, 2, 5, 20])
