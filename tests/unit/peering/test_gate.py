@@ -306,6 +306,60 @@ async def test_a_takeover_serves_the_namespaces_it_may_list_without_the_one_it_m
     assert cache.get(kinds.SANDBOX.name, "team-b", "bob") is None
 
 
+async def test_a_takeover_queues_no_sandbox_of_a_namespace_it_left_out_half_listed(
+    parts: tuple[ActivityGate, WorkQueue[Key], ObjectCache, Handler], emulator: KubeEmulator
+) -> None:
+    """Its sandboxes listed, its pods refused (the Role pruned of them): a sandbox there,
+    reconciled from a cache without its pod, would look podless and get another one."""
+    gate, _, _, handler = parts
+    gate.namespaces = ("team-a", "team-b")
+    emulator.create(SANDBOXES, sandbox("team-a", "alice"))
+    emulator.create(SANDBOXES, sandbox("team-b", "bob"))
+
+    async def pods_forbidden_in_team_b(
+        request: rendering.Request,
+    ) -> aiohttp.web.StreamResponse | None:
+        if request.url.path.endswith("/namespaces/team-b/pods"):
+            body = {"kind": "Status", "code": 403, "reason": "Forbidden"}
+            return aiohttp.web.json_response(body, status=403)
+        return None
+
+    emulator.before_request.append(pods_forbidden_in_team_b)
+    await gate.deactivate("a peer with a higher priority")
+    await gate.activate("the peer is gone")
+
+    await until(lambda: ("team-a", "alice") in handler.calls)
+    await asyncio.sleep(0.05)
+    assert handler.calls == [("team-a", "alice")]
+
+
+async def test_a_takeover_whose_listing_the_server_fails_in_one_namespace_stays_standby(
+    parts: tuple[ActivityGate, WorkQueue[Key], ObjectCache, Handler], emulator: KubeEmulator
+) -> None:
+    """Only a 403 (a Role gone) leaves a namespace out; a server error is retried: a
+    replica that took over without the namespace would leave its sandboxes unserved."""
+    gate, _, _, handler = parts
+    gate.namespaces = ("team-a", "team-b")
+    emulator.create(SANDBOXES, sandbox("team-a", "alice"))
+    emulator.create(SANDBOXES, sandbox("team-b", "bob"))
+
+    async def unavailable_in_team_b(
+        request: rendering.Request,
+    ) -> aiohttp.web.StreamResponse | None:
+        if "/namespaces/team-b/" in request.url.path:
+            body = {"kind": "Status", "code": 503, "reason": "ServiceUnavailable"}
+            return aiohttp.web.json_response(body, status=503)
+        return None
+
+    emulator.before_request.append(unavailable_in_team_b)
+    await gate.deactivate("a peer with a higher priority")
+
+    with pytest.raises(ApiError):
+        await gate.activate("the peer is gone")
+    assert not gate.active
+    assert handler.calls == []
+
+
 def alice(version: int) -> dict[str, Any]:
     """Sandbox team-a/alice at ``version``, as a watch event carries it."""
     meta = {"name": "alice", "namespace": "team-a", "resourceVersion": str(version)}
@@ -321,6 +375,32 @@ async def test_the_handlers_ignore_events_on_a_standby(tmp_path: Path) -> None:
     on_sandbox_event(context, "MODIFIED", alice(6))
 
     assert (len(context.cache), len(context.queue)) == (0, 0)
+
+
+async def test_a_standby_stops_the_library_syncs_running_outside_the_queue(
+    tmp_path: Path,
+) -> None:
+    """An Exec-mode sync writes into a sandbox pod from a pool of its own: a standby
+    must not go on writing beside the replica that took over."""
+    context = build_context(Settings(state_dir=tmp_path, server_url="http://onyx.test:8080"))
+    syncs = context.services.library_pool
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def sync() -> Any:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    syncs.submit(("team-a", "alice"), "uid-1", "attempt-1", sync)
+    await asyncio.wait_for(started.wait(), 5)
+
+    await context.gate.deactivate("a peer with a higher priority")
+
+    assert cancelled.is_set()
+    assert not syncs.busy(("team-a", "alice"), "uid-1")
 
 
 async def test_the_metrics_say_whether_the_replica_is_active(tmp_path: Path) -> None:

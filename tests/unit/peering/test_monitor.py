@@ -165,6 +165,23 @@ async def test_without_the_peering_object_it_does_nothing_and_says_so(
     ]
 
 
+@pytest.mark.usefixtures("peering")
+async def test_an_active_replica_whose_peering_object_is_deleted_steps_down(
+    emulator: KubeEmulator, monitor: tuple[PeeringMonitor, ActivityGate, Clock]
+) -> None:
+    """Without the object no peer's keep-alive can be seen, nor this one's: its standby
+    may take over at any moment, so it stops before it can work beside it."""
+    watcher, gate, _ = monitor
+    write_status(emulator, {ME: keepalive(99, START)})
+    await watcher.check()
+    assert gate.active
+
+    emulator.remove(PEERINGS, None, NAME)
+    await watcher.check()
+
+    assert not gate.active
+
+
 async def peering_unavailable(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
     """A before-request hook: the peering object cannot be read (503)."""
     if "clusterkopfpeerings" in request.url.path:
