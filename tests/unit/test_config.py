@@ -513,6 +513,59 @@ def test_an_interval_short_enough_to_make_a_hot_loop_stops_the_start(
     assert reason in message
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "reason"),
+    [
+        # No worker: the operator starts and reconciles nothing, silently.
+        ("CRAFT_WORKERS", "0", "greater than or equal to 1"),
+        ("CRAFT_WORKERS", "257", "less than or equal to 256"),
+        # No slot: every Exec-mode sync waits for ever.
+        ("CRAFT_LIBRARY_SYNC_CONCURRENCY", "0", "greater than or equal to 1"),
+        ("CRAFT_LIBRARY_SYNC_CONCURRENCY", "257", "less than or equal to 256"),
+        # A failed pod replaced at once, without end.
+        ("CRAFT_POD_RESTART_BACKOFF", "0", "greater than 0"),
+        # A PAT always due for renewal: one minted on every pass.
+        ("CRAFT_CREDENTIAL_RENEWAL_FRACTION", "1", "less than 1"),
+        ("CRAFT_CREDENTIAL_RENEWAL_FRACTION", "0", "greater than 0"),
+        ("CRAFT_MAX_POD_FAILURES", "0", "greater than or equal to 1"),
+        # A sync or its command abandoned as it starts, and retried.
+        ("CRAFT_LIBRARY_SYNC_TIMEOUT", "0", "greater than 0"),
+        ("CRAFT_LIBRARY_EXEC_TIMEOUT", "0", "greater than 0"),
+        ("CRAFT_LIBRARY_MANIFEST_MAX_BYTES", "1023", "greater than or equal to 1024"),
+        ("CRAFT_LIBRARY_MAX_FILES", "0", "greater than 0"),
+        # A replica that died keeps its standby waiting for hours.
+        ("CRAFT_PEERING_LIFETIME", "3601", "less than or equal to 3600"),
+    ],
+)
+def test_a_value_that_would_stall_or_spin_the_operator_stops_the_start(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, reason: str
+) -> None:
+    message = settings_error(monkeypatch, **{variable: value})
+    assert f"{variable}: " in message
+    assert reason in message
+
+
+def test_the_bounds_of_the_workers_syncs_and_peering_lifetime_are_taken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for variable, value in {
+        "CRAFT_WORKERS": "256",
+        "CRAFT_LIBRARY_SYNC_CONCURRENCY": "256",
+        "CRAFT_MAX_POD_FAILURES": "1",
+        "CRAFT_LIBRARY_MANIFEST_MAX_BYTES": "1024",
+        "CRAFT_PEERING_LIFETIME": "3600",
+        "CRAFT_CREDENTIAL_RENEWAL_FRACTION": "0.99",
+    }.items():
+        monkeypatch.setenv(variable, value)
+    settings = load_settings()
+    assert (settings.workers, settings.library_sync_concurrency) == (256, 256)
+    assert (settings.max_pod_failures, settings.library_manifest_max_bytes) == (1, 1024)
+    assert (settings.peering_lifetime, settings.credential_renewal_fraction) == (3600, 0.99)
+    monkeypatch.setenv("CRAFT_WORKERS", "1")
+    monkeypatch.setenv("CRAFT_LIBRARY_SYNC_CONCURRENCY", "1")
+    assert (load_settings().workers, load_settings().library_sync_concurrency) == (1, 1)
+
+
 def test_the_shortest_intervals_allowed_and_no_orphan_sweep_start_the_operator(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
