@@ -14,6 +14,7 @@ import kopf
 import pytest
 from kmock._internal import rendering
 
+from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import CONFIGMAPS, KubeClient
 from craft_operator.kube.watch import WatchStream
 from tests.support.emulator import KubeEmulator
@@ -675,6 +676,84 @@ async def test_a_410_after_an_outage_keeps_the_view_out_of_date_until_the_relist
     relist_may_answer.set()
     await eventually(lambda: not failing.now, what="current once relisted")
     assert seen.known() == set()
+    await stopped(task)
+
+
+async def test_a_410_on_a_healthy_stream_keeps_the_view_out_of_date_until_the_relist_is_in(
+    stand_in: StandIn,
+) -> None:
+    """A routine 410 (the watch fell behind etcd's compaction): the events missed may
+    include a deletion (a NetworkPolicy), so the view is not current until the list is."""
+    gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
+    relist_asked, relist_may_answer = asyncio.Event(), asyncio.Event()
+
+    async def slow_relist(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+        relist_asked.set()
+        await relist_may_answer.wait()
+        return await stand_in.listing("20")(request)
+
+    stand_in.answers += [
+        stand_in.listing("5", cm("deleted-meanwhile", "4")),
+        stand_in.streaming(cm_event("ADDED", "other", "6"), gone),
+        slow_relist,
+        stand_in.streaming(then_stall=True),
+    ]
+    seen, failing = Seen(), Failing()
+    task = await running(seen.stream(stand_in.kube, backoff=Delays(), on_failing=failing))
+    async with asyncio.timeout(5):
+        await relist_asked.wait()
+    await asyncio.sleep(0.05)
+
+    assert (NAMESPACE, "deleted-meanwhile") in seen.known(), "still held: the list is not in"
+    assert failing.now, "so the view is not current"
+
+    relist_may_answer.set()
+    await eventually(lambda: not failing.now, what="current once relisted")
+    assert seen.known() == set()
+    await stopped(task)
+
+
+async def test_what_a_list_lacks_leaves_the_cache_but_an_object_written_after_it_stays(
+    stand_in: StandIn,
+) -> None:
+    """The cache holds the operator's own writes as they are answered: one written after
+    the list was made (a pod created meanwhile) is not in the list, and is not gone."""
+    cache = ObjectCache()
+    cache.put("ConfigMap", cm("deleted-before", "4"))
+    cache.put("ConfigMap", cm("written-after", "9"))
+
+    def into_cache(kind: str, obj: dict[str, Any]) -> None:
+        if kind == "DELETED":
+            cache.remove("ConfigMap", obj)
+        else:
+            cache.put("ConfigMap", obj)
+
+    stand_in.answers += [stand_in.listing("5"), stand_in.streaming(then_stall=True)]
+    stream = WatchStream(
+        stand_in.kube,
+        CONFIGMAPS,
+        NAMESPACE,
+        into_cache,
+        known=lambda: cache.keys("ConfigMap", NAMESPACE),
+        backoff=Delays(),
+    )
+    task = await running(stream)
+    await eventually(lambda: stream.lists == 1 and stream.watches == 1, what="the list")
+    await stopped(task)
+
+    assert cache.get("ConfigMap", NAMESPACE, "deleted-before") is None
+    assert cache.get("ConfigMap", NAMESPACE, "written-after") is not None
+
+
+async def test_a_watch_refused_for_its_credentials_has_them_read_again(
+    stand_in: StandIn,
+) -> None:
+    """A rotated service-account token: the client reads its credentials again at once,
+    not a minute later, while every watch of the operator is refused."""
+    stand_in.answers += [stand_in.listing("5"), stand_in.status(401, "the token expired")]
+    seen = Seen()
+    task = await running(seen.stream(stand_in.kube, backoff=Delays()))
+    await eventually(lambda: stand_in.kube.unauthorized.is_set(), what="asked to log in again")
     await stopped(task)
 
 
