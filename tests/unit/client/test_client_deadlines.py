@@ -66,3 +66,22 @@ async def test_a_wait_that_runs_out_after_a_throttled_write_names_the_callers_ti
 
     assert timed_out.value.seconds == 2
     assert "did not happen within 2 s" in str(timed_out.value)
+
+
+@pytest.mark.parametrize(("call", "method"), WRITES.values(), ids=WRITES.keys())
+async def test_a_wait_after_a_throttled_write_has_only_what_is_left_of_the_timeout(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator, call: Call, method: str
+) -> None:
+    """The write takes a second of the two: the wait after it gets the other one, and the
+    call ends when its timeout says, not a second later."""
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID)
+    finalizer = {"metadata": {"finalizers": ["craft.onyx.app/finalizer"]}}
+    emulator.patch(SANDBOXES, NAMESPACE, "alice", finalizer)  # a deletion waits for it
+    emulator.before_request.insert(0, FailNext(method, 429, retry_after="1"))
+    started = time.monotonic()
+
+    with pytest.raises(WaitTimeoutError):
+        await call(aclient)
+
+    # On time, about 2 s in; given the whole timeout again, 3 s.
+    assert time.monotonic() - started < 2.7

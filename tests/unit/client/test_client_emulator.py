@@ -213,6 +213,25 @@ async def test_a_ready_status_for_an_older_spec_is_not_ready(
     assert ready.status.observed_generation == 2
 
 
+async def test_a_failure_for_an_older_spec_does_not_fail_the_wait_for_the_fixed_one(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    """The backend fixes the spec of a sandbox that failed and waits: until the operator
+    has looked at the new spec, the Failed status is the old spec's, not this one's."""
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID)
+    refused = {"PodReady": ("False", "InvalidResources"), "Ready": ("False", "InvalidResources")}
+    write_status(emulator, "alice", "Failed", refused)
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID, sources=["slack"])  # generation 2
+    waiting = asyncio.create_task(aclient.wait_ready(NAMESPACE, "alice", timeout=30))
+    await watching(aclient)
+    assert not waiting.done()
+
+    write_status(emulator, "alice", "Ready", all_true())
+    ready = await waiting
+
+    assert ready.status.observed_generation == 2
+
+
 async def test_a_sandbox_the_policy_denies_fails_the_wait_with_the_conditions_reason(
     aclient: AsyncSandboxClient, emulator: KubeEmulator
 ) -> None:
@@ -504,6 +523,34 @@ async def test_touch_rereads_and_retries_when_the_sandbox_changed_meanwhile(
     assert fault.failed
     assert aclient.requests["get"] == 2, "read again after the conflict"
     assert ANNOTATION_LAST_ACTIVITY in stored(emulator)["metadata"]["annotations"]
+
+
+async def test_touch_never_moves_back_activity_another_writer_stored_after_its_read(
+    aclient: AsyncSandboxClient, emulator: KubeEmulator
+) -> None:
+    """Two backend workers touch at once: the write of the earlier moment, made on what it
+    read before the later one landed, must not overwrite it (the sandbox would fall
+    asleep early)."""
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID)
+    now = datetime.now(UTC).replace(microsecond=0)
+    later = format_time(now + timedelta(minutes=5))
+    raced: list[str] = []
+
+    async def another_touch_lands_first(request: rendering.Request) -> None:
+        if request.method.value.upper() == "PATCH" and not raced:
+            raced.append(later)
+            annotations = {ANNOTATION_LAST_ACTIVITY: later}
+            emulator.patch(
+                SANDBOXES, NAMESPACE, "alice", {"metadata": {"annotations": annotations}}
+            )
+
+    emulator.before_request.insert(0, another_touch_lands_first)
+
+    stored_after = await aclient.touch(NAMESPACE, "alice", at=now)
+
+    assert raced
+    assert stored(emulator)["metadata"]["annotations"][ANNOTATION_LAST_ACTIVITY] == later
+    assert format_time(stored_after) == later
 
 
 async def test_notify_library_changed_sets_a_new_revision_each_time(
