@@ -37,6 +37,23 @@ async def test_a_reused_pat_posts_no_event(world: World) -> None:
     assert world.events.posted == []
 
 
+async def test_a_reused_pat_is_counted_as_a_reuse_and_not_as_a_mint(world: World) -> None:
+    registry = world.services.metrics.registry
+    await credentials.ensure_pat(world.pass_())
+    await credentials.ensure_pat(world.pass_())
+    await credentials.ensure_pat(world.pass_())
+
+    assert registry.get_sample_value("craft_pat_reuses_total") == 2
+    mints = [
+        sample.value
+        for metric in registry.collect()
+        if metric.name == "craft_pat_mints"
+        for sample in metric.samples
+        if sample.name == "craft_pat_mints_total"
+    ]
+    assert sum(mints) == 1
+
+
 async def test_the_pass_comes_back_before_the_pat_must_be_renewed(world: World) -> None:
     world.credentials.lifetime = timedelta(hours=1)
     p = world.pass_(spec={"credentials": {"lifetime": "1h"}})
@@ -91,6 +108,10 @@ async def test_no_pat_stops_the_pass_with_a_reason_to_alert_on(
     assert p.run.verdict == Revisit(backoff=reason)
     assert world.events.reasons == [reason]
     assert p.issued is None
+    errors = world.services.metrics.registry.get_sample_value(
+        "craft_pat_errors_total", {"reason": reason}
+    )
+    assert errors == 1, "CraftPATErrors reads it by reason"
 
 
 async def test_the_token_is_never_in_the_status_or_events(world: World) -> None:

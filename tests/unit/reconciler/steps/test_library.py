@@ -222,6 +222,70 @@ async def test_a_library_the_pod_cannot_take_is_reported_and_not_sent_again(
     await pool.close()
 
 
+async def collected(world: World, first: Pass) -> Pass:
+    """The pass after ``first``'s sync ended in the pool: it collects the outcome."""
+    for _ in range(500):
+        if not world.services.library_pool.busy(first.run.key, UID):
+            break
+        await asyncio.sleep(0.01)
+    collecting = ready_pass(world, status=dump_status(first.run.status))
+    await library.sync_library(collecting)
+    return collecting
+
+
+async def test_a_failed_sync_is_counted_by_its_reason_for_the_alert(
+    make_world: Callable[..., World],
+) -> None:
+    """CraftLibrarySyncFailing reads craft_user_library_sync_errors_total by reason."""
+    world = make_world(s3_bucket="onyx-user-files")
+    world.services.library = UnwritablePodLibrary()  # type: ignore[misc]
+    first = ready_pass(world)
+    await library.sync_library(first)
+
+    await collected(world, first)
+
+    registry = world.services.metrics.registry
+    errors = {"reason": "DestinationUnwritable"}
+    assert registry.get_sample_value("craft_user_library_sync_errors_total", errors) == 1
+    assert registry.get_sample_value("craft_user_library_sync_duration_seconds_count") == 0
+
+
+async def test_a_successful_sync_adds_what_it_sent_and_its_duration_to_the_metrics(
+    make_world: Callable[..., World],
+) -> None:
+    world = make_world(s3_bucket="onyx-user-files")
+    result = SyncResult(
+        files=3,
+        bytes=300,
+        bytes_transferred=512,
+        copied=3,
+        deleted=0,
+        skipped=(),
+        excluded=0,
+        duration_seconds=1.5,
+    )
+
+    class Library:
+        async def sync(self, *args: object, **kwargs: object) -> SyncResult:
+            return result
+
+    world.services.library = Library()  # type: ignore[assignment]
+    first = ready_pass(world)
+    await library.sync_library(first)
+
+    collecting = await collected(world, first)
+
+    condition = collecting.run.condition("UserLibrarySynced")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("True", "Synced")
+    registry = world.services.metrics.registry
+    assert registry.get_sample_value("craft_user_library_sync_bytes_total") == 512
+    assert registry.get_sample_value("craft_user_library_sync_duration_seconds_sum") == 1.5
+    assert (
+        registry.get_sample_value("craft_user_library_sync_errors_total", {"reason": "Other"}) == 0
+    )
+
+
 async def test_a_sync_error_quoting_pieces_of_the_pat_is_withheld_from_status_and_events(
     make_world: Callable[..., World],
 ) -> None:

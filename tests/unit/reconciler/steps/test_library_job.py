@@ -200,6 +200,28 @@ async def test_consecutive_job_failures_double_the_backoff_and_a_success_resets_
     assert job_world.services.library_pool.retry_in(synced.run.key) == 0
 
 
+async def test_each_jobs_outcome_is_counted_for_the_alerts_a_failure_by_its_reason(
+    job_world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CraftLibrarySyncFailing reads craft_user_library_sync_errors_total by reason."""
+    registry = job_world.services.metrics.registry
+    first = await next_pass(job_world, {})
+    end_job(job_world, "alice-library-1", S3_DOWN, exit_code=1)
+    failed = await next_pass(job_world, first)
+    errors = {"reason": "S3Unavailable"}
+    assert registry.get_sample_value("craft_user_library_sync_errors_total", errors) == 1
+
+    with monkeypatch.context() as patched:
+        backoff_passed(job_world, patched)
+        second = await next_pass(job_world, failed)
+    end_job(job_world, "alice-library-2", SYNCED, exit_code=0)
+    await next_pass(job_world, second)
+
+    assert registry.get_sample_value("craft_user_library_sync_bytes_total") == 30
+    assert registry.get_sample_value("craft_user_library_sync_duration_seconds_count") == 1
+    assert registry.get_sample_value("craft_user_library_sync_errors_total", errors) == 1
+
+
 async def test_removing_the_bucket_keeps_the_running_job_so_readding_it_starts_no_second_job(
     make_world: Callable[..., World],
 ) -> None:
