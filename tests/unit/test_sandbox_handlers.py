@@ -72,6 +72,27 @@ def test_an_older_event_of_an_earlier_sandbox_of_the_name_forgets_nothing() -> N
     assert memo.reconciler.forgotten == []
 
 
+def test_a_deleted_sandbox_leaves_the_work_queue_with_its_backoff() -> None:
+    """No pass visits a sandbox that is gone, and one created again under its name does
+    not wait out the old one's backoff (up to five minutes)."""
+    memo = handler_memo()
+    sandbox.on_sandbox_event(memo, "ADDED", body("u1", "1"))
+    sandbox.on_sandbox_event(memo, "DELETED", body("u1", "2"))
+    assert memo.queue.forgotten == [("team-a", "alice")]
+    assert memo.reconciler.forgotten == [("team-a", "alice")]
+
+
+def test_the_deletion_of_an_earlier_sandbox_seen_after_its_namesake_forgets_nothing() -> None:
+    """The new sandbox keeps its pending visit, its memory and its PAT."""
+    memo = handler_memo()
+    sandbox.on_sandbox_event(memo, "ADDED", body("u2", "9"))
+    sandbox.on_sandbox_event(memo, "DELETED", body("u1", "5"))  # late, and older
+    assert memo.cache.get("CraftSandbox", "team-a", "alice") is not None
+    assert memo.queue.forgotten == []
+    assert memo.reconciler.forgotten == []
+    assert memo.services.credentials.forgotten == []
+
+
 def created(uid: str, at: str) -> dict[str, Any]:
     new = body(uid, "1")
     new["metadata"]["creationTimestamp"] = at
