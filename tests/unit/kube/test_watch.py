@@ -643,48 +643,28 @@ class Failing:
         return bool(self.said) and self.said[-1]
 
 
-async def test_a_410_after_an_outage_keeps_the_view_out_of_date_until_the_relist_is_in(
-    stand_in: StandIn,
-) -> None:
-    """A restarted API server answers the watch from the old version 200, then ERROR 410.
-    Until the relist is in, what the stream holds may include objects deleted during the
-    outage (a NetworkPolicy whose absence would hold pods back)."""
-    gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
-    relist_asked, relist_may_answer = asyncio.Event(), asyncio.Event()
+GONE = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
 
-    async def slow_relist(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
-        relist_asked.set()
-        await relist_may_answer.wait()
-        return await stand_in.listing("20")(request)
-
-    stand_in.answers += [
-        stand_in.listing("5", cm("deleted-meanwhile", "4")),
+#: How a stream comes to a 410 before its relist.
+TO_A_410: dict[str, Callable[[StandIn], list[Any]]] = {
+    # A restarted API server answers the watch from the old version 200, then ERROR 410.
+    "after an outage": lambda stand_in: [
         stand_in.status(503, "the API server restarts"),
-        stand_in.streaming(gone),
-        slow_relist,
-        stand_in.streaming(then_stall=True),
-    ]
-    seen, failing = Seen(), Failing()
-    task = await running(seen.stream(stand_in.kube, backoff=Delays(), on_failing=failing))
-    async with asyncio.timeout(5):
-        await relist_asked.wait()
-    await asyncio.sleep(0.05)
-
-    assert (NAMESPACE, "deleted-meanwhile") in seen.known(), "still held: the list is not in"
-    assert failing.now, "so the view is not current"
-
-    relist_may_answer.set()
-    await eventually(lambda: not failing.now, what="current once relisted")
-    assert seen.known() == set()
-    await stopped(task)
+        stand_in.streaming(GONE),
+    ],
+    # A routine 410: the watch fell behind etcd's compaction.
+    "on a healthy stream": lambda stand_in: [
+        stand_in.streaming(cm_event("ADDED", "other", "6"), GONE),
+    ],
+}
 
 
-async def test_a_410_on_a_healthy_stream_keeps_the_view_out_of_date_until_the_relist_is_in(
-    stand_in: StandIn,
+@pytest.mark.parametrize("to_a_410", TO_A_410.values(), ids=TO_A_410.keys())
+async def test_a_410_keeps_the_view_out_of_date_until_the_relist_is_in(
+    stand_in: StandIn, to_a_410: Callable[[StandIn], list[Any]]
 ) -> None:
-    """A routine 410 (the watch fell behind etcd's compaction): the events missed may
-    include a deletion (a NetworkPolicy), so the view is not current until the list is."""
-    gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
+    """Until the relist is in, what the stream holds may include objects deleted since (a
+    NetworkPolicy whose absence would hold pods back), so the view is not current."""
     relist_asked, relist_may_answer = asyncio.Event(), asyncio.Event()
 
     async def slow_relist(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
@@ -694,7 +674,7 @@ async def test_a_410_on_a_healthy_stream_keeps_the_view_out_of_date_until_the_re
 
     stand_in.answers += [
         stand_in.listing("5", cm("deleted-meanwhile", "4")),
-        stand_in.streaming(cm_event("ADDED", "other", "6"), gone),
+        *to_a_410(stand_in),
         slow_relist,
         stand_in.streaming(then_stall=True),
     ]
