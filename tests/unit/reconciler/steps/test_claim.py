@@ -723,22 +723,28 @@ async def test_a_pod_read_back_after_an_unanswered_claim_is_kept_only_if_it_is_t
     assert pooled.stored("v1/pods", NAME) is not None, "cold instead"
 
 
+def claims_answered(world: World, code: int, reason: str) -> list[str]:
+    """Every claim (a pod's PATCH) is answered ``code``; the names of the pods tried."""
+    tried: list[str] = []
+
+    async def answer(request: Any) -> aiohttp.web.StreamResponse | None:
+        path, method = request.url.path, request.method.value.upper()
+        if "/pods/" not in path or method != "PATCH":
+            return None
+        tried.append(path.rsplit("/", 1)[-1])
+        status = {"kind": "Status", "code": code, "reason": reason, "message": reason}
+        return aiohttp.web.json_response(status, status=code)
+
+    world.emulator.before_request.insert(0, answer)
+    return tried
+
+
 async def test_a_claim_the_api_server_refuses_starts_cold_as_a_failed_claim_not_a_lost_race(
     pooled: World,
 ) -> None:
     warm_pods(pooled, 2)
     pooled.services.metrics.pool_seen(NAMESPACE, POOL)
-    patches: list[str] = []
-
-    async def refuse(request: Any) -> aiohttp.web.StreamResponse | None:
-        path, method = request.url.path, request.method.value.upper()
-        if "/pods/" not in path or method != "PATCH":
-            return None
-        patches.append(path.rsplit("/", 1)[-1])
-        status = {"kind": "Status", "code": 403, "reason": "Forbidden", "message": "denied"}
-        return aiohttp.web.json_response(status, status=403)
-
-    pooled.emulator.before_request.insert(0, refuse)
+    patches = claims_answered(pooled, 403, "Forbidden")
     p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
     await pod.converge_pod(p)
     assert len(patches) == 1, "a refused claim is not tried on the next pod"
@@ -1204,17 +1210,7 @@ async def test_a_sandbox_waking_from_sleep_does_not_claim_from_a_pool_being_dele
 
 async def test_a_pass_tries_three_pods_at_most_before_it_starts_cold(pooled: World) -> None:
     warm_pods(pooled, 5)
-    tried: list[str] = []
-
-    async def lost_race(request: Any) -> aiohttp.web.StreamResponse | None:
-        path, method = request.url.path, request.method.value.upper()
-        if "/pods/" not in path or method != "PATCH":
-            return None
-        tried.append(path.rsplit("/", 1)[-1])
-        status = {"kind": "Status", "code": 409, "reason": "Conflict", "message": "stale"}
-        return aiohttp.web.json_response(status, status=409)
-
-    pooled.emulator.before_request.insert(0, lost_race)
+    tried = claims_answered(pooled, 409, "Conflict")
     p = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
     await pod.converge_pod(p)
     assert len(tried) == claim.MAX_TRIES == 3

@@ -205,12 +205,8 @@ async def test_a_sandbox_others_still_hold_no_longer_says_ready_once_released(
     assert "foregroundDeletion" in credentials["message"]
 
 
-async def test_a_revocation_that_fails_where_the_role_went_says_what_to_do(
-    world: World, caplog: pytest.LogCaptureFixture
-) -> None:
-    body = deleted_sandbox(world)
-    namespace_being_deleted(world)
-    world.emulator.before_request.insert(0, FailNext("PATCH", 403, count=100))
+def database_unreachable(world: World) -> None:
+    """Every revocation fails: the credential database cannot be reached."""
 
     async def revoke(
         namespace: str, name: str, uid: str, *, created_at: datetime | None = None
@@ -218,6 +214,15 @@ async def test_a_revocation_that_fails_where_the_role_went_says_what_to_do(
         raise DatabaseUnavailableError("the credential database cannot be reached")
 
     world.credentials.revoke = revoke  # type: ignore[method-assign]
+
+
+async def test_a_revocation_that_fails_where_the_role_went_says_what_to_do(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    body = deleted_sandbox(world)
+    namespace_being_deleted(world)
+    world.emulator.before_request.insert(0, FailNext("PATCH", 403, count=100))
+    database_unreachable(world)
 
     verdict = await finalizer.finalize(world.services, body, CONDITIONS)
 
@@ -230,13 +235,7 @@ async def test_a_pat_that_cannot_be_revoked_holds_the_deletion_and_nothing_is_de
     world: World,
 ) -> None:
     body = deleted_sandbox(world)
-
-    async def revoke(
-        namespace: str, name: str, uid: str, *, created_at: datetime | None = None
-    ) -> Revocation:
-        raise DatabaseUnavailableError("the credential database cannot be reached")
-
-    world.credentials.revoke = revoke  # type: ignore[method-assign]
+    database_unreachable(world)
 
     verdict = await finalizer.finalize(world.services, body, CONDITIONS)
 
