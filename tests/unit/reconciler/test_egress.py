@@ -50,6 +50,14 @@ def test_policy_types_decide_and_without_them_only_egress_rules_count() -> None:
         ({"matchExpressions": [{"key": "app.kubernetes.io/name", "operator": "Exists"}]}, True),
         ({"matchExpressions": [{"key": "team", "operator": "DoesNotExist"}]}, True),
         ({"matchExpressions": [{"key": "team", "operator": "Exists"}]}, False),
+        # A selector that does not select the pod must not count for it (the pod would
+        # start with no policy restricting its egress).
+        ({"matchExpressions": [{"key": "app.kubernetes.io/component", "operator": "In",
+                                "values": ["library-sync"]}]}, False),
+        ({"matchExpressions": [{"key": "app.kubernetes.io/component",
+                                "operator": "DoesNotExist"}]}, False),
+        # NotIn selects a pod without the key at all.
+        ({"matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["x"]}]}, True),
     ],
 )  # fmt: skip
 def test_label_selectors_are_evaluated_like_the_api_server(
