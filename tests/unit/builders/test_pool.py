@@ -25,7 +25,10 @@ from craft_operator.builders.pool import (
     _pod_spec,
     build_pool_pod,
     canonical_tolerations,
+    claimable_pod_spec,
     claimed_template_hashes,
+    differing_settings,
+    pool_pod_spec,
     pool_template_hash,
     sandbox_template_hash,
 )
@@ -215,6 +218,28 @@ def test_a_sandbox_that_differs_in_one_pod_setting_does_not_match(
     pool_hash = pool_template_hash(make_pool().spec, settings)
     assert sandbox_template_hash(make_sandbox(), settings) == pool_hash
     assert sandbox_template_hash(make_sandbox(**difference), settings) != pool_hash
+
+
+@pytest.mark.parametrize(
+    "difference",
+    [
+        {"image": "registry.example.com/sandbox:3"},
+        {"resources": {"requests": {"memory": "3Gi"}}},
+        {"runtimeClassName": "kata"},
+        {"nodeSelector": {"zone": "b"}},
+        {"tolerations": [{"key": "x", "operator": "Exists"}]},
+        {"priorityClassName": "high"},
+        {"serverURL": "https://elsewhere.example.com"},
+    ],
+    ids=lambda difference: next(iter(difference)),
+)
+def test_the_one_pod_setting_a_sandbox_differs_in_is_the_one_named(
+    settings: Settings, make_sandbox: MakeSandbox, difference: dict[str, Any]
+) -> None:
+    pools = pool_pod_spec(make_pool().spec, settings)
+    mine = claimable_pod_spec(make_sandbox(**difference), settings)
+    assert differing_settings(mine, pools) == list(difference)
+    assert differing_settings(claimable_pod_spec(make_sandbox(), settings), pools) == []
 
 
 def test_the_template_hash_follows_the_operator_defaults(settings: Settings) -> None:
