@@ -115,6 +115,21 @@ def test_a_new_policy_wakes_every_sandbox_without_a_pod_not_only_those_already_r
     assert waiting_on(cache, "team-b", "CraftSandbox", "Pod") == []
 
 
+@pytest.mark.parametrize("reason", [REASON, UNVERIFIED])
+def test_a_new_policy_wakes_a_sandbox_whose_sync_job_waits_for_one_though_its_pod_runs(
+    reason: str,
+) -> None:
+    """Job mode: the pod runs, the library's sync Job waits for a policy (UserLibrarySynced
+    says why), and only the NetworkPolicy watch brings the sandbox back to start it."""
+    conditions = [{"type": "UserLibrarySynced", "status": "False", "reason": reason}]
+    meta = {"name": "syncing", "namespace": "team-a", "resourceVersion": "1"}
+    cache = ObjectCache()
+    cache.put("CraftSandbox", {"metadata": meta, "status": {"conditions": conditions}})
+    cache.put("Pod", {"metadata": dict(meta)})
+
+    assert waiting_on(cache, "team-a", "CraftSandbox", "Pod") == [("team-a", "syncing")]
+
+
 DENY = policy("deny", podSelector={}, policyTypes=["Egress"], egress=[{"ports": [{"port": 53}]}])
 
 
