@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from craft_operator.builders.pod import PAT_FILE
 from craft_operator.cli import main
 from tests.support.dockerfile import Stage, parse_dockerfile
 
@@ -209,6 +210,12 @@ def test_the_wrapper_reads_the_delivered_pat_when_the_environment_has_none(
     assert (
         "pat=onyx_pat_renewed" in run_wrapper(tmp_path, echoing_cli, ONYX_PAT_FILE=str(pat)).stdout
     )
+
+
+def test_the_wrapper_reads_by_default_the_file_the_operator_delivers_the_pat_into() -> None:
+    """Without ONYX_PAT_FILE (as in the sandbox), the wrapper's PAT is the operator's
+    PAT_FILE: another default would leave the agent's onyx-cli with no token at all."""
+    assert f'pat_file="${{ONYX_PAT_FILE:-{PAT_FILE}}}"' in WRAPPER.read_text()
 
 
 def test_a_pat_in_the_environment_wins_over_the_delivered_file(
