@@ -623,6 +623,28 @@ async def test_a_stray_file_where_the_library_needs_a_directory_gives_way(
     assert files_in(library_dir(pods)) == {"docs/guide.md": b"guide"}
 
 
+async def test_a_directory_or_a_link_the_agent_left_where_a_library_file_goes_gives_way(
+    bucket: Bucket, pods: LocalExec, tmp_path: Path
+) -> None:
+    """S3 wins: the file is at its path, not moved into the directory or through the link
+    (a link to a directory elsewhere would take the user's file out of the library)."""
+    library = library_dir(pods)
+    library.mkdir(parents=True)
+    (library / "notes.md").mkdir()
+    (library / "notes.md" / "left").write_bytes(b"left by the agent")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (library / "report.pdf").symlink_to(elsewhere, target_is_directory=True)
+    bucket.put("notes.md", b"# notes\n")
+    bucket.put("report.pdf", b"%PDF")
+
+    await sync(bucket, pods)
+
+    assert files_in(library) == {"notes.md": b"# notes\n", "report.pdf": b"%PDF"}
+    assert not (library / "report.pdf").is_symlink()
+    assert list(elsewhere.iterdir()) == []
+
+
 async def test_an_archived_object_does_not_keep_the_rest_of_the_library_out(
     bucket: Bucket, pods: LocalExec
 ) -> None:
