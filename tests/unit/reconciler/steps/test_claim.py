@@ -206,6 +206,41 @@ async def test_a_pool_pod_whose_egress_a_policy_lets_out_once_claimed_is_not_cla
     assert "EgressNotRestricted" in world.events.posted[0][2]
 
 
+async def test_a_pool_pod_is_judged_without_the_pool_label_a_claim_removes(
+    make_world: Callable[..., World],
+) -> None:
+    """A claim takes the pod out of its pool (the pool label goes): a policy that lets out
+    all egress of claimed pods no longer in a pool applies to it once claimed, so it is not
+    claimed, though it applies neither to the warm pod nor to the sandbox's own pod."""
+    world = make_world(allow_unrestricted_egress=False)
+    declare_pool_resource(world.emulator)
+    sandboxes = {"matchLabels": {"app.kubernetes.io/component": "sandbox"}}
+    claimed_out_of_pool = {
+        "matchExpressions": [
+            {"key": LABEL_CLAIMED_FROM, "operator": "Exists"},
+            {"key": LABEL_POOL, "operator": "DoesNotExist"},
+        ]
+    }
+    policies = (("deny", sandboxes, []), ("claimed", claimed_out_of_pool, [{}]))
+    for name, selector, egress in policies:
+        world.cache.put(
+            kinds.NETWORK_POLICY.name,
+            {
+                "metadata": {"name": name, "namespace": NAMESPACE},
+                "spec": {"podSelector": selector, "policyTypes": ["Egress"], "egress": egress},
+            },
+        )
+    [warm] = warm_pods(world, 1)
+    p = await pod_pass(world, spec={"poolRef": {"name": POOL}})
+
+    await pod.converge_pod(p)
+
+    assert LABEL_POOL in world.emulator.get("v1/pods", NAMESPACE, warm)["metadata"]["labels"]
+    assert world.stored("v1/pods", NAME) is not None, "a cold pod"
+    assert world.events.reasons == ["ColdStart", "PodCreated"]
+    assert "EgressNotRestricted" in world.events.posted[0][2]
+
+
 async def test_a_pool_that_does_not_exist_means_a_cold_start(pooled: World) -> None:
     p = await pod_pass(pooled, spec={"poolRef": {"name": "missing"}})
     await pod.converge_pod(p)
