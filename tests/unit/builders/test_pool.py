@@ -199,6 +199,21 @@ def test_a_pod_claimed_before_quantities_were_hashed_canonically_is_still_the_sa
     }
 
 
+@pytest.mark.parametrize("form", list(Form)[1:], ids=lambda form: form.value)
+def test_a_pod_claimed_under_any_older_operators_hash_is_still_the_sandboxs(
+    settings: Settings, make_sandbox: MakeSandbox, form: Form
+) -> None:
+    """Each older operator labelled its pods with a hash of its own form of the settings:
+    an upgrade must replace none of the pods they claimed (and lose the agent's work)."""
+    sandbox = make_sandbox(
+        resources={"requests": {"cpu": "0.5", "memory": "4294967296"}},
+        tolerations=[{"key": "b", "operator": "Exists", "value": ""}, {"key": "a"}],
+    )
+    older = template_hash(_pod_spec(sandbox, settings, form=form))
+    assert older != sandbox_template_hash(sandbox, settings)
+    assert older in claimed_template_hashes(sandbox, settings)
+
+
 @pytest.mark.parametrize(
     "difference",
     [
