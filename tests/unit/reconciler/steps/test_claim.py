@@ -221,7 +221,10 @@ async def test_a_pool_pod_is_judged_without_the_pool_label_a_claim_removes(
             {"key": LABEL_POOL, "operator": "DoesNotExist"},
         ]
     }
-    policies = (("deny", sandboxes, []), ("claimed", claimed_out_of_pool, [{}]))
+    policies: list[tuple[str, dict[str, Any], list[dict[str, Any]]]] = [
+        ("deny", sandboxes, []),
+        ("claimed", claimed_out_of_pool, [{}]),
+    ]
     for name, selector, egress in policies:
         world.cache.put(
             kinds.NETWORK_POLICY.name,
