@@ -680,6 +680,39 @@ def test_an_unmigrated_database_is_a_warning_when_the_operator_migrates_it(
     assert line(result, "key ring").startswith("✔ key ring: ")  # nothing stored yet
 
 
+def test_a_missing_sqlite_file_fails_when_auto_migrate_is_off_and_is_not_created(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    missing = tmp_path / "missing.db"
+    monkeypatch.setenv("CRAFT_DATABASE_URL", f"sqlite:///{missing}")
+    monkeypatch.setenv("CRAFT_DATABASE_AUTO_MIGRATE", "false")
+    result = run_doctor("--skip-kubernetes")
+    assert result.exit_code == 1
+    text = line(result, "database")
+    assert text.startswith("✘ database: ")
+    assert "does not exist yet and CRAFT_DATABASE_AUTO_MIGRATE is false" in text
+    assert text.endswith("— run: craft-operator db upgrade")
+    assert not missing.exists()
+
+
+def test_a_schema_a_newer_operator_migrated_fails_though_the_operator_migrates_at_start(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """This operator cannot start on it (no downgrade): auto-migrate is no excuse."""
+    engine = create_credentials_engine(load_settings().database_url_value)
+    with engine.begin() as connection:
+        connection.execute(
+            sqlalchemy.text(f"UPDATE {VERSION_TABLE} SET version_num = '9999_from_the_future'")
+        )
+    engine.dispose()
+    result = run_doctor("--skip-kubernetes")
+    assert result.exit_code == 1
+    text = line(result, "database schema")
+    assert text.startswith("✘ database schema: ")
+    assert "revision 9999_from_the_future, which this operator does not know" in text
+    assert text.endswith("— run the newer operator version (a downgrade is not supported)")
+
+
 def test_an_unreachable_database_is_shown_without_its_password(
     env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
