@@ -331,6 +331,43 @@ def test_without_auto_migration_an_unmigrated_database_is_refused(tmp_path: Path
         build_credential_store(settings)
 
 
+def test_without_auto_migration_a_schema_a_revision_behind_is_refused_naming_both(
+    tmp_path: Path,
+) -> None:
+    settings = load_settings(state_dir=tmp_path, encryption_keys=generate_key_entry("k1"))
+    build_credential_store(settings).close()
+    engine = create_credentials_engine(settings.database_url_value)
+    with engine.begin() as connection:
+        command.downgrade(alembic_config(connection), "0006_cluster_key_repair")
+    engine.dispose()
+
+    with pytest.raises(SchemaMissingError) as caught:
+        build_credential_store(settings, migrate=False)
+
+    assert f"at revision 0006_cluster_key_repair, this operator needs {head_revision()}" in str(
+        caught.value
+    )
+
+
+@pytest.mark.postgres
+def test_an_onyx_too_old_for_craft_pats_is_refused_and_its_table_left_alone(
+    onyx_database: Database,
+) -> None:
+    """Onyx's table without the columns a Craft PAT needs: Onyx must be upgraded first;
+    the operator never adds them itself."""
+    with onyx_database.engine.begin() as connection:
+        connection.execute(text("ALTER TABLE personal_access_token DROP COLUMN scopes"))
+
+    for call in (check_schema, upgrade):
+        with pytest.raises(SchemaMissingError, match=r"lacks \['scopes'\].*upgrade Onyx first"):
+            call(onyx_database.engine)
+
+    columns = {
+        c["name"] for c in inspect(onyx_database.engine).get_columns("personal_access_token")
+    }
+    assert "scopes" not in columns
+
+
 def test_the_factory_migrates_by_default_and_the_store_works(tmp_path: Path) -> None:
     settings = load_settings(state_dir=tmp_path, encryption_keys=generate_key_entry("k1"))
 
