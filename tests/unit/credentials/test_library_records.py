@@ -7,6 +7,7 @@ import pytest
 
 from craft_operator.credentials import CredentialStore, SandboxIdentity
 from craft_operator.credentials.library_records import load_record, save_record
+from craft_operator.credentials.orphans import revoke_orphan, rows_of_cluster
 from craft_operator.library.record import SyncRecord
 
 from .conftest import Database
@@ -75,5 +76,19 @@ def test_a_sandbox_deleted_before_its_first_pat_takes_an_earlier_ones_record_wit
     reborn = SandboxIdentity(SANDBOX.namespace, SANDBOX.name, "another-uid")
 
     store.revoke(reborn)
+
+    assert load_record(database.engine, SANDBOX.uid) is None
+
+
+def test_the_orphan_sweep_deletes_the_gone_sandboxs_record_with_its_row(
+    store: CredentialStore, database: Database
+) -> None:
+    """The sandbox went without its finalizer and no sandbox of its name came back: the
+    sweep's revocation is the last chance to delete its record."""
+    store.ensure(SANDBOX, user_id=database.new_user(), tenant_id="public")
+    assert save(database, SANDBOX)
+    [row] = rows_of_cluster(store, store.cluster_id)
+
+    assert revoke_orphan(store, row)
 
     assert load_record(database.engine, SANDBOX.uid) is None
