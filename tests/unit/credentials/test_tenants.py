@@ -703,3 +703,24 @@ def test_a_namesake_s_pat_of_another_cluster_under_the_row_s_pat_id_is_not_the_r
     assert ours.minted
     assert ours.superseded_pat_id is None
     assert untouched(tenants, theirs)
+
+
+def test_the_orphan_sweep_leaves_another_cluster_s_pat_of_the_same_name_and_id_live(
+    make_store: Callable[..., CredentialStore], tenants: TenantDatabase, clock: Clock
+) -> None:
+    """Another cluster's sandbox of the same name and user minted, after the schema was
+    recreated, a PAT under the id the gone sandbox's row names: only the PAT created
+    with the row is the row's."""
+    user = tenants.new_user(TENANT_A)
+    east, west = make_store(), make_store(cluster_id="west")
+    gone = ensure(east, ALICE, user, TENANT_A)
+    tenants.recreate(TENANT_A, user)
+    clock.advance(timedelta(minutes=1))
+    theirs = ensure(west, ALICE, user, TENANT_A)
+    assert (theirs.minted, theirs.pat_id) == (True, gone.pat_id)
+    [row] = rows_of_cluster(east, CLUSTER)
+
+    assert revoke_orphan(east, row)
+
+    assert untouched(tenants, theirs)
+    assert tenants.authenticates(TENANT_A, theirs.token)
