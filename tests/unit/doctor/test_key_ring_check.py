@@ -220,3 +220,18 @@ def test_without_keys_doctor_fails_where_run_refuses_the_development_ring(
     assert result.status is expected
     if expected is Status.FAIL:
         assert "CRAFT_ENCRYPTION_KEYS (or CRAFT_ENCRYPTION_KEYS_FILE) must be set" in result.detail
+
+
+def test_stored_tokens_that_cannot_be_read_fail_the_key_ring_not_pass_it(
+    tmp_path: Path,
+) -> None:
+    """The ring cannot be judged against tokens the database would not give: not a pass."""
+    unreachable = sa.create_engine(f"sqlite:///{tmp_path}/no-such-folder/craft-operator.db")
+    try:
+        result = check_key_ring(settings(tmp_path, K1), unreachable)
+    finally:
+        unreachable.dispose()
+
+    assert result.status is Status.FAIL
+    assert result.detail.startswith("cannot read the stored tokens: ")
+    assert result.fix == "check the database"
