@@ -93,6 +93,19 @@ def test_db_upgrade_migrates_then_reports_nothing_to_do(env: dict[str, str]) -> 
     assert f"already at revision {head_revision()}" in second.output
 
 
+def test_db_upgrade_where_the_database_cannot_be_made_is_a_setting_error_exit_2(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+
+    result = run({**env, "CRAFT_STATE_DIR": str(blocker / "state")}, "db", "upgrade")
+
+    assert result.exit_code == 2
+    assert "cannot create the SQLite database's folder" in result.output
+    assert "migrated" not in result.output
+
+
 def test_a_home_relative_sqlite_url_is_the_file_in_the_home_folder_for_every_command(
     env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
