@@ -214,7 +214,8 @@ def test_a_pod_claimed_under_any_older_operators_hash_is_still_the_sandboxs(
     assert older in claimed_template_hashes(sandbox, settings)
 
 
-@pytest.mark.parametrize(
+#: A sandbox that differs from its pool's pods in one pod setting, for each setting.
+ONE_SETTING_DIFFERENT = pytest.mark.parametrize(
     "difference",
     [
         {"image": "registry.example.com/sandbox:3"},
@@ -227,6 +228,9 @@ def test_a_pod_claimed_under_any_older_operators_hash_is_still_the_sandboxs(
     ],
     ids=lambda difference: next(iter(difference)),
 )
+
+
+@ONE_SETTING_DIFFERENT
 def test_a_sandbox_that_differs_in_one_pod_setting_does_not_match(
     settings: Settings, make_sandbox: MakeSandbox, difference: dict[str, Any]
 ) -> None:
@@ -235,19 +239,7 @@ def test_a_sandbox_that_differs_in_one_pod_setting_does_not_match(
     assert sandbox_template_hash(make_sandbox(**difference), settings) != pool_hash
 
 
-@pytest.mark.parametrize(
-    "difference",
-    [
-        {"image": "registry.example.com/sandbox:3"},
-        {"resources": {"requests": {"memory": "3Gi"}}},
-        {"runtimeClassName": "kata"},
-        {"nodeSelector": {"zone": "b"}},
-        {"tolerations": [{"key": "x", "operator": "Exists"}]},
-        {"priorityClassName": "high"},
-        {"serverURL": "https://elsewhere.example.com"},
-    ],
-    ids=lambda difference: next(iter(difference)),
-)
+@ONE_SETTING_DIFFERENT
 def test_the_one_pod_setting_a_sandbox_differs_in_is_the_one_named(
     settings: Settings, make_sandbox: MakeSandbox, difference: dict[str, Any]
 ) -> None:
