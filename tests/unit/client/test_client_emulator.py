@@ -197,30 +197,26 @@ async def test_an_async_progress_callback_is_awaited(
     assert seen == ["[100%] craft/alice Ready: the sandbox is ready for its agent"]
 
 
-async def test_a_ready_status_for_an_older_spec_is_not_ready(
-    aclient: AsyncSandboxClient, emulator: KubeEmulator
+#: What the operator said of a sandbox's first spec: Ready, or Failed (a spec it refused).
+EARLIER_VERDICTS = {
+    "ready": ("Ready", all_true()),
+    "failed": (
+        "Failed",
+        {"PodReady": ("False", "InvalidResources"), "Ready": ("False", "InvalidResources")},
+    ),
+}
+
+
+@pytest.mark.parametrize("verdict", EARLIER_VERDICTS.values(), ids=EARLIER_VERDICTS.keys())
+async def test_a_status_for_an_older_spec_neither_ends_nor_fails_the_wait(
+    aclient: AsyncSandboxClient,
+    emulator: KubeEmulator,
+    verdict: tuple[str, dict[str, tuple[str, str]]],
 ) -> None:
+    """The backend changes the spec (fixes one that failed, say) and waits: until the
+    operator has looked at the new spec, the status is the old spec's, not this one's."""
     await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID)
-    write_status(emulator, "alice", "Ready", all_true())
-    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID, sources=["slack"])  # generation 2
-    waiting = asyncio.create_task(aclient.wait_ready(NAMESPACE, "alice", timeout=30))
-    await watching(aclient)
-    assert not waiting.done()
-
-    write_status(emulator, "alice", "Ready", all_true())
-    ready = await waiting
-
-    assert ready.status.observed_generation == 2
-
-
-async def test_a_failure_for_an_older_spec_does_not_fail_the_wait_for_the_fixed_one(
-    aclient: AsyncSandboxClient, emulator: KubeEmulator
-) -> None:
-    """The backend fixes the spec of a sandbox that failed and waits: until the operator
-    has looked at the new spec, the Failed status is the old spec's, not this one's."""
-    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID)
-    refused = {"PodReady": ("False", "InvalidResources"), "Ready": ("False", "InvalidResources")}
-    write_status(emulator, "alice", "Failed", refused)
+    write_status(emulator, "alice", *verdict)
     await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID, sources=["slack"])  # generation 2
     waiting = asyncio.create_task(aclient.wait_ready(NAMESPACE, "alice", timeout=30))
     await watching(aclient)
