@@ -1,7 +1,8 @@
 """Applying a change set to a local directory (the CLI, and the sync Job in Job mode).
 
 Same order as in the pod (:mod:`craft_operator.library.destination`): new files are
-downloaded into ``<root>/.craft-sync/staging``, the manifest gets its ``pending`` lines,
+downloaded into ``<root>/.craft-sync/staging.<random>``, a directory of this sync's own
+(those left by earlier ones removed first), the manifest gets its ``pending`` lines,
 deletions and renames follow, and the manifest is completed last.
 
 In Job mode the directory is a volume the sandbox mounts too, so the agent can plant a
@@ -44,6 +45,12 @@ ATTEMPTS = 3
 #: Entries one tree removal handles at most (unlinked or moved up) before it gives up: the
 #: agent could refill a directory as fast as it is emptied.
 MAX_REMOVAL_STEPS = 1_000_000
+#: Each sync stages into ``staging.<random>`` of its own: a Job's pod stopped at its deadline
+#: or deleted runs on until it is killed (the CLI is its pod's PID 1, which SIGTERM does not
+#: stop), and the next Job may start meanwhile. With one shared name the earlier one, ending,
+#: removed the later one's staging directory under its downloads, failing that sync for good
+#: (a missing file is not an error that passes). A sync first removes every staging
+#: directory left by earlier ones (``staging`` too, as versions before this one named it).
 STAGING = "staging"
 MANIFEST = "manifest"
 #: The most of a manifest the writer reads. A real one lists each file in a line of about a
@@ -282,6 +289,13 @@ def _delete(root: int, relative: str) -> None:
             os.close(descriptor)
 
 
+def _remove_stagings(state: int) -> None:
+    """Remove the staging directories earlier syncs left in the state directory."""
+    for name, _ in _entries(state):
+        if name == STAGING or name.startswith(f"{STAGING}."):
+            _remove_entry(state, name)
+
+
 def _write_new(parent: int, name: str, data: bytes, relative: str) -> None:
     descriptor = _create_file(parent, name, relative)
     with os.fdopen(descriptor, "wb") as out:
@@ -404,8 +418,9 @@ class LocalDestination:
     def _apply_in(
         self, root: int, state: int, changes: ChangeSet, store: ObjectStore, bucket: str
     ) -> int:
-        _remove_entry(state, STAGING)
-        staging = _ensure_dir(state, STAGING, f"{STATE_DIR}/{STAGING}")
+        _remove_stagings(state)
+        area = f"{STAGING}.{secrets.token_hex(8)}"
+        staging = _ensure_dir(state, area, f"{STATE_DIR}/{area}")
         try:
             # Staged files get flat names: no directories to walk inside the staging area.
             staged = {copy.path: f"{index:08d}" for index, copy in enumerate(changes.copies)}
@@ -434,7 +449,7 @@ class LocalDestination:
                 _append(state, changes.final)
         finally:
             os.close(staging)
-        _remove_entry(state, STAGING)
+        _remove_entry(state, area)
         return received
 
     def _download(

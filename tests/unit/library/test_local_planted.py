@@ -336,6 +336,56 @@ def test_a_tree_nested_deeper_than_the_recursion_limit_in_the_staging_area_is_cl
     assert not (lib / ".craft-sync" / "staging").exists()
 
 
+def test_a_sync_ending_while_the_next_one_downloads_leaves_the_next_ones_staging_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A Job's pod stopped at its deadline runs on until it is killed (its PID 1 ignores
+    # SIGTERM), and the next Job's pod may start beside it on the same volume.
+    from craft_operator.library import local
+
+    lib = tmp_path / "lib"
+    sync(lib, Store({"old.txt": b"old"}))
+    earlier_deletes, earlier_may_end = threading.Event(), threading.Event()
+    real_delete = local._delete
+
+    def earlier_pauses_at_its_delete(root: int, relative: str) -> None:
+        if not earlier_deletes.is_set():
+            earlier_deletes.set()
+            assert earlier_may_end.wait(10)
+        real_delete(root, relative)
+
+    monkeypatch.setattr(local, "_delete", earlier_pauses_at_its_delete)
+    earlier: list[SyncResult] = []
+    earlier_run = threading.Thread(target=lambda: earlier.append(sync(lib, Store())))
+    earlier_run.start()
+    assert earlier_deletes.wait(10)
+
+    def earlier_ends() -> None:
+        earlier_may_end.set()
+        earlier_run.join(10)
+
+    later = Store({"new.txt": b"new"}, on_open=once(earlier_ends))
+    result = sync(lib, later)
+
+    assert [done.deleted for done in earlier] == [1]  # the earlier one ended well too
+    assert result.copied == 1
+    assert library(lib) == {"new.txt": b"new"}
+    assert [path.name for path in (lib / ".craft-sync").iterdir()] == ["manifest"]
+
+
+def test_staging_directories_left_by_earlier_syncs_are_removed(tmp_path: Path) -> None:
+    lib = tmp_path / "lib"
+    for name in ("staging", "staging.0123456789abcdef"):
+        (lib / ".craft-sync" / name / "sub").mkdir(parents=True)
+        (lib / ".craft-sync" / name / "sub" / "00000000").write_bytes(b"half")
+
+    result = sync(lib, Store({"a.txt": b"a"}))
+
+    assert result.copied == 1
+    assert library(lib) == {"a.txt": b"a"}
+    assert [path.name for path in (lib / ".craft-sync").iterdir()] == ["manifest"]
+
+
 def test_removing_a_planted_tree_unlinks_its_symlinks_and_fifos_never_following_them(
     tmp_path: Path, outside: Path
 ) -> None:
