@@ -312,6 +312,7 @@ async def test_pat_mints_are_counted_by_a_bounded_reason_and_reuses_separately(
     ("explanation", "reason"),
     [
         ("no credential stored", MintReason.NEW),
+        ("PAT 7, which the sandbox held, is no longer stored: revoked by ...", MintReason.REVOKED),
         ("a new PAT was requested", MintReason.REQUESTED),
         ("PAT 12 was rejected", MintReason.REJECTED),
         ("the credential belongs to an earlier sandbox of that name", MintReason.RECREATED),

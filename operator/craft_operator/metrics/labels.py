@@ -53,6 +53,8 @@ class MintReason(StrEnum):
 # The credential store explains a mint in a sentence (it may name a PAT id); the metric
 # needs a word from a fixed set. First match wins.
 _MINT_PHRASES: tuple[tuple[str, MintReason], ...] = (
+    # The PAT the sandbox held lost its row: credentials revoke without the cluster.
+    ("is no longer stored", MintReason.REVOKED),
     ("no credential stored", MintReason.NEW),
     ("earlier sandbox of that name", MintReason.RECREATED),
     ("new pat was requested", MintReason.REQUESTED),

@@ -96,14 +96,23 @@ def record(p: Pass, issued: IssuedCredential) -> None:
 
 def _mint_reason(p: Pass, issued: IssuedCredential) -> str | None:
     """Why ``issued`` was minted. ``credentials revoke`` deletes the stored row, so the PAT
-    minted for the pass its annotation triggers finds no credential stored; when the
-    annotation names the PAT the status held, that mint was asked for by the revocation
-    (a first mint otherwise)."""
+    minted after it finds no credential stored: when the annotation names the PAT the
+    status held, that mint was asked for by the revocation; when it does not (the command
+    could not reach the cluster), the mint still replaces the PAT the sandbox held. Only
+    where none was held is it a first mint."""
     revoked = p.sandbox.metadata.annotations.get(ANNOTATION_PAT_REVOKED)
     held = p.run.old_status.credentials
-    if issued.reason != NO_CREDENTIAL or held is None or revoked != str(held.pat_id):
+    if issued.reason != NO_CREDENTIAL or held is None:
         return issued.reason
-    return f"a new PAT was requested after PAT {held.pat_id} was revoked ({ANNOTATION_PAT_REVOKED})"
+    if revoked == str(held.pat_id):
+        return (
+            f"a new PAT was requested after PAT {held.pat_id} was revoked "
+            f"({ANNOTATION_PAT_REVOKED})"
+        )
+    return (
+        f"PAT {held.pat_id}, which the sandbox held, is no longer stored: revoked by "
+        "craft-operator credentials revoke, or its stored credential deleted"
+    )
 
 
 def _message(p: Pass, issued: IssuedCredential) -> str:

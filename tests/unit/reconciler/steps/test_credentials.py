@@ -141,14 +141,32 @@ async def test_the_pat_minted_after_credentials_revoke_says_the_revocation_asked
 
 
 @pytest.mark.parametrize(
-    ("annotations", "status"),
-    [({}, HELD), (REVOKED, {}), ({"craft.onyx.app/pat-revoked": "6"}, HELD)],
-    ids=["no revocation", "no PAT held", "another PAT revoked"],
+    "annotations",
+    [{}, {"craft.onyx.app/pat-revoked": "6"}],
+    ids=["not annotated", "an earlier PAT annotated"],
 )
-async def test_a_pat_minted_where_none_is_stored_is_otherwise_a_first_mint(
-    world: World, annotations: dict[str, str], status: dict[str, object]
+async def test_a_pat_minted_where_the_held_pat_is_no_longer_stored_replaces_it_and_is_not_new(
+    world: World, annotations: dict[str, str]
 ) -> None:
+    """``credentials revoke`` that could not reach the cluster deleted the row and wrote no
+    annotation: the PAT minted at the next revisit replaces the revoked one."""
     world.credentials.mint_reason = "no credential stored"
-    await credentials.ensure_pat(world.pass_(annotations=annotations, status=status))
+    await credentials.ensure_pat(world.pass_(annotations=annotations, status=HELD))
+    (_, _, message), *_ = world.events.posted
+    assert "no credential stored" not in message
+    assert message.endswith(
+        "(id 1): PAT 7, which the sandbox held, is no longer stored: revoked by "
+        "craft-operator credentials revoke, or its stored credential deleted"
+    )
+    mints = world.services.metrics.registry.get_sample_value
+    assert mints("craft_pat_mints_total", {"reason": "revoked"}) == 1
+    assert mints("craft_pat_mints_total", {"reason": "new"}) == 0
+
+
+async def test_a_pat_minted_where_none_is_stored_nor_held_is_a_first_mint(world: World) -> None:
+    world.credentials.mint_reason = "no credential stored"
+    await credentials.ensure_pat(world.pass_(annotations=REVOKED, status={}))
     (_, _, message), *_ = world.events.posted
     assert message.endswith(": no credential stored")
+    mints = world.services.metrics.registry.get_sample_value
+    assert mints("craft_pat_mints_total", {"reason": "new"}) == 1
