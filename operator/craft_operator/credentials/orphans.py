@@ -21,8 +21,13 @@ from sqlalchemy import Table, delete, exists, func, select, update
 
 from craft_operator.credentials.backend import log
 from craft_operator.credentials.db import WRITE_OPTION, translated_errors
-from craft_operator.credentials.model import utc_now
-from craft_operator.credentials.revocation import PatOwner, RowPat, revoke_pats_statement
+from craft_operator.credentials.model import Revocation, utc_now
+from craft_operator.credentials.revocation import (
+    PatOwner,
+    RowPat,
+    owned_pats_query,
+    revoke_pats_statement,
+)
 from craft_operator.credentials.store import CredentialStore
 from craft_operator.credentials.tables import LibrarySyncRecord, SandboxCredential
 from craft_operator.credentials.tokens import DEFAULT_TENANT, pat_name
@@ -91,12 +96,15 @@ def rows_of_cluster(
 
 def revoke_orphan(
     store: CredentialStore, row: StoredCredential, *, now: datetime | None = None
-) -> bool:
+) -> Revocation | None:
     """Revoke the row's PAT (and the one still in its grace period, if any) and delete the
-    row and the sandbox's library record, if the row is still exactly ``row``.
+    row and the sandbox's library record, if the row is still exactly ``row``; what was
+    done to its PATs: :attr:`Revocation.REVOKED`, :attr:`Revocation.NOT_IN_ONYX` (none of
+    them was in Onyx: the row only forgotten) or :attr:`Revocation.NOTHING` (its tenant's
+    schema is gone, its PATs with it).
 
     A row that changed since it was listed (a new sandbox of that name minted in the
-    meantime: new uid, new version) is left alone and ``False`` returned. One transaction:
+    meantime: new uid, new version) is left alone and ``None`` returned. One transaction:
     the PATs are revoked only together with the row's deletion. In multi-tenant Onyx the
     PATs are revoked in the schema of the row's tenant. Only the row's own are: Craft PATs
     of its user named after its sandbox, the current one created with the row (see
@@ -118,13 +126,14 @@ def revoke_orphan(
             .returning(_CRED.c.user_id, _CRED.c.created_at)
         ).one_or_none()
         if deleted is None:
-            return False
+            return None
         # The row's current PAT is the one of its id created with it (ids alone may name
         # another sandbox's, once its tenant's schema was recreated or restored).
         pats = [RowPat(row.pat_id, deleted.created_at)]
         if row.superseded_pat_id is not None:
             pats.append(RowPat(row.superseded_pat_id))
         tables = store.revocable(connection, row.tenant_id)
+        done = Revocation.NOTHING
         if tables is None:
             log.warning(
                 "orphan sweep: forgot the credential of %s/%s: its Onyx tenant %r's schema is "
@@ -136,10 +145,12 @@ def revoke_orphan(
             )
         else:
             owner = PatOwner(deleted.user_id, pat_name(row.namespace, row.name))
+            present = connection.execute(owned_pats_query(pats, tables.pat, owner=owner))
+            done = Revocation.REVOKED if present.first() else Revocation.NOT_IN_ONYX
             statement = revoke_pats_statement(pats, now or utc_now(), tables.pat, owner=owner)
             connection.execute(statement)
         connection.execute(delete(_LIBRARY).where(_LIBRARY.c.sandbox_uid == row.sandbox_uid))
-    return True
+    return done
 
 
 def count_without_cluster(store: CredentialStore) -> int:

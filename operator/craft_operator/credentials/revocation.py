@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from sqlalchemy import Table, case, delete, false, literal, or_, update
+from sqlalchemy import Select, Table, case, delete, false, literal, or_, select, update
 
 from craft_operator.api.times import utc
 from craft_operator.credentials.backend import CRED, LIBRARY, PAT, StoreBackend, craft_pat_of, log
@@ -116,6 +116,14 @@ def revoke_pats_statement(
         )
         .values(is_revoked=True, expires_at=_no_later_than(past, pat))
     )
+
+
+def owned_pats_query(
+    pats: Sequence[RowPat], pat: Table = PAT, *, owner: PatOwner
+) -> Select[tuple[int]]:
+    """The ids of those of ``pats`` that are in Onyx (the table ``pat``) as Craft PATs of
+    ``owner``, revoked or not: the PATs a revocation acts on."""
+    return select(pat.c.id).where(_owned(pats, owner, pat))
 
 
 def revoke_pat_statement(

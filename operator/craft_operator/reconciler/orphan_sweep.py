@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from craft_operator.credentials.errors import CredentialsError
+from craft_operator.credentials.model import Revocation
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import SANDBOXES, ApiError, Kind, NotFoundError
 from craft_operator.kube.kinds import NAMESPACE, SANDBOX
@@ -158,17 +159,10 @@ class OrphanSweeper:
                     orphan = True
                 if orphan is None:
                     unconfirmed += 1
-                elif orphan and await self._credentials.call(_revoke_orphan, row):
-                    self._credentials.forget(row.sandbox_uid)
-                    revoked.append(row.pat_id)
-                    log.info(
-                        "orphan sweep: revoked PAT %s of sandbox %s/%s (uid %s), which no "
-                        "longer exists",
-                        row.pat_id,
-                        row.namespace,
-                        row.name,
-                        row.sandbox_uid,
-                    )
+                elif orphan:
+                    done = await self._credentials.call(_revoke_orphan, row)
+                    if self._said(done, row):
+                        revoked.append(row.pat_id)
             except (CredentialsError, ApiError) as exc:
                 failed += 1
                 log.warning(
@@ -195,6 +189,26 @@ class OrphanSweeper:
             without_cluster=unowned,
             failed=failed,
         )
+
+    def _said(self, done: Revocation | None, row: StoredCredential) -> bool:
+        """Log what revoking an orphan's row did (a row forgotten for a tenant gone is
+        logged where it is found); whether its PAT was revoked."""
+        if done is None:
+            return False  # the row changed since it was listed: a sandbox of that name
+        self._credentials.forget(row.sandbox_uid)
+        subject = (
+            f"sandbox {row.namespace}/{row.name} (uid {row.sandbox_uid}), which no longer exists"
+        )
+        if done is Revocation.NOT_IN_ONYX:
+            log.warning(
+                "orphan sweep: forgot the credential of %s; nothing was revoked: PAT %s is not "
+                "in Onyx (deleted, or its tenant's schema recreated or restored)",
+                subject,
+                row.pat_id,
+            )
+        elif done is Revocation.REVOKED:
+            log.info("orphan sweep: revoked PAT %s of %s", row.pat_id, subject)
+        return done is Revocation.REVOKED
 
     async def _namespace_gone(self, namespace: str) -> bool:
         """Whether the namespace does not exist: the watch cache holds the namespaces that
@@ -259,7 +273,7 @@ def _rows_of_cluster(
     return rows_of_cluster(store, cluster_id, namespaces)
 
 
-def _revoke_orphan(store: CredentialStore, row: StoredCredential) -> bool:
+def _revoke_orphan(store: CredentialStore, row: StoredCredential) -> Revocation | None:
     from craft_operator.credentials.orphans import revoke_orphan
 
     return revoke_orphan(store, row)

@@ -38,6 +38,7 @@ from craft_operator.credentials import (
 )
 from craft_operator.credentials.db import check_schema, create_credentials_engine, upgrade
 from craft_operator.credentials.errors import TenantGoneError
+from craft_operator.credentials.model import Revocation
 from craft_operator.credentials.orphans import revoke_orphan, rows_of_cluster
 from craft_operator.credentials.tables import SandboxCredential
 from craft_operator.credentials.tenants import DEFAULT_TABLES, OnyxTables, tenant_tables
@@ -548,7 +549,7 @@ def test_a_sandbox_of_a_tenant_onyx_deleted_is_revoked_and_forgotten(
     assert forgotten is not None
     assert forgotten.forgotten is Forgotten.TENANT_GONE
     [left] = rows_of_cluster(store, CLUSTER)
-    assert revoke_orphan(store, left)  # the orphan sweep
+    assert revoke_orphan(store, left) is Revocation.NOTHING  # the orphan sweep: forgotten
     assert tenants.rows() == []
 
 
@@ -644,7 +645,7 @@ def test_the_orphan_sweep_after_a_schema_was_recreated_leaves_another_s_pat_of_i
     _, bob = recreated_with_bob_holding_alice_s_pat_id(store, tenants, user)
     [alice_row] = [row for row in rows_of_cluster(store, CLUSTER) if row.name == ALICE.name]
 
-    assert revoke_orphan(store, alice_row)
+    assert revoke_orphan(store, alice_row) is Revocation.NOT_IN_ONYX
 
     assert untouched(tenants, bob)
 

@@ -184,6 +184,29 @@ async def test_the_pat_of_a_deleted_sandbox_is_revoked_counted_and_logged_by_id(
     assert "onyx_pat_" not in caplog.text.lower()
 
 
+async def test_an_orphan_whose_pat_onyx_deleted_is_forgotten_and_not_said_or_counted_revoked(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On-call reads the log and craft_orphaned_pats_revoked: a PAT that was no longer in
+    Onyx was not revoked, only its stored row forgotten."""
+    uid, pat_id = world.mint("gone")
+    with world.engine.begin() as connection:  # deleted in Onyx
+        connection.execute(sa.delete(PersonalAccessToken).where(PersonalAccessToken.id == pat_id))
+    caplog.set_level(logging.INFO)
+
+    report = await world.sweeper.tick()
+
+    assert report is not None
+    assert report.revoked == ()
+    assert world.store.show("team-a", "gone") is None
+    assert world.revoked_metric() == 0
+    assert f"revoked PAT {pat_id}" not in caplog.text
+    assert (
+        f"forgot the credential of sandbox team-a/gone (uid {uid}), "
+        f"which no longer exists; nothing was revoked: PAT {pat_id} is not in Onyx"
+    ) in caplog.text
+
+
 async def test_a_sandbox_replaced_by_one_with_another_uid_is_an_orphan(world: World) -> None:
     world.mint("alice")
     world.api.add("team-a", "alice", uid="someone-else")
