@@ -22,14 +22,20 @@ out="$cache/$key"
 KEEP_BUILDS=3
 
 # Builds beyond the three used last, and staging directories abandoned for a day, go. Each
-# use touches its build, so another checkout's build in use is among the three.
+# use touches its build, so another checkout's build in use is among the three. Both are
+# housekeeping: a cache that is read-only (shared, or another user's) is used as it is.
 prune() {
-    touch "$out"
+    if ! touch "$out" 2>/dev/null; then
+        echo "controlplane build: cannot mark $out as used (a read-only cache?): nothing pruned" >&2
+        return 0
+    fi
     local stale
-    find "$cache" -mindepth 1 -maxdepth 1 -type d -name '.build-*' -mmin +1440 -exec rm -rf {} +
+    find "$cache" -mindepth 1 -maxdepth 1 -type d -name '.build-*' -mmin +1440 -exec rm -rf {} + ||
+        echo "controlplane build: abandoned builds in $cache could not all be removed" >&2
     stale="$(find "$cache" -mindepth 1 -maxdepth 1 -type d ! -name '.*' -printf '%T@ %p\n' |
-        LC_ALL=C sort -rn | tail -n +$((KEEP_BUILDS + 1)) | cut -d' ' -f2-)"
-    [[ -z $stale ]] || xargs -d '\n' rm -rf <<<"$stale"
+        LC_ALL=C sort -rn | tail -n +$((KEEP_BUILDS + 1)) | cut -d' ' -f2-)" || stale=""
+    [[ -z $stale ]] || xargs -d '\n' rm -rf <<<"$stale" ||
+        echo "controlplane build: old builds in $cache could not all be removed" >&2
 }
 
 complete=1

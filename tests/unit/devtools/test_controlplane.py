@@ -109,3 +109,43 @@ def test_a_cached_build_is_used_and_the_cache_keeps_the_three_builds_used_last(
     # Used now, ours is the newest; of the others the two used last stay, and a staging
     # directory another build may still be filling is not touched; one abandoned goes.
     assert left == sorted([ours.name, "other1", "other2", building.name])
+
+
+def failing_tools(directory: Path, names: tuple[str, ...]) -> Path:
+    """``names`` as commands that fail as they do on a read-only file system (a root's
+    chmod stops no write, so the tests shadow the tools instead)."""
+    directory.mkdir()
+    for name in names:
+        tool = directory / name
+        tool.write_text(f'#!/bin/sh\necho "{name}: Read-only file system" >&2\nexit 1\n')
+        tool.chmod(0o755)
+    return directory
+
+
+@pytest.mark.parametrize(
+    "failing",
+    [("touch", "rm"), ("rm",)],
+    ids=["a read-only cache", "a cache whose builds cannot be removed"],
+)
+def test_a_cached_build_in_a_cache_it_cannot_tidy_is_used_all_the_same(
+    tmp_path: Path, failing: tuple[str, ...]
+) -> None:
+    """A shared cache, read-only to this user or on a read-only mount, failed the run at
+    the touch that marks the build as used, although the build was there to be used."""
+    cache = tmp_path / "cache"
+    ours = fake_build(cache / build_key(), age_s=10 * 86400)
+    for age in (1, 2, 3):
+        fake_build(cache / f"other{age}", age_s=age * 3600)
+    abandoned = cache / ".build-old"
+    abandoned.mkdir()
+    os.utime(abandoned, (time.time() - 2 * 86400,) * 2)
+    tools = failing_tools(tmp_path / "tools", failing)
+
+    environ = {"PATH": f"{tools}:/usr/bin:/bin", "CRAFT_CONTROLPLANE_CACHE": str(cache)}
+    run = subprocess.run(["bash", str(BUILD_SCRIPT)], env=environ, capture_output=True, text=True)
+
+    assert (run.returncode, run.stdout.strip()) == (0, str(ours)), run.stderr
+    assert sorted(path.name for path in cache.iterdir()) == sorted(
+        [ours.name, "other1", "other2", "other3", abandoned.name]
+    )
+    assert str(cache) in run.stderr
