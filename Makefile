@@ -41,10 +41,18 @@ controlplane-down: $(STAMP) ## Stop every process of the local control plane
 # workers would disturb. TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); if [ $$n -lt 2 ]; then echo 0; elif [ $$n -gt 4 ]; then echo 4; else echo $$n; fi)
 
-# PYTEST_ARGS goes to both runs; one that selects nothing in a run (exit 5) is no failure.
+# PYTEST_ARGS goes to both runs; one that selects nothing in a run (exit 5) is no failure,
+# but selecting nothing in both is (exit 5): a typo in -k must not pass for a green run.
 test: $(STAMP) ## Run every tier: unit, integration, cluster, resilience at CI size (e2e skips without Docker)
-	$(BIN)/pytest tests/unit tests/integration -n $(TEST_WORKERS) $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	$(BIN)/pytest tests --ignore=tests/unit --ignore=tests/integration $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	@first=0; set -x; \
+	$(BIN)/pytest tests/unit tests/integration -n $(TEST_WORKERS) $(PYTEST_ARGS) || first=$$?; \
+	{ set +x; } 2>/dev/null; [ $$first -eq 0 ] || [ $$first -eq 5 ] || exit $$first; \
+	second=0; set -x; \
+	$(BIN)/pytest tests --ignore=tests/unit --ignore=tests/integration $(PYTEST_ARGS) || second=$$?; \
+	{ set +x; } 2>/dev/null; [ $$second -eq 0 ] || [ $$second -eq 5 ] || exit $$second; \
+	if [ $$first -eq 5 ] && [ $$second -eq 5 ]; then \
+		echo "make test: PYTEST_ARGS selected no test in either run" >&2; exit 5; \
+	fi
 
 test-unit: $(STAMP) ## Run only the unit tests
 	$(BIN)/pytest tests/unit -n $(TEST_WORKERS) $(PYTEST_ARGS)
