@@ -57,6 +57,11 @@ MIN_PEERING_LIFETIME = 15
 #: The shortest interval or timeout in seconds of the reconciler's own clocks (resync, idle
 #: check, provisioning): a fraction of a second revisits every sandbox back to back.
 MIN_INTERVAL = 1.0
+#: The shortest CRAFT_POD_RESTART_BACKOFF. Doubling per failure, a nanosecond's backoff still
+#: replaced a crashing or refused pod some thirty times back to back before the wait grew to
+#: matter; from 0.1 s it is tried at most four times in its first second. Under
+#: MIN_INTERVAL, so that the tests can replace pods quickly (they use 0.2 s).
+MIN_POD_RESTART_BACKOFF = 0.1
 #: The shortest orphan sweep interval but 0 (off): each sweep reads every row of the
 #: cluster, and one failing (the database down) is tried again an interval later.
 MIN_ORPHAN_SWEEP_INTERVAL = 60.0
@@ -313,7 +318,7 @@ class Settings(BaseSettings):
     )
     pod_restart_backoff: Seconds = Field(
         default=10.0,
-        gt=0,
+        ge=MIN_POD_RESTART_BACKOFF,
         description="Seconds before replacing a failed pod; doubles per failure, up to 300.",
     )
     operator_image: str = Field(

@@ -502,6 +502,9 @@ def test_a_peering_lifetime_that_may_expire_before_kopf_renews_it_stops_the_star
         ("CRAFT_RESYNC_INTERVAL", "0.001", "greater than or equal to 1"),
         ("CRAFT_IDLE_CHECK_INTERVAL", "0.5", "greater than or equal to 1"),
         ("CRAFT_PROVISIONING_TIMEOUT", "0.5", "greater than or equal to 1"),
+        # Doubling from a nanosecond, a crashing pod was replaced ~30 times back to back.
+        ("CRAFT_POD_RESTART_BACKOFF", "0.000000001", "greater than or equal to 0.1"),
+        ("CRAFT_POD_RESTART_BACKOFF", "0.09", "greater than or equal to 0.1"),
     ],
 )
 def test_an_interval_short_enough_to_make_a_hot_loop_stops_the_start(
@@ -523,7 +526,7 @@ def test_an_interval_short_enough_to_make_a_hot_loop_stops_the_start(
         ("CRAFT_LIBRARY_SYNC_CONCURRENCY", "0", "greater than or equal to 1"),
         ("CRAFT_LIBRARY_SYNC_CONCURRENCY", "257", "less than or equal to 256"),
         # A failed pod replaced at once, without end.
-        ("CRAFT_POD_RESTART_BACKOFF", "0", "greater than 0"),
+        ("CRAFT_POD_RESTART_BACKOFF", "0", "greater than or equal to 0.1"),
         # A PAT always due for renewal: one minted on every pass.
         ("CRAFT_CREDENTIAL_RENEWAL_FRACTION", "1", "less than 1"),
         ("CRAFT_CREDENTIAL_RENEWAL_FRACTION", "0", "greater than 0"),
@@ -570,6 +573,7 @@ def test_the_shortest_intervals_allowed_and_no_orphan_sweep_start_the_operator(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("CRAFT_ORPHAN_SWEEP_INTERVAL", "60")
+    monkeypatch.setenv("CRAFT_POD_RESTART_BACKOFF", "0.1")
     for variable in (
         "CRAFT_RESYNC_INTERVAL",
         "CRAFT_IDLE_CHECK_INTERVAL",
@@ -578,6 +582,7 @@ def test_the_shortest_intervals_allowed_and_no_orphan_sweep_start_the_operator(
         monkeypatch.setenv(variable, "1")
     settings = load_settings()
     assert (settings.orphan_sweep_interval, settings.resync_interval) == (60.0, 1.0)
+    assert settings.pod_restart_backoff == 0.1
     monkeypatch.setenv("CRAFT_ORPHAN_SWEEP_INTERVAL", "0")
     assert load_settings().orphan_sweep_interval == 0.0
 
