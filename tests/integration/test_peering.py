@@ -8,6 +8,7 @@ writes are counted by its own API client, so the test can tell who wrote what.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -158,6 +159,29 @@ async def test_a_replica_watching_some_namespaces_peers_through_the_cluster_wide
         await replica.stop()
     # A graceful stop takes the replica out of the peering at once.
     assert PREFERRED not in (emulator.get(PEERINGS, None, PEERING).get("status") or {})
+
+
+async def test_a_malformed_keepalive_record_neither_stops_the_replica_nor_counts_as_a_peer(
+    emulator: KubeEmulator, settings: Settings, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Anyone allowed to patch the peering object can write a record kopf cannot read (a
+    lifetime past the year 9999): kopf's peering observer raised on it, which stopped the
+    operator, and again at every start while the record stayed."""
+    emulator.create(PEERINGS, peering_object())
+    huge = {"priority": 200, "lifetime": 10**20, "lastseen": "2026-01-01T00:00:00+00:00"}
+    emulator.patch(PEERINGS, None, PEERING, {"status": {"intruder": huge}})
+    pod_exec = EmulatedPodExec(emulator, tmp_path / "pods", scripted_cli=lambda *_: 0)
+    replica = await make_replica(emulator, settings, pod_exec, PREFERRED).start()
+    try:
+        await eventually(lambda: replica.active, within=TAKEOVER, what="the replica active")
+        await provision(emulator, "alice")
+    finally:
+        await replica.stop()
+
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    warnings = [r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "intruder" in warnings[0]
 
 
 class HeldDelivery:

@@ -6,6 +6,7 @@ from typing import Any
 
 import kopf
 
+from craft_operator.peering import kopf_shield
 from craft_operator.peering.monitor import (
     CLUSTER_PEERINGS,
     PEERING_GROUP,
@@ -16,6 +17,7 @@ from craft_operator.peering.monitor import (
 
 def register(registry: kopf.OperatorRegistry, monitor: PeeringMonitor) -> None:
     """Register the monitor's start, stop and watch handlers (only for a peered replica)."""
+    kopf_shield.install()  # a malformed keep-alive record must not stop kopf
 
     async def start_peering_monitor(settings: kopf.OperatorSettings, **_: Any) -> None:
         # kopf would peer through a KopfPeering per namespace when the operator watches only

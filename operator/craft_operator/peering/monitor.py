@@ -34,7 +34,7 @@ from typing import Any
 from craft_operator.kube.client import ApiError, Kind, KubeClient, NotFoundError
 from craft_operator.peering.gate import ActivityGate
 from craft_operator.peering.options import PeeringOptions
-from craft_operator.peering.rule import Verdict, evaluate, records
+from craft_operator.peering.rule import Verdict, evaluate, malformed, records
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +88,8 @@ class PeeringMonitor:
         #: back must not keep an unreadable peering from ever going stale).
         self._last_read: float | None = None
         self._missing_reported = False
+        #: The malformed records last seen (each is logged once, not at every check).
+        self._malformed: frozenset[str] = frozenset()
         self._task: asyncio.Task[None] | None = None
         self.interval = check_interval(options.lifetime)
 
@@ -121,7 +123,27 @@ class PeeringMonitor:
             return False
         self._version = version
         self._status = body.get("status") or {}
+        self._report_malformed()
         return True
+
+    def _report_malformed(self) -> None:
+        """Warn of records the rule skips, each once while it stays: anyone allowed to patch
+        the peering object may write one, and nothing removes it (kopf's clean-up of expired
+        records does not see it either: :mod:`.kopf_shield`)."""
+        found = frozenset(malformed(self._status, self._clock()))
+        new = sorted(found - self._malformed)
+        self._malformed = found
+        if new:
+            logger.warning(
+                "peering %r: the keep-alive record(s) of %s cannot be read (a lifetime, "
+                "priority or lastseen that is no number or date, or runs past year 9999): "
+                "taken for expired, by kopf's peering too; remove them with "
+                'kubectl patch clusterkopfpeering %s --type=merge -p \'{"status": '
+                '{"<identity>": null}}\'',
+                self._name,
+                ", ".join(new),
+                self._name,
+            )
 
     def verdict(self) -> Verdict:
         """kopf's rule over the peering object as last seen, provided this replica's own

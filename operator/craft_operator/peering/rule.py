@@ -52,27 +52,42 @@ class Verdict:
 
 
 def _parse_time(text: Any, now: datetime) -> datetime:
-    if not isinstance(text, str):
+    if text is None:
         return now  # kopf treats a record without lastseen as seen just now
+    if not isinstance(text, str):
+        raise TypeError(f"lastseen {text!r} is no date")  # kopf fails on it too
     parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def _number(value: Any) -> int:
+    """A priority as kopf compares it: a number (a string compared with one fails)."""
+    if isinstance(value, str):
+        raise TypeError(f"priority {value!r} is no number")
+    return int(value)
 
 
 def records(status: Mapping[str, Any] | None, now: datetime) -> list[PeerRecord]:
     """The records in a peering object's status (malformed ones are skipped)."""
     found: list[PeerRecord] = []
     for identity, info in (status or {}).items():
-        if not isinstance(info, Mapping):
-            continue
+        if not isinstance(info, Mapping) or "identity" in info:
+            continue  # kopf passes the fields as keywords, beside the key as the identity
         try:
             lastseen = _parse_time(info.get("lastseen"), now)
             lifetime = timedelta(seconds=int(info.get("lifetime", DEFAULT_LIFETIME)))
-            priority = int(info.get("priority", 0))
+            priority = _number(info.get("priority", 0))
             expires = lastseen + lifetime
         except (TypeError, ValueError, OverflowError):  # past datetime's range too
             continue
         found.append(PeerRecord(str(identity), priority, expires))
     return found
+
+
+def malformed(status: Mapping[str, Any] | None, now: datetime) -> list[str]:
+    """The identities of the records :func:`records` skips as malformed, sorted."""
+    kept = {peer.identity for peer in records(status, now)}
+    return sorted(str(identity) for identity in (status or {}) if str(identity) not in kept)
 
 
 def evaluate(

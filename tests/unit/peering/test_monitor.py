@@ -166,6 +166,30 @@ async def test_without_the_peering_object_it_does_nothing_and_says_so(
 
 
 @pytest.mark.usefixtures("peering")
+async def test_a_malformed_record_counts_as_expired_and_is_reported_once(
+    emulator: KubeEmulator,
+    monitor: tuple[PeeringMonitor, ActivityGate, Clock],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Anyone allowed to patch the peering object can write a record no replica wrote; the
+    rule skips it, and on-call learns which one it was, not at every check."""
+    watcher, gate, _ = monitor
+    huge = {"priority": 100, "lifetime": 10**20, "lastseen": START.isoformat()}
+    write_status(emulator, {ME: keepalive(99, START), "intruder": huge})
+
+    await watcher.check()
+    await watcher.check()
+
+    assert gate.active
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1
+    assert (
+        "peering 'craft-operator': the keep-alive record(s) of intruder cannot be read"
+        in (warnings[0])
+    )
+
+
+@pytest.mark.usefixtures("peering")
 async def test_an_active_replica_whose_peering_object_is_deleted_steps_down(
     emulator: KubeEmulator, monitor: tuple[PeeringMonitor, ActivityGate, Clock]
 ) -> None:

@@ -9,6 +9,7 @@ these tests fail.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,8 +17,10 @@ import kopf
 import pytest
 from kopf._cogs.aiokits import aiotoggles
 from kopf._core.engines import peering as kopf_peering
+from kopf._core.reactor import orchestration
 
-from craft_operator.peering.rule import evaluate, records
+from craft_operator.peering import kopf_shield
+from craft_operator.peering.rule import evaluate, malformed, records
 
 pytestmark = pytest.mark.unit
 
@@ -56,15 +59,32 @@ CASES: dict[str, dict[str, Any]] = {
 }
 
 
-async def kopf_pauses(status: dict[str, Any], *, initially_paused: bool) -> bool:
+#: Records no replica writes, each beside a live higher peer and this replica's own.
+MALFORMED: dict[str, dict[str, Any]] = {
+    "a lifetime past the year 9999": {"priority": 99, "lifetime": 10**20},
+    "a lifetime past the year 9999 from now": {"priority": 99, "lifetime": 10**12},
+    "a lastseen in the year 9999": {"priority": 99, "lastseen": "9999-12-31T23:59:59+00:00"},
+    "a lastseen that is no date": {"priority": 99, "lastseen": "yesterday"},
+    "a lastseen that is a number": {"priority": 99, "lastseen": 1700000000},
+    "a lastseen that is an ISO week": {"priority": 99, "lastseen": "2026-W01-1"},
+    "a priority that is a string": {"priority": "99", "lastseen": NOW.isoformat()},
+    "a lifetime that is no number": {"priority": 99, "lifetime": "long"},
+    "an identity field": {"priority": 99, "identity": "someone-else"},
+}
+
+
+async def kopf_pauses(
+    status: dict[str, Any], *, initially_paused: bool, process: kopf_shield.Process | None = None
+) -> bool:
     """Whether kopf's peering leaves the operator paused after seeing ``status``."""
+    process = process or kopf_peering.process_peering_event
     settings = kopf.OperatorSettings()
     settings.peering.name = NAME
     settings.peering.priority = PRIORITY
     conflicts = aiotoggles.Toggle(initially_paused)
     pressure = asyncio.Event()
     pressure.set()  # return at once instead of sleeping until a blocking peer expires
-    await kopf_peering.process_peering_event(
+    await process(
         raw_event={"type": "MODIFIED", "object": {"metadata": {"name": NAME}, "status": status}},
         namespace=None,
         resource=kopf.Resource("kopf.dev", "v1", "clusterkopfpeerings", namespaced=False),
@@ -83,6 +103,45 @@ async def test_the_rule_agrees_with_kopf(case: str, initially_paused: bool) -> N
     status = CASES[case]
     verdict = evaluate(status, identity=ME, priority=PRIORITY, now=datetime.now(UTC))
     assert verdict.active is not await kopf_pauses(status, initially_paused=initially_paused)
+
+
+@pytest.mark.parametrize("initially_paused", [True, False], ids=["from paused", "from active"])
+@pytest.mark.parametrize("case", list(MALFORMED))
+async def test_kopf_shielded_skips_a_malformed_record_as_the_rule_does(
+    case: str, initially_paused: bool
+) -> None:
+    """Unshielded, kopf raised out of its peering observer on such a record, which stopped
+    the operator, at every start again while the record stayed."""
+    status = {ME: record(PRIORITY), "lower": record(5), "bad": MALFORMED[case]}
+    process = kopf_shield.shielded(kopf_peering.process_peering_event)
+
+    paused = await kopf_pauses(status, initially_paused=initially_paused, process=process)
+
+    assert not paused
+    assert evaluate(status, identity=ME, priority=PRIORITY, now=datetime.now(UTC)).active
+    assert sorted(kopf_shield.readable(status, datetime.now(UTC))) == [ME, "lower"]
+
+
+def test_kopf_starts_its_peering_with_the_function_the_shield_replaces(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kopf looks ``process_peering_event`` up in its peering module when its peering starts:
+    if it no longer does, the shield shields nothing."""
+    assert "peering.process_peering_event" in inspect.getsource(
+        orchestration.spawn_missing_peerings
+    )
+    # kopf's own function again after the test.
+    monkeypatch.setattr(kopf_peering, "process_peering_event", kopf_peering.process_peering_event)
+    kopf_shield.install()
+    shield = kopf_peering.process_peering_event
+    kopf_shield.install()  # once only
+    assert kopf_peering.process_peering_event is shield
+    assert getattr(shield, "craft_shielded", False)
+
+
+def test_the_rule_names_the_records_it_skips() -> None:
+    status = {"bad": MALFORMED["a lastseen that is no date"], "good": record(1), "x": "?"}
+    assert malformed(status, NOW) == ["bad", "x"]
 
 
 def test_the_blockers_are_the_live_peers_with_a_higher_or_equal_priority() -> None:
