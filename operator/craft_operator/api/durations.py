@@ -125,8 +125,9 @@ def format_duration(value: timedelta) -> str:
     ``time.ParseDuration`` adds up. When that form is longer than
     :data:`MAX_DURATION_LENGTH`, the shortest form the CRD admits instead (a part of minutes or
     seconds beyond 59, a sub-second rest in a part of its own: ``99999h99999h99999h99999h999999m``
-    rather than ``...99999h16666h39m``), so that every duration the CRD admits is written in a
-    form it admits; if there is none, the usual form (too long to send)."""
+    rather than ``...99999h16666h39m``); if it finds none, the usual form (too long to send).
+    It tries only some forms: a string the CRD admits whose value it writes in none is sent
+    as given (:class:`_AsGiven`)."""
     if value < timedelta(0):
         return "-" + format_duration(-value)
     microseconds = (value.days * 86400 + value.seconds) * 10**6 + value.microseconds
@@ -174,8 +175,12 @@ def _rest_forms(microseconds: int, units: tuple[str, ...]) -> Iterator[str]:
     if decimal and unit != "s":
         yield decimal
     # A fraction of this unit, and the rest it cannot say exactly in a part of its own:
-    # 99999.812h6us, 8.2s88us.
-    for cut in {microseconds % _MICROSECONDS[smaller_unit] for smaller_unit in _CUTS[unit]} - {0}:
+    # 99999.812h6us, 8.2s88us, and below a power of ten of microseconds: 4581.068h99us.
+    cuts = {microseconds % _MICROSECONDS[smaller_unit] for smaller_unit in _CUTS[unit]}
+    cuts |= {
+        microseconds % 10**digits for digits in range(1, 7) if 10**digits < _MICROSECONDS[unit]
+    }
+    for cut in cuts - {0}:
         fraction_part = _decimal(microseconds - cut, unit)
         if fraction_part:
             yield fraction_part + min(_rest_forms(cut, smaller), key=len)
@@ -219,6 +224,24 @@ def _decimal_seconds(microseconds: int) -> str:
     return f"{seconds}.{fraction:06d}".rstrip("0").rstrip(".") + "s"
 
 
+class _AsGiven(timedelta):
+    """A duration given as a string that :func:`format_duration` cannot write in 32
+    characters, though the string itself has them (one finer than a microsecond,
+    ``99999h99999h99999h458.999999999h``, whose value rounded to the microsecond has no
+    form that short): sent as given, which the CRD checks as :func:`parse_duration` did."""
+
+    text: str
+
+    def __new__(cls, value: timedelta, text: str) -> _AsGiven:
+        """``value``, remembered as ``text``."""
+        given = super().__new__(cls, value.days, value.seconds, value.microseconds)
+        given.text = text
+        return given
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _AsGiven, (timedelta(self.days, self.seconds, self.microseconds), self.text)
+
+
 def _coerce(value: Any, info: ValidationInfo) -> Any:
     if isinstance(value, timedelta):
         parsed = value
@@ -226,9 +249,18 @@ def _coerce(value: Any, info: ValidationInfo) -> Any:
         parsed = _timedelta(value, value)
     elif storing(info):
         parsed = parse_duration(value)
+        return (
+            parsed
+            if len(format_duration(parsed)) <= MAX_DURATION_LENGTH
+            else _AsGiven(parsed, value)
+        )
     else:
         return parse_stored_duration(value)
     return _writable(parsed) if storing(info) else parsed
+
+
+def _serialize(value: timedelta) -> str:
+    return value.text if isinstance(value, _AsGiven) else format_duration(value)
 
 
 def _writable(value: timedelta) -> timedelta:
@@ -248,7 +280,7 @@ def _writable(value: timedelta) -> timedelta:
 Duration = Annotated[
     timedelta,
     BeforeValidator(_coerce),
-    PlainSerializer(format_duration, return_type=str),
+    PlainSerializer(_serialize, return_type=str),
     # No schema ``pattern``: a pattern failure does not stop the API server from running the
     # field's CEL rules, whose duration() call would then fail with a second, cryptic error.
     # Each duration field checks its format in CEL instead (models.duration_rules).

@@ -252,6 +252,9 @@ def test_the_pydantic_type_reads_a_long_duration_only_from_a_stored_object() -> 
         "99999h99999h99999h99999.3608377h",
         "99999h99999h99999h99999h88us8.2s",
         "99999h99999h99999h99999h9999µs",
+        "99999h99999h99999h4581.068h99us",
+        "99999h99999h99999h93717.99m999us",
+        "99999h99999h99999h458.999999999h",
     ],
 )
 def test_a_duration_the_crd_admits_is_written_in_a_form_it_admits(text: str) -> None:
@@ -279,6 +282,27 @@ def test_a_duration_the_crd_admits_is_written_in_a_form_it_admits(text: str) -> 
 def test_a_duration_written_as_the_operator_writes_it_is_sent_as_given(text: str) -> None:
     # Exact, from the timedelta's whole days, seconds and microseconds: no float in between.
     assert format_duration(parse_duration(text)) == text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "99999h99999h99999h4581.068h99us",
+        "99999h99999h99999h93717.99m999us",
+        "99999h99999h99999h802.999h9999us",
+        "99999h99999h99999h999us4.99m999h",
+    ],
+)
+def test_the_value_of_a_duration_the_crd_admits_is_written_in_a_form_it_admits(
+    text: str,
+) -> None:
+    # Given as a timedelta, not as the string: a fraction of a unit, then a rest below a
+    # power of ten of microseconds, is one of the forms searched.
+    value = parse_duration(text)
+    written = Holder(value=value).model_dump(mode="json")["value"]
+    assert re.fullmatch(DURATION_PATTERN, written)
+    assert len(written) <= MAX_DURATION_LENGTH
+    assert parse_duration(written) == value
 
 
 def test_a_long_duration_the_crd_admits_is_written_back_to_the_same_value() -> None:

@@ -169,6 +169,14 @@ async def test_ensure_of_a_sandbox_too_large_to_store_says_so_at_once_without_re
         ("99999h99999h", "99999h99999h"),
         (timedelta(hours=100000), "99999h1h"),
         (timedelta(hours=499995), "99999h99999h99999h99999h99999h"),
+        # Strings the CRD admits whose value has no form of 32 characters the client finds
+        # (the second, finer than a microsecond, is rounded to one): sent as given.
+        ("99999h99999h99999h4581.068h99us", "99999h99999h99999h4581.068h99us"),
+        ("99999h99999h99999h458.999999999h", "99999h99999h99999h458.999999999h"),
+        (
+            timedelta(hours=300996, minutes=4, seconds=59.4, microseconds=999),
+            "99999h99999h99999h999h4.99m999us",
+        ),
     ],
 )
 async def test_a_long_idle_timeout_is_sent_as_the_crd_admits_it(
