@@ -39,7 +39,9 @@ REQUIRED = ("CredentialsReady", "SkillRendered", "PodReady", "CLIValidated", "Us
 #: something (the spec, the platform's policy, a clashing object, the image): the operator
 #: either stops retrying or keeps failing the same way. Most also set phase Failed.
 NEEDS_A_CHANGE: Mapping[str, frozenset[str]] = {
-    "CredentialsReady": frozenset({"PolicyDenied", "SecretNameTaken"}),
+    # TenantGone: the tenant's schema does not exist (multi-tenant Onyx); retried, but only
+    # a new spec.user.tenantId, or a schema someone creates, ends it.
+    "CredentialsReady": frozenset({"PolicyDenied", "SecretNameTaken", "TenantGone"}),
     "SkillRendered": frozenset({"ConfigMapNameTaken"}),
     "PodReady": frozenset(
         {

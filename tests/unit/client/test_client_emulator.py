@@ -283,6 +283,9 @@ async def test_the_sync_client_raises_the_same_typed_failure(
             "LibraryTooLarge",
         ),
         (all_true(PodReady=("False", "EgressNotRestricted")), {}, "EgressNotRestricted"),
+        # Multi-tenant Onyx: the tenant's schema does not exist. The operator retries, but
+        # only a new spec.user.tenantId or a schema someone creates ends it.
+        ({"CredentialsReady": ("False", "TenantGone")}, {}, "TenantGone"),
     ],
 )
 async def test_a_condition_the_operator_does_not_retry_past_fails_the_wait(
