@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import inspect
 import os
 import threading
@@ -35,9 +36,6 @@ from craft_operator.client.transport import RetryPolicy
 T = TypeVar("T")
 #: Seconds close() lets the calls it cancelled unwind before it closes the session.
 CLOSE_GRACE = 5.0
-#: Most plain-function progress callbacks running at once (threads are started as needed;
-#: each runs one report of a wait a caller's thread is blocked in).
-CALLBACK_THREADS = 256
 
 
 class SandboxClient:
@@ -71,11 +69,6 @@ class SandboxClient:
         self._lock = threading.Lock()
         self._closed = False
         self._calls: set[concurrent.futures.Future[Any]] = set()
-        # Not the loop's default executor: aiohttp resolves host names there, and callbacks
-        # blocking it would stall every call that opens a connection.
-        self._callbacks = concurrent.futures.ThreadPoolExecutor(
-            CALLBACK_THREADS, thread_name_prefix="craft-sandbox-callback"
-        )
 
     def __enter__(self) -> SandboxClient:
         return self
@@ -88,7 +81,8 @@ class SandboxClient:
 
         Calls other threads are making end with :class:`SandboxClientError`, once their
         progress callbacks have returned (within 5 s: one still running then is left to
-        end on its own); so does any later call. Not from a coroutine-function progress
+        end on its own, in a daemon thread, which does not hold the process's exit); so
+        does any later call. Not from a coroutine-function progress
         callback (the client's own thread). In a process forked from the one that made it,
         it does nothing: the client is the parent's.
         """
@@ -109,7 +103,6 @@ class SandboxClient:
             for future in stuck:  # a call that ignored its cancellation: release its caller
                 future.cancel()
             self._loop.close()
-            self._callbacks.shutdown(wait=False)
 
     async def _shutdown(self) -> None:
         """On the client's loop: end the calls still running, then close the session."""
@@ -152,8 +145,7 @@ class SandboxClient:
         plain = callback
 
         async def report(progress: Progress) -> None:
-            loop = asyncio.get_running_loop()
-            running = loop.run_in_executor(self._callbacks, plain, progress)
+            running = _in_daemon_thread(plain, progress)
             try:
                 result = await asyncio.shield(running)
             except asyncio.CancelledError:
@@ -292,3 +284,35 @@ class SandboxClient:
     ) -> bool:
         """See :meth:`AsyncSandboxClient.delete`."""
         return self._run(self.aio.delete(namespace, name, wait=wait, timeout=timeout))
+
+
+def _in_daemon_thread(callback: ProgressCallback, progress: Progress) -> asyncio.Future[object]:
+    """``callback(progress)`` in a daemon thread of its own; its outcome, on the running loop.
+
+    Not an executor's thread: those are joined at the interpreter's exit, so a callback
+    stuck for good, which close() leaves to end on its own, would keep the process from
+    exiting. (Nor the loop's default executor: aiohttp resolves host names there.)
+    """
+    loop = asyncio.get_running_loop()
+    outcome: asyncio.Future[object] = loop.create_future()
+
+    def settle(result: object, error: BaseException | None) -> None:
+        if outcome.done():
+            return
+        if error is not None:
+            outcome.set_exception(error)
+        else:
+            outcome.set_result(result)
+
+    def run() -> None:
+        result: object = None
+        error: BaseException | None = None
+        try:
+            result = callback(progress)
+        except BaseException as exc:  # as an executor would: the wait raises it
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the client was closed: nothing waits
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name="craft-sandbox-callback", daemon=True).start()
+    return outcome

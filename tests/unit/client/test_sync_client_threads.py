@@ -8,12 +8,20 @@ Each test guards its blocking call with a generous deadline only so that a regre
 from __future__ import annotations
 
 import asyncio
+import sys
+import textwrap
 import threading
 from collections.abc import Callable
 
 import pytest
 
-from craft_operator.client import Progress, SandboxClient, SandboxClientError
+from craft_operator.client import (
+    AsyncSandboxClient,
+    Connection,
+    Progress,
+    SandboxClient,
+    SandboxClientError,
+)
 from craft_operator.client.errors import WaitTimeoutError
 from tests.support.emulator import KubeEmulator
 from tests.support.operator import eventually
@@ -96,6 +104,58 @@ async def test_close_returns_once_the_plain_callbacks_of_the_calls_it_ended_have
     assert not writing.is_set(), "close() returned while a callback still wrote"
     with pytest.raises(SandboxClientError):
         await asyncio.wait_for(waiting, DEADLOCK)
+
+
+#: A process whose plain progress callback never returns (a write to a browser that never
+#: answers): close() ends its wait, then the process exits. SIGALRM kills it after 20 s.
+STUCK_CALLBACK = textwrap.dedent(
+    """
+    import signal, sys, threading
+    from craft_operator.client import Connection, SandboxClient, SandboxClientError
+
+    signal.alarm(20)
+    client = SandboxClient(Connection(server=sys.argv[1], insecure=True))
+    writing = threading.Event()
+
+    def stream_to_ui(_):
+        writing.set()
+        threading.Event().wait()
+
+    def wait():
+        try:
+            client.wait_ready(sys.argv[2], "alice", timeout=60, on_progress=stream_to_ui)
+        except SandboxClientError:
+            print("wait ended", flush=True)
+
+    waiting = threading.Thread(target=wait)
+    waiting.start()
+    writing.wait()
+    client.close()
+    waiting.join()
+    print("closed", flush=True)
+    """
+)
+
+
+async def test_a_plain_progress_callback_stuck_for_good_does_not_hold_the_process_s_exit(
+    aclient: AsyncSandboxClient, connection: Connection
+) -> None:
+    # close() leaves it to end on its own; the process must still exit (its thread, as the
+    # client's own, does not keep the interpreter alive).
+    await aclient.ensure(NAMESPACE, "alice", user_id=USER_ID)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        STUCK_CALLBACK,
+        connection.server,
+        NAMESPACE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), 60)
+
+    assert stdout.decode().splitlines() == ["wait ended", "closed"], stderr.decode()
+    assert process.returncode == 0, "the process did not exit: SIGALRM killed it"
 
 
 async def test_a_plain_progress_callback_may_call_the_sync_client(
