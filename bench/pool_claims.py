@@ -58,6 +58,7 @@ from bench.real_cluster import (
     Arrivals,
     Requests,
     Stack,
+    counted_as,
     cpu_seconds,
     machine_cpu,
     machine_cpu_per,
@@ -119,12 +120,13 @@ def increase(before: dict[Sample, float], after: dict[Sample, float], name: str)
 
 
 def writes_by_kind(stack: Stack, skip: int) -> str:
-    """The operator's writes after its ``skip`` first audited requests, by verb and kind."""
+    """The operator's writes after its ``skip`` first audited requests, by verb and kind:
+    those the phase's ``writes`` counts (:func:`~bench.real_cluster.counted_as`)."""
     kinds: collections.Counter[str] = collections.Counter()
     for event in audited_requests(stack.plane)[skip:]:
-        ref = event.get("objectRef", {})
-        if event["verb"] in ("get", "list", "watch") or ref.get("subresource") == "exec":
+        if counted_as(event) != "writes":
             continue
+        ref = event.get("objectRef", {})
         kinds[f"{event['verb']} {ref.get('resource')}/{ref.get('subresource') or ''}"] += 1
     return ", ".join(f"{kind.rstrip('/')} {count}" for kind, count in kinds.most_common())
 

@@ -101,6 +101,19 @@ def ready(event: dict[str, Any]) -> bool:
     return ((event.get("object") or {}).get("status") or {}).get("phase") == "Ready"
 
 
+def counted_as(event: dict[str, Any]) -> str:
+    """What an audited request counts as: ``execs``, ``reads`` (a question asked, such as
+    the start-up access check, included), ``events`` or ``writes``."""
+    reference = event.get("objectRef", {})
+    if reference.get("subresource") == "exec":
+        return "execs"
+    if event["verb"] in READ_VERBS or reference.get("resource") in ASKING:
+        return "reads"
+    if reference.get("resource") == "events":
+        return "events"
+    return "writes"
+
+
 @dataclass
 class Requests:
     """The operator's requests, from the audit log."""
@@ -114,15 +127,8 @@ class Requests:
     def of(cls, plane: ControlPlane) -> Requests:
         counted = cls()
         for event in audited_requests(plane):
-            reference = event.get("objectRef", {})
-            if reference.get("subresource") == "exec":
-                counted.execs += 1
-            elif event["verb"] in READ_VERBS or reference.get("resource") in ASKING:
-                counted.reads += 1
-            elif reference.get("resource") == "events":
-                counted.events += 1
-            else:
-                counted.writes += 1
+            kind = counted_as(event)
+            setattr(counted, kind, getattr(counted, kind) + 1)
         return counted
 
     def minus(self, other: Requests) -> Requests:
