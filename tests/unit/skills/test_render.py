@@ -94,6 +94,15 @@ def test_blank_and_repeated_scopes_do_not_count_as_examples() -> None:
     ]
 
 
+def test_scopes_that_read_the_same_once_sanitized_are_one_example() -> None:
+    """Spaced, split over lines or with zero-width characters, #a is still #a: shown
+    twice it would push a real example out of the five."""
+    scopes = ["#a", " #a ", "#\u200ba", "#b", "#c", "#d", "#e"]
+    assert listed(Source(name="slack", description="Chat", scopes=scopes)) == [
+        "`slack` — Chat (for example: #a, #b, #c, #d, #e)"
+    ]
+
+
 def test_an_unknown_identifier_renders_by_name_and_is_reported() -> None:
     rendered = render_skill([Source(name="acme_wiki"), Source(name="slack")])
     assert list_items(rendered.text, SECTION)[0] == "`acme_wiki` — Acme Wiki"
