@@ -47,6 +47,18 @@ def test_a_rendering_larger_than_the_whole_memory_is_not_kept() -> None:
     assert memo.chars == 0
 
 
+def test_a_rendering_too_large_to_keep_does_not_push_out_those_it_holds() -> None:
+    """One sandbox with a huge spec must not make every other sandbox render again."""
+    small = render_skill([Source(name="slack")])
+    huge = render_skill([Source(name="confluence", description="x" * 300, scopes=["y" * 80])])
+    memo = RenderMemo(max_chars=len(small.text) + 10)
+    memo.put(None, small)
+    memo.put(None, huge)
+    assert memo.get(huge.sources_hash, None) is None
+    assert memo.get(small.sources_hash, None) is small
+    assert memo.chars == len(small.text)
+
+
 def test_the_digest_tells_apart_sources_differing_in_any_field() -> None:
     digests = {
         sources_digest(sources)
