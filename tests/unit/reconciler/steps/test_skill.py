@@ -175,3 +175,20 @@ async def test_what_a_sandbox_s_skill_holds_is_forgotten_with_the_sandbox(
     assert list(memory.skills) == [p.run.key]
     memory.forget(p.run.key)
     assert memory.skills == {}
+
+
+async def test_an_unknown_source_is_warned_about_once_not_at_every_pass(world: World) -> None:
+    """The warning says what a rendering lists by name: a resync renders nothing new, so
+    it says nothing, or every sandbox with such a source would post one per resync."""
+    sources = [{"name": "acme_wiki"}, {"name": "slack"}]
+    memory = Memory()
+    first = world.pass_(spec={"sources": sources}, memory=memory)
+    assert await skill.render_skill(first) is None
+    assert first.run.status.skill is not None
+    status = {"skill": first.run.status.skill.model_dump(by_alias=True)}
+
+    for _ in range(3):  # resyncs of the unchanged sandbox
+        again = world.pass_(spec={"sources": sources}, status=status, memory=memory)
+        assert await skill.render_skill(again) is None
+
+    assert world.events.reasons.count("UnknownSource") == 1
