@@ -90,6 +90,8 @@ def test_previews_a_custom_template(tmp_path: Path) -> None:
         (("--sources", "slack", "--from", "-"), "give exactly one of --sources or --from", 2),
         (("--sources", "Slack"), "--sources: 'Slack' is not a source identifier", 2),
         (("--sources", "slack;rm"), "'slack;rm' is not a source identifier", 2),
+        # No CraftSandbox could name it: the API refuses names longer than 64.
+        (("--sources", "a" * 65), f"{'a' * 65!r} is not a source identifier", 2),
     ],
 )
 def test_bad_arguments_print_one_line_and_fail(
