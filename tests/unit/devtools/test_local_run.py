@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from craft_operator.devtools.local import current_context, names_local_plane
 
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 BINARIES += ("podexec", "kubectl")
+SLEEP = shutil.which("sleep") or "/bin/sleep"
 BUILD_SCRIPT = Path(__file__).resolve().parents[3] / "hack" / "controlplane" / "build.sh"
 
 
@@ -203,3 +206,72 @@ def test_make_run_says_whether_it_started_the_local_control_plane_or_reused_it(
     plane = ControlPlane(tmp_path, tmp_path / "bin", Ports(apiserver=16443))
     first = local.announcement(plane, "http://127.0.0.1:18080", {}, reused=reused)
     assert said in first.splitlines()[0]
+
+
+def test_the_stand_in_onyx_api_this_run_started_is_not_taken_for_another_program(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `make run` again, with the control plane and its stand-in still running: it reuses
+    # them (the README says so), rather than stop on the port its own stand-in holds.
+    ours = processes.start(tmp_path, "onyx-api", [SLEEP, "60"])
+    try:
+        with socket.socket() as holder:
+            holder.bind(("127.0.0.1", 0))
+            holder.listen()
+            monkeypatch.setattr(local, "ONYX_API_PORT", holder.getsockname()[1])
+            local.refuse_a_taken_onyx_api_port(tmp_path)  # does not raise
+    finally:
+        processes.stop_all(tmp_path, grace=2)
+        ours.wait(5)
+
+
+def test_a_server_url_of_the_environment_is_the_one_the_operator_runs_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A developer pointing the local run at a real Onyx keeps it: the stand-in is only
+    # the default.
+    monkeypatch.setenv("CRAFT_SERVER_URL", "https://onyx.example.com")
+    plane = ControlPlane(tmp_path, tmp_path / "bin", Ports())
+    environment = local.operator_environment(
+        plane, tmp_path / "operator", "sqlite:///db", "http://127.0.0.1:18080"
+    )
+    assert environment["CRAFT_SERVER_URL"] == "https://onyx.example.com"
+
+
+class KubectlRecorder:
+    """A control plane with no namespace yet and a default ServiceAccount once asked; the
+    kubectl commands run against it, in order."""
+
+    def __init__(self) -> None:
+        self.commands: list[tuple[str, ...]] = []
+
+    def get_json(self, path: str) -> dict[str, object] | None:
+        return {"kind": "ServiceAccount"} if path.endswith("/serviceaccounts/default") else None
+
+    def kubectl(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        self.commands.append(args)
+        return subprocess.CompletedProcess(["kubectl", *args], 0, "", "")
+
+
+def test_the_example_goes_into_a_restricted_namespace_with_its_network_policies(
+    tmp_path: Path,
+) -> None:
+    # Without a NetworkPolicy restricting their egress no sandbox pod starts: minimal.yaml
+    # would never be Ready. The namespace enforces the restricted Pod Security profile, as
+    # the README's sandbox namespaces do.
+    repo = Path(__file__).resolve().parents[3]
+    plane = KubectlRecorder()
+
+    local.apply_example(plane, repo)  # type: ignore[arg-type]
+
+    namespace = local.SANDBOX_NAMESPACE
+    labels = [c for c in plane.commands if c[:3] == ("label", "namespace", namespace)]
+    assert labels, plane.commands
+    assert set(labels[0][3:]) >= {
+        "pod-security.kubernetes.io/enforce=restricted",
+        "pod-security.kubernetes.io/enforce-version=latest",
+    }
+    policies = ("apply", "-n", namespace, "-k", str(repo / "manifests" / "sandbox-namespace"))
+    example = ("apply", "-n", namespace, "-f", str(repo / "manifests/examples/minimal.yaml"))
+    assert plane.commands.index(policies) < plane.commands.index(example)
+    assert plane.commands.index(labels[0]) < plane.commands.index(example)
