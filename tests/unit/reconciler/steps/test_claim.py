@@ -343,6 +343,52 @@ async def test_a_changed_skill_alone_is_written_into_the_claimed_pod_by_its_own_
     assert again.run.status.delivered_skill != first.run.status.delivered_skill
 
 
+async def test_a_changed_skill_the_claimed_pod_refuses_is_reported_and_not_counted_delivered(
+    pooled: World,
+) -> None:
+    warm_pods(pooled, 1)
+    first = pooled.pass_(spec={"poolRef": {"name": POOL}})
+    await run_steps(first)
+    edit_skill(pooled, first.sandbox, "---\nname: company-search\n---\nnew sources\n")
+    pooled.exec.skill_exit = 1  # the write into the pod failed (its disk full, say)
+
+    again = pooled.pass_(spec={"poolRef": {"name": POOL}}, status=dump_status(first.run.status))
+    await run_steps(again)
+
+    assert [call[3] for call in pooled.exec.calls] == ["deliver-pat-and-skill", "deliver-skill"]
+    skill = again.run.condition("SkillRendered")
+    assert skill is not None
+    assert (skill.status, skill.reason) == ("False", "SkillDeliveryFailed")
+    assert again.run.status.delivered_skill == first.run.status.delivered_skill, "tried again"
+
+
+async def test_a_pod_claimed_after_the_one_that_got_the_skill_needs_the_skill_too(
+    pooled: World,
+) -> None:
+    """Its first claimed pod lost, the sandbox claims another: the SKILL.md is the same,
+    the pod is not, and it has none yet."""
+    warm_pods(pooled, 1)
+    first = pooled.pass_(spec={"poolRef": {"name": POOL}})
+    await run_steps(first)
+    delivered = first.run.status.delivered_skill
+    assert delivered is not None
+
+    again = pooled.pass_(spec={"poolRef": {"name": POOL}}, status=dump_status(first.run.status))
+    again.pod = {
+        "metadata": {
+            "name": f"{POOL}-7",
+            "namespace": NAMESPACE,
+            "uid": "another-pod-uid",
+            "labels": {LABEL_CLAIMED_FROM: POOL},
+        }
+    }
+    pending = claimed_skill.pending_skill(again)
+
+    assert pending is not None
+    assert pending.delivered.pod_uid == "another-pod-uid"
+    assert pending.delivered.content_hash == delivered.content_hash
+
+
 def edit_skill(world: World, sandbox: CraftSandbox, text: str) -> None:
     """The skill ConfigMap as the skill step rewrites it (new sources, say)."""
     configmap = world.cache.get(kinds.CONFIGMAP.name, NAMESPACE, skills_configmap_name(sandbox))
