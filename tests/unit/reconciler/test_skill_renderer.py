@@ -13,7 +13,7 @@ import kopf
 import pytest
 
 from craft_operator.config import Settings
-from craft_operator.kube.client import KubeClient
+from craft_operator.kube.client import ApiError, KubeClient
 from craft_operator.reconciler import skill_renderer
 from craft_operator.reconciler.skill_renderer import SkillRenderer
 from craft_operator.skills.render import RenderedSkill, render_skill
@@ -169,6 +169,26 @@ async def test_an_unreadable_template_configmap_is_a_skill_template_error(
             await renderer.render(make_sandbox())
     finally:
         await client.close()
+
+
+async def test_an_api_error_while_the_template_is_read_again_keeps_the_last_good_one(
+    kube: KubeClient,
+    emulator: KubeEmulator,
+    custom_settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An API server away for a moment must not put every sandbox on the fallback."""
+    emulator.create("v1/configmaps", template_configmap())
+    renderer = SkillRenderer(kube, custom_settings, ttl=0)
+    await renderer.render(make_sandbox(sources=SOURCES))
+
+    async def away(*args: Any, **kwargs: Any) -> Any:
+        raise ApiError(503, "ServiceUnavailable", "the API server is shutting down")
+
+    monkeypatch.setattr(kube, "get", away)
+    rendered = await renderer.render(make_sandbox(sources=[{"name": "jira"}]))
+    assert rendered.text.startswith("---\nname: company-search\ndescription: Custom company")
+    assert "* jira" in rendered.text
 
 
 async def test_a_broken_custom_template_is_a_skill_template_error(
