@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -139,3 +140,69 @@ def test_a_batch_with_one_failed_query_exits_0_and_the_skill_says_how_to_read_it
     text = render_skill([Source(name="slack")]).text
     assert 'has an `error` and `"results": null`' in text
     assert "(the exit status is then 0)" in text.replace("\n", " ")
+
+
+class _Answering(BaseHTTPRequestHandler):
+    """An Onyx API that answers every request with the class's ``status``."""
+
+    status = 401
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.send_response(self.status)
+        self.end_headers()
+        self.wfile.write(b"no")
+
+
+def exit_status_of_a_search(home: Path, server_url: str) -> int:
+    """How the pinned onyx-cli exits from one search against ``server_url``."""
+    bare = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(home),
+        "ONYX_SERVER_URL": server_url,
+        "ONYX_PAT": "onyx_pat_" + "x" * 32,
+    }
+    result = subprocess.run(
+        [onyx_cli(), "search", "on-call rotation"],
+        capture_output=True,
+        text=True,
+        env=bare,
+        timeout=60,
+        check=False,
+    )
+    return result.returncode
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [(401, "the credentials were refused"), (429, "rate limited"), (None, "server is unreachable")],
+    ids=["refused", "rate limited", "unreachable"],
+)
+def test_the_exit_statuses_the_skill_explains_are_the_pinned_clis(
+    tmp_path: Path, answer: int | None, said: str
+) -> None:
+    """The agent tells the user what failed from these: a wrong number misleads it."""
+    text = " ".join(render_skill([Source(name="slack")]).text.split())
+    explained = {
+        meaning.strip(): int(code)
+        for code, meaning in re.findall(r"(?:exit )?(\d+): ([a-z ]+)", text)
+    }
+    code = next(code for meaning, code in explained.items() if said in meaning)
+    if answer is None:
+        with socket.socket() as probe:  # a port nothing listens on
+            probe.bind(("127.0.0.1", 0))
+            url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+        assert exit_status_of_a_search(tmp_path, url) == code
+        return
+    _Answering.status = answer
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Answering)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        assert exit_status_of_a_search(tmp_path, url) == code
+    finally:
+        server.shutdown()
+        server.server_close()
