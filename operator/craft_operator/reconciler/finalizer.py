@@ -146,21 +146,27 @@ async def _say_held_by_others(
         "the sandbox is being deleted: its PAT is revoked and its children are deleted; "
         f"it goes once these finalizers are done: {', '.join(others)}"
     )
-    await _say_terminating(s, body, conditions, DELETING, message)
+    if not await _say_terminating(s, body, conditions, DELETING, message):
+        return body  # changed or replaced since read: released on the next pass, if at all
     return s.cache.get(SANDBOX.name, meta.get("namespace"), meta["name"]) or body
 
 
 async def _say_terminating(
     s: Services, body: dict[str, Any], conditions: Sequence[str], reason: str, message: str
-) -> None:
+) -> bool:
     """Write phase Terminating, CredentialsReady False for ``reason`` (so Ready is False).
     A write refused is logged, with how to remove the finalizer by hand where the Role that
-    let the operator write went with the namespace being deleted."""
+    let the operator write went with the namespace being deleted. Only onto the sandbox as
+    read: a copy may be stale, of a sandbox gone since and replaced by a namesake. Returns
+    ``False`` if the sandbox changed or was replaced since (nothing written: the pass comes
+    back with its backoff and says it then, if it still must)."""
     run = Run(body, s.clock(), conditions)
     run.set(ConditionState.false(CREDENTIALS_READY, reason, message))
     run.phase = Phase.TERMINATING
     try:
-        await write_status(s, run)
+        await write_status(s, run, as_read=True)
+    except ConflictError:
+        return False
     except ApiError as exc:
         meta = body["metadata"]
         namespace, name = meta.get("namespace", ""), meta["name"]
@@ -173,6 +179,7 @@ async def _say_terminating(
         logger.warning(
             "%s/%s: %s; its status cannot say so (%s)%s", namespace, name, message, exc, hint
         )
+    return True
 
 
 async def _retain_workspace(s: Services, body: dict[str, Any]) -> str | None:

@@ -18,21 +18,30 @@ logger = logging.getLogger(__name__)
 SANDBOX = kinds.SANDBOX
 
 
-async def write_status(s: Services, run: Run) -> None:
+async def write_status(s: Services, run: Run, *, as_read: bool = False) -> None:
     """Complete the status (Ready, phase) and write its difference from the stored one.
 
     Nothing is written when nothing changed. If the sandbox itself changed while the pass
     ran, the pass asks to run again at once (the watch event it would have waited for is
     older than what the cache now holds).
+
+    With ``as_read``, only onto the sandbox as the pass read it (its resourceVersion), else
+    :class:`~craft_operator.kube.client.ConflictError`: the finalizer's passes may hold a
+    stale copy of a sandbox already gone, whose name a new CraftSandbox took. The API
+    server ignores a uid in a status write's metadata, so that is no precondition; a
+    resourceVersion is.
     """
     run.finish()
     patch = run.status_patch()
     if not patch:
         return
     logger.debug("%s/%s: status patch %s", run.namespace, run.name, patch)
+    body: dict[str, Any] = {"status": patch}
+    if as_read:
+        body["metadata"] = {"resourceVersion": run.body["metadata"].get("resourceVersion")}
     try:
         updated = await s.kube.patch(
-            SANDBOX.api, run.namespace, run.name, {"status": patch}, subresource="status"
+            SANDBOX.api, run.namespace, run.name, body, subresource="status"
         )
     except NotFoundError:
         return

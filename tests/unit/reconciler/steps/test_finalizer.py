@@ -285,3 +285,69 @@ async def test_a_deleted_sandbox_leaves_no_library_record_nor_sync_state_behind(
 
     assert forgotten == [body["metadata"]["uid"]]
     assert pool.retry_in((NAMESPACE, NAME)) == 0, "a namesake starts without its backoff"
+
+
+def namesake_of_a_gone_sandbox(world: World, stale: dict[str, Any]) -> dict[str, Any]:
+    """The sandbox ``stale`` is a copy of let go (its finalizer removed: the API server
+    deleted it), and a new CraftSandbox of its name, Ready, made since."""
+    world.emulator.patch(SANDBOXES, NAMESPACE, NAME, {"metadata": {"finalizers": None}})
+    assert world.emulator.find(SANDBOXES, NAMESPACE, NAME) is None
+    body = sandbox_body()
+    body["metadata"]["finalizers"] = [finalizer.FINALIZER]
+    del body["metadata"]["resourceVersion"], body["metadata"]["uid"]
+    world.emulator.create(SANDBOXES, body)
+    ready = {"type": "Ready", "status": "True", "reason": "Ready", "message": "ready"}
+    namesake = world.emulator.patch(
+        SANDBOXES,
+        NAMESPACE,
+        NAME,
+        {"status": {"phase": "Ready", "conditions": [ready]}},
+        subresource="status",
+    )
+    assert namesake["metadata"]["uid"] != stale["metadata"]["uid"]
+    return namesake
+
+
+@pytest.mark.parametrize("others", [(), ("foregroundDeletion",)], ids=["revoke fails", "held"])
+async def test_a_pass_on_a_stale_copy_of_a_gone_sandbox_writes_nothing_on_its_namesake(
+    world: World, others: tuple[str, ...]
+) -> None:
+    """A merge patch of the status subresource carries no precondition on the uid (the
+    API server ignores the metadata of a status write): the write is conditional on the
+    resourceVersion the pass read instead, which no later object has."""
+    stale = deleted_sandbox(world, *others)
+    namesake = namesake_of_a_gone_sandbox(world, stale)
+    if not others:
+        database_unreachable(world)
+
+    await finalizer.finalize(world.services, stale, CONDITIONS)
+
+    stored = world.emulator.get(SANDBOXES, NAMESPACE, NAME)
+    assert stored["metadata"]["uid"] == namesake["metadata"]["uid"]
+    assert stored["status"] == namesake["status"], "the namesake's status is its own"
+    assert stored["metadata"]["finalizers"] == [finalizer.FINALIZER]
+
+
+async def test_a_sandbox_others_hold_that_changed_since_read_is_released_once_it_says_so(
+    world: World,
+) -> None:
+    """Its status write, conditional on the copy read, is refused: the finalizer stays
+    until a pass on the sandbox as it is now says Terminating, then goes."""
+    read = deleted_sandbox(world, "foregroundDeletion")
+    world.emulator.patch(
+        SANDBOXES, NAMESPACE, NAME, {"metadata": {"annotations": {"example.com/x": "y"}}}
+    )
+
+    verdict = await finalizer.finalize(world.services, read, CONDITIONS)
+
+    assert verdict is not None
+    assert verdict.backoff is not None
+    stored = world.emulator.get(SANDBOXES, NAMESPACE, NAME)
+    assert stored["metadata"]["finalizers"] == [finalizer.FINALIZER, "foregroundDeletion"]
+    assert stored["status"]["phase"] == "Ready"
+
+    assert await finalizer.finalize(world.services, stored, CONDITIONS) is None
+
+    stored = world.emulator.get(SANDBOXES, NAMESPACE, NAME)
+    assert stored["metadata"]["finalizers"] == ["foregroundDeletion"]
+    assert stored["status"]["phase"] == "Terminating"
