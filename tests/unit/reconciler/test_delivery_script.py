@@ -3,9 +3,11 @@ stdin, each written whole with its own mode, with the image's tools or with Busy
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import stat
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -17,13 +19,16 @@ from craft_operator.reconciler.steps.cli import (
     DELIVER_ARGV,
     EXIT_NOT_DELIVERED,
     EXIT_SKILL_NOT_DELIVERED,
+    NOT_DELIVERED,
     WRITE_PAT_AND_SKILL_SCRIPT,
+    WRITE_PAT_SCRIPT,
     deliver_with_skill_argv,
 )
 
 pytestmark = pytest.mark.unit
 BUSYBOX = shutil.which("busybox")
 TOKEN = b"onyx_pat_canary0123456789abcdefghijklmnopqrstuv"
+RENEWED = b"onyx_pat_renewed0123456789abcdefghijklmnopqrstu"
 SKILL = b"---\nname: company-search\n---\n" + b"Sources: Confluence, Jira\n" * 200
 
 
@@ -65,7 +70,9 @@ async def test_the_pat_and_the_skill_are_split_from_one_stdin_and_written_whole(
     assert stat.S_IMODE(pat.stat().st_mode) == 0o600
     assert skill.read_bytes() == SKILL
     assert stat.S_IMODE(skill.stat().st_mode) == 0o644
-    assert [path.name for path in pat.parent.iterdir()] == ["pat"], "no temporary file left"
+    assert sorted(path.name for path in pat.parent.iterdir()) == ["pat", "pat.started"], (
+        "no temporary file left"
+    )
     assert [path.name for path in skill.parent.iterdir()] == ["SKILL.md"]
 
 
@@ -105,8 +112,8 @@ async def test_a_delivery_cut_short_installs_nothing_and_leaves_no_file_behind(
 
     assert result.exit_code == exit_code, result.stderr
     credentials = pods.credentials_dir("ns", "pod")
-    assert [path.name for path in credentials.iterdir()] == (
-        [] if exit_code == EXIT_NOT_DELIVERED else ["pat"]
+    assert sorted(path.name for path in credentials.iterdir()) == (
+        [] if exit_code == EXIT_NOT_DELIVERED else ["pat", "pat.started"]
     ), "no piece of the token left in a temporary file"
     skills = pods.workspace("ns", "pod") / "skills" / "company-search"
     assert not skills.exists() or list(skills.iterdir()) == []
@@ -154,3 +161,74 @@ async def test_onyx_cli_is_validated_with_the_pat_delivered_whatever_the_pods_fi
 
     assert result.exit_code == 0, result.stderr
     assert result.stdout == TOKEN + b"|/nonexistent|/nonexistent"
+
+
+def write_pat_argv(token: bytes, *, with_skill: bool) -> list[str]:
+    """The delivery's write of the PAT (and a SKILL.md), without onyx-cli."""
+    if with_skill:
+        return write_argv(token)
+    return ["sh", "-c", f"{WRITE_PAT_SCRIPT} {NOT_DELIVERED}", "deliver-pat", PAT_FILE]
+
+
+def write_stdin(token: bytes, *, with_skill: bool) -> bytes:
+    return token + SKILL if with_skill else token + b"\n"
+
+
+async def held_until(released: asyncio.Event, data: bytes) -> AsyncIterator[bytes]:
+    """Stdin that comes once ``released`` is set: the shell has started, and waits."""
+    await released.wait()
+    yield data
+
+
+@pytest.mark.parametrize("with_skill", [False, True], ids=["pat", "pat and skill"])
+async def test_a_stalled_older_delivery_never_puts_its_pat_over_one_delivered_after_it(
+    pods: LocalExec, with_skill: bool
+) -> None:
+    """A cancelled exec's shell runs on in the pod: one that stalled before its write (its
+    exec timed out, the operator stood by) while the renewed PAT was delivered and
+    validated must not install the older PAT late (it is then revoked: onyx-cli refused
+    in a sandbox that says Ready)."""
+    released = asyncio.Event()
+    stdin = held_until(released, write_stdin(TOKEN, with_skill=with_skill))
+    older = asyncio.ensure_future(
+        pods.run("ns", "pod", "sandbox", write_pat_argv(TOKEN, with_skill=with_skill), stdin=stdin)
+    )
+    await asyncio.sleep(0.5)  # its shell has started (the pod's clock counts hundredths)
+
+    renewed = await pods.run(
+        "ns",
+        "pod",
+        "sandbox",
+        write_pat_argv(RENEWED, with_skill=with_skill),
+        stdin=write_stdin(RENEWED, with_skill=with_skill),
+    )
+    released.set()
+    stale = await older
+
+    assert renewed.exit_code == 0, renewed.stderr
+    assert stale.exit_code == EXIT_NOT_DELIVERED
+    assert b"started after this one" in stale.stderr
+    credentials = pods.credentials_dir("ns", "pod")
+    assert (credentials / "pat").read_bytes() == RENEWED
+    assert sorted(path.name for path in credentials.iterdir()) == ["pat", "pat.started"]
+
+
+@pytest.mark.parametrize("mark", ["99999999999999", "99999999999999999999999", "x", ""])
+async def test_a_later_delivery_replaces_the_pat_whatever_mark_it_finds(
+    pods: LocalExec, mark: str
+) -> None:
+    """A mark from the future (the agent's, or one from before its node restarted), one
+    out of range or none at all keeps no delivery out; one delivery after another each
+    installs its own."""
+    first = await pods.run(
+        "ns", "pod", "sandbox", write_pat_argv(TOKEN, with_skill=False), stdin=TOKEN + b"\n"
+    )
+    assert first.exit_code == 0, first.stderr
+    (pods.credentials_dir("ns", "pod") / "pat.started").write_text(mark)
+
+    second = await pods.run(
+        "ns", "pod", "sandbox", write_pat_argv(RENEWED, with_skill=False), stdin=RENEWED + b"\n"
+    )
+
+    assert second.exit_code == 0, second.stderr
+    assert (pods.credentials_dir("ns", "pod") / "pat").read_bytes() == RENEWED

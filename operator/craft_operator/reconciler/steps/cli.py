@@ -53,13 +53,59 @@ RETRY_PENDING = "RetryPending"
 WAITING_RETRY = 10.0
 
 
+#: Beside the PAT file, when the delivery that installed it started: the pod's uptime in
+#: hundredths of a second (``/proc/uptime``, which a pod's clock adjustments never set
+#: back, and which its shell reads without a fork).
+PAT_STARTED_SUFFIX = ".started"
+#: ``pat_clock`` sets ``pat_now`` to the pod's uptime in hundredths of a second ("" when it
+#: cannot be read). ``pat_not_superseded FILE``: whether no delivery that started after
+#: this one (at ``pat_born``) installed its PAT at FILE meanwhile: a cancelled delivery's
+#: shell runs on in the pod, and one stalled before its write would otherwise put its older
+#: PAT over the one delivered, and validated, after it. A mark from the future (the
+#: agent's, say) is no later delivery's: it keeps nothing out. ``pat_mark_start FILE``
+#: marks this one's start beside FILE; a mark that cannot be written (the agent's directory
+#: there, say) keeps no PAT out.
+PAT_FUNCTIONS = f"""\
+pat_clock() {{
+  pat_now=
+  {{ read -r pat_now _ < /proc/uptime; }} 2>/dev/null
+  case $pat_now in
+    *[!0-9.]*|*.*.*|.*|*.) pat_now= ;;
+    *.*) pat_now=${{pat_now%.*}}${{pat_now#*.}} ;;
+    *) pat_now= ;;
+  esac
+}}
+pat_not_superseded() {{
+  pat_mark=
+  {{ read -r pat_mark < "$1{PAT_STARTED_SUFFIX}"; }} 2>/dev/null
+  pat_clock
+  case $pat_mark in ''|*[!0-9]*) return 0 ;; esac
+  [ -n "$pat_born" ] && [ -n "$pat_now" ] || return 0
+  if [ "$pat_mark" -gt "$pat_born" ] 2>/dev/null && [ "$pat_mark" -le "$pat_now" ] 2>/dev/null
+  then
+    echo "a delivery that started after this one installed its PAT meanwhile: this one's" \\
+      "older PAT is not installed over it" >&2
+    return 1
+  fi
+}}
+pat_mark_start() {{
+  [ -n "$pat_born" ] || return 0
+  {{ printf '%s\\n' "$pat_born" > "$1{PAT_STARTED_SUFFIX}"; }} 2>/dev/null || :
+}}"""
+
+
 def _write_pat(read: str) -> str:
     """The PAT's write: ``read`` puts it in ``$t``, and it is installed at ``$1`` as said
-    below (:data:`WRITE_PAT_SCRIPT`), under the EXIT trap until it is in place."""
+    below (:data:`WRITE_PAT_SCRIPT`), under the EXIT trap until it is in place, unless a
+    delivery that started after this one installed its own meanwhile (the shell's start is
+    taken first, before stdin: see :data:`PAT_FUNCTIONS`). The mark of this one's start is
+    written just before its PAT goes in, so that an older shell checking after that stays
+    out."""
     return (
+        "pat_clock; pat_born=$pat_now; "
         f"umask 077 && pat_tmp=\"$1.$$\" && trap 'exit {EXIT_NOT_DELIVERED}' EXIT "
-        f'&& {read} && printf \'%s\' "$t" > "$pat_tmp" && mv -fT "$pat_tmp" "$1" '
-        "&& trap - EXIT"
+        f'&& {read} && printf \'%s\' "$t" > "$pat_tmp" && pat_not_superseded "$1" '
+        '&& pat_mark_start "$1" && mv -fT "$pat_tmp" "$1" && trap - EXIT'
     )
 
 
@@ -76,7 +122,7 @@ def _write_pat(read: str) -> str:
 #: cannot fork (the pod's pids limit reached by the agent's processes) ends at once with 2,
 #: running only that trap, and 2 would read as onyx-cli's own code (a SKILL.md counted as
 #: delivered, the Onyx server blamed).
-WRITE_PAT_SCRIPT = _write_pat("IFS= read -r t")
+WRITE_PAT_SCRIPT = f"{PAT_FUNCTIONS}\n{_write_pat('IFS= read -r t')}"
 #: What follows the PAT's write when it fails: its temporary file removed (if the shell can
 #: still fork), and the code that says the PAT was not delivered.
 NOT_DELIVERED = f'|| {{ rm -f "$pat_tmp"; exit {EXIT_NOT_DELIVERED}; }}'
@@ -87,7 +133,7 @@ NOT_DELIVERED = f'|| {{ rm -f "$pat_tmp"; exit {EXIT_NOT_DELIVERED}; }}'
 #: commands (given ``$2`` and ``$4`` as their ``$1`` and ``$2``).
 _READ_PAT_BYTES = 't=$(dd bs=1 count="$3" 2>/dev/null) && [ "${#t}" -eq "$3" ]'
 WRITE_PAT_AND_SKILL_SCRIPT = (
-    f"{claimed_skill.HAS_SIZE_FUNCTION}\n"
+    f"{PAT_FUNCTIONS}\n{claimed_skill.HAS_SIZE_FUNCTION}\n"
     f"{_write_pat(_READ_PAT_BYTES)} {NOT_DELIVERED}\n"
     'set -- "$2" "$4"\n'
     f"{claimed_skill.write_skill(EXIT_SKILL_NOT_DELIVERED)}"
