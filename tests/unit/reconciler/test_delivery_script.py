@@ -180,6 +180,28 @@ async def held_until(released: asyncio.Event, data: bytes) -> AsyncIterator[byte
     yield data
 
 
+def running_shell_writes_into(credentials: Path) -> bool:
+    """Whether a process naming ``credentials`` in its arguments runs."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if str(credentials).encode() in cmdline.read_bytes():
+                return True
+        except OSError:
+            continue  # that process ended meanwhile
+    return False
+
+
+async def shell_started(credentials: Path) -> None:
+    """Once a shell writing into ``credentials`` runs, and the pod's clock (hundredths of a
+    second) has moved on since it took its start."""
+    for _ in range(1000):
+        if running_shell_writes_into(credentials):
+            await asyncio.sleep(0.05)
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no shell writing into {credentials} started")
+
+
 @pytest.mark.parametrize("with_skill", [False, True], ids=["pat", "pat and skill"])
 async def test_a_stalled_older_delivery_never_puts_its_pat_over_one_delivered_after_it(
     pods: LocalExec, with_skill: bool
@@ -193,7 +215,7 @@ async def test_a_stalled_older_delivery_never_puts_its_pat_over_one_delivered_af
     older = asyncio.ensure_future(
         pods.run("ns", "pod", "sandbox", write_pat_argv(TOKEN, with_skill=with_skill), stdin=stdin)
     )
-    await asyncio.sleep(0.5)  # its shell has started (the pod's clock counts hundredths)
+    await shell_started(pods.credentials_dir("ns", "pod"))
 
     renewed = await pods.run(
         "ns",
