@@ -71,3 +71,51 @@ def test_a_limit_kubernetes_reads_as_its_request_makes_a_ready_sandbox(
         what=lambda: f"alice settled; status: {cluster.sandbox(namespace, 'alice')}",
     )
     assert phase(cluster, namespace, "alice") == "Ready", cluster.sandbox(namespace, "alice")
+
+
+#: Quantities of resources the pod API counts whole (devices, huge pages), each in a pod's
+#: limits beside memory (huge pages need it).
+WHOLE_COUNTS: list[dict[str, Any]] = [
+    {"nvidia.com/gpu": "0.5"},
+    {"nvidia.com/gpu": "1.0000000001"},
+    {"nvidia.com/gpu": "1.0"},
+    {"nvidia.com/gpu": "1000m"},
+    {"nvidia.com/gpu": "3.00000"},
+    {"nvidia.com/gpu": "0.9999999999"},
+    {"hugepages-2Mi": "3Mi"},
+    {"hugepages-2Mi": 4194305},
+    {"hugepages-1.5": 3},
+    {"hugepages-0": "0"},
+    {"hugepages-2Mi": "4Mi"},
+    {"hugepages-2Mi": "0"},
+    {"hugepages-2Mi": "2097151.5"},
+    {"hugepages-1Gi": "2048Mi"},
+]
+
+
+@pytest.mark.parametrize("limits", WHOLE_COUNTS, ids=lambda limits: str(limits))
+def test_the_crd_refuses_a_device_or_huge_page_count_exactly_when_the_pod_api_does(
+    cluster: Cluster, namespace: str, limits: dict[str, Any]
+) -> None:
+    limits = {**limits, "memory": "1Gi"}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "counted"},
+        "spec": {
+            "containers": [{"name": "c", "image": "busybox", "resources": {"limits": limits}}]
+        },
+    }
+    pod_valid = True
+    try:
+        cluster.create("/api/v1/pods", namespace, pod, dry_run=True)
+    except ApiError as error:  # the namespace's Pod Security refuses it after validation
+        pod_valid = error.status != 422
+    manifest = sandbox("counted", resources={"limits": limits})
+    try:
+        cluster.create(SANDBOXES, namespace, manifest, dry_run=True)
+        admitted = True
+    except ApiError:
+        admitted = False
+    assert admitted is pod_valid
+    assert (validate_create(manifest) == []) is pod_valid

@@ -265,6 +265,28 @@ def cel_is_greater_than(left: Any, right: Any) -> celtypes.BoolType:
     return celtypes.BoolType(int(left) > int(right))
 
 
+def cel_compare_to(left: Any, right: Any) -> celtypes.IntType:
+    """CEL ``<quantity>.compareTo(<quantity>)``: -1, 0 or 1."""
+    return celtypes.IntType((int(left) > int(right)) - (int(left) < int(right)))
+
+
+def cel_as_approximate_float(value: Any) -> celtypes.DoubleType:
+    """CEL ``<quantity>.asApproximateFloat()``: the nearest double here, where Kubernetes'
+    may be off by a little more (``3.00000`` reads 3.0000000000000004 there)."""
+    return celtypes.DoubleType(int(value) / NANOS)
+
+
+def cel_sub(left: Any, right: Any) -> CelQuantity:
+    """CEL ``<quantity>.sub(<quantity>)`` and ``<quantity>.sub(<int>)``."""
+    nanos = int(right) if isinstance(right, CelQuantity) else int(right) * NANOS
+    return CelQuantity.of_nanos(int(left) - nanos)
+
+
+def cel_substring(text: Any, start: Any, end: Any = None) -> celtypes.StringType:
+    """CEL ``<string>.substring(start[, end])`` of Kubernetes' strings library."""
+    return celtypes.StringType(str(text)[int(start) : None if end is None else int(end)])
+
+
 def cel_add(left: Any, right: Any) -> CelQuantity:
     """CEL ``<quantity>.add(<quantity>)`` and ``<quantity>.add(<int>)``."""
     nanos = int(right) if isinstance(right, CelQuantity) else int(right) * NANOS
@@ -284,6 +306,10 @@ CEL_FUNCTIONS: dict[str, Any] = {
     "isLessThan": cel_is_less_than,
     "isGreaterThan": cel_is_greater_than,
     "add": cel_add,
+    "compareTo": cel_compare_to,
+    "asApproximateFloat": cel_as_approximate_float,
+    "substring": cel_substring,
+    "sub": cel_sub,
 }
 
 _ENVIRONMENT = celpy.Environment()

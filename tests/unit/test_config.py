@@ -329,6 +329,7 @@ def test_default_resources_with_extended_and_hugepage_resources_are_accepted(
             "must equal",
         ),
         ('{"limits": {"nvidia.com/gpu": "500m"}}', "whole number of devices"),
+        ('{"limits": {"hugepages-2Mi": "3Mi"}}', "whole number of pages"),
     ],
 )
 def test_default_resources_every_pod_would_be_refused_for_stop_the_start(

@@ -24,6 +24,7 @@ from craft_operator.api.base import (
     class_name_rule,
     duration_rules,
     int_or_quantity_cel,
+    is_quantity_cel,
     quantity_range_rule,
     storing,
 )
@@ -201,6 +202,76 @@ _QUOTA_NAME_MESSAGE = (
     "an extended resource's name does not start with 'requests.', and its domain has at "
     f"most {_QUOTA_DOMAIN_MAX} characters (Kubernetes names its quota requests.<name>)"
 )
+#: Below it a quantity's ``asApproximateFloat`` is well within a half of its value, so the
+#: int nearest to that float is the value if any is; a larger one (from 1Pi) is left to
+#: the pod builder's check (:func:`craft_operator.builders.quantities.overcommit_problem`).
+_WHOLE_JUDGED = 2**50
+#: A hugepages resource name, whose page size is the quantity after ``hugepages-``.
+_HUGEPAGES_NAME = r"^hugepages-[0-9]+(\.[0-9]+)?([KMGTPE]i|[kMGTPE])?$"
+DEVICE_FRACTION_MESSAGE = (
+    "an extended resource (e.g. nvidia.com/gpu) is counted in whole devices: its request "
+    "and limit must be whole numbers"
+)
+HUGEPAGES_MESSAGE = (
+    "hugepages-<size> is counted in whole pages: its request and limit must be multiples "
+    "of the page size (e.g. hugepages-2Mi: 4Mi), a whole number of bytes above 0"
+)
+
+
+def _float(quantity: str) -> str:
+    """CEL: the approximate float of the quantity expression ``quantity``."""
+    return f"{quantity}.asApproximateFloat()"
+
+
+def _nearest(quantity: str) -> str:
+    """CEL: the int nearest to the (nonnegative, judged) quantity expression ``quantity``."""
+    return f"int({_float(quantity)} + 0.5)"
+
+
+def _judged(quantity: str) -> str:
+    """CEL: the quantity expression ``quantity`` is nonnegative and small enough for
+    :func:`_is_whole` to tell exactly."""
+    return f"({_float(quantity)} >= 0.0 && {_float(quantity)} < {float(_WHOLE_JUDGED)})"
+
+
+def _is_whole(quantity: str) -> str:
+    """CEL: the (judged) quantity expression ``quantity`` is a whole number. Its float is
+    off a little (``3.00000`` reads 3.0000000000000004), so the nearest int is taken from
+    the exact value (``quantity(string(...))`` would be over the cost budget);
+    ``isInteger()`` says false for ``1.0`` and ``1000m``."""
+    return f"({quantity}.sub({_nearest(quantity)}).compareTo(quantity('0')) == 0)"
+
+
+def _whole_devices() -> str:
+    """CEL on a map of resources: every extended resource's quantity is a whole number
+    (one too large to judge, or no quantity, is left to other rules and the operator)."""
+    value = "quantity(self[n])"
+    return (
+        "self.all(n, !n.contains('/') || n.contains('kubernetes.io/') || "
+        f"type(self[n]) == int || !{is_quantity_cel('self[n]')} || !{_judged(value)} || "
+        f"{_is_whole(value)})"
+    )
+
+
+def _whole_pages() -> str:
+    """CEL on a map of resources: every hugepages resource's page size is a whole number
+    of bytes above 0 and its quantity a multiple of it, as the pod API requires. A value
+    that is not whole (the pod API rounds it up first) or too large to judge, or no
+    quantity, is left to other rules and the operator."""
+    page, value = "quantity(n.substring(10))", "quantity(self[n])"
+    size = _nearest(page)
+    pages_of_value = (
+        f"(type(self[n]) == int ? (self[n] < 0 || self[n] % {size} == 0) : "
+        f"(!{is_quantity_cel('self[n]')} || !{_judged(value)} || !{_is_whole(value)} || "
+        f"{_nearest(value)} % {size} == 0))"
+    )
+    return (
+        f"self.all(n, !n.startsWith('hugepages-') || n.size() > 63 || "
+        f"!n.matches({cel_string(_HUGEPAGES_NAME)}) || {_float(page)} >= {float(_WHOLE_JUDGED)} || "
+        f"({_float(page)} >= 0.5 && {_is_whole(page)} && {pages_of_value}))"
+    )
+
+
 _RESOURCE_NAMES = {"maxProperties": 16} | cel_rules(
     cel(
         f"self.all(name, name.size() <= {QUALIFIED_NAME_MAX_LENGTH} && "
@@ -213,6 +284,8 @@ _RESOURCE_NAMES = {"maxProperties": 16} | cel_rules(
         f"(!name.startsWith('requests.') && name.matches('^[^/]{{0,{_QUOTA_DOMAIN_MAX}}}/')))",
         _QUOTA_NAME_MESSAGE,
     ),
+    cel(_whole_devices(), DEVICE_FRACTION_MESSAGE),
+    cel(_whole_pages(), HUGEPAGES_MESSAGE),
 )
 
 
@@ -258,8 +331,9 @@ _NEVER_OVERCOMMITTED = (
 class Resources(ApiModel):
     """Compute resources for the sandbox container (requests and limits).
 
-    A request above its limit (or a device's below it) is refused at admission only: an
-    object stored under an older CRD still parses, and the pod builder refuses it
+    A request above its limit (or a device's below it), a fraction of a device and part of
+    a huge page are refused at admission only: an object stored under an older CRD still
+    parses, and the pod builder refuses it
     (``InvalidResources``), which keeps an earlier pod obeying suspend, sleep and renewal.
     """
 

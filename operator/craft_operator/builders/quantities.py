@@ -159,8 +159,8 @@ def _canonical(quantity: str, *, by_value: bool) -> str:
 def overcommit_problem(resource: str, request: str | None, limit: str | None) -> str | None:
     """What the pod API refuses of a resource it never overcommits (an extended resource
     such as ``nvidia.com/gpu``, or ``hugepages-*``), said before any pod is made: a
-    request without a limit, a request other than its limit, a fraction of a device.
-    ``None``: nothing."""
+    request without a limit, a request other than its limit, a fraction of a device, part
+    of a huge page. ``None``: nothing."""
     extended = is_extended_resource(resource) and not resource.startswith("requests.")
     if not (extended or resource.startswith("hugepages-")):
         return None
@@ -176,4 +176,24 @@ def overcommit_problem(resource: str, request: str | None, limit: str | None) ->
         )
     if extended and parse_quantity(limit) != parse_quantity(limit).to_integral_value():
         return f"resources.limits.{resource} ({limit}) must be a whole number of devices"
+    if not extended:
+        return _huge_pages_problem(resource, limit)
+    return None
+
+
+def _huge_pages_problem(resource: str, limit: str) -> str | None:
+    """What the pod API refuses of a hugepages ``limit`` (its request being equal): a page
+    size that is no whole number of bytes above 0, a value (rounded up to a whole byte)
+    that is no multiple of it."""
+    try:
+        page = parse_quantity(resource.removeprefix("hugepages-"))
+    except ValueError:
+        page = Decimal(0)
+    if page <= 0 or page != page.to_integral_value():
+        return f"{resource} names no page size: it must be a whole number of bytes above 0"
+    if parse_quantity(limit).to_integral_value(rounding=ROUND_CEILING) % page:
+        return (
+            f"resources.limits.{resource} ({limit}) must be a whole number of pages, "
+            f"a multiple of {canonical_quantity(str(int(page)), by_value=True)}"
+        )
     return None

@@ -238,6 +238,32 @@ INVALID: list[Case] = [
         model=False,
     ),
     Case(
+        "gpu-fraction",
+        spec(resources={"limits": {"nvidia.com/gpu": "0.5"}}),
+        "spec.resources.limits: Invalid value: an extended resource (e.g. nvidia.com/gpu) is "
+        "counted in whole devices",
+        model=False,
+    ),
+    Case(
+        "gpu-fraction-requested",
+        spec(resources={"requests": {"nvidia.com/gpu": "1500m"}}),
+        "spec.resources.requests: Invalid value: an extended resource (e.g. nvidia.com/gpu) is "
+        "counted in whole devices",
+        model=False,
+    ),
+    Case(
+        "hugepages-part-of-a-page",
+        spec(resources={"limits": {"hugepages-2Mi": "3Mi", "memory": "1Gi"}}),
+        "spec.resources.limits: Invalid value: hugepages-<size> is counted in whole pages",
+        model=False,
+    ),
+    Case(
+        "hugepages-size-not-whole",
+        spec(resources={"limits": {"hugepages-1.5": 3, "memory": "1Gi"}}),
+        "spec.resources.limits: Invalid value: hugepages-<size> is counted in whole pages",
+        model=False,
+    ),
+    Case(
         "quantity-a-list",
         spec(resources={"limits": {"cpu": [1]}}),
         "spec.resources.limits.cpu in body must be of type integer,string",

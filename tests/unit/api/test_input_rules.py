@@ -28,6 +28,8 @@ from craft_operator.api.models import CraftSandbox
 from craft_operator.api.parse import describe_validation_error
 from craft_operator.api.pool import InvalidPoolError, parse_pool
 from craft_operator.api.spec import (
+    DEVICE_FRACTION_MESSAGE,
+    HUGEPAGES_MESSAGE,
     OVERCOMMITTED_MESSAGE,
     PREFIX_FOLDER_MESSAGE,
     REQUEST_ABOVE_LIMIT_MESSAGE,
@@ -363,7 +365,9 @@ def test_a_resource_name_the_pod_api_would_refuse_is_rejected_at_admission(name:
     "name", ["cpu", "memory", "ephemeral-storage", "hugepages-2Mi", "nvidia.com/gpu"]
 )
 def test_standard_and_extended_resource_names_are_admitted(name: str) -> None:
-    assert_admitted(with_spec(resources={"limits": {name: "1"}}))
+    # A huge page's quantity is a whole number of pages.
+    quantity = "2Mi" if name.startswith("hugepages-") else "1"
+    assert_admitted(with_spec(resources={"limits": {name: quantity}}))
 
 
 #: A domain of 245 characters: requests.<name>, the name of its quota, would be too long.
@@ -460,6 +464,63 @@ def test_a_resource_kubernetes_never_overcommits_must_request_its_limit(
     assert model_error(with_spec(resources=resources)) is None
 
 
+@pytest.mark.parametrize(
+    "resources",
+    [
+        {"limits": {"nvidia.com/gpu": "0.5"}},
+        {"requests": {"nvidia.com/gpu": "1500m"}},
+        {"requests": {"nvidia.com/gpu": "1.0000000001"}, "limits": {"nvidia.com/gpu": 1}},
+    ],
+    ids=["half-a-device", "a-request-alone", "above-by-a-nano"],
+)
+def test_a_fraction_of_a_device_is_refused_at_admission(resources: dict[str, Any]) -> None:
+    # The pod API refuses it whatever CRAFT_SANDBOX_RESOURCES says (must be an integer).
+    errors = validate_create(with_spec(resources=resources))
+    assert any(DEVICE_FRACTION_MESSAGE in error for error in errors), errors
+    # Admission's alone: an object stored before still parses, the pod builder refuses it.
+    assert model_error(with_spec(resources=resources)) is None
+
+
+@pytest.mark.parametrize(
+    "resources",
+    [
+        {"limits": {"hugepages-2Mi": "3Mi"}},
+        {"limits": {"hugepages-2Mi": 4194305}},
+        {"requests": {"hugepages-1Gi": "1536Mi"}},
+        {"limits": {"hugepages-1.5": "3"}},
+        {"limits": {"hugepages-0": "0"}},
+    ],
+    ids=["part-of-a-page", "a-byte-over", "a-request-alone", "size-not-whole", "size-zero"],
+)
+def test_part_of_a_huge_page_is_refused_at_admission(resources: dict[str, Any]) -> None:
+    assert validate_create(with_spec(resources=resources)) == [
+        f"spec.resources.{next(iter(resources))}: Invalid value: {HUGEPAGES_MESSAGE}"
+    ]
+    assert model_error(with_spec(resources=resources)) is None
+
+
+@pytest.mark.parametrize(
+    "resources",
+    [
+        {"limits": {"nvidia.com/gpu": "1.0"}},
+        {"limits": {"nvidia.com/gpu": "1000m"}},
+        {"limits": {"nvidia.com/gpu": "3.00000"}},  # 3.0000000000000004 as a float
+        {"limits": {"nvidia.com/gpu": "0.9999999999"}},  # 1: read to the nano, rounded up
+        {"limits": {"nvidia.com/gpu": "2e0"}},
+        {"limits": {"example.kubernetes.io/widget": "0.5"}},  # native: no device
+        {"limits": {"hugepages-2Mi": "4Mi"}},
+        {"limits": {"hugepages-2Mi": 4194304}},
+        {"limits": {"hugepages-2Mi": "0"}},
+        {"limits": {"hugepages-1Gi": "2048Mi"}},
+        {"limits": {"hugepages-2Mi": "2097151.5"}},  # the pod API rounds it up to a page
+    ],
+)
+def test_whole_devices_and_whole_pages_are_admitted_however_spelt(
+    resources: dict[str, Any],
+) -> None:
+    assert_admitted(with_spec(resources=resources))
+
+
 @pytest.mark.parametrize("name", ["nvidia.com/gpu", "hugepages-2Mi"])
 def test_a_resource_kubernetes_never_overcommits_may_be_requested_without_a_limit(
     name: str,
@@ -525,12 +586,19 @@ POOL_REFUSED = {
     "gpu-overcommitted": {
         "resources": {"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 2}}
     },
+    "gpu-fraction": {"resources": {"limits": {"nvidia.com/gpu": "0.5"}}},
+    "hugepages-part-of-a-page": {"resources": {"limits": {"hugepages-2Mi": "3Mi"}}},
     "image": {"image": "craft\u00a0sandbox:1"},
 }
 
 
 #: Refused at admission only (see :class:`craft_operator.api.spec.Resources`).
-ADMISSION_ONLY = {"request-above-limit", "gpu-overcommitted"}
+ADMISSION_ONLY = {
+    "request-above-limit",
+    "gpu-overcommitted",
+    "gpu-fraction",
+    "hugepages-part-of-a-page",
+}
 
 
 @pytest.mark.parametrize("name", POOL_REFUSED)

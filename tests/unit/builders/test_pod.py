@@ -215,13 +215,23 @@ def test_a_quantity_kubernetes_cannot_hold_is_invalid_resources_naming_the_field
         ),
         ({"limits": {"nvidia.com/gpu": "0.5"}}, r"\(0\.5\) must be a whole number"),
         ({"requests": {"hugepages-2Mi": "64Mi"}}, r"limits\.hugepages-2Mi must be set"),
+        ({"limits": {"hugepages-2Mi": "3Mi"}}, r"\(3Mi\) must be a whole number of pages.* 2Mi"),
+        ({"limits": {"hugepages-1.5": "3"}}, r"hugepages-1\.5 names no page size"),
     ],
-    ids=["request-alone", "request-below-limit", "fraction", "hugepages-request-alone"],
+    ids=[
+        "request-alone",
+        "request-below-limit",
+        "fraction",
+        "hugepages-request-alone",
+        "part-of-a-page",
+        "no-page-size",
+    ],
 )
 def test_what_the_pod_api_refuses_of_resources_it_never_overcommits_is_invalid_resources(
     make_sandbox: MakeSandbox, settings: Settings, resources: dict[str, Any], said: str
 ) -> None:
-    """Admitted by the CRD, refused by the pod API: said before any pod is made."""
+    """Refused by the pod API, and by the CRD now, but admitted by an older one: said
+    before any pod is made."""
     with pytest.raises(SandboxConfigError, match=said) as caught:
         resources_for(unchecked(make_sandbox, resources), settings)
     assert caught.value.reason == "InvalidResources"

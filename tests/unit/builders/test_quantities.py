@@ -200,3 +200,25 @@ def test_text_that_is_no_quantity_is_left_as_it_is() -> None:
 )
 def test_only_devices_and_hugepages_must_request_their_limit(resource: str, problem: bool) -> None:
     assert (overcommit_problem(resource, "2Mi", "4Mi") is not None) is problem
+
+
+@pytest.mark.parametrize(
+    ("resource", "limit", "said"),
+    [
+        ("hugepages-2Mi", "3Mi", "(3Mi) must be a whole number of pages, a multiple of 2Mi"),
+        ("hugepages-1Gi", "1536Mi", "a multiple of 1Gi"),
+        ("hugepages-2Mi", "4194305", "a multiple of 2Mi"),
+        ("hugepages-1.5", "3", "hugepages-1.5 names no page size"),
+        ("hugepages-0", "0", "hugepages-0 names no page size"),
+    ],
+)
+def test_part_of_a_huge_page_is_a_problem_as_the_pod_api_says(
+    resource: str, limit: str, said: str
+) -> None:
+    assert said in (overcommit_problem(resource, None, limit) or "")
+
+
+@pytest.mark.parametrize("limit", ["4Mi", "0", "2097151.5", "6291456"])
+def test_whole_huge_pages_are_no_problem(limit: str) -> None:
+    # 2097151.5 too: the pod API rounds it up to a whole byte, a page, first.
+    assert overcommit_problem("hugepages-2Mi", None, limit) is None
