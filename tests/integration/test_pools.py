@@ -147,6 +147,33 @@ async def test_an_unclaimed_pod_whose_managed_by_label_was_removed_is_replaced_a
     assert target in said[0]["message"]
 
 
+async def test_an_unclaimed_pod_whose_pool_label_was_removed_is_replaced_and_deleted(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    """The watches still see it, but the pool counts its pods by that label and no claim
+    takes a pod without it: the pool learns at once, makes another and deletes this one
+    (it would run until the pool went)."""
+    emulator.create(
+        POOLS, {**pool(NAME, replicas=2), "metadata": {"name": NAME, "namespace": NAMESPACE}}
+    )
+    await full(emulator, 2)
+    target = unclaimed(emulator)[0]["metadata"]["name"]
+
+    emulator.patch("v1/pods", NAMESPACE, target, {"metadata": {"labels": {LABEL_POOL: None}}})
+
+    await eventually(
+        lambda: emulator.find("v1/pods", NAMESPACE, target) is None, what="the pod deleted"
+    )
+    await full(emulator, 2)
+    said = [
+        event
+        for event in emulator.list("v1/events", NAMESPACE)
+        if event.get("reason") == "PoolPodOutOfSight"
+    ]
+    assert said
+    assert target in said[0]["message"]
+
+
 @pytest.mark.parametrize("lost", ["noted-then-killed", "while-down"])
 async def test_a_pod_out_of_sight_is_deleted_by_the_next_operator_too(
     emulator: KubeEmulator, settings: Settings, pod_exec: EmulatedPodExec, lost: str

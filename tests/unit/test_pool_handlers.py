@@ -53,6 +53,23 @@ async def test_a_pool_pod_event_queues_its_pool_and_no_sandbox() -> None:
     assert m.queue.added == []
 
 
+async def test_a_pool_pod_whose_pool_label_went_still_wakes_the_pool_that_controls_it() -> None:
+    """The pool no longer counts it: it must refill, and delete it, now, not at its resync."""
+    m = memo()
+    controlled = pod(1, {LABEL_POOL: "warm"})
+    controlled["metadata"]["ownerReferences"] = [
+        {"kind": "CraftSandboxPool", "name": "warm", "uid": "p", "controller": True}
+    ]
+    children.on_child_event(m, kinds.POD.name, "ADDED", controlled)
+    controlled = {**controlled, "metadata": {**controlled["metadata"], "resourceVersion": "2"}}
+    controlled["metadata"]["labels"] = {}
+    m.pool_queue.added.clear()
+
+    children.on_child_event(m, kinds.POD.name, "MODIFIED", controlled)
+
+    assert m.pool_queue.added == [("team-a", "warm")]
+
+
 async def test_a_pool_pod_reported_deleted_while_not_being_deleted_is_noted_for_its_pool() -> None:
     """Its labels were edited out of the watches' selector: the pool's pass reads it."""
     m = memo()

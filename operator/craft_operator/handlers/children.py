@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from craft_operator.api.models import KIND
-from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL
+from craft_operator.api.pool import LABEL_CLAIMED_FROM, LABEL_POOL, POOL_KIND
 from craft_operator.builders.naming import LABEL_SANDBOX
 from craft_operator.context import OperatorContext
 from craft_operator.kube import kinds
@@ -38,9 +38,14 @@ def owning_sandbox(meta: Mapping[str, Any]) -> str | None:
 
 def owning_pools(meta: Mapping[str, Any]) -> set[str]:
     """The pools a pod event concerns: the one it belongs to, or the one it was claimed from
-    (a claim takes it out of its pool, which then refills)."""
+    (a claim takes it out of its pool, which then refills), and the one that controls it
+    (its pool label edited away, the pool must refill, and delete it)."""
     labels = meta.get("labels") or {}
-    return {str(labels[key]) for key in (LABEL_POOL, LABEL_CLAIMED_FROM) if labels.get(key)}
+    pools = {str(labels[key]) for key in (LABEL_POOL, LABEL_CLAIMED_FROM) if labels.get(key)}
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == POOL_KIND and ref.get("name"):
+            pools.add(str(ref["name"]))
+    return pools
 
 
 def claimed_from(meta: Mapping[str, Any]) -> str | None:

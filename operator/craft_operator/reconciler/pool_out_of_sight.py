@@ -1,11 +1,14 @@
-"""Pool pods out of the watches' sight: their labels edited so that the watches, which select
-by the managed-by label, were told they were deleted while they run on.
+"""Pool pods out of the pool's sight: their labels edited so that the watches, which select
+by the managed-by label, were told they were deleted while they run on, or so that the pool,
+which counts its pods by its ``craft.onyx.app/pool`` label, no longer counts them.
 
 The pool has replaced such a pod by then (it no longer counts it), and no claim can take it
-(the cache lacks it), so it would run on, unclaimed, until the pool went. The children's
-handler notes each pool pod reported deleted while no deletion was under way (a deletion
-through the API server sets ``deletionTimestamp`` first); the pool's next pass reads it and
-deletes it if it is still there, its own and unclaimed.
+(the cache lacks it, or the claims' index, which selects by the pool label), so it would run
+on, unclaimed, until the pool went. The children's handler notes each pool pod reported
+deleted while no deletion was under way (a deletion through the API server sets
+``deletionTimestamp`` first), and the cache indexes those the pool controls without its
+label (:data:`~craft_operator.reconciler.pool_pods.UNLABELLED`); the pool's next pass reads
+each and deletes it if it is still there, its own, unclaimed and unlabelled.
 
 Those notes live in this process only: one that starts, or takes over from another
 replica, never sees the events that were lost with them. So the first pass of each pool in
@@ -30,6 +33,7 @@ from craft_operator.kube.client import ApiError, ConflictError, NotFoundError
 from craft_operator.kube.kinds import LABEL_MANAGED_BY, MANAGED_BY
 from craft_operator.reconciler.children import controlled_by
 from craft_operator.reconciler.deps import Services
+from craft_operator.reconciler.pool_pods import belongs_to, unlabelled_pod_names
 
 log = logging.getLogger(__name__)
 POD = kinds.POD
@@ -99,13 +103,15 @@ class OutOfSight:
         deletes must not stop the pool); a refusal is said when it first comes or changes."""
         meta = body["metadata"]
         key = (meta["namespace"], meta["name"])
-        names = self._names.pop(key, None)
+        names = self._names.pop(key, set())
+        names.update(unlabelled_pod_names(services.cache, *key, str(meta.get("uid") or "")))
         said = self._said.pop(key, {})  # kept below for the pods still refused only
         if not names:
             return []
         deleted = []
         for name in sorted(names):
-            if services.cache.get(POD.name, key[0], name) is not None:
+            cached = services.cache.get(POD.name, key[0], name)
+            if cached is not None and belongs_to(cached, key[1]):
                 continue  # back in sight
             try:
                 if await _delete_if_out_of_sight(services, meta, name):
@@ -116,7 +122,8 @@ class OutOfSight:
         if deleted:
             message = (
                 f"deleted pods {', '.join(deleted)}: their labels were edited so that the "
-                "operator's watches no longer saw them (the pool made others in their place)"
+                "operator's watches or the pool no longer saw them (the pool made others in "
+                "their place)"
             )
             services.events.post(dict(body), type="Warning", reason=OUT_OF_SIGHT, message=message)
         return deleted
@@ -146,16 +153,17 @@ class OutOfSight:
         log.warning("%s/%s: pod %s out of sight not deleted: %s", *key, name, exc)
         message = (
             f"cannot delete pod {name}, whose labels were edited so that the operator's "
-            f"watches no longer see it (the pool made another in its place): {exc}; "
+            f"watches or the pool no longer see it (the pool made another in its place): {exc}; "
             "tried again on each pass"
         )
         services.events.post(dict(body), type="Warning", reason=UNDELETABLE, message=message)
 
 
 async def _delete_if_out_of_sight(services: Services, pool: Mapping[str, Any], name: str) -> bool:
-    """Delete pod ``name`` as read, if the pool (``pool``: its metadata) still controls it
-    and no deletion is under way; whether it was deleted. The delete is conditional on
-    the version read: a claim landing in between changes it, and the pod is kept."""
+    """Delete pod ``name`` as read, if the pool (``pool``: its metadata) still controls it,
+    it is still out of sight and no deletion is under way; whether it was deleted. The
+    delete is conditional on the version read: a claim landing in between changes it, and
+    the pod is kept."""
     namespace = pool["namespace"]
     try:
         found = await services.kube.get(POD.api, namespace, name)
@@ -164,6 +172,9 @@ async def _delete_if_out_of_sight(services: Services, pool: Mapping[str, Any], n
     meta = found["metadata"]
     if meta.get("deletionTimestamp") or not controlled_by(found, pool.get("uid")):
         return False  # going already, or claimed since (the sandbox's), or another's
+    labels = meta.get("labels") or {}
+    if labels.get(LABEL_MANAGED_BY) == MANAGED_BY and belongs_to(found, pool["name"]):
+        return False  # its labels put back since: the pool's again
     try:
         answer = await services.kube.delete(
             POD.api,

@@ -81,6 +81,30 @@ def pool_members(
     return ours, strays
 
 
+def _unlabelled_group(pod: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """(namespace, pool, pool uid) of a pod the pool controls that does not carry its
+    ``craft.onyx.app/pool`` label (edited away by hand: no claim does that without taking
+    the pod from the pool), not being deleted; else ``None``."""
+    owner = pool_controller(pod)
+    if owner is None or _labels(pod).get(LABEL_POOL) == owner[0] or is_terminating(pod):
+        return None
+    return str(pod["metadata"].get("namespace", "")), owner[0], owner[1]
+
+
+#: The pods a pool controls whose pool label was edited away: the pool no longer counts
+#: them and has made others in their place, and no claim can take them, so they would run
+#: until the pool went (see :mod:`~craft_operator.reconciler.pool_out_of_sight`).
+UNLABELLED = OrderedIndex(POD, _unlabelled_group, lambda pod: "")
+
+
+def unlabelled_pod_names(
+    cache: ObjectCache, namespace: str, pool_name: str, pool_uid: str
+) -> Sequence[str]:
+    """The names of the pods the pool controls that lack its label (:data:`UNLABELLED`);
+    the cache's own sequence: read it before the next await."""
+    return cache.ordered(UNLABELLED, (namespace, pool_name, pool_uid))
+
+
 def _claimed_group(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     """(namespace, pool) of a pod claimed from that pool: labelled so, and controlled by a
     CraftSandbox (a label alone is anyone's to write)."""

@@ -11,9 +11,16 @@ from typing import Any
 
 import pytest
 
+from craft_operator.api.pool import LABEL_POOL
 from craft_operator.kube import kinds
 from tests.support.faults import failure_response
-from tests.unit.reconciler.test_pool import KEY, NAMESPACE, PoolWorld, make_world  # noqa: F401
+from tests.unit.reconciler.test_pool import (  # noqa: F401
+    KEY,
+    NAME,
+    NAMESPACE,
+    PoolWorld,
+    make_world,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -345,3 +352,58 @@ async def test_what_was_said_of_a_pool_goes_with_the_pool(
     await world.pass_()
 
     assert world.events.reasons.count("PoolPodOutOfSightUndeletable") == 2
+
+
+def unlabel_from_pool(world: PoolWorld, name: str) -> None:
+    """Remove the pod's pool label only (``kubectl label pod NAME craft.onyx.app/pool-``):
+    the watches still see it, the pool no longer counts it."""
+    world.emulator.patch("v1/pods", NAMESPACE, name, {"metadata": {"labels": {LABEL_POOL: None}}})
+
+
+async def test_a_pod_whose_pool_label_was_edited_away_is_replaced_and_deleted(
+    make_world: Callable[..., PoolWorld],  # noqa: F811
+) -> None:
+    """No claim can take it and the pool no longer counts it: it would run beside the pod
+    made in its place until the pool went."""
+    world = await a_full_pool(make_world)
+    lost = world.unclaimed()[0]["metadata"]["name"]
+    unlabel_from_pool(world, lost)
+
+    await world.pass_()
+
+    assert deleted(world, lost)
+    assert len(world.unclaimed()) == 2, "the pool made another in its place"
+    assert world.events.reasons.count("PoolPodOutOfSight") == 1
+
+
+async def test_a_pod_whose_pool_label_was_put_back_before_its_deletion_is_kept(
+    make_world: Callable[..., PoolWorld],  # noqa: F811
+) -> None:
+    world = await a_full_pool(make_world)
+    back = world.unclaimed()[0]["metadata"]["name"]
+    unlabel_from_pool(world, back)
+    world.refresh()
+
+    async def relabel_first(request: Any) -> None:
+        if request.method.value.upper() == "GET" and request.url.path.endswith(f"/{back}"):
+            world.emulator.patch(
+                "v1/pods", NAMESPACE, back, {"metadata": {"labels": {LABEL_POOL: NAME}}}
+            )
+
+    world.emulator.before_request.append(relabel_first)
+    await world.reconciler.reconcile(KEY)
+
+    assert not deleted(world, back)
+
+
+async def test_a_claimed_pod_is_never_taken_for_one_whose_pool_label_was_edited_away(
+    make_world: Callable[..., PoolWorld],  # noqa: F811
+) -> None:
+    world = await a_full_pool(make_world)
+    taken = world.unclaimed()[0]["metadata"]["name"]
+    world.claim(taken)
+
+    await world.pass_()
+
+    assert not deleted(world, taken)
+    assert "PoolPodOutOfSight" not in world.events.reasons
