@@ -85,14 +85,29 @@ def drift(
     """
     if claimed_as is not None:
         labels = actual["metadata"].get("labels") or {}
-        if labels.get(LABEL_POOL_TEMPLATE_HASH) not in claimed_as:
+        if LABEL_POOL_TEMPLATE_HASH not in labels:
+            return _hash_removed(f"label {LABEL_POOL_TEMPLATE_HASH}", "the claimed pod")
+        if labels[LABEL_POOL_TEMPLATE_HASH] not in claimed_as:
             return "the pod spec changed; replacing the claimed pod with a new one"
         return _image_edited(actual, desired, None)
     have_annotations = actual["metadata"].get("annotations") or {}
     want_annotations = desired["metadata"]["annotations"]
-    if have_annotations.get(ANNOTATION_TEMPLATE_HASH) != want_annotations[ANNOTATION_TEMPLATE_HASH]:
+    if ANNOTATION_TEMPLATE_HASH not in have_annotations:
+        return _hash_removed(f"annotation {ANNOTATION_TEMPLATE_HASH}", "the pod")
+    if have_annotations[ANNOTATION_TEMPLATE_HASH] != want_annotations[ANNOTATION_TEMPLATE_HASH]:
         return "the pod spec changed; replacing the pod"
     return _image_edited(actual, desired, admitted)
+
+
+def _hash_removed(where: str, pod: str) -> str:
+    """Why a pod whose template hash was edited away is replaced: the hash is what tells
+    whether it has the sandbox's spec, and it is not recorded elsewhere. Said so, not as a
+    spec change, which on-call would look for in vain."""
+    return (
+        f"the pod's {where}, which records the spec it was made from, is missing (removed by "
+        f"hand, say), so it cannot be told to match the sandbox's spec; replacing {pod} with "
+        "a new one"
+    )
 
 
 def images_of(pod: Mapping[str, Any]) -> list[Any]:

@@ -736,6 +736,34 @@ def answer_lost(world: World, *, pod_readable: bool) -> None:
     world.emulator.before_request.insert(0, lose)
 
 
+async def test_a_claimed_pod_stripped_of_every_label_is_replaced_saying_its_hash_went_not_its_spec(
+    pooled: World,
+) -> None:
+    """Its labels are put back, but its template hash is recorded nowhere else: whether it
+    has the sandbox's spec cannot be told, so it is replaced, and the reason says what went
+    (on-call would look in vain for a spec change)."""
+    warm_pods(pooled, 1)
+    first = await pod_pass(pooled, spec={"poolRef": {"name": POOL}})
+    assert await pod.converge_pod(first) is None
+    assert first.pod is not None
+    claimed = first.pod["metadata"]["name"]
+    stored = dump_status(first.run.status)
+    labels = pooled.emulator.get("v1/pods", NAMESPACE, claimed)["metadata"]["labels"]
+    stripped = pooled.emulator.patch(
+        "v1/pods", NAMESPACE, claimed, {"metadata": {"labels": dict.fromkeys(labels)}}
+    )
+    assert not stripped["metadata"].get("labels")
+    pooled.cache.remove(kinds.POD.name, stripped)  # the watches were told it was deleted
+
+    again = await pod_pass(pooled, spec={"poolRef": {"name": POOL}}, status=stored)
+    await pod.converge_pod(again)
+
+    replaced = [message for _, reason, message in pooled.events.posted if reason == "PodReplaced"]
+    assert replaced, pooled.events.posted
+    assert LABEL_POOL_TEMPLATE_HASH in replaced[0]
+    assert "spec changed" not in replaced[0]
+
+
 async def test_a_claim_whose_answer_was_lost_is_read_back_and_kept(pooled: World) -> None:
     [warm, _] = warm_pods(pooled, 2)
     answer_lost(pooled, pod_readable=True)

@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 
 from craft_operator.api.status_codec import dump_status
+from craft_operator.builders.naming import ANNOTATION_TEMPLATE_HASH
 from craft_operator.kube.client import ApiError
 from craft_operator.kube.kinds import LABEL_MANAGED_BY
 from craft_operator.reconciler.step import Memory, Pass, Stop
@@ -78,6 +79,24 @@ async def test_a_pod_running_an_edited_image_is_replaced(world: World) -> None:
     assert await pod.converge_pod(p) == Stop("WaitingForPod")
     await eventually(lambda: world.stored("v1/pods", NAME) is None, what="the pod gone")
     assert world.events.reasons == ["PodReplaced"]
+
+
+async def test_a_pod_whose_template_hash_was_removed_is_replaced_saying_so_not_a_spec_change(
+    world: World,
+) -> None:
+    await pod.converge_pod(await pod_pass(world))
+    mark_pod_running(world.emulator, NAMESPACE, NAME)
+    world.emulator.patch(
+        "v1/pods", NAMESPACE, NAME, {"metadata": {"annotations": {ANNOTATION_TEMPLATE_HASH: None}}}
+    )
+    observed(world)
+
+    await pod.converge_pod(await pod_pass(world))
+
+    [(_, reason, message)] = world.events.posted
+    assert reason == "PodReplaced"
+    assert ANNOTATION_TEMPLATE_HASH in message
+    assert "spec changed" not in message
 
 
 async def test_a_failed_pod_is_replaced_with_backoff(world: World) -> None:
