@@ -261,6 +261,7 @@ async def test_a_database_outage_keeps_the_sandbox_pending_and_is_retried_with_b
         encryption_keys=generate_key_entry("test"),
         database_url="postgresql+psycopg://craft:secret-password@127.0.0.1:9/onyx",
         cluster_id="east",
+        metrics_port=0,  # a fixed port would collide with another run (make run's 9090)
     )
     async with running_operator(
         str(emulator.url).rstrip("/"), unreachable, exec_transport=pod_exec

@@ -104,6 +104,7 @@ def test_a_state_directory_that_cannot_be_made_is_said_in_one_line(
         (binaries / name).write_text("#!/bin/sh\nexit 1\n")
         (binaries / name).chmod(0o755)
     monkeypatch.setattr(local, "build_binaries", lambda _: binaries)
+    monkeypatch.setattr(local, "ONYX_API_PORT", free_port())  # a make run here holds 18080
     (tmp_path / "a-file").write_text("")
     state = tmp_path / "a-file" / "state"
     assert local.main(["--state", str(state), "--build-script", str(BUILD_SCRIPT)]) == 1
