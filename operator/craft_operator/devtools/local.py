@@ -46,6 +46,8 @@ CRD_NAMES = (
     "crd/clusterkopfpeerings.kopf.dev",
 )
 ONYX_API_PORT = 18080
+#: The name ``make run`` records its own process under before it becomes the operator.
+OPERATOR = "operator"
 #: Seconds the stand-in Onyx API has to answer once started.
 ONYX_API_TIMEOUT_S = 30.0
 #: Requests to the local Onyx API go straight to it, whatever proxy the environment names.
@@ -147,6 +149,20 @@ def _onyx_api_running(state: Path) -> bool:
     return any(p.name == "onyx-api" and processes.is_running(p) for p in processes.recorded(state))
 
 
+def refuse_a_running_operator(state: Path) -> None:
+    """Raise :class:`ControlPlaneError` while the operator an earlier ``make run`` on this
+    state started still runs: a second one would reconcile the same sandboxes with the same
+    database beside it (standalone, neither knows of the other)."""
+    running = [p for p in processes.recorded_selves(state) if p.name == OPERATOR]
+    for process in running:
+        if processes.is_running(process):
+            raise ControlPlaneError(
+                f"the operator of another make run is running (pid {process.pid}): stop it "
+                "(Ctrl-C in its terminal) and run make run again; kubectl and craft-operator "
+                "need only the export line it printed"
+            )
+
+
 def refuse_a_taken_onyx_api_port(state: Path) -> None:
     """Raise :class:`ControlPlaneError` if another program answers on the stand-in Onyx
     API's port: ours would die on bind, and the operator would validate PATs against that
@@ -220,7 +236,8 @@ def checked(plane: ControlPlane, *args: str) -> None:
 def run_locally(state: Path, build_script: Path, repo: Path) -> int:
     """Start the local control plane, the Onyx API and the example; run the operator."""
     previous = load(state)
-    refuse_a_taken_onyx_api_port(state)  # before anything starts
+    refuse_a_running_operator(state)  # before anything starts
+    refuse_a_taken_onyx_api_port(state)
     reused = previous.running()
     ports = previous.ports if reused else Ports()
     plane = ControlPlane(state, build_binaries(build_script), ports, default_onyx_cli())
@@ -232,6 +249,7 @@ def run_locally(state: Path, build_script: Path, repo: Path) -> int:
     apply_example(plane, repo)
     environment = operator_environment(plane, operator_state, database_url, onyx_api)
     print(announcement(plane, onyx_api, environment, reused=reused), flush=True)
+    processes.record_self(state, OPERATOR)  # the pid and start time survive the exec
     os.execve(  # noqa: S606
         operator_command()[0],
         [*operator_command(), "run", "--standalone"],

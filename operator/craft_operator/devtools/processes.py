@@ -62,6 +62,28 @@ def start(
     return child
 
 
+def _self_dir(state: Path) -> Path:
+    # Apart from the pid files: stop_all() stops those by process group, and a process
+    # recorded by itself (make run's operator) leads none, and is stopped with Ctrl-C.
+    return state / "selves"
+
+
+def record_self(state: Path, name: str) -> None:
+    """Record this process under ``name`` (for :func:`recorded_selves`): its pid and start
+    time, which an ``exec`` keeps, and its interpreter."""
+    _self_dir(state).mkdir(parents=True, exist_ok=True)
+    pid = os.getpid()
+    started = _start_time(pid)
+    executable = os.readlink(f"/proc/{pid}/exe")
+    record = f"{pid}\n{executable}\n{'' if started is None else started}\n"
+    (_self_dir(state) / f"{name}.pid").write_text(record)
+
+
+def recorded_selves(state: Path) -> list[Recorded]:
+    """The processes that recorded themselves with :func:`record_self`."""
+    return _read_records(_self_dir(state))
+
+
 def _start_time(pid: int) -> int | None:
     """When process ``pid`` started, in clock ticks after boot; None if it is gone."""
     try:
@@ -75,8 +97,12 @@ def _start_time(pid: int) -> int | None:
 
 def recorded(state: Path) -> list[Recorded]:
     """Every process the state directory has a pid file for."""
+    return _read_records(_pid_dir(state))
+
+
+def _read_records(directory: Path) -> list[Recorded]:
     found: list[Recorded] = []
-    for path in sorted(_pid_dir(state).glob("*.pid")):
+    for path in sorted(directory.glob("*.pid")):
         lines = path.read_text().splitlines()
         if len(lines) >= 2 and lines[0].isdigit():
             started = int(lines[2]) if len(lines) >= 3 and lines[2].isdigit() else None

@@ -276,3 +276,43 @@ def test_the_example_goes_into_a_restricted_namespace_with_its_network_policies(
     example = ("apply", "-n", namespace, "-f", str(repo / "manifests/examples/minimal.yaml"))
     assert plane.commands.index(policies) < plane.commands.index(example)
     assert plane.commands.index(labels[0]) < plane.commands.index(example)
+
+
+def test_a_second_make_run_while_the_first_ones_operator_runs_stops_before_anything_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Its advice to free the metrics port would otherwise start a second operator on the
+    # same sandboxes and database.
+    state = tmp_path / ".controlplane"
+    processes.record_self(state, local.OPERATOR)  # this test's process stands for it
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+
+    def no_build(_: Path) -> Path:
+        raise AssertionError("the control plane was started")
+
+    monkeypatch.setattr(local, "build_binaries", no_build)
+    assert local.main(["--state", str(state), "--build-script", str(BUILD_SCRIPT)]) == 1
+    error = capsys.readouterr().err
+    assert f"the operator of another make run is running (pid {os.getpid()})" in error
+    assert "Ctrl-C" in error
+
+
+def test_the_record_of_an_operator_that_ended_does_not_stop_make_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / ".controlplane"
+    ended = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True)
+    record = state / "selves" / f"{local.OPERATOR}.pid"
+    record.parent.mkdir(parents=True)
+    record.write_text(f"{ended.stdout.strip()}\n{os.readlink('/proc/self/exe')}\n1\n")
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setattr(local, "ONYX_API_PORT", free_port())
+
+    def sentinel(_: Path) -> Path:
+        raise ControlPlaneError("the control plane would be started now")
+
+    monkeypatch.setattr(local, "build_binaries", sentinel)
+    assert local.main(["--state", str(state), "--build-script", str(BUILD_SCRIPT)]) == 1
+    assert "the control plane would be started now" in capsys.readouterr().err
