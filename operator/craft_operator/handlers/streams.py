@@ -97,6 +97,8 @@ def watch_streams(memo: OperatorContext) -> list[WatchStream]:
             known=partial(memo.cache.keys, kind.name, namespace),
             label_selector=kind.selector,
             on_failing=partial(on_stream_failing, memo, kind.name, namespace),
+            list_begins=partial(memo.cache.list_begins, kind.name, namespace),
+            list_ends=partial(memo.cache.list_ends, kind.name, namespace),
         )
         for kind in kinds.KINDS
         for namespace in (scopes if kind.api.namespaced else (None,))

@@ -4,6 +4,10 @@ The reconciler reads children from here instead of the API: a resync of thousand
 sandboxes with nothing to do then costs no API calls at all. Our own writes go in as soon
 as the API answers (write-through), so the next reconcile does not act on a stale view
 while the watch event is still on its way; an older event never overwrites a newer object.
+A stream's list, though, is the truth about what the cache held before it began (see
+:meth:`ObjectCache.list_begins`): after etcd was restored from a backup, the versions go
+back, and an object listed at an older version, or missing from the list, is no news the
+ordering may refuse.
 
 The cache keeps what the operator reads, not the whole object: never ``managedFields``
 (often bigger than the rest), and of a Pod (by far the biggest object per sandbox on a real
@@ -174,6 +178,8 @@ class ObjectCache:
         #: The (kind, namespace) scopes whose watch stream is failing (``None``: the
         #: cluster-wide stream): what is cached of them may be out of date.
         self._stale: set[tuple[str, str | None]] = set()
+        #: Per scope whose stream is listing it: the keys written since the list began.
+        self._listing: dict[tuple[str, str | None], set[Key]] = {}
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -203,8 +209,12 @@ class ObjectCache:
             known = tombstone[0] if tombstone is not None else None
             if read and known is not None:
                 known -= 1
-        if incoming is not None and known is not None and incoming <= known:
+        older = incoming is not None and known is not None and incoming <= known
+        # What a list finds of an object not written since it began is the truth, at
+        # whatever version (etcd restored); the same version is no news all the same.
+        if older and (not self._listed_anew(key) or (current is not None and incoming == known)):
             return False
+        self._touch(key)
         self._tombstones.pop(key, None)
         if current is not None:
             self._index(key, current, add=False)
@@ -271,10 +281,11 @@ class ObjectCache:
         key = (kind, meta.get("namespace"), meta["name"])
         current = self._objects.get(key)
         incoming = _version(obj)
-        if current is not None and incoming is not None:
+        if current is not None and incoming is not None and not self._listed_anew(key):
             known = _version(current)
             if known is not None and incoming < known:
                 return  # a newer object of the same name exists already
+        self._touch(key)
         self._drop(key)
         now = self._clock()
         if incoming is not None:
@@ -288,6 +299,47 @@ class ObjectCache:
             if seen > before:
                 return
             del self._tombstones[key]
+
+    def list_begins(self, kind: str, namespace: str | None) -> None:
+        """A stream begins to list ``kind`` in ``namespace`` (``None``: all): until
+        :meth:`list_ends`, what it finds of an object not written since (put or removed)
+        replaces what the cache holds, at whatever version.
+
+        A list is a consistent read made after every write the cache holds from before it
+        began, so it is never older than them, unless etcd went back (restored from a
+        backup: Kubernetes' versions are then lower, and were they compared, objects deleted
+        since the backup would stay and restored ones keep their lost state). What is
+        written once the list began (the operator's own writes, answered meanwhile) may be
+        newer than the list, and keeps the ordering."""
+        self._listing[(kind, namespace)] = set()
+
+    def list_ends(self, kind: str, namespace: str | None, version: str | None) -> None:
+        """The list of :meth:`list_begins` is in (after its deletions), at ``version``, or
+        failed (``None``). The deletions older than they can be, after a version the list
+        says is not yet the server's (etcd went back), go: a name deleted in the lost
+        history and made anew would otherwise be refused for up to ten minutes."""
+        written = self._listing.pop((kind, namespace), set())
+        listed = _version({"metadata": {"resourceVersion": version}})
+        if listed is None:
+            return
+        for key, (deleted, _) in list(self._tombstones.items()):
+            in_scope = key[0] == kind and namespace in (None, key[1])
+            if in_scope and deleted > listed and key not in written:
+                del self._tombstones[key]
+
+    def _listed_anew(self, key: Key) -> bool:
+        """Whether a list of ``key``'s scope is under way and ``key`` was not written since
+        it began: what it finds is the truth, whatever the versions."""
+        return any(
+            kind == key[0] and namespace in (None, key[1]) and key not in written
+            for (kind, namespace), written in self._listing.items()
+        )
+
+    def _touch(self, key: Key) -> None:
+        """Record that ``key`` is written while its scope is listed."""
+        for (kind, namespace), written in self._listing.items():
+            if kind == key[0] and namespace in (None, key[1]):
+                written.add(key)
 
     def forget(self, kind: str, namespace: str | None, name: str) -> None:
         """Drop everything known about an object, tombstone included."""

@@ -9,7 +9,10 @@ watched here, the way client-go's reflector does it, and each event is one funct
 - a stream starts with a list (a page at a time): ``ADDED`` for each object, ``DELETED``
   for each object the consumer holds (``known``) that the list does not, with the list's
   version (a newer object of the same name, written after the list, is kept by the cache);
-  the watch then starts at the list's version, so nothing between the two is lost;
+  the watch then starts at the list's version, so nothing between the two is lost; the
+  consumer is told when a list begins and ends (``list_begins``, ``list_ends``): what it
+  held from before is replaced by the list's, whatever the versions (etcd restored from a
+  backup has older ones);
 - each event, and each ``BOOKMARK`` (``allowWatchBookmarks``), moves the version the stream
   resumes from; the server ends a watch after ``timeoutSeconds`` (jittered, so that the
   streams do not all reconnect at once) and the next one resumes there;
@@ -116,6 +119,8 @@ class WatchStream:
         client_timeout: float = 400.0,
         backoff: Callable[[int], float] | None = None,
         on_failing: Callable[[bool], None] | None = None,
+        list_begins: Callable[[], None] | None = None,
+        list_ends: Callable[[str | None], None] | None = None,
         replay: tuple[float, float, float] = (
             REPLAY_QUIET_SECONDS,
             REPLAY_SILENCE_SECONDS,
@@ -129,6 +134,8 @@ class WatchStream:
         called when the stream starts failing, ``on_failing(False)`` when its view is whole
         again: a list is in (after its events), or a resumed watch has replayed what it
         missed (``replay``: quiet, silence and limit, see :data:`REPLAY_QUIET_SECONDS`).
+        ``list_begins()`` is called as a list begins, ``list_ends(version)`` once its events
+        are handed over, with its version (``None``: the list failed).
         """
         self._kube = kube
         self._kind = kind
@@ -140,6 +147,8 @@ class WatchStream:
         self._client_timeout = client_timeout
         self._backoff = backoff or _default_backoff
         self._on_failing = on_failing
+        self._list_begins = list_begins
+        self._list_ends = list_ends
         self._replay = replay
         #: The version the next watch starts from; ``None``: list first.
         self.resource_version: str | None = None
@@ -242,6 +251,19 @@ class WatchStream:
     async def _list(self) -> None:
         """List the objects: each one ``ADDED``, each one the consumer holds and the list
         does not ``DELETED``; the next watch starts at the list's version."""
+        if self._list_begins is not None:
+            self._list_begins()
+        version: str | None = None
+        try:
+            version = await self._list_pages()
+        finally:
+            if self._list_ends is not None:
+                self._list_ends(version)
+        self._set_failing(False)  # after the deletions: the view is whole again
+        self.resource_version = version
+
+    async def _list_pages(self) -> str:
+        """The list's events handed over; its version."""
         params = {"limit": str(LIST_PAGE_SIZE)}
         if self._selector:
             params["labelSelector"] = self._selector
@@ -273,8 +295,7 @@ class WatchStream:
             if namespace:
                 gone["namespace"] = namespace
             self._deliver("DELETED", {"metadata": gone})
-        self._set_failing(False)  # after the deletions: the view is whole again
-        self.resource_version = version
+        return version
 
     def _deliver(self, kind: str, obj: dict[str, Any]) -> None:
         try:

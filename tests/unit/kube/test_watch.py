@@ -693,14 +693,8 @@ async def test_a_410_keeps_the_view_out_of_date_until_the_relist_is_in(
     await stopped(task)
 
 
-async def test_what_a_list_lacks_leaves_the_cache_but_an_object_written_after_it_stays(
-    stand_in: StandIn,
-) -> None:
-    """The cache holds the operator's own writes as they are answered: one written after
-    the list was made (a pod created meanwhile) is not in the list, and is not gone."""
-    cache = ObjectCache()
-    cache.put("ConfigMap", cm("deleted-before", "4"))
-    cache.put("ConfigMap", cm("written-after", "9"))
+def cached_stream(stand_in: StandIn, cache: ObjectCache) -> WatchStream:
+    """A stream of the test namespace's ConfigMaps into ``cache``, as the operator's are."""
 
     def into_cache(kind: str, obj: dict[str, Any]) -> None:
         if kind == "DELETED":
@@ -708,21 +702,65 @@ async def test_what_a_list_lacks_leaves_the_cache_but_an_object_written_after_it
         else:
             cache.put("ConfigMap", obj)
 
-    stand_in.answers += [stand_in.listing("5"), stand_in.streaming(then_stall=True)]
-    stream = WatchStream(
+    return WatchStream(
         stand_in.kube,
         CONFIGMAPS,
         NAMESPACE,
         into_cache,
         known=lambda: cache.keys("ConfigMap", NAMESPACE),
         backoff=Delays(),
+        list_begins=lambda: cache.list_begins("ConfigMap", NAMESPACE),
+        list_ends=lambda version: cache.list_ends("ConfigMap", NAMESPACE, version),
     )
+
+
+async def test_what_a_list_lacks_leaves_the_cache_but_an_object_written_after_it_stays(
+    stand_in: StandIn,
+) -> None:
+    """The cache holds the operator's own writes as they are answered: one written after
+    the list was made (a pod created meanwhile) is not in the list, and is not gone."""
+    cache = ObjectCache()
+    cache.put("ConfigMap", cm("deleted-before", "4"))
+
+    async def written_while_listed(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+        cache.put("ConfigMap", cm("written-after", "9"))
+        return await stand_in.listing("5")(request)
+
+    stand_in.answers += [written_while_listed, stand_in.streaming(then_stall=True)]
+    stream = cached_stream(stand_in, cache)
     task = await running(stream)
     await eventually(lambda: stream.lists == 1 and stream.watches == 1, what="the list")
     await stopped(task)
 
     assert cache.get("ConfigMap", NAMESPACE, "deleted-before") is None
     assert cache.get("ConfigMap", NAMESPACE, "written-after") is not None
+
+
+async def test_after_etcd_is_restored_the_relist_replaces_the_cache_s_older_history(
+    stand_in: StandIn,
+) -> None:
+    """etcd restored from a backup: the versions go back. The relist is the truth: what it
+    lacks is gone though the cache's copy is newer, what it has is as it has it, and a name
+    deleted in the lost history may be made anew."""
+    cache = ObjectCache()
+    too_large = "Too large resource version: 901, current: 400"
+    stand_in.answers += [
+        stand_in.listing("900", cm("restored", "880"), cm("ghost", "890")),
+        stand_in.streaming(cm_event("DELETED", "remade", "901")),
+        *(stand_in.status(504, too_large) for _ in range(3)),
+        stand_in.listing("401", cm("restored", "390")),
+        stand_in.streaming(then_stall=True),
+    ]
+    stream = cached_stream(stand_in, cache)
+    task = await running(stream)
+    await eventually(lambda: stream.lists == 2 and stream.watches == 5, what="the relist")
+    await stopped(task)
+
+    assert cache.get("ConfigMap", NAMESPACE, "ghost") is None
+    restored = cache.get("ConfigMap", NAMESPACE, "restored")
+    assert restored is not None
+    assert restored["metadata"]["resourceVersion"] == "390"
+    assert cache.put("ConfigMap", cm("remade", "405"))
 
 
 async def test_a_watch_refused_for_its_credentials_has_them_read_again(
