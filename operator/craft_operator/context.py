@@ -13,7 +13,7 @@ from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import KubeClient
 from craft_operator.kube.events import EventRecorder
 from craft_operator.peering.gate import ActivityGate
-from craft_operator.reconciler.api_away import ApiServerAwayError
+from craft_operator.reconciler.api_away import ApiRefusedError, ApiServerAwayError
 from craft_operator.reconciler.deps import Services
 from craft_operator.reconciler.orphan_sweep import OrphanSweeper
 from craft_operator.reconciler.pool import (
@@ -63,14 +63,14 @@ class OperatorContext:
         self.queue = WorkQueue(
             self.reconciler.reconcile,
             concurrency=self.settings.workers,
-            expected=(RetryLaterError, ApiServerAwayError),
+            expected=(RetryLaterError, ApiServerAwayError, ApiRefusedError),
             waits_out=(ApiServerAwayError,),
         )
         self.pool_reconciler = PoolReconciler(self.services)
         self.pool_queue = WorkQueue(
             self.pool_reconciler.reconcile,
             concurrency=POOL_WORKERS,
-            expected=(PoolRetryLaterError, ApiServerAwayError),
+            expected=(PoolRetryLaterError, ApiServerAwayError, ApiRefusedError),
         )
         self.gate = ActivityGate(kube=self.kube, cache=self.cache, queue=self.queue)
         self.gate.followers.append((self.pool_queue, kinds.POOL.name))

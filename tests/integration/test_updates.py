@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+
+import pytest
 
 from craft_operator.context import OperatorContext
 from tests.integration.conftest import SANDBOXES
@@ -94,11 +97,12 @@ async def test_an_update_that_changes_nothing_the_operator_owns_writes_only_the_
 
 
 async def test_a_pass_stopped_by_an_error_keeps_the_generation_it_last_acted_on_and_says_so(
-    emulator: KubeEmulator, operator: OperatorContext
+    emulator: KubeEmulator, operator: OperatorContext, caplog: pytest.LogCaptureFixture
 ) -> None:
     # E.g. an admission webhook refuses the old pod's deletion: the new spec is not in the
     # pod, so the status must not say Ready for it (the backend's client waits for
     # observedGeneration), and on-call must see why without the operator's log.
+    caplog.set_level(logging.INFO, logger="craft_operator.reconciler.queue")
     await ready_sandbox(emulator)
     first = pod(emulator, "alice")
     assert first is not None
@@ -121,6 +125,13 @@ async def test_a_pass_stopped_by_an_error_keeps_the_generation_it_last_acted_on_
     [ready] = [c for c in status(emulator, "alice")["conditions"] if c["type"] == "Ready"]
     assert ready["observedGeneration"] == 1, "Ready sums up conditions of the older spec"
     assert operator.queue.failed >= 1
+    # The log names the refusal, without a traceback: a restarted API server refuses
+    # requests for a moment, and an error comes only once the refusal lasts.
+    retries = [r for r in caplog.records if r.name == "craft_operator.reconciler.queue"]
+    refused = [r for r in retries if "the API server refused a request (403" in r.getMessage()]
+    assert refused
+    assert "canary-words" in refused[0].getMessage()
+    assert all(r.levelno == logging.INFO and r.exc_info is None for r in retries)
 
     emulator.before_request.remove(refuse_pod_deletion)  # type: ignore[arg-type]
     await eventually(

@@ -228,6 +228,8 @@ class PoolReconciler:
         try:
             return await self._reconcile(key)
         except ApiError as exc:
+            if exc.status == 403:
+                raise api_away.refused(f"pool {key[0]}/{key[1]}", exc) from exc
             if not exc.away:
                 raise
             raise api_away.away(f"pool {key[0]}/{key[1]}", exc) from exc

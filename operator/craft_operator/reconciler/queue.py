@@ -33,6 +33,10 @@ class RetryableError(Exception):
     given (the failure still counts, so the backoff goes on growing after it); never later
     than ``retry_by`` seconds if given."""
 
+    #: Seconds a key's passes may go on failing with this error (expected by the queue)
+    #: before each failure is logged as an error, not as news; ``None``: never.
+    error_after: float | None = None
+
     def __init__(
         self, message: str, *, retry_after: float | None = None, retry_by: float | None = None
     ) -> None:
@@ -84,8 +88,9 @@ class WorkQueue(Generic[K]):
         self._echoes: dict[K, list[Callable[[], bool]]] = {}
         self._forgotten: set[K] = set()
         self._failures: dict[K, int] = {}
-        #: What the passes of each key in ``_failures`` failed with, in this run of failures.
-        self._failed_with: dict[K, set[type[Exception]]] = {}
+        #: What the passes of each key in ``_failures`` failed with, in this run of failures,
+        #: and when each first (the event loop's time).
+        self._failed_with: dict[K, dict[type[Exception], float]] = {}
         #: When :meth:`retry_now` last ran each key that has not succeeded since.
         self._rushed: dict[K, float] = {}
         self._counter = itertools.count()
@@ -179,6 +184,20 @@ class WorkQueue(Generic[K]):
             self._rushed[key] = now
             self.add(key)
         return len(keys)
+
+    def _log_expected(
+        self, key: K, exc: Exception, failures: int, delay: float, now: float
+    ) -> None:
+        """Log a failure the queue expects: as news (no traceback), or as an error once its
+        kind has failed the key's passes for its ``error_after`` seconds."""
+        limit = exc.error_after if isinstance(exc, RetryableError) else None
+        lasted = now - self._failed_with.get(key, {}).get(type(exc), now)
+        if limit is not None and lasted >= limit:
+            logger.error(
+                "%s; failing so for %.0fs; retry %d in %.1fs", exc, lasted, failures, delay
+            )
+        else:
+            logger.info("%s; retry %d in %.1fs", exc, failures, delay)
 
     def forget(self, key: K) -> None:
         """Drop ``key``: its backoff history and any pending visit, also one its running
@@ -295,16 +314,17 @@ class WorkQueue(Generic[K]):
             except Exception as exc:
                 self.failed += 1
                 failures = self._failures.get(key, 0) + 1
+                now = asyncio.get_running_loop().time()
                 if key not in self._forgotten:  # (gone meanwhile: nothing to remember)
                     self._failures[key] = failures
-                    self._failed_with.setdefault(key, set()).add(type(exc))
+                    self._failed_with.setdefault(key, {}).setdefault(type(exc), now)
                 delay = self._backoff.delay(failures)
                 if isinstance(exc, RetryableError) and exc.retry_after is not None:
                     delay = exc.retry_after  # counted as a failure all the same
                 if isinstance(exc, RetryableError) and exc.retry_by is not None:
                     delay = min(delay, exc.retry_by)
                 if isinstance(exc, self._expected):
-                    logger.info("%s; retry %d in %.1fs", exc, failures, delay)
+                    self._log_expected(key, exc, failures, delay, now)
                 else:
                     logger.exception(
                         "reconcile of %s failed unexpectedly; retry %d in %.1fs",

@@ -83,6 +83,8 @@ class SandboxReconciler:
         try:
             verdict = await self._pass(key)
         except ApiError as exc:
+            if exc.status == 403:
+                raise api_away.refused(f"{key[0]}/{key[1]}", exc) from exc
             if not exc.away:
                 raise
             raise api_away.away(f"{key[0]}/{key[1]}", exc) from exc

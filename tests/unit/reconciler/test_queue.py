@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 
@@ -425,6 +426,33 @@ async def test_expected_failures_are_retried_like_others(
     queue.add("a")
     await eventually(lambda: queue.processed == 1)
     assert queue.failed == 2
+
+
+class LastingError(RetryableError):
+    """An expected failure that is an error once it lasts (a refusal by the API server)."""
+
+    error_after = 0.1
+
+
+async def test_an_expected_failure_is_news_without_a_traceback_and_an_error_once_it_lasts(
+    recorder: Recorder,
+    make_queue: Callable[..., WorkQueue[str]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    queue = make_queue(concurrency=1, expected=(LastingError,))
+    recorder.errors["a"] = LastingError
+    recorder.fail["a"] = 20  # about 0.3 s of failures, 0.01 to 0.02 s apart
+    with caplog.at_level(logging.INFO, logger="craft_operator.reconciler.queue"):
+        queue.add("a")
+        await eventually(lambda: queue.processed == 1)
+
+    logged = [r for r in caplog.records if r.name == "craft_operator.reconciler.queue"]
+    assert len(logged) == 20
+    assert all(r.exc_info is None for r in logged), "no traceback"
+    assert logged[0].levelno == logging.INFO
+    assert logged[0].getMessage().startswith("a failed; retry 1 in ")
+    assert logged[-1].levelno == logging.ERROR
+    assert "a failed; failing so for " in logged[-1].getMessage()
 
 
 async def test_a_success_may_ask_for_a_later_visit(
