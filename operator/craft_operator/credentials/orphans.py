@@ -18,9 +18,10 @@ from datetime import datetime
 from typing import cast
 
 from sqlalchemy import Table, delete, exists, func, select, update
+from sqlalchemy.exc import IntegrityError
 
 from craft_operator.credentials.backend import log
-from craft_operator.credentials.db import WRITE_OPTION, translated_errors
+from craft_operator.credentials.db import WRITE_OPTION, is_unique_violation, translated_errors
 from craft_operator.credentials.model import Revocation, utc_now
 from craft_operator.credentials.revocation import (
     PatOwner,
@@ -185,7 +186,8 @@ def adopt_rows(
     proves the row was written for this cluster's sandbox; any other row (another
     cluster's, or an orphan no cluster can prove its own) is left alone, since once
     adopted the orphan sweep may revoke its PAT. A row that changed since it was listed,
-    or whose name this cluster already has a row of, is not claimed. ``dry_run`` claims
+    or whose name this cluster already has a row of (or gets one while it is claimed), is
+    not claimed. ``dry_run`` claims
     nothing and returns the rows that prove this cluster's.
     """
     provable = [
@@ -198,21 +200,30 @@ def adopt_rows(
     writer = store.engine.execution_options(**{WRITE_OPTION: True})
     with translated_errors("adopting the stored credentials"), writer.begin() as connection:
         for row in provable:
-            result = connection.execute(
-                update(_CRED)
-                .where(
-                    _CRED.c.id == row.row_id,
-                    _CRED.c.version == row.version,
-                    _CRED.c.sandbox_uid == row.sandbox_uid,
-                    _CRED.c.cluster_id.is_(None),
-                    ~exists().where(
-                        ours.c.cluster_id == store.cluster_id,
-                        ours.c.namespace == row.namespace,
-                        ours.c.name == row.name,
-                    ),
-                )
-                .values(cluster_id=store.cluster_id, version=row.version + 1)
-            )
+            try:
+                with connection.begin_nested():  # a lost race undoes this row's claim only
+                    result = connection.execute(
+                        update(_CRED)
+                        .where(
+                            _CRED.c.id == row.row_id,
+                            _CRED.c.version == row.version,
+                            _CRED.c.sandbox_uid == row.sandbox_uid,
+                            _CRED.c.cluster_id.is_(None),
+                            ~exists().where(
+                                ours.c.cluster_id == store.cluster_id,
+                                ours.c.namespace == row.namespace,
+                                ours.c.name == row.name,
+                            ),
+                        )
+                        .values(cluster_id=store.cluster_id, version=row.version + 1)
+                    )
+            except IntegrityError as exc:
+                if not is_unique_violation(exc):
+                    raise
+                # This cluster's operator wrote its own row of that name since the check
+                # (it made the sandbox a PAT of its own meanwhile): the row is left, as
+                # one whose name this cluster already had; the others are still adopted.
+                continue
             if result.rowcount == 1:
                 claimed.append(row)
     return claimed

@@ -6,8 +6,11 @@ revoke and adopt only its own rows. Runs on SQLite and on a throwaway Postgres.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import sqlalchemy as sa
 
 from craft_operator.credentials import CredentialStore, SandboxIdentity
@@ -141,3 +144,48 @@ def test_adopting_leaves_a_row_whose_name_this_cluster_already_has(
     assert adopt_rows(east, unclaimed_rows(east), {("team-a", "dave"): "uid-team-a-dave"}) == []
 
     assert count_without_cluster(east) == 1
+
+
+def test_adopting_leaves_a_row_whose_name_this_cluster_writes_meanwhile_and_adopts_the_rest(
+    make_store: StoreFactory, database: Database
+) -> None:
+    """This cluster's operator writes its own row of that name (a PAT of its own for the
+    sandbox) after the command checked there was none: a lost race, not a database error
+    that undoes every row's adoption."""
+    if not database.onyx_mode:
+        pytest.skip("SQLite has one writer at a time: no write comes between check and claim")
+    east, west = make_store(cluster_id="east"), make_store(cluster_id="west")
+    for name in ("dave", "erin"):
+        mint(west, database, identity(name))
+        forget_cluster(database, name)
+    rows = unclaimed_rows(east)
+    here = {(row.namespace, row.name): row.sandbox_uid for row in rows}
+    table = SandboxCredential.__table__
+    columns = [column for column in table.c if column.name != "id"]
+    east_dave = sa.select(
+        *(sa.literal("east") if c.name == "cluster_id" else c for c in columns)
+    ).where(table.c.name == "dave")
+
+    with database.engine.connect() as operator:
+        written = operator.begin()
+        operator.execute(sa.insert(table).from_select([c.name for c in columns], east_dave))
+        with ThreadPoolExecutor(1) as pool:
+            adopting = pool.submit(adopt_rows, east, rows, here)
+            waiting_on_the_write(database)
+            written.commit()
+            adopted = adopting.result(timeout=30)
+
+    assert [row.name for row in adopted] == ["erin"]
+    assert {row.name for row in unclaimed_rows(east)} == {"dave"}
+    assert sorted(row.name for row in rows_of_cluster(east, "east")) == ["dave", "erin"]
+
+
+def waiting_on_the_write(database: Database) -> None:
+    """Wait until a session waits on another's lock (the claim on the uncommitted row)."""
+    waiting = sa.text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+    deadline = time.monotonic() + 10
+    with database.engine.connect() as connection:
+        while not connection.execute(waiting).scalar_one():
+            connection.rollback()  # a transaction sees one snapshot of pg_stat_activity
+            assert time.monotonic() < deadline, "the claim never waited on the write"
+            time.sleep(0.02)
