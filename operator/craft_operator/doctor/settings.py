@@ -27,7 +27,10 @@ def check_settings() -> tuple[list[CheckResult], Settings | None]:
         results.append(
             warn(
                 "server URL",
-                "no CRAFT_SERVER_URL: every CraftSandbox must set spec.serverURL",
+                "no CRAFT_SERVER_URL: a CraftSandbox without spec.serverURL fails (NoServerURL),"
+                " and spec.serverURL is allowed only where the CraftSandboxPolicy lists it in"
+                " serverURLs (else PolicyDenied); a CraftSandboxPool makes no pods"
+                " (NoServerURL)",
                 "set CRAFT_SERVER_URL to the Onyx API URL the sandboxes use",
             )
         )
