@@ -1,5 +1,6 @@
-"""The examples in manifests/examples say what the CraftSandboxPolicy must allow for them:
-the shipped, empty policy refuses exactly those that say so, and what they say is enough."""
+"""The examples in manifests/examples (its pools/ too) say what the CraftSandboxPolicy must
+allow for them: the shipped, empty policy refuses exactly those that say so, and what they
+say is enough."""
 
 from __future__ import annotations
 
@@ -11,14 +12,16 @@ import pytest
 import yaml
 
 from craft_operator.api.parse import parse_sandbox
+from craft_operator.api.pool import parse_pool
 from craft_operator.config import Settings
 from craft_operator.policy.models import TENANT_LABEL, CraftSandboxPolicySpec
 from craft_operator.policy.rules import evaluate
+from craft_operator.reconciler.pool_policy import pool_violations
 
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[3]
-EXAMPLES = sorted((ROOT / "manifests" / "examples").glob("*.yaml"))
+EXAMPLES = sorted((ROOT / "manifests" / "examples").rglob("*.yaml"))
 SHIPPED = yaml.safe_load((ROOT / "manifests" / "policy" / "craftsandboxpolicy.yaml").read_text())
 MARKER = '# Needs the CraftSandboxPolicy "default" to allow'
 #: As the admission policy sees it: no operator default matches what an example names.
@@ -40,11 +43,13 @@ def needed(text: str) -> dict[str, Any] | None:
 
 
 def violations(body: dict[str, Any], spec: dict[str, Any]) -> list[str]:
-    sandbox = parse_sandbox(
-        {**body, "metadata": {"namespace": "craft-sandboxes", "uid": "u-1", **body["metadata"]}}
-    )
-    tenant = {TENANT_LABEL: sandbox.spec.user.tenant_id}
+    """What ``spec`` does not allow of a CraftSandbox, or of a CraftSandboxPool's pod settings."""
+    body = {**body, "metadata": {"namespace": "craft-sandboxes", "uid": "u-1", **body["metadata"]}}
     policy = CraftSandboxPolicySpec.model_validate(spec)
+    if body["kind"] == "CraftSandboxPool":
+        return [item.message for item in pool_violations(parse_pool(body), policy, SETTINGS)]
+    sandbox = parse_sandbox(body)
+    tenant = {TENANT_LABEL: sandbox.spec.user.tenant_id}
     found = evaluate(sandbox, policy, namespace_labels=tenant, settings=SETTINGS)
     return [item.message for item in found]
 
@@ -64,11 +69,14 @@ def test_an_example_says_what_the_policy_must_allow_for_it(path: Path) -> None:
 
 def test_the_examples_that_name_more_than_the_defaults_say_so() -> None:
     saying = {path.stem for path in EXAMPLES if needed(path.read_text()) is not None}
-    assert saying == {"full", "multi-tenant", "library-job-mode"}
-    assert re.search(r"full\.yaml.*multi-tenant\.yaml.*library-job-mode\.yaml", readme_note())
+    assert saying == {"full", "multi-tenant", "library-job-mode", "warm-pool"}
+    said = r"full\.yaml.*multi-tenant\.yaml.*library-job-mode\.yaml.*pools/warm-pool\.yaml"
+    assert re.search(said, readme_note("More in `manifests/examples/`"))
+    assert re.search(said, readme_note("`make run` installs no `CraftSandboxPolicy`"))
 
 
-def readme_note() -> str:
+def readme_note(opening: str) -> str:
+    """The README's paragraph from ``opening`` on, on one line."""
     readme = (ROOT / "README.md").read_text()
-    start = readme.index("More in `manifests/examples/`")
+    start = readme.index(opening)
     return " ".join(readme[start : readme.index("\n\n", start)].split())
