@@ -115,3 +115,17 @@ def test_the_readme_says_a_device_request_alone_passes_admission_and_why() -> No
     assert "requested without a limit is admitted" in said
     assert "`CRAFT_SANDBOX_RESOURCES`" in said
     assert "`InvalidResources`" in said
+
+
+def test_the_readme_says_which_pool_column_is_the_wanted_count_and_which_the_pods_there() -> None:
+    """`spec.replicas` and `status.replicas` share a name: the README says which column
+    shows which, so nobody reads REPLICAS as the pods the pool has."""
+    from craft_operator.api.pool_crd import printer_columns
+
+    said = " ".join(
+        README.split("`kubectl get csbpool` shows", 1)[1].split("The counts")[0].split()
+    )
+    replicas = [column for column in printer_columns() if column["jsonPath"].endswith(".replicas")]
+    assert {column["jsonPath"] for column in replicas} == {".spec.replicas", ".status.replicas"}
+    for column in replicas:
+        assert f"`{column['name'].upper()}` (`{column['jsonPath'][1:]}`" in said, column
