@@ -698,6 +698,48 @@ def test_the_dev_overlay_points_the_sandbox_policy_at_the_stand_in_api() -> None
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
+def readme_overlay(tmp_path: Path, name: str) -> Path:
+    """The overlay ``overlays/<name>`` written from the README's YAML blocks that open with
+    ``# overlays/<name>/<file>``, beside this repository's ``manifests`` as the README has it."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(rf"```yaml\n# overlays/{name}/([a-z.]+)\n(.*?)```", readme, re.DOTALL)
+    overlay = tmp_path / "overlays" / name
+    overlay.mkdir(parents=True)
+    (tmp_path / "manifests").symlink_to(MANIFESTS)
+    for file, text in blocks:
+        (overlay / file).write_text(text, encoding="utf-8")
+    return overlay
+
+
+@needs_kubectl
+def test_the_readme_shows_the_sandbox_namespace_overlay_its_install_applies(
+    tmp_path: Path,
+) -> None:
+    """Install step 2b applies ``overlays/craft-sandboxes``, which the repository does not
+    ship: the README shows its files, and they make the namespace, the operator's Role and
+    the NetworkPolicies pointed away from the placeholder addresses."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "\nkubectl apply -k overlays/craft-sandboxes\n" in readme
+    overlay = readme_overlay(tmp_path, "craft-sandboxes")
+    assert {path.name for path in overlay.iterdir()} == {"kustomization.yaml", "namespace.yaml"}
+
+    objects = render(overlay)
+
+    problems = {
+        f"{obj['kind']}/{obj['metadata']['name']}": admission_problems(obj) for obj in objects
+    }
+    assert {name: found for name, found in problems.items() if found} == {}
+    namespace = find(objects, "Namespace", "craft-sandboxes")
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert find(objects, "Role", "craft-operator")["metadata"]["namespace"] == "craft-sandboxes"
+    pod, job = sandbox_and_job_labels()
+    for name, labels in (("craft-sandbox-egress", pod), ("craft-library-sync-egress", job)):
+        policy = find(objects, "NetworkPolicy", name)
+        assert policy["metadata"]["namespace"] == "craft-sandboxes"
+        assert restricts_egress(policy, labels)
+        assert "192.0.2." not in str(policy["spec"]["egress"]), "a placeholder is left"
+
+
 # The dev overlay.
 
 
