@@ -3,7 +3,8 @@
 Pydantic emits JSON Schema; the API server wants a *structural* OpenAPI v3 schema. The
 conversion inlines every ``$ref``, folds ``Optional`` (``anyOf`` with ``null``) into the plain
 type, turns ``const`` into a one-value ``enum`` and drops what structural schemas forbid
-(``title``, ``additionalProperties: false``, ``uniqueItems``).
+(``title``, ``additionalProperties: false``, ``uniqueItems``). A description taken from a
+docstring loses its hard line wraps (see :func:`unwrapped`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,14 @@ def _fold_optional(node: dict[str, Any]) -> dict[str, Any]:
     return {**inner, **folded}
 
 
+def unwrapped(text: str) -> str:
+    """A description as ``kubectl explain`` should show it: the lines of each paragraph
+    joined (it prints line breaks as they are, so a docstring's wraps came out ragged),
+    the paragraphs kept apart by a blank line."""
+    paragraphs = (" ".join(paragraph.split()) for paragraph in text.split("\n\n"))
+    return "\n\n".join(paragraph for paragraph in paragraphs if paragraph)
+
+
 def _structural(node: Any) -> Any:
     if isinstance(node, list):
         return [_structural(item) for item in node]
@@ -63,6 +72,9 @@ def _structural(node: Any) -> Any:
         if key == "default" and value is None:
             continue
         if key == "required" and not value:
+            continue
+        if key == "description" and isinstance(value, str):
+            out[key] = unwrapped(value)
             continue
         out[key] = _structural(value)
     if out.get("x-kubernetes-int-or-string"):
@@ -96,7 +108,10 @@ def object_schema(
 ) -> dict[str, Any]:
     """The ``openAPIV3Schema`` of one of our kinds: the object's own fields around
     ``properties`` (``spec``, ``status``), with CEL rules on the whole object."""
-    schema: dict[str, Any] = {"type": "object", "description": description}
+    schema: dict[str, Any] = {
+        "type": "object",
+        "description": unwrapped(description) if description else description,
+    }
     if required:
         schema["required"] = list(required)
     schema["properties"] = {
