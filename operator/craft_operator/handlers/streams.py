@@ -99,6 +99,7 @@ def watch_streams(memo: OperatorContext) -> list[WatchStream]:
             on_failing=partial(on_stream_failing, memo, kind.name, namespace),
             list_begins=partial(memo.cache.list_begins, kind.name, namespace),
             list_ends=partial(memo.cache.list_ends, kind.name, namespace),
+            list_event=partial(memo.cache.list_event, kind.name, namespace),
         )
         for kind in kinds.KINDS
         for namespace in (scopes if kind.api.namespaced else (None,))

@@ -22,6 +22,7 @@ objects).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import sys
 import time
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
@@ -180,6 +181,8 @@ class ObjectCache:
         self._stale: set[tuple[str, str | None]] = set()
         #: Per scope whose stream is listing it: the keys written since the list began.
         self._listing: dict[tuple[str, str | None], set[Key]] = {}
+        #: The scope whose list's own event is being put or removed (:meth:`list_event`).
+        self._delivering: tuple[str, str | None] | None = None
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -327,13 +330,27 @@ class ObjectCache:
             if in_scope and deleted > listed and key not in written:
                 del self._tombstones[key]
 
+    @contextlib.contextmanager
+    def list_event(self, kind: str, namespace: str | None) -> Iterator[None]:
+        """Within it, what is put or removed is an event of the list of :meth:`list_begins`
+        (an object it found, or one it lacks): only such an event replaces what the cache
+        held from before the list, whatever the versions. Any other writer meanwhile (another
+        reader's older snapshot, the removal of a stale copy) keeps the ordering."""
+        self._delivering = (kind, namespace)
+        try:
+            yield
+        finally:
+            self._delivering = None
+
     def _listed_anew(self, key: Key) -> bool:
-        """Whether a list of ``key``'s scope is under way and ``key`` was not written since
-        it began: what it finds is the truth, whatever the versions."""
-        return any(
-            kind == key[0] and namespace in (None, key[1]) and key not in written
-            for (kind, namespace), written in self._listing.items()
-        )
+        """Whether ``key`` is being put or removed by its scope's list (:meth:`list_event`)
+        and was not written since the list began: what it finds is the truth, whatever the
+        versions."""
+        scope = self._delivering
+        if scope is None or scope[0] != key[0] or scope[1] not in (None, key[1]):
+            return False
+        written = self._listing.get(scope)
+        return written is not None and key not in written
 
     def _touch(self, key: Key) -> None:
         """Record that ``key`` is written while its scope is listed."""

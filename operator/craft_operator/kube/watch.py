@@ -36,9 +36,11 @@ watched here, the way client-go's reflector does it, and each event is one funct
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import aiohttp
@@ -121,6 +123,7 @@ class WatchStream:
         on_failing: Callable[[bool], None] | None = None,
         list_begins: Callable[[], None] | None = None,
         list_ends: Callable[[str | None], None] | None = None,
+        list_event: Callable[[], AbstractContextManager[object]] | None = None,
         replay: tuple[float, float, float] = (
             REPLAY_QUIET_SECONDS,
             REPLAY_SILENCE_SECONDS,
@@ -135,7 +138,8 @@ class WatchStream:
         again: a list is in (after its events), or a resumed watch has replayed what it
         missed (``replay``: quiet, silence and limit, see :data:`REPLAY_QUIET_SECONDS`).
         ``list_begins()`` is called as a list begins, ``list_ends(version)`` once its events
-        are handed over, with its version (``None``: the list failed).
+        are handed over, with its version (``None``: the list failed); each of those events
+        is handed over within ``list_event()``.
         """
         self._kube = kube
         self._kind = kind
@@ -149,6 +153,7 @@ class WatchStream:
         self._on_failing = on_failing
         self._list_begins = list_begins
         self._list_ends = list_ends
+        self._list_event = list_event
         self._replay = replay
         #: The version the next watch starts from; ``None``: list first.
         self.resource_version: str | None = None
@@ -282,7 +287,7 @@ class WatchStream:
             for obj in page.get("items") or []:
                 item = obj.get("metadata") or {}
                 listed.add((str(item.get("namespace") or ""), str(item.get("name") or "")))
-                self._deliver("ADDED", obj)
+                self._deliver_listed("ADDED", obj)
             token = meta.get("continue") or ""
             if not token:
                 break
@@ -294,8 +299,13 @@ class WatchStream:
             gone = {"name": name, "resourceVersion": version}
             if namespace:
                 gone["namespace"] = namespace
-            self._deliver("DELETED", {"metadata": gone})
+            self._deliver_listed("DELETED", {"metadata": gone})
         return version
+
+    def _deliver_listed(self, kind: str, obj: dict[str, Any]) -> None:
+        """Hand over an event of the list, within ``list_event()``."""
+        with self._list_event() if self._list_event is not None else contextlib.nullcontext():
+            self._deliver(kind, obj)
 
     def _deliver(self, kind: str, obj: dict[str, Any]) -> None:
         try:

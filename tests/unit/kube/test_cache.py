@@ -350,8 +350,10 @@ def test_a_list_is_the_truth_about_what_was_cached_before_it_whatever_the_versio
     cache.put("Pod", obj("restored", "900", v="lost"))
     cache.put("Pod", obj("ghost", "950"))
     cache.list_begins("Pod", "ns")
-    assert cache.put("Pod", obj("restored", "390", v="backup"))
-    cache.remove("Pod", obj("ghost", "401"))
+    with cache.list_event("Pod", "ns"):
+        assert cache.put("Pod", obj("restored", "390", v="backup"))
+    with cache.list_event("Pod", "ns"):
+        cache.remove("Pod", obj("ghost", "401"))
     cache.list_ends("Pod", "ns", "401")
     assert cache.get("Pod", "ns", "restored") == obj("restored", "390", v="backup")
     assert cache.get("Pod", "ns", "ghost") is None
@@ -361,7 +363,8 @@ def test_a_list_finding_an_object_at_its_cached_version_brings_no_news() -> None
     cache = ObjectCache()
     cache.put("Pod", obj("a", "5"))
     cache.list_begins("Pod", None)
-    assert not cache.put("Pod", obj("a", "5"))
+    with cache.list_event("Pod", None):
+        assert not cache.put("Pod", obj("a", "5"))
 
 
 def test_what_is_written_while_a_list_is_under_way_keeps_the_ordering() -> None:
@@ -370,8 +373,10 @@ def test_what_is_written_while_a_list_is_under_way_keeps_the_ordering() -> None:
     cache.list_begins("Pod", "ns")
     cache.put("Pod", obj("patched", "9", v="new"))
     cache.put("Pod", obj("created", "10"))
-    cache.put("Pod", obj("patched", "5", v="listed"))
-    cache.remove("Pod", obj("created", "5"))
+    with cache.list_event("Pod", "ns"):
+        cache.put("Pod", obj("patched", "5", v="listed"))
+    with cache.list_event("Pod", "ns"):
+        cache.remove("Pod", obj("created", "5"))
     cache.list_ends("Pod", "ns", "5")
     assert cache.get("Pod", "ns", "patched") == obj("patched", "9", v="new")
     assert cache.get("Pod", "ns", "created") is not None
@@ -385,6 +390,34 @@ def test_watch_events_after_a_list_keep_the_ordering() -> None:
     assert not cache.put("Pod", obj("a", "8", v="old"))
     cache.remove("Pod", obj("a", "7"))
     assert cache.get("Pod", "ns", "a") == obj("a", "9", v="new")
+
+
+def test_only_the_list_s_own_events_replace_what_was_cached_before_it() -> None:
+    # Another reader's older snapshot (the activation's relist pages at its own version)
+    # met while the stream lists, before the list reached that object: no news.
+    cache = ObjectCache()
+    cache.put("CraftSandbox", obj("sb", "200", v="new"))
+    cache.list_begins("CraftSandbox", None)
+    assert not cache.put("CraftSandbox", obj("sb", "100", v="old"))
+    assert cache.get("CraftSandbox", "ns", "sb") == obj("sb", "200", v="new")
+
+
+def test_a_stale_copy_met_during_a_list_that_fails_does_not_bring_a_deleted_object_back() -> None:
+    cache = ObjectCache()
+    cache.remove("CraftSandbox", obj("gone", "300"))
+    cache.list_begins("CraftSandbox", None)
+    cache.put("CraftSandbox", obj("gone", "100"))
+    cache.list_ends("CraftSandbox", None, None)  # a 410 on its continue token, say
+    assert cache.get("CraftSandbox", "ns", "gone") is None
+
+
+def test_removing_a_stale_copy_during_a_list_keeps_the_object_that_took_its_name() -> None:
+    # A pod step drops the pod it knew after a uid-precondition conflict.
+    cache = ObjectCache()
+    cache.put("Pod", obj("p", "500", gen="successor"))
+    cache.list_begins("Pod", "ns")
+    cache.remove("Pod", obj("p", "100", gen="old"))
+    assert cache.get("Pod", "ns", "p") == obj("p", "500", gen="successor")
 
 
 def test_a_list_of_one_namespace_leaves_the_others_ordered() -> None:

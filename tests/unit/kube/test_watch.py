@@ -711,6 +711,7 @@ def cached_stream(stand_in: StandIn, cache: ObjectCache) -> WatchStream:
         backoff=Delays(),
         list_begins=lambda: cache.list_begins("ConfigMap", NAMESPACE),
         list_ends=lambda version: cache.list_ends("ConfigMap", NAMESPACE, version),
+        list_event=lambda: cache.list_event("ConfigMap", NAMESPACE),
     )
 
 
