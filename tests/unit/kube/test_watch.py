@@ -4,6 +4,7 @@ KMock emulator, and against a stand-in server for answers the emulator never giv
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -546,6 +547,55 @@ async def test_a_watch_ended_at_once_without_a_line_is_a_failure_with_a_backoff(
     assert stand_in.versions_asked()[:4] == [None, "5", "5", "5"]
 
 
+async def test_quiet_watches_cut_after_the_server_held_them_open_never_grow_the_backoff(
+    stand_in: StandIn,
+) -> None:
+    """A quiet namespace's watch held open, then cut (a proxy's idle timeout): the server
+    answered it, so each cut waits the first step again, not a minute after six cuts."""
+    stand_in.answers += [
+        stand_in.listing("5"),
+        stand_in.streaming(then_stall=True),
+        stand_in.streaming(then_stall=True),
+        stand_in.streaming(cm_event("ADDED", "a", "6")),
+    ]
+    # Silent for longer than a watch that ends at once (EMPTY_WATCH_SECONDS), then cut.
+    _seen, delays, _stream = await stand_in.stream_until(1, client_timeout=1.2)
+
+    assert delays.failures == [1, 1]
+    assert stand_in.versions_asked()[:4] == [None, "5", "5", "5"]
+
+
+async def test_a_watch_line_without_end_is_a_failure_and_never_held_whole(
+    stand_in: StandIn, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Whatever answers in the API server's place, a line longer than any object (etcd
+    keeps 1.5 MiB at most) is given up past 8 MiB, not collected until memory runs out."""
+    written: list[int] = []
+
+    async def endless(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+        response = aiohttp.web.StreamResponse()
+        await response.prepare(request)
+        piece = b"x" * (1024 * 1024)
+        with contextlib.suppress(ConnectionError):
+            for _ in range(64):
+                await response.write(piece)
+                written.append(len(piece))
+        await stand_in.closing.wait()
+        return response
+
+    stand_in.answers += [
+        stand_in.listing("5"),
+        endless,
+        stand_in.streaming(cm_event("ADDED", "a", "6")),
+    ]
+    seen, delays, _stream = await stand_in.stream_until(1)
+
+    assert [name for _, name, _ in seen.events] == ["a"]
+    assert delays.failures == [1]
+    assert "a watch event longer than 8 MiB" in caplog.text
+    assert sum(written) < 32 * 1024 * 1024, "the stream let go long before the 64 MiB"
+
+
 async def test_a_silent_stream_is_taken_as_stalled_and_reopened(
     stand_in: StandIn, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -832,5 +882,58 @@ async def test_a_resumed_watch_that_stays_silent_is_current_after_a_moment(
     task = await running(seen.stream(stand_in.kube, backoff=Delays(), on_failing=failing))
 
     await eventually(lambda: failing.said == [True, False], what="current after the silence")
+    assert seen.known() == {(NAMESPACE, "a")}
+    await stopped(task)
+
+
+async def test_a_resumed_watch_that_never_goes_quiet_is_current_at_the_limit(
+    stand_in: StandIn,
+) -> None:
+    """A busy namespace's replay never ends in quiet: its pods are held back until the
+    limit after the watch's answer, not for as long as its events keep coming."""
+
+    async def busy(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+        response = aiohttp.web.StreamResponse()
+        await response.prepare(request)
+        version = 10
+        with contextlib.suppress(ConnectionError):
+            while not stand_in.closing.is_set():
+                event = cm_event("MODIFIED", "a", str(version))
+                await response.write(json.dumps(event).encode() + b"\n")
+                version += 1
+                await asyncio.sleep(0.05)
+        return response
+
+    stand_in.answers += [
+        stand_in.listing("5", cm("a", "4")),
+        stand_in.status(503, "the API server restarts"),
+        busy,
+    ]
+    seen, failing = Seen(), Failing()
+    # Quiet for 2 s (never, at an event every 50 ms); at the latest 1 s after the answer.
+    stream = seen.stream(stand_in.kube, backoff=Delays(), on_failing=failing, replay=(2, 30, 1))
+    task = await running(stream)
+
+    await eventually(lambda: failing.said == [True, False], within=5, what="current at the limit")
+    assert len(seen.events) > 2, "while the events go on"
+    await stopped(task)
+
+
+async def test_a_relist_makes_the_view_current_at_once(stand_in: StandIn) -> None:
+    """The list is the whole view: pods held back by a 410 go on as soon as it is in, not
+    once the watch after it has gone quiet."""
+    stand_in.answers += [
+        stand_in.listing("5", cm("a", "4")),
+        stand_in.streaming(cm_event("ADDED", "other", "6"), GONE),
+        stand_in.listing("20", cm("a", "4")),
+        stand_in.streaming(then_stall=True),
+    ]
+    seen, failing = Seen(), Failing()
+    # The silent watch after the relist would count as current only after 30 s.
+    stream = seen.stream(stand_in.kube, backoff=Delays(), on_failing=failing, replay=(5, 30, 60))
+    task = await running(stream)
+
+    await eventually(lambda: failing.said == [True, False], within=5, what="current once listed")
+    await eventually(lambda: stream.watches == 2, what="the watch after the relist")
     assert seen.known() == {(NAMESPACE, "a")}
     await stopped(task)
