@@ -79,6 +79,23 @@ async def test_the_client_knows_the_versions_its_own_writes_produced(
     assert not kube.wrote(uid, theirs["metadata"]["resourceVersion"])  # read, not written
 
 
+async def test_the_client_remembers_only_its_latest_writes(
+    kube: KubeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator that runs for months writes millions of versions: it keeps the latest
+    ``WRITTEN_REMEMBERED``, forgetting the oldest first, not every one it ever wrote."""
+    monkeypatch.setattr("craft_operator.kube.client.WRITTEN_REMEMBERED", 3)
+    created = await kube.create(CONFIGMAPS, configmap("a", x="0"))
+    uid = created["metadata"]["uid"]
+    versions = [created["metadata"]["resourceVersion"]]
+    for value in range(1, 4):
+        patched = await kube.patch(CONFIGMAPS, NAMESPACE, "a", {"data": {"x": str(value)}})
+        versions.append(patched["metadata"]["resourceVersion"])
+
+    assert not kube.wrote(uid, versions[0]), "the oldest forgotten"
+    assert all(kube.wrote(uid, version) for version in versions[1:])
+
+
 async def test_list_filters_by_label_selector(kube: KubeClient) -> None:
     await kube.create(CONFIGMAPS, configmap("a", {"team": "x"}))
     await kube.create(CONFIGMAPS, configmap("b", {"team": "y"}))

@@ -69,3 +69,14 @@ async def test_a_pod_that_keeps_the_pace_takes_it_all() -> None:
 
     assert await take(stream, pause=0.001) == 20_000
     assert source.closed
+
+
+async def test_a_pod_that_keeps_the_pace_past_the_grace_takes_it_all() -> None:
+    """The grace is a head start, not a limit: a big upload the pod takes at the pace goes
+    on for as long as it needs."""
+    source = Source(chunks=50)
+    stream = paced(source(), grace=0.05, bytes_per_second=100_000, where="ns/pod")
+
+    # 1,000 bytes every 2 ms: 500,000 bytes/s, for 0.1 s and more, twice the grace.
+    assert await take(stream, pause=0.002) == 50_000
+    assert source.closed
