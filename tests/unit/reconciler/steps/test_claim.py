@@ -1023,6 +1023,41 @@ def cold_pod(world: World, p: Pass) -> dict[str, Any]:
     return build_pod(p.sandbox, world.services.settings)
 
 
+async def test_a_recorded_pod_out_of_sight_that_another_sandbox_holds_is_left_alone(
+    pooled: World,
+) -> None:
+    """The pod the status names, missing from the cache, is read back and relabelled only
+    if the sandbox controls it: another sandbox's pod of that name keeps its labels (they
+    say whose egress and tenant a pod is), and the sandbox starts a pod of its own."""
+    [warm] = warm_pods(pooled, 1)
+    bob = {"apiVersion": "craft.onyx.app/v1alpha1", "kind": "CraftSandbox", "name": "bob"}
+    pooled.emulator.patch(
+        "v1/pods",
+        NAMESPACE,
+        warm,
+        {
+            "metadata": {
+                "labels": {
+                    LABEL_POOL: None,
+                    LABEL_CLAIMED_FROM: POOL,
+                    "craft.onyx.app/sandbox": "bob",
+                },
+                "ownerReferences": [{**bob, "uid": "uid-bob", "controller": True}],
+            }
+        },
+    )
+    pooled.cache.forget(kinds.POD.name, NAMESPACE, warm)  # out of the watches' sight
+    p = await pod_pass(
+        pooled, spec={"poolRef": {"name": POOL}}, status={"podName": warm, "claimedFrom": POOL}
+    )
+    await pod.converge_pod(p)
+
+    labels = pooled.emulator.get("v1/pods", NAMESPACE, warm)["metadata"]["labels"]
+    assert labels["craft.onyx.app/sandbox"] == "bob", "bob's pod keeps bob's labels"
+    assert p.pod is None or p.pod["metadata"]["name"] != warm, "never bob's pod"
+    assert pooled.stored("v1/pods", NAME) is not None, "a pod of its own instead"
+
+
 async def test_a_pool_being_deleted_is_not_claimed_from(pooled: World) -> None:
     [warm] = warm_pods(pooled, 1)
     body = pooled.cache.get(kinds.POOL.name, NAMESPACE, POOL)
