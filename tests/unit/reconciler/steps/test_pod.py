@@ -9,12 +9,13 @@ from datetime import timedelta
 
 import pytest
 
+from craft_operator.api.pool import LABEL_CLAIMED_FROM
 from craft_operator.api.status_codec import dump_status
 from craft_operator.builders.naming import ANNOTATION_TEMPLATE_HASH
 from craft_operator.kube.client import ApiError
 from craft_operator.kube.kinds import LABEL_MANAGED_BY
 from craft_operator.reconciler.step import Memory, Pass, Stop
-from craft_operator.reconciler.steps import credentials, pod
+from craft_operator.reconciler.steps import credentials, pod, pod_lifecycle
 from craft_operator.status import POD_READY
 from tests.support.operator import eventually
 from tests.support.pod_exec import mark_pod_failed, mark_pod_running
@@ -128,6 +129,61 @@ async def test_a_pod_that_fails_before_it_was_ever_ready_still_waits_out_the_bac
     assert world.stored("v1/pods", NAME) is None, "no new pod during the backoff"
     assert early.run.verdict.after == world.services.settings.pod_restart_backoff
     assert early.run.status.last_pod_failure_time == NOW
+
+
+async def test_a_pod_whose_program_exited_is_replaced_like_a_failed_one(world: World) -> None:
+    """Its restartPolicy is Never: a sandbox whose agent exited cleanly (Succeeded) gets a
+    new pod, not a wait for Ready until the provisioning timeout."""
+    await pod.converge_pod(await pod_pass(world))
+    world.emulator.bind_pod(NAMESPACE, NAME)
+    world.emulator.patch(
+        "v1/pods", NAMESPACE, NAME, {"status": {"phase": "Succeeded"}}, subresource="status"
+    )
+    observed(world)
+    p = await pod_pass(world)
+    assert await pod.converge_pod(p) == Stop("WaitingForPod")
+    assert p.run.status.pod_failures == 1
+    assert world.events.reasons == ["PodFailed"]
+    await eventually(lambda: world.stored("v1/pods", NAME) is None, what="the pod gone")
+
+
+async def test_a_sandbox_that_gave_up_on_its_pods_says_so_once_and_counts_no_more(
+    world: World,
+) -> None:
+    """The last failed pod is kept for its logs: every later pass over it (a resync, an
+    edit of its labels) finds it failed again, which is neither a new failure nor news."""
+    limit = world.services.settings.max_pod_failures
+    await pod.converge_pod(await pod_pass(world, status={"podFailures": limit - 1}))
+    mark_pod_failed(world.emulator, NAMESPACE, NAME)
+    observed(world)
+    last = await pod_pass(world, status={"podFailures": limit - 1})
+    await pod.converge_pod(last)
+    assert last.run.status.pod_failures == limit
+    assert world.events.reasons == ["PodFailedRepeatedly"]
+    world.events.posted.clear()
+
+    again = await pod_pass(world, status=dump_status(last.run.finish()))
+    assert await pod.converge_pod(again) == Stop("WaitingForPod")
+    assert again.run.status.pod_failures == limit
+    assert again.run.condition("PodReady").reason == "PodFailedRepeatedly"  # type: ignore[union-attr]
+    assert world.events.reasons == [], "said once"
+    assert world.stored("v1/pods", NAME) is not None, "still kept for its logs"
+
+
+@pytest.mark.parametrize("code", [400, 422])
+async def test_a_pod_the_api_server_refuses_as_malformed_waits_for_its_spec(
+    world: World, code: int
+) -> None:
+    """A bad request (a field the server cannot decode) is refused again on every try, as
+    an invalid pod is: it waits for the spec to change, not retried on every pass."""
+
+    async def refused(kind: object, body: object) -> object:
+        raise ApiError(code, "BadRequest", 'Pod "alice" is malformed')
+
+    world.services.kube.create = refused  # type: ignore[method-assign]
+    p = await pod_pass(world)
+    assert await pod.converge_pod(p) == Stop("WaitingForPod")
+    assert p.run.condition("PodReady").reason == "PodRejected"  # type: ignore[union-attr]
 
 
 async def test_a_suspended_sandbox_has_no_pod(world: World) -> None:
@@ -270,6 +326,21 @@ async def test_failures_are_forgotten_only_once_a_pod_has_stayed_ready_ten_minut
     assert p.run.status.pod_failures == failures_after
 
 
+async def test_the_backoff_after_many_failed_pods_is_five_minutes_at_most(world: World) -> None:
+    """It doubles per failure up to 300 s (CRAFT_POD_RESTART_BACKOFF): with a high
+    CRAFT_MAX_POD_FAILURES, the ninth failure does not hold the sandbox for 43 minutes."""
+    failed = {"type": "PodReady", "status": "False", "reason": "PodFailed", "message": "m"}
+    at = NOW.isoformat().replace("+00:00", "Z")
+    status = {
+        "podFailures": 9,
+        "lastPodFailureTime": at,
+        "conditions": [{**failed, "lastTransitionTime": at}],
+    }
+    p = await pod_pass(world, status=status)
+    assert pod_lifecycle.restart_wait(p) == Stop("WaitingForPod")
+    assert p.run.verdict.after == 300
+
+
 async def test_a_failed_pods_backoff_is_no_longer_on_a_replica_whose_clock_is_behind(
     world: World,
 ) -> None:
@@ -354,6 +425,22 @@ async def test_a_pod_not_ready_since_it_left_ready_longer_than_the_timeout_is_ti
     condition = p.run.condition("PodReady")
     assert condition is not None
     assert condition.reason == "ProvisioningTimedOut"
+
+
+async def test_a_pod_timed_out_is_said_once_not_on_every_pass(world: World) -> None:
+    await pod.converge_pod(await pod_pass(world))
+    mark_pod_running(world.emulator, NAMESPACE, NAME, ready=False)
+    aged(world, hours=3)
+    first = await pod_pass(world)
+    await pod.converge_pod(first)
+    assert world.events.reasons == ["ProvisioningTimedOut"]
+    world.events.posted.clear()
+
+    later = await pod_pass(world, status=dump_status(first.run.finish()), memory=first.memory)
+    later.run.now = NOW + timedelta(minutes=10)
+    await pod.converge_pod(later)
+    assert later.run.condition("PodReady").reason == "ProvisioningTimedOut"  # type: ignore[union-attr]
+    assert world.events.reasons == []
 
 
 async def test_a_wait_for_an_earlier_step_does_not_restart_the_provisioning_clock(
@@ -475,13 +562,41 @@ async def test_one_failed_pod_counts_once_whatever_passes_come_before_its_watch_
     assert again.run.status.pod_failures == 1
 
 
+async def test_another_pod_of_the_sandbox_already_being_deleted_is_not_deleted_again(
+    world: World,
+) -> None:
+    """One sandbox, one pod: a second one it controls is deleted once, and while it takes
+    its time to go (a finalizer, a grace period) no pass deletes it, nor says so, again."""
+    await pod.converge_pod(await pod_pass(world))
+    mark_pod_running(world.emulator, NAMESPACE, NAME)
+    observed(world)
+    extra = copy.deepcopy(world.emulator.get("v1/pods", NAMESPACE, NAME))
+    meta = extra["metadata"]
+    for key in ("uid", "resourceVersion", "creationTimestamp"):
+        meta.pop(key, None)
+    meta.update(name="warm-x1", labels={**meta["labels"], LABEL_CLAIMED_FROM: "warm"})
+    going = world.emulator.create("v1/pods", extra)
+    going["metadata"]["deletionTimestamp"] = "2026-11-23T12:00:30Z"  # asked to go, NOW + 30 s
+    world.cache.put("Pod", going)
+
+    p = await pod_pass(world)
+    assert await pod.converge_pod(p) is None
+    assert p.pod is not None
+    assert p.pod["metadata"]["name"] == NAME
+    assert "ExtraPodDeleted" not in world.events.reasons
+    assert world.stored("v1/pods", "warm-x1") is not None, "left to go in its own time"
+
+
 async def test_a_pod_stopped_for_sleep_is_stopped_and_said_once(world: World) -> None:
     idle = {"idleTimeout": "1h"}
-    await pod.converge_pod(await pod_pass(world, spec=idle))
+    made = await pod_pass(world, spec=idle)
+    await pod.converge_pod(made)
     observed(world)
-    first = await pod_pass(world, spec=idle, annotations=OLD_ACTIVITY)
+    running = {"podUID": made.run.status.pod_uid}
+    first = await pod_pass(world, spec=idle, annotations=OLD_ACTIVITY, status=running)
     await pod.converge_pod(first)
     assert "PodSleeping" in world.events.reasons
+    assert first.run.status.pod_uid is None, "the status names no pod while none runs"
     status = dump_status(first.run.status)
     again = await pod_pass(world, spec=idle, annotations=OLD_ACTIVITY, status=status)
     await pod.converge_pod(again)
@@ -613,6 +728,6 @@ async def test_replacing_a_pod_that_another_has_succeeded_deletes_nothing_and_go
     stop = await pod.converge_pod(await pod_pass(world))
 
     assert stop is not None
-    assert (
-        world.emulator.get("v1/pods", NAMESPACE, NAME)["metadata"]["uid"] == made["metadata"]["uid"]
-    )
+    kept = world.emulator.get("v1/pods", NAMESPACE, NAME)["metadata"]
+    assert kept["uid"] == made["metadata"]["uid"]
+    assert not kept.get("deletionTimestamp"), "the successor is not even being deleted"
