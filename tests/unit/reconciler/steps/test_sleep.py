@@ -4,7 +4,8 @@ suspension and the resume are noted before any step may stop the pass."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 
 import pytest
 from aiohttp import web
@@ -12,6 +13,7 @@ from kmock._internal import rendering
 
 from craft_operator.api.constants import LABEL_SANDBOX
 from craft_operator.api.pool import LABEL_CLAIMED_FROM
+from craft_operator.api.status_codec import dump_status
 from craft_operator.metrics import time_to_ready
 from craft_operator.reconciler import suspension
 from craft_operator.reconciler.step import Memory, Pass
@@ -157,6 +159,49 @@ async def test_an_activity_written_while_the_pass_ran_keeps_the_pod(world: World
     assert p.run.status.sleeping_since is None
     assert p.run.verdict.changed, "visited again at once, with the new activity"
     assert world.events.reasons == []
+
+
+async def test_an_awake_sandbox_is_looked_at_again_when_its_idle_timeout_ends(
+    world: World,
+) -> None:
+    """Not only at the next idle check: a sandbox 10 s from its timeout sleeps then."""
+    activity = {"craft.onyx.app/last-activity": "2026-11-23T11:00:10Z"}  # 1 h less 10 s ago
+    p = world.pass_(spec={"idleTimeout": "1h"}, annotations=activity)
+    assert await sleep.hold(p, None) is None
+    assert p.run.verdict.after == 11
+
+
+async def test_a_sandbox_woken_by_activity_seen_late_stays_awake_for_its_timeout(
+    world: World,
+) -> None:
+    """Activity after it fell asleep, seen an hour late (an outage of the operator): the
+    wake starts the idle window, or the next pass would put it to sleep at once."""
+    late = {"craft.onyx.app/last-activity": "2026-11-23T10:30:00Z"}
+    asleep = {"phase": "Sleeping", "sleepingSince": "2026-11-23T10:00:00Z"}
+    woken = world.pass_(spec={"idleTimeout": "1h"}, annotations=late, status=asleep)
+    assert await sleep.hold(woken, None) is None
+    assert world.events.reasons == ["SandboxWaking"]
+    assert woken.run.status.woke_at == NOW
+
+    status = dump_status(woken.run.finish())
+    later = world.pass_(spec={"idleTimeout": "1h"}, annotations=late, status=status)
+    later.run.now = NOW + timedelta(minutes=1)
+    assert await sleep.hold(later, None) is None, "awake until an hour after the wake"
+    assert later.run.status.sleeping_since is None
+
+
+async def test_a_sandbox_whose_pod_cannot_be_stopped_is_not_said_asleep(world: World) -> None:
+    world.emulator.create("v1/pods", ready_pod())
+    mark_pod_running(world.emulator, NAMESPACE, NAME)
+    world.cache.put("Pod", world.emulator.get("v1/pods", NAMESPACE, NAME))
+    world.emulator.before_request.append(refuse_deleting(NAME))
+    p = world.pass_(spec={"idleTimeout": "1h"}, annotations=OLD_ACTIVITY)
+    stop = await pod.converge_pod(p)
+
+    assert stop is not None
+    assert stop.reason == sleep.STOP_FAILED
+    assert world.stored("v1/pods", NAME) is not None
+    assert "SandboxSleeping" not in world.events.reasons, "its pod runs on"
 
 
 async def test_falling_asleep_ends_the_row_of_failed_pods_and_the_verdict_on_onyx_cli(
@@ -372,3 +417,15 @@ async def refuse_deleting_standard_x1(request: rendering.Request) -> web.Respons
         refusal = {"kind": "Status", "code": 403, "reason": "Forbidden", "message": "denied"}
         return web.json_response(refusal, status=403)
     return None
+
+
+def refuse_deleting(name: str) -> Callable[[rendering.Request], Awaitable[web.Response | None]]:
+    """An emulator hook: the deletion of pod ``name`` is refused, as by a webhook."""
+
+    async def hook(request: rendering.Request) -> web.Response | None:
+        if request.method.value.upper() == "DELETE" and request.url.path.endswith(f"/{name}"):
+            refusal = {"kind": "Status", "code": 403, "reason": "Forbidden", "message": "denied"}
+            return web.json_response(refusal, status=403)
+        return None
+
+    return hook
