@@ -119,6 +119,23 @@ async def test_a_stream_lists_every_existing_object_then_follows_every_change_fr
     assert watch_requests(emulator)[0].params.get("resourceVersion")  # the list's
 
 
+async def test_a_stream_with_a_selector_hands_over_only_what_it_selects_while_it_watches(
+    emulator: KubeEmulator, kube: KubeClient
+) -> None:
+    """Not only its list: an object outside the selector (a pod whose managed-by label was
+    removed, another tool's ConfigMap) created while it watches is never handed over."""
+    seen = Seen()
+    task = await running(seen.stream(kube, label_selector=MANAGED))
+    await eventually(lambda: watch_requests(emulator), what="a watch")
+    emulator.create("v1/configmaps", configmap("theirs"))
+    emulator.create("v1/configmaps", configmap("ours", LABELS))
+    await seen.until(1)
+    await asyncio.sleep(0.2)
+    await stopped(task)
+
+    assert [name for _, name, _ in seen.events] == ["ours"]
+
+
 async def test_a_stream_says_deleted_for_what_its_consumer_holds_and_the_list_has_not(
     emulator: KubeEmulator, kube: KubeClient
 ) -> None:
