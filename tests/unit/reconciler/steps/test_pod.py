@@ -55,6 +55,28 @@ async def test_a_missing_pod_is_created_and_the_pass_waits_for_it(world: World) 
     assert p.run.verdict.after == timeout + 1
 
 
+async def test_a_create_that_finds_its_own_pod_there_keeps_it_and_creates_no_more(
+    world: World,
+) -> None:
+    """The cache was behind (the pod's watch event still on its way): the create's conflict
+    reads the pod back into the cache, so the next pass finds it rather than trying the
+    create again on every pass until the event comes."""
+    await pod.converge_pod(await pod_pass(world))
+    made = world.emulator.get("v1/pods", NAMESPACE, NAME)
+    world.cache.forget("Pod", NAMESPACE, NAME)
+    raced = await pod_pass(world)
+    assert await pod.converge_pod(raced) == Stop("WaitingForPod")
+    cached = world.cache.get("Pod", NAMESPACE, NAME)
+    assert cached is not None
+    assert cached["metadata"]["uid"] == made["metadata"]["uid"]
+
+    creates = len([r for r in world.emulator.served if r.method.value.upper() == "POST"])
+    await pod.converge_pod(await pod_pass(world))
+    after = len([r for r in world.emulator.served if r.method.value.upper() == "POST"])
+    assert after == creates, "no create tried again"
+    assert world.events.reasons == []
+
+
 async def test_a_ready_pod_lets_the_pass_go_on(world: World) -> None:
     await pod.converge_pod(await pod_pass(world))
     mark_pod_running(world.emulator, NAMESPACE, NAME)
