@@ -260,6 +260,9 @@ async def test_no_pod_while_nothing_restricts_its_egress(
     assert stop == Stop("EgressNotRestricted")
     assert world.stored("v1/pods", NAME) is None
     assert world.events.reasons == ["EgressNotRestricted"]
+    again = await pod_pass(world, status=dump_status(p.run.finish()))
+    assert await pod.converge_pod(again) == Stop("EgressNotRestricted")
+    assert world.events.reasons == [], "said when it starts, not on every pass"
 
 
 async def test_a_pod_of_someone_else_by_that_name_is_reported_not_touched(world: World) -> None:

@@ -190,6 +190,15 @@ async def test_a_sandbox_woken_by_activity_seen_late_stays_awake_for_its_timeout
     assert later.run.status.sleeping_since is None
 
 
+async def test_an_unreadable_activity_is_said_once_not_on_every_pass(world: World) -> None:
+    memory = Memory()
+    unreadable = {"craft.onyx.app/last-activity": "yesterday"}
+    for _ in range(2):
+        p = world.pass_(spec={"idleTimeout": "1h"}, annotations=unreadable, memory=memory)
+        assert await sleep.hold(p, None) is None, "never asleep on it"
+    assert world.events.reasons == ["LastActivityInvalid"]
+
+
 async def test_a_sandbox_whose_pod_cannot_be_stopped_is_not_said_asleep(world: World) -> None:
     world.emulator.create("v1/pods", ready_pod())
     mark_pod_running(world.emulator, NAMESPACE, NAME)
