@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from craft_operator.api.constants import LABEL_SANDBOX
@@ -49,16 +49,29 @@ def restart_wait(p: Pass) -> Stop | None:
             run.revisit(after=wait)
             return Stop(WAITING)
     failures = run.status.pod_failures or 0
-    if failures and previous is not None and previous.reason == "PodFailed":
-        # Not the condition's lastTransitionTime: a pod that fails before it was ever Ready
-        # leaves PodReady False all along, so that time is when the pod was created.
-        failed_at = run.status.last_pod_failure_time or previous.last_transition_time or run.now
+    failed_at = _last_failure(p) if failures else None
+    if failed_at is not None:
         backoff = pod_state.restart_backoff(s.settings.pod_restart_backoff, failures)
         # At most the whole backoff: the failure's time may be another replica's clock.
         wait = min((failed_at - run.now).total_seconds() + backoff, backoff)
         if wait > 0:
             run.revisit(after=wait)
             return Stop(WAITING)
+    return None
+
+
+def _last_failure(p: Pass) -> datetime | None:
+    """When the sandbox's last pod failed, if a backoff may still run from it: the time the
+    status recorded, whatever PodReady has said since (PodTerminating while a finalizer
+    held the failed pod); for a status without it, when PodReady turned PodFailed."""
+    run = p.run
+    if run.status.last_pod_failure_time is not None:
+        # Not the condition's lastTransitionTime: a pod that fails before it was ever Ready
+        # leaves PodReady False all along, so that time is when the pod was created.
+        return run.status.last_pod_failure_time
+    previous = run.condition(POD_READY)
+    if previous is not None and previous.reason == "PodFailed":
+        return previous.last_transition_time or run.now
     return None
 
 

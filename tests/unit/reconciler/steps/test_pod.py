@@ -208,6 +208,35 @@ async def test_a_pod_the_api_server_refuses_as_malformed_waits_for_its_spec(
     assert p.run.condition("PodReady").reason == "PodRejected"  # type: ignore[union-attr]
 
 
+async def test_a_failed_pod_seen_being_deleted_still_waits_out_the_backoff_once_gone(
+    world: World,
+) -> None:
+    """A finalizer holds the failed pod a moment (a pass says PodTerminating meanwhile):
+    once it is gone, the next pod still waits out the backoff the failure began."""
+    await pod.converge_pod(await pod_pass(world))
+    world.emulator.patch("v1/pods", NAMESPACE, NAME, {"metadata": {"finalizers": ["x/hold"]}})
+    mark_pod_failed(world.emulator, NAMESPACE, NAME)
+    observed(world)
+    failed = await pod_pass(world)
+    assert await pod.converge_pod(failed) == Stop("WaitingForPod")
+    held = await pod_pass(world, status=dump_status(failed.run.finish()))
+    held.run.now = NOW + timedelta(seconds=1)
+    assert await pod.converge_pod(held) == Stop("WaitingForPod")
+    assert held.run.condition("PodReady").reason == "PodTerminating"  # type: ignore[union-attr]
+
+    gone = world.emulator.get("v1/pods", NAMESPACE, NAME)
+    world.emulator.patch("v1/pods", NAMESPACE, NAME, {"metadata": {"finalizers": None}})
+    assert world.stored("v1/pods", NAME) is None
+    world.cache.remove("Pod", gone)  # its watch event
+    world.events.posted.clear()
+    after = await pod_pass(world, status=dump_status(held.run.finish()))
+    after.run.now = NOW + timedelta(seconds=2)
+    assert await pod.converge_pod(after) == Stop("WaitingForPod")
+    assert world.stored("v1/pods", NAME) is None, "no new pod during the backoff"
+    assert world.events.reasons == []
+    assert after.run.verdict.after == world.services.settings.pod_restart_backoff - 2
+
+
 async def test_a_suspended_sandbox_has_no_pod(world: World) -> None:
     await pod.converge_pod(await pod_pass(world))
     observed(world)
