@@ -50,6 +50,9 @@ async def test_a_missing_pod_is_created_and_the_pass_waits_for_it(world: World) 
     assert condition.reason == "PodStarting"
     assert world.events.reasons == ["PodCreated"]
     assert p.pod is None
+    cached = world.cache.get("Pod", NAMESPACE, NAME)
+    assert cached is not None, "the next pass finds it before its watch event comes"
+    assert cached["metadata"]["uid"] == stored["metadata"]["uid"]
     # A pod that never changes (no scheduler) still times out when it should.
     timeout = world.services.settings.provisioning_timeout
     assert p.run.verdict.after == timeout + 1
