@@ -387,6 +387,31 @@ async def test_an_error_body_nested_too_deeply_becomes_the_message(
     assert caught.value.message == TOO_DEEP[:500]
 
 
+async def test_a_server_that_never_answers_is_a_retryable_api_error_after_the_timeout(
+    emulator: KubeEmulator,
+) -> None:
+    """An API server that takes the request and says nothing (overloaded, a proxy holding
+    it) must not hold the pass that asked for ever: ``request_timeout`` bounds the call."""
+    never = asyncio.Event()
+
+    async def hold(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
+        await never.wait()
+        return None
+
+    emulator.before_request.insert(0, hold)
+    client = KubeClient(request_timeout=0.5)
+    client.configure(kopf.ConnectionInfo(server=str(emulator.url).rstrip("/"), insecure=True))
+    try:
+        with pytest.raises(ApiError) as caught:
+            async with asyncio.timeout(10):
+                await client.get(CONFIGMAPS, NAMESPACE, "a")
+    finally:
+        never.set()
+        await client.close()
+    assert (caught.value.status, caught.value.reason) == (0, "Unreachable")
+    assert caught.value.retryable
+
+
 async def test_an_unreachable_server_is_a_retryable_api_error_with_status_0() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
