@@ -954,3 +954,24 @@ async def test_a_relist_makes_the_view_current_at_once(stand_in: StandIn) -> Non
     await eventually(lambda: stream.watches == 2, what="the watch after the relist")
     assert seen.known() == {(NAMESPACE, "a")}
     await stopped(task)
+
+
+async def test_a_resumed_watch_that_ends_after_its_replay_leaves_the_view_current(
+    stand_in: StandIn,
+) -> None:
+    """The server ended the watch after what it replayed: nothing can follow it, so the
+    view is whole then, not only once the next watch has gone quiet."""
+    stand_in.answers += [
+        stand_in.listing("5", cm("a", "4")),
+        stand_in.status(503, "the API server restarts"),
+        stand_in.streaming(cm_event("DELETED", "a", "6")),
+        stand_in.streaming(then_stall=True),
+    ]
+    seen, failing = Seen(), Failing()
+    # Quiet for 5 s, silence for 30: neither makes it current within the test.
+    stream = seen.stream(stand_in.kube, backoff=Delays(), on_failing=failing, replay=(5, 30, 60))
+    task = await running(stream)
+
+    await eventually(lambda: failing.said == [True, False], within=5, what="current at its end")
+    assert seen.known() == set()
+    await stopped(task)
