@@ -119,52 +119,36 @@ async def test_the_operator_keeps_a_pool_full(
     assert emulator.find("v1/pods", NAMESPACE, name) is not None, "the claimed pod stays"
 
 
-async def test_an_unclaimed_pod_whose_managed_by_label_was_removed_is_replaced_and_deleted(
-    emulator: KubeEmulator, operator: OperatorContext
+@pytest.mark.parametrize(
+    "label",
+    [
+        # The watches select by it: the API server tells them the pod was deleted while it
+        # runs on.
+        LABEL_MANAGED_BY,
+        # The watches still see it, but the pool counts its pods by it and no claim takes a
+        # pod without it.
+        LABEL_POOL,
+    ],
+    ids=["managed-by", "pool"],
+)
+async def test_an_unclaimed_pod_whose_label_was_removed_is_replaced_and_deleted(
+    emulator: KubeEmulator, operator: OperatorContext, label: str
 ) -> None:
-    """The watches select by that label: the API server tells them the pod was deleted
-    while it runs on. The pool makes another, and deletes the one out of its sight (never
-    claimed, it would run until the pool went)."""
+    """The pool makes another, and deletes the one out of its sight (never claimed, it
+    would run until the pool went)."""
     emulator.create(
         POOLS, {**pool(NAME, replicas=2), "metadata": {"name": NAME, "namespace": NAMESPACE}}
     )
     await full(emulator, 2)
     target = unclaimed(emulator)[0]["metadata"]["name"]
 
-    emulator.patch("v1/pods", NAMESPACE, target, {"metadata": {"labels": {LABEL_MANAGED_BY: None}}})
+    emulator.patch("v1/pods", NAMESPACE, target, {"metadata": {"labels": {label: None}}})
 
     await eventually(
         lambda: emulator.find("v1/pods", NAMESPACE, target) is None, what="the pod deleted"
     )
     await full(emulator, 2)
     assert len(unclaimed(emulator)) == 2
-    said = [
-        event
-        for event in emulator.list("v1/events", NAMESPACE)
-        if event.get("reason") == "PoolPodOutOfSight"
-    ]
-    assert said
-    assert target in said[0]["message"]
-
-
-async def test_an_unclaimed_pod_whose_pool_label_was_removed_is_replaced_and_deleted(
-    emulator: KubeEmulator, operator: OperatorContext
-) -> None:
-    """The watches still see it, but the pool counts its pods by that label and no claim
-    takes a pod without it: the pool learns at once, makes another and deletes this one
-    (it would run until the pool went)."""
-    emulator.create(
-        POOLS, {**pool(NAME, replicas=2), "metadata": {"name": NAME, "namespace": NAMESPACE}}
-    )
-    await full(emulator, 2)
-    target = unclaimed(emulator)[0]["metadata"]["name"]
-
-    emulator.patch("v1/pods", NAMESPACE, target, {"metadata": {"labels": {LABEL_POOL: None}}})
-
-    await eventually(
-        lambda: emulator.find("v1/pods", NAMESPACE, target) is None, what="the pod deleted"
-    )
-    await full(emulator, 2)
     said = [
         event
         for event in emulator.list("v1/events", NAMESPACE)
