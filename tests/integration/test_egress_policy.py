@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from typing import Any
 
 import aiohttp.web
 import pytest
 from kmock._internal import rendering
 
+from craft_operator.api.pool import LABEL_POOL
 from craft_operator.config import Settings
 from craft_operator.context import OperatorContext
 from tests.integration.conftest import SANDBOXES
@@ -20,6 +22,7 @@ from tests.integration.helpers import NAMESPACE, condition, event_posted, phase,
 from tests.support.emulator import OPERATOR_AGENTS, KubeEmulator
 from tests.support.operator import eventually, running_operator
 from tests.support.pod_exec import EmulatedPodExec
+from tests.support.pools import POOLS, pool
 from tests.support.sandbox_namespace import NETWORK_POLICIES, network_policies
 
 SANDBOX_POLICY = "craft-sandbox-egress"
@@ -87,6 +90,39 @@ async def test_the_pod_starts_once_a_policy_restricts_its_egress(
     # Woken by the NetworkPolicy's watch event: well before the resync interval (300 s).
     await eventually(lambda: pod(emulator, "alice"), what="the pod once the policy exists")
     await phase(emulator, "alice", "Provisioning")
+
+
+def pool_pods(emulator: KubeEmulator) -> list[dict[str, Any]]:
+    """The pods of the pool ``warm``."""
+    return [
+        found
+        for found in emulator.list("v1/pods", NAMESPACE)
+        if (found["metadata"].get("labels") or {}).get(LABEL_POOL) == "warm"
+    ]
+
+
+def pool_egress(emulator: KubeEmulator) -> dict[str, Any]:
+    """The ``EgressRestricted`` condition of the pool ``warm`` (empty before it has one)."""
+    status = emulator.get(POOLS, NAMESPACE, "warm").get("status") or {}
+    return next((c for c in status.get("conditions") or [] if c["type"] == "EgressRestricted"), {})
+
+
+async def test_a_pool_waiting_for_an_egress_policy_fills_once_one_restricts_its_pods(
+    emulator: KubeEmulator, bare_namespace: str, operator: OperatorContext
+) -> None:
+    emulator.create(
+        POOLS, {**pool("warm", replicas=1), "metadata": {"name": "warm", "namespace": NAMESPACE}}
+    )
+
+    await eventually(
+        lambda: pool_egress(emulator).get("status") == "False", what="EgressRestricted False"
+    )
+    assert pool_pods(emulator) == []
+
+    emulator.create(NETWORK_POLICIES, policy())
+
+    # Woken by the NetworkPolicy's watch event: well before the resync interval (300 s).
+    await eventually(lambda: pool_pods(emulator), what="the pool's pod once the policy exists")
 
 
 async def test_a_platform_policy_of_its_own_that_restricts_all_pods_egress_counts(
@@ -173,3 +209,22 @@ async def test_once_the_network_policies_can_be_watched_again_the_waiting_pod_st
     emulator.before_request.remove(refuse_network_policies)
 
     await eventually(lambda: pod(emulator, "alice"), what="the pod", within=30)
+
+
+async def test_once_the_network_policies_can_be_watched_again_the_waiting_pool_fills(
+    emulator: KubeEmulator, operator: OperatorContext
+) -> None:
+    """As the sandbox above: the stream's recovery, not a change, wakes the pool."""
+    await network_policies_unwatchable(emulator, operator)
+    emulator.create(
+        POOLS, {**pool("warm", replicas=1), "metadata": {"name": "warm", "namespace": NAMESPACE}}
+    )
+    await eventually(
+        lambda: pool_egress(emulator).get("reason") == "EgressUnverified",
+        what="EgressRestricted EgressUnverified",
+    )
+    assert pool_pods(emulator) == []
+
+    emulator.before_request.remove(refuse_network_policies)
+
+    await eventually(lambda: pool_pods(emulator), what="the pool's pod", within=30)

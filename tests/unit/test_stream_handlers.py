@@ -13,6 +13,7 @@ from craft_operator.handlers.streams import on_stream_failing
 from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.reconciler.api_away import ApiServerAwayError
+from tests.support.queues import RecordingQueue
 
 pytestmark = pytest.mark.unit
 
@@ -71,3 +72,20 @@ def test_a_standby_reruns_nothing() -> None:
     context = memo(active=False)
     on_stream_failing(context, kinds.SANDBOX.name, None, False)
     assert context.queue.retried == []
+
+
+def test_the_network_policies_stream_answered_again_wakes_a_pool_alone_in_its_namespace() -> None:
+    """A pool may wait for an egress policy where no sandbox is yet: the cluster-wide
+    stream's recovery wakes it too, not only the pools beside a sandbox."""
+    context: Any = SimpleNamespace(
+        gate=SimpleNamespace(active=True),
+        cache=ObjectCache(),
+        queue=RecordingQueue(),
+        pool_queue=RecordingQueue(),
+    )
+    warm = {"metadata": {"name": "warm", "namespace": "team-b", "resourceVersion": "1"}}
+    context.cache.put(kinds.POOL.name, warm)
+
+    on_stream_failing(context, kinds.NETWORK_POLICY.name, None, False)
+
+    assert context.pool_queue.added == [("team-b", "warm")]

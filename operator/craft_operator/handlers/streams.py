@@ -77,11 +77,17 @@ def on_stream_failing(
             )
     if kind != kinds.NETWORK_POLICY.name:
         return
-    scopes = [namespace] if namespace is not None else memo.cache.namespaces(kinds.SANDBOX.name)
-    for scope in scopes:
+    # Cluster-wide: every namespace with a sandbox or a pool (a pool may wait alone).
+    scopes = {namespace} if namespace is not None else _namespaces(memo, kinds.SANDBOX, kinds.POOL)
+    for scope in sorted(scopes):
         for key in egress.waiting_on(memo.cache, scope, kinds.SANDBOX.name, kinds.POD.name):
             memo.queue.add(key)
         queue_pools(memo, scope)
+
+
+def _namespaces(memo: OperatorContext, *of: kinds.CachedKind) -> set[str]:
+    """The namespaces in which the cache holds an object of any kind ``of``."""
+    return {scope for kind in of for scope in memo.cache.namespaces(kind.name)}
 
 
 def watch_streams(memo: OperatorContext) -> list[WatchStream]:
