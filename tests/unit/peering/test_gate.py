@@ -15,13 +15,16 @@ import aiohttp.web
 import pytest
 from kmock._internal import rendering
 
-from craft_operator.builders.naming import MANAGED_SELECTOR
+from craft_operator.api.pool import LABEL_POOL
+from craft_operator.builders.naming import LABEL_SANDBOX, MANAGED_SELECTOR
 from craft_operator.config import Settings
 from craft_operator.handlers.sandbox import on_sandbox_event
+from craft_operator.handlers.streams import handler_for
 from craft_operator.kube import kinds
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.kube.client import ApiError, KubeClient
 from craft_operator.peering.gate import ActivityGate
+from craft_operator.policy.models import POLICY_NAME
 from craft_operator.reconciler.queue import Backoff, WorkQueue
 from craft_operator.runtime import build_context
 from tests.integration.conftest import SANDBOXES, declare_craft_resources
@@ -375,6 +378,34 @@ async def test_the_handlers_ignore_events_on_a_standby(tmp_path: Path) -> None:
     on_sandbox_event(context, "MODIFIED", alice(6))
 
     assert (len(context.cache), len(context.queue)) == (0, 0)
+
+
+def watched(kind: kinds.CachedKind, version: int) -> dict[str, Any]:
+    """An object of ``kind`` at ``version``, as its stream hands it over: a sandbox's child
+    or a pool's pod by its labels, the policy under the one name the operator reads."""
+    name = POLICY_NAME if kind is kinds.POLICY else "alice"
+    meta: dict[str, Any] = {"name": name, "uid": "u1", "resourceVersion": str(version)}
+    meta["labels"] = {LABEL_SANDBOX: "alice", LABEL_POOL: "warm"}
+    if kind.api.namespaced:
+        meta["namespace"] = "team-a"
+    return {"metadata": meta}
+
+
+@pytest.mark.parametrize("kind", kinds.KINDS, ids=lambda kind: kind.name)
+async def test_no_stream_fills_a_standbys_cache_or_queues(
+    tmp_path: Path, kind: kinds.CachedKind
+) -> None:
+    """The streams go on while the replica is a standby: what they bring is dropped, for
+    every kind (activation relists; a standby's cache would go stale unseen)."""
+    context = build_context(Settings(state_dir=tmp_path, server_url="http://onyx.test:8080"))
+    handle = handler_for(context, kind)
+    handle("ADDED", watched(kind, 5))
+    assert len(context.cache) == 1
+
+    await context.gate.deactivate("a peer with a higher priority")
+    handle("MODIFIED", watched(kind, 6))
+
+    assert (len(context.cache), len(context.queue), len(context.pool_queue)) == (0, 0, 0)
 
 
 async def test_a_standby_stops_the_library_syncs_running_outside_the_queue(
