@@ -3,6 +3,7 @@ relist after the watch was down) starts afresh, inheriting no backoff or memory.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -13,6 +14,7 @@ from craft_operator.handlers import sandbox
 from craft_operator.kube.cache import ObjectCache
 from craft_operator.metrics import Metrics
 from craft_operator.metrics.recorder import SEEN_LIMIT
+from craft_operator.reconciler.queue import WorkQueue
 from tests.support.queues import RecordingQueue
 
 pytestmark = pytest.mark.unit
@@ -111,6 +113,17 @@ def test_a_sandbox_seen_within_the_second_of_its_creation_is_timed_from_that_mom
     assert memo.services.metrics.take_seen("u2") is None
 
 
+def test_a_sandbox_recreated_under_its_name_unseen_is_timed_from_the_moment_it_was_seen() -> None:
+    """Its predecessor's deletion went unseen (a relist): the new sandbox is new all the
+    same, and its time to Ready starts when it was seen, as any other's."""
+    memo = handler_memo()
+    sandbox.on_sandbox_event(memo, "ADDED", created("u1", "2026-11-28T11:00:00Z"))
+    recreated = created("u2", "2026-11-28T12:00:00Z")
+    recreated["metadata"]["resourceVersion"] = "9"
+    sandbox.on_sandbox_event(memo, "ADDED", recreated)
+    assert memo.services.metrics.take_seen("u2") == NOW
+
+
 @pytest.mark.parametrize("how", ["deleted", "recreated unseen"])
 def test_a_sandbox_gone_before_it_was_ready_leaves_no_moment_behind(how: str) -> None:
     memo = handler_memo()
@@ -128,3 +141,32 @@ def test_the_moments_remembered_are_bounded() -> None:
         metrics.saw_created(f"u{index}", NOW + timedelta(seconds=index))
     assert metrics.take_seen("u0") is None, "the oldest went first"
     assert metrics.take_seen(f"u{SEEN_LIMIT + 9}") is not None
+
+
+@pytest.mark.parametrize("echo", [True, False], ids=["its own write", "news"])
+async def test_an_event_during_a_pass_brings_another_only_if_it_is_not_the_passs_own_write(
+    echo: bool,
+) -> None:
+    """The watch event of a pass's own status write often arrives before the write's
+    answer: read back, it would cost a pass that finds nothing to do."""
+    passes: list[tuple[str, str]] = []
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def visit(key: tuple[str, str]) -> None:
+        passes.append(key)
+        started.set()
+        await release.wait()
+
+    memo = handler_memo()
+    memo.queue = WorkQueue(visit, concurrency=1)
+    memo.echo_check = lambda meta: lambda: echo
+    memo.queue.start()
+    try:
+        sandbox.on_sandbox_event(memo, "ADDED", body("u1", "1"))
+        await asyncio.wait_for(started.wait(), 5)
+        sandbox.on_sandbox_event(memo, "MODIFIED", body("u1", "2"))
+        release.set()
+        await asyncio.sleep(0.2)
+    finally:
+        await memo.queue.stop()
+    assert len(passes) == (1 if echo else 2)
