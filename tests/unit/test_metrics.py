@@ -424,13 +424,14 @@ def test_a_status_written_by_hand_or_by_another_version_is_counted_never_refused
                     ],
                 },
             ),
+            ("time-not-a-string", {"phase": "Provisioning", "wokeAt": 1764500000}),
         ]
     ]
 
     counts = count_sandboxes(bodies, NOW)
 
     assert counts.by_phase["Pending"] == 2
-    assert counts.by_phase["Provisioning"] == 3
+    assert counts.by_phase["Provisioning"] == 4
     assert counts.oldest_not_ready_seconds == 50
 
 
