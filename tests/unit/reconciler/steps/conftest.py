@@ -238,6 +238,25 @@ class NoLibrary:
         return None
 
 
+class AnsweringLibrary(NoLibrary):
+    """The library port, answering every sync with ``result``."""
+
+    def __init__(self, result: SyncResult) -> None:
+        self.result = result
+
+    async def sync(
+        self,
+        sandbox: CraftSandbox,
+        location: LibraryLocation,
+        *,
+        namespace: str,
+        pod: str,
+        pod_uid: str = "",
+        check: Callable[[], None] | None = None,
+    ) -> SyncResult:
+        return self.result
+
+
 def sandbox_body(
     spec: Mapping[str, Any] | None = None,
     status: Mapping[str, Any] | None = None,

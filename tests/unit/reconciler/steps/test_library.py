@@ -20,7 +20,14 @@ from craft_operator.reconciler.steps import credentials, library
 from craft_operator.reconciler.steps.library_attempt import attempt_for
 from craft_operator.status import ConditionState
 from tests.unit.reconciler.conftest import NAMESPACE
-from tests.unit.reconciler.steps.conftest import CANARY, NAME, NOW, UID, World
+from tests.unit.reconciler.steps.conftest import (
+    CANARY,
+    NAME,
+    NOW,
+    UID,
+    AnsweringLibrary,
+    World,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -265,11 +272,7 @@ async def test_a_successful_sync_adds_what_it_sent_and_its_duration_to_the_metri
         duration_seconds=1.5,
     )
 
-    class Library:
-        async def sync(self, *args: object, **kwargs: object) -> SyncResult:
-            return result
-
-    world.services.library = Library()  # type: ignore[assignment]
+    world.services.library = AnsweringLibrary(result)
     first = ready_pass(world)
     await library.sync_library(first)
 

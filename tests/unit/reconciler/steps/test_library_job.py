@@ -35,7 +35,7 @@ from craft_operator.reconciler.sync_jobs import (
     start_job,
 )
 from tests.unit.reconciler.conftest import NAMESPACE
-from tests.unit.reconciler.steps.conftest import CANARY, NAME, World
+from tests.unit.reconciler.steps.conftest import CANARY, NAME, AnsweringLibrary, World
 
 pytestmark = pytest.mark.unit
 
@@ -343,11 +343,7 @@ async def test_an_exec_mode_sync_keeps_job_modes_numbering_for_a_switch_back(
         duration_seconds=0.1,
     )
 
-    class Library:
-        async def sync(self, *args: object, **kwargs: object) -> SyncResult:
-            return result
-
-    world.services.library = Library()  # type: ignore[assignment]
+    world.services.library = AnsweringLibrary(result)
     exec_mode: dict[str, Any] = {"userLibrary": {"mode": "Exec"}}
     pool, ended = world.services.library_pool, asyncio.Event()
     pool.wake = lambda key: ended.set()
