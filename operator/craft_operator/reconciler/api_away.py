@@ -43,3 +43,14 @@ def refused(subject: str, exc: ApiError) -> ApiRefusedError:
         "server refuses requests until its authorizer has loaded, a refusal that lasts is a "
         "missing grant ('craft-operator doctor' names it) or an admission webhook's"
     )
+
+
+def expected(subject: str, exc: ApiError) -> RetryableError | None:
+    """What a pass over ``subject`` that ``exc`` cut short is, to the work queue: a refusal
+    (403, :func:`refused`), the API server away (:func:`away`), or ``None``: an error
+    the pass did not expect, raised as it is."""
+    if exc.status == 403:
+        return refused(subject, exc)
+    if exc.away:
+        return away(subject, exc)
+    return None

@@ -223,16 +223,16 @@ class PoolReconciler:
 
         Raises :class:`PoolRetryLaterError` when pods could not be created, and
         :class:`~craft_operator.reconciler.api_away.ApiServerAwayError` when the API server
-        was away.
+        was away, :class:`~craft_operator.reconciler.api_away.ApiRefusedError` when it
+        refused a request.
         """
         try:
             return await self._reconcile(key)
         except ApiError as exc:
-            if exc.status == 403:
-                raise api_away.refused(f"pool {key[0]}/{key[1]}", exc) from exc
-            if not exc.away:
+            retried = api_away.expected(f"pool {key[0]}/{key[1]}", exc)
+            if retried is None:
                 raise
-            raise api_away.away(f"pool {key[0]}/{key[1]}", exc) from exc
+            raise retried from exc
 
     async def _reconcile(self, key: PoolKey) -> float | None:
         s = self.services

@@ -78,16 +78,16 @@ class SandboxReconciler:
 
         Raises :class:`RetryLaterError` when the pass asks to be retried with backoff, and
         :class:`~craft_operator.reconciler.api_away.ApiServerAwayError` when the API server
-        was away.
+        was away, :class:`~craft_operator.reconciler.api_away.ApiRefusedError` when it
+        refused a request.
         """
         try:
             verdict = await self._pass(key)
         except ApiError as exc:
-            if exc.status == 403:
-                raise api_away.refused(f"{key[0]}/{key[1]}", exc) from exc
-            if not exc.away:
+            retried = api_away.expected(f"{key[0]}/{key[1]}", exc)
+            if retried is None:
                 raise
-            raise api_away.away(f"{key[0]}/{key[1]}", exc) from exc
+            raise retried from exc
         if verdict is None:
             return None
         return next_visit(key, verdict, self.services.settings.resync_interval)
