@@ -55,11 +55,15 @@ def start(
             cwd=cwd,
             start_new_session=True,
         )
-    executable = os.path.realpath(argv[0])
-    started = _start_time(child.pid)
-    record = f"{child.pid}\n{executable}\n{'' if started is None else started}\n"
-    (_pid_dir(state) / f"{name}.pid").write_text(record)
+    _write_record(_pid_dir(state) / f"{name}.pid", child.pid, os.path.realpath(argv[0]))
     return child
+
+
+def _write_record(path: Path, pid: int, executable: str) -> None:
+    """Record process ``pid`` at ``path`` as :func:`_read_records` reads it: its pid, its
+    executable and its start time."""
+    started = _start_time(pid)
+    path.write_text(f"{pid}\n{executable}\n{'' if started is None else started}\n")
 
 
 def _self_dir(state: Path) -> Path:
@@ -73,10 +77,7 @@ def record_self(state: Path, name: str) -> None:
     time, which an ``exec`` keeps, and its interpreter."""
     _self_dir(state).mkdir(parents=True, exist_ok=True)
     pid = os.getpid()
-    started = _start_time(pid)
-    executable = os.readlink(f"/proc/{pid}/exe")
-    record = f"{pid}\n{executable}\n{'' if started is None else started}\n"
-    (_self_dir(state) / f"{name}.pid").write_text(record)
+    _write_record(_self_dir(state) / f"{name}.pid", pid, os.readlink(f"/proc/{pid}/exe"))
 
 
 def recorded_selves(state: Path) -> list[Recorded]:
