@@ -247,16 +247,22 @@ async def test_a_crd_not_installed_is_named_in_the_relists_failure(
     assert "kubectl apply --server-side -k crds/" in str(raised.value)
 
 
-def forbidden_in(namespace: str) -> Any:
-    """A before-request hook: every request in ``namespace`` is refused (no Role there)."""
+def failing(where: str, code: int = 403, reason: str = "Forbidden") -> Any:
+    """A before-request hook: every request whose path holds ``where`` is answered with
+    the error ``code`` (by default refused, as where the operator has no Role)."""
 
-    async def refuse(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
-        if f"/namespaces/{namespace}/" in request.url.path:
-            body = {"kind": "Status", "code": 403, "reason": "Forbidden"}
-            return aiohttp.web.json_response(body, status=403)
+    async def fail(request: rendering.Request) -> aiohttp.web.StreamResponse | None:
+        if where in request.url.path:
+            body = {"kind": "Status", "code": code, "reason": reason}
+            return aiohttp.web.json_response(body, status=code)
         return None
 
-    return refuse
+    return fail
+
+
+def forbidden_in(namespace: str) -> Any:
+    """A before-request hook: every request in ``namespace`` is refused (no Role there)."""
+    return failing(f"/namespaces/{namespace}/")
 
 
 async def test_a_served_namespace_deleted_with_its_role_does_not_keep_a_replica_standing_by(
@@ -319,15 +325,7 @@ async def test_a_takeover_queues_no_sandbox_of_a_namespace_it_left_out_half_list
     emulator.create(SANDBOXES, sandbox("team-a", "alice"))
     emulator.create(SANDBOXES, sandbox("team-b", "bob"))
 
-    async def pods_forbidden_in_team_b(
-        request: rendering.Request,
-    ) -> aiohttp.web.StreamResponse | None:
-        if request.url.path.endswith("/namespaces/team-b/pods"):
-            body = {"kind": "Status", "code": 403, "reason": "Forbidden"}
-            return aiohttp.web.json_response(body, status=403)
-        return None
-
-    emulator.before_request.append(pods_forbidden_in_team_b)
+    emulator.before_request.append(failing("/namespaces/team-b/pods"))
     await gate.deactivate("a peer with a higher priority")
     await gate.activate("the peer is gone")
 
@@ -346,15 +344,7 @@ async def test_a_takeover_whose_listing_the_server_fails_in_one_namespace_stays_
     emulator.create(SANDBOXES, sandbox("team-a", "alice"))
     emulator.create(SANDBOXES, sandbox("team-b", "bob"))
 
-    async def unavailable_in_team_b(
-        request: rendering.Request,
-    ) -> aiohttp.web.StreamResponse | None:
-        if "/namespaces/team-b/" in request.url.path:
-            body = {"kind": "Status", "code": 503, "reason": "ServiceUnavailable"}
-            return aiohttp.web.json_response(body, status=503)
-        return None
-
-    emulator.before_request.append(unavailable_in_team_b)
+    emulator.before_request.append(failing("/namespaces/team-b/", 503, "ServiceUnavailable"))
     await gate.deactivate("a peer with a higher priority")
 
     with pytest.raises(ApiError):
