@@ -174,6 +174,20 @@ async def test_with_no_ready_pod_the_sandbox_starts_cold_and_says_why(pooled: Wo
     assert "PoolEmpty" in pooled.events.posted[0][2]
 
 
+def restrict_sandboxes_but_let_out(world: World, selector: dict[str, Any]) -> None:
+    """Two NetworkPolicies in the cache: one denying the sandbox pods all egress, one
+    letting every pod ``selector`` selects out anywhere."""
+    sandboxes = {"matchLabels": {"app.kubernetes.io/component": "sandbox"}}
+    for name, selects, egress in (("deny", sandboxes, []), ("claimed", selector, [{}])):
+        world.cache.put(
+            kinds.NETWORK_POLICY.name,
+            {
+                "metadata": {"name": name, "namespace": NAMESPACE},
+                "spec": {"podSelector": selects, "policyTypes": ["Egress"], "egress": egress},
+            },
+        )
+
+
 async def test_a_pool_pod_whose_egress_a_policy_lets_out_once_claimed_is_not_claimed(
     make_world: Callable[..., World],
 ) -> None:
@@ -182,16 +196,8 @@ async def test_a_pool_pod_whose_egress_a_policy_lets_out_once_claimed_is_not_cla
     them: the sandbox starts cold, under the policy that restricts its own pod."""
     world = make_world(allow_unrestricted_egress=False)
     declare_pool_resource(world.emulator)
-    sandboxes = {"matchLabels": {"app.kubernetes.io/component": "sandbox"}}
     claimed_pods = {"matchExpressions": [{"key": LABEL_CLAIMED_FROM, "operator": "Exists"}]}
-    for name, selector, egress in (("deny", sandboxes, []), ("claimed", claimed_pods, [{}])):
-        world.cache.put(
-            kinds.NETWORK_POLICY.name,
-            {
-                "metadata": {"name": name, "namespace": NAMESPACE},
-                "spec": {"podSelector": selector, "policyTypes": ["Egress"], "egress": egress},
-            },
-        )
+    restrict_sandboxes_but_let_out(world, claimed_pods)
     [warm] = warm_pods(world, 1)
     p = await pod_pass(world, spec={"poolRef": {"name": POOL}})
 
@@ -214,25 +220,13 @@ async def test_a_pool_pod_is_judged_without_the_pool_label_a_claim_removes(
     claimed, though it applies neither to the warm pod nor to the sandbox's own pod."""
     world = make_world(allow_unrestricted_egress=False)
     declare_pool_resource(world.emulator)
-    sandboxes = {"matchLabels": {"app.kubernetes.io/component": "sandbox"}}
     claimed_out_of_pool = {
         "matchExpressions": [
             {"key": LABEL_CLAIMED_FROM, "operator": "Exists"},
             {"key": LABEL_POOL, "operator": "DoesNotExist"},
         ]
     }
-    policies: list[tuple[str, dict[str, Any], list[dict[str, Any]]]] = [
-        ("deny", sandboxes, []),
-        ("claimed", claimed_out_of_pool, [{}]),
-    ]
-    for name, selector, egress in policies:
-        world.cache.put(
-            kinds.NETWORK_POLICY.name,
-            {
-                "metadata": {"name": name, "namespace": NAMESPACE},
-                "spec": {"podSelector": selector, "policyTypes": ["Egress"], "egress": egress},
-            },
-        )
+    restrict_sandboxes_but_let_out(world, claimed_out_of_pool)
     [warm] = warm_pods(world, 1)
     p = await pod_pass(world, spec={"poolRef": {"name": POOL}})
 
