@@ -261,17 +261,7 @@ async def test_a_successful_sync_adds_what_it_sent_and_its_duration_to_the_metri
     make_world: Callable[..., World],
 ) -> None:
     world = make_world(s3_bucket="onyx-user-files")
-    result = SyncResult(
-        files=3,
-        bytes=300,
-        bytes_transferred=512,
-        copied=3,
-        deleted=0,
-        skipped=(),
-        excluded=0,
-        duration_seconds=1.5,
-    )
-
+    result = a_result(bytes_transferred=512, duration_seconds=1.5)
     world.services.library = AnsweringLibrary(result)
     first = ready_pass(world)
     await library.sync_library(first)
@@ -381,16 +371,21 @@ async def test_a_synced_library_is_synced_again_for_a_new_pod_revision_or_config
     await world.services.library_pool.close()
 
 
-def a_result(distrust: Distrust | None = None) -> SyncResult:
+def a_result(
+    distrust: Distrust | None = None,
+    *,
+    bytes_transferred: int = 40,
+    duration_seconds: float = 0.1,
+) -> SyncResult:
     return SyncResult(
         files=3,
         bytes=30,
-        bytes_transferred=40,
+        bytes_transferred=bytes_transferred,
         copied=3,
         deleted=0,
         skipped=(),
         excluded=0,
-        duration_seconds=0.1,
+        duration_seconds=duration_seconds,
         distrust=distrust,
     )
 
